@@ -1,0 +1,186 @@
+"""Collections: the user's glob collections, the built-in ones, and the checks across sections.
+
+Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `update`,
+`optimizer`, `ema`, `step`, `metrics`. User patterns match model variables only
+(the variables layers own); `*` matches any run of characters, `/` included, and
+a bare collection name stands for that collection.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+from specgen.diagnostics import Diagnostic, did_you_mean
+from specgen.ir.model import Variable
+from specgen.spec.load import LoadedSpec
+
+BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
+SLOTS = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
+METRIC_STATE = {
+    "accuracy": (("total", ()), ("count", ())),
+    "mean_loss": (("total", ()), ("count", ())),
+    "auc": tuple((name, (200,)) for name in ("true_positives", "false_positives", "true_negatives", "false_negatives")),
+    "precision": (("true_positives", ()), ("false_positives", ())),
+    "recall": (("true_positives", ()), ("false_negatives", ())),
+}
+
+
+@dataclass
+class Membership:
+    """Which collections each model variable path is in, filled in as collections resolve."""
+
+    weights: list[str]  # trainable-or-frozen candidates, in layer order
+    updates: list[str]  # batch-norm statistics
+    collections: dict[str, list[str]] = field(default_factory=dict)
+    optimizers: dict[str, list[str]] = field(default_factory=dict)
+    problems: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def model(self) -> list[str]:
+        return [p for p in self.weights + self.updates]
+
+
+def _is_pattern(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+class Resolver:
+    """Resolves selections (collection names or patterns) against the model variables."""
+
+    def __init__(self, loaded: LoadedSpec, members: Membership):
+        self.loaded, self.members = loaded, members
+        self.user = loaded.spec.collections
+        self.order = {p: i for i, p in enumerate(members.weights + members.updates)}
+        self.resolved: dict[str, list[str]] = {"model": members.weights + members.updates,
+                                               "update": list(members.updates)}
+        self.visiting: set[str] = set()
+
+    def collection(self, name: str) -> list[str]:
+        if name in self.resolved:
+            return self.resolved[name]
+        if name in self.visiting:
+            self.members.problems.append(self.loaded.diagnostic(
+                ("collections", name), f"collection '{name}' refers to itself through other collections"))
+            return []
+        self.visiting.add(name)
+        paths: list[str] = []
+        for i, entry in enumerate(self.user[name]):
+            paths += self.select(entry, ("collections", name, i))
+        self.visiting.discard(name)
+        self.resolved[name] = self._sorted(paths)
+        return self.resolved[name]
+
+    def select(self, entry: str, loc: tuple[str | int, ...]) -> list[str]:
+        """Variables named by one entry; a diagnostic at `loc` when it names nothing."""
+        if entry in self.user or entry in self.resolved:
+            return self.collection(entry)
+        if entry in BUILTIN:
+            self._problem(loc, f"collection '{entry}' is resolved from the optimizers and cannot be "
+                               "used here; name the variables or a user collection instead")
+            return []
+        matches = [p for p in self.order if fnmatch.fnmatchcase(p, entry)]
+        if matches:
+            return matches
+        if not _is_pattern(entry) and "/" not in entry:
+            names = [*self.user, "model", "update"]
+            self._problem(loc, f"unknown collection '{entry}'{did_you_mean(entry, names)}")
+        else:
+            self._problem(loc, f"pattern '{entry}' matches no variable{did_you_mean(entry, self.order)}")
+        return []
+
+    def selection(self, value: str | list[str], loc: tuple[str | int, ...]) -> list[str]:
+        entries = [value] if isinstance(value, str) else value
+        paths: list[str] = []
+        for i, entry in enumerate(entries):
+            paths += self.select(entry, loc if isinstance(value, str) else (*loc, i))
+        return self._sorted(paths)
+
+    def _sorted(self, paths: list[str]) -> list[str]:
+        return sorted(set(paths), key=self.order.__getitem__)
+
+    def _problem(self, loc: tuple[str | int, ...], message: str) -> None:
+        self.members.problems.append(self.loaded.diagnostic(loc, message))
+
+
+def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
+    """Fill `members` with user collections, frozen and trainable sets and optimizer claims."""
+    spec, resolver = loaded.spec, Resolver(loaded, members)
+    for name in spec.collections:
+        members.collections[name] = resolver.collection(name)
+    weights = set(members.weights)
+    frozen = {p for i, e in enumerate(spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
+    owner: dict[str, str] = {}
+    for name, optimizer in spec.optimizers.items():
+        claimed = [p for p in resolver.selection(optimizer.variables, ("optimizers", name, "variables"))
+                   if p in weights]
+        _check_claims(loaded, members, name, claimed, owner, frozen)
+        members.optimizers[name] = claimed
+    if spec.optimizers:
+        loose = [p for p in members.weights if p not in frozen and p not in owner]
+        if loose:
+            members.problems.append(loaded.diagnostic(("optimizers",), (
+                f"{_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "
+                "optimizer; add them to an optimizer's variables or to 'frozen'"), key=True))
+    else:
+        frozen = weights  # no optimizer: nothing trains
+    members.collections["frozen"] = [p for p in members.weights if p in frozen]
+    members.collections["trainable"] = [p for p in members.weights if p in owner]
+
+
+def _check_claims(loaded: LoadedSpec, members: Membership, name: str, claimed: list[str],
+                  owner: dict[str, str], frozen: set[str]) -> None:
+    loc = ("optimizers", name, "variables")
+    taken = [p for p in claimed if p in owner]
+    if taken:
+        others = sorted({owner[p] for p in taken})
+        members.problems.append(loaded.diagnostic(loc, (
+            f"optimizer '{name}' claims {_list(taken)}, already claimed by optimizer "
+            f"{', '.join(repr(o) for o in others)}; each variable belongs to one optimizer")))
+    iced = [p for p in claimed if p in frozen]
+    if iced:
+        members.problems.append(loaded.diagnostic(loc, (
+            f"optimizer '{name}' claims frozen {_list(iced)}; remove them from 'frozen' or from this optimizer")))
+    for path in claimed:
+        owner.setdefault(path, name)
+
+
+def _list(paths: list[str]) -> str:
+    shown = ", ".join(f"'{p}'" for p in paths[:4])
+    more = f" and {len(paths) - 4} more" if len(paths) > 4 else ""
+    return f"variable{'s' if len(paths) > 1 else ''} {shown}{more}"
+
+
+def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tuple[int, ...]]) -> list[Variable]:
+    """Variables that training creates: step, optimizer slots, accumulators, EMA shadows, metrics."""
+    spec = loaded.spec
+    state: list[Variable] = []
+    if spec.optimizers:
+        state.append(Variable("global_step", (), "int64", ("step",)))
+    for name, optimizer in spec.optimizers.items():
+        base = f"optimizers/{name}"
+        state.append(Variable(f"{base}/learning_rate", (), "float32", ("optimizer",)))
+        state.append(Variable(f"{base}/iterations", (), "int64", ("optimizer",)))
+        for slot in _slots(optimizer):
+            state += [Variable(f"{base}/{slot}/{p}", shapes[p], "float32", ("optimizer",))
+                      for p in members.optimizers.get(name, [])]
+    trainable = members.collections.get("trainable", [])
+    if spec.train and spec.train.accumulate > 1:
+        state += [Variable(f"accumulators/{p}", shapes[p], "float32", ("optimizer",)) for p in trainable]
+    if spec.train and spec.train.ema:
+        state += [Variable(f"ema/{p}", shapes[p], "float32", ("ema",)) for p in trainable]
+    for metric in dict.fromkeys(spec.train.metrics if spec.train else []):
+        dtype = "float32"
+        state += [Variable(f"metrics/{metric}/{acc}", shape, dtype, ("metrics",))
+                  for acc, shape in METRIC_STATE[metric]]
+    return state
+
+
+def _slots(optimizer: object) -> tuple[str, ...]:
+    kind = getattr(optimizer, "kind")
+    if kind == "sgd":
+        return ("momentum",) if getattr(optimizer, "momentum") > 0 else ()
+    if kind == "rmsprop":
+        slots = ("rms",) + (("momentum",) if getattr(optimizer, "momentum") > 0 else ())
+        return slots + (("mg",) if getattr(optimizer, "centered") else ())
+    return SLOTS[kind]

@@ -1,0 +1,75 @@
+"""The layer graph: input defaults, dangling references, cycles, topological order."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from specgen.diagnostics import Diagnostic, did_you_mean
+from specgen.spec.load import LoadedSpec
+
+
+def layer_inputs(layer: Any) -> tuple[list[str], str]:
+    """The names a layer reads and the spec key they were written under."""
+    if hasattr(layer, "inputs"):
+        return list(layer.inputs), "inputs"
+    return ([layer.input] if layer.input else []), "input"
+
+
+def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
+    """Each layer's input names (defaults filled in), with every naming problem found."""
+    spec, problems = loaded.spec, []
+    edges: dict[str, list[str]] = {}
+    inputs = set(spec.inputs)
+    names = [layer.name for layer in spec.layers]
+    for i, layer in enumerate(spec.layers):
+        if layer.name in edges or layer.name in inputs:
+            what = "an input" if layer.name in inputs else "another layer"
+            problems.append(loaded.diagnostic(("layers", i, "name"), f"layer name '{layer.name}' is already used by {what}"))
+            continue
+        sources, key = layer_inputs(layer)
+        if not sources:
+            if i > 0:
+                sources = [spec.layers[i - 1].name]
+            elif len(spec.inputs) == 1:
+                sources = [next(iter(spec.inputs))]
+            else:
+                problems.append(loaded.diagnostic(("layers", i), (
+                    f"the first layer '{layer.name}' must name its input; the spec has several inputs "
+                    f"({', '.join(spec.inputs)})")))
+        for j, source in enumerate(sources):
+            if source not in inputs and source not in names:
+                loc = ("layers", i, key, j) if key == "inputs" else ("layers", i, key)
+                problems.append(loaded.diagnostic(loc, (
+                    f"layer '{layer.name}' reads '{source}', which is neither a layer nor an input"
+                    f"{did_you_mean(source, [*names, *inputs])}")))
+            if source == layer.name:
+                problems.append(loaded.diagnostic(("layers", i), f"layer '{layer.name}' reads its own output"))
+        edges[layer.name] = sources
+    return edges, problems
+
+
+def topological_order(loaded: LoadedSpec, edges: dict[str, list[str]]) -> tuple[list[int], list[Diagnostic]]:
+    """Layer indices so that every layer comes after its inputs; spec order breaks ties."""
+    spec = loaded.spec
+    index = {layer.name: i for i, layer in enumerate(spec.layers)}
+    waiting = {name: {s for s in sources if s in index} for name, sources in edges.items()}
+    readers: dict[str, list[str]] = {}
+    for name, sources in waiting.items():
+        for source in sources:
+            readers.setdefault(source, []).append(name)
+    ready = [index[name] for name, sources in waiting.items() if not sources]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for reader in readers.get(spec.layers[i].name, []):
+            waiting[reader].discard(spec.layers[i].name)
+            if not waiting[reader]:
+                heapq.heappush(ready, index[reader])
+    stuck = sorted(index[name] for name, sources in waiting.items() if sources)
+    if not stuck:
+        return order, []
+    cycle = " -> ".join(spec.layers[i].name for i in stuck)
+    return order, [loaded.diagnostic(("layers", stuck[0]), f"the layers form a cycle: {cycle}")]

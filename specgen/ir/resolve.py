@@ -1,0 +1,195 @@
+"""Spec -> IR: wire the graph, infer shapes, create variables, resolve collections.
+
+Every problem found is collected; `build_ir` raises one SpecError with all of them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
+from specgen.ir import ops
+from specgen.ir.collections import Membership, resolve_collections, training_state
+from specgen.ir.graph import layer_inputs, topological_order, wire
+from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
+from specgen.ir.naming import Namer, class_name, onnx_name, py_name
+from specgen.spec.load import LoadedSpec
+
+IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
+
+
+def build_ir(loaded: LoadedSpec) -> ModelIR:
+    """Resolve a validated spec, or raise SpecError with every problem found."""
+    spec = loaded.spec
+    edges, problems = wire(loaded)
+    order, cycle = topological_order(loaded, edges) if not problems else ([], [])
+    problems += cycle
+    nodes = _infer_nodes(loaded, edges, order, problems) if not problems else []
+    problems += _check_outputs(loaded)
+    if problems:
+        raise SpecError(problems)
+    model_vars = [v for node in nodes for v in node.variables.values()]
+    members = Membership([v.path for v in model_vars if "update" not in v.collections],
+                         [v.path for v in model_vars if "update" in v.collections])
+    resolve_collections(loaded, members)
+    problems = members.problems + _check_sections(loaded)
+    problems += _check_names(loaded, nodes)
+    if problems:
+        raise SpecError(problems)
+    nodes = [_with_collections(node, members) for node in nodes]
+    model_vars = [v for node in nodes for v in node.variables.values()]
+    state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
+    collections = _collection_table(model_vars + state, members)
+    opset = spec.export.onnx.opset
+    return ModelIR(
+        name=spec.name, class_name=class_name(spec.name), doc=spec.doc, source=loaded.path.name,
+        inputs=tuple(Input(n, (None, *i.shape), i.dtype, py_name(n), onnx_name(n)) for n, i in spec.inputs.items()),
+        nodes=tuple(nodes), outputs=dict(spec.outputs), variables=tuple(model_vars + state),
+        collections=collections, opset=opset, ir_version=IR_VERSION[opset],
+        dynamic_batch=spec.export.onnx.dynamic_batch,
+        optimizers={k: tuple(v) for k, v in members.optimizers.items()},
+    )
+
+
+def _infer_nodes(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int],
+                 problems: list[Diagnostic]) -> list[Node]:
+    spec = loaded.spec
+    known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), i.dtype) for n, i in spec.inputs.items()}
+    nodes: list[Node] = []
+    for i in order:
+        layer = spec.layers[i]
+        sources = edges[layer.name]
+        if any(s not in known for s in sources):
+            continue  # an input already failed; do not pile errors on top of it
+        shapes = [known[s][0] for s in sources]
+        try:
+            result = ops.infer(layer, shapes, [known[s][1] for s in sources])
+        except ops.OpError as exc:
+            key = exc.key if exc.key in layer.model_fields_set or exc.key in ("input", "inputs") else None
+            problems.append(loaded.diagnostic(("layers", i, key) if key else ("layers", i),
+                                              f"layer '{layer.name}' ({layer.op}): {exc}"))
+            continue
+        known[layer.name] = (result.shape, result.dtype)
+        nodes.append(_node(layer, i, sources, shapes, result))
+    return nodes
+
+
+def _node(layer: Any, index: int, sources: list[str], shapes: list[Shape], result: ops.OpResult) -> Node:
+    variables = {d.role: _variable(layer, d) for d in result.variables}
+    act = getattr(layer, "activation", None)
+    return Node(
+        name=layer.name, op=layer.op, inputs=tuple(sources), input_shapes=tuple(shapes), shape=result.shape,
+        dtype=result.dtype, params=result.params, variables=variables,
+        activation=None if act == "linear" else act, py_name=py_name(layer.name),
+        onnx_name=onnx_name(layer.name), flops=result.flops, index=index,
+    )
+
+
+def _variable(layer: Any, decl: ops.VarDecl) -> Variable:
+    path = f"{layer.name}/{decl.role}"
+    perm, onnx_shape = _onnx_layout(layer.op, decl)
+    collections = ("model", "update") if decl.kind == "update" else ("model",)
+    return Variable(path=path, shape=decl.shape, dtype="float32", collections=collections, init=decl.init,
+                    seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
+                    onnx_name=onnx_name(path), onnx_perm=perm, onnx_shape=onnx_shape)
+
+
+def _onnx_layout(op: str, decl: ops.VarDecl) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    """How a TensorFlow-layout value becomes the ONNX operator's layout."""
+    if decl.role != "kernel" or op not in ("conv2d", "depthwise_conv2d"):
+        return None, decl.shape
+    kh, kw, cin, cout = decl.shape
+    if op == "conv2d":  # HWIO -> OIHW
+        return (3, 2, 0, 1), (cout, cin, kh, kw)
+    return (2, 3, 0, 1), (cin * cout, 1, kh, kw)  # [kh, kw, in, mult] -> [in*mult, 1, kh, kw]
+
+
+def _with_collections(node: Node, members: Membership) -> Node:
+    variables = {}
+    for role, var in node.variables.items():
+        names = set(var.collections)
+        names |= {c for c, paths in members.collections.items() if var.path in paths}
+        variables[role] = _replace(var, collections=tuple(sorted(names)))
+    return _replace(node, variables=variables)
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(obj, **changes)
+
+
+def _collection_table(variables: list[Variable], members: Membership) -> dict[str, tuple[str, ...]]:
+    table: dict[str, list[str]] = {name: [] for name in ("trainable", "frozen", "model", "update", "optimizer",
+                                                          "ema", "step", "metrics", *members.collections)}
+    for var in variables:
+        for name in var.collections:
+            table.setdefault(name, []).append(var.path)
+    return {name: tuple(paths) for name, paths in table.items()}
+
+
+def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
+    names = [layer.name for layer in loaded.spec.layers] + list(loaded.spec.inputs)
+    return [loaded.diagnostic(("outputs", out), f"output '{out}' names layer '{layer}', which does not exist"
+                              f"{did_you_mean(layer, names)}")
+            for out, layer in loaded.spec.outputs.items() if layer not in names]
+
+
+def _check_names(loaded: LoadedSpec, nodes: list[Node]) -> list[Diagnostic]:
+    """Spec names that would collide once mangled for Python or ONNX."""
+    python, onnx, problems = Namer("Python code"), Namer("ONNX graph"), []
+    entries = [(("inputs", n), n) for n in loaded.spec.inputs]
+    entries += [(("layers", node.index, "name"), node.name) for node in nodes]
+    entries += [(("layers", node.index, "name"), v.path) for node in nodes for v in node.variables.values()]
+    entries += [(("outputs", n), n) for n in loaded.spec.outputs]
+    for loc, name in entries:
+        is_var = name.count("/") > 0 and loc[0] == "layers" and name != loaded.spec.layers[loc[1]].name
+        for namer, generated in ((python, py_name(name)), (onnx, onnx_name(name))):
+            owner = name if loc[0] != "outputs" else f"output {name}"
+            clash = namer.claim(generated + ("#var" if is_var and namer is python else ""), owner)
+            if clash:
+                problems.append(loaded.diagnostic(loc, clash.replace("#var", "")))
+    return problems
+
+
+def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
+    """Checks across sections: loss, data and export refer to things that exist."""
+    spec, problems = loaded.spec, []
+    if spec.loss is not None:
+        field = "logits" if hasattr(spec.loss, "logits") else "predictions"
+        target = getattr(spec.loss, field)
+        if target not in spec.outputs:
+            problems.append(loaded.diagnostic(("loss", field), f"loss {field} '{target}' is not an output"
+                                              f"{did_you_mean(target, spec.outputs)} (outputs: {', '.join(spec.outputs)})"))
+    if spec.optimizers and spec.loss is None:
+        problems.append(loaded.diagnostic(("optimizers",), "optimizers need a 'loss' section to minimize", key=True))
+    if spec.data is not None:
+        for stage in ("train", "eval"):
+            problems += _check_source(loaded, stage)
+    if spec.export.onnx.weights == "ema" and not (spec.train and spec.train.ema):
+        problems.append(loaded.diagnostic(("export", "onnx", "weights"),
+                                          "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)"))
+    return problems
+
+
+def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
+    spec, problems = loaded.spec, []
+    source = getattr(spec.data, stage) if spec.data else None
+    if source is None:
+        return []
+    for name in source.features:
+        if name not in spec.inputs:
+            problems.append(loaded.diagnostic(("data", stage, "features", name), (
+                f"feature '{name}' is not a spec input{did_you_mean(name, spec.inputs)}"), key=True))
+    for name in spec.inputs:
+        if name not in source.features:
+            problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
+    label = spec.loss.labels if spec.loss else None
+    if label and label not in source.labels:
+        problems.append(loaded.diagnostic(("data", stage), f"data.{stage} has no label '{label}', which the loss reads"))
+    return problems
+
+
+def layer_sources(layer: Any) -> list[str]:
+    return layer_inputs(layer)[0]

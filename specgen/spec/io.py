@@ -1,0 +1,124 @@
+"""The `inputs`, `data`, `checkpoint` and `export` sections."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from specgen.spec.base import FilePath, Identifier, Pattern, PositiveInt, SpecModel
+from specgen.spec.unions import by_key, by_shape, scalar_or_list
+
+DType = Literal["float32", "int32", "int64"]
+
+
+class InputSpec(SpecModel):
+    shape: Annotated[list[PositiveInt], Field(description="Without the batch dimension, which is dynamic.")]
+    dtype: DType = "float32"
+
+
+Column = by_shape(scalar_or_list, "a column name or a list of column names",
+                  scalar=Identifier, list=Annotated[list[Identifier], Field(min_length=1)])
+
+
+class NpzSource(SpecModel):
+    npz: FilePath
+    features: dict[Identifier, Identifier] = Field(description="Input name -> array name.")
+    labels: dict[Identifier, Identifier] = Field(default_factory=dict)
+
+
+class CsvSource(SpecModel):
+    csv: FilePath
+    features: dict[Identifier, Column] = Field(description="Input name -> column name(s).")
+    labels: dict[Identifier, Column] = Field(default_factory=dict)
+
+
+class TfRecordSource(SpecModel):
+    tfrecord: FilePath
+    features: dict[Identifier, Identifier] = Field(description="Input name -> feature key.")
+    labels: dict[Identifier, Identifier] = Field(default_factory=dict)
+
+
+DataSource = by_shape(by_key("npz", "csv", "tfrecord"),
+                      "a data source with exactly one of the keys 'npz', 'csv' or 'tfrecord'",
+                      npz=NpzSource, csv=CsvSource, tfrecord=TfRecordSource)
+
+
+class Data(SpecModel):
+    train: DataSource | None = None
+    eval: DataSource | None = None
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression at character {exc.pos}: {exc.msg}") from None
+    return value
+
+
+class RenameKey(SpecModel):
+    from_: Pattern = Field(alias="from")
+    to: Pattern
+
+
+class RenamePattern(SpecModel):
+    pattern: Pattern
+    to: Pattern
+
+    _valid = field_validator("pattern")(_check_regex)
+
+    @model_validator(mode="after")
+    def _groups_exist(self) -> RenamePattern:
+        groups = re.compile(self.pattern).groups
+        used = [int(g) for g in re.findall(r"\\(\d+)", self.to)]
+        if used and max(used) > groups:
+            raise ValueError(f"'to' refers to group \\{max(used)} but the pattern has {groups} group(s)")
+        return self
+
+
+class RenamePrefix(SpecModel):
+    strip_prefix: Pattern | None = None
+    add_prefix: Pattern | None = None
+
+
+
+
+def _rename_kind(value: object) -> str | None:
+    if isinstance(value, dict) and ("strip_prefix" in value or "add_prefix" in value):
+        return None if ("from" in value or "pattern" in value) else "prefix"
+    if isinstance(value, RenamePrefix):
+        return "prefix"
+    return by_key("from", "pattern")(value)
+
+
+Rename = by_shape(_rename_kind, "a mapping with 'from', 'pattern', or 'strip_prefix'/'add_prefix'",
+                  **{"from": RenameKey, "pattern": RenamePattern, "prefix": RenamePrefix})
+
+
+class RestoreSource(SpecModel):
+    from_: FilePath = Field(alias="from", description="Checkpoint path, relative to the spec file.")
+    map: list[Rename] = Field(default_factory=list)
+    exclude: list[Pattern] = Field(default_factory=list)
+    ema_to_model: bool = Field(False, description="Restore EMA shadows into the model weights.")
+
+
+class Checkpoint(SpecModel):
+    dir: FilePath
+    every_steps: PositiveInt = 1000
+    keep: PositiveInt = 3
+    restore: list[RestoreSource] = Field(default_factory=list)
+
+
+SUPPORTED_OPSETS = (18, 19, 20, 21)
+
+
+class OnnxExport(SpecModel):
+    opset: Literal[18, 19, 20, 21] = 21
+    weights: Literal["raw", "ema"] = "raw"
+    dynamic_batch: bool = True
+
+
+class Export(SpecModel):
+    onnx: OnnxExport = Field(default_factory=OnnxExport)

@@ -1,0 +1,220 @@
+"""Load spec files into `Spec` models; every problem becomes a positioned Diagnostic."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from specgen.diagnostics import Diagnostic, SpecError, describe, did_you_mean, one_of
+from specgen.spec.base import IDENT
+from specgen.spec.model import SPEC_VERSION, Spec
+from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
+
+TYPE_WORDS = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
+    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+}
+BOUNDS = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
+          "less_than_equal": "<= {le}"}
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with the file it came from and its source positions."""
+
+    spec: Spec
+    path: Path
+    display: str
+    source: SourceMap
+    data: dict[str, Any]
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def position(self, *loc: str | int, key: bool = False) -> Any:
+        return self.source.locate(loc, self.data, key=key)
+
+    def diagnostic(self, loc: PathKey, message: str, *, key: bool = False) -> Diagnostic:
+        return Diagnostic(self.display, self.source.locate(loc, self.data, key=key), message)
+
+
+def load_spec(path: Path, display: str | None = None) -> LoadedSpec:
+    """Read and validate one spec file, or raise SpecError with every problem in it."""
+    shown = display or str(path)
+    data, source = load_yaml(path, shown)
+    return validate_data(data, source, path)
+
+
+def load_spec_text(text: str, display: str = "<spec>", path: Path | None = None) -> LoadedSpec:
+    data, source = parse_yaml(text, display)
+    return validate_data(data, source, path or Path(display))
+
+
+def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
+    if not isinstance(data, dict):
+        raise SpecError([Diagnostic(source.path, source.values.get(()),
+                                    f"a spec is a mapping of sections; received {describe(data)}")])
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_diagnostics(exc, data, source)) from None
+    return LoadedSpec(spec, path, source.path, source, data)
+
+
+def _diagnostics(exc: ValidationError, data: Any, source: SourceMap) -> list[Diagnostic]:
+    found: dict[tuple[Any, str], Diagnostic] = {}
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        is_key = error["type"] == "extra_forbidden"
+        position = source.locate(loc, data, key=is_key)
+        message = _message(error, loc, data) + _context(loc, data)
+        found.setdefault((position, message), Diagnostic(source.path, position, message))
+    return list(found.values())
+
+
+def _message(error: Any, loc: PathKey, data: Any) -> str:
+    kind, ctx, received = error["type"], error.get("ctx") or {}, error.get("input")
+    last = str(loc[-1]) if loc else "spec"
+    if kind == "missing":
+        return f"missing required key '{last}'"
+    if kind == "extra_forbidden":
+        allowed = allowed_keys(loc[:-1])
+        hint = did_you_mean(last, allowed)
+        return f"unknown key '{last}'" + (hint or f"; expected one of {one_of(allowed)}" if allowed else "")
+    if kind == "union_tag_invalid":
+        field = ctx["discriminator"].strip("'")
+        tags = [t.strip().strip("'") for t in ctx["expected_tags"].split(",")]
+        return (f"unknown {field} '{ctx['tag']}'" + did_you_mean(str(ctx["tag"]), tags)
+                + f" (expected {one_of(tags)})")
+    if kind == "union_tag_not_found":
+        return f"missing required key {ctx['discriminator']}"
+    if kind == "literal_error":
+        return _literal_message(loc, received, ctx)
+    if kind == "string_pattern_mismatch":
+        return _name_message(received, ctx)
+    if kind in BOUNDS:
+        return f"received {received!r}, expected a value {BOUNDS[kind].format(**ctx)}"
+    if kind in TYPE_WORDS:
+        return f"expected {TYPE_WORDS[kind]}, received {describe(received)}"
+    if kind in ("too_short", "too_long"):
+        return (f"expected {'at least' if kind == 'too_short' else 'at most'} "
+                f"{ctx.get('min_length', ctx.get('max_length'))} item(s), received {ctx['actual_length']}")
+    if kind == "string_too_long":
+        return f"received a string of {len(received)} characters, expected at most {ctx['max_length']}"
+    if kind == "value_error":
+        return error["msg"].removeprefix("Value error, ")
+    if kind == "wrong_shape":
+        return f"{error['msg']}, received {describe(received)}"
+    return f"{error['msg']}; received {describe(received)}"
+
+
+def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
+    if loc == ("specgen",):
+        return (f"unsupported spec format version {received!r}; "
+                f"this specgen reads version {SPEC_VERSION}")
+    expected = [e.strip().strip("'") for e in ctx["expected"].replace(" or ", ",").split(",")]
+    return f"received {received!r}, expected {one_of(expected)}" + did_you_mean(str(received), expected)
+
+
+def _name_message(received: Any, ctx: dict[str, Any]) -> str:
+    if ctx.get("pattern") == IDENT:
+        rule = "a letter followed by letters, digits or '_' (at most 64)"
+    elif "/" in ctx.get("pattern", ""):
+        rule = "parts of a letter followed by letters, digits or '_', joined by '/'"
+    else:
+        rule = "printable text without control characters"
+    return f"invalid name {received!r}: expected {rule}"
+
+
+def _context(loc: PathKey, data: Any) -> str:
+    """' (in layer 'conv1')' when the error sits inside a layer."""
+    if len(loc) >= 2 and loc[0] == "layers" and isinstance(loc[1], int):
+        layers = data.get("layers")
+        if isinstance(layers, list) and loc[1] < len(layers) and isinstance(layers[loc[1]], dict):
+            name = layers[loc[1]].get("name")
+            if isinstance(name, str) and len(loc) > 2:
+                return f" (in layer '{name[:64]}')"
+    return ""
+
+
+def allowed_keys(loc: PathKey) -> list[str]:
+    """The keys a mapping at `loc` may have, found by walking Spec's type annotations."""
+    tp: Any = Spec
+    for part in loc:
+        tp = _step(tp, part)
+        if tp is None:
+            return []
+    model = _model_of(tp)
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _members(tp: Any) -> list[Any]:
+    """Flatten Annotated/Union into the member types (with their Annotated metadata)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        inner = typing.get_args(tp)[0]
+        members = _members(inner)
+        return members if len(members) > 1 else [tp]
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(tp) for m in _members(arg)]
+    return [tp]
+
+
+def _strip(tp: Any) -> Any:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _tag_of(tp: Any) -> str | None:
+    if typing.get_origin(tp) is typing.Annotated:
+        for meta in typing.get_args(tp)[1:]:
+            if type(meta).__name__ == "Tag":
+                return str(meta.tag)
+    return None
+
+
+def _model_of(tp: Any) -> type[BaseModel] | None:
+    members = [_strip(m) for m in _members(tp)]
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
+def _step(tp: Any, part: str | int) -> Any:
+    members = _members(tp)
+    if len(members) > 1:  # a union: the location names the branch by tag or discriminator value
+        for member in members:
+            if _tag_of(member) == part or _literal_tag(_strip(member), part):
+                return member
+        return None
+    tp = _strip(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, field in tp.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list and isinstance(part, int):
+        return args[0]
+    if origin is dict:
+        return args[1]
+    return None
+
+
+def _literal_tag(tp: Any, part: str | int) -> bool:
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return False
+    for field in tp.model_fields.values():
+        if typing.get_origin(field.annotation) is typing.Literal and part in typing.get_args(field.annotation):
+            return True
+    return False

@@ -1,0 +1,33 @@
+"""The top-level spec: one pydantic model shaped exactly like the YAML file."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel
+from specgen.spec.io import Checkpoint, Data, Export, InputSpec
+from specgen.spec.layers import Layer
+from specgen.spec.training import Loss, Optimizer, Train
+
+SPEC_VERSION = 1
+
+
+class Spec(SpecModel):
+    """A specgen spec file."""
+
+    specgen: Literal[1] = Field(description="Spec format version.")
+    name: Identifier
+    doc: Doc = ""
+    inputs: Annotated[dict[Identifier, InputSpec], Field(min_length=1)]
+    outputs: Annotated[dict[Identifier, LayerName], Field(min_length=1, description="Output name -> layer name.")]
+    layers: Annotated[list[Layer], Field(min_length=1)]
+    collections: dict[Identifier, Annotated[list[Pattern], Field(min_length=1)]] = Field(default_factory=dict)
+    frozen: list[Pattern] = Field(default_factory=list)
+    loss: Loss | None = None
+    optimizers: dict[Identifier, Optimizer] = Field(default_factory=dict)
+    train: Train | None = None
+    data: Data | None = None
+    checkpoint: Checkpoint | None = None
+    export: Export = Field(default_factory=Export)
