@@ -1,0 +1,145 @@
+"""The `specgen` command line: validate, build, schema, report.
+
+Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
+print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specgen import __version__
+from specgen.config import load_config
+from specgen.diagnostics import Diagnostic, SpecError
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def expand(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; folders contribute their *.yaml / *.yml files, sorted."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+        else:
+            found.append(path)
+    return found
+
+
+def _spec_paths(args: argparse.Namespace) -> list[Path]:
+    paths = expand(args.paths or load_config().specs)
+    if not paths:
+        raise SpecError([Diagnostic("specgen", None, "no spec files given; pass paths or set "
+                                    "[tool.specgen] specs in pyproject.toml")])
+    return paths
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from specgen.ir.resolve import build_ir
+    from specgen.spec.load import load_spec
+
+    problems: list[Diagnostic] = []
+    for path in _spec_paths(args):
+        try:
+            ir = build_ir(load_spec(path))
+        except SpecError as exc:
+            problems += exc.diagnostics
+            continue
+        print(f"ok: {path} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
+    if problems:
+        raise SpecError(problems)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from specgen.render.build import check, render_all, write
+    from specgen.schema import schema_text
+
+    config = load_config()
+    out = args.out or config.out
+    outputs = render_all(_spec_paths(args))
+    if args.check:
+        reports = check(outputs, out)
+        if config.schema is not None and not args.paths:
+            if not config.schema.is_file() or config.schema.read_text() != schema_text():
+                reports.append(f"drifted: {config.schema} (run `specgen schema`)")
+        for report in reports:
+            print(report.rstrip("\n"))
+        if reports:
+            print(f"specgen build --check: {len(reports)} file(s) out of date; run `specgen build`", file=sys.stderr)
+            return 1
+        print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {out} are up to date")
+        return 0
+    written = write(outputs, out)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"built {len(outputs)} spec(s) into {out}: {len(written)} file(s) changed")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from specgen.schema import schema_text
+
+    target = args.output or load_config().schema or Path("schemas/specgen.schema.json")
+    text = schema_text()
+    if args.check:
+        if not target.is_file() or target.read_text() != text:
+            print(f"drifted: {target} (run `specgen schema`)")
+            return 1
+        print(f"ok: {target} is up to date")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"wrote {target}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from specgen.ir.resolve import build_ir
+    from specgen.report import report
+    from specgen.spec.load import load_spec
+
+    for path in expand(args.paths):
+        print(report(build_ir(load_spec(path)), str(path)))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
+    top.add_argument("--version", action="version", version=f"specgen {__version__}")
+    sub = top.add_subparsers(dest="command", required=True)
+    validate = sub.add_parser("validate", help="check spec files and report every problem")
+    validate.add_argument("paths", nargs="*", type=Path)
+    validate.set_defaults(run=cmd_validate)
+    build = sub.add_parser("build", help="render specs into generated/<name>/")
+    build.add_argument("paths", nargs="*", type=Path)
+    build.add_argument("--out", type=Path, help="output folder (default: generated/)")
+    build.add_argument("--check", action="store_true", help="write nothing; print a diff and exit 1 on drift")
+    build.set_defaults(run=cmd_build)
+    schema = sub.add_parser("schema", help="write the JSON Schema for spec files")
+    schema.add_argument("-o", "--output", type=Path)
+    schema.add_argument("--check", action="store_true", help="exit 1 if the schema file is out of date")
+    schema.set_defaults(run=cmd_schema)
+    report = sub.add_parser("report", help="print variables, collections and FLOPs of specs")
+    report.add_argument("paths", nargs="+", type=Path)
+    report.set_defaults(run=cmd_report)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SpecError as exc:
+        for diagnostic in exc.diagnostics:
+            print(diagnostic, file=sys.stderr)
+        count = len(exc.diagnostics)
+        print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The one jinja2 environment factory and its filters.
+
+Templates only loop and place: every name and literal they emit was computed in
+Python (specgen/render/*_plan.py). Free-form strings reach generated Python only
+through `py`, which emits a literal that `ast.literal_eval` turns back into the
+same value, so a spec cannot inject code (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+_PACKAGED = Path(__file__).resolve().parent.parent / "templates"  # wheels: specgen/templates
+_SOURCE_TREE = Path(__file__).resolve().parents[2] / "templates"  # checkouts and editable installs
+
+
+def templates_dir() -> Path:
+    return _PACKAGED if _PACKAGED.is_dir() else _SOURCE_TREE
+
+
+def py_literal(value: Any, docstring: bool = False) -> str:
+    """A Python literal for a str/number/bool/None or a tuple/list of them."""
+    if isinstance(value, str):
+        text = (_docstring(value) if docstring else None) or _quoted(value)
+    elif isinstance(value, bool) or value is None or isinstance(value, int):
+        text = repr(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot render the non-finite number {value!r}")
+        text = repr(value)
+    elif isinstance(value, tuple | list):
+        text = "[" + ", ".join(py_literal(v) for v in value) + "]"
+    else:
+        raise TypeError(f"no Python literal for {type(value).__name__}")
+    if ast.literal_eval(text) != (list(value) if isinstance(value, tuple) else value):
+        raise ValueError(f"literal {text!r} does not round-trip")  # defence in depth; never expected
+    return text
+
+
+def _quoted(text: str) -> str:
+    """Double quotes, as hand-written code has them, unless the text needs escapes."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    return repr(text)
+
+
+def _docstring(text: str) -> str | None:
+    """Triple-quoted form for prose that needs no escapes; None otherwise."""
+    if '"""' in text or "\\" in text or text.endswith('"'):
+        return None
+    if any(not (c.isprintable() or c == "\n") for c in text):
+        return None
+    return '"""' + text + '"""'
+
+
+def onnx_literal(value: Any) -> str:
+    """An ONNX text attribute value: numbers and lists of numbers only."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot render the non-finite number {value!r}")
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(onnx_literal(v) for v in value) + "]"
+    raise TypeError(f"no ONNX attribute literal for {type(value).__name__}")
+
+
+def yaml_literal(value: Any) -> str:
+    """A YAML flow scalar or list: JSON's double-quoted form is valid YAML and never ambiguous."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+FILTERS = {"py": py_literal, "onnx": onnx_literal, "yaml": yaml_literal}
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    return env

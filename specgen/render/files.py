@@ -1,0 +1,85 @@
+"""Render one spec's IR into generated files, in memory, each checked before it is returned."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import onnx
+import onnx.checker
+import onnx.parser
+
+from specgen import __version__
+from specgen.ir.model import ModelIR
+from specgen.render.environment import environment
+from specgen.render.onnx_plan import onnx_plan
+from specgen.render.tf_plan import tf_steps, tf_variables
+
+
+class RenderError(Exception):
+    """Generated output failed its own check: a specgen bug, never a spec mistake."""
+
+
+def _ops(folder: str, names: set[str], suffix: str) -> dict[str, Any]:
+    env = environment()
+    return {name: env.get_template(f"{folder}/ops/{name}{suffix}").module for name in sorted(names)}
+
+
+def _source_comment(ir: ModelIR) -> str:
+    return repr(ir.source)  # a file name can hold anything; repr keeps it on one line
+
+
+def render_model_py(ir: ModelIR) -> str:
+    steps = tf_steps(ir)
+    doc = ir.doc.strip() or f"Model '{ir.name}'."
+    text = environment().get_template("tf/model.py.j2").render(
+        ir=ir, source=ir.source, steps=steps, variables=tf_variables(ir),
+        ops=_ops("tf", {s.template for s in steps}, ".py.j2"),
+        outputs=[(out, ir.node(layer).py_name if layer not in {i.name for i in ir.inputs}
+                  else next(i.py_name for i in ir.inputs if i.name == layer)) for out, layer in ir.outputs.items()],
+        module_doc=f"TensorFlow 2 model for the spec '{ir.name}'.\n\n{doc}\n",
+        class_doc=doc,
+    )
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise RenderError(f"generated model.py does not parse (line {exc.lineno}): {exc.msg}") from exc
+    return text
+
+
+def render_onnx_text(ir: ModelIR) -> str:
+    plan = onnx_plan(ir)
+    return environment().get_template("onnx/model.onnx.txt.j2").render(
+        plan=plan, version=__version__, source_comment=_source_comment(ir),
+        ops=_ops("onnx", {s.template for s in plan.steps}, ".onnx.j2"),
+    )
+
+
+def onnx_model(text: str, ir: ModelIR) -> onnx.ModelProto:
+    """Parse the ONNX text, add the doc string, and run the full checker."""
+    try:
+        model = onnx.parser.parse_model(text)
+    except onnx.parser.ParseError as exc:
+        raise RenderError(f"generated ONNX text does not parse: {exc}") from exc
+    model.doc_string = ir.doc
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        raise RenderError(f"generated ONNX graph fails onnx.checker: {exc}") from exc
+    return model
+
+
+def render_collections(ir: ModelIR) -> str:
+    return environment().get_template("collections.yaml.j2").render(ir=ir, source_comment=_source_comment(ir))
+
+
+def render_files(ir: ModelIR) -> dict[str, bytes]:
+    """Relative file name -> content for `generated/<name>/`."""
+    onnx_text = render_onnx_text(ir)
+    model = onnx_model(onnx_text, ir)
+    return {
+        "model.py": render_model_py(ir).encode(),
+        "collections.yaml": render_collections(ir).encode(),
+        "model.onnx.txt": onnx_text.encode(),
+        "model.onnx": model.SerializeToString(deterministic=True),
+    }

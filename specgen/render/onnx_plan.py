@@ -1,0 +1,196 @@
+"""Lower the IR to ONNX steps, tracking tensor layouts.
+
+Spec tensors are channels-last (NHWC) like TensorFlow; ONNX Conv, pools and
+BatchNormalization want channels-first. Each tensor carries its layout and a
+Transpose is inserted only where an op needs the other one, so a conv stack
+pays one transpose in and one out. Graph inputs and outputs stay channels-last,
+so users feed the same arrays to TensorFlow and onnxruntime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgen.ir.model import ModelIR, Node, Shape
+
+CHANNELS_FIRST_OPS = {"conv2d", "depthwise_conv2d", "max_pool", "avg_pool", "global_avg_pool", "batch_norm"}
+ANY_LAYOUT_OPS = {"relu", "leaky_relu", "gelu", "sigmoid", "tanh", "dropout", "add", "multiply", "softmax", "concat"}
+ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
+
+
+@dataclass(frozen=True)
+class OnnxStep:
+    template: str  # templates/onnx/ops/<template>.onnx.j2
+    out: str
+    ins: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    comment: str = ""
+
+
+@dataclass
+class OnnxPlan:
+    name: str
+    opset: int
+    ir_version: int
+    inputs: list[str]  # typed declarations, e.g. "float[batch, 8, 8, 1] image"
+    weights: list[str]
+    outputs: list[str]
+    constants: list[str] = field(default_factory=list)
+    steps: list[OnnxStep] = field(default_factory=list)
+
+
+def _to_first(rank: int) -> list[int]:
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
+def _to_last(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+def _declare(dtype: str, shape: Shape, name: str, batch: str) -> str:
+    dims = ", ".join(batch if d is None else str(d) for d in shape)
+    return f"{ONNX_DTYPES[dtype]}[{dims}] {name}"
+
+
+class Lowering:
+    """Walks the nodes in order, emitting steps and remembering each tensor's layout."""
+
+    def __init__(self, ir: ModelIR):
+        self.ir = ir
+        self.batch = "batch" if ir.dynamic_batch else "1"
+        self.plan = OnnxPlan(
+            ir.name, ir.opset, ir.ir_version,
+            inputs=[_declare(i.dtype, i.shape, i.onnx_name, self.batch) for i in ir.inputs],
+            weights=[_declare(v.dtype, v.onnx_shape, v.onnx_name, self.batch) for v in ir.model_variables],
+            outputs=[_declare(ir.node(layer).dtype, ir.node(layer).shape, out, self.batch)
+                     for out, layer in ir.outputs.items()],
+        )
+        self.tensor = {i.name: i.onnx_name for i in ir.inputs}  # layer -> tensor (channels-last or first)
+        self.first: set[str] = set()  # tensors held channels-first
+        self.rank = {i.onnx_name: len(i.shape) for i in ir.inputs}
+        self.converted: dict[tuple[str, bool], str] = {}
+
+    def run(self) -> OnnxPlan:
+        for node in self.ir.nodes:
+            self.lower(node)
+        self.bind_outputs()
+        return self.plan
+
+    def layout_input(self, tensor: str, want_first: bool) -> str:
+        """`tensor` in the wanted layout, adding a Transpose once when needed."""
+        rank = self.rank[tensor]
+        if rank <= 2 or (tensor in self.first) == want_first:
+            return tensor
+        key = (tensor, want_first)
+        if key not in self.converted:
+            out = f"{tensor}__{'nchw' if want_first else 'nhwc'}"
+            perm = _to_first(rank) if want_first else _to_last(rank)
+            self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": perm}))
+            self.rank[out] = rank
+            if want_first:
+                self.first.add(out)
+            self.converted[key] = out
+        return self.converted[key]
+
+    def lower(self, node: Node) -> None:
+        sources = [self.tensor[s] for s in node.inputs]
+        if node.op in CHANNELS_FIRST_OPS:
+            want_first = True
+        elif node.op in ANY_LAYOUT_OPS:
+            want_first = sources[0] in self.first
+        else:
+            want_first = False
+        ins = [self.layout_input(s, want_first) for s in sources]
+        if node.op == "dropout":  # inference graph: dropout is the identity
+            self.tensor[node.name] = ins[0]
+            return
+        out = node.onnx_name
+        first = want_first and len(node.shape) > 2
+        pre = f"{out}__preact" if node.activation else out
+        weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
+        attrs = self.attrs(node, first)
+        self.plan.steps.append(OnnxStep(self.template(node), pre, (*ins, *weights), attrs, _comment(node)))
+        if node.activation:
+            act_attrs = {"alpha": 0.2} if node.activation == "leaky_relu" else {}
+            if node.activation == "softmax":
+                act_attrs = {"axis": 1 if first else -1}
+            self.plan.steps.append(OnnxStep(node.activation, out, (pre,), act_attrs | self.gelu(node, out)))
+        self.tensor[node.name] = out
+        self.rank[out] = len(node.shape)
+        if first:
+            self.first.add(out)
+
+    def template(self, node: Node) -> str:
+        if node.op == "dense" and node.params["rank"] > 2:
+            return "dense_nd"
+        return node.op
+
+    def attrs(self, node: Node, first: bool) -> dict[str, Any]:
+        p, out = node.params, node.onnx_name
+        if node.op in ("conv2d", "depthwise_conv2d"):
+            return {"kernel_shape": list(p["kernel"]), "strides": list(p["strides"]), "pads": p["pads"],
+                    "dilations": list(p["dilation"]), "group": p.get("group", 1)}
+        if node.op in ("max_pool", "avg_pool"):
+            return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"]}
+        if node.op in ("batch_norm", "layer_norm"):
+            return {"epsilon": p["epsilon"]}
+        if node.op == "global_avg_pool":
+            return {"axes": self.constant(f"{out}__axes", [2, 3])}
+        if node.op == "reshape":
+            return {"shape": self.constant(f"{out}__shape", [-1, *p["shape"]])}
+        if node.op == "dense" and p["rank"] > 2:
+            return {"matmul": f"{out}__matmul", "bias": "bias" in node.variables}
+        if node.op in ("softmax", "concat"):
+            rank = len(node.shape)
+            return {"axis": _to_first(rank).index(p["axis"]) if first else p["axis"]}
+        if node.op == "leaky_relu":
+            return {"alpha": p["alpha"]}
+        if node.op == "gelu":
+            return self.gelu(node, out)
+        return {}
+
+    def gelu(self, node: Node, out: str) -> dict[str, Any]:
+        """Opsets before 20 have no Gelu: spell out x * (1 + erf(x / sqrt 2)) / 2."""
+        if "gelu" not in (node.op, node.activation) or self.ir.opset >= 20:
+            return {}
+        names = {k: f"{out}__{k}" for k in ("sqrt2", "one", "half")}
+        for key, value in (("sqrt2", 1.4142135623730951), ("one", 1.0), ("half", 0.5)):
+            self.plan.constants.append(f"float {names[key]} = {{{value!r}}}")
+        return {"formula": names}
+
+    def constant(self, name: str, values: list[int]) -> str:
+        self.plan.constants.append(f"int64[{len(values)}] {name} = {{{', '.join(map(str, values))}}}")
+        return name
+
+    def bind_outputs(self) -> None:
+        """Make each graph output a named tensor: rename its producer, or add a Transpose/Identity."""
+        graph_inputs = {i.onnx_name for i in self.ir.inputs}
+        renamed: set[str] = set()
+        for out, layer in self.ir.outputs.items():
+            tensor = self.tensor[layer]
+            producer = [s for s in self.plan.steps if s.out == tensor]
+            if tensor in self.first:
+                self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": _to_last(self.rank[tensor])}))
+            elif producer and tensor not in graph_inputs and tensor not in renamed:
+                self.rename(tensor, out)
+                renamed.add(tensor)
+                self.tensor = {k: (out if v == tensor else v) for k, v in self.tensor.items()}
+            else:
+                self.plan.steps.append(OnnxStep("identity", out, (tensor,)))
+
+    def rename(self, old: str, new: str) -> None:
+        self.plan.steps = [
+            OnnxStep(s.template, new if s.out == old else s.out, tuple(new if i == old else i for i in s.ins),
+                     s.attrs, s.comment)
+            for s in self.plan.steps
+        ]
+
+
+def _comment(node: Node) -> str:
+    shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
+    return f"{node.name}: {node.op} -> [{shape}]"
+
+
+def onnx_plan(ir: ModelIR) -> OnnxPlan:
+    return Lowering(ir).run()

@@ -1,0 +1,97 @@
+"""Render-ready steps for the TensorFlow module: names and literals, computed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgen.ir.model import ModelIR, Node, Variable
+
+ACTIVATIONS = ("relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softmax")
+
+
+@dataclass(frozen=True)
+class TfStep:
+    template: str  # templates/tf/ops/<template>.py.j2
+    out: str  # local variable assigned
+    ins: tuple[str, ...]
+    w: dict[str, str]  # role -> "self.<attribute>"
+    attrs: dict[str, Any] = field(default_factory=dict)
+    comment: str = ""
+
+
+LINE_LIMIT = 110
+
+
+@dataclass(frozen=True)
+class TfVariable:
+    var: Variable
+    arguments: str  # e.g. 'init.he_normal([3, 3, 1, 16], seed=(seed, 123)), name="conv1/kernel"'
+
+    @property
+    def one_line(self) -> bool:
+        return len(f"        self.{self.var.py_name} = tf.Variable({self.arguments})") <= LINE_LIMIT
+
+
+def tf_variables(ir: ModelIR) -> list[TfVariable]:
+    from specgen.render.environment import py_literal
+
+    result = []
+    for var in ir.model_variables:
+        init = var.init
+        assert init is not None
+        args = [py_literal(list(var.shape))]
+        args += [f"{k}={py_literal(v)}" for k, v in init.args]
+        if init.kind not in ("zeros", "ones", "constant"):
+            args.append(f"seed=(seed, {var.seed})")
+        arguments = f"init.{init.kind}({', '.join(args)}), name={py_literal(var.path)}"
+        if "trainable" not in var.collections:
+            arguments += ", trainable=False"
+        result.append(TfVariable(var, arguments))
+    return result
+
+
+def tf_steps(ir: ModelIR) -> list[TfStep]:
+    local = {i.name: i.py_name for i in ir.inputs} | {n.name: n.py_name for n in ir.nodes}
+    steps: list[TfStep] = []
+    for node in ir.nodes:
+        ins = tuple(local[s] for s in node.inputs)
+        w = {role: f"self.{v.py_name}" for role, v in node.variables.items()}
+        steps.append(TfStep(node.op, node.py_name, ins, w, _attrs(node), _comment(node)))
+        if node.activation:
+            steps.append(TfStep(node.activation, node.py_name, (node.py_name,), {}, _activation_attrs(node)))
+    return steps
+
+
+def _activation_attrs(node: Node) -> dict[str, Any]:
+    if node.activation == "leaky_relu":
+        return {"alpha": 0.2}
+    if node.activation == "softmax":
+        return {"axis": -1}
+    return {}
+
+
+def _attrs(node: Node) -> dict[str, Any]:
+    p = node.params
+    if node.op in ("conv2d", "depthwise_conv2d"):
+        return {"strides": [1, *p["strides"], 1], "padding": p["padding"].upper(), "dilations": list(p["dilation"])}
+    if node.op in ("max_pool", "avg_pool"):
+        return {"ksize": list(p["size"]), "strides": list(p["strides"]), "padding": p["padding"].upper()}
+    if node.op == "flatten":
+        return {"shape": [-1, p["size"]]}
+    if node.op == "reshape":
+        return {"shape": [-1, *p["shape"]]}
+    if node.op == "dense":
+        return {"rank": p["rank"], "last": p["rank"] - 1}
+    if node.op == "batch_norm":
+        return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"]}
+    if node.op in ("layer_norm", "dropout", "leaky_relu", "softmax", "concat"):
+        key = {"layer_norm": "epsilon", "dropout": "rate", "leaky_relu": "alpha", "softmax": "axis",
+               "concat": "axis"}[node.op]
+        return {key: p[key]}
+    return {}
+
+
+def _comment(node: Node) -> str:
+    shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
+    return f"{node.name}: {node.op} -> [{shape}]"

@@ -1,0 +1,56 @@
+"""`specgen report`: variables, collection sizes and per-layer FLOPs as plain-text tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specgen.ir.model import ModelIR
+from specgen.ir.ops import backward_flops
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        cells = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *map(line, rows)])
+
+
+def _shape(shape: Sequence[int | None]) -> str:
+    return "[" + ", ".join("batch" if d is None else str(d) for d in shape) + "]"
+
+
+def variables_table(ir: ModelIR) -> str:
+    rows = [(v.path, _shape(v.shape), v.dtype, ", ".join(v.collections)) for v in ir.variables]
+    return table(("variable", "shape", "dtype", "collections"), rows)
+
+
+def collections_table(ir: ModelIR) -> str:
+    size = {v.path: v.size for v in ir.variables}
+    rows = [(name, str(len(paths)), f"{sum(size[p] for p in paths):,}") for name, paths in ir.collections.items()]
+    return table(("collection", "variables", "parameters"), rows, right={1, 2})
+
+
+def flops_table(ir: ModelIR) -> str:
+    rows, total_f, total_b, total_p = [], 0, 0, 0
+    for node in ir.nodes:
+        params = sum(v.size for v in node.variables.values())
+        backward = backward_flops(node.op, node.flops, any("trainable" in v.collections for v in node.variables.values()))
+        rows.append((node.name, node.op + (f"+{node.activation}" if node.activation else ""), _shape(node.shape),
+                     f"{params:,}", f"{node.flops:,}", f"{backward:,}"))
+        total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
+    rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}"))
+    return table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)"), rows, right={3, 4, 5})
+
+
+def report(ir: ModelIR, path: str) -> str:
+    return "\n\n".join([
+        f"{ir.name} ({path}): {len(ir.nodes)} layers, {len(ir.variables)} variables",
+        variables_table(ir),
+        collections_table(ir),
+        flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "
+        "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise.",
+    ]) + "\n"

@@ -1,0 +1,1 @@
+"""Run-time code: the only part of specgen that imports TensorFlow or onnxruntime."""
