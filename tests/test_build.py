@@ -1,0 +1,142 @@
+"""`specgen build`: golden files, byte-identical rebuilds, --check diffs, nothing half-written."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from specgen.cli import main
+from specgen.render.environment import templates_dir
+from specgen.spec.layers import OPS
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = sorted((ROOT / "examples" / "specs").glob("*.yaml"))
+FILES = ("model.py", "collections.yaml", "model.onnx.txt", "model.onnx")
+
+
+def build(out: Path, *paths: Path) -> int:
+    return main(["build", *map(str, paths or SPECS), "--out", str(out)])
+
+
+def test_generated_folder_matches_the_examples(tmp_path: Path) -> None:
+    """Golden test: the checked-in generated/ is exactly what the examples render to."""
+    assert build(tmp_path) == 0
+    for spec in SPECS:
+        name = spec.stem
+        for file in FILES:
+            assert (tmp_path / name / file).read_bytes() == (ROOT / "generated" / name / file).read_bytes(), (name, file)
+
+
+def test_two_builds_are_byte_identical(tmp_path: Path) -> None:
+    assert build(tmp_path / "a") == 0
+    assert build(tmp_path / "b") == 0
+    for spec in SPECS:
+        for file in FILES:
+            assert (tmp_path / "a" / spec.stem / file).read_bytes() == (tmp_path / "b" / spec.stem / file).read_bytes()
+
+
+def test_check_passes_on_the_repo(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["build", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_check_prints_a_diff_and_fails_on_drift(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = ROOT / "examples" / "specs" / "digits_mlp.yaml"
+    assert build(tmp_path, spec) == 0
+    model_py = tmp_path / "digits_mlp" / "model.py"
+    model_py.write_text(model_py.read_text().replace('name="hidden/kernel"', 'name="hidden/kernel2"'))
+    (tmp_path / "digits_mlp" / "model.onnx").unlink()
+    (tmp_path / "digits_mlp" / "leftover.txt").write_text("old")
+    before = {p: p.read_bytes() for p in (tmp_path / "digits_mlp").iterdir()}
+    capsys.readouterr()
+    assert main(["build", str(spec), "--out", str(tmp_path), "--check"]) == 1
+    out = capsys.readouterr().out
+    removed = [line for line in out.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in out.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(removed) == len(added) == 1
+    assert removed[0].endswith('name="hidden/kernel2"') and added[0].endswith('name="hidden/kernel"')
+    assert f"missing: {tmp_path / 'digits_mlp' / 'model.onnx'}" in out
+    assert f"stale: {tmp_path / 'digits_mlp' / 'leftover.txt'}" in out
+    assert {p: p.read_bytes() for p in (tmp_path / "digits_mlp").iterdir()} == before  # --check writes nothing
+
+
+def test_build_removes_stale_files(tmp_path: Path) -> None:
+    spec = ROOT / "examples" / "specs" / "digits_mlp.yaml"
+    (tmp_path / "digits_mlp").mkdir()
+    (tmp_path / "digits_mlp" / "train_old.py").write_text("x = 1\n")
+    assert build(tmp_path, spec) == 0
+    assert sorted(p.name for p in (tmp_path / "digits_mlp").iterdir()) == sorted(FILES)
+
+
+def test_one_bad_spec_writes_nothing_at_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPECS[0].read_text().replace("op: flatten", "op: flaten"))
+    out = tmp_path / "out"
+    assert build(out, SPECS[0], bad) == 1
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "unknown op 'flaten'; did you mean 'flatten'?" in err
+    assert "Traceback" not in err
+
+
+def test_same_spec_name_twice_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "copy.yaml"
+    shutil.copy(SPECS[0], copy)
+    assert build(tmp_path / "out", SPECS[0], copy) == 1
+    assert f"spec name '{SPECS[0].stem}' is also used by" in capsys.readouterr().err
+
+
+def test_onnx_pins_ir_version_and_opset() -> None:
+    model = onnx.load(str(ROOT / "generated" / "digits_cnn" / "model.onnx"))
+    assert model.ir_version == 10
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 21)]
+    assert [i.name for i in model.graph.input][:1] == ["image"]
+    assert [o.name for o in model.graph.output] == ["logits"]
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch.dim_param == "batch"
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_opset_18_pins_ir_version_8(tmp_path: Path) -> None:
+    text = SPECS[1].read_text().replace("name: digits_mlp", "name: old_opset") + "\nexport: {onnx: {opset: 18}}\n"
+    spec = tmp_path / "old.yaml"
+    spec.write_text(text)
+    assert build(tmp_path / "out", spec) == 0
+    model = onnx.load(str(tmp_path / "out" / "old_opset" / "model.onnx"))
+    assert (model.ir_version, model.opset_import[0].version) == (8, 18)
+
+
+def test_generated_files_say_they_are_generated() -> None:
+    for spec in SPECS:
+        for file in ("model.py", "collections.yaml", "model.onnx.txt"):
+            first = (ROOT / "generated" / spec.stem / file).read_text().splitlines()[0]
+            assert first.startswith("# Generated by specgen from ") and spec.name in first, (spec, file)
+            assert first.endswith("Do not edit: change the spec and run `specgen build`."), (spec, file)
+
+
+def test_every_op_has_a_template_in_the_installed_package() -> None:
+    folder = templates_dir()
+    for op in OPS:
+        assert (folder / "tf" / "ops" / f"{op}.py.j2").is_file(), op
+        if op != "dropout":
+            assert (folder / "onnx" / "ops" / f"{op}.onnx.j2").is_file(), op
+
+
+def test_validate_and_build_never_import_tensorflow(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from specgen.cli import main\n"
+        f"assert main(['validate', *{[str(s) for s in SPECS]!r}]) == 0\n"
+        f"assert main(['build', *{[str(s) for s in SPECS]!r}, '--out', {str(tmp_path)!r}]) == 0\n"
+        f"assert main(['report', {str(SPECS[0])!r}]) == 0\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'onnxruntime'))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in result.stdout
