@@ -111,6 +111,7 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     weights = set(members.weights)
     frozen = {p for i, e in enumerate(spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
     owner: dict[str, str] = {}
+    known_problems = len(members.problems)
     for name, optimizer in spec.optimizers.items():
         claimed = [p for p in resolver.selection(optimizer.variables, ("optimizers", name, "variables"))
                    if p in weights]
@@ -118,7 +119,7 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
         members.optimizers[name] = claimed
     if spec.optimizers:
         loose = [p for p in members.weights if p not in frozen and p not in owner]
-        if loose:
+        if loose and len(members.problems) == known_problems:  # else they are a symptom of a bad selection
             members.problems.append(loaded.diagnostic(("optimizers",), (
                 f"{_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "
                 "optimizer; add them to an optimizer's variables or to 'frozen'"), key=True))
