@@ -28,11 +28,20 @@ class Diagnostic:
         where = self.path
         if self.position is not None:
             where = f"{self.path}:{self.position.line}:{self.position.col}"
-        return f"{where}: {self.severity}: {self.message}"
+        return one_line(f"{where}: {self.severity}: {self.message}")
 
     def sort_key(self) -> tuple[str, int, int, str]:
         line, col = (self.position.line, self.position.col) if self.position else (0, 0)
         return (self.path, line, col, self.message)
+
+
+def one_line(text: str) -> str:
+    """Escape line breaks and other control characters that a spec's own text can bring into
+    a message (`unknown key 'a\\nb'`), so that every diagnostic stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 class SpecError(Exception):
@@ -43,10 +52,16 @@ class SpecError(Exception):
         super().__init__("\n".join(str(d) for d in self.diagnostics))
 
 
+def closest(received: str, choices: Iterable[str]) -> str | None:
+    """The one entry of `choices` close enough to `received` to suggest, if any."""
+    close = difflib.get_close_matches(received, sorted(set(choices)), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def did_you_mean(received: str, choices: Iterable[str]) -> str:
     """A ' did you mean 'x'?' suffix when something in `choices` is close to `received`."""
-    close = difflib.get_close_matches(received, sorted(set(choices)), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    close = closest(received, choices)
+    return f"; did you mean '{close}'?" if close else ""
 
 
 def one_of(choices: Iterable[str]) -> str:

@@ -42,7 +42,10 @@ class DigitsCnn(tf.Module):
         )
         self.head_out_bias = tf.Variable(init.zeros([10]), name="head/out/bias")
 
-    def __call__(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> dict[str, tf.Tensor]:
+    def __call__(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
         image = inputs["image"]
         # conv1: conv2d -> [batch, 8, 8, 16]
         conv1 = tf.nn.conv2d(image, self.conv1_kernel, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1])
@@ -63,7 +66,7 @@ class DigitsCnn(tf.Module):
         head_fc = tf.nn.bias_add(head_fc, self.head_fc_bias)
         head_fc = tf.nn.relu(head_fc)
         # head/drop: dropout -> [batch, 64]
-        head_drop = tf.nn.dropout(head_fc, rate=0.2) if training else head_fc
+        head_drop = layers.dropout(head_fc, rate=0.2, training=training, seed=seed, salt=913723)
         # head/out: dense -> [batch, 10]
         head_out = tf.matmul(head_drop, self.head_out_kernel)
         head_out = tf.nn.bias_add(head_out, self.head_out_bias)

@@ -34,7 +34,10 @@ class DigitsMlp(tf.Module):
         )
         self.out_bias = tf.Variable(init.zeros([10]), name="out/bias")
 
-    def __call__(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> dict[str, tf.Tensor]:
+    def __call__(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
         image = inputs["image"]
         # flat: flatten -> [batch, 64]
         flat = tf.reshape(image, [-1, 64])
@@ -43,7 +46,7 @@ class DigitsMlp(tf.Module):
         hidden = tf.nn.bias_add(hidden, self.hidden_bias)
         hidden = tf.nn.relu(hidden)
         # drop: dropout -> [batch, 128]
-        drop = tf.nn.dropout(hidden, rate=0.1) if training else hidden
+        drop = layers.dropout(hidden, rate=0.1, training=training, seed=seed, salt=328994)
         # out: dense -> [batch, 10]
         out = tf.matmul(drop, self.out_kernel)
         out = tf.nn.bias_add(out, self.out_bias)

@@ -57,7 +57,10 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         )
         self.head_bias = tf.Variable(init.zeros([10]), name="head/bias")
 
-    def __call__(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> dict[str, tf.Tensor]:
+    def __call__(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
         image = inputs["image"]
         # stem/conv: conv2d -> [batch, 8, 8, 16]
         stem_conv = tf.nn.conv2d(image, self.stem_conv_kernel, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1])

@@ -168,6 +168,7 @@ def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tu
     trainable = members.collections.get("trainable", [])
     if spec.train and spec.train.accumulate > 1:
         state += [Variable(f"accumulators/{p}", shapes[p], "float32", ("optimizer",)) for p in trainable]
+        state.append(Variable("accumulators/micro_batches", (), "int64", ("optimizer",)))
     if spec.train and spec.train.ema:
         state += [Variable(f"ema/{p}", shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in dict.fromkeys(spec.train.metrics if spec.train else []):

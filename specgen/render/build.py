@@ -30,8 +30,9 @@ def render_all(paths: list[Path]) -> list[Output]:
     outputs, problems = [], []
     for path in paths:
         try:
-            ir = build_ir(load_spec(path))
-            outputs.append(Output(path, ir.name, render_files(ir)))
+            loaded = load_spec(path)
+            ir = build_ir(loaded)
+            outputs.append(Output(path, ir.name, render_files(ir, loaded.spec)))
         except SpecError as exc:
             problems += exc.diagnostics
     seen: dict[str, Path] = {}

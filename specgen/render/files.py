@@ -14,6 +14,8 @@ from specgen.ir.model import ModelIR
 from specgen.render.environment import environment
 from specgen.render.onnx_plan import onnx_plan
 from specgen.render.tf_plan import tf_steps, tf_variables
+from specgen.render.train_plan import train_context
+from specgen.spec.model import Spec
 
 
 class RenderError(Exception):
@@ -69,16 +71,35 @@ def onnx_model(text: str, ir: ModelIR) -> onnx.ModelProto:
     return model
 
 
+def render_train_py(ir: ModelIR, spec: Spec) -> str:
+    context = train_context(ir, spec)
+    names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
+    text = environment().get_template("tf/train.py.j2").render(
+        **context,
+        module_doc=(f"Training state and steps for the spec '{ir.name}'.\n\nEvery variable here is named by its "
+                    "path in collections.yaml: the global step, each optimizer's\nlearning rate, iteration count "
+                    "and slots, gradient accumulators and EMA shadows.\n"),
+        class_doc=f"Optimizers {names} under one global step.",
+    )
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise RenderError(f"generated train.py does not parse (line {exc.lineno}): {exc.msg}") from exc
+    return text
+
+
 def render_collections(ir: ModelIR) -> str:
     return environment().get_template("collections.yaml.j2").render(ir=ir, source_comment=_source_comment(ir))
 
 
-def render_files(ir: ModelIR) -> dict[str, bytes]:
-    """Relative file name -> content for `generated/<name>/`."""
+def render_files(ir: ModelIR, spec: Spec | None = None) -> dict[str, bytes]:
+    """Relative file name -> content for `generated/<name>/`; train.py when the spec can train."""
     onnx_text = render_onnx_text(ir)
     model = onnx_model(onnx_text, ir)
+    trainable = spec is not None and spec.train is not None and spec.loss is not None and bool(spec.optimizers)
     return {
         "model.py": render_model_py(ir).encode(),
+        **({"train.py": render_train_py(ir, spec).encode()} if trainable and spec else {}),
         "collections.yaml": render_collections(ir).encode(),
         "model.onnx.txt": onnx_text.encode(),
         "model.onnx": model.SerializeToString(deterministic=True),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +86,10 @@ def _attrs(node: Node) -> dict[str, Any]:
         return {"rank": p["rank"], "last": p["rank"] - 1}
     if node.op == "batch_norm":
         return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"]}
-    if node.op in ("layer_norm", "dropout", "leaky_relu", "softmax", "concat"):
-        key = {"layer_norm": "epsilon", "dropout": "rate", "leaky_relu": "alpha", "softmax": "axis",
+    if node.op == "dropout":
+        return {"rate": p["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
+    if node.op in ("layer_norm", "leaky_relu", "softmax", "concat"):
+        key = {"layer_norm": "epsilon", "leaky_relu": "alpha", "softmax": "axis",
                "concat": "axis"}[node.op]
         return {key: p[key]}
     return {}

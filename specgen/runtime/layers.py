@@ -24,3 +24,12 @@ def layer_norm(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, *, epsilon: 
     """Normalize over the last axis, like ONNX LayerNormalization(axis=-1)."""
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
     return tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
+
+
+def dropout(x: tf.Tensor, *, rate: float, training: bool, seed: tf.Tensor | None, salt: int) -> tf.Tensor:
+    """Dropout in training only; with a seed it is stateless, so a resumed run drops the same units."""
+    if not training or rate == 0:
+        return x
+    if seed is None:
+        return tf.nn.dropout(x, rate=rate)
+    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed + tf.constant([0, salt], tf.int64))

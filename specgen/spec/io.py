@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from specgen.spec.base import FilePath, Identifier, Pattern, PositiveInt, SpecModel
+from specgen.spec.base import MAX_INT, FilePath, Identifier, Pattern, PositiveInt, SpecModel
 from specgen.spec.unions import by_key, by_shape, scalar_or_list
 
 DType = Literal["float32", "int32", "int64"]
@@ -16,6 +17,14 @@ DType = Literal["float32", "int32", "int64"]
 class InputSpec(SpecModel):
     shape: Annotated[list[PositiveInt], Field(description="Without the batch dimension, which is dynamic.")]
     dtype: DType = "float32"
+
+    @model_validator(mode="after")
+    def _size(self) -> InputSpec:
+        # Keeps every inferred size well inside int64, which ONNX text dims are parsed into.
+        if math.prod(self.shape) > MAX_INT:
+            raise ValueError(f"an example of shape {self.shape} has {math.prod(self.shape)} values; "
+                             f"the limit is {MAX_INT}")
+        return self
 
 
 Column = by_shape(scalar_or_list, "a column name or a list of column names",

@@ -6,7 +6,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specgen.spec.base import LayerName, NonNegativeFloat, PositiveFloat, PositiveInt, SpecModel
+from specgen.spec.base import (
+    Float,
+    Int,
+    LayerName,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    SpecModel,
+    number,
+)
 from specgen.spec.unions import by_shape, scalar_or_list, scalar_or_mapping
 
 Activation = Literal["relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softmax", "linear"]
@@ -17,7 +26,7 @@ Size2 = by_shape(scalar_or_list, "an integer or a list of 2 integers",
 
 class Constant(SpecModel):
     kind: Literal["constant"]
-    value: float
+    value: Float
 
 
 class Zeros(SpecModel):
@@ -30,14 +39,14 @@ class Ones(SpecModel):
 
 class Normal(SpecModel):
     kind: Literal["random_normal", "truncated_normal"]
-    mean: float = 0.0
+    mean: Float = 0.0
     stddev: PositiveFloat = 0.05
 
 
 class Uniform(SpecModel):
     kind: Literal["random_uniform"]
-    minval: float = -0.05
-    maxval: float = 0.05
+    minval: Float = -0.05
+    maxval: Float = 0.05
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -126,12 +135,13 @@ class Flatten(LayerBase):
 
 class Reshape(LayerBase):
     op: Literal["reshape"]
-    shape: Annotated[list[Annotated[int, Field(ge=-1)]], Field(min_length=1, description="Without the batch dimension; one -1 allowed.")]
+    shape: Annotated[list[number(int, ge=-1)],
+                     Field(min_length=1, description="Without the batch dimension; one -1 allowed.")]
 
 
 class BatchNorm(LayerBase):
     op: Literal["batch_norm"]
-    momentum: Annotated[float, Field(gt=0, lt=1)] = 0.99
+    momentum: number(float, gt=0, lt=1) = 0.99
     epsilon: PositiveFloat = 1e-3
 
 
@@ -142,7 +152,7 @@ class LayerNorm(LayerBase):
 
 class Dropout(LayerBase):
     op: Literal["dropout"]
-    rate: Annotated[float, Field(ge=0, lt=1)]
+    rate: number(float, ge=0, lt=1)
 
 
 class Embedding(LayerBase):
@@ -163,7 +173,7 @@ class LeakyRelu(LayerBase):
 
 class Softmax(LayerBase):
     op: Literal["softmax"]
-    axis: int = -1
+    axis: Int = -1
 
 
 class Elementwise(MultiInputBase):
@@ -172,7 +182,7 @@ class Elementwise(MultiInputBase):
 
 class Concat(MultiInputBase):
     op: Literal["concat"]
-    axis: int = Field(-1, description="Counted with the batch dimension as axis 0, which cannot be concatenated.")
+    axis: Int = Field(-1, description="Counted with the batch dimension as axis 0, which cannot be concatenated.")
 
 
 Layer = Annotated[

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from specgen.diagnostics import Diagnostic, SpecError, describe, did_you_mean, one_of
+from specgen.diagnostics import Diagnostic, SpecError, closest, describe, did_you_mean, one_of
 from specgen.spec.base import IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
@@ -71,10 +71,20 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
 
 def _diagnostics(exc: ValidationError, data: Any, source: SourceMap) -> list[Diagnostic]:
     found: dict[tuple[Any, str], Diagnostic] = {}
-    for error in exc.errors():
+    errors = exc.errors()
+    # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
+    # "missing required key 'filters'".
+    misspelt = {(tuple(e["loc"][:-1]), closest(str(e["loc"][-1]), allowed_keys(tuple(e["loc"][:-1]))))
+                for e in errors if e["type"] == "extra_forbidden"}
+    for error in errors:
         loc = tuple(error["loc"])
-        is_key = error["type"] == "extra_forbidden"
-        position = source.locate(loc, data, key=is_key)
+        if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
+            continue
+        # pydantic ends the location of a bad dict key with '[key]': point at the key itself.
+        is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
+        # An unknown `op` / `kind` points at its value, not at the start of the mapping.
+        at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
+        position = source.locate(at, data, key=is_key)
         message = _message(error, loc, data) + _context(loc, data)
         found.setdefault((position, message), Diagnostic(source.path, position, message))
     return list(found.values())
@@ -85,6 +95,10 @@ def _message(error: Any, loc: PathKey, data: Any) -> str:
     last = str(loc[-1]) if loc else "spec"
     if kind == "missing":
         return f"missing required key '{last}'"
+    if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
+        return _literal_message(loc, received, ctx)
+    if kind == "finite_number":
+        return f"expected a finite number, received {received!r}"
     if kind == "extra_forbidden":
         allowed = allowed_keys(loc[:-1])
         hint = did_you_mean(last, allowed)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel
+from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.layers import Layer
 from specgen.spec.training import Loss, Optimizer, Train
@@ -31,3 +31,6 @@ class Spec(SpecModel):
     data: Data | None = None
     checkpoint: Checkpoint | None = None
     export: Export = Field(default_factory=Export)
+
+    # Literal[1] alone accepts `true` (True == 1).
+    _version_not_bool = field_validator("specgen", mode="before")(not_bool)

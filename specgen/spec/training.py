@@ -15,6 +15,7 @@ from specgen.spec.base import (
     PositiveInt,
     SpecModel,
     UnitInterval,
+    number,
 )
 from specgen.spec.unions import by_key, by_shape, scalar_or_list, scalar_or_mapping
 
@@ -55,7 +56,7 @@ class CosineDecay(ScheduleBase):
     schedule: Literal["cosine_decay"]
     initial: NonNegativeFloat
     decay_steps: PositiveInt
-    alpha: Annotated[float, Field(ge=0, le=1)] = 0.0
+    alpha: number(float, ge=0, le=1) = 0.0
 
 
 class PiecewiseConstant(ScheduleBase):
@@ -103,7 +104,7 @@ class OptimizerBase(SpecModel):
 
 class Sgd(OptimizerBase):
     kind: Literal["sgd"]
-    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    momentum: number(float, ge=0, lt=1) = 0.0
     nesterov: bool = False
 
 
@@ -117,7 +118,7 @@ class Adam(OptimizerBase):
 class RmsProp(OptimizerBase):
     kind: Literal["rmsprop"]
     rho: UnitInterval = 0.9
-    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    momentum: number(float, ge=0, lt=1) = 0.0
     epsilon: PositiveFloat = 1e-7
     centered: bool = False
 

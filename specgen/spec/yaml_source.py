@@ -19,6 +19,10 @@ from specgen.diagnostics import Diagnostic, Position, SpecError
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few kilobytes; a megabyte is already absurd
 MAX_NODES = 100_000  # values visited after alias expansion
+MAX_DEPTH = 64  # nesting of mappings and lists; a spec needs about 5
+# Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
+STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
+                                                    "timestamp", "binary", "merge")}
 
 PathKey = tuple[str | int, ...]
 
@@ -66,26 +70,44 @@ class _Converter:
         self.scalars = yaml.SafeLoader("")  # only its scalar constructors are used
         self.problems: list[Diagnostic] = []
 
-    def convert(self, node: yaml.Node, path: PathKey) -> Any:
+    def convert(self, node: yaml.Node, path: PathKey, depth: int = 0) -> Any:
         self.visited += 1
-        if self.visited > MAX_NODES:
-            raise SpecError([self._error(node, f"the document expands to more than {MAX_NODES} "
-                                         "values through aliases (a YAML alias bomb?); "
-                                         "write the values out or use fewer aliases")])
+        if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
+            where = self.source.values.get(path[:1]) or _position(node)
+            raise SpecError([Diagnostic(self.source.path, where, f"the document expands to more than {MAX_NODES} "
+                                        "values through aliases (a YAML alias bomb?); "
+                                        "write the values out or use fewer aliases")])
+        if depth > MAX_DEPTH:
+            raise SpecError([self._error(node, f"the document nests more than {MAX_DEPTH} levels deep")])
+        if node.tag not in STANDARD_TAGS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+            raise SpecError([self._error(node, f"unsupported YAML tag {tag!r}; specs hold plain data")])
         self.source.values.setdefault(path, _position(node))
         if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, path)
+            return self._mapping(node, path, depth)
         if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
-        return self.scalars.construct_object(node, deep=True)
+            return [self.convert(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+        return self._scalar(node)
 
-    def _mapping(self, node: yaml.MappingNode, path: PathKey) -> dict[Any, Any]:
+    def _scalar(self, node: yaml.Node) -> Any:
+        try:
+            return self.scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:  # e.g. `!!int abc`, `!!timestamp 2020-99-99`
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise SpecError([self._error(node, f"invalid YAML: {problem}")]) from None
+        except ValueError as exc:  # PyYAML's timestamp constructor raises these directly
+            raise SpecError([self._error(node, f"invalid YAML value: {exc}")]) from None
+
+    def _mapping(self, node: yaml.MappingNode, path: PathKey, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                self._merge(result, value_node, path)
+                self._merge(result, value_node, path, depth)
                 continue
-            key = self.scalars.construct_object(key_node, deep=True)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in STANDARD_TAGS:
+                self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
+                continue
+            key = self._scalar(key_node)
             if not isinstance(key, str | int | float | bool) or key is None:
                 self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
                 continue
@@ -94,14 +116,14 @@ class _Converter:
                                                  "YAML keeps only one of them, so write it once"))
                 continue
             self.source.keys[(*path, key)] = _position(key_node)
-            result[key] = self.convert(value_node, (*path, key))
+            result[key] = self.convert(value_node, (*path, key), depth + 1)
         return result
 
-    def _merge(self, result: dict[Any, Any], value_node: yaml.Node, path: PathKey) -> None:
+    def _merge(self, result: dict[Any, Any], value_node: yaml.Node, path: PathKey, depth: int) -> None:
         """Support `<<: *defaults`: keys written in the mapping itself win."""
         sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         for source in sources:
-            merged = self.convert(source, path)
+            merged = self.convert(source, path, depth)
             if not isinstance(merged, dict):
                 self.problems.append(self._error(source, "'<<' merges only mappings"))
                 continue
@@ -140,6 +162,9 @@ def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
         raise SpecError([Diagnostic(display, where, f"invalid YAML: {exc.problem or exc}")]) from None
     except yaml.YAMLError as exc:
         raise SpecError([Diagnostic(display, None, f"invalid YAML: {exc}")]) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise SpecError([Diagnostic(display, None, f"the document nests more than {MAX_DEPTH} "
+                                    "levels deep")]) from None
     if root is None:
         raise SpecError([Diagnostic(display, Position(1, 1), "the file is empty; expected a spec mapping")])
     converter = _Converter(source)
