@@ -1,4 +1,4 @@
-"""The `specgen` command line: validate, build, schema, report.
+"""The `specgen` command line: validate, build, schema, report, train.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
@@ -107,6 +107,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from specgen.spec.overrides import load_with_overrides, overridden_learning_rates
+
+    loaded = load_with_overrides(args.spec, args.set)
+    from specgen.runtime.trainer import Options, train  # imports TensorFlow: only now
+
+    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume,
+                          lr_overrides=overridden_learning_rates(args.set), quiet=args.quiet))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
     top.add_argument("--version", action="version", version=f"specgen {__version__}")
@@ -126,6 +137,16 @@ def parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print variables, collections and FLOPs of specs")
     report.add_argument("paths", nargs="+", type=Path)
     report.set_defaults(run=cmd_report)
+    train = sub.add_parser("train", help="train a spec with the generated TensorFlow code")
+    train.add_argument("spec", type=Path)
+    limit = train.add_mutually_exclusive_group()
+    limit.add_argument("--epochs", type=int, help="run N more passes over the training data")
+    limit.add_argument("--steps", type=int, help="run N more optimizer updates")
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
+    train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.set_defaults(run=cmd_train)
     return top
 
 

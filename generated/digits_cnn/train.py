@@ -97,7 +97,7 @@ class DigitsCnnTraining(tf.Module):
         self.opt_head_iterations.assign_add(1)
 
         self.global_step.assign_add(1)
-        optimizers.ema(self.ema_shadows, self.trainable, 0.99)
+        optimizers.ema(self.ema_shadows, self.trainable, 0.99, self.global_step)
 
     @tf.function(reduce_retracing=True)
     def eval_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor]) -> tf.Tensor:

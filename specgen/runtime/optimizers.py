@@ -85,7 +85,18 @@ def adagrad(variables: Vars, gradients: Grads, lr: tf.Tensor, accumulators: Vars
         var.assign_sub(lr * grad / tf.sqrt(acc + epsilon))
 
 
-def ema(shadows: Vars, variables: Vars, decay: float) -> None:
-    """shadow <- decay * shadow + (1 - decay) * variable, after each update."""
+def ema_decay(decay: float, step: tf.Tensor) -> tf.Tensor:
+    """tf.train.ExponentialMovingAverage's rule with num_updates: min(decay, (1 + t) / (10 + t)).
+
+    Early on the shadows follow the weights closely, so a short run's EMA weights
+    are not stuck near the initial values.
+    """
+    t = tf.cast(step, tf.float32)
+    return tf.minimum(tf.constant(decay, tf.float32), (1.0 + t) / (10.0 + t))
+
+
+def ema(shadows: Vars, variables: Vars, decay: float, step: tf.Tensor) -> None:
+    """shadow <- d * shadow + (1 - d) * variable after each update, d = ema_decay(decay, step)."""
+    d = ema_decay(decay, step)
     for shadow, var in zip(shadows, variables, strict=True):
-        shadow.assign(decay * shadow + (1 - decay) * var)
+        shadow.assign(d * shadow + (1 - d) * var)

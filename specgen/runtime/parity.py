@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specgen.ir.model import ModelIR
+from specgen.runtime.generated import load_generated
 from specgen.runtime.onnx_layout import onnx_feeds
 
-
-def load_generated(model_py: Path, module_name: str | None = None) -> Any:
-    """Import a generated model.py as a module (it imports TensorFlow)."""
-    name = module_name or f"specgen_generated_{abs(hash(str(model_py.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, model_py)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {model_py}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+__all__ = ["load_generated"]
 
 
 def random_weights(ir: ModelIR, rng: np.random.Generator) -> dict[str, np.ndarray]:

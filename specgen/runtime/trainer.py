@@ -1,0 +1,223 @@
+"""`specgen train`: run the generated training step on the spec's data, with checkpoints.
+
+The spec is rendered in memory (exactly what `specgen build` writes), the two
+generated modules are written to `<run>/code/` and imported from there, and the
+loop below drives them: micro-batches, updates, an eval stage per epoch,
+TensorBoard summaries (one writer per stage), checkpoints every
+`checkpoint.every_steps` updates, and a final summary.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.resolve import build_ir
+from specgen.render.files import render_files
+from specgen.runtime import data
+from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.generated import load_generated
+from specgen.spec.load import LoadedSpec
+
+
+@dataclass
+class Options:
+    epochs: int | None = None
+    steps: int | None = None
+    resume: bool = False
+    lr_overrides: set[str] = field(default_factory=set)
+    quiet: bool = False
+
+
+def run_folder(loaded: LoadedSpec) -> Path:
+    spec = loaded.spec
+    if spec.checkpoint is not None:
+        return (loaded.folder / spec.checkpoint.dir).resolve()
+    return (loaded.folder / "runs" / spec.name).resolve()
+
+
+class Session:
+    """One training run: the generated model and training module, data and checkpoints."""
+
+    def __init__(self, loaded: LoadedSpec, options: Options):
+        spec = loaded.spec
+        if spec.train is None or spec.loss is None or not spec.optimizers or spec.data is None or spec.data.train is None:
+            raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
+                                        "'data.train' sections")])
+        self.loaded, self.options, self.train_spec = loaded, options, spec.train
+        self.ir = build_ir(loaded)
+        self.folder = run_folder(loaded)
+        self.checkpoints = CheckpointFolder(self.folder, spec.checkpoint.keep if spec.checkpoint else 3)
+        self.every = spec.checkpoint.every_steps if spec.checkpoint else 1000
+        train_source = data.read_stage(loaded, self.ir, "train")
+        eval_source = data.read_stage(loaded, self.ir, "eval")
+        assert train_source is not None
+        self.examples = train_source.examples
+        self.updates_per_epoch = max(self.examples // (spec.train.batch_size * spec.train.accumulate), 1)
+        self._load_code()
+        tf.config.experimental.enable_op_determinism()
+        self.model = self.model_module.__dict__[self.ir.class_name](seed=spec.train.seed)
+        self.trainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
+        batches = data.training_batches(train_source, spec.train.batch_size, spec.train.seed, spec.train.shuffle_buffer)
+        self.iterator = iter(batches)
+        self.eval_data = data.eval_batches(eval_source, spec.train.batch_size) if eval_source else None
+        self.writers = {stage: tf.summary.create_file_writer(str(self.folder / "tensorboard" / stage))
+                        for stage in ("train", "eval")}
+
+    def _load_code(self) -> None:
+        code = self.folder / "code"
+        code.mkdir(parents=True, exist_ok=True)
+        for name, content in render_files(self.ir, self.loaded.spec).items():
+            if name.endswith(".py"):
+                (code / name).write_bytes(content)
+        self.model_module = load_generated(code / "model.py")
+        self.train_module = load_generated(code / "train.py")
+
+    def saved_variables(self) -> dict[str, tf.Variable]:
+        return self.model.variables_by_path() | self.trainer.state_by_path()
+
+    @property
+    def step(self) -> int:
+        return int(self.trainer.global_step.numpy())
+
+    def start(self) -> str:
+        latest = self.checkpoints.latest()
+        if self.options.resume:
+            if latest is None:
+                raise SpecError([Diagnostic(str(self.folder), None, "--resume: no checkpoint in this run folder")])
+            kept = self._rates()
+            self.checkpoints.restore(latest, self.saved_variables(), self.iterator)
+            for name, value in kept.items():  # --set learning rates win over the checkpoint's
+                getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
+            return f"resumed from {latest} at step {self.step}"
+        if latest is not None:
+            raise SpecError([Diagnostic(str(self.folder), None, f"the run folder already holds {latest.name}; pass "
+                                        "--resume to continue it, or remove the folder to start over")])
+        return f"started a new run in {self.folder}"
+
+    def _rates(self) -> dict[str, float]:
+        return {name: float(getattr(self.trainer, f"opt_{name}_learning_rate").numpy())
+                for name in self.options.lr_overrides}
+
+    def target_step(self) -> int:
+        if self.options.steps is not None:
+            return self.step + self.options.steps
+        epochs = self.options.epochs if self.options.epochs is not None else self.train_spec.epochs
+        return self.step + epochs * self.updates_per_epoch
+
+    def micro_batch(self) -> tuple[float, bool]:
+        """Run one micro-batch; True when it completed an update."""
+        accumulate = self.train_spec.accumulate
+        micro = int(self.trainer.micro_batches.numpy()) if accumulate > 1 else 0
+        counter = self.step * accumulate + micro
+        seed = tf.constant([counter, self.train_spec.seed], tf.int64)
+        features, labels = next(self.iterator)
+        if accumulate == 1:
+            return float(self.trainer.train_step(features, labels, seed)), True
+        loss = float(self.trainer.accumulate_step(features, labels, seed))
+        if micro + 1 == accumulate:
+            self.trainer.apply_accumulated()
+            return loss, True
+        return loss, False
+
+    def metrics(self) -> dict[str, float]:
+        return {m.name: float(m.result().numpy()) for m in self.trainer.metrics}
+
+    def reset_metrics(self) -> None:
+        for metric in self.trainer.metrics:
+            metric.reset()
+
+    def evaluate(self) -> dict[str, float]:
+        """The eval stage: metrics reset first; EMA shadows swapped in when the spec says so."""
+        if self.eval_data is None:
+            return {}
+        self.reset_metrics()
+        swap = self.train_module.EMA_EVAL and hasattr(self.trainer, "ema_shadows")
+        saved = [v.read_value() for v in self.trainer.trainable] if swap else []
+        if swap:
+            for var, shadow in zip(self.trainer.trainable, self.trainer.ema_shadows, strict=True):
+                var.assign(shadow)
+        try:
+            for features, labels in self.eval_data:
+                self.trainer.eval_step(features, labels)
+            results = self.metrics()
+        finally:
+            for var, value in zip(self.trainer.trainable, saved, strict=True):
+                var.assign(value)
+        self.reset_metrics()
+        self._summaries("eval", results)
+        return results
+
+    def _summaries(self, stage: str, values: dict[str, float]) -> None:
+        with self.writers[stage].as_default(step=self.step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+
+    def save(self) -> Path:
+        return self.checkpoints.save(self.step, self.saved_variables(), self.iterator, {"spec": self.ir.name})
+
+
+class Progress:
+    """One status line: rewritten in place on a terminal, printed every few seconds otherwise."""
+
+    def __init__(self, quiet: bool):
+        self.tty, self.quiet, self.last = sys.stdout.isatty(), quiet, 0.0
+
+    def show(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.quiet or (not force and now - self.last < (0.2 if self.tty else 5.0)):
+            return
+        self.last = now
+        print(("\r" + text.ljust(100)) if self.tty else text, end="" if self.tty else "\n", flush=True)
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            print()
+
+
+def _format(values: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in values.items())
+
+
+def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
+    session = Session(loaded, options)
+    print(session.start())
+    stop = session.target_step()
+    progress, started, first = Progress(options.quiet), time.monotonic(), session.step
+    losses: list[float] = []
+    evaluated: dict[str, float] = {}
+    session.reset_metrics()
+    print(f"training {loaded.spec.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
+          f"{session.examples} examples)")
+    while session.step < stop:
+        loss, updated = session.micro_batch()
+        losses.append(loss)
+        if not updated:
+            continue
+        step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
+        train_metrics = session.metrics()
+        progress.show(f"step {step}/{stop}  {rate:.1f} steps/s  loss {np.mean(losses[-20:]):.4f}  {_format(train_metrics)}")
+        session._summaries("train", {"loss": loss, **train_metrics})
+        if step % session.every == 0:
+            session.save()
+        if step % session.updates_per_epoch == 0 or step == stop:
+            progress.show(f"step {step}/{stop}  {rate:.1f} steps/s  loss {np.mean(losses[-20:]):.4f}  "
+                          f"{_format(train_metrics)}", force=True)
+            progress.done()
+            evaluated = session.evaluate()
+            if evaluated:
+                print(f"eval at step {step}: {_format(evaluated)}")
+            session.reset_metrics()
+    path = session.save()
+    elapsed = time.monotonic() - started
+    summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
+               "eval": evaluated}
+    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {path}")
+    return summary
