@@ -167,9 +167,31 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     if spec.data is not None:
         for stage in ("train", "eval"):
             problems += _check_source(loaded, stage)
+    problems += _check_metrics(loaded)
     if spec.export.onnx.weights == "ema" and not (spec.train and spec.train.ema):
         problems.append(loaded.diagnostic(("export", "onnx", "weights"),
                                           "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)"))
+    return problems
+
+
+BINARY_METRICS = ("auc", "precision", "recall")
+
+
+def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
+    """Metrics must fit the loss: binary ones need sigmoid outputs, accuracy needs classes."""
+    spec = loaded.spec
+    if spec.train is None:
+        return []
+    kind = spec.loss.kind if spec.loss else None
+    problems = []
+    for i, metric in enumerate(spec.train.metrics):
+        if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
+            problems.append(loaded.diagnostic(("train", "metrics", i), (
+                f"metric '{metric}' is for binary classification and needs loss kind 'sigmoid_cross_entropy'; "
+                f"the loss is {kind!r}")))
+        if metric == "accuracy" and kind in (None, "mean_squared_error", "mean_absolute_error"):
+            problems.append(loaded.diagnostic(("train", "metrics", i), (
+                f"metric 'accuracy' needs a classification loss; the loss is {kind!r}")))
     return problems
 
 
