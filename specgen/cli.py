@@ -7,6 +7,7 @@ print a traceback. `validate`, `build`, `schema` and `report` never import Tenso
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from specgen import __version__
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.render.errors import RenderError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -152,8 +154,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
     try:
         return int(args.run(args))
+    except RenderError as exc:
+        print(f"specgen: internal error, nothing was written: {exc}\nPlease report it with the spec that "
+              "caused it.", file=sys.stderr)
+        return 3
     except SpecError as exc:
         for diagnostic in exc.diagnostics:
             print(diagnostic, file=sys.stderr)

@@ -42,7 +42,7 @@ def read(folder: Path, source: str) -> list[tuple[np.ndarray, int]]:
     loaded = load_spec_text(spec(source), str(folder / "tabular.yaml"), folder / "tabular.yaml")
     stage = data.read_stage(loaded, build_ir(loaded), "train")
     assert stage is not None and stage.examples == ROWS
-    return [(f["x"].numpy(), int(l["label"].numpy())) for f, l in stage.dataset]
+    return [(features["x"].numpy(), int(labels["label"].numpy())) for features, labels in stage.dataset]
 
 
 def write_sources(folder: Path, x: np.ndarray, y: np.ndarray) -> None:
@@ -74,7 +74,8 @@ def test_three_formats_give_the_same_examples(tmp_path: Path, arrays: tuple[np.n
 
 
 @pytest.mark.parametrize(("source", "message"), [
-    ("{csv: t.csv, features: {x: [a, b, lable]}, labels: {label: label}}", "column 'lable' not found; did you mean 'label'? (columns: a, b, c, label)"),
+    ("{csv: t.csv, features: {x: [a, b, lable]}, labels: {label: label}}",
+     "column 'lable' not found; did you mean 'label'? (columns: a, b, c, label)"),
     ("{csv: t.csv, features: {x: [a, b]}, labels: {label: label}}",
      "'x' has shape [N, 2] but the spec declares [N, 3]"),
     ("{npz: t.npz, features: {x: labels}, labels: {label: labels}}",

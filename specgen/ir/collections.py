@@ -107,6 +107,10 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     """Fill `members` with user collections, frozen and trainable sets and optimizer claims."""
     spec, resolver = loaded.spec, Resolver(loaded, members)
     for name in spec.collections:
+        if name in BUILTIN:
+            members.problems.append(loaded.diagnostic(("collections", name), (
+                f"collection name '{name}' is built in ({', '.join(BUILTIN)}); choose another name"), key=True))
+    for name in (n for n in spec.collections if n not in BUILTIN):
         members.collections[name] = resolver.collection(name)
     weights = set(members.weights)
     frozen = {p for i, e in enumerate(spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
@@ -179,10 +183,10 @@ def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tu
 
 
 def _slots(optimizer: object) -> tuple[str, ...]:
-    kind = getattr(optimizer, "kind")
+    kind = optimizer.kind
     if kind == "sgd":
-        return ("momentum",) if getattr(optimizer, "momentum") > 0 else ()
+        return ("momentum",) if optimizer.momentum > 0 else ()
     if kind == "rmsprop":
-        slots = ("rms",) + (("momentum",) if getattr(optimizer, "momentum") > 0 else ())
-        return slots + (("mg",) if getattr(optimizer, "centered") else ())
+        slots = ("rms",) + (("momentum",) if optimizer.momentum > 0 else ())
+        return slots + (("mg",) if optimizer.centered else ())
     return SLOTS[kind]

@@ -68,8 +68,20 @@ def topological_order(loaded: LoadedSpec, edges: dict[str, list[str]]) -> tuple[
             waiting[reader].discard(spec.layers[i].name)
             if not waiting[reader]:
                 heapq.heappush(ready, index[reader])
-    stuck = sorted(index[name] for name, sources in waiting.items() if sources)
+    stuck = {name for name, sources in waiting.items() if sources}
     if not stuck:
         return order, []
-    cycle = " -> ".join(spec.layers[i].name for i in stuck)
-    return order, [loaded.diagnostic(("layers", stuck[0]), f"the layers form a cycle: {cycle}")]
+    cycle = _cycle(stuck, waiting)
+    first = min(index[name] for name in cycle)
+    return order, [loaded.diagnostic(("layers", first), f"the layers form a cycle: {' -> '.join(cycle)}")]
+
+
+def _cycle(stuck: set[str], waiting: dict[str, set[str]]) -> list[str]:
+    """One cycle among the layers that never became ready: follow inputs until one repeats."""
+    path: list[str] = []
+    name = min(stuck)
+    while name not in path:
+        path.append(name)
+        name = min(s for s in waiting[name] if s in stuck)
+    cycle = path[path.index(name):]
+    return [*cycle, cycle[0]]

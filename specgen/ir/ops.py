@@ -204,6 +204,8 @@ def batch_norm(layer: L.BatchNorm, shapes: list[Shape], dtypes: list[str]) -> Op
 def layer_norm(layer: L.LayerNorm, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     _require_float(dtype, "layer_norm")
+    if len(shape) < 2:
+        raise OpError(f"layer_norm needs a feature axis; received {_show(shape)}", "input")
     channels = shape[-1] or 0
     result = OpResult(shape, params={"epsilon": layer.epsilon}, flops=8 * _prod(shape))
     result.variables += [VarDecl("gamma", (channels,), Init("ones")), VarDecl("beta", (channels,), Init("zeros"))]

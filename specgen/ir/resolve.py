@@ -37,7 +37,11 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += _check_names(loaded, nodes)
     if problems:
         raise SpecError(problems)
-    nodes = [_with_collections(node, members) for node in nodes]
+    index: dict[str, set[str]] = {}
+    for name, paths in members.collections.items():
+        for path in paths:
+            index.setdefault(path, set()).add(name)
+    nodes = [_with_collections(node, index) for node in nodes]
     model_vars = [v for node in nodes for v in node.variables.values()]
     state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
@@ -105,11 +109,10 @@ def _onnx_layout(op: str, decl: ops.VarDecl) -> tuple[tuple[int, ...] | None, tu
     return (2, 3, 0, 1), (cin * cout, 1, kh, kw)  # [kh, kw, in, mult] -> [in*mult, 1, kh, kw]
 
 
-def _with_collections(node: Node, members: Membership) -> Node:
+def _with_collections(node: Node, index: dict[str, set[str]]) -> Node:
     variables = {}
     for role, var in node.variables.items():
-        names = set(var.collections)
-        names |= {c for c, paths in members.collections.items() if var.path in paths}
+        names = set(var.collections) | index.get(var.path, set())
         variables[role] = _replace(var, collections=tuple(sorted(names)))
     return _replace(node, variables=variables)
 
@@ -130,10 +133,16 @@ def _collection_table(variables: list[Variable], members: Membership) -> dict[st
 
 
 def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
-    names = [layer.name for layer in loaded.spec.layers] + list(loaded.spec.inputs)
-    return [loaded.diagnostic(("outputs", out), f"output '{out}' names layer '{layer}', which does not exist"
-                              f"{did_you_mean(layer, names)}")
-            for out, layer in loaded.spec.outputs.items() if layer not in names]
+    layers, inputs = [layer.name for layer in loaded.spec.layers], set(loaded.spec.inputs)
+    problems = []
+    for out, layer in loaded.spec.outputs.items():
+        if layer in inputs:
+            problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names input '{layer}'; outputs name "
+                                              "layers (add a layer, e.g. {op: relu}, if you mean a transformed input)"))
+        elif layer not in layers:
+            problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names layer '{layer}', which does not "
+                                              f"exist{did_you_mean(layer, layers)}"))
+    return problems
 
 
 def _check_names(loaded: LoadedSpec, nodes: list[Node]) -> list[Diagnostic]:

@@ -3,7 +3,8 @@
 Spec tensors are channels-last (NHWC) like TensorFlow; ONNX Conv, pools and
 BatchNormalization want channels-first. Each tensor carries its layout and a
 Transpose is inserted only where an op needs the other one, so a conv stack
-pays one transpose in and one out. Graph inputs and outputs stay channels-last,
+pays one transpose in and one out. Tensors specgen adds are named `<tensor>___<what>`;
+spec names cannot contain "___" (spec/base.py), so they never collide. Graph inputs and outputs stay channels-last,
 so users feed the same arrays to TensorFlow and onnxruntime.
 """
 
@@ -84,7 +85,7 @@ class Lowering:
             return tensor
         key = (tensor, want_first)
         if key not in self.converted:
-            out = f"{tensor}__{'nchw' if want_first else 'nhwc'}"
+            out = f"{tensor}___{'nchw' if want_first else 'nhwc'}"
             perm = _to_first(rank) if want_first else _to_last(rank)
             self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": perm}))
             self.rank[out] = rank
@@ -107,7 +108,7 @@ class Lowering:
             return
         out = node.onnx_name
         first = want_first and len(node.shape) > 2
-        pre = f"{out}__preact" if node.activation else out
+        pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
         attrs = self.attrs(node, first)
         self.plan.steps.append(OnnxStep(self.template(node), pre, (*ins, *weights), attrs, _comment(node)))
@@ -136,11 +137,11 @@ class Lowering:
         if node.op in ("batch_norm", "layer_norm"):
             return {"epsilon": p["epsilon"]}
         if node.op == "global_avg_pool":
-            return {"axes": self.constant(f"{out}__axes", [2, 3])}
+            return {"axes": self.constant(f"{out}___axes", [2, 3])}
         if node.op == "reshape":
-            return {"shape": self.constant(f"{out}__shape", [-1, *p["shape"]])}
+            return {"shape": self.constant(f"{out}___shape", [-1, *p["shape"]])}
         if node.op == "dense" and p["rank"] > 2:
-            return {"matmul": f"{out}__matmul", "bias": "bias" in node.variables}
+            return {"matmul": f"{out}___matmul", "bias": "bias" in node.variables}
         if node.op in ("softmax", "concat"):
             rank = len(node.shape)
             return {"axis": _to_first(rank).index(p["axis"]) if first else p["axis"]}
@@ -154,7 +155,7 @@ class Lowering:
         """Opsets before 20 have no Gelu: spell out x * (1 + erf(x / sqrt 2)) / 2."""
         if "gelu" not in (node.op, node.activation) or self.ir.opset >= 20:
             return {}
-        names = {k: f"{out}__{k}" for k in ("sqrt2", "one", "half")}
+        names = {k: f"{out}___{k}" for k in ("sqrt2", "one", "half")}
         for key, value in (("sqrt2", 1.4142135623730951), ("one", 1.0), ("half", 0.5)):
             self.plan.constants.append(f"float {names[key]} = {{{value!r}}}")
         return {"formula": names}

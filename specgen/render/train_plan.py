@@ -13,7 +13,6 @@ SLOT_NAMES = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "ad
 LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
                 "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
                 "mean_absolute_error": "regression"}
-KERAS_ADAMW_DECAY = 0.004  # Keras' AdamW default, used when the spec gives no weight_decay
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,6 @@ def optimizer_plans(ir: ModelIR, spec: Spec) -> list[OptimizerPlan]:
         slots = _slots(opt)
         slot_init = {"accumulator": opt.initial_accumulator_value} if opt.kind == "adagrad" else {}
         decay = opt.weight_decay
-        if opt.kind == "adamw" and "weight_decay" not in opt.model_fields_set:
-            decay = KERAS_ADAMW_DECAY
         plans.append(OptimizerPlan(
             name, attr, opt.kind, paths, start, start + len(paths), initial, schedule,
             tuple((f"{attr}_{s}", f"optimizers/{name}/{s}", slot_init.get(s, 0.0)) for s in slots),
@@ -99,7 +96,7 @@ def optimizer_plans(ir: ModelIR, spec: Spec) -> list[OptimizerPlan]:
 def train_context(ir: ModelIR, spec: Spec) -> dict[str, Any]:
     train, loss = spec.train, spec.loss
     assert train is not None and loss is not None
-    output = getattr(loss, "logits", None) or getattr(loss, "predictions")
+    output = getattr(loss, "logits", None) or loss.predictions
     plans = optimizer_plans(ir, spec)
     return {
         "ir": ir, "optimizers": plans, "accumulate": train.accumulate, "batch_size": train.batch_size,

@@ -9,7 +9,6 @@ the array and both shapes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,7 @@ class SourceReader:
         wanted = {i.name: (i.shape[1:], "int" if i.dtype.startswith("int") else "float") for i in self.ir.inputs}
         loss = self.loaded.spec.loss
         if loss is not None:
-            output = self.ir.node(self.ir.outputs[getattr(loss, "logits", None) or getattr(loss, "predictions")])
+            output = self.ir.node(self.ir.outputs[getattr(loss, "logits", None) or loss.predictions])
             if loss.kind == "sparse_softmax_cross_entropy":
                 wanted[loss.labels] = ((), "int")
             else:
@@ -131,7 +130,7 @@ class SourceReader:
 
     def _tfrecord(self) -> Source:
         wanted, spec = self.expected(), {}
-        for name, (section, ref) in self._names().items():
+        for name, (_, ref) in self._names().items():
             shape, kind = wanted.get(name, ((), "float"))
             spec[ref] = tf.io.FixedLenFeature(list(shape), tf.int64 if kind == "int" else tf.float32)
         inputs = {i.name: i.dtype for i in self.ir.inputs}

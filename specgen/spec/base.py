@@ -8,8 +8,11 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 # Names reach generated Python and ONNX text, so they are held to a strict
 # identifier pattern here, before anything is rendered (see docs/security.md).
-IDENT = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
-LAYER = r"^[A-Za-z][A-Za-z0-9_]{0,63}(/[A-Za-z][A-Za-z0-9_]{0,63}){0,7}$"
+# A name part is letters and digits with single underscores between them ("x_train", "conv1"):
+# no "__" and no trailing "_", so mangled names ("head/fc" -> "head__fc" in ONNX) never contain
+# "___", the separator of the helper tensors specgen adds (render/onnx_plan.py); no collisions.
+IDENT = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}$"
+LAYER = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}(/[A-Za-z](_?[A-Za-z0-9]){0,62}){0,7}$"
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENT)]
 LayerName = Annotated[str, StringConstraints(pattern=LAYER)]

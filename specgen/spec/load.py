@@ -140,9 +140,9 @@ def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
 
 def _name_message(received: Any, ctx: dict[str, Any]) -> str:
     if ctx.get("pattern") == IDENT:
-        rule = "a letter followed by letters, digits or '_' (at most 64)"
+        rule = "a letter, then letters and digits with single '_' between them"
     elif "/" in ctx.get("pattern", ""):
-        rule = "parts of a letter followed by letters, digits or '_', joined by '/'"
+        rule = "parts of a letter, then letters and digits with single '_' between them, joined by '/'"
     else:
         rule = "printable text without control characters"
     return f"invalid name {received!r}: expected {rule}"

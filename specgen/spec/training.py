@@ -109,10 +109,17 @@ class Sgd(OptimizerBase):
 
 
 class Adam(OptimizerBase):
-    kind: Literal["adam", "adamw"]
+    kind: Literal["adam"]
     beta_1: UnitInterval = 0.9
     beta_2: UnitInterval = 0.999
     epsilon: PositiveFloat = 1e-7
+
+
+class AdamW(Adam):
+    """Adam with Keras' AdamW default of decoupled weight decay."""
+
+    kind: Literal["adamw"]  # type: ignore[assignment]
+    weight_decay: NonNegativeFloat = 0.004
 
 
 class RmsProp(OptimizerBase):
@@ -129,7 +136,7 @@ class Adagrad(OptimizerBase):
     epsilon: PositiveFloat = 1e-7
 
 
-Optimizer = Annotated[Sgd | Adam | RmsProp | Adagrad, Field(discriminator="kind")]
+Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad, Field(discriminator="kind")]
 
 
 class Ema(SpecModel):

@@ -151,11 +151,24 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
     return parse_yaml(text, shown)
 
 
+FAST_LOADER = getattr(yaml, "CSafeLoader", None)  # libyaml: same nodes and marks, 5-7x faster
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """Compose with libyaml when present; on a syntax error, again in Python for PyYAML's messages."""
+    if FAST_LOADER is not None:
+        try:
+            return yaml.compose(text, Loader=FAST_LOADER)
+        except yaml.YAMLError:
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
     """Parse YAML text; syntax errors become diagnostics at the problem's mark."""
     source = SourceMap(display)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Position(mark.line + 1, mark.column + 1) if mark else None
