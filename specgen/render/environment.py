@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,15 @@ def onnx_literal(value: Any) -> str:
     raise TypeError(f"no ONNX attribute literal for {type(value).__name__}")
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_/.-]*\Z")
+
+
 def yaml_literal(value: Any) -> str:
     """A YAML flow scalar or list: JSON's double-quoted form is valid YAML and never ambiguous."""
+    if isinstance(value, str) and _PLAIN.match(value):
+        return '"' + value + '"'  # what json.dumps gives for these characters, without its overhead
+    if isinstance(value, list | tuple) and all(isinstance(v, str) and _PLAIN.match(v) for v in value):
+        return "[" + ", ".join('"' + v + '"' for v in value) + "]"
     return json.dumps(value, ensure_ascii=True)
 
 

@@ -25,6 +25,7 @@ STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool
                                                     "timestamp", "binary", "merge")}
 
 PathKey = tuple[str | int, ...]
+STR_TAG = "tag:yaml.org,2002:str"
 
 
 @dataclass
@@ -90,6 +91,8 @@ class _Converter:
         return self._scalar(node)
 
     def _scalar(self, node: yaml.Node) -> Any:
+        if node.tag == STR_TAG:  # most scalars in a spec: skip the general constructor's bookkeeping
+            return node.value
         try:
             return self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:  # e.g. `!!int abc`, `!!timestamp 2020-99-99`
