@@ -1,4 +1,4 @@
-"""The `specgen` command line: validate, build, schema, report, train.
+"""The `specgen` command line: validate, build, schema, report, train, export, infer.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
@@ -120,6 +120,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from specgen.spec.load import load_spec
+
+    loaded = load_spec(args.spec)
+    from specgen.runtime.exporter import export  # imports TensorFlow: only now
+
+    report = export(loaded, args.checkpoint, args.output, triton=args.triton)
+    nodes = sum(report["nodes"].values())
+    print(f"exported {args.output / 'model.onnx'}: {nodes} nodes, opset {report['opset']}, "
+          f"{report['weights']} weights from {report['checkpoint']}")
+    print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
+          f"on {report['compared_examples']} examples (limit 1e-4)")
+    if report["onnxruntime_accuracy"] is not None:
+        print(f"eval accuracy: onnxruntime {report['onnxruntime_accuracy']:.4f}, "
+              f"TensorFlow {report['tensorflow_accuracy']:.4f}")
+    if "triton" in report:
+        print(f"triton model repository: {report['triton']}")
+    return 0
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from specgen.runtime.infer import infer
+
+    return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
     top.add_argument("--version", action="version", version=f"specgen {__version__}")
@@ -149,6 +175,22 @@ def parser() -> argparse.ArgumentParser:
                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.set_defaults(run=cmd_train)
+    export = sub.add_parser("export", help="write model.onnx with trained weights from a checkpoint")
+    export.add_argument("spec", type=Path)
+    export.add_argument("--checkpoint", type=Path, required=True,
+                        help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix")
+    export.add_argument("-o", "--output", type=Path, required=True, help="folder for model.onnx and export.json")
+    export.add_argument("--triton", action="store_true", help="also write a Triton model repository there")
+    export.set_defaults(run=cmd_export)
+    infer = sub.add_parser("infer", help="run an exported model with onnxruntime on arrays from an .npz")
+    infer.add_argument("model", type=Path)
+    infer.add_argument("--input", type=Path, required=True, help=".npz with one array per model input")
+    infer.add_argument("--output", type=Path, help="write the outputs to this .npz")
+    infer.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto")
+    infer.add_argument("--feed", action="append", default=[], metavar="INPUT=ARRAY",
+                       help="take a model input from a differently named array (repeatable)")
+    infer.add_argument("--labels", metavar="ARRAY", help="integer labels in the .npz: print the accuracy")
+    infer.set_defaults(run=cmd_infer)
     return top
 
 

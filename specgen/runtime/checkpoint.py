@@ -80,19 +80,39 @@ class CheckpointFolder:
         return json.loads((path / "meta.json").read_text())
 
 
-def read_values(prefix: Path, variables: dict[str, tf.Variable]) -> dict[str, np.ndarray]:
-    """Every variable's value from a checkpoint, checked for presence, shape and dtype first."""
+def checkpoint_prefix(path: Path) -> Path:
+    """The variables prefix for a run folder (its `latest`), a ckpt-* folder, or a prefix itself."""
+    if (path / LATEST).is_file():
+        latest = CheckpointFolder(path, 1).latest()
+        if latest is None:
+            raise SpecError([Diagnostic(str(path), None, "`latest` names no complete checkpoint")])
+        path = latest
+    if (path / "variables.index").is_file():
+        return path / "variables"
+    if path.with_name(path.name + ".index").is_file():
+        return path
+    raise SpecError([Diagnostic(str(path), None, "no checkpoint here: expected a run folder with `latest`, "
+                                "a ckpt-* folder, or a checkpoint prefix (the path before .index)")])
+
+
+def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:
+    """Values for checkpoint keys, each checked for presence, shape and dtype before any is returned."""
     reader = tf.train.load_checkpoint(str(prefix))
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     problems = []
-    for name, var in variables.items():
-        if name not in shapes:
-            problems.append(f"'{name}' is missing")
-        elif tuple(shapes[name]) != tuple(var.shape) or dtypes[name] != var.dtype:
-            problems.append(f"'{name}' is {dtypes[name].name}{list(shapes[name])} in the checkpoint but "
-                            f"{var.dtype.name}{list(var.shape)} here")
+    for key, (shape, dtype) in expected.items():
+        if key not in shapes:
+            problems.append(f"'{key}' is missing")
+        elif tuple(shapes[key]) != tuple(shape) or dtypes[key].name != dtype:
+            problems.append(f"'{key}' is {dtypes[key].name}{list(shapes[key])} in the checkpoint but "
+                            f"{dtype}{list(shape)} here")
     if problems:
-        raise SpecError([Diagnostic(str(prefix), None, "cannot restore: " + "; ".join(problems[:10])
+        raise SpecError([Diagnostic(str(prefix), None, "cannot read the checkpoint: " + "; ".join(problems[:10])
                                     + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
-                                    + ". Nothing was restored.")])
-    return {name: reader.get_tensor(name) for name in variables}
+                                    + ". Nothing was changed.")])
+    return {key: reader.get_tensor(key) for key in expected}
+
+
+def read_values(prefix: Path, variables: dict[str, tf.Variable]) -> dict[str, np.ndarray]:
+    """Every variable's value from a checkpoint, checked for presence, shape and dtype first."""
+    return read_arrays(prefix, {name: (tuple(v.shape), v.dtype.name) for name, v in variables.items()})

@@ -149,8 +149,9 @@ class Session:
                 self.trainer.eval_step(features, labels)
             results = self.metrics()
         finally:
-            for var, value in zip(self.trainer.trainable, saved, strict=True):
-                var.assign(value)
+            if swap:
+                for var, value in zip(self.trainer.trainable, saved, strict=True):
+                    var.assign(value)
         self.reset_metrics()
         self._summaries("eval", results)
         return results

@@ -1,0 +1,115 @@
+"""`specgen export`: checkpoint -> model.onnx with trained weights, checked against TensorFlow.
+
+The `model` collection's values are read from the checkpoint (the EMA shadows of
+trainable weights when `export.onnx.weights: ema`; batch-norm statistics and
+frozen weights are always the raw ones), put into the built graph, and the result
+is compared with the generated TensorFlow module on the same inputs. Nothing is
+written unless the max abs diff is within 1e-4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.model import ModelIR
+from specgen.ir.resolve import build_ir
+from specgen.render.files import render_files
+from specgen.runtime import data
+from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
+from specgen.runtime.generated import load_generated
+from specgen.runtime.onnx_export import node_counts, with_weights
+from specgen.runtime.predictor import Predictor
+from specgen.spec.load import LoadedSpec
+
+PARITY_LIMIT = 1e-4
+SAMPLE = 256  # examples compared between TensorFlow and onnxruntime
+
+
+def checkpoint_keys(ir: ModelIR, weights: str) -> dict[str, str]:
+    """Model variable path -> the checkpoint key its exported value comes from."""
+    return {v.path: (f"ema/{v.path}" if weights == "ema" and "trainable" in v.collections else v.path)
+            for v in ir.model_variables}
+
+
+def _sample_inputs(loaded: LoadedSpec, ir: ModelIR) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The eval set (all of it, for accuracy) when the spec has one; else random inputs."""
+    source = data.read_stage(loaded, ir, "eval") if loaded.spec.data else None
+    if source is None:
+        rng = np.random.default_rng(0)
+        from specgen.runtime.parity import random_inputs
+
+        return random_inputs(ir, 16, rng), None
+    features, labels = next(iter(source.dataset.batch(max(source.examples, 1))))
+    label = loaded.spec.loss.labels if loaded.spec.loss else None
+    return {k: v.numpy() for k, v in features.items()}, (labels[label].numpy() if label in labels else None)
+
+
+def _accuracy(logits: np.ndarray, labels: np.ndarray | None, loss_kind: str | None) -> float | None:
+    if labels is None or loss_kind != "sparse_softmax_cross_entropy":
+        return None
+    return float(np.mean(np.argmax(logits, axis=-1) == labels.reshape(-1)))
+
+
+def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.py"
+        path.write_bytes(model_py)
+        model = getattr(load_generated(path), ir.class_name)()
+    for path_key, variable in model.variables_by_path().items():
+        variable.assign(values[path_key])
+    outputs = model({k: tf.constant(v) for k, v in inputs.items()}, training=False)
+    return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _write(target: Path, content: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+    os.replace(temp, target)
+
+
+def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False) -> dict[str, Any]:
+    spec, ir = loaded.spec, build_ir(loaded)
+    weights = spec.export.onnx.weights
+    keys = checkpoint_keys(ir, weights)
+    shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
+    prefix = checkpoint_prefix(checkpoint)
+    arrays = read_arrays(prefix, {keys[p]: shapes[p] for p in keys})
+    values = {p: arrays[keys[p]] for p in keys}
+    files = render_files(ir, spec)
+    model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
+    model_bytes = model.SerializeToString(deterministic=True)
+    inputs, labels = _sample_inputs(loaded, ir)
+    expected = _tf_outputs(ir, files["model.py"], values, inputs)
+    predictor = Predictor(model_bytes, provider="cpu")
+    actual = predictor(inputs)
+    diff = max(float(np.max(np.abs(expected[k].astype(np.float64) - actual[k]))) for k in expected)
+    loss = spec.loss
+    logits = getattr(loss, "logits", None) if loss else None
+    report = {
+        "spec": spec.name, "checkpoint": str(prefix), "weights": weights, "opset": ir.opset,
+        "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
+        "compared_examples": int(next(iter(inputs.values())).shape[0]),
+        "tensorflow_accuracy": _accuracy(expected[logits], labels, loss.kind) if logits else None,
+        "onnxruntime_accuracy": _accuracy(actual[logits], labels, loss.kind) if logits else None,
+    }
+    if diff > PARITY_LIMIT:
+        raise SpecError([Diagnostic(str(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (limit "
+                                    f"{PARITY_LIMIT}); nothing was written. Please report this with the spec.")])
+    _write(out / "model.onnx", model_bytes)
+    _write(out / "export.json", (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
+    if triton:
+        from specgen.runtime.triton import write_repository
+
+        report["triton"] = str(write_repository(out, ir, model_bytes))
+    return report
