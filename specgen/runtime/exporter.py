@@ -59,7 +59,8 @@ def _accuracy(logits: np.ndarray, labels: np.ndarray | None, loss_kind: str | No
     return float(np.mean(np.argmax(logits, axis=-1) == labels.reshape(-1)))
 
 
-def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
+                inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.py"
         path.write_bytes(model_py)

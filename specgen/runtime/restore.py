@@ -1,0 +1,339 @@
+"""Restore maps and restore plans: fine-tuning from checkpoints that someone else wrote.
+
+A plan says, before anything is assigned, where every target variable comes from:
+`restored` (checkpoint and key), `initialized` (left to its initializer), `mismatched`
+(shape or dtype differ), `missing` (an explicit `{from, to}` rename whose key is absent)
+or `conflict` (two keys of one checkpoint land on the same variable), and lists the
+checkpoint keys that nothing used. Per source, in spec order: each key goes through the
+first `map` entry that matches it (no match keeps the name); `exclude` globs drop target
+paths; with `ema_to_model`, `X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X
+instead of the raw key. A later source overrides an earlier one for the same variable;
+a `missing` or `conflict` row stays, since the spec itself is wrong.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
+from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
+from specgen.spec.load import LoadedSpec
+
+Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
+Targets = dict[str, tuple[tuple[int, ...], str]]
+OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
+EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", "ema/"
+STICKY = ("missing", "conflict")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint tensor: its key as stored, shape and dtype name."""
+
+    raw_key: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """Where one target variable's value comes from."""
+
+    path: str
+    status: Status
+    shape: tuple[int, ...]
+    dtype: str
+    source: str = ""  # the checkpoint as the spec (or --from) names it
+    key: str = ""
+    found: Entry | None = None  # the checkpoint's tensor, for restored and mismatched rows
+    note: str = ""
+    prefix: Path | None = None  # the checkpoint prefix apply_plan reads
+
+
+@dataclass(frozen=True)
+class Unused:
+    """A checkpoint key that restores nothing, and why."""
+
+    source: str
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    reason: str
+
+
+@dataclass
+class RestorePlan:
+    rows: list[Row]
+    unused: list[Unused] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # map entries that name no variable here
+    display: str = "<spec>"
+    position: Position | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(r.status in ("restored", "initialized") for r in self.rows)
+
+    def count(self, status: Status) -> int:
+        return sum(r.status == status for r in self.rows)
+
+
+def _error(where: Diagnostic, message: str) -> SpecError:
+    return SpecError([replace(where, message=f"{where.message}{message}")])
+
+
+def _prefix(path: Path) -> Path:
+    """The checkpoint prefix for a prefix, its .index/.data file, a run folder or a TF checkpoint folder."""
+    if path.is_dir():
+        if (path / "latest").is_file():
+            name = (path / "latest").read_text().strip()
+            prefix = path / name / "variables"
+            if not Path(f"{prefix}.index").is_file():
+                raise ValueError(f"{path}/latest names '{name}', which holds no variables.index")
+            return prefix
+        if (path / "variables.index").is_file():
+            return path / "variables"
+        latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
+        if latest is None:
+            raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
+        return Path(latest)
+    prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
+    if not Path(f"{prefix}.index").is_file():
+        raise ValueError(f"checkpoint {path} not found: expected a checkpoint prefix (with {prefix.name}.index "
+                         "beside it), a run folder with a 'latest' file or a folder with a TensorFlow 'checkpoint' file")
+    return prefix
+
+
+def _read(path: Path) -> tuple[Path, dict[str, Entry]]:
+    """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix."""
+    prefix = _prefix(path)
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+    except (tf.errors.OpError, ValueError) as exc:
+        raise ValueError(f"cannot read checkpoint {prefix}: {str(exc).splitlines()[0]}") from None
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    entries: dict[str, Entry] = {}
+    for raw in sorted(shapes):
+        key = raw.removesuffix(OBJECT_SUFFIX)
+        if raw in BOOKKEEPING or key in BOOKKEEPING or (key == raw and "/.ATTRIBUTES/" in raw):
+            continue
+        entries[key] = Entry(raw, tuple(int(d) for d in shapes[raw]), dtypes[raw].name)
+    return prefix, entries
+
+
+def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Key -> (shape, dtype name) of a checkpoint prefix or folder (TF1 name-based or TF2 object-based)."""
+    try:
+        _, entries = _read(path)
+    except ValueError as exc:
+        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+    return {key: (e.shape, e.dtype) for key, e in entries.items()}
+
+
+def _rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefix]) -> str:
+    """The first matching map entry's target for `name`; `name` itself when none matches."""
+    for entry in entries:
+        if isinstance(entry, RenameKey):
+            if name == entry.from_:
+                return entry.to
+        elif isinstance(entry, RenamePattern):
+            match = re.fullmatch(entry.pattern, name)
+            if match:
+                return match.expand(entry.to)
+        elif entry.strip_prefix is None or name.startswith(entry.strip_prefix):
+            return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
+    return name
+
+
+def _ema_base(key: str) -> str | None:
+    if key.endswith(EMA_SUFFIX):
+        return key.removesuffix(EMA_SUFFIX)
+    return key.removeprefix(EMA_PREFIX) if key.startswith(EMA_PREFIX) else None
+
+
+def _shape(shape: tuple[int, ...], dtype: str) -> str:
+    return f"{dtype}{list(shape)}"
+
+
+@dataclass
+class _SourcePlan:
+    rows: dict[str, Row] = field(default_factory=dict)
+    unused: list[Unused] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: RestoreSource,
+                 targets: Targets) -> _SourcePlan:
+    out = _SourcePlan()
+    candidates: dict[str, list[tuple[str, bool]]] = {}  # target -> (key, is an EMA shadow)
+
+    def unused(key: str, reason: str) -> None:
+        out.unused.append(Unused(label, key, entries[key].shape, entries[key].dtype, reason))
+
+    for key in entries:
+        base = _ema_base(key) if source.ema_to_model else None
+        target = _rename(key if base is None else base, source.map)
+        excluded = next((p for p in source.exclude if fnmatch.fnmatchcase(target, p)), None)
+        if target not in targets:
+            what = "no variable with this name here" if target == key else f"maps to '{target}', not a variable here"
+            unused(key, what + did_you_mean(target, targets))
+        elif excluded is not None:
+            out.excluded[target] = excluded
+            unused(key, f"'{target}' is excluded by '{excluded}'")
+        else:
+            candidates.setdefault(target, []).append((key, base is not None))
+    for target, found in candidates.items():
+        shape, dtype = targets[target]
+        emas = [k for k, ema in found if ema]
+        pick = emas or [k for k, _ in found]
+        if len(pick) > 1:
+            out.rows[target] = Row(target, "conflict", shape, dtype, label, pick[0],
+                                   note=f"keys {', '.join(repr(k) for k in pick)} all map here")
+            continue
+        key, entry = pick[0], entries[pick[0]]
+        for other, _ in found:
+            if other != key:
+                unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
+        notes = [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
+        if emas:
+            notes.insert(0, "EMA shadow (ema_to_model)")
+        status: Status = "mismatched" if (entry.shape, entry.dtype) != (shape, dtype) else "restored"
+        out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
+    for rename in (e for e in source.map if isinstance(e, RenameKey)):
+        present = rename.from_ in entries or (source.ema_to_model and any(_ema_base(k) == rename.from_ for k in entries))
+        if rename.to not in targets:
+            out.errors.append(f"{label}: map entry {{from: {rename.from_}, to: {rename.to}}}: '{rename.to}' is not a "
+                              f"variable here{did_you_mean(rename.to, targets)}")
+        elif not present and not any(fnmatch.fnmatchcase(rename.to, p) for p in source.exclude):
+            shape, dtype = targets[rename.to]
+            out.rows[rename.to] = Row(rename.to, "missing", shape, dtype, label, rename.from_,
+                                      note=f"no key '{rename.from_}' in the checkpoint{did_you_mean(rename.from_, entries)}")
+    return out
+
+
+def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path, RestoreSource]] | None = None
+                 ) -> RestorePlan:
+    """Where each target variable comes from; sources default to the spec's `checkpoint.restore`."""
+    spec_sources = sources is None
+    if sources is None:
+        listed = loaded.spec.checkpoint.restore if loaded.spec.checkpoint else []
+        sources = [(loaded.folder / s.from_, s) for s in listed]
+    final: dict[str, Row] = {}
+    sticky: dict[str, Row] = {}
+    excluded: dict[str, str] = {}
+    plan = RestorePlan([], display=loaded.display, position=loaded.position("checkpoint", "restore"))
+    for i, (path, source) in enumerate(sources):
+        where = (loaded.diagnostic(("checkpoint", "restore", i, "from"), f"checkpoint.restore[{i}]: ") if spec_sources
+                 else Diagnostic(str(path), None, ""))
+        try:
+            prefix, entries = _read(path)
+        except ValueError as exc:
+            raise _error(where, str(exc)) from None
+        part = _plan_source(source.from_, prefix, entries, source, targets)
+        plan.unused += part.unused
+        plan.errors += part.errors
+        for target, row in part.rows.items():
+            if row.status in STICKY:
+                sticky.setdefault(target, row)
+                continue
+            previous = final.get(target)
+            if previous is not None and previous.found is not None:
+                plan.unused.append(Unused(previous.source, previous.key, previous.found.shape, previous.found.dtype,
+                                          f"superseded by {row.source}:{row.key}"))
+                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {previous.source}"])))
+            final[target] = row
+        for target, pattern in part.excluded.items():
+            excluded[target] = f"excluded by '{pattern}' in {source.from_}"
+    for path, (shape, dtype) in targets.items():
+        note = excluded.get(path, "no checkpoint key maps here")
+        plan.rows.append(sticky.get(path) or final.get(path) or Row(path, "initialized", shape, dtype, note=note))
+    return plan
+
+
+def summary_line(plan: RestorePlan) -> str:
+    counts = [f"restored {plan.count('restored')}", f"initialized {plan.count('initialized')}",
+              f"unused {len(plan.unused)}", f"mismatched {plan.count('mismatched')}"]
+    extra = [(plan.count("missing"), "missing"), (plan.count("conflict"), "conflicts"), (len(plan.errors), "errors")]
+    return ", ".join(counts + [f"{name} {n}" for n, name in extra if n])
+
+
+def _cells(row: Row) -> list[str]:
+    source = f"{row.source}:{row.key}" if row.key else ""
+    shape = _shape(row.shape, row.dtype)
+    if row.status == "mismatched" and row.found is not None:
+        shape = f"{shape} here, {_shape(row.found.shape, row.found.dtype)} in the checkpoint"
+    return [row.path, row.status, source, shape, row.note]
+
+
+def format_plan(plan: RestorePlan) -> str:
+    """A plain-text table of the plan, then unused keys, errors and the summary line."""
+    table = [["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"]]
+    table += [_cells(row) for row in plan.rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    table.insert(1, ["-" * w for w in widths])
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
+    if plan.unused:
+        lines += ["", f"unused keys ({len(plan.unused)}):"]
+        lines += [f"  {u.source}:{u.key}  {_shape(u.shape, u.dtype)}  {u.reason}" for u in plan.unused]
+    if plan.errors:
+        lines += ["", "errors:"] + [f"  {e}" for e in plan.errors]
+    return "\n".join([*lines, "", summary_line(plan)])
+
+
+def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
+    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
+    if not plan.ok:
+        raise SpecError([Diagnostic(plan.display, plan.position, format_plan(plan))])
+    readers: dict[Path, Any] = {}
+    values: dict[str, np.ndarray] = {}
+    problems: list[str] = []
+    for row in (r for r in plan.rows if r.status == "restored"):
+        assert row.prefix is not None and row.found is not None
+        var = variables.get(row.path)
+        if var is None:
+            problems.append(f"'{row.path}' is not among the variables to restore into")
+            continue
+        try:
+            if row.prefix not in readers:
+                readers[row.prefix] = tf.train.load_checkpoint(str(row.prefix))
+            value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
+        except (tf.errors.OpError, ValueError) as exc:
+            problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
+            continue
+        if value.shape != tuple(var.shape) or tf.as_dtype(value.dtype) != var.dtype:
+            problems.append(f"'{row.path}' is {_shape(value.shape, tf.as_dtype(value.dtype).name)} in {row.source} "
+                            f"but {_shape(tuple(var.shape), var.dtype.name)} here")
+        values[row.path] = value
+    if problems:
+        raise SpecError([Diagnostic(plan.display, plan.position, "cannot restore: " + "; ".join(problems)
+                                    + ". Nothing was restored.")])
+    for path, value in values.items():
+        variables[path].assign(value)
+
+
+def run_restore_plan(spec_path: Path, checkpoint: Path | None) -> int:
+    """`specgen restore-plan SPEC [--from CKPT]`: print the plan for the model variables; 1 when it cannot apply."""
+    from specgen.ir.resolve import build_ir
+    from specgen.spec.load import load_spec
+
+    loaded = load_spec(spec_path)
+    ir = build_ir(loaded)
+    targets = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
+    sources = None
+    if checkpoint is not None:
+        sources = [(checkpoint, RestoreSource.model_construct(from_=str(checkpoint)))]
+    elif loaded.spec.checkpoint is None or not loaded.spec.checkpoint.restore:
+        raise SpecError([Diagnostic(loaded.display, None, "nothing to restore from: the spec has no "
+                                    "'checkpoint.restore' section; pass --from CHECKPOINT")])
+    plan = plan_restore(loaded, targets, sources)
+    print(format_plan(plan))
+    return 0 if plan.ok else 1
