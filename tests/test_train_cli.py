@@ -64,12 +64,14 @@ def latest_step(run: Path) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    straight = write_spec(tmp_path / "straight")
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["in-graph chunks", "accumulate 2"])
+def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path, accumulate: int) -> None:
+    text = SPEC.replace("accumulate: 2", f"accumulate: {accumulate}")
+    straight = write_spec(tmp_path / "straight", text)
     result = specgen("train", str(straight), "--steps", str(TOTAL), "--quiet")
     assert result.returncode == 0, result.stderr
 
-    crashed = write_spec(tmp_path / "crashed")
+    crashed = write_spec(tmp_path / "crashed", text)
     run = tmp_path / "crashed" / "run"
     process = subprocess.Popen([sys.executable, "-m", "specgen", "train", str(crashed), "--steps", str(TOTAL),
                                 "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -80,7 +82,6 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
     process.wait()
     saved = latest_step(run)
     assert 12 <= saved < TOTAL, f"the run was not killed mid-way (latest checkpoint at step {saved})"
-    assert not list(run.glob(".ckpt-*")) or True  # a half-written temporary folder may remain; `latest` never names it
 
     resumed = specgen("train", str(crashed), "--resume", "--steps", str(TOTAL - saved), "--quiet")
     assert resumed.returncode == 0, resumed.stderr

@@ -64,6 +64,15 @@ class DigitsMlpTraining(tf.Module):
         self.update_metrics(loss, labels, output)
         return loss
 
+    @tf.function
+    def train_steps(self, iterator: tf.data.Iterator, counter: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+        """`steps` updates in one graph, batches pulled inside it; step i is seeded [counter + i, SEED]."""
+        loss = tf.constant(0.0)
+        for i in tf.range(steps):
+            features, labels = next(iterator)
+            loss = self.train_step(features, labels, tf.stack([counter + i, tf.constant(SEED, tf.int64)]))
+        return loss
+
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         step = self.global_step

@@ -24,15 +24,15 @@ import numpy as np
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
+from specgen.ir.resolve import build_ir
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
-from specgen.spec.load import LoadedSpec
+from specgen.spec.load import LoadedSpec, load_spec
 
 Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
 Targets = dict[str, tuple[tuple[int, ...], str]]
 OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
 EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", "ema/"
-STICKY = ("missing", "conflict")
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,7 @@ class Unused:
 
     source: str
     key: str
-    shape: tuple[int, ...]
-    dtype: str
+    found: Entry
     reason: str
 
 
@@ -84,10 +83,6 @@ class RestorePlan:
 
     def count(self, status: Status) -> int:
         return sum(r.status == status for r in self.rows)
-
-
-def _error(where: Diagnostic, message: str) -> SpecError:
-    return SpecError([replace(where, message=f"{where.message}{message}")])
 
 
 def _prefix(path: Path) -> Path:
@@ -165,10 +160,20 @@ def _shape(shape: tuple[int, ...], dtype: str) -> str:
 
 @dataclass
 class _SourcePlan:
-    rows: dict[str, Row] = field(default_factory=dict)
+    rows: dict[str, Row] = field(default_factory=dict)  # restored or mismatched
+    sticky: dict[str, Row] = field(default_factory=dict)  # missing or conflict
     unused: list[Unused] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+
+def _why_unused(key: str, target: str, source: RestoreSource, targets: Targets) -> str:
+    base = _ema_base(key)
+    if base is not None and not source.ema_to_model and _rename(base, source.map) in targets:
+        return f"EMA shadow of '{_rename(base, source.map)}'; restored only with ema_to_model: true"
+    if target == key:
+        return "no variable with this name here"
+    return f"maps to '{target}', not a variable here{did_you_mean(target, targets)}"
 
 
 def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: RestoreSource,
@@ -177,15 +182,14 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
     candidates: dict[str, list[tuple[str, bool]]] = {}  # target -> (key, is an EMA shadow)
 
     def unused(key: str, reason: str) -> None:
-        out.unused.append(Unused(label, key, entries[key].shape, entries[key].dtype, reason))
+        out.unused.append(Unused(label, key, entries[key], reason))
 
     for key in entries:
         base = _ema_base(key) if source.ema_to_model else None
         target = _rename(key if base is None else base, source.map)
         excluded = next((p for p in source.exclude if fnmatch.fnmatchcase(target, p)), None)
         if target not in targets:
-            what = "no variable with this name here" if target == key else f"maps to '{target}', not a variable here"
-            unused(key, what + did_you_mean(target, targets))
+            unused(key, _why_unused(key, target, source, targets))
         elif excluded is not None:
             out.excluded[target] = excluded
             unused(key, f"'{target}' is excluded by '{excluded}'")
@@ -196,16 +200,14 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
         emas = [k for k, ema in found if ema]
         pick = emas or [k for k, _ in found]
         if len(pick) > 1:
-            out.rows[target] = Row(target, "conflict", shape, dtype, label, pick[0],
-                                   note=f"keys {', '.join(repr(k) for k in pick)} all map here")
+            out.sticky[target] = Row(target, "conflict", shape, dtype, label, pick[0],
+                                     note=f"keys {', '.join(repr(k) for k in pick)} all map here")
             continue
         key, entry = pick[0], entries[pick[0]]
-        for other, _ in found:
-            if other != key:
-                unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
-        notes = [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
-        if emas:
-            notes.insert(0, "EMA shadow (ema_to_model)")
+        for other in (k for k, _ in found if k != key):
+            unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
+        notes = ["EMA shadow (ema_to_model)"] if emas else []
+        notes += [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
         status: Status = "mismatched" if (entry.shape, entry.dtype) != (shape, dtype) else "restored"
         out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
     for rename in (e for e in source.map if isinstance(e, RenameKey)):
@@ -215,9 +217,15 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
                               f"variable here{did_you_mean(rename.to, targets)}")
         elif not present and not any(fnmatch.fnmatchcase(rename.to, p) for p in source.exclude):
             shape, dtype = targets[rename.to]
-            out.rows[rename.to] = Row(rename.to, "missing", shape, dtype, label, rename.from_,
-                                      note=f"no key '{rename.from_}' in the checkpoint{did_you_mean(rename.from_, entries)}")
+            out.sticky.setdefault(rename.to, Row(rename.to, "missing", shape, dtype, label, rename.from_, note=(
+                f"no key '{rename.from_}' in the checkpoint{did_you_mean(rename.from_, entries)}")))
     return out
+
+
+def _cannot_read(loaded: LoadedSpec, index: int | None, path: Path, message: str) -> SpecError:
+    if index is None:
+        return SpecError([Diagnostic(str(path), None, message)])
+    return SpecError([loaded.diagnostic(("checkpoint", "restore", index, "from"), f"checkpoint.restore[{index}]: {message}")])
 
 
 def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path, RestoreSource]] | None = None
@@ -230,30 +238,32 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     final: dict[str, Row] = {}
     sticky: dict[str, Row] = {}
     excluded: dict[str, str] = {}
-    plan = RestorePlan([], display=loaded.display, position=loaded.position("checkpoint", "restore"))
+    plan = RestorePlan([], display=loaded.display,
+                       position=loaded.position("checkpoint", "restore") if spec_sources else None)
+
+    def drop(row: Row, reason: str) -> None:
+        if row.found is not None:
+            plan.unused.append(Unused(row.source, row.key, row.found, reason))
+
     for i, (path, source) in enumerate(sources):
-        where = (loaded.diagnostic(("checkpoint", "restore", i, "from"), f"checkpoint.restore[{i}]: ") if spec_sources
-                 else Diagnostic(str(path), None, ""))
         try:
             prefix, entries = _read(path)
         except ValueError as exc:
-            raise _error(where, str(exc)) from None
+            raise _cannot_read(loaded, i if spec_sources else None, path, str(exc)) from None
         part = _plan_source(source.from_, prefix, entries, source, targets)
         plan.unused += part.unused
         plan.errors += part.errors
         for target, row in part.rows.items():
-            if row.status in STICKY:
-                sticky.setdefault(target, row)
-                continue
-            previous = final.get(target)
-            if previous is not None and previous.found is not None:
-                plan.unused.append(Unused(previous.source, previous.key, previous.found.shape, previous.found.dtype,
-                                          f"superseded by {row.source}:{row.key}"))
-                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {previous.source}"])))
+            if target in final:
+                drop(final[target], f"superseded by {row.source}:{row.key}")
+                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target].source}"])))
             final[target] = row
-        for target, pattern in part.excluded.items():
-            excluded[target] = f"excluded by '{pattern}' in {source.from_}"
+        for target, row in part.sticky.items():
+            sticky.setdefault(target, row)
+        excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
     for path, (shape, dtype) in targets.items():
+        if path in sticky and path in final:
+            drop(final.pop(path), f"not restored: '{path}' is {sticky[path].status}")
         note = excluded.get(path, "no checkpoint key maps here")
         plan.rows.append(sticky.get(path) or final.get(path) or Row(path, "initialized", shape, dtype, note=note))
     return plan
@@ -283,7 +293,7 @@ def format_plan(plan: RestorePlan) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
     if plan.unused:
         lines += ["", f"unused keys ({len(plan.unused)}):"]
-        lines += [f"  {u.source}:{u.key}  {_shape(u.shape, u.dtype)}  {u.reason}" for u in plan.unused]
+        lines += [f"  {u.source}:{u.key}  {_shape(u.found.shape, u.found.dtype)}  {u.reason}" for u in plan.unused]
     if plan.errors:
         lines += ["", "errors:"] + [f"  {e}" for e in plan.errors]
     return "\n".join([*lines, "", summary_line(plan)])
@@ -298,8 +308,7 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
     problems: list[str] = []
     for row in (r for r in plan.rows if r.status == "restored"):
         assert row.prefix is not None and row.found is not None
-        var = variables.get(row.path)
-        if var is None:
+        if (var := variables.get(row.path)) is None:
             problems.append(f"'{row.path}' is not among the variables to restore into")
             continue
         try:
@@ -322,9 +331,6 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
 
 def run_restore_plan(spec_path: Path, checkpoint: Path | None) -> int:
     """`specgen restore-plan SPEC [--from CKPT]`: print the plan for the model variables; 1 when it cannot apply."""
-    from specgen.ir.resolve import build_ir
-    from specgen.spec.load import load_spec
-
     loaded = load_spec(spec_path)
     ir = build_ir(loaded)
     targets = {v.path: (v.shape, v.dtype) for v in ir.model_variables}

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, SpecError
@@ -70,6 +69,7 @@ class Session:
         self.eval_data = data.eval_batches(eval_source, spec.train.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.folder / "tensorboard" / stage))
                         for stage in ("train", "eval")}
+        self.read_step()
 
     def _load_code(self) -> None:
         code = self.folder / "code"
@@ -83,9 +83,10 @@ class Session:
     def saved_variables(self) -> dict[str, tf.Variable]:
         return self.model.variables_by_path() | self.trainer.state_by_path()
 
-    @property
-    def step(self) -> int:
-        return int(self.trainer.global_step.numpy())
+    def read_step(self) -> int:
+        """The global step, read from its variable (after a restore); kept as `self.step` between updates."""
+        self.step = int(self.trainer.global_step.numpy())
+        return self.step
 
     def start(self) -> str:
         latest = self.checkpoints.latest()
@@ -96,7 +97,7 @@ class Session:
             self.checkpoints.restore(latest, self.saved_variables(), self.iterator)
             for name, value in kept.items():  # --set learning rates win over the checkpoint's
                 getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
-            return f"resumed from {latest} at step {self.step}"
+            return f"resumed from {latest} at step {self.read_step()}"
         if latest is not None:
             raise SpecError([Diagnostic(str(self.folder), None, f"the run folder already holds {latest.name}; pass "
                                         "--resume to continue it, or remove the folder to start over")])
@@ -112,20 +113,28 @@ class Session:
         epochs = self.options.epochs if self.options.epochs is not None else self.train_spec.epochs
         return self.step + epochs * self.updates_per_epoch
 
-    def micro_batch(self) -> tuple[float, bool]:
-        """Run one micro-batch; True when it completed an update."""
+    def updates(self, count: int) -> tf.Tensor:
+        """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step).
+
+        Without accumulation the whole chunk runs in one graph (`train_steps`); with it, each
+        micro-batch is a call. Seeds are the same either way: [global_step * K + micro-batch, seed].
+        """
         accumulate = self.train_spec.accumulate
-        micro = int(self.trainer.micro_batches.numpy()) if accumulate > 1 else 0
-        counter = self.step * accumulate + micro
-        seed = tf.constant([counter, self.train_spec.seed], tf.int64)
-        features, labels = next(self.iterator)
         if accumulate == 1:
-            return float(self.trainer.train_step(features, labels, seed)), True
-        loss = float(self.trainer.accumulate_step(features, labels, seed))
-        if micro + 1 == accumulate:
+            counter = tf.constant(self.step, tf.int64)
+            loss = self.trainer.train_steps(self.iterator, counter, tf.constant(count, tf.int64))
+            self.step += count
+            return loss
+        for _ in range(count):
+            micro = int(self.trainer.micro_batches.numpy())
+            while micro < accumulate:
+                seed = tf.constant([self.step * accumulate + micro, self.train_spec.seed], tf.int64)
+                features, labels = next(self.iterator)
+                loss = self.trainer.accumulate_step(features, labels, seed)
+                micro += 1
             self.trainer.apply_accumulated()
-            return loss, True
-        return loss, False
+            self.step += 1
+        return loss
 
     def metrics(self) -> dict[str, float]:
         return {m.name: float(m.result().numpy()) for m in self.trainer.metrics}
@@ -187,30 +196,37 @@ def _format(values: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:.4f}" for k, v in values.items())
 
 
+LOG_EVERY = 20  # updates between progress lines and TensorBoard points (and at epoch ends)
+
+
+def _next_stop(session: Session, stop: int) -> int:
+    """The next step at which the loop must look up: a log, a checkpoint, an epoch end or the end."""
+    step = session.step
+    marks = [stop, (step // LOG_EVERY + 1) * LOG_EVERY, (step // session.every + 1) * session.every,
+             (step // session.updates_per_epoch + 1) * session.updates_per_epoch]
+    return min(m for m in marks if m > step)
+
+
 def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     session = Session(loaded, options)
     print(session.start())
     stop = session.target_step()
     progress, started, first = Progress(options.quiet), time.monotonic(), session.step
-    losses: list[float] = []
     evaluated: dict[str, float] = {}
     session.reset_metrics()
     print(f"training {loaded.spec.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
     while session.step < stop:
-        loss, updated = session.micro_batch()
-        losses.append(loss)
-        if not updated:
-            continue
+        loss = float(session.updates(_next_stop(session, stop) - session.step))
         step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
         train_metrics = session.metrics()
-        progress.show(f"step {step}/{stop}  {rate:.1f} steps/s  loss {np.mean(losses[-20:]):.4f}  {_format(train_metrics)}")
+        line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
         session._summaries("train", {"loss": loss, **train_metrics})
         if step % session.every == 0:
             session.save()
-        if step % session.updates_per_epoch == 0 or step == stop:
-            progress.show(f"step {step}/{stop}  {rate:.1f} steps/s  loss {np.mean(losses[-20:]):.4f}  "
-                          f"{_format(train_metrics)}", force=True)
+        epoch_end = step % session.updates_per_epoch == 0 or step == stop
+        progress.show(line, force=epoch_end)
+        if epoch_end:
             progress.done()
             evaluated = session.evaluate()
             if evaluated:
