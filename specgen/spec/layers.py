@@ -92,30 +92,27 @@ class Dense(LayerBase):
     bias_init: InitializerSpec = "zeros"
 
 
-class Conv2D(LayerBase):
+class ConvBase(LayerBase):
+    """What conv2d and depthwise_conv2d share."""
+
+    kernel: Size2
+    strides: Size2 = 1
+    padding: Padding = "valid"
+    dilation: Size2 = 1
+    activation: Activation | None = None
+    use_bias: bool = True
+    kernel_init: InitializerSpec = "glorot_uniform"
+    bias_init: InitializerSpec = "zeros"
+
+
+class Conv2D(ConvBase):
     op: Literal["conv2d"]
     filters: PositiveInt
-    kernel: Size2
-    strides: Size2 = 1
-    padding: Padding = "valid"
-    dilation: Size2 = 1
-    activation: Activation | None = None
-    use_bias: bool = True
-    kernel_init: InitializerSpec = "glorot_uniform"
-    bias_init: InitializerSpec = "zeros"
 
 
-class DepthwiseConv2D(LayerBase):
+class DepthwiseConv2D(ConvBase):
     op: Literal["depthwise_conv2d"]
-    kernel: Size2
     depth_multiplier: PositiveInt = 1
-    strides: Size2 = 1
-    padding: Padding = "valid"
-    dilation: Size2 = 1
-    activation: Activation | None = None
-    use_bias: bool = True
-    kernel_init: InitializerSpec = "glorot_uniform"
-    bias_init: InitializerSpec = "zeros"
 
 
 class Pool(LayerBase):
