@@ -140,6 +140,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restore_plan(args: argparse.Namespace) -> int:
+    from specgen.runtime.restore import run_restore_plan  # imports TensorFlow: only now
+
+    return run_restore_plan(args.spec, args.from_)
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
     from specgen.runtime.infer import infer
 
@@ -175,6 +181,11 @@ def parser() -> argparse.ArgumentParser:
                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.set_defaults(run=cmd_train)
+    restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
+    restore_plan.add_argument("spec", type=Path)
+    restore_plan.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
+                              help="a checkpoint prefix or run folder to plan from, instead of the spec's checkpoint.restore")
+    restore_plan.set_defaults(run=cmd_restore_plan)
     export = sub.add_parser("export", help="write model.onnx with trained weights from a checkpoint")
     export.add_argument("spec", type=Path)
     export.add_argument("--checkpoint", type=Path, required=True,

@@ -156,3 +156,25 @@ def test_resume_needs_a_checkpoint_and_a_new_run_needs_an_empty_folder(
     (run / "latest").write_text("ckpt-00000004\n")
     code, err = run_cli(["train", str(spec), "--steps", "1"], capsys)
     assert code == 1 and "already holds ckpt-00000004; pass --resume" in err
+
+
+@pytest.mark.slow
+def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Path) -> None:
+    source = write_spec(tmp_path / "source", SPEC.replace("accumulate: 2, ", ""))
+    assert specgen("train", str(source), "--steps", "4", "--quiet").returncode == 0
+    pretrained = checkpoint_values(tmp_path / "source" / "run")
+    tuned_text = (SPEC.replace("accumulate: 2, ", "")
+                  .replace('all: {variables: ["*"], kind: adam, learning_rate: 0.003}',
+                           'head: {variables: ["out/*"], kind: adam, learning_rate: 0.003}')
+                  .replace("checkpoint: {dir: run, every_steps: 4, keep: 2}",
+                           "frozen: [\"hidden/*\"]\ncheckpoint:\n  dir: run\n  restore:\n"
+                           f"    - {{from: {tmp_path / 'source' / 'run'}, exclude: [\"out/*\"]}}"))
+    tuned = write_spec(tmp_path / "tuned", tuned_text)
+    result = specgen("train", str(tuned), "--steps", "3")
+    assert result.returncode == 0, result.stderr
+    assert "restore: restored 2, initialized 2, unused" in result.stdout
+    after = checkpoint_values(tmp_path / "tuned" / "run")
+    for path in ("hidden/kernel", "hidden/bias"):  # restored, frozen: bitwise the pretrained values
+        np.testing.assert_array_equal(after[path], pretrained[path])
+    assert not np.array_equal(after["out/kernel"], pretrained["out/kernel"])
+    assert np.count_nonzero(after["out/kernel"]) > 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -140,9 +141,11 @@ def _rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefi
             if name == entry.from_:
                 return entry.to
         elif isinstance(entry, RenamePattern):
-            match = re.fullmatch(entry.pattern, name)
-            if match:
-                return match.expand(entry.to)
+            if match := re.fullmatch(entry.pattern, name):
+                try:
+                    return match.expand(entry.to)
+                except re.error as exc:
+                    raise ValueError(f"map entry {{pattern: {entry.pattern}, to: {entry.to}}}: {exc}") from None
         elif entry.strip_prefix is None or name.startswith(entry.strip_prefix):
             return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
     return name
@@ -212,9 +215,11 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
         out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
     for rename in (e for e in source.map if isinstance(e, RenameKey)):
         present = rename.from_ in entries or (source.ema_to_model and any(_ema_base(k) == rename.from_ for k in entries))
+        entry = f"{label}: map entry {{from: {rename.from_}, to: {rename.to}}}"
         if rename.to not in targets:
-            out.errors.append(f"{label}: map entry {{from: {rename.from_}, to: {rename.to}}}: '{rename.to}' is not a "
-                              f"variable here{did_you_mean(rename.to, targets)}")
+            out.errors.append(f"{entry}: '{rename.to}' is not a variable here{did_you_mean(rename.to, targets)}")
+        elif present and _rename(rename.from_, source.map) != rename.to:
+            out.errors.append(f"{entry} never applies: an earlier map entry matches '{rename.from_}' first")
         elif not present and not any(fnmatch.fnmatchcase(rename.to, p) for p in source.exclude):
             shape, dtype = targets[rename.to]
             out.sticky.setdefault(rename.to, Row(rename.to, "missing", shape, dtype, label, rename.from_, note=(
@@ -222,7 +227,7 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
     return out
 
 
-def _cannot_read(loaded: LoadedSpec, index: int | None, path: Path, message: str) -> SpecError:
+def _source_error(loaded: LoadedSpec, index: int | None, path: Path, message: str) -> SpecError:
     if index is None:
         return SpecError([Diagnostic(str(path), None, message)])
     return SpecError([loaded.diagnostic(("checkpoint", "restore", index, "from"), f"checkpoint.restore[{index}]: {message}")])
@@ -248,9 +253,9 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     for i, (path, source) in enumerate(sources):
         try:
             prefix, entries = _read(path)
+            part = _plan_source(source.from_, prefix, entries, source, targets)
         except ValueError as exc:
-            raise _cannot_read(loaded, i if spec_sources else None, path, str(exc)) from None
-        part = _plan_source(source.from_, prefix, entries, source, targets)
+            raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
         plan.unused += part.unused
         plan.errors += part.errors
         for target, row in part.rows.items():
@@ -263,7 +268,7 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
         excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
     for path, (shape, dtype) in targets.items():
         if path in sticky and path in final:
-            drop(final.pop(path), f"not restored: '{path}' is {sticky[path].status}")
+            drop(final.pop(path), f"not restored: the row of '{path}' is '{sticky[path].status}'")
         note = excluded.get(path, "no checkpoint key maps here")
         plan.rows.append(sticky.get(path) or final.get(path) or Row(path, "initialized", shape, dtype, note=note))
     return plan
@@ -301,8 +306,10 @@ def format_plan(plan: RestorePlan) -> str:
 
 def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
     """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
-    if not plan.ok:
-        raise SpecError([Diagnostic(plan.display, plan.position, format_plan(plan))])
+    if not plan.ok:  # the table goes to stderr as it is; diagnostics are one line each
+        print(format_plan(plan), file=sys.stderr)
+        raise SpecError([Diagnostic(plan.display, plan.position, f"the restore plan above has problems "
+                                    f"({summary_line(plan)}); nothing was restored")])
     readers: dict[Path, Any] = {}
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []

@@ -23,6 +23,7 @@ from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.generated import load_generated
+from specgen.runtime.restore import apply_plan, plan_restore, summary_line
 from specgen.spec.load import LoadedSpec
 
 
@@ -101,7 +102,24 @@ class Session:
         if latest is not None:
             raise SpecError([Diagnostic(str(self.folder), None, f"the run folder already holds {latest.name}; pass "
                                         "--resume to continue it, or remove the folder to start over")])
-        return f"started a new run in {self.folder}"
+        restored = self._restore_for_fine_tuning()
+        return f"started a new run in {self.folder}" + (f"\nrestore: {restored}" if restored else "")
+
+    def _restore_for_fine_tuning(self) -> str:
+        """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
+
+        Only model variables: a fine-tuning run starts its own step, optimizer slots and accumulators.
+        """
+        spec = self.loaded.spec
+        if spec.checkpoint is None or not spec.checkpoint.restore:
+            return ""
+        variables = self.model.variables_by_path()
+        plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
+        apply_plan(plan, variables)
+        # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
+        for path, shadow in zip(self.trainer.trainable_paths, getattr(self.trainer, "ema_shadows", []), strict=False):
+            shadow.assign(variables[path])
+        return summary_line(plan)
 
     def _rates(self) -> dict[str, float]:
         return {name: float(getattr(self.trainer, f"opt_{name}_learning_rate").numpy())
