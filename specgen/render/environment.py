@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -94,10 +95,30 @@ def yaml_literal(value: Any) -> str:
 FILTERS = {"py": py_literal, "onnx": onnx_literal, "yaml": yaml_literal}
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept per user and specgen version: each build process skips compiling them.
+
+    Only Jinja's compiled code is cached (keyed by template source), never rendered output.
+    Set SPECGEN_NO_CACHE=1, or have an unwritable cache folder, to compile every time.
+    """
+    from specgen import __version__
+
+    if os.environ.get("SPECGEN_NO_CACHE"):
+        return None
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = root / "specgen" / f"jinja-{__version__}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
