@@ -58,6 +58,17 @@ def checkpoint_values(run: Path) -> dict[str, np.ndarray]:
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
+def scalar_tags(folder: Path) -> set[str]:
+    """Tags of the scalars in a TensorBoard event folder (one writer per stage)."""
+    import tensorflow as tf
+
+    tags = set()
+    for events in folder.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            tags |= {value.tag for value in event.summary.value}
+    return tags
+
+
 def latest_step(run: Path) -> int:
     pointer = run / "latest"
     return int(pointer.read_text().strip().split("-")[1]) if pointer.is_file() else 0
@@ -87,6 +98,9 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {run / f'ckpt-{saved:08d}'} at step {saved}" in resumed.stdout
 
+    assert len(list(run.glob("ckpt-*"))) == 2  # checkpoint.keep: 2
+    assert scalar_tags(run / "tensorboard" / "train") >= {"loss", "accuracy"}
+    assert scalar_tags(run / "tensorboard" / "eval") == {"accuracy"}
     expected, actual = checkpoint_values(tmp_path / "straight" / "run"), checkpoint_values(run)
     assert sorted(expected) == sorted(actual)
     assert int(actual["global_step"]) == TOTAL
