@@ -1,4 +1,4 @@
-"""The `specgen` command line: validate, build, schema, report, train, export, infer.
+"""The `specgen` command line: validate, build, schema, report, train, restore-plan, export, infer, serve.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
@@ -152,6 +152,13 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from specgen.serve import run_server
+
+    return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
+                      batching=not args.no_batching, threads=args.threads, log_level=args.log_level)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
     top.add_argument("--version", action="version", version=f"specgen {__version__}")
@@ -202,6 +209,17 @@ def parser() -> argparse.ArgumentParser:
                        help="take a model input from a differently named array (repeatable)")
     infer.add_argument("--labels", metavar="ARRAY", help="integer labels in the .npz: print the accuracy")
     infer.set_defaults(run=cmd_infer)
+    serve = sub.add_parser("serve", help="serve a Triton-layout model repository over the Open Inference Protocol")
+    serve.add_argument("repo", type=Path, help="REPO/<model>/config.pbtxt and REPO/<model>/<version>/model.onnx")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto")
+    serve.add_argument("--queue-size", type=int, metavar="N", help="waiting requests per model before 503 (default: the "
+                       "config's default_queue_policy.max_queue_size, else 4 x max_batch_size)")
+    serve.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
+    serve.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.set_defaults(run=cmd_serve)
     return top
 
 

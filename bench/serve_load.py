@@ -1,0 +1,336 @@
+"""Load on `specgen serve`: N concurrent clients, 1% malformed requests, dynamic batching on vs off.
+
+The script writes a model repository (the digits CNN or MLP of examples/specs with random
+weights, seed 0, through `write_repository`, as `specgen export --triton` lays it out: max
+batch 64, 1 ms queue delay) unless `--repo` names one, then for each mode starts the real
+server in a subprocess (`run_server(..., batching=True|False)`) and drives it:
+
+  - `--clients` concurrent clients (default 32), each a keep-alive HTTP/1.1 connection sending
+    one request after the other: a valid one (one 8x8x1 image, JSON) or, with probability
+    `--malformed` (default 1%), a malformed one (bad JSON, wrong shape, wrong datatype, wrong
+    input name, in turn);
+  - `--warmup` seconds untimed, then the server's RSS is read (/proc/PID/status), then
+    `--seconds` timed, then the RSS again; then SIGTERM, and the exit status must be 0.
+
+The clients are asyncio tasks in this one process with a minimal HTTP/1.1 client (request bytes
+written by hand, responses read by Content-Length) so that as little CPU as possible goes to
+the load generator: on a small machine client and server share the cores, and the figures
+are for that setting. Every 20th valid answer is checked against onnxruntime on the same image
+(max abs diff <= 1e-5).
+
+Printed per mode and repetition (the modes interleave, `--repeats` times): throughput (valid
+requests/s), p50 and p99 latency of valid requests, counts by status for valid and malformed
+requests, the mean batch size from the server's /metrics, the server's and the clients' CPU
+time per request (/proc and process_time: steadier than throughput on a shared machine), the
+share of the machine's CPU time stolen by the hypervisor (/proc/stat `steal`: on a shared VM
+the figures mean little when it is high), and the RSS after warm-up and at the end. Then
+medians, and the throughput ratio batched / unbatched per repetition and its median.
+Checks (exit 1 with --strict when one fails): no valid request fails, every malformed one
+gets 400, RSS at the end within 10% of after warm-up, ratio >= 3.
+
+    .venv/bin/python bench/serve_load.py                      # digits CNN, 32 clients, 3 x (3 + 10 s) per mode
+    .venv/bin/python bench/serve_load.py --repeats 5 --seconds 20 --model mlp --strict
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = {"cnn": "digits_cnn", "mlp": "digits_mlp"}
+TARGET_RATIO, RSS_TOLERANCE, CHECK_EVERY = 3.0, 0.10, 20
+SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_server; "
+          "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), sys.argv[3], batching=sys.argv[4] == 'on', "
+          "threads=int(sys.argv[5]), log_level=sys.argv[6]))")
+
+
+def write_repo(folder: Path, name: str) -> Path:
+    import onnx
+
+    from specgen.ir.resolve import build_ir
+    from specgen.render.files import render_files
+    from specgen.runtime.onnx_export import with_weights
+    from specgen.runtime.parity import random_weights
+    from specgen.runtime.triton import write_repository
+    from specgen.spec.load import load_spec
+
+    ir = build_ir(load_spec(ROOT / "examples" / "specs" / f"{name}.yaml"))
+    model = with_weights(onnx.load_from_string(render_files(ir)["model.onnx"]), ir, random_weights(ir, np.random.default_rng(0)))
+    write_repository(folder, ir, model.SerializeToString())
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """Machine-wide (steal, total) CPU ticks from /proc/stat: steal is time the hypervisor gave to others."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return values[7] if len(values) > 7 else 0, sum(values[:8])
+
+
+def request_bytes(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def malformed_bodies(valid: dict) -> list[bytes]:
+    entry = valid["inputs"][0]
+    return [
+        json.dumps(valid).encode()[:-7],  # cut short: malformed JSON
+        json.dumps({"inputs": [{**entry, "shape": [1, 8, 8]}]}).encode(),
+        json.dumps({"inputs": [{**entry, "datatype": "INT64"}]}).encode(),
+        json.dumps({"inputs": [{**entry, "name": "img"}]}).encode(),
+    ]
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    valid: Counter[int] = field(default_factory=Counter)
+    malformed: Counter[int] = field(default_factory=Counter)
+    wrong_values: int = 0
+    recording: bool = False
+
+
+async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> tuple[int, bytes]:
+    writer.write(payload)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
+async def client(port: int, path: str, valid: list[tuple[bytes, np.ndarray]], bad: list[bytes], share: float,
+                 seed: int, tally: Tally, stop: asyncio.Event) -> None:
+    rng = random.Random(seed)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sent = 0
+    try:
+        while not stop.is_set():
+            sent += 1
+            malformed = rng.random() < share
+            if malformed:
+                body, expected = bad[sent % len(bad)], None
+            else:
+                body, expected = valid[rng.randrange(len(valid))]
+            started = time.perf_counter()
+            status, answer = await http(reader, writer, request_bytes(path, body))
+            elapsed = time.perf_counter() - started
+            if not tally.recording:
+                continue
+            if malformed:
+                tally.malformed[status] += 1
+                continue
+            tally.valid[status] += 1
+            tally.latencies.append(elapsed)
+            if status == 200 and expected is not None and sent % CHECK_EVERY == 0:
+                out = json.loads(answer)["outputs"][0]["data"]
+                if np.max(np.abs(np.asarray(out, np.float32) - expected.reshape(-1))) > 1e-5:
+                    tally.wrong_values += 1
+    finally:
+        writer.close()
+
+
+def metric_sum(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+async def get(port: int, path: str) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        payload = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+        return await http(reader, writer, payload)
+    finally:
+        writer.close()
+
+
+async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid: list[tuple[bytes, np.ndarray]],
+                bad: list[bytes]) -> dict:
+    tally, stop = Tally(), asyncio.Event()
+    path = f"/v2/models/{model}/infer"
+    tasks = [asyncio.create_task(client(port, path, valid, bad, args.malformed, k, tally, stop)) for k in range(args.clients)]
+    await asyncio.sleep(args.warmup)
+    rss_warm = rss_mib(pid)
+    _, before = await get(port, "/metrics")
+    tally.recording = True
+    started, server_cpu, client_cpu, ticks = time.perf_counter(), cpu_seconds(pid), time.process_time(), cpu_ticks()
+    await asyncio.sleep(args.seconds)
+    tally.recording = False
+    elapsed = time.perf_counter() - started
+    server_cpu, client_cpu = cpu_seconds(pid) - server_cpu, time.process_time() - client_cpu
+    steal = [after - before for after, before in zip(cpu_ticks(), ticks, strict=True)]
+    _, after = await get(port, "/metrics")
+    stop.set()
+    await asyncio.gather(*tasks)
+    rss_end = rss_mib(pid)
+    runs = metric_sum(after.decode(), "specgen_batch_size_count") - metric_sum(before.decode(), "specgen_batch_size_count")
+    rows = metric_sum(after.decode(), "specgen_batch_size_sum") - metric_sum(before.decode(), "specgen_batch_size_sum")
+    latencies = sorted(tally.latencies)
+    return {
+        "throughput": tally.valid[200] / elapsed, "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "valid": dict(tally.valid), "malformed": dict(tally.malformed), "wrong_values": tally.wrong_values,
+        "mean_batch": rows / runs if runs else 0.0, "rss_warm": rss_warm, "rss_end": rss_end,
+        "server_cpu_us": 1e6 * server_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
+        "client_cpu_us": 1e6 * client_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
+        "busy": (server_cpu + client_cpu) / elapsed, "steal": steal[0] / max(steal[1], 1),
+    }
+
+
+def run_mode(args: argparse.Namespace, repo: Path, model: str, batching: bool, valid: list[tuple[bytes, np.ndarray]],
+             bad: list[bytes], log: Path) -> dict:
+    port = free_port()
+    with log.open("ab") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), str(port), args.provider,
+                                    "on" if batching else "off", str(args.threads), args.log_level],
+                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with {process.returncode}; see {log}")
+            try:
+                if asyncio.run(get(port, "/v2/health/ready"))[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not become ready in 60 s")
+            time.sleep(0.1)
+        result = asyncio.run(drive(args, port, process.pid, model, valid, bad))
+        process.send_signal(signal.SIGTERM)
+        result["exit"] = process.wait(timeout=60)
+        return result
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def report(mode: str, r: dict) -> None:
+    print(f"{mode:>10}: {r['throughput']:7.0f} valid req/s   p50 {r['p50_ms']:6.2f} ms   p99 {r['p99_ms']:7.2f} ms   "
+          f"mean batch {r['mean_batch']:5.1f} rows   CPU per request: server {r['server_cpu_us']:4.0f} us, "
+          f"clients {r['client_cpu_us']:3.0f} us ({r['busy']:.2f} of {os.cpu_count()} cores busy, {r['steal']:.0%} steal)")
+    print(f"{'':>10}  valid by status {r['valid']}   malformed by status {r['malformed']}   "
+          f"wrong values {r['wrong_values']}   RSS {r['rss_warm']:.1f} -> {r['rss_end']:.1f} MiB "
+          f"({100 * (r['rss_end'] / r['rss_warm'] - 1):+.1f}%)   exit {r['exit']}")
+
+
+def checks(r: dict) -> list[str]:
+    failed = []
+    if set(r["valid"]) != {200} or r["wrong_values"]:
+        failed.append(f"valid requests failed or gave wrong values: {r['valid']}, {r['wrong_values']} wrong")
+    if set(r["malformed"]) - {400}:
+        failed.append(f"malformed requests not all 400: {r['malformed']}")
+    if abs(r["rss_end"] / r["rss_warm"] - 1) > RSS_TOLERANCE:
+        failed.append(f"RSS moved more than {RSS_TOLERANCE:.0%}: {r['rss_warm']:.1f} -> {r['rss_end']:.1f} MiB")
+    if r["exit"] != 0:
+        failed.append(f"the server exited with {r['exit']} after SIGTERM")
+    return failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=sorted(SPECS), default="cnn")
+    parser.add_argument("--repo", type=Path, help="serve this repository (default: a fresh one with random weights)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0, help="timed seconds per mode")
+    parser.add_argument("--warmup", type=float, default=3.0, help="untimed seconds per mode before the RSS reading")
+    parser.add_argument("--malformed", type=float, default=0.01, help="share of malformed requests")
+    parser.add_argument("--provider", default="cpu", choices=["auto", "cuda", "cpu"])
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    parser.add_argument("--log-level", default="info", help="server log level (info: one JSON line per request)")
+    parser.add_argument("--modes", default="on,off", help="dynamic batching modes to run, in order")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions of the modes, interleaved; medians reported")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a check or the target fails")
+    args = parser.parse_args()
+
+    from specgen.runtime.predictor import Predictor
+
+    name = SPECS[args.model]
+    with tempfile.TemporaryDirectory(prefix="serve_load_") as temp:
+        repo = args.repo or write_repo(Path(temp) / "repo", name)
+        predictor = Predictor(repo / name / "1" / "model.onnx", provider="cpu")
+        rng = np.random.default_rng(1)
+        valid = []
+        for _ in range(64):
+            x = rng.standard_normal((1, 8, 8, 1)).astype(np.float32)
+            body = {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
+            valid.append((json.dumps(body).encode(), predictor({"image": x})["logits"]))
+        bad = malformed_bodies(json.loads(valid[0][0]))
+        log = Path(temp) / "server.log"
+        print(f"specgen serve load: {name}, {args.clients} clients, {args.warmup:g} s warm-up + {args.seconds:g} s per mode, "
+              f"{args.malformed:.0%} malformed, provider {args.provider}, onnxruntime threads {args.threads}, "
+              f"log level {args.log_level}; {os.cpu_count()} CPUs shared by the clients and the server")
+        results: dict[str, list[dict]] = {}
+        failed: list[str] = []
+        names = {"on": "batching", "off": "no batch"}
+        for repeat in range(args.repeats):
+            print(f"repetition {repeat + 1} of {args.repeats}")
+            for mode in args.modes.split(","):
+                result = run_mode(args, repo, name, mode == "on", valid, bad, log)
+                results.setdefault(mode, []).append(result)
+                report(names[mode], result)
+                failed += [f"{mode}, repetition {repeat + 1}: {f}" for f in checks(result)]
+        print("medians over the repetitions:")
+        for mode, runs in results.items():
+            print(f"{names[mode]:>10}: {statistics.median(r['throughput'] for r in runs):7.0f} valid req/s   "
+                  f"p50 {statistics.median(r['p50_ms'] for r in runs):6.2f} ms   "
+                  f"p99 {statistics.median(r['p99_ms'] for r in runs):7.2f} ms   "
+                  f"server CPU {statistics.median(r['server_cpu_us'] for r in runs):4.0f} us per request")
+        if {"on", "off"} <= set(results):
+            ratios = [on["throughput"] / off["throughput"] for on, off in zip(results["on"], results["off"], strict=True)]
+            cpu = statistics.median(off["server_cpu_us"] / on["server_cpu_us"]
+                                    for on, off in zip(results["on"], results["off"], strict=True))
+            ratio = statistics.median(ratios)
+            met = ratio >= TARGET_RATIO
+            print(f"throughput ratio dynamic batching / one request per run: median {ratio:.2f}x "
+                  f"(per repetition {', '.join(f'{r:.2f}' for r in ratios)}; target >= {TARGET_RATIO:g}x: "
+                  f"{'met' if met else 'NOT met'}); server CPU per request, no batch / batching: {cpu:.2f}x")
+            if not met:
+                failed.append(f"median ratio {ratio:.2f} below {TARGET_RATIO:g}")
+    for problem in failed:
+        print(f"check failed: {problem}")
+    if not failed:
+        print("checks: every valid request answered 200 with the right values, every malformed one 400, RSS within 10%")
+    return 1 if failed and args.strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

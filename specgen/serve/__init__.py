@@ -1,0 +1,89 @@
+"""`specgen serve`: exported models over the Open Inference Protocol (KServe v2), with dynamic batching.
+
+    from specgen.serve import run_server
+    run_server(Path("runs/digits_cnn/export"), "127.0.0.1", 8000, "auto")
+
+Modules: `repository` (the Triton-layout folder and config.pbtxt), `models` (onnxruntime
+sessions through Predictor, checked against the configs), `protocol` (requests in, responses
+out), `batcher` (dynamic batching in a worker thread), `metrics` (Prometheus), `logs` (JSON
+lines), `app` (the Starlette application). Needs the `serve` extra (starlette, uvicorn,
+prometheus_client) and onnxruntime. See docs/serve.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+log = logging.getLogger("specgen.serve")
+
+
+@contextmanager
+def _signals_noted() -> Iterator[list[int]]:
+    """While uvicorn runs: SIGTERM / SIGINT handlers that only note the signal.
+
+    uvicorn shuts down gracefully on these signals, restores the handlers it found and raises the
+    signal again; with these handlers in place that second delivery is noted instead of killing
+    the process, so a graceful shutdown exits with status 0.
+    """
+    received: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: str = "auto", *,
+               queue_size: int | None = None, batching: bool = True, threads: int = 0, log_level: str = "info",
+               graceful_timeout: float | None = 30.0) -> int:
+    """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
+
+    0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
+    repository cannot be served or the address cannot be bound. `queue_size` bounds each
+    model's waiting requests (default: the config's default_queue_policy.max_queue_size, else
+    4 x max_batch_size); `batching=False` runs every request alone; `threads` is onnxruntime's
+    intra-op thread count (0: its default); `graceful_timeout` caps the wait for in-flight
+    requests on shutdown (None: no cap).
+    """
+    import uvicorn
+
+    from specgen.runtime.predictor import InputError
+    from specgen.serve import logs
+    from specgen.serve.app import ServeOptions, create_app
+    from specgen.serve.models import load_repository
+    from specgen.serve.repository import RepositoryError
+
+    logs.configure(log_level)
+    try:
+        models = load_repository(Path(repo), provider=provider, threads=threads)
+        app = create_app(models, ServeOptions(queue_size=queue_size, batching=batching))
+    except (RepositoryError, InputError, ValueError) as exc:
+        print(f"specgen serve: {exc}", file=sys.stderr)
+        return 1
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=graceful_timeout, server_header=False)
+    server = uvicorn.Server(config)
+    with _signals_noted() as received:
+        try:
+            server.run()
+        except SystemExit as exc:  # uvicorn exits 1 when it cannot bind the address
+            return int(exc.code or 0) if isinstance(exc.code, int) else 1
+    if not server.started:
+        return 1
+    if received:
+        log.info("stopped", extra={"fields": {"event": "stopped", "signal": signal.Signals(received[0]).name}})
+    return 0
+
+
+__all__ = ["run_server"]

@@ -1,0 +1,203 @@
+"""Dynamic batching: checked requests for one model are gathered into one onnxruntime run, then split back.
+
+One collector task per model runs on the event loop. It takes the oldest waiting request and
+adds the next ones while their rows fit in `max_batch_size`, until the batch is full or the
+oldest request has waited `max_delay` (Triton's `max_queue_delay_microseconds`). The batch
+then runs in the model's own worker thread, so the event loop keeps accepting and checking
+requests; the rows that pile up meanwhile form the next batch. At most `queue_size` requests
+wait (queued or gathered, not yet running): beyond that `submit` raises QueueFull at once.
+
+A batch that fails in onnxruntime is retried one request at a time, so a request can only fail
+itself, never the requests it was batched with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+log = logging.getLogger("specgen.serve")
+
+
+class QueueFull(Exception):
+    """The model's queue holds `queue_size` requests already."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining: no new requests join."""
+
+
+class BatchObserver(Protocol):
+    def queue_depth(self, model: str, depth: int) -> None: ...
+    def batch(self, model: str, requests: int, rows: int, seconds: float) -> None: ...
+
+
+@dataclass
+class _Job:
+    inputs: Arrays
+    rows: int
+    future: asyncio.Future[Arrays]
+    id: str | None = None
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+def _join(jobs: list[_Job]) -> Arrays:
+    if len(jobs) == 1:
+        return jobs[0].inputs
+    return {name: np.concatenate([job.inputs[name] for job in jobs]) for name in jobs[0].inputs}
+
+
+def _split(outputs: Arrays, jobs: list[_Job]) -> list[Arrays]:
+    total = sum(job.rows for job in jobs)
+    if len(jobs) == 1:
+        return [outputs]
+    for name, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != total:
+            raise RuntimeError(f"output '{name}' has shape {list(value.shape)}; a batch of {total} rows needs "
+                               f"{total} as its first dimension")
+    parts, start = [], 0
+    for job in jobs:
+        parts.append({name: value[start:start + job.rows] for name, value in outputs.items()})
+        start += job.rows
+    return parts
+
+
+class Batcher:
+    """Queue, batch and run one model's requests: `await batcher.submit(inputs, rows)` -> its outputs."""
+
+    def __init__(self, model: str, run: Callable[[Arrays], Arrays], *, max_batch_size: int, max_delay: float,
+                 queue_size: int, batching: bool = True, observer: BatchObserver | None = None):
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be at least 1; received {queue_size}")
+        self.model, self.run = model, run
+        self.max_batch_size = max(max_batch_size, 1)
+        self.max_delay, self.queue_size = max_delay, queue_size
+        self.batching = batching and max_batch_size > 1
+        self.observer = observer
+        self._queue: deque[_Job] = deque()
+        self._gathered = 0  # jobs taken from the queue into the batch being formed
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests admitted and not yet running."""
+        return len(self._queue) + self._gathered
+
+    def start(self) -> None:
+        """Start the worker thread and the collector task (call on the running event loop)."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"onnxruntime-{self.model}")
+        self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batcher-{self.model}")
+
+    def submit(self, inputs: Arrays, rows: int, request_id: str | None = None) -> asyncio.Future[Arrays]:
+        """Queue checked inputs; the future gets this request's rows of every output."""
+        if self._closing:
+            raise ShuttingDown(f"the server is shutting down; model '{self.model}' takes no new requests")
+        if self.waiting >= self.queue_size:
+            raise QueueFull(f"the queue of model '{self.model}' is full ({self.waiting} requests waiting, "
+                            f"queue size {self.queue_size}); retry later")
+        job = _Job(inputs, rows, asyncio.get_running_loop().create_future(), request_id)
+        self._queue.append(job)
+        self._report_depth()
+        self._wakeup.set()
+        return job.future
+
+    async def close(self) -> None:
+        """Take no new requests, finish every admitted one, then stop the worker thread."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    def _report_depth(self) -> None:
+        if self.observer is not None:
+            self.observer.queue_depth(self.model, self.waiting)
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Wait for a new request (or closing) up to `timeout` seconds; False on timeout."""
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _gather(self) -> list[_Job]:
+        """The next batch: the oldest request, then others while they fit, until full or the delay is over."""
+        jobs = [self._queue.popleft()]
+        self._gathered, rows = 1, jobs[0].rows
+        deadline = jobs[0].enqueued + self.max_delay
+        while self.batching and rows < self.max_batch_size:
+            if self._queue:
+                if rows + self._queue[0].rows > self.max_batch_size:
+                    break
+                jobs.append(self._queue.popleft())
+                self._gathered += 1
+                rows += jobs[-1].rows
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closing or not await self._wait(remaining):
+                break
+        return jobs
+
+    async def _collect(self) -> None:
+        while True:
+            while not self._queue:
+                if self._closing:
+                    return
+                await self._wait(None)
+            jobs = await self._gather()
+            self._gathered = 0
+            self._report_depth()
+            await self._run(jobs)
+
+    def _run_batch(self, jobs: list[_Job]) -> list[Arrays]:
+        """In the worker thread: join the inputs, run the model once, split the outputs."""
+        return _split(self.run(_join(jobs)), jobs)
+
+    async def _run(self, jobs: list[_Job]) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self._executor, self._run_batch, jobs)
+        except Exception as exc:
+            if len(jobs) == 1:
+                self._settle(jobs[0], None, exc)
+                return
+            log.warning("batch failed; retrying its requests one at a time",
+                        extra={"fields": {"event": "batch_failed", "model": self.model, "requests": len(jobs),
+                                          "error": str(exc)}})
+            for job in jobs:
+                await self._run([job])
+            return
+        seconds = time.perf_counter() - started
+        rows = sum(job.rows for job in jobs)
+        if self.observer is not None:
+            self.observer.batch(self.model, len(jobs), rows, seconds)
+        if log.isEnabledFor(logging.INFO):
+            log.info("batch", extra={"fields": {"event": "batch", "model": self.model, "requests": len(jobs), "rows": rows,
+                                                "run_ms": round(seconds * 1000, 3), "ids": [job.id for job in jobs]}})
+        for job, result in zip(jobs, results, strict=True):
+            self._settle(job, result, None)
+
+    @staticmethod
+    def _settle(job: _Job, result: Arrays | None, error: Exception | None) -> None:
+        if job.future.done():  # the client went away
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result or {})

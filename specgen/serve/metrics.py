@@ -1,0 +1,88 @@
+"""Prometheus metrics of one server, in its own registry (several servers may share a process, as in tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+UNKNOWN_MODEL = "_unknown"  # the model label of requests for models the server does not have
+
+
+class ModelMetrics:
+    """One model's labelled series, looked up once (prometheus_client's `labels()` costs a lock and a dict per call)."""
+
+    def __init__(self, metrics: ServerMetrics, model: str):
+        self._metrics, self.model = metrics, model
+        self._requests: dict[int, Counter] = {}
+        self._failures: dict[str, Counter] = {}
+        self.known = model != UNKNOWN_MODEL  # requests for unknown models are only counted
+        if self.known:
+            self.batch_rows = metrics.batch_rows.labels(model)
+            self.batch_requests = metrics.batch_requests.labels(model)
+            self.run_seconds = metrics.run_seconds.labels(model)
+            self.latency = metrics.latency.labels(model)
+            self.depth = metrics.depth.labels(model)
+            self.in_flight = metrics.in_flight.labels(model)
+
+    def answered(self, status: int, seconds: float, reason: str | None) -> None:
+        counter = self._requests.get(status)
+        if counter is None:
+            counter = self._requests[status] = self._metrics.requests.labels(self.model, str(status))
+        counter.inc()
+        if reason is not None:
+            failures = self._failures.get(reason)
+            if failures is None:
+                failures = self._failures[reason] = self._metrics.failures.labels(self.model, reason)
+            failures.inc()
+        if self.known:
+            self.latency.observe(seconds)
+
+
+class ServerMetrics:
+    """Requests by model and status, failures by reason, batch sizes, queue depth, latencies."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("specgen_requests", "Inference requests answered, by model and HTTP status.",
+                                ["model", "status"], registry=r)
+        self.failures = Counter("specgen_request_failures", "Inference requests not answered with 200, by model and "
+                                "reason (not_found, invalid, too_large, queue_full, shutting_down, inference, cancelled).",
+                                ["model", "reason"], registry=r)
+        self.batch_rows = Histogram("specgen_batch_size", "Rows (examples) per onnxruntime run.", ["model"],
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.batch_requests = Histogram("specgen_batch_requests", "Requests per onnxruntime run.", ["model"],
+                                        buckets=BATCH_BUCKETS, registry=r)
+        self.run_seconds = Histogram("specgen_inference_duration_seconds", "Seconds per onnxruntime run (one batch).",
+                                     ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.latency = Histogram("specgen_request_duration_seconds", "Seconds from receiving an inference request "
+                                 "to its response, by model.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.depth = Gauge("specgen_queue_depth", "Requests admitted and waiting to run, by model.", ["model"], registry=r)
+        self.in_flight = Gauge("specgen_requests_in_flight", "Inference requests received and not yet answered.",
+                               ["model"], registry=r)
+        self.info = Gauge("specgen_model_info", "Served models: version and onnxruntime provider (value 1).",
+                          ["model", "version", "provider"], registry=r)
+        self.models: dict[str, ModelMetrics] = {UNKNOWN_MODEL: ModelMetrics(self, UNKNOWN_MODEL)}
+
+    def model_loaded(self, model: str, version: int, provider: str) -> None:
+        """Create every series of a model, so /metrics lists it (at zero) before its first request."""
+        self.info.labels(model, str(version), provider).set(1)
+        self.models[model] = ModelMetrics(self, model)
+
+    def model(self, name: str) -> ModelMetrics:
+        return self.models.get(name) or self.models[UNKNOWN_MODEL]
+
+    def queue_depth(self, model: str, depth: int) -> None:
+        self.models[model].depth.set(depth)
+
+    def batch(self, model: str, requests: int, rows: int, seconds: float) -> None:
+        series = self.models[model]
+        series.batch_rows.observe(rows)
+        series.batch_requests.observe(requests)
+        series.run_seconds.observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

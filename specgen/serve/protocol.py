@@ -1,0 +1,299 @@
+"""The Open Inference Protocol (KServe v2) over HTTP: inference requests in, responses out.
+
+Everything a request says is checked here, against the model's config, before the request
+may join a batch: input names, datatypes, shapes (batch size included), the number of data
+elements and their JSON types. A ProtocolError carries the HTTP status and a message naming
+the input, what was received and what was expected.
+
+Tensor data comes as JSON (`data`: flat row-major or nested lists) or, with Triton's binary
+tensor data extension, as raw little-endian bytes after the JSON header (input parameter
+`binary_data_size`, header `Inference-Header-Content-Length`). Outputs come back as JSON
+`data`, or as bytes when an output asks for `binary_data` (or the request for
+`binary_data_output`). JSON numbers that are NaN or infinite are read and written as the bare
+tokens `NaN`, `Infinity`, `-Infinity`, as Triton does (rapidjson's NaN/Inf flags) and as
+Python's json module reads and writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specgen.serve.repository import DATATYPES, ModelConfig, TensorConfig
+
+Arrays = dict[str, np.ndarray]
+HEADER_LENGTH = "inference-header-content-length"
+JSON_TYPE = "application/json"
+BINARY_TYPE = "application/octet-stream"
+EXAMPLE = '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}'
+
+
+class ProtocolError(Exception):
+    """A request the server answers with `status` and `message` (JSON `{"error": message}`)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    name: str
+    binary: bool = False
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A checked request: model-shaped arrays (batch first when the model batches) and the outputs to return."""
+
+    id: str | None
+    inputs: Arrays
+    rows: int
+    outputs: tuple[RequestedOutput, ...]
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON; NaN and infinities as the bare tokens NaN, Infinity, -Infinity."""
+    return json.dumps(value, allow_nan=True, separators=(",", ":")).encode()
+
+
+def error_body(message: str) -> bytes:
+    return dumps({"error": message})
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a decoded value, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _object(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must be a JSON object; received {_kind(value)}")
+    return value
+
+
+def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    """The JSON header and the binary tensor data that follows it (empty without the extension)."""
+    if header_length is None:
+        return body, b""
+    try:
+        length = int(header_length)
+    except ValueError:
+        length = -1
+    if not 0 < length <= len(body):
+        raise ProtocolError(f"header Inference-Header-Content-Length: received '{header_length}', expected the "
+                            f"byte length of the JSON part of the body (1..{len(body)})")
+    return body[:length], body[length:]
+
+
+def _parse_json(text: bytes) -> Any:
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"malformed JSON in the request body: {exc}; expected an inference request "
+                            f"{EXAMPLE}") from None
+
+
+def _expected_shape(config: ModelConfig, tensor: TensorConfig) -> str:
+    shape = config.wire_shape(tensor)
+    note = f" with a batch size of 1..{config.max_batch_size} for -1" if config.batched else ""
+    return f"{shape}{note}"
+
+
+def _shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[int, ...]:
+    """The request's shape for `tensor`, checked against the config (batch size within max_batch_size)."""
+    name = tensor.name
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
+        raise ProtocolError(f"input '{name}': received shape {json.dumps(raw)}, expected a list of integers "
+                            f"{_expected_shape(config, tensor)}")
+    shape = tuple(raw)
+    expected = config.wire_shape(tensor)
+    fits = len(shape) == len(expected) and all(d >= 0 and e in (-1, d) for d, e in zip(shape, expected, strict=True))
+    if not fits:
+        raise ProtocolError(f"input '{name}': received shape {list(shape)}, expected {_expected_shape(config, tensor)}")
+    if config.batched and not 1 <= shape[0] <= config.max_batch_size:
+        raise ProtocolError(f"input '{name}': received batch size {shape[0]} (shape {list(shape)}), expected 1.."
+                            f"{config.max_batch_size} (the model's max_batch_size)")
+    return shape
+
+
+def _leaves(data: list[Any]) -> Iterator[Any]:
+    for item in data:
+        if isinstance(item, list):
+            yield from _leaves(item)
+        else:
+            yield item
+
+
+def _bad_values(data: list[Any], dtype: np.dtype, datatype: str) -> str:
+    """What is wrong with JSON data numpy did not read as numbers of the datatype's kind (the error path only)."""
+    integer = dtype.kind == "i"
+    for value in _leaves(data):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{_kind(value)} in 'data', expected {datatype} {'integers' if integer else 'numbers'}"
+        if integer and isinstance(value, float):
+            return f"a number that is not an integer ({value!r}) in 'data', expected {datatype} integers"
+        if integer and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+            info = np.iinfo(dtype)
+            return f"{value} in 'data', expected {datatype} integers in {info.min}..{info.max}"
+    return f"values numpy cannot read as {datatype} in 'data'"
+
+
+def _json_array(name: str, datatype: str, data: Any, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """JSON `data` (flat row-major or nested) as a flat array of the datatype."""
+    expected = f"{count} {datatype} values for shape {list(shape)} (flat row-major or nested)"
+    if not isinstance(data, list):
+        raise ProtocolError(f"input '{name}': received 'data' that is {_kind(data)}, expected a list of {expected}")
+    try:
+        values = np.array(data)
+    except (ValueError, OverflowError):
+        raise ProtocolError(f"input '{name}': received ragged nested lists in 'data', expected {expected}") from None
+    dtype = np.dtype(DATATYPES[datatype])
+    if values.size and values.dtype.kind not in ("iu" if dtype.kind == "i" else "iuf"):
+        raise ProtocolError(f"input '{name}': received {_bad_values(data, dtype, datatype)}")
+    if values.size != count:
+        raise ProtocolError(f"input '{name}': received {values.size} data elements, expected {expected}")
+    if dtype.kind == "i" and values.size:
+        info = np.iinfo(dtype)
+        low, high = int(values.min()), int(values.max())
+        if low < info.min or high > info.max:
+            raise ProtocolError(f"input '{name}': received {high if high > info.max else low} in 'data', expected "
+                                f"{datatype} integers in {info.min}..{info.max}")
+    return values.astype(dtype, copy=False).reshape(-1)
+
+
+def _binary_array(name: str, datatype: str, size: Any, binary: bytes, offset: int, count: int,
+                  shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """`size` bytes of raw little-endian tensor data at `offset` of the binary part, and the next offset."""
+    dtype = np.dtype(DATATYPES[datatype])
+    expected = count * dtype.itemsize
+    if not isinstance(size, int) or isinstance(size, bool) or size != expected:
+        raise ProtocolError(f"input '{name}': received binary_data_size {json.dumps(size)}, expected {expected} "
+                            f"({count} {datatype} values of {dtype.itemsize} bytes for shape {list(shape)})")
+    if offset + size > len(binary):
+        raise ProtocolError(f"input '{name}': received {max(len(binary) - offset, 0)} bytes of binary data, "
+                            f"expected {size} after the JSON header")
+    values = np.frombuffer(binary, dtype=dtype.newbyteorder("<"), count=count, offset=offset)
+    return values.astype(dtype), offset + size
+
+
+def _outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tuple[RequestedOutput, ...]:
+    names = [t.name for t in config.outputs]
+    default_binary = parameters.get("binary_data_output") is True
+    if raw is None:
+        return tuple(RequestedOutput(n, default_binary) for n in names)
+    if not isinstance(raw, list) or not raw:
+        raise ProtocolError(f"'outputs': received {_kind(raw)}, expected a non-empty list of "
+                            f"{{\"name\": ...}} objects naming outputs of {names}")
+    requested: dict[str, RequestedOutput] = {}
+    for item in raw:
+        item = _object(item, "each entry of 'outputs'")
+        name = item.get("name")
+        if name not in names:
+            raise ProtocolError(f"requested output {json.dumps(name)} is not an output of model '{config.name}'; "
+                                f"expected one of {names}")
+        if name in requested:
+            raise ProtocolError(f"output '{name}' is requested twice")
+        options = _object(item.get("parameters", {}), f"the parameters of output '{name}'")
+        if options.get("classification"):
+            raise ProtocolError(f"output '{name}': the classification extension is not supported; "
+                                "request the raw output instead")
+        binary = options.get("binary_data", default_binary)
+        requested[name] = RequestedOutput(name, binary is True)
+    return tuple(requested.values())
+
+
+def decode_request(body: bytes, header_length: str | None, config: ModelConfig) -> InferRequest:
+    """A checked InferRequest from an HTTP body, or a ProtocolError naming what is wrong."""
+    text, binary = _split_body(body, header_length)
+    request = _object(_parse_json(text), "the request body")
+    parameters = _object(request.get("parameters", {}), "'parameters'")
+    request_id = request.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError(f"'id': received {_kind(request_id)}, expected a string")
+    tensors = {t.name: t for t in config.inputs}
+    raw_inputs = request.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError(f"'inputs': received {'nothing' if raw_inputs is None else _kind(raw_inputs)}, expected a "
+                            f"list of input tensors named {sorted(tensors)}, as in {EXAMPLE}")
+    arrays: Arrays = {}
+    batch: tuple[str, int] | None = None
+    offset = 0
+    for item in raw_inputs:
+        item = _object(item, "each entry of 'inputs'")
+        name = item.get("name")
+        if name not in tensors:
+            raise ProtocolError(f"received an input named {json.dumps(name)}; model '{config.name}' expects inputs "
+                                f"{sorted(tensors)}")
+        if name in arrays:
+            raise ProtocolError(f"input '{name}' appears twice in 'inputs'")
+        tensor = tensors[name]
+        datatype = item.get("datatype")
+        if datatype != tensor.datatype:
+            raise ProtocolError(f"input '{name}': received datatype {json.dumps(datatype)}, expected \"{tensor.datatype}\"")
+        shape = _shape(item.get("shape"), config, tensor)
+        count = math.prod(shape)
+        options = _object(item.get("parameters", {}), f"the parameters of input '{name}'")
+        if "binary_data_size" in options:
+            if "data" in item:
+                raise ProtocolError(f"input '{name}': received both 'data' and binary_data_size, expected one of them")
+            values, offset = _binary_array(name, datatype, options["binary_data_size"], binary, offset, count, shape)
+        elif "data" in item:
+            values = _json_array(name, datatype, item["data"], count, shape)
+        else:
+            raise ProtocolError(f"input '{name}': received no 'data', expected {count} {datatype} values for shape "
+                                f"{list(shape)} (or binary_data_size with binary tensor data)")
+        rows = shape[0] if config.batched else 1
+        if batch is not None and rows != batch[1]:
+            raise ProtocolError(f"input '{name}': received batch size {rows}, expected {batch[1]} like input '{batch[0]}'")
+        batch = batch or (name, rows)
+        model_shape = (rows, *tensor.model_dims) if config.batched else tensor.model_dims
+        arrays[name] = values.reshape(shape if tensor.reshape is None else model_shape)
+    missing = sorted(set(tensors) - set(arrays))
+    if missing:
+        raise ProtocolError(f"missing input{'s' if len(missing) > 1 else ''} {missing}: received inputs {list(arrays)}, "
+                            f"model '{config.name}' expects {sorted(tensors)}")
+    if offset != len(binary):
+        raise ProtocolError(f"received {len(binary)} bytes of binary data after the JSON header, expected {offset} "
+                            "(the sum of the inputs' binary_data_size)")
+    outputs = _outputs(request.get("outputs"), parameters, config)
+    return InferRequest(id=request_id, inputs=arrays, rows=batch[1] if batch else 1, outputs=outputs)
+
+
+def encode_response(config: ModelConfig, version: int, request: InferRequest, outputs: Arrays) -> tuple[bytes, dict[str, str]]:
+    """The response body and its headers: JSON, followed by raw output bytes for binary outputs."""
+    tensors = {t.name: t for t in config.outputs}
+    entries, chunks = [], []
+    for wanted in request.outputs:
+        tensor, value = tensors[wanted.name], outputs[wanted.name]
+        if tensor.reshape is not None:
+            value = value.reshape([request.rows, *tensor.dims] if config.batched else tensor.dims)
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(value.shape)}
+        if wanted.binary:
+            raw = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = value.reshape(-1).tolist()
+        entries.append(entry)
+    response: dict[str, Any] = {"model_name": config.name, "model_version": str(version)}
+    if request.id is not None:
+        response["id"] = request.id
+    response["outputs"] = entries
+    header = dumps(response)
+    if not chunks:
+        return header, {"content-type": JSON_TYPE}
+    return b"".join([header, *chunks]), {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(header))}
