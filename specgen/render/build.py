@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
-from specgen.render.files import render_files
+from specgen.render.files import load_templates, render_files
 from specgen.spec.load import load_spec
 
 BINARY_SUFFIXES = (".onnx",)
@@ -44,6 +44,7 @@ def _render_many(paths: list[Path]) -> list[Output | list[Diagnostic]]:
     workers = min(os.cpu_count() or 1, len(paths))
     if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
         return [render_one(p) for p in paths]
+    load_templates()  # once here rather than once per worker
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         return pool.map(render_one, paths, chunksize=max(1, len(paths) // (4 * workers)))
 

@@ -29,6 +29,16 @@ def _ops(folder: str, names: set[str], suffix: str) -> dict[str, Any]:
     return {name: _op_module(f"{folder}/ops/{name}{suffix}") for name in sorted(names)}
 
 
+def load_templates() -> None:
+    """Load every template now (before worker processes fork, so that they share the result)."""
+    env = environment()
+    for name in env.list_templates(extensions=["j2"]):
+        if "/ops/" in name:
+            _op_module(name)
+        else:
+            env.get_template(name)
+
+
 def _check_python(text: str, name: str) -> None:
     """Compile the generated source (a syntax check: 3-4x cheaper than building the AST)."""
     try:
