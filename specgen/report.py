@@ -38,7 +38,7 @@ def flops_table(ir: ModelIR) -> str:
     rows, total_f, total_b, total_p = [], 0, 0, 0
     for node in ir.nodes:
         params = sum(v.size for v in node.variables.values())
-        backward = backward_flops(node.op, node.flops, any("trainable" in v.collections for v in node.variables.values()))
+        backward = backward_flops(node.flops, any("trainable" in v.collections for v in node.variables.values()))
         rows.append((node.name, node.op + (f"+{node.activation}" if node.activation else ""), _shape(node.shape),
                      f"{params:,}", f"{node.flops:,}", f"{backward:,}"))
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params

@@ -36,10 +36,6 @@ class Membership:
     optimizers: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Diagnostic] = field(default_factory=list)
 
-    @property
-    def model(self) -> list[str]:
-        return [p for p in self.weights + self.updates]
-
 
 def _is_pattern(text: str) -> bool:
     return any(c in text for c in "*?[")

@@ -288,6 +288,6 @@ def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return result
 
 
-def backward_flops(op: str, forward: int, has_weights: bool) -> int:
+def backward_flops(forward: int, has_weights: bool) -> int:
     """Estimate: layers with weights need gradients for inputs and weights (2x), others 1x."""
     return 2 * forward if has_weights else forward

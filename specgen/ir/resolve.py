@@ -11,7 +11,7 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops
 from specgen.ir.collections import Membership, resolve_collections, training_state
-from specgen.ir.graph import layer_inputs, topological_order, wire
+from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import Namer, class_name, onnx_name, py_name
 from specgen.spec.load import LoadedSpec
@@ -221,6 +221,3 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
         problems.append(loaded.diagnostic(("data", stage), f"data.{stage} has no label '{label}', which the loss reads"))
     return problems
 
-
-def layer_sources(layer: Any) -> list[str]:
-    return layer_inputs(layer)[0]

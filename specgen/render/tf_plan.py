@@ -8,8 +8,6 @@ from typing import Any
 
 from specgen.ir.model import ModelIR, Node, Variable
 
-ACTIVATIONS = ("relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softmax")
-
 
 @dataclass(frozen=True)
 class TfStep:

@@ -31,7 +31,6 @@ from specgen.runtime.predictor import Predictor
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4
-SAMPLE = 256  # examples compared between TensorFlow and onnxruntime
 
 
 def checkpoint_keys(ir: ModelIR, weights: str) -> dict[str, str]:
