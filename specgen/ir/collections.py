@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Variable
@@ -162,7 +163,7 @@ def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tu
         base = f"optimizers/{name}"
         state.append(Variable(f"{base}/learning_rate", (), "float32", ("optimizer",)))
         state.append(Variable(f"{base}/iterations", (), "int64", ("optimizer",)))
-        for slot in _slots(optimizer):
+        for slot in optimizer_slots(optimizer):
             state += [Variable(f"{base}/{slot}/{p}", shapes[p], "float32", ("optimizer",))
                       for p in members.optimizers.get(name, [])]
     trainable = members.collections.get("trainable", [])
@@ -178,7 +179,8 @@ def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tu
     return state
 
 
-def _slots(optimizer: object) -> tuple[str, ...]:
+def optimizer_slots(optimizer: Any) -> tuple[str, ...]:
+    """The slot names an optimizer kind keeps per variable (`optimizers/<name>/<slot>/<path>`)."""
     kind = optimizer.kind
     if kind == "sgd":
         return ("momentum",) if optimizer.momentum > 0 else ()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specgen.ir.collections import optimizer_slots
 from specgen.ir.model import ModelIR
 from specgen.render.environment import py_literal
 from specgen.spec.model import Spec
 
-SLOT_NAMES = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
 LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
                 "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
                 "mean_absolute_error": "regression"}
@@ -52,14 +52,6 @@ def _clip(clip: Any) -> str | None:
     return f"global_norm={py_literal(clip.global_norm)}" if hasattr(clip, "global_norm") else f"value={py_literal(clip.value)}"
 
 
-def _slots(opt: Any) -> tuple[str, ...]:
-    if opt.kind == "rmsprop":
-        return ("rms",) + (("momentum",) if opt.momentum > 0 else ()) + (("mg",) if opt.centered else ())
-    if opt.kind == "sgd":
-        return ("momentum",) if opt.momentum > 0 else ()
-    return SLOT_NAMES[opt.kind]
-
-
 def _update(attr: str, opt: Any, slots: tuple[str, ...]) -> str:
     vs, gs = f"self.{attr}_variables", f"{attr}_gradients"
     slot = {s: f"self.{attr}_{s}" for s in slots}
@@ -82,7 +74,7 @@ def optimizer_plans(ir: ModelIR, spec: Spec) -> list[OptimizerPlan]:
         paths = ir.optimizers[name]
         attr = f"opt_{name}"
         initial, schedule = _schedule(opt.learning_rate)
-        slots = _slots(opt)
+        slots = optimizer_slots(opt)
         slot_init = {"accumulator": opt.initial_accumulator_value} if opt.kind == "adagrad" else {}
         decay = opt.weight_decay
         plans.append(OptimizerPlan(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -80,19 +81,35 @@ class CheckpointFolder:
         return json.loads((path / "meta.json").read_text())
 
 
-def checkpoint_prefix(path: Path) -> Path:
-    """The variables prefix for a run folder (its `latest`), a ckpt-* folder, or a prefix itself."""
-    if (path / LATEST).is_file():
-        latest = CheckpointFolder(path, 1).latest()
+def resolve_prefix(path: Path) -> Path:
+    """The checkpoint prefix for a prefix, its .index/.data file, a run folder (its `latest`),
+    a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise."""
+    if path.is_dir():
+        if (path / LATEST).is_file():
+            name = (path / LATEST).read_text().strip()
+            prefix = path / name / "variables"
+            if not Path(f"{prefix}.index").is_file():
+                raise ValueError(f"{path}/latest names '{name}', which holds no variables.index")
+            return prefix
+        if (path / "variables.index").is_file():
+            return path / "variables"
+        latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
         if latest is None:
-            raise SpecError([Diagnostic(str(path), None, "`latest` names no complete checkpoint")])
-        path = latest
-    if (path / "variables.index").is_file():
-        return path / "variables"
-    if path.with_name(path.name + ".index").is_file():
-        return path
-    raise SpecError([Diagnostic(str(path), None, "no checkpoint here: expected a run folder with `latest`, "
-                                "a ckpt-* folder, or a checkpoint prefix (the path before .index)")])
+            raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
+        return Path(latest)
+    prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
+    if not Path(f"{prefix}.index").is_file():
+        raise ValueError(f"checkpoint {path} not found: expected a checkpoint prefix (with {prefix.name}.index "
+                         "beside it), a run folder with a 'latest' file or a folder with a TensorFlow 'checkpoint' file")
+    return prefix
+
+
+def checkpoint_prefix(path: Path) -> Path:
+    """`resolve_prefix`, with its problem as a SpecError naming the path."""
+    try:
+        return resolve_prefix(path)
+    except ValueError as exc:
+        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
 
 
 def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
+from specgen.runtime.checkpoint import resolve_prefix
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
 
@@ -86,31 +87,9 @@ class RestorePlan:
         return sum(r.status == status for r in self.rows)
 
 
-def _prefix(path: Path) -> Path:
-    """The checkpoint prefix for a prefix, its .index/.data file, a run folder or a TF checkpoint folder."""
-    if path.is_dir():
-        if (path / "latest").is_file():
-            name = (path / "latest").read_text().strip()
-            prefix = path / name / "variables"
-            if not Path(f"{prefix}.index").is_file():
-                raise ValueError(f"{path}/latest names '{name}', which holds no variables.index")
-            return prefix
-        if (path / "variables.index").is_file():
-            return path / "variables"
-        latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
-        if latest is None:
-            raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
-        return Path(latest)
-    prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
-    if not Path(f"{prefix}.index").is_file():
-        raise ValueError(f"checkpoint {path} not found: expected a checkpoint prefix (with {prefix.name}.index "
-                         "beside it), a run folder with a 'latest' file or a folder with a TensorFlow 'checkpoint' file")
-    return prefix
-
-
 def _read(path: Path) -> tuple[Path, dict[str, Entry]]:
     """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix."""
-    prefix = _prefix(path)
+    prefix = resolve_prefix(path)
     try:
         reader = tf.train.load_checkpoint(str(prefix))
     except (tf.errors.OpError, ValueError) as exc:
