@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +142,48 @@ def test_validate_and_build_never_import_tensorflow(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in result.stdout
+
+
+def _many_specs(folder: Path, count: int) -> list[Path]:
+    """`count` specs (the examples under new names): enough for the worker-pool path."""
+    folder.mkdir()
+    paths = []
+    for i in range(count):
+        source = SPECS[i % len(SPECS)]
+        path = folder / f"{source.stem}_{i}.yaml"
+        path.write_text(source.read_text().replace(f"name: {source.stem}\n", f"name: {source.stem}_{i}\n"))
+        paths.append(path)
+    return paths
+
+
+def test_parallel_build_equals_serial_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker pool renders and writes exactly what one process does; files get 0666 less the umask."""
+    from specgen.render import build as build_module
+
+    specs = _many_specs(tmp_path / "specs", build_module.PARALLEL_FROM + 2)
+    old_mask = os.umask(0o027)
+    try:
+        assert build(tmp_path / "pool", *specs) == 0
+        monkeypatch.setattr(build_module, "PARALLEL_FROM", 10**6)
+        assert build(tmp_path / "serial", *specs) == 0
+    finally:
+        os.umask(old_mask)
+    pool = sorted(p.relative_to(tmp_path / "pool") for p in (tmp_path / "pool").rglob("*"))
+    serial = sorted(p.relative_to(tmp_path / "serial") for p in (tmp_path / "serial").rglob("*"))
+    assert pool == serial and len(pool) == len(specs) * (1 + len(FILES))  # folders and files, no temp files
+    for rel in pool:
+        a, b = tmp_path / "pool" / rel, tmp_path / "serial" / rel
+        if a.is_file():
+            assert a.read_bytes() == b.read_bytes(), rel
+            assert stat.S_IMODE(a.stat().st_mode) == stat.S_IMODE(b.stat().st_mode) == 0o640, rel
+
+
+def test_parallel_build_with_one_bad_spec_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specgen.render.build import PARALLEL_FROM
+
+    specs = _many_specs(tmp_path / "specs", PARALLEL_FROM + 2)
+    specs[-3].write_text(specs[-3].read_text().replace("op: flatten", "op: flaten"))
+    assert build(tmp_path / "out", *specs) == 1
+    assert not (tmp_path / "out").exists()
+    err = capsys.readouterr().err
+    assert f"{specs[-3]}:" in err and "unknown op 'flaten'; did you mean 'flatten'?" in err

@@ -152,6 +152,9 @@ CASES = [
       "write the values out or use fewer aliases"]),
     ("deep_nesting", mutate("doc: A tiny model for error tests.", "doc: " + "[" * 80 + "]" * 80),
      ["3:70: error: the document nests more than 64 levels deep"]),
+    ("error_inside_merged_mapping",
+     mutate("  top:\n    kind: adam\n", "  top:\n    <<: {kind: adam, beta_1: 1.5}\n"),
+     ["32:30: error: received 1.5, expected a value < 1.0"]),
     # --- the layer graph and shapes ---------------------------------------------------------
     ("dangling_input_did_you_mean", mutate("inputs: [head/fc, v]", "inputs: [head/fcc, v]"),
      ["15:35: error: layer 'mix' reads 'head/fcc', which is neither a layer nor an input; did you mean 'head/fc'?"]),
@@ -247,6 +250,18 @@ def test_broken_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: s
     assert code == 1
     assert out == ""
     assert err == expected_lines(path, expected)
+
+
+def test_merge_keys_written_in_the_mapping_win(tmp_path: Path) -> None:
+    """YAML merge semantics: a key written in the mapping overrides the merged one, before or after `<<`."""
+    from specgen.spec.load import load_spec
+
+    text = mutate("  top:\n    kind: adam\n", "  top:\n    <<: *main\n    kind: adam\n")
+    text = text.replace("  main:\n", "  main: &main\n")
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    top = load_spec(path).spec.optimizers["top"]
+    assert (top.kind, top.variables, top.learning_rate.schedule) == ("adam", "head", "piecewise_constant")
 
 
 CYCLE = mutate("{name: bn, op: batch_norm}\n  - {name: flat, op: flatten}",

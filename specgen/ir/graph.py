@@ -11,7 +11,7 @@ from specgen.spec.load import LoadedSpec
 
 def layer_inputs(layer: Any) -> tuple[list[str], str]:
     """The names a layer reads and the spec key they were written under."""
-    if hasattr(layer, "inputs"):
+    if "inputs" in type(layer).model_fields:  # not hasattr: pydantic raises inside it for every other op
         return list(layer.inputs), "inputs"
     return ([layer.input] if layer.input else []), "input"
 

@@ -280,9 +280,18 @@ RULES: dict[str, Rule] = {
 ACTIVATION_FLOPS = {"relu": 1, "leaky_relu": 2, "gelu": 8, "sigmoid": 4, "tanh": 4, "softmax": 5, "linear": 0}
 
 
+def activation_of(layer: Any) -> str | None:
+    """The layer's `activation:` (None for ops without one).
+
+    Checked against the model's fields first: getattr on a pydantic model without the field
+    goes through pydantic's __getattr__ and an AttributeError, which is slow for every layer.
+    """
+    return layer.activation if "activation" in type(layer).model_fields else None
+
+
 def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     result = RULES[layer.op](layer, shapes, dtypes)
-    act = getattr(layer, "activation", None)
+    act = activation_of(layer)
     if act not in (None, "linear"):
         result.flops += ACTIVATION_FLOPS[act] * _prod(result.shape)
     return result

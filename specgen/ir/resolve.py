@@ -6,6 +6,7 @@ Every problem found is collected; `build_ir` raises one SpecError with all of th
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
@@ -25,23 +26,22 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     edges, problems = wire(loaded)
     order, cycle = topological_order(loaded, edges) if not problems else ([], [])
     problems += cycle
-    nodes = _infer_nodes(loaded, edges, order, problems) if not problems else []
+    layers = _infer_layers(loaded, edges, order, problems) if not problems else []
     problems += _check_outputs(loaded)
     if problems:
         raise SpecError(problems)
-    model_vars = [v for node in nodes for v in node.variables.values()]
-    members = Membership([v.path for v in model_vars if "update" not in v.collections],
-                         [v.path for v in model_vars if "update" in v.collections])
+    members = Membership([p for x in layers for p, d in x.paths() if d.kind != "update"],
+                         [p for x in layers for p, d in x.paths() if d.kind == "update"])
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
-    problems += _check_names(loaded, nodes)
+    problems += _check_names(loaded, layers)
     if problems:
         raise SpecError(problems)
     index: dict[str, set[str]] = {}
     for name, paths in members.collections.items():
         for path in paths:
             index.setdefault(path, set()).add(name)
-    nodes = [_with_collections(node, index) for node in nodes]
+    nodes = [_node(x, index) for x in layers]  # variables are created once, with their final collections
     model_vars = [v for node in nodes for v in node.variables.values()]
     state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
@@ -56,11 +56,25 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     )
 
 
-def _infer_nodes(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int],
-                 problems: list[Diagnostic]) -> list[Node]:
+@dataclass(frozen=True)
+class _Inferred:
+    """A layer whose shape is inferred; it becomes a Node once collections are resolved."""
+
+    layer: Any
+    index: int  # position in the spec's `layers` list
+    sources: list[str]
+    shapes: list[Shape]
+    result: ops.OpResult
+
+    def paths(self) -> list[tuple[str, ops.VarDecl]]:
+        return [(f"{self.layer.name}/{d.role}", d) for d in self.result.variables]
+
+
+def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int],
+                  problems: list[Diagnostic]) -> list[_Inferred]:
     spec = loaded.spec
     known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), i.dtype) for n, i in spec.inputs.items()}
-    nodes: list[Node] = []
+    inferred: list[_Inferred] = []
     for i in order:
         layer = spec.layers[i]
         sources = edges[layer.name]
@@ -75,27 +89,27 @@ def _infer_nodes(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[in
                                               f"layer '{layer.name}' ({layer.op}): {exc}"))
             continue
         known[layer.name] = (result.shape, result.dtype)
-        nodes.append(_node(layer, i, sources, shapes, result))
-    return nodes
+        inferred.append(_Inferred(layer, i, sources, shapes, result))
+    return inferred
 
 
-def _node(layer: Any, index: int, sources: list[str], shapes: list[Shape], result: ops.OpResult) -> Node:
-    variables = {d.role: _variable(layer, d) for d in result.variables}
-    act = getattr(layer, "activation", None)
+def _node(x: _Inferred, index: dict[str, set[str]]) -> Node:
+    layer, result = x.layer, x.result
+    act = ops.activation_of(layer)
     return Node(
-        name=layer.name, op=layer.op, inputs=tuple(sources), input_shapes=tuple(shapes), shape=result.shape,
-        dtype=result.dtype, params=result.params, variables=variables,
+        name=layer.name, op=layer.op, inputs=tuple(x.sources), input_shapes=tuple(x.shapes), shape=result.shape,
+        dtype=result.dtype, params=result.params,
+        variables={d.role: _variable(layer.op, path, d, index.get(path, ())) for path, d in x.paths()},
         activation=None if act == "linear" else act, py_name=py_name(layer.name),
-        onnx_name=onnx_name(layer.name), flops=result.flops, index=index,
+        onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index,
     )
 
 
-def _variable(layer: Any, decl: ops.VarDecl) -> Variable:
-    path = f"{layer.name}/{decl.role}"
-    perm, onnx_shape = _onnx_layout(layer.op, decl)
-    collections = ("model", "update") if decl.kind == "update" else ("model",)
-    return Variable(path=path, shape=decl.shape, dtype="float32", collections=collections, init=decl.init,
-                    seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
+def _variable(op: str, path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()]) -> Variable:
+    perm, onnx_shape = _onnx_layout(op, decl)
+    builtin = {"model", "update"} if decl.kind == "update" else {"model"}
+    return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),
+                    init=decl.init, seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
                     onnx_name=onnx_name(path), onnx_perm=perm, onnx_shape=onnx_shape)
 
 
@@ -107,20 +121,6 @@ def _onnx_layout(op: str, decl: ops.VarDecl) -> tuple[tuple[int, ...] | None, tu
     if op == "conv2d":  # HWIO -> OIHW
         return (3, 2, 0, 1), (cout, cin, kh, kw)
     return (2, 3, 0, 1), (cin * cout, 1, kh, kw)  # [kh, kw, in, mult] -> [in*mult, 1, kh, kw]
-
-
-def _with_collections(node: Node, index: dict[str, set[str]]) -> Node:
-    variables = {}
-    for role, var in node.variables.items():
-        names = set(var.collections) | index.get(var.path, set())
-        variables[role] = _replace(var, collections=tuple(sorted(names)))
-    return _replace(node, variables=variables)
-
-
-def _replace(obj: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(obj, **changes)
 
 
 def _collection_table(variables: list[Variable], members: Membership) -> dict[str, tuple[str, ...]]:
@@ -145,18 +145,18 @@ def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
     return problems
 
 
-def _check_names(loaded: LoadedSpec, nodes: list[Node]) -> list[Diagnostic]:
+def _check_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[Diagnostic]:
     """Spec names that would collide once mangled for Python or ONNX."""
     python, onnx, problems = Namer("Python code"), Namer("ONNX graph"), []
-    entries = [(("inputs", n), n) for n in loaded.spec.inputs]
-    entries += [(("layers", node.index, "name"), node.name) for node in nodes]
-    entries += [(("layers", node.index, "name"), v.path) for node in nodes for v in node.variables.values()]
-    entries += [(("outputs", n), n) for n in loaded.spec.outputs]
-    for loc, name in entries:
-        is_var = name.count("/") > 0 and loc[0] == "layers" and name != loaded.spec.layers[loc[1]].name
-        for namer, generated in ((python, py_name(name)), (onnx, onnx_name(name))):
-            owner = name if loc[0] != "outputs" else f"output {name}"
-            clash = namer.claim(generated + ("#var" if is_var and namer is python else ""), owner)
+    # (where, spec name, owner shown in messages, suffix): variables get their own Python namespace
+    # (attributes on self), so a variable and a layer local may share a mangled name.
+    entries = [(("inputs", n), n, n, "") for n in loaded.spec.inputs]
+    entries += [(("layers", x.index, "name"), x.layer.name, x.layer.name, "") for x in layers]
+    entries += [(("layers", x.index, "name"), path, path, "#var") for x in layers for path, _ in x.paths()]
+    entries += [(("outputs", n), n, f"output {n}", "") for n in loaded.spec.outputs]
+    for loc, name, owner, suffix in entries:
+        for namer, generated in ((python, py_name(name) + suffix), (onnx, onnx_name(name))):
+            clash = namer.claim(generated, owner)
             if clash:
                 problems.append(loaded.diagnostic(loc, clash.replace("#var", "")))
     return problems

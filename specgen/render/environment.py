@@ -29,31 +29,39 @@ def templates_dir() -> Path:
 
 def py_literal(value: Any, docstring: bool = False) -> str:
     """A Python literal for a str/number/bool/None or a tuple/list of them."""
-    if isinstance(value, str):
-        text = (_docstring(value) if docstring else None) or _quoted(value)
-    elif isinstance(value, bool) or value is None or isinstance(value, int):
-        text = repr(value)
-    elif isinstance(value, float):
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return repr(value)
+    if kind is str:
+        return _py_str(value, docstring)
+    if kind is float:
         if not math.isfinite(value):
             raise ValueError(f"cannot render the non-finite number {value!r}")
-        text = repr(value)
-    elif isinstance(value, tuple | list):
-        text = "[" + ", ".join(py_literal(v) for v in value) + "]"
-    else:
-        raise TypeError(f"no Python literal for {type(value).__name__}")
-    if (isinstance(value, str) and not text.startswith('"')) or text.startswith('"""'):
-        # repr() and docstring forms: check the round trip (defence in depth; never expected to fail).
-        # The plain '"..."' form holds only printable text without quotes or backslashes: exact by construction.
-        if ast.literal_eval(text) != value:
-            raise ValueError(f"literal {text!r} does not round-trip")
+        return repr(value)
+    if kind is list or kind is tuple:
+        if all(type(v) is int for v in value):  # shapes, strides, axes: most lists a spec renders
+            return "[" + ", ".join(map(repr, value)) + "]"
+        return "[" + ", ".join(py_literal(v) for v in value) + "]"
+    if isinstance(value, str | int | float | tuple | list):  # subclasses (enums, named tuples): as their base
+        return py_literal(_plain(value))
+    raise TypeError(f"no Python literal for {kind.__name__}")
+
+
+def _plain(value: Any) -> Any:
+    for base in (bool, int, float, str, list, tuple):
+        if isinstance(value, base):
+            return base(value)
+    return value
+
+
+def _py_str(value: str, docstring: bool) -> str:
+    if not docstring and value.isprintable() and '"' not in value and "\\" not in value:
+        return '"' + value + '"'  # exact by construction: printable text without quotes or backslashes
+    text = (_docstring(value) if docstring else None) or repr(value)
+    # repr() and docstring forms: check the round trip (defence in depth; never expected to fail).
+    if ast.literal_eval(text) != value:
+        raise ValueError(f"literal {text!r} does not round-trip")
     return text
-
-
-def _quoted(text: str) -> str:
-    """Double quotes, as hand-written code has them, unless the text needs escapes."""
-    if text.isprintable() and '"' not in text and "\\" not in text:
-        return '"' + text + '"'
-    return repr(text)
 
 
 def _docstring(text: str) -> str | None:
@@ -67,17 +75,20 @@ def _docstring(text: str) -> str | None:
 
 def onnx_literal(value: Any) -> str:
     """An ONNX text attribute value: numbers and lists of numbers only."""
-    if isinstance(value, bool):
+    kind = type(value)
+    if kind is int:
+        return repr(value)
+    if kind is bool:
         return str(int(value))
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
+    if kind is float:
         if not math.isfinite(value):
             raise ValueError(f"cannot render the non-finite number {value!r}")
         return repr(value)
-    if isinstance(value, tuple | list):
+    if kind is list or kind is tuple:
+        if all(type(v) is int for v in value):
+            return "[" + ", ".join(map(repr, value)) + "]"
         return "[" + ", ".join(onnx_literal(v) for v in value) + "]"
-    raise TypeError(f"no ONNX attribute literal for {type(value).__name__}")
+    raise TypeError(f"no ONNX attribute literal for {kind.__name__}")
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9_/.-]*\Z")
@@ -85,11 +96,33 @@ _PLAIN = re.compile(r"[A-Za-z0-9_/.-]*\Z")
 
 def yaml_literal(value: Any) -> str:
     """A YAML flow scalar or list: JSON's double-quoted form is valid YAML and never ambiguous."""
-    if isinstance(value, str) and _PLAIN.match(value):
+    kind = type(value)
+    if kind is str and _PLAIN.match(value):
         return '"' + value + '"'  # what json.dumps gives for these characters, without its overhead
-    if isinstance(value, list | tuple) and all(isinstance(v, str) and _PLAIN.match(v) for v in value):
-        return "[" + ", ".join('"' + v + '"' for v in value) + "]"
+    if kind is list or kind is tuple:
+        if all(type(v) is int for v in value):
+            return "[" + ", ".join(map(repr, value)) + "]"
+        if all(type(v) is str and _PLAIN.match(v) for v in value):
+            return "[" + ", ".join('"' + v + '"' for v in value) + "]"
     return json.dumps(value, ensure_ascii=True)
+
+
+class Fields(dict[str, Any]):
+    """A mapping that templates read by attribute (`s.attrs.strides`, `s.w.kernel`).
+
+    Jinja resolves `a.b` with getattr first and falls back to `a["b"]` only after an
+    AttributeError; on a plain dict that costs a raised exception per lookup, thousands per
+    spec. Here getattr succeeds directly. A missing key still raises AttributeError, so
+    StrictUndefined reports it as before.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
 
 
 FILTERS = {"py": py_literal, "onnx": onnx_literal, "yaml": yaml_literal}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.ir.model import ModelIR, Node, Shape
+from specgen.render.environment import Fields
 
 CHANNELS_FIRST_OPS = {"conv2d", "depthwise_conv2d", "max_pool", "avg_pool", "global_avg_pool", "batch_norm"}
 ANY_LAYOUT_OPS = {"relu", "leaky_relu", "gelu", "sigmoid", "tanh", "dropout", "add", "multiply", "softmax", "concat"}
@@ -27,6 +28,9 @@ class OnnxStep:
     ins: tuple[str, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
     comment: str = ""
+
+    def __post_init__(self) -> None:  # attribute access from templates without exceptions (see Fields)
+        object.__setattr__(self, "attrs", Fields(self.attrs))
 
 
 @dataclass

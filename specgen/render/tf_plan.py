@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.ir.model import ModelIR, Node, Variable
+from specgen.render.environment import Fields
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,10 @@ class TfStep:
     w: dict[str, str]  # role -> "self.<attribute>"
     attrs: dict[str, Any] = field(default_factory=dict)
     comment: str = ""
+
+    def __post_init__(self) -> None:  # attribute access from templates without exceptions (see Fields)
+        object.__setattr__(self, "w", Fields(self.w))
+        object.__setattr__(self, "attrs", Fields(self.attrs))
 
 
 LINE_LIMIT = 110

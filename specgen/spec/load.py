@@ -60,7 +60,7 @@ def load_spec_text(text: str, display: str = "<spec>", path: Path | None = None)
 
 def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
     if not isinstance(data, dict):
-        raise SpecError([Diagnostic(source.path, source.values.get(()),
+        raise SpecError([Diagnostic(source.path, source.position(()),
                                     f"a spec is a mapping of sections; received {describe(data)}")])
     try:
         spec = Spec.model_validate(data)
