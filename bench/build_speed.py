@@ -13,8 +13,15 @@ the floor. The target is a whole build within 3x the import floor.
 `--profile` instead runs the build once in this process under cProfile (after importing the
 floor libraries, so the profile shows the time above the floor) and prints the top functions.
 
+`--lower-bound` times only the work any build that meets the issue must do, whatever its
+design: parse each spec with libyaml, check each generated Python file with `compile()` (cheaper
+than the `ast.parse` the issue names), run onnx.parser and the full onnx.checker on each graph,
+and create the output files. Spread perfectly over every core, that work plus the import floor
+is the fastest a build can be on this machine; the ratio it prints is the best reachable.
+
     python bench/build_speed.py                 # 100 specs x 50 layers, 5 repetitions
     python bench/build_speed.py --profile       # where the time goes
+    python bench/build_speed.py --lower-bound   # the best ratio this machine allows
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -349,6 +357,67 @@ def report(floors: list[float], builds: list[float], count: int, n_layers: int, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Lower bound
+# ---------------------------------------------------------------------------------------------
+
+
+def _median_seconds(work: Callable[[], object], repetitions: int) -> float:
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def lower_bound(specs: Path, work: Path, args: argparse.Namespace) -> None:
+    """Time the work every conforming build must do, and the ratio it allows on this machine's cores."""
+    import onnx.checker
+    import onnx.parser
+    import yaml
+
+    out = work / "out-lower-bound"
+    shutil.rmtree(out, ignore_errors=True)
+    env = child_env(work, args.env_as_is)
+    timed([*specgen_command(), "build", str(specs), "--out", str(out)], env)
+    files = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    texts = [p.read_text(encoding="utf-8") for p in sorted(specs.glob("*.yaml"))]
+    python = [(str(k), v.decode()) for k, v in files.items() if k.suffix == ".py"]
+    graphs = [v.decode() for k, v in files.items() if k.suffix == ".txt"]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def create_files() -> None:
+        target = work / "out-files"
+        shutil.rmtree(target, ignore_errors=True)
+        for rel, content in files.items():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_bytes(content)
+
+    parts = {
+        "parse specs (libyaml compose)": lambda: [yaml.compose(t, Loader=loader) for t in texts],
+        f"compile() {len(python)} generated .py": lambda: [compile(t, n, "exec", dont_inherit=True) for n, t in python],
+        f"onnx parser + full checker x{len(graphs)}": lambda: [
+            onnx.checker.check_model(onnx.parser.parse_model(t), full_check=True) for t in graphs],
+        f"create {len(files)} output files": create_files,
+    }
+    floor = statistics.median(timed([sys.executable, "-c", FLOOR_CODE], env) for _ in range(args.repetitions))
+    cores = os.cpu_count() or 1
+    print(f"work every conforming build does for {args.specs} specs x {args.layers} layers "
+          f"(median of {args.repetitions}, one core):")
+    total = 0.0
+    for label, part in parts.items():
+        seconds = _median_seconds(part, args.repetitions)
+        total += seconds
+        print(f"  {label:<40}{seconds:>8.3f} s")
+    best = floor + total / cores
+    print(f"  {'total':<40}{total:>8.3f} s")
+    print()
+    print(f"import floor {floor:.3f} s; with that work spread perfectly over {cores} cores a build takes at least "
+          f"{best:.3f} s = {best / floor:.2f}x the floor (target {TARGET_RATIO:g}x), before importing specgen, "
+          "validating, resolving or rendering anything")
+
+
+# ---------------------------------------------------------------------------------------------
 # Profiling
 # ---------------------------------------------------------------------------------------------
 
@@ -387,6 +456,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     top.add_argument("--repetitions", "-r", type=int, default=5, help="timed runs of each command (default 5)")
     top.add_argument("--seed", type=int, default=0, help="seed of the generated specs (default 0)")
     top.add_argument("--profile", action="store_true", help="profile one in-process build instead of timing")
+    top.add_argument("--lower-bound", action="store_true",
+                     help="time only the work every conforming build must do, and the best ratio it allows")
     top.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
     top.add_argument("--sort", default="cumulative", choices=("cumulative", "tottime", "ncalls"),
                      help="profile order (default cumulative)")
@@ -413,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
         write_specs(specs, args.specs, args.layers, args.seed)
         if args.profile:
             profile(specs, work, args.top, args.sort)
+            return 0
+        if args.lower_bound:
+            lower_bound(specs, work, args)
             return 0
         floors, builds = measure(specs, work, args)
         met = report(floors, builds, args.specs, args.layers, args)
