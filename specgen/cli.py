@@ -57,15 +57,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from specgen.render.build import check, render_all, workers, write
+    from specgen.render.build import check, render_all, write
     from specgen.schema import schema_text
 
     config = load_config()
     out = args.out or config.out
-    paths = _spec_paths(args)
-    with workers(len(paths)) as pool:
-        outputs = render_all(paths, pool)
-        written = [] if args.check else write(outputs, out, pool)
+    outputs = render_all(_spec_paths(args))
     if args.check:
         reports = check(outputs, out)
         if config.schema is not None and not args.paths:
@@ -78,6 +75,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             return 1
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {out} are up to date")
         return 0
+    written = write(outputs, out)
     for path in written:
         print(f"wrote {path}")
     print(f"built {len(outputs)} spec(s) into {out}: {len(written)} file(s) changed")

@@ -6,13 +6,8 @@ import difflib
 import multiprocessing
 import os
 import secrets
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
-from multiprocessing.pool import Pool
 from pathlib import Path
-from typing import TypeVar
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
@@ -31,33 +26,21 @@ class Output:
     files: dict[str, bytes]
 
 
-T = TypeVar("T")
-R = TypeVar("R")
-
 PARALLEL_FROM = 8  # specs; below this a worker pool costs more than it saves
 
 
-@contextmanager
-def workers(count: int) -> Iterator[Pool | None]:
-    """Worker processes forked after imports (one per core) for `count` specs; None when serial.
+def _render_many(paths: list[Path]) -> list[Output | list[Diagnostic]]:
+    """Render in worker processes forked after imports (one per core), results in input order.
 
-    One pool serves both rendering and writing, so the fork is paid once.
+    Writing stays in this process: measured, writing from the workers as well gained nothing
+    (sending the rendered bytes back to them costs what the parallel writes save).
     """
-    size = min(os.cpu_count() or 1, count)
-    if size < 2 or count < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
-        yield None
-        return
+    workers = min(os.cpu_count() or 1, len(paths))
+    if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
+        return [render_one(p) for p in paths]
     load_templates()  # once here rather than once per worker
-    with multiprocessing.get_context("fork").Pool(size) as pool:
-        yield pool
-
-
-def _map(pool: Pool | None, function: Callable[[T], R], items: list[T]) -> list[R]:
-    """`function` over `items` in order, in the pool's workers when there is one."""
-    if pool is None:
-        return [function(item) for item in items]
-    chunk = max(1, len(items) // (4 * (os.cpu_count() or 1)))  # a few chunks per worker: even finish
-    return pool.map(function, items, chunksize=chunk)
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.map(render_one, paths, chunksize=max(1, len(paths) // (4 * workers)))
 
 
 def render_one(path: Path) -> Output | list[Diagnostic]:
@@ -70,11 +53,11 @@ def render_one(path: Path) -> Output | list[Diagnostic]:
         return exc.diagnostics
 
 
-def render_all(paths: list[Path], pool: Pool | None = None) -> list[Output]:
+def render_all(paths: list[Path]) -> list[Output]:
     """Load, resolve and render every spec; raise SpecError with every problem in every file."""
     outputs: list[Output] = []
     problems: list[Diagnostic] = []
-    for result in _map(pool, render_one, paths):
+    for result in _render_many(paths):
         if isinstance(result, Output):
             outputs.append(result)
         else:
@@ -90,29 +73,25 @@ def render_all(paths: list[Path], pool: Pool | None = None) -> list[Output]:
     return outputs
 
 
-def write(outputs: list[Output], root: Path, pool: Pool | None = None) -> list[Path]:
+def write(outputs: list[Output], root: Path) -> list[Path]:
     """Write every changed file through a temporary file and a rename; remove files no longer generated.
 
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
-    any spec writes nothing. Folders are distinct (render_all refuses shared names), so the
-    workers never touch the same file.
+    any spec writes nothing.
     """
-    return [path for written in _map(pool, partial(_write_folder, root), outputs) for path in written]
-
-
-def _write_folder(root: Path, out: Output) -> list[Path]:
     written = []
-    folder = root / out.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, content in out.files.items():
-        target = folder / name
-        if target.is_file() and target.read_bytes() == content:
-            continue
-        _atomic_write(target, content)
-        written.append(target)
-    for stale in _stale(folder, out.files):
-        stale.unlink()
-        written.append(stale)
+    for out in outputs:
+        folder = root / out.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, content in out.files.items():
+            target = folder / name
+            if target.is_file() and target.read_bytes() == content:
+                continue
+            _atomic_write(target, content)
+            written.append(target)
+        for stale in _stale(folder, out.files):
+            stale.unlink()
+            written.append(stale)
     return written
 
 
