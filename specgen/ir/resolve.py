@@ -30,8 +30,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += _check_outputs(loaded)
     if problems:
         raise SpecError(problems)
-    members = Membership([p for x in layers for p, d in x.paths() if d.kind != "update"],
-                         [p for x in layers for p, d in x.paths() if d.kind == "update"])
+    members = Membership([p for x in layers for p, d in x.variables if d.kind != "update"],
+                         [p for x in layers for p, d in x.variables if d.kind == "update"])
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
@@ -65,9 +65,7 @@ class _Inferred:
     sources: list[str]
     shapes: list[Shape]
     result: ops.OpResult
-
-    def paths(self) -> list[tuple[str, ops.VarDecl]]:
-        return [(f"{self.layer.name}/{d.role}", d) for d in self.result.variables]
+    variables: list[tuple[str, ops.VarDecl]]  # (spec path, declaration) of each variable the layer owns
 
 
 def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int],
@@ -89,7 +87,8 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
                                               f"layer '{layer.name}' ({layer.op}): {exc}"))
             continue
         known[layer.name] = (result.shape, result.dtype)
-        inferred.append(_Inferred(layer, i, sources, shapes, result))
+        paths = [(f"{layer.name}/{d.role}", d) for d in result.variables]
+        inferred.append(_Inferred(layer, i, sources, shapes, result, paths))
     return inferred
 
 
@@ -99,7 +98,7 @@ def _node(x: _Inferred, index: dict[str, set[str]]) -> Node:
     return Node(
         name=layer.name, op=layer.op, inputs=tuple(x.sources), input_shapes=tuple(x.shapes), shape=result.shape,
         dtype=result.dtype, params=result.params,
-        variables={d.role: _variable(layer.op, path, d, index.get(path, ())) for path, d in x.paths()},
+        variables={d.role: _variable(layer.op, path, d, index.get(path, ())) for path, d in x.variables},
         activation=None if act == "linear" else act, py_name=py_name(layer.name),
         onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index,
     )
@@ -152,7 +151,7 @@ def _check_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[Diagnostic
     # (attributes on self), so a variable and a layer local may share a mangled name.
     entries = [(("inputs", n), n, n, "") for n in loaded.spec.inputs]
     entries += [(("layers", x.index, "name"), x.layer.name, x.layer.name, "") for x in layers]
-    entries += [(("layers", x.index, "name"), path, path, "#var") for x in layers for path, _ in x.paths()]
+    entries += [(("layers", x.index, "name"), path, path, "#var") for x in layers for path, _ in x.variables]
     entries += [(("outputs", n), n, f"output {n}", "") for n in loaded.spec.outputs]
     for loc, name, owner, suffix in entries:
         for namer, generated in ((python, py_name(name) + suffix), (onnx, onnx_name(name))):
