@@ -22,6 +22,7 @@ is the fastest a build can be on this machine; the ratio it prints is the best r
     python bench/build_speed.py                 # 100 specs x 50 layers, 5 repetitions
     python bench/build_speed.py --profile       # where the time goes
     python bench/build_speed.py --lower-bound   # the best ratio this machine allows
+    python bench/build_speed.py --phases        # ms per spec of each phase, in process
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import os
@@ -357,6 +359,43 @@ def report(floors: list[float], builds: list[float], count: int, n_layers: int, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Phases
+# ---------------------------------------------------------------------------------------------
+
+
+def phases(specs: Path, repetitions: int) -> None:
+    """Milliseconds per spec of each build phase, in this process on one core (medians)."""
+    for module in ("pydantic", "jinja2", "onnx"):
+        __import__(module)
+    from specgen.ir.resolve import build_ir
+    from specgen.render import files
+    from specgen.spec.load import load_spec
+
+    files.load_templates()
+    paths = sorted(specs.glob("*.yaml"))
+    loaded = [load_spec(p) for p in paths]
+    irs = [build_ir(spec) for spec in loaded]
+    texts = [files.render_onnx_text(ir) for ir in irs]
+    gc.freeze()  # as `specgen` does at start-up: collections then skip the objects set up here
+    steps: dict[str, Callable[[], object]] = {
+        "load (YAML + pydantic)": lambda: [load_spec(p) for p in paths],
+        "resolve (IR)": lambda: [build_ir(spec) for spec in loaded],
+        "model.py (render + compile)": lambda: [files.render_model_py(ir) for ir in irs],
+        "train.py (render + compile)": lambda: [files.render_train_py(ir, s.spec) for ir, s in zip(irs, loaded, strict=True)],
+        "collections.yaml (render)": lambda: [files.render_collections(ir) for ir in irs],
+        "ONNX text (render)": lambda: [files.render_onnx_text(ir) for ir in irs],
+        "ONNX parse + check": lambda: [files.onnx_model(t, ir) for t, ir in zip(texts, irs, strict=True)],
+    }
+    print(f"build phases over {len(paths)} specs, ms per spec on one core (median of {repetitions}):")
+    total = 0.0
+    for label, step in steps.items():
+        ms = _median_seconds(step, repetitions) / len(paths) * 1000
+        total += ms
+        print(f"  {label:<32}{ms:>8.2f}")
+    print(f"  {'total':<32}{total:>8.2f}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Lower bound
 # ---------------------------------------------------------------------------------------------
 
@@ -456,6 +495,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     top.add_argument("--repetitions", "-r", type=int, default=5, help="timed runs of each command (default 5)")
     top.add_argument("--seed", type=int, default=0, help="seed of the generated specs (default 0)")
     top.add_argument("--profile", action="store_true", help="profile one in-process build instead of timing")
+    top.add_argument("--phases", action="store_true", help="time each build phase in this process instead")
     top.add_argument("--lower-bound", action="store_true",
                      help="time only the work every conforming build must do, and the best ratio it allows")
     top.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
@@ -484,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         write_specs(specs, args.specs, args.layers, args.seed)
         if args.profile:
             profile(specs, work, args.top, args.sort)
+            return 0
+        if args.phases:
+            phases(specs, args.repetitions)
             return 0
         if args.lower_bound:
             lower_bound(specs, work, args)
