@@ -207,7 +207,7 @@ CASES = [
      ["34:31: error: unknown schedule 'piecewize_constant'; did you mean 'piecewise_constant'? (expected "
       "'constant', 'cosine_decay', 'exponential_decay' or 'piecewise_constant')"]),
     ("invalid_restore_regex", mutate('"^old/(.*)$"', '"^old/(.*$"'),
-     ["45:21: error: invalid regular expression at character 5: missing ), unterminated subpattern"]),
+     ["45:21: error: pattern '^old/(.*$' is not valid RE2 syntax, which restore patterns use: missing ): ^old/(.*$"]),
     ("data_feature_not_an_input", mutate("ids: ids_train}", "ids: ids_train, xx: x_extra}"),
      ["39:77: error: feature 'xx' is not a spec input; did you mean 'x'?"]),
     ("export_ema_without_train_ema", mutate("  ema: {decay: 0.99}\n", ""),

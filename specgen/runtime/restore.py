@@ -14,7 +14,6 @@ a `missing` or `conflict` row stays, since the spec itself is wrong.
 from __future__ import annotations
 
 import fnmatch
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
 from specgen.runtime.checkpoint import resolve_prefix
+from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
 
@@ -120,11 +120,12 @@ def _rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefi
             if name == entry.from_:
                 return entry.to
         elif isinstance(entry, RenamePattern):
-            if match := re.fullmatch(entry.pattern, name):
-                try:
-                    return match.expand(entry.to)
-                except re.error as exc:
-                    raise ValueError(f"map entry {{pattern: {entry.pattern}, to: {entry.to}}}: {exc}") from None
+            try:  # RE2: linear in the key whatever the pattern (spec/regex.py)
+                target = regex.rename(entry.pattern, entry.to, name)
+            except ValueError as exc:  # only for entries built without validation (model_construct)
+                raise ValueError(f"map entry {{pattern: {entry.pattern}, to: {entry.to}}}: {exc}") from None
+            if target is not None:
+                return target
         elif entry.strip_prefix is None or name.startswith(entry.strip_prefix):
             return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
     return name

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from specgen.spec.base import MAX_INT, FilePath, Identifier, Pattern, PositiveInt, SpecModel
+from specgen.spec.regex import check_pattern, parse_template
 from specgen.spec.unions import by_key, by_shape, scalar_or_list
 
 DType = Literal["float32", "int32", "int64"]
@@ -59,31 +59,18 @@ class Data(SpecModel):
     eval: DataSource | None = None
 
 
-def _check_regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression at character {exc.pos}: {exc.msg}") from None
-    return value
-
-
 class RenameKey(SpecModel):
     from_: Pattern = Field(alias="from")
     to: Pattern
 
 
 class RenamePattern(SpecModel):
-    pattern: Pattern
+    pattern: Annotated[Pattern, AfterValidator(check_pattern)]  # RE2 syntax (spec/regex.py)
     to: Pattern
 
-    _valid = field_validator("pattern")(_check_regex)
-
     @model_validator(mode="after")
-    def _groups_exist(self) -> RenamePattern:
-        groups = re.compile(self.pattern).groups
-        used = [int(g) for g in re.findall(r"\\(\d+)", self.to)]
-        if used and max(used) > groups:
-            raise ValueError(f"'to' refers to group \\{max(used)} but the pattern has {groups} group(s)")
+    def _template(self) -> RenamePattern:
+        parse_template(self.pattern, self.to)  # group references exist, escapes mean what Python reads
         return self
 
 
