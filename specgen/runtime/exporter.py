@@ -4,13 +4,14 @@ The `model` collection's values are read from the checkpoint (the EMA shadows of
 trainable weights when `export.onnx.weights: ema`; batch-norm statistics and
 frozen weights are always the raw ones), put into the built graph, and the result
 is compared with the generated TensorFlow module on the same inputs. Nothing is
-written unless the max abs diff is within 1e-4.
+written unless every weight read and every output of both sides is finite and
+the max abs diff is within 1e-4: a NaN weight can give finite outputs on the
+sample (relu hides it), and a NaN difference passes a plain `diff > limit` test.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
+from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
@@ -27,6 +29,7 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
 from specgen.runtime.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
+from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.predictor import Predictor
 from specgen.spec.load import LoadedSpec
 
@@ -39,23 +42,27 @@ def checkpoint_keys(ir: ModelIR, weights: str) -> dict[str, str]:
             for v in ir.model_variables}
 
 
-def _sample_inputs(loaded: LoadedSpec, ir: ModelIR) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    """The eval set (all of it, for accuracy) when the spec has one; else random inputs."""
+def _sample_inputs(loaded: LoadedSpec, ir: ModelIR) -> tuple[dict[str, np.ndarray], np.ndarray | None, str]:
+    """The eval set (all of it, for accuracy) when the spec has one, else random inputs; and which it is.
+
+    data.read_stage has checked the eval set: at least one example, finite values, labels in range.
+    """
     source = data.read_stage(loaded, ir, "eval") if loaded.spec.data else None
     if source is None:
-        rng = np.random.default_rng(0)
-        from specgen.runtime.parity import random_inputs
-
-        return random_inputs(ir, 16, rng), None
-    features, labels = next(iter(source.dataset.batch(max(source.examples, 1))))
+        return random_inputs(ir, 16, np.random.default_rng(0)), None, "random sample inputs"
+    features, labels = next(iter(source.dataset.batch(source.examples)))
     label = loaded.spec.loss.labels if loaded.spec.loss else None
-    return {k: v.numpy() for k, v in features.items()}, (labels[label].numpy() if label in labels else None)
+    return ({k: v.numpy() for k, v in features.items()}, (labels[label].numpy() if label in labels else None),
+            "eval set")
 
 
-def _accuracy(logits: np.ndarray, labels: np.ndarray | None, loss_kind: str | None) -> float | None:
+def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, loss_kind: str | None) -> float | None:
     if labels is None or loss_kind != "sparse_softmax_cross_entropy":
         return None
-    return float(np.mean(np.argmax(logits, axis=-1) == labels.reshape(-1)))
+    try:
+        return accuracy(logits, labels)  # already checked (labels by data.py, logits for finiteness): belt and braces
+    except ValueError as exc:
+        raise SpecError([Diagnostic(str(out), None, f"eval accuracy: {exc}; nothing was written")]) from None
 
 
 def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
@@ -70,12 +77,22 @@ def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _write(target: Path, content: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
-    os.replace(temp, target)
+def _refuse_non_finite_weights(prefix: Path, keys: dict[str, str], values: dict[str, np.ndarray]) -> None:
+    """Every weight finite: a NaN kernel behind a relu can still give finite outputs on the sample."""
+    problem = first_non_finite({keys[path]: value for path, value in values.items()})
+    if problem is not None:
+        raise SpecError([Diagnostic(str(prefix), None, f"checkpoint variable {problem}; training diverged or the "
+                                    "checkpoint is damaged. Nothing was written; export an earlier checkpoint "
+                                    "or retrain (check the data and the learning rate)")])
+
+
+def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[str, np.ndarray]]) -> None:
+    for side, values in outputs.items():
+        problem = first_non_finite(values)
+        if problem is not None:
+            raise SpecError([Diagnostic(str(out), None, f"{side} output {problem} on the {sample}; nothing was "
+                                        "written (the weights are finite: look for very large weights or a "
+                                        "negative batch-norm moving_variance)")])
 
 
 def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False) -> dict[str, Any]:
@@ -86,28 +103,30 @@ def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False
     prefix = checkpoint_prefix(checkpoint)
     arrays = read_arrays(prefix, {keys[p]: shapes[p] for p in keys})
     values = {p: arrays[keys[p]] for p in keys}
+    _refuse_non_finite_weights(prefix, keys, values)
     files = render_files(ir, spec)
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)
-    inputs, labels = _sample_inputs(loaded, ir)
+    inputs, labels, sample = _sample_inputs(loaded, ir)
     expected = _tf_outputs(ir, files["model.py"], values, inputs)
     predictor = Predictor(model_bytes, provider="cpu")
     actual = predictor(inputs)
-    diff = max(float(np.max(np.abs(expected[k].astype(np.float64) - actual[k]))) for k in expected)
+    _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
+    diff = max_abs_diff(expected, actual)
     loss = spec.loss
     logits = getattr(loss, "logits", None) if loss else None
     report = {
         "spec": spec.name, "checkpoint": str(prefix), "weights": weights, "opset": ir.opset,
         "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
         "compared_examples": int(next(iter(inputs.values())).shape[0]),
-        "tensorflow_accuracy": _accuracy(expected[logits], labels, loss.kind) if logits else None,
-        "onnxruntime_accuracy": _accuracy(actual[logits], labels, loss.kind) if logits else None,
+        "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.kind) if logits else None,
+        "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if logits else None,
     }
-    if diff > PARITY_LIMIT:
+    if not within(diff, PARITY_LIMIT):
         raise SpecError([Diagnostic(str(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (limit "
                                     f"{PARITY_LIMIT}); nothing was written. Please report this with the spec.")])
-    _write(out / "model.onnx", model_bytes)
-    _write(out / "export.json", (json.dumps(report, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(out / "model.onnx", model_bytes)
+    write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     if triton:
         from specgen.runtime.triton import write_repository
 

@@ -1,7 +1,14 @@
-"""Compare the generated TensorFlow module with onnxruntime on the generated ONNX graph."""
+"""Compare the generated TensorFlow module with onnxruntime on the generated ONNX graph.
+
+Also the numeric gates every command shares (`within`, `max_abs_diff`, `first_non_finite`,
+`accuracy`): each is False or an error on NaN and infinities. A plain `diff > limit` test
+passes NaN (every comparison with NaN is False), and Python's `max` drops a NaN that is not
+its first argument, so a gate built from them lets a broken model through.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -64,5 +71,52 @@ def run_onnx(model_bytes: bytes, ir: ModelIR, values: dict[str, np.ndarray],
     return dict(zip(names, session.run(names, feeds), strict=True))
 
 
+def within(value: float, limit: float) -> bool:
+    """True only for a finite `value` <= `limit`: the one way a numeric gate compares against its limit."""
+    return math.isfinite(value) and value <= limit
+
+
 def max_abs_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
-    return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
+    """Largest |a - b| over every output; NaN or inf when any element of either side is not finite."""
+    diffs = [np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)), initial=0.0) for k in a]
+    return float(np.max(diffs, initial=0.0))  # np.max keeps NaN wherever it is; Python's max does not
+
+
+def first_non_finite(values: dict[str, np.ndarray]) -> str | None:
+    """'name' is NaN at [3, 1] (and 4 more): the first array of `values` holding NaN or inf, or None."""
+    for name, value in values.items():
+        bad = ~np.isfinite(value)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            element = value[index]
+            what = "NaN" if np.isnan(element) else ("infinite" if element > 0 else "-infinite")
+            more = f" (and {int(bad.sum()) - 1} more non-finite values)" if bad.sum() > 1 else ""
+            return f"'{name}' is {what} at {list(index)}{more}"
+    return None
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray, name: str = "output") -> float:
+    """Share of rows whose arg-max is the label; ValueError where that figure would mean nothing.
+
+    np.argmax picks the first NaN, and `==` broadcasts or compares floats silently, so logits
+    and labels are checked first: one integer label in [0, classes) per row, finite logits.
+    """
+    labels = np.asarray(labels)
+    flat = labels.reshape(-1)
+    rows, classes = logits.shape[0], logits.shape[-1]
+    if flat.size != rows:
+        raise ValueError(f"{flat.size} labels (shape {list(labels.shape)}) for {rows} examples; one label per "
+                         "example is expected")
+    problem = first_non_finite({name: logits})
+    if problem is not None:
+        raise ValueError(f"{problem}; no accuracy on non-finite outputs")
+    if flat.dtype.kind not in "iuf":
+        raise ValueError(f"labels have dtype {flat.dtype}; integer class labels are expected")
+    bad = (flat < 0) | (flat >= classes)
+    if flat.dtype.kind == "f":
+        bad |= ~np.isfinite(flat) | (flat != np.round(flat))
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"label {flat[row].item()} at row {row} is not a class of an output with {classes} classes "
+                         f"(integers in [0, {classes}) are expected)")
+    return float(np.mean(np.argmax(logits, axis=-1) == flat))
