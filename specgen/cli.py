@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,10 +67,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.check:
         reports = check(outputs, out)
         if config.schema is not None and not args.paths:
-            if not config.schema.is_file() or config.schema.read_text() != schema_text():
-                reports.append(f"drifted: {config.schema} (run `specgen schema`)")
+            reports += _schema_drift(config.schema, schema_text())
         for report in reports:
             print(report.rstrip("\n"))
+        unsafe = sum(r.startswith("unsafe: ") for r in reports)
+        if unsafe:
+            print(f"specgen build --check: {unsafe} unsafe path(s) in the output folder; specgen neither reads "
+                  "nor replaces them: remove them, then run `specgen build`", file=sys.stderr)
+            return 1
         if reports:
             print(f"specgen build --check: {len(reports)} file(s) out of date; run `specgen build`", file=sys.stderr)
             return 1
@@ -82,19 +87,32 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema_drift(target: Path, text: str) -> list[str]:
+    """[] if `target` holds `text`; else one report line. Never reads through a link or a device."""
+    from specgen.atomic import UnsafePathError, read_regular
+
+    try:
+        on_disk = read_regular(target)
+    except UnsafePathError as exc:
+        return [f"unsafe: {exc}"]
+    return [] if on_disk == text.encode() else [f"drifted: {target} (run `specgen schema`)"]
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
+    from specgen.atomic import write_atomic
     from specgen.schema import schema_text
 
     target = args.output or load_config().schema or Path("schemas/specgen.schema.json")
     text = schema_text()
     if args.check:
-        if not target.is_file() or target.read_text() != text:
-            print(f"drifted: {target} (run `specgen schema`)")
+        drift = _schema_drift(target, text)
+        for line in drift:
+            print(line)
+        if drift:
             return 1
         print(f"ok: {target} is up to date")
         return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    write_atomic(target, text)
     print(f"wrote {target}")
     return 0
 
@@ -156,7 +174,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specgen.serve import run_server
 
     return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
-                      batching=not args.no_batching, threads=args.threads, log_level=args.log_level)
+                      batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
+                      header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                      max_connections=args.max_connections)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -219,15 +239,46 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
     serve.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                       help="seconds a request's headers may take to arrive (408 after)")
+    serve.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                       help="seconds a request's body may take to arrive (408 after)")
+    serve.add_argument("--max-connections", type=int, default=1000, metavar="N",
+                       help="open connections at most (lowered to what ulimit -n allows)")
     serve.set_defaults(run=cmd_serve)
     return top
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (`specgen report | head`): exit quietly, the Python-docs way.
+
+    Later writes (and the flush at exit) go to /dev/null instead of raising again; 141 is what
+    a shell reports for a program stopped by SIGPIPE, so `set -o pipefail` scripts see it.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (tests capture it)
+        pass
+    return 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handlers, not at exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except OSError as exc:
+        # A user's environment (read-only or full disk, a link where a file goes, a missing
+        # folder) is never a traceback: one line naming the file and what to do.
+        from specgen.atomic import describe
+
+        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
+        return 1
     except RenderError as exc:
         print(f"specgen: internal error, nothing was written: {exc}\nPlease report it with the spec that "
               "caused it.", file=sys.stderr)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import multiprocessing
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgen.atomic import UnsafePathError, checked_folder, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
 from specgen.render.files import load_templates, render_files
@@ -73,65 +73,92 @@ def render_all(paths: list[Path]) -> list[Output]:
     return outputs
 
 
+@dataclass(frozen=True)
+class _OnDisk:
+    """One spec's output folder as found: each generated file's bytes (None: missing), and stale files."""
+
+    shown: Path  # <root>/<name> as the user spelled the root, for messages
+    current: dict[str, bytes | None]
+    stale: list[str]
+
+
+def _survey(out: Output, root: Path) -> _OnDisk:
+    """Read one spec's output folder without following any link below `root`.
+
+    The folder must be a real folder; a link, device or pipe anywhere in it, or a folder where
+    a generated file goes, raises UnsafePathError naming it. Other real subfolders (a
+    __pycache__) are not ours and are left alone.
+    """
+    shown = root / out.folder
+    real = checked_folder(root, shown, create=False)
+    current: dict[str, bytes | None] = dict.fromkeys(out.files)
+    stale: list[str] = []
+    if kind(real, shown) is None:
+        return _OnDisk(shown, current, stale)
+    with os.scandir(real) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name not in out.files and entry.is_dir(follow_symlinks=False):
+                continue
+            if kind(Path(entry.path), shown / entry.name) == "folder":
+                raise UnsafePathError(shown / entry.name, "is a folder where specgen writes a generated file",
+                                      "remove it and run again")
+            if entry.name in out.files:
+                current[entry.name] = read_regular(Path(entry.path), shown / entry.name)
+            else:
+                stale.append(entry.name)
+    return _OnDisk(shown, current, stale)
+
+
 def write(outputs: list[Output], root: Path) -> list[Path]:
     """Write every changed file through a temporary file and a rename; remove files no longer generated.
 
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
-    any spec writes nothing.
+    any spec writes nothing; likewise every output folder is surveyed (no links, nothing but
+    regular files where files go) before the first write, so an unsafe path writes nothing.
+    The root is resolved once; everything below it is written on the resolved path.
     """
+    found = [_survey(out, root) for out in outputs]
+    real_root = Path(os.path.realpath(root))
     written = []
-    for out in outputs:
-        folder = root / out.folder
-        folder.mkdir(parents=True, exist_ok=True)
+    for out, disk in zip(outputs, found, strict=True):
+        with writing(disk.shown):
+            folder = checked_folder(real_root, real_root / out.folder, create=True)
         for name, content in out.files.items():
-            target = folder / name
-            if target.is_file() and target.read_bytes() == content:
+            if disk.current[name] == content:
                 continue
-            _atomic_write(target, content)
-            written.append(target)
-        for stale in _stale(folder, out.files):
-            stale.unlink()
-            written.append(stale)
+            with writing(disk.shown / name):
+                # No fsync: generated files are rebuilt from the specs; the rename alone keeps them whole.
+                write_atomic(folder / name, content, fsync=False)
+            written.append(disk.shown / name)
+        for name in disk.stale:
+            with writing(disk.shown / name):
+                os.unlink(folder / name)  # a regular file (surveyed); unlink never follows a link anyway
+            written.append(disk.shown / name)
     return written
 
 
-def _atomic_write(target: Path, content: bytes) -> None:
-    # Not mkstemp: it creates 0600 files, and generated files are ordinary files (0666 less the umask).
-    temp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
-def _stale(folder: Path, files: dict[str, bytes]) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name not in files)
-
-
 def check(outputs: list[Output], root: Path) -> list[str]:
-    """A unified diff (or a one-line note) for every drifted, missing or stale file."""
+    """A unified diff (or a one-line note) for every drifted, missing, stale or unsafe file."""
     reports = []
     for out in outputs:
-        folder = root / out.folder
+        try:
+            disk = _survey(out, root)
+        except UnsafePathError as exc:
+            reports.append(f"unsafe: {exc}")
+            continue
         for name, content in out.files.items():
-            target = folder / name
-            if not target.is_file():
+            target, old = disk.shown / name, disk.current[name]
+            if old is None:
                 reports.append(f"missing: {target} (run `specgen build`)")
-            elif target.read_bytes() != content:
-                reports.append(_diff(target, content))
-        reports += [f"stale: {p} is no longer generated" for p in _stale(folder, out.files)]
+            elif old != content:
+                reports.append(_diff(target, old, content))
+        reports += [f"stale: {disk.shown / name} is no longer generated" for name in disk.stale]
     return reports
 
 
-def _diff(target: Path, content: bytes) -> str:
+def _diff(target: Path, old_bytes: bytes, content: bytes) -> str:
     if target.suffix in BINARY_SUFFIXES:
         return f"drifted: {target} (binary; its text form shows the change)"
-    old = target.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    old = old_bytes.decode("utf-8", errors="replace").splitlines(keepends=True)
     new = content.decode().splitlines(keepends=True)
     return "".join(difflib.unified_diff(old, new, f"{target} (on disk)", f"{target} (from the spec)"))

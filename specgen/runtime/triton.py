@@ -9,13 +9,12 @@ full dims and no dynamic batching, since Triton cannot batch requests into it.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from specgen.atomic import checked_folder, refuse_links, write_atomic
 from specgen.ir.model import ModelIR, Shape
 
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64"}
@@ -111,20 +110,6 @@ def _describe(tensors: dict[str, int]) -> str:
     return "[" + ", ".join(f"{name}: {onnx.TensorProto.DataType.Name(t)}" for name, t in tensors.items()) + "]"
 
 
-def _atomic_write(target: Path, content: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int = 1, **config: Any) -> Path:
     """Write `root/<name>/<version>/model.onnx`, then `root/<name>/config.pbtxt`; return `root/<name>`.
 
@@ -139,6 +124,9 @@ def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int =
     text = config_text(ir, **config)  # checks the arguments before anything is written
     check_model_matches(ir, model_bytes)
     folder = Path(root) / ir.name
-    _atomic_write(folder / str(version) / "model.onnx", model_bytes)
-    _atomic_write(folder / "config.pbtxt", text.encode())
+    model, config_file = folder / str(version) / "model.onnx", folder / "config.pbtxt"
+    for target in (model, config_file):  # both checked before the first write: no link below root
+        refuse_links(checked_folder(root, target.parent, create=False) / target.name, target)
+    write_atomic(model, model_bytes, root=root)
+    write_atomic(config_file, text.encode(), root=root)
     return folder
