@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.runtime.data import DataError, npz_array, open_npz
+from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
 
 
@@ -21,7 +23,38 @@ def _feeds(npz: np.lib.npyio.NpzFile, names: list[str], mapping: list[str], path
     if missing:
         raise SpecError([Diagnostic(str(path), None, f"no array {missing} in the .npz (arrays: {', '.join(npz.files)}); "
                                     "use --feed INPUT=ARRAY to pick one")])
-    return {name: npz[array] for name, array in chosen.items()}
+    return {name: _array(npz, array, path) for name, array in chosen.items()}
+
+
+def _array(npz: np.lib.npyio.NpzFile, name: str, path: Path) -> np.ndarray:
+    """One array of the input .npz; an object array or a damaged member is an error line, not a traceback."""
+    try:
+        return npz_array(npz, name)
+    except DataError as exc:
+        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+
+
+def _read_input(path: Path, names: list[str], feed: list[str],
+                labels: str | None) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Feeds and labels from the --input .npz, which is read without pickles and checked like a data source."""
+    try:
+        npz = open_npz(path)
+    except DataError as exc:
+        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+    with npz:
+        feeds = _feeds(npz, names, feed, path)
+        if labels is not None and labels not in npz.files:
+            raise SpecError([Diagnostic(str(path), None, f"--labels: no array '{labels}' in the .npz (arrays: "
+                                        f"{', '.join(npz.files)})")])
+        return feeds, (_array(npz, labels, path) if labels is not None else None)
+
+
+def _accuracy(output: str, logits: np.ndarray, labels: str, values: np.ndarray, path: Path) -> float:
+    """The accuracy, or an error line when it would mean nothing (NaN outputs, bad or too few labels)."""
+    try:
+        return accuracy(logits, values, output)
+    except ValueError as exc:
+        raise SpecError([Diagnostic(str(path), None, f"accuracy of '{output}' against '{labels}': {exc}")]) from None
 
 
 def infer(model: Path, input_path: Path, output: Path | None, provider: str, feed: list[str],
@@ -32,9 +65,7 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
         raise SpecError([Diagnostic(str(model), None, str(exc))]) from None
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
         raise SpecError([Diagnostic(str(model), None, f"cannot load the model: {exc}")]) from None
-    with np.load(input_path, allow_pickle=False) as npz:
-        feeds = _feeds(npz, list(predictor.inputs), feed, input_path)
-        label_values = npz[labels] if labels else None
+    feeds, label_values = _read_input(input_path, list(predictor.inputs), feed, labels)
     try:
         outputs = predictor(feeds)
     except InputError as exc:
@@ -43,10 +74,10 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
     print(f"provider: {predictor.provider}{note}")
     for name, value in outputs.items():
         print(f"output {name}: shape {list(value.shape)}, dtype {value.dtype}")
-    if label_values is not None:
-        first = outputs[predictor.outputs[0]]
-        accuracy = float(np.mean(np.argmax(first, axis=-1) == label_values.reshape(-1)))
-        print(f"accuracy of '{predictor.outputs[0]}' against '{labels}': {accuracy:.4f} on {len(label_values)} examples")
+    if labels is not None and label_values is not None:
+        first = predictor.outputs[0]
+        share = _accuracy(first, outputs[first], labels, label_values, input_path)
+        print(f"accuracy of '{first}' against '{labels}': {share:.4f} on {label_values.size} examples")
     if output is not None:
         np.savez(output, **outputs)
         print(f"wrote {output}")
