@@ -100,7 +100,7 @@ layers:
 """
     with pytest.raises(SpecError) as info:
         build_ir(load_spec_text(text, "clash.yaml"))
-    assert str(info.value) == ("clash.yaml:7:12: error: 'a_b' and 'a/b' both become 'a_b' in the generated "
+    assert str(info.value) == ("clash.yaml:7:12: error: layer 'a_b' and layer 'a/b' both become 'a_b' in the generated "
                                "Python code; rename one of them")
 
 

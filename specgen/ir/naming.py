@@ -1,16 +1,34 @@
 """Names for generated code: Python identifiers and ONNX tensor names from spec names.
 
-Spec names are validated identifiers joined by '/', so mangling only replaces
-'/'; two spec names that mangle to the same name are an error, never a silent
-rename.
+Spec names are validated identifiers joined by '/', so mangling only replaces '/' (and
+adds '_' to a Python local that would shadow a keyword or a name the templates use).
+Every generated name is claimed in the namespace it lives in; two spec names that would
+share one, or a name that would rebind something the generated code needs, are errors at
+validate time, never a silent rename and never a generated file that fails to compile.
 """
 
 from __future__ import annotations
 
 import keyword
 
-# Locals and imports the generated Python uses; a layer named like one gets a '_' suffix.
+# Parameters of the generated __init__/__call__ and the module names their bodies read
+# (templates/tf/model.py.j2 and ops/*.py.j2): a layer or input local named like one would
+# shadow it, so it gets a '_' suffix. tests/test_spec_semantics.py checks the templates use no other.
 RESERVED_PY = {"tf", "self", "inputs", "training", "init", "layers", "seed", "annotations"}
+# Module-level names of the generated model.py and train.py (imports and constants): the
+# generated class must not rebind one of them.
+MODULE_NAMES = {
+    "model.py": ("annotations", "Mapping", "tf", "init", "layers", "INPUTS", "OUTPUTS"),
+    "train.py": ("annotations", "Mapping", "tf", "losses", "metrics", "optimizers", "schedules",
+                 "ACCUMULATE", "BATCH_SIZE", "SEED", "EMA_EVAL", "LABEL", "OUTPUT"),
+}
+# What tf.Module defines and the generated model adds: variable attributes must not replace one.
+MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
+                     "submodules", "with_name_scope", "variables_by_path"}
+# First parts of the variable paths that training state uses (ir/collections.py, training_state):
+# a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
+# read 'ema/...' keys as shadows.
+STATE_ROOTS = ("ema", "optimizers", "accumulators", "metrics", "global_step")
 
 
 def py_name(name: str) -> str:
@@ -28,17 +46,38 @@ def class_name(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Model"
 
 
-class Namer:
-    """Claims generated names and reports the spec names that would share one."""
+def class_name_problem(name: str) -> str | None:
+    """Why the classes generated for spec `name` cannot be named from it, or None."""
+    cls = class_name(name)
+    if keyword.iskeyword(cls):
+        return f"spec name '{name}' becomes the class name '{cls}', a Python keyword; choose another name"
+    for module, names in MODULE_NAMES.items():
+        taken = next((n for n in (cls, f"{cls}Training") if n in names), None)
+        if taken:
+            return (f"spec name '{name}' becomes the class name '{taken}', which would replace the generated "
+                    f"{module}'s own '{taken}'; choose another name")
+    return None
 
-    def __init__(self, kind: str):
+
+def layer_name_problem(name: str) -> str | None:
+    """Why a layer may not have this name, though it is a valid identifier path, or None."""
+    root = name.split("/", 1)[0]
+    if root in STATE_ROOTS:
+        return (f"layer name '{name}' starts with '{root}', which specgen keeps for training-state variable "
+                f"paths ({', '.join(r + '/...' for r in STATE_ROOTS[:-1])}, global_step); rename the layer")
+    return None
+
+
+class Namer:
+    """Claims generated names in one namespace and reports the spec names that would share one."""
+
+    def __init__(self, kind: str, reserved: dict[str, str] | None = None):
         self.kind = kind
-        self.owners: dict[str, str] = {}
+        self.owners: dict[str, str] = dict(reserved or {})  # generated name -> who holds it, as shown
 
     def claim(self, generated: str, owner: str) -> str | None:
-        """The clash message if `generated` is already taken by another spec name."""
+        """The clash message if `generated` is already held by another owner ("layer 'a/b'")."""
         previous = self.owners.setdefault(generated, owner)
         if previous == owner:
             return None
-        return (f"'{owner}' and '{previous}' both become '{generated}' in the generated {self.kind}; "
-                "rename one of them")
+        return f"{owner} and {previous} both become '{generated}' in the {self.kind}; rename one of them"

@@ -14,7 +14,15 @@ from specgen.ir import ops
 from specgen.ir.collections import Membership, resolve_collections, training_state
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
-from specgen.ir.naming import Namer, class_name, onnx_name, py_name
+from specgen.ir.naming import (
+    MODULE_ATTRIBUTES,
+    Namer,
+    class_name,
+    class_name_problem,
+    layer_name_problem,
+    onnx_name,
+    py_name,
+)
 from specgen.spec.load import LoadedSpec
 
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
@@ -145,19 +153,31 @@ def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
 
 
 def _check_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[Diagnostic]:
-    """Spec names that would collide once mangled for Python or ONNX."""
-    python, onnx, problems = Namer("Python code"), Namer("ONNX graph"), []
-    # (where, spec name, owner shown in messages, suffix): variables get their own Python namespace
-    # (attributes on self), so a variable and a layer local may share a mangled name.
-    entries = [(("inputs", n), n, n, "") for n in loaded.spec.inputs]
-    entries += [(("layers", x.index, "name"), x.layer.name, x.layer.name, "") for x in layers]
-    entries += [(("layers", x.index, "name"), path, path, "#var") for x in layers for path, _ in x.variables]
-    entries += [(("outputs", n), n, f"output {n}", "") for n in loaded.spec.outputs]
-    for loc, name, owner, suffix in entries:
-        for namer, generated in ((python, py_name(name) + suffix), (onnx, onnx_name(name))):
-            clash = namer.claim(generated, owner)
-            if clash:
-                problems.append(loaded.diagnostic(loc, clash.replace("#var", "")))
+    """Spec names whose generated Python or ONNX names are invalid or would collide (naming.py)."""
+    spec, problems = loaded.spec, []
+    if clash := class_name_problem(spec.name):
+        problems.append(loaded.diagnostic(("name",), clash))
+    problems += [loaded.diagnostic(("layers", x.index, "name"), why) for x in layers
+                 if (why := layer_name_problem(x.layer.name))]
+    locals_, attributes = Namer("generated Python code"), Namer("generated Python code", {
+        a: f"tf.Module's own attribute '{a}'" for a in MODULE_ATTRIBUTES})
+    onnx = Namer("generated ONNX graph")
+    # (where, owner as shown, namer, generated name). Variables come before layers so that a layer
+    # named like another layer's variable path ('conv1/kernel') is the one reported.
+    entries = [(("inputs", n), f"input '{n}'", locals_, py_name(n)) for n in spec.inputs]
+    entries += [(("inputs", n), f"input '{n}'", onnx, onnx_name(n)) for n in spec.inputs]
+    for x in layers:
+        entries += [(("layers", x.index, "name"), f"variable '{p}'", attributes, py_name(p)) for p, _ in x.variables]
+        entries += [(("layers", x.index, "name"), f"variable '{p}'", onnx, onnx_name(p)) for p, _ in x.variables]
+    for x in layers:
+        name = x.layer.name
+        entries += [(("layers", x.index, "name"), f"layer '{name}'", locals_, py_name(name)),
+                    (("layers", x.index, "name"), f"layer '{name}'", onnx, onnx_name(name))]
+    # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.
+    entries += [(("outputs", n), f"output '{n}'", onnx, n) for n, layer in spec.outputs.items() if n != layer]
+    for loc, owner, namer, generated in entries:
+        if clash := namer.claim(generated, owner):
+            problems.append(loaded.diagnostic(loc, clash))
     return problems
 
 
