@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
+from specgen.atomic import refuse_links, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.runtime.data import DataError, npz_array, open_npz
 from specgen.runtime.parity import accuracy
@@ -57,8 +59,27 @@ def _accuracy(output: str, logits: np.ndarray, labels: str, values: np.ndarray, 
         raise SpecError([Diagnostic(str(path), None, f"accuracy of '{output}' against '{labels}': {exc}")]) from None
 
 
+def npz_target(output: Path) -> Path:
+    """Where the outputs go: np.savez's rule, `.npz` added unless the name has it; checked before any work.
+
+    Refuses a link, a folder or a device there (UnsafePathError) before the model even loads,
+    so a mistake in --output costs no inference and leaves nothing half-written.
+    """
+    target = output if output.name.endswith(".npz") else output.with_name(output.name + ".npz")
+    refuse_links(target)
+    return target
+
+
+def _save(target: Path, outputs: dict[str, np.ndarray]) -> None:
+    """The .npz built in memory, then written atomically (np.savez itself would follow a link)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **outputs)
+    write_atomic(target, buffer.getvalue())
+
+
 def infer(model: Path, input_path: Path, output: Path | None, provider: str, feed: list[str],
           labels: str | None) -> int:
+    target = npz_target(output) if output is not None else None
     try:
         predictor = Predictor(model, provider=provider)
     except InputError as exc:
@@ -78,7 +99,7 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
         first = predictor.outputs[0]
         share = _accuracy(first, outputs[first], labels, label_values, input_path)
         print(f"accuracy of '{first}' against '{labels}': {share:.4f} on {label_values.size} examples")
-    if output is not None:
-        np.savez(output, **outputs)
-        print(f"wrote {output}")
+    if target is not None:
+        _save(target, outputs)
+        print(f"wrote {target}")
     return 0
