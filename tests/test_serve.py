@@ -45,6 +45,7 @@ from specgen.serve.batcher import Batcher, QueueFull  # noqa: E402
 from specgen.serve.models import ServedModel, load_repository  # noqa: E402
 from specgen.serve.protocol import ProtocolError, decode_request, encode_response  # noqa: E402
 from specgen.serve.repository import RepositoryError, parse_config, read_repository  # noqa: E402
+from specgen.serve.server import server_config  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,8 +92,7 @@ class ThreadServer:
     """uvicorn serving `app` in a thread on a free loopback port (port 0, read back from the socket)."""
 
     def __init__(self, app: Any):
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False,
-                                                    lifespan="on"))
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", 0))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:
@@ -363,8 +363,9 @@ def _bad_cases() -> list[tuple[str, str, Any, int, str]]:
          "expected 64 FP32 values for shape [1, 8, 8, 1] (flat row-major or nested)"),
         ("strings as data", CNN, with_input(data=["1.0"] * 64), 400, "input 'image': received a string in 'data', "
                                                                     "expected FP32 numbers"),
-        ("ragged data", CNN, with_input(data=[[1.0] * 32, [1.0] * 31]), 400, "input 'image': received ragged nested "
-         "lists in 'data', expected 64 FP32 values for shape [1, 8, 8, 1] (flat row-major or nested)"),
+        ("ragged data", CNN, with_input(data=[[1.0] * 32, [1.0] * 31]), 400, "input 'image': received nested lists in "
+         "'data' that do not match the shape: a list of 2 where dimension 0 of shape [1, 8, 8, 1] is 1, expected 64 FP32 "
+         "values for shape [1, 8, 8, 1] (flat row-major or nested)"),
         ("no data", CNN, {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32"}]}, 400,
          "input 'image': received no 'data', expected 64 FP32 values for shape [1, 8, 8, 1] "
          "(or binary_data_size with binary tensor data)"),

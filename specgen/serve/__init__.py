@@ -4,9 +4,10 @@
     run_server(Path("runs/digits_cnn/export"), "127.0.0.1", 8000, "auto")
 
 Modules: `repository` (the Triton-layout folder and config.pbtxt), `models` (onnxruntime
-sessions through Predictor, checked against the configs), `protocol` (requests in, responses
-out), `batcher` (dynamic batching in a worker thread), `metrics` (Prometheus), `logs` (JSON
-lines), `app` (the Starlette application). Needs the `serve` extra (starlette, uvicorn,
+sessions through Predictor, checked against the configs), `protocol` and `values` (requests in,
+responses out), `limits` (body bounds, budget, deadline), `batcher` (dynamic batching in a worker
+thread), `metrics` (Prometheus), `logs` (JSON lines), `app` (the Starlette application), `server`
+(uvicorn's protocol with a header deadline and a connection limit). Needs the `serve` extra (starlette, uvicorn,
 prometheus_client) and onnxruntime. See docs/serve.md.
 """
 
@@ -46,7 +47,8 @@ def _signals_noted() -> Iterator[list[int]]:
 
 def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: str = "auto", *,
                queue_size: int | None = None, batching: bool = True, threads: int = 0, log_level: str = "info",
-               graceful_timeout: float | None = 30.0) -> int:
+               graceful_timeout: float | None = 30.0, header_timeout: float = 10.0, body_timeout: float = 30.0,
+               max_connections: int = 1000) -> int:
     """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
 
     0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
@@ -54,7 +56,9 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     model's waiting requests (default: the config's default_queue_policy.max_queue_size, else
     4 x max_batch_size); `batching=False` runs every request alone; `threads` is onnxruntime's
     intra-op thread count (0: its default); `graceful_timeout` caps the wait for in-flight
-    requests on shutdown (None: no cap).
+    requests on shutdown (None: no cap). `header_timeout` / `body_timeout`: seconds a request's
+    headers / body may take to arrive (408 after); `max_connections`: open connections at most
+    (lowered to what `ulimit -n` allows).
     """
     import uvicorn
 
@@ -63,16 +67,17 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     from specgen.serve.app import ServeOptions, create_app
     from specgen.serve.models import load_repository
     from specgen.serve.repository import RepositoryError
+    from specgen.serve.server import server_config
 
     logs.configure(log_level)
     try:
         models = load_repository(Path(repo), provider=provider, threads=threads)
-        app = create_app(models, ServeOptions(queue_size=queue_size, batching=batching))
+        app = create_app(models, ServeOptions(queue_size=queue_size, batching=batching, header_timeout=header_timeout,
+                                              body_timeout=body_timeout, max_connections=max_connections))
     except (RepositoryError, InputError, ValueError) as exc:
         print(f"specgen serve: {exc}", file=sys.stderr)
         return 1
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=graceful_timeout, server_header=False)
+    config = server_config(app, host, port, timeout_graceful_shutdown=graceful_timeout)
     server = uvicorn.Server(config)
     with _signals_noted() as received:
         try:

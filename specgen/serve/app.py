@@ -12,7 +12,9 @@ Endpoints (KServe v2 over HTTP/JSON, as Triton serves them):
     GET  /metrics                              Prometheus text format
 
 Errors are `{"error": message}` with 400 (bad request), 404 (unknown model, version or path),
-413 (body too large), 503 (queue full or draining) or 500 (onnxruntime failed on this request).
+408 (the body did not arrive in time), 413 (body larger than the model can accept), 415,
+503 (queue full, body budget full, or draining) or 500 (onnxruntime failed on this request).
+A client that leaves before sending its whole body is counted with status 499 (`cancelled`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,28 +29,41 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from specgen import __version__
 from specgen.serve.batcher import Batcher, QueueFull, ShuttingDown
+from specgen.serve.errors import ProtocolError
+from specgen.serve.limits import ByteBudget, DecodeGate, body_limit, check_declared, declared_length, decompress, read_body
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.models import ServedModel
-from specgen.serve.protocol import HEADER_LENGTH, JSON_TYPE, ProtocolError, decode_request, dumps, encode_response, error_body
+from specgen.serve.protocol import HEADER_LENGTH, JSON_TYPE, InferRequest, decode_request, dumps, encode_response, error_body
 
 log = logging.getLogger("specgen.serve")
-OFFLOAD_BYTES = 1 << 20  # bodies above this are decoded and encoded in a thread, off the event loop
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
+REASONS = {404: "not_found", 408: "timeout", 413: "too_large", 500: "internal", 503: "overloaded"}
+CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left mid-body
 
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """Server-wide settings; `queue_size` None: the config's default_queue_policy.max_queue_size, else 4 x max_batch_size."""
+    """Server-wide settings; `queue_size` None: the config's default_queue_policy.max_queue_size, else 4 x max_batch_size.
+
+    `max_body_bytes` caps every model's body bound (see limits.py); `buffer_bytes` bounds the bytes
+    of all bodies being read or decoded at once; `decode_threads` the large bodies decoded at once.
+    `header_timeout` / `max_connections` are enforced by the connection protocol (server.py).
+    """
 
     queue_size: int | None = None
     batching: bool = True
     max_body_bytes: int = 64 << 20
+    buffer_bytes: int = 256 << 20
+    decode_threads: int = 2
+    body_timeout: float = 30.0
+    header_timeout: float = 10.0
+    max_connections: int = 1000
 
 
 def queue_size_of(model: ServedModel, options: ServeOptions) -> int:
@@ -62,8 +76,10 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(dumps(value), status, media_type=JSON_TYPE)
 
 
-def _error(status: int, message: str) -> Response:
-    headers = {"retry-after": "1"} if status == 503 else None  # a full queue or a draining server: try again shortly
+def _error(status: int, message: str, close: bool = False) -> Response:
+    headers = {"retry-after": "1"} if status == 503 else {}  # a full queue or a draining server: try again shortly
+    if close:  # the body is left unread: closing beats reading and discarding up to 64 MiB
+        headers["connection"] = "close"
     return Response(error_body(message), status, headers=headers, media_type=JSON_TYPE)
 
 
@@ -83,23 +99,6 @@ def _config_json(model: ServedModel) -> dict[str, Any]:
     return result
 
 
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise ProtocolError(f"Content-Encoding: received '{encoding}', expected gzip, deflate or none", 415)
-    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ProtocolError(f"the body is not valid {encoding} data: {exc}") from None
-    if len(data) > limit:
-        raise ProtocolError(f"the decompressed body exceeds {limit} bytes", 413)
-    if not inflater.eof:
-        raise ProtocolError(f"the {encoding} body is truncated")
-    return data
-
-
 class Service:
     """The models, their batchers and metrics, and the HTTP handlers over them."""
 
@@ -115,6 +114,10 @@ class Service:
             for m in models}
         for m in models:
             self.metrics.model_loaded(m.name, m.version, m.provider)
+        self.limits = {m.name: body_limit(m.config, options.max_body_bytes) for m in models}
+        largest = max((limit.bound(True) for limit in self.limits.values()), default=0)
+        self.budget = ByteBudget(max(options.buffer_bytes, largest))  # one largest body always fits
+        self.gate = DecodeGate(options.decode_threads)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -175,63 +178,78 @@ class Service:
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
 
-    async def _body(self, request: Request) -> bytes:
-        limit = self.options.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise ProtocolError(f"the request body has {declared} bytes; the limit is {limit}", 413)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ProtocolError(f"the request body exceeds {limit} bytes", 413)
-            chunks.append(chunk)
-        return _decompress(b"".join(chunks), request.headers.get("content-encoding", "").strip().lower(), limit)
+    async def _decoded(self, request: Request, model: ServedModel) -> InferRequest:
+        """Read the body within its bound, budget and deadline, then decode it (large bodies in a thread)."""
+        header_length = request.headers.get(HEADER_LENGTH)
+        declared = declared_length(request.headers.get("content-length"))
+        encoding = request.headers.get("content-encoding", "").strip().lower()
+        bound = check_declared(declared, header_length, self.limits[model.name])
+        plain = encoding in ("", "identity")  # a compressed body may inflate to the bound
+        async with self.budget.hold(declared if plain and declared is not None else bound):
+            try:
+                async with asyncio.timeout(self.options.body_timeout):
+                    body = await read_body(request.stream(), bound)
+            except TimeoutError:
+                raise ProtocolError(f"the request body did not arrive within {self.options.body_timeout:g} s",
+                                    408, close=True) from None
+            body = decompress(body, encoding, bound)
+            try:
+                return await self.gate.run(len(body), decode_request, body, header_length, model.config)
+            except ProtocolError:
+                raise
+            except Exception as exc:  # a bug: the request is still answered, and logged with its traceback
+                log.error("cannot decode request", exc_info=True, extra={"fields": {"event": "error", "model": model.name}})
+                raise ProtocolError(f"the server failed to read this request ({type(exc).__name__})", 500) from None
+
+    async def _answer(self, request: Request, outcome: dict[str, Any]) -> Response:
+        """The response to an inference request; `outcome` gets its status, reason, message, id and rows."""
+        try:
+            model = self.model(request)
+            checked = await self._decoded(request, model)
+            outcome.update(id=checked.id, rows=checked.rows)
+            outputs = await self.batchers[model.name].submit(checked.inputs, checked.rows, checked.id)
+            content, headers = encode_response(model.config, model.version, checked, outputs)
+            outcome.update(status=200, reason=None)
+            return Response(content, 200, headers=headers)
+        except ProtocolError as exc:
+            outcome.update(status=exc.status, reason=REASONS.get(exc.status, "invalid"), message=exc.message)
+            return _error(exc.status, exc.message, exc.close)
+        except ClientDisconnect:  # nobody to answer: counted and logged, never a 500
+            outcome.update(status=CANCELLED, reason="cancelled", message="the client left before sending the whole body")
+        except (QueueFull, ShuttingDown) as exc:
+            reason = "queue_full" if isinstance(exc, QueueFull) else "shutting_down"
+            outcome.update(status=503, reason=reason, message=str(exc))
+        except Exception as exc:  # onnxruntime refused this request's values
+            outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
+        return _error(min(outcome["status"], 503), outcome["message"])
 
     async def infer(self, request: Request) -> Response:
         started = time.perf_counter()
         name = request.path_params["name"]
         series = self.metrics.model(name)
-        status, reason, message, request_id, rows = 500, "cancelled", None, None, 0
+        outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": None, "rows": 0}
         if series.known:
             series.in_flight.inc()
         try:
-            model = self.model(request)
-            body = await self._body(request)
-            header_length = request.headers.get(HEADER_LENGTH)
-            if len(body) > OFFLOAD_BYTES:
-                checked = await asyncio.to_thread(decode_request, body, header_length, model.config)
-            else:
-                checked = decode_request(body, header_length, model.config)
-            request_id, rows = checked.id, checked.rows
-            outputs = await self.batchers[model.name].submit(checked.inputs, checked.rows, checked.id)
-            content, headers = encode_response(model.config, model.version, checked, outputs)
-            status, reason = 200, None
-            return Response(content, 200, headers=headers)
-        except ProtocolError as exc:
-            status, message = exc.status, exc.message
-            reason = {404: "not_found", 413: "too_large", 415: "invalid"}.get(exc.status, "invalid")
-        except QueueFull as exc:
-            status, reason, message = 503, "queue_full", str(exc)
-        except ShuttingDown as exc:
-            status, reason, message = 503, "shutting_down", str(exc)
-        except Exception as exc:
-            status, reason, message = 500, "inference", f"inference failed: {exc}"
-            log.exception("inference failed", extra={"fields": {"event": "error", "model": name}})
+            return await self._answer(request, outcome)
         finally:
             seconds = time.perf_counter() - started
-            series.answered(status, seconds, reason)
+            series.answered(outcome["status"], seconds, outcome["reason"])
             if series.known:
                 series.in_flight.dec()
-            # One line per failed request; answered ones are in their batch's line (per request at debug level).
-            level = logging.DEBUG if status == 200 else logging.INFO
-            if log.isEnabledFor(level):
-                fields = {"event": "infer", "model": name, "id": request_id, "status": status, "rows": rows,
-                          "latency_ms": round(seconds * 1000, 3)}
-                if message is not None:
-                    fields["error"] = message
-                log.log(level, "infer", extra={"fields": fields})
-        return _error(status, message or "")
+            _log_infer(name, outcome, seconds)
+
+
+def _log_infer(name: str, outcome: dict[str, Any], seconds: float) -> None:
+    """One line per failed request (errors at error level); answered ones are in their batch's line, or at debug."""
+    status = outcome["status"]
+    level = logging.DEBUG if status == 200 else logging.ERROR if status >= 500 and status != CANCELLED else logging.INFO
+    if log.isEnabledFor(level):
+        fields = {"event": "infer", "model": name, "id": outcome["id"], "status": status, "rows": outcome["rows"],
+                  "latency_ms": round(seconds * 1000, 3)}
+        if outcome["message"] is not None:
+            fields["error"] = outcome["message"]
+        log.log(level, "infer", extra={"fields": fields})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

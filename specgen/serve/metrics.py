@@ -50,7 +50,8 @@ class ServerMetrics:
         self.requests = Counter("specgen_requests", "Inference requests answered, by model and HTTP status.",
                                 ["model", "status"], registry=r)
         self.failures = Counter("specgen_request_failures", "Inference requests not answered with 200, by model and "
-                                "reason (not_found, invalid, too_large, queue_full, shutting_down, inference, cancelled).",
+                                "reason (not_found, invalid, too_large, timeout, overloaded, queue_full, "
+                                "shutting_down, inference, internal, cancelled).",
                                 ["model", "reason"], registry=r)
         self.batch_rows = Histogram("specgen_batch_size", "Rows (examples) per onnxruntime run.", ["model"],
                                     buckets=BATCH_BUCKETS, registry=r)
@@ -65,7 +66,13 @@ class ServerMetrics:
                                ["model"], registry=r)
         self.info = Gauge("specgen_model_info", "Served models: version and onnxruntime provider (value 1).",
                           ["model", "version", "provider"], registry=r)
+        self.connections = Gauge("specgen_connections", "Open HTTP connections.", registry=r)
+        self.connections_closed = Counter("specgen_connections_closed", "Connections the server closed to protect "
+                                          "itself, by reason (header_timeout, evicted, refused).", ["reason"], registry=r)
         self.models: dict[str, ModelMetrics] = {UNKNOWN_MODEL: ModelMetrics(self, UNKNOWN_MODEL)}
+
+    def connection_closed(self, reason: str) -> None:
+        self.connections_closed.labels(reason).inc()
 
     def model_loaded(self, model: str, version: int, provider: str) -> None:
         """Create every series of a model, so /metrics lists it (at zero) before its first request."""

@@ -18,27 +18,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from specgen.serve.errors import ProtocolError
 from specgen.serve.repository import DATATYPES, ModelConfig, TensorConfig
+from specgen.serve.values import HugeInt, json_array, kind, show
 
 Arrays = dict[str, np.ndarray]
 HEADER_LENGTH = "inference-header-content-length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 EXAMPLE = '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}'
-
-
-class ProtocolError(Exception):
-    """A request the server answers with `status` and `message` (JSON `{"error": message}`)."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message, self.status = message, status
 
 
 @dataclass(frozen=True)
@@ -66,45 +61,41 @@ def error_body(message: str) -> bytes:
     return dumps({"error": message})
 
 
-def _kind(value: Any) -> str:
-    """The JSON type of a decoded value, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else "an object"
-
-
 def _object(value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ProtocolError(f"{what} must be a JSON object; received {_kind(value)}")
+        raise ProtocolError(f"{what} must be a JSON object; received {kind(value)}")
     return value
 
 
-def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
-    """The JSON header and the binary tensor data that follows it (empty without the extension)."""
+def _split_body(body: bytes | bytearray, header_length: str | None) -> tuple[bytes | bytearray, memoryview]:
+    """The JSON header and the binary tensor data that follows it (empty without the extension), not copied."""
     if header_length is None:
-        return body, b""
+        return body, memoryview(b"")
     try:
         length = int(header_length)
     except ValueError:
         length = -1
     if not 0 < length <= len(body):
-        raise ProtocolError(f"header Inference-Header-Content-Length: received '{header_length}', expected the "
+        raise ProtocolError(f"header Inference-Header-Content-Length: received '{header_length[:40]}', expected the "
                             f"byte length of the JSON part of the body (1..{len(body)})")
-    return body[:length], body[length:]
+    view = memoryview(body)
+    return view[:length].tobytes(), view[length:]
 
 
-def _parse_json(text: bytes) -> Any:
+def _integer(text: str) -> int | HugeInt:
+    """An integer literal, or a HugeInt where Python refuses to read one that long (the error path only)."""
+    limit = sys.get_int_max_str_digits()
+    return HugeInt(text) if limit and len(text.lstrip("-")) > limit else int(text)
+
+
+def _parse_json(text: bytes | bytearray) -> Any:
     try:
         return json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"malformed JSON in the request body: {exc}; expected an inference request "
                             f"{EXAMPLE}") from None
+    except ValueError:  # an integer literal beyond the int-string limit: read again, keeping it as a HugeInt
+        return json.loads(text, parse_int=_integer)
 
 
 def _expected_shape(config: ModelConfig, tensor: TensorConfig) -> str:
@@ -117,71 +108,26 @@ def _shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[int, ..
     """The request's shape for `tensor`, checked against the config (batch size within max_batch_size)."""
     name = tensor.name
     if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
-        raise ProtocolError(f"input '{name}': received shape {json.dumps(raw)}, expected a list of integers "
+        raise ProtocolError(f"input '{name}': received shape {show(raw)}, expected a list of integers "
                             f"{_expected_shape(config, tensor)}")
     shape = tuple(raw)
     expected = config.wire_shape(tensor)
     fits = len(shape) == len(expected) and all(d >= 0 and e in (-1, d) for d, e in zip(shape, expected, strict=True))
     if not fits:
-        raise ProtocolError(f"input '{name}': received shape {list(shape)}, expected {_expected_shape(config, tensor)}")
+        raise ProtocolError(f"input '{name}': received shape {show(list(shape))}, expected {_expected_shape(config, tensor)}")
     if config.batched and not 1 <= shape[0] <= config.max_batch_size:
         raise ProtocolError(f"input '{name}': received batch size {shape[0]} (shape {list(shape)}), expected 1.."
                             f"{config.max_batch_size} (the model's max_batch_size)")
     return shape
 
 
-def _leaves(data: list[Any]) -> Iterator[Any]:
-    for item in data:
-        if isinstance(item, list):
-            yield from _leaves(item)
-        else:
-            yield item
-
-
-def _bad_values(data: list[Any], dtype: np.dtype, datatype: str) -> str:
-    """What is wrong with JSON data numpy did not read as numbers of the datatype's kind (the error path only)."""
-    integer = dtype.kind == "i"
-    for value in _leaves(data):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"{_kind(value)} in 'data', expected {datatype} {'integers' if integer else 'numbers'}"
-        if integer and isinstance(value, float):
-            return f"a number that is not an integer ({value!r}) in 'data', expected {datatype} integers"
-        if integer and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
-            info = np.iinfo(dtype)
-            return f"{value} in 'data', expected {datatype} integers in {info.min}..{info.max}"
-    return f"values numpy cannot read as {datatype} in 'data'"
-
-
-def _json_array(name: str, datatype: str, data: Any, count: int, shape: tuple[int, ...]) -> np.ndarray:
-    """JSON `data` (flat row-major or nested) as a flat array of the datatype."""
-    expected = f"{count} {datatype} values for shape {list(shape)} (flat row-major or nested)"
-    if not isinstance(data, list):
-        raise ProtocolError(f"input '{name}': received 'data' that is {_kind(data)}, expected a list of {expected}")
-    try:
-        values = np.array(data)
-    except (ValueError, OverflowError):
-        raise ProtocolError(f"input '{name}': received ragged nested lists in 'data', expected {expected}") from None
-    dtype = np.dtype(DATATYPES[datatype])
-    if values.size and values.dtype.kind not in ("iu" if dtype.kind == "i" else "iuf"):
-        raise ProtocolError(f"input '{name}': received {_bad_values(data, dtype, datatype)}")
-    if values.size != count:
-        raise ProtocolError(f"input '{name}': received {values.size} data elements, expected {expected}")
-    if dtype.kind == "i" and values.size:
-        info = np.iinfo(dtype)
-        low, high = int(values.min()), int(values.max())
-        if low < info.min or high > info.max:
-            raise ProtocolError(f"input '{name}': received {high if high > info.max else low} in 'data', expected "
-                                f"{datatype} integers in {info.min}..{info.max}")
-    return values.astype(dtype, copy=False).reshape(-1)
-
-
-def _binary_array(name: str, datatype: str, size: Any, binary: bytes, offset: int, count: int,
+def _binary_array(name: str, datatype: str, size: Any, binary: memoryview, offset: int, count: int,
                   shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
     """`size` bytes of raw little-endian tensor data at `offset` of the binary part, and the next offset."""
     dtype = np.dtype(DATATYPES[datatype])
     expected = count * dtype.itemsize
     if not isinstance(size, int) or isinstance(size, bool) or size != expected:
-        raise ProtocolError(f"input '{name}': received binary_data_size {json.dumps(size)}, expected {expected} "
+        raise ProtocolError(f"input '{name}': received binary_data_size {show(size)}, expected {expected} "
                             f"({count} {datatype} values of {dtype.itemsize} bytes for shape {list(shape)})")
     if offset + size > len(binary):
         raise ProtocolError(f"input '{name}': received {max(len(binary) - offset, 0)} bytes of binary data, "
@@ -196,14 +142,14 @@ def _outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tu
     if raw is None:
         return tuple(RequestedOutput(n, default_binary) for n in names)
     if not isinstance(raw, list) or not raw:
-        raise ProtocolError(f"'outputs': received {_kind(raw)}, expected a non-empty list of "
+        raise ProtocolError(f"'outputs': received {kind(raw)}, expected a non-empty list of "
                             f"{{\"name\": ...}} objects naming outputs of {names}")
     requested: dict[str, RequestedOutput] = {}
     for item in raw:
         item = _object(item, "each entry of 'outputs'")
         name = item.get("name")
         if name not in names:
-            raise ProtocolError(f"requested output {json.dumps(name)} is not an output of model '{config.name}'; "
+            raise ProtocolError(f"requested output {show(name)} is not an output of model '{config.name}'; "
                                 f"expected one of {names}")
         if name in requested:
             raise ProtocolError(f"output '{name}' is requested twice")
@@ -216,18 +162,18 @@ def _outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tu
     return tuple(requested.values())
 
 
-def decode_request(body: bytes, header_length: str | None, config: ModelConfig) -> InferRequest:
+def decode_request(body: bytes | bytearray, header_length: str | None, config: ModelConfig) -> InferRequest:
     """A checked InferRequest from an HTTP body, or a ProtocolError naming what is wrong."""
     text, binary = _split_body(body, header_length)
     request = _object(_parse_json(text), "the request body")
     parameters = _object(request.get("parameters", {}), "'parameters'")
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise ProtocolError(f"'id': received {_kind(request_id)}, expected a string")
+        raise ProtocolError(f"'id': received {kind(request_id)}, expected a string")
     tensors = {t.name: t for t in config.inputs}
     raw_inputs = request.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise ProtocolError(f"'inputs': received {'nothing' if raw_inputs is None else _kind(raw_inputs)}, expected a "
+        raise ProtocolError(f"'inputs': received {'nothing' if raw_inputs is None else kind(raw_inputs)}, expected a "
                             f"list of input tensors named {sorted(tensors)}, as in {EXAMPLE}")
     arrays: Arrays = {}
     batch: tuple[str, int] | None = None
@@ -235,15 +181,15 @@ def decode_request(body: bytes, header_length: str | None, config: ModelConfig) 
     for item in raw_inputs:
         item = _object(item, "each entry of 'inputs'")
         name = item.get("name")
-        if name not in tensors:
-            raise ProtocolError(f"received an input named {json.dumps(name)}; model '{config.name}' expects inputs "
+        if not isinstance(name, str) or name not in tensors:
+            raise ProtocolError(f"received an input named {show(name)}; model '{config.name}' expects inputs "
                                 f"{sorted(tensors)}")
         if name in arrays:
             raise ProtocolError(f"input '{name}' appears twice in 'inputs'")
         tensor = tensors[name]
         datatype = item.get("datatype")
         if datatype != tensor.datatype:
-            raise ProtocolError(f"input '{name}': received datatype {json.dumps(datatype)}, expected \"{tensor.datatype}\"")
+            raise ProtocolError(f"input '{name}': received datatype {show(datatype)}, expected \"{tensor.datatype}\"")
         shape = _shape(item.get("shape"), config, tensor)
         count = math.prod(shape)
         options = _object(item.get("parameters", {}), f"the parameters of input '{name}'")
@@ -252,7 +198,7 @@ def decode_request(body: bytes, header_length: str | None, config: ModelConfig) 
                 raise ProtocolError(f"input '{name}': received both 'data' and binary_data_size, expected one of them")
             values, offset = _binary_array(name, datatype, options["binary_data_size"], binary, offset, count, shape)
         elif "data" in item:
-            values = _json_array(name, datatype, item["data"], count, shape)
+            values = json_array(name, datatype, np.dtype(DATATYPES[datatype]), item["data"], shape)
         else:
             raise ProtocolError(f"input '{name}': received no 'data', expected {count} {datatype} values for shape "
                                 f"{list(shape)} (or binary_data_size with binary tensor data)")

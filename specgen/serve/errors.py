@@ -1,0 +1,15 @@
+"""The one exception the request path raises for a request it refuses."""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """A request the server answers with `status` and `message` (JSON `{"error": message}`).
+
+    `close`: the body was not read (refused on its headers, too large, too slow), so the
+    connection is closed after the answer rather than reading and discarding the rest.
+    """
+
+    def __init__(self, message: str, status: int = 400, *, close: bool = False):
+        super().__init__(message)
+        self.message, self.status, self.close = message, status, close

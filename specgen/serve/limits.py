@@ -1,0 +1,146 @@
+"""What an inference request body may cost the server: its size per model, buffered bytes, decodes at once.
+
+The body of a request to a model is bounded by what that model can accept, not by one
+server-wide size: JSON data may take `JSON_NUMBER_BYTES` per element plus `NESTING_BYTES` per
+element and dimension (brackets, separators, indentation) for the model's largest request
+(max_batch_size x the elements of one example, over all inputs), plus `ENVELOPE_BYTES` for names,
+id, parameters and outputs. Binary tensor data is bounded exactly (elements x item size) after
+a JSON header held to the JSON bound. A model with a variable dimension other than the batch
+has no such bound and gets the server-wide cap (`max_body_bytes`) alone.
+
+Bodies are read against that bound (Content-Length first, before any byte of the body; chunked
+bodies up to the bound) within a deadline, into one buffer. The bytes of every body being read
+or decoded count against one server-wide budget (refused with 503 when full), and large bodies
+are decoded in a thread, a few at a time, so the event loop keeps answering small requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import zlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from specgen.serve.errors import ProtocolError
+from specgen.serve.repository import DATATYPES, ModelConfig
+
+JSON_NUMBER_BYTES = 32  # the longest float64 literal (24 characters) with its separator, and some room
+NESTING_BYTES = 16  # per element and dimension: brackets, ", " and pretty-printing indentation
+ENVELOPE_BYTES = 64 << 10  # names, id, parameters, requested outputs
+INLINE_DECODE_BYTES = 64 << 10  # bodies above this are decoded in a thread (json.loads holds the GIL for ~1 ms)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BodyLimit:
+    """The largest body a model can accept: JSON (`json_bytes`) and binary tensor data (`binary_bytes`, exact)."""
+
+    json_bytes: int
+    binary_bytes: int
+
+    def bound(self, binary: bool) -> int:
+        """The whole body: JSON alone, or a JSON header and the binary data after it."""
+        return self.json_bytes + self.binary_bytes if binary else self.json_bytes
+
+
+def body_limit(config: ModelConfig, cap: int) -> BodyLimit:
+    """What `config`'s largest valid request can take, each figure at most `cap`."""
+    json_bytes, binary_bytes = ENVELOPE_BYTES, 0
+    for tensor in config.inputs:
+        if any(d < 0 for d in tensor.dims):  # a variable dimension: nothing bounds the count but the cap
+            return BodyLimit(cap, cap)
+        elements = max(config.max_batch_size, 1) * math.prod(tensor.dims)
+        rank = len(tensor.dims) + config.batched
+        json_bytes += elements * (JSON_NUMBER_BYTES + NESTING_BYTES * rank)
+        binary_bytes += elements * np.dtype(DATATYPES[tensor.datatype]).itemsize
+    return BodyLimit(min(json_bytes, cap), min(binary_bytes, cap))
+
+
+class ByteBudget:
+    """Bytes of request bodies held at once (read, buffered, decoded), server-wide; over it: 503 at once."""
+
+    def __init__(self, total: int):
+        self.total, self.held = total, 0
+
+    @asynccontextmanager
+    async def hold(self, size: int) -> AsyncIterator[None]:
+        if self.held + size > self.total:
+            raise ProtocolError(f"the server is holding {self.held} bytes of request bodies (budget {self.total}); "
+                                f"a body of up to {size} bytes does not fit: retry later", 503, close=True)
+        self.held += size
+        try:
+            yield
+        finally:
+            self.held -= size
+
+
+def declared_length(value: str | None) -> int | None:
+    """Content-Length as an int; None when absent (chunked). uvicorn refuses malformed ones before the app."""
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def check_declared(declared: int | None, header_length: str | None, limit: BodyLimit) -> int:
+    """The bound for this body, refusing (413) a declared length or JSON header above it before reading."""
+    bound = limit.bound(header_length is not None)
+    if declared is not None and declared > bound:
+        kind = "with binary tensor data " if header_length is not None else ""
+        raise ProtocolError(f"the request body has {declared} bytes; this model accepts at most {bound} {kind}"
+                            "(its largest batch)", 413, close=True)
+    if header_length is not None and header_length.strip().isdigit() and int(header_length) > limit.json_bytes:
+        raise ProtocolError(f"header Inference-Header-Content-Length: received {header_length.strip()[:20]}; the JSON "
+                            f"header may take at most {limit.json_bytes} bytes for this model", 413, close=True)
+    return bound
+
+
+async def read_body(chunks: AsyncIterator[bytes], bound: int) -> bytes | bytearray:
+    """The body in one buffer, refusing (413) at the first chunk past `bound` (chunked bodies stop there)."""
+    buffer: bytearray | None = None
+    first = b""
+    async for chunk in chunks:
+        if buffer is None and not first:
+            first = chunk  # the common case, a body in one chunk, is not copied
+            if len(first) > bound:
+                raise ProtocolError(f"the request body exceeds {bound} bytes, the most this model accepts", 413, close=True)
+            continue
+        if buffer is None:
+            buffer = bytearray(first)
+        if len(buffer) + len(chunk) > bound:
+            raise ProtocolError(f"the request body exceeds {bound} bytes, the most this model accepts", 413, close=True)
+        buffer += chunk
+    return first if buffer is None else buffer
+
+
+def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | bytearray:
+    """The body inflated (gzip, deflate) to at most `limit` bytes."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise ProtocolError(f"Content-Encoding: received '{encoding[:40]}', expected gzip, deflate or none", 415)
+    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"the body is not valid {encoding} data: {exc}") from None
+    if len(data) > limit:
+        raise ProtocolError(f"the decompressed body exceeds {limit} bytes, the most this model accepts", 413)
+    if not inflater.eof:
+        raise ProtocolError(f"the {encoding} body is truncated")
+    return data
+
+
+class DecodeGate:
+    """Large bodies decode in a thread, at most `slots` at once; small ones inline (cheaper than a thread hop)."""
+
+    def __init__(self, slots: int):
+        self.slots = asyncio.Semaphore(slots)
+
+    async def run(self, size: int, decode: Callable[..., T], *args: Any) -> T:
+        if size <= INLINE_DECODE_BYTES:
+            return decode(*args)
+        async with self.slots:
+            return await asyncio.to_thread(decode, *args)

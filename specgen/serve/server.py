@@ -1,0 +1,168 @@
+"""uvicorn's HTTP/1.1 protocol (httptools) with the two guards it lacks: a header deadline and a connection limit.
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but sets no deadline on request
+headers: once a client has sent one byte, trickling the rest a byte at a time holds the
+connection, and its file descriptor, for ever. Its `limit_concurrency` is checked only when headers
+are complete, so such connections are never even counted. Here:
+
+- each connection must complete its request headers within `header_timeout` seconds of
+  connecting or of its previous response, else it gets 408 and is closed (the body has its own
+  deadline, read by the app: `ServeOptions.body_timeout`);
+- at most `max_connections` are open: a connection past the limit evicts the one that has been
+  waiting longest for a request to arrive (idle, headers or body still coming), or, when every
+  connection has a whole request being answered, gets 503 and is closed at once;
+- the limit is checked against the file descriptor limit (`ulimit -n`) at start: the soft limit
+  is raised toward the hard one when it is short, and the connection limit lowered when that is
+  not enough, so `accept` never fails for want of descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from specgen.serve.metrics import ServerMetrics
+from specgen.serve.protocol import error_body
+
+log = logging.getLogger("specgen.serve")
+FD_RESERVE = 64  # descriptors beyond the connections: listening socket, logs, the accept that precedes an eviction
+
+
+@dataclass(frozen=True)
+class Guard:
+    header_timeout: float
+    max_connections: int
+    metrics: ServerMetrics | None = None
+
+    def closed(self, reason: str, client: Any) -> None:
+        if self.metrics is not None:
+            self.metrics.connection_closed(reason)
+        log.info("connection closed", extra={"fields": {"event": "connection_closed", "reason": reason,
+                                                        "client": f"{client[0]}:{client[1]}" if client else None}})
+
+
+def _raw_response(status: bytes, message: str) -> bytes:
+    """A whole HTTP/1.1 error response, written straight to the transport (no request cycle exists to answer)."""
+    body = error_body(message)
+    extra = b"retry-after: 1\r\n" if status.startswith(b"503") else b""
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nconnection: close\r\n" + extra + b"\r\n" + body)
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol plus a header deadline and the connection limit (`guard`, set by `guarded_protocol`)."""
+
+    guard: ClassVar[Guard]
+    receiving_since: float | None = None  # when it began waiting for a request; None while one is answered
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self.guard.metrics is not None:
+            self.guard.metrics.connections.inc()
+        self._waiting()
+        if len(self.connections) > self.guard.max_connections:
+            self._make_room()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self.guard.metrics is not None:
+            self.guard.metrics.connections.dec()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.receiving_since = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._waiting()
+
+    def _waiting(self) -> None:
+        """Waiting for a request: evictable, and its headers are due within header_timeout."""
+        self.receiving_since = time.monotonic()
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.guard.header_timeout, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _close(self, reason: str, status: bytes, message: str) -> None:
+        if self.transport.is_closing():
+            return
+        if self._idle():  # no request cycle owns the transport: answer here; otherwise the app's read just ends
+            self.transport.write(_raw_response(status, message))
+        self.transport.close()
+        self.guard.closed(reason, self.client)
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        self._close("header_timeout", b"408 Request Timeout",
+                    f"the request headers did not arrive within {self.guard.header_timeout:g} s")
+
+    def _make_room(self) -> None:
+        waiting = [c for c in self.connections
+                   if c is not self and getattr(c, "receiving_since", None) is not None and not c.transport.is_closing()]
+        if waiting:
+            victim: GuardedProtocol = min(waiting, key=lambda c: c.receiving_since)
+            victim._close("evicted", b"503 Service Unavailable", "closed to make room for a new connection: "
+                          f"the server holds {self.guard.max_connections} connections")
+        else:
+            self._close("refused", b"503 Service Unavailable", f"the server holds {self.guard.max_connections} "
+                        "connections, each with a request in progress; retry later")
+
+
+def guarded_protocol(guard: Guard) -> type[GuardedProtocol]:
+    """A protocol class bound to `guard` (uvicorn builds one instance per connection from a class)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"guard": guard})
+
+
+def connection_limit(wanted: int) -> int:
+    """`wanted`, or fewer where the file descriptor limit cannot hold that many (raising the soft limit first)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to check
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else FD_RESERVE
+    needed = wanted + in_use + FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (ValueError, OSError):
+        pass
+    allowed = max(min(wanted, soft - in_use - FD_RESERVE), 1)
+    if allowed < wanted:
+        log.warning("connection limit lowered", extra={"fields": {
+            "event": "connection_limit", "max_connections": allowed, "requested": wanted, "nofile_soft": soft,
+            "nofile_hard": hard, "fds_in_use": in_use}})
+    return allowed
+
+
+def server_config(app: Any, host: str, port: int, **settings: Any) -> uvicorn.Config:
+    """The uvicorn configuration serving `app` (from create_app) with its ServeOptions' guards."""
+    service = app.state.service
+    options = service.options
+    guard = Guard(options.header_timeout, connection_limit(options.max_connections), service.metrics)
+    settings = {"log_config": None, "access_log": False, "lifespan": "on", "server_header": False, **settings}
+    return uvicorn.Config(app, host=host, port=port, http=guarded_protocol(guard), ws="none", **settings)
