@@ -122,7 +122,7 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
         loose = [p for p in members.weights if p not in frozen and p not in owner]
         if loose and len(members.problems) == known_problems:  # else they are a symptom of a bad selection
             members.problems.append(loaded.diagnostic(("optimizers",), (
-                f"{_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "
+                f"{variable_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "
                 "optimizer; add them to an optimizer's variables or to 'frozen'"), key=True))
     else:
         frozen = weights  # no optimizer: nothing trains
@@ -137,17 +137,17 @@ def _check_claims(loaded: LoadedSpec, members: Membership, name: str, claimed: l
     if taken:
         others = sorted({owner[p] for p in taken})
         members.problems.append(loaded.diagnostic(loc, (
-            f"optimizer '{name}' claims {_list(taken)}, already claimed by optimizer "
+            f"optimizer '{name}' claims {variable_list(taken)}, already claimed by optimizer "
             f"{', '.join(repr(o) for o in others)}; each variable belongs to one optimizer")))
     iced = [p for p in claimed if p in frozen]
     if iced:
         members.problems.append(loaded.diagnostic(loc, (
-            f"optimizer '{name}' claims frozen {_list(iced)}; remove them from 'frozen' or from this optimizer")))
+            f"optimizer '{name}' claims frozen {variable_list(iced)}; remove them from 'frozen' or from this optimizer")))
     for path in claimed:
         owner.setdefault(path, name)
 
 
-def _list(paths: list[str]) -> str:
+def variable_list(paths: list[str]) -> str:
     shown = ", ".join(f"'{p}'" for p in paths[:4])
     more = f" and {len(paths) - 4} more" if len(paths) > 4 else ""
     return f"variable{'s' if len(paths) > 1 else ''} {shown}{more}"

@@ -11,7 +11,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops
-from specgen.ir.collections import Membership, resolve_collections, training_state
+from specgen.ir.collections import Membership, resolve_collections, training_state, variable_list
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -43,6 +43,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
+    problems += _check_gradients(loaded, layers, members) if not problems else []
     if problems:
         raise SpecError(problems)
     index: dict[str, set[str]] = {}
@@ -179,6 +180,48 @@ def _check_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[Diagnostic
         if clash := namer.claim(generated, owner):
             problems.append(loaded.diagnostic(loc, clash))
     return problems
+
+
+def _upstream(layer: str, layers: list[_Inferred]) -> set[str]:
+    """`layer` and every layer it reads, directly or not."""
+    sources = {x.layer.name: x.sources for x in layers}
+    seen, todo = set(), [layer]
+    while todo:
+        name = todo.pop()
+        if name in sources and name not in seen:
+            seen.add(name)
+            todo += sources[name]
+    return seen
+
+
+def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membership) -> list[Diagnostic]:
+    """Trained weights must reach the loss: TensorFlow gives a weight off that path a None gradient,
+    and the optimizer update fails ('None values not supported') at the first step."""
+    spec = loaded.spec
+    loss_output = getattr(spec.loss, "logits", None) or getattr(spec.loss, "predictions", None)
+    if loss_output not in spec.outputs:
+        return []  # no loss, or one that names no output (reported by _check_sections)
+    reach = _upstream(spec.outputs[loss_output], layers)
+    owner = {path: x.layer.name for x in layers for path, _ in x.variables}
+    feeds = {out: _upstream(layer, layers) for out, layer in spec.outputs.items() if out != loss_output}
+    problems = []
+    for name, paths in members.optimizers.items():
+        lost = [p for p in paths if owner[p] not in reach]
+        if not lost:
+            continue
+        fed = [out for out, upstream in feeds.items() if any(owner[p] in upstream for p in lost)]
+        where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
+                 else "their layers reach no output")
+        fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
+        problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
+            f"optimizer '{name}' claims {variable_list(lost)}, which do not reach the loss output '{loss_output}' "
+            f"({where}): their gradients would be None and training would stop at the first step. "
+            f"Freeze them (list them in 'frozen' instead of in this optimizer), {fix}")))
+    return problems
+
+
+def _quoted(names: list[str]) -> str:
+    return " and ".join(f"'{n}'" for n in names)
 
 
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
