@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgen.atomic import UnsafePathError, checked_folder, kind, read_regular, write_atomic, writing
+from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
 from specgen.render.files import load_templates, render_files
@@ -78,35 +78,58 @@ class _OnDisk:
     """One spec's output folder as found: each generated file's bytes (None: missing), and stale files."""
 
     shown: Path  # <root>/<name> as the user spelled the root, for messages
+    real: str  # the same folder on the resolved root, where specgen reads and writes
     current: dict[str, bytes | None]
     stale: list[str]
 
 
-def _survey(out: Output, root: Path) -> _OnDisk:
-    """Read one spec's output folder without following any link below `root`.
+def _real_root(root: Path) -> str:
+    """The output root resolved once (links above and at it are the user's choice); a folder or missing."""
+    real = os.path.realpath(root)
+    if kind(Path(real), root) == "file":
+        raise UnsafePathError(root, "is a file, not a folder", "remove it or choose another output folder")
+    return real
 
-    The folder must be a real folder; a link, device or pipe anywhere in it, or a folder where
-    a generated file goes, raises UnsafePathError naming it. Other real subfolders (a
-    __pycache__) are not ours and are left alone.
+
+def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
+    """Read one spec's output folder without following any link below the root.
+
+    The folder must be a real folder; a link, device or pipe in it, or a folder where a
+    generated file goes, raises UnsafePathError naming it. Other real subfolders (a
+    __pycache__) are not ours and are left alone. Paths are strings here: this runs for every
+    file of every spec, and pathlib objects cost more than the system calls.
     """
-    shown = root / out.folder
-    real = checked_folder(root, shown, create=False)
-    current: dict[str, bytes | None] = dict.fromkeys(out.files)
-    stale: list[str] = []
-    if kind(real, shown) is None:
-        return _OnDisk(shown, current, stale)
+    shown, real = root / out.folder, os.path.join(real_root, out.folder)
+    disk = _OnDisk(shown, real, dict.fromkeys(out.files), [])
+    found = kind(Path(real), shown)
+    if found == "file":
+        raise UnsafePathError(shown, "is a file where specgen needs a folder", "remove it and run again")
+    if found is None:
+        return disk
     with os.scandir(real) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name not in out.files and entry.is_dir(follow_symlinks=False):
+            ours = entry.name in out.files
+            # DirEntry answers from the folder listing (no extra system call); kind() names the odd ones.
+            if entry.is_dir(follow_symlinks=False) and not ours:
                 continue
-            if kind(Path(entry.path), shown / entry.name) == "folder":
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+                kind(Path(entry.path), shown / entry.name)
                 raise UnsafePathError(shown / entry.name, "is a folder where specgen writes a generated file",
                                       "remove it and run again")
-            if entry.name in out.files:
-                current[entry.name] = read_regular(Path(entry.path), shown / entry.name)
+            if ours:
+                disk.current[entry.name] = read_regular(Path(entry.path))
             else:
-                stale.append(entry.name)
-    return _OnDisk(shown, current, stale)
+                disk.stale.append(entry.name)
+    return disk
+
+
+def _make_folder(disk: _OnDisk) -> None:
+    """Create a spec's folder if missing, with mkdir (never follows a link); then it must be a real folder."""
+    with writing(disk.shown):
+        os.makedirs(os.path.dirname(disk.real), exist_ok=True)  # the root itself
+        if kind(Path(disk.real), disk.shown) is None:
+            os.mkdir(disk.real)
+            kind(Path(disk.real), disk.shown)  # still a folder, not a link raced into its place
 
 
 def write(outputs: list[Output], root: Path) -> list[Path]:
@@ -115,34 +138,37 @@ def write(outputs: list[Output], root: Path) -> list[Path]:
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
     any spec writes nothing; likewise every output folder is surveyed (no links, nothing but
     regular files where files go) before the first write, so an unsafe path writes nothing.
-    The root is resolved once; everything below it is written on the resolved path.
+    The root is resolved once; everything below it is read and written on the resolved path.
     """
-    found = [_survey(out, root) for out in outputs]
-    real_root = Path(os.path.realpath(root))
+    real_root = _real_root(root)
+    found = [_survey(out, root, real_root) for out in outputs]
     written = []
     for out, disk in zip(outputs, found, strict=True):
-        with writing(disk.shown):
-            folder = checked_folder(real_root, real_root / out.folder, create=True)
+        _make_folder(disk)
         for name, content in out.files.items():
             if disk.current[name] == content:
                 continue
             with writing(disk.shown / name):
                 # No fsync: generated files are rebuilt from the specs; the rename alone keeps them whole.
-                write_atomic(folder / name, content, fsync=False)
+                write_atomic(Path(disk.real, name), content, fsync=False)
             written.append(disk.shown / name)
         for name in disk.stale:
             with writing(disk.shown / name):
-                os.unlink(folder / name)  # a regular file (surveyed); unlink never follows a link anyway
+                os.unlink(os.path.join(disk.real, name))  # a regular file (surveyed); unlink never follows a link
             written.append(disk.shown / name)
     return written
 
 
 def check(outputs: list[Output], root: Path) -> list[str]:
     """A unified diff (or a one-line note) for every drifted, missing, stale or unsafe file."""
+    try:
+        real_root = _real_root(root)
+    except UnsafePathError as exc:
+        return [f"unsafe: {exc}"]
     reports = []
     for out in outputs:
         try:
-            disk = _survey(out, root)
+            disk = _survey(out, root, real_root)
         except UnsafePathError as exc:
             reports.append(f"unsafe: {exc}")
             continue
