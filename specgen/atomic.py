@@ -227,7 +227,8 @@ def describe(exc: OSError) -> str:
             return f"cannot write: {exc}"
         return f"cannot write {exc.path}: it {exc.what}; {exc.remedy}"
     code = exc.errno or 0
-    reason = REASONS.get(code, (exc.strerror or str(exc)).lower())
+    strerror = exc.strerror or ""
+    reason = REASONS.get(code, strerror[:1].lower() + strerror[1:] if strerror else str(exc))
     remedy = REMEDIES.get(code, "check the path and run again")
     target = getattr(exc, "specgen_target", None)
     if target is not None:
@@ -235,4 +236,4 @@ def describe(exc: OSError) -> str:
         return f"cannot write {target}: {reason}; {remedy}{kept}"
     if exc.filename is not None:
         return f"{exc.filename}: {reason}; {remedy}"
-    return f"{reason}; {remedy}"
+    return reason  # not about a path (a port in use, say): the system's words are the best we have

@@ -177,6 +177,19 @@ def test_other_real_subfolders_are_left_alone(tmp_path: Path) -> None:
     assert (cache / "model.cpython-311.pyc").read_bytes() == b"\0"
 
 
+def test_check_does_not_read_the_configured_schema_through_a_link(tmp_path: Path, elsewhere: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`build --check` also compares [tool.specgen] schema: that file is read without following a link too."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.specgen]\nspecs = ["{MLP}"]\nout = "gen"\nschema = "s.json"\n')
+    (tmp_path / "s.json").symlink_to(elsewhere / "secret.env")
+    monkeypatch.chdir(tmp_path)
+    assert main(["build"]) == 0
+    capsys.readouterr()
+    assert main(["build", "--check"]) == 1
+    assert capsys.readouterr().out == f"unsafe: s.json is a symbolic link (to {elsewhere / 'secret.env'}), {LINK_NOTE}\n"
+
+
 def test_generated_folder_is_still_current(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["build", "--check"]) == 0
@@ -275,6 +288,11 @@ def test_describe_names_the_file_and_what_to_do(code: int, line: str) -> None:
         raise OSError(code, os.strerror(code), "out/.model.onnx.123.tmp")
     kept = " (the old file, if any, is unchanged)" if code != errno.EROFS else ""
     assert describe(caught.value) == f"cannot write out/model.onnx: {line}{kept}"
+
+
+def test_describe_without_a_path_keeps_the_systems_words() -> None:
+    assert describe(OSError(errno.EADDRINUSE, "Address already in use")) == "address already in use"
+    assert describe(OSError("Cannot use /Data/Set")) == "Cannot use /Data/Set"
 
 
 # --- infer --output (item 12) ---------------------------------------------------------------------------
