@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specgen import __version__
 from specgen.config import load_config
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, report_lines
 from specgen.render.errors import RenderError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -284,8 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "caused it.", file=sys.stderr)
         return 3
     except SpecError as exc:
-        for diagnostic in exc.diagnostics:
-            print(diagnostic, file=sys.stderr)
+        for line in report_lines(exc.diagnostics):  # at most MAX_PER_FILE a file, then a count
+            print(line, file=sys.stderr)
         count = len(exc.diagnostics)
         print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
         return 1

@@ -1,10 +1,42 @@
-"""Diagnostics in the `path:line:col: error: message` form, shared by every stage."""
+"""Diagnostics in the `path:line:col: error: message` form, shared by every stage.
+
+Whatever a spec holds, a diagnostic stays small: every received value a message echoes goes
+through `shown` / `quoted` / `describe` (at most `MAX_ECHO` characters, then an ellipsis and the
+full length), a whole message is cut to `MAX_MESSAGE` characters as a backstop for messages
+built elsewhere, and `report_lines` prints at most `MAX_PER_FILE` diagnostics per file.
+"""
 
 from __future__ import annotations
 
 import difflib
+import itertools
+import math
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+MAX_ECHO = 80  # characters of one received value (a name, a key, a number) in a message
+MAX_MESSAGE = 2000  # characters of a whole message; the longest real one lists ~40 op names
+MAX_PER_FILE = 100  # diagnostics printed per file; the rest are counted in one line
+
+
+
+class _BoundedRepr(reprlib.Repr):
+    """reprlib's bounded `repr` of containers, also for huge integers and bytes inside them
+    (reprlib converts those whole first; Python refuses ints over 4300 digits outright)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 256:
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+        return repr(x)
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return f"{x[:MAX_ECHO]!r}… ({len(x)} bytes)" if len(x) > MAX_ECHO else repr(x)
+
+
+_REPR = _BoundedRepr()  # a few items, a few levels, never the whole value
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 6, 6, 4
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_ECHO
 
 
 @dataclass(frozen=True, order=True)
@@ -24,6 +56,13 @@ class Diagnostic:
     message: str
     severity: str = "error"
 
+    def __post_init__(self) -> None:
+        # Held here, not only when printed: thousands of diagnostics may echo the same long value.
+        if len(self.message) > MAX_MESSAGE:
+            object.__setattr__(self, "message", _cut(self.message, MAX_MESSAGE))
+        if len(self.path) > MAX_MESSAGE:  # `--set <text>` names the override as the path
+            object.__setattr__(self, "path", _cut(self.path, MAX_MESSAGE))
+
     def __str__(self) -> str:
         where = self.path
         if self.position is not None:
@@ -33,6 +72,13 @@ class Diagnostic:
     def sort_key(self) -> tuple[str, int, int, str]:
         line, col = (self.position.line, self.position.col) if self.position else (0, 0)
         return (self.path, line, col, self.message)
+
+
+def _cut(text: str, limit: int) -> str:
+    """Keep the start and the end (where messages say what was expected) of an over-long text."""
+    head = limit * 2 // 3
+    tail = limit - head - 40
+    return f"{text[:head]}… [{len(text) - head - tail} characters cut] …{text[-tail:]}"
 
 
 def one_line(text: str) -> str:
@@ -49,12 +95,55 @@ class SpecError(Exception):
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):
         self.diagnostics = sorted(diagnostics, key=Diagnostic.sort_key)
-        super().__init__("\n".join(str(d) for d in self.diagnostics))
+        super().__init__("\n".join(report_lines(self.diagnostics)))
+
+
+def report_lines(diagnostics: list[Diagnostic], per_file: int = MAX_PER_FILE) -> list[str]:
+    """The lines to print: the first `per_file` diagnostics of each file (in the order given,
+    sorted by position in SpecError), then one line counting the rest of that file's."""
+    lines: list[str] = []
+    for path, group in itertools.groupby(diagnostics, key=lambda d: d.path):
+        items = list(group)
+        lines += [str(d) for d in items[:per_file]]
+        if len(items) > per_file:
+            lines.append(one_line(f"{path}: note: and {len(items) - per_file} more errors in this file "
+                                  f"(only the first {per_file} are shown)"))
+    return lines
+
+
+def shown(text: str, limit: int = MAX_ECHO) -> str:
+    """`text` cut to `limit` characters, with an ellipsis and the full length when it was longer."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
+
+def quoted(value: object) -> str:
+    """A name or key as messages quote it, `'conv1'`; a long one as `'conv1conv1…' (900000 characters)`."""
+    text = value if isinstance(value, str) else safe_repr(value)
+    if len(text) <= MAX_ECHO:
+        return f"'{text}'"
+    return f"'{text[:MAX_ECHO]}…' ({len(text)} characters)"
+
+
+def safe_repr(value: object) -> str:
+    """`repr(value)` in about MAX_ECHO characters, without building the whole repr first: a long
+    string or list would cost its full length for every message that echoes it."""
+    if isinstance(value, str):
+        return f"{value[:MAX_ECHO]!r}… ({len(value)} characters)" if len(value) > MAX_ECHO else repr(value)
+    if isinstance(value, int | bytes | list | tuple | dict | set | frozenset) and not isinstance(value, bool):
+        return _REPR.repr(value)
+    return shown(repr(value))
 
 
 def closest(received: str, choices: Iterable[str]) -> str | None:
     """The one entry of `choices` close enough to `received` to suggest, if any."""
-    close = difflib.get_close_matches(received, sorted(set(choices)), n=1, cutoff=0.6)
+    options = sorted(set(choices))
+    # A text over 2.4x longer than every choice cannot reach the 0.6 ratio; don't let difflib
+    # index a long one only to find that out.
+    if not options or len(received) > 2.4 * max(map(len, options)):
+        return None
+    close = difflib.get_close_matches(received, options, n=1, cutoff=0.6)
     return close[0] if close else None
 
 
@@ -73,8 +162,5 @@ def one_of(choices: Iterable[str]) -> str:
 
 
 def describe(value: object) -> str:
-    """A short, safe rendering of a received value for messages."""
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    """A short, safe rendering of a received value for messages: `'abc' (str)`."""
+    return f"{safe_repr(value)} ({type(value).__name__})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from specgen.diagnostics import Diagnostic, SpecError, closest, describe, did_you_mean, one_of
+from specgen.diagnostics import Diagnostic, Position, SpecError, closest, describe, did_you_mean, one_of, quoted, safe_repr
 from specgen.spec.base import IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
@@ -21,6 +22,9 @@ TYPE_WORDS = {
     "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
     "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
 }
+# Comparing an unknown key with the allowed ones (difflib) is most of the cost of a diagnostic;
+# past this many unknown keys in one file the rest are listed without a "did you mean".
+MAX_SUGGESTIONS = 1000
 BOUNDS = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
           "less_than_equal": "<= {le}"}
 
@@ -70,43 +74,65 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
 
 
 def _diagnostics(exc: ValidationError, data: Any, source: SourceMap) -> list[Diagnostic]:
-    found: dict[tuple[Any, str], Diagnostic] = {}
-    errors = exc.errors()
+    """One diagnostic per distinct (position, message), in time linear in the number of errors:
+    the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
+    (by position) are compared with the allowed ones for a "did you mean"."""
+    errors = [(error, tuple(error["loc"])) for error in exc.errors()]
+    positions = [_locate(error, loc, data, source) for error, loc in errors]
+    unknown = sorted((_order(position), loc) for (error, loc), position in zip(errors, positions, strict=True)
+                     if error["type"] == "extra_forbidden")
+    suggestions = {loc: _suggestion(loc) for _, loc in unknown[:MAX_SUGGESTIONS]}
     # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
     # "missing required key 'filters'".
-    misspelt = {(tuple(e["loc"][:-1]), closest(str(e["loc"][-1]), allowed_keys(tuple(e["loc"][:-1]))))
-                for e in errors if e["type"] == "extra_forbidden"}
-    for error in errors:
-        loc = tuple(error["loc"])
+    misspelt = {(loc[:-1], close) for loc, close in suggestions.items()}
+    found: dict[tuple[Any, str], Diagnostic] = {}
+    for (error, loc), position in zip(errors, positions, strict=True):
         if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
             continue
-        # pydantic ends the location of a bad dict key with '[key]': point at the key itself.
-        is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
-        # An unknown `op` / `kind` points at its value, not at the start of the mapping.
-        at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
-        position = source.locate(at, data, key=is_key)
-        message = _message(error, loc, data) + _context(loc, data)
+        message = _message(error, loc, data, suggestions.get(loc)) + _context(loc, data)
         found.setdefault((position, message), Diagnostic(source.path, position, message))
     return list(found.values())
 
 
-def _message(error: Any, loc: PathKey, data: Any) -> str:
+def _locate(error: Any, loc: PathKey, data: Any, source: SourceMap) -> Position | None:
+    # pydantic ends the location of a bad dict key with '[key]': point at the key itself.
+    is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
+    # An unknown `op` / `kind` points at its value, not at the start of the mapping.
+    at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
+    return source.locate(at, data, key=is_key)
+
+
+def _order(position: Position | None) -> tuple[int, int]:
+    return (position.line, position.col) if position else (0, 0)
+
+
+def _suggestion(loc: PathKey) -> str | None:
+    """The allowed key closest to the unknown key at the end of `loc`, if one is close."""
+    return closest(_text(loc[-1]), allowed_keys(loc[:-1]))
+
+
+def _text(value: Any) -> str:
+    """A received value as text to compare with allowed names (bounded; `str` of a huge int raises)."""
+    return value if isinstance(value, str) else safe_repr(value)
+
+
+def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None) -> str:
     kind, ctx, received = error["type"], error.get("ctx") or {}, error.get("input")
-    last = str(loc[-1]) if loc else "spec"
+    last = _text(loc[-1]) if loc else "spec"
     if kind == "missing":
-        return f"missing required key '{last}'"
+        return f"missing required key {quoted(last)}"
     if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
         return _literal_message(loc, received, ctx)
     if kind == "finite_number":
-        return f"expected a finite number, received {received!r}"
+        return f"expected a finite number, received {safe_repr(received)}"
     if kind == "extra_forbidden":
         allowed = allowed_keys(loc[:-1])
-        hint = did_you_mean(last, allowed)
-        return f"unknown key '{last}'" + (hint or f"; expected one of {one_of(allowed)}" if allowed else "")
+        hint = f"; did you mean '{suggestion}'?" if suggestion else ""
+        return f"unknown key {quoted(loc[-1])}" + (hint or f"; expected one of {one_of(allowed)}" if allowed else "")
     if kind == "union_tag_invalid":
         field = ctx["discriminator"].strip("'")
         tags = [t.strip().strip("'") for t in ctx["expected_tags"].split(",")]
-        return (f"unknown {field} '{ctx['tag']}'" + did_you_mean(str(ctx["tag"]), tags)
+        return (f"unknown {field} {quoted(ctx['tag'])}" + did_you_mean(_text(ctx["tag"]), tags)
                 + f" (expected {one_of(tags)})")
     if kind == "union_tag_not_found":
         return f"missing required key {ctx['discriminator']}"
@@ -115,7 +141,7 @@ def _message(error: Any, loc: PathKey, data: Any) -> str:
     if kind == "string_pattern_mismatch":
         return _name_message(received, ctx)
     if kind in BOUNDS:
-        return f"received {received!r}, expected a value {BOUNDS[kind].format(**ctx)}"
+        return f"received {safe_repr(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:
         return f"expected {TYPE_WORDS[kind]}, received {describe(received)}"
     if kind in ("too_short", "too_long"):
@@ -132,10 +158,10 @@ def _message(error: Any, loc: PathKey, data: Any) -> str:
 
 def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
     if loc == ("specgen",):
-        return (f"unsupported spec format version {received!r}; "
+        return (f"unsupported spec format version {safe_repr(received)}; "
                 f"this specgen reads version {SPEC_VERSION}")
     expected = [e.strip().strip("'") for e in ctx["expected"].replace(" or ", ",").split(",")]
-    return f"received {received!r}, expected {one_of(expected)}" + did_you_mean(str(received), expected)
+    return f"received {safe_repr(received)}, expected {one_of(expected)}" + did_you_mean(_text(received), expected)
 
 
 def _name_message(received: Any, ctx: dict[str, Any]) -> str:
@@ -145,7 +171,7 @@ def _name_message(received: Any, ctx: dict[str, Any]) -> str:
         rule = "parts of a letter, then letters and digits with single '_' between them, joined by '/'"
     else:
         rule = "printable text without control characters"
-    return f"invalid name {received!r}: expected {rule}"
+    return f"invalid name {safe_repr(received)}: expected {rule}"
 
 
 def _context(loc: PathKey, data: Any) -> str:
@@ -159,8 +185,10 @@ def _context(loc: PathKey, data: Any) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=256)
 def allowed_keys(loc: PathKey) -> list[str]:
-    """The keys a mapping at `loc` may have, found by walking Spec's type annotations."""
+    """The keys a mapping at `loc` may have, found by walking Spec's type annotations (cached:
+    every unknown key in one mapping asks for the same list; callers must not change it)."""
     tp: Any = Spec
     for part in loc:
         tp = _step(tp, part)

@@ -11,23 +11,39 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import shown as shown_text
 from specgen.spec.load import LoadedSpec, validate_data
-from specgen.spec.yaml_source import load_yaml
+from specgen.spec.yaml_source import load_yaml, parse_value
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """(key path, value) of one `--set KEY.PATH=VALUE`; the value is YAML read by the spec loader,
+    so it has the same bounds as a spec file (size, nesting, aliases, tags) and no others."""
+    shown = f"--set {shown_text(text)}"
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise SpecError([Diagnostic(f"--set {text}", None, "expected KEY.PATH=VALUE, e.g. train.batch_size=32")])
+        raise SpecError([Diagnostic(shown, None, "expected KEY.PATH=VALUE, e.g. train.batch_size=32")])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise SpecError([Diagnostic(f"--set {text}", None, f"the value is not valid YAML: {exc}")]) from None
-    parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.strip().split(".")]
-    return parts, value
+        value = parse_value(raw, shown) if raw.strip() else ""
+    except SpecError as exc:  # positions are within the value, which has no file: say where in it
+        raise SpecError([Diagnostic(shown, None, _in_value(d)) for d in exc.diagnostics]) from None
+    return [_part(p) for p in key.strip().split(".")], value
+
+
+def _part(text: str) -> str | int:
+    """A list index when the part is a short run of ASCII digits (`int('²')` raises, and so does
+    `int()` of thousands of digits), else a mapping key."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else text
+
+
+def _in_value(diagnostic: Diagnostic) -> str:
+    message = diagnostic.message.replace("invalid YAML", "the value is not valid YAML", 1)
+    where = diagnostic.position
+    if where is None:
+        return message
+    return f"{message} (line {where.line}, column {where.col} of the value)" if where.line > 1 else \
+        f"{message} (column {where.col} of the value)"
 
 
 def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -6,20 +6,32 @@ dagster keeps a tree of source positions, and look positions up by path only whe
 a diagnostic needs one, (2) reject duplicate keys (PyYAML silently keeps the last
 one), and (3) bound the work that aliases can cause, which defeats "billion laughs"
 alias bombs.
+
+Every bound holds before the work it limits: the file is checked to be a regular file and
+read only up to the size limit; nesting is checked before libyaml's composer (which recurses
+in C and would overflow the stack, killing the process) ever sees a deep document; aliases
+are counted while they are expanded. `--set` values go through the same code (`parse_value`).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml import events
 
-from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 
 MAX_FILE_BYTES = 1 << 20  # a spec is a few kilobytes; a megabyte is already absurd
 MAX_NODES = 100_000  # values visited after alias expansion
-MAX_DEPTH = 64  # nesting of mappings and lists; a spec needs about 5
+MAX_DEPTH = 64  # nesting of mappings and lists (and `<<` merges); a spec needs about 5
+# libyaml's composer recurses in C, about 370 bytes of stack a level (an 8 MiB stack overflows
+# near 22,000 levels). A text that provably nests less than this is composed directly; any
+# other is first checked level by level on the parser's (iterative) event stream.
+C_SAFE_DEPTH = 1000
 # Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
 STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
                                                     "timestamp", "binary", "merge")}
@@ -33,12 +45,15 @@ class SourceMap:
     """Where each value and mapping key of one YAML file is, looked up by path on demand.
 
     It keeps the composed node tree and walks it only when a diagnostic needs a position,
-    so the common case (a valid spec) pays nothing for positions.
+    so the common case (a valid spec) pays nothing for positions. Each mapping's keys are
+    indexed the first time a lookup passes through it, so N diagnostics in one mapping cost
+    O(N), not O(N x keys).
     """
 
     def __init__(self, path: str, root: yaml.Node | None = None):
         self.path = path
         self.root = root
+        self._keys: dict[int, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}  # id(mapping node) -> key -> nodes
 
     def locate(self, loc: PathKey, data: Any, *, key: bool = False) -> Position | None:
         """Position of the deepest node along `loc` that exists in `data`.
@@ -47,59 +62,82 @@ class SourceMap:
         'conv2d' to error locations) are skipped, so every location maps to the
         nearest real node.
         """
-        found: PathKey = ()
+        found: list[str | int] = []
         node = data
         for part in loc:
-            if isinstance(node, dict) and part in node:
+            if isinstance(node, dict) and _hashable(part) and part in node:
                 node = node[part]
             elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
                 node = node[part]
             else:
                 continue
-            found = (*found, part)
-        return self.position(found, key=key)
+            found.append(part)
+        return self.position(tuple(found), key=key)
 
     def position(self, path: PathKey, *, key: bool = False) -> Position | None:
         """Position of the value at `path` (or of its mapping key), which must exist."""
-        value, key_node = self.root, None
+        value: yaml.Node | None = self.root
+        key_node: yaml.Node | None = None
         for part in path:
             if value is None:
                 return None
-            value, key_node = _child(value, part)
+            value, key_node = self._child(value, part)
         target = key_node if key and key_node is not None else value
         return None if target is None else _position(target)
 
+    def _child(self, node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node | None]:
+        """(value node, key node) of one step."""
+        if isinstance(node, yaml.SequenceNode):
+            ok = isinstance(part, int) and 0 <= part < len(node.value)
+            return (node.value[part], None) if ok else (None, None)
+        if not isinstance(node, yaml.MappingNode) or not _hashable(part):
+            return None, None
+        return self._index(node).get(part, (None, None))
 
-def _child(node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node | None]:
-    """(value node, key node) of one step: own keys first, then `<<` merges, as the converter reads them."""
-    if isinstance(node, yaml.SequenceNode):
-        ok = isinstance(part, int) and 0 <= part < len(node.value)
-        return (node.value[part], None) if ok else (None, None)
-    if not isinstance(node, yaml.MappingNode):
-        return None, None
-    merges = []
-    for key_node, value_node in node.value:
-        if key_node.tag == MERGE_TAG:
-            merges += value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-        elif isinstance(key_node, yaml.ScalarNode) and _key_value(key_node) == part:
-            return value_node, key_node
-    for source in merges:
-        found = _child(source, part)
-        if found[0] is not None:
-            return found
-    return None, None
+    def _index(self, node: yaml.MappingNode) -> dict[Any, tuple[yaml.Node, yaml.Node]]:
+        """key -> (value node, key node): own keys first, then `<<` merges, as the converter reads them."""
+        index = self._keys.get(id(node))
+        if index is not None:
+            return index
+        index = self._keys[id(node)] = {}  # before the merges: a mapping merging itself stops here
+        merges: list[yaml.Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                merges += value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            elif isinstance(key_node, yaml.ScalarNode):
+                key = _key_value(key_node)
+                if _hashable(key):
+                    index.setdefault(key, (value_node, key_node))
+        for source in merges:
+            if isinstance(source, yaml.MappingNode):
+                for key, found in self._index(source).items():
+                    index.setdefault(key, found)
+        return index
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+_KEY_CONSTRUCTOR = yaml.SafeLoader("")  # only its scalar constructors are used
 
 
 def _key_value(node: yaml.ScalarNode) -> Any:
     if node.tag == STR_TAG:
         return node.value
     try:
-        return yaml.SafeLoader("").construct_object(node, deep=True)
+        return _KEY_CONSTRUCTOR.construct_object(node, deep=True)
     except (yaml.YAMLError, ValueError):
         return None
+    finally:  # it remembers every node it built; keep it from holding on to this file's
+        _KEY_CONSTRUCTOR.constructed_objects.clear()
 
 
-def _position(node: yaml.Node) -> Position:
+def _position(node: yaml.Node | yaml.Event) -> Position:
     return Position(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
@@ -125,8 +163,8 @@ class _Converter:
         if tag == STR_TAG:  # most scalars in a spec: skip the general constructor's bookkeeping
             return node.value
         if tag not in STANDARD_TAGS:
-            shown = tag.replace("tag:yaml.org,2002:", "!!", 1)
-            raise SpecError([self._error(node, f"unsupported YAML tag {shown!r}; specs hold plain data")])
+            shown = quoted(tag.replace("tag:yaml.org,2002:", "!!", 1))
+            raise SpecError([self._error(node, f"unsupported YAML tag {shown}; specs hold plain data")])
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, depth)
         if isinstance(node, yaml.SequenceNode):
@@ -159,7 +197,7 @@ class _Converter:
                 self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
                 continue
             if key in result:
-                self.problems.append(self._error(key_node, f"duplicate key '{key}'; "
+                self.problems.append(self._error(key_node, f"duplicate key {quoted(key)}; "
                                                  "YAML keeps only one of them, so write it once"))
                 continue
             if depth == 0:
@@ -170,10 +208,14 @@ class _Converter:
         return result
 
     def _merge(self, result: dict[Any, Any], value_node: yaml.Node, depth: int) -> None:
-        """Support `<<: *defaults` and `<<: [*a, *b]` (earlier sources win)."""
+        """Support `<<: *defaults` and `<<: [*a, *b]` (earlier sources win).
+
+        A merge counts as one level of nesting: a chain of mappings each merging the one before
+        (or a mapping merging itself) would otherwise recurse without bound.
+        """
         sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         for source in sources:
-            merged = self.convert(source, depth)
+            merged = self.convert(source, depth + 1)
             if not isinstance(merged, dict):
                 self.problems.append(self._error(source, "'<<' merges only mappings"))
                 continue
@@ -187,18 +229,70 @@ class _Converter:
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
     """Parse one YAML file into plain values and its source map, or raise SpecError."""
     shown = display or str(path)
+    return parse_yaml(read_spec_text(path, shown), shown)
+
+
+def read_spec_text(path: Path, shown: str) -> str:
+    """The text of a regular file of at most MAX_FILE_BYTES, or SpecError.
+
+    `stat` then `read_text` would read `/dev/zero` until memory runs out and block forever on a
+    FIFO: open without blocking, require a regular file on the open descriptor (no race with a
+    rename), and read at most one byte past the limit whatever the file claims its size is.
+    """
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SpecError([Diagnostic(shown, None, f"cannot read the spec: {exc.strerror}")]) from None
-    if size > MAX_FILE_BYTES:
-        raise SpecError([Diagnostic(shown, None, f"the file is {size} bytes; specs are limited to "
-                                    f"{MAX_FILE_BYTES} bytes (is this really a spec?)")])
+        raise _file_error(shown, f"cannot read the spec: {exc.strerror}") from None
     try:
-        text = path.read_text(encoding="utf-8")
+        info = os.fstat(fd)
+        kind = _file_kind(info.st_mode)
+        if kind is not None:
+            raise _file_error(shown, f"the spec path is {kind}, not a regular file")
+        data = _read_at_most(fd, MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise _file_error(shown, f"cannot read the spec: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise _file_error(shown, f"the file is {max(info.st_size, len(data))} bytes; specs are limited to "
+                          f"{MAX_FILE_BYTES} bytes (is this really a spec?)")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError([Diagnostic(shown, None, f"the file is not UTF-8 text: {exc.reason}")]) from None
-    return parse_yaml(text, shown)
+        raise _file_error(shown, f"the file is not UTF-8 text: {exc.reason}") from None
+    # Universal newlines, as `read_text` gave: values never hold a '\r' from Windows line ends.
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str | None:
+    """None for a regular file, else what the path is, for the message."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _file_error(shown: str, message: str) -> SpecError:
+    return SpecError([Diagnostic(shown, None, message)])
 
 
 _SCALAR_TAGS: dict[tuple[str, tuple[bool, bool]], str] = {}
@@ -245,34 +339,127 @@ if hasattr(yaml, "CSafeLoader"):
     FAST_LOADER = _CSafeLoader
 
 
-def _compose(text: str) -> yaml.Node | None:
-    """Compose with libyaml when present; on a syntax error, again in Python for PyYAML's messages."""
+def _compose(text: str, display: str = "<yaml>") -> yaml.Node | None:
+    """Compose with libyaml when present; on a syntax error, again in Python for PyYAML's messages.
+
+    Nesting is bounded first: libyaml's composer recurses in C and a deep enough document
+    kills the process; PyYAML's recurses in Python and ends in RecursionError without a position.
+    """
     if FAST_LOADER is not None:
         try:
+            if max_nesting(text) > C_SAFE_DEPTH:
+                check_depth(text, display, FAST_LOADER)
             return yaml.compose(text, Loader=FAST_LOADER)
         except yaml.YAMLError:
             pass
-    return yaml.compose(text, Loader=_SafeLoader)
+    try:
+        return yaml.compose(text, Loader=_SafeLoader)
+    except RecursionError:
+        pass
+    check_depth(text, display, _SafeLoader)  # raises at the first node too deep, with its position
+    raise SpecError([Diagnostic(display, None, f"the document nests more than {MAX_DEPTH} levels deep")])
+
+
+def max_nesting(text: str) -> int:
+    """An upper bound on how deeply `text` can nest collections, from a few C-speed string scans.
+
+    Flow collections nest only through '[' and '{' (a flow sequence adds at most one implicit
+    mapping per '['); block collections only by indenting further, at most two levels (a mapping
+    and a sequence inside it) per column. Normal specs stay far below C_SAFE_DEPTH; a text that
+    does not gets the exact check.
+    """
+    brackets = text.count("[") + text.count("{")
+    longest_line = max(map(len, text.split("\n")))  # only '\n': other breaks make lines shorter
+    return 2 * brackets + 2 * (longest_line + 1)
+
+
+_OPEN = (events.MappingStartEvent, events.SequenceStartEvent)
+_CLOSE = (events.MappingEndEvent, events.SequenceEndEvent)
+_NODE = (events.ScalarEvent, events.AliasEvent, *_OPEN)
+
+
+def check_depth(text: str, display: str, loader: type) -> None:
+    """Raise SpecError at the first node nested more than MAX_DEPTH levels, reading the parser's
+    events, which needs no recursion. Levels count as in `_Converter` (the top-level node is
+    level 0; scalar mapping keys are not checked), so both report the same node."""
+    parser = loader(text)
+    try:
+        open_items: list[int] = []  # per open collection: -1 for a sequence, else nodes read in the mapping
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, _CLOSE):
+                open_items.pop()
+            elif isinstance(event, _NODE):
+                in_mapping = bool(open_items) and open_items[-1] >= 0
+                scalar_key = in_mapping and open_items[-1] % 2 == 0 and isinstance(event, events.ScalarEvent)
+                if len(open_items) > MAX_DEPTH and not scalar_key:
+                    raise SpecError([Diagnostic(display, _position(event),
+                                                f"the document nests more than {MAX_DEPTH} levels deep")])
+                if in_mapping:
+                    open_items[-1] += 1
+                if isinstance(event, _OPEN):
+                    open_items.append(0 if isinstance(event, events.MappingStartEvent) else -1)
+    finally:
+        parser.dispose()
 
 
 def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
-    """Parse YAML text; syntax errors become diagnostics at the problem's mark."""
-    try:
-        root = _compose(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = Position(mark.line + 1, mark.column + 1) if mark else None
-        raise SpecError([Diagnostic(display, where, f"invalid YAML: {exc.problem or exc}")]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([Diagnostic(display, None, f"invalid YAML: {exc}")]) from None
-    except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise SpecError([Diagnostic(display, None, f"the document nests more than {MAX_DEPTH} "
-                                    "levels deep")]) from None
-    if root is None:
+    """Parse a spec's YAML text; syntax errors become diagnostics at the problem's line:col."""
+    data, source = _parse(text, display)
+    if source.root is None:
         raise SpecError([Diagnostic(display, Position(1, 1), "the file is empty; expected a spec mapping")])
+    return data, source
+
+
+def parse_value(text: str, display: str) -> Any:
+    """One YAML value (a `--set` override), under the same bounds as a spec file; empty is None."""
+    return _parse(text, display)[0]
+
+
+def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
+    if len(text) > MAX_FILE_BYTES:  # characters: a file was already held to the byte limit
+        raise SpecError([Diagnostic(display, None, f"the text is {len(text)} characters; specs are limited "
+                                    f"to {MAX_FILE_BYTES} (is this really a spec?)")])
+    try:
+        root = _compose(text, display)
+    except yaml.YAMLError as exc:
+        raise SpecError([Diagnostic(display, _error_position(exc, text), f"invalid YAML: {_problem(exc)}")]) from None
     source = SourceMap(display, root)
+    if root is None:
+        return None, source
     converter = _Converter(source)
     data = converter.convert(root)
     if converter.problems:
         raise SpecError(converter.problems)
     return data, source
+
+
+def _error_position(exc: yaml.YAMLError, text: str) -> Position | None:
+    """Where a PyYAML error is: its problem mark, else its context mark, else (reader errors,
+    e.g. a control character) the character offset it gives, turned into line:col."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        return Position(mark.line + 1, mark.column + 1) if mark else None
+    offset = getattr(exc, "position", None)
+    if isinstance(offset, int) and 0 <= offset <= len(text):
+        return offset_position(text, offset)
+    return None
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return str(exc.problem or exc.context or "syntax error")
+    if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
+        return f"unacceptable character U+{exc.character:04X}: {exc.reason}"
+    return str(exc).split("\n", 1)[0]
+
+
+_BREAKS = ("\n", "\x85", "\u2028", "\u2029")  # what PyYAML's reader counts as line breaks (and a lone '\r')
+
+
+def offset_position(text: str, offset: int) -> Position:
+    """1-based line:col of a character offset, counting lines as PyYAML's marks do."""
+    before = text[:offset]
+    line_start = max(before.rfind(b) for b in (*_BREAKS, "\r")) + 1
+    lines = sum(before.count(b) for b in _BREAKS) + before.count("\r") - before.count("\r\n")
+    return Position(lines + 1, offset - line_start + 1)
