@@ -154,8 +154,9 @@ def test_npz_object_arrays_are_never_unpickled(tmp_path: Path) -> None:
     ({"x": X, "y": np.array(1)}, "'label' is a single value (a 0-d array); one row per example is expected"),
     ({"x": X, "y": Y[:4]}, "features and labels have different numbers of examples ('x' 5, 'label' 4); each needs "
                            "one row per example"),
-    ({"x": X.astype(str), "y": Y}, "'x' has dtype <U32 but numbers are expected"),
-    ({"x": X, "y": Y.astype(str)}, "'label' has dtype <U21 but integers are expected"),
+    ({"x": X.astype(str), "y": Y}, "'x' has dtype <U32 (text) but numbers are expected"),
+    ({"x": X, "y": Y.astype(str)}, "'label' has dtype <U21 (text) but integers are expected"),
+    ({"x": X > 0, "y": Y}, "'x' has dtype bool (booleans) but numbers are expected"),
     ({"x": X[:, :2], "y": Y}, "'x' has shape [N, 2] but the spec declares [N, 3]"),
     ({"x": X[:0], "y": Y[:0]}, "the file holds no examples; the train stage needs at least 4"),
 ])

@@ -112,6 +112,13 @@ def _first(mask: np.ndarray) -> tuple[tuple[int, ...], int]:
     return index, flat
 
 
+def _dtype(dtype: np.dtype) -> str:
+    """A dtype as a message shows it, with what it holds when numpy's name does not say: <U32 (text)."""
+    word = {"U": "text", "S": "bytes", "b": "booleans", "c": "complex numbers", "V": "records", "M": "dates",
+            "m": "time spans"}.get(dtype.kind)
+    return f"{dtype} ({word})" if word else str(dtype)
+
+
 def _describe(value: Any) -> str:
     """A value as a message shows it: NaN, infinite, -infinite, 12, 0.5."""
     if isinstance(value, (float, np.floating)):
@@ -281,7 +288,7 @@ class SourceReader:
         if want.kind == "int":
             return self._integers(name, raw, want, locate)
         if raw.dtype.kind not in FLOAT_KINDS + INT_KINDS:
-            raise self.fail(self.loc(name), f"'{name}' has dtype {raw.dtype} but numbers are expected")
+            raise self.fail(self.loc(name), f"'{name}' has dtype {_dtype(raw.dtype)} but numbers are expected")
         with np.errstate(over="ignore"):  # an overflow becomes inf, which _finite reports with the value
             values = raw.astype(np.float32)
         self._finite(name, raw, values, locate)
@@ -308,7 +315,7 @@ class SourceReader:
                 raise self.fail(self.loc(name), f"'{name}' is {_describe(raw[index])} at {locate(name, index, flat)}; "
                                 "integers are expected")
         elif raw.dtype.kind not in INT_KINDS:
-            raise self.fail(self.loc(name), f"'{name}' has dtype {raw.dtype} but integers are expected")
+            raise self.fail(self.loc(name), f"'{name}' has dtype {_dtype(raw.dtype)} but integers are expected")
         if want.bound is not None:
             outside = (raw < 0) | (raw >= want.bound)
             if outside.any():
