@@ -227,6 +227,18 @@ def test_schema_under_a_file_is_one_error_line(tmp_path: Path, capsys: pytest.Ca
                                        "folder; remove that file or choose another path\n")
 
 
+def test_build_under_a_file_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Old code: FileExistsError / NotADirectoryError traceback."""
+    (tmp_path / "notes.txt").write_text("a file\n")
+    assert build(tmp_path / "notes.txt" / "gen") == 1
+    assert capsys.readouterr().err == (f"specgen: error: cannot write {tmp_path}/notes.txt/gen: a part of its path is "
+                                       "a file, not a folder; remove that file or choose another path\n")
+    assert build(tmp_path / "notes.txt") == 1
+    assert capsys.readouterr().err == (f"specgen: error: cannot write {tmp_path}/notes.txt: it is a file, not a folder; "
+                                       "remove it or choose another output folder\n")
+    assert (tmp_path / "notes.txt").read_text() == "a file\n"
+
+
 def _sys_refuses(path: Path) -> int:
     """The errno /sys gives root for creating `path` (skip where it does not refuse)."""
     try:

@@ -140,7 +140,8 @@ def write(outputs: list[Output], root: Path) -> list[Path]:
     regular files where files go) before the first write, so an unsafe path writes nothing.
     The root is resolved once; everything below it is read and written on the resolved path.
     """
-    real_root = _real_root(root)
+    with writing(root):
+        real_root = _real_root(root)
     found = [_survey(out, root, real_root) for out in outputs]
     written = []
     for out, disk in zip(outputs, found, strict=True):
