@@ -128,13 +128,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from specgen.spec.overrides import load_with_overrides, overridden_learning_rates
+    from specgen.spec.overrides import load_with_overrides
 
     loaded = load_with_overrides(args.spec, args.set)
     from specgen.runtime.trainer import Options, train  # imports TensorFlow: only now
 
-    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume,
-                          lr_overrides=overridden_learning_rates(args.set), quiet=args.quiet))
+    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
+                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet))
     return 0
 
 
@@ -203,7 +203,11 @@ def parser() -> argparse.ArgumentParser:
     limit = train.add_mutually_exclusive_group()
     limit.add_argument("--epochs", type=int, help="run N more passes over the training data")
     limit.add_argument("--steps", type=int, help="run N more optimizer updates")
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    start = train.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of the run folder")
+    start.add_argument("--resume-from", type=Path, metavar="CKPT", help="continue from this ckpt-* folder")
+    start.add_argument("--fresh", action="store_true", help="start a new run even if the run folder holds one: "
+                       "the old run is moved to <run>/previous-<n> (nothing is deleted)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
     train.add_argument("--quiet", action="store_true", help="no progress line")

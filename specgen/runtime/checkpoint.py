@@ -1,15 +1,18 @@
-"""Checkpoints keyed by spec path, written so that a crash never leaves a partial latest one.
+"""Checkpoints keyed by spec path, written so that a crash never loses a complete one.
 
 Layout of a run's checkpoint folder:
 
     ckpt-00000100/variables.{index,data-*}  every saved variable under its spec path
                                             (the TF name-based format: tf.train.load_checkpoint reads it)
     ckpt-00000100/data.{index,data-*}       the training data iterator's position
-    ckpt-00000100/meta.json                 step and spec name
+    ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings
     latest                                  the name of the newest complete checkpoint
 
-A checkpoint is written into a temporary folder and renamed into place, and only
-then is `latest` replaced (write + rename), so `latest` always names a whole one.
+A checkpoint is written into a temporary folder, fsynced and renamed to a name that is not
+taken (an existing checkpoint is never replaced or removed to make room), and only then is
+`latest` replaced (write_atomic). Pruning renames a folder out of the `ckpt-*` names before
+deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
+older checkpoint saves lower step numbers than the ones it abandoned.
 """
 
 from __future__ import annotations
@@ -18,42 +21,98 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from specgen.atomic import fsync_folder, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.runtime.integrity import (
+    META,
+    READ_ERRORS,
+    Saved,
+    Unreadable,
+    damaged_file,
+    describe,
+    saved,
+    unreadable_error,
+)
 
 LATEST = "latest"
-
-
-def _replace_file(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
+TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
 
 
 class CheckpointFolder:
     def __init__(self, directory: Path, keep: int):
         self.directory, self.keep = directory, keep
 
-    def latest(self) -> Path | None:
-        pointer = self.directory / LATEST
-        if not pointer.is_file():
-            return None
-        path = self.directory / pointer.read_text().strip()
-        return path if (path / "meta.json").is_file() else None
-
-    def all(self) -> list[Path]:
+    def saved(self) -> list[Saved]:
+        """Every ckpt-* folder with a readable meta.json, oldest first in save order."""
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.glob("ckpt-*") if p.is_dir() and (p / "meta.json").is_file())
+        found = [s for p in self.directory.glob("ckpt-*") if p.is_dir() and (s := saved(p))]
+        return sorted(found, key=lambda s: s.order)
+
+    def holds_checkpoints(self) -> list[str]:
+        """Names of what a new run would collide with: ckpt-* folders (whole or not) and `latest`."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name for p in self.directory.iterdir() if p.name.startswith("ckpt-") or p.name == LATEST)
+
+    def pointer(self) -> str | None:
+        """What `latest` names, None when it is missing or unreadable."""
+        try:
+            return (self.directory / LATEST).read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def newest(self) -> tuple[Path | None, str]:
+        """The checkpoint to continue from, the newest in save order, and a note when `latest` says otherwise.
+
+        A folder `latest` names that has no readable meta.json is returned as it is: reading it
+        fails with the damage named, rather than a silent step back to an older checkpoint.
+        """
+        name, found = self.pointer(), self.saved()
+        named = self.directory / name if name is not None and (self.directory / name).is_dir() else None
+        if named is not None and named not in [s.path for s in found]:
+            return named, ""
+        if not found or named == found[-1].path:
+            return (found[-1].path if found else None), ""
+        newest = found[-1].path
+        why = ("is missing" if name is None else f"names '{name}', which does not exist" if named is None
+               else f"names {name}, saved before {newest.name}")
+        return newest, f"{self.directory}/latest {why}; using {newest.name}, the newest checkpoint there"
+
+    def remove_temporaries(self) -> list[str]:
+        """Remove what an interrupted save or prune left (`.ckpt-*.tmp`, `.latest.*.tmp`); their names."""
+        if not self.directory.is_dir():
+            return []
+        removed = []
+        for path in sorted(self.directory.iterdir()):
+            if not TEMPORARY.match(path.name):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path.name)
+        return removed
+
+    def _free_name(self, step: int) -> Path:
+        """ckpt-<step>, or ckpt-<step>-<n> when a checkpoint of that step (from an abandoned branch) exists."""
+        final, count = self.directory / f"ckpt-{step:08d}", 1
+        while final.exists():
+            count += 1
+            final = self.directory / f"ckpt-{step:08d}-{count}"
+        return final
 
     def save(self, step: int, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"ckpt-{step:08d}"
+        serial = max((int(s.meta.get("serial", 0)) for s in self.saved()), default=0) + 1
+        final = self._free_name(step)
         temp = self.directory / f".{final.name}.{os.getpid()}.tmp"
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir()
@@ -62,41 +121,81 @@ class CheckpointFolder:
                           tensors=[variables[n].read_value() for n in names])
         if iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
-        (temp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=2, sort_keys=True) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(temp, final)
-        _replace_file(self.directory / LATEST, final.name + "\n")
-        for old in self.all()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        text = json.dumps({**meta, "step": step, "serial": serial}, indent=2, sort_keys=True) + "\n"
+        write_atomic(temp / META, text)
+        _fsync_files(temp)  # the rename below must not publish files whose bytes are still in flight
+        os.rename(temp, final)  # `final` is free: nothing is replaced
+        fsync_folder(self.directory)
+        write_atomic(self.directory / LATEST, final.name + "\n")
+        self.prune()
         return final
 
-    def restore(self, path: Path, variables: dict[str, tf.Variable], iterator: Any) -> dict[str, Any]:
-        """Assign every variable from `path`, or raise before assigning any when something does not fit."""
-        values = read_values(path / "variables", variables)
-        for name, var in variables.items():
-            var.assign(values[name])
-        if iterator is not None and (path / "data.index").is_file():
-            tf.train.Checkpoint(iterator=iterator).read(str(path / "data")).assert_consumed()
-        return json.loads((path / "meta.json").read_text())
+    def prune(self) -> None:
+        """Keep the newest `keep` in save order; each other one leaves the ckpt-* names by rename first."""
+        for old in self.saved()[: -self.keep]:
+            doomed = self.directory / f".{old.path.name}.{os.getpid()}.pruned.tmp"
+            os.rename(old.path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def move_aside(self) -> tuple[Path, list[str]]:
+        """--fresh: move everything in the folder but earlier `previous-*` into a new `previous-<n>`."""
+        count = 1
+        while (self.directory / f"previous-{count}").exists():
+            count += 1
+        target = self.directory / f"previous-{count}"
+        moved = sorted(p.name for p in self.directory.iterdir() if not p.name.startswith("previous-"))
+        target.mkdir()
+        for name in moved:
+            os.rename(self.directory / name, target / name)
+        fsync_folder(self.directory)
+        return target, moved
+
+
+def _fsync_files(folder: Path) -> None:
+    for path in folder.iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_folder(folder)
+
+
+def _use_elsewhere(path: Path) -> str:
+    return f"pass --checkpoint {path} (export, restore-plan) or --resume-from {path} (train)"
+
+
+def _variables(folder: Path) -> Path:
+    if not (folder / "variables.index").is_file():
+        raise Unreadable(folder / "variables.index", "the file is missing")
+    return folder / "variables"
+
+
+def _from_run_folder(path: Path) -> Path:
+    """The variables prefix of a run folder's newest checkpoint (saying so when `latest` names another)."""
+    newest, note = CheckpointFolder(path, 1).newest()
+    if newest is None:
+        raise ValueError(f"folder {path} holds no checkpoint (no whole ckpt-* folder, no TensorFlow 'checkpoint' file)")
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return _variables(newest)
 
 
 def resolve_prefix(path: Path) -> Path:
-    """The checkpoint prefix for a prefix, its .index/.data file, a run folder (its `latest`),
-    a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise."""
-    if path.is_dir():
-        if (path / LATEST).is_file():
-            name = (path / LATEST).read_text().strip()
-            prefix = path / name / "variables"
-            if not Path(f"{prefix}.index").is_file():
-                raise ValueError(f"{path}/latest names '{name}', which holds no variables.index")
-            return prefix
-        if (path / "variables.index").is_file():
-            return path / "variables"
-        latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
-        if latest is None:
-            raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
-        return Path(latest)
+    """The checkpoint prefix for a prefix, its .index/.data file, a run folder (its newest ckpt-*, normally the
+    one `latest` names), a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise."""
+    try:
+        if path.is_dir():
+            if (path / LATEST).is_file() or any(p.is_dir() for p in path.glob("ckpt-*")):  # ours, not TF2's files
+                return _from_run_folder(path)
+            if (path / "variables.index").is_file() or (path / META).is_file():
+                return _variables(path)
+            latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
+            if latest is None:
+                raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
+            return Path(latest)
+    except Unreadable as exc:
+        raise ValueError(f"{exc.file}: " + describe(exc, exc.file.parent, _use_elsewhere, "train again", False)) from None
     prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
     if not Path(f"{prefix}.index").is_file():
         raise ValueError(f"checkpoint {path} not found: expected a checkpoint prefix (with {prefix.name}.index "
@@ -112,9 +211,26 @@ def checkpoint_prefix(path: Path) -> Path:
         raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
 
 
+def _reader(prefix: Path) -> Any:
+    try:
+        return tf.train.load_checkpoint(str(prefix))
+    except READ_ERRORS as exc:
+        raise _read_failure(prefix, exc) from None
+
+
+def _read_failure(prefix: Path, exc: Exception) -> SpecError:
+    """A reader error as one line naming the damaged file; for a ckpt-* folder, the intact one beside it."""
+    message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+    file = damaged_file(prefix, message)
+    problem = "the file is missing" if not file.is_file() else f"damaged ({message})"
+    if prefix.parent.name.startswith("ckpt-"):
+        return unreadable_error(Unreadable(file, problem), prefix.parent, _use_elsewhere, "train again", False)
+    return SpecError([Diagnostic(str(file), None, f"checkpoint {prefix} is unreadable: {problem}")])
+
+
 def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:
     """Values for checkpoint keys, each checked for presence, shape and dtype before any is returned."""
-    reader = tf.train.load_checkpoint(str(prefix))
+    reader = _reader(prefix)
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     problems = []
     for key, (shape, dtype) in expected.items():
@@ -127,7 +243,10 @@ def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) 
         raise SpecError([Diagnostic(str(prefix), None, "cannot read the checkpoint: " + "; ".join(problems[:10])
                                     + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
                                     + ". Nothing was changed.")])
-    return {key: reader.get_tensor(key) for key in expected}
+    try:
+        return {key: reader.get_tensor(key) for key in expected}
+    except READ_ERRORS as exc:
+        raise _read_failure(prefix, exc) from None
 
 
 def read_values(prefix: Path, variables: dict[str, tf.Variable]) -> dict[str, np.ndarray]:

@@ -11,47 +11,38 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
+from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.runtime import data
-from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.generated import load_generated
 from specgen.runtime.restore import apply_plan, plan_restore, summary_line
+from specgen.runtime.resume import Options, Start, prepare, run_folder
 from specgen.spec.load import LoadedSpec
+from specgen.spec.overrides import overridden_learning_rates
 
-
-@dataclass
-class Options:
-    epochs: int | None = None
-    steps: int | None = None
-    resume: bool = False
-    lr_overrides: set[str] = field(default_factory=set)
-    quiet: bool = False
-
-
-def run_folder(loaded: LoadedSpec) -> Path:
-    spec = loaded.spec
-    if spec.checkpoint is not None:
-        return (loaded.folder / spec.checkpoint.dir).resolve()
-    return (loaded.folder / "runs" / spec.name).resolve()
+__all__ = ["Options", "Session", "run_folder", "train"]
 
 
 class Session:
     """One training run: the generated model and training module, data and checkpoints."""
 
-    def __init__(self, loaded: LoadedSpec, options: Options):
+    def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None):
         spec = loaded.spec
         if spec.train is None or spec.loss is None or not spec.optimizers or spec.data is None or spec.data.train is None:
             raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
                                         "'data.train' sections")])
         self.loaded, self.options, self.train_spec = loaded, options, spec.train
+        self.begin = begin if begin is not None else Start(loaded)
+        self.saved_at: int | None = None  # the step of the newest checkpoint this run has (saved or resumed)
+        self.last_path: Path | None = None
         self.ir = build_ir(loaded)
         self.folder = run_folder(loaded)
         self.checkpoints = CheckpointFolder(self.folder, spec.checkpoint.keep if spec.checkpoint else 3)
@@ -59,7 +50,7 @@ class Session:
         train_source = data.read_stage(loaded, self.ir, "train")
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
-        self.examples = train_source.examples
+        self.train_source, self.examples = train_source, train_source.examples
         self.updates_per_epoch = max(self.examples // (spec.train.batch_size * spec.train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
@@ -77,7 +68,7 @@ class Session:
         code.mkdir(parents=True, exist_ok=True)
         for name, content in render_files(self.ir, self.loaded.spec).items():
             if name.endswith(".py"):
-                (code / name).write_bytes(content)
+                write_atomic(code / name, content)
         self.model_module = load_generated(code / "model.py")
         self.train_module = load_generated(code / "train.py")
 
@@ -90,20 +81,61 @@ class Session:
         return self.step
 
     def start(self) -> str:
-        latest = self.checkpoints.latest()
-        if self.options.resume:
-            if latest is None:
-                raise SpecError([Diagnostic(str(self.folder), None, "--resume: no checkpoint in this run folder")])
-            kept = self._rates()
-            self.checkpoints.restore(latest, self.saved_variables(), self.iterator)
-            for name, value in kept.items():  # --set learning rates win over the checkpoint's
-                getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
-            return f"resumed from {latest} at step {self.read_step()}"
-        if latest is not None:
-            raise SpecError([Diagnostic(str(self.folder), None, f"the run folder already holds {latest.name}; pass "
-                                        "--resume to continue it, or remove the folder to start over")])
-        restored = self._restore_for_fine_tuning()
-        return f"started a new run in {self.folder}" + (f"\nrestore: {restored}" if restored else "")
+        """Restore what `prepare` chose (checked before any variable is assigned), or begin a new run."""
+        path = self.begin.checkpoint
+        if path is None:
+            restored = self._restore_for_fine_tuning()
+            return f"started a new run in {self.folder}" + (f"\nrestore: {restored}" if restored else "")
+        kept = self._rates()
+        variables = self.saved_variables()
+        values = read_values(path / "variables", variables)
+        note = self._restore_data(path)
+        for name, var in variables.items():
+            var.assign(values[name])
+        for name, value in kept.items():  # --set learning rates win over the checkpoint's
+            getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
+        self.saved_at, self.last_path = self.read_step(), path
+        return f"resumed from {path} at step {self.step}{self._overrides_shown()}" + (f"\nnote: {note}" if note else "")
+
+    def _overrides_shown(self) -> str:
+        begin = self.begin
+        new = begin.overrides[len(begin.kept):]
+        shown = [f"--set {t} (kept from the run)" for t in begin.kept] + [f"--set {t}" for t in new]
+        return " with " + ", ".join(shown) if shown else ""
+
+    def data_settings(self) -> dict[str, int]:
+        """What the saved data position depends on: restoring it under other values would misfit or mislead."""
+        train = self.train_spec
+        return {"batch_size": train.batch_size, "examples": self.examples, "seed": train.seed,
+                "shuffle_buffer": train.shuffle_buffer}
+
+    def _restore_data(self, path: Path) -> str:
+        """The data iterator's saved position, or a new pass (with a note why) when the data settings changed."""
+        saved, now = self.begin.meta.get("data"), self.data_settings()
+        if isinstance(saved, dict):
+            changed = [f"{k} {saved.get(k)} -> {v}" for k, v in now.items() if saved.get(k) != v]
+        else:  # written before data settings were saved: find a batch-size change by reading one batch
+            changed = [] if self._position_fits(path) else ["batch_size"]
+        if not changed:
+            tf.train.Checkpoint(iterator=self.iterator).read(str(path / "data")).assert_consumed()
+            return ""
+        seed = self.train_spec.seed + int(self.begin.meta["step"])
+        batches = data.training_batches(self.train_source, self.train_spec.batch_size, seed,
+                                        self.train_spec.shuffle_buffer)
+        self.iterator = iter(batches)
+        return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
+                f"does not apply: the training data starts a new pass here, shuffled with seed {seed} "
+                "(train.seed + step)")
+
+    def _position_fits(self, path: Path) -> bool:
+        probe = iter(data.training_batches(self.train_source, self.train_spec.batch_size, self.train_spec.seed,
+                                           self.train_spec.shuffle_buffer))
+        tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
+        try:
+            next(probe)
+        except tf.errors.InvalidArgumentError:
+            return False
+        return True
 
     def _restore_for_fine_tuning(self) -> str:
         """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
@@ -123,7 +155,7 @@ class Session:
 
     def _rates(self) -> dict[str, float]:
         return {name: float(getattr(self.trainer, f"opt_{name}_learning_rate").numpy())
-                for name in self.options.lr_overrides}
+                for name in overridden_learning_rates(self.begin.overrides)}
 
     def target_step(self) -> int:
         if self.options.steps is not None:
@@ -189,7 +221,19 @@ class Session:
                 tf.summary.scalar(name, value)
 
     def save(self) -> Path:
-        return self.checkpoints.save(self.step, self.saved_variables(), self.iterator, {"spec": self.ir.name})
+        """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""
+        if self.saved_at == self.step and self.last_path is not None:
+            return self.last_path
+        meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings()}
+        try:
+            path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
+        except OSError as exc:
+            newest = f"the newest complete checkpoint is {self.last_path}" if self.last_path else "no checkpoint was saved"
+            raise SpecError([Diagnostic(str(exc.filename or self.folder), None, f"cannot write the checkpoint of step "
+                                        f"{self.step} ({exc.strerror or exc}); {newest}. Free space or make the folder "
+                                        "writable, then continue with --resume")]) from None
+        self.saved_at, self.last_path = self.step, path
+        return path
 
 
 class Progress:
@@ -226,13 +270,16 @@ def _next_stop(session: Session, stop: int) -> int:
 
 
 def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
-    session = Session(loaded, options)
+    begin = prepare(loaded, options)
+    for note in begin.notes:
+        print(f"note: {note}")
+    session = Session(begin.loaded, options, begin)
     print(session.start())
     stop = session.target_step()
     progress, started, first = Progress(options.quiet), time.monotonic(), session.step
     evaluated: dict[str, float] = {}
     session.reset_metrics()
-    print(f"training {loaded.spec.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
+    print(f"training {begin.loaded.spec.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
     while session.step < stop:
         loss = float(session.updates(_next_stop(session, stop) - session.step))

@@ -89,3 +89,20 @@ def overridden_learning_rates(overrides: list[str]) -> set[str]:
         if len(parts) >= 3 and parts[0] == "optimizers" and parts[2] == "learning_rate":
             names.add(str(parts[1]))
     return names
+
+
+def override_key(text: str) -> tuple[str, ...]:
+    """The key path an override sets (`optimizers.head.learning_rate=1e-4` -> ('optimizers', 'head', 'learning_rate'))."""
+    key = text.partition("=")[0]
+    return tuple(part.strip() for part in key.strip().split("."))
+
+
+def merge_overrides(kept: list[str], new: list[str]) -> list[str]:
+    """Overrides saved with a run, then this command's; a new one replaces a kept one of the same key, or one
+    above or below it (a new `a.b=1` drops a kept `a.b.c=2` and a kept `a=...`), so the two never fight."""
+    keys = [override_key(text) for text in new]
+
+    def covered(key: tuple[str, ...]) -> bool:
+        return any(key[: len(other)] == other or other[: len(key)] == key for other in keys)
+
+    return [text for text in kept if not covered(override_key(text))] + list(new)

@@ -1,0 +1,153 @@
+"""Is a checkpoint folder whole? Checks that read every byte, and one-line errors that point at an intact one.
+
+A checkpoint specgen writes is renamed into place only once complete, so a ckpt-* folder with a
+missing, empty, truncated or garbled file was damaged afterwards (a disk, a copy, a person).
+Such a folder is never used: the error names the file and the intact checkpoint beside it,
+with the command that uses that one. TensorFlow's readers check each tensor's CRC, so reading
+every tensor once finds zeroed or garbled data; sstable magic numbers catch broken index files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, Position, SpecError
+
+META = "meta.json"
+# What TensorFlow's checkpoint readers raise on damaged files: OpError (bad magic number, CRC
+# mismatch, missing file), IndexError ("Read less bytes than requested" on a truncated data file).
+READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
+
+
+class Unreadable(Exception):
+    """A damaged checkpoint: which file, what is wrong with it, and where in it when known."""
+
+    def __init__(self, file: Path, problem: str, position: Position | None = None):
+        super().__init__(f"{file}: {problem}")
+        self.file, self.problem, self.position = file, problem, position
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A ckpt-* folder with a readable meta.json; `order` is save order (serial, then step for older runs)."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        return (int(self.meta.get("serial", 0)), int(self.meta["step"]), self.path.name)
+
+
+def key_position(text: str, key: str) -> Position | None:
+    """Where `"key":` sits in a JSON text (meta.json is written one key per line)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(rf'\s*"{re.escape(key)}"\s*:', line):
+            return Position(number, len(line) - len(line.lstrip()) + 1)
+    return None
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """A checkpoint's meta.json: a JSON object with an integer `step`; Unreadable otherwise."""
+    path = folder / META
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Unreadable(path, "the file is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Unreadable(path, f"cannot be read ({exc})") from None
+    if not text.strip():
+        raise Unreadable(path, "the file is empty")
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Unreadable(path, f"not valid JSON ({exc.msg})", Position(exc.lineno, exc.colno)) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int) or isinstance(meta["step"], bool):
+        raise Unreadable(path, "expected a JSON object with an integer 'step'", key_position(text, "step"))
+    return meta
+
+
+def saved(folder: Path) -> Saved | None:
+    try:
+        return Saved(folder, read_meta(folder))
+    except Unreadable:
+        return None
+
+
+def damaged_file(prefix: Path, message: str) -> Path:
+    """The file of a checkpoint prefix that a reader error is about: a missing one, else index or data."""
+    index = Path(f"{prefix}.index")
+    data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
+    if not index.is_file():
+        return index
+    if not data:
+        return Path(f"{prefix}.data-00000-of-00001")
+    return index if re.search(r"sstable|magic", message) else data[0]
+
+
+def read_all(prefix: Path) -> dict[str, Any]:
+    """Every tensor under a prefix (each CRC-checked by the reader); Unreadable names the damaged file."""
+    try:
+        dtypes = tf.train.load_checkpoint(str(prefix)).get_variable_to_dtype_map()
+        names = sorted(dtypes)
+        # RestoreV2, not reader.get_tensor: the data iterator's state is a variant tensor numpy cannot hold.
+        tensors = tf.raw_ops.RestoreV2(prefix=str(prefix), tensor_names=names, shape_and_slices=[""] * len(names),
+                                       dtypes=[dtypes[n] for n in names])
+        return dict(zip(names, tensors, strict=True))
+    except READ_ERRORS as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        file = damaged_file(prefix, message)
+        problem = "the file is missing" if not file.is_file() else f"damaged ({message[:160]})"
+        raise Unreadable(file, problem) from None
+
+
+def verify(folder: Path, need_data: bool = True) -> dict[str, Any]:
+    """meta.json of a checkpoint folder whose every file reads back whole, and whose step matches its variables."""
+    meta = read_meta(folder)
+    values = read_all(folder / "variables")
+    if need_data and not (folder / "data.index").is_file():
+        # Refused rather than resumed with a fresh iterator: that would break the promise that a resumed
+        # run ends bitwise where an uninterrupted one does, and a missing file means the folder was damaged.
+        raise Unreadable(folder / "data.index", "the file is missing (the data iterator's position: without it "
+                         "a resumed run would not continue the data where it stopped)")
+    if need_data:
+        read_all(folder / "data")
+    step = values.get("global_step")
+    if step is not None and int(step.numpy()) != meta["step"]:
+        text = (folder / META).read_text()
+        raise Unreadable(folder / META, f"'step' is {meta['step']}, but the checkpoint's global_step is "
+                         f"{int(step.numpy())}", key_position(text, "step"))
+    return meta
+
+
+def intact_beside(folder: Path, need_data: bool = True) -> Path | None:
+    """The newest (in save order) checkpoint beside `folder` that reads back whole."""
+    others = [s for p in folder.parent.glob("ckpt-*") if p != folder and p.is_dir() and (s := saved(p))]
+    for other in sorted(others, key=lambda s: s.order, reverse=True):
+        try:
+            verify(other.path, need_data)
+        except Unreadable:
+            continue
+        return other.path
+    return None
+
+
+def describe(exc: Unreadable, folder: Path, use: Callable[[Path], str], otherwise: str, need_data: bool = True) -> str:
+    """What is wrong, and the intact checkpoint beside it with the command to use it."""
+    intact = intact_beside(folder, need_data)
+    where = (f"the intact checkpoint beside it is {intact.name}: {use(intact)}" if intact is not None
+             else f"no intact checkpoint is beside it; {otherwise}")
+    return f"checkpoint {folder.name} is unreadable: {exc.problem}. Nothing was changed; {where}"
+
+
+def unreadable_error(exc: Unreadable, folder: Path, use: Callable[[Path], str], otherwise: str,
+                     need_data: bool = True) -> SpecError:
+    """`describe` as one diagnostic on the damaged file (at the position in it, when known)."""
+    return SpecError([Diagnostic(str(exc.file), exc.position, describe(exc, folder, use, otherwise, need_data))])

@@ -1,0 +1,143 @@
+"""What a `specgen train` run starts from, decided before the model is built (so a refusal costs no training).
+
+In order: the run folder must be writable; files an interrupted save left are removed (and
+named); `--fresh` moves an earlier run aside; a new run refuses a folder that holds
+checkpoints; a resumed run picks its checkpoint (the newest in save order, saying so when
+`latest` names another), reads every byte of it back, checks meta.json against it and the
+spec, and applies the `--set` overrides saved with it before this command's own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specgen.atomic import write_atomic
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.integrity import META, Unreadable, key_position, unreadable_error, verify
+from specgen.spec.load import LoadedSpec
+from specgen.spec.overrides import load_with_overrides, merge_overrides
+
+SUBFOLDERS = ("code", "tensorboard", "tensorboard/train", "tensorboard/eval")
+
+
+@dataclass
+class Options:
+    epochs: int | None = None
+    steps: int | None = None
+    resume: bool = False
+    resume_from: Path | None = None
+    fresh: bool = False
+    overrides: list[str] = field(default_factory=list)
+    quiet: bool = False
+
+
+@dataclass
+class Start:
+    """A run's starting point: the spec (with every override applied) and the checkpoint to resume, if any."""
+
+    loaded: LoadedSpec
+    checkpoint: Path | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # in effect; saved with every checkpoint of the run
+    kept: list[str] = field(default_factory=list)  # of those, the ones that came from the checkpoint
+    notes: list[str] = field(default_factory=list)
+
+
+def run_folder(loaded: LoadedSpec) -> Path:
+    spec = loaded.spec
+    if spec.checkpoint is not None:
+        return (loaded.folder / spec.checkpoint.dir).resolve()
+    return (loaded.folder / "runs" / spec.name).resolve()
+
+
+def check_writable(folder: Path) -> None:
+    """Create the run folder and write a probe file in it and in its existing subfolders, before any training."""
+    where = folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for where in [folder, *(folder / s for s in SUBFOLDERS if (folder / s).is_dir())]:
+            probe = where / f".specgen-write-check.{os.getpid()}"
+            write_atomic(probe, b"", fsync=False)
+            probe.unlink()
+    except OSError as exc:
+        shown = exc.filename if isinstance(exc.filename, str) and not Path(exc.filename).name.startswith(".") else where
+        raise SpecError([Diagnostic(str(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
+                                    "make it writable, or train into another folder with --set checkpoint.dir=PATH. "
+                                    "Nothing was trained.")]) from None
+
+
+def _refuse_new_run(folder: Path, held: list[str]) -> SpecError:
+    checkpoints = [name for name in held if name.startswith("ckpt-")] or held
+    more = f" and {len(checkpoints) - 1} more" if len(checkpoints) > 1 else ""
+    return SpecError([Diagnostic(str(folder), None, f"the run folder already holds {checkpoints[-1]}{more}; pass "
+                                 "--resume to continue it, or --fresh to start a new run (the old one is moved to "
+                                 f"{folder.name}/previous-<n>, nothing is deleted)")])
+
+
+def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]:
+    if options.resume_from is not None:
+        path = options.resume_from.resolve()
+        if not path.is_dir():
+            raise SpecError([Diagnostic(str(options.resume_from), None, "--resume-from: not a checkpoint folder "
+                                        "(expected a ckpt-* folder holding meta.json and variables.*)")])
+        return path, ""
+    path, note = checkpoints.newest()
+    if path is None:
+        raise SpecError([Diagnostic(str(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
+    return path, note
+
+
+def _verified(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
+    """meta.json of a checkpoint that reads back whole and belongs to this spec; one-line errors otherwise."""
+    try:
+        meta = verify(path, need_data=True)
+    except Unreadable as exc:
+        raise unreadable_error(exc, path, lambda p: f"specgen train {loaded.display} --resume-from {p}",
+                               "start over with --fresh (it moves this run aside, deleting nothing)") from None
+    if meta.get("spec") != loaded.spec.name:
+        position = key_position((path / META).read_text(), "spec")
+        raise SpecError([Diagnostic(str(path / META), position, f"this checkpoint belongs to spec "
+                                    f"{meta.get('spec')!r}, not {loaded.spec.name!r}; resume it with that spec, or "
+                                    "give this one its own folder (checkpoint.dir)")])
+    return meta
+
+
+def _with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> Start:
+    """The overrides saved with the checkpoint, then this command's (which replace kept ones of the same key)."""
+    saved = meta.get("overrides", [])
+    kept = [t for t in saved if isinstance(t, str)] if isinstance(saved, list) else []
+    merged = merge_overrides(kept, new)
+    start.overrides, start.kept = merged, merged[: len(merged) - len(new)]
+    if start.kept:
+        try:
+            start.loaded = load_with_overrides(start.loaded.path, merged)
+        except SpecError as exc:
+            raise SpecError([Diagnostic(d.path, d.position, f"{d.message} (with the overrides kept from "
+                                        f"{start.checkpoint}: replace one with --set KEY=VALUE)")
+                             for d in exc.diagnostics]) from None
+    return start
+
+
+def prepare(loaded: LoadedSpec, options: Options) -> Start:
+    folder = run_folder(loaded)
+    check_writable(folder)
+    checkpoints = CheckpointFolder(folder, 1)
+    start = Start(loaded, overrides=list(options.overrides))
+    if removed := checkpoints.remove_temporaries():
+        start.notes.append(f"removed what an interrupted save left in {folder}: {', '.join(removed)}")
+    if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
+        target, moved = checkpoints.move_aside()
+        start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {target}; nothing was deleted")
+    if not options.resume and options.resume_from is None:
+        if held := checkpoints.holds_checkpoints():
+            raise _refuse_new_run(folder, held)
+        return start
+    start.checkpoint, note = _chosen(options, checkpoints)
+    if note:
+        start.notes.append(note)
+    start.meta = _verified(start.checkpoint, loaded)
+    return _with_kept_overrides(start, start.meta, list(options.overrides))
