@@ -243,7 +243,7 @@ class Service:
 def _log_infer(name: str, outcome: dict[str, Any], seconds: float) -> None:
     """One line per failed request (errors at error level); answered ones are in their batch's line, or at debug."""
     status = outcome["status"]
-    level = logging.DEBUG if status == 200 else logging.ERROR if status >= 500 and status != CANCELLED else logging.INFO
+    level = logging.DEBUG if status == 200 else logging.ERROR if status == 500 else logging.INFO
     if log.isEnabledFor(level):
         fields = {"event": "infer", "model": name, "id": outcome["id"], "status": status, "rows": outcome["rows"],
                   "latency_ms": round(seconds * 1000, 3)}

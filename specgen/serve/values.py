@@ -49,8 +49,8 @@ def kind(value: Any) -> str:
 
 def show(value: Any) -> str:
     """A request value as JSON for a message, cut short: requests may hold anything, of any size."""
-    try:
-        text = json.dumps(value, default=repr)
+    try:  # a HugeInt shows unquoted, as its description: [an integer of 5000 digits, 2]
+        text = json.dumps(value, default=lambda v: f"\0{v!r}\0").replace('"\\u0000', "").replace('\\u0000"', "")
     except (ValueError, RecursionError):
         text = kind(value)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
