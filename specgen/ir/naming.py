@@ -51,11 +51,10 @@ def class_name_problem(name: str) -> str | None:
     cls = class_name(name)
     if keyword.iskeyword(cls):
         return f"spec name '{name}' becomes the class name '{cls}', a Python keyword; choose another name"
-    for module, names in MODULE_NAMES.items():
-        taken = next((n for n in (cls, f"{cls}Training") if n in names), None)
-        if taken:
-            return (f"spec name '{name}' becomes the class name '{taken}', which would replace the generated "
-                    f"{module}'s own '{taken}'; choose another name")
+    for module, generated in (("model.py", cls), ("train.py", f"{cls}Training")):
+        if generated in MODULE_NAMES[module]:
+            return (f"spec name '{name}' becomes the class name '{generated}', which would replace the generated "
+                    f"{module}'s own '{generated}'; choose another name")
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from specgen.spec.base import MAX_INT, FilePath, Identifier, Pattern, PositiveInt, SpecModel
 from specgen.spec.regex import check_pattern, parse_template
@@ -68,10 +68,12 @@ class RenamePattern(SpecModel):
     pattern: Annotated[Pattern, AfterValidator(check_pattern)]  # RE2 syntax (spec/regex.py)
     to: Pattern
 
-    @model_validator(mode="after")
-    def _template(self) -> RenamePattern:
-        parse_template(self.pattern, self.to)  # group references exist, escapes mean what Python reads
-        return self
+    @field_validator("to")
+    @classmethod
+    def _template(cls, to: str, info: ValidationInfo) -> str:
+        if "pattern" in info.data:  # else the pattern itself was refused
+            parse_template(info.data["pattern"], to)  # group references exist, escapes mean what Python reads
+        return to
 
 
 class RenamePrefix(SpecModel):
@@ -86,11 +88,13 @@ def _rename_kind(value: object) -> str | None:
         return None if ("from" in value or "pattern" in value) else "prefix"
     if isinstance(value, RenamePrefix):
         return "prefix"
-    return by_key("from", "pattern")(value)
+    key = by_key("from", "pattern")(value)
+    # Tags that are not keys of the mapping: an error location (..., tag, 'to') then finds 'to'.
+    return {"from": "rename", "pattern": "regex"}.get(key) if key else None
 
 
 Rename = by_shape(_rename_kind, "a mapping with 'from', 'pattern', or 'strip_prefix'/'add_prefix'",
-                  **{"from": RenameKey, "pattern": RenamePattern, "prefix": RenamePrefix})
+                  rename=RenameKey, regex=RenamePattern, prefix=RenamePrefix)
 
 
 class RestoreSource(SpecModel):
