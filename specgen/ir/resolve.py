@@ -203,13 +203,13 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
         return []  # no loss, or one that names no output (reported by _check_sections)
     reach = _upstream(spec.outputs[loss_output], layers)
     owner = {path: x.layer.name for x in layers for path, _ in x.variables}
-    feeds = {out: _upstream(layer, layers) for out, layer in spec.outputs.items() if out != loss_output}
     problems = []
     for name, paths in members.optimizers.items():
         lost = [p for p in paths if owner[p] not in reach]
         if not lost:
             continue
-        fed = [out for out, upstream in feeds.items() if any(owner[p] in upstream for p in lost)]
+        fed = [out for out, layer in spec.outputs.items()
+               if out != loss_output and {owner[p] for p in lost} & _upstream(layer, layers)]
         where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
                  else "their layers reach no output")
         fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
