@@ -160,26 +160,28 @@ def _check_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[Diagnostic
         problems.append(loaded.diagnostic(("name",), clash))
     problems += [loaded.diagnostic(("layers", x.index, "name"), why) for x in layers
                  if (why := layer_name_problem(x.layer.name))]
-    locals_, attributes = Namer("generated Python code"), Namer("generated Python code", {
-        a: f"tf.Module's own attribute '{a}'" for a in MODULE_ATTRIBUTES})
-    onnx = Namer("generated ONNX graph")
-    # (where, owner as shown, namer, generated name). Variables come before layers so that a layer
-    # named like another layer's variable path ('conv1/kernel') is the one reported.
-    entries = [(("inputs", n), f"input '{n}'", locals_, py_name(n)) for n in spec.inputs]
-    entries += [(("inputs", n), f"input '{n}'", onnx, onnx_name(n)) for n in spec.inputs]
-    for x in layers:
-        entries += [(("layers", x.index, "name"), f"variable '{p}'", attributes, py_name(p)) for p, _ in x.variables]
-        entries += [(("layers", x.index, "name"), f"variable '{p}'", onnx, onnx_name(p)) for p, _ in x.variables]
-    for x in layers:
-        name = x.layer.name
-        entries += [(("layers", x.index, "name"), f"layer '{name}'", locals_, py_name(name)),
-                    (("layers", x.index, "name"), f"layer '{name}'", onnx, onnx_name(name))]
-    # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.
-    entries += [(("outputs", n), f"output '{n}'", onnx, n) for n, layer in spec.outputs.items() if n != layer]
-    for loc, owner, namer, generated in entries:
+    for loc, owner, namer, generated in _generated_names(loaded, layers):
         if clash := namer.claim(generated, owner):
             problems.append(loaded.diagnostic(loc, clash))
     return problems
+
+
+def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[tuple[str | int, ...], str, Namer, str]]:
+    """(where, owner as shown, namespace, generated name) for every name a spec name becomes."""
+    spec = loaded.spec
+    locals_, onnx = Namer("generated Python code"), Namer("generated ONNX graph")
+    attributes = Namer("generated Python code", {a: f"tf.Module's own attribute '{a}'" for a in MODULE_ATTRIBUTES})
+    entries = [(("inputs", n), f"input '{n}'", namer, mangle(n))
+               for n in spec.inputs for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
+    # Variables come before layers, so that a layer named like another layer's variable path
+    # ('conv1/kernel') is the one reported.
+    entries += [(("layers", x.index, "name"), f"variable '{p}'", namer, mangle(p)) for x in layers
+                for p, _ in x.variables for namer, mangle in ((attributes, py_name), (onnx, onnx_name))]
+    entries += [(("layers", x.index, "name"), f"layer '{x.layer.name}'", namer, mangle(x.layer.name))
+                for x in layers for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
+    # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.
+    entries += [(("outputs", n), f"output '{n}'", onnx, n) for n, layer in spec.outputs.items() if n != layer]
+    return entries
 
 
 def _upstream(layer: str, layers: list[_Inferred]) -> set[str]:
@@ -213,10 +215,11 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
         where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
                  else "their layers reach no output")
         fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
+        do, their, them = ("does", "its", "it") if len(lost) == 1 else ("do", "their", "them")
         problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
-            f"optimizer '{name}' claims {variable_list(lost)}, which do not reach the loss output '{loss_output}' "
-            f"({where}): their gradients would be None and training would stop at the first step. "
-            f"Freeze them (list them in 'frozen' instead of in this optimizer), {fix}")))
+            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output}' "
+            f"({where}): {their} gradients would be None and training would stop at the first step. "
+            f"Freeze {them} (list {them} in 'frozen' instead of in this optimizer), {fix}")))
     return problems
 
 
