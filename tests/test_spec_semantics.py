@@ -99,11 +99,11 @@ TEMPLATE_CASES = [
     ("unknown_name", r"\g<rest>", "19:39: error: 'to' refers to group 'rest', which the pattern does not name "
      "(names: none)"),
     ("python_escape", r"\1\n", r"19:39: error: 'to' may use a backslash only in \1 to \99, \g<number>, "
-     r"\g<name> or \\; received '\\n'"),
+     r"\g<name> or \\; received '\n'"),
     ("octal_escape", r"\101", r"19:39: error: 'to' may use a backslash only in \1 to \99, \g<number>, "
-     r"\g<name> or \\; received '\\101'"),
+     r"\g<name> or \\; received '\101'"),
     ("trailing_backslash", "\\1\\", r"19:39: error: 'to' may use a backslash only in \1 to \99, \g<number>, "
-     r"\g<name> or \\; received '\\'"),
+     r"\g<name> or \\; received '\'"),
 ]
 
 

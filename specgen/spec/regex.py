@@ -77,7 +77,7 @@ def parse_template(pattern: str, template: str) -> tuple[_Piece, ...]:
             pieces.append(_Piece("\\", -1))
         elif octal is not None or escaped is not None:
             raise ValueError(f"'to' may use a backslash only in \\1 to \\99, \\g<number>, \\g<name> or \\\\; "
-                             f"received {token.group()!r}")
+                             f"received '{token.group()}'")
         else:
             pieces.append(_Piece(token.group(), -1))
     return tuple(pieces)
