@@ -460,6 +460,8 @@ _BREAKS = ("\n", "\x85", "\u2028", "\u2029")  # what PyYAML's reader counts as l
 def offset_position(text: str, offset: int) -> Position:
     """1-based line:col of a character offset, counting lines as PyYAML's marks do."""
     before = text[:offset]
+    if before.endswith("\r") and text.startswith("\n", offset):  # '\r\n' breaks at its '\n'
+        before = before[:-1]
     line_start = max(before.rfind(b) for b in (*_BREAKS, "\r")) + 1
     lines = sum(before.count(b) for b in _BREAKS) + before.count("\r") - before.count("\r\n")
     return Position(lines + 1, offset - line_start + 1)
