@@ -35,8 +35,8 @@ from specgen.runtime.integrity import (
     READ_ERRORS,
     Saved,
     Unreadable,
-    damaged_file,
     describe,
+    reader_failure,
     saved,
     unreadable_error,
 )
@@ -76,7 +76,8 @@ class CheckpointFolder:
         fails with the damage named, rather than a silent step back to an older checkpoint.
         """
         name, found = self.pointer(), self.saved()
-        named = self.directory / name if name is not None and (self.directory / name).is_dir() else None
+        named = self.directory / name if name is not None and _is_ckpt_name(name) else None
+        named = named if named is not None and named.is_dir() else None
         if named is not None and named not in [s.path for s in found]:
             return named, ""
         if not found or named == found[-1].path:
@@ -111,7 +112,7 @@ class CheckpointFolder:
 
     def save(self, step: int, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        serial = max((int(s.meta.get("serial", 0)) for s in self.saved()), default=0) + 1
+        serial = max((s.order[0] for s in self.saved()), default=0) + 1
         final = self._free_name(step)
         temp = self.directory / f".{final.name}.{os.getpid()}.tmp"
         shutil.rmtree(temp, ignore_errors=True)
@@ -149,6 +150,11 @@ class CheckpointFolder:
             os.rename(self.directory / name, target / name)
         fsync_folder(self.directory)
         return target, moved
+
+
+def _is_ckpt_name(name: str) -> bool:
+    """A name `latest` may hold: one ckpt-* entry of the folder itself, never a path elsewhere."""
+    return name.startswith("ckpt-") and "/" not in name and "\\" not in name
 
 
 def _fsync_files(folder: Path) -> None:
@@ -220,12 +226,10 @@ def _reader(prefix: Path) -> Any:
 
 def _read_failure(prefix: Path, exc: Exception) -> SpecError:
     """A reader error as one line naming the damaged file; for a ckpt-* folder, the intact one beside it."""
-    message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-    file = damaged_file(prefix, message)
-    problem = "the file is missing" if not file.is_file() else f"damaged ({message})"
+    damage = reader_failure(prefix, exc)
     if prefix.parent.name.startswith("ckpt-"):
-        return unreadable_error(Unreadable(file, problem), prefix.parent, _use_elsewhere, "train again", False)
-    return SpecError([Diagnostic(str(file), None, f"checkpoint {prefix} is unreadable: {problem}")])
+        return unreadable_error(damage, prefix.parent, _use_elsewhere, "train again", False)
+    return SpecError([Diagnostic(str(damage.file), None, f"checkpoint {prefix} is unreadable: {damage.problem}")])
 
 
 def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:

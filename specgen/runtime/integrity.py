@@ -43,7 +43,8 @@ class Saved:
 
     @property
     def order(self) -> tuple[int, int, str]:
-        return (int(self.meta.get("serial", 0)), int(self.meta["step"]), self.path.name)
+        serial = self.meta.get("serial")
+        return (serial if isinstance(serial, int) else 0, int(self.meta["step"]), self.path.name)
 
 
 def key_position(text: str, key: str) -> Position | None:
@@ -92,6 +93,15 @@ def damaged_file(prefix: Path, message: str) -> Path:
     return index if re.search(r"sstable|magic", message) else data[0]
 
 
+def reader_failure(prefix: Path, exc: BaseException) -> Unreadable:
+    """A TensorFlow reader's error as Unreadable: the file it is about, and its first line without op names."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*", "", str(exc).strip()).strip()
+    message = (text.splitlines() or [type(exc).__name__])[0]
+    file = damaged_file(prefix, message)
+    problem = "the file is missing" if not file.is_file() else f"damaged ({message[:200]})"
+    return Unreadable(file, problem)
+
+
 def read_all(prefix: Path) -> dict[str, Any]:
     """Every tensor under a prefix (each CRC-checked by the reader); Unreadable names the damaged file."""
     try:
@@ -102,10 +112,7 @@ def read_all(prefix: Path) -> dict[str, Any]:
                                        dtypes=[dtypes[n] for n in names])
         return dict(zip(names, tensors, strict=True))
     except READ_ERRORS as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        file = damaged_file(prefix, message)
-        problem = "the file is missing" if not file.is_file() else f"damaged ({message[:160]})"
-        raise Unreadable(file, problem) from None
+        raise reader_failure(prefix, exc) from None
 
 
 def verify(folder: Path, need_data: bool = True) -> dict[str, Any]:
