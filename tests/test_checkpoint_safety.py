@@ -363,3 +363,16 @@ def test_verify_reads_every_byte(run: Path) -> None:
     data.write_bytes(bytes(raw))
     with pytest.raises(Unreadable, match=r"variables\.data-00000-of-00001"):
         verify(run / CKPT8)
+
+
+@pytest.mark.parametrize("damage", ["garbage variables.data-00000-of-00001", "zero variables.data-00000-of-00001"])
+def test_fine_tuning_from_a_damaged_checkpoint_is_one_line(
+        run: Path, damage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    name, how = DAMAGE[damage]
+    how(run / CKPT8 / name)
+    tuned = run.parent / "tuned.yaml"
+    tuned.write_text(SPEC.replace("checkpoint: {dir: run, every_steps: 4, keep: 3}",
+                                  f"checkpoint:\n  dir: tuned\n  restore:\n    - {{from: {run}}}"))
+    code, _, err = cli(["train", tuned, "--steps", "1"], capsys)
+    assert code == 1 and "cannot restore: cannot read 'hidden/kernel' from " in one_error(err)
+    assert not (run.parent / "tuned" / "latest").exists()

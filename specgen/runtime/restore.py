@@ -302,7 +302,7 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
             if row.prefix not in readers:
                 readers[row.prefix] = tf.train.load_checkpoint(str(row.prefix))
             value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
-        except (tf.errors.OpError, ValueError) as exc:
+        except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
             continue
         if value.shape != tuple(var.shape) or tf.as_dtype(value.dtype) != var.dtype:
