@@ -376,3 +376,18 @@ def test_fine_tuning_from_a_damaged_checkpoint_is_one_line(
     code, _, err = cli(["train", tuned, "--steps", "1"], capsys)
     assert code == 1 and "cannot restore: cannot read 'hidden/kernel' from " in one_error(err)
     assert not (run.parent / "tuned" / "latest").exists()
+
+
+# ---- a diverged run stops with one line and saves nothing over the good checkpoints (issue 9, item 3's class)
+
+
+def test_a_diverged_run_stops_before_saving_non_finite_weights(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = files(run)
+    code, _, err = cli(["train", spec_of(run), "--resume", "--steps", "12", "--quiet",
+                        "--set", "optimizers.all.learning_rate=1e30"], capsys)
+    assert code == 1
+    line = one_error(err)
+    assert line.startswith(f"{spec_of(run)}: error: training diverged by step ")
+    assert f"Nothing was saved for it; the newest checkpoint, {CKPT8}, is left as it was." in line
+    assert "Lower the learning rate, add train.clip, or check the data" in line
+    assert files(run) == before  # no checkpoint of NaN weights was added, none was pruned

@@ -9,6 +9,7 @@ TensorBoard summaries (one writer per stage), checkpoints every
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -220,11 +221,29 @@ class Session:
             for name, value in values.items():
                 tf.summary.scalar(name, value)
 
+    def refuse_non_finite(self, loss: float = 0.0) -> None:
+        """Stop a diverged run before it saves: a NaN or infinite loss or weight would overwrite good
+        checkpoints with state that exports and resumes can only refuse (the numeric gates of issue 9)."""
+        bad = [] if math.isfinite(loss) else [f"the loss is {loss}"]
+        if not bad:
+            floats = {k: v for k, v in self.model.variables_by_path().items() if v.dtype.is_floating}
+            finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in floats.values()]).numpy()
+            bad = [f"'{name}' holds NaN or infinity" for name, ok in zip(floats, finite, strict=True) if not ok][:5]
+        if not bad:
+            return
+        kept = self.last_path or self.checkpoints.newest()[0]
+        newest = f"the newest checkpoint, {kept.name}, is left as it was" if kept else "no checkpoint was written"
+        raise SpecError([Diagnostic(str(self.loaded.display), None, f"training diverged by step {self.step}: "
+                                    f"{'; '.join(bad)}. Nothing was saved for it; {newest}. Lower the learning rate, "
+                                    "add train.clip, or check the data, then train again (--resume continues from "
+                                    "the newest checkpoint)")])
+
     def save(self) -> Path:
         """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""
         if self.saved_at == self.step and self.last_path is not None:
             return self.last_path
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings()}
+        self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
         except OSError as exc:
@@ -283,6 +302,8 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
           f"{session.examples} examples)")
     while session.step < stop:
         loss = float(session.updates(_next_stop(session, stop) - session.step))
+        if not math.isfinite(loss):
+            session.refuse_non_finite(loss)
         step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
         train_metrics = session.metrics()
         line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
