@@ -131,10 +131,24 @@ def _key_value(node: yaml.ScalarNode) -> Any:
         return node.value
     try:
         return _KEY_CONSTRUCTOR.construct_object(node, deep=True)
-    except (yaml.YAMLError, ValueError):
+    except (yaml.YAMLError, *_CONSTRUCTOR_ERRORS):
         return None
-    finally:  # it remembers every node it built; keep it from holding on to this file's
+    finally:  # it remembers every node it built (or failed to); keep it from holding on to this file's
         _KEY_CONSTRUCTOR.constructed_objects.clear()
+        _KEY_CONSTRUCTOR.recursive_objects.clear()
+
+
+# What PyYAML's scalar constructors raise besides YAMLError on text their tag does not fit:
+# ValueError (`!!timestamp 2020-99-99`), IndexError (`!!int ''`), AttributeError (`!!timestamp ''`),
+# KeyError (`!!bool ''`). They are pure functions of the scalar's text, so none of these is ours.
+_CONSTRUCTOR_ERRORS = (ValueError, LookupError, AttributeError, TypeError, OverflowError)
+
+
+def _constructor_problem(node: yaml.Node, exc: Exception) -> str:
+    if isinstance(exc, ValueError) and str(exc):
+        return f"invalid YAML value: {exc}"
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+    return f"invalid YAML value: {quoted(node.value)} is not a valid {tag}"
 
 
 def _position(node: yaml.Node | yaml.Event) -> Position:
@@ -179,8 +193,8 @@ class _Converter:
         except yaml.YAMLError as exc:  # e.g. `!!int abc`, `!!timestamp 2020-99-99`
             problem = getattr(exc, "problem", None) or str(exc)
             raise SpecError([self._error(node, f"invalid YAML: {problem}")]) from None
-        except ValueError as exc:  # PyYAML's timestamp constructor raises these directly
-            raise SpecError([self._error(node, f"invalid YAML value: {exc}")]) from None
+        except _CONSTRUCTOR_ERRORS as exc:  # PyYAML's constructors assume well-formed text
+            raise SpecError([self._error(node, _constructor_problem(node, exc))]) from None
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
@@ -308,6 +322,7 @@ class _TagCache:
     """
 
     LIMIT = 4096  # distinct scalars remembered per process
+    LONGEST = 64  # characters: names and numbers repeat, long text does not (and would be kept alive)
 
     def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
         if kind is not yaml.ScalarNode:
@@ -316,7 +331,7 @@ class _TagCache:
         tag = _SCALAR_TAGS.get(key)
         if tag is None:
             tag = super().resolve(kind, value, implicit)  # type: ignore[misc]
-            if len(_SCALAR_TAGS) < self.LIMIT:
+            if len(_SCALAR_TAGS) < self.LIMIT and len(value) <= self.LONGEST:
                 _SCALAR_TAGS[key] = tag
         return tag
 
