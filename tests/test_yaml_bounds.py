@@ -348,3 +348,14 @@ def test_offsets_become_the_line_and_column_pyyaml_marks_give(chars: list[str], 
     reader.forward(offset)
     mark = reader.get_mark()
     assert offset_position(text, offset) == yaml_source.Position(mark.line + 1, mark.column + 1)
+
+
+def test_a_huge_integer_is_echoed_bounded() -> None:
+    """0x followed by 20,000 digits is an int of ~24,000 decimal digits: past Python's int-to-str limit."""
+    text = ("specgen: 1\nname: hx\ninputs: {x: {shape: [4]}}\noutputs: {y: d}\n"
+            "layers:\n  - {name: d, op: dense, units: 0x" + "f" * 20000 + "}\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text, "hx.yaml")
+    (line,) = [str(d) for d in caught.value.diagnostics]
+    assert line == ("hx.yaml:6:33: error: received <an integer of about 24083 digits>, expected a value "
+                    "<= 2147483647 (in layer 'd')")

@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from specgen.diagnostics import safe_repr
+
 # Names reach generated Python and ONNX text, so they are held to a strict
 # identifier pattern here, before anything is rendered (see docs/security.md).
 # A name part is letters and digits with single underscores between them ("x_train", "conv1"):
@@ -37,7 +39,7 @@ def not_bool(value: object) -> object:
 
 def _bounded(value: int) -> int:
     if value > MAX_INT:
-        raise ValueError(f"received {value}, expected a value <= {MAX_INT}")
+        raise ValueError(f"received {safe_repr(value)}, expected a value <= {MAX_INT}")  # bounded echo
     return value
 
 
