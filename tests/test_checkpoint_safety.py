@@ -391,3 +391,20 @@ def test_a_diverged_run_stops_before_saving_non_finite_weights(run: Path, capsys
     assert f"Nothing was saved for it; the newest checkpoint, {CKPT8}, is left as it was." in line
     assert "Lower the learning rate, add train.clip, or check the data" in line
     assert files(run) == before  # no checkpoint of NaN weights was added, none was pruned
+
+
+def test_export_refuses_a_bad_output_before_reading_the_checkpoint(
+        run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A link where model.onnx goes, or an unwritable folder: one line, the link's target untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.onnx").symlink_to(victim)
+    code, _, err = cli(["export", spec_of(run), "--checkpoint", run, "-o", out], capsys)
+    assert code == 1 and err.strip() == (f"specgen: error: cannot write {out / 'model.onnx'}: it is a symbolic link "
+                                         f"(to {victim}), and specgen never writes, deletes or reads through a link; "
+                                         "remove the link (or choose another path) and run again")
+    assert victim.read_bytes() == b"precious" and sorted(p.name for p in out.iterdir()) == ["model.onnx"]
+    code, _, err = cli(["export", spec_of(run), "--checkpoint", run, "-o", "/sys/kernel/specgen-out"], capsys)
+    assert code == 1 and err.startswith("specgen: error: cannot write /sys/kernel/specgen-out") and len(err.splitlines()) == 1

@@ -12,6 +12,7 @@ sample (relu hides it), and a NaN difference passes a plain `diff > limit` test.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
-from specgen.atomic import write_atomic
+from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
@@ -95,8 +96,19 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
                                         "negative batch-norm moving_variance)")])
 
 
+def _check_output(out: Path) -> None:
+    """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work."""
+    for name in ("model.onnx", "export.json"):
+        refuse_links(out / name)
+    probe = out / f".specgen-write-check.{os.getpid()}"
+    with writing(out):
+        write_atomic(probe, b"", fsync=False)
+        probe.unlink()
+
+
 def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False) -> dict[str, Any]:
     spec, ir = loaded.spec, build_ir(loaded)
+    _check_output(out)
     weights = spec.export.onnx.weights
     keys = checkpoint_keys(ir, weights)
     shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
