@@ -107,6 +107,17 @@ def _check_output(out: Path) -> None:
 
 
 def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False) -> dict[str, Any]:
+    """Export, or change nothing: a failed export also removes the output folder it created (while empty)."""
+    created = not out.exists()
+    try:
+        return _export(loaded, checkpoint, out, triton)
+    except BaseException:
+        if created and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool) -> dict[str, Any]:
     spec, ir = loaded.spec, build_ir(loaded)
     _check_output(out)
     weights = spec.export.onnx.weights
