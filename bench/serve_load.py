@@ -28,8 +28,21 @@ medians, and the throughput ratio batched / unbatched per repetition and its med
 Checks (exit 1 with --strict when one fails): no valid request fails, every malformed one
 gets 400, RSS at the end within 10% of after warm-up, ratio >= 3.
 
+`--scenarios` adds hostile clients next to the valid ones (batching on; each scenario a mode of
+its own, interleaved with `none`, the valid clients alone), all against a server started under
+`ulimit -n 1024` (`--nofile`), as the red team ran it:
+
+  - `oversized`: 4 clients, each sending a 60 MB JSON body (Content-Length declared; half of them
+    chunked instead) as fast as the server lets it, then reconnecting;
+  - `slow`: 1,000 connections trickling request headers, one byte every 0.5 s, each reopened
+    when the server closes it.
+
+Printed for them: the hostile requests by answer (status, or `closed`), and the same figures
+for the valid clients, whose throughput and p99 are the point.
+
     .venv/bin/python bench/serve_load.py                      # digits CNN, 32 clients, 3 x (3 + 10 s) per mode
     .venv/bin/python bench/serve_load.py --repeats 5 --seconds 20 --model mlp --strict
+    .venv/bin/python bench/serve_load.py --modes on --scenarios none,oversized,slow   # hostile clients
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import statistics
@@ -55,6 +69,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"cnn": "digits_cnn", "mlp": "digits_mlp"}
 TARGET_RATIO, RSS_TOLERANCE, CHECK_EVERY = 3.0, 0.10, 20
+OVERSIZED_BYTES, OVERSIZED_CLIENTS, SLOW_CONNECTIONS, SLOW_BYTE_EVERY = 60_000_000, 4, 1000, 0.5
 SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_server; "
           "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), sys.argv[3], batching=sys.argv[4] == 'on', "
           "threads=int(sys.argv[5]), log_level=sys.argv[6]))")
@@ -123,6 +138,7 @@ class Tally:
     malformed: Counter[int] = field(default_factory=Counter)
     wrong_values: int = 0
     recording: bool = False
+    hostile: Counter[str] = field(default_factory=Counter)
 
 
 async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes) -> tuple[int, bytes]:
@@ -151,7 +167,12 @@ async def client(port: int, path: str, valid: list[tuple[bytes, np.ndarray]], ba
             else:
                 body, expected = valid[rng.randrange(len(valid))]
             started = time.perf_counter()
-            status, answer = await http(reader, writer, request_bytes(path, body))
+            try:
+                status, answer = await http(reader, writer, request_bytes(path, body))
+            except (OSError, asyncio.IncompleteReadError):  # the server closed the connection: a failure, reconnect
+                status, answer = 0, b""
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
             elapsed = time.perf_counter() - started
             if not tally.recording:
                 continue
@@ -168,6 +189,66 @@ async def client(port: int, path: str, valid: list[tuple[bytes, np.ndarray]], ba
         writer.close()
 
 
+async def oversized(port: int, path: str, chunked: bool, tally: Tally, stop: asyncio.Event) -> None:
+    """60 MB bodies, one after the other: how far the server reads one before answering is its business."""
+    piece = b"[" + b"0.123456789," * 87381 + b"0]"  # ~1 MB of JSON numbers
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {OVERSIZED_BYTES}"
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{framing}\r\n\r\n".encode()
+    while not stop.is_set():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        outcome = "closed"
+        answer = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
+        try:
+            writer.write(head)
+            sent = 0
+            while sent < OVERSIZED_BYTES and not answer.done() and not stop.is_set():
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                await writer.drain()
+                sent += len(piece)
+            outcome = (await asyncio.wait_for(answer, 30))[9:12].decode()
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            answer.cancel()
+            if answer.done() and not answer.cancelled():
+                answer.exception()  # retrieved: a reset after the answer is expected here
+        if tally.recording:
+            tally.hostile[f"oversized {outcome}"] += 1
+
+
+async def slow(port: int, tally: Tally, stop: asyncio.Event) -> None:
+    """A connection trickling its request headers, a byte at a time, reopened whenever the server closes it."""
+    header = b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"a" * 10_000
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(SLOW_BYTE_EVERY)
+            continue
+        try:
+            for byte in header:
+                if stop.is_set() or reader.at_eof():
+                    break
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(SLOW_BYTE_EVERY)
+        except OSError:
+            pass
+        finally:
+            writer.close()
+        if tally.recording:
+            tally.hostile["slow closed by the server"] += 1
+
+
+def hostile_tasks(scenario: str, port: int, path: str, tally: Tally, stop: asyncio.Event) -> list[asyncio.Task]:
+    if scenario == "oversized":
+        return [asyncio.create_task(oversized(port, path, k % 2 == 1, tally, stop)) for k in range(OVERSIZED_CLIENTS)]
+    if scenario == "slow":
+        return [asyncio.create_task(slow(port, tally, stop)) for _ in range(SLOW_CONNECTIONS)]
+    return []
+
+
 def metric_sum(text: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
@@ -182,11 +263,13 @@ async def get(port: int, path: str) -> tuple[int, bytes]:
 
 
 async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid: list[tuple[bytes, np.ndarray]],
-                bad: list[bytes]) -> dict:
+                bad: list[bytes], scenario: str = "none") -> dict:
     tally, stop = Tally(), asyncio.Event()
     path = f"/v2/models/{model}/infer"
     tasks = [asyncio.create_task(client(port, path, valid, bad, args.malformed, k, tally, stop)) for k in range(args.clients)]
-    await asyncio.sleep(args.warmup)
+    await asyncio.sleep(1.0)  # the valid clients connect and send first, as clients already served would
+    attackers = hostile_tasks(scenario, port, path, tally, stop)
+    await asyncio.sleep(max(args.warmup - 1.0, 0.0))
     rss_warm = rss_mib(pid)
     _, before = await get(port, "/metrics")
     tally.recording = True
@@ -199,6 +282,9 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
     _, after = await get(port, "/metrics")
     stop.set()
     await asyncio.gather(*tasks)
+    for attacker in attackers:
+        attacker.cancel()
+    await asyncio.gather(*attackers, return_exceptions=True)
     rss_end = rss_mib(pid)
     runs = metric_sum(after.decode(), "specgen_batch_size_count") - metric_sum(before.decode(), "specgen_batch_size_count")
     rows = metric_sum(after.decode(), "specgen_batch_size_sum") - metric_sum(before.decode(), "specgen_batch_size_sum")
@@ -211,16 +297,23 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
         "server_cpu_us": 1e6 * server_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
         "client_cpu_us": 1e6 * client_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
         "busy": (server_cpu + client_cpu) / elapsed, "steal": steal[0] / max(steal[1], 1),
+        "hostile": dict(tally.hostile),
     }
 
 
 def run_mode(args: argparse.Namespace, repo: Path, model: str, batching: bool, valid: list[tuple[bytes, np.ndarray]],
-             bad: list[bytes], log: Path) -> dict:
+             bad: list[bytes], log: Path, scenario: str = "none") -> dict:
     port = free_port()
+    nofile = args.nofile
+
+    def limit_fds() -> None:  # the server's `ulimit -n`, as the red team ran it
+        if nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, max(nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1])))
+
     with log.open("ab") as stderr:
         process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), str(port), args.provider,
                                     "on" if batching else "off", str(args.threads), args.log_level],
-                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT, preexec_fn=limit_fds)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -234,7 +327,7 @@ def run_mode(args: argparse.Namespace, repo: Path, model: str, batching: bool, v
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not become ready in 60 s")
             time.sleep(0.1)
-        result = asyncio.run(drive(args, port, process.pid, model, valid, bad))
+        result = asyncio.run(drive(args, port, process.pid, model, valid, bad, scenario))
         process.send_signal(signal.SIGTERM)
         result["exit"] = process.wait(timeout=60)
         return result
@@ -250,6 +343,8 @@ def report(mode: str, r: dict) -> None:
     print(f"{'':>10}  valid by status {r['valid']}   malformed by status {r['malformed']}   "
           f"wrong values {r['wrong_values']}   RSS {r['rss_warm']:.1f} -> {r['rss_end']:.1f} MiB "
           f"({100 * (r['rss_end'] / r['rss_warm'] - 1):+.1f}%)   exit {r['exit']}")
+    if r["hostile"]:
+        print(f"{'':>10}  hostile clients by answer {r['hostile']}")
 
 
 def checks(r: dict) -> list[str]:
@@ -278,6 +373,9 @@ def main() -> int:
     parser.add_argument("--log-level", default="info", help="server log level (info: one JSON line per request)")
     parser.add_argument("--modes", default="on,off", help="dynamic batching modes to run, in order")
     parser.add_argument("--repeats", type=int, default=3, help="repetitions of the modes, interleaved; medians reported")
+    parser.add_argument("--scenarios", default="none", help="hostile clients beside the valid ones, each a mode of its "
+                        "own run with batching on: none, oversized, slow (comma-separated, interleaved)")
+    parser.add_argument("--nofile", type=int, default=1024, help="the server's ulimit -n (0: inherit)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a check or the target fails")
     args = parser.parse_args()
 
@@ -300,14 +398,19 @@ def main() -> int:
               f"log level {args.log_level}; {os.cpu_count()} CPUs shared by the clients and the server")
         results: dict[str, list[dict]] = {}
         failed: list[str] = []
-        names = {"on": "batching", "off": "no batch"}
+        names = {"on": "batching", "off": "no batch", "on+oversized": "+oversize", "on+slow": "+slow"}
+        runs = [(mode, "none") for mode in args.modes.split(",")]
+        runs = [(m, sc) for m, scenario in runs for sc in (args.scenarios.split(",") if m == "on" else [scenario])]
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the slow scenario holds 1,000 sockets here
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
         for repeat in range(args.repeats):
             print(f"repetition {repeat + 1} of {args.repeats}")
-            for mode in args.modes.split(","):
-                result = run_mode(args, repo, name, mode == "on", valid, bad, log)
-                results.setdefault(mode, []).append(result)
-                report(names[mode], result)
-                failed += [f"{mode}, repetition {repeat + 1}: {f}" for f in checks(result)]
+            for mode, scenario in runs:
+                key = mode if scenario == "none" else f"{mode}+{scenario}"
+                result = run_mode(args, repo, name, mode == "on", valid, bad, log, scenario)
+                results.setdefault(key, []).append(result)
+                report(names[key], result)
+                failed += [f"{key}, repetition {repeat + 1}: {f}" for f in checks(result)]
         print("medians over the repetitions:")
         for mode, runs in results.items():
             print(f"{names[mode]:>10}: {statistics.median(r['throughput'] for r in runs):7.0f} valid req/s   "
