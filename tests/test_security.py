@@ -224,7 +224,7 @@ def test_doc_too_long_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[
     path.write_text(yaml.safe_dump(dict(example, doc="A" * 100_000), sort_keys=False))
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"{path}:3:6: error: received a string of 100000 characters, expected at most 4096", "1 error found"]
+        f"{path}:3:6: error: doc: received a string of 100000 characters, expected at most 4096", "1 error found"]
 
 
 def docstring_nodes(tree: ast.Module) -> set[int]:

@@ -186,7 +186,7 @@ HUGE = "a" * 900_000
 
 
 @pytest.mark.parametrize("text, start", [
-    (EXAMPLE.replace("name: digits_mlp", f"name: {HUGE}"), "t.yaml:3:7: error: invalid name 'aaaa"),
+    (EXAMPLE.replace("name: digits_mlp", f"name: {HUGE}"), "t.yaml:3:7: error: name: invalid name 'aaaa"),
     (EXAMPLE + f"? {HUGE}\n: 1\n", "t.yaml:34:3: error: unknown key 'aaaa"),  # a plain key is at most 1024
     (EXAMPLE.replace("op: flatten", f"op: {HUGE}"), "t.yaml:12:22: error: unknown op 'aaaa"),
     (EXAMPLE.replace("kernel_init: he_normal", f"kernel_init: {HUGE}"), "t.yaml:13:"),
@@ -357,5 +357,5 @@ def test_a_huge_integer_is_echoed_bounded() -> None:
     with pytest.raises(SpecError) as caught:
         load_spec_text(text, "hx.yaml")
     (line,) = [str(d) for d in caught.value.diagnostics]
-    assert line == ("hx.yaml:6:33: error: received <an integer of about 24083 digits>, expected a value "
+    assert line == ("hx.yaml:6:33: error: units: received <an integer of about 24083 digits>, expected a value "
                     "<= 2147483647 (in layer 'd')")

@@ -11,7 +11,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from specgen.diagnostics import Diagnostic, Position, SpecError, closest, describe, did_you_mean, one_of, quoted, safe_repr
+from specgen.diagnostics import (
+    Diagnostic,
+    Position,
+    SpecError,
+    closest,
+    describe,
+    did_you_mean,
+    one_of,
+    quoted,
+    safe_repr,
+    shown,
+)
 from specgen.spec.base import IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
@@ -89,7 +100,7 @@ def _diagnostics(exc: ValidationError, data: Any, source: SourceMap) -> list[Dia
     for (error, loc), position in zip(errors, positions, strict=True):
         if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
             continue
-        message = _message(error, loc, data, suggestions.get(loc)) + _context(loc, data)
+        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc))) + _context(loc, data)
         found.setdefault((position, message), Diagnostic(source.path, position, message))
     return list(found.values())
 
@@ -114,6 +125,37 @@ def _suggestion(loc: PathKey) -> str | None:
 def _text(value: Any) -> str:
     """A received value as text to compare with allowed names (bounded; `str` of a huge int raises)."""
     return value if isinstance(value, str) else safe_repr(value)
+
+
+# Messages that already name the key they are about ("missing required key 'units'", "unknown
+# op 'x'") or are about a mapping key rather than a value get no "<key>: " prefix.
+NAMES_ITS_KEY = {"missing", "extra_forbidden", "union_tag_invalid", "union_tag_not_found"}
+
+
+def _keyed(error: Any, loc: PathKey, data: Any, message: str) -> str:
+    """`units: received -3, ...`: a value error names its key first, as Keras names the argument."""
+    if error["type"] in NAMES_ITS_KEY or loc[-1:] == ("[key]",) or loc == ("specgen",):
+        return message
+    label = key_label(loc, data)
+    if not label or message.startswith((f"{label} ", f"'{label}' ")):  # "'to' refers to group 2 ...": named
+        return message
+    return f"{label}: {message}"
+
+
+def key_label(loc: PathKey, data: Any) -> str:
+    """The key a location ends at, as the user wrote it: `units`, `shape[1]`, `metrics[0]`.
+
+    Walks the data like SourceMap.locate, skipping what pydantic adds (union tags such as
+    'conv2d' or 'mapping'); list indexes after the last key are kept, layer indexes before it are not.
+    """
+    label, node = "", data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node, label = node[part], _text(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            label = f"{label}[{part}]" if label else ""
+    return shown(label) if label else ""
 
 
 def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None) -> str:
