@@ -123,7 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
     for path in expand(args.paths):
-        print(report(build_ir(load_spec(path)), str(path)))
+        loaded = load_spec(path)
+        print(report(build_ir(loaded), str(path), loaded.spec.optimizers))
     return 0
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from specgen.ir.collections import takes_the_rest
 from specgen.ir.model import ModelIR
 from specgen.ir.ops import backward_flops
 
@@ -34,6 +36,23 @@ def collections_table(ir: ModelIR) -> str:
     return table(("collection", "variables", "parameters"), rows, right={1, 2})
 
 
+def optimizers_table(ir: ModelIR, optimizers: Mapping[str, Any]) -> str:
+    """Each optimizer's weights and how they were chosen, so that a left-out `variables` shows what it took."""
+    size = {v.path: v.size for v in ir.variables}
+    rows, rest = [], False
+    for name, paths in ir.optimizers.items():
+        written = optimizers[name].variables if name in optimizers else None
+        if name in optimizers and takes_the_rest(written):
+            how, rest = ("trainable" if written is not None else "left out") + " (the rest)", True
+        else:
+            how = written if isinstance(written, str) else ", ".join(written or [])
+        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        rows.append((name, optimizers[name].kind if name in optimizers else "", str(len(paths)),
+                     f"{sum(size[p] for p in paths):,}", how, shown))
+    note = "\nThe rest: every weight that is not frozen and not claimed by another optimizer." if rest else ""
+    return table(("optimizer", "kind", "variables", "parameters", "selection", "takes"), rows, right={2, 3}) + note
+
+
 def flops_table(ir: ModelIR) -> str:
     rows, total_f, total_b, total_p = [], 0, 0, 0
     for node in ir.nodes:
@@ -46,11 +65,13 @@ def flops_table(ir: ModelIR) -> str:
     return table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)"), rows, right={3, 4, 5})
 
 
-def report(ir: ModelIR, path: str) -> str:
+def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None) -> str:
+    """The report tables; `optimizers` (the spec's section) adds which weights each optimizer took and why."""
     return "\n\n".join([
         f"{ir.name} ({path}): {len(ir.nodes)} layers, {len(ir.variables)} variables",
         variables_table(ir),
         collections_table(ir),
+        *([optimizers_table(ir, optimizers)] if optimizers and ir.optimizers else []),
         flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "
         "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise.",
     ]) + "\n"

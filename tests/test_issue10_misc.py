@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from specgen.diagnostics import SpecError
+from specgen.ir.model import ModelIR
+from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +56,80 @@ def test_messages_that_name_their_key_already_are_not_prefixed() -> None:
     assert found[1] == "s.yaml:8:28: error: unknown key 'unitz'; did you mean 'units'? (in layer 'out')"
     assert messages(SMALL.replace("specgen: 1", "specgen: 2")) == [
         "s.yaml:1:10: error: unsupported spec format version 2; this specgen reads version 1"]
+
+
+# --- optimizers without `variables` -------------------------------------------------------------
+
+CNN = (ROOT / "examples" / "specs" / "digits_cnn.yaml").read_text()
+
+
+def resolve(text: str) -> ModelIR:
+    return build_ir(load_spec_text(text, "cnn.yaml", ROOT / "examples" / "specs" / "cnn.yaml"))
+
+
+def resolve_errors(text: str) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        resolve(text)
+    return [str(d) for d in caught.value.diagnostics]
+
+
+@pytest.mark.parametrize("written", ["", "    variables: trainable\n", "    variables: [trainable]\n"],
+                         ids=["left_out", "trainable", "trainable_list"])
+def test_an_optimizer_without_variables_takes_every_weight_left(written: str) -> None:
+    ir = resolve(CNN.replace("    variables: head\n", written))
+    explicit = resolve(CNN)
+    assert ir.optimizers == explicit.optimizers  # head takes head/*: all that body leaves
+    assert list(ir.optimizers) == ["body", "head"]  # spec order, as train.py applies them
+    assert ir.collections["trainable"] == explicit.collections["trainable"]
+
+
+def test_frozen_weights_are_not_taken_and_a_single_optimizer_needs_no_selection() -> None:
+    text = CNN.replace("    variables: head\n", "").replace("    variables: backbone\n", '    variables: ["head/fc/*"]\n')
+    ir = resolve(text.replace("collections:\n", "frozen: [backbone]\ncollections:\n", 1))
+    assert ir.optimizers["head"] == ("head/out/kernel", "head/out/bias")
+    assert ir.collections["frozen"] == ("conv1/kernel", "conv1/bias", "bn1/gamma", "bn1/beta")
+    single = SMALL + ("loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}\n"
+                      "optimizers: {all: {kind: adam, learning_rate: 0.001}}\n")
+    assert resolve(single).optimizers == {"all": ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias")}
+
+
+def test_two_optimizers_taking_the_rest_is_a_positioned_error() -> None:
+    both = CNN.replace("    variables: head\n", "").replace("    variables: backbone\n", "")
+    assert resolve_errors(both) == [
+        "cnn.yaml:35:3: error: optimizer 'head' takes every weight that is not frozen or claimed by another "
+        "optimizer (no 'variables', or 'trainable'), and so does optimizer 'body'; only one optimizer may: give "
+        "the others their 'variables'"]
+    written = CNN.replace("    variables: head\n", "    variables: trainable\n").replace(
+        "    variables: backbone\n", "")
+    assert resolve_errors(written)[0].startswith("cnn.yaml:36:16: error: optimizer 'head' takes every weight")
+
+
+def test_nothing_left_and_trainable_among_other_entries_are_errors() -> None:
+    greedy = CNN.replace("    variables: head\n", "").replace("    variables: backbone\n", '    variables: ["*"]\n')
+    assert resolve_errors(greedy) == [
+        "cnn.yaml:36:3: error: optimizer 'head' takes every weight that is not frozen or claimed by another "
+        "optimizer, but none is left; remove the optimizer, or give it 'variables'"]
+    mixed = resolve_errors(CNN.replace("    variables: head\n", "    variables: [trainable, head]\n"))
+    assert mixed[0].startswith("cnn.yaml:37:17: error: collection 'trainable' is resolved from the optimizers")
+
+
+def test_report_shows_what_an_optimizer_without_variables_took(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from specgen.cli import main
+
+    spec = tmp_path / "cnn.yaml"
+    spec.write_text(CNN.replace("    variables: head\n", "").replace("../data/", f"{DIGITS.parent}/"))
+    assert main(["report", str(spec)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:6] == ["head", "adam", "4", "17,098", "left", "out"] and "head/out/bias" in line
+               for line in lines)
+    assert "The rest: every weight that is not frozen and not claimed by another optimizer." in lines
+
+
+def test_schema_lets_variables_be_left_out() -> None:
+    import json
+
+    schema = json.loads((ROOT / "schemas" / "specgen.schema.json").read_text())
+    adam = schema["$defs"]["Adam"]
+    assert "variables" not in adam["required"]
+    assert "trainable" in adam["properties"]["variables"]["description"]

@@ -73,8 +73,9 @@ class Resolver:
         if entry in self.user or entry in self.resolved:
             return self.collection(entry)
         if entry in BUILTIN:
+            rest = " (an optimizer's 'variables: trainable' alone takes every weight left)" if entry == REST else ""
             self._problem(loc, f"collection '{entry}' is resolved from the optimizers and cannot be "
-                               "used here; name the variables or a user collection instead")
+                               f"used here; name the variables or a user collection instead{rest}")
             return []
         matches = [p for p in self.order if fnmatch.fnmatchcase(p, entry)]
         if matches:
@@ -113,11 +114,16 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     frozen = {p for i, e in enumerate(spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
     owner: dict[str, str] = {}
     known_problems = len(members.problems)
+    rest = [name for name, optimizer in spec.optimizers.items() if takes_the_rest(optimizer.variables)]
     for name, optimizer in spec.optimizers.items():
+        if name in rest:
+            continue
         claimed = [p for p in resolver.selection(optimizer.variables, ("optimizers", name, "variables"))
                    if p in weights]
         _check_claims(loaded, members, name, claimed, owner, frozen)
         members.optimizers[name] = claimed
+    _take_the_rest(loaded, members, rest, owner, frozen)
+    members.optimizers = {name: members.optimizers[name] for name in spec.optimizers if name in members.optimizers}
     if spec.optimizers:
         loose = [p for p in members.weights if p not in frozen and p not in owner]
         if loose and len(members.problems) == known_problems:  # else they are a symptom of a bad selection
@@ -128,6 +134,43 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
         frozen = weights  # no optimizer: nothing trains
     members.collections["frozen"] = [p for p in members.weights if p in frozen]
     members.collections["trainable"] = [p for p in members.weights if p in owner]
+
+
+REST = "trainable"  # what users of tf.trainable_variables() write for "every weight left"
+
+
+def takes_the_rest(variables: str | list[str] | None) -> bool:
+    """True for an optimizer without `variables`, or with `variables: trainable` (or `[trainable]`)."""
+    return variables is None or variables == REST or variables == [REST]
+
+
+def _rest_loc(loaded: LoadedSpec, name: str) -> tuple[tuple[str, ...], bool]:
+    """Where to point for an optimizer that takes the rest: its `variables` value, else its name."""
+    written = loaded.spec.optimizers[name].variables is not None
+    return (("optimizers", name, "variables"), False) if written else (("optimizers", name), True)
+
+
+def _take_the_rest(loaded: LoadedSpec, members: Membership, rest: list[str], owner: dict[str, str],
+                   frozen: set[str]) -> None:
+    """The one optimizer without `variables` takes every weight neither frozen nor claimed by another."""
+    for name in rest[1:]:  # which of two should take what the other leaves is anyone's guess: refuse
+        loc, key = _rest_loc(loaded, name)
+        members.problems.append(loaded.diagnostic(loc, (
+            f"optimizer '{name}' takes every weight that is not frozen or claimed by another optimizer (no "
+            f"'variables', or 'trainable'), and so does optimizer '{rest[0]}'; only one optimizer may: give the "
+            "others their 'variables'"), key=key))
+    if not rest:
+        return
+    name = rest[0]
+    claimed = [p for p in members.weights if p not in frozen and p not in owner]
+    if not claimed and members.weights:
+        loc, key = _rest_loc(loaded, name)
+        members.problems.append(loaded.diagnostic(loc, (
+            f"optimizer '{name}' takes every weight that is not frozen or claimed by another optimizer, but none "
+            "is left; remove the optimizer, or give it 'variables'"), key=key))
+    for path in claimed:
+        owner[path] = name
+    members.optimizers[name] = claimed
 
 
 def _check_claims(loaded: LoadedSpec, members: Membership, name: str, claimed: list[str],

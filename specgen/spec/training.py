@@ -96,7 +96,11 @@ Selection = by_shape(scalar_or_list, "a collection name, a pattern or a list of 
 
 
 class OptimizerBase(SpecModel):
-    variables: Selection = Field(description="A collection name, a glob pattern, or a list of them.")
+    # Left out (or `trainable`, as users of tf.trainable_variables() write it): every weight that is
+    # not frozen and not claimed by another optimizer; at most one optimizer may do so (ir/collections.py).
+    variables: Selection | None = Field(None, description=(
+        "A collection name, a glob pattern, or a list of them. Left out, or 'trainable': every weight that is "
+        "not frozen and not claimed by another optimizer (one optimizer at most)."))
     learning_rate: LearningRate
     weight_decay: NonNegativeFloat = 0.0
     clip: Clip | None = None
