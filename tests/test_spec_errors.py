@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
+from specgen.ir.ops import REGISTRY
 from specgen.spec.yaml_source import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,9 +84,8 @@ def alias_bomb() -> str:
 
 OVERSIZED = BASE + ("# padding\n" * (MAX_FILE_BYTES // 10 + 1))
 OVERSIZED_BYTES = len(OVERSIZED.encode())
-ONE_OPS = ("'add', 'avg_pool', 'batch_norm', 'concat', 'conv2d', 'dense', 'depthwise_conv2d', 'dropout', "
-           "'embedding', 'flatten', 'gelu', 'global_avg_pool', 'layer_norm', 'leaky_relu', 'max_pool', "
-           "'multiply', 'relu', 'reshape', 'sigmoid', 'softmax' or 'tanh'")
+_QUOTED_OPS = [f"'{op}'" for op in sorted(REGISTRY)]  # every registered op, as the message lists them
+ONE_OPS = ", ".join(_QUOTED_OPS[:-1]) + " or " + _QUOTED_OPS[-1]
 
 # (id, spec text, expected diagnostics without the leading "path:")
 CASES = [

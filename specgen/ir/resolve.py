@@ -107,28 +107,19 @@ def _node(x: _Inferred, index: dict[str, set[str]]) -> Node:
     return Node(
         name=layer.name, op=layer.op, inputs=tuple(x.sources), input_shapes=tuple(x.shapes), shape=result.shape,
         dtype=result.dtype, params=result.params,
-        variables={d.role: _variable(layer.op, path, d, index.get(path, ())) for path, d in x.variables},
+        variables={d.role: _variable(path, d, index.get(path, ())) for path, d in x.variables},
         activation=None if act == "linear" else act, py_name=py_name(layer.name),
         onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index,
     )
 
 
-def _variable(op: str, path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()]) -> Variable:
-    perm, onnx_shape = _onnx_layout(op, decl)
+def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()]) -> Variable:
     builtin = {"model", "update"} if decl.kind == "update" else {"model"}
+    # The op's rule declared how the TensorFlow-layout value becomes the ONNX operator's input.
+    onnx_shape = decl.shape if decl.onnx_shape is None else decl.onnx_shape
     return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),
                     init=decl.init, seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
-                    onnx_name=onnx_name(path), onnx_perm=perm, onnx_shape=onnx_shape)
-
-
-def _onnx_layout(op: str, decl: ops.VarDecl) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
-    """How a TensorFlow-layout value becomes the ONNX operator's layout."""
-    if decl.role != "kernel" or op not in ("conv2d", "depthwise_conv2d"):
-        return None, decl.shape
-    kh, kw, cin, cout = decl.shape
-    if op == "conv2d":  # HWIO -> OIHW
-        return (3, 2, 0, 1), (cout, cin, kh, kw)
-    return (2, 3, 0, 1), (cin * cout, 1, kh, kw)  # [kh, kw, in, mult] -> [in*mult, 1, kh, kw]
+                    onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape)
 
 
 def _collection_table(variables: list[Variable], members: Membership) -> dict[str, tuple[str, ...]]:

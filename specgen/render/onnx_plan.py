@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.ir.model import ModelIR, Node, Shape
+from specgen.ir.ops import REGISTRY, as_activation
+from specgen.ir.ops.base import to_first, to_last
 from specgen.render.environment import Fields
 
-CHANNELS_FIRST_OPS = {"conv2d", "depthwise_conv2d", "max_pool", "avg_pool", "global_avg_pool", "batch_norm"}
-ANY_LAYOUT_OPS = {"relu", "leaky_relu", "gelu", "sigmoid", "tanh", "dropout", "add", "multiply", "softmax", "concat"}
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
 
 
@@ -43,14 +43,6 @@ class OnnxPlan:
     outputs: list[str]
     constants: list[str] = field(default_factory=list)
     steps: list[OnnxStep] = field(default_factory=list)
-
-
-def _to_first(rank: int) -> list[int]:
-    return [0, rank - 1, *range(1, rank - 1)]
-
-
-def _to_last(rank: int) -> list[int]:
-    return [0, *range(2, rank), 1]
 
 
 def _declare(dtype: str, shape: Shape, name: str, batch: str) -> str:
@@ -90,7 +82,7 @@ class Lowering:
         key = (tensor, want_first)
         if key not in self.converted:
             out = f"{tensor}___{'nchw' if want_first else 'nhwc'}"
-            perm = _to_first(rank) if want_first else _to_last(rank)
+            perm = to_first(rank) if want_first else to_last(rank)
             self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": perm}))
             self.rank[out] = rank
             if want_first:
@@ -98,74 +90,46 @@ class Lowering:
             self.converted[key] = out
         return self.converted[key]
 
+    @property
+    def opset(self) -> int:
+        return self.ir.opset
+
     def lower(self, node: Node) -> None:
+        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/ir/ops)
         sources = [self.tensor[s] for s in node.inputs]
-        if node.op in CHANNELS_FIRST_OPS:
+        if op.layout == "first":
             want_first = True
-        elif node.op in ANY_LAYOUT_OPS:
+        elif op.layout == "any":
             want_first = sources[0] in self.first
         else:
             want_first = False
         ins = [self.layout_input(s, want_first) for s in sources]
-        if node.op == "dropout":  # inference graph: dropout is the identity
+        template = op.onnx_template_for(node)
+        if template is None:  # no node at inference (dropout): the layer's tensor is its input
             self.tensor[node.name] = ins[0]
             return
         out = node.onnx_name
         first = want_first and len(node.shape) > 2
         pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
-        attrs = self.attrs(node, first)
-        self.plan.steps.append(OnnxStep(self.template(node), pre, (*ins, *weights), attrs, _comment(node)))
+        attrs = op.onnx_attrs(node, first, self)
+        self.plan.steps.append(OnnxStep(template, pre, (*ins, *weights), attrs, _comment(node)))
         if node.activation:
-            act_attrs = {"alpha": 0.2} if node.activation == "leaky_relu" else {}
-            if node.activation == "softmax":
-                act_attrs = {"axis": 1 if first else -1}
-            self.plan.steps.append(OnnxStep(node.activation, out, (pre,), act_attrs | self.gelu(node, out)))
+            act = REGISTRY[node.activation]
+            assert act.onnx_template is not None
+            act_attrs = as_activation(node.activation).onnx_attrs(first, self, out)
+            self.plan.steps.append(OnnxStep(act.onnx_template, out, (pre,), act_attrs))
         self.tensor[node.name] = out
         self.rank[out] = len(node.shape)
         if first:
             self.first.add(out)
 
-    def template(self, node: Node) -> str:
-        if node.op == "dense" and node.params["rank"] > 2:
-            return "dense_nd"
-        return node.op
-
-    def attrs(self, node: Node, first: bool) -> dict[str, Any]:
-        p, out = node.params, node.onnx_name
-        if node.op in ("conv2d", "depthwise_conv2d"):
-            return {"kernel_shape": list(p["kernel"]), "strides": list(p["strides"]), "pads": p["pads"],
-                    "dilations": list(p["dilation"]), "group": p.get("group", 1)}
-        if node.op in ("max_pool", "avg_pool"):
-            return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"]}
-        if node.op in ("batch_norm", "layer_norm"):
-            return {"epsilon": p["epsilon"]}
-        if node.op == "global_avg_pool":
-            return {"axes": self.constant(f"{out}___axes", [2, 3])}
-        if node.op == "reshape":
-            return {"shape": self.constant(f"{out}___shape", [-1, *p["shape"]])}
-        if node.op == "dense" and p["rank"] > 2:
-            return {"matmul": f"{out}___matmul", "bias": "bias" in node.variables}
-        if node.op in ("softmax", "concat"):
-            rank = len(node.shape)
-            return {"axis": _to_first(rank).index(p["axis"]) if first else p["axis"]}
-        if node.op == "leaky_relu":
-            return {"alpha": p["alpha"]}
-        if node.op == "gelu":
-            return self.gelu(node, out)
-        return {}
-
-    def gelu(self, node: Node, out: str) -> dict[str, Any]:
-        """Opsets before 20 have no Gelu: spell out x * (1 + erf(x / sqrt 2)) / 2."""
-        if "gelu" not in (node.op, node.activation) or self.ir.opset >= 20:
-            return {}
-        names = {k: f"{out}___{k}" for k in ("sqrt2", "one", "half")}
-        for key, value in (("sqrt2", 1.4142135623730951), ("one", 1.0), ("half", 0.5)):
-            self.plan.constants.append(f"float {names[key]} = {{{value!r}}}")
-        return {"formula": names}
-
     def constant(self, name: str, values: list[int]) -> str:
         self.plan.constants.append(f"int64[{len(values)}] {name} = {{{', '.join(map(str, values))}}}")
+        return name
+
+    def float_constant(self, name: str, value: float) -> str:
+        self.plan.constants.append(f"float {name} = {{{value!r}}}")
         return name
 
     def bind_outputs(self) -> None:
@@ -176,7 +140,7 @@ class Lowering:
             tensor = self.tensor[layer]
             producer = [s for s in self.plan.steps if s.out == tensor]
             if tensor in self.first:
-                self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": _to_last(self.rank[tensor])}))
+                self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": to_last(self.rank[tensor])}))
             elif producer and tensor not in graph_inputs and tensor not in renamed:
                 self.rename(tensor, out)
                 renamed.add(tensor)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from specgen.ir.model import ModelIR, Node, Variable
+from specgen.ir.ops import REGISTRY, as_activation
 from specgen.render.environment import Fields
 
 
@@ -59,43 +59,15 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
     local = {i.name: i.py_name for i in ir.inputs} | {n.name: n.py_name for n in ir.nodes}
     steps: list[TfStep] = []
     for node in ir.nodes:
+        op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/ir/ops)
         ins = tuple(local[s] for s in node.inputs)
         w = {role: f"self.{v.py_name}" for role, v in node.variables.items()}
-        steps.append(TfStep(node.op, node.py_name, ins, w, _attrs(node), _comment(node)))
+        steps.append(TfStep(op.tf_template, node.py_name, ins, w, op.tf_attrs(node), _comment(node)))
         if node.activation:
-            steps.append(TfStep(node.activation, node.py_name, (node.py_name,), {}, _activation_attrs(node)))
+            act = REGISTRY[node.activation]
+            steps.append(TfStep(act.tf_template, node.py_name, (node.py_name,), {},
+                                dict(as_activation(node.activation).tf_attrs)))
     return steps
-
-
-def _activation_attrs(node: Node) -> dict[str, Any]:
-    if node.activation == "leaky_relu":
-        return {"alpha": 0.2}
-    if node.activation == "softmax":
-        return {"axis": -1}
-    return {}
-
-
-def _attrs(node: Node) -> dict[str, Any]:
-    p = node.params
-    if node.op in ("conv2d", "depthwise_conv2d"):
-        return {"strides": [1, *p["strides"], 1], "padding": p["padding"].upper(), "dilations": list(p["dilation"])}
-    if node.op in ("max_pool", "avg_pool"):
-        return {"ksize": list(p["size"]), "strides": list(p["strides"]), "padding": p["padding"].upper()}
-    if node.op == "flatten":
-        return {"shape": [-1, p["size"]]}
-    if node.op == "reshape":
-        return {"shape": [-1, *p["shape"]]}
-    if node.op == "dense":
-        return {"rank": p["rank"], "last": p["rank"] - 1}
-    if node.op == "batch_norm":
-        return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"]}
-    if node.op == "dropout":
-        return {"rate": p["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
-    if node.op in ("layer_norm", "leaky_relu", "softmax", "concat"):
-        key = {"layer_norm": "epsilon", "leaky_relu": "alpha", "softmax": "axis",
-               "concat": "axis"}[node.op]
-        return {key: p[key]}
-    return {}
 
 
 def _comment(node: Node) -> str:

@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from specgen.ir.ops import Layer  # the union of every registered op's model
 from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
-from specgen.spec.layers import Layer
 from specgen.spec.training import Loss, Optimizer, Train
 
 SPEC_VERSION = 1
