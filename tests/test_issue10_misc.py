@@ -133,3 +133,70 @@ def test_schema_lets_variables_be_left_out() -> None:
     adam = schema["$defs"]["Adam"]
     assert "variables" not in adam["required"]
     assert "trainable" in adam["properties"]["variables"]["description"]
+
+
+# --- an output named like the layer it reads ----------------------------------------------------
+
+SAME_NAME = f"""\
+specgen: 1
+name: same_name
+inputs: {{image: {{shape: [8, 8, 1]}}}}
+outputs: OUTPUTS
+layers:
+  - {{name: conv, op: conv2d, filters: 4, kernel: 3, padding: same, activation: relu}}
+  - {{name: bn, op: batch_norm}}
+  - {{name: flat, op: flatten}}
+  - {{name: hidden, op: dense, units: 16, activation: relu}}
+  - {{name: drop, op: dropout, rate: 0.2}}
+  - {{name: logits, op: dense, units: 10}}
+loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
+optimizers: {{all: {{kind: adam, learning_rate: 0.003}}}}
+train: {{batch_size: 16, metrics: [accuracy], seed: 3}}
+data:
+  train: {{npz: {DIGITS}, features: {{image: x_train}}, labels: {{label: y_train}}}}
+  eval: {{npz: {DIGITS}, features: {{image: x_test}}, labels: {{label: y_test}}}}
+checkpoint: {{dir: run, every_steps: 100}}
+"""
+# A channels-first tensor (conv, batch_norm) read by an output of its own name needs the fix of
+# render/onnx_plan.py bind_outputs handed over with issue 10 (render/ is being refactored elsewhere);
+# so does an output reading a dropout whose input another output renamed. Strict: remove the mark then.
+NEEDS_BIND_FIX = pytest.mark.xfail(strict=True, reason="render/onnx_plan.py bind_outputs: ONNX output name clash")
+SAME_NAME_CASES = [
+    pytest.param("{logits: logits}", id="logits"),
+    pytest.param("{logits: logits, scores: logits, hidden: hidden, drop: drop, flat: flat}", id="dense_side"),
+    pytest.param("{conv: conv, bn: bn, logits: logits}", id="channels_first", marks=NEEDS_BIND_FIX),
+    pytest.param("{h: hidden, d: drop, logits: logits}", id="dropout_alias", marks=NEEDS_BIND_FIX),
+]
+
+
+@pytest.mark.parametrize("outputs", SAME_NAME_CASES)
+def test_outputs_named_like_their_layers_validate_and_build(outputs: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from specgen.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SAME_NAME.replace("OUTPUTS", outputs))
+    assert main(["validate", str(spec)]) == 0
+    assert main(["build", str(spec), "--out", str(tmp_path / "gen")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "gen" / "same_name" / "model.onnx").is_file()
+
+
+@pytest.mark.parametrize("outputs", [SAME_NAME_CASES[1], SAME_NAME_CASES[2]])
+def test_outputs_named_like_their_layers_train_and_export(outputs: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    from specgen.cli import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SAME_NAME.replace("OUTPUTS", outputs))
+    assert main(["train", str(spec), "--steps", "3", "--quiet"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    code = main(["export", str(spec), "--checkpoint", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--triton"])
+    assert code == 0, capsys.readouterr().err
+    assert "parity: max abs diff" in capsys.readouterr().out
+    model = onnx.load(str(tmp_path / "out" / "model.onnx"))
+    names = [o.name for o in model.graph.output]
+    assert names == [part.split(":")[0].strip() for part in outputs.strip("{}").split(",")]
+    config = (tmp_path / "out" / "same_name" / "config.pbtxt").read_text()
+    assert all(f'name: "{name}"' in config for name in names)
