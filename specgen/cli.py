@@ -11,11 +11,13 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from specgen import __version__
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
+from specgen.paths import shown
 from specgen.render.errors import RenderError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -51,7 +53,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecError as exc:
             problems += exc.diagnostics
             continue
-        print(f"ok: {path} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
+        print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
     if problems:
         raise SpecError(problems)
     return 0
@@ -78,12 +80,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         if reports:
             print(f"specgen build --check: {len(reports)} file(s) out of date; run `specgen build`", file=sys.stderr)
             return 1
-        print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {out} are up to date")
+        print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
         return 0
     written = write(outputs, out)
     for path in written:
-        print(f"wrote {path}")
-    print(f"built {len(outputs)} spec(s) into {out}: {len(written)} file(s) changed")
+        print(f"wrote {shown(path)}")
+    print(f"built {len(outputs)} spec(s) into {shown(out)}: {len(written)} file(s) changed")
     return 0
 
 
@@ -95,7 +97,7 @@ def _schema_drift(target: Path, text: str) -> list[str]:
         on_disk = read_regular(target)
     except UnsafePathError as exc:
         return [f"unsafe: {exc}"]
-    return [] if on_disk == text.encode() else [f"drifted: {target} (run `specgen schema`)"]
+    return [] if on_disk == text.encode() else [f"drifted: {shown(target)} (run `specgen schema`)"]
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -110,10 +112,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
             print(line)
         if drift:
             return 1
-        print(f"ok: {target} is up to date")
+        print(f"ok: {shown(target)} is up to date")
         return 0
     write_atomic(target, text)
-    print(f"wrote {target}")
+    print(f"wrote {shown(target)}")
     return 0
 
 
@@ -124,7 +126,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     for path in expand(args.paths):
         loaded = load_spec(path)
-        print(report(build_ir(loaded), str(path), loaded.spec.optimizers))
+        print(report(build_ir(loaded), shown(path), loaded.spec.optimizers))
     return 0
 
 
@@ -147,15 +149,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     report = export(loaded, args.checkpoint, args.output, triton=args.triton)
     nodes = sum(report["nodes"].values())
-    print(f"exported {args.output / 'model.onnx'}: {nodes} nodes, opset {report['opset']}, "
-          f"{report['weights']} weights from {report['checkpoint']}")
+    print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
+          f"{report['weights']} weights from {shown(report['checkpoint'])}")
     print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
           f"on {report['compared_examples']} examples (limit 1e-4)")
     if report["onnxruntime_accuracy"] is not None:
         print(f"eval accuracy: onnxruntime {report['onnxruntime_accuracy']:.4f}, "
               f"TensorFlow {report['tensorflow_accuracy']:.4f}")
     if "triton" in report:
-        print(f"triton model repository: {report['triton']}")
+        print(f"triton model repository: {shown(report['triton'])}")
     return 0
 
 
@@ -289,7 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "caused it.", file=sys.stderr)
         return 3
     except SpecError as exc:
-        for line in report_lines(exc.diagnostics):  # at most MAX_PER_FILE a file, then a count
+        # Paths that runtime code resolved (run folders, checkpoints) print relative to the working directory.
+        diagnostics = [replace(d, path=shown(d.path)) for d in exc.diagnostics]
+        for line in report_lines(diagnostics):  # at most MAX_PER_FILE a file, then a count
             print(line, file=sys.stderr)
         count = len(exc.diagnostics)
         print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)

@@ -202,6 +202,112 @@ def test_outputs_named_like_their_layers_train_and_export(outputs: str, tmp_path
     assert all(f'name: "{name}"' in config for name in names)
 
 
+# --- printed paths and TensorFlow's checkpoint state file ---------------------------------------
+
+def test_shown_is_relative_under_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specgen.paths import shown
+
+    monkeypatch.chdir(tmp_path)
+    assert shown(tmp_path / "runs" / "x" / "ckpt-00000066") == "runs/x/ckpt-00000066"
+    assert shown(tmp_path) == "."
+    assert shown(str(tmp_path / "a" / ".." / "b")) == "b"
+    assert shown("runs/x") == "runs/x"  # given relative: as it is
+    assert shown("/elsewhere/runs/x") == "/elsewhere/runs/x"  # outside: absolute, as it is
+    assert shown(f"{tmp_path}x/y") == f"{tmp_path}x/y"  # a sibling with a common prefix is outside
+
+
+TRAINABLE = SMALL + f"""\
+loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
+optimizers: {{all: {{kind: adam, learning_rate: 0.003}}}}
+train: {{batch_size: 16, seed: 1}}
+data:
+  train: {{npz: {DIGITS}, features: {{image: x_train}}, labels: {{label: y_train}}}}
+  eval: {{npz: {DIGITS}, features: {{image: x_test}}, labels: {{label: y_test}}}}
+checkpoint: {{dir: run, every_steps: 2, keep: 2}}
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder with checkpoints of steps 4 and 6 (2 pruned), trained from outside its folder."""
+    from specgen.cli import main
+
+    folder = tmp_path_factory.mktemp("trained")
+    (folder / "spec.yaml").write_text(TRAINABLE)
+    assert main(["train", str(folder / "spec.yaml"), "--steps", "6", "--quiet"]) == 0
+    return folder
+
+
+def test_tensorflow_reads_the_run_folder_with_its_own_functions(trained: Path, tmp_path: Path) -> None:
+    import shutil
+
+    import tensorflow as tf
+
+    run = trained / "run"
+    assert tf.train.latest_checkpoint(str(run)) == str(run / "ckpt-00000006" / "variables")
+    assert int(tf.train.load_checkpoint(str(run)).get_tensor("global_step")) == 6
+    state = tf.train.get_checkpoint_state(str(run))
+    assert [Path(p).parent.name for p in state.all_model_checkpoint_paths] == ["ckpt-00000004", "ckpt-00000006"]
+    text = (run / "checkpoint").read_text()
+    assert str(trained) not in text and 'model_checkpoint_path: "ckpt-00000006/variables"' in text  # relative
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    assert tf.train.latest_checkpoint(str(moved)) == str(moved / "ckpt-00000006" / "variables")
+
+
+def test_paths_print_relative_and_resume_prune_fresh_handle_the_state_file(
+        trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    import tensorflow as tf
+
+    from specgen.cli import main
+
+    work = tmp_path / "work"
+    shutil.copytree(trained, work)
+    monkeypatch.chdir(work)
+    spec, run = str(work / "spec.yaml"), work / "run"
+    capsys.readouterr()
+    (run / f".checkpoint.{123}.abcd1234.tmp").write_text("half")  # what a kill inside write_atomic leaves
+    assert main(["train", spec, "--resume", "--steps", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "note: removed what an interrupted save left in run: .checkpoint.123.abcd1234.tmp" in out
+    assert "resumed from run/ckpt-00000006 at step 6" in out  # `latest` decides, not TF's file
+    assert out.rstrip().endswith("step 8, checkpoint run/ckpt-00000008")
+    assert str(work) not in out
+    state = tf.train.get_checkpoint_state(str(run))
+    assert [Path(p).parent.name for p in state.all_model_checkpoint_paths] == ["ckpt-00000006", "ckpt-00000008"]
+
+    assert main(["train", spec, "--steps", "1", "--quiet"]) == 1  # a new run refuses the folder
+    assert capsys.readouterr().err.startswith("run: error: the run folder already holds ckpt-00000008 and 1 more")
+
+    assert main(["export", spec, "--checkpoint", str(run), "-o", str(work / "out"), "--triton"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("exported out/model.onnx: ") and lines[0].endswith("from run/ckpt-00000008/variables")
+    assert lines[-1] == "triton model repository: out/small"
+    assert main(["infer", str(work / "out" / "model.onnx"), "--input", str(DIGITS), "--feed", "image=x_test",
+                 "--output", str(work / "out" / "y")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "wrote out/y.npz"
+
+    (run / "latest").unlink()  # specgen falls back to the newest in save order, TF's file or not
+    assert main(["train", spec, "--resume", "--steps", "1", "--quiet"]) == 0
+    assert "note: run/latest is missing; using ckpt-00000008" in capsys.readouterr().out
+
+    assert main(["train", spec, "--fresh", "--steps", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "--fresh: moved the previous run (checkpoint, ckpt-00000008, ckpt-00000009, code, latest, tensorboard) " \
+           "to run/previous-1" in out
+    assert tf.train.latest_checkpoint("run/previous-1") == "run/previous-1/ckpt-00000009/variables"
+    assert tf.train.latest_checkpoint("run") == "run/ckpt-00000002/variables"
+
+
+def test_a_folder_holding_only_the_state_file_is_not_taken_over(tmp_path: Path) -> None:
+    from specgen.runtime.checkpoint import CheckpointFolder
+
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-1"\n')
+    assert CheckpointFolder(tmp_path, 1).holds_checkpoints() == ["checkpoint"]
+
+
 # --- spec file names in generated text ----------------------------------------------------------
 
 @pytest.mark.parametrize("file_name", ['odd\nname: "evil"\nmax_batch_size: 0\n.yaml', "tab\tand'quote.yaml",

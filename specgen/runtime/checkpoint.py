@@ -7,10 +7,14 @@ Layout of a run's checkpoint folder:
     ckpt-00000100/data.{index,data-*}       the training data iterator's position
     ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings
     latest                                  the name of the newest complete checkpoint
+    checkpoint                              TensorFlow's state file (relative paths to the kept
+                                            ckpt-*/variables prefixes), so tf.train.latest_checkpoint(run)
+                                            and tf.train.load_checkpoint(run) work; specgen itself reads `latest`
 
 A checkpoint is written into a temporary folder, fsynced and renamed to a name that is not
 taken (an existing checkpoint is never replaced or removed to make room), and only then is
-`latest` replaced (write_atomic). Pruning renames a folder out of the `ckpt-*` names before
+`latest` replaced (write_atomic); after pruning, `checkpoint` is rewritten (write_atomic) to
+name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
 older checkpoint saves lower step numbers than the ones it abandoned.
 """
@@ -30,6 +34,7 @@ import tensorflow as tf
 
 from specgen.atomic import fsync_folder, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
 from specgen.runtime.integrity import (
     META,
     READ_ERRORS,
@@ -42,7 +47,8 @@ from specgen.runtime.integrity import (
 )
 
 LATEST = "latest"
-TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
+STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)
+TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
 
 
 class CheckpointFolder:
@@ -60,7 +66,7 @@ class CheckpointFolder:
         """Names of what a new run would collide with: ckpt-* folders (whole or not) and `latest`."""
         if not self.directory.is_dir():
             return []
-        return sorted(p.name for p in self.directory.iterdir() if p.name.startswith("ckpt-") or p.name == LATEST)
+        return sorted(p.name for p in self.directory.iterdir() if p.name.startswith("ckpt-") or p.name in (LATEST, STATE))
 
     def pointer(self) -> str | None:
         """What `latest` names, None when it is missing or unreadable."""
@@ -85,7 +91,7 @@ class CheckpointFolder:
         newest = found[-1].path
         why = ("is missing" if name is None else f"names '{name}', which does not exist" if named is None
                else f"names {name}, saved before {newest.name}")
-        return newest, f"{self.directory}/latest {why}; using {newest.name}, the newest checkpoint there"
+        return newest, f"{shown(self.directory / LATEST)} {why}; using {newest.name}, the newest checkpoint there"
 
     def remove_temporaries(self) -> list[str]:
         """Remove what an interrupted save or prune left (`.ckpt-*.tmp`, `.latest.*.tmp`); their names."""
@@ -129,7 +135,19 @@ class CheckpointFolder:
         fsync_folder(self.directory)
         write_atomic(self.directory / LATEST, final.name + "\n")
         self.prune()
+        self.write_state(final)
         return final
+
+    def write_state(self, newest: Path) -> None:
+        """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
+
+        Paths are relative to the run folder (TF joins them to the folder it reads), so a moved or
+        copied run folder still resolves; specgen's own choice of checkpoint never reads this file.
+        """
+        kept = [s.path.name for s in self.saved() if s.path.name != newest.name] + [newest.name]
+        lines = [f"model_checkpoint_path: {_quote(newest.name + '/variables')}"]
+        lines += [f"all_model_checkpoint_paths: {_quote(name + '/variables')}" for name in kept]
+        write_atomic(self.directory / STATE, "\n".join(lines) + "\n")
 
     def prune(self) -> None:
         """Keep the newest `keep` in save order; each other one leaves the ckpt-* names by rename first."""
@@ -152,6 +170,11 @@ class CheckpointFolder:
         return target, moved
 
 
+def _quote(text: str) -> str:
+    """A protobuf text-format string (the names are ckpt-<digits>, but the format is kept honest)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def _is_ckpt_name(name: str) -> bool:
     """A name `latest` may hold: one ckpt-* entry of the folder itself, never a path elsewhere."""
     return name.startswith("ckpt-") and "/" not in name and "\\" not in name
@@ -168,7 +191,7 @@ def _fsync_files(folder: Path) -> None:
 
 
 def _use_elsewhere(path: Path) -> str:
-    return f"pass --checkpoint {path} (export, restore-plan) or --resume-from {path} (train)"
+    return f"pass --checkpoint {shown(path)} (export, restore-plan) or --resume-from {shown(path)} (train)"
 
 
 def _variables(folder: Path) -> Path:
@@ -181,7 +204,7 @@ def _from_run_folder(path: Path) -> Path:
     """The variables prefix of a run folder's newest checkpoint (saying so when `latest` names another)."""
     newest, note = CheckpointFolder(path, 1).newest()
     if newest is None:
-        raise ValueError(f"folder {path} holds no checkpoint (no whole ckpt-* folder, no TensorFlow 'checkpoint' file)")
+        raise ValueError(f"folder {shown(path)} holds no checkpoint (no whole ckpt-* folder, no TensorFlow 'checkpoint' file)")
     if note:
         print(f"note: {note}", file=sys.stderr)
     return _variables(newest)
@@ -198,13 +221,13 @@ def resolve_prefix(path: Path) -> Path:
                 return _variables(path)
             latest = tf.train.latest_checkpoint(str(path)) if (path / "checkpoint").is_file() else None
             if latest is None:
-                raise ValueError(f"folder {path} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
+                raise ValueError(f"folder {shown(path)} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
             return Path(latest)
     except Unreadable as exc:
-        raise ValueError(f"{exc.file}: " + describe(exc, exc.file.parent, _use_elsewhere, "train again", False)) from None
+        raise ValueError(f"{shown(exc.file)}: " + describe(exc, exc.file.parent, _use_elsewhere, "train again", False)) from None
     prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
     if not Path(f"{prefix}.index").is_file():
-        raise ValueError(f"checkpoint {path} not found: expected a checkpoint prefix (with {prefix.name}.index "
+        raise ValueError(f"checkpoint {shown(path)} not found: expected a checkpoint prefix (with {prefix.name}.index "
                          "beside it), a run folder with a 'latest' file or a folder with a TensorFlow 'checkpoint' file")
     return prefix
 
@@ -214,7 +237,7 @@ def checkpoint_prefix(path: Path) -> Path:
     try:
         return resolve_prefix(path)
     except ValueError as exc:
-        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
 
 
 def _reader(prefix: Path) -> Any:
@@ -229,7 +252,7 @@ def _read_failure(prefix: Path, exc: Exception) -> SpecError:
     damage = reader_failure(prefix, exc)
     if prefix.parent.name.startswith("ckpt-"):
         return unreadable_error(damage, prefix.parent, _use_elsewhere, "train again", False)
-    return SpecError([Diagnostic(str(damage.file), None, f"checkpoint {prefix} is unreadable: {damage.problem}")])
+    return SpecError([Diagnostic(shown(damage.file), None, f"checkpoint {shown(prefix)} is unreadable: {damage.problem}")])
 
 
 def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:
@@ -244,7 +267,7 @@ def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) 
             problems.append(f"'{key}' is {dtypes[key].name}{list(shapes[key])} in the checkpoint but "
                             f"{dtype}{list(shape)} here")
     if problems:
-        raise SpecError([Diagnostic(str(prefix), None, "cannot read the checkpoint: " + "; ".join(problems[:10])
+        raise SpecError([Diagnostic(shown(prefix), None, "cannot read the checkpoint: " + "; ".join(problems[:10])
                                     + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
                                     + ". Nothing was changed.")])
     try:

@@ -25,6 +25,7 @@ from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
@@ -63,7 +64,7 @@ def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, loss_kin
     try:
         return accuracy(logits, labels)  # already checked (labels by data.py, logits for finiteness): belt and braces
     except ValueError as exc:
-        raise SpecError([Diagnostic(str(out), None, f"eval accuracy: {exc}; nothing was written")]) from None
+        raise SpecError([Diagnostic(shown(out), None, f"eval accuracy: {exc}; nothing was written")]) from None
 
 
 def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
@@ -82,7 +83,7 @@ def _refuse_non_finite_weights(prefix: Path, keys: dict[str, str], values: dict[
     """Every weight finite: a NaN kernel behind a relu can still give finite outputs on the sample."""
     problem = first_non_finite({keys[path]: value for path, value in values.items()})
     if problem is not None:
-        raise SpecError([Diagnostic(str(prefix), None, f"checkpoint variable {problem}; training diverged or the "
+        raise SpecError([Diagnostic(shown(prefix), None, f"checkpoint variable {problem}; training diverged or the "
                                     "checkpoint is damaged. Nothing was written; export an earlier checkpoint "
                                     "or retrain (check the data and the learning rate)")])
 
@@ -91,7 +92,7 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
     for side, values in outputs.items():
         problem = first_non_finite(values)
         if problem is not None:
-            raise SpecError([Diagnostic(str(out), None, f"{side} output {problem} on the {sample}; nothing was "
+            raise SpecError([Diagnostic(shown(out), None, f"{side} output {problem} on the {sample}; nothing was "
                                         "written (the weights are finite: look for very large weights or a "
                                         "negative batch-norm moving_variance)")])
 
@@ -146,7 +147,7 @@ def _export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool) -> di
         "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if logits else None,
     }
     if not within(diff, PARITY_LIMIT):
-        raise SpecError([Diagnostic(str(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (limit "
+        raise SpecError([Diagnostic(shown(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (limit "
                                     f"{PARITY_LIMIT}); nothing was written. Please report this with the spec.")])
     write_atomic(out / "model.onnx", model_bytes)
     write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")

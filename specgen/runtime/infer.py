@@ -9,6 +9,7 @@ import numpy as np
 
 from specgen.atomic import refuse_links, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
 from specgen.runtime.data import DataError, npz_array, open_npz
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
@@ -23,7 +24,7 @@ def _feeds(npz: np.lib.npyio.NpzFile, names: list[str], mapping: list[str], path
         chosen[input_name] = array
     missing = [a for a in chosen.values() if a not in npz.files]
     if missing:
-        raise SpecError([Diagnostic(str(path), None, f"no array {missing} in the .npz (arrays: {', '.join(npz.files)}); "
+        raise SpecError([Diagnostic(shown(path), None, f"no array {missing} in the .npz (arrays: {', '.join(npz.files)}); "
                                     "use --feed INPUT=ARRAY to pick one")])
     return {name: _array(npz, array, path) for name, array in chosen.items()}
 
@@ -33,7 +34,7 @@ def _array(npz: np.lib.npyio.NpzFile, name: str, path: Path) -> np.ndarray:
     try:
         return npz_array(npz, name)
     except DataError as exc:
-        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
 
 
 def _read_input(path: Path, names: list[str], feed: list[str],
@@ -42,11 +43,11 @@ def _read_input(path: Path, names: list[str], feed: list[str],
     try:
         npz = open_npz(path)
     except DataError as exc:
-        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
     with npz:
         feeds = _feeds(npz, names, feed, path)
         if labels is not None and labels not in npz.files:
-            raise SpecError([Diagnostic(str(path), None, f"--labels: no array '{labels}' in the .npz (arrays: "
+            raise SpecError([Diagnostic(shown(path), None, f"--labels: no array '{labels}' in the .npz (arrays: "
                                         f"{', '.join(npz.files)})")])
         return feeds, (_array(npz, labels, path) if labels is not None else None)
 
@@ -56,7 +57,7 @@ def _accuracy(output: str, logits: np.ndarray, labels: str, values: np.ndarray, 
     try:
         return accuracy(logits, values, output)
     except ValueError as exc:
-        raise SpecError([Diagnostic(str(path), None, f"accuracy of '{output}' against '{labels}': {exc}")]) from None
+        raise SpecError([Diagnostic(shown(path), None, f"accuracy of '{output}' against '{labels}': {exc}")]) from None
 
 
 def npz_target(output: Path) -> Path:
@@ -83,14 +84,14 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
     try:
         predictor = Predictor(model, provider=provider)
     except InputError as exc:
-        raise SpecError([Diagnostic(str(model), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(model), None, str(exc))]) from None
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
-        raise SpecError([Diagnostic(str(model), None, f"cannot load the model: {exc}")]) from None
+        raise SpecError([Diagnostic(shown(model), None, f"cannot load the model: {exc}")]) from None
     feeds, label_values = _read_input(input_path, list(predictor.inputs), feed, labels)
     try:
         outputs = predictor(feeds)
     except InputError as exc:
-        raise SpecError([Diagnostic(str(input_path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(input_path), None, str(exc))]) from None
     note = " (CUDA was asked for but could not start: CUDA/cuDNN libraries missing?)" if predictor.fell_back else ""
     print(f"provider: {predictor.provider}{note}")
     for name, value in outputs.items():
@@ -101,5 +102,5 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
         print(f"accuracy of '{first}' against '{labels}': {share:.4f} on {label_values.size} examples")
     if target is not None:
         _save(target, outputs)
-        print(f"wrote {target}")
+        print(f"wrote {shown(target)}")
     return 0

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
+from specgen.paths import shown
 from specgen.runtime.checkpoint import resolve_prefix
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
@@ -93,7 +94,7 @@ def _read(path: Path) -> tuple[Path, dict[str, Entry]]:
     try:
         reader = tf.train.load_checkpoint(str(prefix))
     except (tf.errors.OpError, ValueError) as exc:
-        raise ValueError(f"cannot read checkpoint {prefix}: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"cannot read checkpoint {shown(prefix)}: {str(exc).splitlines()[0]}") from None
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     entries: dict[str, Entry] = {}
     for raw in sorted(shapes):
@@ -109,7 +110,7 @@ def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     try:
         _, entries = _read(path)
     except ValueError as exc:
-        raise SpecError([Diagnostic(str(path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
     return {key: (e.shape, e.dtype) for key, e in entries.items()}
 
 
@@ -209,7 +210,7 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
 
 def _source_error(loaded: LoadedSpec, index: int | None, path: Path, message: str) -> SpecError:
     if index is None:
-        return SpecError([Diagnostic(str(path), None, message)])
+        return SpecError([Diagnostic(shown(path), None, message)])
     return SpecError([loaded.diagnostic(("checkpoint", "restore", index, "from"), f"checkpoint.restore[{index}]: {message}")])
 
 

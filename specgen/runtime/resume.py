@@ -16,6 +16,7 @@ from typing import Any
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown as printed  # `shown` names a local of check_writable
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.integrity import META, Unreadable, key_position, unreadable_error, verify
 from specgen.spec.load import LoadedSpec
@@ -65,7 +66,7 @@ def check_writable(folder: Path) -> None:
             probe.unlink()
     except OSError as exc:
         shown = exc.filename if isinstance(exc.filename, str) and not Path(exc.filename).name.startswith(".") else where
-        raise SpecError([Diagnostic(str(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
+        raise SpecError([Diagnostic(printed(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
                                     "make it writable, or train into another folder with --set checkpoint.dir=PATH. "
                                     "Nothing was trained.")]) from None
 
@@ -73,7 +74,7 @@ def check_writable(folder: Path) -> None:
 def _refuse_new_run(folder: Path, held: list[str]) -> SpecError:
     checkpoints = [name for name in held if name.startswith("ckpt-")] or held
     more = f" and {len(checkpoints) - 1} more" if len(checkpoints) > 1 else ""
-    return SpecError([Diagnostic(str(folder), None, f"the run folder already holds {checkpoints[-1]}{more}; pass "
+    return SpecError([Diagnostic(printed(folder), None, f"the run folder already holds {checkpoints[-1]}{more}; pass "
                                  "--resume to continue it, or --fresh to start a new run (the old one is moved to "
                                  f"{folder.name}/previous-<n>, nothing is deleted)")])
 
@@ -82,12 +83,12 @@ def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]
     if options.resume_from is not None:
         path = options.resume_from.resolve()
         if not path.is_dir():
-            raise SpecError([Diagnostic(str(options.resume_from), None, "--resume-from: not a checkpoint folder "
+            raise SpecError([Diagnostic(printed(options.resume_from), None, "--resume-from: not a checkpoint folder "
                                         "(expected a ckpt-* folder holding meta.json and variables.*)")])
         return path, ""
     path, note = checkpoints.newest()
     if path is None:
-        raise SpecError([Diagnostic(str(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
+        raise SpecError([Diagnostic(printed(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
     return path, note
 
 
@@ -96,11 +97,11 @@ def _verified(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
     try:
         meta = verify(path, need_data=True)
     except Unreadable as exc:
-        raise unreadable_error(exc, path, lambda p: f"specgen train {loaded.display} --resume-from {p}",
+        raise unreadable_error(exc, path, lambda p: f"specgen train {loaded.display} --resume-from {printed(p)}",
                                "start over with --fresh (it moves this run aside, deleting nothing)") from None
     if meta.get("spec") != loaded.spec.name:
         position = key_position((path / META).read_text(), "spec")
-        raise SpecError([Diagnostic(str(path / META), position, f"this checkpoint belongs to spec "
+        raise SpecError([Diagnostic(printed(path / META), position, f"this checkpoint belongs to spec "
                                     f"{meta.get('spec')!r}, not {loaded.spec.name!r}; resume it with that spec, or "
                                     "give this one its own folder (checkpoint.dir)")])
     return meta
@@ -117,7 +118,7 @@ def _with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> 
             start.loaded = load_with_overrides(start.loaded.path, merged)
         except SpecError as exc:
             raise SpecError([Diagnostic(d.path, d.position, f"{d.message} (with the overrides kept from "
-                                        f"{start.checkpoint}: replace one with --set KEY=VALUE)")
+                                        f"{printed(start.checkpoint or '')}: replace one with --set KEY=VALUE)")
                              for d in exc.diagnostics]) from None
     return start
 
@@ -128,10 +129,10 @@ def prepare(loaded: LoadedSpec, options: Options) -> Start:
     checkpoints = CheckpointFolder(folder, 1)
     start = Start(loaded, overrides=list(options.overrides))
     if removed := checkpoints.remove_temporaries():
-        start.notes.append(f"removed what an interrupted save left in {folder}: {', '.join(removed)}")
+        start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
     if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
         target, moved = checkpoints.move_aside()
-        start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {target}; nothing was deleted")
+        start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
     if not options.resume and options.resume_from is None:
         if held := checkpoints.holds_checkpoints():
             raise _refuse_new_run(folder, held)

@@ -20,6 +20,7 @@ import tensorflow as tf
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
+from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
@@ -86,7 +87,7 @@ class Session:
         path = self.begin.checkpoint
         if path is None:
             restored = self._restore_for_fine_tuning()
-            return f"started a new run in {self.folder}" + (f"\nrestore: {restored}" if restored else "")
+            return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "")
         kept = self._rates()
         variables = self.saved_variables()
         values = read_values(path / "variables", variables)
@@ -96,7 +97,7 @@ class Session:
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
             getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
         self.saved_at, self.last_path = self.read_step(), path
-        return f"resumed from {path} at step {self.step}{self._overrides_shown()}" + (f"\nnote: {note}" if note else "")
+        return f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}" + (f"\nnote: {note}" if note else "")
 
     def _overrides_shown(self) -> str:
         begin = self.begin
@@ -247,8 +248,8 @@ class Session:
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
         except OSError as exc:
-            newest = f"the newest complete checkpoint is {self.last_path}" if self.last_path else "no checkpoint was saved"
-            raise SpecError([Diagnostic(str(exc.filename or self.folder), None, f"cannot write the checkpoint of step "
+            newest = f"the newest complete checkpoint is {shown(self.last_path)}" if self.last_path else "no checkpoint was saved"
+            raise SpecError([Diagnostic(shown(exc.filename or self.folder), None, f"cannot write the checkpoint of step "
                                         f"{self.step} ({exc.strerror or exc}); {newest}. Free space or make the folder "
                                         "writable, then continue with --resume")]) from None
         self.saved_at, self.last_path = self.step, path
@@ -322,5 +323,5 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
                "eval": evaluated}
-    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {path}")
+    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {shown(path)}")
     return summary

@@ -1,0 +1,35 @@
+"""How the CLI prints a path: relative to the working directory when it lies under it.
+
+Run folders and checkpoints are resolved to absolute paths (a spec's relative paths count
+from the spec's folder, not the working directory), so without this every message would
+carry the machine's own prefix (`/home/me/project/runs/x/ckpt-00000066`). A path outside
+the working directory, or one given relative, is printed as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _bases() -> list[Path]:
+    """The working directory as the shell names it and with links resolved (run folders are resolved)."""
+    try:
+        cwd = Path.cwd()
+    except OSError:  # the working directory was removed
+        return []
+    resolved = cwd.resolve()
+    return [cwd] if resolved == cwd else [cwd, resolved]
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """`path` as printed: `runs/x/ckpt-00000066` for `/cwd/runs/x/ckpt-00000066`; `.` for the working
+    directory itself; anything relative or outside the working directory unchanged."""
+    text = os.fspath(path)
+    if not os.path.isabs(text):
+        return text
+    normal = Path(os.path.normpath(text))
+    for base in _bases():
+        if normal.is_relative_to(base):
+            return str(normal.relative_to(base)) or "."
+    return text
