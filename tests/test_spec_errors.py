@@ -14,6 +14,7 @@ import pytest
 
 from specgen.cli import main
 from specgen.ir.ops import REGISTRY
+from specgen.paths import shown
 from specgen.spec.yaml_source import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,7 +203,8 @@ CASES = [
     ("loss_logits_not_an_output", mutate("logits: logits", "logits: logit"),
      ["24:11: error: loss logits 'logit' is not an output; did you mean 'logits'? (outputs: logits)"]),
     ("piecewise_wrong_counts", mutate("boundaries: [100]", "boundaries: [100, 200]"),
-     ["34:20: error: learning_rate: piecewise_constant needs one more value than boundaries; received 2 boundaries and 2 values"]),
+     ["34:20: error: learning_rate: piecewise_constant needs one more value than boundaries; received 2 boundaries "
+      "and 2 values"]),
     ("unknown_schedule", mutate("schedule: piecewise_constant", "schedule: piecewize_constant"),
      ["34:31: error: unknown schedule 'piecewize_constant'; did you mean 'piecewise_constant'? (expected "
       "'constant', 'cosine_decay', 'exponential_decay' or 'piecewise_constant')"]),
@@ -334,5 +336,5 @@ def test_examples_validate(capsys: pytest.CaptureFixture[str]) -> None:
     assert specs
     code, out, err = validate(capsys, ROOT / "examples" / "specs")
     assert (code, err) == (0, [])
-    assert [line.split(" ")[1] for line in out.splitlines()] == [str(p) for p in specs]
+    assert [line.split(" ")[1] for line in out.splitlines()] == [shown(p) for p in specs]  # relative under cwd
     assert all(line.startswith("ok: ") for line in out.splitlines())
