@@ -157,15 +157,13 @@ data:
   eval: {{npz: {DIGITS}, features: {{image: x_test}}, labels: {{label: y_test}}}}
 checkpoint: {{dir: run, every_steps: 100}}
 """
-# A channels-first tensor (conv, batch_norm) read by an output of its own name needs the fix of
-# render/onnx_plan.py bind_outputs handed over with issue 10 (render/ is being refactored elsewhere);
-# so does an output reading a dropout whose input another output renamed. Strict: remove the mark then.
-NEEDS_BIND_FIX = pytest.mark.xfail(strict=True, reason="render/onnx_plan.py bind_outputs: ONNX output name clash")
+# A channels-first tensor (conv, batch_norm) read by an output of its own name, and an output reading
+# a dropout whose input another output renamed, are the cases render/onnx_plan.py bind_outputs handles.
 SAME_NAME_CASES = [
     pytest.param("{logits: logits}", id="logits"),
     pytest.param("{logits: logits, scores: logits, hidden: hidden, drop: drop, flat: flat}", id="dense_side"),
-    pytest.param("{conv: conv, bn: bn, logits: logits}", id="channels_first", marks=NEEDS_BIND_FIX),
-    pytest.param("{h: hidden, d: drop, logits: logits}", id="dropout_alias", marks=NEEDS_BIND_FIX),
+    pytest.param("{conv: conv, bn: bn, logits: logits}", id="channels_first"),
+    pytest.param("{h: hidden, d: drop, logits: logits}", id="dropout_alias"),
 ]
 
 

@@ -6,6 +6,7 @@ agree to a max abs diff of 1e-5.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, get_args
 
@@ -87,6 +88,11 @@ CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "concat_height": (IMAGE, [{"name": "cat", "op": "concat", "inputs": ["image", "image"], "axis": 1}]),
     "concat_2d": (VECTOR, [{"name": "a", "op": "tanh", "input": "x"}, {"name": "cat", "op": "concat", "inputs": ["x", "a"]}]),
 }
+
+# Cases of later op families live in tests/op_cases_<family>.py (a CASES dict each, beside that
+# family's Keras parity tests), so that engineers adding ops in parallel never edit the same lines.
+for _path in sorted(Path(__file__).parent.glob("op_cases_*.py")):
+    CASES.update(importlib.import_module(_path.stem).CASES)
 
 
 def spec_text(name: str, inputs: dict[str, Any], layers: list[dict[str, Any]], opset: int = 21) -> str:

@@ -135,18 +135,30 @@ class Lowering:
     def bind_outputs(self) -> None:
         """Make each graph output a named tensor: rename its producer, or add a Transpose/Identity."""
         graph_inputs = {i.onnx_name for i in self.ir.inputs}
-        renamed: set[str] = set()
+        bound: set[str] = set()  # graph output names already given to a tensor: never renamed again
         for out, layer in self.ir.outputs.items():
             tensor = self.tensor[layer]
             producer = [s for s in self.plan.steps if s.out == tensor]
             if tensor in self.first:
+                if tensor == out:  # an output named like its layer: the channels-first tensor gives up the name
+                    tensor = self.give_up_name(tensor)
                 self.plan.steps.append(OnnxStep("transpose", out, (tensor,), {"perm": to_last(self.rank[tensor])}))
-            elif producer and tensor not in graph_inputs and tensor not in renamed:
+            elif producer and tensor not in graph_inputs and tensor not in bound:
                 self.rename(tensor, out)
-                renamed.add(tensor)
                 self.tensor = {k: (out if v == tensor else v) for k, v in self.tensor.items()}
             else:
                 self.plan.steps.append(OnnxStep("identity", out, (tensor,)))
+            bound.add(out)
+
+    def give_up_name(self, tensor: str) -> str:
+        """Rename a channels-first tensor to `<tensor>___nchw` (a name only specgen makes) so that the
+        channels-last graph output can have its name; returns the new name."""
+        inner = f"{tensor}___nchw"
+        self.rename(tensor, inner)
+        self.tensor = {k: (inner if v == tensor else v) for k, v in self.tensor.items()}
+        self.first.add(inner)
+        self.rank[inner] = self.rank[tensor]
+        return inner
 
     def rename(self, old: str, new: str) -> None:
         self.plan.steps = [
