@@ -1,13 +1,16 @@
-"""Element-wise activations: relu, gelu, sigmoid, tanh, leaky_relu, softmax.
+"""Element-wise activations: relu (with max_value), relu6, gelu, sigmoid, tanh, leaky_relu, softmax.
 
 Each is a layer op and may also be named in a layer's `activation:` key (AsActivation:
 its FLOPs per element there and its attributes at default parameters). A new activation
-gets its own module; list it in `Activation` (spec/layers.py) to allow it in `activation:`.
+gets its own module (exponential.py: elu, selu, softplus; gates.py: swish, hard_sigmoid,
+hard_swish); list it in `Activation` (spec/layers.py) to allow it in `activation:`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
+
+from pydantic import Field
 
 from specgen.ir.model import Node, Shape
 from specgen.ir.ops.base import (
@@ -25,7 +28,12 @@ from specgen.spec.layers import LayerBase
 
 
 class ActivationLayer(LayerBase):
-    op: Literal["relu", "gelu", "sigmoid", "tanh"]
+    op: Literal["gelu", "sigmoid", "tanh", "relu6"]
+
+
+class Relu(LayerBase):
+    op: Literal["relu"]
+    max_value: NonNegativeFloat | None = Field(None, description="Saturation value (Keras ReLU max_value).")
 
 
 class LeakyRelu(LayerBase):
@@ -44,6 +52,20 @@ def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return OpResult(shape, flops=prod(shape))
 
 
+def relu(layer: Relu, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    result = infer(layer, shapes, dtypes)
+    if layer.max_value is not None:
+        result.params["max_value"] = layer.max_value
+        result.flops *= 2  # max and min
+    return result
+
+
+def relu6(layer: ActivationLayer, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    result = infer(layer, shapes, dtypes)
+    result.flops *= 2  # max and min
+    return result
+
+
 def leaky_relu(layer: LeakyRelu, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     result = infer(layer, shapes, dtypes)
     result.params["alpha"] = layer.alpha
@@ -54,6 +76,31 @@ def softmax(layer: Softmax, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     result = infer(layer, shapes, dtypes)
     result.params["axis"] = axis_in(layer.axis, len(shapes[0]), "axis")
     return result
+
+
+def relu_tf_attrs(node: Node) -> dict[str, Any]:
+    # The template takes tf.nn.relu6 for a max_value of 6, as Keras' ReLU does (same gradients).
+    return {"max_value": node.params["max_value"]} if "max_value" in node.params else {}
+
+
+def clip_constants(ctx: OnnxContext, out: str, high: float) -> dict[str, Any]:
+    """Clip takes its bounds as inputs (opset >= 11): two float scalars named after the node."""
+    return {"min": ctx.float_constant(f"{out}___min", 0.0), "max": ctx.float_constant(f"{out}___max", high)}
+
+
+def relu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    if "max_value" not in node.params:
+        return {}
+    return clip_constants(ctx, node.onnx_name, float(node.params["max_value"]))
+
+
+def relu_onnx_variant(node: Node) -> str:
+    """Relu, or one Clip(x, 0, max_value) when the layer saturates."""
+    return "clip" if "max_value" in node.params else "relu"
+
+
+def relu6_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return clip_constants(ctx, node.onnx_name, 6.0)
 
 
 def alpha_tf_attrs(node: Node) -> dict[str, Any]:
@@ -87,7 +134,10 @@ def gelu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
 
 
 OPS = (
-    OpDef("relu", ActivationLayer, infer, layout="any", as_activation=AsActivation(1)),
+    OpDef("relu", Relu, relu, relu_tf_attrs, relu_onnx_attrs, layout="any", onnx_variant=relu_onnx_variant,
+          onnx_variants=("clip",), as_activation=AsActivation(1)),
+    OpDef("relu6", ActivationLayer, relu6, onnx_attrs=relu6_onnx_attrs, layout="any", onnx_template="clip",
+          as_activation=AsActivation(2, {}, lambda first, ctx, out: clip_constants(ctx, out, 6.0))),
     OpDef("leaky_relu", LeakyRelu, leaky_relu, alpha_tf_attrs, alpha_onnx_attrs, layout="any",
           as_activation=AsActivation(2, {"alpha": 0.2}, lambda first, ctx, out: {"alpha": 0.2})),
     OpDef("gelu", ActivationLayer, infer, onnx_attrs=gelu_onnx_attrs, layout="any",
