@@ -166,8 +166,8 @@ CASES = [
     ("output_names_no_layer", mutate("logits: head/out", "logits: head/outt"),
      ["9:11: error: output 'logits' names layer 'head/outt', which does not exist; did you mean 'head/out'?"]),
     ("add_shape_mismatch", mutate("inputs: [head/fc, v]", "inputs: [flat, v]"),
-     ["15:34: error: layer 'mix' (add): add needs inputs of one shape; 'flat' is [batch, 128] "
-      "but 'v' is [batch, 4]"]),
+     ["15:34: error: layer 'mix' (add): inputs: received 'flat' [batch, 128] and 'v' [batch, 4], which do not "
+      "broadcast; expected inputs of one rank whose axes are equal or 1 in one of them"]),
     ("concat_shape_mismatch",
      mutate("  - {name: head/out", "  - {name: cat, op: concat, inputs: [conv, x], axis: 1}\n  - {name: head/out"),
      ["17:37: error: layer 'cat' (concat): concat on axis 1 needs the other axes equal; "

@@ -27,15 +27,36 @@ METRIC_STATE = {
 }
 
 
+# What each VarDecl.kind (specgen/ir/ops/base.py) puts a variable in before user collections:
+# "weight": trainable or frozen, decided by the optimizers; "update": changed by update ops each
+# training step (batch-norm statistics); "constant": needed by inference but changed by nothing in
+# training (normalize's mean and variance): set by its initializer, a restore or a checkpoint.
+KIND_COLLECTIONS = {"weight": ("model",), "update": ("model", "update"), "constant": ("model",)}
+
+
 @dataclass
 class Membership:
     """Which collections each model variable path is in, filled in as collections resolve."""
 
     weights: list[str]  # trainable-or-frozen candidates, in layer order
     updates: list[str]  # batch-norm statistics
+    constants: list[str] = field(default_factory=list)  # model state no optimizer may claim
     collections: dict[str, list[str]] = field(default_factory=dict)
     optimizers: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Diagnostic] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, kinds: list[tuple[str, str]]) -> Membership:
+        """From (path, VarDecl.kind) pairs in layer order."""
+        unknown = sorted({kind for _, kind in kinds} - set(KIND_COLLECTIONS))
+        if unknown:
+            raise ValueError(f"unknown variable kind(s) {unknown}; known: {', '.join(KIND_COLLECTIONS)}")
+        return cls([p for p, k in kinds if k == "weight"], [p for p, k in kinds if k == "update"],
+                   [p for p, k in kinds if k == "constant"])
+
+    @property
+    def model(self) -> list[str]:
+        return self.weights + self.updates + self.constants
 
 
 def _is_pattern(text: str) -> bool:
@@ -48,8 +69,8 @@ class Resolver:
     def __init__(self, loaded: LoadedSpec, members: Membership):
         self.loaded, self.members = loaded, members
         self.user = loaded.spec.collections
-        self.order = {p: i for i, p in enumerate(members.weights + members.updates)}
-        self.resolved: dict[str, list[str]] = {"model": members.weights + members.updates,
+        self.order = {p: i for i, p in enumerate(members.model)}
+        self.resolved: dict[str, list[str]] = {"model": members.model,
                                                "update": list(members.updates)}
         self.visiting: set[str] = set()
 

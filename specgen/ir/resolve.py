@@ -11,7 +11,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops
-from specgen.ir.collections import Membership, resolve_collections, training_state, variable_list
+from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -38,8 +38,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += _check_outputs(loaded)
     if problems:
         raise SpecError(problems)
-    members = Membership([p for x in layers for p, d in x.variables if d.kind != "update"],
-                         [p for x in layers for p, d in x.variables if d.kind == "update"])
+    members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables])
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
@@ -114,7 +113,7 @@ def _node(x: _Inferred, index: dict[str, set[str]]) -> Node:
 
 
 def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()]) -> Variable:
-    builtin = {"model", "update"} if decl.kind == "update" else {"model"}
+    builtin = set(KIND_COLLECTIONS[decl.kind])
     # The op's rule declared how the TensorFlow-layout value becomes the ONNX operator's input.
     onnx_shape = decl.shape if decl.onnx_shape is None else decl.onnx_shape
     return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),

@@ -7,10 +7,13 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 
-def batch_norm(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, moving_mean: tf.Variable,
+def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None, moving_mean: tf.Variable,
                moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], momentum: float,
                epsilon: float) -> tf.Tensor:
-    """Batch statistics (and a moving-average update) in training; moving statistics otherwise."""
+    """Batch statistics (and a moving-average update) in training; moving statistics otherwise.
+
+    A None gamma or beta (`scale: false`, `center: false`) is no scaling or no offset, as in Keras.
+    """
     if training:
         mean, variance = tf.nn.moments(x, axes=list(axes))
         moving_mean.assign(moving_mean * momentum + mean * (1.0 - momentum))

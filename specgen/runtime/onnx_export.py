@@ -4,6 +4,8 @@ No TensorFlow here: values arrive as numpy arrays in TensorFlow's layout, keyed 
 spec path. Batch norm after a Conv or Gemm whose output nothing else reads is
 folded into that layer's weights (W' = W * s, b' = (b - mean) * s + beta, with
 s = gamma / sqrt(var + eps)); the rest stay BatchNormalization in inference form.
+A batch norm without gamma or beta (`scale: false` / `center: false`) reads a
+ConstantOfShape filler (ones / zeros) there; folding reads its value and drops it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,30 @@ def _consumers(graph: onnx.GraphProto) -> dict[str, int]:
     return counts
 
 
+def _operand(name: str, producers: dict[str, onnx.NodeProto], weights: dict[str, np.ndarray],
+             like: np.ndarray) -> np.ndarray | None:
+    """A batch-norm parameter: a weight, or the value of a ConstantOfShape filler (None: neither)."""
+    if name in weights:
+        return weights[name]
+    filler = producers.get(name)
+    if filler is None or filler.op_type != "ConstantOfShape":
+        return None
+    value = next((numpy_helper.to_array(a.t) for a in filler.attribute if a.name == "value"), np.zeros(1, np.float32))
+    return np.full_like(like, value.reshape(-1)[0])
+
+
+def _drop_unread_fillers(graph: onnx.GraphProto) -> None:
+    """Remove ConstantOfShape fillers (and the shape constants they read) that nothing reads any more."""
+    read = _consumers(graph)
+    kept = [n for n in graph.node if n.op_type != "ConstantOfShape" or any(read.get(o) for o in n.output)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {name for node in graph.node for name in node.input}
+    initializers = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+
+
 def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> int:
     """Fold each foldable BatchNormalization into its producer; returns how many were folded."""
     producers = {out: node for node in graph.node for out in node.output}
@@ -39,7 +65,11 @@ def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> 
         if producer is None or producer.op_type not in ("Conv", "Gemm") or consumers[node.input[0]] != 1:
             keep.append(node)
             continue
-        gamma, beta, mean, var = (weights[n] for n in node.input[1:5])
+        mean, var = weights[node.input[3]], weights[node.input[4]]
+        gamma, beta = (_operand(n, producers, weights, mean) for n in node.input[1:3])
+        if gamma is None or beta is None:  # not a form specgen writes: leave it unfolded
+            keep.append(node)
+            continue
         scale = gamma / np.sqrt(var + _attribute(node, "epsilon", 1e-5))
         kernel_name = producer.input[1]
         kernel = weights[kernel_name]
@@ -53,6 +83,7 @@ def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> 
         folded += 1
     del graph.node[:]
     graph.node.extend(keep)
+    _drop_unread_fillers(graph)
     return folded
 
 

@@ -25,13 +25,13 @@ def random_weights(ir: ModelIR, rng: np.random.Generator) -> dict[str, np.ndarra
 
     Kernels get a 1/sqrt(fan-in) scale so activations stay near 1, as in a trained
     model (outputs in the tens would put float32 rounding above the 1e-5 budget);
-    batch-norm variances stay positive.
+    variances (batch_norm, normalize) stay positive.
     """
     values = {}
     for var in ir.model_variables:
         scale = 1.0 / np.sqrt(np.prod(var.shape[:-1])) if len(var.shape) > 1 else 0.5
         value = (rng.standard_normal(var.shape) * scale).astype(np.float32)
-        if var.path.endswith("/moving_variance"):
+        if var.path.endswith(("/moving_variance", "/variance")):  # batch_norm, normalize
             value = rng.uniform(0.5, 1.5, var.shape).astype(np.float32)
         values[var.path] = value
     return values

@@ -36,7 +36,7 @@ class VarDecl:
     role: str
     shape: tuple[int, ...]
     init: Init
-    kind: str = "weight"  # "weight" (trained unless frozen) or "update" (batch-norm statistics)
+    kind: str = "weight"  # "weight" (trained unless frozen), "update" (batch-norm statistics) or "constant"
     onnx_perm: tuple[int, ...] | None = None
     onnx_shape: tuple[int, ...] | None = None
 

@@ -1,14 +1,21 @@
-"""Multi-input ops: add, multiply (same shapes) and concat (along one axis)."""
+"""Multi-input ops: add, multiply, subtract (broadcasting like numpy) and concat (along one axis).
+
+Broadcasting needs inputs of one rank (the batch axis lines up; a [batch, C] input next to a
+[batch, H, W, C] one would broadcast against the wrong axes): each other axis is equal or 1 on
+one side. ONNX runs them in the first input's layout, and the lowering transposes every input
+of the same rank into it, so a [N, 1, 1, C] squeeze-and-excite gate held channels-last meets a
+channels-first conv output as [N, C, 1, 1].
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from specgen.ir.model import Node, Shape
 from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float, show
-from specgen.spec.base import Int
+from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
 
 
@@ -16,19 +23,37 @@ class Elementwise(MultiInputBase):
     op: Literal["add", "multiply"]
 
 
+class Subtract(MultiInputBase):
+    op: Literal["subtract"]
+    inputs: Annotated[list[LayerName], Field(min_length=2, max_length=2, description="[a, b]: the output is a - b.")]
+
+
 class Concat(MultiInputBase):
     op: Literal["concat"]
     axis: Int = Field(-1, description="Counted with the batch dimension as axis 0, which cannot be concatenated.")
 
 
-def elementwise(layer: Elementwise, shapes: list[Shape], dtypes: list[str]) -> OpResult:
-    for shape, name in zip(shapes[1:], layer.inputs[1:], strict=True):
-        if shape != shapes[0]:
-            raise OpError(f"{layer.op} needs inputs of one shape; '{layer.inputs[0]}' is {show(shapes[0])} "
-                          f"but '{name}' is {show(shape)}", "inputs")
+def broadcast(layer: Elementwise | Subtract, shapes: list[Shape]) -> Shape:
+    """The numpy broadcast of same-rank shapes; OpError naming both inputs when it does not exist."""
+    out = list(shapes[0])
+    for i, (shape, name) in enumerate(zip(shapes[1:], layer.inputs[1:], strict=True), start=1):
+        fits = len(shape) == len(out) and all(a == b or 1 in (a, b) for a, b in zip(out, shape, strict=True))
+        if not fits:
+            before = f"'{layer.inputs[0]}'" if i == 1 else f"'{layer.inputs[0]}' to '{layer.inputs[i - 1]}' broadcast to"
+            rank = ("; an input of lower rank needs size-1 axes first (e.g. global_avg_pool's keepdims: true)"
+                    if len(shape) != len(out) else "")
+            raise OpError(f"inputs: received {before} {show(tuple(out))} and '{name}' {show(shape)}, which do not "
+                          f"broadcast; expected inputs of one rank whose axes are equal or 1 in one of them{rank}",
+                          "inputs")
+        out = [a if b == 1 else b for a, b in zip(out, shape, strict=True)]
+    return tuple(out)
+
+
+def elementwise(layer: Elementwise | Subtract, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    shape = broadcast(layer, shapes)
     for dtype in dtypes:
         require_float(dtype, layer.op)
-    return OpResult(shapes[0], flops=(len(shapes) - 1) * prod(shapes[0]))
+    return OpResult(shape, flops=(len(shapes) - 1) * prod(shape))
 
 
 def concat(layer: Concat, shapes: list[Shape], dtypes: list[str]) -> OpResult:
@@ -57,5 +82,6 @@ def concat_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, An
 OPS = (
     OpDef("add", Elementwise, elementwise, layout="any"),
     OpDef("multiply", Elementwise, elementwise, layout="any"),
+    OpDef("subtract", Subtract, elementwise, layout="any"),
     OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any"),
 )

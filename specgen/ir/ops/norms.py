@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import Field
+
 from specgen.ir.model import Init, Node, Shape
 from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float, show
 from specgen.spec.base import PositiveFloat, number
-from specgen.spec.layers import LayerBase
+from specgen.spec.layers import Activation, LayerBase
 
 
 class BatchNorm(LayerBase):
     op: Literal["batch_norm"]
     momentum: number(float, gt=0, lt=1) = 0.99
     epsilon: PositiveFloat = 1e-3
+    center: bool = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
+    scale: bool = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "
+                                          "InceptionV3 uses false, as a following linear layer can do the scaling).")
+    activation: Activation = "linear"
 
 
 class LayerNorm(LayerBase):
@@ -27,11 +33,12 @@ def batch_norm(layer: BatchNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
     if len(shape) < 2:
         raise OpError(f"batch_norm needs a channel axis; received {show(shape)}", "input")
     channels = shape[-1] or 0
-    params = {"momentum": layer.momentum, "epsilon": layer.epsilon, "axes": tuple(range(len(shape) - 1))}
+    params = {"momentum": layer.momentum, "epsilon": layer.epsilon, "axes": tuple(range(len(shape) - 1)),
+              "channels": channels}
     result = OpResult(shape, params=params, flops=2 * prod(shape))
+    result.variables += [VarDecl("gamma", (channels,), Init("ones"))] if layer.scale else []
+    result.variables += [VarDecl("beta", (channels,), Init("zeros"))] if layer.center else []
     result.variables += [
-        VarDecl("gamma", (channels,), Init("ones")),
-        VarDecl("beta", (channels,), Init("zeros")),
         VarDecl("moving_mean", (channels,), Init("zeros"), "update"),
         VarDecl("moving_variance", (channels,), Init("ones"), "update"),
     ]
@@ -62,9 +69,30 @@ def epsilon_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, A
     return {"epsilon": node.params["epsilon"]}
 
 
+# ONNX BatchNormalization has no optional scale or bias: a missing gamma is ones, a missing beta zeros.
+FILLERS = (("gamma", 1.0), ("beta", 0.0))
+
+
+def batch_norm_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    """The operands after the input, with ConstantOfShape fillers for gamma/beta that do not exist.
+
+    Export folds them like weights (runtime/onnx_export.py), so they cost nothing after a Conv.
+    """
+    operands, filled = [], []
+    missing = [(role, value) for role, value in FILLERS if role not in node.variables]
+    shape = ctx.constant(f"{node.onnx_name}___channels", [node.params["channels"]]) if missing else ""
+    for role, value in FILLERS:
+        name = node.variables[role].onnx_name if role in node.variables else f"{node.onnx_name}___{role}"
+        if (role, value) in missing:
+            filled.append({"out": name, "value": value, "shape": shape})
+        operands.append(name)
+    operands += [node.variables[role].onnx_name for role in ("moving_mean", "moving_variance")]
+    return {"epsilon": node.params["epsilon"], "operands": operands, "filled": filled}
+
+
 OPS = (
     # ONNX BatchNormalization normalizes axis 1: channels-first.
-    OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, epsilon_onnx_attrs, layout="first"),
+    OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, batch_norm_onnx_attrs, layout="first"),
     # LayerNormalization is written with axis -1: channels-last.
     OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs),
 )

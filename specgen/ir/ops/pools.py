@@ -1,4 +1,4 @@
-"""max_pool, avg_pool and global_avg_pool: window reductions, channels-first in ONNX."""
+"""max_pool, avg_pool, global_avg_pool and global_max_pool: window reductions, channels-first in ONNX."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ class Pool(LayerBase):
     padding: Padding = "valid"
 
 
-class GlobalAvgPool(LayerBase):
-    op: Literal["global_avg_pool"]
+class GlobalPool(LayerBase):
+    op: Literal["global_avg_pool", "global_max_pool"]
+    keepdims: bool = Field(False, description="Keep the spatial axes as 1s: [batch, 1, 1, channels] "
+                                              "(Keras' `keepdims`; squeeze-and-excite multiplies it back).")
 
 
 def pool(layer: Pool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
@@ -33,11 +35,12 @@ def pool(layer: Pool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return OpResult((None, h, w, shape[3]), params=params, flops=h * w * (shape[3] or 0) * size[0] * size[1])
 
 
-def global_avg_pool(layer: GlobalAvgPool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+def global_pool(layer: GlobalPool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
-    require_rank(shape, 4, "global_avg_pool")
-    require_float(dtype, "global_avg_pool")
-    return OpResult((None, shape[3]), flops=prod(shape))
+    require_rank(shape, 4, layer.op)
+    require_float(dtype, layer.op)
+    out = (None, 1, 1, shape[3]) if layer.keepdims else (None, shape[3])
+    return OpResult(out, params={"keepdims": layer.keepdims}, flops=prod(shape))
 
 
 def pool_tf_attrs(node: Node) -> dict[str, Any]:
@@ -50,12 +53,19 @@ def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
     return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"]}
 
 
+def global_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"keepdims": node.params["keepdims"]}
+
+
 def global_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
-    return {"axes": ctx.constant(f"{node.onnx_name}___axes", [2, 3])}  # spatial axes, channels-first
+    axes = ctx.constant(f"{node.onnx_name}___axes", [2, 3])  # spatial axes, channels-first
+    return {"axes": axes, "keepdims": int(node.params["keepdims"])}
 
 
 OPS = (
     OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
     OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
-    OpDef("global_avg_pool", GlobalAvgPool, global_avg_pool, onnx_attrs=global_onnx_attrs, layout="first"),
+    # With keepdims the output stays channels-first ([N, C, 1, 1]) for the ops that follow.
+    OpDef("global_avg_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
+    OpDef("global_max_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
 )
