@@ -14,7 +14,9 @@ from specgen.diagnostics import safe_repr
 # no "__" and no trailing "_", so mangled names ("head/fc" -> "head__fc" in ONNX) never contain
 # "___", the separator of the helper tensors specgen adds (render/onnx_plan.py); no collisions.
 IDENT = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}$"
-LAYER = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}(/[A-Za-z](_?[A-Za-z0-9]){0,62}){0,7}$"
+# Parts after the first may start with a digit: `repeat` names instances `<name>/1` ... `<name>/N`
+# (spec/blocks.py). The first part's letter keeps every mangled name a valid identifier.
+LAYER = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}(/[A-Za-z0-9](_?[A-Za-z0-9]){0,62}){0,7}$"
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENT)]
 LayerName = Annotated[str, StringConstraints(pattern=LAYER)]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,8 +25,12 @@ from specgen.diagnostics import (
     shown,
 )
 from specgen.spec.base import IDENT
+from specgen.spec.blocks import Instance
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
+
+if TYPE_CHECKING:
+    from specgen.spec.expand import Origins
 
 TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
@@ -49,16 +54,25 @@ class LoadedSpec:
     display: str
     source: SourceMap
     data: dict[str, Any]
+    # With blocks, `spec.layers` is the expanded list; `("layers", i, ...)` locations go through this
+    # to where each layer is written (spec/expand.py). None for a spec without blocks.
+    origins: Origins | None = None
 
     @property
     def folder(self) -> Path:
         return self.path.parent
 
     def position(self, *loc: str | int, key: bool = False) -> Any:
-        return self.source.locate(loc, self.data, key=key)
+        return self._locate(loc, key)[0]
 
     def diagnostic(self, loc: PathKey, message: str, *, key: bool = False) -> Diagnostic:
-        return Diagnostic(self.display, self.source.locate(loc, self.data, key=key), message)
+        position, note = self._locate(loc, key)
+        return Diagnostic(self.display, position, message + note)
+
+    def _locate(self, loc: PathKey, key: bool) -> tuple[Position | None, str]:
+        if self.origins is None:
+            return self.source.locate(loc, self.data, key=key), ""
+        return self.origins.locate(loc, key)
 
 
 def load_spec(path: Path, display: str | None = None) -> LoadedSpec:
@@ -81,36 +95,63 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_diagnostics(exc, data, source)) from None
+    if spec.blocks or any(isinstance(layer, Instance) for layer in spec.layers):
+        from specgen.spec.expand import expand  # only specs with blocks pay for importing it
+
+        expanded = expand(spec, data, source)
+        return LoadedSpec(expanded.spec, path, source.path, source, data, expanded.origins)
     return LoadedSpec(spec, path, source.path, source, data)
 
 
-def _diagnostics(exc: ValidationError, data: Any, source: SourceMap) -> list[Diagnostic]:
+# Locates an error (its location as in `data`, and whether it is about a mapping key): the
+# position and a note to append to the message. Expanded block layers need both (expand.py).
+Locator = Callable[[PathKey, bool], tuple[Position | None, str]]
+
+
+def _diagnostics(exc: ValidationError, data: Any, source: SourceMap, *, prefix: PathKey = (),
+                 locator: Locator | None = None) -> list[Diagnostic]:
     """One diagnostic per distinct (position, message), in time linear in the number of errors:
     the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
-    (by position) are compared with the allowed ones for a "did you mean"."""
-    errors = [(error, tuple(error["loc"])) for error in exc.errors()]
-    positions = [_locate(error, loc, data, source) for error, loc in errors]
-    unknown = sorted((_order(position), loc) for (error, loc), position in zip(errors, positions, strict=True)
+    (by position) are compared with the allowed ones for a "did you mean".
+
+    `prefix` goes in front of each error's location (a layer validated on its own is
+    `("layers", 0)` of `data`); `locator` finds positions elsewhere than at that location in `data`.
+    """
+    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors()]
+    found_at = [_locate(error, loc, data, source, locator) for error, loc in errors]
+    unknown = sorted((_order(position), loc) for (error, loc), (position, _) in zip(errors, found_at, strict=True)
                      if error["type"] == "extra_forbidden")
     suggestions = {loc: _suggestion(loc) for _, loc in unknown[:MAX_SUGGESTIONS]}
     # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
     # "missing required key 'filters'".
     misspelt = {(loc[:-1], close) for loc, close in suggestions.items()}
     found: dict[tuple[Any, str], Diagnostic] = {}
-    for (error, loc), position in zip(errors, positions, strict=True):
+    for (error, loc), (position, note) in zip(errors, found_at, strict=True):
         if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
             continue
         message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc))) + _context(loc, data)
-        found.setdefault((position, message), Diagnostic(source.path, position, message))
+        found.setdefault((position, message), Diagnostic(source.path, position, message + note))
     return list(found.values())
 
 
-def _locate(error: Any, loc: PathKey, data: Any, source: SourceMap) -> Position | None:
+def _loc(prefix: PathKey, loc: tuple[Any, ...]) -> PathKey:
+    """The error's location, without the tag of the layer-or-instance union (spec/blocks.py) after a
+    layer index: locations inside op layers read as they did before blocks existed."""
+    full = (*prefix, *loc)
+    if len(full) > 2 and full[0] == "layers" and full[2] == "layer":
+        return (*full[:2], *full[3:])
+    return full
+
+
+def _locate(error: Any, loc: PathKey, data: Any, source: SourceMap,
+            locator: Locator | None = None) -> tuple[Position | None, str]:
     # pydantic ends the location of a bad dict key with '[key]': point at the key itself.
     is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
     # An unknown `op` / `kind` points at its value, not at the start of the mapping.
     at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
-    return source.locate(at, data, key=is_key)
+    if locator is not None:
+        return locator(at, is_key)
+    return source.locate(at, data, key=is_key), ""
 
 
 def _order(position: Position | None) -> tuple[int, int]:

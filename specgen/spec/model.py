@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from specgen.ir.ops import Layer  # the union of every registered op's model
 from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
+from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.training import Loss, Optimizer, Train
 
@@ -22,7 +22,9 @@ class Spec(SpecModel):
     doc: Doc = ""
     inputs: Annotated[dict[Identifier, InputSpec], Field(min_length=1)]
     outputs: Annotated[dict[Identifier, LayerName], Field(min_length=1, description="Output name -> layer name.")]
-    layers: Annotated[list[Layer], Field(min_length=1)]
+    # Op layers and block instances; once loaded (spec/expand.py) a spec's layers are op layers only.
+    layers: Annotated[list[LayerOrInstance], Field(min_length=1)]
+    blocks: dict[Identifier, Block] = Field(default_factory=dict, description="Reusable groups of layers.")
     collections: dict[Identifier, Annotated[list[Pattern], Field(min_length=1)]] = Field(default_factory=dict)
     frozen: list[Pattern] = Field(default_factory=list)
     loss: Loss | None = None
