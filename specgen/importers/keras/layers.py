@@ -1,0 +1,300 @@
+"""One converter per Keras class: Keras arguments -> the keys of one spec layer.
+
+A converter returns the layer's op and keys (without `name` / `input`), or None for a layer
+that computes the identity (Activation('linear'), Identity), whose readers then read its input.
+`ROLES` says where a spec variable's Keras weight name differs from its role. Classes not in
+`CONVERTERS` are refused by convert.py, naming the class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from specgen.importers.keras.args import Args
+
+Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
+Converter = Callable[[Args, Shapes], dict[str, Any] | None]
+
+# spec op -> {spec role: Keras weight name} where they differ (weight keys are <layer>/<Keras name>)
+ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"}}
+LAYER_SCALE_ROLES = {"gamma": "variable"}  # convnext.LayerScale's add_weight has no name: Keras calls it 'variable'
+
+
+def _two(value: Any) -> int | list[int]:
+    """A Keras pair as a spec size: one integer when both agree."""
+    values = [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)] * 2
+    return values[0] if values[0] == values[1] else values
+
+
+def _sides(value: Any) -> int | list[Any]:
+    """ZeroPadding2D / Cropping2D amounts in the shortest spec form."""
+    if isinstance(value, int):
+        return value
+    (top, bottom), (left, right) = [(v, v) if isinstance(v, int) else tuple(v) for v in value]
+    if top == bottom and left == right:
+        return top if top == left else [top, left]
+    return [[top, bottom], [left, right]]
+
+
+def _last_axis(a: Args, key: str, rank: int) -> None:
+    """Keras normalizations over one axis: specgen's run over the last one only."""
+    axis = a.get(key, -1)
+    axes = axis if isinstance(axis, list | tuple) else [axis]
+    if len(axes) != 1 or axes[0] not in (-1, rank - 1):
+        raise a.refuse(key, "specgen normalizes over the last (channel) axis only")
+
+
+def _windowed(a: Args) -> dict[str, Any]:
+    a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+    return {"padding": a.expect("padding", "valid", "same", why="padding 'valid' or 'same'")}
+
+
+def _bias_act(a: Args, out: dict[str, Any], bias_key: str | None = "bias_initializer") -> dict[str, Any]:
+    if (act := a.activation()) is not None:
+        out["activation"] = act
+    if not a.get("use_bias", True):
+        out["use_bias"] = False
+    if bias_key and (init := a.initializer(bias_key)) not in (None, "zeros"):
+        out["bias_init"] = init
+    return out
+
+
+def _init(a: Args, out: dict[str, Any], key: str, spec_key: str) -> None:
+    if (init := a.initializer(key)) not in (None, "glorot_uniform"):
+        out[spec_key] = init
+
+
+def dense(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("lora_rank", None, why="LoRA adapters have no spec form")
+    a.expect("quantization_config", None, why="quantized layers have no spec form")
+    out = {"op": "dense", "units": int(a.get("units"))}
+    _init(a, out, "kernel_initializer", "kernel_init")
+    return _bias_act(a, out)
+
+
+def _conv_window(a: Args, out: dict[str, Any], dilation: bool = True) -> dict[str, Any]:
+    out |= {"kernel": _two(a.get("kernel_size"))}
+    if (strides := _two(a.get("strides", 1))) != 1:
+        out["strides"] = strides
+    out |= _windowed(a)
+    if dilation and (rate := _two(a.get("dilation_rate", 1))) != 1:
+        out["dilation"] = rate
+    return out
+
+
+def conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("lora_rank", None, why="LoRA adapters have no spec form")
+    out = _conv_window(a, {"op": "conv2d", "filters": int(a.get("filters"))})
+    if (groups := int(a.get("groups", 1))) != 1:
+        out["groups"] = groups
+    _init(a, out, "kernel_initializer", "kernel_init")
+    return _bias_act(a, out)
+
+
+def depthwise_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("groups", 1, None)  # Keras 2 keeps Conv's groups in the config
+    out = _conv_window(a, {"op": "depthwise_conv2d"})
+    if (mult := int(a.get("depth_multiplier", 1))) != 1:
+        out["depth_multiplier"] = mult
+    _init(a, out, "depthwise_initializer", "kernel_init")
+    return _bias_act(a, out)
+
+
+def separable_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("groups", 1, None)
+    out = _conv_window(a, {"op": "separable_conv2d", "filters": int(a.get("filters"))})
+    if (mult := int(a.get("depth_multiplier", 1))) != 1:
+        out["depth_multiplier"] = mult
+    _init(a, out, "depthwise_initializer", "depthwise_init")
+    _init(a, out, "pointwise_initializer", "pointwise_init")
+    return _bias_act(a, out)
+
+
+def conv2d_transpose(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("dilation_rate", 1, [1, 1], why="conv2d_transpose has no dilation")
+    a.expect("groups", 1, None)
+    out = _conv_window(a, {"op": "conv2d_transpose", "filters": int(a.get("filters"))}, dilation=False)
+    if (pad := a.get("output_padding")) is not None:
+        out["output_padding"] = _two(pad)
+    _init(a, out, "kernel_initializer", "kernel_init")
+    return _bias_act(a, out)
+
+
+def pool(op: str) -> Converter:
+    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
+        size = _two(a.get("pool_size", 2))
+        out = {"op": op, "size": size} | _windowed(a)
+        if (strides := a.get("strides")) is not None and _two(strides) != size:
+            out["strides"] = _two(strides)
+        return out
+    return convert
+
+
+def global_pool(op: str) -> Converter:
+    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
+        a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+        return {"op": op, **({"keepdims": True} if a.get("keepdims", False) else {})}
+    return convert
+
+
+def batch_norm(a: Args, shapes: Shapes) -> dict[str, Any]:
+    _last_axis(a, "axis", len(shapes[0]))
+    for key in ("renorm", "virtual_batch_size"):
+        a.expect(key, None, False, why="no spec form")
+    a.get("renorm_clipping"), a.get("renorm_momentum"), a.get("fused"), a.get("adjustment")  # meaningless without renorm
+    if a.get("synchronized", False):
+        a.note("synchronized", True, "cross-replica statistics are a distribution setting, dropped")
+    out: dict[str, Any] = {"op": "batch_norm", "momentum": float(a.get("momentum", 0.99)),
+                           "epsilon": float(a.get("epsilon", 1e-3))}
+    for key, default in (("center", True), ("scale", True)):
+        if not a.get(key, default):
+            out[key] = False
+    for key, fixed in (("beta_initializer", "zeros"), ("gamma_initializer", "ones"),
+                       ("moving_mean_initializer", "zeros"), ("moving_variance_initializer", "ones")):
+        if (init := a.initializer(key)) not in (None, fixed):
+            a.note(key, init, "batch_norm's initializers are fixed; the restore sets these values")
+    return out
+
+
+def layer_norm(a: Args, shapes: Shapes) -> dict[str, Any]:
+    _last_axis(a, "axis", len(shapes[0]))
+    for key in ("center", "scale"):
+        a.expect(key, True, why="layer_norm always has gamma and beta")
+    a.expect("rms_scaling", False, None, why="no spec form for RMS scaling")
+    for key in ("beta_initializer", "gamma_initializer"):
+        a.initializer(key)  # fixed in the spec; the restore sets the values
+    return {"op": "layer_norm", "epsilon": float(a.get("epsilon", 1e-3))}
+
+
+def activation(a: Args, shapes: Shapes) -> dict[str, Any] | None:
+    act = a.activation()
+    return None if act is None else {"op": act}
+
+
+def relu(a: Args, shapes: Shapes) -> dict[str, Any]:
+    max_value, slope = a.get("max_value"), float(a.get("negative_slope", a.get("alpha", 0.0)) or 0.0)
+    if float(a.get("threshold", 0.0) or 0.0) != 0.0:
+        raise a.refuse("threshold", "specgen's relu has no threshold")
+    if slope and max_value is not None:
+        raise a.refuse("negative_slope", "a slope together with max_value has no spec form")
+    if slope:
+        return {"op": "leaky_relu", "alpha": slope}
+    if max_value is None:
+        return {"op": "relu"}
+    return {"op": "relu6"} if float(max_value) == 6.0 else {"op": "relu", "max_value": float(max_value)}
+
+
+def leaky_relu(a: Args, shapes: Shapes) -> dict[str, Any]:
+    return {"op": "leaky_relu", "alpha": float(a.get("negative_slope", a.get("alpha", 0.3)))}
+
+
+def elu(a: Args, shapes: Shapes) -> dict[str, Any]:
+    return {"op": "elu", "alpha": float(a.get("alpha", 1.0))}
+
+
+def softmax(a: Args, shapes: Shapes) -> dict[str, Any]:
+    axis = a.get("axis", -1)
+    if isinstance(axis, list | tuple):
+        if len(axis) != 1:
+            raise a.refuse("axis", "softmax over one axis")
+        axis = axis[0]
+    return {"op": "softmax", **({"axis": int(axis)} if axis != -1 else {})}
+
+
+def pad(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+    return {"op": "pad", "padding": _sides(a.get("padding", 1))}
+
+
+def crop(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+    return {"op": "crop", "cropping": _sides(a.get("cropping", 0))}
+
+
+def upsample(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+    out = {"op": "upsample", "size": _two(a.get("size", 2))}
+    if (mode := a.expect("interpolation", "nearest", "bilinear")) != "nearest":
+        out["interpolation"] = mode
+    return out
+
+
+def flatten(a: Args, shapes: Shapes) -> dict[str, Any]:
+    if a.get("data_format") == "channels_first" and len(shapes[0]) > 2:
+        raise a.refuse("data_format", "specgen flattens channels-last")
+    return {"op": "flatten"}
+
+
+def reshape(a: Args, shapes: Shapes) -> dict[str, Any]:
+    return {"op": "reshape", "shape": [int(d) for d in a.get("target_shape")]}
+
+
+def dropout(a: Args, shapes: Shapes) -> dict[str, Any]:
+    return {"op": "dropout", "rate": float(a.get("rate"))}
+
+
+def merge(op: str) -> Converter:
+    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
+        return {"op": op}
+    return convert
+
+
+def concat(a: Args, shapes: Shapes) -> dict[str, Any]:
+    axis = int(a.get("axis", -1))
+    return {"op": "concat", **({"axis": axis} if axis != -1 else {})}
+
+
+def _channel_values(value: Any) -> float | list[float]:
+    return [float(v) for v in value] if isinstance(value, list | tuple) else float(value)
+
+
+def rescale(a: Args, shapes: Shapes) -> dict[str, Any]:
+    out = {"op": "rescale", "scale": _channel_values(a.get("scale"))}
+    if (offset := _channel_values(a.get("offset", 0.0))) != 0.0:
+        out["offset"] = offset
+    return out
+
+
+def normalize(a: Args, shapes: Shapes) -> dict[str, Any]:
+    _last_axis(a, "axis", len(shapes[0]))
+    a.expect("invert", False, None, why="no spec form for the inverse")
+    mean, variance = a.get("mean"), a.get("variance")
+    if mean is None or variance is None:  # adapted: the statistics are weights, set by the restore
+        return {"op": "normalize"}
+    return {"op": "normalize", "mean": _channel_values(mean), "variance": _channel_values(variance)}
+
+
+def embedding(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.expect("mask_zero", False, None, why="specgen has no masks")
+    a.expect("lora_rank", None, why="LoRA adapters have no spec form")
+    a.get("input_length")  # Keras 2: a shape check only
+    out = {"op": "embedding", "vocab_size": int(a.get("input_dim")), "dim": int(a.get("output_dim"))}
+    if (init := a.initializer("embeddings_initializer")) not in (None, "random_uniform"):
+        out["embeddings_init"] = init
+    return out
+
+
+def layer_scale(a: Args, shapes: Shapes) -> dict[str, Any]:
+    a.get("projection_dim")  # the channel count, which the spec infers
+    return {"op": "scale", "init_values": float(a.get("init_values"))}
+
+
+def identity(a: Args, shapes: Shapes) -> None:
+    return None
+
+
+CONVERTERS: dict[str, Converter] = {
+    "Dense": dense, "Conv2D": conv2d, "DepthwiseConv2D": depthwise_conv2d, "SeparableConv2D": separable_conv2d,
+    "Conv2DTranspose": conv2d_transpose, "MaxPooling2D": pool("max_pool"), "AveragePooling2D": pool("avg_pool"),
+    "GlobalAveragePooling2D": global_pool("global_avg_pool"), "GlobalMaxPooling2D": global_pool("global_max_pool"),
+    "BatchNormalization": batch_norm, "LayerNormalization": layer_norm, "Activation": activation, "ReLU": relu,
+    "LeakyReLU": leaky_relu, "ELU": elu, "Softmax": softmax, "ZeroPadding2D": pad, "Cropping2D": crop,
+    "UpSampling2D": upsample, "Flatten": flatten, "Reshape": reshape, "Dropout": dropout, "Add": merge("add"),
+    "Multiply": merge("multiply"), "Subtract": merge("subtract"), "Concatenate": concat, "Rescaling": rescale,
+    "Normalization": normalize, "Embedding": embedding, "Identity": identity,
+}
+# Keras' own classes outside keras.layers, known by (module, class): never imported, read from their config.
+APPLICATION_CLASSES: dict[tuple[str, str], Converter] = {
+    ("keras.src.applications.convnext", "LayerScale"): layer_scale,
+}

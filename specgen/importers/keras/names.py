@@ -1,0 +1,62 @@
+"""Keras names as spec names: kept where valid, renamed deterministically where not.
+
+A spec name part is letters and digits with single underscores between them (LAYER in
+specgen/spec/base.py); Keras allows more (`block_1__conv`, `conv-1`, `1x1`). A rename replaces
+every run of other characters by one `_`, trims `_` at the ends, starts the first part with a
+letter, shortens parts over 63 characters (with a hash of the original) and adds `_2`, `_3`, ...
+until the name is unique, also once `/` becomes `_` (how generated Python names layers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+PART = re.compile(r"^[A-Za-z0-9](_?[A-Za-z0-9]){0,62}$")
+RESERVED_FIRST = ("ema", "optimizers", "accumulators", "metrics", "global_step")  # training-state prefixes
+MAX_PART = 63
+
+
+def _part(text: str, first: bool) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "layer"
+    if first and not cleaned[0].isalpha():
+        cleaned = "layer_" + cleaned
+    if len(cleaned) > MAX_PART:
+        cleaned = cleaned[:MAX_PART - 9].rstrip("_") + "_" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    return cleaned
+
+
+class Namer:
+    """Hands out unique spec names; `taken` also holds the Python form (`/` as `_`) of each."""
+
+    def __init__(self) -> None:
+        self.taken: set[str] = set()
+
+    def _free(self, name: str) -> bool:
+        return name not in self.taken and name.replace("/", "_") not in self.taken
+
+    def claim(self, name: str) -> None:
+        self.taken |= {name, name.replace("/", "_")}
+
+    def layer(self, keras_name: str) -> str:
+        parts = [_part(p, i == 0) for i, p in enumerate(keras_name.split("/"))]
+        if parts[0] in RESERVED_FIRST:
+            parts[0] += "_layer"
+        if len(parts) > 8:  # the spec allows 8 levels of nesting
+            parts = [*parts[:7], "_".join(parts[7:])[:MAX_PART].rstrip("_")]
+        return self._unique("/".join(parts))
+
+    def identifier(self, keras_name: str) -> str:
+        return self._unique(_part(keras_name.replace("/", "_"), True))
+
+    def _unique(self, base: str) -> str:
+        name, n = base, 1
+        while not self._free(name):
+            n += 1
+            name = f"{base}_{n}"
+        self.claim(name)
+        return name
+
+
+def valid_identifier(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z](_?[A-Za-z0-9]){0,62}", name))

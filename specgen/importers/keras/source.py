@@ -1,0 +1,116 @@
+"""Where a model's structure comes from: a `.keras` zip, a legacy `.h5` file, or a constructor name.
+
+User files are read as data only: config.json from the zip, the `model_config` attribute from
+the HDF5 file. `keras.models.load_model` is never called on them (it can run a Lambda's code or
+import custom objects). A constructor name builds `keras.applications.<Name>(weights=None, ...)`:
+that runs Keras' own code only, and its weights are drawn with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgen.importers.keras.errors import ImportProblem
+
+MAX_CONFIG = 64 * 2**20  # bytes of JSON; keras.applications configs are a few MiB at most
+SEED = 0
+
+
+@dataclass
+class Source:
+    config: dict[str, Any]  # {"class_name": ..., "config": {...}}
+    keras2: bool  # the Keras 2 meaning of names that changed (hard_sigmoid)
+    weights: Path | None  # the file holding the weights (the model file itself), if any
+    weights_bytes: bytes | None = None  # constructor weights, written beside the spec
+    label: str = ""  # how the header names the source
+
+
+def _json(data: bytes | str, where: str) -> dict[str, Any]:
+    if len(data) > MAX_CONFIG:
+        raise ImportProblem(f"{where} is over {MAX_CONFIG // 2**20} MiB")
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise ImportProblem(f"{where} is not JSON: {exc}") from None
+    if not isinstance(value, dict) or "class_name" not in value:
+        raise ImportProblem(f"{where} holds no Keras model config")
+    return value
+
+
+def read_keras_zip(path: Path) -> Source:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo("config.json")
+            if info.file_size > MAX_CONFIG:
+                raise ImportProblem(f"config.json in {path} is over {MAX_CONFIG // 2**20} MiB")
+            config = _json(archive.read(info), f"config.json in {path}")
+    except (zipfile.BadZipFile, KeyError):
+        raise ImportProblem(f"{path} is not a Keras 3 .keras file (a zip with config.json)") from None
+    return Source(config, keras2=False, weights=path, label=path.name)
+
+
+def read_h5(path: Path) -> Source:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("model_config")
+            version = f.attrs.get("keras_version", b"")
+    except OSError as exc:
+        raise ImportProblem(f"{path} is not an HDF5 file: {exc}") from None
+    if raw is None:
+        raise ImportProblem(f"{path} holds weights only (no model_config): import the model file, or a constructor "
+                            "name with --weights")
+    version = version.decode() if isinstance(version, bytes) else str(version)
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return Source(_json(text, f"model_config of {path}"), keras2=not version.startswith("3"), weights=path,
+                  label=path.name)
+
+
+def build_constructor(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> Source:
+    """keras.applications.<name>(weights=None, ...): its config and seeded weights as bytes."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    build = getattr(keras.applications, name, None)
+    if not name[:1].isupper() or not callable(build):
+        raise ImportProblem(f"'{name}' is neither a .keras/.h5 file nor a keras.applications constructor "
+                            "(e.g. ResNet50, MobileNetV3Small, EfficientNetB0)")
+    kwargs: dict[str, Any] = {"weights": None}
+    if input_shape is not None:
+        kwargs["input_shape"] = input_shape
+    if classes is not None:
+        kwargs["classes"] = classes
+    keras.backend.clear_session()  # automatic names (input_layer, conv2d_3) restart: the same spec every time
+    keras.utils.set_random_seed(SEED)
+    try:
+        model = build(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ImportProblem(f"keras.applications.{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
+                            f"failed: {exc}") from None
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "model.weights.h5"
+        model.save_weights(target)
+        data = target.read_bytes()
+    config = {"class_name": "Functional", "config": model.get_config()}
+    return Source(config, keras2=False, weights=None, weights_bytes=data, label=f"keras.applications.{name}")
+
+
+def read_source(source: str, input_shape: tuple[int, ...] | None, classes: int | None) -> Source:
+    path = Path(source)
+    suffix = path.suffix.lower()
+    if suffix in (".keras", ".h5", ".hdf5"):
+        if input_shape is not None or classes is not None:
+            raise ImportProblem("--input-shape and --classes apply to constructor names only, not to model files")
+        if not path.is_file():
+            raise ImportProblem(f"{source}: no such file")
+        return read_keras_zip(path) if suffix == ".keras" else read_h5(path)
+    if path.exists():
+        raise ImportProblem(f"{source}: expected a .keras or .h5 model file")
+    return build_constructor(source, input_shape, classes)

@@ -1,0 +1,210 @@
+"""`specgen import keras`: Keras models -> specs whose generated model equals Keras' outputs.
+
+Each case builds a Keras model here, saves it (.keras, or a legacy .h5 through tf_keras), imports
+it with the CLI, validates and builds the spec, gives the generated TensorFlow model Keras'
+weights through the spec's own restore map, and compares with `model.predict`. Refusals must
+name the Keras layer, its class and the argument, and write nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from specgen.cli import main
+from tests.keras_parity import generated_model
+
+keras = pytest.importorskip("keras")
+RTOL = 1e-5
+
+
+def keras_weights(model: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """Keras' weights by the restore side's key: <layer>/<weight>, <nested model>/<layer>/<weight>."""
+    out: dict[str, np.ndarray] = {}
+    for layer in model.layers:
+        if hasattr(layer, "layers"):
+            out |= keras_weights(layer, f"{prefix}{layer.name}/")
+            continue
+        for weight in layer.weights:
+            out[f"{prefix}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}"] = np.asarray(weight.numpy())
+    return out
+
+
+def spec_model(spec_path: Path, tmp_path: Path, weights: dict[str, np.ndarray]) -> Any:
+    """The generated model of an imported spec, its variables set through the spec's restore map."""
+    text = spec_path.read_text()
+    doc = yaml.safe_load(text)
+    renames = {e["from"]: e["to"] for e in doc["checkpoint"]["restore"][0].get("map", [])}
+    model = generated_model(text, tmp_path)
+    by_path = {renames.get(key, key): value for key, value in weights.items()}
+    ours = model.variables_by_path()
+    for path, variable in ours.items():
+        assert path in by_path, f"{path} has no Keras weight (keys: {sorted(by_path)[:8]}...)"
+        variable.assign(by_path[path])
+    return model
+
+
+def run_import(*args: str) -> int:
+    return main(["import", "keras", *map(str, args)])
+
+
+def compare(spec_path: Path, tmp_path: Path, keras_model: Any, feeds: dict[str, np.ndarray],
+            weights: dict[str, np.ndarray] | None = None) -> float:
+    """Max relative difference over every output, after checking output names."""
+    model = spec_model(spec_path, tmp_path, weights or keras_weights(keras_model))
+    ours = model(feeds, training=False)
+    theirs = keras_model.predict(feeds if len(feeds) > 1 else next(iter(feeds.values())), verbose=0)
+    if not isinstance(theirs, dict):
+        theirs = dict(zip(keras_model.output_names, theirs if isinstance(theirs, list) else [theirs], strict=True))
+    assert sorted(ours) == sorted(theirs)
+    worst = 0.0
+    for name, value in theirs.items():
+        diff = np.abs(np.asarray(ours[name]) - value).max() / max(np.abs(value).max(), 1e-6)
+        worst = max(worst, float(diff))
+    return worst
+
+
+def randomize(model: Any, seed: int = 1) -> None:
+    """Non-trivial weights and statistics (positive variances), so BN and Normalization count."""
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        path = getattr(weight, "path", weight.name)  # tf_keras variables have no .path
+        value = rng.standard_normal(tuple(weight.shape)).astype(np.float32) * 0.5
+        if "variance" in path:
+            value = np.abs(value) + 0.5
+        if "count" not in path:
+            weight.assign(value)
+
+
+def test_functional_nested_bn_normalization(tmp_path: Path) -> None:
+    """Two inputs, dict outputs, a nested Sequential, BN, an adapted Normalization, renamed layers."""
+    layers = keras.layers
+    image, vec = keras.Input((9, 9, 3), name="image"), keras.Input((6,), name="vec")
+    norm = layers.Normalization(name="norm")
+    norm.adapt(np.random.default_rng(0).standard_normal((32, 9, 9, 3)).astype(np.float32) * 3 + 1)
+    x = norm(image)
+    x = layers.Conv2D(8, 3, strides=2, padding="same", activation="relu", name="conv__1")(x)
+    x = layers.BatchNormalization(name="bn")(x)
+    x = layers.ZeroPadding2D(((1, 0), (0, 1)), name="pad")(x)
+    x = layers.DepthwiseConv2D(3, name="dw")(x)
+    x = layers.GlobalAveragePooling2D(name="gap")(x)
+    inner = keras.Sequential([layers.Dense(5, activation="swish", name="d1"), layers.Dense(4, name="d2")],
+                             name="inner")
+    v = inner(vec)
+    joined = layers.Concatenate(name="cat")([x, v])
+    seq = layers.Reshape((3, 4), name="rs")(joined)
+    seq = layers.Dense(2, name="per_step")(seq)  # Dense on a rank-3 input
+    head = layers.Dense(3, activation="softmax", name="probs")(joined)
+    model = keras.Model([image, vec], {"probabilities": head, "steps": seq}, name="two_in")
+    randomize(model)
+    norm.finalize_state()  # Normalization caches its statistics at adapt time; take the new ones
+    model.save(tmp_path / "m.keras")
+
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    assert list(doc["inputs"]) == ["vec", "image"] or set(doc["inputs"]) == {"image", "vec"}
+    assert set(doc["outputs"]) == {"probabilities", "steps"}
+    names = [layer["name"] for layer in doc["layers"]]
+    assert "conv_1" in names and "inner/d1" in names and "norm" in names
+    restore = doc["checkpoint"]["restore"][0]
+    assert restore["from"] == "m.keras"
+    assert {"from": "conv__1/kernel", "to": "conv_1/kernel"} in restore["map"]
+    assert {"from": "dw/depthwise_kernel", "to": "dw/kernel"} in restore["map"]
+    assert "'conv__1' -> 'conv_1'" in spec.read_text()
+    assert main(["validate", str(spec)]) == 0
+    assert main(["build", str(spec), "--out", str(tmp_path / "gen")]) == 0
+    rng = np.random.default_rng(2)
+    feeds = {"image": rng.standard_normal((4, 9, 9, 3)).astype(np.float32) * 3 + 1,
+             "vec": rng.standard_normal((4, 6)).astype(np.float32)}
+    assert compare(spec, tmp_path, model, feeds) < RTOL
+
+
+def test_mobilenet_v3_small_constructor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """keras.applications by name: hard-swish, squeeze-excite (keras.ops x + 3, x * 1/6), pads."""
+    spec = tmp_path / "mnv3.yaml"
+    assert run_import("MobileNetV3Small", "--input-shape", "32,32,3", "--classes", "7", "-o", spec,
+                      "--collections", "stages") == 0
+    assert "wrote" in capsys.readouterr().out
+    weights = tmp_path / "mnv3.weights.h5"
+    doc = yaml.safe_load(spec.read_text())
+    assert doc["checkpoint"]["restore"][0]["from"] == "mnv3.weights.h5" and weights.is_file()
+    assert doc["collections"]["expanded_conv_3"] == ["expanded_conv_3_*"]
+    assert main(["validate", str(spec)]) == 0
+    model = keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=7)
+    model.load_weights(weights)  # the file the spec restores from
+    randomize_bn(model)
+    x = np.random.default_rng(3).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)
+    assert list(doc["inputs"]) == ["input_layer"]  # Keras' own name, whatever this process built before
+    assert compare(spec, tmp_path, model, {"input_layer": x}) < RTOL
+
+
+def randomize_bn(model: Any) -> None:
+    rng = np.random.default_rng(4)
+    for weight in model.weights:
+        if "moving" in weight.path:
+            value = rng.uniform(0.5, 1.5, tuple(weight.shape)) if "variance" in weight.path else \
+                rng.standard_normal(tuple(weight.shape)) * 0.1
+            weight.assign(value.astype(np.float32))
+
+
+def refusal(tmp_path: Path, model: Any, capsys: pytest.CaptureFixture[str]) -> str:
+    model.save(tmp_path / "bad.keras")
+    assert run_import(tmp_path / "bad.keras", "-o", tmp_path / "bad.yaml") == 1
+    assert not (tmp_path / "bad.yaml").exists()
+    return capsys.readouterr().err
+
+
+def test_shared_layer_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
+    shared = keras.layers.Dense(3, name="shared")
+    model = keras.Model([a, b], keras.layers.Add(name="sum")([shared(a), shared(b)]))
+    err = refusal(tmp_path, model, capsys)
+    assert "Keras layer 'shared' (Dense): called 2 times" in err and "no shared layers" in err
+
+
+def test_lambda_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = keras.Input((4,), name="a")
+    model = keras.Model(a, keras.layers.Lambda(lambda t: t * 2, name="double")(a))
+    err = refusal(tmp_path, model, capsys)
+    assert "Keras layer 'double' (Lambda): refused" in err
+
+
+@pytest.mark.parametrize(("layer", "argument"), [
+    (lambda: keras.layers.ReLU(threshold=0.5, name="odd"), "threshold=0.5"),
+    (lambda: keras.layers.LayerNormalization(rms_scaling=True, name="odd"), "rms_scaling=True"),
+    (lambda: keras.layers.Activation("mish", name="odd"), "activation=mish"),
+])
+def test_unsupported_argument_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], layer: Any,
+                                      argument: str) -> None:
+    a = keras.Input((4,), name="a")
+    err = refusal(tmp_path, keras.Model(a, layer()(a)), capsys)
+    assert re.search(rf"Keras layer 'odd' \(\w+\): argument {re.escape(argument)} cannot be expressed", err), err
+
+
+def test_legacy_h5(tmp_path: Path) -> None:
+    """A Keras 2 (tf_keras) .h5 model file: read from model_config, weights keyed by layer names."""
+    tf_keras = pytest.importorskip("tf_keras")
+    layers = tf_keras.layers
+    x_in = tf_keras.Input((8, 8, 2), name="pixels")
+    x = layers.Conv2D(4, 3, padding="same", name="c1")(x_in)
+    x = layers.BatchNormalization(name="b1")(x)
+    x = layers.ReLU(6.0, name="r1")(x)
+    x = layers.MaxPooling2D(2, name="p1")(x)
+    x = layers.Flatten(name="f")(x)
+    out = layers.Dense(3, name="logits")(x)
+    model = tf_keras.Model(x_in, out, name="legacy")
+    randomize(model)
+    model.save(tmp_path / "legacy.h5")
+    spec = tmp_path / "legacy.yaml"
+    assert run_import(tmp_path / "legacy.h5", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    assert doc["outputs"] == {"logits": "logits"} and list(doc["inputs"]) == ["pixels"]
+    assert doc["checkpoint"]["restore"][0]["from"] == "legacy.h5"
+    feeds = {"pixels": np.random.default_rng(5).standard_normal((3, 8, 8, 2)).astype(np.float32)}
+    assert compare(spec, tmp_path, model, feeds) < RTOL
