@@ -1,4 +1,4 @@
-"""The `specgen` command line: validate, build, schema, report, train, restore-plan, export, infer, serve.
+"""The `specgen` command line: validate, build, schema, report, train, restore-plan, export, infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
@@ -149,8 +149,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     report = export(loaded, args.checkpoint, args.output, triton=args.triton)
     nodes = sum(report["nodes"].values())
-    print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
-          f"{report['weights']} weights from {shown(report['checkpoint'])}")
+    if report["restore"] is None:
+        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
+              f"{report['weights']} weights from {shown(report['checkpoint'])}")
+    else:  # no --checkpoint: say where each variable came from, as `specgen train` does for a restore
+        restore = report["restore"]
+        left = [p for p, o in restore["variables"].items() if o == "initialized"]
+        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
+              f"weights from the restore plan of {shown(args.spec)}")
+        print(f"restore: {restore['summary']}" + (f"; initialized: {', '.join(left)}" if left else ""))
     print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
           f"on {report['compared_examples']} examples (limit 1e-4)")
     if report["onnxruntime_accuracy"] is not None:
@@ -180,6 +187,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
                       header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                       max_connections=args.max_connections)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers joined by commas (96,96,3); received {text!r}")
+    return dims
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from specgen.importers.keras import import_keras  # TensorFlow only for constructor names
+
+    result = import_keras(args.source, args.output, weights=args.weights, input_shape=args.input_shape,
+                          classes=args.classes, collections=args.collections)
+    if result.weights_written is not None:
+        print(f"wrote {shown(result.weights_written)} (weights drawn by Keras with seed 0)")
+    print(f"wrote {shown(result.spec)}: {result.layers} layers, {result.variables} variables, restored from "
+          f"{shown(result.weights)} ({result.mapped} map entries, {result.renamed} renames, "
+          f"{result.dropped} dropped training-only arguments, listed in its header)")
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -218,12 +248,14 @@ def parser() -> argparse.ArgumentParser:
     restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
     restore_plan.add_argument("spec", type=Path)
     restore_plan.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
-                              help="a checkpoint prefix or run folder to plan from, instead of the spec's checkpoint.restore")
+                              help="a checkpoint prefix, run folder or Keras weight file (.weights.h5, .keras, "
+                              ".h5) to plan from, instead of the spec's checkpoint.restore")
     restore_plan.set_defaults(run=cmd_restore_plan)
     export = sub.add_parser("export", help="write model.onnx with trained weights from a checkpoint")
     export.add_argument("spec", type=Path)
-    export.add_argument("--checkpoint", type=Path, required=True,
-                        help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix")
+    export.add_argument("--checkpoint", type=Path,
+                        help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix; "
+                        "without it, the spec's checkpoint.restore plan applied to fresh variables")
     export.add_argument("-o", "--output", type=Path, required=True, help="folder for model.onnx and export.json")
     export.add_argument("--triton", action="store_true", help="also write a Triton model repository there")
     export.set_defaults(run=cmd_export)
@@ -253,6 +285,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, default=1000, metavar="N",
                        help="open connections at most (lowered to what ulimit -n allows)")
     serve.set_defaults(run=cmd_serve)
+    imports = sub.add_parser("import", help="write a spec from another framework's model")
+    frameworks = imports.add_subparsers(dest="framework", required=True)
+    keras = frameworks.add_parser("keras", help="a .keras file, a legacy .h5 model file or a keras.applications name")
+    keras.add_argument("source", help="model.keras, model.h5, or a constructor name such as ResNet50")
+    keras.add_argument("-o", "--output", type=Path, required=True, help="the spec file to write")
+    keras.add_argument("--weights", type=Path, help="restore from this weights file instead of the model's own")
+    keras.add_argument("--input-shape", type=_shape, metavar="H,W,C", help="constructor input shape")
+    keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
+    keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
+    keras.set_defaults(run=cmd_import)
     return top
 
 
