@@ -149,8 +149,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     report = export(loaded, args.checkpoint, args.output, triton=args.triton)
     nodes = sum(report["nodes"].values())
-    print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
-          f"{report['weights']} weights from {shown(report['checkpoint'])}")
+    if report["restore"] is None:
+        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
+              f"{report['weights']} weights from {shown(report['checkpoint'])}")
+    else:  # no --checkpoint: say where each variable came from, as `specgen train` does for a restore
+        restore = report["restore"]
+        left = [p for p, o in restore["variables"].items() if o == "initialized"]
+        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
+              f"weights from the restore plan of {shown(args.spec)}")
+        print(f"restore: {restore['summary']}" + (f"; initialized: {', '.join(left)}" if left else ""))
     print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
           f"on {report['compared_examples']} examples (limit 1e-4)")
     if report["onnxruntime_accuracy"] is not None:
@@ -241,12 +248,14 @@ def parser() -> argparse.ArgumentParser:
     restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
     restore_plan.add_argument("spec", type=Path)
     restore_plan.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
-                              help="a checkpoint prefix or run folder to plan from, instead of the spec's checkpoint.restore")
+                              help="a checkpoint prefix, run folder or Keras weight file (.weights.h5, .keras, "
+                              ".h5) to plan from, instead of the spec's checkpoint.restore")
     restore_plan.set_defaults(run=cmd_restore_plan)
     export = sub.add_parser("export", help="write model.onnx with trained weights from a checkpoint")
     export.add_argument("spec", type=Path)
-    export.add_argument("--checkpoint", type=Path, required=True,
-                        help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix")
+    export.add_argument("--checkpoint", type=Path,
+                        help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix; "
+                        "without it, the spec's checkpoint.restore plan applied to fresh variables")
     export.add_argument("-o", "--output", type=Path, required=True, help="folder for model.onnx and export.json")
     export.add_argument("--triton", action="store_true", help="also write a Triton model repository there")
     export.set_defaults(run=cmd_export)

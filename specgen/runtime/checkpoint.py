@@ -45,6 +45,7 @@ from specgen.runtime.integrity import (
     saved,
     unreadable_error,
 )
+from specgen.runtime.keras_weights import is_keras_file
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)
@@ -212,7 +213,12 @@ def _from_run_folder(path: Path) -> Path:
 
 def resolve_prefix(path: Path) -> Path:
     """The checkpoint prefix for a prefix, its .index/.data file, a run folder (its newest ckpt-*, normally the
-    one `latest` names), a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise."""
+    one `latest` names), a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise
+    (a Keras weight file too: only restore maps read those, keras_weights.py)."""
+    if is_keras_file(path):
+        raise ValueError(f"{shown(path)} is a Keras weight file, not a TensorFlow checkpoint: name it in "
+                         "checkpoint.restore (or pass it to `specgen restore-plan --from`); `specgen export` "
+                         "without --checkpoint exports the spec's restore plan")
     try:
         if path.is_dir():
             if (path / LATEST).is_file() or any(p.is_dir() for p in path.glob("ckpt-*")):  # ours, not TF2's files

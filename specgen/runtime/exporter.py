@@ -2,7 +2,9 @@
 
 The `model` collection's values are read from the checkpoint (the EMA shadows of
 trainable weights when `export.onnx.weights: ema`; batch-norm statistics and
-frozen weights are always the raw ones), put into the built graph, and the result
+frozen weights are always the raw ones), or, without a checkpoint, are the spec's
+initializers (seeded) with its `checkpoint.restore` plan applied, all or nothing, as a
+new training run would start; they are put into the built graph, and the result
 is compared with the generated TensorFlow module on the same inputs. Nothing is
 written unless every weight read and every output of both sides is finite and
 the max abs diff is within 1e-4: a NaN weight can give finite outputs on the
@@ -33,6 +35,7 @@ from specgen.runtime.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.predictor import Predictor
+from specgen.runtime.restore import apply_plan, plan_restore, summary_line
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4
@@ -107,7 +110,25 @@ def _check_output(out: Path) -> None:
         probe.unlink()
 
 
-def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False) -> dict[str, Any]:
+def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Fresh variables (the spec's initializers, seeded as `specgen train` seeds them) with the restore plan applied;
+    and, for export.json, where each one came from."""
+    spec = loaded.spec
+    if spec.checkpoint is None or not spec.checkpoint.restore:
+        raise SpecError([Diagnostic(loaded.display, None, "nothing to export from: pass --checkpoint, or give the "
+                                    "spec a 'checkpoint.restore' section to export its restore plan")])
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.py"
+        path.write_bytes(model_py)
+        model = getattr(load_generated(path), ir.class_name)(seed=spec.train.seed if spec.train else 0)
+    variables = model.variables_by_path()
+    plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
+    apply_plan(plan, variables)  # all or nothing: prints the table and raises when the plan has problems
+    origin = {r.path: (f"{r.source}:{r.key}" if r.status == "restored" else "initialized") for r in plan.rows}
+    return {p: v.numpy() for p, v in variables.items()}, {"summary": summary_line(plan), "variables": origin}
+
+
+def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool = False) -> dict[str, Any]:
     """Export, or change nothing: a failed export also removes the output folder it created (while empty)."""
     created = not out.exists()
     try:
@@ -118,17 +139,23 @@ def export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool = False
         raise
 
 
-def _export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool) -> dict[str, Any]:
+def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool) -> dict[str, Any]:
     spec, ir = loaded.spec, build_ir(loaded)
     _check_output(out)
-    weights = spec.export.onnx.weights
-    keys = checkpoint_keys(ir, weights)
-    shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
-    prefix = checkpoint_prefix(checkpoint)
-    arrays = read_arrays(prefix, {keys[p]: shapes[p] for p in keys})
-    values = {p: arrays[keys[p]] for p in keys}
-    _refuse_non_finite_weights(prefix, keys, values)
     files = render_files(ir, spec)
+    restore: dict[str, Any] | None = None
+    if checkpoint is None:  # `export.onnx.weights` picks among a checkpoint's keys: the plan already chose
+        weights, source = "restore plan", Path(loaded.display)
+        values, restore = _planned_values(loaded, ir, files["model.py"])
+        keys = {p: p if o == "initialized" else f"{p} (from {o})" for p, o in restore["variables"].items()}
+    else:
+        weights = spec.export.onnx.weights
+        keys = checkpoint_keys(ir, weights)
+        shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
+        source = checkpoint_prefix(checkpoint)
+        arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys})
+        values = {p: arrays[keys[p]] for p in keys}
+    _refuse_non_finite_weights(source, keys, values)
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)
     inputs, labels, sample = _sample_inputs(loaded, ir)
@@ -140,7 +167,8 @@ def _export(loaded: LoadedSpec, checkpoint: Path, out: Path, triton: bool) -> di
     loss = spec.loss
     logits = getattr(loss, "logits", None) if loss else None
     report = {
-        "spec": spec.name, "checkpoint": str(prefix), "weights": weights, "opset": ir.opset,
+        "spec": spec.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
+        "restore": restore, "opset": ir.opset,
         "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
         "compared_examples": int(next(iter(inputs.values())).shape[0]),
         "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.kind) if logits else None,

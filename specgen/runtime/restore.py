@@ -4,11 +4,13 @@ A plan says, before anything is assigned, where every target variable comes from
 `restored` (checkpoint and key), `initialized` (left to its initializer), `mismatched`
 (shape or dtype differ), `missing` (an explicit `{from, to}` rename whose key is absent)
 or `conflict` (two keys of one checkpoint land on the same variable), and lists the
-checkpoint keys that nothing used. Per source, in spec order: each key goes through the
-first `map` entry that matches it (no match keeps the name); `exclude` globs drop target
-paths; with `ema_to_model`, `X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X
-instead of the raw key. A later source overrides an earlier one for the same variable;
-a `missing` or `conflict` row stays, since the spec itself is wrong.
+checkpoint keys that nothing used. A source is a TensorFlow checkpoint or a Keras weight
+file (keras_weights.py: `<layer>/<weight>` keys), told apart by suffix and content. Per
+source, in spec order: each key goes through the first `map` entry that matches it (no
+match keeps the name); `exclude` globs drop target paths; with `ema_to_model`,
+`X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X instead of the raw key. A
+later source overrides an earlier one for the same variable; a `missing` or `conflict` row
+stays, since the spec itself is wrong.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -26,25 +29,17 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
-from specgen.runtime.checkpoint import resolve_prefix
+from specgen.runtime.restore_sources import Entry, list_checkpoint, open_reader, read_source
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
 
+__all__ = ["Entry", "RestorePlan", "Row", "Unused", "apply_plan", "format_plan", "list_checkpoint", "plan_restore",
+           "run_restore_plan", "summary_line"]
+
 Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
 Targets = dict[str, tuple[tuple[int, ...], str]]
-OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
-BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
 EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", "ema/"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One checkpoint tensor: its key as stored, shape and dtype name."""
-
-    raw_key: str
-    shape: tuple[int, ...]
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -59,7 +54,7 @@ class Row:
     key: str = ""
     found: Entry | None = None  # the checkpoint's tensor, for restored and mismatched rows
     note: str = ""
-    prefix: Path | None = None  # the checkpoint prefix apply_plan reads
+    prefix: Path | None = None  # the checkpoint prefix (or Keras weight file) apply_plan reads
 
 
 @dataclass(frozen=True)
@@ -86,32 +81,6 @@ class RestorePlan:
 
     def count(self, status: Status) -> int:
         return sum(r.status == status for r in self.rows)
-
-
-def _read(path: Path) -> tuple[Path, dict[str, Entry]]:
-    """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix."""
-    prefix = resolve_prefix(path)
-    try:
-        reader = tf.train.load_checkpoint(str(prefix))
-    except (tf.errors.OpError, ValueError) as exc:
-        raise ValueError(f"cannot read checkpoint {shown(prefix)}: {str(exc).splitlines()[0]}") from None
-    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
-    entries: dict[str, Entry] = {}
-    for raw in sorted(shapes):
-        key = raw.removesuffix(OBJECT_SUFFIX)
-        if raw in BOOKKEEPING or key in BOOKKEEPING or (key == raw and "/.ATTRIBUTES/" in raw):
-            continue
-        entries[key] = Entry(raw, tuple(int(d) for d in shapes[raw]), dtypes[raw].name)
-    return prefix, entries
-
-
-def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Key -> (shape, dtype name) of a checkpoint prefix or folder (TF1 name-based or TF2 object-based)."""
-    try:
-        _, entries = _read(path)
-    except ValueError as exc:
-        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
-    return {key: (e.shape, e.dtype) for key, e in entries.items()}
 
 
 def _rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefix]) -> str:
@@ -151,7 +120,9 @@ class _SourcePlan:
     errors: list[str] = field(default_factory=list)
 
 
-def _why_unused(key: str, target: str, source: RestoreSource, targets: Targets) -> str:
+def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targets: Targets) -> str:
+    if entry.hint:
+        return entry.hint
     base = _ema_base(key)
     if base is not None and not source.ema_to_model and _rename(base, source.map) in targets:
         return f"EMA shadow of '{_rename(base, source.map)}'; restored only with ema_to_model: true"
@@ -173,7 +144,7 @@ def _plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Re
         target = _rename(key if base is None else base, source.map)
         excluded = next((p for p in source.exclude if fnmatch.fnmatchcase(target, p)), None)
         if target not in targets:
-            unused(key, _why_unused(key, target, source, targets))
+            unused(key, _why_unused(key, entries[key], target, source, targets))
         elif excluded is not None:
             out.excluded[target] = excluded
             unused(key, f"'{target}' is excluded by '{excluded}'")
@@ -233,7 +204,7 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
 
     for i, (path, source) in enumerate(sources):
         try:
-            prefix, entries = _read(path)
+            prefix, entries = read_source(path)
             part = _plan_source(source.from_, prefix, entries, source, targets)
         except ValueError as exc:
             raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
@@ -285,12 +256,9 @@ def format_plan(plan: RestorePlan) -> str:
     return "\n".join([*lines, "", summary_line(plan)])
 
 
-def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
-    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
-    if not plan.ok:  # the table goes to stderr as it is; diagnostics are one line each
-        print(format_plan(plan), file=sys.stderr)
-        raise SpecError([Diagnostic(plan.display, plan.position, f"the restore plan above has problems "
-                                    f"({summary_line(plan)}); nothing was restored")])
+def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: ExitStack
+                   ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Every restored row's value, checked against its variable; and the problems found."""
     readers: dict[Path, Any] = {}
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []
@@ -301,7 +269,7 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
             continue
         try:
             if row.prefix not in readers:
-                readers[row.prefix] = tf.train.load_checkpoint(str(row.prefix))
+                readers[row.prefix] = open_reader(row.prefix, stack)
             value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
@@ -310,6 +278,17 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
             problems.append(f"'{row.path}' is {_shape(value.shape, tf.as_dtype(value.dtype).name)} in {row.source} "
                             f"but {_shape(tuple(var.shape), var.dtype.name)} here")
         values[row.path] = value
+    return values, problems
+
+
+def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
+    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
+    if not plan.ok:  # the table goes to stderr as it is; diagnostics are one line each
+        print(format_plan(plan), file=sys.stderr)
+        raise SpecError([Diagnostic(plan.display, plan.position, f"the restore plan above has problems "
+                                    f"({summary_line(plan)}); nothing was restored")])
+    with ExitStack() as stack:  # Keras files stay open while their values are read, then close
+        values, problems = _read_restored(plan, variables, stack)
     if problems:
         raise SpecError([Diagnostic(plan.display, plan.position, "cannot restore: " + "; ".join(problems)
                                     + ". Nothing was restored.")])

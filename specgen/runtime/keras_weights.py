@@ -1,0 +1,316 @@
+"""Keras weight files as restore sources: Keras 3 `.weights.h5` and `.keras`, legacy Keras 2 `.h5`.
+
+A weight is addressed as `<layer>/<weight>` (`conv1_conv/kernel`, `bn1/moving_mean`), a layer of
+a nested model as `<model>/<layer>/<weight>`; the top model's own name is never part of a key.
+Legacy `.h5` files store names (`layer_names`, then each layer's `weight_names`): the key is the
+stored name without its `:0`, the layer's own name in front once. Keras 3 files store each
+layer's variables by index (`layers/<path>/vars/<i>`, the layer's name in the `vars` group's
+`name` attribute); the index becomes a name through the class's variable order (VARIABLES),
+its class and options read from a `.keras` archive's config.json as plain JSON (never
+deserialized: no custom objects or Lambda code run). A bare `.weights.h5` has no config: the
+class comes from the group name Keras derives from it (`batch_normalization_1`), the options
+from the variable count; where that does not decide (a BatchNormalization with 3 variables
+has lost gamma or beta) or the class is unknown, the keys are `<layer>/vars/<i>`, with a hint
+in the plan. With a config, an unknown class or a count that does not fit is an error: a
+wrong name would put a value into the wrong variable.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from specgen.paths import shown
+
+SUFFIXES = (".h5", ".hdf5", ".keras")
+HDF5_MAGIC, ZIP_MAGIC = b"\x89HDF\r\n\x1a\n", b"PK\x03\x04"
+MODELS = ("Functional", "Sequential", "Model")
+# Damage inside h5py, zipfile or json surfaces as any of these; none may become a traceback.
+READ_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, EOFError, zipfile.BadZipFile, zlib.error)
+Option = Callable[[dict[str, Any]], bool]
+OPTIONS: dict[str, Option] = {  # config key -> whether the weights it governs exist
+    "use_bias": lambda c: bool(c.get("use_bias", True)),
+    "center": lambda c: bool(c.get("center", True)),
+    "scale": lambda c: bool(c.get("scale", True)),
+    "adapted": lambda c: c.get("mean") is None,  # Normalization given mean/variance keeps them as constants
+}
+_CONV = (("kernel", None), ("bias", "use_bias"))
+_SEPARABLE = (("depthwise_kernel", None), ("pointwise_kernel", None), ("bias", "use_bias"))
+_AFFINE = (("gamma", "scale"), ("beta", "center"))
+# Keras 3's save order (trainable, then non-trainable, each in creation order) with the option
+# that decides each weight's presence. LayerScale's variable is unnamed in Keras ('variable');
+# it is `gamma` here, the attribute Keras keeps it in and the name of specgen's `scale` weight.
+VARIABLES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    **{c: _CONV for c in ("Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
+                          "Conv3DTranspose", "DepthwiseConv1D", "DepthwiseConv2D")},
+    "SeparableConv1D": _SEPARABLE, "SeparableConv2D": _SEPARABLE,
+    "BatchNormalization": (*_AFFINE, ("moving_mean", None), ("moving_variance", None)),
+    "LayerNormalization": _AFFINE, "GroupNormalization": _AFFINE,
+    "Normalization": (("mean", "adapted"), ("variance", "adapted"), ("count", "adapted")),
+    "Embedding": (("embeddings", None),), "PReLU": (("alpha", None),), "LayerScale": (("gamma", None),),
+    "RMSNormalization": (("scale", None),),
+}
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One stored weight: its dataset in the HDF5 file, shape, dtype name, and a note for the plan."""
+
+    dataset: str
+    shape: tuple[int, ...]
+    dtype: str
+    hint: str = ""
+
+
+def snake(name: str) -> str:
+    """Keras' `naming.to_snake_case`: the group name Keras 3 gives a layer of that class."""
+    name = re.sub(r"\W+", "", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)).lower()
+
+
+CLASS_OF_GROUP = {snake(c): c for c in VARIABLES}
+
+
+def is_keras_file(path: Path) -> bool:
+    """A Keras weight file by its suffix, or (any name) by an HDF5 or zip signature; folders never."""
+    if path.suffix in SUFFIXES or path.name.endswith(".weights.h5"):
+        return not path.is_dir()
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8).startswith((HDF5_MAGIC, ZIP_MAGIC))
+    except OSError:
+        return False
+
+
+def _fail(path: Path, why: str) -> ValueError:
+    return ValueError(f"cannot read Keras weight file {shown(path)}: {why}")
+
+
+@contextmanager
+def open_h5(path: Path) -> Iterator[tuple[h5py.File, dict[str, Any] | None]]:
+    """The weights' HDF5 file and, for a `.keras` archive, its config.json as plain JSON."""
+    if not path.is_file():
+        raise _fail(path, "no such file")
+    config: dict[str, Any] | None = None
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+        if head.startswith(ZIP_MAGIC):
+            with zipfile.ZipFile(path) as archive:
+                names = set(archive.namelist())
+                if not {"config.json", "model.weights.h5"} <= names:
+                    raise _fail(path, "a zip archive without config.json and model.weights.h5, not a .keras model")
+                loaded = json.loads(archive.read("config.json"))
+                source: Any = io.BytesIO(archive.read("model.weights.h5"))
+            if not isinstance(loaded, dict):
+                raise _fail(path, "config.json is not a JSON object")
+            config = loaded
+        elif head.startswith(HDF5_MAGIC):
+            source = path
+        else:
+            raise _fail(path, "neither an HDF5 file nor a .keras archive")
+        h5 = h5py.File(source, "r")
+    except READ_ERRORS as exc:
+        raise (exc if isinstance(exc, ValueError) and str(exc).startswith("cannot read Keras") else
+               _fail(path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")) from None
+    with h5:
+        yield h5, config
+
+
+def read_weights(path: Path) -> dict[str, Weight]:
+    """Key -> stored weight of a Keras weight file; ValueError (one line naming the file) when it cannot be read."""
+    with open_h5(path) as (h5, config):
+        try:
+            if "layer_names" in h5.attrs or "layer_names0" in h5.attrs:
+                return _legacy(h5)
+            if isinstance(h5.get("model_weights"), h5py.Group):
+                return _legacy(h5["model_weights"])
+            if "layers" in h5 or "vars" in h5:
+                found: dict[str, Weight] = {}
+                _object(h5, config, "", found, top=True)
+                return found
+        except READ_ERRORS as exc:
+            if isinstance(exc, ValueError) and str(exc).startswith("cannot read Keras"):
+                raise
+            raise _fail(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    raise _fail(path, "an HDF5 file without Keras weights (no 'layer_names' attribute, no 'layers' group)")
+
+
+class Reader:
+    """`get_tensor(dataset)` over an open Keras weight file, as tf.train.load_checkpoint's reader offers it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._open = open_h5(path)
+        self.h5, _ = self._open.__enter__()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._open.__exit__(None, None, None)
+
+    def get_tensor(self, dataset: str) -> np.ndarray:
+        """The stored array exactly as Keras holds it (ValueError naming the file when it cannot be read)."""
+        try:
+            return _array(self.h5[dataset])
+        except READ_ERRORS as exc:
+            raise _fail(self.path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+
+
+def _array(dataset: Any) -> np.ndarray:
+    if not isinstance(dataset, h5py.Dataset):
+        raise ValueError(f"'{dataset.name}' is not a dataset")
+    return np.asarray(dataset[()])
+
+
+def _weight(dataset: Any, hint: str = "") -> Weight:
+    if not isinstance(dataset, h5py.Dataset):
+        raise ValueError(f"'{dataset.name}' is a group where a weight should be")
+    if dataset.dtype.kind not in "fiub":
+        raise ValueError(f"'{dataset.name}' holds {dataset.dtype}, not numbers")
+    return Weight(dataset.name, tuple(int(d) for d in dataset.shape), dataset.dtype.name, hint)
+
+
+def _strings(group: h5py.Group, name: str) -> list[str]:
+    """A legacy list attribute, also when Keras split it into `name0`, `name1`, ... (HDF5 header limit)."""
+    chunks = [group.attrs[name]] if name in group.attrs else []
+    while f"{name}{len(chunks)}" in group.attrs:
+        chunks.append(group.attrs[f"{name}{len(chunks)}"])
+    return [n.decode("utf8") if isinstance(n, bytes) else str(n) for chunk in chunks for n in np.atleast_1d(chunk)]
+
+
+def _legacy(group: h5py.Group) -> dict[str, Weight]:
+    """Keras 2 (and Keras 3's legacy writer): `<layer>/<stored name>` per `layer_names` and `weight_names`."""
+    found: dict[str, Weight] = {}
+    for layer in _strings(group, "layer_names"):
+        if not isinstance(group.get(layer), h5py.Group):
+            raise ValueError(f"layer '{layer}' is listed in layer_names but has no group")
+        for stored in _strings(group[layer], "weight_names"):
+            dataset = group[layer].get(stored)
+            if dataset is None:
+                raise ValueError(f"layer '{layer}': weight '{stored}' is listed in weight_names but missing")
+            name = re.sub(r":\d+$", "", stored)  # TensorFlow 1 variable names end in an output index
+            key = f"{layer}/{name.removeprefix(layer + '/')}"
+            if key in found:
+                raise ValueError(f"layer '{layer}': two weights are named '{key}'")
+            found[key] = _weight(dataset)
+    return found
+
+
+def _name(group: h5py.Group) -> str:
+    """The layer's own name (Keras 3 writes it on `vars`); the group name in files that lack it."""
+    vars_ = group.get("vars")
+    name = vars_.attrs.get("name") if isinstance(vars_, h5py.Group) else None
+    name = name.decode("utf8") if isinstance(name, bytes) else name
+    return name if isinstance(name, str) and name else group.name.rsplit("/", 1)[-1]
+
+
+def _orders(cls: str, config: dict[str, Any] | None) -> list[list[str]]:
+    """The variable names a layer of `cls` can have: one list from its config, every option combination without."""
+    spec = VARIABLES[cls]
+    options = sorted({o for _, o in spec if o is not None})
+    settings = ([{o: OPTIONS[o](config) for o in options}] if config is not None else
+                [dict(zip(options, values, strict=True)) for values in product((True, False), repeat=len(options))])
+    orders = [[n for n, o in spec if o is None or s[o]] for s in settings]
+    return [list(x) for x in dict.fromkeys(tuple(o) for o in orders)]
+
+
+def _own(group: h5py.Group, path: str, cls: str | None, config: dict[str, Any] | None, strict: bool,
+         found: dict[str, Weight]) -> None:
+    """Name the layer's own variables (`vars/0`, `vars/1`, ...) by its class's variable order."""
+    vars_ = group.get("vars")
+    count = len(vars_) if isinstance(vars_, h5py.Group) else 0
+    if count == 0 or vars_ is None:
+        return
+    if sorted(vars_, key=lambda k: (len(k), k)) != [str(i) for i in range(count)]:
+        raise ValueError(f"layer '{path}': its variables are not numbered 0 to {count - 1}")
+    what = f"layer '{path}' ({cls or 'class unknown'})"
+    known = _orders(cls, config) if cls in VARIABLES else []
+    orders = [o for o in known if len(o) == count]
+    if cls not in VARIABLES and strict:
+        raise ValueError(f"{what} has {count} variables, and specgen does not know the variable order of {cls}")
+    if known and not orders:
+        expected = " or ".join(f"{len(o)} ({', '.join(o)})" for o in known)
+        raise ValueError(f"{what} has {count} variables in the file, but {'its config' if strict else 'that class'} "
+                         f"gives {expected}")
+    names = orders[0] if len(orders) == 1 else [f"vars/{i}" for i in range(count)]
+    hint = "" if len(orders) == 1 else (
+        f"variable {{i}} of {what}: the file alone does not say which of "
+        + " / ".join(", ".join(o) for o in orders) + " it holds; map it by name" if orders
+        else f"variable {{i}} of {what}; map it by name")
+    for i, name in enumerate(names):
+        found[f"{path}/{name}"] = _weight(vars_[str(i)], hint.replace("{i}", str(i)))
+
+
+def _holds_weights(group: h5py.Group) -> bool:
+    flag: list[bool] = []
+    group.visititems(lambda _, obj: flag.append(True) if isinstance(obj, h5py.Dataset) else None)
+    return bool(flag)
+
+
+def _children(layers: h5py.Group, config: dict[str, Any] | None, where: str
+              ) -> list[tuple[h5py.Group, dict[str, Any] | None]]:
+    """The layer groups under `layers/`, each with its entry of the model config (matched by name)."""
+    groups = [layers[k] for k in layers]
+    if config is None:
+        return [(g, None) for g in groups]
+    entries = [e for e in (config.get("config") or {}).get("layers") or [] if isinstance(e, dict)]
+    by_name = {str((e.get("config") or {}).get("name", e.get("name"))): e for e in entries}
+    used: dict[str, int] = {}
+    for e in entries:  # Keras' own group names, for files that do not record the layer name
+        base = snake(str(e.get("class_name", "")))
+        used[base] = used.get(base, -1) + 1
+        by_name.setdefault("\0" + (base if used[base] == 0 else f"{base}_{used[base]}"), e)
+    out = []
+    for group in groups:
+        name = _name(group)
+        entry = by_name.get(name) or by_name.get("\0" + group.name.rsplit("/", 1)[-1])
+        if entry is None:
+            raise ValueError(f"weights group '{group.name}' (layer '{name}') matches no layer of '{where}' "
+                             "in config.json")
+        out.append((group, entry))
+    matched = {id(e) for _, e in out}
+    # Sequential omits its InputLayer's group, so only layers that hold weights must have one.
+    for lost in (e for e in entries if id(e) not in matched and e.get("class_name") in (*VARIABLES, *MODELS)):
+        raise ValueError(f"layer '{(lost.get('config') or {}).get('name', lost.get('name'))}' "
+                         f"({lost.get('class_name')}) of '{where}' in config.json has no weights group")
+    return out
+
+
+def _object(group: h5py.Group, entry: dict[str, Any] | None, prefix: str, found: dict[str, Weight],
+            top: bool = False) -> None:
+    """One saved layer or model and what it holds, its keys under `prefix` (a top model adds nothing to it)."""
+    strict = entry is not None
+    if entry is not None:
+        cls: str | None = str(entry.get("class_name"))
+    else:  # a bare .weights.h5: Keras named the group after the class (`conv2d_1`)
+        cls = None if top else CLASS_OF_GROUP.get(re.sub(r"_\d+$", "", group.name.rsplit("/", 1)[-1]))
+    config = entry.get("config") if entry is not None else None
+    config = config if isinstance(config, dict) or config is None else {}
+    path = prefix + _name(group)
+    inner = prefix if top else f"{path}/"
+    _own(group, path, cls, config, strict, found)
+    if isinstance(group.get("layers"), h5py.Group):
+        for child, child_entry in _children(group["layers"], entry, path):
+            _object(child, child_entry, inner, found)
+    for attribute in (k for k in group if k not in ("vars", "layers") and not (top and k == "optimizer")):
+        sub = group[attribute]
+        if not isinstance(sub, h5py.Group) or not _holds_weights(sub):
+            continue
+        if strict:
+            raise ValueError(f"layer '{path}' ({cls}) keeps weights in a sub-object '{attribute}', "
+                             "which specgen does not name")
+        _object(sub, None, inner, found)

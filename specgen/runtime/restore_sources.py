@@ -1,0 +1,67 @@
+"""Where restore plans read from: TensorFlow checkpoints (TF1 name-based, TF2 object-based, specgen's own)
+and Keras weight files (keras_weights.py), told apart by suffix and content, both as key -> Entry."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
+from specgen.runtime import keras_weights
+from specgen.runtime.checkpoint import resolve_prefix
+
+OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint tensor: its key as stored (an HDF5 dataset path in a Keras file), shape and dtype name."""
+
+    raw_key: str
+    shape: tuple[int, ...]
+    dtype: str
+    hint: str = ""  # what the key stands for when its name cannot say (a Keras variable by index)
+
+
+def read_source(path: Path) -> tuple[Path, dict[str, Entry]]:
+    """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix;
+    for a Keras weight file, the file and its weights by `<layer>/<weight>`."""
+    if keras_weights.is_keras_file(path):
+        found = keras_weights.read_weights(path)
+        return path, {key: Entry(w.dataset, w.shape, w.dtype, w.hint) for key, w in found.items()}
+    prefix = resolve_prefix(path)
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+    except (tf.errors.OpError, ValueError) as exc:
+        raise ValueError(f"cannot read checkpoint {shown(prefix)}: {str(exc).splitlines()[0]}") from None
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    entries: dict[str, Entry] = {}
+    for raw in sorted(shapes):
+        key = raw.removesuffix(OBJECT_SUFFIX)
+        if raw in BOOKKEEPING or key in BOOKKEEPING or (key == raw and "/.ATTRIBUTES/" in raw):
+            continue
+        entries[key] = Entry(raw, tuple(int(d) for d in shapes[raw]), dtypes[raw].name)
+    return prefix, entries
+
+
+def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Key -> (shape, dtype name) of a checkpoint prefix or folder (TF1 name-based or TF2 object-based)
+    or of a Keras weight file."""
+    try:
+        _, entries = read_source(path)
+    except ValueError as exc:
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
+    return {key: (e.shape, e.dtype) for key, e in entries.items()}
+
+
+def open_reader(prefix: Path, stack: ExitStack) -> Any:
+    """A reader with `get_tensor(raw_key)`; a Keras file stays open until `stack` closes."""
+    if keras_weights.is_keras_file(prefix):
+        return stack.enter_context(keras_weights.Reader(prefix))
+    return tf.train.load_checkpoint(str(prefix))
