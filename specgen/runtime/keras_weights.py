@@ -94,8 +94,12 @@ def is_keras_file(path: Path) -> bool:
         return False
 
 
-def _fail(path: Path, why: str) -> ValueError:
-    return ValueError(f"cannot read Keras weight file {shown(path)}: {why}")
+class KerasFileError(ValueError):
+    """A Keras weight file that cannot be read, as one line naming it."""
+
+
+def _fail(path: Path, why: str) -> KerasFileError:
+    return KerasFileError(f"cannot read Keras weight file {shown(path)}: {why}")
 
 
 @contextmanager
@@ -123,8 +127,9 @@ def open_h5(path: Path) -> Iterator[tuple[h5py.File, dict[str, Any] | None]]:
             raise _fail(path, "neither an HDF5 file nor a .keras archive")
         h5 = h5py.File(source, "r")
     except READ_ERRORS as exc:
-        raise (exc if isinstance(exc, ValueError) and str(exc).startswith("cannot read Keras") else
-               _fail(path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")) from None
+        if isinstance(exc, KerasFileError):
+            raise
+        raise _fail(path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
     with h5:
         yield h5, config
 
@@ -142,7 +147,7 @@ def read_weights(path: Path) -> dict[str, Weight]:
                 _object(h5, config, "", found, top=True)
                 return found
         except READ_ERRORS as exc:
-            if isinstance(exc, ValueError) and str(exc).startswith("cannot read Keras"):
+            if isinstance(exc, KerasFileError):
                 raise
             raise _fail(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     raise _fail(path, "an HDF5 file without Keras weights (no 'layer_names' attribute, no 'layers' group)")
