@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, LAYER_SCALE_ROLES, ROLES, Converter
+from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter
 from specgen.importers.keras.names import Namer
 from specgen.ir.ops import Layer, OpError, infer
 
@@ -143,7 +143,8 @@ class _Converter:
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
-        roles = LAYER_SCALE_ROLES if entry["op"] == "scale" else ROLES.get(entry["op"], {})
+        # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
+        roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
         for var in result.variables:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
         if result.variables and layer.config.get("trainable") is False:

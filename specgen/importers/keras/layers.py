@@ -16,9 +16,9 @@ from specgen.importers.keras.args import Args
 Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
 Converter = Callable[[Args, Shapes], dict[str, Any] | None]
 
-# spec op -> {spec role: Keras weight name} where they differ (weight keys are <layer>/<Keras name>)
-ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"}}
-LAYER_SCALE_ROLES = {"gamma": "variable"}  # convnext.LayerScale's add_weight has no name: Keras calls it 'variable'
+# spec op -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
+# Keras 3 names every variable as specgen does (DepthwiseConv2D's is `kernel`); Keras 2 did not.
+KERAS2_ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"}}
 
 
 def _two(value: Any) -> int | list[int]:
