@@ -509,6 +509,9 @@ class _Checker:
             key = "inputs" if instance.inputs is not None else "input"
         elif "op" in item and isinstance(local, str):
             raw = item.get("inputs", item.get("input"))
+            if raw is not None and not (isinstance(raw, str) or (isinstance(raw, list) and all(
+                    isinstance(r, str) for r in raw))):
+                return  # reported by _item
             given = raw if isinstance(raw, list) else [raw] if isinstance(raw, str) else None
             key = "inputs" if "inputs" in item else "input"
         else:
