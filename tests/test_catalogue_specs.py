@@ -21,10 +21,15 @@ from specgen.spec.load import load_spec
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 
-KERAS_PARAMS = {"resnet50": 25_636_712}
+KERAS_PARAMS = {"resnet50": 25_636_712, "mobilenet_v3_small": 2_554_968}
 # Keras layer types -> spec ops, counted in the Keras model (InputLayer left out).
 KERAS_LAYERS = {
     "resnet50": {"conv2d": 53, "batch_norm": 53, "add": 16, "pad": 2, "max_pool": 1, "global_avg_pool": 1, "dense": 1},
+    # MobileNetV3Small: also 23 ReLU (14 relu + 9 hard_sigmoid, which Keras builds from ReLU(6)) and 20 Activation
+    # (19 hard_swish + the softmax).
+    "mobilenet_v3_small": {"conv2d": 43, "batch_norm": 34, "depthwise_conv2d": 11, "global_avg_pool": 10,
+                           "multiply": 9, "add": 6, "pad": 4, "rescale": 1, "dropout": 1, "flatten": 1,
+                           "relu": 14, "hard_sigmoid": 9, "hard_swish": 19, "softmax": 1},
 }
 
 
