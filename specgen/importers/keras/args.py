@@ -107,7 +107,7 @@ class Args:
         return {"kind": kind, **{k: float(config[k]) for k in keys if k in config}} if keys else kind
 
     def note(self, key: str, value: Any, why: str) -> None:
-        self.notes.append((self.layer.name, f"{self.layer.cls} {key}={short(value)}: {why}"))
+        self.notes.append((self.layer.name, f"{self.layer.cls} {key}={short(value)} ({why})"))
 
     def _check_dtype(self) -> None:
         dtype = self.config.get("dtype", "float32")
@@ -122,6 +122,6 @@ class Args:
             if value in (None, False, {}, []) or (key == "data_format" and value == "channels_last"):
                 continue
             if key in TRAINING_ONLY:
-                self.note(key, value, "training only, dropped (no effect on the imported model's outputs)")
+                self.note(key, value, "training only")
                 continue
             raise self.refuse(key, "the importer knows no spec form for it")

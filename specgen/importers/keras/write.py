@@ -33,7 +33,7 @@ def _dropped(notes: list[tuple[str, str]]) -> list[str]:
     for what, layers in by_what.items():
         shown = ", ".join(layers[:MAX_LISTED]) + (f" and {len(layers) - MAX_LISTED} more" if len(layers) > MAX_LISTED
                                                   else "")
-        lines.append(f"  {what} ({shown})")
+        lines.append(f"  {what}: {shown}")
     return lines
 
 
@@ -44,7 +44,7 @@ def header(imp: Imported, label: str) -> list[str]:
         lines.append("Renamed (not valid spec names; the restore map carries layer renames):")
         lines += [f"  {what} {keras!r} -> {spec!r}" for what, keras, spec in imp.renamed]
     if imp.notes:
-        lines.append("Dropped (none of these changes an output of the imported weights):")
+        lines.append("Dropped (none changes an output of the imported weights; fine-tuning runs without them):")
         lines += _dropped(imp.notes)
     return _comment_lines("\n".join(lines))
 
