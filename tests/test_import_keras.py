@@ -233,3 +233,40 @@ def test_legacy_h5(tmp_path: Path) -> None:
                                                "map": [{"from": "dw/depthwise_kernel", "to": "dw/kernel"}]}
     feeds = {"pixels": np.random.default_rng(5).standard_normal((3, 8, 8, 2)).astype(np.float32)}
     assert compare(spec, tmp_path, model, feeds) < RTOL
+
+
+def test_custom_class_refused_without_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config naming a user's module is refused by name; the module is never imported."""
+    import json
+    import sys
+    import zipfile
+
+    layer = {"module": "mypkg_never_imported.layers", "class_name": "Fancy", "registered_name": "mypkg>Fancy",
+             "name": "fancy", "config": {"name": "fancy"},
+             "inbound_nodes": [{"args": [{"class_name": "__keras_tensor__",
+                                          "config": {"shape": [None, 4], "dtype": "float32", "keras_history": ["a", 0, 0]}}],
+                                "kwargs": {}}]}
+    inputs = {"module": "keras.layers", "class_name": "InputLayer", "name": "a", "inbound_nodes": [],
+              "config": {"batch_shape": [None, 4], "dtype": "float32", "name": "a"}}
+    config = {"class_name": "Functional", "config": {"name": "m", "layers": [inputs, layer],
+                                                     "input_layers": [["a", 0, 0]], "output_layers": [["fancy", 0, 0]]}}
+    with zipfile.ZipFile(tmp_path / "c.keras", "w") as archive:
+        archive.writestr("config.json", json.dumps(config))
+    assert run_import(tmp_path / "c.keras", "-o", tmp_path / "c.yaml") == 1
+    assert not (tmp_path / "c.yaml").exists() and "mypkg_never_imported" not in sys.modules
+    assert "Keras layer 'fancy' (Fancy): a custom class from module 'mypkg_never_imported.layers'" in \
+        capsys.readouterr().err
+
+
+def test_weights_option_wins(tmp_path: Path) -> None:
+    """--weights replaces the model file's own weights in checkpoint.restore (path relative to the spec)."""
+    a = keras.Input((4,), name="a")
+    keras.Model(a, keras.layers.Dense(2, name="fc")(a)).save(tmp_path / "m.keras")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "tuned.weights.h5").write_bytes(b"")
+    (tmp_path / "specs").mkdir()
+    assert run_import(tmp_path / "m.keras", "-o", tmp_path / "specs" / "m.yaml",
+                      "--weights", tmp_path / "w" / "tuned.weights.h5") == 0
+    doc = yaml.safe_load((tmp_path / "specs" / "m.yaml").read_text())
+    assert doc["checkpoint"]["restore"] == [{"from": "../w/tuned.weights.h5"}]
+    assert not list((tmp_path / "specs").glob("*.h5"))
