@@ -158,8 +158,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
               f"weights from the restore plan of {shown(args.spec)}")
         print(f"restore: {restore['summary']}" + (f"; initialized: {', '.join(left)}" if left else ""))
+    scaled = report["parity_scaled_diff"]  # the gated figure: diff / max(1, max |output|), as exporter.scaled_diff
+    relative = "" if scaled == report["parity_max_abs_diff"] else f"; {scaled:.3g} of the output's magnitude"
     print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
-          f"on {report['compared_examples']} examples (limit 1e-4)")
+          f"on {report['compared_examples']} examples{relative} (limit 1e-4)")
     if report["onnxruntime_accuracy"] is not None:
         print(f"eval accuracy: onnxruntime {report['onnxruntime_accuracy']:.4f}, "
               f"TensorFlow {report['tensorflow_accuracy']:.4f}")

@@ -162,9 +162,9 @@ def test_mobilenet_v3_small_constructor(tmp_path: Path, capsys: pytest.CaptureFi
     assert run_import("MobileNetV3Small", "--input-shape", "32,32,3", "--classes", "7", "-o", spec,
                       "--collections", "stages") == 0
     assert "wrote" in capsys.readouterr().out
-    weights = tmp_path / "mnv3.weights.h5"
+    weights = tmp_path / "mnv3.keras"
     doc = yaml.safe_load(spec.read_text())
-    assert doc["checkpoint"]["restore"][0]["from"] == "mnv3.weights.h5" and weights.is_file()
+    assert doc["checkpoint"]["restore"][0]["from"] == "mnv3.keras" and weights.is_file()
     assert doc["collections"]["expanded_conv_3"] == ["expanded_conv_3_*"]
     assert main(["validate", str(spec)]) == 0
     model = keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=7)

@@ -20,7 +20,7 @@ from specgen.importers.keras.stages import stages
 from specgen.importers.keras.write import render
 
 __all__ = ["Result", "import_keras"]
-WEIGHTS_SUFFIX = ".weights.h5"  # constructor weights: <spec stem>.weights.h5 beside the spec
+WEIGHTS_SUFFIX = ".keras"  # constructor weights: <spec stem>.keras beside the spec (self-describing: config.json)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter
+from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
 from specgen.importers.keras.names import Namer
 from specgen.ir.ops import Layer, OpError, infer
 
@@ -125,7 +125,7 @@ class _Converter:
         shapes = [self.shapes[i] for i in ins]
         convert = _converter(layer)
         if convert is None:
-            keys: dict[str, Any] | None = _operation(layer)
+            keys: dict[str, Any] | list[Part] | None = _operation(layer)
         else:
             args = Args(layer, self.keras2, self.out.notes)
             keys = convert(args, shapes)
@@ -135,11 +135,22 @@ class _Converter:
                 raise layer_problem(layer.name, layer.cls, "an identity with several inputs")
             self.spec_of[layer.name] = ins[0]
             return
-        name = self.namer.layer(layer.name)
-        self._renamed("layer", layer.name, name)
+        if isinstance(keys, dict):
+            self._add(layer, layer.name, self.namer.layer(layer.name), keys, ins)
+            return
+        parts: dict[str, str] = {}  # suffix -> spec name
+        for i, part in enumerate(keys):  # no variables: nothing to map for the restore
+            last = i == len(keys) - 1
+            wanted = layer.name if last else f"{layer.name}_{part.suffix}"
+            name = self.namer.layer(wanted)
+            self._add(layer, wanted, name, dict(part.keys), [ins[r] if isinstance(r, int) else parts[r] for r in part.reads])
+            parts[part.suffix] = name
+
+    def _add(self, layer: KLayer, wanted: str, name: str, keys: dict[str, Any], ins: list[str]) -> None:
+        self._renamed("layer", wanted, name)
         wiring = {"inputs": ins} if keys["op"] in MULTI_INPUT else {"input": ins[0]}
         entry = {"name": name, "op": keys.pop("op"), **wiring, **keys}
-        result = self._check(layer, entry, shapes, [self.dtypes[i] for i in ins])
+        result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype

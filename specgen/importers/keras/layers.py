@@ -9,12 +9,26 @@ that computes the identity (Activation('linear'), Identity), whose readers then 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from specgen.importers.keras.args import Args
 
 Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
-Converter = Callable[[Args, Shapes], dict[str, Any] | None]
+
+
+@dataclass
+class Part:
+    """One of several spec layers that together compute one Keras layer (in order; the last is named as the
+    Keras layer, the others `<layer>_<suffix>`). `reads` are the Keras layer's input indexes, or the suffix
+    of an earlier part."""
+
+    keys: dict[str, Any]
+    reads: list[int | str]
+    suffix: str = ""
+
+
+Converter = Callable[[Args, Shapes], dict[str, Any] | list[Part] | None]
 
 # spec op -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
 # Keras 3 names every variable as specgen does (DepthwiseConv2D's is `kernel`); Keras 2 did not.
@@ -280,6 +294,14 @@ def layer_scale(a: Args, shapes: Shapes) -> dict[str, Any]:
     return {"op": "scale", "init_values": float(a.get("init_values"))}
 
 
+def custom_scale(a: Args, shapes: Shapes) -> list[Part]:
+    """InceptionResNetV2's `x[0] + x[1] * scale`: Keras multiplies by the float32 constant, then adds; a rescale
+    (x * scale, no offset) then an add are the same float32 operations in the same order, so bitwise equal."""
+    if len(shapes) != 2:
+        raise a.refuse("scale", "it adds two inputs")
+    return [Part({"op": "rescale", "scale": float(a.get("scale"))}, [1], "scaled"), Part({"op": "add"}, [0, "scaled"])]
+
+
 def identity(a: Args, shapes: Shapes) -> None:
     return None
 
@@ -297,4 +319,5 @@ CONVERTERS: dict[str, Converter] = {
 # Keras' own classes outside keras.layers, known by (module, class): never imported, read from their config.
 APPLICATION_CLASSES: dict[tuple[str, str], Converter] = {
     ("keras.src.applications.convnext", "LayerScale"): layer_scale,
+    ("keras.src.applications.inception_resnet_v2", "CustomScaleLayer"): custom_scale,
 }

@@ -94,9 +94,11 @@ def build_constructor(name: str, input_shape: tuple[int, ...] | None, classes: i
     except (ValueError, TypeError) as exc:
         raise ImportProblem(f"keras.applications.{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
                             f"failed: {exc}") from None
+    # A .keras archive, not a bare .weights.h5: its config.json says each weight group's class and options
+    # (BatchNormalization(scale=False) has no gamma), so the reader never guesses them from group names.
     with tempfile.TemporaryDirectory() as folder:
-        target = Path(folder) / "model.weights.h5"
-        model.save_weights(target)
+        target = Path(folder) / "model.keras"
+        model.save(target)
         data = target.read_bytes()
     config = {"class_name": "Functional", "config": model.get_config()}
     return Source(config, keras2=False, weights=None, weights_bytes=data, label=f"keras.applications.{name}")
