@@ -30,7 +30,7 @@ from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
 
 if TYPE_CHECKING:
-    from specgen.spec.expand import Origins
+    from specgen.spec.origins import Origins
 
 TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",

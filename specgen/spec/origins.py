@@ -1,0 +1,84 @@
+"""Where each expanded layer is written, for diagnostics (spec/expand.py fills it, load.py reads it).
+
+`LoadedSpec.diagnostic(("layers", i, ...))` goes through `Origins.locate`: for a layer that came from a
+block, the position is the layer's line inside the block, and the message gains a note naming every
+instance it was expanded through with its own `path:line:col`, and where a `$param` value was set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgen.diagnostics import Position, safe_repr
+from specgen.spec.blocks import PARAM_REF
+from specgen.spec.yaml_source import PathKey, SourceMap
+
+
+@dataclass(frozen=True)
+class Site:
+    """One instance a layer was expanded through."""
+
+    name: str  # as expanded: 'stage2/1'
+    block: str
+    loc: PathKey  # its entry in `layers` or in a block's `layers`
+    args: Mapping[str, tuple[Any, PathKey]]  # parameter -> (value, where that value is written)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an expanded layer is written, and the instances it came through (innermost first)."""
+
+    loc: PathKey
+    sites: tuple[Site, ...] = ()
+
+
+@dataclass
+class Origins:
+    """Expanded layer index -> Origin: turns `("layers", i, ...)` into a position and a note."""
+
+    source: SourceMap
+    data: Any
+    items: list[Origin] = field(default_factory=list)
+
+    def locate(self, loc: PathKey, key: bool = False) -> tuple[Position | None, str]:
+        if len(loc) < 2 or loc[0] != "layers" or not isinstance(loc[1], int) or not 0 <= loc[1] < len(self.items):
+            return self.source.locate(loc, self.data, key=key), ""
+        origin = self.items[loc[1]]
+        return self.at(origin, loc[2:], key)
+
+    def at(self, origin: Origin, rest: PathKey = (), key: bool = False) -> tuple[Position | None, str]:
+        return self.source.locate((*origin.loc, *rest), self.data, key=key), self.note(origin, rest)
+
+    def note(self, origin: Origin, rest: PathKey = ()) -> str:
+        """' (in instance 'a/1' of block 'b' at f:3:7, in ...; $filters is 64, set at f:9:40)'."""
+        if not origin.sites:
+            return ""
+        text = " (in " + ", in ".join(f"instance '{s.name}' of block '{s.block}' at {self._shown(s.loc)}"
+                                     for s in origin.sites)
+        ref = self._param_at(origin.loc, rest)
+        if ref is not None and ref in origin.sites[0].args:
+            value, where = origin.sites[0].args[ref]
+            text += f"; ${ref} is {safe_repr(value)}, set at {self._shown(where)}"
+        return text + ")"
+
+    def _shown(self, loc: PathKey) -> str:
+        position = self.source.locate(loc, self.data)
+        return f"{self.source.path}:{position.line}:{position.col}" if position else self.source.path
+
+    def _param_at(self, loc: PathKey, rest: PathKey) -> str | None:
+        """The parameter whose `$ref` is written where a diagnostic points, if one is."""
+        node = _node(self.data, loc)
+        for part in rest:
+            if isinstance(node, dict) and isinstance(part, str) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+        return node[1:] if isinstance(node, str) and PARAM_REF.match(node) else None
+
+
+def _node(data: Any, loc: PathKey) -> Any:
+    for part in loc:
+        data = data[part]
+    return data
