@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from specgen.cli import main
-from tests.keras_parity import generated_model
+from keras_parity import generated_model
 
 keras = pytest.importorskip("keras")
 RTOL = 1e-5
