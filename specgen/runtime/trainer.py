@@ -25,7 +25,7 @@ from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.generated import load_generated
-from specgen.runtime.restore import apply_plan, plan_restore, summary_line
+from specgen.runtime.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.resume import Options, Start, prepare, run_folder
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
@@ -153,7 +153,7 @@ class Session:
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, getattr(self.trainer, "ema_shadows", []), strict=False):
             shadow.assign(variables[path])
-        return summary_line(plan)
+        return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
         return {name: float(getattr(self.trainer, f"opt_{name}_learning_rate").numpy())
@@ -254,6 +254,13 @@ class Session:
                                         "writable, then continue with --resume")]) from None
         self.saved_at, self.last_path = self.step, path
         return path
+
+
+def _initialized_lines(plan: RestorePlan) -> str:
+    """The variables a fine-tuning run starts from their initializers (a new head, say), one per line:
+    the restored ones are the expected case and stay a count (`specgen restore-plan` prints all)."""
+    fresh = [row.path for row in plan.rows if row.status == "initialized"]
+    return "".join(f"\n  initialized: {path}" for path in fresh)
 
 
 class Progress:
