@@ -56,9 +56,12 @@ def optimizers_table(ir: ModelIR, optimizers: Mapping[str, Any]) -> str:
 def flops_table(ir: ModelIR) -> str:
     rows, total_f, total_b, total_p = [], 0, 0, 0
     for node in ir.nodes:
-        params = sum(v.size for v in node.variables.values())
+        # A shared layer's weights are counted once, under their owner; its FLOPs (and the weight
+        # gradients of its call, which add to the owner's) count like any layer's.
+        params = 0 if node.shares else sum(v.size for v in node.variables.values())
         backward = backward_flops(node.flops, any("trainable" in v.collections for v in node.variables.values()))
-        rows.append((node.name, node.op + (f"+{node.activation}" if node.activation else ""), _shape(node.shape),
+        op = node.op + (f"+{node.activation}" if node.activation else "") + (f", shares {node.shares}" if node.shares else "")
+        rows.append((node.name, op, _shape(node.shape),
                      f"{params:,}", f"{node.flops:,}", f"{backward:,}"))
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
     rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}"))

@@ -65,6 +65,7 @@ class Node:
     onnx_name: str
     flops: int
     index: int  # position in the spec's `layers` list
+    shares: str | None = None  # `share:` resolved to the owning layer: `variables` are that layer's
 
 
 @dataclass(frozen=True)

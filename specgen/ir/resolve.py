@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
-from specgen.ir import ops
+from specgen.ir import ops, shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
@@ -23,6 +23,7 @@ from specgen.ir.naming import (
     onnx_name,
     py_name,
 )
+from specgen.ir.shares import share_owners
 from specgen.spec.load import LoadedSpec
 
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
@@ -32,9 +33,11 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     """Resolve a validated spec, or raise SpecError with every problem found."""
     spec = loaded.spec
     edges, problems = wire(loaded)
+    owners, share_problems = share_owners(loaded)
+    problems += share_problems
     order, cycle = topological_order(loaded, edges) if not problems else ([], [])
     problems += cycle
-    layers = _infer_layers(loaded, edges, order, problems) if not problems else []
+    layers = _infer_layers(loaded, edges, order, owners, problems) if not problems else []
     problems += _check_outputs(loaded)
     if problems:
         raise SpecError(problems)
@@ -49,8 +52,10 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     for name, paths in members.collections.items():
         for path in paths:
             index.setdefault(path, set()).add(name)
-    nodes = [_node(x, index) for x in layers]  # variables are created once, with their final collections
-    model_vars = [v for node in nodes for v in node.variables.values()]
+    # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
+    made = {path: _variable(path, d, index.get(path, ())) for x in layers for path, d in x.variables}
+    nodes = [_node(x, made) for x in layers]
+    model_vars = list(made.values())
     state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
     opset = spec.export.onnx.opset
@@ -68,17 +73,19 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
 class _Inferred:
     """A layer whose shape is inferred; it becomes a Node once collections are resolved."""
 
-    layer: Any
+    layer: Any  # the spec's layer; for a sharing layer, its owner's configuration under its own name and inputs
     index: int  # position in the spec's `layers` list
     sources: list[str]
     shapes: list[Shape]
     result: ops.OpResult
     variables: list[tuple[str, ops.VarDecl]]  # (spec path, declaration) of each variable the layer owns
+    shares: str | None = None  # the layer whose variables this one uses (it owns none)
 
 
-def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int],
+def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int], owners: dict[str, str],
                   problems: list[Diagnostic]) -> list[_Inferred]:
     spec = loaded.spec
+    by_name = {layer.name: layer for layer in spec.layers} if owners else {}
     known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), i.dtype) for n, i in spec.inputs.items()}
     inferred: list[_Inferred] = []
     for i in order:
@@ -87,28 +94,32 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
         if any(s not in known for s in sources):
             continue  # an input already failed; do not pile errors on top of it
         shapes = [known[s][0] for s in sources]
+        owner = owners.get(layer.name)
         try:
-            result = ops.infer(layer, shapes, [known[s][1] for s in sources])
+            config = shares.effective(layer, by_name[owner]) if owner else layer
+            result = ops.infer(config, shapes, [known[s][1] for s in sources])
         except ops.OpError as exc:
             key = exc.key if exc.key in layer.model_fields_set or exc.key in ("input", "inputs") else None
             problems.append(loaded.diagnostic(("layers", i, key) if key else ("layers", i),
                                               f"layer '{layer.name}' ({layer.op}): {exc}"))
             continue
         known[layer.name] = (result.shape, result.dtype)
-        paths = [(f"{layer.name}/{d.role}", d) for d in result.variables]
-        inferred.append(_Inferred(layer, i, sources, shapes, result, paths))
+        paths = [] if owner else [(f"{layer.name}/{d.role}", d) for d in result.variables]
+        inferred.append(_Inferred(config, i, sources, shapes, result, paths, owner))
+    if owners:
+        problems += shares.check_shapes(loaded, inferred)
     return inferred
 
 
-def _node(x: _Inferred, index: dict[str, set[str]]) -> Node:
+def _node(x: _Inferred, made: dict[str, Variable]) -> Node:
     layer, result = x.layer, x.result
     act = ops.activation_of(layer)
     return Node(
         name=layer.name, op=layer.op, inputs=tuple(x.sources), input_shapes=tuple(x.shapes), shape=result.shape,
         dtype=result.dtype, params=result.params,
-        variables={d.role: _variable(path, d, index.get(path, ())) for path, d in x.variables},
+        variables={d.role: made[f"{x.shares or layer.name}/{d.role}"] for d in result.variables},
         activation=None if act == "linear" else act, py_name=py_name(layer.name),
-        onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index,
+        onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index, shares=x.shares,
     )
 
 
@@ -194,14 +205,18 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
     if loss_output not in spec.outputs:
         return []  # no loss, or one that names no output (reported by _check_sections)
     reach = _upstream(spec.outputs[loss_output], layers)
-    owner = {path: x.layer.name for x in layers for path, _ in x.variables}
+    # A shared variable is used by its owner and by every layer that shares it: it reaches the loss through any.
+    users: dict[str, set[str]] = {}
+    for x in layers:
+        for decl in x.result.variables:
+            users.setdefault(f"{x.shares or x.layer.name}/{decl.role}", set()).add(x.layer.name)
     problems = []
     for name, paths in members.optimizers.items():
-        lost = [p for p in paths if owner[p] not in reach]
+        lost = [p for p in paths if not users[p] & reach]
         if not lost:
             continue
         fed = [out for out, layer in spec.outputs.items()
-               if out != loss_output and {owner[p] for p in lost} & _upstream(layer, layers)]
+               if out != loss_output and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
         where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
                  else "their layers reach no output")
         fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"

@@ -72,4 +72,6 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
 
 def _comment(node: Node) -> str:
     shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
-    return f"{node.name}: {node.op} -> [{shape}]"
+    # A shared layer's weights are its owner's attributes/initializers: say whose, where they are read.
+    shares = f" (shares {node.shares})" if node.shares else ""
+    return f"{node.name}: {node.op} -> [{shape}]{shares}"

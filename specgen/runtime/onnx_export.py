@@ -1,7 +1,8 @@
 """Turn the built ONNX graph (weights as graph inputs) into a servable model with weights.
 
 No TensorFlow here: values arrive as numpy arrays in TensorFlow's layout, keyed by
-spec path. Batch norm after a Conv or Gemm whose output nothing else reads is
+spec path. Batch norm after a Conv or Gemm whose output nothing else reads, and whose
+weights no other node reads (a shared layer's are read by each call), is
 folded into that layer's weights (W' = W * s, b' = (b - mean) * s + beta, with
 s = gamma / sqrt(var + eps)); the rest stay BatchNormalization in inference form.
 A batch norm without gamma or beta (`scale: false` / `center: false`) reads a
@@ -63,6 +64,11 @@ def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> 
     for node in graph.node:
         producer = producers.get(node.input[0]) if node.op_type == "BatchNormalization" else None
         if producer is None or producer.op_type not in ("Conv", "Gemm") or consumers[node.input[0]] != 1:
+            keep.append(node)
+            continue
+        if any(consumers.get(w, 0) > 1 for w in producer.input[1:]):
+            # A shared layer's kernel or bias, read by another node too: scaling it would apply this
+            # batch norm to the other call as well (and two folds would scale it twice).
             keep.append(node)
             continue
         mean, var = weights[node.input[3]], weights[node.input[4]]

@@ -77,11 +77,19 @@ InitializerSpec = by_shape(scalar_or_mapping, "an initializer name or a mapping 
                            scalar=InitializerName, mapping=Initializer)
 
 
+# A layer with `share:` is a second call of another layer: its owner's variables, op and configuration
+# (docs/spec.md, "Shared layers"; checked in specgen/ir/shares.py).
+SHARE_DESCRIPTION = ("Reuse this layer's variables (a layer called twice): same op, and every other key "
+                     "equal to that layer's or left out (left out: that layer's value).")
+
+
 class LayerBase(SpecModel):
     name: LayerName
     input: LayerName | None = Field(None, description="Input layer or spec input; defaults to the previous layer.")
+    share: LayerName | None = Field(None, description=SHARE_DESCRIPTION)
 
 
 class MultiInputBase(SpecModel):
     name: LayerName
     inputs: Annotated[list[LayerName], Field(min_length=2)]
+    share: LayerName | None = Field(None, description=SHARE_DESCRIPTION)
