@@ -133,7 +133,8 @@ def test_import_freeze_train_export_infer(flow: dict[str, Any], capsys: pytest.C
     assert "mobilenet_v2.keras:predictions/kernel" in plan and "restored 260, initialized 2, unused 2" in plan
 
     out = run(capsys, "train", str(spec), "--steps", str(STEPS), "--set", "checkpoint.dir=run")
-    assert "restore: restored 260, initialized 2, unused 2, mismatched 0" in out
+    assert ("restore: restored 260, initialized 2, unused 2, mismatched 0; "
+            "initialized: head/logits/kernel, head/logits/bias") in out
     reader = tf.train.load_checkpoint(str(run_dir))
     trained = {v.path: reader.get_tensor(v.path) for v in ir.model_variables}
 

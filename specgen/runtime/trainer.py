@@ -257,10 +257,10 @@ class Session:
 
 
 def _initialized_lines(plan: RestorePlan) -> str:
-    """The variables a fine-tuning run starts from their initializers (a new head, say), one per line:
-    the restored ones are the expected case and stay a count (`specgen restore-plan` prints all)."""
+    """The variables a fine-tuning run starts from their initializers (a new head, say), as `specgen export`
+    names them: the restored ones are the expected case and stay a count (`specgen restore-plan` lists all)."""
     fresh = [row.path for row in plan.rows if row.status == "initialized"]
-    return "".join(f"\n  initialized: {path}" for path in fresh)
+    return f"; initialized: {', '.join(fresh)}" if fresh else ""
 
 
 class Progress:
