@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from keras_parity import generated_model
 
 from specgen.cli import main
-from keras_parity import generated_model
 
 keras = pytest.importorskip("keras")
 RTOL = 1e-5
