@@ -154,8 +154,9 @@ def one(name: str, size: int, result: Path, repeats: int, seconds: float) -> Non
     try:
         converted, _ = tf2onnx.convert.from_function(forward, input_signature=signature, opset=TF2ONNX_OPSET)
         row["tf2onnx_nodes"] = len(converted.graph.node)
-        theirs = ort_session("tf2onnx", converted, "cpu", 0)
-        row["tf2onnx_rel_diff"] = _rel(theirs.call(x2), reference)
+        session = ort_session("tf2onnx", converted, "cpu", 0)
+        row["tf2onnx_rel_diff"] = _rel(session.call(x2), reference)  # raises when its graph cannot run
+        theirs = session
     except Exception as exc:  # tf2onnx's own failure: recorded, the row goes on without it
         row["tf2onnx_error"] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
     for batch in BATCHES:
