@@ -183,14 +183,6 @@ def refusal(tmp_path: Path, model: Any, capsys: pytest.CaptureFixture[str]) -> s
     return capsys.readouterr().err
 
 
-def test_shared_layer_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
-    shared = keras.layers.Dense(3, name="shared")
-    model = keras.Model([a, b], keras.layers.Add(name="sum")([shared(a), shared(b)]))
-    err = refusal(tmp_path, model, capsys)
-    assert "Keras layer 'shared' (Dense): called 2 times" in err and "no shared layers" in err
-
-
 def test_lambda_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = keras.Input((4,), name="a")
     model = keras.Model(a, keras.layers.Lambda(lambda t: t * 2, name="double")(a))

@@ -22,6 +22,7 @@ from specgen.spec.load import load_spec_text
 from tests.test_op_parity import check_parity
 
 TOLERANCE = 1e-5
+RELATIVE = 1e-5  # imported models: of the output's largest magnitude, as tests/test_import_keras.py
 
 # enc and bn are each called on both images; fc on its own output. One layer a line (positions below).
 SPEC = """\
@@ -294,3 +295,72 @@ def test_training_a_shared_layer_frozen_and_trained(tmp_path: Path) -> None:
     end = values(frozen.model.variables_by_path())
     np.testing.assert_array_equal(end["body/kernel"], start["body/kernel"])
     assert np.abs(end["out/kernel"] - start["out/kernel"]).max() > 1e-3
+
+
+# --- import keras: a layer called twice becomes `share:` ------------------------------------------
+
+
+def imported_shared_model(tmp_path: Path) -> tuple[Any, dict[str, np.ndarray]]:
+    """keras_shared_model, plus a nested Sequential called on both branches; random weights; saved as m.keras."""
+    keras = pytest.importorskip("keras")
+    from tests.test_import_keras import randomize
+
+    layers = keras.layers
+    a, b = keras.Input((6, 6, 3), name="a"), keras.Input((6, 6, 3), name="b")
+    enc = layers.Conv2D(4, 3, padding="same", activation="relu", name="enc")
+    bn = layers.BatchNormalization(name="bn")
+    head = keras.Sequential([layers.Dense(5, activation="tanh", name="d1"), layers.Dense(6, name="d2")], name="head")
+    fc = layers.Dense(6, activation="tanh", name="fc")
+    pool = layers.GlobalAveragePooling2D(name="gap")
+    left, right = pool(bn(enc(a))), pool(bn(enc(b)))
+    first = fc(layers.Add(name="sum")([head(left), head(right)]))
+    model = keras.Model([a, b], {"y": layers.Add(name="out")([first, fc(first)])}, name="shared_import")
+    randomize(model)
+    model.save(tmp_path / "m.keras")
+    rng = np.random.default_rng(5)
+    return model, {name: rng.standard_normal((4, 6, 6, 3)).astype(np.float32) for name in ("a", "b")}
+
+
+def test_import_keras_shared_layers_and_a_nested_model_called_twice(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from specgen.cli import main
+    from tests.test_import_keras import compare, run_import
+
+    model, feeds = imported_shared_model(tmp_path)
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    shares = {layer["name"]: layer["share"] for layer in doc["layers"] if "share" in layer}
+    assert shares == {"enc/call2": "enc", "bn/call2": "bn", "gap/call2": "gap", "head/call2/d1": "head/d1",
+                      "head/call2/d2": "head/d2", "fc/call2": "fc"}
+    assert not any(e["to"].startswith(tuple(shares)) for e in doc["checkpoint"]["restore"][0].get("map", []))
+    assert main(["validate", str(spec)]) == 0
+    assert compare(spec, tmp_path, model, feeds) < RELATIVE
+
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 0  # weights from m.keras, no checkpoint
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    theirs = model.predict(feeds, verbose=0)["y"]
+    ours = session.run(["y"], feeds)[0]
+    assert float(np.abs(ours - theirs).max() / np.abs(theirs).max()) < RELATIVE
+
+
+def test_import_legacy_h5_shared_layer(tmp_path: Path) -> None:
+    """Keras 2 configs number a layer's calls the same way: [layer, call, tensor] in each inbound node."""
+    tf_keras = pytest.importorskip("tf_keras")
+    from tests.test_import_keras import compare, randomize, run_import
+
+    layers = tf_keras.layers
+    a, b = tf_keras.Input((5,), name="a"), tf_keras.Input((5,), name="b")
+    shared = layers.Dense(5, activation="tanh", name="shared")
+    model = tf_keras.Model([a, b], layers.Add(name="sum")([shared(shared(a)), shared(b)]), name="legacy_shared")
+    randomize(model)
+    model.save(tmp_path / "legacy.h5")
+    spec = tmp_path / "legacy.yaml"
+    assert run_import(tmp_path / "legacy.h5", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    assert {layer["name"]: layer.get("share") for layer in doc["layers"]} == {
+        "shared": None, "shared/call2": "shared", "shared/call3": "shared", "sum": None}
+    rng = np.random.default_rng(6)
+    feeds = {name: rng.standard_normal((3, 5)).astype(np.float32) for name in ("a", "b")}
+    assert compare(spec, tmp_path, model, feeds) < RELATIVE

@@ -84,7 +84,9 @@ def _order(graph: KGraph) -> list[KLayer]:
     done = {i.name for i in graph.inputs}
     pending, ordered = list(graph.layers), []
     while pending:
-        ready = [layer for layer in pending if all(p in done for p in layer.inputs)]
+        # A later call of a shared layer also waits for the first, whose spec name its `share:` names.
+        ready = [layer for layer in pending if all(p in done for p in layer.inputs)
+                 and (layer.shares is None or layer.shares in done)]
         if not ready:
             raise ImportProblem(f"the model config has a cycle or a missing tensor at '{pending[0].name}'")
         for layer in ready:
@@ -99,6 +101,7 @@ class _Converter:
         self.graph, self.keras2, self.namer = graph, keras2, Namer()
         self.out = Imported(self.namer.identifier(graph.name), {}, {}, [])
         self.spec_of: dict[str, str] = {}  # Keras producer -> spec name it reads as
+        self.made: dict[tuple[str, str], str] = {}  # (Keras layer, part suffix) -> spec layer, for `share:`
         self.shapes: dict[str, tuple[Any, ...]] = {}
         self.dtypes: dict[str, str] = {}
 
@@ -136,26 +139,32 @@ class _Converter:
             self.spec_of[layer.name] = ins[0]
             return
         if isinstance(keys, dict):
-            self._add(layer, layer.name, self.namer.layer(layer.name), keys, ins)
+            self._add(layer, layer.name, self.namer.layer(layer.name), keys, ins, "")
             return
         parts: dict[str, str] = {}  # suffix -> spec name
         for i, part in enumerate(keys):  # no variables: nothing to map for the restore
             last = i == len(keys) - 1
             wanted = layer.name if last else f"{layer.name}_{part.suffix}"
             name = self.namer.layer(wanted)
-            self._add(layer, wanted, name, dict(part.keys), [ins[r] if isinstance(r, int) else parts[r] for r in part.reads])
+            self._add(layer, wanted, name, dict(part.keys), [ins[r] if isinstance(r, int) else parts[r] for r in part.reads],
+                      part.suffix)
             parts[part.suffix] = name
 
-    def _add(self, layer: KLayer, wanted: str, name: str, keys: dict[str, Any], ins: list[str]) -> None:
+    def _add(self, layer: KLayer, wanted: str, name: str, keys: dict[str, Any], ins: list[str], part: str) -> None:
         self._renamed("layer", wanted, name)
         wiring = {"inputs": ins} if keys["op"] in MULTI_INPUT else {"input": ins[0]}
-        entry = {"name": name, "op": keys.pop("op"), **wiring, **keys}
+        # A later call of a shared Keras layer: the same keys, and the first call's variables.
+        share = {"share": self.made[(layer.shares, part)]} if layer.shares else {}
+        entry = {"name": name, "op": keys.pop("op"), **wiring, **share, **keys}
+        self.made[(layer.name, part)] = name
         result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
         # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
         roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
+        if share:
+            return  # its variables are the first call's, mapped and frozen there
         for var in result.variables:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
         if result.variables and layer.config.get("trainable") is False:

@@ -8,6 +8,8 @@ are `{"args": [...], "kwargs": {...}}` with `__keras_tensor__` references) and K
 
 Tensors are keyed `<scope><layer>:<node>:<tensor>`; an alias table sends the keys of input
 layers and nested-model outputs on to the layer (or model input) that really produces them.
+A layer or nested model called k > 1 times gives a layer per call: later calls are named
+`<layer>/call<k>` and share the first call's weights (`KLayer.shares`, `share:` in the spec).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class KLayer:
     config: dict[str, Any]
     args: list[Any]  # Ref for tensors, plain values for constants (operations like `x + 3.0`)
     inputs: list[str] = field(default_factory=list)  # producers (layer paths or input names), resolved
+    shares: str | None = None  # a later call of a shared layer: the path of the first call, whose weights it uses
 
     @property
     def constants(self) -> list[Any]:
@@ -79,6 +82,7 @@ class _Flattener:
         self.layers: list[KLayer] = []
         self.inputs: list[KInput] = []
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
+        self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
 
     # --- one call of a layer -------------------------------------------------------------
 
@@ -129,12 +133,12 @@ class _Flattener:
                 continue
             if not nodes:
                 continue  # not called in this model (Keras keeps such layers in the config)
-            if len(nodes) > 1:
-                raise layer_problem(scope + name, cls, f"called {len(nodes)} times (a shared layer): specgen has "
-                                    "no shared layers yet, and copying the weights would make them diverge "
-                                    "in training; call it once, or build two layers")
-            args = self._call_args(scope + name, cls, nodes[0], scope)
-            self._layer_or_model(entry, name, cls, scope, args)
+            # A layer called several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec
+            # layer with `share:` the first call. No other path is `<name>/...`: that would be a nested model
+            # named like this layer, and names in one Keras model are unique.
+            for call, node in enumerate(nodes):
+                args = self._call_args(scope + name, cls, node, scope)
+                self._layer_or_model(entry, name, cls, scope, args, call)
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
         return [(out or str(ref[0]), _key(scope, ref)) for out, ref in _model_refs(config["output_layers"])]
 
@@ -150,18 +154,32 @@ class _Flattener:
         elif name in names:
             self.alias[f"{scope}{name}:0:0"] = bound[names.index(name)]
 
-    def _layer_or_model(self, entry: dict[str, Any], name: str, cls: str, scope: str, args: list[Any]) -> None:
+    def _layer_or_model(self, entry: dict[str, Any], name: str, cls: str, scope: str, args: list[Any],
+                        call: int = 0) -> None:
+        own = f"{name}/call{call + 1}" if call else name
         if cls in MODELS:
             tensors = [a.key for a in args if isinstance(a, Ref)]
             if len(tensors) != len(args):
                 raise layer_problem(scope + name, cls, "a nested model called with constants")
-            inner = self.model(entry, scope + name + "/", tensors)
+            if call:  # its layers again, each sharing the same layer of the first call
+                self.shared_scopes[f"{scope}{own}/"] = f"{scope}{name}/"
+            inner = self.model(entry, f"{scope}{own}/", tensors)
             for index, (_, key) in enumerate(inner):
-                self.alias[f"{scope}{name}:0:{index}"] = key
+                self.alias[f"{scope}{name}:{call}:{index}"] = key
             return
-        self.layers.append(KLayer(scope + name, cls, str(entry.get("module") or "keras.layers"),
-                                  entry.get("config", {}), args))
-        self.alias[f"{scope}{name}:0:0"] = "=" + scope + name
+        # The first call's path owns the weights (itself mapped when this model is a later call of a nested one).
+        first = self._first_call(scope + name)
+        shares = (first or scope + name) if call else first
+        self.layers.append(KLayer(scope + own, cls, str(entry.get("module") or "keras.layers"),
+                                  entry.get("config", {}), args, shares=shares))
+        self.alias[f"{scope}{name}:{call}:0"] = "=" + scope + own
+
+    def _first_call(self, path: str) -> str | None:
+        """The first call's path for a `path` inside a nested model's later call; None outside such calls."""
+        for later, first in self.shared_scopes.items():
+            if path.startswith(later):
+                return self._first_call(first + path[len(later):]) or first + path[len(later):]
+        return None
 
     def sequential(self, config: dict[str, Any], scope: str, bound: list[str] | None) -> list[tuple[str, str]]:
         entries = list(config["layers"])
