@@ -290,8 +290,9 @@ def test_export_parity_gate_fails_on_nan(exported: dict[str, Path], tmp_path: Pa
     loaded = load_spec_text(exported["spec"].read_text(), str(exported["spec"]), exported["spec"])
     with pytest.raises(SpecError) as info:
         exporter.export(loaded, exported["good"], tmp_path)
-    assert str(info.value) == (f"{tmp_path}: error: onnxruntime and TensorFlow disagree by nan (limit 0.0001); "
-                               "nothing was written. Please report this with the spec.")
+    assert str(info.value) == (f"{tmp_path}: error: onnxruntime and TensorFlow disagree by nan (that is nan relative "
+                               "to max(1, max |TensorFlow output|); limit 0.0001); nothing was written. Please report "
+                               "this with the spec.")
     assert list(tmp_path.iterdir()) == []
 
 

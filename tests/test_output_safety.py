@@ -193,7 +193,8 @@ def test_check_does_not_read_the_configured_schema_through_a_link(tmp_path: Path
 def test_generated_folder_is_still_current(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["build", "--check"]) == 0
-    assert capsys.readouterr().out == "ok: 15 generated files in generated are up to date\n"
+    count = sum(1 for p in (ROOT / "generated").rglob("*") if p.is_file())
+    assert capsys.readouterr().out == f"ok: {count} generated files in generated are up to date\n"
 
 
 # --- schema: links, read-only and full disks (item 12) -------------------------------------------------

@@ -190,8 +190,9 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if logits else None,
     }
     if not within(scaled, PARITY_LIMIT):
-        raise SpecError([Diagnostic(shown(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} ({scaled:.3g} "
-                                    f"of max(1, max |TensorFlow output|); limit {PARITY_LIMIT}); nothing was written. "
+        raise SpecError([Diagnostic(shown(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (that is {scaled:.3g} "
+                                    f"relative to max(1, max |TensorFlow output|); limit {PARITY_LIMIT}); nothing was "
+                                    "written. "
                                     "Please report this with the spec.")])
     write_atomic(out / "model.onnx", model_bytes)
     write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
