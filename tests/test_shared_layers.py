@@ -67,7 +67,10 @@ def errors(text: str) -> list[str]:
     ("{name: bn2, op: batch_norm,", "{name: bn2, op: layer_norm,", ("bn2", "op"),
      "layer 'bn2' shares 'bn' (op batch_norm) but is op layer_norm"),
     ("units: 6, input: fc", "units: 7, input: fc", ("fc2", "units"), "layer 'fc2' shares 'fc' but sets units 7, where "
-     "'fc' has 6: a shared layer runs with its owner's configuration; leave 'units' out"),
+     "'fc' has 6: a shared layer runs with its owner's configuration; write the owner's value"),
+    ("share: bn}", "momentum: 0.9, share: bn}", ("bn2", "momentum"), "layer 'bn2' shares 'bn' but sets momentum 0.9, "
+     "where 'bn' has 0.99: a shared layer runs with its owner's configuration; leave 'momentum' out (it takes the "
+     "owner's value) or make it equal"),
     ("kernel: [3, 3], share", "kernel: [3, 3], activation: linear, share", ("enc2", "activation"),
      "sets activation 'linear', where 'enc' has 'relu'"),
     ("input: fc, share: fc}", "input: pre, share: fc}", None, None),  # [6] -> [6]: fits

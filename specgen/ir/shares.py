@@ -27,12 +27,11 @@ CALL_KEYS = frozenset(("name", "input", "inputs", "share", "op"))
 
 def share_owners(loaded: LoadedSpec) -> tuple[dict[str, str], list[Diagnostic]]:
     """Sharing layer -> root owner, and the problems of every `share:` key."""
-    layers = {layer.name: (i, layer) for i, layer in enumerate(loaded.spec.layers)}
     owners: dict[str, str] = {}
     problems: list[Diagnostic] = []
-    for i, layer in enumerate(loaded.spec.layers):
-        if layer.share is None:
-            continue
+    sharing = [(i, layer) for i, layer in enumerate(loaded.spec.layers) if layer.share is not None]
+    layers = {layer.name: (i, layer) for i, layer in enumerate(loaded.spec.layers)} if sharing else {}
+    for i, layer in sharing:
         root, problem = _root(layer.name, layers)
         if problem:
             problems.append(loaded.diagnostic(("layers", i, "share"), problem))
@@ -46,10 +45,12 @@ def share_owners(loaded: LoadedSpec) -> tuple[dict[str, str], list[Diagnostic]]:
         for key in sorted(layer.model_fields_set - CALL_KEYS):
             mine, theirs = getattr(layer, key), getattr(owner, key)
             if not _same(mine, theirs):
+                # `op` picks the schema, so keys the op requires cannot be left out (docs/spec.md)
+                fix = ("write the owner's value" if type(layer).model_fields[key].is_required()
+                       else f"leave '{key}' out (it takes the owner's value) or make it equal")
                 problems.append(loaded.diagnostic(("layers", i, key), (
                     f"layer '{layer.name}' shares '{root}' but sets {key} {_shown(mine)}, where '{root}' has "
-                    f"{_shown(theirs)}: a shared layer runs with its owner's configuration; leave '{key}' out "
-                    "(it takes the owner's value) or make it equal")))
+                    f"{_shown(theirs)}: a shared layer runs with its owner's configuration; {fix}")))
         owners[layer.name] = root
     return owners, problems
 
