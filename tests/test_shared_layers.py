@@ -14,12 +14,12 @@ import numpy as np
 import onnx
 import pytest
 import yaml
+from test_op_parity import check_parity
 
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.report import report
 from specgen.spec.load import load_spec_text
-from tests.test_op_parity import check_parity
 
 TOLERANCE = 1e-5
 RELATIVE = 1e-5  # imported models: of the output's largest magnitude, as tests/test_import_keras.py
@@ -173,12 +173,12 @@ layers:
 def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path) -> None:
     """Folding bn into enc's kernel would change enc2's output too (enc2 reads the same initializer)."""
     import onnxruntime as ort
+    from keras_parity import generated_model
 
     from specgen.render.files import render_files
     from specgen.runtime import parity
     from specgen.runtime.onnx_export import fold_batch_norms, node_counts, with_weights
     from specgen.runtime.onnx_layout import onnx_feeds
-    from tests.keras_parity import generated_model
 
     ir = build_ir(load_spec_text(ONE_USE_BN, "s.yaml"))
     built = render_files(ir)["model.onnx"]
@@ -201,8 +201,9 @@ def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path)
 
 
 def test_export_of_the_shared_model(tmp_path: Path) -> None:
+    from test_export import write_checkpoint
+
     from specgen.runtime.exporter import export
-    from tests.test_export import write_checkpoint
 
     loaded = load_spec_text(SPEC, str(tmp_path / "s.yaml"), tmp_path / "s.yaml")
     values = write_checkpoint(tmp_path / "ckpt", build_ir(loaded), np.random.default_rng(3))
@@ -233,8 +234,7 @@ def keras_shared_model() -> Any:
 def test_forward_gradients_and_statistics_equal_keras(tmp_path: Path) -> None:
     """Keras sums the shared kernel's gradient over both calls and updates bn's statistics on each call."""
     import tensorflow as tf
-
-    from tests.keras_parity import generated_model
+    from keras_parity import generated_model
 
     keras_model = keras_shared_model()
     model = generated_model(SPEC, tmp_path)
@@ -267,8 +267,7 @@ def test_forward_gradients_and_statistics_equal_keras(tmp_path: Path) -> None:
 def test_training_a_shared_layer_frozen_and_trained(tmp_path: Path) -> None:
     """One SGD step: the shared kernel moves by the sum of both calls' gradients; frozen, it stays bitwise."""
     import tensorflow as tf
-
-    from tests.test_training_numerics import build, data, spec_doc, train_step, values
+    from test_training_numerics import build, data, spec_doc, train_step, values
 
     shared = [{"name": "body", "op": "dense", "input": "x", "units": 6, "activation": "tanh"},
               {"name": "body2", "op": "dense", "units": 6, "share": "body"},
@@ -306,7 +305,7 @@ def test_training_a_shared_layer_frozen_and_trained(tmp_path: Path) -> None:
 def imported_shared_model(tmp_path: Path) -> tuple[Any, dict[str, np.ndarray]]:
     """keras_shared_model, plus a nested Sequential called on both branches; random weights; saved as m.keras."""
     keras = pytest.importorskip("keras")
-    from tests.test_import_keras import randomize
+    from test_import_keras import randomize
 
     layers = keras.layers
     a, b = keras.Input((6, 6, 3), name="a"), keras.Input((6, 6, 3), name="b")
@@ -326,9 +325,9 @@ def imported_shared_model(tmp_path: Path) -> tuple[Any, dict[str, np.ndarray]]:
 
 def test_import_keras_shared_layers_and_a_nested_model_called_twice(tmp_path: Path) -> None:
     import onnxruntime as ort
+    from test_import_keras import compare, run_import
 
     from specgen.cli import main
-    from tests.test_import_keras import compare, run_import
 
     model, feeds = imported_shared_model(tmp_path)
     spec = tmp_path / "m.yaml"
@@ -351,7 +350,7 @@ def test_import_keras_shared_layers_and_a_nested_model_called_twice(tmp_path: Pa
 def test_import_legacy_h5_shared_layer(tmp_path: Path) -> None:
     """Keras 2 configs number a layer's calls the same way: [layer, call, tensor] in each inbound node."""
     tf_keras = pytest.importorskip("tf_keras")
-    from tests.test_import_keras import compare, randomize, run_import
+    from test_import_keras import compare, randomize, run_import
 
     layers = tf_keras.layers
     a, b = tf_keras.Input((5,), name="a"), tf_keras.Input((5,), name="b")
