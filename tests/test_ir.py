@@ -62,8 +62,13 @@ def test_frozen_weights_are_in_frozen_not_trainable() -> None:
     accumulators = [f"accumulators/{p}" for p in ir.collections["trainable"]]
     assert [p for p in ir.collections["optimizer"] if p.startswith("accumulators/")] == [
         *accumulators, "accumulators/micro_batches"]
+    # body/bn's weights are all frozen: it runs in inference mode, so nothing updates its statistics (not
+    # in `update`); they stay in `model`, and `frozen` still holds weights only.
+    assert ir.collections["update"] == ()
+    held = {"body/bn/moving_mean", "body/bn/moving_variance"}
     model = set(ir.collections["model"])
-    assert model == set(ir.collections["frozen"]) | set(ir.collections["trainable"]) | set(ir.collections["update"])
+    assert model == set(ir.collections["frozen"]) | set(ir.collections["trainable"]) | held
+    assert ir.node("body/bn").inference_mode
 
 
 def test_no_optimizers_means_every_weight_is_frozen() -> None:

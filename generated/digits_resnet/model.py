@@ -65,9 +65,10 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         # stem/conv: conv2d -> [batch, 8, 8, 16]
         stem_conv = tf.nn.conv2d(image, self.stem_conv_kernel, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1])
         # stem/bn: batch_norm -> [batch, 8, 8, 16]
+        # frozen: inference mode, as Keras (moving statistics, never updated)
         stem_bn = layers.batch_norm(
             stem_conv, self.stem_bn_gamma, self.stem_bn_beta, self.stem_bn_moving_mean, self.stem_bn_moving_variance,
-            training=training, axes=[0, 1, 2], momentum=0.99, epsilon=0.001,
+            training=False, axes=[0, 1, 2], momentum=0.99, epsilon=0.001,
         )
         # stem/relu: relu -> [batch, 8, 8, 16]
         stem_relu = tf.nn.relu(stem_bn)

@@ -41,18 +41,29 @@ class Membership:
     weights: list[str]  # trainable-or-frozen candidates, in layer order
     updates: list[str]  # batch-norm statistics
     constants: list[str] = field(default_factory=list)  # model state no optimizer may claim
+    # Each statistic -> the weights of its layer. A layer whose weights are all frozen (in a spec that
+    # trains) runs in inference mode, as Keras runs a layer with `trainable = False`: nothing updates
+    # its statistics, so they are `held` (in `model`, not in `update`). A layer without weights has
+    # nothing to freeze and keeps updating them.
+    layer_weights: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
     collections: dict[str, list[str]] = field(default_factory=dict)
     optimizers: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Diagnostic] = field(default_factory=list)
 
     @classmethod
-    def of(cls, kinds: list[tuple[str, str]]) -> Membership:
-        """From (path, VarDecl.kind) pairs in layer order."""
+    def of(cls, kinds: list[tuple[str, str]], layer_weights: dict[str, tuple[str, ...]] | None = None) -> Membership:
+        """From (path, VarDecl.kind) pairs in layer order, and each statistic's layer weights."""
         unknown = sorted({kind for _, kind in kinds} - set(KIND_COLLECTIONS))
         if unknown:
             raise ValueError(f"unknown variable kind(s) {unknown}; known: {', '.join(KIND_COLLECTIONS)}")
         return cls([p for p, k in kinds if k == "weight"], [p for p, k in kinds if k == "update"],
-                   [p for p, k in kinds if k == "constant"])
+                   [p for p, k in kinds if k == "constant"], layer_weights=dict(layer_weights or {}))
+
+    @property
+    def updated(self) -> list[str]:
+        """The built-in `update` collection: statistics that training changes (not the held ones)."""
+        return [p for p in self.updates if p not in self.held]
 
     @property
     def model(self) -> list[str]:
@@ -70,8 +81,7 @@ class Resolver:
         self.loaded, self.members = loaded, members
         self.user = loaded.spec.collections
         self.order = {p: i for i, p in enumerate(members.model)}
-        self.resolved: dict[str, list[str]] = {"model": members.model,
-                                               "update": list(members.updates)}
+        self.resolved: dict[str, list[str]] = {"model": members.model, "update": members.updated}
         self.visiting: set[str] = set()
 
     def collection(self, name: str) -> list[str]:
@@ -124,15 +134,20 @@ class Resolver:
 
 def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     """Fill `members` with user collections, frozen and trainable sets and optimizer claims."""
-    spec, resolver = loaded.spec, Resolver(loaded, members)
+    spec = loaded.spec
+    weights = set(members.weights)
+    # `update` (a selectable name) depends on which weights are frozen, and `frozen` takes weights only, so
+    # a first pass that reports nothing finds them; the second pass resolves everything with the final `update`.
+    probe = Membership(members.weights, members.updates, members.constants)
+    members.held = _held(members, _frozen(loaded, Resolver(loaded, probe), weights)) if spec.optimizers else set()
+    resolver = Resolver(loaded, members)
     for name in spec.collections:
         if name in BUILTIN:
             members.problems.append(loaded.diagnostic(("collections", name), (
                 f"collection name '{name}' is built in ({', '.join(BUILTIN)}); choose another name"), key=True))
     for name in (n for n in spec.collections if n not in BUILTIN):
         members.collections[name] = resolver.collection(name)
-    weights = set(members.weights)
-    frozen = {p for i, e in enumerate(spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
+    frozen = _frozen(loaded, resolver, weights)
     owner: dict[str, str] = {}
     known_problems = len(members.problems)
     rest = [name for name, optimizer in spec.optimizers.items() if takes_the_rest(optimizer.variables)]
@@ -155,6 +170,16 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
         frozen = weights  # no optimizer: nothing trains
     members.collections["frozen"] = [p for p in members.weights if p in frozen]
     members.collections["trainable"] = [p for p in members.weights if p in owner]
+
+
+def _frozen(loaded: LoadedSpec, resolver: Resolver, weights: set[str]) -> set[str]:
+    """The weights `frozen` selects (statistics it matches are dropped: it holds weights only)."""
+    return {p for i, e in enumerate(loaded.spec.frozen) for p in resolver.select(e, ("frozen", i)) if p in weights}
+
+
+def _held(members: Membership, frozen: set[str]) -> set[str]:
+    """Statistics of layers that have weights, all of them frozen: those layers run in inference mode."""
+    return {p for p, ws in members.layer_weights.items() if ws and all(w in frozen for w in ws)}
 
 
 REST = "trainable"  # what users of tf.trainable_variables() write for "every weight left"

@@ -66,6 +66,9 @@ class Node:
     flops: int
     index: int  # position in the spec's `layers` list
     shares: str | None = None  # `share:` resolved to the owning layer: `variables` are that layer's
+    # Its weights are all frozen in a spec that trains (collections.py `held`): a batch_norm then normalizes
+    # with its moving statistics and does not update them, also in training, as Keras' trainable=False.
+    inference_mode: bool = False
 
 
 @dataclass(frozen=True)

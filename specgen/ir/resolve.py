@@ -41,7 +41,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += _check_outputs(loaded)
     if problems:
         raise SpecError(problems)
-    members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables])
+    members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
@@ -53,8 +53,9 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         for path in paths:
             index.setdefault(path, set()).add(name)
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
-    made = {path: _variable(path, d, index.get(path, ())) for x in layers for path, d in x.variables}
-    nodes = [_node(x, made) for x in layers]
+    made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
+            for path, d in x.variables}
+    nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
     state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
@@ -111,20 +112,32 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
     return inferred
 
 
-def _node(x: _Inferred, made: dict[str, Variable]) -> Node:
+def _layer_weights(layers: list[_Inferred]) -> dict[str, tuple[str, ...]]:
+    """Each statistic ("update" variable) -> the weights of the layer that owns it."""
+    table: dict[str, tuple[str, ...]] = {}
+    for x in layers:
+        weights = tuple(p for p, d in x.variables if d.kind == "weight")
+        table.update({p: weights for p, d in x.variables if d.kind == "update"})
+    return table
+
+
+def _node(x: _Inferred, made: dict[str, Variable], held: set[str]) -> Node:
     layer, result = x.layer, x.result
     act = ops.activation_of(layer)
+    variables = {d.role: made[f"{x.shares or layer.name}/{d.role}"] for d in result.variables}
     return Node(
         name=layer.name, op=layer.op, inputs=tuple(x.sources), input_shapes=tuple(x.shapes), shape=result.shape,
         dtype=result.dtype, params=result.params,
-        variables={d.role: made[f"{x.shares or layer.name}/{d.role}"] for d in result.variables},
-        activation=None if act == "linear" else act, py_name=py_name(layer.name),
+        variables=variables, activation=None if act == "linear" else act, py_name=py_name(layer.name),
         onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index, shares=x.shares,
+        # By variable path, so a sharing layer follows its owner.
+        inference_mode=any(v.path in held for v in variables.values()),
     )
 
 
-def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()]) -> Variable:
-    builtin = set(KIND_COLLECTIONS[decl.kind])
+def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()], held: bool) -> Variable:
+    # A held statistic (its batch norm's weights are all frozen) is changed by nothing in training: model only.
+    builtin = {"model"} if held else set(KIND_COLLECTIONS[decl.kind])
     # The op's rule declared how the TensorFlow-layout value becomes the ONNX operator's input.
     onnx_shape = decl.shape if decl.onnx_shape is None else decl.onnx_shape
     return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),

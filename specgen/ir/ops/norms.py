@@ -58,7 +58,9 @@ def layer_norm(layer: LayerNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
 
 def batch_norm_tf_attrs(node: Node) -> dict[str, Any]:
     p = node.params
-    return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"]}
+    # A batch norm whose weights are all frozen runs in inference mode, training or not (Keras' trainable=False).
+    return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"],
+            "inference_mode": node.inference_mode}
 
 
 def layer_norm_tf_attrs(node: Node) -> dict[str, Any]:
