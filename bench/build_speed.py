@@ -455,7 +455,7 @@ def phases(specs: Path, repetitions: int) -> None:
         "load (YAML + pydantic)": lambda: [load_spec(p) for p in paths],
         "resolve (IR)": lambda: [build_ir(spec) for spec in loaded],
         "model.py (render + compile)": lambda: [files.render_model_py(ir) for ir in irs],
-        "train.py (render + compile)": lambda: [files.render_train_py(ir, s.spec) for ir, s in zip(irs, loaded, strict=True)],
+        "train.py (render + compile)": lambda: [files.render_train_py(ir) for ir in irs],
         "collections.yaml (render)": lambda: [files.render_collections(ir) for ir in irs],
         "ONNX text (render)": lambda: [files.render_onnx_text(ir) for ir in irs],
         "ONNX parse + check": lambda: [files.onnx_model(t, ir) for t, ir in zip(texts, irs, strict=True)],

@@ -168,7 +168,7 @@ class Specgen:
 
         self.loaded, self.spec = loaded, loaded.spec
         ir = build_ir(loaded)
-        for name, content in render_files(ir, loaded.spec).items():
+        for name, content in render_files(ir).items():
             if name.endswith(".py"):
                 (folder / name).write_bytes(content)
         model_module, train_module = load_generated(folder / "model.py"), load_generated(folder / "train.py")

@@ -126,7 +126,7 @@ def one(name: str, size: int, result: Path, repeats: int, seconds: float) -> Non
     start = time.perf_counter()
     loaded = load_spec(spec)
     ir = build_ir(loaded)
-    render_files(ir, loaded.spec)
+    render_files(ir)
     row["build_s"], row["spec_layers"] = time.perf_counter() - start, len(ir.nodes)
     save("export")
     start = time.perf_counter()

@@ -49,7 +49,7 @@ def check(text: str) -> None:
     try:
         loaded = load_spec_text(text, SHOWN)
         ir = build_ir(loaded)
-        render_files(ir, loaded.spec)
+        render_files(ir)
     except SpecError as exc:
         assert exc.diagnostics
         for diagnostic in exc.diagnostics:

@@ -123,7 +123,7 @@ def restore_section(source: str, entries: str = "", exclude: str = "") -> str:
 
 def generated(loaded: LoadedSpec, folder: Path) -> Any:
     ir = build_ir(loaded)
-    (folder / "model.py").write_bytes(render_files(ir, loaded.spec)["model.py"])
+    (folder / "model.py").write_bytes(render_files(ir)["model.py"])
     return getattr(load_generated(folder / "model.py"), ir.class_name)(seed=0)
 
 

@@ -66,7 +66,7 @@ def model_class(folder: Path, loaded: LoadedSpec) -> Any:
     ir = build_ir(loaded)
     code = folder / "code"
     code.mkdir(parents=True, exist_ok=True)
-    (code / "model.py").write_bytes(render_files(ir, loaded.spec)["model.py"])
+    (code / "model.py").write_bytes(render_files(ir)["model.py"])
     module: ModuleType = load_generated(code / "model.py")
     return module.__dict__[ir.class_name]
 

@@ -294,7 +294,7 @@ def render(**names: str) -> dict[str, bytes] | None:
         ir = build_ir(loaded)
     except SpecError:
         return None
-    return render_files(ir, loaded.spec)
+    return render_files(ir)
 
 
 def test_the_benign_adversarial_spec_renders() -> None:

@@ -70,7 +70,7 @@ def build(tmp_path: Path, doc: dict[str, Any], folder: str = "code") -> Built:
     """Render the spec, write model.py and train.py under tmp_path/folder and instantiate them (seed 0)."""
     loaded = load_spec_text(yaml.safe_dump(doc, sort_keys=False), f"{doc['name']}.yaml")
     ir = build_ir(loaded)
-    files = render_files(ir, loaded.spec)
+    files = render_files(ir)
     out = tmp_path / folder
     out.mkdir(parents=True)
     (out / "model.py").write_bytes(files["model.py"])

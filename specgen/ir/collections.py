@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Variable
+from specgen.ir.training import TrainingIR, keys
 from specgen.spec.load import LoadedSpec
 
 BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
-SLOTS = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
 METRIC_STATE = {
     "accuracy": (("total", ()), ("count", ())),
     "mean_loss": (("total", ()), ("count", ())),
@@ -242,38 +241,23 @@ def variable_list(paths: list[str]) -> str:
     return f"variable{'s' if len(paths) > 1 else ''} {shown}{more}"
 
 
-def training_state(loaded: LoadedSpec, members: Membership, shapes: dict[str, tuple[int, ...]]) -> list[Variable]:
+def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[Variable]:
     """Variables that training creates: step, optimizer slots, accumulators, EMA shadows, metrics."""
-    spec = loaded.spec
     state: list[Variable] = []
-    if spec.optimizers:
-        state.append(Variable("global_step", (), "int64", ("step",)))
-    for name, optimizer in spec.optimizers.items():
-        base = f"optimizers/{name}"
-        state.append(Variable(f"{base}/learning_rate", (), "float32", ("optimizer",)))
-        state.append(Variable(f"{base}/iterations", (), "int64", ("optimizer",)))
-        for slot in optimizer_slots(optimizer):
-            state += [Variable(f"{base}/{slot}/{p}", shapes[p], "float32", ("optimizer",))
-                      for p in members.optimizers.get(name, [])]
-    trainable = members.collections.get("trainable", [])
-    if spec.train and spec.train.accumulate > 1:
-        state += [Variable(f"accumulators/{p}", shapes[p], "float32", ("optimizer",)) for p in trainable]
-        state.append(Variable("accumulators/micro_batches", (), "int64", ("optimizer",)))
-    if spec.train and spec.train.ema:
-        state += [Variable(f"ema/{p}", shapes[p], "float32", ("ema",)) for p in trainable]
-    for metric in dict.fromkeys(spec.train.metrics if spec.train else []):
-        dtype = "float32"
-        state += [Variable(f"metrics/{metric}/{acc}", shape, dtype, ("metrics",))
+    if training.optimizers:
+        state.append(Variable(keys.STEP, (), "int64", ("step",)))
+    for opt in training.optimizers:
+        state.append(Variable(opt.learning_rate_key, (), "float32", ("optimizer",)))
+        state.append(Variable(opt.iterations_key, (), "int64", ("optimizer",)))
+        for slot in opt.slots:
+            state += [Variable(f"{slot.key}/{p}", shapes[p], "float32", ("optimizer",)) for p in opt.paths]
+    train = training.train
+    if train and train.accumulate > 1:
+        state += [Variable(keys.accumulator(p), shapes[p], "float32", ("optimizer",)) for p in trainable]
+        state.append(Variable(keys.MICRO_BATCHES, (), "int64", ("optimizer",)))
+    if train and train.ema:
+        state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
+    for metric in train.metrics if train else ():
+        state += [Variable(keys.metric(metric, acc), shape, "float32", ("metrics",))
                   for acc, shape in METRIC_STATE[metric]]
     return state
-
-
-def optimizer_slots(optimizer: Any) -> tuple[str, ...]:
-    """The slot names an optimizer kind keeps per variable (`optimizers/<name>/<slot>/<path>`)."""
-    kind = optimizer.kind
-    if kind == "sgd":
-        return ("momentum",) if optimizer.momentum > 0 else ()
-    if kind == "rmsprop":
-        slots = ("rms",) + (("momentum",) if optimizer.momentum > 0 else ())
-        return slots + (("mg",) if optimizer.centered else ())
-    return SLOTS[kind]

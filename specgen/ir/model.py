@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen.ir.training.model import TrainingIR
+
 Shape = tuple[int | None, ...]  # index 0 is the dynamic batch dimension (None)
 
 
@@ -88,6 +90,7 @@ class ModelIR:
     ir_version: int
     dynamic_batch: bool
     optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths
+    training: TrainingIR | None = None  # set by build_ir; None only for hand-made IRs
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

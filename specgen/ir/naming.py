@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import keyword
 
+from specgen.ir.training import keys
+
 # Parameters of the generated __init__/__call__ and the module names their bodies read
 # (templates/tf/model.py.j2 and ops/*.py.j2): a layer or input local named like one would
 # shadow it, so it gets a '_' suffix. tests/test_spec_semantics.py checks the templates use no other.
@@ -28,7 +30,7 @@ MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "
 # First parts of the variable paths that training state uses (ir/collections.py, training_state):
 # a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
 # read 'ema/...' keys as shadows.
-STATE_ROOTS = ("ema", "optimizers", "accumulators", "metrics", "global_step")
+STATE_ROOTS = (keys.EMA, keys.OPTIMIZERS, keys.ACCUMULATORS, keys.METRICS, keys.STEP)
 
 
 def py_name(name: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
@@ -24,9 +25,13 @@ from specgen.ir.naming import (
     py_name,
 )
 from specgen.ir.shares import share_owners
-from specgen.spec.load import LoadedSpec
+from specgen.ir.training.build import build_training, loss_output
+from specgen.spec.load import LoadedSpec, load_spec
 
-IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
+
+def ir_from_file(path: Path) -> ModelIR:
+    """Load, validate and resolve one spec file (what `specgen build` renders from)."""
+    return build_ir(load_spec(path))
 
 
 def build_ir(loaded: LoadedSpec) -> ModelIR:
@@ -57,16 +62,18 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
-    state = training_state(loaded, members, {v.path: v.shape for v in model_vars})
+    training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
+    trainable = members.collections.get("trainable", [])
+    state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
-    opset = spec.export.onnx.opset
+    export = training.export
     return ModelIR(
         name=spec.name, class_name=class_name(spec.name), doc=spec.doc, source=loaded.path.name,
         inputs=tuple(Input(n, (None, *i.shape), i.dtype, py_name(n), onnx_name(n)) for n, i in spec.inputs.items()),
         nodes=tuple(nodes), outputs=dict(spec.outputs), variables=tuple(model_vars + state),
-        collections=collections, opset=opset, ir_version=IR_VERSION[opset],
-        dynamic_batch=spec.export.onnx.dynamic_batch,
-        optimizers={k: tuple(v) for k, v in members.optimizers.items()},
+        collections=collections, opset=export.opset, ir_version=export.ir_version,
+        dynamic_batch=export.dynamic_batch,
+        optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training,
     )
 
 
@@ -214,10 +221,11 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
     """Trained weights must reach the loss: TensorFlow gives a weight off that path a None gradient,
     and the optimizer update fails ('None values not supported') at the first step."""
     spec = loaded.spec
-    loss_output = getattr(spec.loss, "logits", None) or getattr(spec.loss, "predictions", None)
-    if loss_output not in spec.outputs:
+    target = loss_output(spec.loss)
+    if target is None or target[1] not in spec.outputs:
         return []  # no loss, or one that names no output (reported by _check_sections)
-    reach = _upstream(spec.outputs[loss_output], layers)
+    loss_output_name = target[1]
+    reach = _upstream(spec.outputs[loss_output_name], layers)
     # A shared variable is used by its owner and by every layer that shares it: it reaches the loss through any.
     users: dict[str, set[str]] = {}
     for x in layers:
@@ -229,13 +237,13 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
         if not lost:
             continue
         fed = [out for out, layer in spec.outputs.items()
-               if out != loss_output and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
+               if out != loss_output_name and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
         where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
                  else "their layers reach no output")
         fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
         do, their, them = ("does", "its", "it") if len(lost) == 1 else ("do", "their", "them")
         problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
-            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output}' "
+            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output_name}' "
             f"({where}): {their} gradients would be None and training would stop at the first step. "
             f"Freeze {them} (list {them} in 'frozen' instead of in this optimizer), {fix}")))
     return problems
@@ -248,9 +256,8 @@ def _quoted(names: list[str]) -> str:
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     """Checks across sections: loss, data and export refer to things that exist."""
     spec, problems = loaded.spec, []
-    if spec.loss is not None:
-        field = "logits" if hasattr(spec.loss, "logits") else "predictions"
-        target = getattr(spec.loss, field)
+    if (read := loss_output(spec.loss)) is not None:
+        field, target = read
         if target not in spec.outputs:
             problems.append(loaded.diagnostic(("loss", field), f"loss {field} '{target}' is not an output"
                                               f"{did_you_mean(target, spec.outputs)} (outputs: {', '.join(spec.outputs)})"))

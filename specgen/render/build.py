@@ -10,9 +10,8 @@ from pathlib import Path
 
 from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.ir.resolve import build_ir
+from specgen.ir.resolve import ir_from_file
 from specgen.render.files import load_templates, render_files
-from specgen.spec.load import load_spec
 
 BINARY_SUFFIXES = (".onnx",)
 
@@ -46,9 +45,8 @@ def _render_many(paths: list[Path]) -> list[Output | list[Diagnostic]]:
 def render_one(path: Path) -> Output | list[Diagnostic]:
     """One spec's files, or its diagnostics (returned, not raised, so they cross process boundaries)."""
     try:
-        loaded = load_spec(path)
-        ir = build_ir(loaded)
-        return Output(path, ir.name, render_files(ir, loaded.spec))
+        ir = ir_from_file(path)
+        return Output(path, ir.name, render_files(ir))
     except SpecError as exc:
         return exc.diagnostics
 

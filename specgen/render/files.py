@@ -16,7 +16,6 @@ from specgen.render.errors import RenderError
 from specgen.render.onnx_plan import onnx_plan
 from specgen.render.tf_plan import tf_steps, tf_variables
 from specgen.render.train_plan import train_context
-from specgen.spec.model import Spec
 
 
 @cache
@@ -87,8 +86,8 @@ def onnx_model(text: str, ir: ModelIR) -> onnx.ModelProto:
     return model
 
 
-def render_train_py(ir: ModelIR, spec: Spec) -> str:
-    context = train_context(ir, spec)
+def render_train_py(ir: ModelIR) -> str:
+    context = train_context(ir)
     names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
     text = environment().get_template("tf/train.py.j2").render(
         **context,
@@ -105,14 +104,14 @@ def render_collections(ir: ModelIR) -> str:
     return environment().get_template("collections.yaml.j2").render(ir=ir, source_comment=_source_comment(ir))
 
 
-def render_files(ir: ModelIR, spec: Spec | None = None) -> dict[str, bytes]:
+def render_files(ir: ModelIR) -> dict[str, bytes]:
     """Relative file name -> content for `generated/<name>/`; train.py when the spec can train."""
     onnx_text = render_onnx_text(ir)
     model = onnx_model(onnx_text, ir)
-    trainable = spec is not None and spec.train is not None and spec.loss is not None and bool(spec.optimizers)
+    trainable = ir.training is not None and ir.training.can_train
     return {
         "model.py": render_model_py(ir).encode(),
-        **({"train.py": render_train_py(ir, spec).encode()} if trainable and spec else {}),
+        **({"train.py": render_train_py(ir).encode()} if trainable else {}),
         "collections.yaml": render_collections(ir).encode(),
         "model.onnx.txt": onnx_text.encode(),
         "model.onnx": model.SerializeToString(deterministic=True),

@@ -132,10 +132,11 @@ def _describe(value: Any) -> str:
 
 class SourceReader:
     def __init__(self, loaded: LoadedSpec, ir: ModelIR, stage: str):
-        self.loaded, self.ir, self.stage = loaded, ir, stage
-        self.source = getattr(loaded.spec.data, stage)
-        self.kind = next(k for k in ("npz", "csv", "tfrecord") if hasattr(self.source, k))
-        self.path = loaded.folder / getattr(self.source, self.kind)
+        assert ir.training is not None
+        self.loaded, self.ir, self.stage, self.training = loaded, ir, stage, ir.training
+        self.source = ir.training.data[stage]
+        self.kind = self.source.kind
+        self.path = self.source.path
         self.lines: np.ndarray = np.zeros(0, np.int64)  # CSV: each row's line number in the file
 
     def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
@@ -152,20 +153,19 @@ class SourceReader:
                 vocab = node.params["vocab_size"]
                 wanted[node.inputs[0]] = Wanted(wanted[node.inputs[0]].shape, "int", vocab,
                                                 f"embedding '{node.name}' has vocab_size {vocab}")
-        loss = self.loaded.spec.loss
+        loss = self.training.loss
         if loss is not None:
-            logits = getattr(loss, "logits", None) or loss.predictions
-            output = self.ir.node(self.ir.outputs[logits])
+            output = self.ir.node(self.ir.outputs[loss.output])
             if loss.kind == "sparse_softmax_cross_entropy":
                 classes = output.shape[-1]
-                wanted[loss.labels] = Wanted((), "int", classes, f"output '{logits}' has {classes} classes")
+                wanted[loss.labels] = Wanted((), "int", classes, f"output '{loss.output}' has {classes} classes")
             else:
                 wanted[loss.labels] = Wanted(output.shape[1:], "float")
         return wanted
 
     def minimum(self) -> int:
         """Training batches are full batches only, so training needs one batch; evaluation one example."""
-        train = self.loaded.spec.train
+        train = self.training.train
         return train.batch_size if self.stage == "train" and train is not None else 1
 
     def read(self) -> Source:
@@ -424,7 +424,8 @@ class SourceReader:
 
 
 def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
-    if loaded.spec.data is None or getattr(loaded.spec.data, stage) is None:
+    """One stage's checked data; None when the spec has no source for it. `loaded` places the errors."""
+    if ir.training is None or stage not in ir.training.data:
         return None
     return SourceReader(loaded, ir, stage).read()
 

@@ -27,6 +27,7 @@ from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.ir.training import keys
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
@@ -57,7 +58,7 @@ def scaled_diff(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) 
 
 def checkpoint_keys(ir: ModelIR, weights: str) -> dict[str, str]:
     """Model variable path -> the checkpoint key its exported value comes from."""
-    return {v.path: (f"ema/{v.path}" if weights == "ema" and "trainable" in v.collections else v.path)
+    return {v.path: (keys.ema(v.path) if weights == "ema" and "trainable" in v.collections else v.path)
             for v in ir.model_variables}
 
 
@@ -66,11 +67,12 @@ def _sample_inputs(loaded: LoadedSpec, ir: ModelIR) -> tuple[dict[str, np.ndarra
 
     data.read_stage has checked the eval set: at least one example, finite values, labels in range.
     """
-    source = data.read_stage(loaded, ir, "eval") if loaded.spec.data else None
+    source = data.read_stage(loaded, ir, "eval")
     if source is None:
         return random_inputs(ir, 16, np.random.default_rng(0)), None, "random sample inputs"
     features, labels = next(iter(source.dataset.batch(source.examples)))
-    label = loaded.spec.loss.labels if loaded.spec.loss else None
+    loss = ir.training.loss if ir.training else None
+    label = loss.labels if loss else None
     return ({k: v.numpy() for k, v in features.items()}, (labels[label].numpy() if label in labels else None),
             "eval set")
 
@@ -127,14 +129,15 @@ def _check_output(out: Path) -> None:
 def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Fresh variables (the spec's initializers, seeded as `specgen train` seeds them) with the restore plan applied;
     and, for export.json, where each one came from."""
-    spec = loaded.spec
-    if spec.checkpoint is None or not spec.checkpoint.restore:
+    training = ir.training
+    assert training is not None
+    if not training.checkpoint.restore:
         raise SpecError([Diagnostic(loaded.display, None, "nothing to export from: pass --checkpoint, or give the "
                                     "spec a 'checkpoint.restore' section to export its restore plan")])
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.py"
         path.write_bytes(model_py)
-        model = getattr(load_generated(path), ir.class_name)(seed=spec.train.seed if spec.train else 0)
+        model = getattr(load_generated(path), ir.class_name)(seed=training.train.seed if training.train else 0)
     variables = model.variables_by_path()
     plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
     apply_plan(plan, variables)  # all or nothing: prints the table and raises when the plan has problems
@@ -154,16 +157,18 @@ def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool 
 
 
 def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool) -> dict[str, Any]:
-    spec, ir = loaded.spec, build_ir(loaded)
+    ir = build_ir(loaded)
+    training = ir.training
+    assert training is not None
     _check_output(out)
-    files = render_files(ir, spec)
+    files = render_files(ir)
     restore: dict[str, Any] | None = None
     if checkpoint is None:  # `export.onnx.weights` picks among a checkpoint's keys: the plan already chose
         weights, source = "restore plan", Path(loaded.display)
         values, restore = _planned_values(loaded, ir, files["model.py"])
         keys = {p: p if o == "initialized" else f"{p} (from {o})" for p, o in restore["variables"].items()}
     else:
-        weights = spec.export.onnx.weights
+        weights = training.export.weights
         keys = checkpoint_keys(ir, weights)
         shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
         source = checkpoint_prefix(checkpoint)
@@ -178,16 +183,16 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
     actual = predictor(inputs)
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
     diff, scaled = max_abs_diff(expected, actual), scaled_diff(expected, actual)
-    loss = spec.loss
-    logits = getattr(loss, "logits", None) if loss else None
+    loss = training.loss
+    logits = loss.logits if loss else None
     report = {
-        "spec": spec.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
+        "spec": ir.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
         "restore": restore, "opset": ir.opset,
         "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
         "parity_scaled_diff": scaled,
         "compared_examples": int(next(iter(inputs.values())).shape[0]),
-        "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.kind) if logits else None,
-        "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if logits else None,
+        "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.kind) if loss and logits else None,
+        "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if loss and logits else None,
     }
     if not within(scaled, PARITY_LIMIT):
         raise SpecError([Diagnostic(shown(out), None, f"onnxruntime and TensorFlow disagree by {diff:.3g} (that is {scaled:.3g} "

@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.ir.training import keys
 
 META = "meta.json"
 # What TensorFlow's checkpoint readers raise on damaged files: OpError (bad magic number, CRC
@@ -126,7 +127,7 @@ def verify(folder: Path, need_data: bool = True) -> dict[str, Any]:
                          "a resumed run would not continue the data where it stopped)")
     if need_data:
         read_all(folder / "data")
-    step = values.get("global_step")
+    step = values.get(keys.STEP)
     if step is not None and int(step.numpy()) != meta["step"]:
         text = (folder / META).read_text()
         raise Unreadable(folder / META, f"'step' is {meta['step']}, but the checkpoint's global_step is "

@@ -28,6 +28,8 @@ import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
+from specgen.ir.training import keys
+from specgen.ir.training.build import checkpoint_of
 from specgen.paths import shown
 from specgen.runtime.restore_sources import Entry, list_checkpoint, open_reader, read_source
 from specgen.spec import regex
@@ -39,7 +41,7 @@ __all__ = ["Entry", "RestorePlan", "Row", "Unused", "apply_plan", "format_plan",
 
 Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
 Targets = dict[str, tuple[tuple[int, ...], str]]
-EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", "ema/"
+EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", keys.ema("")
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,7 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     """Where each target variable comes from; sources default to the spec's `checkpoint.restore`."""
     spec_sources = sources is None
     if sources is None:
-        listed = loaded.spec.checkpoint.restore if loaded.spec.checkpoint else []
-        sources = [(loaded.folder / s.from_, s) for s in listed]
+        sources = [(r.path, r.source) for r in checkpoint_of(loaded).restore]
     final: dict[str, Row] = {}
     sticky: dict[str, Row] = {}
     excluded: dict[str, str] = {}
@@ -304,7 +305,7 @@ def run_restore_plan(spec_path: Path, checkpoint: Path | None) -> int:
     sources = None
     if checkpoint is not None:
         sources = [(checkpoint, RestoreSource.model_construct(from_=str(checkpoint)))]
-    elif loaded.spec.checkpoint is None or not loaded.spec.checkpoint.restore:
+    elif not checkpoint_of(loaded).restore:
         raise SpecError([Diagnostic(loaded.display, None, "nothing to restore from: the spec has no "
                                     "'checkpoint.restore' section; pass --from CHECKPOINT")])
     plan = plan_restore(loaded, targets, sources)

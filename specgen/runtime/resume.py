@@ -16,6 +16,7 @@ from typing import Any
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.integrity import META, Unreadable, key_position, unreadable_error, verify
@@ -46,13 +47,6 @@ class Start:
     overrides: list[str] = field(default_factory=list)  # in effect; saved with every checkpoint of the run
     kept: list[str] = field(default_factory=list)  # of those, the ones that came from the checkpoint
     notes: list[str] = field(default_factory=list)
-
-
-def run_folder(loaded: LoadedSpec) -> Path:
-    spec = loaded.spec
-    if spec.checkpoint is not None:
-        return (loaded.folder / spec.checkpoint.dir).resolve()
-    return (loaded.folder / "runs" / spec.name).resolve()
 
 
 def check_writable(folder: Path) -> None:

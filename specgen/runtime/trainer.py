@@ -37,30 +37,33 @@ class Session:
     """One training run: the generated model and training module, data and checkpoints."""
 
     def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None):
-        spec = loaded.spec
-        if spec.train is None or spec.loss is None or not spec.optimizers or spec.data is None or spec.data.train is None:
+        self.ir = build_ir(loaded)
+        training = self.ir.training
+        assert training is not None
+        if not training.can_train or "train" not in training.data:
             raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
                                         "'data.train' sections")])
-        self.loaded, self.options, self.train_spec = loaded, options, spec.train
+        assert training.train is not None
+        self.loaded, self.options, self.training, self.train_ir = loaded, options, training, training.train
         self.begin = begin if begin is not None else Start(loaded)
         self.saved_at: int | None = None  # the step of the newest checkpoint this run has (saved or resumed)
         self.last_path: Path | None = None
-        self.ir = build_ir(loaded)
-        self.folder = run_folder(loaded)
-        self.checkpoints = CheckpointFolder(self.folder, spec.checkpoint.keep if spec.checkpoint else 3)
-        self.every = spec.checkpoint.every_steps if spec.checkpoint else 1000
+        self.folder = training.checkpoint.dir
+        self.checkpoints = CheckpointFolder(self.folder, training.checkpoint.keep)
+        self.every = training.checkpoint.every_steps
+        train = self.train_ir
         train_source = data.read_stage(loaded, self.ir, "train")
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
         self.train_source, self.examples = train_source, train_source.examples
-        self.updates_per_epoch = max(self.examples // (spec.train.batch_size * spec.train.accumulate), 1)
+        self.updates_per_epoch = max(self.examples // (train.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
-        self.model = self.model_module.__dict__[self.ir.class_name](seed=spec.train.seed)
+        self.model = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
         self.trainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        batches = data.training_batches(train_source, spec.train.batch_size, spec.train.seed, spec.train.shuffle_buffer)
+        batches = data.training_batches(train_source, train.batch_size, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
-        self.eval_data = data.eval_batches(eval_source, spec.train.batch_size) if eval_source else None
+        self.eval_data = data.eval_batches(eval_source, train.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.folder / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         self.read_step()
@@ -68,7 +71,7 @@ class Session:
     def _load_code(self) -> None:
         code = self.folder / "code"
         code.mkdir(parents=True, exist_ok=True)
-        for name, content in render_files(self.ir, self.loaded.spec).items():
+        for name, content in render_files(self.ir).items():
             if name.endswith(".py"):
                 write_atomic(code / name, content)
         self.model_module = load_generated(code / "model.py")
@@ -107,7 +110,7 @@ class Session:
 
     def data_settings(self) -> dict[str, int]:
         """What the saved data position depends on: restoring it under other values would misfit or mislead."""
-        train = self.train_spec
+        train = self.train_ir
         return {"batch_size": train.batch_size, "examples": self.examples, "seed": train.seed,
                 "shuffle_buffer": train.shuffle_buffer}
 
@@ -121,17 +124,17 @@ class Session:
         if not changed:
             tf.train.Checkpoint(iterator=self.iterator).read(str(path / "data")).assert_consumed()
             return ""
-        seed = self.train_spec.seed + int(self.begin.meta["step"])
-        batches = data.training_batches(self.train_source, self.train_spec.batch_size, seed,
-                                        self.train_spec.shuffle_buffer)
+        seed = self.train_ir.seed + int(self.begin.meta["step"])
+        batches = data.training_batches(self.train_source, self.train_ir.batch_size, seed,
+                                        self.train_ir.shuffle_buffer)
         self.iterator = iter(batches)
         return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
                 f"does not apply: the training data starts a new pass here, shuffled with seed {seed} "
                 "(train.seed + step)")
 
     def _position_fits(self, path: Path) -> bool:
-        probe = iter(data.training_batches(self.train_source, self.train_spec.batch_size, self.train_spec.seed,
-                                           self.train_spec.shuffle_buffer))
+        probe = iter(data.training_batches(self.train_source, self.train_ir.batch_size, self.train_ir.seed,
+                                           self.train_ir.shuffle_buffer))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
         try:
             next(probe)
@@ -144,8 +147,7 @@ class Session:
 
         Only model variables: a fine-tuning run starts its own step, optimizer slots and accumulators.
         """
-        spec = self.loaded.spec
-        if spec.checkpoint is None or not spec.checkpoint.restore:
+        if not self.training.checkpoint.restore:
             return ""
         variables = self.model.variables_by_path()
         plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
@@ -162,7 +164,7 @@ class Session:
     def target_step(self) -> int:
         if self.options.steps is not None:
             return self.step + self.options.steps
-        epochs = self.options.epochs if self.options.epochs is not None else self.train_spec.epochs
+        epochs = self.options.epochs if self.options.epochs is not None else self.train_ir.epochs
         return self.step + epochs * self.updates_per_epoch
 
     def updates(self, count: int) -> tf.Tensor:
@@ -171,7 +173,7 @@ class Session:
         Without accumulation the whole chunk runs in one graph (`train_steps`); with it, each
         micro-batch is a call. Seeds are the same either way: [global_step * K + micro-batch, seed].
         """
-        accumulate = self.train_spec.accumulate
+        accumulate = self.train_ir.accumulate
         if accumulate == 1:
             counter = tf.constant(self.step, tf.int64)
             loss = self.trainer.train_steps(self.iterator, counter, tf.constant(count, tf.int64))
@@ -180,7 +182,7 @@ class Session:
         for _ in range(count):
             micro = int(self.trainer.micro_batches.numpy())
             while micro < accumulate:
-                seed = tf.constant([self.step * accumulate + micro, self.train_spec.seed], tf.int64)
+                seed = tf.constant([self.step * accumulate + micro, self.train_ir.seed], tf.int64)
                 features, labels = next(self.iterator)
                 loss = self.trainer.accumulate_step(features, labels, seed)
                 micro += 1
@@ -306,7 +308,7 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     progress, started, first = Progress(options.quiet), time.monotonic(), session.step
     evaluated: dict[str, float] = {}
     session.reset_metrics()
-    print(f"training {begin.loaded.spec.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
+    print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
     while session.step < stop:
         loss = float(session.updates(_next_stop(session, stop) - session.step))

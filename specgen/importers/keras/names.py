@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import re
 
+from specgen.ir.naming import STATE_ROOTS
+
 PART = re.compile(r"^[A-Za-z0-9](_?[A-Za-z0-9]){0,62}$")
-RESERVED_FIRST = ("ema", "optimizers", "accumulators", "metrics", "global_step")  # training-state prefixes
+RESERVED_FIRST = STATE_ROOTS  # training-state prefixes
 MAX_PART = 63
 
 

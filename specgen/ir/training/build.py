@@ -1,0 +1,124 @@
+"""LoadedSpec -> TrainingIR: the spec's training sections resolved once (defaults, paths, schedules, slots).
+
+Runs after the cross-section checks of `build_ir` (ir/resolve.py), which report positioned
+errors; what reaches here is consistent, so building never fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specgen.ir.training import keys
+from specgen.ir.training.model import (
+    CheckpointIR,
+    ClipIR,
+    DataSourceIR,
+    EmaIR,
+    ExportIR,
+    LossIR,
+    OptimizerIR,
+    RestoreIR,
+    ScheduleIR,
+    SlotIR,
+    TrainingIR,
+    TrainIR,
+)
+from specgen.spec.io import Checkpoint
+from specgen.spec.load import LoadedSpec
+
+IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
+SLOTS = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
+# Optimizer spec keys that are not kind-specific hyperparameters.
+COMMON_KEYS = {"kind", "variables", "learning_rate", "weight_decay", "clip"}
+DATA_KINDS = ("npz", "csv", "tfrecord")
+
+
+def loss_output(loss: Any) -> tuple[str, str] | None:
+    """(spec key, output name) the loss reads: the one answer to "which output does the loss read"."""
+    if loss is None:
+        return None
+    field = "logits" if hasattr(loss, "logits") else "predictions"
+    return field, getattr(loss, field)
+
+
+def optimizer_slots(kind: str, hyper: dict[str, Any]) -> tuple[str, ...]:
+    """The slot names an optimizer kind keeps per variable (`optimizers/<name>/<slot>/<path>`)."""
+    if kind == "sgd":
+        return ("momentum",) if hyper["momentum"] > 0 else ()
+    if kind == "rmsprop":
+        slots = ("rms",) + (("momentum",) if hyper["momentum"] > 0 else ())
+        return slots + (("mg",) if hyper["centered"] else ())
+    return SLOTS[kind]
+
+
+def checkpoint_of(loaded: LoadedSpec) -> CheckpointIR:
+    """The checkpoint section with its defaults (the pydantic model's: written nowhere else)."""
+    spec = loaded.spec
+    section = spec.checkpoint or Checkpoint.model_validate({"dir": f"runs/{spec.name}"})
+    restore = tuple(RestoreIR(loaded.folder / s.from_, s) for s in section.restore)
+    return CheckpointIR((loaded.folder / section.dir).resolve(), section.every_steps, section.keep, restore)
+
+
+def _clip(clip: Any) -> ClipIR | None:
+    if clip is None:
+        return None
+    return ClipIR("global_norm", clip.global_norm) if hasattr(clip, "global_norm") else ClipIR("value", clip.value)
+
+
+def _schedule(rate: Any) -> tuple[float, ScheduleIR | None]:
+    """The first learning rate, and the schedule that moves it (None for a constant number)."""
+    if isinstance(rate, int | float):
+        return float(rate), None
+    args = tuple(rate.model_dump(exclude={"schedule", "warmup_steps"}).items())
+    first = rate.values[0] if rate.schedule == "piecewise_constant" else rate.initial
+    return float(first), ScheduleIR(rate.schedule, args, rate.warmup_steps)
+
+
+def _optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
+    hyper = opt.model_dump(exclude=COMMON_KEYS)
+    first, schedule = _schedule(opt.learning_rate)
+    initial = {"accumulator": hyper["initial_accumulator_value"]} if opt.kind == "adagrad" else {}
+    slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial.get(s, 0.0)) for s in optimizer_slots(opt.kind, hyper))
+    return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, opt.weight_decay,
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name))
+
+
+def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
+    kind = next(k for k in DATA_KINDS if hasattr(source, k))
+
+    def refs(mapping: dict[str, Any]) -> dict[str, str | tuple[str, ...]]:
+        return {k: v if isinstance(v, str) else tuple(v) for k, v in mapping.items()}
+
+    return DataSourceIR(stage, kind, loaded.folder / getattr(source, kind), refs(source.features), refs(source.labels))
+
+
+def _train(train: Any) -> TrainIR | None:
+    if train is None:
+        return None
+    ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
+    return TrainIR(train.batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
+                   tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema)
+
+
+def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]]) -> TrainingIR:
+    """`claims`: optimizer name -> the weights it trains (resolved with the collections)."""
+    spec = loaded.spec
+    target = loss_output(spec.loss)
+    loss = LossIR(spec.loss.kind, target[1], target[0], spec.loss.labels) if spec.loss and target else None
+    onnx = spec.export.onnx
+    data = {stage: _source(loaded, stage, s) for stage in ("train", "eval")
+            if spec.data is not None and (s := getattr(spec.data, stage)) is not None}
+    return TrainingIR(
+        checkpoint=checkpoint_of(loaded),
+        export=ExportIR(onnx.opset, IR_VERSION[onnx.opset], onnx.weights, onnx.dynamic_batch),
+        loss=loss,
+        optimizers=tuple(_optimizer(n, o, claims.get(n, ())) for n, o in spec.optimizers.items()),
+        train=_train(spec.train),
+        data=data,
+    )
+
+
+def run_folder(loaded: LoadedSpec) -> Path:
+    """Where `specgen train` writes: checkpoint.dir, or runs/<spec name>, beside the spec."""
+    return checkpoint_of(loaded).dir

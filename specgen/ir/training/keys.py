@@ -1,0 +1,40 @@
+"""The checkpoint-key scheme: every training-state variable's path, in one place.
+
+collections.yaml, the generated `state_by_path()`, checkpoints, `specgen export` (EMA weights)
+and restore maps all name training state by these paths, so they are spelled only here.
+"""
+
+from __future__ import annotations
+
+STEP = "global_step"
+OPTIMIZERS = "optimizers"
+ACCUMULATORS = "accumulators"
+MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
+EMA = "ema"
+METRICS = "metrics"
+
+
+def learning_rate(optimizer: str) -> str:
+    return f"{OPTIMIZERS}/{optimizer}/learning_rate"
+
+
+def iterations(optimizer: str) -> str:
+    return f"{OPTIMIZERS}/{optimizer}/iterations"
+
+
+def slot_prefix(optimizer: str, slot: str) -> str:
+    """`optimizers/<name>/<slot>`; one variable per weight below it: `<prefix>/<weight path>`."""
+    return f"{OPTIMIZERS}/{optimizer}/{slot}"
+
+
+def accumulator(path: str) -> str:
+    return f"{ACCUMULATORS}/{path}"
+
+
+def ema(path: str) -> str:
+    """The EMA shadow of a trainable weight."""
+    return f"{EMA}/{path}"
+
+
+def metric(name: str, accumulator_name: str) -> str:
+    return f"{METRICS}/{name}/{accumulator_name}"

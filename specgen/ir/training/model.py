@@ -1,0 +1,144 @@
+"""Resolved training settings: loss, optimizers, EMA, metrics, data, checkpoint and export.
+
+Built once from the spec next to the model IR (specgen/ir/training/build.py); `render/` and
+`runtime/` read these, never the pydantic spec's training sections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Loss kind -> the label form metrics compare the output with.
+LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
+                "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
+                "mean_absolute_error": "regression"}
+
+
+@dataclass(frozen=True)
+class LossIR:
+    kind: str
+    output: str  # the output name the loss reads
+    field: str  # the spec key that names it ('logits' or 'predictions'), for messages
+    labels: str  # the label name in the data section
+
+    @property
+    def target(self) -> str:
+        return LOSS_TARGETS[self.kind]
+
+    @property
+    def logits(self) -> str | None:
+        """The output, for classification losses (accuracy is measured on it); None for regression."""
+        return self.output if self.field == "logits" else None
+
+
+@dataclass(frozen=True)
+class ScheduleIR:
+    kind: str  # a specgen.runtime schedules function name
+    args: tuple[tuple[str, Any], ...]  # its keyword arguments, in spec order
+    warmup_steps: int = 0
+
+
+@dataclass(frozen=True)
+class ClipIR:
+    kind: str  # 'global_norm' or 'value'
+    value: float
+
+
+@dataclass(frozen=True)
+class SlotIR:
+    name: str  # 'm', 'v', 'momentum', ...
+    key: str  # checkpoint-key prefix: `<key>/<weight path>`
+    initial: float = 0.0
+
+
+@dataclass(frozen=True)
+class OptimizerIR:
+    name: str
+    kind: str
+    paths: tuple[str, ...]  # the weights it claims, in variable order
+    learning_rate: float  # the learning-rate variable's first value
+    schedule: ScheduleIR | None  # None: a constant rate held in the variable
+    hyper: tuple[tuple[str, Any], ...]  # kind-specific hyperparameters (momentum, beta_1, ...)
+    slots: tuple[SlotIR, ...]
+    weight_decay: float = 0.0
+    clip: ClipIR | None = None
+    learning_rate_key: str = ""
+    iterations_key: str = ""
+
+    def param(self, name: str) -> Any:
+        return dict(self.hyper)[name]
+
+
+@dataclass(frozen=True)
+class EmaIR:
+    decay: float
+    eval: bool  # evaluate with the shadows
+
+
+@dataclass(frozen=True)
+class TrainIR:
+    batch_size: int
+    epochs: int
+    accumulate: int
+    seed: int
+    shuffle_buffer: int
+    metrics: tuple[str, ...]  # without repeats, in spec order
+    clip: ClipIR | None = None
+    ema: EmaIR | None = None
+
+
+@dataclass(frozen=True)
+class DataSourceIR:
+    stage: str  # 'train' or 'eval'
+    kind: str  # 'npz', 'csv' or 'tfrecord'
+    path: Path  # resolved against the spec's folder
+    features: dict[str, str | tuple[str, ...]]  # input name -> array, column(s) or feature key
+    labels: dict[str, str | tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class RestoreIR:
+    path: Path  # resolved against the spec's folder
+    source: Any  # the spec's RestoreSource (renames and excludes are applied by runtime/restore.py)
+
+
+@dataclass(frozen=True)
+class CheckpointIR:
+    dir: Path  # resolved against the spec's folder
+    every_steps: int
+    keep: int
+    restore: tuple[RestoreIR, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExportIR:
+    opset: int
+    ir_version: int
+    weights: str  # 'raw' or 'ema'
+    dynamic_batch: bool
+
+
+@dataclass(frozen=True)
+class TrainingIR:
+    """Every training-side setting of one spec, resolved."""
+
+    checkpoint: CheckpointIR
+    export: ExportIR
+    loss: LossIR | None = None
+    optimizers: tuple[OptimizerIR, ...] = ()
+    train: TrainIR | None = None
+    data: dict[str, DataSourceIR] = field(default_factory=dict)  # stage -> source
+
+    @property
+    def can_train(self) -> bool:
+        """Whether train.py is generated: a loss, optimizers and a train section."""
+        return self.loss is not None and bool(self.optimizers) and self.train is not None
+
+    @property
+    def trainable_paths(self) -> tuple[str, ...]:
+        return tuple(p for o in self.optimizers for p in o.paths)
+
+    def optimizer(self, name: str) -> OptimizerIR:
+        return next(o for o in self.optimizers if o.name == name)
