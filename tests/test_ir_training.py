@@ -133,3 +133,30 @@ def test_render_imports_nothing_from_the_spec() -> None:
                  if re.search(r"^\s*(from|import) specgen\.spec\b", p.read_text(), re.M)]
     assert offenders == []
 
+
+def test_runtime_uses_no_private_generated_attribute_names() -> None:
+    """The runtime reaches generated classes through specgen/runtime/lib/interface.py only."""
+    private = re.compile(r"getattr\([^)]*opt_|\.opt_\w+|ema_shadows|EMA_EVAL")
+    offenders = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in (PACKAGE / "runtime").rglob("*.py")
+                 if p.name != "interface.py" for line in p.read_text().splitlines() if private.search(line)]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", ["digits_cnn", "digits_mlp"])
+def test_generated_classes_satisfy_the_declared_interface(name: str) -> None:
+    pytest.importorskip("tensorflow")
+    from specgen.runtime.generated import load_generated
+    from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
+
+    folder = ROOT / "generated" / name
+    ir = build_ir(load_spec(ROOT / "examples" / "specs" / f"{name}.yaml"))
+    model = getattr(load_generated(folder / "model.py"), ir.class_name)(seed=0)
+    trainer = getattr(load_generated(folder / "train.py"), f"{ir.class_name}Training")(model)
+    assert isinstance(model, GeneratedModel) and isinstance(trainer, GeneratedTrainer)
+    assert ir.training is not None and ir.training.train is not None
+    accumulating = ir.training.train.accumulate > 1
+    assert isinstance(trainer, AccumulatingTrainer) == accumulating
+    assert isinstance(trainer, SteppingTrainer) != accumulating
+    for opt in ir.training.optimizers:
+        assert trainer.learning_rate(opt.name) is trainer.state_by_path()[opt.learning_rate_key]
+    assert len(trainer.ema_variables()) == (len(trainer.trainable) if ir.training.train.ema else 0)

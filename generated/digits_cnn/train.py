@@ -119,6 +119,17 @@ class DigitsCnnTraining(tf.Module):
         for metric in self.metrics:
             metric.update(loss, labels[LABEL], output)
 
+    def learning_rate(self, name: str) -> tf.Variable:
+        """Optimizer `name`'s learning-rate variable."""
+        return {
+            "body": self.opt_body_learning_rate,
+            "head": self.opt_head_learning_rate,
+        }[name]
+
+    def ema_variables(self) -> list[tf.Variable]:
+        """The EMA shadows in `trainable` order; empty without train.ema."""
+        return self.ema_shadows
+
     def state_by_path(self) -> dict[str, tf.Variable]:
         """The training state a checkpoint holds besides the model variables (metrics are not saved)."""
         state = {"global_step": self.global_step}

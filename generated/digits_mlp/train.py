@@ -96,6 +96,16 @@ class DigitsMlpTraining(tf.Module):
         for metric in self.metrics:
             metric.update(loss, labels[LABEL], output)
 
+    def learning_rate(self, name: str) -> tf.Variable:
+        """Optimizer `name`'s learning-rate variable."""
+        return {
+            "all": self.opt_all_learning_rate,
+        }[name]
+
+    def ema_variables(self) -> list[tf.Variable]:
+        """The EMA shadows in `trainable` order; empty without train.ema."""
+        return []
+
     def state_by_path(self) -> dict[str, tf.Variable]:
         """The training state a checkpoint holds besides the model variables (metrics are not saved)."""
         state = {"global_step": self.global_step}

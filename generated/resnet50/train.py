@@ -95,6 +95,16 @@ class Resnet50Training(tf.Module):
         for metric in self.metrics:
             metric.update(loss, labels[LABEL], output)
 
+    def learning_rate(self, name: str) -> tf.Variable:
+        """Optimizer `name`'s learning-rate variable."""
+        return {
+            "sgd": self.opt_sgd_learning_rate,
+        }[name]
+
+    def ema_variables(self) -> list[tf.Variable]:
+        """The EMA shadows in `trainable` order; empty without train.ema."""
+        return []
+
     def state_by_path(self) -> dict[str, tf.Variable]:
         """The training state a checkpoint holds besides the model variables (metrics are not saved)."""
         state = {"global_step": self.global_step}

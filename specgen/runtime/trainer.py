@@ -13,7 +13,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import tensorflow as tf
 
@@ -25,6 +25,7 @@ from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.generated import load_generated
+from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
 from specgen.runtime.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.resume import Options, Start, prepare, run_folder
 from specgen.spec.load import LoadedSpec
@@ -59,8 +60,8 @@ class Session:
         self.updates_per_epoch = max(self.examples // (train.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
-        self.model = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
-        self.trainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
+        self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
+        self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
         batches = data.training_batches(train_source, train.batch_size, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
         self.eval_data = data.eval_batches(eval_source, train.batch_size) if eval_source else None
@@ -98,7 +99,7 @@ class Session:
         for name, var in variables.items():
             var.assign(values[name])
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
-            getattr(self.trainer, f"opt_{name}_learning_rate").assign(value)
+            self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
         return f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}" + (f"\nnote: {note}" if note else "")
 
@@ -153,12 +154,12 @@ class Session:
         plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
         apply_plan(plan, variables)
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
-        for path, shadow in zip(self.trainer.trainable_paths, getattr(self.trainer, "ema_shadows", []), strict=False):
+        for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
-        return {name: float(getattr(self.trainer, f"opt_{name}_learning_rate").numpy())
+        return {name: float(self.trainer.learning_rate(name).numpy())
                 for name in overridden_learning_rates(self.begin.overrides)}
 
     def target_step(self) -> int:
@@ -176,17 +177,18 @@ class Session:
         accumulate = self.train_ir.accumulate
         if accumulate == 1:
             counter = tf.constant(self.step, tf.int64)
-            loss = self.trainer.train_steps(self.iterator, counter, tf.constant(count, tf.int64))
+            loss = cast(SteppingTrainer, self.trainer).train_steps(self.iterator, counter, tf.constant(count, tf.int64))
             self.step += count
             return loss
+        trainer = cast(AccumulatingTrainer, self.trainer)
         for _ in range(count):
-            micro = int(self.trainer.micro_batches.numpy())
+            micro = int(trainer.micro_batches.numpy())
             while micro < accumulate:
                 seed = tf.constant([self.step * accumulate + micro, self.train_ir.seed], tf.int64)
                 features, labels = next(self.iterator)
-                loss = self.trainer.accumulate_step(features, labels, seed)
+                loss = trainer.accumulate_step(features, labels, seed)
                 micro += 1
-            self.trainer.apply_accumulated()
+            trainer.apply_accumulated()
             self.step += 1
         return loss
 
@@ -202,10 +204,11 @@ class Session:
         if self.eval_data is None:
             return {}
         self.reset_metrics()
-        swap = self.train_module.EMA_EVAL and hasattr(self.trainer, "ema_shadows")
+        ema = self.train_ir.ema
+        swap = bool(ema and ema.eval)
         saved = [v.read_value() for v in self.trainer.trainable] if swap else []
         if swap:
-            for var, shadow in zip(self.trainer.trainable, self.trainer.ema_shadows, strict=True):
+            for var, shadow in zip(self.trainer.trainable, self.trainer.ema_variables(), strict=True):
                 var.assign(shadow)
         try:
             for features, labels in self.eval_data:

@@ -1,0 +1,69 @@
+"""The declared interface of generated modules: what `specgen train`, `export` and `restore` may use.
+
+The commands reach generated classes only through these Protocols, never through attribute names
+the templates happen to choose (`opt_<name>_learning_rate`, `ema_shadows`): a template can rename
+its internals without breaking the runtime, and tests/test_ir_training.py checks that the runtime
+does not reach past the interface. Runtime-checkable, so a test can check a generated class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+Tensor = Any  # tf.Tensor / tf.Variable: kept as Any so that importing this module does not import TensorFlow
+
+
+@runtime_checkable
+class GeneratedModel(Protocol):
+    """model.py's class: `<Name>(seed=0)`."""
+
+    def __call__(self, inputs: Mapping[str, Tensor], training: bool = False,
+                 seed: Tensor | None = None) -> dict[str, Tensor]: ...
+
+    def variables_by_path(self) -> dict[str, Tensor]:
+        """Every model variable under its spec path (the checkpoint keys of the model)."""
+        ...
+
+
+@runtime_checkable
+class GeneratedTrainer(Protocol):
+    """train.py's class: `<Name>Training(model)`; what every spec's training module offers."""
+
+    global_step: Tensor
+    trainable: list[Tensor]  # the trained weights, in optimizer order
+    trainable_paths: list[str]
+    metrics: list[Any]  # specgen.runtime.lib.metrics objects
+
+    def state_by_path(self) -> dict[str, Tensor]:
+        """Training state by checkpoint key (ir/training/keys.py), metrics left out."""
+        ...
+
+    def learning_rate(self, name: str) -> Tensor:
+        """Optimizer `name`'s learning-rate variable."""
+        ...
+
+    def ema_variables(self) -> list[Tensor]:
+        """The EMA shadows in `trainable` order; empty without train.ema."""
+        ...
+
+    def eval_step(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor]) -> Tensor: ...
+
+
+@runtime_checkable
+class SteppingTrainer(GeneratedTrainer, Protocol):
+    """A spec with `train.accumulate: 1`: whole chunks of updates in one graph."""
+
+    def train_steps(self, iterator: Any, counter: Tensor, steps: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class AccumulatingTrainer(GeneratedTrainer, Protocol):
+    """A spec with `train.accumulate > 1`: micro-batches add gradients, `apply_accumulated` updates."""
+
+    micro_batches: Tensor
+
+    def accumulate_step(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor],
+                        seed: Tensor) -> Tensor: ...
+
+    def apply_accumulated(self) -> None: ...
