@@ -43,17 +43,30 @@ def _spec_paths(args: argparse.Namespace) -> list[Path]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from specgen.ir.lints import init_scale_warnings
     from specgen.ir.resolve import build_ir
     from specgen.spec.load import load_spec
 
     problems: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
     for path in _spec_paths(args):
         try:
-            ir = build_ir(load_spec(path))
+            loaded = load_spec(path)
+            ir = build_ir(loaded)
         except SpecError as exc:
             problems += exc.diagnostics
             continue
-        print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
+        found = [] if "init_scale" in args.no_lint else init_scale_warnings(loaded, ir)
+        warnings += found
+        if not (found and args.strict):
+            print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
+    if args.strict:  # warnings become errors: reported with them, exit 1
+        problems += [replace(w, severity="error") for w in warnings]
+    elif warnings:  # never the exit status: validate fails on errors only
+        for line in report_lines(sorted(warnings, key=Diagnostic.sort_key)):
+            print(line, file=sys.stderr)
+        print(f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''} (--strict makes them errors)",
+              file=sys.stderr)
     if problems:
         raise SpecError(problems)
     return 0
@@ -134,7 +147,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specgen.spec.overrides import load_with_overrides
 
     loaded = load_with_overrides(args.spec, args.set)
-    from specgen.runtime.trainer import Options, train  # imports TensorFlow: only now
+    from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
                           fresh=args.fresh, overrides=list(args.set), quiet=args.quiet))
@@ -145,7 +158,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
     loaded = load_spec(args.spec)
-    from specgen.runtime.exporter import export  # imports TensorFlow: only now
+    from specgen.runtime.commands.export import export  # imports TensorFlow: only now
 
     report = export(loaded, args.checkpoint, args.output, triton=args.triton)
     nodes = sum(report["nodes"].values())
@@ -171,13 +184,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_restore_plan(args: argparse.Namespace) -> int:
-    from specgen.runtime.restore import run_restore_plan  # imports TensorFlow: only now
+    from specgen.runtime.commands.restore import run_restore_plan  # imports TensorFlow: only now
 
     return run_restore_plan(args.spec, args.from_)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from specgen.runtime.infer import infer
+    from specgen.runtime.commands.infer import infer
 
     return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels)
 
@@ -220,6 +233,9 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check spec files and report every problem")
     validate.add_argument("paths", nargs="*", type=Path)
+    validate.add_argument("--strict", action="store_true", help="treat warnings as errors (exit 1)")
+    validate.add_argument("--no-lint", action="append", default=[], choices=["init_scale"],
+                          help="skip a lint (docs/spec.md#lints); repeatable")
     validate.set_defaults(run=cmd_validate)
     build = sub.add_parser("build", help="render specs into generated/<name>/")
     build.add_argument("paths", nargs="*", type=Path)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specgen.ir.collections import takes_the_rest
+from specgen.ir.lints import momentum_note, ratio_column
 from specgen.ir.model import ModelIR
 from specgen.ir.ops import backward_flops
 
@@ -54,6 +55,7 @@ def optimizers_table(ir: ModelIR, optimizers: Mapping[str, Any]) -> str:
 
 
 def flops_table(ir: ModelIR) -> str:
+    std = ratio_column(ir)
     rows, total_f, total_b, total_p = [], 0, 0, 0
     for node in ir.nodes:
         # A shared layer's weights are counted once, under their owner; its FLOPs (and the weight
@@ -62,10 +64,11 @@ def flops_table(ir: ModelIR) -> str:
         backward = backward_flops(node.flops, any("trainable" in v.collections for v in node.variables.values()))
         op = node.op + (f"+{node.activation}" if node.activation else "") + (f", shares {node.shares}" if node.shares else "")
         rows.append((node.name, op, _shape(node.shape),
-                     f"{params:,}", f"{node.flops:,}", f"{backward:,}"))
+                     f"{params:,}", f"{node.flops:,}", f"{backward:,}", std[node.name]))
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
-    rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}"))
-    return table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)"), rows, right={3, 4, 5})
+    rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))
+    return table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)", "activation std (init)"),
+                 rows, right={3, 4, 5, 6})
 
 
 def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None) -> str:
@@ -76,5 +79,8 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None) 
         collections_table(ir),
         *([optimizers_table(ir, optimizers)] if optimizers and ir.optimizers else []),
         flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "
-        "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise.",
+        "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise. "
+        "The activation std is each output's at initialization over the input's, for unit-variance inputs "
+        "(docs/spec.md#lints; '-': not measured, after a softmax).",
+        *([note] if (note := momentum_note(ir)) else []),
     ]) + "\n"

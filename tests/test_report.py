@@ -41,7 +41,7 @@ def test_report_prints_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert any(line.split() == ["trainable", "8", "17,290"] for line in lines)
     assert any(line.split() == ["update", "2", "32"] for line in lines)
     assert any(line.split() == ["optimizer", "16", "34,392"] for line in lines)  # lr + iterations x2, slots
-    assert any(line.split() == ["conv1", "conv2d", "[batch,", "8,", "8,", "16]", "160", "19,456", "38,912"]
+    assert any(line.split() == ["conv1", "conv2d", "[batch,", "8,", "8,", "16]", "160", "19,456", "38,912", "0.343"]
                for line in lines)
     assert any(line.split() == ["total", "17,322", "57,738", "113,428"] for line in lines)
 

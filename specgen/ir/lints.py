@@ -1,0 +1,252 @@
+"""Static lints on a resolved model: initialization scale and batch-norm momentum (docs/spec.md#lints).
+
+Pure Python, no TensorFlow: `specgen validate` and `specgen report` run these; `specgen build`
+does not (it renders the IR and never needs them).
+
+Initialization scale: every model input is taken as mean 0, variance 1 (a `normalize` or
+`rescale` that reads an input directly is taken to produce that), and the mean and second
+moment E[x^2] of each layer's output are propagated through the initializers' distributions
+(fan-in as TensorFlow counts it from the kernel shape), the activations (on a Gaussian with
+those moments) and the other ops, at inference (dropout is the identity) and with batch norms
+normalizing by batch statistics as in training. Weights, inputs and branches are independent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from specgen.diagnostics import Diagnostic
+from specgen.ir.gains import Moments, activation, describe_init, init_moments
+from specgen.ir.model import ModelIR, Node
+from specgen.spec.load import LoadedSpec
+
+BAND = (0.1, 10.0)  # the std ratio to the input outside which a layer is flagged
+NORMS = ("batch_norm", "layer_norm")
+HE_FAMILY = ("relu", "relu6", "leaky_relu", "elu", "gelu", "swish", "silu", "hard_swish", "hard_silu", "softplus")
+KERNELS = {"dense": ("kernel",), "conv2d": ("kernel",), "depthwise_conv2d": ("kernel",),
+           "conv2d_transpose": ("kernel",), "separable_conv2d": ("depthwise_kernel", "pointwise_kernel")}
+PASS_THROUGH = ("dropout", "flatten", "reshape", "max_pool", "avg_pool", "global_avg_pool", "global_max_pool",
+                "pad", "crop", "upsample")
+INIT_KEYS = {("dense", "kernel"): "kernel_init", ("conv2d", "kernel"): "kernel_init",
+             ("conv2d_transpose", "kernel"): "kernel_init", ("depthwise_conv2d", "kernel"): "kernel_init",
+             ("separable_conv2d", "pointwise_kernel"): "pointwise_init"}
+MOST = 0.5  # a batch norm whose moving statistics keep more than this share of their initial values is flagged
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One layer's output at initialization: its moments, and the weighted step that made them."""
+
+    moments: Moments | None  # None: not measured (softmax, or after one)
+    gain: float | None = None  # E[y^2] / E[x^2] of the layer's weighted sum (layers with a kernel)
+    fan_in: int = 0  # terms summed per output of that step
+    reference: float = 1.0  # the std the ratio is taken to: the input's, or an embedding's output's
+
+    @property
+    def std(self) -> float | None:
+        """The output's standard deviation over the reference's."""
+        if self.moments is None:
+            return None
+        mean, square = self.moments
+        return math.sqrt(max(square - mean * mean, 0.0)) / self.reference
+
+
+def _weighted(moments: Moments, n: float, weight: Moments) -> Moments:
+    """Moments of a sum of `n` products w * x with independent w, x (x's share one mean)."""
+    (mx, qx), (mw, qw) = moments, weight
+    return n * mw * mx, n * qw * qx + n * (n - 1) * (mw * mx) ** 2
+
+
+def _plus(a: Moments, b: Moments, sign: float = 1.0) -> Moments:
+    return a[0] + sign * b[0], a[1] + b[1] + 2 * sign * a[0] * b[0]
+
+
+def _fan(node: Node, role: str) -> float:
+    """Terms summed per output of one kernel (interior positions; padding ignored)."""
+    shape = node.variables[role].shape
+    if node.op == "conv2d_transpose":  # each output meets about kh*kw / (sh*sw) positions of each input channel
+        sh, sw = node.params["strides"]
+        return shape[0] * shape[1] * shape[3] / (sh * sw)
+    if role == "depthwise_kernel" or node.op == "depthwise_conv2d":
+        return shape[0] * shape[1]  # one input channel per output, though TensorFlow's fan-in counts all
+    return math.prod(shape[:-1])
+
+
+def _layer(node: Node, ins: list[Moments], inputs: set[str]) -> Scale:
+    """The moments of one node's output before its `activation:`."""
+    op, first = node.op, ins[0]
+    if op in KERNELS:
+        out, n = first, 0.0
+        for role in KERNELS[op]:
+            n = _fan(node, role)
+            out = _weighted(out, n, init_moments(node.variables[role].init, node.variables[role].shape))
+        if "bias" in node.variables:
+            out = _plus(out, init_moments(node.variables["bias"].init, node.variables["bias"].shape))
+        return Scale(out, out[1] / first[1] if first[1] > 0 else math.inf, int(n))
+    if op in ("normalize", "rescale") and node.inputs[0] in inputs:
+        return Scale((0.0, 1.0))  # preprocessing of raw data: its output is the unit the model assumes
+    if op == "rescale":
+        s, o = _mean(node.params["scale"]), _mean(node.params["offset"])
+        return Scale((s * first[0] + o, s * s * first[1] + 2 * s * o * first[0] + o * o))
+    if op == "normalize" and "mean" in node.params:
+        m, v = _mean(node.params["mean"]), max(_mean(node.params["variance"]), 1e-14)
+        return Scale(((first[0] - m) / math.sqrt(v), (first[1] - 2 * m * first[0] + m * m) / v))
+    if op in NORMS and not node.inference_mode:
+        gamma = init_moments(node.variables["gamma"].init, ()) if "gamma" in node.variables else (1.0, 1.0)
+        beta = init_moments(node.variables["beta"].init, ()) if "beta" in node.variables else (0.0, 0.0)
+        return Scale((beta[0], gamma[1] + beta[1]))
+    if op == "scale":
+        g = node.variables["gamma"].init.args[0][1] if node.variables["gamma"].init else 1.0
+        return Scale((g * first[0], g * g * first[1]))
+    if op == "embedding":
+        return Scale(init_moments(node.variables["embeddings"].init, node.variables["embeddings"].shape))
+    if op in ("add", "subtract"):
+        out = first
+        for other in ins[1:]:
+            out = _plus(out, other, -1.0 if op == "subtract" else 1.0)
+        return Scale(out)
+    if op == "multiply":
+        return Scale((math.prod(m for m, _ in ins), math.prod(q for _, q in ins)))
+    if op == "concat":
+        axis = node.params.get("axis", len(node.shape) - 1)
+        sizes = [s[axis] or 0 for s in node.input_shapes]
+        total = sum(sizes) or 1
+        return Scale((sum(m * w for (m, _), w in zip(ins, sizes, strict=True)) / total,
+                      sum(q * w for (_, q), w in zip(ins, sizes, strict=True)) / total))
+    if op in PASS_THROUGH or op in NORMS or op == "normalize":
+        return Scale(first)  # pools: neighbours are taken as strongly correlated, as in images
+    return Scale(activation(op, first, node.params))  # an activation op; None for softmax
+
+
+def _mean(value: float | list[float]) -> float:
+    return sum(value) / len(value) if isinstance(value, list) else float(value)
+
+
+def propagate(ir: ModelIR) -> dict[str, Scale]:
+    """Each node's output scale at initialization, under the model of this module's docstring."""
+    known: dict[str, Scale] = {i.name: Scale((0.0, 1.0)) for i in ir.inputs}
+    inputs = set(known)
+    for node in ir.nodes:
+        ins = [known[s].moments for s in node.inputs]
+        if any(m is None for m in ins):
+            known[node.name] = Scale(None)
+            continue
+        scale = _layer(node, [m for m in ins if m is not None], inputs)
+        if node.activation and scale.moments is not None:
+            scale = replace(scale, moments=activation(node.activation, scale.moments, {}))
+        if node.op == "embedding":  # indices have no scale: the embedding's own is what follows it
+            scale = replace(scale, reference=scale.std or 1.0)
+        else:
+            scale = replace(scale, reference=max(known[s].reference for s in node.inputs))
+        known[node.name] = scale
+    return known
+
+
+def ratio_column(ir: ModelIR) -> dict[str, str]:
+    """`specgen report`'s `activation std (init)` cell of each layer: its std over the input's."""
+    return {name: "-" if s.std is None else f"{s.std:.3g}" for name, s in propagate(ir).items()}
+
+
+def _consumers(ir: ModelIR) -> dict[str, list[Node]]:
+    table: dict[str, list[Node]] = {}
+    for node in ir.nodes:
+        for source in node.inputs:
+            table.setdefault(source, []).append(node)
+    return table
+
+
+def _outside(std: float | None) -> bool:
+    return std is not None and not BAND[0] <= std <= BAND[1]
+
+
+def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
+    """(layer, message) where the std leaves the band: the first such layer on each path."""
+    scales, readers, outputs = propagate(ir), _consumers(ir), set(ir.outputs.values())
+    found = []
+    for node in ir.nodes:
+        std = scales[node.name].std
+        if not _outside(std) or any(_outside(scales[s].std) for s in node.inputs):
+            continue
+        after = readers.get(node.name, [])
+        # Read only by normalizations (which reset the scale) or by multiplies (a gate, whose mean
+        # rather than spread scales the other branch): a small or large spread here is harmless.
+        if after and node.name not in outputs and (all(r.op in NORMS and not r.inference_mode for r in after)
+                                                   or all(r.op == "multiply" for r in after)):
+            continue
+        found.append((node, _message(node, scales[node.name], after)))
+    return found
+
+
+def _message(node: Node, scale: Scale, after: list[Node]) -> str:
+    std = scale.std or 0.0
+    way = "grows" if std > 1 else "shrinks"
+    head = (f"layer '{node.name}' ({node.op}): at initialization the activation std {way} to {std:.3g}x the "
+            f"input's (outside [{BAND[0]:g}, {BAND[1]:g}]; unit-variance inputs assumed, see docs/spec.md#lints)")
+    if node.op not in KERNELS or scale.gain is None:
+        return head + "; this layer has no kernel: check the initializers of the layers before it"
+    role = KERNELS[node.op][-1]
+    acts = (*HE_FAMILY, "tanh", "sigmoid", "selu", "hard_sigmoid")
+    act = node.activation or next((r.op for r in after if len(after) == 1 and r.op in acts), None)
+    fit = "he_normal" if act in HE_FAMILY else "glorot_uniform"
+    key = INIT_KEYS[(node.op, role)]
+    return (head + f"; {key} {describe_init(node.variables[role].init)} over fan-in {scale.fan_in} scales "
+            f"the second moment by {scale.gain:.3g}; {fit}{f' for {act}' if act else ''} keeps it near 1")
+
+
+def init_scale_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
+    """`specgen validate`'s warnings, each at its layer (at the kernel initializer when written)."""
+    warnings = []
+    for node, message in init_scale_findings(ir):
+        layer = loaded.spec.layers[node.index]
+        keys = [k for k in ("kernel_init", "depthwise_init", "pointwise_init") if k in layer.model_fields_set]
+        diagnostic = loaded.diagnostic(("layers", node.index, keys[-1]) if keys else ("layers", node.index), message)
+        warnings.append(replace(diagnostic, severity="warning"))
+    return warnings
+
+
+# --- batch-norm momentum ----------------------------------------------------------------------
+
+
+def held_share(momentum: float, updates: int) -> float:
+    """The share of their initial values (mean 0, variance 1) that moving statistics still hold
+    after `updates` updates of `moving = moving * momentum + batch * (1 - momentum)`."""
+    return momentum ** max(updates, 0)
+
+
+def momenta(ir: ModelIR) -> dict[float, list[str]]:
+    """Batch norms whose statistics training updates, by momentum."""
+    table: dict[float, list[str]] = {}
+    for node in ir.nodes:
+        if node.op == "batch_norm" and not node.inference_mode and not node.shares:
+            table.setdefault(float(node.params["momentum"]), []).append(node.name)
+    return table
+
+
+def momentum_warnings(ir: ModelIR, updates: int) -> list[str]:
+    """Lines for `specgen train` to print before training when the planned `updates` (optimizer
+    steps that update batch-norm statistics) leave them mostly at their initial values."""
+    lines = []
+    for momentum, names in momenta(ir).items():
+        share = held_share(momentum, updates)
+        if share > MOST:
+            fit = 0.05 ** (1 / updates) if updates > 0 else 0.0  # the momentum that leaves 5%
+            lines.append(f"warning: batch-norm momentum {momentum:g} ({_names(names)}): after the {updates} planned "
+                         f"updates the moving statistics still hold {share:.0%} of their initial values (mean 0, "
+                         f"variance 1), so evaluation and export normalize with mostly wrong statistics; "
+                         f"momentum {fit:.3g} or lower leaves under 5%")
+    return lines
+
+
+def momentum_note(ir: ModelIR, counts: tuple[int, ...] = (100, 1000)) -> str:
+    """`specgen report`'s hint: the share held after 100 and 1000 updates, per momentum."""
+    lines = [f"batch-norm momentum {m:g} ({_names(names)}): the moving statistics still hold "
+             + ", ".join(f"{held_share(m, n):.2%} of their initial values after {n} updates" if i == 0
+                         else f"{held_share(m, n):.2%} after {n}" for i, n in enumerate(counts))
+             for m, names in momenta(ir).items()]
+    return "\n".join(lines)
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(f"'{n}'" for n in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
