@@ -14,7 +14,7 @@ every repetition): each measurement runs `--warmup` steps, then times `--steps` 
 
   specgen loop      a Python loop calling trainer.train_step(features, labels, seed) once per
                     step, seed = tf.constant([step, 0], tf.int64), float(loss) each step
-  specgen train()   what `specgen train` runs (specgen/runtime/trainer.py): Session.updates runs
+  specgen train()   what `specgen train` runs (specgen/runtime/commands/session.py): Session.updates runs
                     chunks of updates inside one graph (the generated train_steps pulls batches
                     in the graph), then the bookkeeping (metric reads, progress line, TensorBoard
                     scalars) every LOG_EVERY updates; the real Session methods; no checkpoints/eval
@@ -163,8 +163,8 @@ class Specgen:
         import tensorflow as tf
 
         from specgen.runtime import data
-        from specgen.runtime.generated import load_generated
-        from specgen.runtime.trainer import Progress, Session
+        from specgen.runtime.commands.train import Progress, Session
+        from specgen.runtime.lib.generated import load_generated
 
         self.loaded, self.spec = loaded, loaded.spec
         ir = build_ir(loaded)
@@ -205,8 +205,8 @@ class Specgen:
             self.loop_step += 1
 
     def train_loop(self, steps: int) -> None:
-        """The body of specgen.runtime.trainer.train, without checkpoint saves and eval."""
-        from specgen.runtime.trainer import _format, _next_stop
+        """The body of specgen.runtime.commands.train.train, without checkpoint saves and eval."""
+        from specgen.runtime.commands.train import _format, _next_stop
 
         session, progress = self.session, self.progress
         stop = session.step + steps

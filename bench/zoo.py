@@ -7,7 +7,7 @@ accumulate; a per-model timeout) runs:
 
   import   specgen.importers.keras.import_keras(name, input_shape=...): the spec and <spec>.keras
   build    load_spec + build_ir (what `specgen validate` checks) + render_files (`specgen build`)
-  export   specgen.runtime.exporter.export without a checkpoint: the restore plan, with its gate
+  export   specgen.runtime.commands.export.export without a checkpoint: the restore plan, with its gate
   parity   max |onnxruntime(specgen) - Keras| / max |Keras| on a batch of 2 (N(0, 1) inputs),
            Keras being the saved .keras model in a tf.function (training=False)
   tf2onnx  tf2onnx.convert.from_function on that tf.function (opset 18, as bench/infer.py); its
@@ -125,7 +125,7 @@ def one(name: str, size: int, result: Path, repeats: int, seconds: float) -> Non
     from specgen.importers.keras import import_keras
     from specgen.ir.resolve import build_ir
     from specgen.render.files import render_files
-    from specgen.runtime.exporter import export
+    from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)

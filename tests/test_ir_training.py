@@ -145,7 +145,7 @@ def test_runtime_uses_no_private_generated_attribute_names() -> None:
 @pytest.mark.parametrize("name", ["digits_cnn", "digits_mlp"])
 def test_generated_classes_satisfy_the_declared_interface(name: str) -> None:
     pytest.importorskip("tensorflow")
-    from specgen.runtime.generated import load_generated
+    from specgen.runtime.lib.generated import load_generated
     from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
 
     folder = ROOT / "generated" / name

@@ -21,10 +21,10 @@ from specgen.cli import main  # noqa: E402
 from specgen.diagnostics import SpecError  # noqa: E402
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
-from specgen.runtime.generated import load_generated  # noqa: E402
+from specgen.runtime.commands.restore import apply_plan, list_checkpoint, plan_restore  # noqa: E402
 from specgen.runtime.keras_weights import Reader, read_weights  # noqa: E402
+from specgen.runtime.lib.generated import load_generated  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
-from specgen.runtime.restore import apply_plan, list_checkpoint, plan_restore  # noqa: E402
 from specgen.spec.load import LoadedSpec, load_spec_text  # noqa: E402
 
 LAYERS = """\

@@ -91,7 +91,7 @@ def test_export_folds_batch_norm_without_gamma_and_keeps_the_statistics(tmp_path
     import tensorflow as tf
     from onnx import numpy_helper
 
-    from specgen.runtime.exporter import export
+    from specgen.runtime.commands.export import export
     from specgen.runtime.parity import random_weights
 
     spec = tmp_path / "se.yaml"
@@ -115,7 +115,7 @@ def test_export_folds_batch_norm_without_gamma_and_keeps_the_statistics(tmp_path
 def test_restore_map_fills_the_statistics(tmp_path: Path) -> None:
     import tensorflow as tf
 
-    from specgen.runtime.restore import plan_restore
+    from specgen.runtime.commands.restore import plan_restore
     from specgen.spec.io import RestoreSource
 
     stats = {"normalization/mean": np.array([0.25], np.float32), "normalization/variance": np.array([4.0], np.float32)}

@@ -15,8 +15,7 @@ from specgen.diagnostics import SpecError  # noqa: E402
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
 from specgen.runtime.checkpoint import CheckpointFolder  # noqa: E402
-from specgen.runtime.generated import load_generated  # noqa: E402
-from specgen.runtime.restore import (  # noqa: E402
+from specgen.runtime.commands.restore import (  # noqa: E402
     RestorePlan,
     apply_plan,
     format_plan,
@@ -25,6 +24,7 @@ from specgen.runtime.restore import (  # noqa: E402
     run_restore_plan,
     summary_line,
 )
+from specgen.runtime.lib.generated import load_generated  # noqa: E402
 from specgen.spec.io import RenamePattern, RestoreSource  # noqa: E402
 from specgen.spec.load import LoadedSpec, load_spec_text  # noqa: E402
 

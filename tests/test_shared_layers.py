@@ -177,8 +177,8 @@ def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path)
 
     from specgen.render.files import render_files
     from specgen.runtime import parity
+    from specgen.runtime.lib.onnx_layout import onnx_feeds
     from specgen.runtime.onnx_export import fold_batch_norms, node_counts, with_weights
-    from specgen.runtime.onnx_layout import onnx_feeds
 
     ir = build_ir(load_spec_text(ONE_USE_BN, "s.yaml"))
     built = render_files(ir)["model.onnx"]
@@ -203,7 +203,7 @@ def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path)
 def test_export_of_the_shared_model(tmp_path: Path) -> None:
     from test_export import write_checkpoint
 
-    from specgen.runtime.exporter import export
+    from specgen.runtime.commands.export import export
 
     loaded = load_spec_text(SPEC, str(tmp_path / "s.yaml"), tmp_path / "s.yaml")
     values = write_checkpoint(tmp_path / "ckpt", build_ir(loaded), np.random.default_rng(3))

@@ -19,7 +19,7 @@ import yaml
 
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
-from specgen.runtime.generated import load_generated
+from specgen.runtime.lib.generated import load_generated
 from specgen.spec.load import load_spec_text
 
 tf = pytest.importorskip("tensorflow")

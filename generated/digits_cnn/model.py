@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
-from specgen.runtime import initializers as init
-from specgen.runtime import layers
+from specgen.runtime.lib import initializers as init
+from specgen.runtime.lib import layers
 
 # Input name -> (shape with a dynamic batch dimension, dtype).
 INPUTS = {

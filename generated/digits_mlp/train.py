@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
-from specgen.runtime import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, metrics, optimizers, schedules
 
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from specgen.ir.model import ModelIR
-from specgen.runtime.onnx_layout import onnx_feeds
+from specgen.runtime.lib.onnx_layout import onnx_feeds
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: float) -> float:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from specgen.ir.model import ModelIR
-from specgen.runtime.generated import load_generated
-from specgen.runtime.onnx_layout import onnx_feeds
+from specgen.runtime.lib.generated import load_generated
+from specgen.runtime.lib.onnx_layout import onnx_feeds
 
 __all__ = ["load_generated"]
 

@@ -101,7 +101,7 @@ class DataSourceIR:
 @dataclass(frozen=True)
 class RestoreIR:
     path: Path  # resolved against the spec's folder
-    source: Any  # the spec's RestoreSource (renames and excludes are applied by runtime/restore.py)
+    source: Any  # the spec's RestoreSource (renames and excludes are applied by runtime/commands/restore.py)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
 from specgen.ir.training.build import checkpoint_of
 from specgen.paths import shown
-from specgen.runtime.restore_sources import Entry, list_checkpoint, open_reader, read_source
+from specgen.runtime.commands.restore_sources import Entry, list_checkpoint, open_reader, read_source
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec

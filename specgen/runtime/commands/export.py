@@ -32,11 +32,11 @@ from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
-from specgen.runtime.generated import load_generated
+from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line
+from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.predictor import Predictor
-from specgen.runtime.restore import apply_plan, plan_restore, summary_line
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4  # of each output's magnitude, max(1, max |TensorFlow output|): see scaled_diff

@@ -1,0 +1,7 @@
+"""The command implementations: `train` (the loop; `session` is one run's state), `resume`, `restore`
+(with `restore_sources`), `export` and `infer`. `specgen.cli` parses arguments and calls these.
+
+They live under `specgen/runtime/` rather than in a top-level `specgen/commands/` because they import
+TensorFlow and onnxruntime, and `specgen.runtime` is the one package that may: the rest of specgen
+(spec, ir, render, cli) stays importable without them. The library that generated code imports is
+the sibling `specgen.runtime.lib`, which must never import from here (tests/test_layout.py)."""

@@ -1,0 +1,93 @@
+"""`specgen train`: run the generated training step on the spec's data, with checkpoints.
+
+The spec is rendered in memory (exactly what `specgen build` writes), the two
+generated modules are written to `<run>/code/` and imported from there (see
+`session.py`), and the loop below drives them: micro-batches, updates, an eval stage
+per epoch, TensorBoard summaries (one writer per stage), checkpoints every
+`checkpoint.every_steps` updates, and a final summary.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any
+
+from specgen.paths import shown
+from specgen.runtime.commands.resume import Options, prepare, run_folder
+from specgen.runtime.commands.session import Session
+from specgen.spec.load import LoadedSpec
+
+__all__ = ["Options", "Session", "run_folder", "train"]
+
+
+class Progress:
+    """One status line: rewritten in place on a terminal, printed every few seconds otherwise."""
+
+    def __init__(self, quiet: bool):
+        self.tty, self.quiet, self.last = sys.stdout.isatty(), quiet, 0.0
+
+    def show(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.quiet or (not force and now - self.last < (0.2 if self.tty else 5.0)):
+            return
+        self.last = now
+        print(("\r" + text.ljust(100)) if self.tty else text, end="" if self.tty else "\n", flush=True)
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            print()
+
+
+def _format(values: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in values.items())
+
+
+LOG_EVERY = 20  # updates between progress lines and TensorBoard points (and at epoch ends)
+
+
+def _next_stop(session: Session, stop: int) -> int:
+    """The next step at which the loop must look up: a log, a checkpoint, an epoch end or the end."""
+    step = session.step
+    marks = [stop, (step // LOG_EVERY + 1) * LOG_EVERY, (step // session.every + 1) * session.every,
+             (step // session.updates_per_epoch + 1) * session.updates_per_epoch]
+    return min(m for m in marks if m > step)
+
+
+def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
+    begin = prepare(loaded, options)
+    for note in begin.notes:
+        print(f"note: {note}")
+    session = Session(begin.loaded, options, begin)
+    print(session.start())
+    stop = session.target_step()
+    progress, started, first = Progress(options.quiet), time.monotonic(), session.step
+    evaluated: dict[str, float] = {}
+    session.reset_metrics()
+    print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
+          f"{session.examples} examples)")
+    while session.step < stop:
+        loss = float(session.updates(_next_stop(session, stop) - session.step))
+        if not math.isfinite(loss):
+            session.refuse_non_finite(loss)
+        step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
+        train_metrics = session.metrics()
+        line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
+        session._summaries("train", {"loss": loss, **train_metrics})
+        if step % session.every == 0:
+            session.save()
+        epoch_end = step % session.updates_per_epoch == 0 or step == stop
+        progress.show(line, force=epoch_end)
+        if epoch_end:
+            progress.done()
+            evaluated = session.evaluate()
+            if evaluated:
+                print(f"eval at step {step}: {_format(evaluated)}")
+            session.reset_metrics()
+    path = session.save()
+    elapsed = time.monotonic() - started
+    summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
+               "eval": evaluated}
+    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {shown(path)}")
+    return summary

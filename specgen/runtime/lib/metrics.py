@@ -1,0 +1,121 @@
+"""Metrics whose accumulators are variables named `metrics/<metric>/<accumulator>` (collection `metrics`).
+
+`reset()` zeroes them at the start of each stage, so train and eval never mix.
+Classification targets: `sparse` (integer labels, softmax logits), `onehot`
+(probability labels) and `binary` (sigmoid logits, threshold 0).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+AUC_THRESHOLDS = 200
+
+
+def _variable(path: str, shape: tuple[int, ...] = ()) -> tf.Variable:
+    return tf.Variable(tf.zeros(shape, tf.float32), trainable=False, name=path)
+
+
+class Metric(tf.Module):
+    accumulators: tuple[str, ...] = ("total", "count")
+
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(name=name)
+        self.target = target
+        self.state = [_variable(f"metrics/{name}/{acc}", self.shape) for acc in self.accumulators]
+
+    shape: tuple[int, ...] = ()
+
+    def reset(self) -> None:
+        for var in self.state:
+            var.assign(tf.zeros_like(var))
+
+    def result(self) -> tf.Tensor:
+        total, count = self.state
+        return tf.math.divide_no_nan(total, count)
+
+
+def _predicted_and_true(target: str, labels: tf.Tensor, logits: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    if target == "sparse":
+        return tf.argmax(logits, axis=-1), tf.reshape(tf.cast(labels, tf.int64), [-1])
+    if target == "onehot":
+        return tf.argmax(logits, axis=-1), tf.argmax(labels, axis=-1)
+    labels = tf.reshape(tf.cast(labels, tf.float32), tf.shape(logits))
+    return tf.cast(logits > 0, tf.int64), tf.cast(labels > 0.5, tf.int64)
+
+
+class Accuracy(Metric):
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        predicted, true = _predicted_and_true(self.target, labels, logits)
+        hits = tf.cast(tf.equal(tf.reshape(predicted, [-1]), tf.reshape(true, [-1])), tf.float32)
+        self.state[0].assign_add(tf.reduce_sum(hits))
+        self.state[1].assign_add(tf.cast(tf.size(hits), tf.float32))
+
+
+class MeanLoss(Metric):
+    """Mean of the per-batch mean loss, weighted by batch size."""
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        batch = tf.cast(tf.shape(logits)[0], tf.float32)
+        self.state[0].assign_add(loss * batch)
+        self.state[1].assign_add(batch)
+
+
+class Precision(Metric):
+    accumulators = ("true_positives", "false_positives")
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        predicted, true = _predicted_and_true("binary", labels, logits)
+        positive = tf.cast(predicted == 1, tf.float32)
+        self.state[0].assign_add(tf.reduce_sum(positive * tf.cast(true == 1, tf.float32)))
+        self.state[1].assign_add(tf.reduce_sum(positive * tf.cast(true == 0, tf.float32)))
+
+    def result(self) -> tf.Tensor:
+        tp, fp = self.state
+        return tf.math.divide_no_nan(tp, tp + fp)
+
+
+class Recall(Metric):
+    accumulators = ("true_positives", "false_negatives")
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        predicted, true = _predicted_and_true("binary", labels, logits)
+        actual = tf.cast(true == 1, tf.float32)
+        self.state[0].assign_add(tf.reduce_sum(actual * tf.cast(predicted == 1, tf.float32)))
+        self.state[1].assign_add(tf.reduce_sum(actual * tf.cast(predicted == 0, tf.float32)))
+
+    def result(self) -> tf.Tensor:
+        tp, fn = self.state
+        return tf.math.divide_no_nan(tp, tp + fn)
+
+
+class Auc(Metric):
+    """ROC AUC from confusion counts at 200 thresholds (trapezoid rule), as Keras' AUC."""
+
+    accumulators = ("true_positives", "false_positives", "true_negatives", "false_negatives")
+    shape = (AUC_THRESHOLDS,)
+
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(name, target)
+        inner = [(i + 1) / (AUC_THRESHOLDS - 1) for i in range(AUC_THRESHOLDS - 2)]
+        self.thresholds = tf.constant([-1e-7, *inner, 1 + 1e-7], tf.float32)
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        scores = tf.reshape(tf.sigmoid(logits), [-1, 1])
+        true = tf.reshape(tf.cast(labels, tf.float32) > 0.5, [-1, 1])
+        above = scores > self.thresholds[tf.newaxis, :]
+        for var, mask in zip(self.state, (above & true, above & ~true, ~above & ~true, ~above & true), strict=True):
+            var.assign_add(tf.reduce_sum(tf.cast(mask, tf.float32), axis=0))
+
+    def result(self) -> tf.Tensor:
+        tp, fp, tn, fn = self.state
+        tpr = tf.math.divide_no_nan(tp, tp + fn)
+        fpr = tf.math.divide_no_nan(fp, fp + tn)
+        return tf.reduce_sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2)
+
+
+KINDS = {"accuracy": Accuracy, "mean_loss": MeanLoss, "precision": Precision, "recall": Recall, "auc": Auc}
+
+
+def make(name: str, target: str) -> Metric:
+    return KINDS[name](name, target)
