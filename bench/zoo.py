@@ -74,6 +74,12 @@ def _leaf_layers(model: Any) -> int:
     return count
 
 
+def _all_layers(model: Any) -> list[Any]:
+    """Every layer, nested models' layers included."""
+    return [inner for layer in model.layers
+            for inner in (_all_layers(layer) if hasattr(layer, "layers") else [layer])]
+
+
 def _rel(actual: Any, expected: Any) -> float:
     import numpy as np
 
@@ -104,10 +110,16 @@ def randomize_statistics(net: Any) -> None:
     for weight in net.weights:
         leaf = weight.path.rsplit("/", 1)[-1]
         shape = tuple(weight.shape)
-        if leaf in ("gamma", "moving_variance"):
+        if leaf == "moving_variance":
             weight.assign(rng.uniform(0.5, 1.5, shape).astype(np.float32))
         elif leaf in ("beta", "moving_mean"):
             weight.assign((rng.standard_normal(shape) * 0.1).astype(np.float32))
+    # gamma = sqrt(variance) x U(0.8, 1.2): each normalization scales by 0.8-1.2, so a 300-layer model stays in
+    # float32's comfortable range (gamma ~ U(0.5, 1.5) on its own compounded to saturated softmaxes).
+    for layer in _all_layers(net):
+        if type(layer).__name__ == "BatchNormalization" and layer.scale:
+            std = np.sqrt(layer.moving_variance.numpy())
+            layer.gamma.assign((std * rng.uniform(0.8, 1.2, std.shape)).astype(np.float32))
 
 
 def one(name: str, size: int, result: Path, repeats: int, seconds: float) -> None:
