@@ -181,3 +181,30 @@ def test_embedding_output_is_the_reference() -> None:
     got = scales(text)
     assert got["e"].std == pytest.approx(1.0) and got["e"].reference == pytest.approx(0.1 / math.sqrt(12))
     assert flagged(text) == []
+
+
+def test_train_warns_when_the_momentum_outlasts_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """4 updates with momentum 0.99 keep 96% of the initial statistics: `specgen train` says so before training."""
+    pytest.importorskip("tensorflow")
+    from specgen.cli import main
+
+    digits = Path(__file__).resolve().parents[1] / "examples" / "data" / "digits.npz"
+    (tmp_path / "s.yaml").write_text(f"""\
+specgen: 1
+name: bn_short
+inputs: {{image: {{shape: [8, 8, 1]}}}}
+outputs: {{logits: out}}
+layers:
+  - {{name: flat, op: flatten}}
+  - {{name: bn, op: batch_norm, momentum: 0.99}}
+  - {{name: out, op: dense, units: 10}}
+loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
+optimizers: {{all: {{kind: sgd, learning_rate: 0.01}}}}
+train: {{batch_size: 8}}
+data: {{train: {{npz: {digits}, features: {{image: x_train}}, labels: {{label: y_train}}}}}}
+checkpoint: {{dir: run}}
+""")
+    assert main(["train", str(tmp_path / "s.yaml"), "--steps", "4", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: batch-norm momentum 0.99 ('bn'): after the 4 planned updates the moving statistics still hold "
+            "96% of their initial values") in err

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from specgen.ir.lints import momentum_warnings
 from specgen.paths import shown
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
@@ -62,6 +63,10 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     session = Session(begin.loaded, options, begin)
     print(session.start())
     stop = session.target_step()
+    # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
+    # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
+    for line in momentum_warnings(session.ir, stop * session.train_ir.accumulate):
+        print(line, file=sys.stderr)
     progress, started, first = Progress(options.quiet), time.monotonic(), session.step
     evaluated: dict[str, float] = {}
     session.reset_metrics()
