@@ -47,7 +47,7 @@ def ir_of(doc: dict[str, Any]) -> ModelIR:
 
 def model_py(doc: dict[str, Any]) -> str:
     loaded = load_spec_text(yaml.safe_dump(doc, sort_keys=False), "fbn.yaml")
-    return render_files(build_ir(loaded), loaded.spec)["model.py"].decode()
+    return render_files(build_ir(loaded))["model.py"].decode()
 
 
 HEAD_SGD = {"head": {"variables": ["out/*"], "kind": "sgd", "learning_rate": 0.1}}
