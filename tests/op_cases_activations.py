@@ -21,6 +21,14 @@ def conv(name: str, **params: Any) -> dict[str, Any]:
 CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     # pad / crop on the channels-last input, after a conv (held channels-first), and between convs
     "pad_int": (IMAGE, [{"name": "p", "op": "pad", "padding": 1}]),
+    # ResNetV2's stem: zero padding then a max pool over values that may all be negative (no relu between).
+    # onnxruntime's PadFusion would turn the zeros into MaxPool's -inf pads; max_pool guards against it.
+    # Biased negative so that border windows are all negative (the case the fusion gets wrong).
+    "pad_then_max_pool_after_conv": (IMAGE, [conv("c", bias_init={"kind": "constant", "value": -4.0}),
+                                             {"name": "p", "op": "pad", "padding": 1},
+                                             {"name": "m", "op": "max_pool", "size": 3, "strides": 2}]),
+    "pad_dropout_max_pool": (IMAGE, [{"name": "p", "op": "pad", "padding": 2}, {"name": "r", "op": "dropout", "rate": 0.1},
+                                     {"name": "m", "op": "max_pool", "size": 3, "strides": 2}]),
     "pad_pairs_after_conv": (IMAGE, [conv("c"), {"name": "p", "op": "pad", "padding": [[1, 2], [0, 3]]}]),
     "pad_hw_between_convs": (IMAGE, [conv("c"), {"name": "p", "op": "pad", "padding": [2, 1]},
                                      conv("d", padding="valid")]),

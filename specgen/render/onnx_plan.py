@@ -124,6 +124,16 @@ class Lowering:
         if first:
             self.first.add(out)
 
+    def zero_padded(self, layer: str) -> bool:
+        """Whether the ONNX tensor that `layer`'s output lives in comes straight from a Pad (through layout
+        transposes or node-less layers such as dropout): onnxruntime fuses such a Pad into a following MaxPool."""
+        tensor = self.tensor[layer]
+        producers = {step.out: step for step in self.plan.steps}
+        step = producers.get(tensor)
+        while step is not None and step.template == "transpose":
+            step = producers.get(step.ins[0])
+        return step is not None and step.template == "pad"
+
     def constant(self, name: str, values: list[int]) -> str:
         self.plan.constants.append(f"int64[{len(values)}] {name} = {{{', '.join(map(str, values))}}}")
         return name

@@ -64,6 +64,10 @@ class OnnxContext(Protocol):
         """Declare a float scalar constant in the graph; returns its name."""
         ...
 
+    def zero_padded(self, layer: str) -> bool:
+        """Whether `layer`'s output reaches this node as the output of an ONNX Pad (see max_pool)."""
+        ...
+
 
 Rule = Callable[[Any, list[Shape], list[str]], OpResult]
 TfAttrs = Callable[[Node], dict[str, Any]]

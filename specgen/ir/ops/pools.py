@@ -50,7 +50,12 @@ def pool_tf_attrs(node: Node) -> dict[str, Any]:
 
 def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     p = node.params
-    return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"]}
+    # onnxruntime's PadFusion folds a zero Pad into a following MaxPool's `pads`, which MaxPool fills with
+    # -inf, not zeros: wrong wherever a window's real values are all negative (measured: ResNet50V2's
+    # pool1_pad -> pool1_pool off by 17% with every optimization on, exact with them off). A Max(x, x)
+    # between them is exact, cheap, and keeps the Pad from being fused; it is emitted only after a Pad.
+    guard = node.op == "max_pool" and ctx.zero_padded(node.inputs[0])
+    return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"], "guard": guard}
 
 
 def global_tf_attrs(node: Node) -> dict[str, Any]:
