@@ -30,6 +30,7 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -54,6 +55,12 @@ BATCHES = (1, 8)
 # Run last (the table is sorted by name anyway), so that an interrupted run has the most rows.
 HEAVY = ("ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtXLarge", "EfficientNetB6", "EfficientNetB7", "EfficientNetV2L",
          "EfficientNetV2M", "NASNetLarge", "ResNet152", "ResNet152V2")
+
+
+def _last_line(stderr: str) -> str:
+    """A failed model's last stderr line, its scratch folder shown as <tmp> (no machine paths in the table)."""
+    line = (stderr.strip().splitlines() or ["?"])[-1]
+    return re.sub(re.escape(tempfile.gettempdir()) + r"/specgen-zoo-[^/\s]+", "<tmp>", line)[:200]
 
 
 def label(name: str, size: int) -> str:
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             begun = time.perf_counter()
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-                failure = None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1][:200]
+                failure = None if done.returncode == 0 else _last_line(done.stderr)
             except subprocess.TimeoutExpired:
                 failure = f"timeout after {args.timeout:.0f} s"
             row = json.loads(result.read_text()) if result.is_file() else {"model": label(name, size), "input": size}
