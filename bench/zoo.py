@@ -72,13 +72,7 @@ def label(name: str, size: int) -> str:
 
 def _leaf_layers(model: Any) -> int:
     """Keras layers, nested models counted by their layers, InputLayers left out."""
-    count = 0
-    for layer in model.layers:
-        if hasattr(layer, "layers"):
-            count += _leaf_layers(layer)
-        elif type(layer).__name__ != "InputLayer":
-            count += 1
-    return count
+    return sum(type(layer).__name__ != "InputLayer" for layer in _all_layers(model))
 
 
 def _all_layers(model: Any) -> list[Any]:
