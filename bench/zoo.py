@@ -60,7 +60,7 @@ HEAVY = ("ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtXLarge", "EfficientNetB6", "E
 def _last_line(stderr: str) -> str:
     """A failed model's last stderr line, its scratch folder shown as <tmp> (no machine paths in the table)."""
     line = (stderr.strip().splitlines() or ["?"])[-1]
-    return re.sub(re.escape(tempfile.gettempdir()) + r"/specgen-zoo-[^/\s]+", "<tmp>", line)[:200]
+    return re.sub(re.escape(tempfile.gettempdir()) + r"/specgen-zoo-[^/\s]+", "<tmp>", line)[:600]  # a gate refusal says why
 
 
 def label(name: str, size: int) -> str:

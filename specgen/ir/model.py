@@ -32,6 +32,7 @@ class Variable:
     onnx_name: str = ""  # graph input / initializer name in the ONNX graph
     onnx_perm: tuple[int, ...] | None = None  # TF layout -> ONNX layout
     onnx_shape: tuple[int, ...] = ()
+    onnx_split: tuple[int, ...] | None = None  # reshape before onnx_perm (ir/flatten_order.py's kernel rows)
 
     @property
     def size(self) -> int:
@@ -91,6 +92,7 @@ class ModelIR:
     dynamic_batch: bool
     optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths
     training: TrainingIR | None = None  # set by build_ir; None only for hand-made IRs
+    nchw_flattens: frozenset[str] = frozenset()  # flattens ONNX runs channels-first (ir/flatten_order.py)
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

@@ -13,6 +13,7 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
+from specgen.ir.flatten_order import reorder_flattened_kernels
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -61,7 +62,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
-    model_vars = list(made.values())
+    nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
@@ -74,6 +75,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         collections=collections, opset=export.opset, ir_version=export.ir_version,
         dynamic_batch=export.dynamic_batch,
         optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training,
+        nchw_flattens=nchw_flattens,
     )
 
 

@@ -97,12 +97,14 @@ class Lowering:
     def lower(self, node: Node) -> None:
         op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/ir/ops)
         sources = [self.tensor[s] for s in node.inputs]
-        if op.layout == "first":
+        if op.layout == "first" or node.name in self.ir.nchw_flattens:  # the latter: ir/flatten_order.py
             want_first = True
         elif op.layout == "any":
             want_first = sources[0] in self.first
         else:
             want_first = False
+        # ir/flatten_order.py chose these flattens by this class's layout rule: their input is channels-first
+        assert node.name not in self.ir.nchw_flattens or sources[0] in self.first, node.name
         ins = [self.layout_input(s, want_first) for s in sources]
         template = op.onnx_template_for(node)
         if template is None:  # no node at inference (dropout): the layer's tensor is its input

@@ -11,6 +11,8 @@ def to_onnx(var: Variable, value: np.ndarray) -> np.ndarray:
     """A TF-layout value (e.g. a conv kernel in HWIO) in the layout the ONNX graph takes (OIHW)."""
     if tuple(value.shape) != var.shape:
         raise ValueError(f"{var.path}: expected shape {list(var.shape)}, received {list(value.shape)}")
+    if var.onnx_split is not None:
+        value = value.reshape(var.onnx_split)
     if var.onnx_perm is not None:
         value = np.transpose(value, var.onnx_perm)
     return np.ascontiguousarray(value.reshape(var.onnx_shape), dtype=np.dtype(var.dtype))
