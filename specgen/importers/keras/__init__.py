@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgen.importers.keras.bare_weights import indexed_map
 from specgen.importers.keras.convert import Imported, convert
 from specgen.importers.keras.errors import ImportProblem, refused
 from specgen.importers.keras.graph import flatten
@@ -57,7 +58,9 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
         if weights is not None and not weights.is_file():
             raise ImportProblem(f"--weights {weights}: no such file")
         src = read_source(source, input_shape, classes)
-        imp = convert(flatten(src.config), src.keras2)
+        graph = flatten(src.config)
+        imp = convert(graph, src.keras2)
+        indexed = indexed_map(weights, graph, imp.keys) if weights is not None else []
     except ImportProblem as exc:
         raise refused(source, [str(exc)]) from None
     written = None
@@ -65,7 +68,7 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
         written = output.with_name(output.name.split(".", 1)[0] + WEIGHTS_SUFFIX)
     weights_path = weights or src.weights or written
     assert weights_path is not None
-    restore: dict[str, Any] = {"from": _relative(weights_path, output), "map": restore_map(imp)}
+    restore: dict[str, Any] = {"from": _relative(weights_path, output), "map": restore_map(imp) + indexed}
     groups = stages([e["name"] for e in imp.layers], list(imp.keys)) if collections == "stages" else {}
     text = render(imp, src.label, restore, groups)
     try:
