@@ -70,3 +70,15 @@ def test_a_file_from_another_model_is_refused(tmp_path: Path, capsys: pytest.Cap
         "variables for this layer, but its config gives 4 (gamma, beta, moving_mean, moving_variance): the file was "
         "written by a different model", "1 error found"]
     assert not (tmp_path / "net.yaml").exists()
+
+
+def test_an_unreadable_weights_file_is_refused_at_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model({}).save(tmp_path / "net.keras")
+    (tmp_path / "empty.weights.h5").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["import", "keras", str(tmp_path / "net.keras"), "--weights", str(tmp_path / "empty.weights.h5"),
+                 "-o", str(tmp_path / "net.yaml")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{tmp_path / 'net.keras'}: error: --weights: cannot read Keras weight file {tmp_path / 'empty.weights.h5'}: "
+        "neither an HDF5 file nor a .keras archive", "1 error found"]
+    assert not (tmp_path / "net.yaml").exists()

@@ -253,9 +253,10 @@ def test_custom_class_refused_without_import(tmp_path: Path, capsys: pytest.Capt
 def test_weights_option_wins(tmp_path: Path) -> None:
     """--weights replaces the model file's own weights in checkpoint.restore (path relative to the spec)."""
     a = keras.Input((4,), name="a")
-    keras.Model(a, keras.layers.Dense(2, name="fc")(a)).save(tmp_path / "m.keras")
+    model = keras.Model(a, keras.layers.Dense(2, name="fc")(a))
+    model.save(tmp_path / "m.keras")
     (tmp_path / "w").mkdir()
-    (tmp_path / "w" / "tuned.weights.h5").write_bytes(b"")
+    model.save_weights(tmp_path / "w" / "tuned.weights.h5")  # read by the import (bare_weights.py): a real one
     (tmp_path / "specs").mkdir()
     assert run_import(tmp_path / "m.keras", "-o", tmp_path / "specs" / "m.yaml",
                       "--weights", tmp_path / "w" / "tuned.weights.h5") == 0
