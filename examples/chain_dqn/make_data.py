@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chain import ACTIONS, STATES, TERMINAL, step  # noqa: E402
+from chain import ACTIONS, STATES, TERMINAL, step
 
 TRANSITIONS = 1024
 MAX_EPISODE = 10

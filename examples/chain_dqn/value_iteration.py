@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chain import ACTIONS, GAMMA, STATES, TERMINAL, step  # noqa: E402
+from chain import ACTIONS, GAMMA, STATES, TERMINAL, step
 
 
 def optimal_q(tolerance: float = 1e-12) -> np.ndarray:
