@@ -49,9 +49,11 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
     targets, problems = resolve_targets(loaded, members.model, {p: d.shape for x in layers for p, d in x.variables})
+    if problems:  # without the pairs, the copies would read as weights nobody trains: report only the cause
+        raise SpecError(problems)
     members.targets = [p for t in targets for p in t.target_paths]
     resolve_collections(loaded, members)
-    problems += members.problems + _check_sections(loaded)
+    problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
     problems += _check_gradients(loaded, layers, members) if not problems else []
     if problems:

@@ -10,6 +10,7 @@ listed in `frozen`), and a batch norm whose weights are all targets runs in infe
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,12 @@ def _under(prefix: str, paths: list[str]) -> dict[str, str]:
     return {p[len(prefix):]: p for p in paths if p.startswith(prefix) and len(p) > len(prefix)}
 
 
+def _prefixes(paths: list[str]) -> list[str]:
+    """Every prefix pattern that matches something ('qnet/*', 'qnet/fc/*'), for a did-you-mean."""
+    parts = (p.split("/") for p in paths)
+    return sorted({"/".join(ps[:i]) + "/*" for ps in parts for i in range(1, len(ps))})
+
+
 def _show(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -87,14 +94,15 @@ def _pairs(loaded: LoadedSpec, name: str, entry: Any, paths: list[str], shapes: 
         prefix = _prefix(pattern)
         loc = ("targets", name, key)
         if prefix is None:
+            head = re.split(r"[*?\[]", pattern)[0].rstrip("/") or "qnet"
             problems.append(loaded.diagnostic(loc, (
                 f"target '{name}': {key} '{pattern}' is not a prefix pattern; expected a path prefix followed by one "
-                f"'*' and no other wildcard, e.g. '{pattern.rstrip(WILDCARDS + ']/') or 'qnet'}/*'")))
+                f"'*' and no other wildcard, e.g. '{head}/*'")))
             return None
         sides[key] = _under(prefix, paths)
         if not sides[key]:
             problems.append(loaded.diagnostic(loc, (
-                f"target '{name}': {key} '{pattern}' matches no variable{did_you_mean(pattern, paths)}")))
+                f"target '{name}': {key} '{pattern}' matches no variable{did_you_mean(pattern, _prefixes(paths))}")))
             return None
     online, target = sides["online"], sides["target"]
     loc = ("targets", name, "target")
