@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
+from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir, ir_from_file
 from specgen.report import report
 from specgen.spec.load import load_spec_text
@@ -120,7 +121,7 @@ def test_broken_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str], text
     assert err == [f"{path}:{e}" for e in expected] + [f"{len(expected)} error{'s' if len(expected) > 1 else ''} found"]
 
 
-def ir_of(text: str):  # noqa: ANN201 (a ModelIR)
+def ir_of(text: str) -> ModelIR:
     return build_ir(load_spec_text(text, "dqn.yaml"))
 
 
