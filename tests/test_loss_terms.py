@@ -177,3 +177,38 @@ def test_weight_decay_exclude_matches_keras_adamw(tmp_path: Path) -> None:
                                        err_msg=f"{path} after update {step + 1}")
     gap = np.max(np.abs(everything["out/bias"].numpy() - model.variables_by_path()["out/bias"].numpy()))
     assert gap > 100 * TOLERANCE
+
+
+def logged_scalars(folder: Path) -> dict[str, dict[int, float]]:
+    """TensorBoard scalars by tag, then step, from the event files in `folder`."""
+    scalars: dict[str, dict[int, float]] = {}
+    for events in folder.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    return scalars
+
+
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["in-graph chunks", "accumulate 2"])
+def test_tensorboard_logs_each_term_beside_the_total(tmp_path: Path, accumulate: int) -> None:
+    """`specgen train` writes loss/<term> for every term; the weighted terms add up to the logged total."""
+    from specgen.runtime.commands.train import Options, train
+    from specgen.spec.load import load_spec_text
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(64, 6)).astype("float32"), y=rng.integers(0, 3, 64))
+    document = doc("logged", [*MULTI_LOSS[:2], {"kind": "l2", "variables": "backbone", "weight": L2_WEIGHT}],
+                   {"variables": ["body/*", "out/*", "qhead/*"], "kind": "adam", "learning_rate": 0.01},
+                   collections={"backbone": ["body/*"]},
+                   data={"train": {"npz": "d.npz", "features": {"x": "x"}, "labels": {"label": "y"}}},
+                   checkpoint={"dir": "run", "every_steps": 1000})
+    document["train"] = {"batch_size": BATCH, "accumulate": accumulate}
+    text = yaml.safe_dump(document, sort_keys=False)
+    (tmp_path / "spec.yaml").write_text(text)
+    train(load_spec_text(text, "spec.yaml", tmp_path / "spec.yaml"), Options(steps=4))
+    scalars = logged_scalars(tmp_path / "run" / "tensorboard" / "train")
+    assert {"loss", "loss/logits", "loss/td", "loss/l2_backbone"} <= set(scalars)
+    for step, total in scalars["loss"].items():
+        weighted = (scalars["loss/logits"][step] + HUBER_WEIGHT * scalars["loss/td"][step]
+                    + L2_WEIGHT * scalars["loss/l2_backbone"][step])
+        assert total == pytest.approx(weighted, abs=1e-6), step

@@ -136,7 +136,7 @@ def test_weight_decay_exclude_resolves_and_refuses_patterns_that_match_nothing()
     assert "optimizers.weight_decay(self.opt_all_decayed, lr, 0.01)" in code
     wrong = TAIL.replace("learning_rate: 0.1}", 'learning_rate: 0.1, weight_decay: {rate: 0.01, exclude: ["target/*"]}}')
     found = errors("loss: {kind: huber, predictions: q, labels: value}\n", wrong)
-    assert any("net.yaml:15:119: error: weight_decay exclude 'target/*' matches none of optimizer 'all''s weights "
+    assert any("net.yaml:15:119: error: weight_decay exclude 'target/*' matches none of the weights of optimizer 'all' "
                "(variables 'body/kernel', 'body/bias', 'bn/gamma', 'bn/beta' and 2 more)" in line
                for line in found), found
 

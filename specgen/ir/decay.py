@@ -35,7 +35,7 @@ def resolve_decay(loaded: LoadedSpec, members: Membership) -> tuple[dict[str, tu
                 hits = [p for p in own if fnmatch.fnmatchcase(p, pattern)]
             if not hits and own:
                 problems.append(loaded.diagnostic(("optimizers", name, "weight_decay", "exclude", i), (
-                    f"weight_decay exclude '{pattern}' matches none of optimizer '{name}''s weights "
+                    f"weight_decay exclude '{pattern}' matches none of the weights of optimizer '{name}' "
                     f"({variable_list(own)}){did_you_mean(pattern, own)}; exclude patterns match this "
                     "optimizer's own weights")))
             matched.update(hits)
