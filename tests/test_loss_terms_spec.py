@@ -156,3 +156,23 @@ def test_report_lists_the_terms() -> None:
         ["l2_backbone", "l2", "4 weights: body/kernel, body/bias, bn/gamma and 1 more", "-", "0.0001"],
     ]
     assert lines[5] == "The loss is the weighted sum of 3 terms; metrics read term 'logits' (the first with data labels)."
+
+
+def test_schema_takes_a_list_of_terms_and_refuses_a_bad_delta() -> None:
+    import json
+    from pathlib import Path
+
+    import jsonschema
+    import yaml
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "specgen.schema.json").read_text())
+    document = yaml.safe_load(HEAD + textwrap.dedent("""\
+        loss:
+          - {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}
+          - {kind: huber, predictions: q, labels: target, delta: 0.5, weight: 0.5, name: td}
+          - {kind: l2, variables: backbone, weight: 0.0001}
+        """) + TAIL.replace("learning_rate: 0.1}", 'learning_rate: 0.1, weight_decay: {rate: 0.01, exclude: ["*/bias"]}}'))
+    jsonschema.validate(document, schema)
+    document["loss"][1]["delta"] = 0
+    with pytest.raises(jsonschema.ValidationError, match="less than or equal to the minimum of 0"):
+        jsonschema.validate(document, schema)
