@@ -118,6 +118,12 @@ def test_positioned_errors(loss: str, expected: str) -> None:
     assert any(expected in line for line in found), found
 
 
+def test_labels_naming_both_an_output_and_a_data_label_are_refused() -> None:
+    found = errors("loss: {kind: huber, predictions: q, labels: target}\n", TAIL.replace("value: v}", "target: v}"))
+    assert any("net.yaml:13:45: error: loss labels 'target' names both an output and a label of the data section; "
+               "rename one of them" in line for line in found), found
+
+
 def test_metrics_need_a_term_with_data_labels() -> None:
     found = errors("loss: {kind: huber, predictions: q, labels: target}\n",
                    TAIL.replace("train: {batch_size: 2}", "train: {batch_size: 2, metrics: [mean_loss]}"))

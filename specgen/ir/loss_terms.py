@@ -102,6 +102,10 @@ def _data_term(loaded: LoadedSpec, loc: Loc, term: Any, name: str, problems: lis
             f"{where} labels '{term.labels}' is the output the term reads ({field}); a target held constant "
             "equals the prediction and the term is zero. Name a data label or another output")))
     labels = _data_labels(spec)
+    if from_output and labels is not None and term.labels in labels:
+        problems.append(loaded.diagnostic((*loc, "labels"), (
+            f"{where} labels '{term.labels}' names both an output and a label of the data section; "
+            "rename one of them so that the term's target is unambiguous")))
     if not from_output and labels is not None and term.labels not in labels:
         choices = [*labels, *spec.outputs]
         problems.append(loaded.diagnostic((*loc, "labels"), (
