@@ -140,6 +140,10 @@ def test_weight_decay_exclude_resolves_and_refuses_patterns_that_match_nothing()
     code = render_files(ir)["train.py"].decode()
     assert 'self.opt_all_decayed = [v[p] for p in ["qhead/kernel"]]' in code
     assert "optimizers.weight_decay(self.opt_all_decayed, lr, 0.01)" in code
+    # Every weight excluded: no decay call at all (not a fallback to decaying everything).
+    everything = TAIL.replace("learning_rate: 0.1}", 'learning_rate: 0.1, weight_decay: {rate: 0.01, exclude: ["*"]}}')
+    code = render_files(build("loss: {kind: huber, predictions: q, labels: value}\n", everything))["train.py"].decode()
+    assert "weight_decay" not in code and "_decayed" not in code
     wrong = TAIL.replace("learning_rate: 0.1}", 'learning_rate: 0.1, weight_decay: {rate: 0.01, exclude: ["target/*"]}}')
     found = errors("loss: {kind: huber, predictions: q, labels: value}\n", wrong)
     assert any("net.yaml:15:119: error: weight_decay exclude 'target/*' matches none of the weights of optimizer 'all' "

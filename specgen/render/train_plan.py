@@ -27,7 +27,7 @@ class OptimizerPlan:
     clip: str | None  # an optimizers.clip(...) keyword list
     rate_key: str  # checkpoint keys of the learning rate and the iteration count
     iterations_key: str
-    decayed: tuple[str, ...] = ()  # with weight_decay.exclude: the weights that do decay; () for all
+    decayed: tuple[str, ...] | None = None  # with weight_decay.exclude: the weights that still decay; None: all
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
@@ -71,7 +71,7 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
             opt.name, attr, opt.kind, opt.paths, start, start + len(opt.paths), opt.learning_rate,
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
             _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
-            tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else ()))
+            tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None))
         start += len(opt.paths)
     return plans
 
