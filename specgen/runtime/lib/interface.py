@@ -70,6 +70,15 @@ class AccumulatingTrainer(GeneratedTrainer, Protocol):
 
 
 @runtime_checkable
+class TermReporter(Protocol):
+    """A spec whose loss is more than one term with data labels and weight 1 (docs/spec.md#loss-terms)."""
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        """Each loss term's value at the last training micro-batch, before weighting, by term name."""
+        ...
+
+
+@runtime_checkable
 class TargetFollowingTrainer(GeneratedTrainer, Protocol):
     """A spec with `targets:`: target variables that follow online ones (specgen/ir/targets.py)."""
 
