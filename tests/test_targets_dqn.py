@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "specs" / "chain_dqn.yaml"
 DATA = ROOT / "examples" / "chain_dqn" / "chain.npz"
 STEP_TOLERANCE = 1e-6  # every variable after the generated steps vs the hand-written ones
-Q_TOLERANCE = 1e-3  # max |Q - Q*| after training (measured: about 4e-6)
+Q_TOLERANCE = 1e-3  # max |Q - Q*| after training (measured: 2.2e-4 for the Q-network, 4.4e-6 for its target)
 GAMMA = 0.9
 LR = 0.01
 FEATURES = ("state", "action", "reward", "done", "next_state")
@@ -64,11 +64,11 @@ def build(tmp_path: Path, targets: dict[str, Any] | None = None) -> tuple[Any, A
 
 def batch(start: int, size: int = 64) -> dict[str, np.ndarray]:
     with np.load(DATA) as arrays:
-        return {k: arrays[k][start:start + size] for k in (*FEATURES, "zero")}
+        return {k: arrays[k][start:start + size] for k in FEATURES}
 
 
 class HandWrittenDqn:
-    """DQN written out in TensorFlow: online and target MLPs, the TD loss, Keras' Adam, target updates."""
+    """DQN written out in TensorFlow: online and target MLPs, Keras' Huber loss and Adam, target updates."""
 
     def __init__(self, values: dict[str, np.ndarray], tau: float | None, every_steps: int | None):
         self.online = {k: tf.Variable(values[f"qnet/{k}"]) for k in ("hidden/kernel", "hidden/bias", "out/kernel",
@@ -87,7 +87,7 @@ class HandWrittenDqn:
             q_sa = tf.gather(self.q(self.online, b["state"]), b["action"], batch_dims=1)
             best_next = tf.reduce_max(self.q(self.target, b["next_state"]), axis=1, keepdims=True)
             td_target = tf.stop_gradient(b["reward"] + GAMMA * (1.0 - b["done"]) * best_next)
-            loss = tf.reduce_mean(tf.square(q_sa - td_target))
+            loss = keras.losses.Huber(delta=1.0)(td_target, q_sa)
         variables = list(self.online.values())
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         self.steps += 1
@@ -105,7 +105,7 @@ class HandWrittenDqn:
 
 def generated_step(trainer: Any, b: dict[str, np.ndarray]) -> float:
     features = {k: tf.constant(b[k]) for k in FEATURES}
-    return float(trainer.train_step(features, {"zero": tf.constant(b["zero"])}, tf.constant([0, 0], tf.int64)))
+    return float(trainer.train_step(features, {}, tf.constant([0, 0], tf.int64)))
 
 
 @pytest.mark.parametrize(("targets", "tau", "every"), [
@@ -134,7 +134,7 @@ def test_training_steps_match_hand_written_tensorflow(tmp_path: Path, targets: A
 
 def test_td_ops_against_numpy(tmp_path: Path) -> None:
     """gather, reduce and the TD target in the generated model against numpy in float64."""
-    _, model, trainer = build(tmp_path)
+    _, model, _ = build(tmp_path)
     for path, variable in model.variables_by_path().items():  # targets apart from the online weights
         if path.startswith("target_qnet/"):
             variable.assign(variable + 0.1 * tf.ones_like(variable))
@@ -148,13 +148,13 @@ def test_td_ops_against_numpy(tmp_path: Path) -> None:
                                rtol=0, atol=1e-6)
     expected = b["reward"] + GAMMA * (1 - b["done"]) * np.max(q_next, axis=1, keepdims=True)
     np.testing.assert_allclose(out["td_target"], expected, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(out["td_error"], out["q_sa"] - out["td_target"], rtol=0, atol=1e-6)
-    # stop_gradient: the loss moves no target weight and no online weight through the target branch
+    # stop_gradient: td_target passes no gradient to the target network (nor through it to anything)
     variables = model.variables_by_path()
-    with tf.GradientTape() as tape:
-        loss, _ = trainer.loss({k: tf.constant(b[k]) for k in FEATURES}, {"zero": tf.constant(b["zero"])}, True)
-    grads = tape.gradient(loss, [variables["target_qnet/out/kernel"], variables["qnet/out/kernel"]])
-    assert grads[0] is None and float(tf.reduce_max(tf.abs(grads[1]))) > 0
+    with tf.GradientTape(persistent=True) as tape:
+        outputs = model({k: tf.constant(b[k]) for k in FEATURES}, training=True)
+        td_target, q_sa = tf.reduce_sum(outputs["td_target"]), tf.reduce_sum(outputs["q_sa"])
+    assert tape.gradient(td_target, variables["target_qnet/out/kernel"]) is None
+    assert float(tf.reduce_max(tf.abs(tape.gradient(q_sa, variables["qnet/out/kernel"])))) > 0
 
 
 def train(folder: Path, *args: str) -> None:

@@ -3,9 +3,9 @@
     python examples/chain_dqn/make_data.py
 
 Episodes start in a uniformly drawn non-terminal state and take uniformly random actions until
-they reach the terminal state or 10 steps; 1024 transitions, seed 0, so the file is reproducible.
+they reach the terminal state or 10 steps; 1024 transitions, seed 0, so the arrays are reproducible.
 Arrays: `state` and `next_state` one-hot float32 [N, 6], `action` int32 [N, 1], `reward` and `done`
-float32 [N, 1], and `zero` float32 [N, 1] (the label of the TD error, see the spec).
+float32 [N, 1]. No labels: the spec's loss reads its target from the model's `td_target` output.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def transitions(count: int = TRANSITIONS, seed: int = SEED) -> dict[str, np.ndar
     eye = np.eye(STATES, dtype=np.float32)
     return {"state": eye[states], "action": actions.astype(np.int32)[:, None],
             "reward": rewards.astype(np.float32)[:, None], "next_state": eye[following],
-            "done": done.astype(np.float32)[:, None], "zero": np.zeros((count, 1), np.float32)}
+            "done": done.astype(np.float32)[:, None]}
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ INPUTS = {
     "done": ([None, 1], tf.float32),
     "next_state": ([None, 6], tf.float32),
 }
-OUTPUTS = ["q", "q_sa", "td_target", "td_error"]
+OUTPUTS = ["q", "q_sa", "td_target"]
 
 
 class ChainDqn(tf.Module):
@@ -85,13 +85,10 @@ class ChainDqn(tf.Module):
         td_sum = reward + discounted
         # td_target: stop_gradient -> [batch, 1]
         td_target = tf.stop_gradient(td_sum)
-        # td_error: subtract -> [batch, 1]
-        td_error = q_sa - td_target
         return {
             "q": qnet_out,
             "q_sa": q_sa,
             "td_target": td_target,
-            "td_error": td_error,
         }
 
     def variables_by_path(self) -> dict[str, tf.Variable]:

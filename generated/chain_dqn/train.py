@@ -18,8 +18,8 @@ ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 64  # examples per micro-batch
 SEED = 0
 EMA_EVAL = False  # evaluate with the moving-average shadows
-LABEL = "zero"
-OUTPUT = "td_error"
+LABEL = None
+OUTPUT = "q_sa"
 
 
 class ChainDqnTraining(tf.Module):
@@ -55,13 +55,32 @@ class ChainDqnTraining(tf.Module):
         target_networks.copy(self.target_q_target_copies, self.target_q_target_online)
         self.metrics = []
 
+        # The last training micro-batch's loss terms before weighting, for loss_terms() (TensorBoard's
+        # loss/<name>); run-time values only, not saved in checkpoints.
+        self.term_values = {
+            name: tf.Variable(0.0, trainable=False, name=f"loss_term/{name}")
+            for name in ["q_sa"]
+        }
+
     def loss(
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], training: bool,
         seed: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The mean mean_squared_error loss and the output it was computed on."""
-        output = self.model(features, training=training, seed=seed)[OUTPUT]
-        return losses.mean_squared_error(labels[LABEL], output), output
+        """The weighted sum of the loss terms, and the output metrics read."""
+        outputs = self.model(features, training=training, seed=seed)
+        terms = {
+            # labels: output 'td_target', a computed target held constant (no gradient flows into it)
+            "q_sa": losses.huber(tf.stop_gradient(outputs["td_target"]), outputs["q_sa"], delta=1.0),
+        }
+        if training:  # traced once per mode: evaluation leaves the reported values alone
+            for name, value in terms.items():
+                self.term_values[name].assign(value)
+        total = terms["q_sa"]
+        return total, outputs[OUTPUT]
+
+    def loss_terms(self) -> dict[str, tf.Tensor]:
+        """Each loss term of the last training micro-batch, before weighting."""
+        return {name: value.read_value() for name, value in self.term_values.items()}
 
     @tf.function(reduce_retracing=True)
     def train_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor) -> tf.Tensor:
