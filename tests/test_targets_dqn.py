@@ -220,3 +220,21 @@ def test_resume_restores_targets(trained: Path, tmp_path: Path) -> None:
     for key in ("target_qnet/hidden/kernel", "target_qnet/out/bias", "qnet/out/kernel"):
         np.testing.assert_allclose(split.get_tensor(key), whole.get_tensor(key), rtol=0, atol=1e-6, err_msg=key)
     assert not np.allclose(split.get_tensor("target_qnet/out/kernel"), split.get_tensor("qnet/out/kernel"), atol=1e-4)
+
+
+def test_export_holds_the_policy_output_only(trained: Path, tmp_path: Path) -> None:
+    """export.onnx.outputs: [q]: model.onnx reads `state` and qnet/* only, and gives the checkpoint's Q."""
+    import onnx
+
+    from specgen.cli import main
+    from specgen.runtime.predictor import Predictor
+
+    ckpt = trained / "specs" / "runs" / "chain_dqn" / "ckpt-00002400"
+    assert main(["export", str(trained / "specs" / "chain_dqn.yaml"), "--checkpoint", str(ckpt), "-o",
+                 str(tmp_path / "out")]) == 0
+    graph = onnx.load(str(tmp_path / "out" / "model.onnx")).graph
+    assert sorted(t.name for t in graph.initializer) == ["qnet__hidden__bias", "qnet__hidden__kernel",
+                                                         "qnet__out__bias", "qnet__out__kernel"]
+    assert ([i.name for i in graph.input], [o.name for o in graph.output]) == (["state"], ["q"])
+    q = Predictor(tmp_path / "out" / "model.onnx", provider="cpu")({"state": np.eye(6, dtype=np.float32)[:5]})["q"]
+    np.testing.assert_allclose(q, q_values(checkpoint(trained, 2400), "qnet"), rtol=0, atol=1e-5)

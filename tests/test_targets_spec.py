@@ -94,6 +94,10 @@ CASES = [
     ("reduce_axes_twice", mutate("kind: max, input: copy", "kind: max, axis: [1, -1], input: copy"),
      ["21:47: error: layer 'best' (reduce): reduce's axes must be distinct; received [1, -1], which names axis 1 "
       "twice"]),
+    ("export_output_unknown", BASE + "export: {onnx: {outputs: [q, er]}}\n",
+     ["30:30: error: export output 'er' is not an output; did you mean 'err'? (outputs: q, err)"]),
+    ("export_output_twice", BASE + "export: {onnx: {outputs: [q, q]}}\n",
+     ["30:30: error: export output 'q' is listed twice"]),
     ("reduce_batch_axis", mutate("kind: max, input: copy", "kind: max, axis: 0, input: copy"),
      ["21:47: error: layer 'best' (reduce): axis 0 is out of range for a rank-2 tensor (axis 0 is the batch)"]),
 ]
@@ -171,3 +175,15 @@ def test_specs_without_targets_render_no_target_code() -> None:
 
     text = render_train_py(ir_from_file(ROOT / "examples" / "specs" / "digits_cnn.yaml"))
     assert "target" not in text
+
+
+def test_export_outputs_leave_out_what_they_do_not_read() -> None:
+    """model.onnx holds the selected outputs' layers, inputs and weights: no target network behind `q`."""
+    from specgen.render.files import render_onnx_text
+
+    q_only = render_onnx_text(ir_of(BASE + "export: {onnx: {outputs: [q]}}\n"))
+    assert "copy__" not in q_only and " s2" not in q_only and " a," not in q_only
+    assert "float[batch, 4] s,\n  float[4, 8] online__fc__kernel," in q_only
+    assert ") => (\n  float[batch, 3] q\n)" in q_only
+    everything = render_onnx_text(ir_of(BASE))  # `err` reads the target network: its weights are exported
+    assert "float[4, 8] copy__fc__kernel" in everything and "float[batch, 1] err" in everything

@@ -14,6 +14,7 @@ from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
 from specgen.ir.decay import resolve_decay
+from specgen.ir.exported import check_export_outputs
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
@@ -58,7 +59,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     resolve_collections(loaded, members)
     terms, term_problems = resolve_terms(loaded, members)
     excluded, decay_problems = resolve_decay(loaded, members)
-    problems = members.problems + term_problems + decay_problems + _check_sections(loaded)
+    problems = members.problems + term_problems + decay_problems + _check_sections(loaded) + check_export_outputs(loaded)
     problems += _check_names(loaded, layers)
     problems += _check_gradients(loaded, layers, members, terms) if not problems else []
     if problems:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.onnx_layout import onnx_feeds
@@ -68,6 +69,7 @@ def run_onnx(model_bytes: bytes, ir: ModelIR, values: dict[str, np.ndarray],
     import onnxruntime as ort
 
     session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    ir = exported(ir)  # the graph's inputs, weights and outputs
     feeds = {i.onnx_name: inputs[i.name] for i in ir.inputs} | onnx_feeds(ir.model_variables, values)
     names = list(ir.outputs)
     return dict(zip(names, session.run(names, feeds), strict=True))

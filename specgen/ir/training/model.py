@@ -121,6 +121,7 @@ class ExportIR:
     ir_version: int
     weights: str  # 'raw' or 'ema'
     dynamic_batch: bool
+    outputs: tuple[str, ...] = ()  # export.onnx.outputs; empty: every output (ir/exported.py)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
@@ -178,13 +179,14 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)
     inputs, labels, sample = _sample_inputs(loaded, ir)
-    expected = _tf_outputs(ir, files["model.py"], values, inputs)
+    view = exported(ir)  # TensorFlow computes every output; model.onnx those of export.onnx.outputs
+    expected = {k: v for k, v in _tf_outputs(ir, files["model.py"], values, inputs).items() if k in view.outputs}
     predictor = Predictor(model_bytes, provider="cpu")
-    actual = predictor(inputs)
+    actual = predictor({i.name: inputs[i.name] for i in view.inputs})
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
     diff, scaled = max_abs_diff(expected, actual), scaled_diff(expected, actual)
     loss = training.loss
-    logits = loss.logits if loss else None
+    logits = loss.logits if loss and loss.logits in view.outputs else None
     report = {
         "spec": ir.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
         "restore": restore, "opset": ir.opset,
