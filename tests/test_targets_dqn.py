@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,9 @@ def test_checkpoint_holds_each_target_beside_its_online_weight(trained: Path) ->
     for rest in ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias"):
         assert shapes[f"target_qnet/{rest}"] == shapes[f"qnet/{rest}"]
     assert not any(k.startswith(("optimizers/q/m/target_qnet", "optimizers/q/v/target_qnet")) for k in shapes)
+    meta = json.loads((trained / "specs" / "runs" / "chain_dqn" / "ckpt-00002400" / "meta.json").read_text())
+    assert meta["targets"] == {"target_qnet/hidden/kernel": "qnet/hidden/kernel", "target_qnet/hidden/bias": "qnet/hidden/bias",
+                               "target_qnet/out/kernel": "qnet/out/kernel", "target_qnet/out/bias": "qnet/out/bias"}
 
 
 def test_resume_restores_targets(trained: Path, tmp_path: Path) -> None:

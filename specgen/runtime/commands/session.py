@@ -266,6 +266,8 @@ class Session:
         if self.saved_at == self.step and self.last_path is not None:
             return self.last_path
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings()}
+        if isinstance(self.trainer, TargetFollowingTrainer):  # each target variable beside its online one, by path
+            meta["targets"] = {target: online for online, target in self.trainer.target_pairs()}
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
