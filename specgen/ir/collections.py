@@ -16,7 +16,7 @@ from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
 from specgen.spec.load import LoadedSpec
 
-BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
+BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "pruning")
 METRIC_STATE = {
     "accuracy": (("total", ()), ("count", ())),
     "mean_loss": (("total", ()), ("count", ())),

@@ -24,6 +24,7 @@ from specgen.ir.naming import (
     onnx_name,
     py_name,
 )
+from specgen.ir.pruning import resolve_pruning
 from specgen.ir.shares import share_owners
 from specgen.ir.training.build import build_training, loss_output
 from specgen.spec.load import LoadedSpec, load_spec
@@ -48,7 +49,9 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
     resolve_collections(loaded, members)
-    problems = members.problems + _check_sections(loaded)
+    pruning, prune_problems = resolve_pruning(loaded, members, {p: d.shape for x in layers for p, d in x.variables},
+                                              {p: x.layer.name for x in layers for p, _ in x.variables})
+    problems = members.problems + prune_problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
     problems += _check_gradients(loaded, layers, members) if not problems else []
     if problems:
@@ -65,7 +68,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
-    collections = _collection_table(model_vars + state, members)
+    state += pruning.mask_variables() if pruning else []
+    collections = _collection_table(model_vars + state, members, pruning is not None)
     export = training.export
     return ModelIR(
         name=spec.name, class_name=class_name(spec.name), doc=spec.doc, source=loaded.path.name,
@@ -73,7 +77,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         nodes=tuple(nodes), outputs=dict(spec.outputs), variables=tuple(model_vars + state),
         collections=collections, opset=export.opset, ir_version=export.ir_version,
         dynamic_batch=export.dynamic_batch,
-        optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training,
+        optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training, pruning=pruning,
     )
 
 
@@ -152,9 +156,12 @@ def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()], held
                     onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape)
 
 
-def _collection_table(variables: list[Variable], members: Membership) -> dict[str, tuple[str, ...]]:
-    table: dict[str, list[str]] = {name: [] for name in ("trainable", "frozen", "model", "update", "optimizer",
-                                                          "ema", "step", "metrics", *members.collections)}
+def _collection_table(variables: list[Variable], members: Membership, pruned: bool = False
+                      ) -> dict[str, tuple[str, ...]]:
+    builtin = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
+    # `pruning` only for a spec that prunes: every other spec's collections.yaml stays as it was.
+    table: dict[str, list[str]] = {name: [] for name in (*builtin, *(("pruning",) if pruned else ()),
+                                                          *members.collections)}
     for var in variables:
         for name in var.collections:
             table.setdefault(name, []).append(var.path)

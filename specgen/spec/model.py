@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
+from specgen.spec.pruning import Prune
 from specgen.spec.training import Loss, Optimizer, Train
 
 SPEC_VERSION = 1
@@ -30,6 +31,7 @@ class Spec(SpecModel):
     loss: Loss | None = None
     optimizers: dict[Identifier, Optimizer] = Field(default_factory=dict)
     train: Train | None = None
+    prune: Prune | None = None  # magnitude pruning: masks in the 'pruning' collection (docs/pruning.md)
     data: Data | None = None
     checkpoint: Checkpoint | None = None
     export: Export = Field(default_factory=Export)

@@ -37,6 +37,7 @@ from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.predictor import Predictor
+from specgen.runtime.pruning_state import mask_targets, masked_values
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4  # of each output's magnitude, max(1, max |TensorFlow output|): see scaled_diff
@@ -172,8 +173,9 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         keys = checkpoint_keys(ir, weights)
         shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
         source = checkpoint_prefix(checkpoint)
-        arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys})
-        values = {p: arrays[keys[p]] for p in keys}
+        masks = mask_targets(ir)  # pruned weights are exported through the checkpoint's masks: exact zeros
+        arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys} | masks)
+        values = masked_values(ir, {p: arrays[keys[p]] for p in keys}, {k: arrays[k] for k in masks})
     _refuse_non_finite_weights(source, keys, values)
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)

@@ -1,0 +1,30 @@
+"""Pruning masks outside training: what export, restore and report read of the `pruning` collection."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specgen.ir.model import ModelIR
+
+
+def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Mask checkpoint key -> (shape, dtype); empty when the spec prunes nothing."""
+    return {w.mask_key: (w.shape, "float32") for w in ir.pruning.weights} if ir.pruning else {}
+
+
+def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`values` (by model variable path) with each pruned weight's pruned entries set to exactly +0.0.
+
+    Training keeps the raw weights masked after every update, but EMA shadows and weights restored
+    without their masks need not be: the export applies the checkpoint's masks itself.
+    """
+    out = dict(values)
+    for weight in ir.pruning.weights if ir.pruning else ():
+        value = values[weight.path]
+        out[weight.path] = np.where(masks[weight.mask_key] > 0, value, np.zeros_like(value))
+    return out
+
+
+def sparsity(mask: np.ndarray) -> float:
+    """The fraction of a mask's entries that prune."""
+    return float(np.mean(mask == 0)) if mask.size else 0.0
