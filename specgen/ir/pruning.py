@@ -34,6 +34,14 @@ class PruneScheduleIR:
         inside = step >= self.begin_step and (self.end_step is None or step <= self.end_step)
         return inside and (step - self.begin_step) % self.frequency == 0
 
+    def sparsity_at(self, step: int) -> float:
+        """The target sparsity at `step` (float64), for reports; training computes it in TensorFlow."""
+        if self.kind == "constant_sparsity":
+            return self.final_sparsity
+        assert self.end_step is not None
+        p = min(1.0, max(0.0, (step - self.begin_step) / (self.end_step - self.begin_step)))
+        return self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
+
     @property
     def last_step(self) -> int | None:
         """The last step at which masks are recomputed (None: no end)."""

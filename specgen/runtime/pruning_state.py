@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from specgen.ir.model import ModelIR
+from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
 
 
 def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -28,3 +31,17 @@ def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, n
 def sparsity(mask: np.ndarray) -> float:
     """The fraction of a mask's entries that prune."""
     return float(np.mean(mask == 0)) if mask.size else 0.0
+
+
+def restore_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
+    """What a restore plan fills: the model variables and, for a spec that prunes, the masks (`pruning/<path>`).
+    A mask the plan leaves `initialized` (no key maps to it, or `exclude: ["pruning/*"]`) stays all ones."""
+    return {v.path: (v.shape, v.dtype) for v in ir.model_variables} | mask_targets(ir)
+
+
+def mask_variables(ir: ModelIR, model: GeneratedModel) -> dict[str, Any]:
+    """The generated model's mask variables by checkpoint key; empty when the spec prunes nothing."""
+    if ir.pruning is None:
+        return {}
+    masks = cast(PrunedModel, model).masks
+    return {w.mask_key: masks[w.path] for w in ir.pruning.weights}

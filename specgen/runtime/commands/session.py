@@ -23,8 +23,10 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
+from specgen.runtime.lib import pruning
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
+from specgen.runtime.pruning_state import mask_variables, restore_targets
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -147,9 +149,12 @@ class Session:
         """
         if not self.training.checkpoint.restore:
             return ""
-        variables = self.model.variables_by_path()
-        plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
+        variables = self.model.variables_by_path() | mask_variables(self.ir, self.model)
+        plan = plan_restore(self.loaded, restore_targets(self.ir))
         apply_plan(plan, variables)
+        if self.ir.pruning:  # restored weights and masks agree from the first step on, as after every update
+            pruning.apply_masks([variables[w.path] for w in self.ir.pruning.weights],
+                                [variables[w.mask_key] for w in self.ir.pruning.weights])
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])

@@ -27,6 +27,13 @@ class GeneratedModel(Protocol):
 
 
 @runtime_checkable
+class PrunedModel(GeneratedModel, Protocol):
+    """model.py's class for a spec with `prune`: its forward pass reads each pruned weight times its mask."""
+
+    masks: dict[str, Tensor]  # pruned weight path -> its mask (checkpoint key `pruning/<path>`)
+
+
+@runtime_checkable
 class GeneratedTrainer(Protocol):
     """train.py's class: `<Name>Training(model)`; what every spec's training module offers."""
 
