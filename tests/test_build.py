@@ -106,7 +106,8 @@ def test_onnx_pins_ir_version_and_opset() -> None:
 
 
 def test_opset_18_pins_ir_version_8(tmp_path: Path) -> None:
-    text = SPECS[1].read_text().replace("name: digits_mlp", "name: old_opset") + "\nexport: {onnx: {opset: 18}}\n"
+    mlp = ROOT / "examples" / "specs" / "digits_mlp.yaml"
+    text = mlp.read_text().replace("name: digits_mlp", "name: old_opset") + "\nexport: {onnx: {opset: 18}}\n"
     spec = tmp_path / "old.yaml"
     spec.write_text(text)
     assert build(tmp_path / "out", spec) == 0

@@ -109,26 +109,25 @@ def test_generated_code_reads_weights_through_masks() -> None:
     files = render_files(ir)
     model, train = files["model.py"].decode(), files["train.py"].decode()
     assert 'tf.matmul(flat, self.head_fc_kernel * self.masks["head/fc/kernel"])' in model
-    assert '"conv1/kernel": tf.Variable(init.ones([3, 3, 1, 16]), name="pruning/conv1/kernel", trainable=False)' in model
-    assert ("pruning.polynomial_decay(0.0, 0.8, begin_step=20, end_step=160, frequency=10, power=3.0)" in train)
-    # The masks are saved under their keys; the batch-norm and bias reads stay plain.
-    assert 'zip(["pruning/conv1/kernel", "pruning/head/fc/kernel", "pruning/head/out/kernel"], self.masks' in train
-    assert "tf.nn.bias_add(conv1, self.conv1_bias)" in model
+    assert '"head/out/kernel": tf.Variable(init.ones([64, 10]), name="pruning/head/out/kernel", trainable=False)' in model
+    assert "pruning.polynomial_decay(0.0, 0.8, begin_step=44, end_step=220, frequency=11, power=3.0)" in train
+    # The masks are saved under their keys; unpruned weights are read as they are.
+    assert 'zip(["pruning/head/fc/kernel", "pruning/head/out/kernel"], self.masks, strict=True)' in train
+    assert "tf.nn.conv2d(image, self.conv1_kernel, " in model
     assert files == render_files(build_ir(load_spec(PRUNED)))  # deterministic
 
 
 def test_report_prints_the_pruning_collection_and_planned_sparsity(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(PRUNED)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert ["pruning", "3", "17,168"] in [line.split() for line in lines]  # 144 + 16,384 + 640 mask entries
-    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split()[:1] in (
-        ["conv1/kernel"], ["head/fc/kernel"], ["head/out/kernel"], ["total"]) and "0." in line}
-    # Kept entries: round(n * 0.2) = 28.8 -> 29 of 144, 3,276.8 -> 3,277 of 16,384, 128 of 640.
-    assert rows["conv1/kernel"] == ["conv1", "144", "0.7986", "115", "29"]
+    assert ["pruning", "2", "17,024"] in [line.split() for line in lines]  # 16,384 + 640 mask entries
+    rows = {line.split()[0]: line.split()[1:] for line in lines
+            if line.split()[:1] in (["head/fc/kernel"], ["head/out/kernel"], ["total"]) and "0.8000" in line}
+    # Kept: round(16,384 x 0.2) = round(3,276.8) = 3,277 and 640 x 0.2 = 128; pruned: the rest.
     assert rows["head/fc/kernel"] == ["head/fc", "16,384", "0.8000", "13,107", "3,277"]
     assert rows["head/out/kernel"] == ["head/out", "640", "0.8000", "512", "128"]
-    assert rows["total"] == ["17,168", "0.8000", "13,734", "3,434"]
-    assert ("Masks are recomputed at steps 20, 30, ..., 160 (15 times): polynomial_decay from 0.0 to 0.8, "
+    assert rows["total"] == ["17,024", "0.8000", "13,619", "3,405"]
+    assert ("Masks are recomputed at steps 44, 55, ..., 220 (17 times): polynomial_decay from 0.0 to 0.8, "
             "power 3.0 (docs/pruning.md).") in lines
 
 

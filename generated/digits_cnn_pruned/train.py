@@ -62,10 +62,10 @@ class DigitsCnnPrunedTraining(tf.Module):
         ]
 
         # Pruning: the model's masks over these weights, recomputed on the prune schedule (docs/pruning.md).
-        self.pruned_paths = ["conv1/kernel", "head/fc/kernel", "head/out/kernel"]
+        self.pruned_paths = ["head/fc/kernel", "head/out/kernel"]
         self.pruned = [v[p] for p in self.pruned_paths]
         self.masks = [model.masks[p] for p in self.pruned_paths]
-        self.pruning_schedule = pruning.polynomial_decay(0.0, 0.8, begin_step=20, end_step=160, frequency=10, power=3.0)
+        self.pruning_schedule = pruning.polynomial_decay(0.0, 0.8, begin_step=44, end_step=220, frequency=11, power=3.0)
         self.pruned_shadows = [self.ema_shadows[self.trainable_paths.index(p)] for p in self.pruned_paths]
 
         self.metrics = [metrics.make("accuracy", "sparse"), metrics.make("mean_loss", "sparse")]
@@ -156,5 +156,5 @@ class DigitsCnnPrunedTraining(tf.Module):
         state.update(zip(["optimizers/head/m/" + p for p in self.opt_head_paths], self.opt_head_m, strict=True))
         state.update(zip(["optimizers/head/v/" + p for p in self.opt_head_paths], self.opt_head_v, strict=True))
         state.update(zip(["ema/" + p for p in self.trainable_paths], self.ema_shadows, strict=True))
-        state.update(zip(["pruning/conv1/kernel", "pruning/head/fc/kernel", "pruning/head/out/kernel"], self.masks, strict=True))
+        state.update(zip(["pruning/head/fc/kernel", "pruning/head/out/kernel"], self.masks, strict=True))
         return state
