@@ -202,3 +202,43 @@ def test_restore_brings_masks_along_or_leaves_them_all_ones(trained: dict[str, A
         else:
             np.testing.assert_array_equal(mask, before[f"pruning/{path}"])
             assert np.all(started[path][mask == 0] == 0)
+
+
+MLP = f"""\
+specgen: 1
+name: pruned_mlp
+inputs: {{image: {{shape: [8, 8, 1]}}}}
+outputs: {{logits: out}}
+layers:
+  - {{name: flat, op: flatten}}
+  - {{name: hidden, op: dense, units: 24, activation: relu}}
+  - {{name: out, op: dense, units: 10}}
+loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
+optimizers: {{all: {{kind: sgd, momentum: 0.9, learning_rate: 0.05, weight_decay: 0.01}}}}
+train: {{batch_size: 16, accumulate: 2, seed: 1}}
+prune:
+  variables: trainable
+  schedule: {{kind: constant_sparsity, sparsity: 0.6, begin_step: 3, frequency: 2}}
+data:
+  train: {{npz: {DIGITS}, features: {{image: x_train}}, labels: {{label: y_train}}}}
+checkpoint: {{dir: run, every_steps: 1, keep: 10}}
+"""
+
+
+def test_accumulating_run_with_momentum_and_weight_decay_keeps_exact_sparsity(tmp_path: Path) -> None:
+    """accumulate: 2 (masks recomputed on an update's first micro-batch only), bare `trainable` (biases too), a
+    constant schedule without end; SGD momentum and weight decay would move pruned entries off zero."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP)
+    assert main(["train", str(spec), "--steps", "9", "--quiet"]) == 0
+    saved = {s: read(tmp_path / "run", s) for s in range(1, 10)}
+    for path in ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias"):
+        masks = {s: v[f"pruning/{path}"] for s, v in saved.items()}
+        assert all(masks[s].min() == 1.0 for s in (1, 2, 3)), path  # the first recomputation is at step 3
+        for step in (3, 5, 7):  # recomputed before update step + 1 from the weights saved at `step`
+            np.testing.assert_array_equal(masks[step + 1], reference_mask(saved[step][path], 0.6), err_msg=path)
+            np.testing.assert_array_equal(masks[step + 2], masks[step + 1], err_msg=path)  # none at step + 1
+        for step in range(4, 10):
+            mask, value = masks[step], saved[step][path]
+            assert int((mask == 0).sum()) == mask.size - max(round(mask.size * 0.4), 1), (step, path)
+            assert np.all(value[mask == 0] == 0) and not np.signbit(value[mask == 0]).any(), (step, path)
