@@ -137,9 +137,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.report import report
     from specgen.spec.load import load_spec
 
-    for path in expand(args.paths):
+    paths = expand(args.paths)
+    for path in paths:
         loaded = load_spec(path)
-        print(report(build_ir(loaded), shown(path), loaded.spec.optimizers))
+        ir = build_ir(loaded)
+        measured = None
+        if args.checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
+            from specgen.runtime.pruning_state import checkpoint_sparsity
+
+            measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
+        print(report(ir, shown(path), loaded.spec.optimizers, measured))
     return 0
 
 
@@ -248,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
     schema.set_defaults(run=cmd_schema)
     report = sub.add_parser("report", help="print variables, collections and FLOPs of specs")
     report.add_argument("paths", nargs="+", type=Path)
+    report.add_argument("--checkpoint", type=Path, help="with one pruned spec: the sparsity of each mask in this "
+                        "checkpoint (reads it with TensorFlow)")
     report.set_defaults(run=cmd_report)
     train = sub.add_parser("train", help="train a spec with the generated TensorFlow code")
     train.add_argument("spec", type=Path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from specgen.ir.model import ModelIR
 from specgen.ir.pruning import PruningIR, pruned_count
@@ -22,8 +22,9 @@ def _when(pruning: PruningIR) -> str:
     return f"Masks are recomputed {steps}: {how} (docs/pruning.md)."
 
 
-def pruning_table(ir: ModelIR, table: Table) -> str:
-    """Per pruned weight: its layer, size, and the sparsity and pruned count after the last mask update."""
+def pruning_table(ir: ModelIR, table: Table, measured: Mapping[str, int] | None = None) -> str:
+    """Per pruned weight: its layer, size, and the sparsity and pruned count after the last mask update;
+    with `measured` (path -> entries its mask prunes in a checkpoint), the checkpoint's sparsity too."""
     pruning = ir.pruning
     assert pruning is not None
     s = pruning.schedule
@@ -32,8 +33,11 @@ def pruning_table(ir: ModelIR, table: Table) -> str:
     rows, size, zeros = [], 0, 0
     for w in pruning.weights:
         count = pruned_count(w.size, final)
-        rows.append((w.path, w.layer, f"{w.size:,}", f"{count / w.size:.4f}", f"{count:,}", f"{w.size - count:,}"))
+        now = [f"{measured[w.path] / w.size:.4f}"] if measured is not None else []
+        rows.append((w.path, w.layer, f"{w.size:,}", f"{count / w.size:.4f}", f"{count:,}", f"{w.size - count:,}", *now))
         size, zeros = size + w.size, zeros + count
-    rows.append(("total", "", f"{size:,}", f"{zeros / size:.4f}", f"{zeros:,}", f"{size - zeros:,}"))
-    header = ("pruned weight", "layer", "parameters", "final sparsity", "pruned", "kept")
-    return table(header, rows, {2, 3, 4, 5}) + "\n" + _when(pruning)
+    now = [f"{sum(measured.values()) / size:.4f}"] if measured is not None else []
+    rows.append(("total", "", f"{size:,}", f"{zeros / size:.4f}", f"{zeros:,}", f"{size - zeros:,}", *now))
+    header = ("pruned weight", "layer", "parameters", "final sparsity", "pruned", "kept",
+              *(["checkpoint sparsity"] if measured is not None else []))
+    return table(header, rows, {2, 3, 4, 5, 6}) + "\n" + _when(pruning)

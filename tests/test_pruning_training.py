@@ -242,3 +242,21 @@ def test_accumulating_run_with_momentum_and_weight_decay_keeps_exact_sparsity(tm
             mask, value = masks[step], saved[step][path]
             assert int((mask == 0).sum()) == mask.size - max(round(mask.size * 0.4), 1), (step, path)
             assert np.all(value[mask == 0] == 0) and not np.signbit(value[mask == 0]).any(), (step, path)
+
+
+def test_report_reads_the_sparsity_of_a_checkpoints_masks(trained: dict[str, Any],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = trained["run"] / "ckpt-00000012"
+    assert main(["report", str(trained["spec"]), "--checkpoint", str(checkpoint)]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    masks = trained["checkpoints"][12]
+    zeros = {p: int((masks[f"pruning/{p}"] == 0).sum()) for p in PRUNED}
+    sparsity = float(tfmot_schedule(np.array(8), "polynomial_decay", BEGIN, END, FREQUENCY, INITIAL, FINAL, POWER)[1])
+    for path in PRUNED:
+        size = masks[f"pruning/{path}"].size
+        row = next(line for line in lines if line[:1] == [path] and line[2:3] == [f"{size:,}"])
+        assert zeros[path] == size - max(round(size * (1 - sparsity)), 1)  # the mask of step 8: 0.652 of 16,384
+        assert row[-1] == f"{zeros[path] / size:.4f}"
+    total = next(line for line in lines if line[:1] == ["total"] and len(line) == 6)
+    assert total[-1] == f"{sum(zeros.values()) / (16384 + 640):.4f}"
+    assert next(line for line in lines if line[:1] == ["pruned"])[-3:] == ["kept", "checkpoint", "sparsity"]

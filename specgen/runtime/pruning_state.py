@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
+from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
+from specgen.spec.load import LoadedSpec
 
 
 def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -28,11 +31,6 @@ def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, n
     return out
 
 
-def sparsity(mask: np.ndarray) -> float:
-    """The fraction of a mask's entries that prune."""
-    return float(np.mean(mask == 0)) if mask.size else 0.0
-
-
 def restore_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
     """What a restore plan fills: the model variables and, for a spec that prunes, the masks (`pruning/<path>`).
     A mask the plan leaves `initialized` (no key maps to it, or `exclude: ["pruning/*"]`) stays all ones."""
@@ -45,3 +43,14 @@ def mask_variables(ir: ModelIR, model: GeneratedModel) -> dict[str, Any]:
         return {}
     masks = cast(PrunedModel, model).masks
     return {w.mask_key: masks[w.path] for w in ir.pruning.weights}
+
+
+def checkpoint_sparsity(loaded: LoadedSpec, ir: ModelIR, checkpoint: Path, specs: int) -> dict[str, int]:
+    """Pruned weight path -> how many entries its mask in `checkpoint` prunes (`specgen report --checkpoint`)."""
+    if specs != 1 or ir.pruning is None:
+        why = "one spec at a time" if specs != 1 else "a spec with a 'prune' section (this one prunes nothing)"
+        raise SpecError([Diagnostic(loaded.display, None, f"report --checkpoint reads pruning masks: it takes {why}")])
+    from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays  # imports TensorFlow
+
+    arrays = read_arrays(checkpoint_prefix(checkpoint), mask_targets(ir))
+    return {w.path: int(np.count_nonzero(arrays[w.mask_key] == 0)) for w in ir.pruning.weights}
