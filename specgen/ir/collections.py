@@ -1,7 +1,7 @@
 """Collections: the user's glob collections, the built-in ones, and the checks across sections.
 
 Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `update`,
-`optimizer`, `ema`, `step`, `metrics`. User patterns match model variables only
+`optimizer`, `ema`, `step`, `metrics`, and `pruning` for a spec that prunes (ir/pruning.py). User patterns match model variables only
 (the variables layers own); `*` matches any run of characters, `/` included, and
 a bare collection name stands for that collection.
 """

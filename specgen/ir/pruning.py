@@ -29,11 +29,6 @@ class PruneScheduleIR:
     final_sparsity: float
     power: float = 1.0
 
-    def prunes_at(self, step: int) -> bool:
-        """Whether the masks are recomputed before the update that starts at global step `step`."""
-        inside = step >= self.begin_step and (self.end_step is None or step <= self.end_step)
-        return inside and (step - self.begin_step) % self.frequency == 0
-
     def sparsity_at(self, step: int) -> float:
         """The target sparsity at `step` (float64), for reports; training computes it in TensorFlow."""
         if self.kind == "constant_sparsity":
