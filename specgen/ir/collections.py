@@ -1,8 +1,8 @@
 """Collections: the user's glob collections, the built-in ones, and the checks across sections.
 
 Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `update`,
-`optimizer`, `ema`, `step`, `metrics`, and `pruning` for a spec that prunes (ir/pruning.py). User patterns match model variables only
-(the variables layers own); `*` matches any run of characters, `/` included, and
+`optimizer`, `ema`, `step`, `metrics`, and `pruning` for a spec that prunes (ir/pruning.py).
+User patterns match model variables only (the variables layers own); `*` matches any run of characters, `/` included, and
 a bare collection name stands for that collection.
 """
 
