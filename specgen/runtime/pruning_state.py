@@ -33,7 +33,7 @@ def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, n
 
 def restore_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
     """What a restore plan fills: the model variables and, for a spec that prunes, the masks (`pruning/<path>`).
-    A mask the plan leaves `initialized` (no key maps to it, or `exclude: ["pruning/*"]`) stays all ones."""
+    A mask the plan leaves `initialized` (no key maps to it, or an `exclude` pattern drops it) stays all ones."""
     return {v.path: (v.shape, v.dtype) for v in ir.model_variables} | mask_targets(ir)
 
 
