@@ -260,3 +260,31 @@ def test_report_reads_the_sparsity_of_a_checkpoints_masks(trained: dict[str, Any
     total = next(line for line in lines if line[:1] == ["total"] and len(line) == 6)
     assert total[-1] == f"{sum(zeros.values()) / (16384 + 640):.4f}"
     assert next(line for line in lines if line[:1] == ["pruned"])[-3:] == ["kept", "checkpoint", "sparsity"]
+
+
+def test_export_of_a_restore_plan_applies_the_restored_masks(trained: dict[str, Any], tmp_path: Path) -> None:
+    """`specgen export` without --checkpoint: weights from step 4 (no entry pruned yet), masks from step 20; the
+    export holds the step-4 weights with +0.0 where the step-20 masks prune."""
+    import json
+
+    import onnx
+    from onnx import numpy_helper
+
+    dense, masks = trained["run"] / "ckpt-00000004", trained["run"] / "ckpt-00000020"
+    restore = (f"  restore:\n    - from: {dense}\n    - from: {masks}\n"
+               '      exclude: ["conv1/*", "bn1/*", "head/*"]\n')  # only the masks from the second
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text(tmp_path / "run", restore))
+    out = tmp_path / "export"
+    assert main(["export", str(spec), "-o", str(out)]) == 0
+    weights, final = trained["checkpoints"][4], trained["checkpoints"][STEPS]
+    initializers = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(out / "model.onnx")).graph.initializer}
+    for var in (v for v in build_ir(load_spec(spec)).model_variables if v.path in PRUNED):
+        mask = final[f"pruning/{var.path}"]
+        assert np.count_nonzero(weights[var.path]) == weights[var.path].size  # nothing pruned at step 4
+        expected = np.where(mask > 0, weights[var.path], np.float32(0))
+        exported = initializers[var.onnx_name]
+        np.testing.assert_array_equal(exported, expected.transpose(var.onnx_perm) if var.onnx_perm else expected)
+        assert not np.signbit(exported[exported == 0]).any()
+    origins = json.loads((out / "export.json").read_text())["restore"]["variables"]
+    assert not any(path.startswith("pruning/") for path in origins)  # export.json lists model variables only
