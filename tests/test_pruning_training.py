@@ -185,23 +185,30 @@ def test_export_writes_exact_zeros(trained: dict[str, Any]) -> None:
         assert np.count_nonzero(exported) == np.count_nonzero(mask), var.path
 
 
-@pytest.mark.parametrize("exclude", [False, True], ids=["masks brought along", "masks excluded"])
-def test_restore_brings_masks_along_or_leaves_them_all_ones(trained: dict[str, Any], exclude: bool,
+@pytest.mark.parametrize("mode", ["along", "excluded", "over unpruned weights"])
+def test_restore_brings_masks_along_or_leaves_them_all_ones(trained: dict[str, Any], mode: str,
                                                             tmp_path: Path) -> None:
     source = trained["run"] / f"ckpt-{STEPS:08d}"
-    restore = f"  restore:\n    - from: {source}\n" + ('      exclude: ["pruning/*"]\n' if exclude else "")
+    restore = {
+        "along": f"  restore:\n    - from: {source}\n",
+        "excluded": f'  restore:\n    - from: {source}\n      exclude: ["pruning/*"]\n',
+        # weights from step 4 (nothing pruned yet), masks from step 20: the run starts with them applied
+        "over unpruned weights": (f"  restore:\n    - from: {trained['run'] / 'ckpt-00000004'}\n    - from: {source}\n"
+                                  '      exclude: ["conv1/*", "bn1/*", "head/*"]\n'),
+    }[mode]
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text(tmp_path / "run", restore))
     assert main(["train", str(spec), "--steps", "0", "--quiet"]) == 0
-    started, before = read(tmp_path / "run", 0), trained["checkpoints"][STEPS]
+    started, final = read(tmp_path / "run", 0), trained["checkpoints"][STEPS]
+    weights = trained["checkpoints"][4] if mode == "over unpruned weights" else final
     for path in PRUNED:
         mask = started[f"pruning/{path}"]
-        if exclude:
+        if mode == "excluded":
             assert mask.min() == 1.0, path
-            np.testing.assert_array_equal(started[path], before[path])  # the pruned zeros came with the weights
+            np.testing.assert_array_equal(started[path], final[path])  # the pruned zeros came with the weights
         else:
-            np.testing.assert_array_equal(mask, before[f"pruning/{path}"])
-            assert np.all(started[path][mask == 0] == 0)
+            np.testing.assert_array_equal(mask, final[f"pruning/{path}"])
+            np.testing.assert_array_equal(started[path], np.where(mask > 0, weights[path], np.float32(0)))
 
 
 MLP = f"""\
