@@ -295,3 +295,16 @@ def test_export_of_a_restore_plan_applies_the_restored_masks(trained: dict[str, 
         assert not np.signbit(exported[exported == 0]).any()
     origins = json.loads((out / "export.json").read_text())["restore"]["variables"]
     assert not any(path.startswith("pruning/") for path in origins)  # export.json lists model variables only
+
+
+def test_resume_continues_the_masks_as_an_uninterrupted_run(trained: dict[str, Any], tmp_path: Path) -> None:
+    """Masks are checkpoint state: 8 updates, then --resume for 4 more, ends where the 20-update run was at 12
+    (mask updates at steps 8 and 12 straddle the resume)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text(tmp_path / "run"))
+    assert main(["train", str(spec), "--steps", "8", "--quiet"]) == 0
+    assert main(["train", str(spec), "--resume", "--steps", "4", "--quiet"]) == 0
+    resumed, straight = read(tmp_path / "run", 12), trained["checkpoints"][12]
+    for path in PRUNED:
+        np.testing.assert_array_equal(resumed[f"pruning/{path}"], straight[f"pruning/{path}"], err_msg=path)
+        np.testing.assert_allclose(resumed[path], straight[path], rtol=0, atol=1e-6, err_msg=path)

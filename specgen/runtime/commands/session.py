@@ -151,7 +151,8 @@ class Session:
     def _restore_for_fine_tuning(self) -> str:
         """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
 
-        Only model variables: a fine-tuning run starts its own step, optimizer slots and accumulators.
+        Only model variables (and pruning masks): a fine-tuning run starts its own step, optimizer slots and
+        accumulators.
         """
         if not self.training.checkpoint.restore:
             return ""
