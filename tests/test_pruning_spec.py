@@ -110,7 +110,8 @@ def test_generated_code_reads_weights_through_masks() -> None:
     model, train = files["model.py"].decode(), files["train.py"].decode()
     assert 'tf.matmul(flat, self.head_fc_kernel * self.masks["head/fc/kernel"])' in model
     assert '"head/out/kernel": tf.Variable(init.ones([64, 10]), name="pruning/head/out/kernel", trainable=False)' in model
-    assert "pruning.polynomial_decay(0.0, 0.8, begin_step=44, end_step=220, frequency=11, power=3.0)" in train
+    assert ("pruning.polynomial_decay(\n            initial_sparsity=0.0, final_sparsity=0.8, begin_step=44, "
+            "end_step=220, frequency=11, power=3.0\n        )") in train
     # The masks are saved under their keys; unpruned weights are read as they are.
     assert 'zip(["pruning/head/fc/kernel", "pruning/head/out/kernel"], self.masks, strict=True)' in train
     assert "tf.nn.conv2d(image, self.conv1_kernel, " in model

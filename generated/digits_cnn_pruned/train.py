@@ -65,7 +65,9 @@ class DigitsCnnPrunedTraining(tf.Module):
         self.pruned_paths = ["head/fc/kernel", "head/out/kernel"]
         self.pruned = [v[p] for p in self.pruned_paths]
         self.masks = [model.masks[p] for p in self.pruned_paths]
-        self.pruning_schedule = pruning.polynomial_decay(0.0, 0.8, begin_step=44, end_step=220, frequency=11, power=3.0)
+        self.pruning_schedule = pruning.polynomial_decay(
+            initial_sparsity=0.0, final_sparsity=0.8, begin_step=44, end_step=220, frequency=11, power=3.0
+        )
         self.pruned_shadows = [self.ema_shadows[self.trainable_paths.index(p)] for p in self.pruned_paths]
 
         self.metrics = [metrics.make("accuracy", "sparse"), metrics.make("mean_loss", "sparse")]

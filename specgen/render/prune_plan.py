@@ -30,13 +30,14 @@ def weight_reads(ir: ModelIR) -> dict[str, str]:
     return {w.path: f"self.{attribute[w.path]} * self.masks[{py_literal(w.path)}]" for w in ir.pruning.weights}
 
 
-def schedule_call(schedule: PruneScheduleIR) -> str:
-    """The pruning.* call that builds the schedule in train.py."""
+def schedule_call(schedule: PruneScheduleIR) -> tuple[str, str]:
+    """The pruning.* function that builds the schedule in train.py, and its keyword arguments."""
     steps = f"begin_step={schedule.begin_step}, end_step={schedule.end_step}, frequency={schedule.frequency}"
     if schedule.kind == "constant_sparsity":
-        return f"pruning.constant_sparsity({py_literal(schedule.final_sparsity)}, {steps})"
-    return (f"pruning.polynomial_decay({py_literal(schedule.initial_sparsity)}, {py_literal(schedule.final_sparsity)}, "
-            f"{steps}, power={py_literal(schedule.power)})")
+        return "constant_sparsity", f"sparsity={py_literal(schedule.final_sparsity)}, {steps}"
+    return "polynomial_decay", (f"initial_sparsity={py_literal(schedule.initial_sparsity)}, "
+                                f"final_sparsity={py_literal(schedule.final_sparsity)}, {steps}, "
+                                f"power={py_literal(schedule.power)}")
 
 
 def prune_context(ir: ModelIR) -> dict[str, Any] | None:
@@ -44,4 +45,4 @@ def prune_context(ir: ModelIR) -> dict[str, Any] | None:
     if ir.pruning is None:
         return None
     return {"paths": list(ir.pruning.paths), "mask_keys": [w.mask_key for w in ir.pruning.weights],
-            "schedule": schedule_call(ir.pruning.schedule)}
+            "schedule": schedule_call(ir.pruning.schedule)}  # (function, keyword arguments)
