@@ -56,7 +56,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecError as exc:
             problems += exc.diagnostics
             continue
-        found = [] if "init_scale" in args.no_lint else init_scale_warnings(loaded, ir)
+        skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
+        found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
         warnings += found
         if not (found and args.strict):
             print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")

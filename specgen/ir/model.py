@@ -91,6 +91,7 @@ class ModelIR:
     dynamic_batch: bool
     optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths
     training: TrainingIR | None = None  # set by build_ir; None only for hand-made IRs
+    skip_lints: tuple[str, ...] = ()  # the spec's `lints.skip`
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

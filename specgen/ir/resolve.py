@@ -12,7 +12,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
-from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
+from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -24,6 +24,7 @@ from specgen.ir.naming import (
     onnx_name,
     py_name,
 )
+from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
 from specgen.ir.training.build import build_training, loss_output
 from specgen.spec.load import LoadedSpec, load_spec
@@ -50,7 +51,6 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
-    problems += _check_gradients(loaded, layers, members) if not problems else []
     if problems:
         raise SpecError(problems)
     index: dict[str, set[str]] = {}
@@ -67,14 +67,18 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
     export = training.export
-    return ModelIR(
+    ir = ModelIR(
         name=spec.name, class_name=class_name(spec.name), doc=spec.doc, source=loaded.path.name,
         inputs=tuple(Input(n, (None, *i.shape), i.dtype, py_name(n), onnx_name(n)) for n, i in spec.inputs.items()),
         nodes=tuple(nodes), outputs=dict(spec.outputs), variables=tuple(model_vars + state),
         collections=collections, opset=export.opset, ir_version=export.ir_version,
         dynamic_batch=export.dynamic_batch,
         optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training,
+        skip_lints=tuple(dict.fromkeys(spec.lints.skip)),
     )
+    if problems := reach_problems(loaded, ir):  # claimed weights no gradient from the loss reaches
+        raise SpecError(problems)
+    return ir
 
 
 @dataclass(frozen=True)
@@ -203,54 +207,6 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
     # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.
     entries += [(("outputs", n), f"output '{n}'", onnx, n) for n, layer in spec.outputs.items() if n != layer]
     return entries
-
-
-def _upstream(layer: str, layers: list[_Inferred]) -> set[str]:
-    """`layer` and every layer it reads, directly or not."""
-    sources = {x.layer.name: x.sources for x in layers}
-    seen, todo = set(), [layer]
-    while todo:
-        name = todo.pop()
-        if name in sources and name not in seen:
-            seen.add(name)
-            todo += sources[name]
-    return seen
-
-
-def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membership) -> list[Diagnostic]:
-    """Trained weights must reach the loss: TensorFlow gives a weight off that path a None gradient,
-    and the optimizer update fails ('None values not supported') at the first step."""
-    spec = loaded.spec
-    target = loss_output(spec.loss)
-    if target is None or target[1] not in spec.outputs:
-        return []  # no loss, or one that names no output (reported by _check_sections)
-    loss_output_name = target[1]
-    reach = _upstream(spec.outputs[loss_output_name], layers)
-    # A shared variable is used by its owner and by every layer that shares it: it reaches the loss through any.
-    users: dict[str, set[str]] = {}
-    for x in layers:
-        for decl in x.result.variables:
-            users.setdefault(f"{x.shares or x.layer.name}/{decl.role}", set()).add(x.layer.name)
-    problems = []
-    for name, paths in members.optimizers.items():
-        lost = [p for p in paths if not users[p] & reach]
-        if not lost:
-            continue
-        fed = [out for out, layer in spec.outputs.items()
-               if out != loss_output_name and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
-        where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
-                 else "their layers reach no output")
-        fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
-        do, their, them = ("does", "its", "it") if len(lost) == 1 else ("do", "their", "them")
-        problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
-            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output_name}' "
-            f"({where}): {their} gradients would be None and training would stop at the first step. "
-            f"Freeze {them} (list {them} in 'frozen' instead of in this optimizer), {fix}")))
-    return problems
-
-
-def _quoted(names: list[str]) -> str:
-    return " and ".join(f"'{n}'" for n in names)
 
 
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:

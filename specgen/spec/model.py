@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
+from specgen.spec.lints import Lints
 from specgen.spec.training import Loss, Optimizer, Train
 
 SPEC_VERSION = 1
@@ -33,6 +34,7 @@ class Spec(SpecModel):
     data: Data | None = None
     checkpoint: Checkpoint | None = None
     export: Export = Field(default_factory=Export)
+    lints: Lints = Field(default_factory=Lints)
 
     # Literal[1] alone accepts `true` (True == 1).
     _version_not_bool = field_validator("specgen", mode="before")(not_bool)

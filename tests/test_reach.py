@@ -1,0 +1,180 @@
+"""Gradient reachability (specgen/ir/reach.py) and per-spec lint silencing (`lints.skip`).
+
+No TensorFlow here: both run in `specgen validate`. The blocking cases mark an existing op as
+passing no gradient (what `OpDef.gradient` declares for stop_gradient) through the registry,
+the one place `reach.py` reads it from. Expected lines were checked by hand against the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specgen.cli import main
+from specgen.ir import reach
+from specgen.ir.ops import REGISTRY
+from specgen.ir.resolve import build_ir, ir_from_file
+from specgen.spec.load import load_spec_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = """specgen: 1
+name: reach
+inputs:
+  x: {shape: [4]}
+outputs:
+  logits: out
+layers:
+  - {name: a, op: dense, units: 8}
+  - {name: act, op: relu}
+  - {name: b, op: dense, input: x, units: 8}
+  - {name: sum, op: add, inputs: [act, b]}
+  - {name: out, op: dense, units: 3}
+loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}
+optimizers:
+  all: {variables: ["*"], kind: sgd, learning_rate: 0.1}
+"""
+
+
+def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *flags: str) -> tuple[int, list[str]]:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    code = main(["validate", *flags, str(path)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, [line.removeprefix(f"{path}:") for line in err.splitlines()]
+
+
+@pytest.fixture
+def relu_blocks() -> Iterator[None]:
+    """relu declared as passing no gradient, as stop_gradient's OpDef does."""
+    kept = REGISTRY["relu"]
+    REGISTRY["relu"] = replace(kept, gradient=False)
+    yield
+    REGISTRY["relu"] = kept
+
+
+@pytest.fixture
+def add_second_blocks() -> Iterator[None]:
+    """add passing gradients to its first input only: a per-input declaration (a gather's indices)."""
+    kept = REGISTRY["add"]
+    REGISTRY["add"] = replace(kept, gradient=(True, False))
+    yield
+    REGISTRY["add"] = kept
+
+
+def test_the_spec_is_valid_as_declared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert validate(tmp_path, capsys, SPEC) == (0, [])
+    walked = reach.walk(build_ir(load_spec_text(SPEC)), ("logits",))
+    assert walked.reached == {"out", "sum", "act", "b", "a", "x"} and walked.stops == ()
+
+
+def test_a_blocking_layer_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], relu_blocks: None) -> None:
+    assert validate(tmp_path, capsys, SPEC) == (1, [
+        "15:20: error: optimizer 'all' claims variables 'a/kernel', 'a/bias', which do not get a gradient from the "
+        "loss output 'logits': layer 'act' (relu) passes no gradient to its input 'a'; their gradients would be "
+        "None and training would stop at the first step. Freeze them (list them in 'frozen' instead of in this "
+        "optimizer), or change layer 'act'", "1 error found"])
+
+
+def test_a_blocked_input_position(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  add_second_blocks: None) -> None:
+    code, lines = validate(tmp_path, capsys, SPEC)
+    assert code == 1 and lines[0].startswith(
+        "15:20: error: optimizer 'all' claims variables 'b/kernel', 'b/bias', which do not get a gradient from the "
+        "loss output 'logits': layer 'sum' (add) passes no gradient to its input 'b';")
+    walked = reach.walk(build_ir(load_spec_text(SPEC.replace('["*"]', '["a/*", "out/*"]').replace(
+        "optimizers:", 'frozen: ["b/*"]\noptimizers:'))), ("logits",))
+    assert "b" not in walked.reached and [(n.name, s) for n, s in walked.stops] == [("sum", "b")]
+
+
+def test_one_error_per_optimizer_and_cause(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           relu_blocks: None) -> None:
+    """A weight past the blocking layer and one on a branch no loss reads: two messages, each its own fix."""
+    text = SPEC.replace("  - {name: out, op: dense, units: 3}\n",
+                        "  - {name: out, op: dense, units: 3}\n  - {name: aux, op: dense, input: out, units: 1}\n")
+    code, lines = validate(tmp_path, capsys, text)
+    assert code == 1 and lines[-1] == "2 errors found"
+    off = next(line for line in lines if "aux/kernel" in line)
+    blocked = next(line for line in lines if "a/kernel" in line)
+    assert "'aux/kernel', 'aux/bias', which do not reach the loss output 'logits' (their layers reach no output)" in off
+    assert "'a/kernel', 'a/bias', which do not get a gradient" in blocked and "layer 'act' (relu)" in blocked
+
+
+def test_frozen_weights_behind_a_block_are_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                relu_blocks: None) -> None:
+    text = SPEC.replace('["*"]', '["b/*", "out/*"]').replace("optimizers:", 'frozen: ["a/*"]\noptimizers:')
+    assert validate(tmp_path, capsys, text) == (0, [])
+
+
+def test_a_shared_weight_is_reached_through_any_user(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     relu_blocks: None) -> None:
+    """'a2' shares 'a' and sits on an open path: a's weights get their gradient through it."""
+    text = SPEC.replace("  - {name: b, op: dense, input: x, units: 8}\n",
+                        "  - {name: a2, op: dense, units: 8, share: a, input: x}\n"
+                        "  - {name: b, op: dense, input: a2, units: 8}\n")
+    assert validate(tmp_path, capsys, text) == (0, [])
+
+
+def test_integer_inputs_carry_no_gradient() -> None:
+    text = """specgen: 1
+name: ids
+inputs:
+  ids: {shape: [5], dtype: int32}
+outputs:
+  logits: out
+layers:
+  - {name: emb, op: embedding, vocab_size: 10, dim: 4}
+  - {name: flat, op: flatten}
+  - {name: out, op: dense, units: 3}
+loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}
+optimizers:
+  all: {variables: ["*"], kind: adam, learning_rate: 0.001}
+"""
+    ir = build_ir(load_spec_text(text))
+    walked = reach.walk(ir, reach.loss_outputs(ir))
+    assert walked.reached == {"out", "flat", "emb"}  # not the int32 input 'ids'
+    assert [(n.name, s) for n, s in walked.stops] == [("emb", "ids")]
+    assert reach.unreached(ir) == {}
+
+
+def test_examples_have_no_unreached_weights() -> None:
+    specs = [*sorted((ROOT / "examples" / "specs").glob("*.yaml")), ROOT / "examples" / "finetune" /
+             "mobilenet_v2_digits.yaml"]
+    for path in specs:
+        ir = ir_from_file(path)
+        assert reach.unreached(ir) == {}, path
+        assert ir.optimizers and reach.walk(ir, reach.loss_outputs(ir)).reached >= {
+            n.name for n in ir.nodes if any(v.path in ir.collections["trainable"] for v in n.variables.values())}
+
+
+# --- lints.skip ----------------------------------------------------------------------------
+
+BIG = """specgen: 1
+name: big
+inputs:
+  x: {shape: [5]}
+outputs:
+  y: h
+layers:
+  - {name: h, op: dense, units: 4, activation: relu, kernel_init: {kind: random_normal, stddev: 200}}
+"""
+
+
+def test_lints_skip_silences_init_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = validate(tmp_path, capsys, BIG, "--strict")
+    assert code == 1 and lines[0].startswith("8:67: error: layer 'h' (dense): at initialization the activation std")
+    assert validate(tmp_path, capsys, BIG + "lints: {skip: [init_scale]}\n", "--strict") == (0, [])
+    assert build_ir(load_spec_text(BIG + "lints:\n  skip: [init_scale, bn_momentum, init_scale]\n")).skip_lints == (
+        "init_scale", "bn_momentum")
+
+
+def test_unknown_lint_names_are_positioned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = BIG + "lints:\n  skip: [init_scale, bn_momentun]\n"
+    assert validate(tmp_path, capsys, text) == (1, [
+        "10:22: error: skip[1]: received 'bn_momentun', expected 'bn_momentum' or 'init_scale'; did you mean "
+        "'bn_momentum'?", "1 error found"])
+    assert validate(tmp_path, capsys, BIG + "lints: {silence: [init_scale]}\n")[1][0].startswith("9:9: error: ")
