@@ -173,3 +173,21 @@ def test_cli_prints_the_tables_and_writes_nothing(folder: Path, capsys: pytest.C
     assert sorted(p.name for p in folder.iterdir()) == listing  # no run folder
     assert main(["train", str(folder / "spec.yaml"), "--probe", "--steps", "3"]) == 2
     assert "--probe runs one batch and trains nothing" in capsys.readouterr().err
+
+
+def test_resume_probes_the_newest_checkpoint(folder: Path, hand: dict[str, Any],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """After one SGD step on the whole data set, hidden/kernel is w0 - 0.1 g (momentum's first step)."""
+    spec = str(folder / "spec.yaml")
+    assert main(["train", spec, "--steps", "1", "--quiet"]) == 0
+    saved = sorted((folder / "runs" / "probed").rglob("*"))
+    capsys.readouterr()
+    assert main(["train", spec, "--probe", "--resume"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("probe: one batch of 32 examples, weights from the checkpoint ") and "ckpt-00000001;" in out[0]
+    row = next(line.split("]", 1)[1].split() for line in out if line.startswith("hidden/kernel "))  # after the shape
+    expected = np.linalg.norm(hand["w"]["hidden/kernel"].numpy() - 0.1 * hand["grads"]["hidden/kernel"].numpy())
+    assert float(row[0]) == pytest.approx(expected, rel=1e-3)  # printed to 4 digits
+    assert sorted((folder / "runs" / "probed").rglob("*")) == saved  # read, not written
+    assert main(["train", spec, "--probe", "--resume-from", str(folder)]) == 1
+    assert "--resume-from: not a checkpoint folder" in capsys.readouterr().err
