@@ -178,3 +178,15 @@ def test_unknown_lint_names_are_positioned(tmp_path: Path, capsys: pytest.Captur
         "10:22: error: skip[1]: received 'bn_momentun', expected 'bn_momentum' or 'init_scale'; did you mean "
         "'bn_momentum'?", "1 error found"])
     assert validate(tmp_path, capsys, BIG + "lints: {silence: [init_scale]}\n")[1][0].startswith("9:9: error: ")
+
+
+def test_stop_gradient_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The op as registered (gradient=False): a TD-style target whose weights an optimizer claims."""
+    text = SPEC.replace("  - {name: act, op: relu}\n", "  - {name: act, op: stop_gradient}\n")
+    assert validate(tmp_path, capsys, text) == (1, [
+        "15:20: error: optimizer 'all' claims variables 'a/kernel', 'a/bias', which do not get a gradient from the "
+        "loss output 'logits': layer 'act' (stop_gradient) passes no gradient to its input 'a'; their gradients "
+        "would be None and training would stop at the first step. Freeze them (list them in 'frozen' instead of in "
+        "this optimizer), or change layer 'act'", "1 error found"])
+    assert not REGISTRY["stop_gradient"].passes_gradient(0) and REGISTRY["gather"].passes_gradient(0)
+    assert not REGISTRY["gather"].passes_gradient(1)  # the indices

@@ -6,7 +6,7 @@ Every problem found is collected; `build_ir` raises one SpecError with all of th
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from specgen.ir.naming import (
 )
 from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
+from specgen.ir.targets import resolve_targets
 from specgen.ir.training.build import build_training, loss_output
 from specgen.spec.load import LoadedSpec, load_spec
 
@@ -48,6 +49,10 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     if problems:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
+    targets, problems = resolve_targets(loaded, members.model, {p: d.shape for x in layers for p, d in x.variables})
+    if problems:  # without the pairs, the copies would read as weights nobody trains: report only the cause
+        raise SpecError(problems)
+    members.targets = [p for t in targets for p in t.target_paths]
     resolve_collections(loaded, members)
     problems = members.problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
@@ -62,7 +67,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
-    training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
+    training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}),
+                       targets=tuple(targets))
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)

@@ -10,6 +10,7 @@ from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, no
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.lints import Lints
+from specgen.spec.targets import Target
 from specgen.spec.training import Loss, Optimizer, Train
 
 SPEC_VERSION = 1
@@ -30,6 +31,7 @@ class Spec(SpecModel):
     frozen: list[Pattern] = Field(default_factory=list)
     loss: Loss | None = None
     optimizers: dict[Identifier, Optimizer] = Field(default_factory=dict)
+    targets: dict[Identifier, Target] = Field(default_factory=dict, description="Target networks: copies that follow weights.")
     train: Train | None = None
     data: Data | None = None
     checkpoint: Checkpoint | None = None

@@ -130,6 +130,7 @@ class TrainingIR:
     optimizers: tuple[OptimizerIR, ...] = ()
     train: TrainIR | None = None
     data: dict[str, DataSourceIR] = field(default_factory=dict)  # stage -> source
+    targets: tuple[Any, ...] = ()  # specgen.ir.targets.TargetIR: copies updated after each optimizer update
 
     @property
     def can_train(self) -> bool:

@@ -24,7 +24,13 @@ from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
+from specgen.runtime.lib.interface import (
+    AccumulatingTrainer,
+    GeneratedModel,
+    GeneratedTrainer,
+    SteppingTrainer,
+    TargetFollowingTrainer,
+)
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -153,6 +159,13 @@ class Session:
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])
+        # Target networks were copied from the initial weights too: copy the restored online weights, unless the
+        # plan restored the target variable itself (a restore map may address it by path).
+        if isinstance(self.trainer, TargetFollowingTrainer):
+            restored = {row.path for row in plan.rows if row.status == "restored"}
+            for online, target in self.trainer.target_pairs():
+                if target not in restored:
+                    variables[target].assign(variables[online])
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:

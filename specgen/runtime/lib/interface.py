@@ -81,3 +81,12 @@ class AccumulatingTrainer(GeneratedTrainer, Protocol):
                         seed: Tensor) -> Tensor: ...
 
     def apply_accumulated(self) -> None: ...
+
+
+@runtime_checkable
+class TargetFollowingTrainer(GeneratedTrainer, Protocol):
+    """A spec with `targets:`: target variables that follow online ones (specgen/ir/targets.py)."""
+
+    def target_pairs(self) -> list[tuple[str, str]]:
+        """(online path, target path) of every target variable, in `targets:` order."""
+        ...
