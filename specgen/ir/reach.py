@@ -26,10 +26,20 @@ from specgen.spec.load import LoadedSpec
 def loss_outputs(ir: ModelIR) -> tuple[str, ...]:
     """The model outputs whose gradients the loss terms take: the one place that knows the loss's shape.
 
-    A term's labels, if read from a model output, are a constant and are not listed here.
+    With several loss terms (`TrainingIR.terms`), every term's output; a term's labels, if read
+    from a model output, are a constant (read under stop_gradient) and are not listed here.
     """
-    loss = ir.training.loss if ir.training else None
-    return (loss.output,) if loss is not None and loss.output in ir.outputs else ()
+    training = ir.training
+    if training is None:
+        return ()
+    terms = getattr(training, "terms", ())  # several terms once the `loss` branch lands; one `loss` before
+    read = [t.output for t in terms if t.output] or ([training.loss.output] if training.loss else [])
+    return tuple(o for o in dict.fromkeys(read) if o in ir.outputs)
+
+
+def penalized(ir: ModelIR) -> set[str]:
+    """Weights a regularizer term sums over: they get a gradient from the loss directly, whatever the graph."""
+    return {p for t in getattr(ir.training, "terms", ()) for p in t.paths}
 
 
 @dataclass(frozen=True)
@@ -81,8 +91,9 @@ def unreached(ir: ModelIR) -> dict[str, list[str]]:
     outputs = loss_outputs(ir)
     if not outputs:
         return {}
-    reached, used_by = walk(ir, outputs).reached, users(ir)
-    lost = {name: [p for p in paths if not used_by.get(p, set()) & reached] for name, paths in ir.optimizers.items()}
+    reached, used_by, direct = walk(ir, outputs).reached, users(ir), penalized(ir)
+    lost = {name: [p for p in paths if not used_by.get(p, set()) & reached and p not in direct]
+            for name, paths in ir.optimizers.items()}
     return {name: paths for name, paths in lost.items() if paths}
 
 
