@@ -173,6 +173,12 @@ def test_cli_prints_the_tables_and_writes_nothing(folder: Path, capsys: pytest.C
     assert sorted(p.name for p in folder.iterdir()) == listing  # no run folder
     assert main(["train", str(folder / "spec.yaml"), "--probe", "--steps", "3"]) == 2
     assert "--probe runs one batch and trains nothing" in capsys.readouterr().err
+    (folder / "nodata.yaml").write_text(SPEC.split("data:")[0].replace("name: probed", "name: nodata"))
+    assert main(["train", str(folder / "nodata.yaml"), "--probe"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{folder / 'nodata.yaml'}: error: --probe needs the 'loss', 'optimizers', 'train' and 'data.train' sections",
+        "1 error found"]
+    (folder / "nodata.yaml").unlink()
 
 
 def test_resume_probes_the_newest_checkpoint(folder: Path, hand: dict[str, Any],
