@@ -1,8 +1,8 @@
 """`specgen train --probe`: one batch through the generated model and trainer, and what it did, per variable and layer.
 
 For each trained weight: its norm, its gradient's norm and the first update's size relative to
-the weight (the optimizer's own step, with clipping, weight decay and momentum-free first
-slots, applied and then undone), with zero and missing (None) gradients flagged; then the mean
+the weight (the trainer's own `apply`: clipping, weight decay and each optimizer's formula at the
+current step, applied and then undone), with zero and missing (None) gradients flagged; then the mean
 and standard deviation of every layer's output on that batch, in training mode (dropout on,
 batch norms on batch statistics), as the gradient saw them.
 
@@ -147,8 +147,8 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
     return Probe(origin, train.batch_size, float(loss), rows, layers)
 
 
-def first_update(model: GeneratedModel, trainer: GeneratedTrainer, gradients: list[tf.Tensor | None]
-                  ) -> dict[str, float]:
+def first_update(model: GeneratedModel, trainer: GeneratedTrainer,
+                 gradients: list[tf.Tensor | None]) -> dict[str, float]:
     """|w_after - w_before| of the optimizers' step on these gradients (None as zeros); then every variable
     (weights, slots, step, EMA shadows, batch-norm statistics) gets its value back."""
     everything = model.variables_by_path() | trainer.state_by_path()
