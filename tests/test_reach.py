@@ -190,3 +190,29 @@ def test_stop_gradient_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         "this optimizer), or change layer 'act'", "1 error found"])
     assert not REGISTRY["stop_gradient"].passes_gradient(0) and REGISTRY["gather"].passes_gradient(0)
     assert not REGISTRY["gather"].passes_gradient(1)  # the indices
+
+
+@pytest.fixture
+def relu_casts() -> Iterator[None]:
+    """relu with an int32 output, standing in for an argmax or a cast (no registered op makes integers yet)."""
+    kept = REGISTRY["relu"]
+
+    def to_int(layer: object, shapes: list, dtypes: list[str]) -> object:
+        result = kept.infer(layer, shapes, dtypes)
+        result.dtype = "int32"
+        return result
+
+    REGISTRY["relu"] = replace(kept, infer=to_int)
+    yield
+    REGISTRY["relu"] = kept
+
+
+def test_an_integer_tensor_names_the_layer_that_made_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         relu_casts: None) -> None:
+    text = SPEC.replace("  - {name: act, op: relu}\n", "  - {name: act, op: relu}\n  - {name: emb, op: embedding, "
+                        "vocab_size: 10, dim: 8}\n  - {name: flat, op: flatten}\n").replace(
+                        "inputs: [act, b]", "inputs: [flat, b]").replace("units: 8}\n  - {name: act", "units: 1}\n"
+                                                                         "  - {name: act")
+    code, lines = validate(tmp_path, capsys, text)
+    assert code == 1 and "claims variables 'a/kernel', 'a/bias', which do not get a gradient from the loss output " \
+        "'logits': layer 'act' (relu) outputs int32, and integer tensors carry no gradient;" in lines[0]
