@@ -216,3 +216,45 @@ def test_an_integer_tensor_names_the_layer_that_made_it(tmp_path: Path, capsys: 
     code, lines = validate(tmp_path, capsys, text)
     assert code == 1 and "claims variables 'a/kernel', 'a/bias', which do not get a gradient from the loss output " \
         "'logits': layer 'act' (relu) outputs int32, and integer tensors carry no gradient;" in lines[0]
+
+
+# --- several loss terms (TrainingIR.terms) ------------------------------------------------------
+
+TERMS = """specgen: 1
+name: terms
+inputs:
+  x: {shape: [4]}
+outputs:
+  logits: out
+  aux: aux
+layers:
+  - {name: body, op: dense, units: 8}
+  - {name: out, op: dense, units: 3}
+  - {name: aux, op: dense, input: x, units: 3}
+optimizers:
+  all: {variables: ["*"], kind: sgd, learning_rate: 0.1}
+"""
+
+
+def test_every_term_output_is_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = TERMS + ("loss:\n  - {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}\n"
+                    "  - {kind: mean_squared_error, predictions: aux, labels: y2}\n")
+    assert validate(tmp_path, capsys, text) == (0, [])
+    assert reach.loss_outputs(build_ir(load_spec_text(text))) == ("logits", "aux")
+
+
+def test_labels_read_from_an_output_are_not_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`aux` as the target of the logits term: held constant, so its weights get no gradient."""
+    text = TERMS + "loss:\n  - {kind: mean_squared_error, predictions: logits, labels: aux}\n"
+    assert validate(tmp_path, capsys, text) == (1, [
+        "13:20: error: optimizer 'all' claims variables 'aux/kernel', 'aux/bias', which do not reach the loss output "
+        "'logits' (they feed only output 'aux', which the loss does not read): their gradients would be None and "
+        "training would stop at the first step. Freeze them (list them in 'frozen' instead of in this optimizer), "
+        "or make the loss read 'aux' instead", "1 error found"])
+
+
+def test_a_regularizer_reaches_its_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = TERMS + ("loss:\n  - {kind: mean_squared_error, predictions: logits, labels: aux}\n"
+                    "  - {kind: l2, variables: ['aux/*'], weight: 0.01}\n")
+    assert validate(tmp_path, capsys, text) == (0, [])
+    assert reach.penalized(build_ir(load_spec_text(text))) == {"aux/kernel", "aux/bias"}

@@ -29,17 +29,13 @@ def loss_outputs(ir: ModelIR) -> tuple[str, ...]:
     With several loss terms (`TrainingIR.terms`), every term's output; a term's labels, if read
     from a model output, are a constant (read under stop_gradient) and are not listed here.
     """
-    training = ir.training
-    if training is None:
-        return ()
-    terms = getattr(training, "terms", ())  # several terms once the `loss` branch lands; one `loss` before
-    read = [t.output for t in terms if t.output] or ([training.loss.output] if training.loss else [])
-    return tuple(o for o in dict.fromkeys(read) if o in ir.outputs)
+    terms = ir.training.terms if ir.training else ()
+    return tuple(o for o in dict.fromkeys(t.output for t in terms if t.output) if o in ir.outputs)
 
 
 def penalized(ir: ModelIR) -> set[str]:
     """Weights a regularizer term sums over: they get a gradient from the loss directly, whatever the graph."""
-    return {p for t in getattr(ir.training, "terms", ()) for p in t.paths}
+    return {p for t in (ir.training.terms if ir.training else ()) for p in t.paths}
 
 
 @dataclass(frozen=True)

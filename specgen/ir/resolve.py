@@ -13,7 +13,9 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
+from specgen.ir.decay import resolve_decay
 from specgen.ir.graph import topological_order, wire
+from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
@@ -27,7 +29,7 @@ from specgen.ir.naming import (
 from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
-from specgen.ir.training.build import build_training, loss_output
+from specgen.ir.training.build import build_training
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -54,7 +56,9 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         raise SpecError(problems)
     members.targets = [p for t in targets for p in t.target_paths]
     resolve_collections(loaded, members)
-    problems = members.problems + _check_sections(loaded)
+    terms, term_problems = resolve_terms(loaded, members)
+    excluded, decay_problems = resolve_decay(loaded, members)
+    problems = members.problems + term_problems + decay_problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
     if problems:
         raise SpecError(problems)
@@ -67,7 +71,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
-    training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}),
+    training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
@@ -218,11 +222,6 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     """Checks across sections: loss, data and export refer to things that exist."""
     spec, problems = loaded.spec, []
-    if (read := loss_output(spec.loss)) is not None:
-        field, target = read
-        if target not in spec.outputs:
-            problems.append(loaded.diagnostic(("loss", field), f"loss {field} '{target}' is not an output"
-                                              f"{did_you_mean(target, spec.outputs)} (outputs: {', '.join(spec.outputs)})"))
     if spec.optimizers and spec.loss is None:
         problems.append(loaded.diagnostic(("optimizers",), "optimizers need a 'loss' section to minimize", key=True))
     if spec.data is not None:
@@ -243,8 +242,12 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     spec = loaded.spec
     if spec.train is None:
         return []
-    kind = spec.loss.kind if spec.loss else None
+    kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
     problems = []
+    if kind is None and spec.loss is not None and spec.train.metrics:
+        return [loaded.diagnostic(("train", "metrics"), (
+            "metrics read the first loss term with labels from the data section, and no term has them "
+            "(each reads its labels from an output); remove train.metrics"))]
     for i, metric in enumerate(spec.train.metrics):
         if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
             problems.append(loaded.diagnostic(("train", "metrics", i), (
@@ -268,8 +271,11 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     for name in spec.inputs:
         if name not in source.features:
             problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
-    label = spec.loss.labels if spec.loss else None
-    if label and label not in source.labels:
-        problems.append(loaded.diagnostic(("data", stage), f"data.{stage} has no label '{label}', which the loss reads"))
+    stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []
+    for _, term in data_terms(spec):
+        # A label no stage has is reported at the term (ir/loss_terms.py); here, a stage that lacks one.
+        if term.labels not in source.labels and any(term.labels in s.labels for s in stages):
+            problems.append(loaded.diagnostic(("data", stage), (
+                f"data.{stage} has no label '{term.labels}', which the loss reads")))
     return problems
 

@@ -90,3 +90,12 @@ class TargetFollowingTrainer(GeneratedTrainer, Protocol):
     def target_pairs(self) -> list[tuple[str, str]]:
         """(online path, target path) of every target variable, in `targets:` order."""
         ...
+
+
+@runtime_checkable
+class TermReporter(Protocol):
+    """A spec whose loss is more than one term with data labels and weight 1 (docs/spec.md#loss-terms)."""
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        """Each loss term's value at the last training micro-batch, before weighting, by term name."""
+        ...
