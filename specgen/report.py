@@ -11,6 +11,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.ops import backward_flops
 from specgen.loss_report import loss_table
 from specgen.report_pruning import pruning_table
+from specgen.report_targets import targets_table
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> str:
@@ -82,6 +83,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
         variables_table(ir),
         collections_table(ir),
         *([optimizers_table(ir, optimizers)] if optimizers and ir.optimizers else []),
+        *([targets_table(ir)] if ir.training and ir.training.targets else []),
         *([terms] if (terms := loss_table(ir)) else []),
         *([pruning_table(ir, table, measured)] if ir.pruning else []),
         flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "

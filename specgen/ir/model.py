@@ -94,6 +94,7 @@ class ModelIR:
     dynamic_batch: bool
     optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths
     training: TrainingIR | None = None  # set by build_ir; None only for hand-made IRs
+    skip_lints: tuple[str, ...] = ()  # the spec's `lints.skip`
     pruning: PruningIR | None = None  # the `prune` section (ir/pruning.py); None: nothing is pruned
 
     def node(self, name: str) -> Node:

@@ -26,7 +26,7 @@ MODULE_NAMES = {
 }
 # What tf.Module defines and the generated model adds: variable attributes must not replace one.
 MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
-                     "submodules", "with_name_scope", "variables_by_path", "masks"}
+                     "submodules", "with_name_scope", "variables_by_path", "layer_outputs", "masks"}
 # First parts of the variable paths that training state uses (ir/collections.py, training_state):
 # a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
 # read 'ema/...' keys as shadows.

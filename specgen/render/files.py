@@ -57,7 +57,7 @@ def render_model_py(ir: ModelIR) -> str:
     text = environment().get_template("tf/model.py.j2").render(
         ir=ir, source=ir.source, steps=steps, variables=tf_variables(ir), masks=mask_plans(ir),
         ops=_ops("tf", {s.template for s in steps}, ".py.j2"),
-        outputs=[(out, ir.node(layer).py_name) for out, layer in ir.outputs.items()],
+        outputs=list(ir.outputs.items()), layers=[(n.name, n.py_name) for n in ir.nodes],
         module_doc=f"TensorFlow 2 model for the spec '{ir.name}'.\n\n{doc}\n",
         class_doc=doc,
     )

@@ -30,6 +30,7 @@ from specgen.runtime.lib.interface import (
     GeneratedModel,
     GeneratedTrainer,
     SteppingTrainer,
+    TargetFollowingTrainer,
     TermReporter,
 )
 from specgen.runtime.pruning_state import mask_variables, restore_targets
@@ -165,6 +166,13 @@ class Session:
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])
+        # Target networks were copied from the initial weights too: copy the restored online weights, unless the
+        # plan restored the target variable itself (a restore map may address it by path).
+        if isinstance(self.trainer, TargetFollowingTrainer):
+            restored = {row.path for row in plan.rows if row.status == "restored"}
+            for online, target in self.trainer.target_pairs():
+                if target not in restored:
+                    variables[target].assign(variables[online])
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
