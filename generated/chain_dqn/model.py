@@ -52,6 +52,17 @@ class ChainDqn(tf.Module):
         self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
     ) -> dict[str, tf.Tensor]:
         """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
+        values = self.layer_outputs(inputs, training, seed)
+        return {
+            "q": values["qnet/out"],
+            "q_sa": values["q_sa"],
+            "td_target": values["td_target"],
+        }
+
+    def layer_outputs(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
         state = inputs["state"]
         action = inputs["action"]
         reward = inputs["reward"]
@@ -86,8 +97,16 @@ class ChainDqn(tf.Module):
         # td_target: stop_gradient -> [batch, 1]
         td_target = tf.stop_gradient(td_sum)
         return {
-            "q": qnet_out,
+            "qnet/hidden": qnet_hidden,
+            "qnet/out": qnet_out,
+            "target_qnet/hidden": target_qnet_hidden,
+            "target_qnet/out": target_qnet_out,
             "q_sa": q_sa,
+            "next_max": next_max,
+            "not_done": not_done,
+            "future": future,
+            "discounted": discounted,
+            "td_sum": td_sum,
             "td_target": td_target,
         }
 

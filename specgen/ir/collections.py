@@ -1,7 +1,8 @@
 """Collections: the user's glob collections, the built-in ones, and the checks across sections.
 
 Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `update`,
-`optimizer`, `ema`, `step`, `metrics`, `target` (ir/targets.py). User patterns match model variables only
+`optimizer`, `ema`, `step`, `metrics`, `target` (ir/targets.py), and `pruning` for a spec that prunes
+(ir/pruning.py). User patterns match model variables only
 (the variables layers own); `*` matches any run of characters, `/` included, and
 a bare collection name stands for that collection.
 """
@@ -16,7 +17,7 @@ from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
 from specgen.spec.load import LoadedSpec
 
-BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target")
+BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
 METRIC_STATE = {
     "accuracy": (("total", ()), ("count", ())),
     "mean_loss": (("total", ()), ("count", ())),
