@@ -47,11 +47,12 @@ def value_iteration() -> Any:
     return module
 
 
-def build(tmp_path: Path, targets: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
-    """(ir, model, trainer) of chain_dqn, with its `targets:` replaced when given."""
+def build(tmp_path: Path, targets: dict[str, Any] | None = None, **train: Any) -> tuple[Any, Any, Any]:
+    """(ir, model, trainer) of chain_dqn, with its `targets:` replaced and `train:` keys set when given."""
     doc = yaml.safe_load(SPEC.read_text())
     if targets is not None:
         doc["targets"] = targets
+    doc["train"].update(train)
     ir = build_ir(load_spec_text(yaml.safe_dump(doc, sort_keys=False), "chain_dqn.yaml", SPEC))
     files = render_files(ir)
     folder = tmp_path / "code"
@@ -131,6 +132,21 @@ def test_training_steps_match_hand_written_tensorflow(tmp_path: Path, targets: A
             same = all(np.array_equal(got[t], got[o]) for o, t in trainer.target_pairs())
             assert same == (i % 2 == 1)
     assert int(trainer.global_step.numpy()) == 3
+
+
+def test_accumulated_update_moves_targets_once(tmp_path: Path) -> None:
+    """train.accumulate: 2: two micro-batches of 64, one optimizer update, one Polyak step (as one batch of 128)."""
+    _, model, trainer = build(tmp_path, accumulate=2)
+    reference = HandWrittenDqn({p: v.numpy() for p, v in model.variables_by_path().items()}, 0.05, None)
+    for half in (batch(0), batch(64)):
+        features = {k: tf.constant(half[k]) for k in FEATURES}
+        trainer.accumulate_step(features, {}, tf.constant([0, 0], tf.int64))
+    trainer.apply_accumulated()
+    reference.step(batch(0, 128))
+    got = {p: v.numpy() for p, v in model.variables_by_path().items()}
+    for path, expected in reference.values().items():
+        np.testing.assert_allclose(got[path], expected, rtol=0, atol=STEP_TOLERANCE, err_msg=path)
+    assert int(trainer.global_step.numpy()) == 1
 
 
 def test_td_ops_against_numpy(tmp_path: Path) -> None:
