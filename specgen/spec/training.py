@@ -17,6 +17,7 @@ from specgen.spec.base import (
     UnitInterval,
     number,
 )
+from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
 from specgen.spec.unions import by_key, by_shape, scalar_or_list, scalar_or_mapping
 
 
@@ -140,7 +141,14 @@ class Adagrad(OptimizerBase):
     epsilon: PositiveFloat = 1e-7
 
 
-Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad, Field(discriminator="kind")]
+class LevenbergMarquardt(LevenbergMarquardtKeys):
+    """Damped Gauss-Newton on the whole training set (its keys and refusals: spec/levenberg_marquardt.py)."""
+
+    kind: Literal["levenberg_marquardt"]
+    variables: Selection | None = Field(None, description=OptimizerBase.model_fields["variables"].description)
+
+
+Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad | LevenbergMarquardt, Field(discriminator="kind")]
 
 
 class Ema(SpecModel):
@@ -151,8 +159,13 @@ class Ema(SpecModel):
 Metric = Literal["accuracy", "mean_loss", "auc", "precision", "recall"]
 
 
+# `full`: the whole training set is one batch (levenberg_marquardt needs it; any optimizer may use it).
+BatchSize = by_shape(lambda v: "full" if isinstance(v, str) else "count", "a positive integer or 'full'",
+                     count=PositiveInt, full=Literal["full"])
+
+
 class Train(SpecModel):
-    batch_size: PositiveInt
+    batch_size: BatchSize = Field(description="Examples per micro-batch, or 'full': the whole training set.")
     epochs: NonNegativeInt = 1
     accumulate: PositiveInt = Field(1, description="Micro-batches per optimizer update.")
     clip: Clip | None = None

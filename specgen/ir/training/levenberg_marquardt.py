@@ -1,0 +1,67 @@
+"""`kind: levenberg_marquardt`: its checks across sections and its resolved optimizer.
+
+Levenberg-Marquardt solves (JᵀJ + λ·D) δ = -Jᵀr for the residual vector r of a squared-error
+loss over one fixed set of examples, then keeps the step only if the loss falls. That
+shape of step sets what a spec may combine it with; each refusal below says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgen.diagnostics import Diagnostic
+from specgen.ir.training import keys
+from specgen.ir.training.model import OptimizerIR
+from specgen.spec.load import LoadedSpec
+
+KIND = "levenberg_marquardt"
+# Ops whose output differs between two calls with the same weights (dropout's mask) or whose calls
+# change state (batch-norm moving statistics): the accept/reject test compares two evaluations of one function.
+STATEFUL_OPS = {"dropout": "its random mask changes the function between the trial evaluations",
+                "batch_norm": "training mode normalizes with batch statistics and moves its moving statistics "
+                              "on every trial evaluation"}
+
+
+def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
+    hyper = (("initial_damping", opt.initial_damping), ("damping_factor", opt.damping_factor),
+             ("max_tries", opt.max_tries))
+    return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (), iterations_key=keys.iterations(name),
+                       damping_key=keys.damping(name))
+
+
+def check(loaded: LoadedSpec) -> list[Diagnostic]:
+    """What a levenberg_marquardt optimizer needs of the other sections, each refusal positioned and explained."""
+    spec = loaded.spec
+    name = next((n for n, o in spec.optimizers.items() if o.kind == KIND), None)
+    if name is None:
+        return []
+    this = f"levenberg_marquardt optimizer '{name}'"
+    problems = [loaded.diagnostic(("optimizers", other), (
+        f"optimizer '{other}' cannot train beside {this}: each of its iterations tries damped steps until the "
+        "loss falls, which another update in the same step would confound; train those weights in another run, "
+        "or freeze them"), key=True) for other in spec.optimizers if other != name]
+    if spec.loss is not None and spec.loss.kind != "mean_squared_error":
+        problems.append(loaded.diagnostic(("loss", "kind"), (
+            f"{this} needs a squared-error loss: its step solves for the residual vector (predictions - labels) "
+            f"whose mean square is the loss; received loss kind '{spec.loss.kind}', expected 'mean_squared_error'")))
+    train = spec.train
+    if train is not None:
+        if train.batch_size != "full":
+            problems.append(loaded.diagnostic(("train", "batch_size"), (
+                f"{this} needs 'batch_size: full': a Gauss-Newton step is solved for one fixed set of residuals, and "
+                f"keeping it or not compares the loss on those same examples; received {train.batch_size}")))
+        if train.accumulate != 1:
+            problems.append(loaded.diagnostic(("train", "accumulate"), (
+                f"{this} takes no accumulation: with 'batch_size: full' every iteration already sees the whole "
+                f"training set; received {train.accumulate}, expected 1 (or leave it out)")))
+        if train.clip is not None:
+            problems.append(loaded.diagnostic(("train", "clip"), (
+                f"{this} takes no clip: its step is a damped Gauss-Newton solve, not a gradient step, and a larger "
+                "damping already shortens it; remove train.clip"), key=True))
+    for i, layer in enumerate(spec.layers):
+        op = getattr(layer, "op", None)
+        if op in STATEFUL_OPS and not (op == "dropout" and layer.rate == 0):
+            problems.append(loaded.diagnostic(("layers", i, "op"), (
+                f"layer '{layer.name}': {this} cannot train through {op}: {STATEFUL_OPS[op]}; remove the layer "
+                "or choose another optimizer")))
+    return problems
