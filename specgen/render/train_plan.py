@@ -61,7 +61,7 @@ def _update(attr: str, opt: OptimizerIR) -> str:
                 f"{slot.get('mg', '[]')}, rho={py_literal(p('rho'))}, momentum={py_literal(p('momentum'))}, "
                 f"epsilon={py_literal(p('epsilon'))})")
     if opt.levenberg_marquardt:
-        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, "
+        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, {slot['scale']}, "
                 f"factor={py_literal(p('damping_factor'))}, max_tries={p('max_tries')})")
     return f"optimizers.adagrad({vs}, {gs}, lr, {slot['accumulator']}, epsilon={py_literal(p('epsilon'))})"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic
 from specgen.ir.training import keys
-from specgen.ir.training.model import OptimizerIR
+from specgen.ir.training.model import OptimizerIR, SlotIR
 from specgen.spec.load import LoadedSpec
 
 KIND = "levenberg_marquardt"
@@ -25,7 +25,9 @@ STATEFUL_OPS = {"dropout": "its random mask changes the function between the tri
 def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
     hyper = (("initial_damping", opt.initial_damping), ("damping_factor", opt.damping_factor),
              ("max_tries", opt.max_tries))
-    return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (), iterations_key=keys.iterations(name),
+    # `scale`: D's running maximum per weight (specgen/runtime/lib/levenberg_marquardt.py), a slot like Adam's m.
+    scale = SlotIR("scale", keys.slot_prefix(name, "scale"))
+    return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (scale,), iterations_key=keys.iterations(name),
                        damping_key=keys.damping(name))
 
 

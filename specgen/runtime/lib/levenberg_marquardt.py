@@ -3,8 +3,10 @@
 One iteration (one "epoch" of `specgen train`, one Jacobian evaluation):
 
 1. r = predictions - labels (flattened) and its Jacobian J = dr/dw from `GradientTape.jacobian`;
-2. solve (JᵀJ + λ·D) δ = -Jᵀr with Marquardt's scaling D = diag(JᵀJ), so the step does not depend on
-   the units of each weight (Marquardt 1963; Numerical Recipes' mrqmin);
+2. solve (JᵀJ + λ·D) δ = -Jᵀr with Marquardt's scaling D = diag(JᵀJ) (the squared column norms of J), kept
+   as its running maximum over the iterations as MINPACK's lmder does (Moré 1978): the step does not
+   depend on the units of each weight, and a weight whose column shrinks for a while (a saturating
+   tanh unit) keeps the damping it had instead of taking a huge step that is then refused;
 3. if the loss at w + δ is below the loss at w, keep the step and divide λ by the factor ν (default 10);
    otherwise multiply λ by ν and solve again, at most `max_tries` times, then keep w unchanged.
 
@@ -51,15 +53,25 @@ def _sum_squares(r: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.square(tf.cast(r, tf.float64)))
 
 
-def step(variables: Sequence[tf.Variable], residual_fn: Callable[[], tf.Tensor], damping: tf.Variable, *,
-         factor: float, max_tries: int) -> tf.Tensor:
-    """One iteration (see the module doc); updates `variables` and `damping`, returns whether a step was kept."""
+def _scale(normal: tf.Tensor, scales: Sequence[tf.Variable]) -> tf.Tensor:
+    """D: the running maximum of diag(JᵀJ), kept in `scales` (one slot per variable), floored above 0."""
+    flat = tf.concat([tf.reshape(tf.cast(s, tf.float64), [-1]) for s in scales], axis=0)
+    scale = tf.maximum(flat, tf.linalg.diag_part(normal))
+    sizes = [s.shape.num_elements() for s in scales]
+    for slot, piece in zip(scales, tf.split(scale, sizes), strict=True):
+        slot.assign(tf.reshape(tf.cast(piece, slot.dtype), slot.shape))
+    return tf.maximum(scale, SCALE_FLOOR * tf.reduce_max(scale) + tf.constant(1e-300, tf.float64))
+
+
+def step(variables: Sequence[tf.Variable], residual_fn: Callable[[], tf.Tensor], damping: tf.Variable,
+         scales: Sequence[tf.Variable], *, factor: float, max_tries: int) -> tf.Tensor:
+    """One iteration (see the module doc); updates `variables`, `damping` and `scales`; returns whether a
+    step was kept."""
     r, jac = jacobian(residual_fn, variables)
     jac = tf.cast(jac, tf.float64)
     normal = tf.matmul(jac, jac, transpose_a=True)
     gradient = tf.linalg.matvec(jac, tf.cast(r, tf.float64), transpose_a=True)
-    scale = tf.linalg.diag_part(normal)
-    scale = tf.maximum(scale, SCALE_FLOOR * tf.reduce_max(scale) + tf.constant(1e-300, tf.float64))
+    scale = _scale(normal, scales)
     start = [tf.identity(v.read_value()) for v in variables]
     before = _sum_squares(r)
     lam = tf.cast(damping, tf.float64)
