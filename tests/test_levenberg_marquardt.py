@@ -71,7 +71,7 @@ def test_tanh_net_stays_within_5_percent_of_scipy_at_equal_jacobian_evaluations(
 
 
 def test_damping_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:
-    from specgen.runtime.commands.resume import Options
+    from specgen.runtime.commands.resume import Options, prepare
     from specgen.runtime.commands.session import Session
     from specgen.spec.load import load_spec
 
@@ -83,7 +83,9 @@ def test_damping_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None
     assert saved[keys.damping("fit")] == np.float32(0.5 / 16)
     assert (saved[keys.slot_prefix("fit", "scale") + "/out/kernel"] > 0).all()
     first.session.save()
-    resumed = Session(load_spec(spec), Options(resume=True, quiet=True))
+    options = Options(resume=True, quiet=True)
+    begin = prepare(load_spec(spec), options)
+    resumed = Session(begin.loaded, options, begin)
     resumed.start()
     state = resumed.trainer.state_by_path()
     assert set(state) == set(saved)
@@ -99,3 +101,69 @@ def test_report_lists_the_damping_in_the_optimizer_collection(tmp_path: Path,
     assert "optimizers/fit/scale/out/kernel  [1, 1]  float32  optimizer" in out
     assert "learning_rate" not in out
     assert "fit        levenberg_marquardt" in out
+
+
+BAD = """specgen: 1
+name: bad
+inputs:
+  x: {shape: [1], dtype: float32}
+outputs:
+  y: out
+layers:
+  - {name: drop, op: dropout, input: x, rate: 0.1}
+  - {name: out, op: dense, units: 1}
+loss: {kind: mean_absolute_error, predictions: y, labels: y}
+optimizers:
+  fit: {kind: levenberg_marquardt, variables: out/kernel}
+  other: {kind: sgd, learning_rate: 0.1, variables: out/bias}
+train: {batch_size: 64, accumulate: 2, clip: {global_norm: 1.0}}
+"""
+
+
+def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> list[str]:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 1
+    return [line.replace(str(path), "spec.yaml") for line in capsys.readouterr().err.splitlines()]
+
+
+def test_refusals_name_the_place_and_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = validate(tmp_path, capsys, BAD)
+    this = "levenberg_marquardt optimizer 'fit'"
+    assert err == [
+        f"spec.yaml:8:22: error: layer 'drop': {this} cannot train through dropout: its random mask changes the "
+        "function between the trial evaluations; remove the layer or choose another optimizer",
+        f"spec.yaml:10:14: error: {this} needs a squared-error loss: its step solves for the residual vector "
+        "(predictions - labels) whose mean square is the loss; received loss kind 'mean_absolute_error', expected "
+        "'mean_squared_error'",
+        f"spec.yaml:13:3: error: optimizer 'other' cannot train beside {this}: each of its iterations tries damped "
+        "steps until the loss falls, which another update in the same step would confound; train those weights in "
+        "another run, or freeze them",
+        f"spec.yaml:14:21: error: {this} needs 'batch_size: full': a Gauss-Newton step is solved for one fixed set "
+        "of residuals, and keeping it or not compares the loss on those same examples; received 64",
+        f"spec.yaml:14:37: error: {this} takes no accumulation: with 'batch_size: full' every iteration already "
+        "sees the whole training set; received 2, expected 1 (or leave it out)",
+        f"spec.yaml:14:40: error: {this} takes no clip: its step is a damped Gauss-Newton solve, not a gradient "
+        "step, and a larger damping already shortens it; remove train.clip",
+        "6 errors found",
+    ], "\n".join(err)
+
+
+@pytest.mark.parametrize(("key", "why"), [
+    ("learning_rate: 0.1", "learning rate: the damping sets the step length"),
+    ("clip: {value: 1.0}", "clipping: the step is a damped Gauss-Newton solve"),
+    ("weight_decay: 0.01", "weight decay: each step solves the damped normal equations"),
+])
+def test_keys_it_does_without_are_refused_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          key: str, why: str) -> None:
+    text = write_fit(tmp_path / "fit", LOGISTIC, f"{{kind: levenberg_marquardt, {key}}}").read_text()
+    err = validate(tmp_path, capsys, text)
+    column = 36 + len(key.split(":")[0]) + 2  # the value, after `fit: {kind: levenberg_marquardt, <key>: `
+    assert err == [err[0], "1 error found"] and err[0].startswith(f"spec.yaml:11:{column}: error: "), err
+    assert f"{key.split(':')[0]}: levenberg_marquardt takes no {why}" in err[0]
+
+
+def test_batch_size_full_or_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = write_fit(tmp_path / "fit", LOGISTIC, LM).read_text()
+    err = validate(tmp_path, capsys, text.replace("batch_size: full", "batch_size: fulll"))
+    assert err == ["spec.yaml:11:21: error: batch_size: received 'fulll', expected 'full'; did you mean 'full'?"]

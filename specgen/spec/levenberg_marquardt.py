@@ -17,11 +17,11 @@ from specgen.spec.base import PositiveFloat, PositiveInt, SpecModel, number
 
 # Why each optimizer key that LM does without is refused (the message after "levenberg_marquardt takes no ...").
 REFUSED = {
-    "learning_rate": "learning_rate: the damping sets the step length (Marquardt's rule moves it after every "
+    "learning_rate": "learning rate: the damping sets the step length (Marquardt's rule moves it after every "
                      "iteration); set initial_damping instead",
-    "weight_decay": "weight_decay: each step solves the damped normal equations of the residuals, so a decay "
+    "weight_decay": "weight decay: each step solves the damped normal equations of the residuals, so a decay "
                     "outside them would undo the fit; add an L2 term to the model instead",
-    "clip": "clip: the step is a damped Gauss-Newton solve, not a gradient step; a larger damping shortens it",
+    "clip": "clipping: the step is a damped Gauss-Newton solve, not a gradient step; a larger damping shortens it",
 }
 
 
