@@ -166,4 +166,5 @@ def test_keys_it_does_without_are_refused_with_the_reason(tmp_path: Path, capsys
 def test_batch_size_full_or_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = write_fit(tmp_path / "fit", LOGISTIC, LM).read_text()
     err = validate(tmp_path, capsys, text.replace("batch_size: full", "batch_size: fulll"))
-    assert err == ["spec.yaml:11:21: error: batch_size: received 'fulll', expected 'full'; did you mean 'full'?"]
+    assert err == ["spec.yaml:12:21: error: batch_size: received 'fulll', expected 'full'; did you mean 'full'?",
+                   "1 error found"]
