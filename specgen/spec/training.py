@@ -142,7 +142,10 @@ class Adagrad(OptimizerBase):
 
 
 class LevenbergMarquardt(LevenbergMarquardtKeys):
-    """Damped Gauss-Newton on the whole training set (its keys and refusals: spec/levenberg_marquardt.py)."""
+    """Levenberg-Marquardt: damped Gauss-Newton steps for a mean_squared_error fit on the whole training set
+    (train.batch_size: full). It takes no learning rate: the damping sets the step."""
+
+    # Its keys and the refusals of learning_rate, weight_decay and clip: spec/levenberg_marquardt.py.
 
     kind: Literal["levenberg_marquardt"]
     variables: Selection | None = Field(None, description=OptimizerBase.model_fields["variables"].description)
