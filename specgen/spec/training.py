@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -162,9 +163,15 @@ class Ema(SpecModel):
 Metric = Literal["accuracy", "mean_loss", "auc", "precision", "recall"]
 
 
+def _batch_size_shape(value: object) -> str | None:
+    """A string near 'full' is a misspelling of it (did you mean 'full'?); other strings fit neither branch."""
+    if isinstance(value, str):
+        return "full" if get_close_matches(value, ["full"], cutoff=0.6) else None
+    return "count"
+
+
 # `full`: the whole training set is one batch (levenberg_marquardt needs it; any optimizer may use it).
-BatchSize = by_shape(lambda v: "full" if isinstance(v, str) else "count", "a positive integer or 'full'",
-                     count=PositiveInt, full=Literal["full"])
+BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
 
 
 class Train(SpecModel):
