@@ -58,16 +58,22 @@ def test_tanh_net_stays_within_5_percent_of_scipy_at_equal_jacobian_evaluations(
     x, y = data(SINE)
     lm = Trainer(write_fit(tmp_path / "lm", SINE, LM), SINE)
     start = lm.params()
-    # scipy bounds function evaluations (max_nfev), not Jacobians: run it to 50 and give our trainer as many
-    # iterations as lmder evaluated Jacobians (res.njev; one per outer iteration, as ours).
-    reference = least_squares(SINE.residuals, start, jac=SINE.jacobian, method="lm", args=(x, y), max_nfev=50)
-    scipy_loss = 2 * reference.cost / len(y)
-    ours = mse(SINE, lm.train(reference.njev), x, y)
-    assert lm.state(keys.iterations("fit")) == reference.njev == 36
-    assert abs(ours - scipy_loss) <= 0.05 * scipy_loss, (ours, scipy_loss)  # measured: +0.3%
+    # scipy bounds function evaluations (max_nfev), not Jacobians: run lmder to 50, 100 and 200 of them and give
+    # our trainer as many iterations as it evaluated Jacobians (res.njev: one per outer iteration, as ours).
+    for max_nfev in (50, 100, 200):
+        reference = least_squares(SINE.residuals, start, jac=SINE.jacobian, method="lm", args=(x, y),
+                                  max_nfev=max_nfev)
+        scipy_loss = 2 * reference.cost / len(y)
+        ours = mse(SINE, lm.train(reference.njev - lm.epochs), x, y)
+        assert lm.state(keys.iterations("fit")) == reference.njev
+        # Measured (seed 0): -2.3% at 36 Jacobians, +2.0% at 75, +1.1% at 159; seeds 1-3 within 3.8% (bench).
+        assert abs(ours - scipy_loss) <= 0.05 * scipy_loss, (reference.njev, ours, scipy_loss)
+        if max_nfev == 50:
+            first = ours
     adam = Trainer(write_fit(tmp_path / "adam", SINE, ADAM), SINE)
     np.testing.assert_array_equal(adam.params(), start)
-    assert epochs_to(adam, x, y, ours, cap=1500) is None  # Adam: 0.0090 after 3000 epochs (bench)
+    # Adam does not reach LM's loss after 36 iterations in 1500 epochs (0.0090 after 3000: bench/RESULTS.md).
+    assert epochs_to(adam, x, y, first, cap=1500) is None
 
 
 def test_damping_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ class LevenbergMarquardtKeys(SpecModel):
     """The keys of `kind: levenberg_marquardt` besides `kind` and `variables` (spec/training.py adds those)."""
 
     initial_damping: PositiveFloat = Field(1e-3, description="The damping λ of the first iteration.")
-    damping_factor: number(float, gt=1) = Field(10.0, description=(
+    damping_factor: number(float, gt=1) = Field(2.0, description=(
         "Marquardt's ν: λ is divided by it after a step that lowers the loss, multiplied by it after one that "
         "does not."))
     max_tries: PositiveInt = Field(10, description=(

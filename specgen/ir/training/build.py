@@ -99,7 +99,8 @@ def _train(train: Any) -> TrainIR | None:
     if train is None:
         return None
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
-    return TrainIR(None if train.batch_size == "full" else train.batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
+    batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
+    return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
                    tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema)
 
 
