@@ -9,6 +9,7 @@ from specgen.ir.collections import takes_the_rest
 from specgen.ir.lints import momentum_note, ratio_column
 from specgen.ir.model import ModelIR
 from specgen.ir.ops import backward_flops
+from specgen.loss_report import loss_table
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> str:
@@ -78,6 +79,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None) 
         variables_table(ir),
         collections_table(ir),
         *([optimizers_table(ir, optimizers)] if optimizers and ir.optimizers else []),
+        *([terms] if (terms := loss_table(ir)) else []),
         flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "
         "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise. "
         "The activation std is each output's at initialization over the input's, for unit-variance inputs "

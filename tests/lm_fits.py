@@ -115,10 +115,10 @@ def write_fit(folder: Path, fit: Fit, optimizer: str, seed: int = 0) -> Path:
     spec.write_text(
         f"specgen: 1\nname: {fit.name}\ninputs:\n  x: {{shape: [1], dtype: float32}}\noutputs:\n  y: out\n"
         f"layers:\n{fit.layers}"
-        "loss: {kind: mean_squared_error, predictions: y, labels: y}\n"
+        "loss: {kind: mean_squared_error, predictions: y, labels: target}\n"
         f"optimizers:\n  fit: {optimizer}\n"
         f"train: {{batch_size: full, epochs: 1, seed: {seed}}}\n"
-        "data:\n  train: {npz: data.npz, features: {x: x}, labels: {y: y}}\n"
+        "data:\n  train: {npz: data.npz, features: {x: x}, labels: {target: y}}\n"
         "checkpoint: {dir: run, every_steps: 100000}\n")
     return spec
 

@@ -118,7 +118,7 @@ outputs:
 layers:
   - {name: drop, op: dropout, input: x, rate: 0.1}
   - {name: out, op: dense, units: 1}
-loss: {kind: mean_absolute_error, predictions: y, labels: y}
+loss: {kind: mean_absolute_error, predictions: y, labels: target}
 optimizers:
   fit: {kind: levenberg_marquardt, variables: out/kernel}
   other: {kind: sgd, learning_rate: 0.1, variables: out/bias}
@@ -174,3 +174,21 @@ def test_batch_size_full_or_a_count(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = validate(tmp_path, capsys, text.replace("batch_size: full", "batch_size: fulll"))
     assert err == ["spec.yaml:12:21: error: batch_size: received 'fulll', expected 'full'; did you mean 'full'?",
                    "1 error found"]
+
+
+@pytest.mark.parametrize(("loss", "where", "why"), [
+    ("loss:\n  - {kind: mean_squared_error, predictions: y, labels: target}\n  - {kind: l2, variables: trainable, "
+     "weight: 0.01}\n", "9:1", "needs one squared-error loss term: its step solves for one residual vector "
+     "(predictions - labels); received 2 terms"),
+    ("loss: {kind: mean_squared_error, predictions: y, labels: target, weight: 2}\n", "9:74",
+     "minimizes the sum of squared residuals, which a weight does not change; received weight 2, remove it"),
+    ("loss: [{kind: huber, predictions: y, labels: target}]\n", "9:15",
+     "needs a squared-error loss: its step solves for the residual vector (predictions - labels) whose mean "
+     "square is the loss; received loss kind 'huber', expected 'mean_squared_error'"),
+])
+def test_loss_terms_it_cannot_solve_for(tmp_path: Path, capsys: pytest.CaptureFixture[str], loss: str, where: str,
+                                        why: str) -> None:
+    text = write_fit(tmp_path / "fit", LOGISTIC, LM).read_text()
+    text = text.replace("loss: {kind: mean_squared_error, predictions: y, labels: target}\n", loss)
+    assert validate(tmp_path, capsys, text) == [
+        f"spec.yaml:{where}: error: levenberg_marquardt optimizer 'fit' {why}", "1 error found"]

@@ -13,7 +13,9 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
+from specgen.ir.decay import resolve_decay
 from specgen.ir.graph import topological_order, wire
+from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
@@ -26,7 +28,8 @@ from specgen.ir.naming import (
 )
 from specgen.ir.shares import share_owners
 from specgen.ir.training import levenberg_marquardt
-from specgen.ir.training.build import build_training, loss_output
+from specgen.ir.training.build import build_training
+from specgen.ir.training.terms import LossTermIR
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -49,9 +52,11 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
     resolve_collections(loaded, members)
-    problems = members.problems + _check_sections(loaded)
+    terms, term_problems = resolve_terms(loaded, members)
+    excluded, decay_problems = resolve_decay(loaded, members)
+    problems = members.problems + term_problems + decay_problems + _check_sections(loaded)
     problems += _check_names(loaded, layers)
-    problems += _check_gradients(loaded, layers, members) if not problems else []
+    problems += _check_gradients(loaded, layers, members, terms) if not problems else []
     if problems:
         raise SpecError(problems)
     index: dict[str, set[str]] = {}
@@ -63,7 +68,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
-    training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
+    training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded)
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
     collections = _collection_table(model_vars + state, members)
@@ -218,15 +223,19 @@ def _upstream(layer: str, layers: list[_Inferred]) -> set[str]:
     return seen
 
 
-def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membership) -> list[Diagnostic]:
+def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membership,
+                     terms: tuple[LossTermIR, ...]) -> list[Diagnostic]:
     """Trained weights must reach the loss: TensorFlow gives a weight off that path a None gradient,
-    and the optimizer update fails ('None values not supported') at the first step."""
+    and the optimizer update fails ('None values not supported') at the first step. A weight reaches
+    it through a term's output (not through labels read from an output: those are held constant) or
+    through a regularizer over it."""
     spec = loaded.spec
-    target = loss_output(spec.loss)
-    if target is None or target[1] not in spec.outputs:
-        return []  # no loss, or one that names no output (reported by _check_sections)
-    loss_output_name = target[1]
-    reach = _upstream(spec.outputs[loss_output_name], layers)
+    read = list(dict.fromkeys(t.output for t in terms if t.output))
+    if not read:
+        return []  # no loss (a loss without outputs is reported by resolve_terms)
+    loss_output_name = ("output " if len(read) == 1 else "outputs ") + " and ".join(f"'{o}'" for o in read)
+    reach = set().union(*(_upstream(spec.outputs[o], layers) for o in read))
+    regularized = {p for t in terms for p in t.paths}
     # A shared variable is used by its owner and by every layer that shares it: it reaches the loss through any.
     users: dict[str, set[str]] = {}
     for x in layers:
@@ -234,17 +243,17 @@ def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membe
             users.setdefault(f"{x.shares or x.layer.name}/{decl.role}", set()).add(x.layer.name)
     problems = []
     for name, paths in members.optimizers.items():
-        lost = [p for p in paths if not users[p] & reach]
+        lost = [p for p in paths if not users[p] & reach and p not in regularized]
         if not lost:
             continue
         fed = [out for out, layer in spec.outputs.items()
-               if out != loss_output_name and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
+               if out not in read and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
         where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
                  else "their layers reach no output")
         fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
         do, their, them = ("does", "its", "it") if len(lost) == 1 else ("do", "their", "them")
         problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
-            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output_name}' "
+            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss {loss_output_name} "
             f"({where}): {their} gradients would be None and training would stop at the first step. "
             f"Freeze {them} (list {them} in 'frozen' instead of in this optimizer), {fix}")))
     return problems
@@ -257,11 +266,6 @@ def _quoted(names: list[str]) -> str:
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     """Checks across sections: loss, data and export refer to things that exist."""
     spec, problems = loaded.spec, []
-    if (read := loss_output(spec.loss)) is not None:
-        field, target = read
-        if target not in spec.outputs:
-            problems.append(loaded.diagnostic(("loss", field), f"loss {field} '{target}' is not an output"
-                                              f"{did_you_mean(target, spec.outputs)} (outputs: {', '.join(spec.outputs)})"))
     if spec.optimizers and spec.loss is None:
         problems.append(loaded.diagnostic(("optimizers",), "optimizers need a 'loss' section to minimize", key=True))
     if spec.data is not None:
@@ -283,8 +287,12 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     spec = loaded.spec
     if spec.train is None:
         return []
-    kind = spec.loss.kind if spec.loss else None
+    kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
     problems = []
+    if kind is None and spec.loss is not None and spec.train.metrics:
+        return [loaded.diagnostic(("train", "metrics"), (
+            "metrics read the first loss term with labels from the data section, and no term has them "
+            "(each reads its labels from an output); remove train.metrics"))]
     for i, metric in enumerate(spec.train.metrics):
         if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
             problems.append(loaded.diagnostic(("train", "metrics", i), (
@@ -308,8 +316,11 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     for name in spec.inputs:
         if name not in source.features:
             problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
-    label = spec.loss.labels if spec.loss else None
-    if label and label not in source.labels:
-        problems.append(loaded.diagnostic(("data", stage), f"data.{stage} has no label '{label}', which the loss reads"))
+    stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []
+    for _, term in data_terms(spec):
+        # A label no stage has is reported at the term (ir/loss_terms.py); here, a stage that lacks one.
+        if term.labels not in source.labels and any(term.labels in s.labels for s in stages):
+            problems.append(loaded.diagnostic(("data", stage), (
+                f"data.{stage} has no label '{term.labels}', which the loss reads")))
     return problems
 

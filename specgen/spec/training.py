@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from specgen.spec.base import (
-    Identifier,
     NonNegativeFloat,
     NonNegativeInt,
     Pattern,
@@ -19,22 +18,8 @@ from specgen.spec.base import (
     number,
 )
 from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
-from specgen.spec.unions import by_key, by_shape, scalar_or_list, scalar_or_mapping
-
-
-class ClassificationLoss(SpecModel):
-    kind: Literal["sparse_softmax_cross_entropy", "softmax_cross_entropy", "sigmoid_cross_entropy"]
-    logits: Identifier = Field(description="An output name.")
-    labels: Identifier = Field(description="A label name from the data section.")
-
-
-class RegressionLoss(SpecModel):
-    kind: Literal["mean_squared_error", "mean_absolute_error"]
-    predictions: Identifier = Field(description="An output name.")
-    labels: Identifier
-
-
-Loss = Annotated[ClassificationLoss | RegressionLoss, Field(discriminator="kind")]
+from specgen.spec.losses import Loss, Selection  # noqa: F401 (Loss: the section spec/model.py reads)
+from specgen.spec.unions import by_key, by_shape, scalar_or_mapping
 
 
 class ScheduleBase(SpecModel):
@@ -93,8 +78,18 @@ class ClipValue(SpecModel):
 
 Clip = by_shape(by_key("global_norm", "value"), "a mapping with exactly one of 'global_norm' or 'value'",
                 global_norm=ClipGlobalNorm, value=ClipValue)
-Selection = by_shape(scalar_or_list, "a collection name, a pattern or a list of them",
-                     scalar=Pattern, list=Annotated[list[Pattern], Field(min_length=1)])
+
+
+class WeightDecay(SpecModel):
+    """Decoupled weight decay with exceptions (biases and norm parameters, usually)."""
+
+    rate: NonNegativeFloat
+    exclude: Annotated[list[Pattern], Field(min_length=1, description=(
+        "Collection names or glob patterns over this optimizer's weights that get no decay; each must match one."))]
+
+
+Decay = by_shape(scalar_or_mapping, "a number or a mapping {rate, exclude}", scalar=NonNegativeFloat,
+                 mapping=WeightDecay)
 
 
 class OptimizerBase(SpecModel):
@@ -104,7 +99,7 @@ class OptimizerBase(SpecModel):
         "A collection name, a glob pattern, or a list of them. Left out, or 'trainable': every weight that is "
         "not frozen and not claimed by another optimizer (one optimizer at most)."))
     learning_rate: LearningRate
-    weight_decay: NonNegativeFloat = 0.0
+    weight_decay: Decay = 0.0
     clip: Clip | None = None
 
 
@@ -125,7 +120,7 @@ class AdamW(Adam):
     """Adam with Keras' AdamW default of decoupled weight decay."""
 
     kind: Literal["adamw"]  # type: ignore[assignment]
-    weight_decay: NonNegativeFloat = 0.004
+    weight_decay: Decay = 0.004
 
 
 class RmsProp(OptimizerBase):

@@ -31,6 +31,32 @@ def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
                        damping_key=keys.damping(name))
 
 
+def _check_loss(loaded: LoadedSpec, this: str) -> list[Diagnostic]:
+    """One mean_squared_error term against data labels, weight 1: the residual vector the step solves for."""
+    loss = loaded.spec.loss
+    terms = loss if isinstance(loss, list) else [] if loss is None else [loss]
+    if len(terms) > 1:
+        return [loaded.diagnostic(("loss",), (
+            f"{this} needs one squared-error loss term: its step solves for one residual vector (predictions - "
+            f"labels); received {len(terms)} terms"), key=True)]
+    if not terms:
+        return []
+    term, at = terms[0], ("loss", 0) if isinstance(loss, list) else ("loss",)
+    if term.kind != "mean_squared_error":
+        return [loaded.diagnostic((*at, "kind"), (
+            f"{this} needs a squared-error loss: its step solves for the residual vector (predictions - labels) "
+            f"whose mean square is the loss; received loss kind '{term.kind}', expected 'mean_squared_error'"))]
+    if term.labels in loaded.spec.outputs:
+        return [loaded.diagnostic((*at, "labels"), (
+            f"{this} needs labels from the data section: the residuals of a computed target '{term.labels}' "
+            "would move with the weights inside one iteration"))]
+    if term.weight != 1.0:
+        return [loaded.diagnostic((*at, "weight"), (
+            f"{this} minimizes the sum of squared residuals, which a weight does not change; received weight "
+            f"{term.weight:g}, remove it"))]
+    return []
+
+
 def check(loaded: LoadedSpec) -> list[Diagnostic]:
     """What a levenberg_marquardt optimizer needs of the other sections, each refusal positioned and explained."""
     spec = loaded.spec
@@ -42,10 +68,7 @@ def check(loaded: LoadedSpec) -> list[Diagnostic]:
         f"optimizer '{other}' cannot train beside {this}: each of its iterations tries damped steps until the "
         "loss falls, which another update in the same step would confound; train those weights in another run, "
         "or freeze them"), key=True) for other in spec.optimizers if other != name]
-    if spec.loss is not None and spec.loss.kind != "mean_squared_error":
-        problems.append(loaded.diagnostic(("loss", "kind"), (
-            f"{this} needs a squared-error loss: its step solves for the residual vector (predictions - labels) "
-            f"whose mean square is the loss; received loss kind '{spec.loss.kind}', expected 'mean_squared_error'")))
+    problems += _check_loss(loaded, this)
     train = spec.train
     if train is not None:
         if train.batch_size != "full":

@@ -24,7 +24,13 @@ from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
+from specgen.runtime.lib.interface import (
+    AccumulatingTrainer,
+    GeneratedModel,
+    GeneratedTrainer,
+    SteppingTrainer,
+    TermReporter,
+)
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -192,6 +198,12 @@ class Session:
 
     def metrics(self) -> dict[str, float]:
         return {m.name: float(m.result().numpy()) for m in self.trainer.metrics}
+
+    def loss_terms(self, loss: float) -> dict[str, float]:
+        """TensorBoard's `loss/<term name>` scalars of the last micro-batch (a lone term is the loss itself)."""
+        if isinstance(self.trainer, TermReporter):
+            return {f"loss/{name}": float(value) for name, value in self.trainer.loss_terms().items()}
+        return {f"loss/{term.name}": loss for term in self.training.terms}
 
     def reset_metrics(self) -> None:
         for metric in self.trainer.metrics:

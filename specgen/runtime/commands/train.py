@@ -79,7 +79,7 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
         step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
         train_metrics = session.metrics()
         line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
-        session._summaries("train", {"loss": loss, **train_metrics})
+        session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
         if step % session.every == 0:
             session.save()
         epoch_end = step % session.updates_per_epoch == 0 or step == stop

@@ -67,3 +67,12 @@ class AccumulatingTrainer(GeneratedTrainer, Protocol):
                         seed: Tensor) -> Tensor: ...
 
     def apply_accumulated(self) -> None: ...
+
+
+@runtime_checkable
+class TermReporter(Protocol):
+    """A spec whose loss is more than one term with data labels and weight 1 (docs/spec.md#loss-terms)."""
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        """Each loss term's value at the last training micro-batch, before weighting, by term name."""
+        ...
