@@ -14,7 +14,7 @@ analytic Jacobian (so it runs lmder and counts Jacobians in `njev`).
                evaluations (res.njev); the relative gap, for --seeds initial weights; then Adam's loss
                after --adam-epochs epochs and the epochs it needed to reach LM's loss at 36 iterations
 
-    python bench/levenberg_marquardt.py               # about 2 minutes on 2 cores
+    python bench/levenberg_marquardt.py               # about 25 s on 2 cores
 """
 
 from __future__ import annotations
