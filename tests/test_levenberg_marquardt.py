@@ -192,3 +192,18 @@ def test_loss_terms_it_cannot_solve_for(tmp_path: Path, capsys: pytest.CaptureFi
     text = text.replace("loss: {kind: mean_squared_error, predictions: y, labels: target}\n", loss)
     assert validate(tmp_path, capsys, text) == [
         f"spec.yaml:{where}: error: levenberg_marquardt optimizer 'fit' {why}", "1 error found"]
+
+
+def test_pruning_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = write_fit(tmp_path / "fit", SINE, LM).read_text()
+    text += "prune: {variables: hidden/kernel, schedule: {kind: constant_sparsity, sparsity: 0.5}}\n"
+    assert validate(tmp_path, capsys, text) == [
+        "spec.yaml:17:1: error: levenberg_marquardt optimizer 'fit' cannot prune: the masks are applied around each "
+        "gradient update, and its trial steps would move masked weights; prune in another run", "1 error found"]
+
+
+def test_probe_says_why_it_does_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", str(write_fit(tmp_path, LOGISTIC, LM)), "--probe"]) == 1
+    assert capsys.readouterr().err.endswith(
+        "error: --probe shows one gradient update; a levenberg_marquardt iteration is a damped solve over the whole "
+        "training set: train a few epochs and read the loss instead\n1 error found\n")

@@ -9,6 +9,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
 from specgen.render.environment import py_literal
 from specgen.render.loss_plan import loss_context
+from specgen.render.target_plan import target_plans
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
         "clip": _clip(train.clip), "ema_decay": train.ema.decay if train.ema else None,
         "ema_eval": bool(train.ema and train.ema.eval),
         "trainable": [p for plan in plans for p in plan.paths],
+        "targets": target_plans(training),
         "keys": {"step": keys.STEP, "accumulators": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES,
                  "ema": keys.EMA},
     }

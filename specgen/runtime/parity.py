@@ -42,7 +42,9 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator) -> dict[str
     for node_input in ir.inputs:
         shape = (batch, *node_input.shape[1:])
         if node_input.dtype.startswith("int"):
-            vocab = min(n.params["vocab_size"] for n in ir.nodes if n.op == "embedding" and node_input.name in n.inputs)
+            # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
+            vocab = min(n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes
+                        if n.op in ("embedding", "gather") and node_input.name in n.inputs)
             inputs[node_input.name] = rng.integers(0, vocab, shape).astype(node_input.dtype)
         else:
             inputs[node_input.name] = rng.standard_normal(shape).astype(np.float32)

@@ -12,6 +12,7 @@ ACCUMULATORS = "accumulators"
 MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
 EMA = "ema"
 METRICS = "metrics"
+PRUNING = "pruning"
 
 
 def learning_rate(optimizer: str) -> str:
@@ -43,3 +44,8 @@ def ema(path: str) -> str:
 
 def metric(name: str, accumulator_name: str) -> str:
     return f"{METRICS}/{name}/{accumulator_name}"
+
+
+def mask(path: str) -> str:
+    """The pruning mask of a pruned weight (collection `pruning`)."""
+    return f"{PRUNING}/{path}"

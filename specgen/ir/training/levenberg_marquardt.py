@@ -83,6 +83,14 @@ def check(loaded: LoadedSpec) -> list[Diagnostic]:
             problems.append(loaded.diagnostic(("train", "clip"), (
                 f"{this} takes no clip: its step is a damped Gauss-Newton solve, not a gradient step, and a larger "
                 "damping already shortens it; remove train.clip"), key=True))
+    if getattr(spec, "prune", None) is not None:
+        problems.append(loaded.diagnostic(("prune",), (
+            f"{this} cannot prune: the masks are applied around each gradient update, and its trial steps would "
+            "move masked weights; prune in another run"), key=True))
+    if getattr(spec, "targets", None):
+        problems.append(loaded.diagnostic(("targets",), (
+            f"{this} takes no target networks: they follow the weights after each gradient update, which its "
+            "iterations do not make"), key=True))
     for i, layer in enumerate(spec.layers):
         op = getattr(layer, "op", None)
         if op in STATEFUL_OPS and not (op == "dropout" and layer.rate == 0):

@@ -138,6 +138,7 @@ class TrainingIR:
     optimizers: tuple[OptimizerIR, ...] = ()
     train: TrainIR | None = None
     data: dict[str, DataSourceIR] = field(default_factory=dict)  # stage -> source
+    targets: tuple[Any, ...] = ()  # specgen.ir.targets.TargetIR: copies updated after each optimizer update
     terms: tuple[LossTermIR, ...] = ()  # every loss term, in spec order (ir/loss_terms.py)
 
     @property

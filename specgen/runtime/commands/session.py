@@ -23,14 +23,17 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
+from specgen.runtime.lib import pruning
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import (
     AccumulatingTrainer,
     GeneratedModel,
     GeneratedTrainer,
     SteppingTrainer,
+    TargetFollowingTrainer,
     TermReporter,
 )
+from specgen.runtime.pruning_state import mask_variables, restore_targets
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -150,16 +153,27 @@ class Session:
     def _restore_for_fine_tuning(self) -> str:
         """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
 
-        Only model variables: a fine-tuning run starts its own step, optimizer slots and accumulators.
+        Only model variables (and pruning masks): a fine-tuning run starts its own step, optimizer slots and
+        accumulators.
         """
         if not self.training.checkpoint.restore:
             return ""
-        variables = self.model.variables_by_path()
-        plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
+        variables = self.model.variables_by_path() | mask_variables(self.ir, self.model)
+        plan = plan_restore(self.loaded, restore_targets(self.ir))
         apply_plan(plan, variables)
+        if self.ir.pruning:  # restored weights and masks agree from the first step on, as after every update
+            pruning.apply_masks([variables[w.path] for w in self.ir.pruning.weights],
+                                [variables[w.mask_key] for w in self.ir.pruning.weights])
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])
+        # Target networks were copied from the initial weights too: copy the restored online weights, unless the
+        # plan restored the target variable itself (a restore map may address it by path).
+        if isinstance(self.trainer, TargetFollowingTrainer):
+            restored = {row.path for row in plan.rows if row.status == "restored"}
+            for online, target in self.trainer.target_pairs():
+                if target not in restored:
+                    variables[target].assign(variables[online])
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
