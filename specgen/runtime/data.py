@@ -167,7 +167,7 @@ class SourceReader:
     def minimum(self) -> int:
         """Training batches are full batches only, so training needs one batch; evaluation one example."""
         train = self.training.train
-        return train.batch_size if self.stage == "train" and train is not None else 1
+        return (train.batch_size or 1) if self.stage == "train" and train is not None else 1
 
     def read(self) -> Source:
         if not self.path.is_file():

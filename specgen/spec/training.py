@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -16,6 +17,7 @@ from specgen.spec.base import (
     UnitInterval,
     number,
 )
+from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
 from specgen.spec.losses import Loss, Selection  # noqa: F401 (Loss: the section spec/model.py reads)
 from specgen.spec.unions import by_key, by_shape, scalar_or_mapping
 
@@ -135,7 +137,17 @@ class Adagrad(OptimizerBase):
     epsilon: PositiveFloat = 1e-7
 
 
-Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad, Field(discriminator="kind")]
+class LevenbergMarquardt(LevenbergMarquardtKeys):
+    """Levenberg-Marquardt: damped Gauss-Newton steps for a mean_squared_error fit on the whole training set
+    (train.batch_size: full). It takes no learning rate: the damping sets the step."""
+
+    # Its keys and the refusals of learning_rate, weight_decay and clip: spec/levenberg_marquardt.py.
+
+    kind: Literal["levenberg_marquardt"]
+    variables: Selection | None = Field(None, description=OptimizerBase.model_fields["variables"].description)
+
+
+Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad | LevenbergMarquardt, Field(discriminator="kind")]
 
 
 class Ema(SpecModel):
@@ -146,8 +158,19 @@ class Ema(SpecModel):
 Metric = Literal["accuracy", "mean_loss", "auc", "precision", "recall"]
 
 
+def _batch_size_shape(value: object) -> str | None:
+    """A string near 'full' is a misspelling of it (did you mean 'full'?); other strings fit neither branch."""
+    if isinstance(value, str):
+        return "full" if get_close_matches(value, ["full"], cutoff=0.6) else None
+    return "count"
+
+
+# `full`: the whole training set is one batch (levenberg_marquardt needs it; any optimizer may use it).
+BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
+
+
 class Train(SpecModel):
-    batch_size: PositiveInt
+    batch_size: BatchSize = Field(description="Examples per micro-batch, or 'full': the whole training set.")
     epochs: NonNegativeInt = 1
     accumulate: PositiveInt = Field(1, description="Micro-batches per optimizer update.")
     clip: Clip | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgen.ir.training import keys
+from specgen.ir.training import keys, levenberg_marquardt
 from specgen.ir.training.model import (
     CheckpointIR,
     ClipIR,
@@ -78,6 +78,8 @@ def _schedule(rate: Any) -> tuple[float, ScheduleIR | None]:
 
 
 def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str, ...] = ()) -> OptimizerIR:
+    if opt.kind == "levenberg_marquardt":
+        return levenberg_marquardt.optimizer(name, opt, paths)
     hyper = opt.model_dump(exclude=COMMON_KEYS)
     first, schedule = _schedule(opt.learning_rate)
     initial = {"accumulator": hyper["initial_accumulator_value"]} if opt.kind == "adagrad" else {}
@@ -100,7 +102,8 @@ def _train(train: Any) -> TrainIR | None:
     if train is None:
         return None
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
-    return TrainIR(train.batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
+    batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
+    return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
                    tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema)
 
 

@@ -23,6 +23,11 @@ def iterations(optimizer: str) -> str:
     return f"{OPTIMIZERS}/{optimizer}/iterations"
 
 
+def damping(optimizer: str) -> str:
+    """The damping λ of a levenberg_marquardt optimizer (Marquardt's rule moves it every iteration)."""
+    return f"{OPTIMIZERS}/{optimizer}/damping"
+
+
 def slot_prefix(optimizer: str, slot: str) -> str:
     """`optimizers/<name>/<slot>`; one variable per weight below it: `<prefix>/<weight path>`."""
     return f"{OPTIMIZERS}/{optimizer}/{slot}"

@@ -66,9 +66,14 @@ class OptimizerIR:
     slots: tuple[SlotIR, ...]
     weight_decay: float = 0.0
     clip: ClipIR | None = None
-    learning_rate_key: str = ""
+    learning_rate_key: str = ""  # empty for levenberg_marquardt, which has no learning rate
     iterations_key: str = ""
     decay_excluded: tuple[str, ...] = ()  # weights of `paths` that get no weight decay (weight_decay.exclude)
+    damping_key: str = ""  # levenberg_marquardt only: its damping variable
+
+    @property
+    def levenberg_marquardt(self) -> bool:
+        return self.kind == "levenberg_marquardt"
 
     def param(self, name: str) -> Any:
         return dict(self.hyper)[name]
@@ -82,7 +87,7 @@ class EmaIR:
 
 @dataclass(frozen=True)
 class TrainIR:
-    batch_size: int
+    batch_size: int | None  # None: the whole training set is one batch (`batch_size: full`)
     epochs: int
     accumulate: int
     seed: int

@@ -129,13 +129,18 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
     if not training.can_train or "train" not in training.data or training.train is None:
         raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
+    if any(o.levenberg_marquardt for o in training.optimizers):
+        raise SpecError([Diagnostic(loaded.display, None, "--probe shows one gradient update; a levenberg_marquardt "
+                                    "iteration is a damped solve over the whole training set: train a few epochs "
+                                    "and read the loss instead")])
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None
+    batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
     with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
         model, trainer, seed = _load(ir, Path(folder))
         origin = _start(loaded, ir, model, trainer, checkpoint)
-        features, labels = next(iter(data.training_batches(source, train.batch_size, seed, train.shuffle_buffer)))
+        features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
         step_seed = tf.constant([int(trainer.global_step.numpy()) * train.accumulate, seed], tf.int64)
         loss, gradients = trainer.gradients(features, labels, step_seed)
         values = model.layer_outputs(features, training=True, seed=step_seed)
@@ -144,7 +149,7 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
                  for path, var, g in zip(trainer.trainable_paths, trainer.trainable, gradients, strict=True))
     layers = tuple(_layer_row(node.name, node.op, values[node.name]) for node in ir.nodes
                    if values[node.name].dtype.is_floating)
-    return Probe(origin, train.batch_size, float(loss), rows, layers)
+    return Probe(origin, batch, float(loss), rows, layers)
 
 
 def first_update(model: GeneratedModel, trainer: GeneratedTrainer,

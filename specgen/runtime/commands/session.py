@@ -63,14 +63,15 @@ class Session:
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
         self.train_source, self.examples = train_source, train_source.examples
-        self.updates_per_epoch = max(self.examples // (train.batch_size * train.accumulate), 1)
+        self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
+        self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
         self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
         self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        batches = data.training_batches(train_source, train.batch_size, train.seed, train.shuffle_buffer)
+        batches = data.training_batches(train_source, self.batch_size, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
-        self.eval_data = data.eval_batches(eval_source, train.batch_size) if eval_source else None
+        self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.folder / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         self.read_step()
@@ -118,7 +119,7 @@ class Session:
     def data_settings(self) -> dict[str, int]:
         """What the saved data position depends on: restoring it under other values would misfit or mislead."""
         train = self.train_ir
-        return {"batch_size": train.batch_size, "examples": self.examples, "seed": train.seed,
+        return {"batch_size": self.batch_size, "examples": self.examples, "seed": train.seed,
                 "shuffle_buffer": train.shuffle_buffer}
 
     def _restore_data(self, path: Path) -> str:
@@ -132,7 +133,7 @@ class Session:
             tf.train.Checkpoint(iterator=self.iterator).read(str(path / "data")).assert_consumed()
             return ""
         seed = self.train_ir.seed + int(self.begin.meta["step"])
-        batches = data.training_batches(self.train_source, self.train_ir.batch_size, seed,
+        batches = data.training_batches(self.train_source, self.batch_size, seed,
                                         self.train_ir.shuffle_buffer)
         self.iterator = iter(batches)
         return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
@@ -140,7 +141,7 @@ class Session:
                 "(train.seed + step)")
 
     def _position_fits(self, path: Path) -> bool:
-        probe = iter(data.training_batches(self.train_source, self.train_ir.batch_size, self.train_ir.seed,
+        probe = iter(data.training_batches(self.train_source, self.batch_size, self.train_ir.seed,
                                            self.train_ir.shuffle_buffer))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
         try:
