@@ -150,7 +150,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
-                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet))
+                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
+                          strategy=args.strategy))
     return 0
 
 
@@ -262,6 +263,8 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument("--strategy", choices=["default", "mirrored", "multi_worker"],
+                       help="run under this tf.distribute strategy (replaces train.distribute.strategy; docs/distributed.md)")
     train.set_defaults(run=cmd_train)
     restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
     restore_plan.add_argument("spec", type=Path)

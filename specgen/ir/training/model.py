@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgen.ir.training.distribute import DistributeIR
+
 # Loss kind -> the label form metrics compare the output with.
 LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
                 "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
@@ -87,6 +89,7 @@ class TrainIR:
     metrics: tuple[str, ...]  # without repeats, in spec order
     clip: ClipIR | None = None
     ema: EmaIR | None = None
+    distribute: DistributeIR = field(default_factory=DistributeIR)
 
 
 @dataclass(frozen=True)
