@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -234,8 +235,8 @@ def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = Non
     if batch % replicas.count:
         lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
         fits = f"{lower} or {higher}" if lower else str(higher)
-        raise SpecError([loaded.diagnostic(("train", "batch_size"), f"train.batch_size {batch} is the global batch and "
-                                           f"must divide among the {replicas.count} replicas of {replicas.describe()}; "
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), f"train.batch_size {batch} is the global batch, which "
+                                           f"splits evenly among the {replicas.count} replicas of the {settings.strategy} strategy; "
                                            f"use {fits}")])
     return replicas
 
@@ -254,8 +255,19 @@ def lost_worker(loaded: LoadedSpec, replicas: Replicas, exc: Exception) -> Syste
     """
     newest, _ = CheckpointFolder(run_folder(loaded), 1).newest()
     where = f"the newest checkpoint is {shown(newest)}" if newest else "no checkpoint was written yet"
-    detail = (str(exc.message) if isinstance(exc, tf.errors.OpError) else str(exc)).strip().splitlines()
-    print(f"specgen: error: {replicas.role.name} of {replicas.role.workers}: the run lost a worker "
-          f"({type(exc).__name__}: {(detail or [''])[0][:160]}); {where}. Relaunch every worker with --resume",
-          file=sys.stderr, flush=True)
+    print(f"specgen: error: {replicas.role.name} of {replicas.role.workers} stopped: {_reason(exc, replicas)}; "
+          f"{where}. Relaunch every worker with --resume", file=sys.stderr, flush=True)
     return SystemExit(1)
+
+
+def _reason(exc: Exception, replicas: Replicas) -> str:
+    """What TensorFlow's long error says, in a clause: which task went quiet, or that a collective timed out."""
+    text = str(exc.message if isinstance(exc, tf.errors.OpError) else exc)
+    if found := re.search(r"stopped sending heartbeats\):\s*(\S+)", text):
+        return f"{found.group(1)} stopped sending heartbeats"
+    if found := re.search(r"(?:remote target|Error reported from) (/job:\w+/(?:replica:\d+/)?task:\d+)", text):
+        return f"lost the connection to {found.group(1)}"
+    if isinstance(exc, tf.errors.DeadlineExceededError):
+        return f"a collective waited more than train.distribute.timeout ({replicas.settings.timeout} s) for a worker"
+    lines = [line for line in text.splitlines() if line.strip() and "Graph execution error" not in line]
+    return f"{type(exc).__name__}: {(lines or ['no detail'])[-1].strip()[:200]}"

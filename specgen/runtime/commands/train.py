@@ -110,5 +110,7 @@ def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas |
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
                "eval": evaluated}
-    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {shown(path)}")
+    chief = session.writes == session.folder
+    saved = shown(path) if chief else f"{shown(session.folder / path.name)} (written by the chief)"
+    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {saved}")
     return summary
