@@ -51,8 +51,7 @@ data:
   eval: {{npz: {DIGITS}, features: {{image: x_test}}, labels: {{label: y_test}}}}
 checkpoint: {{dir: run, every_steps: 5, keep: 2}}
 """
-STEPS = 8  # parity runs
-TOTAL = 60  # the killed run
+STEPS = 60  # every run: the one-process reference is shared
 TOLERANCE = 1e-5  # max abs difference of every saved variable (weights, slots, EMA, counters)
 # One thread each: two workers share this machine's cores.
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
@@ -145,7 +144,7 @@ def test_two_workers_on_loopback_match_one_process(
     worst = max_abs_diff(expected, actual)
     assert worst <= TOLERANCE, f"two workers differ from one process by {worst}"
     assert eval_line(chief_out) == eval_line(out) == line
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint", "ckpt-00000005", "ckpt-00000008",
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint", "ckpt-00000055", "ckpt-00000060",
                                                                      "code", "latest", "tensorboard"]
 
 
@@ -156,15 +155,11 @@ def latest_step(run: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [0, 1], ids=["chief killed", "worker 1 killed"])
-def test_killed_worker_fails_the_run_and_resume_matches_an_uninterrupted_run(tmp_path: Path, victim: int) -> None:
-    straight = write_spec(tmp_path / "straight")
-    reference = subprocess.run(command(straight, "--steps", str(TOTAL)), capture_output=True, text=True, env=ENV,
-                               timeout=300)
-    assert reference.returncode == 0, reference.stderr
-
+def test_killed_worker_fails_the_run_and_resume_matches_an_uninterrupted_run(
+        tmp_path: Path, victim: int, one_process: tuple[dict[str, np.ndarray], str]) -> None:
     spec = write_spec(tmp_path / "killed")
     run = spec.parent / "run"
-    processes = workers(spec, "--steps", str(TOTAL))
+    processes = workers(spec, "--steps", str(STEPS))
     deadline = time.monotonic() + 240
     while latest_step(run) < 5 and all(p.poll() is None for p in processes) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -175,19 +170,22 @@ def test_killed_worker_fails_the_run_and_resume_matches_an_uninterrupted_run(tmp
     waited = time.monotonic() - killed_at
     processes[victim].wait()
     saved = latest_step(run)
-    assert 5 <= saved < TOTAL, f"the run was not killed mid-way (latest checkpoint at step {saved})"
+    assert 5 <= saved < STEPS, f"the run was not killed mid-way (latest checkpoint at step {saved})"
     assert survivor.returncode == 1 and waited < 120, (survivor.returncode, waited)
     errors = [line for line in err.splitlines() if line.startswith("specgen:")]
     assert len(errors) == 1 and "Traceback" not in err, err
     assert errors[0].startswith(f"specgen: error: worker {1 - victim} of 2 stopped: ")
     assert errors[0].endswith(f"the newest checkpoint is {run / f'ckpt-{saved:08d}'}. Relaunch every worker with --resume")
-    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]  # nothing half-written is left
+    # Nothing half-written under a checkpoint's name: a save that the kill cut short left only a `.*.tmp`
+    # (removed, and named, by the relaunched chief).
+    assert all((p / "meta.json").is_file() for p in run.glob("ckpt-*"))
 
-    results = finish(workers(spec, "--resume", "--steps", str(TOTAL - saved)))
+    results = finish(workers(spec, "--resume", "--steps", str(STEPS - saved)))
     assert [code for code, _, _ in results] == [0, 0], [e for _, _, e in results]
     assert all(f"resumed from {run / f'ckpt-{saved:08d}'} at step {saved}" in out for _, out, _ in results)
-    expected, actual = checkpoint_values(straight.parent / "run"), checkpoint_values(run)
-    assert int(actual["global_step"]) == TOTAL
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
+    expected, actual = one_process[0], checkpoint_values(run)
+    assert int(actual["global_step"]) == STEPS
     worst = max_abs_diff(expected, actual)
     assert worst <= TOLERANCE, f"the resumed two-worker run differs from an uninterrupted one by {worst}"
 
@@ -202,3 +200,24 @@ def test_a_global_batch_that_does_not_divide_is_refused_at_the_spec(tmp_path: Pa
            "of the mirrored strategy; use 15 or 18" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.slow
+def test_sync_batch_norm_on_two_logical_cpus_matches_one_process(tmp_path: Path) -> None:
+    """With sync_batch_norm the moments are all-reduced (gradients through them too): the one-process statistics."""
+    text = SPEC.replace("  - {name: hidden, op: dense, units: 16, activation: relu}\n",
+                        "  - {name: hidden, op: dense, units: 16}\n  - {name: bn, op: batch_norm, momentum: 0.9}\n"
+                        "  - {name: act, op: relu}\n").replace('body: ["hidden/*"]', 'body: ["hidden/*", "bn/*"]')
+    runs = {}
+    for strategy in ("default", "mirrored"):
+        folder = tmp_path / strategy
+        folder.mkdir()
+        (folder / "spec.yaml").write_text(text)
+        result = subprocess.run(command(folder / "spec.yaml", "--steps", "10", "--strategy", strategy, "--set",
+                                        "train.distribute.cpu_devices=2", "--set", "train.distribute.sync_batch_norm=true"),
+                                capture_output=True, text=True, env=ENV, timeout=300)
+        assert result.returncode == 0, result.stderr
+        runs[strategy] = checkpoint_values(folder / "run")
+    assert "bn/moving_variance" in runs["mirrored"]
+    worst = max_abs_diff(runs["default"], runs["mirrored"])
+    assert worst <= TOLERANCE, f"synchronized batch norm differs from one process by {worst}"

@@ -37,6 +37,7 @@ from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.lib import layers
 from specgen.spec.load import LoadedSpec
 
 # What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
@@ -230,14 +231,15 @@ def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = Non
     if made is None:
         return None
     replicas = Replicas(made, role, settings)
+    layers.synchronize_batch_norm(settings.sync_batch_norm)
     training = build_ir(loaded).training
     batch = training.train.batch_size if training is not None and training.train is not None else 0
     if batch % replicas.count:
         lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
         fits = f"{lower} or {higher}" if lower else str(higher)
-        raise SpecError([loaded.diagnostic(("train", "batch_size"), f"train.batch_size {batch} is the global batch, which "
-                                           f"splits evenly among the {replicas.count} replicas of the {settings.strategy} strategy; "
-                                           f"use {fits}")])
+        message = (f"train.batch_size {batch} is the global batch, which splits evenly among the {replicas.count} "
+                   f"replicas of the {settings.strategy} strategy; use {fits}")
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), message)])
     return replicas
 
 
