@@ -17,63 +17,31 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.cluster import Role, read_role
 from specgen.runtime.lib import layers
 from specgen.spec.load import LoadedSpec
 
 # What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
 LOST = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
         tf.errors.AbortedError, tf.errors.InternalError, tf.errors.UnknownError)
-
-
-@dataclass(frozen=True)
-class Role:
-    """This process's place in a TF_CONFIG cluster (one worker without TF_CONFIG)."""
-
-    task_type: str = "worker"
-    task_id: int = 0
-    workers: int = 1  # tasks that train: workers plus the chief
-    chief: bool = True  # writes the run folder
-
-    @property
-    def name(self) -> str:
-        return f"{self.task_type} {self.task_id}"
-
-
-def read_role(environ: dict[str, str] | None = None) -> Role:
-    """TF_CONFIG as TensorFlow reads it: a `chief` task, if named, is the chief; otherwise worker 0 is."""
-    text = (environ if environ is not None else os.environ).get("TF_CONFIG", "")
-    if not text.strip():
-        return Role()
-    try:
-        config = json.loads(text)
-        cluster, task = config["cluster"], config["task"]
-        task_type, task_id = str(task["type"]), int(task["index"])
-        workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SpecError([Diagnostic("TF_CONFIG", None, f"not the JSON TensorFlow expects ({exc}): "
-                            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}')]) from None
-    chief = task_type == "chief" or (task_type == "worker" and task_id == 0 and not cluster.get("chief"))
-    return Role(task_type, task_id, workers, chief)
 
 
 def _split_cpu(devices: int) -> None:
@@ -226,7 +194,7 @@ def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = Non
     """
     if strategy is not None:
         settings = replace(settings, strategy=strategy)
-    role = read_role()
+    role = read_role() if settings.strategy == "multi_worker" else Role()  # MirroredStrategy ignores TF_CONFIG
     made = make_strategy(settings)
     if made is None:
         return None

@@ -36,6 +36,7 @@ class Options:
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
     strategy: str | None = None  # --strategy: replaces train.distribute.strategy for this command
+    resume_or_start: bool = False  # --resume when the run folder holds a checkpoint, a new run otherwise
 
 
 @dataclass
@@ -130,7 +131,8 @@ def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
         if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
             target, moved = checkpoints.move_aside()
             start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
-    if not options.resume and options.resume_from is None:
+    resume = options.resume or (options.resume_or_start and bool(checkpoints.newest()[0]))
+    if not resume and options.resume_from is None:
         if (chief or not options.fresh) and (held := checkpoints.holds_checkpoints()):
             raise _refuse_new_run(folder, held)
         return start
