@@ -114,12 +114,11 @@ def launch(model: str, strategy: str, processes: int, env: dict[str, str], args:
                                 env={**base, **({"TF_CONFIG": json.dumps({"cluster": cluster, "task": {
                                     "type": "worker", "index": i}})} if processes > 1 else {})})
                for i in range(processes)]
-    results = []
-    for process in running:
-        out, err = process.communicate(timeout=900)
+    outputs = [process.communicate(timeout=900) for process in running]
+    for index, (process, (_, err)) in enumerate(zip(running, outputs, strict=True)):
         if process.returncode != 0:
-            raise SystemExit(f"{model} {strategy}: worker failed:\n{err[-2000:]}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
+            raise SystemExit(f"{model} {strategy}: process {index} failed:\n{err[-3000:]}")
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     chief = results[0]
     return {"steps_s": args.steps / chief["seconds"], "examples_s": args.steps * chief["batch"] / chief["seconds"],
             "reduce_share": chief["reduce"] / chief["seconds"], "batch": chief["batch"]}
@@ -138,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     top.add_argument("--model", choices=sorted(SPECS), help=argparse.SUPPRESS)
     top.add_argument("--strategy", default="default", help=argparse.SUPPRESS)
+    top.add_argument("--configs", nargs="+", type=int, default=list(range(len(CONFIGS))), help="indexes into CONFIGS")
     args = top.parse_args(argv)
     if args.worker:
         worker(args)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'all-reduce share':>16}")
     for model in args.models:
         first = None
-        for label, strategy, processes, env in CONFIGS:
+        for label, strategy, processes, env in [CONFIGS[i] for i in args.configs]:
             row = launch(model, strategy, processes, env, args)
             first = first or row["steps_s"]
             share = f"{100 * row['reduce_share']:.0f}%" if strategy != "default" else "-"
