@@ -40,6 +40,7 @@ from specgen.runtime.lib import layers
 from specgen.spec.load import LoadedSpec
 
 # What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
+PACK_BYTES = 32 * 1024 * 1024  # all-reduce packs (CommunicationOptions.bytes_per_pack)
 LOST = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
         tf.errors.AbortedError, tf.errors.InternalError, tf.errors.UnknownError)
 
@@ -60,7 +61,10 @@ def make_strategy(settings: DistributeIR) -> tf.distribute.Strategy | None:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices=devices)
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(settings.timeout))
+    # Gradients all-reduced in packs (one collective for a small model, not one per weight), the same sums.
+    # No collective timeout: TensorFlow starts a thread per collective that sleeps for the timeout (thousands
+    # at 100 updates/s); a lost worker is found by the coordination service's heartbeats instead (seconds).
+    options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=PACK_BYTES)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
@@ -116,6 +120,10 @@ class Replicas:
         def creator(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
             if kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE):
                 kwargs["aggregation"] = aggregation(str(kwargs.get("name") or ""), update_paths)
+            if kwargs["aggregation"] == tf.VariableAggregation.SUM:
+                # Metric accumulators: each replica adds to its own copy (no communication per step);
+                # reading one sums the copies, as Keras' metrics do.
+                kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
             return next_creator(**kwargs)
 
         with self.strategy.scope(), tf.variable_creator_scope(creator):
@@ -143,15 +151,17 @@ class Replicas:
                 features, labels = tf.nest.map_structure(own_slice, (features, labels))
                 return python_body(trainer.train_step)(features, labels, replica_seed(step_seed))
 
+            def step_at(i: tf.Tensor, counter: tf.Tensor) -> Any:
+                features, labels = next(iterator)
+                step_seed = tf.stack([counter + i, tf.constant(seed, tf.int64)])
+                return strategy.run(replica_step, args=(features, labels, step_seed))
+
             @tf.function
             def run(iterator: Any, counter: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
-                loss = tf.constant(0.0)
-                for i in tf.range(steps):
-                    features, labels = next(iterator)
-                    step_seed = tf.stack([counter + i, tf.constant(seed, tf.int64)])
-                    per_replica = strategy.run(replica_step, args=(features, labels, step_seed))
-                    loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
-                return loss
+                for i in tf.range(steps - 1):
+                    step_at(i, counter)
+                # Only the last loss is reported: one cross-replica reduce per chunk, not per update.
+                return strategy.reduce(tf.distribute.ReduceOp.MEAN, step_at(steps - 1, counter), axis=None)
 
             self._steps = run
         return self._steps(iterator, counter, steps)
@@ -237,7 +247,5 @@ def _reason(exc: Exception, replicas: Replicas) -> str:
         return f"{found.group(1)} stopped sending heartbeats"
     if found := re.search(r"(?:remote target|Error reported from) (/job:\w+/(?:replica:\d+/)?task:\d+)", text):
         return f"lost the connection to {found.group(1)}"
-    if isinstance(exc, tf.errors.DeadlineExceededError):
-        return f"a collective waited more than train.distribute.timeout ({replicas.settings.timeout} s) for a worker"
     lines = [line for line in text.splitlines() if line.strip() and "Graph execution error" not in line]
     return f"{type(exc).__name__}: {(lines or ['no detail'])[-1].strip()[:200]}"

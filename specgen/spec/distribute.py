@@ -16,7 +16,5 @@ class Distribute(SpecModel):
                                "(or its CPU); multi_worker: the workers TF_CONFIG names, each with its GPUs or CPU.")
     sync_batch_norm: bool = Field(False, description="Batch-norm statistics over the global batch (an all-reduce per "
                                   "layer and step) instead of each replica's slice.")
-    timeout: PositiveInt = Field(60, le=86_400, description="Seconds a collective may wait for a lost worker before "
-                                 "the run fails (multi_worker).")
     cpu_devices: PositiveInt = Field(1, le=64, description="On a machine without GPUs, split the CPU into this many "
                                      "logical devices, one replica each (to try a strategy out; it is not faster).")

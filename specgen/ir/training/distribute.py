@@ -12,7 +12,6 @@ STRATEGIES = ("default", "mirrored", "multi_worker")
 class DistributeIR:
     strategy: str = "default"  # one of STRATEGIES
     sync_batch_norm: bool = False  # batch-norm moments all-reduced over the global batch
-    timeout: int = 60  # seconds a collective waits for a lost worker
     cpu_devices: int = 1  # logical CPU devices (one replica each) when there is no GPU
 
     @property
@@ -22,4 +21,4 @@ class DistributeIR:
 
 def build_distribute(section: Any) -> DistributeIR:
     """From the spec's `train.distribute` (always present: pydantic fills the defaults)."""
-    return DistributeIR(section.strategy, section.sync_batch_norm, section.timeout, section.cpu_devices)
+    return DistributeIR(section.strategy, section.sync_batch_norm, section.cpu_devices)
