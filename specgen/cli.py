@@ -56,7 +56,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except SpecError as exc:
             problems += exc.diagnostics
             continue
-        found = [] if "init_scale" in args.no_lint else init_scale_warnings(loaded, ir)
+        skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
+        found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
         warnings += found
         if not (found and args.strict):
             print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
@@ -137,18 +138,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.report import report
     from specgen.spec.load import load_spec
 
-    for path in expand(args.paths):
+    paths = expand(args.paths)
+    for path in paths:
         loaded = load_spec(path)
-        print(report(build_ir(loaded), shown(path), loaded.spec.optimizers))
+        ir = build_ir(loaded)
+        measured = None
+        if args.checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
+            from specgen.runtime.pruning_state import checkpoint_sparsity
+
+            measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
+        print(report(ir, shown(path), loaded.spec.optimizers, measured))
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from specgen.spec.overrides import load_with_overrides
 
+    if args.probe and (args.epochs is not None or args.steps is not None or args.fresh):
+        print("specgen train: error: --probe runs one batch and trains nothing: it takes no --epochs, --steps "
+              "or --fresh", file=sys.stderr)
+        return 2
     loaded = load_with_overrides(args.spec, args.set)
     if args.emit == "tfjob":
         return _emit_tfjob(args, loaded.spec.name)
+    if args.probe:
+        from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
+
+        return run_probe(loaded, args.resume, args.resume_from)
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
@@ -269,6 +285,8 @@ def parser() -> argparse.ArgumentParser:
     schema.set_defaults(run=cmd_schema)
     report = sub.add_parser("report", help="print variables, collections and FLOPs of specs")
     report.add_argument("paths", nargs="+", type=Path)
+    report.add_argument("--checkpoint", type=Path, help="with one pruned spec: the sparsity of each mask in this "
+                        "checkpoint (reads it with TensorFlow)")
     report.set_defaults(run=cmd_report)
     train = sub.add_parser("train", help="train a spec with the generated TensorFlow code")
     train.add_argument("spec", type=Path)
@@ -297,6 +315,8 @@ def parser() -> argparse.ArgumentParser:
     emit.add_argument("--volume", metavar="CLAIM:PATH", help="a PersistentVolumeClaim every worker mounts at PATH "
                       "(the run folder must be on it)")
     emit.add_argument("-o", "--output", type=Path, help="write the manifest here (default: stdout)")
+    train.add_argument("--probe", action="store_true", help="run one batch and print each variable's gradient "
+                       "and first-update size and each layer's activation mean/std; trains and writes nothing")
     train.set_defaults(run=cmd_train)
     restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
     restore_plan.add_argument("spec", type=Path)

@@ -9,6 +9,9 @@ from specgen.ir.collections import takes_the_rest
 from specgen.ir.lints import momentum_note, ratio_column
 from specgen.ir.model import ModelIR
 from specgen.ir.ops import backward_flops
+from specgen.loss_report import loss_table
+from specgen.report_pruning import pruning_table
+from specgen.report_targets import targets_table
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> str:
@@ -71,13 +74,18 @@ def flops_table(ir: ModelIR) -> str:
                  rows, right={3, 4, 5, 6})
 
 
-def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None) -> str:
-    """The report tables; `optimizers` (the spec's section) adds which weights each optimizer took and why."""
+def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
+           measured: Mapping[str, int] | None = None) -> str:
+    """The report tables; `optimizers` (the spec's section) adds which weights each optimizer took and why;
+    `measured` (pruned weight path -> zeros in its mask in a checkpoint) adds a column to the pruning table."""
     return "\n\n".join([
         f"{ir.name} ({path}): {len(ir.nodes)} layers, {len(ir.variables)} variables",
         variables_table(ir),
         collections_table(ir),
         *([optimizers_table(ir, optimizers)] if optimizers and ir.optimizers else []),
+        *([targets_table(ir)] if ir.training and ir.training.targets else []),
+        *([terms] if (terms := loss_table(ir)) else []),
+        *([pruning_table(ir, table, measured)] if ir.pruning else []),
         flops_table(ir) + "\nFLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x "
         "the forward FLOPs for layers with trainable weights (input and weight gradients) and 1x otherwise. "
         "The activation std is each output's at initialization over the input's, for unit-variance inputs "

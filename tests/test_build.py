@@ -18,6 +18,7 @@ from specgen.render.environment import templates_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "examples" / "specs").glob("*.yaml"))
+DIGITS_CNN, DIGITS_MLP = ROOT / "examples" / "specs" / "digits_cnn.yaml", ROOT / "examples" / "specs" / "digits_mlp.yaml"
 FILES = ("model.py", "train.py", "collections.yaml", "model.onnx.txt", "model.onnx")  # every example trains
 
 
@@ -78,9 +79,9 @@ def test_build_removes_stale_files(tmp_path: Path) -> None:
 
 def test_one_bad_spec_writes_nothing_at_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text(SPECS[0].read_text().replace("op: flatten", "op: flaten"))
+    bad.write_text(DIGITS_CNN.read_text().replace("op: flatten", "op: flaten"))
     out = tmp_path / "out"
-    assert build(out, SPECS[0], bad) == 1
+    assert build(out, DIGITS_CNN, bad) == 1
     assert not out.exists()
     err = capsys.readouterr().err
     assert "unknown op 'flaten'; did you mean 'flatten'?" in err
@@ -106,7 +107,7 @@ def test_onnx_pins_ir_version_and_opset() -> None:
 
 
 def test_opset_18_pins_ir_version_8(tmp_path: Path) -> None:
-    text = SPECS[1].read_text().replace("name: digits_mlp", "name: old_opset") + "\nexport: {onnx: {opset: 18}}\n"
+    text = DIGITS_MLP.read_text().replace("name: digits_mlp", "name: old_opset") + "\nexport: {onnx: {opset: 18}}\n"
     spec = tmp_path / "old.yaml"
     spec.write_text(text)
     assert build(tmp_path / "out", spec) == 0

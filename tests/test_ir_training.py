@@ -99,7 +99,7 @@ def test_training_state_paths_follow_the_one_key_scheme() -> None:
 
 def test_key_prefixes_are_spelled_only_in_keys_py() -> None:
     """Outside ir/training/keys.py no module builds a training-state path from a literal prefix."""
-    pattern = re.compile(r"""f?["'](optimizers/|accumulators/|ema/|global_step["'])""")
+    pattern = re.compile(r"""f?["']((optimizers|accumulators|ema|pruning)/|global_step["'])""")
     found = [f"{p.relative_to(ROOT)}" for p in PACKAGE.rglob("*.py")
              if p.name != "keys.py" and any(pattern.search(line) and not line.lstrip().startswith("#")
                                             for line in p.read_text().splitlines())]

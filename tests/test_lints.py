@@ -208,3 +208,8 @@ checkpoint: {{dir: run}}
     err = capsys.readouterr().err
     assert ("warning: batch-norm momentum 0.99 ('bn'): after the 4 planned updates the moving statistics still hold "
             "96% of their initial values") in err
+    # The spec's own `lints.skip` silences it (a short fine-tuning run that means it).
+    quiet = (tmp_path / "s.yaml").read_text().replace("dir: run}", "dir: run2}\nlints: {skip: [bn_momentum]}")
+    (tmp_path / "quiet.yaml").write_text(quiet)
+    assert main(["train", str(tmp_path / "quiet.yaml"), "--steps", "4", "--quiet"]) == 0
+    assert "batch-norm momentum" not in capsys.readouterr().err

@@ -157,7 +157,7 @@ def test_bad_override_is_reported_against_the_override(tmp_path: Path, capsys: p
     spec = write_spec(tmp_path)
     code, err = run_cli(["train", str(spec), "--set", "train.batch_size=zero"], capsys)
     assert code == 1
-    assert "--set train.batch_size=zero: error: batch_size: expected an integer, received 'zero' (str)" in err
+    assert "--set train.batch_size=zero: error: batch_size: expected a positive integer or 'full', received 'zero' (str)" in err
 
 
 def test_resume_needs_a_checkpoint_and_a_new_run_needs_an_empty_folder(

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.runtime.triton import config_text, write_repository
@@ -86,7 +87,7 @@ def test_config_names_and_dims_match_the_onnx_graph(spec: Path) -> None:
     weights = {v.onnx_name for v in ir.model_variables}
     graph_inputs = [v for v in graph.input if v.name not in weights]
     assert [i.name for i in config.input] == [v.name for v in graph_inputs]
-    assert [o.name for o in config.output] == [v.name for v in graph.output] == list(ir.outputs)
+    assert [o.name for o in config.output] == [v.name for v in graph.output] == list(exported(ir).outputs)
     for entry, value in zip([*config.input, *config.output], [*graph_inputs, *graph.output], strict=True):
         dims = graph_dims(value)
         assert dims[0] == "batch"  # dynamic in the graph, so Triton may batch it

@@ -46,6 +46,15 @@ class DigitsCnn(tf.Module):
         self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
     ) -> dict[str, tf.Tensor]:
         """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
+        values = self.layer_outputs(inputs, training, seed)
+        return {
+            "logits": values["head/out"],
+        }
+
+    def layer_outputs(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
         image = inputs["image"]
         # conv1: conv2d -> [batch, 8, 8, 16]
         conv1 = tf.nn.conv2d(image, self.conv1_kernel, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1])
@@ -71,7 +80,14 @@ class DigitsCnn(tf.Module):
         head_out = tf.matmul(head_drop, self.head_out_kernel)
         head_out = tf.nn.bias_add(head_out, self.head_out_bias)
         return {
-            "logits": head_out,
+            "conv1": conv1,
+            "bn1": bn1,
+            "relu1": relu1,
+            "pool1": pool1,
+            "flat": flat,
+            "head/fc": head_fc,
+            "head/drop": head_drop,
+            "head/out": head_out,
         }
 
     def variables_by_path(self) -> dict[str, tf.Variable]:

@@ -38,6 +38,15 @@ class DigitsMlp(tf.Module):
         self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
     ) -> dict[str, tf.Tensor]:
         """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
+        values = self.layer_outputs(inputs, training, seed)
+        return {
+            "logits": values["out"],
+        }
+
+    def layer_outputs(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
         image = inputs["image"]
         # flat: flatten -> [batch, 64]
         flat = tf.reshape(image, [-1, 64])
@@ -51,7 +60,10 @@ class DigitsMlp(tf.Module):
         out = tf.matmul(drop, self.out_kernel)
         out = tf.nn.bias_add(out, self.out_bias)
         return {
-            "logits": out,
+            "flat": flat,
+            "hidden": hidden,
+            "drop": drop,
+            "out": out,
         }
 
     def variables_by_path(self) -> dict[str, tf.Variable]:

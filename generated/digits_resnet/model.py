@@ -61,6 +61,16 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
     ) -> dict[str, tf.Tensor]:
         """Outputs by name. `training` runs dropout and batch-norm updates; `seed` ([2] int64) makes dropout replayable."""
+        values = self.layer_outputs(inputs, training, seed)
+        return {
+            "logits": values["head"],
+            "probabilities": values["probs"],
+        }
+
+    def layer_outputs(
+        self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
         image = inputs["image"]
         # stem/conv: conv2d -> [batch, 8, 8, 16]
         stem_conv = tf.nn.conv2d(image, self.stem_conv_kernel, strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1])
@@ -96,8 +106,17 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         # probs: softmax -> [batch, 10]
         probs = tf.nn.softmax(head, axis=1)
         return {
-            "logits": head,
-            "probabilities": probs,
+            "stem/conv": stem_conv,
+            "stem/bn": stem_bn,
+            "stem/relu": stem_relu,
+            "block/conv1": block_conv1,
+            "block/conv2": block_conv2,
+            "block/bn": block_bn,
+            "block/sum": block_sum,
+            "block/relu": block_relu,
+            "pool": pool,
+            "head": head,
+            "probs": probs,
         }
 
     def variables_by_path(self) -> dict[str, tf.Variable]:

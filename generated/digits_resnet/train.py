@@ -90,6 +90,14 @@ class DigitsResnetTraining(tf.Module):
             accumulator.assign(tf.zeros_like(accumulator))
         self.micro_batches.assign(0)
 
+    def gradients(
+        self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
+        """One batch's training-mode loss and each trainable weight's gradient (None: the loss ignores it); nothing is applied."""
+        with tf.GradientTape() as tape:
+            loss, _ = self.loss(features, labels, True, seed)
+        return loss, tape.gradient(loss, self.trainable)
+
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         step = self.global_step

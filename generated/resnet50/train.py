@@ -72,6 +72,14 @@ class Resnet50Training(tf.Module):
             loss = self.train_step(features, labels, tf.stack([counter + i, tf.constant(SEED, tf.int64)]))
         return loss
 
+    def gradients(
+        self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
+        """One batch's training-mode loss and each trainable weight's gradient (None: the loss ignores it); nothing is applied."""
+        with tf.GradientTape() as tape:
+            loss, _ = self.loss(features, labels, True, seed)
+        return loss, tape.gradient(loss, self.trainable)
+
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         step = self.global_step

@@ -1,7 +1,8 @@
 """Collections: the user's glob collections, the built-in ones, and the checks across sections.
 
 Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `update`,
-`optimizer`, `ema`, `step`, `metrics`. User patterns match model variables only
+`optimizer`, `ema`, `step`, `metrics`, `target` (ir/targets.py), and `pruning` for a spec that prunes
+(ir/pruning.py). User patterns match model variables only
 (the variables layers own); `*` matches any run of characters, `/` included, and
 a bare collection name stands for that collection.
 """
@@ -16,7 +17,7 @@ from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
 from specgen.spec.load import LoadedSpec
 
-BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
+BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
 METRIC_STATE = {
     "accuracy": (("total", ()), ("count", ())),
     "mean_loss": (("total", ()), ("count", ())),
@@ -49,6 +50,8 @@ class Membership:
     collections: dict[str, list[str]] = field(default_factory=dict)
     optimizers: dict[str, list[str]] = field(default_factory=dict)
     problems: list[Diagnostic] = field(default_factory=list)
+    # Copies that `targets:` entries write (ir/targets.py): trained by no optimizer, frozen or not.
+    targets: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, kinds: list[tuple[str, str]], layer_weights: dict[str, tuple[str, ...]] | None = None) -> Membership:
@@ -138,7 +141,8 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     # `update` (a selectable name) depends on which weights are frozen, and `frozen` takes weights only, so
     # a first pass that reports nothing finds them; the second pass resolves everything with the final `update`.
     probe = Membership(members.weights, members.updates, members.constants)
-    members.held = _held(members, _frozen(loaded, Resolver(loaded, probe), weights)) if spec.optimizers else set()
+    copies = set(members.targets)
+    members.held = _held(members, _frozen(loaded, Resolver(loaded, probe), weights) | copies) if spec.optimizers else set()
     resolver = Resolver(loaded, members)
     for name in spec.collections:
         if name in BUILTIN:
@@ -155,20 +159,22 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
             continue
         claimed = [p for p in resolver.selection(optimizer.variables, ("optimizers", name, "variables"))
                    if p in weights]
-        _check_claims(loaded, members, name, claimed, owner, frozen)
+        _check_claims(loaded, members, name, claimed, owner, frozen | copies)
         members.optimizers[name] = claimed
-    _take_the_rest(loaded, members, rest, owner, frozen)
+    _take_the_rest(loaded, members, rest, owner, frozen | copies)
     members.optimizers = {name: members.optimizers[name] for name in spec.optimizers if name in members.optimizers}
     if spec.optimizers:
-        loose = [p for p in members.weights if p not in frozen and p not in owner]
+        loose = [p for p in members.weights if p not in frozen and p not in owner and p not in copies]
         if loose and len(members.problems) == known_problems:  # else they are a symptom of a bad selection
             members.problems.append(loaded.diagnostic(("optimizers",), (
                 f"{variable_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "
                 "optimizer; add them to an optimizer's variables or to 'frozen'"), key=True))
     else:
         frozen = weights  # no optimizer: nothing trains
-    members.collections["frozen"] = [p for p in members.weights if p in frozen]
+    members.collections["frozen"] = [p for p in members.weights if p in frozen and p not in copies]
     members.collections["trainable"] = [p for p in members.weights if p in owner]
+    if copies:
+        members.collections["target"] = [p for p in members.model if p in copies]
 
 
 def _frozen(loaded: LoadedSpec, resolver: Resolver, weights: set[str]) -> set[str]:
@@ -227,7 +233,13 @@ def _check_claims(loaded: LoadedSpec, members: Membership, name: str, claimed: l
         members.problems.append(loaded.diagnostic(loc, (
             f"optimizer '{name}' claims {variable_list(taken)}, already claimed by optimizer "
             f"{', '.join(repr(o) for o in others)}; each variable belongs to one optimizer")))
-    iced = [p for p in claimed if p in frozen]
+    copies = [p for p in claimed if p in members.targets]
+    if copies:
+        members.problems.append(loaded.diagnostic(loc, (
+            f"optimizer '{name}' claims {variable_list(copies)} of the 'target' collection; a target network's "
+            "weights follow their online weights (targets:) and no optimizer trains them: remove them from this "
+            "optimizer's variables")))
+    iced = [p for p in claimed if p in frozen and p not in members.targets]
     if iced:
         members.problems.append(loaded.diagnostic(loc, (
             f"optimizer '{name}' claims frozen {variable_list(iced)}; remove them from 'frozen' or from this optimizer")))
@@ -247,7 +259,10 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
     if training.optimizers:
         state.append(Variable(keys.STEP, (), "int64", ("step",)))
     for opt in training.optimizers:
-        state.append(Variable(opt.learning_rate_key, (), "float32", ("optimizer",)))
+        if opt.learning_rate_key:
+            state.append(Variable(opt.learning_rate_key, (), "float32", ("optimizer",)))
+        if opt.damping_key:
+            state.append(Variable(opt.damping_key, (), "float32", ("optimizer",)))
         state.append(Variable(opt.iterations_key, (), "int64", ("optimizer",)))
         for slot in opt.slots:
             state += [Variable(f"{slot.key}/{p}", shapes[p], "float32", ("optimizer",)) for p in opt.paths]

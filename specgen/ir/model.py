@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specgen.ir.training.model import TrainingIR
+
+if TYPE_CHECKING:
+    from specgen.ir.pruning import PruningIR
 
 Shape = tuple[int | None, ...]  # index 0 is the dynamic batch dimension (None)
 
@@ -91,6 +94,8 @@ class ModelIR:
     dynamic_batch: bool
     optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> paths
     training: TrainingIR | None = None  # set by build_ir; None only for hand-made IRs
+    skip_lints: tuple[str, ...] = ()  # the spec's `lints.skip`
+    pruning: PruningIR | None = None  # the `prune` section (ir/pruning.py); None: nothing is pruned
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

@@ -21,16 +21,16 @@ RESERVED_PY = {"tf", "self", "inputs", "training", "init", "layers", "seed", "an
 # generated class must not rebind one of them.
 MODULE_NAMES = {
     "model.py": ("annotations", "Mapping", "tf", "init", "layers", "INPUTS", "OUTPUTS"),
-    "train.py": ("annotations", "Mapping", "tf", "losses", "metrics", "optimizers", "schedules",
+    "train.py": ("annotations", "Mapping", "tf", "losses", "metrics", "optimizers", "pruning", "schedules",
                  "ACCUMULATE", "BATCH_SIZE", "SEED", "EMA_EVAL", "LABEL", "OUTPUT"),
 }
 # What tf.Module defines and the generated model adds: variable attributes must not replace one.
 MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
-                     "submodules", "with_name_scope", "variables_by_path"}
+                     "submodules", "with_name_scope", "variables_by_path", "layer_outputs", "masks"}
 # First parts of the variable paths that training state uses (ir/collections.py, training_state):
 # a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
 # read 'ema/...' keys as shadows.
-STATE_ROOTS = (keys.EMA, keys.OPTIMIZERS, keys.ACCUMULATORS, keys.METRICS, keys.STEP)
+STATE_ROOTS = (keys.EMA, keys.OPTIMIZERS, keys.ACCUMULATORS, keys.METRICS, keys.PRUNING, keys.STEP)
 
 
 def py_name(name: str) -> str:

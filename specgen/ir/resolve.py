@@ -6,14 +6,17 @@ Every problem found is collected; `build_ir` raises one SpecError with all of th
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
 from specgen.ir import ops, shares
-from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state, variable_list
+from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
+from specgen.ir.decay import resolve_decay
+from specgen.ir.exported import check_export_outputs
 from specgen.ir.graph import topological_order, wire
+from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
@@ -24,8 +27,12 @@ from specgen.ir.naming import (
     onnx_name,
     py_name,
 )
+from specgen.ir.pruning import resolve_pruning
+from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
-from specgen.ir.training.build import build_training, loss_output
+from specgen.ir.targets import resolve_targets
+from specgen.ir.training import levenberg_marquardt
+from specgen.ir.training.build import build_training
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -47,10 +54,18 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     if problems:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
+    targets, problems = resolve_targets(loaded, members.model, {p: d.shape for x in layers for p, d in x.variables})
+    if problems:  # without the pairs, the copies would read as weights nobody trains: report only the cause
+        raise SpecError(problems)
+    members.targets = [p for t in targets for p in t.target_paths]
     resolve_collections(loaded, members)
-    problems = members.problems + _check_sections(loaded)
+    pruning, prune_problems = resolve_pruning(loaded, members, {p: d.shape for x in layers for p, d in x.variables},
+                                              {p: x.layer.name for x in layers for p, _ in x.variables})
+    terms, term_problems = resolve_terms(loaded, members)
+    excluded, decay_problems = resolve_decay(loaded, members)
+    problems = members.problems + prune_problems + term_problems + decay_problems + _check_sections(loaded)
+    problems += check_export_outputs(loaded)
     problems += _check_names(loaded, layers)
-    problems += _check_gradients(loaded, layers, members) if not problems else []
     if problems:
         raise SpecError(problems)
     index: dict[str, set[str]] = {}
@@ -62,19 +77,25 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
             for path, d in x.variables}
     nodes = [_node(x, made, members.held) for x in layers]
     model_vars = list(made.values())
-    training = build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()})
+    training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
+                       targets=tuple(targets))
     trainable = members.collections.get("trainable", [])
     state = training_state(training, trainable, {v.path: v.shape for v in model_vars})
-    collections = _collection_table(model_vars + state, members)
+    state += pruning.mask_variables() if pruning else []
+    collections = _collection_table(model_vars + state, members, pruning is not None)
     export = training.export
-    return ModelIR(
+    ir = ModelIR(
         name=spec.name, class_name=class_name(spec.name), doc=spec.doc, source=loaded.path.name,
         inputs=tuple(Input(n, (None, *i.shape), i.dtype, py_name(n), onnx_name(n)) for n, i in spec.inputs.items()),
         nodes=tuple(nodes), outputs=dict(spec.outputs), variables=tuple(model_vars + state),
         collections=collections, opset=export.opset, ir_version=export.ir_version,
         dynamic_batch=export.dynamic_batch,
-        optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training,
+        optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training, pruning=pruning,
+        skip_lints=tuple(dict.fromkeys(spec.lints.skip)),
     )
+    if problems := reach_problems(loaded, ir):  # claimed weights no gradient from the loss reaches
+        raise SpecError(problems)
+    return ir
 
 
 @dataclass(frozen=True)
@@ -152,9 +173,12 @@ def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()], held
                     onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape)
 
 
-def _collection_table(variables: list[Variable], members: Membership) -> dict[str, tuple[str, ...]]:
-    table: dict[str, list[str]] = {name: [] for name in ("trainable", "frozen", "model", "update", "optimizer",
-                                                          "ema", "step", "metrics", *members.collections)}
+def _collection_table(variables: list[Variable], members: Membership, pruned: bool = False
+                      ) -> dict[str, tuple[str, ...]]:
+    builtin = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics")
+    # `pruning` only for a spec that prunes: every other spec's collections.yaml stays as it was.
+    table: dict[str, list[str]] = {name: [] for name in (*builtin, *(("pruning",) if pruned else ()),
+                                                          *members.collections)}
     for var in variables:
         for name in var.collections:
             table.setdefault(name, []).append(var.path)
@@ -205,68 +229,16 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
     return entries
 
 
-def _upstream(layer: str, layers: list[_Inferred]) -> set[str]:
-    """`layer` and every layer it reads, directly or not."""
-    sources = {x.layer.name: x.sources for x in layers}
-    seen, todo = set(), [layer]
-    while todo:
-        name = todo.pop()
-        if name in sources and name not in seen:
-            seen.add(name)
-            todo += sources[name]
-    return seen
-
-
-def _check_gradients(loaded: LoadedSpec, layers: list[_Inferred], members: Membership) -> list[Diagnostic]:
-    """Trained weights must reach the loss: TensorFlow gives a weight off that path a None gradient,
-    and the optimizer update fails ('None values not supported') at the first step."""
-    spec = loaded.spec
-    target = loss_output(spec.loss)
-    if target is None or target[1] not in spec.outputs:
-        return []  # no loss, or one that names no output (reported by _check_sections)
-    loss_output_name = target[1]
-    reach = _upstream(spec.outputs[loss_output_name], layers)
-    # A shared variable is used by its owner and by every layer that shares it: it reaches the loss through any.
-    users: dict[str, set[str]] = {}
-    for x in layers:
-        for decl in x.result.variables:
-            users.setdefault(f"{x.shares or x.layer.name}/{decl.role}", set()).add(x.layer.name)
-    problems = []
-    for name, paths in members.optimizers.items():
-        lost = [p for p in paths if not users[p] & reach]
-        if not lost:
-            continue
-        fed = [out for out, layer in spec.outputs.items()
-               if out != loss_output_name and set().union(*(users[p] for p in lost)) & _upstream(layer, layers)]
-        where = (f"they feed only output {_quoted(fed)}, which the loss does not read" if fed
-                 else "their layers reach no output")
-        fix = f"or make the loss read {_quoted(fed)} instead" if fed else "or remove the layers that reach no output"
-        do, their, them = ("does", "its", "it") if len(lost) == 1 else ("do", "their", "them")
-        problems.append(loaded.diagnostic(("optimizers", name, "variables"), (
-            f"optimizer '{name}' claims {variable_list(lost)}, which {do} not reach the loss output '{loss_output_name}' "
-            f"({where}): {their} gradients would be None and training would stop at the first step. "
-            f"Freeze {them} (list {them} in 'frozen' instead of in this optimizer), {fix}")))
-    return problems
-
-
-def _quoted(names: list[str]) -> str:
-    return " and ".join(f"'{n}'" for n in names)
-
-
 def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     """Checks across sections: loss, data and export refer to things that exist."""
     spec, problems = loaded.spec, []
-    if (read := loss_output(spec.loss)) is not None:
-        field, target = read
-        if target not in spec.outputs:
-            problems.append(loaded.diagnostic(("loss", field), f"loss {field} '{target}' is not an output"
-                                              f"{did_you_mean(target, spec.outputs)} (outputs: {', '.join(spec.outputs)})"))
     if spec.optimizers and spec.loss is None:
         problems.append(loaded.diagnostic(("optimizers",), "optimizers need a 'loss' section to minimize", key=True))
     if spec.data is not None:
         for stage in ("train", "eval"):
             problems += _check_source(loaded, stage)
     problems += _check_metrics(loaded)
+    problems += levenberg_marquardt.check(loaded)
     if spec.export.onnx.weights == "ema" and not (spec.train and spec.train.ema):
         problems.append(loaded.diagnostic(("export", "onnx", "weights"),
                                           "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)"))
@@ -281,8 +253,12 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     spec = loaded.spec
     if spec.train is None:
         return []
-    kind = spec.loss.kind if spec.loss else None
+    kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
     problems = []
+    if kind is None and spec.loss is not None and spec.train.metrics:
+        return [loaded.diagnostic(("train", "metrics"), (
+            "metrics read the first loss term with labels from the data section, and no term has them "
+            "(each reads its labels from an output); remove train.metrics"))]
     for i, metric in enumerate(spec.train.metrics):
         if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
             problems.append(loaded.diagnostic(("train", "metrics", i), (
@@ -306,8 +282,11 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     for name in spec.inputs:
         if name not in source.features:
             problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
-    label = spec.loss.labels if spec.loss else None
-    if label and label not in source.labels:
-        problems.append(loaded.diagnostic(("data", stage), f"data.{stage} has no label '{label}', which the loss reads"))
+    stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []
+    for _, term in data_terms(spec):
+        # A label no stage has is reported at the term (ir/loss_terms.py); here, a stage that lacks one.
+        if term.labels not in source.labels and any(term.labels in s.labels for s in stages):
+            problems.append(loaded.diagnostic(("data", stage), (
+                f"data.{stage} has no label '{term.labels}', which the loss reads")))
     return problems
 

@@ -14,6 +14,7 @@ from specgen.ir.model import ModelIR
 from specgen.render.environment import environment
 from specgen.render.errors import RenderError
 from specgen.render.onnx_plan import onnx_plan
+from specgen.render.prune_plan import mask_plans, prune_context
 from specgen.render.tf_plan import tf_steps, tf_variables
 from specgen.render.train_plan import train_context
 
@@ -54,9 +55,9 @@ def render_model_py(ir: ModelIR) -> str:
     steps = tf_steps(ir)
     doc = ir.doc.strip() or f"Model '{ir.name}'."
     text = environment().get_template("tf/model.py.j2").render(
-        ir=ir, source=ir.source, steps=steps, variables=tf_variables(ir),
+        ir=ir, source=ir.source, steps=steps, variables=tf_variables(ir), masks=mask_plans(ir),
         ops=_ops("tf", {s.template for s in steps}, ".py.j2"),
-        outputs=[(out, ir.node(layer).py_name) for out, layer in ir.outputs.items()],
+        outputs=list(ir.outputs.items()), layers=[(n.name, n.py_name) for n in ir.nodes],
         module_doc=f"TensorFlow 2 model for the spec '{ir.name}'.\n\n{doc}\n",
         class_doc=doc,
     )
@@ -90,7 +91,7 @@ def render_train_py(ir: ModelIR) -> str:
     context = train_context(ir)
     names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
     text = environment().get_template("tf/train.py.j2").render(
-        **context,
+        **context, prune=prune_context(ir),
         module_doc=(f"Training state and steps for the spec '{ir.name}'.\n\nEvery variable here is named by its "
                     "path in collections.yaml: the global step, each optimizer's\nlearning rate, iteration count "
                     "and slots, gradient accumulators and EMA shadows.\n"),

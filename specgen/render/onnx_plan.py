@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
 from specgen.ir.ops import REGISTRY, as_activation
 from specgen.ir.ops.base import to_first, to_last
@@ -186,4 +187,4 @@ def _comment(node: Node) -> str:
 
 
 def onnx_plan(ir: ModelIR) -> OnnxPlan:
-    return Lowering(ir).run()
+    return Lowering(exported(ir)).run()  # only what export.onnx.outputs read

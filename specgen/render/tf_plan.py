@@ -8,6 +8,7 @@ from typing import Any
 from specgen.ir.model import ModelIR, Node, Variable
 from specgen.ir.ops import REGISTRY, as_activation
 from specgen.render.environment import Fields
+from specgen.render.prune_plan import weight_reads
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,12 @@ def tf_variables(ir: ModelIR) -> list[TfVariable]:
 
 def tf_steps(ir: ModelIR) -> list[TfStep]:
     local = {i.name: i.py_name for i in ir.inputs} | {n.name: n.py_name for n in ir.nodes}
+    reads = weight_reads(ir)  # pruned weights are read through their masks
     steps: list[TfStep] = []
     for node in ir.nodes:
         op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/ir/ops)
         ins = tuple(local[s] for s in node.inputs)
-        w = {role: f"self.{v.py_name}" for role, v in node.variables.items()}
+        w = {role: reads.get(v.path, f"self.{v.py_name}") for role, v in node.variables.items()}
         steps.append(TfStep(op.tf_template, node.py_name, ins, w, op.tf_attrs(node), _comment(node)))
         if node.activation:
             act = REGISTRY[node.activation]

@@ -8,6 +8,8 @@ from typing import Any
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
 from specgen.render.environment import py_literal
+from specgen.render.loss_plan import loss_context
+from specgen.render.target_plan import target_plans
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,11 @@ class OptimizerPlan:
     update: str  # the optimizers.* call
     weight_decay: float
     clip: str | None  # an optimizers.clip(...) keyword list
-    rate_key: str  # checkpoint keys of the learning rate and the iteration count
+    rate_key: str  # checkpoint keys of the learning rate ('' for levenberg_marquardt) and the iteration count
     iterations_key: str
+    decayed: tuple[str, ...] | None = None  # with weight_decay.exclude: the weights that still decay; None: all
+    damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value
+    initial_damping: float = 0.0
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
@@ -58,6 +63,9 @@ def _update(attr: str, opt: OptimizerIR) -> str:
         return (f"optimizers.rmsprop({vs}, {gs}, lr, {slot['rms']}, {slot.get('momentum', '[]')}, "
                 f"{slot.get('mg', '[]')}, rho={py_literal(p('rho'))}, momentum={py_literal(p('momentum'))}, "
                 f"epsilon={py_literal(p('epsilon'))})")
+    if opt.levenberg_marquardt:
+        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, {slot['scale']}, "
+                f"factor={py_literal(p('damping_factor'))}, max_tries={p('max_tries')})")
     return f"optimizers.adagrad({vs}, {gs}, lr, {slot['accumulator']}, epsilon={py_literal(p('epsilon'))})"
 
 
@@ -68,7 +76,9 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
         plans.append(OptimizerPlan(
             opt.name, attr, opt.kind, opt.paths, start, start + len(opt.paths), opt.learning_rate,
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
-            _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key))
+            _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
+            tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None,
+            opt.damping_key, opt.param("initial_damping") if opt.levenberg_marquardt else 0.0))
         start += len(opt.paths)
     return plans
 
@@ -77,15 +87,21 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
     training = ir.training
     assert training is not None and training.can_train
     train, loss = training.train, training.loss
-    assert train is not None and loss is not None
+    assert train is not None
     plans = optimizer_plans(training)
+    # Without a term that reads data labels (targets computed from outputs only), OUTPUT is the first
+    # term's output and no metric reads it (ir/resolve.py refuses metrics then).
+    output = loss.output if loss else next(t.output for t in training.terms if t.output)
     return {
         "ir": ir, "optimizers": plans, "accumulate": train.accumulate, "batch_size": train.batch_size,
-        "seed": train.seed, "loss_kind": loss.kind, "label": loss.labels, "output": loss.output,
-        "target": loss.target, "metrics": list(train.metrics),
+        "seed": train.seed, "loss_kind": loss.kind if loss else None, "label": loss.labels if loss else None,
+        "output": output, "target": loss.target if loss else None, "metrics": list(train.metrics),
+        **loss_context(training),
+        "levenberg_marquardt": any(o.levenberg_marquardt for o in training.optimizers),
         "clip": _clip(train.clip), "ema_decay": train.ema.decay if train.ema else None,
         "ema_eval": bool(train.ema and train.ema.eval),
         "trainable": [p for plan in plans for p in plan.paths],
+        "targets": target_plans(training),
         "keys": {"step": keys.STEP, "accumulators": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES,
                  "ema": keys.EMA},
     }

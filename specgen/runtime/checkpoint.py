@@ -5,7 +5,8 @@ Layout of a run's checkpoint folder:
     ckpt-00000100/variables.{index,data-*}  every saved variable under its spec path
                                             (the TF name-based format: tf.train.load_checkpoint reads it)
     ckpt-00000100/data.{index,data-*}       the training data iterator's position
-    ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings
+    ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings,
+                                            and with `targets:` each target variable's online variable
     latest                                  the name of the newest complete checkpoint
     checkpoint                              TensorFlow's state file (relative paths to the kept
                                             ckpt-*/variables prefixes), so tf.train.latest_checkpoint(run)

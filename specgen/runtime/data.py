@@ -153,20 +153,21 @@ class SourceReader:
                 vocab = node.params["vocab_size"]
                 wanted[node.inputs[0]] = Wanted(wanted[node.inputs[0]].shape, "int", vocab,
                                                 f"embedding '{node.name}' has vocab_size {vocab}")
-        loss = self.training.loss
-        if loss is not None:
-            output = self.ir.node(self.ir.outputs[loss.output])
-            if loss.kind == "sparse_softmax_cross_entropy":
+        for term in self.training.terms:  # each term with data labels (in spec order: the first wins)
+            if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
+                continue
+            output = self.ir.node(self.ir.outputs[term.output])
+            if term.kind == "sparse_softmax_cross_entropy":
                 classes = output.shape[-1]
-                wanted[loss.labels] = Wanted((), "int", classes, f"output '{loss.output}' has {classes} classes")
+                wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
             else:
-                wanted[loss.labels] = Wanted(output.shape[1:], "float")
+                wanted[term.labels] = Wanted(output.shape[1:], "float")
         return wanted
 
     def minimum(self) -> int:
         """Training batches are full batches only, so training needs one batch; evaluation one example."""
         train = self.training.train
-        return train.batch_size if self.stage == "train" and train is not None else 1
+        return (train.batch_size or 1) if self.stage == "train" and train is not None else 1
 
     def read(self) -> Source:
         if not self.path.is_file():

@@ -211,7 +211,16 @@ def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = Non
     replicas = Replicas(made, role, settings)
     layers.synchronize_batch_norm(settings.sync_batch_norm)
     training = build_ir(loaded).training
-    batch = training.train.batch_size if training is not None and training.train is not None else 0
+    if training is None or training.train is None:
+        return replicas
+    if any(o.levenberg_marquardt for o in training.optimizers):
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), "levenberg_marquardt solves on the "
+                                           "whole batch in one process; train it with the default strategy")])
+    batch = training.train.batch_size
+    if batch is None:
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), "batch_size: full under the "
+                                           f"{settings.strategy} strategy: give the global batch as a number that "
+                                           f"splits evenly among the {replicas.count} replicas")])
     if batch % replicas.count:
         lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
         fits = f"{lower} or {higher}" if lower else str(higher)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.onnx_layout import onnx_feeds
@@ -42,7 +43,9 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator) -> dict[str
     for node_input in ir.inputs:
         shape = (batch, *node_input.shape[1:])
         if node_input.dtype.startswith("int"):
-            vocab = min(n.params["vocab_size"] for n in ir.nodes if n.op == "embedding" and node_input.name in n.inputs)
+            # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
+            vocab = min(n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes
+                        if n.op in ("embedding", "gather") and node_input.name in n.inputs)
             inputs[node_input.name] = rng.integers(0, vocab, shape).astype(node_input.dtype)
         else:
             inputs[node_input.name] = rng.standard_normal(shape).astype(np.float32)
@@ -66,6 +69,7 @@ def run_onnx(model_bytes: bytes, ir: ModelIR, values: dict[str, np.ndarray],
     import onnxruntime as ort
 
     session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    ir = exported(ir)  # the graph's inputs, weights and outputs
     feeds = {i.onnx_name: inputs[i.name] for i in ir.inputs} | onnx_feeds(ir.model_variables, values)
     names = list(ir.outputs)
     return dict(zip(names, session.run(names, feeds), strict=True))

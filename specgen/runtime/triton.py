@@ -15,6 +15,7 @@ from typing import Any
 import onnx
 
 from specgen.atomic import checked_folder, refuse_links, write_atomic
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64"}
@@ -71,8 +72,9 @@ def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int =
         max_batch_size, preferred = 0, ()
     batched = max_batch_size > 0
     batch = None if batched else (-1 if ir.dynamic_batch else 1)
-    inputs = [(i.onnx_name, i.dtype, i.shape) for i in ir.inputs]
-    outputs = [(out, ir.node(layer).dtype, ir.node(layer).shape) for out, layer in ir.outputs.items()]
+    view = exported(ir)  # the model.onnx tensors: export.onnx.outputs and the inputs they read
+    inputs = [(i.onnx_name, i.dtype, i.shape) for i in view.inputs]
+    outputs = [(out, view.node(layer).dtype, view.node(layer).shape) for out, layer in view.outputs.items()]
     lines += [f"name: {_quote(ir.name)}", 'backend: "onnxruntime"', f"max_batch_size: {max_batch_size}"]
     for field, tensors in (("input", inputs), ("output", outputs)):
         lines.append(f"{field} [")
@@ -97,8 +99,8 @@ def check_model_matches(ir: ModelIR, model_bytes: bytes) -> None:
         "output": {v.name: v.type.tensor_type.elem_type for v in graph.output},
     }
     expected = {
-        "input": {i.onnx_name: ONNX_ELEM_TYPES[i.dtype] for i in ir.inputs},
-        "output": {out: ONNX_ELEM_TYPES[ir.node(layer).dtype] for out, layer in ir.outputs.items()},
+        "input": {i.onnx_name: ONNX_ELEM_TYPES[i.dtype] for i in exported(ir).inputs},
+        "output": {out: ONNX_ELEM_TYPES[ir.node(layer).dtype] for out, layer in exported(ir).outputs.items()},
     }
     for kind in ("input", "output"):
         if actual[kind] != expected[kind]:

@@ -118,6 +118,8 @@ class OnnxExport(SpecModel):
     opset: Literal[18, 19, 20, 21] = 21
     weights: Literal["raw", "ema"] = "raw"
     dynamic_batch: bool = True
+    outputs: Annotated[list[Identifier], Field(min_length=1)] | None = Field(None, description=(
+        "The outputs model.onnx computes (default: all); layers, inputs and weights none of them reads are left out."))
 
 
 class Export(SpecModel):

@@ -9,6 +9,9 @@ from pydantic import Field, field_validator
 from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
+from specgen.spec.lints import Lints
+from specgen.spec.pruning import Prune
+from specgen.spec.targets import Target
 from specgen.spec.training import Loss, Optimizer, Train
 
 SPEC_VERSION = 1
@@ -29,10 +32,13 @@ class Spec(SpecModel):
     frozen: list[Pattern] = Field(default_factory=list)
     loss: Loss | None = None
     optimizers: dict[Identifier, Optimizer] = Field(default_factory=dict)
+    targets: dict[Identifier, Target] = Field(default_factory=dict, description="Target networks: copies that follow weights.")
     train: Train | None = None
+    prune: Prune | None = None  # magnitude pruning: masks in the 'pruning' collection (docs/pruning.md)
     data: Data | None = None
     checkpoint: Checkpoint | None = None
     export: Export = Field(default_factory=Export)
+    lints: Lints = Field(default_factory=Lints)
 
     # Literal[1] alone accepts `true` (True == 1).
     _version_not_bool = field_validator("specgen", mode="before")(not_bool)

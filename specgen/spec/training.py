@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from specgen.spec.base import (
-    Identifier,
     NonNegativeFloat,
     NonNegativeInt,
     Pattern,
@@ -18,22 +18,9 @@ from specgen.spec.base import (
     number,
 )
 from specgen.spec.distribute import Distribute
-from specgen.spec.unions import by_key, by_shape, scalar_or_list, scalar_or_mapping
-
-
-class ClassificationLoss(SpecModel):
-    kind: Literal["sparse_softmax_cross_entropy", "softmax_cross_entropy", "sigmoid_cross_entropy"]
-    logits: Identifier = Field(description="An output name.")
-    labels: Identifier = Field(description="A label name from the data section.")
-
-
-class RegressionLoss(SpecModel):
-    kind: Literal["mean_squared_error", "mean_absolute_error"]
-    predictions: Identifier = Field(description="An output name.")
-    labels: Identifier
-
-
-Loss = Annotated[ClassificationLoss | RegressionLoss, Field(discriminator="kind")]
+from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
+from specgen.spec.losses import Loss, Selection  # noqa: F401 (Loss: the section spec/model.py reads)
+from specgen.spec.unions import by_key, by_shape, scalar_or_mapping
 
 
 class ScheduleBase(SpecModel):
@@ -92,8 +79,18 @@ class ClipValue(SpecModel):
 
 Clip = by_shape(by_key("global_norm", "value"), "a mapping with exactly one of 'global_norm' or 'value'",
                 global_norm=ClipGlobalNorm, value=ClipValue)
-Selection = by_shape(scalar_or_list, "a collection name, a pattern or a list of them",
-                     scalar=Pattern, list=Annotated[list[Pattern], Field(min_length=1)])
+
+
+class WeightDecay(SpecModel):
+    """Decoupled weight decay with exceptions (biases and norm parameters, usually)."""
+
+    rate: NonNegativeFloat
+    exclude: Annotated[list[Pattern], Field(min_length=1, description=(
+        "Collection names or glob patterns over this optimizer's weights that get no decay; each must match one."))]
+
+
+Decay = by_shape(scalar_or_mapping, "a number or a mapping {rate, exclude}", scalar=NonNegativeFloat,
+                 mapping=WeightDecay)
 
 
 class OptimizerBase(SpecModel):
@@ -103,7 +100,7 @@ class OptimizerBase(SpecModel):
         "A collection name, a glob pattern, or a list of them. Left out, or 'trainable': every weight that is "
         "not frozen and not claimed by another optimizer (one optimizer at most)."))
     learning_rate: LearningRate
-    weight_decay: NonNegativeFloat = 0.0
+    weight_decay: Decay = 0.0
     clip: Clip | None = None
 
 
@@ -124,7 +121,7 @@ class AdamW(Adam):
     """Adam with Keras' AdamW default of decoupled weight decay."""
 
     kind: Literal["adamw"]  # type: ignore[assignment]
-    weight_decay: NonNegativeFloat = 0.004
+    weight_decay: Decay = 0.004
 
 
 class RmsProp(OptimizerBase):
@@ -141,7 +138,17 @@ class Adagrad(OptimizerBase):
     epsilon: PositiveFloat = 1e-7
 
 
-Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad, Field(discriminator="kind")]
+class LevenbergMarquardt(LevenbergMarquardtKeys):
+    """Levenberg-Marquardt: damped Gauss-Newton steps for a mean_squared_error fit on the whole training set
+    (train.batch_size: full). It takes no learning rate: the damping sets the step."""
+
+    # Its keys and the refusals of learning_rate, weight_decay and clip: spec/levenberg_marquardt.py.
+
+    kind: Literal["levenberg_marquardt"]
+    variables: Selection | None = Field(None, description=OptimizerBase.model_fields["variables"].description)
+
+
+Optimizer = Annotated[Sgd | Adam | AdamW | RmsProp | Adagrad | LevenbergMarquardt, Field(discriminator="kind")]
 
 
 class Ema(SpecModel):
@@ -152,8 +159,19 @@ class Ema(SpecModel):
 Metric = Literal["accuracy", "mean_loss", "auc", "precision", "recall"]
 
 
+def _batch_size_shape(value: object) -> str | None:
+    """A string near 'full' is a misspelling of it (did you mean 'full'?); other strings fit neither branch."""
+    if isinstance(value, str):
+        return "full" if get_close_matches(value, ["full"], cutoff=0.6) else None
+    return "count"
+
+
+# `full`: the whole training set is one batch (levenberg_marquardt needs it; any optimizer may use it).
+BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
+
+
 class Train(SpecModel):
-    batch_size: PositiveInt
+    batch_size: BatchSize = Field(description="Examples per micro-batch, or 'full': the whole training set.")
     epochs: NonNegativeInt = 1
     accumulate: PositiveInt = Field(1, description="Micro-batches per optimizer update.")
     clip: Clip | None = None

@@ -107,6 +107,9 @@ class OpDef:
       `onnx_template` of None means the op adds no ONNX node (dropout: the identity at inference).
     - `onnx_variant`: picks the ONNX template per node among `onnx_template` and `onnx_variants`.
     - `as_activation`: set when the op may be named in a layer's `activation:` key.
+    - `gradient`: which inputs the op passes gradients to: True (all, the default), False (none,
+      e.g. stop_gradient) or one flag per input position (e.g. a gather's index input carries none).
+      Integer tensors never carry a gradient whatever this says (ir/reach.py, the reachability check).
     """
 
     name: str
@@ -120,6 +123,7 @@ class OpDef:
     onnx_variant: Callable[[Node], str] | None = None
     onnx_variants: tuple[str, ...] = ()
     as_activation: AsActivation | None = None
+    gradient: bool | tuple[bool, ...] = True
 
     def __post_init__(self) -> None:
         if not self.tf_template:
@@ -134,6 +138,12 @@ class OpDef:
 
     def onnx_template_for(self, node: Node) -> str | None:
         return self.onnx_variant(node) if self.onnx_variant else self.onnx_template
+
+    def passes_gradient(self, position: int) -> bool:
+        """Whether a gradient at this op's output reaches its input at `position` (dtype aside)."""
+        if isinstance(self.gradient, bool):
+            return self.gradient
+        return position < len(self.gradient) and self.gradient[position]
 
 
 # --- helpers the shape rules share --------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgen.ir.training import keys
+from specgen.ir.training import keys, levenberg_marquardt
 from specgen.ir.training.distribute import build_distribute
 from specgen.ir.training.model import (
     CheckpointIR,
@@ -25,6 +25,7 @@ from specgen.ir.training.model import (
     TrainingIR,
     TrainIR,
 )
+from specgen.ir.training.terms import LossTermIR, primary
 from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
@@ -36,11 +37,12 @@ DATA_KINDS = ("npz", "csv", "tfrecord")
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:
-    """(spec key, output name) the loss reads: the one answer to "which output does the loss read"."""
-    if loss is None:
-        return None
-    field = "logits" if hasattr(loss, "logits") else "predictions"
-    return field, getattr(loss, field)
+    """(spec key, output name) of the first loss term that reads an output; every term's: ir/loss_terms.py."""
+    for term in loss if isinstance(loss, list) else [] if loss is None else [loss]:
+        for field in ("logits", "predictions"):
+            if hasattr(term, field):
+                return field, getattr(term, field)
+    return None
 
 
 def optimizer_slots(kind: str, hyper: dict[str, Any]) -> tuple[str, ...]:
@@ -76,13 +78,16 @@ def _schedule(rate: Any) -> tuple[float, ScheduleIR | None]:
     return float(first), ScheduleIR(rate.schedule, args, rate.warmup_steps)
 
 
-def _optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
+def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str, ...] = ()) -> OptimizerIR:
+    if opt.kind == "levenberg_marquardt":
+        return levenberg_marquardt.optimizer(name, opt, paths)
     hyper = opt.model_dump(exclude=COMMON_KEYS)
     first, schedule = _schedule(opt.learning_rate)
     initial = {"accumulator": hyper["initial_accumulator_value"]} if opt.kind == "adagrad" else {}
     slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial.get(s, 0.0)) for s in optimizer_slots(opt.kind, hyper))
-    return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, opt.weight_decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name))
+    decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
+    return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded)
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
@@ -98,25 +103,30 @@ def _train(train: Any) -> TrainIR | None:
     if train is None:
         return None
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
-    return TrainIR(train.batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
+    batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
+    return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
                    tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema, build_distribute(train.distribute))
 
 
-def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]]) -> TrainingIR:
-    """`claims`: optimizer name -> the weights it trains (resolved with the collections)."""
+def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms: tuple[LossTermIR, ...] = (),
+                   decay_excluded: dict[str, tuple[str, ...]] | None = None) -> TrainingIR:
+    """`claims`: optimizer name -> the weights it trains (resolved with the collections); `terms`: the
+    loss terms (ir/loss_terms.py); `decay_excluded`: optimizer name -> weights without weight decay."""
     spec = loaded.spec
-    target = loss_output(spec.loss)
-    loss = LossIR(spec.loss.kind, target[1], target[0], spec.loss.labels) if spec.loss and target else None
+    first = primary(terms)
+    loss = LossIR(first.kind, first.output, first.field, first.labels) if first and first.output and first.field else None
+    excluded = decay_excluded or {}
     onnx = spec.export.onnx
     data = {stage: _source(loaded, stage, s) for stage in ("train", "eval")
             if spec.data is not None and (s := getattr(spec.data, stage)) is not None}
     return TrainingIR(
         checkpoint=checkpoint_of(loaded),
-        export=ExportIR(onnx.opset, IR_VERSION[onnx.opset], onnx.weights, onnx.dynamic_batch),
+        export=ExportIR(onnx.opset, IR_VERSION[onnx.opset], onnx.weights, onnx.dynamic_batch, tuple(onnx.outputs or ())),
         loss=loss,
-        optimizers=tuple(_optimizer(n, o, claims.get(n, ())) for n, o in spec.optimizers.items()),
+        optimizers=tuple(_optimizer(n, o, claims.get(n, ()), excluded.get(n, ())) for n, o in spec.optimizers.items()),
         train=_train(spec.train),
         data=data,
+        terms=terms,
     )
 
 

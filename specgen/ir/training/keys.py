@@ -12,6 +12,7 @@ ACCUMULATORS = "accumulators"
 MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
 EMA = "ema"
 METRICS = "metrics"
+PRUNING = "pruning"
 
 
 def learning_rate(optimizer: str) -> str:
@@ -20,6 +21,11 @@ def learning_rate(optimizer: str) -> str:
 
 def iterations(optimizer: str) -> str:
     return f"{OPTIMIZERS}/{optimizer}/iterations"
+
+
+def damping(optimizer: str) -> str:
+    """The damping λ of a levenberg_marquardt optimizer (Marquardt's rule moves it every iteration)."""
+    return f"{OPTIMIZERS}/{optimizer}/damping"
 
 
 def slot_prefix(optimizer: str, slot: str) -> str:
@@ -38,3 +44,8 @@ def ema(path: str) -> str:
 
 def metric(name: str, accumulator_name: str) -> str:
     return f"{METRICS}/{name}/{accumulator_name}"
+
+
+def mask(path: str) -> str:
+    """The pruning mask of a pruned weight (collection `pruning`)."""
+    return f"{PRUNING}/{path}"

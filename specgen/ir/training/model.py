@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from specgen.ir.training.distribute import DistributeIR
+from specgen.ir.training.terms import LossTermIR
 
 # Loss kind -> the label form metrics compare the output with.
 LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
                 "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
-                "mean_absolute_error": "regression"}
+                "mean_absolute_error": "regression", "huber": "regression"}
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,14 @@ class OptimizerIR:
     slots: tuple[SlotIR, ...]
     weight_decay: float = 0.0
     clip: ClipIR | None = None
-    learning_rate_key: str = ""
+    learning_rate_key: str = ""  # empty for levenberg_marquardt, which has no learning rate
     iterations_key: str = ""
+    decay_excluded: tuple[str, ...] = ()  # weights of `paths` that get no weight decay (weight_decay.exclude)
+    damping_key: str = ""  # levenberg_marquardt only: its damping variable
+
+    @property
+    def levenberg_marquardt(self) -> bool:
+        return self.kind == "levenberg_marquardt"
 
     def param(self, name: str) -> Any:
         return dict(self.hyper)[name]
@@ -81,7 +88,7 @@ class EmaIR:
 
 @dataclass(frozen=True)
 class TrainIR:
-    batch_size: int
+    batch_size: int | None  # None: the whole training set is one batch (`batch_size: full`)
     epochs: int
     accumulate: int
     seed: int
@@ -121,6 +128,7 @@ class ExportIR:
     ir_version: int
     weights: str  # 'raw' or 'ema'
     dynamic_batch: bool
+    outputs: tuple[str, ...] = ()  # export.onnx.outputs; empty: every output (ir/exported.py)
 
 
 @dataclass(frozen=True)
@@ -129,15 +137,17 @@ class TrainingIR:
 
     checkpoint: CheckpointIR
     export: ExportIR
-    loss: LossIR | None = None
+    loss: LossIR | None = None  # the primary term: the first with data labels (metrics read it)
     optimizers: tuple[OptimizerIR, ...] = ()
     train: TrainIR | None = None
     data: dict[str, DataSourceIR] = field(default_factory=dict)  # stage -> source
+    targets: tuple[Any, ...] = ()  # specgen.ir.targets.TargetIR: copies updated after each optimizer update
+    terms: tuple[LossTermIR, ...] = ()  # every loss term, in spec order (ir/loss_terms.py)
 
     @property
     def can_train(self) -> bool:
         """Whether train.py is generated: a loss, optimizers and a train section."""
-        return self.loss is not None and bool(self.optimizers) and self.train is not None
+        return bool(self.terms or self.loss) and bool(self.optimizers) and self.train is not None
 
     @property
     def trainable_paths(self) -> tuple[str, ...]:

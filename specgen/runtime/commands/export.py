@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
@@ -37,6 +38,7 @@ from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.predictor import Predictor
+from specgen.runtime.pruning_state import mask_targets, mask_variables, masked_values, restore_targets
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4  # of each output's magnitude, max(1, max |TensorFlow output|): see scaled_diff
@@ -139,10 +141,13 @@ def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[d
         path.write_bytes(model_py)
         model = getattr(load_generated(path), ir.class_name)(seed=training.train.seed if training.train else 0)
     variables = model.variables_by_path()
-    plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
-    apply_plan(plan, variables)  # all or nothing: prints the table and raises when the plan has problems
-    origin = {r.path: (f"{r.source}:{r.key}" if r.status == "restored" else "initialized") for r in plan.rows}
-    return {p: v.numpy() for p, v in variables.items()}, {"summary": summary_line(plan), "variables": origin}
+    masks = mask_variables(ir, model)
+    plan = plan_restore(loaded, restore_targets(ir))
+    apply_plan(plan, variables | masks)  # all or nothing: prints the table and raises when the plan has problems
+    origin = {r.path: (f"{r.source}:{r.key}" if r.status == "restored" else "initialized") for r in plan.rows
+              if r.path in variables}
+    values = masked_values(ir, {p: v.numpy() for p, v in variables.items()}, {k: m.numpy() for k, m in masks.items()})
+    return values, {"summary": summary_line(plan), "variables": origin}
 
 
 def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool = False) -> dict[str, Any]:
@@ -172,19 +177,21 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         keys = checkpoint_keys(ir, weights)
         shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
         source = checkpoint_prefix(checkpoint)
-        arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys})
-        values = {p: arrays[keys[p]] for p in keys}
+        masks = mask_targets(ir)  # pruned weights are exported through the checkpoint's masks: exact zeros
+        arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys} | masks)
+        values = masked_values(ir, {p: arrays[keys[p]] for p in keys}, {k: arrays[k] for k in masks})
     _refuse_non_finite_weights(source, keys, values)
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)
     inputs, labels, sample = _sample_inputs(loaded, ir)
-    expected = _tf_outputs(ir, files["model.py"], values, inputs)
+    view = exported(ir)  # TensorFlow computes every output; model.onnx those of export.onnx.outputs
+    expected = {k: v for k, v in _tf_outputs(ir, files["model.py"], values, inputs).items() if k in view.outputs}
     predictor = Predictor(model_bytes, provider="cpu")
-    actual = predictor(inputs)
+    actual = predictor({i.name: inputs[i.name] for i in view.inputs})
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
     diff, scaled = max_abs_diff(expected, actual), scaled_diff(expected, actual)
     loss = training.loss
-    logits = loss.logits if loss else None
+    logits = loss.logits if loss and loss.logits in view.outputs else None
     report = {
         "spec": ir.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
         "restore": restore, "opset": ir.opset,

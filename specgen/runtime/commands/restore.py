@@ -32,6 +32,7 @@ from specgen.ir.training import keys
 from specgen.ir.training.build import checkpoint_of
 from specgen.paths import shown
 from specgen.runtime.commands.restore_sources import Entry, list_checkpoint, open_reader, read_source
+from specgen.runtime.pruning_state import restore_targets
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
@@ -298,10 +299,11 @@ def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
 
 
 def run_restore_plan(spec_path: Path, checkpoint: Path | None) -> int:
-    """`specgen restore-plan SPEC [--from CKPT]`: print the plan for the model variables; 1 when it cannot apply."""
+    """`specgen restore-plan SPEC [--from CKPT]`: print the plan for the model variables (and pruning masks);
+    1 when it cannot apply."""
     loaded = load_spec(spec_path)
     ir = build_ir(loaded)
-    targets = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
+    targets = restore_targets(ir)
     sources = None
     if checkpoint is not None:
         sources = [(checkpoint, RestoreSource.model_construct(from_=str(checkpoint)))]

@@ -26,8 +26,17 @@ from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
 from specgen.runtime.distribute import Replicas
+from specgen.runtime.lib import pruning
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer, SteppingTrainer
+from specgen.runtime.lib.interface import (
+    AccumulatingTrainer,
+    GeneratedModel,
+    GeneratedTrainer,
+    SteppingTrainer,
+    TargetFollowingTrainer,
+    TermReporter,
+)
+from specgen.runtime.pruning_state import mask_variables, restore_targets
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -61,15 +70,16 @@ class Session:
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
         self.train_source, self.examples = train_source, train_source.examples
-        self.updates_per_epoch = max(self.examples // (train.batch_size * train.accumulate), 1)
+        self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
+        self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
         with replicas.scope(frozenset(self.ir.collections.get("update", ()))) if replicas else contextlib.nullcontext():
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
             self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        batches = data.training_batches(train_source, train.batch_size, train.seed, train.shuffle_buffer)
+        batches = data.training_batches(train_source, self.batch_size, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
-        self.eval_data = data.eval_batches(eval_source, train.batch_size) if eval_source else None
+        self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         self.read_step()
@@ -117,7 +127,7 @@ class Session:
     def data_settings(self) -> dict[str, int]:
         """What the saved data position depends on: restoring it under other values would misfit or mislead."""
         train = self.train_ir
-        return {"batch_size": train.batch_size, "examples": self.examples, "seed": train.seed,
+        return {"batch_size": self.batch_size, "examples": self.examples, "seed": train.seed,
                 "shuffle_buffer": train.shuffle_buffer}
 
     def _restore_data(self, path: Path) -> str:
@@ -131,7 +141,7 @@ class Session:
             tf.train.Checkpoint(iterator=self.iterator).read(str(path / "data")).assert_consumed()
             return ""
         seed = self.train_ir.seed + int(self.begin.meta["step"])
-        batches = data.training_batches(self.train_source, self.train_ir.batch_size, seed,
+        batches = data.training_batches(self.train_source, self.batch_size, seed,
                                         self.train_ir.shuffle_buffer)
         self.iterator = iter(batches)
         return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
@@ -139,7 +149,7 @@ class Session:
                 "(train.seed + step)")
 
     def _position_fits(self, path: Path) -> bool:
-        probe = iter(data.training_batches(self.train_source, self.train_ir.batch_size, self.train_ir.seed,
+        probe = iter(data.training_batches(self.train_source, self.batch_size, self.train_ir.seed,
                                            self.train_ir.shuffle_buffer))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
         try:
@@ -151,16 +161,27 @@ class Session:
     def _restore_for_fine_tuning(self) -> str:
         """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
 
-        Only model variables: a fine-tuning run starts its own step, optimizer slots and accumulators.
+        Only model variables (and pruning masks): a fine-tuning run starts its own step, optimizer slots and
+        accumulators.
         """
         if not self.training.checkpoint.restore:
             return ""
-        variables = self.model.variables_by_path()
-        plan = plan_restore(self.loaded, {v.path: (v.shape, v.dtype) for v in self.ir.model_variables})
+        variables = self.model.variables_by_path() | mask_variables(self.ir, self.model)
+        plan = plan_restore(self.loaded, restore_targets(self.ir))
         apply_plan(plan, variables)
+        if self.ir.pruning:  # restored weights and masks agree from the first step on, as after every update
+            pruning.apply_masks([variables[w.path] for w in self.ir.pruning.weights],
+                                [variables[w.mask_key] for w in self.ir.pruning.weights])
         # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
         for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
             shadow.assign(variables[path])
+        # Target networks were copied from the initial weights too: copy the restored online weights, unless the
+        # plan restored the target variable itself (a restore map may address it by path).
+        if isinstance(self.trainer, TargetFollowingTrainer):
+            restored = {row.path for row in plan.rows if row.status == "restored"}
+            for online, target in self.trainer.target_pairs():
+                if target not in restored:
+                    variables[target].assign(variables[online])
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
@@ -217,6 +238,12 @@ class Session:
 
     def metrics(self) -> dict[str, float]:
         return {m.name: float(m.result().numpy()) for m in self.trainer.metrics}
+
+    def loss_terms(self, loss: float) -> dict[str, float]:
+        """TensorBoard's `loss/<term name>` scalars of the last micro-batch (a lone term is the loss itself)."""
+        if isinstance(self.trainer, TermReporter):
+            return {f"loss/{name}": float(value) for name, value in self.trainer.loss_terms().items()}
+        return {f"loss/{term.name}": loss for term in self.training.terms}
 
     def reset_metrics(self) -> None:
         for metric in self.trainer.metrics:
@@ -275,6 +302,8 @@ class Session:
         if self.saved_at == self.step and self.last_path is not None:
             return self.last_path
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings()}
+        if isinstance(self.trainer, TargetFollowingTrainer):  # each target variable beside its online one, by path
+            meta["targets"] = {target: online for online, target in self.trainer.target_pairs()}
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)

@@ -81,7 +81,8 @@ def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas |
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
     # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
-    for line in momentum_warnings(session.ir, stop * session.train_ir.accumulate):
+    skip = "bn_momentum" in session.ir.skip_lints
+    for line in [] if skip else momentum_warnings(session.ir, stop * session.train_ir.accumulate):
         print(line, file=sys.stderr)
     progress, started, first = Progress(options.quiet), time.monotonic(), session.step
     evaluated: dict[str, float] = {}
@@ -95,7 +96,7 @@ def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas |
         step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
         train_metrics = session.metrics()
         line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
-        session._summaries("train", {"loss": loss, **train_metrics})
+        session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
         if step % session.every == 0:
             session.save()
         epoch_end = step % session.updates_per_epoch == 0 or step == stop

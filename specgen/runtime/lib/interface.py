@@ -25,6 +25,18 @@ class GeneratedModel(Protocol):
         """Every model variable under its spec path (the checkpoint keys of the model)."""
         ...
 
+    def layer_outputs(self, inputs: Mapping[str, Tensor], training: bool = False,
+                      seed: Tensor | None = None) -> dict[str, Tensor]:
+        """Every layer's output by layer name (`__call__` picks the outputs from these)."""
+        ...
+
+
+@runtime_checkable
+class PrunedModel(GeneratedModel, Protocol):
+    """model.py's class for a spec with `prune`: its forward pass reads each pruned weight times its mask."""
+
+    masks: dict[str, Tensor]  # pruned weight path -> its mask (checkpoint key `pruning/<path>`)
+
 
 @runtime_checkable
 class GeneratedTrainer(Protocol):
@@ -49,6 +61,15 @@ class GeneratedTrainer(Protocol):
 
     def eval_step(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor]) -> Tensor: ...
 
+    def gradients(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor],
+                  seed: Tensor | None = None) -> tuple[Tensor, list[Tensor | None]]:
+        """One batch's training-mode loss and each `trainable` weight's gradient (None: not on the loss's path)."""
+        ...
+
+    def apply(self, gradients: list[Tensor]) -> None:
+        """One update from gradients in `trainable` order: clipping, weight decay, optimizers, step, EMA."""
+        ...
+
 
 @runtime_checkable
 class SteppingTrainer(GeneratedTrainer, Protocol):
@@ -71,3 +92,21 @@ class AccumulatingTrainer(GeneratedTrainer, Protocol):
                         seed: Tensor) -> Tensor: ...
 
     def apply_accumulated(self) -> None: ...
+
+
+@runtime_checkable
+class TargetFollowingTrainer(GeneratedTrainer, Protocol):
+    """A spec with `targets:`: target variables that follow online ones (specgen/ir/targets.py)."""
+
+    def target_pairs(self) -> list[tuple[str, str]]:
+        """(online path, target path) of every target variable, in `targets:` order."""
+        ...
+
+
+@runtime_checkable
+class TermReporter(Protocol):
+    """A spec whose loss is more than one term with data labels and weight 1 (docs/spec.md#loss-terms)."""
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        """Each loss term's value at the last training micro-batch, before weighting, by term name."""
+        ...

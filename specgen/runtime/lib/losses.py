@@ -1,6 +1,8 @@
-"""Loss functions: each returns the mean over the batch (and over output elements)."""
+"""Loss functions: data terms return the mean over the batch (and over output elements); regularizers a sum."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -27,3 +29,21 @@ def mean_squared_error(labels: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
 def mean_absolute_error(labels: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
     labels = tf.reshape(tf.cast(labels, predictions.dtype), tf.shape(predictions))
     return tf.reduce_mean(tf.abs(predictions - labels))
+
+
+def huber(labels: tf.Tensor, predictions: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    """Keras' Huber: 0.5 * e**2 where |e| <= delta, else delta * (|e| - delta / 2); the mean."""
+    labels = tf.reshape(tf.cast(labels, predictions.dtype), tf.shape(predictions))
+    error = tf.abs(predictions - labels)
+    quadratic = tf.minimum(error, delta)  # the part of the error below delta; the rest grows linearly
+    return tf.reduce_mean(0.5 * tf.square(quadratic) + delta * (error - quadratic))
+
+
+def l2(weights: Sequence[tf.Variable]) -> tf.Tensor:
+    """sum(w**2) / 2 over every weight: TensorFlow's `tf.nn.l2_loss` convention (a sum, not a mean)."""
+    return tf.add_n([tf.reduce_sum(tf.square(w)) for w in weights]) / 2
+
+
+def l1(weights: Sequence[tf.Variable]) -> tf.Tensor:
+    """sum(|w|) over every weight (Keras' L1 regularizer without its factor)."""
+    return tf.add_n([tf.reduce_sum(tf.abs(w)) for w in weights])

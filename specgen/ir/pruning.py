@@ -1,0 +1,121 @@
+"""The `prune` section resolved: which weights carry a mask, and the schedule that recomputes the masks.
+
+Masks are training state in the built-in `pruning` collection (one `pruning/<weight path>` per
+pruned weight, ir/training/keys.py). The schedule formulas are TF Model Optimization's
+(`tfmot.sparsity.keras.ConstantSparsity` and `PolynomialDecay`); docs/pruning.md states them.
+The generated code evaluates them in TensorFlow (specgen/runtime/lib/pruning.py); this module
+answers what `specgen report` prints without TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specgen.diagnostics import Diagnostic
+from specgen.ir.collections import Membership, Resolver, variable_list
+from specgen.ir.model import Variable
+from specgen.ir.training import keys
+from specgen.spec.load import LoadedSpec
+
+
+@dataclass(frozen=True)
+class PruneScheduleIR:
+    kind: str  # 'constant_sparsity' or 'polynomial_decay'
+    begin_step: int
+    end_step: int | None  # None: masks keep updating until training stops (constant_sparsity only)
+    frequency: int
+    initial_sparsity: float  # constant_sparsity: its `sparsity`, as are the two below
+    final_sparsity: float
+    power: float = 1.0
+
+    def sparsity_at(self, step: int) -> float:
+        """The target sparsity at `step` (float64), for reports; training computes it in TensorFlow."""
+        if self.kind == "constant_sparsity":
+            return self.final_sparsity
+        assert self.end_step is not None
+        p = min(1.0, max(0.0, (step - self.begin_step) / (self.end_step - self.begin_step)))
+        return self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step at which masks are recomputed (None: no end)."""
+        if self.end_step is None:
+            return None
+        return self.end_step - (self.end_step - self.begin_step) % self.frequency
+
+
+@dataclass(frozen=True)
+class PrunedWeight:
+    path: str  # the weight's variable path
+    mask_key: str  # its mask's variable path and checkpoint key: pruning/<path>
+    shape: tuple[int, ...]
+    layer: str  # the layer that owns the weight
+
+    @property
+    def size(self) -> int:
+        total = 1
+        for dim in self.shape:
+            total *= dim
+        return total
+
+
+@dataclass(frozen=True)
+class PruningIR:
+    weights: tuple[PrunedWeight, ...]  # in variable order
+    schedule: PruneScheduleIR
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(w.path for w in self.weights)
+
+    def mask_variables(self) -> list[Variable]:
+        return [Variable(w.mask_key, w.shape, "float32", (keys.PRUNING,)) for w in self.weights]
+
+
+def pruned_count(size: int, sparsity: float) -> int:
+    """How many of `size` entries a mask at `sparsity` zeroes: TFMOT keeps max(round(size * (1 - sparsity)), 1),
+    rounding half to even (tf.math.round; Python's round does the same)."""
+    return size - max(round(size * (1.0 - sparsity)), 1)
+
+
+def _schedule(schedule: Any) -> PruneScheduleIR:
+    if schedule.kind == "constant_sparsity":
+        return PruneScheduleIR(schedule.kind, schedule.begin_step, schedule.end_step, schedule.frequency,
+                               schedule.sparsity, schedule.sparsity)
+    return PruneScheduleIR(schedule.kind, schedule.begin_step, schedule.end_step, schedule.frequency,
+                           schedule.initial_sparsity, schedule.final_sparsity, schedule.power)
+
+
+def resolve_pruning(loaded: LoadedSpec, members: Membership, shapes: dict[str, tuple[int, ...]],
+                    owners: dict[str, str]) -> tuple[PruningIR | None, list[Diagnostic]]:
+    """The pruned weights (trained weights only; statistics a pattern matches are dropped, as `frozen` and
+    optimizers drop them) and the schedule; positioned problems instead when the section cannot apply."""
+    spec = loaded.spec
+    prune = spec.prune
+    if prune is None:
+        return None, []
+    if not (spec.optimizers and spec.loss and spec.train):
+        return None, [loaded.diagnostic(("prune",), "pruning happens during training and needs the 'loss', "
+                                        "'optimizers' and 'train' sections", key=True)]
+    probe = replace(members, problems=[])
+    resolver = Resolver(loaded, probe)
+    # Bare `trainable` reads naturally here ("prune every trained weight"); the other built-ins stay refused.
+    resolver.resolved["trainable"] = members.collections.get("trainable", [])
+    selected = resolver.selection(prune.variables, ("prune", "variables"))
+    problems = list(probe.problems)
+    weights, trainable = set(members.weights), set(members.collections.get("trainable", []))
+    held = [p for p in selected if p in weights and p not in trainable]
+    if held:
+        problems.append(loaded.diagnostic(("prune", "variables"), (
+            f"prune selects frozen {variable_list(held)}; no optimizer updates frozen weights and pruning would "
+            "change them: remove them from 'prune.variables' or from 'frozen'")))
+    paths = [p for p in selected if p in trainable]
+    if not paths and not problems:
+        problems.append(loaded.diagnostic(("prune", "variables"), (
+            "prune selects no trained weight (batch-norm statistics and constants are never pruned); "
+            "name kernels, e.g. ['conv1/kernel', 'head/*/kernel']")))
+    if problems:
+        return None, problems
+    pruned = tuple(PrunedWeight(p, keys.mask(p), shapes[p], owners[p]) for p in paths)
+    return PruningIR(pruned, _schedule(prune.schedule)), []

@@ -1,0 +1,19 @@
+"""`specgen report`'s targets table: every target variable beside the online variable it follows."""
+
+from __future__ import annotations
+
+from specgen.ir.model import ModelIR
+
+
+def targets_table(ir: ModelIR) -> str:
+    from specgen.report import table  # report.py imports this module
+
+    shapes = {v.path: v.shape for v in ir.variables}
+    rows = []
+    for t in ir.training.targets if ir.training else ():
+        how = f"soft, tau {t.tau!r}" if t.tau is not None else f"hard, every {t.every_steps} steps"
+        rows += [(t.name, how, online, target, "[" + ", ".join(map(str, shapes[target])) + "]")
+                 for online, target in t.pairs]
+    return table(("target", "update", "online variable", "target variable", "shape"), rows) + (
+        "\nTarget variables start as copies of their online variables and are updated after every optimizer "
+        "update (soft) or every N-th (hard); no optimizer trains them.")

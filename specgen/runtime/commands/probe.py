@@ -1,0 +1,217 @@
+"""`specgen train --probe`: one batch through the generated model and trainer, and what it did, per variable and layer.
+
+For each trained weight: its norm, its gradient's norm and the first update's size relative to
+the weight (the trainer's own `apply`: clipping, weight decay and each optimizer's formula at the
+current step, applied and then undone), with zero and missing (None) gradients flagged; then the mean
+and standard deviation of every layer's output on that batch, in training mode (dropout on,
+batch norms on batch statistics), as the gradient saw them.
+
+Nothing is written: the generated code is rendered in memory and imported from a temporary
+folder, the run folder is neither created nor read (unless --resume / --resume-from name a
+checkpoint to probe, which is only read), and every variable the update changed is restored.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.model import ModelIR
+from specgen.ir.resolve import build_ir
+from specgen.paths import shown
+from specgen.render.files import render_files
+from specgen.runtime import data
+from specgen.runtime.checkpoint import CheckpointFolder, read_values
+from specgen.runtime.commands.restore import apply_plan, plan_restore
+from specgen.runtime.lib.generated import load_generated
+from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
+from specgen.spec.load import LoadedSpec
+
+NEAR_ZERO = 1e-5  # a gradient norm under this share of the batch's largest is flagged
+
+
+@dataclass(frozen=True)
+class VariableRow:
+    path: str
+    shape: tuple[int, ...]
+    weight_norm: float
+    grad_norm: float | None  # None: TensorFlow returned no gradient
+    update_norm: float
+
+    @property
+    def ratio(self) -> float | None:
+        """|update| / |weight|; None for a weight that is all zeros (a bias at its start)."""
+        return self.update_norm / self.weight_norm if self.weight_norm > 0 else None
+
+    def flag(self, largest: float) -> str:
+        """Empty, or what is wrong with this gradient; `largest`: the largest gradient norm of the batch."""
+        if self.grad_norm is None:
+            return "MISSING: no gradient (None), the loss does not depend on it"
+        if not math.isfinite(self.grad_norm):
+            return "NON-FINITE gradient"
+        if self.grad_norm == 0:
+            return "ZERO gradient"
+        # Float rounding leaves about this much where the exact gradient is 0 (a bias before a batch norm).
+        return f"near zero (under {NEAR_ZERO:g} of the largest)" if self.grad_norm < NEAR_ZERO * largest else ""
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str
+    op: str
+    shape: tuple[int, ...]
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class Probe:
+    source: str  # where the weights came from
+    examples: int
+    loss: float
+    variables: tuple[VariableRow, ...]
+    layers: tuple[LayerRow, ...]
+
+
+def _load(ir: ModelIR, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer, int]:
+    for name, content in render_files(ir).items():
+        if name.endswith(".py"):
+            (folder / name).write_bytes(content)
+    assert ir.training is not None and ir.training.train is not None
+    seed = ir.training.train.seed
+    model: GeneratedModel = load_generated(folder / "model.py").__dict__[ir.class_name](seed=seed)
+    trainer: GeneratedTrainer = load_generated(folder / "train.py").__dict__[f"{ir.class_name}Training"](model)
+    return model, trainer, seed
+
+
+def _start(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel, trainer: GeneratedTrainer,
+           checkpoint: Path | None) -> str:
+    """Put the weights the probe looks at in place: a checkpoint's, the restore plan's, or the initializers'."""
+    if checkpoint is not None:
+        variables = model.variables_by_path() | trainer.state_by_path()
+        for name, value in read_values(checkpoint / "variables", variables).items():
+            variables[name].assign(value)
+        return f"the checkpoint {shown(checkpoint)}"
+    assert ir.training is not None
+    if not ir.training.checkpoint.restore:
+        return "the initializers"
+    plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
+    apply_plan(plan, model.variables_by_path())
+    return "the initializers and checkpoint.restore"
+
+
+def newest_checkpoint(loaded: LoadedSpec, ir: ModelIR) -> Path:
+    """The checkpoint `--resume` would continue from; an error when the run folder holds none."""
+    assert ir.training is not None
+    folder = ir.training.checkpoint.dir
+    path = CheckpointFolder(folder, 1).newest()[0] if folder.is_dir() else None
+    if path is None:
+        raise SpecError([Diagnostic(shown(folder), None, "--probe --resume: no checkpoint in this run folder")])
+    return path
+
+
+def _norm(value: tf.Tensor | tf.IndexedSlices) -> float:
+    """The L2 norm in float64 (an embedding's gradient comes as IndexedSlices: made dense first)."""
+    return float(np.linalg.norm(np.asarray(tf.convert_to_tensor(value), dtype=np.float64).ravel()))
+
+
+def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
+    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update."""
+    ir = build_ir(loaded)
+    training = ir.training
+    assert training is not None
+    if not training.can_train or "train" not in training.data or training.train is None:
+        raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
+                                    "'data.train' sections")])
+    if any(o.levenberg_marquardt for o in training.optimizers):
+        raise SpecError([Diagnostic(loaded.display, None, "--probe shows one gradient update; a levenberg_marquardt "
+                                    "iteration is a damped solve over the whole training set: train a few epochs "
+                                    "and read the loss instead")])
+    train = training.train
+    source = data.read_stage(loaded, ir, "train")
+    assert source is not None
+    batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
+    with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
+        model, trainer, seed = _load(ir, Path(folder))
+        origin = _start(loaded, ir, model, trainer, checkpoint)
+        features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
+        step_seed = tf.constant([int(trainer.global_step.numpy()) * train.accumulate, seed], tf.int64)
+        loss, gradients = trainer.gradients(features, labels, step_seed)
+        values = model.layer_outputs(features, training=True, seed=step_seed)
+        updates = first_update(model, trainer, gradients)
+    rows = tuple(VariableRow(path, tuple(var.shape), _norm(var), None if g is None else _norm(g), updates[path])
+                 for path, var, g in zip(trainer.trainable_paths, trainer.trainable, gradients, strict=True))
+    layers = tuple(_layer_row(node.name, node.op, values[node.name]) for node in ir.nodes
+                   if values[node.name].dtype.is_floating)
+    return Probe(origin, batch, float(loss), rows, layers)
+
+
+def first_update(model: GeneratedModel, trainer: GeneratedTrainer,
+                 gradients: list[tf.Tensor | None]) -> dict[str, float]:
+    """|w_after - w_before| of the optimizers' step on these gradients (None as zeros); then every variable
+    (weights, slots, step, EMA shadows, batch-norm statistics) gets its value back."""
+    everything = model.variables_by_path() | trainer.state_by_path()
+    saved = {name: var.read_value() for name, var in everything.items()}
+    before = [w.read_value() for w in trainer.trainable]
+    trainer.apply([tf.zeros_like(w) if g is None else g for w, g in zip(trainer.trainable, gradients, strict=True)])
+    moved = {path: _norm(w.read_value() - b)
+             for path, w, b in zip(trainer.trainable_paths, trainer.trainable, before, strict=True)}
+    for name, var in everything.items():
+        var.assign(saved[name])
+    return moved
+
+
+def _layer_row(name: str, op: str, value: tf.Tensor) -> LayerRow:
+    array = np.asarray(value, dtype=np.float64)
+    return LayerRow(name, op, tuple(array.shape[1:]), float(array.mean()), float(array.std()))
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3e}"
+
+
+def _shape(dims: tuple[int, ...], batch: bool = False) -> str:
+    return "[" + ", ".join((["batch"] if batch else []) + [str(d) for d in dims]) + "]"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    """Columns as wide as their widest cell; `right`: the columns of numbers, right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            .rstrip() for r in [header, *rows]]
+
+
+def format_probe(result: Probe) -> str:
+    """The two tables `specgen train --probe` prints."""
+    largest = max((r.grad_norm for r in result.variables if r.grad_norm is not None and math.isfinite(r.grad_norm)),
+                  default=0.0)
+    flags = [r.flag(largest) for r in result.variables]
+    rows = [[r.path, _shape(r.shape), _number(r.weight_norm), "None" if r.grad_norm is None else _number(r.grad_norm),
+             _number(r.update_norm), _number(r.ratio), flag] for r, flag in zip(result.variables, flags, strict=True)]
+    count = sum(bool(f) for f in flags)
+    lines = [f"probe: one batch of {result.examples} examples, weights from {result.source}; "
+             f"training-mode loss {result.loss:.6g}; nothing is saved", ""]
+    lines += _table(["variable", "shape", "|weight|", "|grad|", "|update|", "|update|/|weight|", "flag"], rows,
+                    {2, 3, 4, 5})
+    lines.append(f"{count} of {len(rows)} trained variables flagged" if count
+                 else f"all {len(rows)} trained variables have a non-zero gradient")
+    layers = [[x.name, x.op, _shape(x.shape, batch=True), f"{x.mean:.3e}", f"{x.std:.3e}"] for x in result.layers]
+    return "\n".join([*lines, "", *_table(["layer", "op", "shape", "mean", "std"], layers, {3, 4})])
+
+
+def run_probe(loaded: LoadedSpec, resume: bool = False, resume_from: Path | None = None) -> int:
+    """`specgen train --probe [--resume | --resume-from CKPT]`: print the tables; exit 0 (flags are findings)."""
+    checkpoint = resume_from.resolve() if resume_from is not None else None
+    if checkpoint is not None and not (checkpoint / "variables.index").is_file():
+        raise SpecError([Diagnostic(shown(resume_from or checkpoint), None, "--resume-from: not a checkpoint folder "
+                                    "(expected a ckpt-* folder holding meta.json and variables.*)")])
+    if resume:
+        checkpoint = newest_checkpoint(loaded, build_ir(loaded))
+    print(format_probe(probe(loaded, checkpoint)))
+    return 0

@@ -1,0 +1,31 @@
+"""Target-network updates that generated train.py files call after each optimizer update.
+
+Each function takes the target copies and their online variables in pairs (same order, same shapes).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def copy(copies: list[tf.Variable], online: list[tf.Variable]) -> None:
+    """target <- online (how targets start, and a hard update)."""
+    for target, source in zip(copies, online, strict=True):
+        target.assign(source)
+
+
+def soft(copies: list[tf.Variable], online: list[tf.Variable], tau: float) -> None:
+    """Polyak averaging after every update: target <- (1 - tau) * target + tau * online."""
+    for target, source in zip(copies, online, strict=True):
+        target.assign((1.0 - tau) * target + tau * source)
+
+
+def hard(copies: list[tf.Variable], online: list[tf.Variable], step: tf.Variable, every_steps: int) -> None:
+    """target <- online after the update that makes `step` a multiple of `every_steps`."""
+
+    def assign() -> tf.Tensor:
+        copy(copies, online)
+        return tf.constant(True)
+
+    # tf.cond rather than a Python `if`: `step` is a tensor inside the train step's tf.function.
+    tf.cond(step % every_steps == 0, assign, lambda: tf.constant(False))

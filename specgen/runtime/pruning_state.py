@@ -1,0 +1,56 @@
+"""Pruning masks outside training: what export, restore and report read of the `pruning` collection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.model import ModelIR
+from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
+from specgen.spec.load import LoadedSpec
+
+
+def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Mask checkpoint key -> (shape, dtype); empty when the spec prunes nothing."""
+    return {w.mask_key: (w.shape, "float32") for w in ir.pruning.weights} if ir.pruning else {}
+
+
+def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`values` (by model variable path) with each pruned weight's pruned entries set to exactly +0.0.
+
+    Training keeps the raw weights masked after every update, but EMA shadows and weights restored
+    without their masks need not be: the export applies the checkpoint's masks itself.
+    """
+    out = dict(values)
+    for weight in ir.pruning.weights if ir.pruning else ():
+        value = values[weight.path]
+        out[weight.path] = np.where(masks[weight.mask_key] > 0, value, np.zeros_like(value))
+    return out
+
+
+def restore_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
+    """What a restore plan fills: the model variables and, for a spec that prunes, the masks (`pruning/<path>`).
+    A mask the plan leaves `initialized` (no key maps to it, or an `exclude` pattern drops it) stays all ones."""
+    return {v.path: (v.shape, v.dtype) for v in ir.model_variables} | mask_targets(ir)
+
+
+def mask_variables(ir: ModelIR, model: GeneratedModel) -> dict[str, Any]:
+    """The generated model's mask variables by checkpoint key; empty when the spec prunes nothing."""
+    if ir.pruning is None:
+        return {}
+    masks = cast(PrunedModel, model).masks
+    return {w.mask_key: masks[w.path] for w in ir.pruning.weights}
+
+
+def checkpoint_sparsity(loaded: LoadedSpec, ir: ModelIR, checkpoint: Path, specs: int) -> dict[str, int]:
+    """Pruned weight path -> how many entries its mask in `checkpoint` prunes (`specgen report --checkpoint`)."""
+    if specs != 1 or ir.pruning is None:
+        why = "one spec at a time" if specs != 1 else "a spec with a 'prune' section (this one prunes nothing)"
+        raise SpecError([Diagnostic(loaded.display, None, f"report --checkpoint reads pruning masks: it takes {why}")])
+    from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays  # imports TensorFlow
+
+    arrays = read_arrays(checkpoint_prefix(checkpoint), mask_targets(ir))
+    return {w.path: int(np.count_nonzero(arrays[w.mask_key] == 0)) for w in ir.pruning.weights}
