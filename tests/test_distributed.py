@@ -221,3 +221,36 @@ def test_sync_batch_norm_on_two_logical_cpus_matches_one_process(tmp_path: Path)
     assert "bn/moving_variance" in runs["mirrored"]
     worst = max_abs_diff(runs["default"], runs["mirrored"])
     assert worst <= TOLERANCE, f"synchronized batch norm differs from one process by {worst}"
+
+
+PRUNE = """prune:
+  variables: ["hidden/kernel", "out/kernel"]
+  schedule: {kind: polynomial_decay, initial_sparsity: 0.0, final_sparsity: 0.6, begin_step: 4, end_step: 24, frequency: 4}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["pruning masks", "target network"])
+def test_state_of_earlier_issues_is_mirrored_too(tmp_path: Path, case: str) -> None:
+    """Pruning masks (recomputed every 4 updates) and chain_dqn's target network train as in one process."""
+    if case == "pruning masks":
+        spec, steps = write_spec(tmp_path), "30"
+        spec.write_text(SPEC.replace("checkpoint:", PRUNE + "checkpoint:"))
+    else:
+        spec, steps = ROOT / "examples" / "specs" / "chain_dqn.yaml", "20"
+    runs = {}
+    for strategy in ("default", "mirrored"):
+        run = tmp_path / f"run-{strategy}"
+        result = subprocess.run(command(spec, "--steps", steps, "--strategy", strategy, "--set", f"checkpoint.dir={run}",
+                                        "--set", "train.distribute.cpu_devices=2"),
+                                capture_output=True, text=True, env=ENV, timeout=300)
+        assert result.returncode == 0, result.stderr
+        runs[strategy] = checkpoint_values(run)
+    if case == "pruning masks":  # 60% of each kernel pruned from step 24 on, on every replica alike
+        mask = runs["mirrored"]["pruning/hidden/kernel"]
+        assert abs(float(np.mean(mask == 0)) - 0.6) < 0.01
+        assert np.all(runs["mirrored"]["hidden/kernel"][mask == 0] == 0)
+    else:
+        assert "target_qnet/hidden/kernel" in runs["mirrored"]
+    worst = max_abs_diff(runs["default"], runs["mirrored"])
+    assert worst <= TOLERANCE, f"{case}: mirrored differs from one process by {worst}"
