@@ -11,7 +11,10 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
 - Variables are created with an aggregation that makes the generated updates legal in replica context:
   ONLY_FIRST_REPLICA for state that is identical on every replica after that all-reduce (weights, slots,
   learning rates, counters, the global step, accumulators, EMA shadows, anything a later issue adds),
-  SUM for metric accumulators (the printed metrics are global) and MEAN for batch-norm moving statistics.
+  SUM for metric accumulators (sync-on-read, as Keras' metrics: no communication per step, and the
+  printed metrics are global) and MEAN for batch-norm moving statistics.
+- The generated steps run on every replica through `strategy.run`, their Python bodies traced into one
+  outer tf.function (see `python_body`); the default strategy never comes here and pays nothing.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ from specgen.runtime.cluster import Role, read_role
 from specgen.runtime.lib import layers
 from specgen.spec.load import LoadedSpec
 
-# What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
 PACK_BYTES = 32 * 1024 * 1024  # all-reduce packs (CommunicationOptions.bytes_per_pack)
+# What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
 LOST = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
         tf.errors.AbortedError, tf.errors.InternalError, tf.errors.UnknownError)
 
@@ -106,6 +109,7 @@ class Replicas:
         self.count = strategy.num_replicas_in_sync
         self._temporary: Path | None = None
         self._steps: Callable[..., Any] | None = None
+        self._calls: dict[str, Callable[..., Any]] = {}
 
     def describe(self) -> str:
         local = len(self.strategy.extended.worker_devices)
@@ -166,18 +170,25 @@ class Replicas:
             self._steps = run
         return self._steps(iterator, counter, steps)
 
-    def accumulate_step(self, trainer: Any, features: Any, labels: Any, seed: tf.Tensor) -> tf.Tensor:
-        return self._call("accumulate", trainer.accumulate_step, features, labels, seed)
-
-    def apply_accumulated(self, trainer: Any) -> None:
-        self._call("apply", trainer.apply_accumulated)
+    def accumulated_updates(self, trainer: Any, iterator: Any, step: int, count: int, accumulate: int,
+                            seed: int) -> tf.Tensor:
+        """`count` updates of `accumulate` micro-batches each, from global step `step`: the micro-batches and
+        seeds of the one-process loop (session.py), each micro-batch and each apply on every replica."""
+        loss = tf.constant(0.0)
+        for update in range(step, step + count):
+            for micro in range(int(trainer.micro_batches.numpy()), accumulate):  # a resumed run may start mid-update
+                features, labels = next(iterator)
+                micro_seed = tf.constant([update * accumulate + micro, seed], tf.int64)
+                loss = self._call("accumulate", trainer.accumulate_step, features, labels, micro_seed)
+            self._call("apply", trainer.apply_accumulated)
+        return loss
 
     def eval_step(self, trainer: Any, features: Any, labels: Any) -> tf.Tensor:
         return self._call("eval", trainer.eval_step, features, labels)
 
     def _call(self, name: str, step: Callable[..., Any], *args: Any) -> Any:
         """`step` on every replica, each with its slice of the batch (and its own seed); losses averaged."""
-        cache = self.__dict__.setdefault("_calls", {})
+        cache = self._calls
         if name not in cache:
             strategy, step = self.strategy, python_body(step)
 

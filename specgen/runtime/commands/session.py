@@ -209,7 +209,10 @@ class Session:
             self.step += count
             return loss
         if replicas:
-            return self._distributed_updates(replicas, count)
+            loss = replicas.accumulated_updates(self.trainer, self.iterator, self.step, count, accumulate,
+                                                self.train_ir.seed)
+            self.step += count
+            return loss
         trainer = cast(AccumulatingTrainer, self.trainer)
         for _ in range(count):
             micro = int(trainer.micro_batches.numpy())
@@ -219,20 +222,6 @@ class Session:
                 loss = trainer.accumulate_step(features, labels, seed)
                 micro += 1
             trainer.apply_accumulated()
-            self.step += 1
-        return loss
-
-    def _distributed_updates(self, replicas: Replicas, count: int) -> tf.Tensor:
-        """`updates` with accumulation under a strategy: the same micro-batches and seeds, each step on every replica."""
-        accumulate, trainer = self.train_ir.accumulate, cast(AccumulatingTrainer, self.trainer)
-        for _ in range(count):
-            micro = int(trainer.micro_batches.numpy())
-            while micro < accumulate:
-                seed = tf.constant([self.step * accumulate + micro, self.train_ir.seed], tf.int64)
-                features, labels = next(self.iterator)
-                loss = replicas.accumulate_step(trainer, features, labels, seed)
-                micro += 1
-            replicas.apply_accumulated(trainer)
             self.step += 1
         return loss
 
