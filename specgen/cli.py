@@ -159,6 +159,8 @@ def cmd_train(args: argparse.Namespace) -> int:
               "or --fresh", file=sys.stderr)
         return 2
     loaded = load_with_overrides(args.spec, args.set)
+    if args.emit == "tfjob":
+        return _emit_tfjob(args, loaded.spec.name)
     if args.probe:
         from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
 
@@ -166,7 +168,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
-                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet))
+                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
+                          strategy=args.strategy, resume_or_start=args.resume_or_start))
+    return 0
+
+
+def _emit_tfjob(args: argparse.Namespace, name: str) -> int:
+    """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained."""
+    from specgen.atomic import write_atomic
+    from specgen.tfjob import Job, render
+
+    if args.image is None:
+        raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "
+                                    "that holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)")])
+    text = render(Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
+                      list(args.set)), name)
+    if args.output is None:
+        print(text, end="")
+    else:
+        write_atomic(args.output, text)
+        print(f"wrote {shown(args.output)}: a TFJob of {args.workers} worker(s) for {name}")
     return 0
 
 
@@ -275,11 +296,25 @@ def parser() -> argparse.ArgumentParser:
     start = train.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of the run folder")
     start.add_argument("--resume-from", type=Path, metavar="CKPT", help="continue from this ckpt-* folder")
+    start.add_argument("--resume-or-start", action="store_true", help="continue from the newest checkpoint if the "
+                       "run folder holds one, else start a new run (for launchers that restart workers)")
     start.add_argument("--fresh", action="store_true", help="start a new run even if the run folder holds one: "
                        "the old run is moved to <run>/previous-<n> (nothing is deleted)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument("--strategy", choices=["default", "mirrored", "multi_worker"],
+                       help="run under this tf.distribute strategy (replaces train.distribute.strategy; docs/distributed.md)")
+    emit = train.add_argument_group("--emit tfjob", "write a Kubeflow TFJob manifest for the spec instead of training")
+    emit.add_argument("--emit", choices=["tfjob"])
+    emit.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
+    emit.add_argument("--workers", type=int, default=2, help="worker count (default 2)")
+    emit.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
+    emit.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
+    emit.add_argument("--gpus", type=int, default=0, help="GPUs per worker (nvidia.com/gpu)")
+    emit.add_argument("--volume", metavar="CLAIM:PATH", help="a PersistentVolumeClaim every worker mounts at PATH "
+                      "(the run folder must be on it)")
+    emit.add_argument("-o", "--output", type=Path, help="write the manifest here (default: stdout)")
     train.add_argument("--probe", action="store_true", help="run one batch and print each variable's gradient "
                        "and first-update size and each layer's activation mean/std; trains and writes nothing")
     train.set_defaults(run=cmd_train)

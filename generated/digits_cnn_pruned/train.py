@@ -87,7 +87,7 @@ class DigitsCnnPrunedTraining(tf.Module):
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step)
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        self.apply(tape.gradient(loss, self.trainable))
+        self.apply(optimizers.all_reduce(tape.gradient(loss, self.trainable)))  # the global batch's, under replicas
         self.update_metrics(loss, labels, output)
         return loss
 

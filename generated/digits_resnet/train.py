@@ -75,7 +75,8 @@ class DigitsResnetTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        for accumulator, gradient in zip(self.accumulators, tape.gradient(loss, self.trainable), strict=True):
+        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
         self.update_metrics(loss, labels, output)

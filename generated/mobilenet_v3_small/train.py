@@ -59,7 +59,7 @@ class MobilenetV3SmallTraining(tf.Module):
         """One update from one batch: gradients, optimizers, global step, EMA, metrics."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        self.apply(tape.gradient(loss, self.trainable))
+        self.apply(optimizers.all_reduce(tape.gradient(loss, self.trainable)))  # the global batch's, under replicas
         self.update_metrics(loss, labels, output)
         return loss
 

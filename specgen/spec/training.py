@@ -17,6 +17,7 @@ from specgen.spec.base import (
     UnitInterval,
     number,
 )
+from specgen.spec.distribute import Distribute
 from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
 from specgen.spec.losses import Loss, Selection  # noqa: F401 (Loss: the section spec/model.py reads)
 from specgen.spec.unions import by_key, by_shape, scalar_or_mapping
@@ -178,3 +179,5 @@ class Train(SpecModel):
     metrics: list[Metric] = Field(default_factory=list)
     seed: NonNegativeInt = 0
     shuffle_buffer: PositiveInt = 10_000
+    distribute: Distribute = Field(default_factory=Distribute, description="Training under tf.distribute "
+                                   "(docs/distributed.md); batch_size is the global batch.")

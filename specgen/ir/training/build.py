@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.ir.training import keys, levenberg_marquardt
+from specgen.ir.training.distribute import build_distribute
 from specgen.ir.training.model import (
     CheckpointIR,
     ClipIR,
@@ -104,7 +105,7 @@ def _train(train: Any) -> TrainIR | None:
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
     batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
     return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
-                   tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema)
+                   tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema, build_distribute(train.distribute))
 
 
 def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms: tuple[LossTermIR, ...] = (),

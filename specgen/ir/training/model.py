@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.terms import LossTermIR
 
 # Loss kind -> the label form metrics compare the output with.
@@ -95,6 +96,7 @@ class TrainIR:
     metrics: tuple[str, ...]  # without repeats, in spec order
     clip: ClipIR | None = None
     ema: EmaIR | None = None
+    distribute: DistributeIR = field(default_factory=DistributeIR)
 
 
 @dataclass(frozen=True)

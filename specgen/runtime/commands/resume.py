@@ -35,6 +35,8 @@ class Options:
     fresh: bool = False
     overrides: list[str] = field(default_factory=list)
     quiet: bool = False
+    strategy: str | None = None  # --strategy: replaces train.distribute.strategy for this command
+    resume_or_start: bool = False  # --resume when the run folder holds a checkpoint, a new run otherwise
 
 
 @dataclass
@@ -117,18 +119,21 @@ def _with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> 
     return start
 
 
-def prepare(loaded: LoadedSpec, options: Options) -> Start:
+def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
+    """`chief`: this process writes the run folder (the other workers of a multi-worker run only read it)."""
     folder = run_folder(loaded)
-    check_writable(folder)
     checkpoints = CheckpointFolder(folder, 1)
     start = Start(loaded, overrides=list(options.overrides))
-    if removed := checkpoints.remove_temporaries():
-        start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
-    if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
-        target, moved = checkpoints.move_aside()
-        start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
-    if not options.resume and options.resume_from is None:
-        if held := checkpoints.holds_checkpoints():
+    if chief:
+        check_writable(folder)
+        if removed := checkpoints.remove_temporaries():
+            start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
+        if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
+            target, moved = checkpoints.move_aside()
+            start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
+    resume = options.resume or (options.resume_or_start and bool(checkpoints.newest()[0]))
+    if not resume and options.resume_from is None:
+        if (chief or not options.fresh) and (held := checkpoints.holds_checkpoints()):
             raise _refuse_new_run(folder, held)
         return start
     start.checkpoint, note = _chosen(options, checkpoints)

@@ -8,7 +8,9 @@ from the loop so that each file stays readable on its own.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
 from pathlib import Path
 from typing import cast
 
@@ -23,6 +25,7 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
+from specgen.runtime.distribute import Replicas
 from specgen.runtime.lib import pruning
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import (
@@ -43,7 +46,8 @@ __all__ = ["Session"]
 class Session:
     """One training run: the generated model and training module, data and checkpoints."""
 
-    def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None):
+    def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None,
+                 replicas: Replicas | None = None):
         self.ir = build_ir(loaded)
         training = self.ir.training
         assert training is not None
@@ -56,7 +60,10 @@ class Session:
         self.saved_at: int | None = None  # the step of the newest checkpoint this run has (saved or resumed)
         self.last_path: Path | None = None
         self.folder = training.checkpoint.dir
-        self.checkpoints = CheckpointFolder(self.folder, training.checkpoint.keep)
+        self.replicas = replicas  # None: one device, no strategy (the default)
+        # Under a strategy only the chief writes the run folder; the other workers write a temporary one.
+        self.writes = replicas.write_folder(self.folder) if replicas else self.folder
+        self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep)
         self.every = training.checkpoint.every_steps
         train = self.train_ir
         train_source = data.read_stage(loaded, self.ir, "train")
@@ -67,17 +74,18 @@ class Session:
         self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
-        self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
-        self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
+        with replicas.scope(frozenset(self.ir.collections.get("update", ()))) if replicas else contextlib.nullcontext():
+            self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
+            self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
         batches = data.training_batches(train_source, self.batch_size, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
         self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
-        self.writers = {stage: tf.summary.create_file_writer(str(self.folder / "tensorboard" / stage))
+        self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         self.read_step()
 
     def _load_code(self) -> None:
-        code = self.folder / "code"
+        code = self.writes / "code"
         code.mkdir(parents=True, exist_ok=True)
         for name, content in render_files(self.ir).items():
             if name.endswith(".py"):
@@ -192,10 +200,17 @@ class Session:
         Without accumulation the whole chunk runs in one graph (`train_steps`); with it, each
         micro-batch is a call. Seeds are the same either way: [global_step * K + micro-batch, seed].
         """
-        accumulate = self.train_ir.accumulate
+        accumulate, replicas = self.train_ir.accumulate, self.replicas
         if accumulate == 1:
-            counter = tf.constant(self.step, tf.int64)
-            loss = cast(SteppingTrainer, self.trainer).train_steps(self.iterator, counter, tf.constant(count, tf.int64))
+            counter, steps = tf.constant(self.step, tf.int64), tf.constant(count, tf.int64)
+            stepping = cast(SteppingTrainer, self.trainer)
+            loss = replicas.train_steps(stepping, self.iterator, counter, steps, self.train_ir.seed) if replicas \
+                else stepping.train_steps(self.iterator, counter, steps)
+            self.step += count
+            return loss
+        if replicas:
+            loss = replicas.accumulated_updates(self.trainer, self.iterator, self.step, count, accumulate,
+                                                self.train_ir.seed)
             self.step += count
             return loss
         trainer = cast(AccumulatingTrainer, self.trainer)
@@ -236,7 +251,10 @@ class Session:
                 var.assign(shadow)
         try:
             for features, labels in self.eval_data:
-                self.trainer.eval_step(features, labels)
+                if self.replicas:
+                    self.replicas.eval_step(self.trainer, features, labels)
+                else:
+                    self.trainer.eval_step(features, labels)
             results = self.metrics()
         finally:
             if swap:
@@ -278,6 +296,8 @@ class Session:
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
+            if self.writes != self.folder:  # a worker that is not the chief: TensorFlow's pattern, write then remove
+                shutil.rmtree(path)
         except OSError as exc:
             newest = f"the newest complete checkpoint is {shown(self.last_path)}" if self.last_path else "no checkpoint was saved"
             raise SpecError([Diagnostic(shown(exc.filename or self.folder), None, f"cannot write the checkpoint of step "

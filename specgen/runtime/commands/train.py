@@ -16,6 +16,7 @@ from typing import Any
 
 from specgen.ir.lints import momentum_warnings
 from specgen.paths import shown
+from specgen.runtime import distribute
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
 from specgen.spec.load import LoadedSpec
@@ -57,10 +58,25 @@ def _next_stop(session: Session, stop: int) -> int:
 
 
 def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
-    begin = prepare(loaded, options)
+    replicas = distribute.start(loaded, distribute.settings_of(loaded), options.strategy)  # first: it configures TensorFlow
+    try:
+        return _train(loaded, options, replicas)
+    except distribute.LOST as exc:
+        if replicas is None:
+            raise
+        raise distribute.lost_worker(loaded, replicas, exc) from None
+    finally:
+        if replicas is not None:
+            replicas.close()
+
+
+def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas | None) -> dict[str, Any]:
+    begin = prepare(loaded, options, chief=replicas.role.chief if replicas else True)
     for note in begin.notes:
         print(f"note: {note}")
-    session = Session(begin.loaded, options, begin)
+    session = Session(begin.loaded, options, begin, replicas)
+    if replicas is not None:
+        print(replicas.describe())
     print(session.start())
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
@@ -95,5 +111,7 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
                "eval": evaluated}
-    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {shown(path)}")
+    chief = session.writes == session.folder
+    saved = shown(path) if chief else f"{shown(session.folder / path.name)} (written by the chief)"
+    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {saved}")
     return summary

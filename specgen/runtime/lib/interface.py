@@ -77,6 +77,10 @@ class SteppingTrainer(GeneratedTrainer, Protocol):
 
     def train_steps(self, iterator: Any, counter: Tensor, steps: Tensor) -> Tensor: ...
 
+    def train_step(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor], seed: Tensor) -> Tensor:
+        """One update; under a tf.distribute strategy the runtime runs it on every replica (runtime/distribute.py)."""
+        ...
+
 
 @runtime_checkable
 class AccumulatingTrainer(GeneratedTrainer, Protocol):

@@ -6,6 +6,28 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+# train.distribute.sync_batch_norm, set by specgen.runtime.distribute before the steps are traced. A module
+# setting rather than an argument: the generated model's calls stay the same for every strategy.
+_SYNC_BATCH_NORM = [False]
+
+
+def synchronize_batch_norm(enabled: bool) -> None:
+    """Under replicas, batch statistics over the global batch (all-reduced) instead of each replica's slice."""
+    _SYNC_BATCH_NORM[0] = enabled
+
+
+def _moments(x: tf.Tensor, axes: Sequence[int]) -> tuple[tf.Tensor, tf.Tensor]:
+    """tf.nn.moments, over every replica's rows when synchronized (two passes, as tf.nn.moments: mean, then
+    the mean squared deviation from it), so the statistics are those of one process on the whole batch."""
+    context = tf.distribute.get_replica_context()
+    if not _SYNC_BATCH_NORM[0] or context is None or context.num_replicas_in_sync == 1:
+        return tf.nn.moments(x, axes=list(axes))
+    count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), list(axes))), x.dtype)
+    total, count = context.all_reduce(tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, axis=list(axes)), count])
+    mean = total / count
+    squares = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.reduce_sum(tf.square(x - mean), axis=list(axes)))
+    return mean, squares / count
+
 
 def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None, moving_mean: tf.Variable,
                moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], momentum: float,
@@ -15,7 +37,7 @@ def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None
     A None gamma or beta (`scale: false`, `center: false`) is no scaling or no offset, as in Keras.
     """
     if training:
-        mean, variance = tf.nn.moments(x, axes=list(axes))
+        mean, variance = _moments(x, axes)
         moving_mean.assign(moving_mean * momentum + mean * (1.0 - momentum))
         moving_variance.assign(moving_variance * momentum + variance * (1.0 - momentum))
     else:

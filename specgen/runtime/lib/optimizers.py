@@ -100,3 +100,16 @@ def ema(shadows: Vars, variables: Vars, decay: float, step: tf.Tensor) -> None:
     d = ema_decay(decay, step)
     for shadow, var in zip(shadows, variables, strict=True):
         shadow.assign(d * shadow + (1 - d) * var)
+
+
+def all_reduce(gradients: Grads) -> list[tf.Tensor]:
+    """The mean of every replica's gradients, so that each replica applies the global batch's gradient.
+
+    Each replica's loss is the mean over its slice of the global batch, so the mean over replicas is the
+    gradient of the global batch's mean loss: what one process computes on the whole batch. Clipping and
+    the updates come after it. Outside a tf.distribute strategy (one replica) the gradients pass as they are.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return list(gradients)
+    return context.all_reduce(tf.distribute.ReduceOp.MEAN, list(gradients))

@@ -77,6 +77,15 @@ def update_masks(weights: Sequence[tf.Variable], masks: Sequence[tf.Variable], s
             weight.assign(masked(weight, mask))
         return tf.constant(True)
 
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        # Under replicas an assign is a synchronization point, which tf.cond may not hold: assign on every step,
+        # the new mask at a pruning step and the old one otherwise (then both assigns change nothing).
+        due = tf.logical_and(prune, when)
+        for weight, mask in zip(weights, masks, strict=True):
+            mask.assign(tf.where(due, magnitude_mask(weight, sparsity), mask))
+            weight.assign(masked(weight, mask))
+        return
     tf.cond(tf.logical_and(prune, when), recompute, lambda: tf.constant(False))
 
 

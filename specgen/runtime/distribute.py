@@ -1,0 +1,271 @@
+"""`specgen train` under tf.distribute: MirroredStrategy on one machine, MultiWorkerMirroredStrategy across machines.
+
+How the spec's semantics survive replicas (docs/distributed.md says the same for users):
+
+- Every worker builds the same global-batch pipeline (same seed, same order) and each replica keeps its
+  own contiguous slice of every global batch: tf.data's AutoShardPolicy.DATA, done by hand, so that a
+  step sees exactly the examples of the one-process step and the iterator saved with a checkpoint is
+  the plain one every worker can restore.
+- The generated step all-reduces the gradients (MEAN of per-replica means = the global batch's
+  gradient) before clipping and the updates, so each replica applies the same update.
+- Variables are created with an aggregation that makes the generated updates legal in replica context:
+  ONLY_FIRST_REPLICA for state that is identical on every replica after that all-reduce (weights, slots,
+  learning rates, counters, the global step, accumulators, EMA shadows, anything a later issue adds),
+  SUM for metric accumulators (sync-on-read, as Keras' metrics: no communication per step, and the
+  printed metrics are global) and MEAN for batch-norm moving statistics.
+- The generated steps run on every replica through `strategy.run`, their Python bodies traced into one
+  outer tf.function (see `python_body`); the default strategy never comes here and pays nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from specgen.diagnostics import SpecError
+from specgen.ir.resolve import build_ir
+from specgen.ir.training import keys
+from specgen.ir.training.build import run_folder
+from specgen.ir.training.distribute import DistributeIR
+from specgen.paths import shown
+from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.cluster import Role, read_role
+from specgen.runtime.lib import layers
+from specgen.spec.load import LoadedSpec
+
+PACK_BYTES = 32 * 1024 * 1024  # all-reduce packs (CommunicationOptions.bytes_per_pack)
+# What a collective raises when a peer is gone: a timeout, a closed channel, an aborted group.
+LOST = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.CancelledError,
+        tf.errors.AbortedError, tf.errors.InternalError, tf.errors.UnknownError)
+
+
+def _split_cpu(devices: int) -> None:
+    """`cpu_devices` logical CPUs (before TensorFlow starts its runtime): replicas on a machine without GPUs."""
+    if devices > 1 and not tf.config.list_physical_devices("GPU"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+
+
+def make_strategy(settings: DistributeIR) -> tf.distribute.Strategy | None:
+    """The strategy (None for `default`); built first, before any other TensorFlow op, as TensorFlow requires."""
+    if settings.strategy == "default":
+        return None
+    _split_cpu(settings.cpu_devices)
+    if settings.strategy == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    # Gradients all-reduced in packs (one collective for a small model, not one per weight), the same sums.
+    # No collective timeout: TensorFlow starts a thread per collective that sleeps for the timeout (thousands
+    # at 100 updates/s); a lost worker is found by the coordination service's heartbeats instead (seconds).
+    options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=PACK_BYTES)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def aggregation(name: str, update_paths: frozenset[str]) -> tf.VariableAggregation:
+    """How replica-context writes to a variable combine (see the module docstring)."""
+    if name.startswith(keys.METRICS + "/"):
+        return tf.VariableAggregation.SUM
+    if name in update_paths:
+        return tf.VariableAggregation.MEAN
+    return tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+
+def own_slice(tensor: tf.Tensor) -> tf.Tensor:
+    """This replica's contiguous share of a global batch (the first rows to replica 0; uneven eval batches too)."""
+    context = tf.distribute.get_replica_context()
+    count = context.num_replicas_in_sync
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    rows = tf.shape(tensor)[0]
+    return tensor[rows * replica // count: rows * (replica + 1) // count]
+
+
+def replica_seed(seed: tf.Tensor) -> tf.Tensor:
+    """Dropout seeds differ per replica (replica r folds r into the step's seed), so slices drop different units."""
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
+
+
+def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A generated step's Python body: a tf.function nested in `strategy.run` cannot hold the merge_call of a
+    replica-context update, so the replica function traces the body into the outer tf.function instead."""
+    return getattr(function, "python_function", function)
+
+
+class Replicas:
+    """The strategy of one run and the replica-context wrappers the session calls instead of the trainer's steps."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, role: Role, settings: DistributeIR):
+        self.strategy, self.role, self.settings = strategy, role, settings
+        self.count = strategy.num_replicas_in_sync
+        self._temporary: Path | None = None
+        self._steps: Callable[..., Any] | None = None
+        self._calls: dict[str, Callable[..., Any]] = {}
+
+    def describe(self) -> str:
+        local = len(self.strategy.extended.worker_devices)
+        where = f"{self.role.workers} worker(s) x {local} device(s)" if self.settings.strategy == "multi_worker" \
+            else f"{local} device(s)"
+        return f"{self.settings.strategy}: {self.count} replicas ({where}); this process is {self.role.name}" + \
+            (" (chief)" if self.role.chief else "")
+
+    @contextlib.contextmanager
+    def scope(self, update_paths: frozenset[str]) -> Iterator[None]:
+        """Variables created here are mirrored, each with the aggregation `aggregation()` gives it."""
+        def creator(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
+            if kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE):
+                kwargs["aggregation"] = aggregation(str(kwargs.get("name") or ""), update_paths)
+            if kwargs["aggregation"] == tf.VariableAggregation.SUM:
+                # Metric accumulators: each replica adds to its own copy (no communication per step);
+                # reading one sums the copies, as Keras' metrics do.
+                kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+            return next_creator(**kwargs)
+
+        with self.strategy.scope(), tf.variable_creator_scope(creator):
+            yield
+
+    def write_folder(self, run: Path) -> Path:
+        """Where this process writes: the run folder for the chief, a temporary folder (removed at the end) otherwise."""
+        if self.role.chief:
+            return run
+        if self._temporary is None:
+            self._temporary = Path(tempfile.mkdtemp(prefix=f"specgen-{self.role.task_type}-{self.role.task_id}-"))
+        return self._temporary
+
+    def close(self) -> None:
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+            self._temporary = None
+
+    def train_steps(self, trainer: Any, iterator: Any, counter: tf.Tensor, steps: tf.Tensor, seed: int) -> tf.Tensor:
+        """`steps` updates in one graph; the loss of the last, averaged over replicas (the global batch's mean)."""
+        if self._steps is None:
+            strategy = self.strategy
+
+            def replica_step(features: Any, labels: Any, step_seed: tf.Tensor) -> tf.Tensor:
+                features, labels = tf.nest.map_structure(own_slice, (features, labels))
+                return python_body(trainer.train_step)(features, labels, replica_seed(step_seed))
+
+            def step_at(i: tf.Tensor, counter: tf.Tensor) -> Any:
+                features, labels = next(iterator)
+                step_seed = tf.stack([counter + i, tf.constant(seed, tf.int64)])
+                return strategy.run(replica_step, args=(features, labels, step_seed))
+
+            @tf.function
+            def run(iterator: Any, counter: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+                for i in tf.range(steps - 1):
+                    step_at(i, counter)
+                # Only the last loss is reported: one cross-replica reduce per chunk, not per update.
+                return strategy.reduce(tf.distribute.ReduceOp.MEAN, step_at(steps - 1, counter), axis=None)
+
+            self._steps = run
+        return self._steps(iterator, counter, steps)
+
+    def accumulated_updates(self, trainer: Any, iterator: Any, step: int, count: int, accumulate: int,
+                            seed: int) -> tf.Tensor:
+        """`count` updates of `accumulate` micro-batches each, from global step `step`: the micro-batches and
+        seeds of the one-process loop (session.py), each micro-batch and each apply on every replica."""
+        loss = tf.constant(0.0)
+        for update in range(step, step + count):
+            for micro in range(int(trainer.micro_batches.numpy()), accumulate):  # a resumed run may start mid-update
+                features, labels = next(iterator)
+                micro_seed = tf.constant([update * accumulate + micro, seed], tf.int64)
+                loss = self._call("accumulate", trainer.accumulate_step, features, labels, micro_seed)
+            self._call("apply", trainer.apply_accumulated)
+        return loss
+
+    def eval_step(self, trainer: Any, features: Any, labels: Any) -> tf.Tensor:
+        return self._call("eval", trainer.eval_step, features, labels)
+
+    def _call(self, name: str, step: Callable[..., Any], *args: Any) -> Any:
+        """`step` on every replica, each with its slice of the batch (and its own seed); losses averaged."""
+        cache = self._calls
+        if name not in cache:
+            strategy, step = self.strategy, python_body(step)
+
+            def replica(*values: Any) -> Any:
+                if not values:
+                    return step()
+                sliced = list(tf.nest.map_structure(own_slice, values[:2]))
+                extra = [replica_seed(values[2])] if len(values) > 2 else []
+                return step(*sliced, *extra)
+
+            @tf.function
+            def run(*values: Any) -> Any:
+                result = strategy.run(replica, args=values)
+                return None if result is None else strategy.reduce(tf.distribute.ReduceOp.MEAN, result, axis=None)
+
+            cache[name] = run
+        return cache[name](*args)
+
+
+def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = None) -> Replicas | None:
+    """The run's replicas (None for `default`), checked against the spec: the global batch must divide among them.
+
+    Called before anything else touches TensorFlow: a strategy configures the runtime it starts.
+    """
+    if strategy is not None:
+        settings = replace(settings, strategy=strategy)
+    role = read_role() if settings.strategy == "multi_worker" else Role()  # MirroredStrategy ignores TF_CONFIG
+    made = make_strategy(settings)
+    if made is None:
+        return None
+    replicas = Replicas(made, role, settings)
+    layers.synchronize_batch_norm(settings.sync_batch_norm)
+    training = build_ir(loaded).training
+    if training is None or training.train is None:
+        return replicas
+    if any(o.levenberg_marquardt for o in training.optimizers):
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), "levenberg_marquardt solves on the "
+                                           "whole batch in one process; train it with the default strategy")])
+    batch = training.train.batch_size
+    if batch is None:
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), "batch_size: full under the "
+                                           f"{settings.strategy} strategy: give the global batch as a number that "
+                                           f"splits evenly among the {replicas.count} replicas")])
+    if batch % replicas.count:
+        lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
+        fits = f"{lower} or {higher}" if lower else str(higher)
+        message = (f"train.batch_size {batch} is the global batch, which splits evenly among the {replicas.count} "
+                   f"replicas of the {settings.strategy} strategy; use {fits}")
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), message)])
+    return replicas
+
+
+def settings_of(loaded: LoadedSpec) -> DistributeIR:
+    """The spec's `train.distribute`, resolved (the default strategy without a train section)."""
+    training = build_ir(loaded).training
+    return training.train.distribute if training is not None and training.train is not None else DistributeIR()
+
+
+def lost_worker(loaded: LoadedSpec, replicas: Replicas, exc: Exception) -> SystemExit:
+    """One line on stderr for a run that lost a worker (a collective timed out or its peer went away); exit 1.
+
+    Nothing half-written: a checkpoint is published by a rename after its files are whole, so the
+    run folder holds only whole ones, and relaunching every worker with --resume continues from the newest.
+    """
+    newest, _ = CheckpointFolder(run_folder(loaded), 1).newest()
+    where = f"the newest checkpoint is {shown(newest)}" if newest else "no checkpoint was written yet"
+    print(f"specgen: error: {replicas.role.name} of {replicas.role.workers} stopped: {_reason(exc, replicas)}; "
+          f"{where}. Relaunch every worker with --resume", file=sys.stderr, flush=True)
+    return SystemExit(1)
+
+
+def _reason(exc: Exception, replicas: Replicas) -> str:
+    """What TensorFlow's long error says, in a clause: which task went quiet, or that a collective timed out."""
+    text = str(exc.message if isinstance(exc, tf.errors.OpError) else exc)
+    if found := re.search(r"stopped sending heartbeats\):\s*(\S+)", text):
+        return f"{found.group(1)} stopped sending heartbeats"
+    if found := re.search(r"(?:remote target|Error reported from) (/job:\w+/(?:replica:\d+/)?task:\d+)", text):
+        return f"lost the connection to {found.group(1)}"
+    lines = [line for line in text.splitlines() if line.strip() and "Graph execution error" not in line]
+    return f"{type(exc).__name__}: {(lines or ['no detail'])[-1].strip()[:200]}"
