@@ -204,23 +204,28 @@ def test_a_global_batch_that_does_not_divide_is_refused_at_the_spec(tmp_path: Pa
 
 @pytest.mark.slow
 def test_sync_batch_norm_on_two_logical_cpus_matches_one_process(tmp_path: Path) -> None:
-    """With sync_batch_norm the moments are all-reduced (gradients through them too): the one-process statistics."""
+    """Synchronized moments are all-reduced (gradients through them too): the one-process statistics, whether
+    asked for by the layer (`sync: true`, Keras' `synchronized=True`) or for every batch norm of the spec."""
     text = SPEC.replace("  - {name: hidden, op: dense, units: 16, activation: relu}\n",
                         "  - {name: hidden, op: dense, units: 16}\n  - {name: bn, op: batch_norm, momentum: 0.9}\n"
                         "  - {name: act, op: relu}\n").replace('body: ["hidden/*"]', 'body: ["hidden/*", "bn/gamma", "bn/beta"]')
     runs = {}
-    for strategy in ("default", "mirrored"):
-        folder = tmp_path / strategy
+    cases = {"one process": (text, "default", []),
+             "layer sync": (text.replace("momentum: 0.9}", "momentum: 0.9, sync: true}"), "mirrored", []),
+             "spec-wide sync": (text, "mirrored", ["--set", "train.distribute.sync_batch_norm=true"])}
+    for case, (spec_text, strategy, extra) in cases.items():
+        folder = tmp_path / case.replace(" ", "_")
         folder.mkdir()
-        (folder / "spec.yaml").write_text(text)
+        (folder / "spec.yaml").write_text(spec_text)
         result = subprocess.run(command(folder / "spec.yaml", "--steps", "10", "--strategy", strategy, "--set",
-                                        "train.distribute.cpu_devices=2", "--set", "train.distribute.sync_batch_norm=true"),
+                                        "train.distribute.cpu_devices=2", *extra),
                                 capture_output=True, text=True, env=ENV, timeout=300)
         assert result.returncode == 0, result.stderr
-        runs[strategy] = checkpoint_values(folder / "run")
-    assert "bn/moving_variance" in runs["mirrored"]
-    worst = max_abs_diff(runs["default"], runs["mirrored"])
-    assert worst <= TOLERANCE, f"synchronized batch norm differs from one process by {worst}"
+        runs[case] = checkpoint_values(folder / "run")
+    assert "bn/moving_variance" in runs["layer sync"]
+    for case in ("layer sync", "spec-wide sync"):
+        worst = max_abs_diff(runs["one process"], runs[case])
+        assert worst <= TOLERANCE, f"{case}: synchronized batch norm differs from one process by {worst}"
 
 
 PRUNE = """prune:

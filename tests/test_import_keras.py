@@ -91,7 +91,7 @@ def functional_model(tmp_path: Path) -> tuple[Any, dict[str, np.ndarray]]:
     norm.adapt(np.random.default_rng(0).standard_normal((32, 9, 9, 3)).astype(np.float32) * 3 + 1)
     x = norm(image)
     x = layers.Conv2D(8, 3, strides=2, padding="same", activation="relu", name="conv__1")(x)
-    x = layers.BatchNormalization(name="bn")(x)
+    x = layers.BatchNormalization(synchronized=True, name="bn")(x)  # imported as `sync: true`
     x = layers.ZeroPadding2D(((1, 0), (0, 1)), name="pad")(x)
     x = layers.DepthwiseConv2D(3, name="dw")(x)
     x = layers.GlobalAveragePooling2D(name="gap")(x)
@@ -122,6 +122,7 @@ def test_functional_nested_bn_normalization(tmp_path: Path) -> None:
     assert set(doc["outputs"]) == {"probabilities", "steps"}
     names = [layer["name"] for layer in doc["layers"]]
     assert "conv_1" in names and "inner/d1" in names and "norm" in names
+    assert next(layer for layer in doc["layers"] if layer["name"] == "bn")["sync"] is True
     restore = doc["checkpoint"]["restore"][0]
     assert restore["from"] == "m.keras"
     assert {"from": "conv__1/kernel", "to": "conv_1/kernel"} in restore["map"]

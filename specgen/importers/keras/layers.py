@@ -157,13 +157,14 @@ def batch_norm(a: Args, shapes: Shapes) -> dict[str, Any]:
     for key in ("renorm", "virtual_batch_size"):
         a.expect(key, None, False, why="no spec form")
     a.get("renorm_clipping"), a.get("renorm_momentum"), a.get("fused"), a.get("adjustment")  # meaningless without renorm
-    if a.get("synchronized", False):
-        a.note("synchronized", True, "cross-replica statistics are a distribution setting, dropped")
+    synchronized = bool(a.get("synchronized", False))
     out: dict[str, Any] = {"op": "batch_norm", "momentum": float(a.get("momentum", 0.99)),
                            "epsilon": float(a.get("epsilon", 1e-3))}
     for key, default in (("center", True), ("scale", True)):
         if not a.get(key, default):
             out[key] = False
+    if synchronized:
+        out["sync"] = True
     for key, fixed in (("beta_initializer", "zeros"), ("gamma_initializer", "ones"),
                        ("moving_mean_initializer", "zeros"), ("moving_variance_initializer", "ones")):
         if (init := a.initializer(key)) not in (None, fixed):

@@ -19,6 +19,10 @@ class BatchNorm(LayerBase):
     center: bool = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
     scale: bool = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "
                                           "InceptionV3 uses false, as a following linear layer can do the scaling).")
+    sync: bool = Field(False, description=(
+        "Under a tf.distribute strategy, batch statistics over the global batch (all-reduced) instead of each "
+        "replica's slice, as Keras' `synchronized=True`; no effect in one process. `train.distribute.sync_batch_norm` "
+        "turns it on for every batch_norm."))
     activation: Activation = "linear"
 
 
@@ -34,7 +38,7 @@ def batch_norm(layer: BatchNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
         raise OpError(f"batch_norm needs a channel axis; received {show(shape)}", "input")
     channels = shape[-1] or 0
     params = {"momentum": layer.momentum, "epsilon": layer.epsilon, "axes": tuple(range(len(shape) - 1)),
-              "channels": channels}
+              "channels": channels, "sync": layer.sync}
     result = OpResult(shape, params=params, flops=2 * prod(shape))
     result.variables += [VarDecl("gamma", (channels,), Init("ones"))] if layer.scale else []
     result.variables += [VarDecl("beta", (channels,), Init("zeros"))] if layer.center else []
@@ -60,7 +64,7 @@ def batch_norm_tf_attrs(node: Node) -> dict[str, Any]:
     p = node.params
     # A batch norm whose weights are all frozen runs in inference mode, training or not (Keras' trainable=False).
     return {"axes": list(p["axes"]), "momentum": p["momentum"], "epsilon": p["epsilon"],
-            "inference_mode": node.inference_mode}
+            "inference_mode": node.inference_mode, "sync": p["sync"]}
 
 
 def layer_norm_tf_attrs(node: Node) -> dict[str, Any]:

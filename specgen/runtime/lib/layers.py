@@ -16,11 +16,11 @@ def synchronize_batch_norm(enabled: bool) -> None:
     _SYNC_BATCH_NORM[0] = enabled
 
 
-def _moments(x: tf.Tensor, axes: Sequence[int]) -> tuple[tf.Tensor, tf.Tensor]:
+def _moments(x: tf.Tensor, axes: Sequence[int], synchronized: bool) -> tuple[tf.Tensor, tf.Tensor]:
     """tf.nn.moments, over every replica's rows when synchronized (two passes, as tf.nn.moments: mean, then
     the mean squared deviation from it), so the statistics are those of one process on the whole batch."""
     context = tf.distribute.get_replica_context()
-    if not _SYNC_BATCH_NORM[0] or context is None or context.num_replicas_in_sync == 1:
+    if not (synchronized or _SYNC_BATCH_NORM[0]) or context is None or context.num_replicas_in_sync == 1:
         return tf.nn.moments(x, axes=list(axes))
     count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), list(axes))), x.dtype)
     total, count = context.all_reduce(tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, axis=list(axes)), count])
@@ -31,13 +31,14 @@ def _moments(x: tf.Tensor, axes: Sequence[int]) -> tuple[tf.Tensor, tf.Tensor]:
 
 def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None, moving_mean: tf.Variable,
                moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], momentum: float,
-               epsilon: float) -> tf.Tensor:
+               epsilon: float, synchronized: bool = False) -> tf.Tensor:
     """Batch statistics (and a moving-average update) in training; moving statistics otherwise.
 
     A None gamma or beta (`scale: false`, `center: false`) is no scaling or no offset, as in Keras.
+    `synchronized` (the layer's `sync: true`): the statistics of the global batch under replicas.
     """
     if training:
-        mean, variance = _moments(x, axes)
+        mean, variance = _moments(x, axes, synchronized)
         moving_mean.assign(moving_mean * momentum + mean * (1.0 - momentum))
         moving_variance.assign(moving_variance * momentum + variance * (1.0 - momentum))
     else:
