@@ -9,6 +9,7 @@ answers what `specgen report` prints without TensorFlow.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,10 +55,7 @@ class PrunedWeight:
 
     @property
     def size(self) -> int:
-        total = 1
-        for dim in self.shape:
-            total *= dim
-        return total
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
