@@ -76,6 +76,14 @@ class Node:
 
 
 @dataclass(frozen=True)
+class FoldedPads:
+    """Zero pads the ONNX graph writes into their readers' `pads` (ir/pad_folding.py)."""
+
+    pads: frozenset[str] = frozenset()  # pad layers that emit no ONNX node
+    extra: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # reader -> pads to add (ONNX order)
+
+
+@dataclass(frozen=True)
 class ModelIR:
     """Everything needed to render and report one spec."""
 
@@ -96,6 +104,7 @@ class ModelIR:
     skip_lints: tuple[str, ...] = ()  # the spec's `lints.skip`
     pruning: PruningIR | None = None  # the `prune` section (ir/pruning.py); None: nothing is pruned
     nchw_flattens: frozenset[str] = frozenset()  # flattens ONNX runs channels-first (ir/flatten_order.py)
+    folded_pads: FoldedPads = field(default_factory=FoldedPads)  # zero pads ONNX writes into readers' pads
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

@@ -28,6 +28,7 @@ from specgen.ir.naming import (
     onnx_name,
     py_name,
 )
+from specgen.ir.pad_folding import fold_pads
 from specgen.ir.pruning import resolve_pruning
 from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
@@ -93,7 +94,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
         dynamic_batch=export.dynamic_batch,
         optimizers={k: tuple(v) for k, v in members.optimizers.items()}, training=training, pruning=pruning,
         skip_lints=tuple(dict.fromkeys(spec.lints.skip)),
-        nchw_flattens=nchw_flattens,
+        nchw_flattens=nchw_flattens, folded_pads=fold_pads(nodes, set(spec.outputs.values())),
     )
     if problems := reach_problems(loaded, ir):  # claimed weights no gradient from the loss reaches
         raise SpecError(problems)

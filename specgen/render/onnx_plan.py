@@ -107,16 +107,19 @@ class Lowering:
         # ir/flatten_order.py chose these flattens by this class's layout rule: their input is channels-first
         assert node.name not in self.ir.nchw_flattens or sources[0] in self.first, node.name
         ins = [self.layout_input(s, want_first) for s in sources]
-        template = op.onnx_template_for(node)
-        if template is None:  # no node at inference (dropout): the layer's tensor is its input
+        template = None if node.name in self.ir.folded_pads.pads else op.onnx_template_for(node)
+        if template is None:  # no node at inference (dropout, a pad its readers take in): the layer's tensor is its input
             self.tensor[node.name] = ins[0]
             return
         out = node.onnx_name
         first = want_first and len(node.shape) > 2
         pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
-        attrs = op.onnx_attrs(node, first, self)
-        self.plan.steps.append(OnnxStep(template, pre, (*ins, *weights), attrs, _comment(node)))
+        attrs, comment = op.onnx_attrs(node, first, self), _comment(node)
+        if extra := self.ir.folded_pads.extra.get(node.name):  # ir/pad_folding.py: the zero pad it reads
+            attrs["pads"] = [a + b for a, b in zip(attrs["pads"], extra, strict=True)]
+            comment += f", with {node.inputs[0]}'s zeros in its pads"
+        self.plan.steps.append(OnnxStep(template, pre, (*ins, *weights), attrs, comment))
         if node.activation:
             act = REGISTRY[node.activation]
             assert act.onnx_template is not None

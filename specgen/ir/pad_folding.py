@@ -1,0 +1,57 @@
+"""Zero pads that the ONNX graph writes into the `pads` of the Conv or MaxPool that reads them.
+
+Keras models pad explicitly (`ZeroPadding2D` before a `valid` conv or pool: ResNet's stem, MobileNet's
+strided convs). Zeros added by a Pad and then read by a Conv are the same zeros the Conv's own `pads`
+add, so `Pad -> Conv(pads=q)` is exactly `Conv(pads=p+q)`: one node fewer, and no padded copy of the
+tensor. A MaxPool fills its `pads` with -inf rather than zeros, which is the same only when every real
+value is at least 0 (then a window's max is never below a padded zero) and each window keeps at least
+one real value (pads smaller than the window): folded only after a relu or relu6. Elsewhere the Pad
+stays, with max_pool's `Max(x, x)` guard against onnxruntime's own (unconditional) PadFusion
+(specgen/ir/ops/pools.py). The TensorFlow code is unchanged: this is a lowering choice for ONNX only.
+"""
+
+from __future__ import annotations
+
+from specgen.ir.model import FoldedPads, Node
+
+__all__ = ["FoldedPads", "fold_pads"]
+
+CONVS = frozenset({"conv2d", "depthwise_conv2d", "separable_conv2d"})
+NON_NEGATIVE = frozenset({"relu", "relu6"})  # ops (or activations) whose outputs are never below 0
+
+
+def _onnx_pads(pad: Node) -> tuple[int, int, int, int]:
+    (top, bottom), (left, right) = pad.params["sides"]
+    return top, left, bottom, right  # ONNX: begins, then ends
+
+
+def _non_negative(producer: Node | None) -> bool:
+    return producer is not None and (producer.op in NON_NEGATIVE or producer.activation in NON_NEGATIVE)
+
+
+def _can_fold(reader: Node, pad: Node, producer: Node | None) -> bool:
+    if reader.inputs != (pad.name,):
+        return False
+    if reader.op in CONVS:
+        return True
+    if reader.op != "max_pool" or not _non_negative(producer):
+        return False
+    total = [a + b for a, b in zip(reader.params["pads"], _onnx_pads(pad), strict=True)]
+    size = list(reader.params["size"]) * 2  # (h, w, h, w) against (top, left, bottom, right)
+    return all(p < k for p, k in zip(total, size, strict=True))
+
+
+def fold_pads(nodes: list[Node], outputs: set[str]) -> FoldedPads:
+    """The pads every reader of which can take them into its own `pads`, and what each reader adds."""
+    by_name = {n.name: n for n in nodes}
+    folded: set[str] = set()
+    extra: dict[str, tuple[int, int, int, int]] = {}
+    for pad in nodes:
+        if pad.op != "pad" or pad.name in outputs:
+            continue
+        readers = [n for n in nodes if pad.name in n.inputs]
+        producer = by_name.get(pad.inputs[0])
+        if readers and all(_can_fold(r, pad, producer) for r in readers):
+            folded.add(pad.name)
+            extra.update({r.name: _onnx_pads(pad) for r in readers})
+    return FoldedPads(frozenset(folded), extra)
