@@ -257,12 +257,21 @@ def ab_ratios(slow: Timer, fast: Timer, pairs: int, slot: float) -> list[float]:
     return ratios
 
 
+# Between two measurements: onnxruntime's and TensorFlow's pool threads spin for a while after a call,
+# and on a 2-core machine that spinning takes the cores from whatever is measured next. Rotating the
+# order alone did not cancel it (with 3 timers and 5 repetitions specgen followed tf2onnx three times,
+# tf2onnx followed specgen never): zoo.py measured VGG16 at 0.89x of tf2onnx where the same two graphs
+# timed back to back in turns were 0.99x. A pause lets the spinning stop before the next measurement.
+SETTLE_S = 0.05
+
+
 def interleaved(timers: list[Timer], repeats: int, seconds: float) -> None:
     for timer in timers:
         timer.warm_up(seconds)
     for rep in range(repeats):
         shift = rep % len(timers)
         for timer in timers[shift:] + timers[:shift]:
+            time.sleep(SETTLE_S)
             timer.measure()
 
 
