@@ -260,8 +260,8 @@ def ab_ratios(slow: Timer, fast: Timer, pairs: int, slot: float) -> list[float]:
 # Between two measurements: onnxruntime's and TensorFlow's pool threads spin for a while after a call,
 # and on a 2-core machine that spinning takes the cores from whatever is measured next. Rotating the
 # order alone did not cancel it (with 3 timers and 5 repetitions specgen followed tf2onnx three times,
-# tf2onnx followed specgen never): zoo.py measured VGG16 at 0.89x of tf2onnx where the same two graphs
-# timed back to back in turns were 0.99x. A pause lets the spinning stop before the next measurement.
+# tf2onnx followed specgen never). A pause lets the spinning stop before the next measurement; with 0
+# here zoo.py gives the biased figures (bench/RESULTS.md, "Speed on quiet cores": VGG16 0.91x vs 1.05x).
 SETTLE_S = 0.05
 
 
