@@ -43,3 +43,11 @@ REGISTRY: dict[str, FeatureDef] = _collect()
 def active(ir: Any) -> tuple[FeatureDef, ...]:
     """The features a trainable spec uses (ir: its ModelIR), in ORDER."""
     return tuple(f for f in REGISTRY.values() if f.enabled(ir))
+
+
+def markdown() -> str:
+    """docs/features.md's table of the registered features."""
+    rows = ["| feature | turned on by | what it does | hooks | step kind |", "|---|---|---|---|---|"]
+    rows += [f"| `{f.name}` | {', '.join(f'`{k}`' for k in f.spec_keys)} | {f.doc} | "
+             f"{', '.join(f.hooks) or '(runtime only)'} | {f.step or ''} |" for f in REGISTRY.values()]
+    return "\n".join(rows) + "\n"
