@@ -62,7 +62,7 @@ def test_feature_is_complete(name: str) -> None:
         assert not extra, f"feature '{name}': {feature.partial} defines macros {sorted(extra)} not in its hooks"
     if feature.step:
         assert (templates_dir() / feature.step).is_file(), f"feature '{name}': no step template {feature.step}"
-    for pointer in (feature.context, feature.report, *feature.runtime):
+    for pointer in (feature.context, feature.report, *feature.runtime, *feature.state):
         assert pointer is None or _resolves(pointer), f"feature '{name}': '{pointer}' names nothing"
     assert name in compat.FEATURE_OF.values(), f"feature '{name}': not in compat.py's table"
 

@@ -54,7 +54,9 @@ class FeatureDef:
     # Whether a spec uses it, read from its specgen.ir.model.ModelIR (typed Any: kinds/ sits below ir/).
     enabled: Callable[[Any], bool]
     ir: str  # where its IR resolution lives
-    state: tuple[str, ...] = ()  # its checkpoint keys (patterns), specgen/ir/training/keys.py
+    # Dotted names of the specgen/ir/training/keys.py functions that spell its checkpoint keys (target
+    # copies are model variables: their keys are their paths).
+    state: tuple[str, ...] = ()
     partial: str | None = None  # templates/ path of its macros, one per hook in `hooks`
     hooks: tuple[str, ...] = ()
     context: str | None = None  # dotted name of the render function that builds its partial's context

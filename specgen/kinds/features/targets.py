@@ -8,7 +8,6 @@ FEATURE = FeatureDef(
     spec_keys=("targets",),
     enabled=lambda ir: bool(ir.training.targets),
     ir="specgen.ir.targets (TargetIR)",
-    state=("<target path> (model variables in the 'targets' collection)",),
     partial="tf/features/targets.py.j2",
     hooks=("imports", "init", "after_step", "methods"),
     context="specgen.render.target_plan.targets_context",
