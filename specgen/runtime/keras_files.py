@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import sys
 import tempfile
 import zipfile
 import zlib
@@ -109,8 +110,8 @@ def load_json(data: bytes | str, where: str) -> Any:
     try:
         return json.loads(data)
     except RecursionError:
-        raise UnsafeKerasFile(f"{where} nests deeper than {where} of any Keras model (JSON arrays or objects "
-                              "inside each other thousands deep)") from None
+        raise UnsafeKerasFile(f"{where} nests JSON arrays or objects deeper than Python's parser goes "
+                              f"({sys.getrecursionlimit()} levels)") from None
     except ValueError as exc:
         raise UnsafeKerasFile(f"{where} is not JSON: {exc}") from None
 
