@@ -3,7 +3,8 @@
 Every hostile file is made here at test time from a real Keras model's own files (h5py, zipfile):
 
 - HDF5 external storage pointing at a planted secret, a virtual dataset over another file, an external
-  link, a soft link and a hard-link cycle are refused before any dataset is read, by `export`,
+  link, a soft link, a hard-link cycle, a filter HDF5 would load as a plugin and a tree 300 groups
+  deep are refused before any dataset is read, by `export`,
   `restore-plan`, `train` and `import keras` alike, in one error line naming the link; the secret's
   bytes appear in no output, and nothing is written;
 - external storage on a FIFO is refused at once (before the fix, `export` blocked forever on it);
@@ -88,6 +89,15 @@ def plant(h5: Any, name: str, kind: str, folder: Path) -> None:
     elif kind == "cycle":  # the layer's `layers` group is the model's: the reader would recurse forever
         h5[name] = np.zeros(shape, np.float32)
         h5["layers/dense/layers"] = h5["layers"]
+    elif kind == "plugin":  # filter 307 (bzip2) is no built-in: reading would make HDF5 search for a plugin
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_chunk(shape)
+        plist.set_filter(307, h5py.h5z.FLAG_OPTIONAL, ())  # optional: written unfiltered here, no plugin needed
+        space = h5py.h5s.create_simple(shape)
+        h5py.h5d.create(h5.id, name.encode(), h5py.h5t.NATIVE_FLOAT, space, dcpl=plist)
+    elif kind == "deep":
+        h5[name] = np.zeros(shape, np.float32)
+        h5.create_group("layers/dense/" + "/".join(["d"] * 300))
 
 
 def hostile_weights(model_files: Path, folder: Path, kind: str, name: str = "hostile.weights.h5") -> Path:
@@ -143,6 +153,9 @@ def refusal(model_files: Path, kind: str) -> str:
                          "nothing outside the file it was given",
         "soft_link": f"{kernel} is a soft link (to '/stash'); a Keras file has none, and specgen follows none",
         "cycle": "'/layers/dense/layers' is a second name for '/layers'; a Keras file names each object once",
+        "plugin": f"dataset {kernel} uses filter 307 (unnamed), not one of HDF5's built-in filters (gzip, shuffle, "
+                  "fletcher32, szip, nbit, scaleoffset, lzf)",
+        "deep": f"'/layers/dense/{'/'.join(['d'] * 255)}' lies 257 groups deep, deeper than 256",
     }[kind]
 
 
@@ -152,7 +165,7 @@ def assert_refused(err: str, out: str, spec_line: str, file: Path, why: str) -> 
     assert SECRET.decode() not in out + err
 
 
-KINDS = ["external", "virtual", "external_link", "soft_link", "cycle"]
+KINDS = ["external", "virtual", "external_link", "soft_link", "cycle", "plugin", "deep"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
