@@ -41,11 +41,12 @@ SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_s
           "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), 'cpu', threads=1, "
           f"send_timeout={SEND_TIMEOUT}))")
 # What the limits leave a hostile connection (specgen/serve/connection.py): 16 KiB unparsed, 8 + 16 queued
-# requests of ~3 KB, 64 KiB of queued bodies, 16 KiB of headers, 64 KiB of writes: under 0.5 MiB. The bound
-# below is 30 MiB because RSS also moves with what the well-behaved client costs (allocator arenas,
-# onnxruntime's buffers): 22 MiB was the largest growth measured here. Without the limits one pipelining
-# connection added 1.1 GB in 8 s and an 8 MB header value 8 MB per connection.
-RSS_GROWTH_MIB = 30
+# requests of ~3 KB, 64 KiB of queued bodies, 16 KiB of headers, 64 KiB of writes: under 0.5 MiB, and the
+# growth measured here was under 1 MiB. The bound is 16 MiB because RSS also moves with what the
+# well-behaved client costs (allocator arenas, onnxruntime's buffers) on other machines. Without the limits
+# the pipelining client below had 80 MB of requests taken in 20 s (~3 KB of Python objects per parsed request)
+# and the 8 MB header value 28 MB in 5 s.
+RSS_GROWTH_MIB = 16
 
 
 class Server:
