@@ -6,7 +6,7 @@ headers, an asyncio.Event) queued on the connection, and its responses' `receive
 reading after every answer, so a queue of 1.6 M requests (5 GB) built up in 45 s. httptools also
 holds a header value until it ends, with no limit. Here, per connection:
 
-- reads go into one 16 KiB buffer (`ReadBounded`, an `asyncio.BufferedProtocol` around the HTTP
+- reads go into one 16 KiB buffer (`server.ReadBounded`, an `asyncio.BufferedProtocol` around the HTTP
   protocol: uvloop reads up to 256 KiB at a time for a plain `asyncio.Protocol`), so one read is at
   most 16 KiB;
 - bytes are parsed in slices: header bytes 256 at a time, a body with Content-Length up to its
@@ -300,44 +300,3 @@ class BoundedProtocol(HttpToolsProtocol):
 
 
 
-
-class ReadBounded(asyncio.BufferedProtocol):
-    """What the transport talks to: reads of at most READ_BYTES into `buffer`, handed to the HTTP protocol inside.
-
-    uvloop treats any `asyncio.Protocol` (uvicorn's are) as a plain protocol and hands it up to
-    256 KiB per read; only a protocol that is not one gets `get_buffer`. The buffer is shared by
-    the server's connections: the transport fills it and calls `buffer_updated` within one
-    callback of the single event loop thread, and the bytes are copied out at once.
-    """
-
-    http_class: ClassVar[type[BoundedProtocol]]
-    buffer: ClassVar[memoryview]
-
-    def __init__(self, **kwargs: Any):  # uvicorn's keyword arguments (config, server_state, app_state, _loop)
-        self.http = self.http_class(**kwargs)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.http.connection_made(transport)  # type: ignore[arg-type]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.http.connection_lost(exc)
-
-    def eof_received(self) -> bool | None:
-        return self.http.eof_received()  # type: ignore[func-returns-value]
-
-    def pause_writing(self) -> None:
-        self.http.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.http.resume_writing()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.http.data_received(bytes(self.buffer[:nbytes]))
-
-
-def read_bounded(http_class: type[BoundedProtocol]) -> type[ReadBounded]:
-    """The transport-facing protocol class for `http_class`, with its own read buffer."""
-    return type("ReadBounded", (ReadBounded,), {"http_class": http_class, "buffer": memoryview(bytearray(READ_BYTES))})

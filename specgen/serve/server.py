@@ -22,11 +22,11 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 
-from specgen.serve.connection import BoundedProtocol, Guard, read_bounded
+from specgen.serve.connection import READ_BYTES, BoundedProtocol, Guard
 
 log = logging.getLogger("specgen.serve")
 FD_RESERVE = 64  # descriptors beyond the connections: listening socket, logs, the accept that precedes an eviction
@@ -96,6 +96,48 @@ class GuardedProtocol(BoundedProtocol):
         else:
             self.close_with("refused", b"503 Service Unavailable", f"the server holds {self.guard.max_connections} "
                             "connections, each with a request in progress; retry later")
+
+
+class ReadBounded(asyncio.BufferedProtocol):
+    """What the transport talks to: reads of at most READ_BYTES into `buffer`, handed to the HTTP protocol inside.
+
+    uvloop treats any `asyncio.Protocol` (uvicorn's are) as a plain protocol and hands it up to
+    256 KiB per read; only a protocol that is not one gets `get_buffer`. The buffer is shared by
+    the server's connections: the transport fills it and calls `buffer_updated` within one
+    callback of the single event loop thread, and the bytes are copied out at once.
+    """
+
+    http_class: ClassVar[type[BoundedProtocol]]
+    buffer: ClassVar[memoryview]
+
+    def __init__(self, **kwargs: Any):  # uvicorn's keyword arguments (config, server_state, app_state, _loop)
+        self.http = self.http_class(**kwargs)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.http.connection_made(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.http.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.http.eof_received()  # type: ignore[func-returns-value]
+
+    def pause_writing(self) -> None:
+        self.http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.http.resume_writing()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.http.data_received(bytes(self.buffer[:nbytes]))
+
+
+def read_bounded(http_class: type[BoundedProtocol]) -> type[ReadBounded]:
+    """The transport-facing protocol class for `http_class`, with its own read buffer."""
+    return type("ReadBounded", (ReadBounded,), {"http_class": http_class, "buffer": memoryview(bytearray(READ_BYTES))})
 
 
 def guarded_protocol(guard: Guard) -> type[GuardedProtocol]:
