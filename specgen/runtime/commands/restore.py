@@ -204,9 +204,10 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
         if row.found is not None:
             plan.unused.append(Unused(row.source, row.key, row.found, reason))
 
+    declared = sum(int(np.prod(shape)) * tf.as_dtype(dtype).size for shape, dtype in targets.values())
     for i, (path, source) in enumerate(sources):
         try:
-            prefix, entries = read_source(path)
+            prefix, entries = read_source(path, declared)
             part = _plan_source(source.from_, prefix, entries, source, targets)
         except ValueError as exc:
             raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
@@ -262,6 +263,7 @@ def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: 
                    ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Every restored row's value, checked against its variable; and the problems found."""
     readers: dict[Path, Any] = {}
+    declared = sum(v.shape.num_elements() * v.dtype.size for v in variables.values())  # bounds a .keras' inflation
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []
     for row in (r for r in plan.rows if r.status == "restored"):
@@ -271,7 +273,7 @@ def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: 
             continue
         try:
             if row.prefix not in readers:
-                readers[row.prefix] = open_reader(row.prefix, stack)
+                readers[row.prefix] = open_reader(row.prefix, stack, declared)
             value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
