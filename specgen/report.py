@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specgen import text
 from specgen.ir.collections import takes_the_rest
 from specgen.ir.lints import momentum_note, ratio_column
 from specgen.ir.model import ModelIR
@@ -15,22 +16,11 @@ from specgen.report_targets import targets_table
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        return "  ".join(cells).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule, *map(line, rows)])
-
-
-def _shape(shape: Sequence[int | None]) -> str:
-    return "[" + ", ".join("batch" if d is None else str(d) for d in shape) + "]"
+    return "\n".join(text.table(header, rows, right))
 
 
 def variables_table(ir: ModelIR) -> str:
-    rows = [(v.path, _shape(v.shape), v.dtype, ", ".join(v.collections)) for v in ir.variables]
+    rows = [(v.path, text.shape(v.shape), v.dtype, ", ".join(v.collections)) for v in ir.variables]
     return table(("variable", "shape", "dtype", "collections"), rows)
 
 
@@ -66,7 +56,7 @@ def flops_table(ir: ModelIR) -> str:
         params = 0 if node.shares else sum(v.size for v in node.variables.values())
         backward = backward_flops(node.flops, any("trainable" in v.collections for v in node.variables.values()))
         op = node.op + (f"+{node.activation}" if node.activation else "") + (f", shares {node.shares}" if node.shares else "")
-        rows.append((node.name, op, _shape(node.shape),
+        rows.append((node.name, op, text.shape(node.shape),
                      f"{params:,}", f"{node.flops:,}", f"{backward:,}", std[node.name]))
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
     rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specgen import text
 from specgen.ir.model import ModelIR
 
 
@@ -12,7 +13,7 @@ def targets_table(ir: ModelIR) -> str:
     rows = []
     for t in ir.training.targets if ir.training else ():
         how = f"soft, tau {t.tau!r}" if t.tau is not None else f"hard, every {t.every_steps} steps"
-        rows += [(t.name, how, online, target, "[" + ", ".join(map(str, shapes[target])) + "]")
+        rows += [(t.name, how, online, target, text.shape(shapes[target]))
                  for online, target in t.pairs]
     return table(("target", "update", "online variable", "target variable", "shape"), rows) + (
         "\nTarget variables start as copies of their online variables and are updated after every optimizer "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
 from specgen.ir.ops import REGISTRY, as_activation
@@ -185,10 +186,9 @@ class Lowering:
 
 
 def _comment(node: Node) -> str:
-    shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
     # A shared layer's weights are its owner's attributes/initializers: say whose, where they are read.
     shares = f" (shares {node.shares})" if node.shares else ""
-    return f"{node.name}: {node.op} -> [{shape}]{shares}"
+    return f"{node.name}: {node.op} -> {text.shape(node.shape)}{shares}"
 
 
 def onnx_plan(ir: ModelIR) -> OnnxPlan:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen import text
 from specgen.diagnostics import SpecError, did_you_mean
 from specgen.ir.model import ModelIR
 from specgen.spec.load import LoadedSpec
@@ -70,7 +71,7 @@ class Wanted:
 
 
 def _shape(shape: tuple[int | None, ...]) -> str:
-    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+    return text.shape(shape, unknown="N")
 
 
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:

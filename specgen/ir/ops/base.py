@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from specgen import text
 from specgen.ir.model import Init, Node, Shape
 from specgen.spec.base import SpecModel
 
@@ -157,10 +158,6 @@ def prod(dims: Shape) -> int:
     return math.prod(d for d in dims if d is not None)
 
 
-def show(shape: Shape) -> str:
-    return "[" + ", ".join("batch" if d is None else str(d) for d in shape) + "]"
-
-
 def resolve_init(spec: Any) -> Init:
     if isinstance(spec, str):
         return Init(spec)
@@ -171,7 +168,7 @@ def resolve_init(spec: Any) -> Init:
 def require_rank(shape: Shape, rank: int, what: str) -> None:
     if len(shape) != rank:
         raise OpError(f"{what} needs a rank-{rank} input (batch, height, width, channels); "
-                      f"received {show(shape)}", "input")
+                      f"received {text.shape(shape)}", "input")
 
 
 def require_float(dtype: str, op: str) -> None:

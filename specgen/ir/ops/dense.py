@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specgen import text
 from specgen.ir.model import Node, Shape
 from specgen.ir.ops.base import (
     OnnxContext,
@@ -14,7 +15,6 @@ from specgen.ir.ops.base import (
     prod,
     require_float,
     resolve_init,
-    show,
 )
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import Activation, InitializerSpec, LayerBase
@@ -33,7 +33,7 @@ def infer(layer: Dense, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     require_float(dtype, "dense")
     if len(shape) < 2:
-        raise OpError(f"dense needs an input with a feature axis; received {show(shape)}", "input")
+        raise OpError(f"dense needs an input with a feature axis; received {text.shape(shape)}", "input")
     fan_in = shape[-1] or 0
     result = OpResult((*shape[:-1], layer.units), params={"rank": len(shape)})
     result.variables.append(VarDecl("kernel", (fan_in, layer.units), resolve_init(layer.kernel_init)))

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod, show
+from specgen.ir.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod
 from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
 
@@ -36,10 +37,10 @@ def infer(layer: Gather, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     fits = len(indices) == rank and all(a == b for i, (a, b) in enumerate(zip(values, indices, strict=True))
                                         if i not in (0, axis))
     if not fits:
-        expected = show(tuple("k" if i == axis else d for i, d in enumerate(values)))
+        expected = text.shape(tuple("k" if i == axis else d for i, d in enumerate(values)))
         raise OpError(f"gather along axis {axis} needs indices shaped like the values except on that axis; "
-                      f"received values '{layer.inputs[0]}' {show(values)} and indices '{layer.inputs[1]}' "
-                      f"{show(indices)}; expected {expected} (any k)", "inputs")
+                      f"received values '{layer.inputs[0]}' {text.shape(values)} and indices '{layer.inputs[1]}' "
+                      f"{text.shape(indices)}; expected {expected} (any k)", "inputs")
     # Where an index may point: random parity inputs and data checks draw from [0, limit).
     return OpResult(indices, dtype, {"axis": axis, "rank": rank, "index_limit": values[axis]}, flops=prod(indices))
 

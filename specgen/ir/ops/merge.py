@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float, show
+from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
 from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
 
@@ -42,7 +43,7 @@ def broadcast(layer: Elementwise | Subtract, shapes: list[Shape]) -> Shape:
             before = f"'{layer.inputs[0]}'" if i == 1 else f"'{layer.inputs[0]}' to '{layer.inputs[i - 1]}' broadcast to"
             rank = ("; an input of lower rank needs size-1 axes first (e.g. global_avg_pool's keepdims: true)"
                     if len(shape) != len(out) else "")
-            raise OpError(f"inputs: received {before} {show(tuple(out))} and '{name}' {show(shape)}, which do not "
+            raise OpError(f"inputs: received {before} {text.shape(tuple(out))} and '{name}' {text.shape(shape)}, which do not "
                           f"broadcast; expected inputs of one rank whose axes are equal or 1 in one of them{rank}",
                           "inputs")
         out = [a if b == 1 else b for a, b in zip(out, shape, strict=True)]
@@ -63,7 +64,7 @@ def concat(layer: Concat, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     for shape, name in zip(shapes[1:], layer.inputs[1:], strict=True):
         if len(shape) != rank or any(a != b for i, (a, b) in enumerate(zip(shape, first, strict=True)) if i != axis):
             raise OpError(f"concat on axis {axis} needs the other axes equal; '{layer.inputs[0]}' is "
-                          f"{show(first)} but '{name}' is {show(shape)}", "inputs")
+                          f"{text.shape(first)} but '{name}' is {text.shape(shape)}", "inputs")
     if len(set(dtypes)) > 1:
         raise OpError(f"concat needs inputs of one dtype; received {', '.join(dtypes)}", "inputs")
     out = list(first)

@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Init, Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float, show
+from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
 from specgen.spec.base import PositiveFloat, number
 from specgen.spec.layers import Activation, LayerBase
 
@@ -35,7 +36,7 @@ def batch_norm(layer: BatchNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
     (shape,), (dtype,) = shapes, dtypes
     require_float(dtype, "batch_norm")
     if len(shape) < 2:
-        raise OpError(f"batch_norm needs a channel axis; received {show(shape)}", "input")
+        raise OpError(f"batch_norm needs a channel axis; received {text.shape(shape)}", "input")
     channels = shape[-1] or 0
     params = {"momentum": layer.momentum, "epsilon": layer.epsilon, "axes": tuple(range(len(shape) - 1)),
               "channels": channels, "sync": layer.sync}
@@ -53,7 +54,7 @@ def layer_norm(layer: LayerNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
     (shape,), (dtype,) = shapes, dtypes
     require_float(dtype, "layer_norm")
     if len(shape) < 2:
-        raise OpError(f"layer_norm needs a feature axis; received {show(shape)}", "input")
+        raise OpError(f"layer_norm needs a feature axis; received {text.shape(shape)}", "input")
     channels = shape[-1] or 0
     result = OpResult(shape, params={"epsilon": layer.epsilon}, flops=8 * prod(shape))
     result.variables += [VarDecl("gamma", (channels,), Init("ones")), VarDecl("beta", (channels,), Init("zeros"))]

@@ -12,8 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank, show
+from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
 from specgen.spec.base import NonNegativeInt
 from specgen.spec.layers import LayerBase
 from specgen.spec.unions import by_shape
@@ -72,7 +73,7 @@ def crop(layer: Crop, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if top + bottom >= height or left + right >= width:
         raise OpError(f"cropping: received {layer.cropping!r} ({top + bottom} rows and {left + right} columns off), "
                       f"expected at most {height - 1} rows (top + bottom) and {width - 1} columns (left + right) "
-                      f"off a {show(shape)} input, leaving at least one", "cropping")
+                      f"off a {text.shape(shape)} input, leaving at least one", "cropping")
     return OpResult((None, height - top - bottom, width - left - right, shape[3]), dtype, {"sides": sides})
 
 

@@ -7,8 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, prod, show
+from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, prod
 from specgen.spec.base import number
 from specgen.spec.layers import LayerBase
 
@@ -38,8 +39,8 @@ def reshape(layer: Reshape, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if unknown and total % known == 0:
         target[unknown[0]] = total // known
     if math.prod(target) != total:
-        raise OpError(f"cannot reshape {show(shape)} ({total} values per example) to "
-                      f"{show((None, *layer.shape))}", "shape")
+        raise OpError(f"cannot reshape {text.shape(shape)} ({total} values per example) to "
+                      f"{text.shape((None, *layer.shape))}", "shape")
     return OpResult((None, *target), dtype, {"shape": tuple(target)})
 
 

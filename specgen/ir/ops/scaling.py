@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen import text
 from specgen.ir.model import Init, Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float, show
+from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
 from specgen.spec.base import Float, NonNegativeFloat
 from specgen.spec.layers import LayerBase
 from specgen.spec.unions import by_shape, scalar_or_list
@@ -46,7 +47,7 @@ class Normalize(LayerBase):
 def _channels(op: str, shape: Shape, dtype: str) -> int:
     require_float(dtype, op)
     if len(shape) < 2:
-        raise OpError(f"{op} needs a channel axis; received {show(shape)}", "input")
+        raise OpError(f"{op} needs a channel axis; received {text.shape(shape)}", "input")
     return shape[-1] or 0
 
 
