@@ -17,6 +17,7 @@ from pathlib import Path
 from specgen import __version__
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
+from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 
@@ -394,18 +395,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
-    except OSError as exc:
-        # A user's environment (read-only or full disk, a link where a file goes, a missing
-        # folder) is never a traceback: one line naming the file and what to do.
-        from specgen.atomic import describe
+    except (SpecgenError, OSError) as exc:  # the one place: every error meant for a person, never a traceback
+        return _refused(exc)
 
-        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
-        return 1
-    except RenderError as exc:
+
+def _refused(exc: SpecgenError | OSError) -> int:
+    """Print why the command stopped, one line each; the exit status (3 for a specgen bug, else 1)."""
+    if isinstance(exc, RenderError):
         print(f"specgen: internal error, nothing was written: {exc}\nPlease report it with the spec that "
               "caused it.", file=sys.stderr)
         return 3
-    except SpecError as exc:
+    if isinstance(exc, SpecError):
         # Paths that runtime code resolved (run folders, checkpoints) print relative to the working directory.
         diagnostics = [replace(d, path=shown(d.path)) for d in exc.diagnostics]
         for line in report_lines(diagnostics):  # at most MAX_PER_FILE a file, then a count
@@ -413,6 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         count = len(exc.diagnostics)
         print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
         return 1
+    if isinstance(exc, OSError):
+        # A user's environment (read-only or full disk, a link where a file goes, a missing
+        # folder) is never a traceback: one line naming the file and what to do.
+        from specgen.atomic import describe
+
+        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
+        return 1
+    print(f"specgen: error: {exc}", file=sys.stderr)  # one a command did not turn into a SpecError
+    return 1
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import numpy as np
 
 from specgen import text
 from specgen.diagnostics import SpecError, did_you_mean
+from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
 from specgen.spec.load import LoadedSpec
 
@@ -48,7 +49,7 @@ SCAN_CHUNK = 1024  # TFRecord records parsed together while checking a file
 Locate = Callable[[str, tuple[int, ...], int], str]
 
 
-class DataError(ValueError):
+class DataError(SpecgenError, ValueError):
     """A data file that cannot be used; the message says what is wrong and what to do."""
 
 

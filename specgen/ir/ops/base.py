@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from specgen import text
+from specgen.errors import SpecgenError
 from specgen.ir.model import Init, Node, Shape
 from specgen.spec.base import SpecModel
 
@@ -18,7 +19,7 @@ FLOAT = "float32"
 INTEGER = ("int32", "int64")
 
 
-class OpError(Exception):
+class OpError(SpecgenError):
     """A problem with one layer; `key` names the spec key it concerns, so the diagnostic points there."""
 
     def __init__(self, message: str, key: str | None = None):
