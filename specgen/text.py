@@ -18,8 +18,8 @@ def shape(dims: Iterable[int | None], unknown: str = "batch") -> str:
     return "[" + ", ".join(unknown if d is None else str(d) for d in dims) + "]"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = frozenset(),
-          rule: bool = True) -> list[str]:
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = frozenset(),
+                rule: bool = True) -> list[str]:
     """Columns as wide as their widest cell, two spaces apart, no trailing blanks.
 
     `right`: the columns of numbers, right-aligned; `rule`: a line of dashes under the header.
@@ -31,6 +31,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collectio
         return "  ".join(cells).rstrip()
 
     return [line(header), *(["  ".join("-" * w for w in widths)] if rule else []), *map(line, rows)]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = frozenset()) -> str:
+    """The table_lines of a report section, with its rule, as one text."""
+    return "\n".join(table_lines(header, rows, right))
 
 
 def quote(value: str) -> str:

@@ -37,9 +37,9 @@ def test_shape_names_unknown_dimensions() -> None:
 
 def test_table_aligns_columns_and_right_aligns_numbers() -> None:
     rows = [("conv1/kernel", "144"), ("b", "16")]
-    assert text.table(("variable", "size"), rows, right={1}) == [
+    assert text.table_lines(("variable", "size"), rows, right={1}) == [
         "variable      size", "------------  ----", "conv1/kernel   144", "b               16"]
-    assert text.table(("a", "b"), [("x", "")], rule=False) == ["a  b", "x"]
+    assert text.table_lines(("a", "b"), [("x", "")], rule=False) == ["a  b", "x"]
 
 
 def test_header_quotes_the_source_on_one_line() -> None:

@@ -181,7 +181,7 @@ def _shape(dims: tuple[int, ...], batch: bool = False) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    return text.table(header, rows, right, rule=False)
+    return text.table_lines(header, rows, right, rule=False)
 
 
 def format_probe(result: Probe) -> str:

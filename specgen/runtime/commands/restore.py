@@ -247,8 +247,8 @@ def _cells(row: Row) -> list[str]:
 
 def format_plan(plan: RestorePlan) -> str:
     """A plain-text table of the plan, then unused keys, errors and the summary line."""
-    lines = text.table(["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"],
-                       [_cells(row) for row in plan.rows])
+    lines = text.table_lines(["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"],
+                             [_cells(row) for row in plan.rows])
     if plan.unused:
         lines += ["", f"unused keys ({len(plan.unused)}):"]
         lines += [f"  {u.source}:{u.key}  {_shape(u.found.shape, u.found.dtype)}  {u.reason}" for u in plan.unused]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 
+from specgen import text
 from specgen.ir.model import ModelIR
 from specgen.ir.pruning import PruningIR, pruned_count
-
-Table = Callable[[Sequence[str], Sequence[Sequence[str]], set[int]], str]
 
 
 def _when(pruning: PruningIR) -> str:
@@ -22,11 +21,13 @@ def _when(pruning: PruningIR) -> str:
     return f"Masks are recomputed {steps}: {how} (docs/pruning.md)."
 
 
-def pruning_table(ir: ModelIR, table: Table, measured: Mapping[str, int] | None = None) -> str:
+def pruning_table(ir: ModelIR, measured: Mapping[str, int] | None = None) -> str | None:
     """Per pruned weight: its layer, size, and the sparsity and pruned count after the last mask update;
-    with `measured` (path -> entries its mask prunes in a checkpoint), the checkpoint's sparsity too."""
+    with `measured` (path -> entries its mask prunes in a checkpoint), the checkpoint's sparsity too.
+    None for a spec without pruning."""
     pruning = ir.pruning
-    assert pruning is not None
+    if pruning is None:
+        return None
     s = pruning.schedule
     # Without an end the masks keep the constant target; with one, the last update's target is what stays.
     final = s.sparsity_at(s.last_step) if s.last_step is not None else s.final_sparsity
@@ -40,4 +41,4 @@ def pruning_table(ir: ModelIR, table: Table, measured: Mapping[str, int] | None 
     rows.append(("total", "", f"{size:,}", f"{zeros / size:.4f}", f"{zeros:,}", f"{size - zeros:,}", *now))
     header = ("pruned weight", "layer", "parameters", "final sparsity", "pruned", "kept",
               *(["checkpoint sparsity"] if measured is not None else []))
-    return table(header, rows, {2, 3, 4, 5, 6}) + "\n" + _when(pruning)
+    return text.table(header, rows, {2, 3, 4, 5, 6}) + "\n" + _when(pruning)

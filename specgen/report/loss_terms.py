@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specgen import text
 from specgen.ir.model import ModelIR
 from specgen.ir.training.terms import LossTermIR, primary
 
@@ -25,8 +26,6 @@ def _kind(term: LossTermIR) -> str:
 
 def loss_table(ir: ModelIR) -> str | None:
     """The terms in spec order, and which one metrics read; None for a spec without a loss."""
-    from specgen.report import table  # the one table layout of the report
-
     terms = ir.training.terms if ir.training else ()
     if not terms:
         return None
@@ -35,4 +34,4 @@ def loss_table(ir: ModelIR) -> str | None:
     note = (f"The loss is the weighted sum of {len(terms)} terms; metrics read term '{first.name}' (the first with "
             "data labels)." if len(terms) > 1 and first else
             "No term has data labels: metrics are off." if first is None else "")
-    return table(("loss term", "kind", "reads", "labels", "weight"), rows, right={4}) + (f"\n{note}" if note else "")
+    return text.table(("loss term", "kind", "reads", "labels", "weight"), rows, right={4}) + (f"\n{note}" if note else "")
