@@ -177,7 +177,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _emit_tfjob(args: argparse.Namespace, name: str) -> int:
     """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained."""
     from specgen.atomic import write_atomic
-    from specgen.tfjob import Job, render
+    from specgen.runtime.commands.tfjob import Job, render  # imports no TensorFlow
 
     if args.image is None:
         raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "

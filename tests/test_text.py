@@ -1,7 +1,7 @@
 """specgen/text.py: shape text, plain tables, and the one generated-file header every writer uses.
 
 The header test feeds a spec file name that holds a newline, a '#', quotes and a control character
-through every writer of a generated header (Python, YAML, ONNX text, protobuf text) and checks that
+through every writer of a generated header (Python, YAML, ONNX text, protobuf text, the TFJob manifest) and checks that
 each output still parses and starts with exactly one comment line that reads the name back.
 """
 
@@ -18,6 +18,7 @@ import yaml
 from specgen import text
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
+from specgen.runtime.commands import tfjob
 from specgen.runtime.triton import config_text
 from specgen.serve.textproto import parse
 from specgen.spec.load import load_spec_text
@@ -76,3 +77,8 @@ def test_every_generated_header_holds_a_hostile_file_name_on_one_line(tmp_path: 
     config = config_text(ir)
     _check_header(config, "specgen export --triton")
     assert parse(config)["name"] == ["digits_mlp"]
+    manifest = tfjob.render(tfjob.Job(HOSTILE, "registry.example/train:1"), "digits_mlp")
+    _check_header(manifest, "specgen train --emit tfjob")
+    job = yaml.safe_load(manifest)  # one document, nothing injected: the path is only in the command
+    assert sorted(job) == ["apiVersion", "kind", "metadata", "spec"]
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"][2] == HOSTILE
