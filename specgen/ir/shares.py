@@ -18,8 +18,8 @@ from typing import Any
 
 from specgen import text
 from specgen.diagnostics import Diagnostic, did_you_mean
-from specgen.ir.ops import OpResult
-from specgen.ir.ops.base import resolve_init
+from specgen.kinds.ops import OpResult
+from specgen.kinds.ops.base import resolve_init
 from specgen.spec.load import LoadedSpec
 
 # Keys that say where a call reads from, not what the layer is.

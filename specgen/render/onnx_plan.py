@@ -16,8 +16,8 @@ from typing import Any
 from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
-from specgen.ir.ops import REGISTRY, as_activation
-from specgen.ir.ops.base import to_first, to_last
+from specgen.kinds.ops import REGISTRY, as_activation
+from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
 
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
@@ -97,7 +97,7 @@ class Lowering:
         return self.ir.opset
 
     def lower(self, node: Node) -> None:
-        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/ir/ops)
+        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/kinds/ops)
         sources = [self.tensor[s] for s in node.inputs]
         if op.layout == "first" or node.name in self.ir.nchw_flattens:  # the latter: ir/flatten_order.py
             want_first = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from specgen import text
 from specgen.ir.lints import ratio_column
 from specgen.ir.model import ModelIR
-from specgen.ir.ops import backward_flops
+from specgen.kinds.ops import backward_flops
 
 NOTE = ("FLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x the forward FLOPs "
         "for layers with trainable weights (input and weight gradients) and 1x otherwise. The activation std is "

@@ -16,7 +16,7 @@ from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
 from specgen.importers.keras.names import Namer
-from specgen.ir.ops import Layer, OpError, infer
+from specgen.kinds.ops import Layer, OpError, infer
 
 DTYPES = ("float32", "int32", "int64")
 MULTI_INPUT = ("add", "multiply", "subtract", "concat")

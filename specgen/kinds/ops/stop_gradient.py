@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.ir.model import Shape
-from specgen.ir.ops.base import OpDef, OpResult
+from specgen.kinds.ops.base import OpDef, OpResult
+from specgen.kinds.ops.nodes import Shape
 from specgen.spec.layers import LayerBase
 
 

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
 

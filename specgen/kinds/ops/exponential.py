@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.activations import infer
-from specgen.ir.ops.base import AsActivation, OnnxContext, OpDef, OpResult, Rule
+from specgen.kinds.ops.activations import infer
+from specgen.kinds.ops.base import AsActivation, OnnxContext, OpDef, OpResult, Rule
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import NonNegativeFloat
 from specgen.spec.layers import LayerBase
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
+from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase, Size2
 
 # Per output value: nearest copies; bilinear weighs 4 taps (a multiply-add each, counted 2).

@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import (
+from specgen.kinds.ops.base import (
     FLOAT,
     OnnxContext,
     OpDef,
@@ -20,6 +19,7 @@ from specgen.ir.ops.base import (
     require_rank,
     resolve_init,
 )
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import NonNegativeInt, PositiveInt
 from specgen.spec.layers import Activation, InitializerSpec, LayerBase, Padding, Size2
 from specgen.spec.unions import by_shape, scalar_or_list

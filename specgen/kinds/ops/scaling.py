@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.ir.model import Init, Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import Float, NonNegativeFloat
 from specgen.spec.layers import LayerBase
 from specgen.spec.unions import by_shape, scalar_or_list

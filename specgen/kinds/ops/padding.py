@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import NonNegativeInt
 from specgen.spec.layers import LayerBase
 from specgen.spec.unions import by_shape

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.ir.model import Shape
-from specgen.ir.ops.base import FLOAT, INTEGER, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.base import FLOAT, INTEGER, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.nodes import Shape
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import InitializerSpec, LayerBase
 

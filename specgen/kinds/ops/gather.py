@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod
+from specgen.kinds.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
 

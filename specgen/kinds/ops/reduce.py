@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int
 from specgen.spec.layers import LayerBase
 from specgen.spec.unions import by_shape, scalar_or_list

@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.ir.model import Init, Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import PositiveFloat, number
 from specgen.spec.layers import Activation, LayerBase
 

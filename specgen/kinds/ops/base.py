@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol
 
 from specgen import text
 from specgen.errors import SpecgenError
-from specgen.ir.model import Init, Node, Shape
+from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import SpecModel
 
 FLOAT = "float32"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen import text
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import (
+from specgen.kinds.ops.base import (
     OnnxContext,
     OpDef,
     OpError,
@@ -16,6 +15,7 @@ from specgen.ir.ops.base import (
     require_float,
     resolve_init,
 )
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import Activation, InitializerSpec, LayerBase
 

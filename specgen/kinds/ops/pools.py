@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OnnxContext, OpDef, OpResult, pair, prod, require_float, require_rank, spatial
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpResult, pair, prod, require_float, require_rank, spatial
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase, Padding, Size2
 
 

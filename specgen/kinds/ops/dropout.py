@@ -5,8 +5,8 @@ from __future__ import annotations
 import zlib
 from typing import Any, Literal
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import OpDef, OpResult, require_float
+from specgen.kinds.ops.base import OpDef, OpResult, require_float
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import number
 from specgen.spec.layers import LayerBase
 

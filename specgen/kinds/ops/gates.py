@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.ir.model import Shape
-from specgen.ir.ops.activations import infer
-from specgen.ir.ops.base import AsActivation, OpDef, OpResult
+from specgen.kinds.ops.activations import infer
+from specgen.kinds.ops.base import AsActivation, OpDef, OpResult
+from specgen.kinds.ops.nodes import Shape
 from specgen.spec.layers import LayerBase
 
 CANONICAL = {"silu": "swish", "hard_silu": "hard_swish"}  # Keras' other names -> the op whose templates they use

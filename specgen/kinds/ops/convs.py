@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import (
+from specgen.kinds.ops.base import (
     FLOAT,
     OnnxContext,
     OpDef,
@@ -19,6 +18,7 @@ from specgen.ir.ops.base import (
     resolve_init,
     spatial,
 )
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import Activation, InitializerSpec, LayerBase, Padding, Size2
 

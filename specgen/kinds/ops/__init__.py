@@ -9,8 +9,9 @@ an op adds a module and edits no list here (docs/ops.md says what else a new op 
 Why the spec models live here and not in specgen/spec/: an op's model and its rules change
 together, and one module per op lets several people add ops without touching shared files.
 The spec layer still imports neither jinja2, TensorFlow nor onnx: this package needs only
-pydantic, specgen/spec/base.py, spec/layers.py (shared field types) and ir/model.py (dataclasses),
-and specgen/spec/model.py takes the `Layer` union from here.
+pydantic, specgen/spec/base.py, spec/unions.py, spec/layers.py (shared field types) and nodes.py
+(the resolved layer's dataclasses), and specgen/spec/ takes the `Layer` union from here. It sits
+below spec/ and ir/: it imports neither (tests/test_import_graph.py).
 
 Derived here: `REGISTRY` (op name -> OpDef), `Layer` (the discriminated union of spec models);
 render/tf_plan.py and render/onnx_plan.py dispatch through `REGISTRY`, ir/resolve.py takes the
@@ -25,8 +26,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
-from specgen.ir.model import Shape
-from specgen.ir.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod
+from specgen.kinds.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod
+from specgen.kinds.ops.nodes import Shape
 
 __all__ = ["REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
            "backward_flops", "infer"]
@@ -35,7 +36,7 @@ __all__ = ["REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "acti
 # (schemas/specgen.schema.json lists the union's members in registry order). Every other module
 # follows in alphabetical order, so a new op needs no entry here.
 SCHEMA_ORDER = ("dense", "convs", "pools", "reshapes", "norms", "dropout", "embedding", "activations", "merge")
-NOT_OPS = ("base",)  # modules here that define no ops
+NOT_OPS = ("base", "nodes")  # modules here that define no ops
 
 
 def _module_names() -> list[str]:
@@ -50,7 +51,7 @@ def _collect() -> dict[str, OpDef]:
         module = importlib.import_module(f"{__name__}.{module_name}")
         for op in module.OPS:
             if op.name in registry:
-                raise RuntimeError(f"op '{op.name}' is defined twice (again in specgen/ir/ops/{module_name}.py)")
+                raise RuntimeError(f"op '{op.name}' is defined twice (again in specgen/kinds/ops/{module_name}.py)")
             registry[op.name] = op
     return registry
 

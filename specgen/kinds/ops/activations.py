@@ -12,8 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specgen.ir.model import Node, Shape
-from specgen.ir.ops.base import (
+from specgen.kinds.ops.base import (
     AsActivation,
     OnnxContext,
     OpDef,
@@ -23,6 +22,7 @@ from specgen.ir.ops.base import (
     prod,
     require_float,
 )
+from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int, NonNegativeFloat
 from specgen.spec.layers import LayerBase
 
