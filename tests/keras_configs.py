@@ -107,6 +107,35 @@ def keras2_tiny() -> dict[str, Any]:
                                                    "output_layers": [["head", 1, 0]]}}
 
 
+def wide() -> dict[str, Any]:
+    """Many of the classes the importer reads, with their arguments: a seed for the fuzz test."""
+    conv = {"kernel_size": [3, 3], "strides": [1, 1], "padding": "same", "data_format": "channels_last",
+            "dilation_rate": [1, 1], "activation": "relu", "use_bias": True}
+    layers = [
+        input_layer("image", [8, 8, 3]), input_layer("vec", [6]),
+        layer("Rescaling", "scale", {"scale": 0.5, "offset": [0.0, 1.0, 2.0]}, "image"),
+        layer("ZeroPadding2D", "pad", {"padding": [[1, 0], [0, 1]], "data_format": "channels_last"}, "scale"),
+        layer("DepthwiseConv2D", "dw", {**conv, "depth_multiplier": 2}, "pad"),
+        layer("Conv2DTranspose", "up", {**conv, "filters": 4, "output_padding": None}, "dw"),
+        layer("Cropping2D", "crop", {"cropping": [[1, 0], [0, 1]], "data_format": "channels_last"}, "up"),
+        layer("AveragePooling2D", "avg", {"pool_size": [2, 2], "strides": None, "padding": "valid"}, "crop"),
+        layer("UpSampling2D", "ups", {"size": [2, 2], "interpolation": "bilinear", "data_format": "channels_last"},
+              "avg"),
+        layer("LayerNormalization", "ln", {"axis": -1, "epsilon": 0.001, "center": True, "scale": True}, "ups"),
+        layer("GlobalMaxPooling2D", "gmp", {"keepdims": False, "data_format": "channels_last"}, "ln"),
+        layer("Dropout", "drop", {"rate": 0.25, "noise_shape": None, "seed": None}, "vec"),
+        layer("LeakyReLU", "leaky", {"negative_slope": 0.2}, "drop"),
+        dense("proj", 4, "leaky"),
+        layer("Concatenate", "cat", {"axis": -1}, "gmp", "proj"),
+        layer("Softmax", "soft", {"axis": -1}, "cat"),
+        layer("Reshape", "rs", {"target_shape": [2, 4]}, "soft"),
+        layer("Activation", "act", {"activation": "tanh"}, "rs"),
+        layer("Add", "sum", {}, "gmp", "proj"),
+        layer("ELU", "elu", {"alpha": 1.0}, "sum"),
+    ]
+    return functional("wide", layers, ["image", "vec"], ["act", "elu"])
+
+
 def chain(n: int) -> dict[str, Any]:
     """A functional model of `n` ReLU layers, each reading the previous one (the import-size test case)."""
     layers = [input_layer("x", [4])]

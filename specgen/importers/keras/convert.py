@@ -247,6 +247,9 @@ class _Converter:
 
 def convert(graph: KGraph, keras2: bool) -> Imported:
     """Spec inputs, layers and outputs of a flattened Keras graph; ImportProblem on the first refusal."""
+    if not graph.inputs or not graph.outputs:
+        raise ImportProblem(f"the model config names no {'inputs' if not graph.inputs else 'outputs'} (a spec needs "
+                            "one or more of each)")
     state = _Converter(graph, keras2)
     state.inputs()
     for layer in _order(graph):

@@ -118,11 +118,13 @@ def refs(value: Any, where: str) -> list[tuple[str | None, tuple[str, int, int]]
 
 def check_depth(value: Any, where: str) -> None:
     """Refuse a JSON value nested over MAX_DEPTH levels, walking it with a stack (no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    level, depth = [value], 1
+    while level:  # one list per level: no tuple per value (20,000 layers are about 500,000 values)
         if depth > MAX_DEPTH:
             raise ImportProblem(f"{where} nests over {MAX_DEPTH} levels of JSON arrays and objects; a Keras model "
                                 "config needs about 35 for models nested 7 deep")
-        items = node.values() if isinstance(node, dict) else node
-        stack.extend((item, depth + 1) for item in items if isinstance(item, dict | list))
+        below: list[Any] = []
+        for node in level:
+            below += [item for item in (node.values() if isinstance(node, dict) else node)
+                      if isinstance(item, dict | list)]
+        level, depth = below, depth + 1

@@ -43,6 +43,8 @@ from specgen.spec.expand import MAX_LAYERS
 MODELS = ("Functional", "Model", "Sequential")
 INPUT = "InputLayer"
 MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do
+TOO_MANY = (f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); a spec holds at "
+            f"most {MAX_LAYERS}")
 MAX_HOPS = 4 * (MAX_NESTED + 1)  # aliases a tensor passes through: into and out of each nested model
 
 # A model's walk: yields (nested model entry, its scope, the tensors it is called on, where), receives that
@@ -209,8 +211,7 @@ class _Flattener:
                 self.alias[f"{scope}{name}:{node}:{index}"] = key
             return []
         if len(self.layers) >= MAX_LAYERS:
-            raise ImportProblem(f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); "
-                                f"a spec holds at most {MAX_LAYERS}")
+            raise ImportProblem(TOO_MANY)
         # The first call's path owns the weights (itself mapped when this model is a later call of a nested one).
         first = self._first_call(scope + name)
         shares = (first or scope + name) if call else first
@@ -300,8 +301,22 @@ class _Flattener:
         raise ImportProblem(f"the model config refers to tensor {quoted(key)}, which no layer in it produces")
 
 
+def _top_level_calls(config: dict[str, Any]) -> int:
+    """The calls of the top model's own layers (nested models left out): fewer than or as many as the layers
+    flattening makes, counted before any check, so that a model over the limit is refused at once."""
+    inner = config.get("config")
+    entries = inner.get("layers") if isinstance(inner, dict) else None
+    entries = [e for e in entries if isinstance(e, dict) and e.get("class_name") not in (*MODELS, INPUT)] \
+        if isinstance(entries, list) else []
+    if config.get("class_name") == "Sequential":
+        return len(entries)
+    return sum(len(e["inbound_nodes"]) for e in entries if isinstance(e.get("inbound_nodes"), list))
+
+
 def flatten(config: dict[str, Any]) -> KGraph:
     """The DAG of a model config: {"class_name": "Functional" | "Sequential" | ..., "config": {...}}."""
+    if _top_level_calls(config) > MAX_LAYERS:
+        raise ImportProblem(TOO_MANY)
     check_depth(config, "the model config")
     top = checked(TopConfig, config, "")
     if top.class_name not in MODELS:
