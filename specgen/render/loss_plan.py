@@ -8,6 +8,7 @@ from typing import Any
 from specgen.ir.naming import py_name
 from specgen.ir.training import TrainingIR
 from specgen.ir.training.terms import LossTermIR
+from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.render.environment import py_literal
 
 
@@ -29,15 +30,16 @@ def simple(training: TrainingIR) -> bool:
     return len(terms) == 1 and terms[0].data_labels and terms[0].weight == 1.0
 
 
-def _delta(term: LossTermIR) -> str:
-    return f", delta={py_literal(term.delta)}" if term.kind == "huber" else ""
+def _args(term: LossTermIR) -> str:
+    """The kind's own keyword arguments (huber's delta), after labels and output."""
+    return "".join(f", {k}={py_literal(v)}" for k, v in term.args)
 
 
 def _term(term: LossTermIR) -> TermPlan:
     factor = "" if term.weight == 1.0 else f"{py_literal(term.weight)} * "
     if term.regularizer:
         attr = f"reg_{py_name(term.name)}"
-        return TermPlan(term.name, term.kind, f"losses.{term.kind}(self.{attr})", term.weight, factor, attr,
+        return TermPlan(term.name, term.kind, f"{LOSSES[term.kind].function}(self.{attr})", term.weight, factor, attr,
                         term.paths, f"{term.kind} over {len(term.paths)} weight(s)")
     assert term.output is not None and term.labels is not None
     if term.labels_from_output:
@@ -45,7 +47,7 @@ def _term(term: LossTermIR) -> TermPlan:
         note = f"labels: output '{term.labels}', a computed target held constant (no gradient flows into it)"
     else:
         labels, note = f"labels[{py_literal(term.labels)}]", None
-    call = f"losses.{term.kind}({labels}, outputs[{py_literal(term.output)}]{_delta(term)})"
+    call = f"{LOSSES[term.kind].function}({labels}, outputs[{py_literal(term.output)}]{_args(term)})"
     return TermPlan(term.name, term.kind, call, term.weight, factor, note=note)
 
 
@@ -53,7 +55,7 @@ def loss_context(training: TrainingIR) -> dict[str, Any]:
     """`loss_call` for the single-call form, else `terms` for the general one (templates/tf/loss/)."""
     if simple(training):
         term = training.terms[0]
-        return {"loss_call": f"losses.{term.kind}(labels[LABEL], output{_delta(term)})", "terms": []}
+        return {"loss_call": f"{LOSSES[term.kind].function}(labels[LABEL], output{_args(term)})", "terms": []}
     terms = [_term(t) for t in training.terms]
     total = " + ".join(f"{t.factor}terms[{py_literal(t.name)}]" for t in terms)
     return {"loss_call": None, "terms": terms, "total": total, "term_names": tuple(t.name for t in terms)}

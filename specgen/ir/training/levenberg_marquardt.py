@@ -1,4 +1,4 @@
-"""`kind: levenberg_marquardt`: its checks across sections and its resolved optimizer.
+"""`kind: levenberg_marquardt`: its checks across sections (its kind: specgen/kinds/optimizers/levenberg_marquardt.py).
 
 Levenberg-Marquardt solves (JᵀJ + λ·D) δ = -Jᵀr for the residual vector r of a squared-error
 loss over one fixed set of examples, then keeps the step only if the loss falls. That
@@ -7,11 +7,7 @@ shape of step sets what a spec may combine it with; each refusal below says why.
 
 from __future__ import annotations
 
-from typing import Any
-
 from specgen.diagnostics import Diagnostic
-from specgen.ir.training import keys
-from specgen.ir.training.model import OptimizerIR, SlotIR
 from specgen.spec.load import LoadedSpec
 
 KIND = "levenberg_marquardt"
@@ -20,15 +16,6 @@ KIND = "levenberg_marquardt"
 STATEFUL_OPS = {"dropout": "its random mask changes the function between the trial evaluations",
                 "batch_norm": "training mode normalizes with batch statistics and moves its moving statistics "
                               "on every trial evaluation"}
-
-
-def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
-    hyper = (("initial_damping", opt.initial_damping), ("damping_factor", opt.damping_factor),
-             ("max_tries", opt.max_tries))
-    # `scale`: D's running maximum per weight (specgen/runtime/lib/levenberg_marquardt.py), a slot like Adam's m.
-    scale = SlotIR("scale", keys.slot_prefix(name, "scale"))
-    return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (scale,), iterations_key=keys.iterations(name),
-                       damping_key=keys.damping(name))
 
 
 def _check_loss(loaded: LoadedSpec, this: str) -> list[Diagnostic]:
