@@ -159,19 +159,22 @@ def mean_std(moments: Moments) -> tuple[float, float]:
 # Where each saturating activation's slope falls below a tenth of its peak: a unit whose input lies
 # beyond passes almost no gradient. tanh: 1 - tanh(x)^2 < 0.1; sigmoid: s(1 - s) < 0.025, the same
 # point twice as far out (tanh(x) = 2 sigmoid(2x) - 1); hard_sigmoid (relu6(x + 3) / 6): flat beyond 3.
-SATURATION = {"tanh": math.atanh(math.sqrt(0.9)), "sigmoid": 2 * math.atanh(math.sqrt(0.9)), "hard_sigmoid": 3.0}
+TANH_EDGE = math.atanh(math.sqrt(0.9))  # 1.818
+SATURATION = {"tanh": (TANH_EDGE, "where tanh's slope is under a tenth of its peak"),
+              "sigmoid": (2 * TANH_EDGE, "where sigmoid's slope is under a tenth of its peak"),
+              "hard_sigmoid": (3.0, "where hard_sigmoid is flat")}
 
 
-def saturated(name: str, moments: Moments) -> tuple[float, float] | None:
-    """(threshold, share of units beyond it) of a saturating activation on a Gaussian with `moments`;
-    None for an activation that does not saturate on both sides."""
-    threshold = SATURATION.get(ALIASES.get(name, name))
-    if threshold is None:
+def saturated(name: str, moments: Moments) -> tuple[float, float, str] | None:
+    """(threshold, share of units beyond it, what happens there) of a saturating activation on a
+    Gaussian with `moments`; None for an activation that does not saturate on both sides."""
+    found = SATURATION.get(ALIASES.get(name, name))
+    if found is None:
         return None
-    mean, std = mean_std(moments)
+    (threshold, words), (mean, std) = found, mean_std(moments)
     if std == 0:
-        return threshold, float(abs(mean) > threshold)
-    return threshold, 1.0 - (_cdf((threshold - mean) / std) - _cdf((-threshold - mean) / std))
+        return threshold, float(abs(mean) > threshold), words
+    return threshold, 1.0 - (_cdf((threshold - mean) / std) - _cdf((-threshold - mean) / std)), words
 
 
 def _rounded(value: float) -> float:

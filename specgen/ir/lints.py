@@ -33,6 +33,7 @@ INIT_KEYS = {("dense", "kernel"): "kernel_init", ("conv2d", "kernel"): "kernel_i
              ("conv2d_transpose", "kernel"): "kernel_init", ("depthwise_conv2d", "kernel"): "kernel_init",
              ("separable_conv2d", "pointwise_kernel"): "pointwise_init"}
 MOST = 0.5  # a batch norm whose moving statistics keep more than this share of their initial values is flagged
+OVERFLOW: Moments = (0.0, math.inf)  # the moments of a layer whose values are inf in float32 (std inf)
 SATURATED = 0.5  # a saturating activation with more than this share of its units saturated is flagged
 
 
@@ -135,24 +136,29 @@ def propagate(ir: ModelIR) -> dict[str, Scale]:
         if any(m is None for m in ins):
             known[node.name] = Scale(None)
             continue
-        scale = _finite(_layer(node, [m for m in ins if m is not None], inputs))
-        if node.activation and scale.moments is not None:
+        reference = max(known[s].reference for s in node.inputs) if node.inputs else 1.0
+        if any(m is not None and m == OVERFLOW for m in ins):  # inf in float32 stays inf (or nan) after
+            known[node.name] = Scale(OVERFLOW, reference=reference)
+            continue
+        scale = _overflowed(_layer(node, [m for m in ins if m is not None], inputs))
+        if node.activation and scale.moments not in (None, OVERFLOW):
             scale = replace(scale, moments=activation(node.activation, scale.moments, {}), pre=scale.moments)
         if node.op == "embedding":  # indices have no scale: the embedding's own is what follows it
-            scale = replace(scale, reference=scale.std or 1.0)
-        else:
-            scale = replace(scale, reference=max(known[s].reference for s in node.inputs))
-        known[node.name] = scale
+            std = scale.std
+            reference = std if std is not None and 0 < std < math.inf else 1.0
+        known[node.name] = replace(scale, reference=reference)
     return known
 
 
-def _finite(scale: Scale) -> Scale:
-    """Moments that overflowed float64 (huge weights over many layers) become a huge finite scale, so
-    that the layers after an overflow see no inf or nan (inf - inf, 0 * inf) and the lint names the first."""
-    if scale.moments is None or all(math.isfinite(v) for v in scale.moments):
+def _overflowed(scale: Scale) -> Scale:
+    """A layer whose values lie beyond float32's range at initialization (its RMS above FLOAT32_MAX, or
+    moments past float64's) holds inf there: OVERFLOW, which every layer after it inherits."""
+    if scale.moments is None:
         return scale
-    mean, std = mean_std(scale.moments)
-    return replace(scale, moments=(mean, std * std + mean * mean))
+    mean, square = scale.moments
+    if math.isfinite(mean) and math.isfinite(square) and square <= FLOAT32_MAX * FLOAT32_MAX:
+        return scale
+    return replace(scale, moments=OVERFLOW)
 
 
 def ratio_column(ir: ModelIR) -> dict[str, str]:
@@ -175,12 +181,13 @@ def _outside(std: float | None) -> bool:
 def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
     """(layer, message) where the std leaves the band: the first such layer on each path."""
     scales, readers, outputs = propagate(ir), _consumers(ir), set(ir.outputs.values())
+    nodes = {node.name: node for node in ir.nodes}
     found = []
     for node in ir.nodes:
         std = scales[node.name].std
         if any(_outside(scales[s].std) for s in node.inputs):
             continue
-        saturation = _saturation(node, scales, ir)
+        saturation = _saturation(node, scales, nodes)
         if saturation is not None:
             found.append((node, saturation))
             continue
@@ -214,24 +221,24 @@ def _message(node: Node, scale: Scale, after: list[Node]) -> str:
             f"the second moment by {scale.gain:.3g}; {fit}{f' for {act}' if act else ''} keeps it near 1")
 
 
-def _saturation(node: Node, scales: dict[str, Scale], ir: ModelIR) -> str | None:
+def _saturation(node: Node, scales: dict[str, Scale], nodes: dict[str, Node]) -> str | None:
     """The message for a saturating activation (its own `activation:`, or an activation op) whose
     input puts most units where its slope is nearly 0 at initialization; None if it does not."""
     if node.activation is not None:
         name, pre, weighted = node.activation, scales[node.name].pre, node
     elif len(node.inputs) == 1:
-        name, pre = node.op, scales[node.inputs[0]].moments
-        weighted = next((n for n in ir.nodes if n.name == node.inputs[0] and n.op in KERNELS), None)
+        name, pre, weighted = node.op, scales[node.inputs[0]].moments, nodes.get(node.inputs[0])
     else:
         return None
-    found = saturated(name, pre) if pre is not None else None
-    if found is None or found[1] <= SATURATED:
+    found = saturated(name, pre) if pre not in (None, OVERFLOW) else None
+    if found is None or found[1] <= SATURATED:  # most units, not the tails every Gaussian has
         return None
-    (threshold, share), (mean, std) = found, mean_std(pre)
+    (threshold, share, where), (mean, std) = found, mean_std(pre)
     shift = f" and mean {mean:.3g}" if abs(mean) >= 0.1 * max(std, 1.0) else ""
-    head = (f"layer '{node.name}' ({node.op}): at initialization the input of its {name} has std {std:.3g}{shift} "
-            f"(unit-variance inputs assumed, see docs/spec.md#lints), so {share:.1%} of its units start saturated "
-            f"(|x| > {threshold:.3g}, where {name}'s slope is under a tenth of its peak) and pass almost no gradient")
+    subject = f"the input of its {name}" if node.activation else "its input"
+    head = (f"layer '{node.name}' ({node.op}): at initialization {subject} has std {std:.3g}{shift} (unit-variance "
+            f"inputs assumed, see docs/spec.md#lints), so {share:.1%} of its units start saturated (|x| > "
+            f"{threshold:.3g}, {where}) and pass almost no gradient")
     if weighted is None or weighted.op not in KERNELS:
         return head + "; check the initializers of the layers before it"
     role = KERNELS[weighted.op][-1]
