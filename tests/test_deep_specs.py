@@ -57,7 +57,8 @@ def test_blocks_nested_to_the_name_limit_build() -> None:
 
 
 def layer_chain(count: int) -> str:
-    """`count` layers: dense(tanh), relu, add of the two before, in turn; a shared dense; a full training setup."""
+    """`count` layers: dense(tanh), relu, add of the two before, in turn; a shared dense; a training setup with
+    collections, a frozen group, a regularizer, a target network, EMA and pruning (each walks the layers)."""
     rows = ["  - {name: l0, op: dense, units: 4, kernel_init: glorot_uniform}", "  - {name: l1, op: relu}"]
     for k in range(2, count - 1):
         rows.append([f"  - {{name: l{k}, op: add, inputs: [l{k - 1}, l{k - 2}]}}",
@@ -71,7 +72,9 @@ def layer_chain(count: int) -> str:
         "optimizers: {all: {kind: adam, learning_rate: 0.001}}",
         "targets: {slow: {online: 'l4/*', target: 'l7/*', tau: 0.01}}",
         "train: {batch_size: 4, ema: {decay: 0.99}}",
-        "data: {train: {npz: d.npz, features: {x: x}, labels: {t: t}}}"]) + "\n"
+        "data: {train: {npz: d.npz, features: {x: x}, labels: {t: t}}}", "checkpoint: {dir: run}",
+        "prune: {variables: ['l9*/kernel'], schedule: {kind: polynomial_decay, initial_sparsity: 0.0, "
+        "final_sparsity: 0.8, begin_step: 4, end_step: 20, frequency: 2}}"]) + "\n"
 
 
 def test_a_chain_of_the_most_layers_validates_builds_and_reports() -> None:
