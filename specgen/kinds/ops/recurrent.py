@@ -2,8 +2,10 @@
 
 Variables are Keras' (`kernel` [features, gates*units], `recurrent_kernel` [units, gates*units],
 `bias`) in Keras' gate order (LSTM i, f, c, o; GRU z, r, h), so Keras weights restore by identity.
-ONNX runs each layer as one LSTM / GRU / RNN node: the VarDecls say how the TensorFlow values
-become ONNX's [1, gates*units, features] inputs (transposed, LSTM gates reordered to i, o, f, c).
+ONNX runs each layer as one LSTM / GRU / RNN node, time-major behind a Transpose (onnxruntime 1.31's
+CPU kernels refuse `layout = 1`: "Batchwise recurrent operations are not supported"). The VarDecls say
+how the TensorFlow values become ONNX's [1, gates*units, features] inputs (transposed, LSTM gates
+reordered to i, o, f, c); every opset specgen pins (18-21) has these nodes.
 The time dimension is copied through as the input shape holds it (a symbol once shapes carry them).
 """
 
