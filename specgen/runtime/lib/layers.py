@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from specgen.runtime.lib.recurrent import gru, lstm, simple_rnn  # generated modules call them as layers.<op>
-
-__all__ = ["batch_norm", "dropout", "gru", "layer_norm", "lstm", "simple_rnn", "synchronize_batch_norm"]
+# Generated modules call them as layers.<op> (the `as` marks the re-export).
+from specgen.runtime.lib.recurrent import gru as gru
+from specgen.runtime.lib.recurrent import lstm as lstm
+from specgen.runtime.lib.recurrent import simple_rnn as simple_rnn
 
 # train.distribute.sync_batch_norm, set by specgen.runtime.distribute before the steps are traced. A module
 # setting rather than an argument: the generated model's calls stay the same for every strategy.
