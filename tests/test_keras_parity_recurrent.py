@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from specgen.cli import main
+from specgen.ir.gains import init_moments
+from specgen.ir.resolve import build_ir
+from specgen.spec.load import load_spec_text
 
 keras = pytest.importorskip("keras")
 
@@ -66,11 +69,20 @@ def test_initial_weights_follow_keras(tmp_path: Path) -> None:
                                       {"name": "w", "op": "simple_rnn", "units": 2, "input": "x",
                                        "recurrent_init": {"kind": "orthogonal", "gain": 2.0}}])
     weights = {k: v.numpy() for k, v in generated_model(text, tmp_path).variables_by_path().items()}
+    ir = build_ir(load_spec_text(text, "init.yaml"))
     np.testing.assert_array_equal(weights["l/bias"], np.array([0.5] * 3 + [1.0] * 3 + [0.5] * 6, np.float32))
     q = weights["l/recurrent_kernel"]  # [3, 12]: orthonormal rows, as Keras' Orthogonal for a wide matrix
     np.testing.assert_allclose(q @ q.T, np.eye(3), atol=1e-6)  # float32 QR: identity to ~1e-7 per entry
     w = weights["w/recurrent_kernel"]
     np.testing.assert_allclose(w.T @ w, 4.0 * np.eye(2), atol=1e-5)  # gain 2: columns of norm 2
+    # The init-scale lint's moments (ir/gains.py): E[w^2] is exact for orthonormal rows or columns (the mean
+    # is 0 in expectation only) and both are exact for the fixed bias; 1e-6 is float32 rounding.
+    for path, exact_mean in (("l/recurrent_kernel", False), ("w/recurrent_kernel", False), ("l/bias", True)):
+        variable = next(v for v in ir.variables if v.path == path)
+        mean, square = init_moments(variable.init, variable.shape)
+        value = weights[path].astype(np.float64)
+        assert square == pytest.approx((value * value).mean(), abs=1e-6), path
+        assert mean == (pytest.approx(value.mean(), abs=1e-6) if exact_mean else 0.0), path
 
 
 LAYERS = """specgen: 1
