@@ -7,6 +7,8 @@ Classification targets: `sparse` (integer labels, softmax logits), `onehot`
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from specgen.kinds.metrics import REGISTRY
@@ -117,6 +119,7 @@ class Auc(Metric):
         return tf.reduce_sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2)
 
 
-def make(name: str, target: str) -> Metric:
-    """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py)."""
-    return resolve(REGISTRY[name].runtime)(name, target)
+def make(name: str, target: str, **args: Any) -> Metric:
+    """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py), with
+    the keys of its mapping form in `train.metrics` (every one written out by the generated trainer)."""
+    return resolve(REGISTRY[name].runtime)(name, target, **args)
