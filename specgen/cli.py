@@ -165,6 +165,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
 
         return run_probe(loaded, args.resume, args.resume_from)
+    from specgen.runtime.cluster import check_early
+
+    check_early(loaded, args.strategy)  # a bad TF_CONFIG is refused before TensorFlow starts
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,

@@ -28,23 +28,108 @@ def test_worker_0_is_the_chief_unless_a_chief_task_is_named() -> None:
     assert read_role({}) == Role()
     assert read_role(tf_config(workers, "worker", 0)) == Role("worker", 0, 3, True)
     assert read_role(tf_config(workers, "worker", 2)) == Role("worker", 2, 3, False)
-    with_chief = {"chief": ["z:0"], **workers}
+    with_chief = {"chief": ["z:4"], **workers}
     assert read_role(tf_config(with_chief, "chief", 0)) == Role("chief", 0, 4, True)
     assert read_role(tf_config(with_chief, "worker", 0)) == Role("worker", 0, 4, False)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("{not json", "TF_CONFIG: error: not the JSON TensorFlow expects (JSONDecodeError: Expecting property name "
-                  "enclosed in double quotes: line 1 column 2 (char 1)); expected {\"cluster\""),
-    ('{"cluster": {"worker": ["a:1"]}}', "TF_CONFIG: error: not the JSON TensorFlow expects (KeyError: 'task')"),
-    ('{"cluster": {"ps": ["a:1"], "worker": ["b:2"]}, "task": {"type": "ps", "index": 0}}',
-     "TF_CONFIG: error: task type 'ps': specgen trains with MultiWorkerMirroredStrategy, whose tasks are 'worker' and "
-     "an optional 'chief' (no parameter servers or evaluators)"),
-])
-def test_a_malformed_tf_config_is_one_line_saying_what_is_expected(text: str, message: str) -> None:
+WORKERS = '"cluster": {"worker": ["a:1", "b:2"]}'
+EXAMPLE = '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", "index": 0}}'
+ADDRESS = 'cluster.worker.0: received {!r} (str); expected '
+# Every kind of garbage TF_CONFIG the red team sent (issue 17), and the one line each must give.
+GARBAGE = [
+    ("[]", f"the whole value: received [] (list); expected a JSON object such as {EXAMPLE}"),
+    ('{"cluster": [], "task": {"type": "worker", "index": 0}}',
+     'cluster: received [] (list); expected an object of job name to a list of "host:port" addresses, such as '
+     '{"worker": ["host0:12345"]}'),
+    ('{"cluster": {"worker": "abc"}, "task": {"type": "worker", "index": 0}}',
+     "cluster.worker: received 'abc' (str); expected a list of \"host:port\" addresses"),
+    ('{"cluster": {"worker": [5]}, "task": {"type": "worker", "index": 0}}',
+     'cluster.worker.0: received 5 (int); expected a "host:port" address (a string)'),
+    ("{" + WORKERS + ', "task": {"type": "worker", "index": 2}}',
+     "task.index: received 2; expected an index from 0 to 1 (the 'worker' job lists 2 address(es))"),
+    ("{" + WORKERS + ', "task": {"type": "worker", "index": -1}}',
+     "task.index: received -1; expected an index from 0 to 1 (the 'worker' job lists 2 address(es))"),
+    ("{" + WORKERS + ', "task": {"type": "worker", "index": true}}',
+     "task.index: received True (bool); expected an integer, the task's position in its job's list (from 0)"),
+    ("{" + WORKERS + ', "task": {"type": "worker", "index": 1.5}}',
+     "task.index: received 1.5 (float); expected an integer, the task's position in its job's list (from 0)"),
+    ("{" + WORKERS + ', "task": {"type": "worker", "index": "1"}}',
+     "task.index: received '1' (str); expected an integer, the task's position in its job's list (from 0)"),
+    ('{"cluster": {"worker": ["host"]}, "task": {"type": "worker", "index": 0}}', ADDRESS.format("host") + "host:port"),
+    ('{"cluster": {"worker": ["host:99999"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("host:99999") + "a port from 1 to 65535 after the last ':'"),
+    ('{"cluster": {"worker": ["host:abc"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("host:abc") + "a port from 1 to 65535 after the last ':'"),
+    ('{"cluster": {"worker": ["host:0"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("host:0") + "a port from 1 to 65535 after the last ':'"),
+    ('{"cluster": {"worker": [":80"]}, "task": {"type": "worker", "index": 0}}', ADDRESS.format(":80") + "host:port"),
+    ('{"cluster": {"worker": ["::1:80"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("::1:80") + "a host name, an IPv4 address or [an IPv6 address] before the port"),
+    ('{"cluster": {"worker": ["[::g]:80"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("[::g]:80") + "an IPv6 address between [ and ]"),
+    ('{"cluster": {"worker": ["a b:80"]}, "task": {"type": "worker", "index": 0}}',
+     ADDRESS.format("a b:80") + "a host name, an IPv4 address or [an IPv6 address] before the port"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}',
+     "cluster.worker.1: received 'a:1'; expected an address no other task has (two tasks cannot listen on one port)"),
+    ('{"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief", "index": 0}}',
+     "cluster.chief: received 2 addresses; expected at most one (TensorFlow's rule)"),
+    ('{"cluster": {"ps": ["a:1"], "worker": ["b:2"]}, "task": {"type": "worker", "index": 0}}',
+     "cluster: received the job 'ps'; expected the jobs of MultiWorkerMirroredStrategy, 'chief', 'evaluator' or "
+     "'worker' (specgen trains no parameter servers)"),
+    ('{"cluster": {"worker": ["a:1"], "evaluator": ["b:2"]}, "task": {"type": "evaluator", "index": 0}}',
+     "task.type: received 'evaluator'; expected 'worker' or 'chief': specgen trains with MultiWorkerMirroredStrategy, "
+     "whose tasks are workers and an optional chief (no parameter servers or evaluators)"),
+    ("{" + WORKERS + ', "task": {"type": "chief", "index": 0}}',
+     "task.type: received 'chief'; expected a job the cluster lists ('worker' there)"),
+    ("{" + WORKERS + "}", "task: received nothing (the key is missing); expected an object such as "
+     '{"type": "worker", "index": 0}'),
+    ("{" + WORKERS + ', "task": "worker"}',
+     "task: received 'worker' (str); expected an object such as {\"type\": \"worker\", \"index\": 0}"),
+    ("null", f"the whole value: received None (NoneType); expected a JSON object such as {EXAMPLE}"),
+    ("{not json", "the whole value: received text that is not JSON (key must be a string at line 1 column 2); "
+     f"expected a JSON object such as {EXAMPLE}"),
+    ("[" * 20_000, "the whole value: received text that is not JSON (recursion limit exceeded at line 1 column 202); "
+     f"expected a JSON object such as {EXAMPLE}"),
+    ("", "the whole value: received '' (set, but empty); expected no TF_CONFIG at all for one worker, or a JSON object "
+     f"such as {EXAMPLE}"),
+    ("{}", 'cluster: received nothing (the key is missing); expected an object of job name to a list of "host:port" '
+     'addresses, such as {"worker": ["host0:12345"]} (1 more problem(s) after this one)'),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), GARBAGE, ids=[f"garbage{n}" for n in range(len(GARBAGE))])
+def test_garbage_tf_config_is_one_line_through_the_cli_and_writes_nothing(tmp_path: Path, text: str,
+                                                                           message: str) -> None:
+    """The real `specgen train` in a subprocess with TF_CONFIG set: exit 1, one line, nothing on disk."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP.read_text().replace("../data/digits.npz", str(ROOT / "examples" / "data" / "digits.npz")))
+    result = subprocess.run([sys.executable, "-m", "specgen", "train", str(spec), "--strategy", "multi_worker"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={"PYTHONPATH": str(ROOT), "TF_CONFIG": text})
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"TF_CONFIG: error: {message}\n1 error found\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no run folder, no code, nothing
+
+
+def test_a_tf_config_longer_than_linux_passes_to_a_program_is_refused_before_parsing() -> None:
+    """No exec carries a 128 KiB + 1 environment string (E2BIG), so this one comes through os.environ itself."""
+    text = "[" * (128 * 1024 + 1)
     with pytest.raises(SpecError) as caught:
         read_role({"TF_CONFIG": text})
-    assert str(caught.value).startswith(message)
+    assert str(caught.value) == ("TF_CONFIG: error: the whole value: received 131073 characters; expected at most "
+                                 "131072 (Linux passes no longer environment string to a program), shaped like "
+                                 f"{EXAMPLE}")
+    assert read_role({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0},
+                                               "environment": " " * (128 * 1024 - 100)})}) == Role("worker", 0, 1, True)
+
+
+def test_launchers_keys_and_ipv6_addresses_are_accepted() -> None:
+    """Kubeflow adds `environment`, Vertex AI `job` and `task.trial`; an evaluator job trains nothing."""
+    config = {"cluster": {"chief": ["[::1]:2222"], "worker": ["10.0.0.2:2222", "w-1.ns.svc:2222"],
+                          "evaluator": ["my_eval:2222"]},
+              "task": {"type": "worker", "index": 1, "trial": ""}, "environment": "cloud", "job": {"x": 1}}
+    assert read_role({"TF_CONFIG": json.dumps(config)}) == Role("worker", 1, 3, False)
 
 
 def test_an_unknown_strategy_is_refused_at_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
