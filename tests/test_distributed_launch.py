@@ -142,25 +142,26 @@ def test_an_unknown_strategy_is_refused_at_its_position(tmp_path: Path, capsys: 
                    "'multi_worker'\n1 error found\n")
 
 
-def emit(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+def emit(tmp_path: Path, *flags: str, spec: Path = MLP, command: str = "train") -> subprocess.CompletedProcess[str]:
     """`specgen train --emit tfjob` in a fresh interpreter that must not import TensorFlow."""
     code = ("import sys; from specgen.cli import main; status = main(sys.argv[1:]); "
             "assert 'tensorflow' not in sys.modules, 'imported TensorFlow'; sys.exit(status)")
-    return subprocess.run([sys.executable, "-c", code, "train", str(MLP), "--emit", "tfjob", *flags],
+    extra = ["--emit", "tfjob", *flags] if command == "train" else list(flags)
+    return subprocess.run([sys.executable, "-c", code, command, str(spec), *extra],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
 
 
 def test_emit_tfjob_writes_a_kubeflow_manifest_for_every_worker(tmp_path: Path) -> None:
-    flags = ["--image", "registry.example/train:1.0", "--workers", "3", "--cpu", "4", "--memory", "16Gi", "--gpus", "1",
+    flags = ["--image", "registry.example/train:1.0", "--workers", "4", "--cpu", "4", "--memory", "16Gi", "--gpus", "1",
              "--volume", "runs:/runs", "--set", "checkpoint.dir=/runs/digits_mlp", "-o", "job.yaml"]
     result = emit(tmp_path, *flags)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "wrote job.yaml: a TFJob of 3 worker(s) for digits_mlp\n"
+    assert result.stdout == "wrote job.yaml: a TFJob of 4 worker(s) for digits_mlp\n"
     text = (tmp_path / "job.yaml").read_text()
     job = yaml.safe_load(text)
     assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("kubeflow.org/v1", "TFJob", "digits-mlp")
     worker = job["spec"]["tfReplicaSpecs"]["Worker"]
-    assert (worker["replicas"], worker["restartPolicy"]) == (3, "OnFailure")
+    assert (worker["replicas"], worker["restartPolicy"]) == (4, "OnFailure")
     [container] = worker["template"]["spec"]["containers"]
     assert container["name"] == "tensorflow" and container["image"] == "registry.example/train:1.0"
     assert container["command"] == ["specgen", "train", str(MLP), "--strategy", "multi_worker", "--resume-or-start",
@@ -182,6 +183,72 @@ def test_emit_tfjob_refuses_bad_flags_in_one_line_each(tmp_path: Path) -> None:
                                  "such as 4, 500m or 16Gi",
                                  "specgen train --emit tfjob: error: --volume 'runs': expected CLAIM:/mount/path (a "
                                  "PersistentVolumeClaim name and where the workers mount it)",
-                                 "specgen train --emit tfjob: error: --workers 0: expected 1 or more"]
+                                 "specgen train --emit tfjob: error: --workers 0: expected 1 to 512 (every worker's "
+                                 "address goes into each worker's TF_CONFIG, one environment string of at most 128 "
+                                 "KiB)"]
     assert lines[3] == "3 errors found"
     assert not (tmp_path / "job.yaml").exists()
+
+
+def test_emit_tfjob_refuses_a_spec_that_does_not_validate_with_validates_errors(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP.read_text().replace("variables: [\"*\"]", "variables: [nothing_here]"))
+    validate = emit(tmp_path, spec=spec, command="validate")
+    assert validate.returncode == 1 and "error" in validate.stderr, validate.stderr
+    result = emit(tmp_path, "--image", "img:1", "-o", "job.yaml", spec=spec)
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", validate.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+@pytest.mark.parametrize(("flags", "line"), [
+    (["--workers", "100000000"], "specgen train --emit tfjob: error: --workers 100000000: expected 1 to 512 (every "
+     "worker's address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
+    (["--workers", "513"], "specgen train --emit tfjob: error: --workers 513: expected 1 to 512 (every worker's "
+     "address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
+    (["--workers", "-1"], "specgen train --emit tfjob: error: --workers -1: expected 1 to 512 (every worker's "
+     "address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
+    (["--gpus", "100000"], "specgen train --emit tfjob: error: --gpus 100000: expected 0 to 16 (GPUs on one node)"),
+    # 3 workers x 1 CPU replica cannot split digits_mlp's global batch of 32: every worker would fail at start.
+    (["--workers", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch, which splits evenly among "
+     "the 3 replicas of the multi_worker strategy; use 30 or 33"),
+    (["--workers", "2", "--gpus", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch, which splits "
+     "evenly among the 6 replicas of the multi_worker strategy; use 30 or 36"),
+])
+def test_emit_tfjob_refuses_a_job_that_cannot_run_and_writes_nothing(tmp_path: Path, flags: list[str],
+                                                                      line: str) -> None:
+    result = emit(tmp_path, "--image", "img:1", *flags, "-o", "job.yaml")
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", f"{line}\n1 error found\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_emit_tfjob_takes_512_workers_with_names_kubernetes_accepts(tmp_path: Path) -> None:
+    """The bound itself is accepted; every worker Service name `<job>-worker-<i>` stays an RFC 1035 label."""
+    spec = tmp_path / "spec.yaml"
+    long_name = "a_spec_name_" + "long_" * 12 + "end"  # 75 characters
+    spec.write_text(MLP.read_text().replace("name: digits_mlp", f"name: {long_name}")
+                    .replace("batch_size: 32", "batch_size: 512"))
+    result = emit(tmp_path, "--image", "img:1", "--workers", "512", spec=spec)
+    assert result.returncode == 0, result.stderr
+    job = yaml.safe_load(result.stdout)
+    name = job["metadata"]["name"]
+    assert name == "a-spec-name-long-long-long-long-long-long-long-long"  # cut at 52, then the trailing '-'
+    assert len(f"{name}-worker-511") == 62 and job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 512
+
+
+def test_emit_tfjob_escapes_a_spec_path_that_would_inject_yaml(tmp_path: Path) -> None:
+    """A newline in the spec's path must not start a YAML line: the header takes the path as repr, the
+    manifest itself comes from yaml.safe_dump (the command holds the path as one string)."""
+    folder = tmp_path / "x\nkind: Pod\nmetadata: {name: injected}\n#"
+    folder.mkdir()
+    spec = folder / "spec.yaml"
+    spec.write_text(MLP.read_text().replace("../data/digits.npz", str(ROOT / "examples" / "data" / "digits.npz")))
+    result = emit(tmp_path, "--image", "img:1", spec=spec)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"# Generated by `specgen train {str(spec)!r} --emit tfjob`; apply with `kubectl apply -f`."
+    assert lines[1].startswith("# Worker 0 is the chief") and lines[2] == "apiVersion: kubeflow.org/v1"
+    assert not any(line.startswith("#") for line in lines[2:])
+    job = yaml.safe_load(result.stdout)
+    assert (job["kind"], job["metadata"]) == ("TFJob", {"name": "digits-mlp"})
+    [container] = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["command"][:3] == ["specgen", "train", str(spec)]

@@ -184,3 +184,25 @@ def check_early(loaded: LoadedSpec, strategy: str | None) -> None:
         strategy = train.distribute.strategy if train is not None else "default"
     if strategy == "multi_worker":
         read_role()
+
+
+def check_replicas(loaded: LoadedSpec, strategy: str, count: int) -> None:
+    """What a distributed run of the spec needs, checked without TensorFlow (by `specgen train` once its
+    strategy knows `count`, and by `--emit tfjob` before it writes a job that could only fail)."""
+    training = build_ir(loaded).training
+    if training is None or training.train is None:
+        return
+    if any(o.levenberg_marquardt for o in training.optimizers):
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), "levenberg_marquardt solves on the "
+                                           "whole batch in one process; train it with the default strategy")])
+    batch = training.train.batch_size
+    if batch is None:
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), "batch_size: full under the "
+                                           f"{strategy} strategy: give the global batch as a number that "
+                                           f"splits evenly among the {count} replicas")])
+    if batch % count:
+        lower, higher = batch // count * count, (batch // count + 1) * count
+        fits = f"{lower} or {higher}" if lower else str(higher)
+        message = (f"train.batch_size {batch} is the global batch, which splits evenly among the {count} "
+                   f"replicas of the {strategy} strategy; use {fits}")
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), message)])
