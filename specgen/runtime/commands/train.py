@@ -21,9 +21,9 @@ from specgen.ir.lints import momentum_warnings
 from specgen.paths import shown
 from specgen.runtime import distribute
 from specgen.runtime.checkpoint import write_failure
-from specgen.runtime.disk import os_error
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
+from specgen.runtime.disk import os_error
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]
