@@ -7,6 +7,7 @@ EFBIG) runs everywhere; a small tmpfs (ENOSPC, the user's case) needs the right 
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -212,3 +213,55 @@ def test_a_full_disk_under_tensorboard_events_is_one_line_and_resume_continues(
         if events.stat().st_size == 0:  # the one TensorFlow created before its header would not fit
             events.unlink()
     failed_then_resumed(spec, run, result, line, uninterrupted)
+
+
+# ---- --resume and meta.json ---------------------------------------------------------------------------------------
+
+COMPLETE = {"data": {"batch_size": 16, "examples": 1437, "seed": 3, "shuffle_buffer": 16}, "overrides": [], "serial": 1,
+            "spec": "fault_mlp", "step": 5}
+REMEDY = "as specgen writes it. Resume from another checkpoint (--resume-from) or start over with --fresh"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder with ckpt-00000005 (its meta.json is rewritten by each case, then put back)."""
+    folder = tmp_path_factory.mktemp("trained")
+    spec = write_spec(folder, folder / "run")
+    assert specgen(spec, "--steps", "5").returncode == 0
+    assert json.loads((folder / "run" / "ckpt-00000005" / "meta.json").read_text()) == COMPLETE
+    return spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("meta", "line"), [
+    ('{"step": 5, "spec": "other"}', "run/ckpt-00000005/meta.json: error: this checkpoint belongs to spec 'other', "
+     "not 'fault_mlp'; resume it with that spec, or give this one its own folder (checkpoint.dir)"),
+    (json.dumps({**COMPLETE, "spec": None}, indent=2), "run/ckpt-00000005/meta.json:10:3: error: checkpoint "
+     f"ckpt-00000005 has a malformed meta.json: 'spec' is None (NoneType); expected the name of the spec that wrote it "
+     f"(a string), {REMEDY}"),
+    (json.dumps({k: v for k, v in COMPLETE.items() if k != "spec"}, indent=2), "run/ckpt-00000005/meta.json: error: "
+     "checkpoint ckpt-00000005 has a malformed meta.json: 'spec' is nothing (the key is missing); expected the name of "
+     f"the spec that wrote it (a string), {REMEDY}"),
+    (json.dumps({**COMPLETE, "data": {**COMPLETE["data"], "seed": 3.5}}, indent=2), "run/ckpt-00000005/meta.json:2:3: "
+     "error: checkpoint ckpt-00000005 has a malformed meta.json: 'data.seed' is 3.5 (float); expected an object of "
+     f"batch_size, examples, seed and shuffle_buffer (integers), {REMEDY}"),
+    (json.dumps({**COMPLETE, "overrides": "lr=1"}, indent=2), "run/ckpt-00000005/meta.json:8:3: error: checkpoint "
+     f"ckpt-00000005 has a malformed meta.json: 'overrides' is 'lr=1' (str); expected a list of --set texts (strings), "
+     f"{REMEDY}"),
+    ("{not json", "run/ckpt-00000005/meta.json:1:2: error: checkpoint ckpt-00000005 is unreadable: not valid JSON "
+     "(Expecting property name enclosed in double quotes). Nothing was changed; no intact checkpoint is beside it; "
+     "start over with --fresh (it moves this run aside, deleting nothing)"),
+], ids=["another spec", "spec null", "spec missing", "float seed", "overrides a string", "not JSON"])
+def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_line(trained: Path, meta: str,
+                                                                                    line: str) -> None:
+    run = trained.parent.parent / "run"
+    file = run / "ckpt-00000005" / "meta.json"
+    original = file.read_bytes()
+    file.write_text(meta)
+    listing = sorted(p.name for p in run.rglob("*"))
+    try:
+        result = specgen(trained, "--resume", "--steps", "5")
+        assert (result.returncode, own_lines(result.stderr)) == (1, [line, "1 error found"])
+        assert sorted(p.name for p in run.rglob("*")) == listing and file.read_text() == meta  # nothing changed
+    finally:
+        file.write_bytes(original)
