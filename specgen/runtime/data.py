@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen import text
 from specgen.diagnostics import SpecError, did_you_mean
+from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
 from specgen.spec.load import LoadedSpec
 
@@ -47,7 +49,7 @@ SCAN_CHUNK = 1024  # TFRecord records parsed together while checking a file
 Locate = Callable[[str, tuple[int, ...], int], str]
 
 
-class DataError(ValueError):
+class DataError(SpecgenError, ValueError):
     """A data file that cannot be used; the message says what is wrong and what to do."""
 
 
@@ -70,7 +72,7 @@ class Wanted:
 
 
 def _shape(shape: tuple[int | None, ...]) -> str:
-    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+    return text.shape(shape, unknown="N")
 
 
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:
