@@ -302,7 +302,9 @@ def test_set_values_have_the_spec_bounds(value: str, message: str) -> None:
     start = time.perf_counter()
     with pytest.raises(SpecError) as caught:
         parse_override(f"train.batch_size={value}")
-    assert time.perf_counter() - start < 5
+    # A hang guard (the messages prove each bound applied): the old 8-level bomb took 8.7 s, 30,000 `[` took
+    # 5.3-5.7 s here on 2 shared cores (PyYAML scans them before the depth check), so 5 s failed under load.
+    assert time.perf_counter() - start < 30
     (line,) = str(caught.value).splitlines()
     assert line.startswith("--set train.batch_size=") and message in line, line
 
