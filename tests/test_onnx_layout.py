@@ -20,7 +20,7 @@ import onnx
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # max |ORT - TF|: two float32 evaluations of one graph, different summation orders
 
 # Two dense layers and a transition, as keras.applications.DenseNet121 writes them (growth 8, 16 channels
 # in, so every Concat has a multiple of 8 channels, the NCHWc block size on AVX2 and below).
