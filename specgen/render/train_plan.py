@@ -8,8 +8,8 @@ from typing import Any
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
 from specgen.render.environment import py_literal
-from specgen.render.loss_plan import loss_context
-from specgen.render.target_plan import target_plans
+from specgen.render.features_plan import skeleton_context
+from specgen.render.loss_plan import single_loss_call
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,22 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
         "ir": ir, "optimizers": plans, "accumulate": train.accumulate, "batch_size": train.batch_size,
         "seed": train.seed, "loss_kind": loss.kind if loss else None, "label": loss.labels if loss else None,
         "output": output, "target": loss.target if loss else None, "metrics": list(train.metrics),
-        **loss_context(training),
-        "levenberg_marquardt": any(o.levenberg_marquardt for o in training.optimizers),
-        "clip": _clip(train.clip), "ema_decay": train.ema.decay if train.ema else None,
-        "ema_eval": bool(train.ema and train.ema.eval),
-        "trainable": [p for plan in plans for p in plan.paths],
-        "targets": target_plans(training),
-        "keys": {"step": keys.STEP, "accumulators": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES,
-                 "ema": keys.EMA},
+        "loss_call": single_loss_call(training), "ema_eval": bool(train.ema and train.ema.eval),
+        "trainable": [p for plan in plans for p in plan.paths], "keys": {"step": keys.STEP},
+        **skeleton_context(ir),
     }
+
+
+# The feature partials' own contexts (kinds/features/<name>.py points at each by name).
+def ema_context(ir: ModelIR) -> dict[str, Any]:
+    assert ir.training and ir.training.train and ir.training.train.ema
+    return {"key": keys.EMA, "decay": ir.training.train.ema.decay}
+
+
+def accumulate_context(ir: ModelIR) -> dict[str, Any]:
+    return {"key": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES}
+
+
+def clip_context(ir: ModelIR) -> dict[str, Any]:
+    assert ir.training and ir.training.train
+    return {"clip": _clip(ir.training.train.clip)}

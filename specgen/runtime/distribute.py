@@ -39,6 +39,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
+from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.cluster import Role, read_role
@@ -231,13 +232,12 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
     if training is None or training.train is None:
         return replicas
     if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), "levenberg_marquardt solves on the "
-                                           "whole batch in one process; train it with the default strategy")])
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"),
+                                           compat.message("levenberg_marquardt", "distribute"))])
     batch = training.train.batch_size
     if batch is None:
-        raise SpecError([loaded.diagnostic(("train", "batch_size"), "batch_size: full under the "
-                                           f"{settings.strategy} strategy: give the global batch as a number that "
-                                           f"splits evenly among the {replicas.count} replicas")])
+        raise SpecError([loaded.diagnostic(("train", "batch_size"), compat.message(
+            "distribute", "full_batch", strategy=settings.strategy, replicas=replicas.count))])
     if batch % replicas.count:
         lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
         fits = f"{lower} or {higher}" if lower else str(higher)

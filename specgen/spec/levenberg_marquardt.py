@@ -13,16 +13,12 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from specgen.kinds.features import compat
 from specgen.spec.base import PositiveFloat, PositiveInt, SpecModel, number
 
-# Why each optimizer key that LM does without is refused (the message after "levenberg_marquardt takes no ...").
-REFUSED = {
-    "learning_rate": "learning rate: the damping sets the step length (Marquardt's rule moves it after every "
-                     "iteration); set initial_damping instead",
-    "weight_decay": "weight decay: each step solves the damped normal equations of the residuals, so a decay "
-                    "outside them would undo the fit; add an L2 term to the model instead",
-    "clip": "clipping: the step is a damped Gauss-Newton solve, not a gradient step; a larger damping shortens it",
-}
+# The pair of features each optimizer key that LM does without stands for: the message is that pair's
+# refusal in specgen/kinds/features/compat.py (rather than an unknown-key error).
+REFUSED = {"learning_rate": "schedule", "weight_decay": "weight_decay", "clip": "optimizer_clip"}
 
 
 class LevenbergMarquardtKeys(SpecModel):
@@ -41,4 +37,4 @@ class LevenbergMarquardtKeys(SpecModel):
     @field_validator("learning_rate", "weight_decay", "clip", mode="before")
     @classmethod
     def _refused(cls, value: Any, info: Any) -> Any:
-        raise ValueError(f"levenberg_marquardt takes no {REFUSED[info.field_name]}")
+        raise ValueError(compat.message("levenberg_marquardt", REFUSED[info.field_name]))

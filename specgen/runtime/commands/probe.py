@@ -24,6 +24,7 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
@@ -131,9 +132,7 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None, ir: ModelIR | None
         raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
     if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([Diagnostic(loaded.display, None, "--probe shows one gradient update; a levenberg_marquardt "
-                                    "iteration is a damped solve over the whole training set: train a few epochs "
-                                    "and read the loss instead")])
+        raise SpecError([Diagnostic(loaded.display, None, compat.message("levenberg_marquardt", "probe"))])
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None

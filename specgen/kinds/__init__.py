@@ -1,0 +1,5 @@
+"""Registries, one subpackage per extension axis (issue 18): each kind is one module that holds its facts.
+
+`kinds/features` holds the training features. The package imports neither jinja2, TensorFlow nor onnx:
+`specgen validate` and `build` import it.
+"""
