@@ -41,6 +41,7 @@ from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
 from specgen.kinds.features import compat
 from specgen.paths import shown
+from specgen.runtime import hooks
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.cluster import Role, read_role
 from specgen.runtime.distribution import Distribution
@@ -231,9 +232,8 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
     training = ir.training
     if training is None or training.train is None:
         return replicas
-    if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"),
-                                           compat.message("levenberg_marquardt", "distribute"))])
+    if (why := hooks.refusal(ir, "distribute")) is not None:
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), why)])
     batch = training.train.batch_size
     if batch is None:
         raise SpecError([loaded.diagnostic(("train", "batch_size"), compat.message(

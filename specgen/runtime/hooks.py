@@ -15,12 +15,14 @@ from typing import Any
 from specgen.ir.model import ModelIR
 from specgen.ir.training.model import TrainIR
 from specgen.ir.training.terms import LossTermIR
+from specgen.kinds import features
+from specgen.kinds.features import compat
 from specgen.runtime.lib import ema, pruning, target_networks
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, Tensor, TermReporter
 from specgen.runtime.pruning_state import mask_variables, restore_targets
 
 __all__ = ["after_restore", "checkpoint_meta", "evaluation_weights", "fine_tuning_targets", "fine_tuning_variables",
-           "loss_scalars"]
+           "loss_scalars", "refusal"]
 
 AfterRestore = Callable[[GeneratedModel, GeneratedTrainer, Mapping[str, Tensor], frozenset[str]], None]
 # In this order: the masks zero the restored weights before EMA shadows and target copies are taken from them.
@@ -67,3 +69,17 @@ def loss_scalars(trainer: GeneratedTrainer, terms: tuple[LossTermIR, ...], loss:
     return {f"loss/{term.name}": loss for term in terms}
 
 
+
+
+def refusal(ir: ModelIR, beside: str) -> str | None:
+    """Why one of the spec's active features does not combine with `beside`, a feature the command adds
+    (`distribute` under a strategy, `probe`), from the compatibility table; None when they all do.
+
+    A feature counts with each of its table names (clip: train.clip and an optimizer's own clip); the
+    refusals made here take no facts from the code site (the table's for these pairs have none).
+    """
+    active = {feature.name for feature in features.active(ir)}
+    for name, feature in compat.FEATURE_OF.items():
+        if feature in active and not compat.allowed(name, beside):
+            return compat.message(name, beside)
+    return None

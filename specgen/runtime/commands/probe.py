@@ -24,10 +24,9 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
-from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.render.files import render_files
-from specgen.runtime import data
+from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
 from specgen.runtime.lib.generated import load_generated
@@ -131,8 +130,8 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None, ir: ModelIR | None
     if not training.can_train or "train" not in training.data or training.train is None:
         raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
-    if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([Diagnostic(loaded.display, None, compat.message("levenberg_marquardt", "probe"))])
+    if (why := hooks.refusal(ir, "probe")) is not None:
+        raise SpecError([Diagnostic(loaded.display, None, why)])
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None
