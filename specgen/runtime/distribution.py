@@ -51,15 +51,14 @@ class Distribution:
     def updates(self, trainer: Any, iterator: Any, step: int, count: int, train: TrainIR) -> tf.Tensor:
         """`count` updates from global step `step`; the last micro-batch's loss (a tensor: no host sync per step).
 
-        A trainer that steps whole chunks (SteppingTrainer) runs them in one graph; an accumulating one
-        (AccumulatingTrainer) is called per micro-batch. Seeds are the same either way:
-        [global_step * K + micro-batch, seed].
+        An accumulating trainer (AccumulatingTrainer) is called per micro-batch; every other step kind (the
+        gradient step, Levenberg-Marquardt) runs whole chunks in one graph (`train_steps`). Seeds are the same
+        either way: [global_step * K + micro-batch, seed].
         """
-        if isinstance(trainer, SteppingTrainer):
-            return self.train_steps(trainer, iterator, tf.constant(step, tf.int64), tf.constant(count, tf.int64),
-                                    train.seed)
-        return self.accumulated_updates(cast(AccumulatingTrainer, trainer), iterator, step, count, train.accumulate,
-                                        train.seed)
+        if isinstance(trainer, AccumulatingTrainer):
+            return self.accumulated_updates(trainer, iterator, step, count, train.accumulate, train.seed)
+        return self.train_steps(cast(SteppingTrainer, trainer), iterator, tf.constant(step, tf.int64),
+                                tf.constant(count, tf.int64), train.seed)
 
     def train_steps(self, trainer: SteppingTrainer, iterator: Any, counter: tf.Tensor, steps: tf.Tensor,
                     seed: int) -> tf.Tensor:
