@@ -155,6 +155,11 @@ class Replicas(Distribution):
             shutil.rmtree(self._temporary, ignore_errors=True)
             self._temporary = None
 
+    def saved(self, checkpoint: Path) -> None:
+        """TensorFlow's pattern: every worker writes the checkpoint (the save is collective), only the chief's stays."""
+        if not self.role.chief:
+            shutil.rmtree(checkpoint)
+
     def train_steps(self, trainer: SteppingTrainer, iterator: Any, counter: tf.Tensor, steps: tf.Tensor,
                     seed: int) -> tf.Tensor:
         """`steps` updates in one graph; the loss of the last, averaged over replicas (the global batch's mean)."""

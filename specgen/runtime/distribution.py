@@ -48,6 +48,9 @@ class Distribution:
     def close(self) -> None:
         """Remove what this process wrote only for itself."""
 
+    def saved(self, checkpoint: Path) -> None:
+        """A checkpoint this process just wrote in its `write_folder` (the run's: kept)."""
+
     def updates(self, trainer: Any, iterator: Any, step: int, count: int, train: TrainIR) -> tf.Tensor:
         """`count` updates from global step `step`; the last micro-batch's loss (a tensor: no host sync per step).
 

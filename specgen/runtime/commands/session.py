@@ -9,7 +9,6 @@ from the loop so that each file stays readable on its own.
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import tensorflow as tf
@@ -240,8 +239,7 @@ class Session:
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
-            if self.writes != self.folder:  # a worker that is not the chief: TensorFlow's pattern, write then remove
-                shutil.rmtree(path)
+            self.distribution.saved(path)  # a worker that is not the chief removes its copy (TensorFlow's pattern)
         except OSError as exc:
             newest = f"the newest complete checkpoint is {shown(self.last_path)}" if self.last_path else "no checkpoint was saved"
             raise SpecError([Diagnostic(shown(exc.filename or self.folder), None, f"cannot write the checkpoint of step "
