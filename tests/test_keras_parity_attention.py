@@ -96,6 +96,22 @@ def test_causal_mask_changes_the_output(tmp_path: Path) -> None:
     assert np.all(np.abs(outs[0][:, :-1] - outs[1][:, :-1]).max(axis=-1) > 1e-3)
 
 
+def test_dropout_in_training_only(tmp_path: Path) -> None:
+    """dropout falls on the attention weights in training (seeded: two calls agree) and is the identity at inference."""
+    import tensorflow as tf
+
+    x = tf.constant(np.random.default_rng(2).standard_normal((2, *SHAPE)).astype(np.float32))
+    layer = {"name": "att", "op": "multi_head_attention", "num_heads": 2, "key_dim": 4, "dropout": 0.5}
+    model = generated_model(layer_spec("drop", SHAPE, [layer]), tmp_path)
+    plain = {"name": "att", "op": "multi_head_attention", "num_heads": 2, "key_dim": 4}
+    reference = generated_model(layer_spec("plain", SHAPE, [plain]), tmp_path)({"x": x})["y"].numpy()
+    np.testing.assert_array_equal(model({"x": x}, training=False)["y"].numpy(), reference)
+    seed = tf.constant([7, 11], tf.int64)
+    dropped = model({"x": x}, training=True, seed=seed)["y"].numpy()
+    np.testing.assert_array_equal(model({"x": x}, training=True, seed=seed)["y"].numpy(), dropped)
+    assert np.abs(dropped - reference).max() > 1e-2
+
+
 LAYERS = """specgen: 1
 name: bad
 inputs:

@@ -12,6 +12,8 @@ import math
 
 import tensorflow as tf
 
+from specgen.runtime.lib.dropout import dropout as drop
+
 MASKED = -1e9  # Keras' large negative number for float32 (keras/src/layers/activations/softmax.py)
 
 
@@ -29,8 +31,6 @@ def causal_mask(scores: tf.Tensor) -> tf.Tensor:
 def multi_head_attention(x: tf.Tensor, weights: dict[str, tf.Variable | None], *, key_dim: int, causal: bool,
                          dropout: float, training: bool, seed: tf.Tensor | None, salt: int) -> tf.Tensor:
     """`weights`: Keras' roles (`query/kernel`, ..., `attention_output/bias`); biases None without use_bias."""
-    from specgen.runtime.lib.layers import dropout as drop  # layers re-exports this module: import late
-
     query = _project(x, weights["query/kernel"], weights.get("query/bias"))
     key = _project(x, weights["key/kernel"], weights.get("key/bias"))
     value = _project(x, weights["value/kernel"], weights.get("value/bias"))

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 # Generated modules call them as layers.<op> (the `as` marks the re-export).
 from specgen.runtime.lib.attention import multi_head_attention as multi_head_attention
+from specgen.runtime.lib.dropout import dropout as dropout
 from specgen.runtime.lib.recurrent import gru as gru
 from specgen.runtime.lib.recurrent import lstm as lstm
 from specgen.runtime.lib.recurrent import simple_rnn as simple_rnn
@@ -56,12 +57,3 @@ def layer_norm(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, *, epsilon: 
     """Normalize over the last axis, like ONNX LayerNormalization(axis=-1)."""
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
     return tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
-
-
-def dropout(x: tf.Tensor, *, rate: float, training: bool, seed: tf.Tensor | None, salt: int) -> tf.Tensor:
-    """Dropout in training only; with a seed it is stateless, so a resumed run drops the same units."""
-    if not training or rate == 0:
-        return x
-    if seed is None:
-        return tf.nn.dropout(x, rate=rate)
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed + tf.constant([0, salt], tf.int64))
