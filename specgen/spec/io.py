@@ -12,18 +12,26 @@ from specgen.spec.regex import check_pattern, parse_template
 from specgen.spec.unions import by_key, by_shape, scalar_or_list
 
 DType = Literal["float32", "int32", "int64"]
+# A named dynamic dimension (kinds/dims.py): its size is known at run time only.
+Symbol = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64,
+                              description="A named dynamic dimension, e.g. seq or height.")]
 
 
 class InputSpec(SpecModel):
-    shape: Annotated[list[PositiveInt], Field(description="Without the batch dimension, which is dynamic.")]
+    shape: Annotated[list[PositiveInt | Symbol],
+                     Field(description="Without the batch dimension, which is dynamic. A lowercase name "
+                                       "(seq, height) declares a named dynamic dimension.")]
     dtype: DType = "float32"
 
     @model_validator(mode="after")
     def _size(self) -> InputSpec:
         # Keeps every inferred size well inside int64, which ONNX text dims are parsed into.
-        if math.prod(self.shape) > MAX_INT:
-            raise ValueError(f"an example of shape {self.shape} has {math.prod(self.shape)} values; "
-                             f"the limit is {MAX_INT}")
+        if "ceil" in self.shape:  # derived dimensions use it: ceil(height/2)
+            raise ValueError("shape: 'ceil' is reserved (derived dimensions are written ceil(height/2)); "
+                             "expected another name")
+        fixed = math.prod(d for d in self.shape if isinstance(d, int))
+        if fixed > MAX_INT:
+            raise ValueError(f"an example of shape {self.shape} has {fixed} values; the limit is {MAX_INT}")
         return self
 
 
