@@ -19,6 +19,13 @@ from specgen.diagnostics import Diagnostic, SpecError
 
 # Kubernetes resource quantities: 4, 500m, 1.5, 16Gi, 512M.
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+# The training operator gives every worker a TF_CONFIG listing every worker's address,
+# `<job>-worker-<i>.<namespace>.svc[.<cluster domain>]:<port>`: up to ~165 bytes with 63-character job and
+# namespace names. One environment string is at most 128 KiB on Linux (and specgen refuses a longer
+# TF_CONFIG), so about 790 workers is the most any TFJob could start; 512 stays clear of that whatever the
+# names, and is more workers than one synchronous all-reduce job uses in practice.
+MAX_WORKERS = 512
+MAX_GPUS = 16  # per worker, i.e. per node: the largest GPU machines offer 8 or 16
 
 
 @dataclass(frozen=True)
@@ -35,19 +42,23 @@ class Job:
     overrides: list[str] = field(default_factory=list)
 
 
-def _name(spec_name: str) -> str:
-    """A Kubernetes object name (RFC 1123: lower case, digits, '-') from the spec name."""
-    return re.sub(r"[^a-z0-9-]+", "-", spec_name.lower()).strip("-")[:63] or "specgen"
+def _name(spec_name: str, workers: int) -> str:
+    """The TFJob's name from the spec name: the operator names each worker's Service `<name>-worker-<i>`, which
+    must be an RFC 1035 label (63 characters at most, lower case, digits and '-', a letter first)."""
+    room = 63 - len(f"-worker-{workers - 1}")  # a spec name starts with a letter (spec.base.Identifier)
+    return re.sub(r"[^a-z0-9-]+", "-", spec_name.lower()).strip("-")[:room].rstrip("-") or "specgen"
 
 
-def _check(job: Job) -> None:
+def check(job: Job) -> None:
+    """Every flag checked; one line each for those that are wrong."""
     problems = []
     if not job.image.strip() or any(c.isspace() for c in job.image):
         problems.append(f"--image {job.image!r}: expected a container image reference such as registry/specgen:1.0")
-    if job.workers < 1:
-        problems.append(f"--workers {job.workers}: expected 1 or more")
-    if job.gpus < 0:
-        problems.append(f"--gpus {job.gpus}: expected 0 or more")
+    if not 1 <= job.workers <= MAX_WORKERS:
+        problems.append(f"--workers {job.workers}: expected 1 to {MAX_WORKERS} (every worker's address goes into "
+                        "each worker's TF_CONFIG, one environment string of at most 128 KiB)")
+    if not 0 <= job.gpus <= MAX_GPUS:
+        problems.append(f"--gpus {job.gpus}: expected 0 to {MAX_GPUS} (GPUs on one node)")
     for flag, value in (("--cpu", job.cpu), ("--memory", job.memory)):
         if value is not None and not QUANTITY.match(value):
             problems.append(f"{flag} {value!r}: expected a Kubernetes quantity such as 4, 500m or 16Gi")
@@ -60,7 +71,7 @@ def _check(job: Job) -> None:
 
 def manifest(job: Job, spec_name: str) -> dict[str, Any]:
     """The TFJob as a mapping (key order as Kubernetes documents show it)."""
-    _check(job)
+    check(job)
     command = ["specgen", "train", job.spec, "--strategy", "multi_worker", "--resume-or-start", "--quiet"]
     for override in job.overrides:
         command += ["--set", override]
@@ -82,7 +93,7 @@ def manifest(job: Job, spec_name: str) -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
-        "metadata": {"name": _name(spec_name)},
+        "metadata": {"name": _name(spec_name, job.workers)},
         "spec": {
             # A lost worker fails every worker (one error line each); OnFailure restarts them, and
             # --resume-or-start continues from the newest checkpoint.
