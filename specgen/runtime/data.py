@@ -357,9 +357,13 @@ class SourceReader:
         example = tuple(array.shape[1:])
         if example == (1,) and shape == ():
             array, example = array.reshape(-1), ()
+        open_dims = [d for d in shape if isinstance(d, str)]  # named dynamic dimensions (kinds/dims.py)
+        if open_dims and self.kind != "npz":  # a CSV row or a fixed-length TFRecord feature has no length of its own
+            raise self.fail(self.loc(name), f"'{name}' has the named dynamic dimension '{open_dims[0]}', which only "
+                            "npz data sources fill (one length per file: pad the arrays to it)")
         if self.kind == "csv" and np.prod(example, dtype=int) == np.prod(shape, dtype=int):
             array, example = array.reshape((len(array), *shape)), tuple(shape)
-        if example != tuple(shape):
+        if len(example) != len(shape) or any(d != e for d, e in zip(shape, example, strict=True) if not isinstance(d, str)):
             raise self.fail(self.loc(name), f"'{name}' has shape {_shape((None, *example))} but the spec declares "
                             f"{_shape((None, *shape))}")
         return array
@@ -372,6 +376,9 @@ class SourceReader:
         wanted, spec, names = self.expected(), {}, self._names()
         for name, (_, ref) in names.items():
             want = wanted.get(name, Wanted((), "float"))
+            if open_dims := [d for d in want.shape if isinstance(d, str)]:
+                raise self.fail(self.loc(name), f"'{name}' has the named dynamic dimension '{open_dims[0]}', which "
+                                "only npz data sources fill (one length per file: pad the arrays to it)")
             spec[ref] = tf.io.FixedLenFeature(list(want.shape), tf.int64 if want.kind == "int" else tf.float32)
         inputs = {i.name: i.dtype for i in self.ir.inputs}
 
