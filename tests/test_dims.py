@@ -129,3 +129,18 @@ def test_report_states_how_flops_count_symbols(tmp_path: Path, capsys: pytest.Ca
     assert out.rstrip().endswith("Named dynamic dimensions (seq) count as size 1: a layer that reads or makes one "
                                  "(or an expression of one, e.g. ceil(seq/2)) reports FLOPs per position along it; "
                                  "multiply by the run-time size.")
+
+
+def test_csv_cannot_fill_a_named_dimension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "d.csv").write_text("a,b,y\n1,2,0\n")
+    document = yaml.safe_load(spec([c1(input="x"), {"name": "g", "op": "global_avg_pool"}]))
+    document |= {"loss": {"kind": "sparse_softmax_cross_entropy", "logits": "y", "labels": "label"},
+                 "optimizers": {"all": {"kind": "sgd", "learning_rate": 0.1}},
+                 "data": {"train": {"csv": "d.csv", "features": {"x": ["a", "b"]}, "labels": {"label": "y"}}},
+                 "train": {"batch_size": 1, "epochs": 1}, "checkpoint": {"dir": "ckpt"}}
+    path = tmp_path / "dyn.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    assert main(["train", str(path)]) == 1
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line == (f"{path}:31:7: error: data.train ({tmp_path / 'd.csv'}): 'x' has the named dynamic dimension "
+                    "'seq', which only npz data sources fill (one length per file: pad the arrays to it)")
