@@ -29,8 +29,10 @@ class OptimizerPlan:
     rate_key: str  # checkpoint keys of the learning rate ('' for levenberg_marquardt) and the iteration count
     iterations_key: str
     decayed: tuple[str, ...] | None = None  # with weight_decay.exclude: the weights that still decay; None: all
-    damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value
+    damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value, its step bound's key
     initial_damping: float = 0.0
+    step_bound_key: str = ""
+    max_tries: int = 0
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
@@ -64,8 +66,8 @@ def _update(attr: str, opt: OptimizerIR) -> str:
                 f"{slot.get('mg', '[]')}, rho={py_literal(p('rho'))}, momentum={py_literal(p('momentum'))}, "
                 f"epsilon={py_literal(p('epsilon'))})")
     if opt.levenberg_marquardt:
-        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, {slot['scale']}, "
-                f"factor={py_literal(p('damping_factor'))}, max_tries={p('max_tries')})")
+        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, self.{attr}_step_bound, "
+                f"{slot['scale']}, tf.equal(self.{attr}_iterations, 0), max_tries={p('max_tries')})")
     return f"optimizers.adagrad({vs}, {gs}, lr, {slot['accumulator']}, epsilon={py_literal(p('epsilon'))})"
 
 
@@ -78,7 +80,9 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
             _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
             tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None,
-            opt.damping_key, opt.param("initial_damping") if opt.levenberg_marquardt else 0.0))
+            opt.damping_key, (opt.param("initial_damping") or 0.0) if opt.levenberg_marquardt else 0.0,
+            keys.step_bound(opt.name) if opt.levenberg_marquardt else "",
+            opt.param("max_tries") if opt.levenberg_marquardt else 0))
         start += len(opt.paths)
     return plans
 

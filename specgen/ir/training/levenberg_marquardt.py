@@ -23,9 +23,9 @@ STATEFUL_OPS = {"dropout": "its random mask changes the function between the tri
 
 
 def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
-    hyper = (("initial_damping", opt.initial_damping), ("damping_factor", opt.damping_factor),
-             ("max_tries", opt.max_tries))
-    # `scale`: D's running maximum per weight (specgen/runtime/lib/levenberg_marquardt.py), a slot like Adam's m.
+    hyper = (("initial_damping", opt.initial_damping), ("max_tries", opt.max_tries))
+    # `scale`: D, the running maximum of J's column norms per weight (specgen/runtime/lib/levenberg_marquardt.py),
+    # a slot like Adam's m.
     scale = SlotIR("scale", keys.slot_prefix(name, "scale"))
     return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (scale,), iterations_key=keys.iterations(name),
                        damping_key=keys.damping(name))
