@@ -280,3 +280,15 @@ def test_ctrl_c_during_training_stops_at_once_with_one_line(tmp_path: Path) -> N
     assert latest.read_text().strip() == f"ckpt-{saved:08d}"  # the checkpoint named is the whole, latest one
     assert main(["train", str(spec), "--resume", "--steps", "1", "--quiet"]) == 0
     assert (tmp_path / "run" / f"ckpt-{saved + 1:08d}").is_dir()
+
+
+def test_an_iteration_that_keeps_no_step_says_so_and_leaves_the_weights(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # One try a step: the first, within lmder's first bound 100·‖D·w‖, is a long Gauss-Newton step on this tanh net.
+    trainer = Trainer(write_fit(tmp_path, SINE, "{kind: levenberg_marquardt, max_tries: 1}"), SINE)
+    start = trainer.params()
+    np.testing.assert_array_equal(trainer.train(1), start)
+    assert capsys.readouterr().err.endswith(
+        "note: levenberg_marquardt optimizer 'fit': step 1 rejected: none of its 1 tries lowered the loss enough; "
+        "the weights stay and the next iteration tries shorter steps\n")
+    assert trainer.state(keys.iterations("fit")) == 1

@@ -1,7 +1,8 @@
 """`kind: levenberg_marquardt`: its checks across sections and its resolved optimizer.
 
-Levenberg-Marquardt solves (JᵀJ + λ·D) δ = -Jᵀr for the residual vector r of a squared-error
-loss over one fixed set of examples, then keeps the step only if the loss falls. That
+Levenberg-Marquardt solves (JᵀJ + λ·DᵀD) δ = -Jᵀr for the residual vector r of a squared-error
+loss over one fixed set of examples, then keeps the step only if the loss falls enough (MINPACK's
+lmder: specgen/runtime/lib/levenberg_marquardt.py). That
 shape of step sets what a spec may combine it with; each refusal below says why.
 """
 
