@@ -118,7 +118,8 @@ def test_trainer_matches_scipy_on_the_2_input_tanh_net(tmp_path: Path) -> None:
         start = trainer.params()
         reference = scipy_at(fit, start, x, y, 40)
         theirs, ours = 2 * reference.cost / len(y), mse(fit, trainer.train(40), x, y)
-        # Measured: 1.000 and 0.997 of scipy's MSE (bench/RESULTS.md: 0.4% at most over 4 seeds, 40 and 100
-        # iterations). 2%: lmder fed this fit in float32, as specgen's model computes it, lands 2% away on seed 1.
-        # The fixed-factor rule this replaced ended {BEFORE}.
-        assert abs(ours / theirs - 1) <= 0.02, (seed, ours, theirs)
+        # Measured: 1.000 and 0.997 of scipy's MSE (bench/RESULTS.md: within 0.4% on 6 seeds at 100 iterations).
+        # 5%, issue 17's goal: lmder itself, fed this fit rounded to float32 as specgen's model computes it, lands
+        # 2% away on seed 1, and another CPU's float32 last bits move specgen as much. The fixed-factor rule this
+        # replaced ended at 0.926 and 0.839 of scipy's MSE here: not lmder's iterates.
+        assert abs(ours / theirs - 1) <= 0.05, (seed, ours, theirs)
