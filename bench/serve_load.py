@@ -35,7 +35,16 @@ its own, interleaved with `none`, the valid clients alone), all against a server
   - `oversized`: 4 clients, each sending a 60 MB JSON body (Content-Length declared; half of them
     chunked instead) as fast as the server lets it, then reconnecting;
   - `slow`: 1,000 connections trickling request headers, one byte every 0.5 s, each reopened
-    when the server closes it.
+    when the server closes it;
+  - `pipeline`: 2 connections writing valid inference requests back to back as fast as the server
+    takes them and never reading an answer, each reopened when the server closes it;
+  - `headers`: 8 connections streaming 100-byte header lines every 10 ms, one sending 10,000 header
+    fields, one sending an 8 MB header value, each reopened when the server closes it.
+
+For these the server's RSS is also sampled every 0.1 s: its peak during the run and its value
+1 s after the hostile clients stopped are printed. `--server-src DIR` runs the server from
+another source tree (e.g. `git archive` of an older commit) to compare; `--rss-cap` kills a
+server whose RSS passes it (the run is then marked), so an unbounded one cannot take the machine.
 
 Printed for them: the hostile requests by answer (status, or `closed`), and the same figures
 for the valid clients, whose throughput and p99 are the point.
@@ -43,6 +52,7 @@ for the valid clients, whose throughput and p99 are the point.
     .venv/bin/python bench/serve_load.py                      # digits CNN, 32 clients, 3 x (3 + 10 s) per mode
     .venv/bin/python bench/serve_load.py --repeats 5 --seconds 20 --model mlp --strict
     .venv/bin/python bench/serve_load.py --modes on --scenarios none,oversized,slow   # hostile clients
+    .venv/bin/python bench/serve_load.py --modes on --scenarios none,pipeline,headers --repeats 3
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"cnn": "digits_cnn", "mlp": "digits_mlp"}
 TARGET_RATIO, RSS_TOLERANCE, CHECK_EVERY = 3.0, 0.10, 20
 OVERSIZED_BYTES, OVERSIZED_CLIENTS, SLOW_CONNECTIONS, SLOW_BYTE_EVERY = 60_000_000, 4, 1000, 0.5
+PIPELINE_CLIENTS, HEADER_STREAMS, HEADER_LINE_EVERY, HUGE_HEADER_BYTES = 2, 8, 0.01, 8_000_000
 SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_server; "
           "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), sys.argv[3], batching=sys.argv[4] == 'on', "
           "threads=int(sys.argv[5]), log_level=sys.argv[6]))")
@@ -241,12 +252,85 @@ async def slow(port: int, tally: Tally, stop: asyncio.Event) -> None:
             tally.hostile["slow closed by the server"] += 1
 
 
-def hostile_tasks(scenario: str, port: int, path: str, tally: Tally, stop: asyncio.Event) -> list[asyncio.Task]:
+async def pipeline(port: int, path: str, body: bytes, tally: Tally, stop: asyncio.Event) -> None:
+    """Valid requests written back to back, never an answer read; reconnects when the server closes the connection."""
+    payload = request_bytes(path, body) * 64
+    while not stop.is_set():
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            while not stop.is_set():
+                writer.write(payload)
+                await writer.drain()  # returns when the kernel took it: the server reading, or its buffers filling
+                tally.hostile["pipelined requests written (from the start)"] += 64  # the kernel's buffers take ~7,000
+        except OSError:
+            pass
+        finally:
+            writer.close()
+        if tally.recording and not stop.is_set():
+            tally.hostile["pipelining connections closed by the server"] += 1
+
+
+async def header_flood(port: int, kind: str, tally: Tally, stop: asyncio.Event) -> None:
+    """Header lines streamed every 10 ms (`stream`), 10,000 fields (`fields`) or one 8 MB value (`value`)."""
+    line = b"X-Line: " + b"b" * 90 + b"\r\n"
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        answer = asyncio.ensure_future(reader.read(12))
+        outcome = "closed"
+        try:
+            writer.write(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            if kind == "fields":
+                writer.write(b"".join(b"X-%d: 1\r\n" % k for k in range(10_000)) + b"\r\n")
+            elif kind == "value":
+                writer.write(b"X-Big: " + b"a" * HUGE_HEADER_BYTES + b"\r\n\r\n")
+            while not answer.done() and not stop.is_set():
+                if kind == "stream":
+                    writer.write(line)
+                await writer.drain()
+                await asyncio.sleep(HEADER_LINE_EVERY)
+            outcome = (await asyncio.wait_for(answer, 5))[9:12].decode() or "closed"
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            answer.cancel()
+        if tally.recording and not stop.is_set():
+            tally.hostile[f"headers {kind} {outcome}"] += 1
+
+
+def hostile_tasks(scenario: str, port: int, path: str, body: bytes, tally: Tally, stop: asyncio.Event) -> list[asyncio.Task]:
     if scenario == "oversized":
         return [asyncio.create_task(oversized(port, path, k % 2 == 1, tally, stop)) for k in range(OVERSIZED_CLIENTS)]
     if scenario == "slow":
         return [asyncio.create_task(slow(port, tally, stop)) for _ in range(SLOW_CONNECTIONS)]
+    if scenario == "pipeline":
+        return [asyncio.create_task(pipeline(port, path, body, tally, stop)) for _ in range(PIPELINE_CLIENTS)]
+    if scenario == "headers":
+        kinds = ["stream"] * HEADER_STREAMS + ["fields", "value"]
+        return [asyncio.create_task(header_flood(port, kind, tally, stop)) for kind in kinds]
     return []
+
+
+async def sample_rss(pid: int, cap: float, peak: list[float], stop: asyncio.Event) -> None:
+    """The server's peak RSS into peak[0], every 0.1 s; past `cap` MiB the server is killed (peak[1] = 1)."""
+    while not stop.is_set():
+        try:
+            peak[0] = max(peak[0], rss_mib(pid))
+        except (OSError, RuntimeError):
+            return
+        if cap and peak[0] > cap:
+            os.kill(pid, signal.SIGKILL)
+            peak[1] = 1
+            return
+        await asyncio.sleep(0.1)
 
 
 def metric_sum(text: str, name: str) -> float:
@@ -268,7 +352,9 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
     path = f"/v2/models/{model}/infer"
     tasks = [asyncio.create_task(client(port, path, valid, bad, args.malformed, k, tally, stop)) for k in range(args.clients)]
     await asyncio.sleep(1.0)  # the valid clients connect and send first, as clients already served would
-    attackers = hostile_tasks(scenario, port, path, tally, stop)
+    peak, sampling = [rss_mib(pid), 0.0], asyncio.Event()
+    sampler = asyncio.create_task(sample_rss(pid, args.rss_cap, peak, sampling))
+    attackers = hostile_tasks(scenario, port, path, valid[0][0], tally, stop)
     await asyncio.sleep(max(args.warmup - 1.0, 0.0))
     rss_warm = rss_mib(pid)
     _, before = await get(port, "/metrics")
@@ -285,6 +371,11 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
     for attacker in attackers:
         attacker.cancel()
     await asyncio.gather(*attackers, return_exceptions=True)
+    sampling.set()
+    await sampler
+    if peak[1]:
+        raise RuntimeError(f"the server passed --rss-cap {args.rss_cap:g} MiB and was killed")
+    await asyncio.sleep(1.0 if attackers else 0.0)  # what the server keeps once the hostile clients are gone
     rss_end = rss_mib(pid)
     runs = metric_sum(after.decode(), "specgen_batch_size_count") - metric_sum(before.decode(), "specgen_batch_size_count")
     rows = metric_sum(after.decode(), "specgen_batch_size_sum") - metric_sum(before.decode(), "specgen_batch_size_sum")
@@ -297,7 +388,7 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
         "server_cpu_us": 1e6 * server_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
         "client_cpu_us": 1e6 * client_cpu / max(sum(tally.valid.values()) + sum(tally.malformed.values()), 1),
         "busy": (server_cpu + client_cpu) / elapsed, "steal": steal[0] / max(steal[1], 1),
-        "hostile": dict(tally.hostile),
+        "hostile": dict(tally.hostile), "rss_peak": peak[0],
     }
 
 
@@ -313,7 +404,8 @@ def run_mode(args: argparse.Namespace, repo: Path, model: str, batching: bool, v
     with log.open("ab") as stderr:
         process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), str(port), args.provider,
                                     "on" if batching else "off", str(args.threads), args.log_level],
-                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT, preexec_fn=limit_fds)
+                                   stdout=subprocess.DEVNULL, stderr=stderr, cwd=args.server_src or ROOT,
+                                   preexec_fn=limit_fds)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -344,7 +436,8 @@ def report(mode: str, r: dict) -> None:
           f"wrong values {r['wrong_values']}   RSS {r['rss_warm']:.1f} -> {r['rss_end']:.1f} MiB "
           f"({100 * (r['rss_end'] / r['rss_warm'] - 1):+.1f}%)   exit {r['exit']}")
     if r["hostile"]:
-        print(f"{'':>10}  hostile clients by answer {r['hostile']}")
+        print(f"{'':>10}  hostile clients by answer {r['hostile']}   server RSS peak {r['rss_peak']:.1f} MiB, "
+              f"{r['rss_end']:.1f} MiB 1 s after they stopped")
 
 
 def checks(r: dict) -> list[str]:
@@ -376,6 +469,8 @@ def main() -> int:
     parser.add_argument("--scenarios", default="none", help="hostile clients beside the valid ones, each a mode of its "
                         "own run with batching on: none, oversized, slow (comma-separated, interleaved)")
     parser.add_argument("--nofile", type=int, default=1024, help="the server's ulimit -n (0: inherit)")
+    parser.add_argument("--server-src", type=Path, help="run the server from this source tree (default: this one)")
+    parser.add_argument("--rss-cap", type=float, default=4096, help="kill the server past this RSS in MiB (0: never)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a check or the target fails")
     args = parser.parse_args()
 
@@ -398,7 +493,8 @@ def main() -> int:
               f"log level {args.log_level}; {os.cpu_count()} CPUs shared by the clients and the server")
         results: dict[str, list[dict]] = {}
         failed: list[str] = []
-        names = {"on": "batching", "off": "no batch", "on+oversized": "+oversize", "on+slow": "+slow"}
+        names = {"on": "batching", "off": "no batch", "on+oversized": "+oversize", "on+slow": "+slow",
+                 "on+pipeline": "+pipeline", "on+headers": "+headers"}
         runs = [(mode, "none") for mode in args.modes.split(",")]
         runs = [(m, sc) for m, scenario in runs for sc in (args.scenarios.split(",") if m == "on" else [scenario])]
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the slow scenario holds 1,000 sockets here
@@ -416,7 +512,8 @@ def main() -> int:
             print(f"{names[mode]:>10}: {statistics.median(r['throughput'] for r in runs):7.0f} valid req/s   "
                   f"p50 {statistics.median(r['p50_ms'] for r in runs):6.2f} ms   "
                   f"p99 {statistics.median(r['p99_ms'] for r in runs):7.2f} ms   "
-                  f"server CPU {statistics.median(r['server_cpu_us'] for r in runs):4.0f} us per request")
+                  f"server CPU {statistics.median(r['server_cpu_us'] for r in runs):4.0f} us per request   "
+                  f"RSS peak {max(r['rss_peak'] for r in runs):.0f} MiB, end {max(r['rss_end'] for r in runs):.0f} MiB")
         if {"on", "off"} <= set(results):
             ratios = [on["throughput"] / off["throughput"] for on, off in zip(results["on"], results["off"], strict=True)]
             cpu = statistics.median(off["server_cpu_us"] / on["server_cpu_us"]

@@ -264,3 +264,33 @@ def test_weights_option_wins(tmp_path: Path) -> None:
     doc = yaml.safe_load((tmp_path / "specs" / "m.yaml").read_text())
     assert doc["checkpoint"]["restore"] == [{"from": "../w/tuned.weights.h5"}]
     assert not list((tmp_path / "specs").glob("*.h5"))
+
+
+def test_legacy_h5_separable_conv_and_nested_model(tmp_path: Path) -> None:
+    """tf_keras writes Conv's unused kernel_initializer for SeparableConv2D (every Keras 2 Xception was refused)
+    and counts a nested model's nodes from 1; both import, and `specgen export` equals model.predict."""
+    import onnxruntime as ort
+
+    tf_keras = pytest.importorskip("tf_keras")
+    layers = tf_keras.layers
+    x_in = tf_keras.Input((8, 8, 3), name="pixels")
+    x = layers.SeparableConv2D(6, 3, padding="same", depth_multiplier=2, name="sep")(x_in)
+    x = layers.BatchNormalization(name="bn")(x)
+    head = tf_keras.Sequential([layers.GlobalAveragePooling2D(name="gap"), layers.Dense(4, name="fc")], name="head")
+    model = tf_keras.Model(x_in, head(x), name="legacy_sep")
+    randomize(model)
+    model.save(tmp_path / "sep.h5")
+    spec = tmp_path / "sep.yaml"
+    assert run_import(tmp_path / "sep.h5", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    assert doc["layers"][0] == {"name": "sep", "op": "separable_conv2d", "filters": 6, "kernel": 3, "padding": "same",
+                                "depth_multiplier": 2}
+    assert [layer["name"] for layer in doc["layers"]] == ["sep", "bn", "head/gap", "head/fc"]
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 0
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"pixels": np.random.default_rng(6).standard_normal((3, 8, 8, 3)).astype(np.float32)}
+    ours = session.run(None, feeds)[0]
+    theirs = model.predict(feeds["pixels"], verbose=0)
+    diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+    print(f"onnxruntime: max rel diff {diff:.3g}")
+    assert diff < RTOL

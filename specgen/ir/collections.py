@@ -15,19 +15,13 @@ from dataclasses import dataclass, field
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
+from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec
 
 BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
-METRIC_STATE = {
-    "accuracy": (("total", ()), ("count", ())),
-    "mean_loss": (("total", ()), ("count", ())),
-    "auc": tuple((name, (200,)) for name in ("true_positives", "false_positives", "true_negatives", "false_negatives")),
-    "precision": (("true_positives", ()), ("false_positives", ())),
-    "recall": (("true_positives", ()), ("false_negatives", ())),
-}
 
 
-# What each VarDecl.kind (specgen/ir/ops/base.py) puts a variable in before user collections:
+# What each VarDecl.kind (specgen/kinds/ops/base.py) puts a variable in before user collections:
 # "weight": trainable or frozen, decided by the optimizers; "update": changed by update ops each
 # training step (batch-norm statistics); "constant": needed by inference but changed by nothing in
 # training (normalize's mean and variance): set by its initializer, a restore or a checkpoint.
@@ -263,7 +257,7 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
             state.append(Variable(opt.learning_rate_key, (), "float32", ("optimizer",)))
         if opt.damping_key:
             state.append(Variable(opt.damping_key, (), "float32", ("optimizer",)))
-            state.append(Variable(keys.step_bound(opt.name), (), "float32", ("optimizer",)))
+            state.append(Variable(opt.step_bound_key, (), "float32", ("optimizer",)))
         state.append(Variable(opt.iterations_key, (), "int64", ("optimizer",)))
         for slot in opt.slots:
             state += [Variable(f"{slot.key}/{p}", shapes[p], "float32", ("optimizer",)) for p in opt.paths]
@@ -274,6 +268,6 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
     if train and train.ema:
         state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in train.metrics if train else ():
-        state += [Variable(keys.metric(metric, acc), shape, "float32", ("metrics",))
-                  for acc, shape in METRIC_STATE[metric]]
+        state += [Variable(keys.metric(metric.name, acc), shape, "float32", ("metrics",))
+                  for acc, shape in METRICS[metric.name].state]
     return state

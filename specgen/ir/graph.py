@@ -22,6 +22,7 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
     edges: dict[str, list[str]] = {}
     inputs = set(spec.inputs)
     names = [layer.name for layer in spec.layers]
+    known = set(names)  # not the list: a lookup per input made 10,000 layers cost 50 million comparisons
     for i, layer in enumerate(spec.layers):
         if layer.name in edges or layer.name in inputs:
             what = "an input" if layer.name in inputs else "another layer"
@@ -38,7 +39,7 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
                     f"the first layer '{layer.name}' must name its input; the spec has several inputs "
                     f"({', '.join(spec.inputs)})")))
         for j, source in enumerate(sources):
-            if source not in inputs and source not in names:
+            if source not in inputs and source not in known:
                 loc = ("layers", i, key, j) if key == "inputs" else ("layers", i, key)
                 problems.append(loaded.diagnostic(loc, (
                     f"layer '{layer.name}' reads '{source}', which is neither a layer nor an input"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
-from specgen.ir import ops, shares
+from specgen.ir import shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
 from specgen.ir.decay import resolve_decay
 from specgen.ir.exported import check_export_outputs
@@ -35,6 +35,10 @@ from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
 from specgen.ir.training import levenberg_marquardt
 from specgen.ir.training.build import build_training
+from specgen.kinds import ops
+from specgen.kinds.losses import REGISTRY as LOSSES
+from specgen.kinds.metrics import REGISTRY as METRICS
+from specgen.kinds.metrics import Args, args_of, name_of, relisted
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -248,28 +252,25 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     return problems
 
 
-BINARY_METRICS = ("auc", "precision", "recall")
-
-
 def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     """Metrics must fit the loss: binary ones need sigmoid outputs, accuracy needs classes."""
     spec = loaded.spec
     if spec.train is None:
         return []
     kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
+    target = LOSSES[kind].target if kind else None
     problems = []
     if kind is None and spec.loss is not None and spec.train.metrics:
         return [loaded.diagnostic(("train", "metrics"), (
             "metrics read the first loss term with labels from the data section, and no term has them "
             "(each reads its labels from an output); remove train.metrics"))]
-    for i, metric in enumerate(spec.train.metrics):
-        if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
-            problems.append(loaded.diagnostic(("train", "metrics", i), (
-                f"metric '{metric}' is for binary classification and needs loss kind 'sigmoid_cross_entropy'; "
-                f"the loss is {kind!r}")))
-        if metric == "accuracy" and kind in (None, "mean_squared_error", "mean_absolute_error"):
-            problems.append(loaded.diagnostic(("train", "metrics", i), (
-                f"metric 'accuracy' needs a classification loss; the loss is {kind!r}")))
+    seen: dict[str, Args] = {}
+    for i, item in enumerate(spec.train.metrics):
+        name, args = name_of(item), args_of(item)
+        if (why := METRICS[name].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<name>.py
+            problems.append(loaded.diagnostic(("train", "metrics", i), why))
+        elif seen.setdefault(name, args) != args:  # one set of variables metrics/<name>/* per metric
+            problems.append(loaded.diagnostic(("train", "metrics", i), relisted(name, args, seen[name])))
     return problems
 
 

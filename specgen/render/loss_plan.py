@@ -1,13 +1,16 @@
-"""Render-ready loss terms for templates/tf/train.py.j2 and its partials under templates/tf/loss/."""
+"""Render-ready loss terms: the skeleton's single-call loss, or the loss_terms partial's terms (templates/tf/features/)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from specgen.ir.model import ModelIR
 from specgen.ir.naming import py_name
 from specgen.ir.training import TrainingIR
 from specgen.ir.training.terms import LossTermIR
+from specgen.kinds.features.loss_terms import single
+from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.render.environment import py_literal
 
 
@@ -23,21 +26,16 @@ class TermPlan:
     note: str | None = None  # a comment placed above the term
 
 
-def simple(training: TrainingIR) -> bool:
-    """One term with data labels and weight 1: the loss method keeps its single-call form."""
-    terms = training.terms
-    return len(terms) == 1 and terms[0].data_labels and terms[0].weight == 1.0
-
-
-def _delta(term: LossTermIR) -> str:
-    return f", delta={py_literal(term.delta)}" if term.kind == "huber" else ""
+def _args(term: LossTermIR) -> str:
+    """The kind's own keyword arguments (huber's delta), after labels and output."""
+    return "".join(f", {k}={py_literal(v)}" for k, v in term.args)
 
 
 def _term(term: LossTermIR) -> TermPlan:
     factor = "" if term.weight == 1.0 else f"{py_literal(term.weight)} * "
     if term.regularizer:
         attr = f"reg_{py_name(term.name)}"
-        return TermPlan(term.name, term.kind, f"losses.{term.kind}(self.{attr})", term.weight, factor, attr,
+        return TermPlan(term.name, term.kind, f"{LOSSES[term.kind].function}(self.{attr})", term.weight, factor, attr,
                         term.paths, f"{term.kind} over {len(term.paths)} weight(s)")
     assert term.output is not None and term.labels is not None
     if term.labels_from_output:
@@ -45,15 +43,21 @@ def _term(term: LossTermIR) -> TermPlan:
         note = f"labels: output '{term.labels}', a computed target held constant (no gradient flows into it)"
     else:
         labels, note = f"labels[{py_literal(term.labels)}]", None
-    call = f"losses.{term.kind}({labels}, outputs[{py_literal(term.output)}]{_delta(term)})"
+    call = f"{LOSSES[term.kind].function}({labels}, outputs[{py_literal(term.output)}]{_args(term)})"
     return TermPlan(term.name, term.kind, call, term.weight, factor, note=note)
 
 
-def loss_context(training: TrainingIR) -> dict[str, Any]:
-    """`loss_call` for the single-call form, else `terms` for the general one (templates/tf/loss/)."""
-    if simple(training):
-        term = training.terms[0]
-        return {"loss_call": f"losses.{term.kind}(labels[LABEL], output{_delta(term)})", "terms": []}
-    terms = [_term(t) for t in training.terms]
+def single_loss_call(training: TrainingIR) -> str | None:
+    """The skeleton's single-call loss; None when the loss_terms feature renders the loss (its partial)."""
+    if not single(training):
+        return None
+    term = training.terms[0]
+    return f"{LOSSES[term.kind].function}(labels[LABEL], output{_args(term)})"
+
+
+def terms_context(ir: ModelIR) -> dict[str, Any]:
+    """The loss_terms partial's context (templates/tf/features/loss_terms.py.j2)."""
+    assert ir.training is not None
+    terms = [_term(t) for t in ir.training.terms]
     total = " + ".join(f"{t.factor}terms[{py_literal(t.name)}]" for t in terms)
-    return {"loss_call": None, "terms": terms, "total": total, "term_names": tuple(t.name for t in terms)}
+    return {"terms": terms, "total": total, "term_names": tuple(t.name for t in terms)}

@@ -41,8 +41,10 @@ def schedule_call(schedule: PruneScheduleIR) -> tuple[str, str]:
 
 
 def prune_context(ir: ModelIR) -> dict[str, Any] | None:
-    """train.py's pruning facts; None when the spec prunes nothing."""
+    """The pruning partial's context (templates/tf/features/pruning.py.j2); None when the spec prunes nothing."""
     if ir.pruning is None:
         return None
+    # `when`: the mask update's extra condition; the accumulate + pruning interaction sets it
+    # (kinds/features/interactions.py).
     return {"paths": list(ir.pruning.paths), "mask_keys": [w.mask_key for w in ir.pruning.weights],
-            "schedule": schedule_call(ir.pruning.schedule)}  # (function, keyword arguments)
+            "schedule": schedule_call(ir.pruning.schedule), "when": ""}  # schedule: (function, keyword arguments)

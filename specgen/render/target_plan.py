@@ -1,9 +1,11 @@
-"""Render-ready facts for the target-network updates in train.py (templates/tf/targets.py.j2)."""
+"""Render-ready facts for the target-network updates in train.py (templates/tf/features/targets.py.j2)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from specgen.ir.model import ModelIR
 from specgen.ir.training import TrainingIR
 
 
@@ -33,3 +35,9 @@ class TargetPlan:
 
 def target_plans(training: TrainingIR) -> list[TargetPlan]:
     return [TargetPlan(t.name, f"target_{t.name}", t.tau, t.every_steps, t.pairs) for t in training.targets]
+
+
+def targets_context(ir: ModelIR) -> dict[str, Any]:
+    """The targets partial's context."""
+    assert ir.training is not None
+    return {"targets": target_plans(ir.training)}

@@ -7,9 +7,14 @@ from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.kinds.optimizers import UpdateCall
+from specgen.kinds.pointers import call_name
+from specgen.kinds.schedules import REGISTRY as SCHEDULES
+from specgen.kinds.schedules import WARMUP
 from specgen.render.environment import py_literal
-from specgen.render.loss_plan import loss_context
-from specgen.render.target_plan import target_plans
+from specgen.render.features_plan import skeleton_context
+from specgen.render.loss_plan import single_loss_call
 
 
 @dataclass(frozen=True)
@@ -32,18 +37,20 @@ class OptimizerPlan:
     damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value, its step bound's key
     initial_damping: float = 0.0
     step_bound_key: str = ""
-    max_tries: int = 0
+    hyper: tuple[tuple[str, Any], ...] = ()  # the kind's own keys, resolved (OptimizerIR.hyper)
+
+    def param(self, name: str) -> Any:
+        """One of the kind's own keys, for its templates (levenberg_marquardt's step logs max_tries)."""
+        return dict(self.hyper)[name]
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
+    """The schedule's runtime call (specgen/kinds/schedules/), wrapped in the shared warm-up when it has one."""
     if schedule is None:
         return None
-    if schedule.kind == "constant":
-        call = f"schedules.constant({py_literal(dict(schedule.args)['initial'])})"
-    else:
-        call = f"schedules.{schedule.kind}({', '.join(f'{k}={py_literal(v)}' for k, v in schedule.args)})"
+    call = SCHEDULES[schedule.kind].render(schedule.args, py_literal)
     if schedule.warmup_steps:
-        call = f"schedules.warmup({call}, warmup_steps={schedule.warmup_steps})"
+        call = f"{call_name(WARMUP)}({call}, warmup_steps={schedule.warmup_steps})"
     return call
 
 
@@ -52,23 +59,11 @@ def _clip(clip: ClipIR | None) -> str | None:
 
 
 def _update(attr: str, opt: OptimizerIR) -> str:
-    vs, gs, p = f"self.{attr}_variables", f"{attr}_gradients", opt.param
-    slot = {s.name: f"self.{attr}_{s.name}" for s in opt.slots}
-    if opt.kind == "sgd":
-        return (f"optimizers.sgd({vs}, {gs}, lr, {slot.get('momentum', '[]')}, momentum={py_literal(p('momentum'))}, "
-                f"nesterov={p('nesterov')})")
-    if opt.kind in ("adam", "adamw"):
-        return (f"optimizers.adam({vs}, {gs}, lr, {slot['m']}, {slot['v']}, self.{attr}_iterations, "
-                f"beta_1={py_literal(p('beta_1'))}, beta_2={py_literal(p('beta_2'))}, "
-                f"epsilon={py_literal(p('epsilon'))})")
-    if opt.kind == "rmsprop":
-        return (f"optimizers.rmsprop({vs}, {gs}, lr, {slot['rms']}, {slot.get('momentum', '[]')}, "
-                f"{slot.get('mg', '[]')}, rho={py_literal(p('rho'))}, momentum={py_literal(p('momentum'))}, "
-                f"epsilon={py_literal(p('epsilon'))})")
-    if opt.levenberg_marquardt:
-        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, self.{attr}_step_bound, "
-                f"{slot['scale']}, tf.equal(self.{attr}_iterations, 0), max_tries={p('max_tries')})")
-    return f"optimizers.adagrad({vs}, {gs}, lr, {slot['accumulator']}, epsilon={py_literal(p('epsilon'))})"
+    """The optimizer's update call in the generated step, written by its kind (specgen/kinds/optimizers/)."""
+    kind = OPTIMIZERS[opt.kind]
+    call = UpdateCall(kind.function, f"self.{attr}_variables", f"{attr}_gradients", attr,
+                      {s.name: f"self.{attr}_{s.name}" for s in opt.slots}, dict(opt.hyper), py_literal)
+    return kind.update(call)
 
 
 def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
@@ -80,9 +75,9 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
             _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
             tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None,
+            # initial_damping left out: 0, and the first step bound is lmder's (runtime/lib/levenberg_marquardt.py)
             opt.damping_key, (opt.param("initial_damping") or 0.0) if opt.levenberg_marquardt else 0.0,
-            keys.step_bound(opt.name) if opt.levenberg_marquardt else "",
-            opt.param("max_tries") if opt.levenberg_marquardt else 0))
+            opt.step_bound_key, opt.hyper))
         start += len(opt.paths)
     return plans
 
@@ -100,12 +95,22 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
         "ir": ir, "optimizers": plans, "accumulate": train.accumulate, "batch_size": train.batch_size,
         "seed": train.seed, "loss_kind": loss.kind if loss else None, "label": loss.labels if loss else None,
         "output": output, "target": loss.target if loss else None, "metrics": list(train.metrics),
-        **loss_context(training),
-        "levenberg_marquardt": any(o.levenberg_marquardt for o in training.optimizers),
-        "clip": _clip(train.clip), "ema_decay": train.ema.decay if train.ema else None,
-        "ema_eval": bool(train.ema and train.ema.eval),
-        "trainable": [p for plan in plans for p in plan.paths],
-        "targets": target_plans(training),
-        "keys": {"step": keys.STEP, "accumulators": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES,
-                 "ema": keys.EMA},
+        "loss_call": single_loss_call(training), "ema_eval": bool(train.ema and train.ema.eval),
+        "trainable": [p for plan in plans for p in plan.paths], "keys": {"step": keys.STEP},
+        **skeleton_context(ir),
     }
+
+
+# The feature partials' own contexts (kinds/features/<name>.py points at each by name).
+def ema_context(ir: ModelIR) -> dict[str, Any]:
+    assert ir.training and ir.training.train and ir.training.train.ema
+    return {"key": keys.EMA, "decay": ir.training.train.ema.decay}
+
+
+def accumulate_context(ir: ModelIR) -> dict[str, Any]:
+    return {"key": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES}
+
+
+def clip_context(ir: ModelIR) -> dict[str, Any]:
+    assert ir.training and ir.training.train
+    return {"clip": _clip(ir.training.train.clip)}

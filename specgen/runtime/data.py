@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen import text
 from specgen.diagnostics import SpecError, did_you_mean
+from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
 from specgen.spec.load import LoadedSpec
 
@@ -47,7 +49,7 @@ SCAN_CHUNK = 1024  # TFRecord records parsed together while checking a file
 Locate = Callable[[str, tuple[int, ...], int], str]
 
 
-class DataError(ValueError):
+class DataError(SpecgenError, ValueError):
     """A data file that cannot be used; the message says what is wrong and what to do."""
 
 
@@ -70,7 +72,7 @@ class Wanted:
 
 
 def _shape(shape: tuple[int | None, ...]) -> str:
-    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+    return text.shape(shape, unknown="N")
 
 
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:
@@ -157,7 +159,7 @@ class SourceReader:
             if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
                 continue
             output = self.ir.node(self.ir.outputs[term.output])
-            if term.kind == "sparse_softmax_cross_entropy":
+            if term.target == "sparse":  # class indices (specgen/kinds/losses/)
                 classes = output.shape[-1]
                 wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
             else:

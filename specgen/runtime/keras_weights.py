@@ -17,13 +17,9 @@ wrong name would put a value into the wrong variable.
 
 from __future__ import annotations
 
-import io
-import json
 import re
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -32,13 +28,14 @@ from typing import Any
 import h5py
 import numpy as np
 
+from specgen.errors import SpecgenError
 from specgen.paths import shown
+from specgen.runtime import keras_files
+from specgen.runtime.keras_files import READ_ERRORS
 
 SUFFIXES = (".h5", ".hdf5", ".keras")
-HDF5_MAGIC, ZIP_MAGIC = b"\x89HDF\r\n\x1a\n", b"PK\x03\x04"
+HDF5_MAGIC, ZIP_MAGIC = keras_files.HDF5_MAGIC, b"PK\x03\x04"
 MODELS = ("Functional", "Sequential", "Model")
-# Damage inside h5py, zipfile or json surfaces as any of these; none may become a traceback.
-READ_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, EOFError, zipfile.BadZipFile, zlib.error)
 Option = Callable[[dict[str, Any]], bool]
 OPTIONS: dict[str, Option] = {  # config key -> whether the weights it governs exist
     "use_bias": lambda c: bool(c.get("use_bias", True)),
@@ -87,6 +84,8 @@ def is_keras_file(path: Path) -> bool:
     """A Keras weight file by its suffix, or (any name) by an HDF5 or zip signature; folders never."""
     if path.suffix in SUFFIXES or path.name.endswith(".weights.h5"):
         return not path.is_dir()
+    if not path.is_file():  # a FIFO or device would block the read below
+        return False
     try:
         with open(path, "rb") as handle:
             return handle.read(8).startswith((HDF5_MAGIC, ZIP_MAGIC))
@@ -94,7 +93,7 @@ def is_keras_file(path: Path) -> bool:
         return False
 
 
-class KerasFileError(ValueError):
+class KerasFileError(SpecgenError, ValueError):
     """A Keras weight file that cannot be read, as one line naming it."""
 
 
@@ -103,40 +102,38 @@ def _fail(path: Path, why: str) -> KerasFileError:
 
 
 @contextmanager
-def open_h5(path: Path) -> Iterator[tuple[h5py.File, dict[str, Any] | None]]:
-    """The weights' HDF5 file and, for a `.keras` archive, its config.json as plain JSON."""
+def open_h5(path: Path, declared: int | None = None) -> Iterator[tuple[h5py.File, dict[str, Any] | None]]:
+    """The weights' HDF5 file, checked by keras_files (nothing stored or linked outside it), and, for a
+    `.keras` archive, its config.json as plain JSON. `declared`: the bytes of the variables the spec
+    declares, which bound what model.weights.h5 may inflate to (IMPORT_WEIGHTS_CAP without a spec)."""
     if not path.is_file():
-        raise _fail(path, "no such file")
-    config: dict[str, Any] | None = None
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(8)
-        if head.startswith(ZIP_MAGIC):
-            with zipfile.ZipFile(path) as archive:
-                names = set(archive.namelist())
-                if not {"config.json", "model.weights.h5"} <= names:
-                    raise _fail(path, "a zip archive without config.json and model.weights.h5, not a .keras model")
-                loaded = json.loads(archive.read("config.json"))
-                source: Any = io.BytesIO(archive.read("model.weights.h5"))
-            if not isinstance(loaded, dict):
-                raise _fail(path, "config.json is not a JSON object")
-            config = loaded
-        elif head.startswith(HDF5_MAGIC):
-            source = path
-        else:
-            raise _fail(path, "neither an HDF5 file nor a .keras archive")
-        h5 = h5py.File(source, "r")
-    except READ_ERRORS as exc:
-        if isinstance(exc, KerasFileError):
-            raise
-        raise _fail(path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-    with h5:
+        raise _fail(path, "no such file" if not path.exists() else "not a regular file")
+    if declared is None:
+        cap, why = keras_files.IMPORT_WEIGHTS_CAP, " (the cap without a spec)"
+    else:
+        cap = keras_files.weights_cap(declared)
+        why = (f" ({keras_files.SLOTS} x the {keras_files.size_text(declared)} of variables the spec declares "
+               f"+ {keras_files.OVERHEAD // 2**20} MiB)")
+    with ExitStack() as stack:
+        try:
+            h5, config, _ = stack.enter_context(keras_files.open_keras(path, cap, why))
+        except keras_files.UnsafeKerasFile as exc:
+            raise _fail(path, str(exc)) from None
+        except READ_ERRORS as exc:
+            raise _fail(path, f"damaged ({_first_line(exc)})") from None
+        if config is not None and not isinstance(config, dict):
+            raise _fail(path, "config.json is not a JSON object")
         yield h5, config
 
 
-def read_weights(path: Path) -> dict[str, Weight]:
-    """Key -> stored weight of a Keras weight file; ValueError (one line naming the file) when it cannot be read."""
-    with open_h5(path) as (h5, config):
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def read_weights(path: Path, declared: int | None = None) -> dict[str, Weight]:
+    """Key -> stored weight of a Keras weight file; ValueError (one line naming the file) when it cannot be read
+    or is refused (keras_files). `declared`: as open_h5's."""
+    with open_h5(path, declared) as (h5, config):
         try:
             if "layer_names" in h5.attrs or "layer_names0" in h5.attrs:
                 return _legacy(h5)
@@ -149,16 +146,16 @@ def read_weights(path: Path) -> dict[str, Weight]:
         except READ_ERRORS as exc:
             if isinstance(exc, KerasFileError):
                 raise
-            raise _fail(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+            raise _fail(path, _first_line(exc)) from None
     raise _fail(path, "an HDF5 file without Keras weights (no 'layer_names' attribute, no 'layers' group)")
 
 
 class Reader:
     """`get_tensor(dataset)` over an open Keras weight file, as tf.train.load_checkpoint's reader offers it."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, declared: int | None = None):
         self.path = path
-        self._open = open_h5(path)
+        self._open = open_h5(path, declared)
         self.h5, _ = self._open.__enter__()
 
     def __enter__(self) -> Reader:
@@ -172,7 +169,7 @@ class Reader:
         try:
             return _array(self.h5[dataset])
         except READ_ERRORS as exc:
-            raise _fail(self.path, f"damaged ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+            raise _fail(self.path, f"damaged ({_first_line(exc)})") from None
 
 
 def _array(dataset: Any) -> np.ndarray:

@@ -7,7 +7,8 @@ Modules: `repository` (the Triton-layout folder and config.pbtxt), `models` (onn
 sessions through Predictor, checked against the configs), `protocol` and `values` (requests in,
 responses out), `limits` (body bounds, budget, deadline), `batcher` (dynamic batching in a worker
 thread), `metrics` (Prometheus), `logs` (JSON lines), `app` (the Starlette application), `server`
-(uvicorn's protocol with a header deadline and a connection limit). Needs the `serve` extra (starlette, uvicorn,
+(the header deadline and connection limit), `connection` (uvicorn's protocol with the memory of a
+connection bounded: parse-ahead, header bytes, unread answers). Needs the `serve` extra (starlette, uvicorn,
 prometheus_client) and onnxruntime. See docs/serve.md.
 """
 
@@ -48,7 +49,7 @@ def _signals_noted() -> Iterator[list[int]]:
 def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: str = "auto", *,
                queue_size: int | None = None, batching: bool = True, threads: int = 0, log_level: str = "info",
                graceful_timeout: float | None = 30.0, header_timeout: float = 10.0, body_timeout: float = 30.0,
-               max_connections: int = 1000) -> int:
+               max_connections: int = 1000, send_timeout: float = 10.0) -> int:
     """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
 
     0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
@@ -58,7 +59,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     intra-op thread count (0: its default); `graceful_timeout` caps the wait for in-flight
     requests on shutdown (None: no cap). `header_timeout` / `body_timeout`: seconds a request's
     headers / body may take to arrive (408 after); `max_connections`: open connections at most
-    (lowered to what `ulimit -n` allows).
+    (lowered to what `ulimit -n` allows); `send_timeout`: seconds a client may leave its answers unread
+    before it is disconnected.
     """
     import uvicorn
 
@@ -73,7 +75,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     try:
         models = load_repository(Path(repo), provider=provider, threads=threads)
         app = create_app(models, ServeOptions(queue_size=queue_size, batching=batching, header_timeout=header_timeout,
-                                              body_timeout=body_timeout, max_connections=max_connections))
+                                              body_timeout=body_timeout, max_connections=max_connections,
+                                              send_timeout=send_timeout))
     except (RepositoryError, InputError, ValueError) as exc:
         print(f"specgen serve: {exc}", file=sys.stderr)
         return 1

@@ -53,7 +53,9 @@ class ServeOptions:
 
     `max_body_bytes` caps every model's body bound (see limits.py); `buffer_bytes` bounds the bytes
     of all bodies being read or decoded at once; `decode_threads` the large bodies decoded at once.
-    `header_timeout` / `max_connections` are enforced by the connection protocol (server.py).
+    `header_timeout` / `max_connections`, `max_header_bytes` / `max_headers` (request line and headers; 431
+    past them) and `send_timeout` (a client that reads none of its answers for that long is disconnected)
+    are enforced by the connection protocol (connection.py, server.py).
     """
 
     queue_size: int | None = None
@@ -64,6 +66,9 @@ class ServeOptions:
     body_timeout: float = 30.0
     header_timeout: float = 10.0
     max_connections: int = 1000
+    max_header_bytes: int = 16 << 10
+    max_headers: int = 100
+    send_timeout: float = 10.0
 
 
 def queue_size_of(model: ServedModel, options: ServeOptions) -> int:

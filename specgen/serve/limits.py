@@ -116,7 +116,7 @@ async def read_body(chunks: AsyncIterator[bytes], bound: int) -> bytes | bytearr
 
 
 def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | bytearray:
-    """The body inflated (gzip, deflate) to at most `limit` bytes."""
+    """The body inflated (gzip, deflate) to at most `limit` bytes; one stream, nothing after it."""
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
@@ -130,6 +130,9 @@ def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | by
         raise ProtocolError(f"the decompressed body exceeds {limit} bytes, the most this model accepts", 413)
     if not inflater.eof:
         raise ProtocolError(f"the {encoding} body is truncated")
+    if inflater.unused_data:  # a second gzip member, or junk: proxies may read it, so one reading is enforced
+        raise ProtocolError(f"the {encoding} body has {len(inflater.unused_data)} bytes after the end of its compressed "
+                            f"data (a second member or trailing bytes); expected exactly one {encoding} stream")
     return data
 
 

@@ -68,7 +68,8 @@ class ServerMetrics:
                           ["model", "version", "provider"], registry=r)
         self.connections = Gauge("specgen_connections", "Open HTTP connections.", registry=r)
         self.connections_closed = Counter("specgen_connections_closed", "Connections the server closed to protect "
-                                          "itself, by reason (header_timeout, evicted, refused).", ["reason"], registry=r)
+                                          "itself, by reason (header_timeout, header_too_large, send_timeout, evicted, "
+                                          "refused).", ["reason"], registry=r)
         self.models: dict[str, ModelMetrics] = {UNKNOWN_MODEL: ModelMetrics(self, UNKNOWN_MODEL)}
 
     def connection_closed(self, reason: str) -> None:

@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol (httptools) with the two guards it lacks: a header deadline and a connection limit.
+"""The connection protocol `specgen serve` runs: BoundedProtocol (connection.py) plus a header deadline and a connection limit.
 
 uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but sets no deadline on request
 headers: once a client has sent one byte, trickling the rest a byte at a time holds the
@@ -9,8 +9,8 @@ are complete, so such connections are never even counted. Here:
   connecting or of its previous response, else it gets 408 and is closed (the body has its own
   deadline, read by the app: `ServeOptions.body_timeout`);
 - at most `max_connections` are open: a connection past the limit evicts the one that has been
-  waiting longest for a request to arrive (idle, headers or body still coming), or, when every
-  connection has a whole request being answered, gets 503 and is closed at once;
+  waiting longest on its client (idle, headers or body still coming, or its answers unread), or,
+  when every connection has a whole request being answered, gets 503 and is closed at once;
 - the limit is checked against the file descriptor limit (`ulimit -n`) at start: the soft limit
   is raised toward the hard one when it is short, and the connection limit lowered when that is
   not enough, so `accept` never fails for want of descriptors.
@@ -22,44 +22,19 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from specgen.serve.metrics import ServerMetrics
-from specgen.serve.protocol import error_body
+from specgen.serve.connection import READ_BYTES, BoundedProtocol, Guard
 
 log = logging.getLogger("specgen.serve")
 FD_RESERVE = 64  # descriptors beyond the connections: listening socket, logs, the accept that precedes an eviction
 
 
-@dataclass(frozen=True)
-class Guard:
-    header_timeout: float
-    max_connections: int
-    metrics: ServerMetrics | None = None
+class GuardedProtocol(BoundedProtocol):
+    """BoundedProtocol plus a header deadline and the connection limit (`guard`, set by `guarded_protocol`)."""
 
-    def closed(self, reason: str, client: Any) -> None:
-        if self.metrics is not None:
-            self.metrics.connection_closed(reason)
-        log.info("connection closed", extra={"fields": {"event": "connection_closed", "reason": reason,
-                                                        "client": f"{client[0]}:{client[1]}" if client else None}})
-
-
-def _raw_response(status: bytes, message: str) -> bytes:
-    """A whole HTTP/1.1 error response, written straight to the transport (no request cycle exists to answer)."""
-    body = error_body(message)
-    extra = b"retry-after: 1\r\n" if status.startswith(b"503") else b""
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\nconnection: close\r\n" + extra + b"\r\n" + body)
-
-
-class GuardedProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol plus a header deadline and the connection limit (`guard`, set by `guarded_protocol`)."""
-
-    guard: ClassVar[Guard]
     receiving_since: float | None = None  # when it began waiting for a request; None while one is answered
     _header_timer: asyncio.TimerHandle | None = None
 
@@ -101,32 +76,68 @@ class GuardedProtocol(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
 
-    def _idle(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
-
-    def _close(self, reason: str, status: bytes, message: str) -> None:
-        if self.transport.is_closing():
-            return
-        if self._idle():  # no request cycle owns the transport: answer here; otherwise the app's read just ends
-            self.transport.write(_raw_response(status, message))
-        self.transport.close()
-        self.guard.closed(reason, self.client)
-
     def _headers_late(self) -> None:
         self._header_timer = None
-        self._close("header_timeout", b"408 Request Timeout",
-                    f"the request headers did not arrive within {self.guard.header_timeout:g} s")
+        self.close_with("header_timeout", b"408 Request Timeout",
+                        f"the request headers did not arrive within {self.guard.header_timeout:g} s")
+
+    def waiting_since(self) -> float | None:
+        """Since when it has waited on its client: for a request, or for the client to read its answers."""
+        times = [t for t in (self.receiving_since, self.stalled_since) if t is not None]
+        return min(times) if times else None
 
     def _make_room(self) -> None:
-        waiting = [c for c in self.connections
-                   if c is not self and getattr(c, "receiving_since", None) is not None and not c.transport.is_closing()]
+        waiting = [c for c in self.connections if c is not self and isinstance(c, GuardedProtocol)
+                   and c.waiting_since() is not None and not c.transport.is_closing()]
         if waiting:
-            victim: GuardedProtocol = min(waiting, key=lambda c: c.receiving_since)
-            victim._close("evicted", b"503 Service Unavailable", "closed to make room for a new connection: "
-                          f"the server holds {self.guard.max_connections} connections")
+            victim = min(waiting, key=lambda c: c.waiting_since() or 0.0)
+            victim.close_with("evicted", b"503 Service Unavailable", "closed to make room for a new connection: "
+                              f"the server holds {self.guard.max_connections} connections")
         else:
-            self._close("refused", b"503 Service Unavailable", f"the server holds {self.guard.max_connections} "
-                        "connections, each with a request in progress; retry later")
+            self.close_with("refused", b"503 Service Unavailable", f"the server holds {self.guard.max_connections} "
+                            "connections, each with a request in progress; retry later")
+
+
+class ReadBounded(asyncio.BufferedProtocol):
+    """What the transport talks to: reads of at most READ_BYTES into `buffer`, handed to the HTTP protocol inside.
+
+    uvloop treats any `asyncio.Protocol` (uvicorn's are) as a plain protocol and hands it up to
+    256 KiB per read; only a protocol that is not one gets `get_buffer`. The buffer is shared by
+    the server's connections: the transport fills it and calls `buffer_updated` within one
+    callback of the single event loop thread, and the bytes are copied out at once.
+    """
+
+    http_class: ClassVar[type[BoundedProtocol]]
+    buffer: ClassVar[memoryview]
+
+    def __init__(self, **kwargs: Any):  # uvicorn's keyword arguments (config, server_state, app_state, _loop)
+        self.http = self.http_class(**kwargs)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.http.connection_made(transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.http.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.http.eof_received()  # type: ignore[func-returns-value]
+
+    def pause_writing(self) -> None:
+        self.http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.http.resume_writing()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.http.data_received(bytes(self.buffer[:nbytes]))
+
+
+def read_bounded(http_class: type[BoundedProtocol]) -> type[ReadBounded]:
+    """The transport-facing protocol class for `http_class`, with its own read buffer."""
+    return type("ReadBounded", (ReadBounded,), {"http_class": http_class, "buffer": memoryview(bytearray(READ_BYTES))})
 
 
 def guarded_protocol(guard: Guard) -> type[GuardedProtocol]:
@@ -163,6 +174,7 @@ def server_config(app: Any, host: str, port: int, **settings: Any) -> uvicorn.Co
     """The uvicorn configuration serving `app` (from create_app) with its ServeOptions' guards."""
     service = app.state.service
     options = service.options
-    guard = Guard(options.header_timeout, connection_limit(options.max_connections), service.metrics)
+    guard = Guard(options.header_timeout, connection_limit(options.max_connections), options.max_header_bytes,
+                  options.max_headers, options.send_timeout, service.metrics)
     settings = {"log_config": None, "access_log": False, "lifespan": "on", "server_header": False, **settings}
-    return uvicorn.Config(app, host=host, port=port, http=guarded_protocol(guard), ws="none", **settings)
+    return uvicorn.Config(app, host=host, port=port, http=read_bounded(guarded_protocol(guard)), ws="none", **settings)

@@ -15,16 +15,24 @@ from pydantic.json_schema import SkipJsonSchema
 
 from specgen.spec.base import PositiveFloat, SpecModel, number
 
-# Why each optimizer key that LM does without is refused (the message after "levenberg_marquardt takes no ...").
+# Why each optimizer key that LM does without is refused (rather than as an unknown key). The compatibility
+# table (specgen/kinds/features/compat.py) holds these as the refusals of the pairs levenberg_marquardt +
+# schedule, weight_decay and optimizer_clip; their text is here because the table imports the optimizer
+# registry (its opt_<kind> names), which imports this module: the other way round would be a cycle.
 REFUSED = {
-    "learning_rate": "learning rate: the damping sets the step length (the trust-region rule moves it after "
-                     "every try); set initial_damping instead",
-    "weight_decay": "weight decay: each step solves the damped normal equations of the residuals, so a decay "
-                    "outside them would undo the fit; add an L2 term to the model instead",
-    "clip": "clipping: the step is a damped Gauss-Newton solve, not a gradient step; a larger damping shortens it",
-    "damping_factor": "damping_factor: the damping follows MINPACK's trust-region rule, as scipy's "
-                      "least_squares(method='lm') does (the step bound shrinks to 0.1-0.5 of itself after a poor "
-                      "step and doubles after a good one; the damping is solved from it); remove it",
+    "learning_rate": (
+        "levenberg_marquardt takes no learning rate: the damping sets the step length (the trust-region rule moves "
+        "it after every try); set initial_damping instead"),
+    "weight_decay": (
+        "levenberg_marquardt takes no weight decay: each step solves the damped normal equations of the "
+        "residuals, so a decay outside them would undo the fit; add an L2 term to the model instead"),
+    "clip": (
+        "levenberg_marquardt takes no clipping: the step is a damped Gauss-Newton solve, not a gradient step; a "
+        "larger damping shortens it"),
+    "damping_factor": (
+        "levenberg_marquardt takes no damping_factor: the damping follows MINPACK's trust-region rule, as scipy's "
+        "least_squares(method='lm') does (the step bound shrinks to 0.1-0.5 of itself after a poor step and "
+        "doubles after a good one; the damping is solved from it); remove it"),
 }
 # Each rejected try at least halves the step bound (lmder's rule). From the first bound, 100·‖D·w‖, 30 halvings
 # reach the stall (float32's resolution, 1.2e-7·‖D·w‖); 100 leave room for a bound that grew 2^70 times, which
@@ -43,9 +51,11 @@ class LevenbergMarquardtKeys(SpecModel):
     learning_rate: SkipJsonSchema[Any] = None
     weight_decay: SkipJsonSchema[Any] = None
     clip: SkipJsonSchema[Any] = None
-    damping_factor: SkipJsonSchema[Any] = None
+    # Refused since issue 17 (lmder's rule replaced Marquardt's ν); excluded from dumps so that it is no
+    # hyperparameter of the resolved optimizer (kinds/optimizers/base.py's `hyper`).
+    damping_factor: SkipJsonSchema[Any] = Field(None, exclude=True)
 
     @field_validator("learning_rate", "weight_decay", "clip", "damping_factor", mode="before")
     @classmethod
     def _refused(cls, value: Any, info: Any) -> Any:
-        raise ValueError(f"levenberg_marquardt takes no {REFUSED[info.field_name]}")
+        raise ValueError(REFUSED[info.field_name])

@@ -7,21 +7,28 @@ The spec is validated and built in memory before anything is written; on any ref
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from specgen.diagnostics import quoted
 from specgen.importers.keras.bare_weights import indexed_map
 from specgen.importers.keras.convert import Imported, convert
 from specgen.importers.keras.errors import ImportProblem, refused
 from specgen.importers.keras.graph import flatten
-from specgen.importers.keras.source import read_source
+from specgen.importers.keras.source import Source, read_source
 from specgen.importers.keras.stages import stages
 from specgen.importers.keras.write import render
+from specgen.spec.base import FilePath
 
 __all__ = ["Result", "import_keras"]
 WEIGHTS_SUFFIX = ".keras"  # constructor weights: <spec stem>.keras beside the spec (self-describing: config.json)
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")  # what -o never names: a spec written there would replace a model
+_FILE_PATH: TypeAdapter[str] = TypeAdapter(FilePath)
 
 
 @dataclass
@@ -45,6 +52,35 @@ def _relative(target: Path, spec: Path) -> str:
     return Path(os.path.relpath(target.resolve(), spec.resolve().parent)).as_posix()
 
 
+def _read(source: str, input_shape: tuple[int, ...] | None, classes: int | None) -> Source:
+    try:
+        return read_source(source, input_shape, classes)
+    except RecursionError:  # json.loads recurses once per nested array or object (100,000 `[` end here)
+        raise ImportProblem("the model config nests its JSON arrays and objects deeper than Python's JSON reader "
+                            "goes (about 1,000 levels); a Keras model config needs a few dozen") from None
+
+
+def _check_output(output: Path, sources: list[Path]) -> None:
+    """Never write the spec over the model or weights it is read from (also through a link or a hard link)."""
+    if output.suffix.lower() in MODEL_SUFFIXES:
+        raise ImportProblem(f"-o {output}: a spec is a YAML file, not a Keras model file ({output.suffix}); "
+                            "choose a path ending in .yaml")
+    for path in sources:
+        with contextlib.suppress(OSError):  # a missing path cannot be the same file
+            if output.exists() and os.path.samefile(output, path):
+                raise ImportProblem(f"-o {output} is {path} itself: writing the spec would overwrite it; choose "
+                                    "another path")
+
+
+def _unwritable_path(path: str) -> str | None:
+    """Why a spec cannot name `path` in checkpoint.restore (spec/base.py's FilePath), or None."""
+    try:
+        _FILE_PATH.validate_python(path)
+    except ValidationError:
+        return "which holds a control character" if not path.isprintable() else "which is too long for a spec"
+    return None
+
+
 def import_keras(source: str, output: Path, *, weights: Path | None = None,
                  input_shape: tuple[int, ...] | None = None, classes: int | None = None,
                  collections: str | None = None) -> Result:
@@ -57,7 +93,8 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
     try:
         if weights is not None and not weights.is_file():
             raise ImportProblem(f"--weights {weights}: no such file")
-        src = read_source(source, input_shape, classes)
+        _check_output(output, [Path(source), *([weights] if weights else [])])
+        src = _read(source, input_shape, classes)
         graph = flatten(src.config)
         imp = convert(graph, src.keras2)
         indexed = indexed_map(weights, graph, imp.keys) if weights is not None else []
@@ -69,6 +106,8 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
     weights_path = weights or src.weights or written
     assert weights_path is not None
     restore: dict[str, Any] = {"from": _relative(weights_path, output), "map": restore_map(imp) + indexed}
+    if (problem := _unwritable_path(restore["from"])) is not None:
+        raise refused(source, [f"the spec would restore from {quoted(restore['from'])}, {problem}: rename the file"])
     groups = stages([e["name"] for e in imp.layers], list(imp.keys)) if collections == "stages" else {}
     text = render(imp, src.label, restore, groups)
     try:

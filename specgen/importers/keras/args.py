@@ -9,10 +9,13 @@ and the written spec lists them in a comment.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from specgen.diagnostics import safe_repr, shown
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KLayer
+from specgen.spec.base import MAX_INT
 
 # Keys every layer config has that say nothing about what the layer computes.
 COMMON = ("name", "trainable", "dtype", "batch_input_shape", "batch_shape", "input_shape", "autocast")
@@ -33,6 +36,25 @@ INITIALIZERS = {"GlorotUniform": "glorot_uniform", "GlorotNormal": "glorot_norma
 SCALING = {(1.0, "fan_avg", "uniform"): "glorot_uniform", (1.0, "fan_avg", "truncated_normal"): "glorot_normal",
            (2.0, "fan_in", "truncated_normal"): "he_normal", (2.0, "fan_in", "uniform"): "he_uniform"}
 FLOAT_POLICIES = ("float32",)
+FLOAT32_MAX = 3.4028234663852886e38  # numbers reach float32 tensors and ONNX attributes
+_MISSING: Any = object()  # the default of a required argument
+
+
+def finite(value: Any) -> float | None:
+    """A JSON number as a float within float32's finite range; None for anything else (booleans, strings,
+    NaN, infinities, 1e39, integers too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and abs(number) <= FLOAT32_MAX else None
+
+
+def is_integer(value: Any, minimum: int) -> bool:
+    """An integer (not a boolean) from `minimum` to MAX_INT."""
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT
 
 
 def _plain(value: Any) -> Any:
@@ -44,13 +66,13 @@ def _plain(value: Any) -> Any:
 
 def short(value: Any) -> str:
     """A config value for a message or a comment, one line, bounded."""
-    if isinstance(value, dict) and "class_name" in value:
+    if isinstance(value, dict) and isinstance(value.get("class_name"), str):
         inner = value.get("config") or {}
         inner = {k: v for k, v in inner.items() if v is not None} if isinstance(inner, dict) else inner
-        text = f"{value['class_name']}({inner})" if inner else str(value["class_name"])
+        text = f"{value['class_name']}({safe_repr(inner)})" if inner else value["class_name"]
     else:
-        text = str(value)
-    return text if len(text) <= 100 else text[:97] + "..."
+        text = value if isinstance(value, str) else safe_repr(value)  # bounded: never the whole of a huge value
+    return shown(text, 100)
 
 
 class Args:
@@ -65,6 +87,50 @@ class Args:
         value = self.config.get(key)
         return layer_problem(self.layer.name, self.layer.cls, f"argument {key}={short(value)} cannot be expressed "
                              f"in a spec ({expected})")
+
+    def wrong(self, key: str, expected: str) -> ImportProblem:
+        """A value of the wrong type or range: what was received and what was expected."""
+        received = short(self.config[key]) if key in self.config else "nothing (the key is missing)"
+        return layer_problem(self.layer.name, self.layer.cls, f"argument {key}: received {received}, "
+                             f"expected {expected}")
+
+    def integer(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        value = self.get(key, default)
+        if not is_integer(value, minimum):
+            raise self.wrong(key, "an integer" if minimum < 0 else f"an integer from {minimum} to {MAX_INT}")
+        return int(value)
+
+    def axis(self, key: str, default: Any = _MISSING) -> int:
+        """An axis (negative counts from the end); whether the tensor has it is the spec's shape check."""
+        return self.integer(key, default, minimum=-MAX_INT)
+
+    def number(self, key: str, default: Any = _MISSING) -> float:
+        value = finite(self.get(key, default))
+        if value is None:
+            raise self.wrong(key, "a finite number within float32's range")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self.wrong(key, "true or false")
+        return value
+
+    def pair(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int | list[int]:
+        """A Keras size: one integer or a pair, as a spec size (one integer when both agree)."""
+        value = self.get(key, default)
+        values = list(value) if isinstance(value, list | tuple) else [value] * 2
+        if len(values) != 2 or not all(is_integer(v, minimum) for v in values):
+            raise self.wrong(key, f"an integer from {minimum} to {MAX_INT}, or a pair of them")
+        return values[0] if values[0] == values[1] else values
+
+    def numbers(self, key: str, default: Any = _MISSING) -> float | list[float]:
+        """One number, or one per channel."""
+        value = self.get(key, default)
+        values = [finite(v) for v in value] if isinstance(value, list | tuple) else [finite(value)]
+        if not values or None in values:
+            raise self.wrong(key, "a finite number within float32's range, or a list of them")
+        return values if isinstance(value, list | tuple) else values[0]  # type: ignore[return-value]
 
     def get(self, key: str, default: Any = None) -> Any:
         self.used.add(key)
@@ -92,10 +158,15 @@ class Args:
         value = _plain(self.get(key))
         if value is None:
             return None
-        name, config = (value, {}) if isinstance(value, str) else (value.get("class_name"), value.get("config") or {})
-        kind = INITIALIZERS.get(str(name)) or {v: v for v in INITIALIZERS.values()}.get(str(name))
+        name, config = (value, {}) if isinstance(value, str) else (None, None)
+        if isinstance(value, dict):
+            name, config = value.get("class_name"), value.get("config") or {}
+        if not isinstance(name, str) or not isinstance(config, dict):
+            raise self.wrong(key, "an initializer: a name, or {class_name, config}")
+        kind = INITIALIZERS.get(name) or {v: v for v in INITIALIZERS.values()}.get(name)
         if name == "VarianceScaling":
-            kind = SCALING.get((float(config.get("scale", 1.0)), config.get("mode"), config.get("distribution")))
+            scale = finite(config.get("scale", 1.0))
+            kind = SCALING.get((scale, config.get("mode"), config.get("distribution")))  # type: ignore[arg-type]
         if kind is None:
             self.note(key, value, "not one of specgen's initializers: the spec keeps its default, and the restore "
                       "sets these weights")
@@ -104,14 +175,19 @@ class Args:
             self.note(key, value, "seed dropped: specgen seeds initializers from train.seed")
         keys = {"constant": ("value",), "random_normal": ("mean", "stddev"), "truncated_normal": ("mean", "stddev"),
                 "random_uniform": ("minval", "maxval")}.get(kind, ())
-        return {"kind": kind, **{k: float(config[k]) for k in keys if k in config}} if keys else kind
+        values = {k: finite(config[k]) for k in keys if k in config}
+        if None in values.values():
+            raise self.wrong(key, f"an initializer whose {', '.join(keys)} are finite numbers within float32's range")
+        return {"kind": kind, **values} if keys else kind
 
     def note(self, key: str, value: Any, why: str) -> None:
         self.notes.append((self.layer.name, f"{self.layer.cls} {key}={short(value)} ({why})"))
 
     def _check_dtype(self) -> None:
         dtype = self.config.get("dtype", "float32")
-        name = dtype if isinstance(dtype, str) or dtype is None else (dtype.get("config") or {}).get("name")
+        name = dtype  # a string, or Keras 3's DTypePolicy {"config": {"name": ...}}
+        if isinstance(dtype, dict) and isinstance(dtype.get("config"), dict):
+            name = dtype["config"].get("name")
         if name not in (None, *FLOAT_POLICIES):
             raise self.refuse("dtype", "specgen layers compute in float32; mixed precision cannot be expressed")
 

@@ -11,15 +11,20 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from specgen.importers.keras.args import Args
+from specgen.diagnostics import quoted
+from specgen.importers.keras.args import Args, finite
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
 from specgen.importers.keras.names import Namer
-from specgen.ir.ops import Layer, OpError, infer
+from specgen.kinds.ops import Layer, OpError, infer
+from specgen.spec.expand import MAX_LAYERS
 
 DTYPES = ("float32", "int32", "int64")
 MULTI_INPUT = ("add", "multiply", "subtract", "concat")
+# A restore map's `from` is at most 256 characters (spec/base.py's Pattern): room for a layer's path and its
+# longest weight name (`/depthwise_kernel`, `/vars/99` in a bare .weights.h5).
+MAX_KEYED_NAME = 256 - len("/depthwise_kernel")
 OPERATIONS = {"Add": "add", "Multiply": "multiply", "Subtract": "subtract"}  # keras.ops calls in a graph
 REFUSED = {  # classes people meet often, with why (others: "no spec op")
     "Lambda": "it runs Python code stored in the model, which specgen never runs",
@@ -70,7 +75,9 @@ def _operation(layer: KLayer) -> dict[str, Any]:
         return {"op": op}
     if len(constants) != 1:
         raise layer_problem(layer.name, layer.cls, "an operation on two constants")
-    c, first = float(constants[0]), not isinstance(layer.args[0], float | int)
+    c, first = finite(constants[0]), not isinstance(layer.args[0], float | int)
+    if c is None:
+        raise layer_problem(layer.name, layer.cls, f"the constant {constants[0]!r} is outside float32's finite range")
     # rescale is x * scale + offset in float32: x * 1.0 is x exactly, so these equal Keras' results.
     if op == "add":
         return {"op": "rescale", "scale": 1.0, "offset": c}
@@ -80,20 +87,49 @@ def _operation(layer: KLayer) -> dict[str, Any]:
 
 
 def _order(graph: KGraph) -> list[KLayer]:
-    """Topological order, ties by config order (Keras writes configs in order already)."""
+    """Topological order in rounds: each round takes every layer whose producers are done, in config order.
+
+    Kahn's algorithm, one round at a time: each layer counts the producers it still waits for, and each
+    finished layer counts down its readers, so the order costs O(layers + edges) (Keras writes configs
+    in order already; rescanning every pending layer per round made 20,000 chained layers take minutes).
+    """
     done = {i.name for i in graph.inputs}
-    pending, ordered = list(graph.layers), []
-    while pending:
+    position = {layer.name: i for i, layer in enumerate(graph.layers)}
+    waiting: dict[str, int] = {}
+    readers: dict[str, list[KLayer]] = {}
+    frontier = []
+    for layer in graph.layers:
         # A later call of a shared layer also waits for the first, whose spec name its `share:` names.
-        ready = [layer for layer in pending if all(p in done for p in layer.inputs)
-                 and (layer.shares is None or layer.shares in done)]
-        if not ready:
-            raise ImportProblem(f"the model config has a cycle or a missing tensor at '{pending[0].name}'")
-        for layer in ready:
-            ordered.append(layer)
-            done.add(layer.name)
-        pending = [layer for layer in pending if layer.name not in done]
+        needs = {p for p in [*layer.inputs, *([layer.shares] if layer.shares else [])] if p not in done}
+        waiting[layer.name] = len(needs)
+        for producer in needs:
+            readers.setdefault(producer, []).append(layer)
+        if not needs:
+            frontier.append(layer)
+    ordered: list[KLayer] = []
+    while frontier:
+        ordered += frontier
+        following = []
+        for layer in frontier:
+            for reader in readers.get(layer.name, ()):
+                waiting[reader.name] -= 1
+                if waiting[reader.name] == 0:
+                    following.append(reader)
+        frontier = sorted(following, key=lambda layer: position[layer.name])
+    if len(ordered) < len(graph.layers):
+        stuck = next(layer for layer in graph.layers if waiting[layer.name] > 0)
+        raise ImportProblem(f"the model config has a cycle or a missing tensor at {quoted(stuck.name)}")
     return ordered
+
+
+def _check_keyed(layer: KLayer) -> None:
+    """A layer with weights must have a name that a restore map can write (its weight keys start with it)."""
+    if len(layer.name) > MAX_KEYED_NAME:
+        raise layer_problem(layer.name, layer.cls, f"a name of {len(layer.name)} characters: a spec's restore map "
+                            f"names this layer's weights in at most 256 (rename the layer in Keras)")
+    if not layer.name.isprintable():
+        raise layer_problem(layer.name, layer.cls, "its name holds a control character, which a spec's restore map "
+                            "cannot write in the keys of this layer's weights (rename the layer in Keras)")
 
 
 class _Converter:
@@ -125,6 +161,8 @@ class _Converter:
 
     def layer(self, layer: KLayer) -> None:
         ins = [self.spec_of[p] for p in layer.inputs]
+        if not ins:
+            raise layer_problem(layer.name, layer.cls, "called on no tensor (every spec layer reads one or more)")
         shapes = [self.shapes[i] for i in ins]
         convert = _converter(layer)
         if convert is None:
@@ -151,10 +189,20 @@ class _Converter:
             parts[part.suffix] = name
 
     def _add(self, layer: KLayer, wanted: str, name: str, keys: dict[str, Any], ins: list[str], part: str) -> None:
+        if len(self.out.layers) >= MAX_LAYERS:
+            raise ImportProblem(f"the model makes more than {MAX_LAYERS} spec layers; a spec holds at most {MAX_LAYERS}")
         self._renamed("layer", wanted, name)
-        wiring = {"inputs": ins} if keys["op"] in MULTI_INPUT else {"input": ins[0]}
+        multi = keys["op"] in MULTI_INPUT
+        if len(ins) < (2 if multi else 1) or (len(ins) > 1 and not multi):
+            raise layer_problem(layer.name, layer.cls, f"called on {len(ins)} tensors, where spec op '{keys['op']}' "
+                                f"reads {'two or more' if multi else 'one'}")
+        wiring = {"inputs": ins} if multi else {"input": ins[0]}
         # A later call of a shared Keras layer: the same keys, and the first call's variables.
-        share = {"share": self.made[(layer.shares, part)]} if layer.shares else {}
+        first = self.made.get((layer.shares, part)) if layer.shares else None
+        if layer.shares and first is None:
+            raise layer_problem(layer.name, layer.cls, f"it shares the weights of {quoted(layer.shares)}, which made "
+                                "no spec layer")
+        share = {"share": first} if first else {}
         entry = {"name": name, "op": keys.pop("op"), **wiring, **share, **keys}
         self.made[(layer.name, part)] = name
         result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
@@ -165,6 +213,8 @@ class _Converter:
         roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
         if share:
             return  # its variables are the first call's, mapped and frozen there
+        if result.variables:
+            _check_keyed(layer)
         for var in result.variables:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
         if result.variables and layer.config.get("trainable") is False:
@@ -181,21 +231,25 @@ class _Converter:
             raise layer_problem(layer.name, layer.cls, f"as spec op '{entry['op']}': {exc}") from None
 
     def outputs(self) -> None:
-        layer_names = {entry["name"] for entry in self.out.layers}
+        taken = Namer()  # names an output must not take: inputs, layers it does not name, earlier outputs
+        taken.taken |= set(self.out.inputs) | {entry["name"] for entry in self.out.layers}
         for keras_name, producer in self.graph.outputs:
             target = self.spec_of[producer]
             if target in self.out.inputs:
                 raise ImportProblem(f"output '{keras_name}' is a model input itself; specgen outputs read layers")
-            name = keras_name.replace("/", "_")
-            clash = name in self.out.inputs or name in self.out.outputs or (name in layer_names and name != target)
-            if clash or not Namer().identifier(name) == name:
-                name = Namer().identifier(name + ("_output" if clash else ""))
+            name = Namer().identifier(keras_name)  # the Keras name where it is a valid spec name
+            if name in self.out.outputs or (not taken.free(name) and name != target):
+                name = taken.identifier(name + "_output")
+            taken.claim(name)
             self._renamed("output", keras_name, name)
             self.out.outputs[name] = target
 
 
 def convert(graph: KGraph, keras2: bool) -> Imported:
     """Spec inputs, layers and outputs of a flattened Keras graph; ImportProblem on the first refusal."""
+    if not graph.inputs or not graph.outputs:
+        raise ImportProblem(f"the model config names no {'inputs' if not graph.inputs else 'outputs'} (a spec needs "
+                            "one or more of each)")
     state = _Converter(graph, keras2)
     state.inputs()
     for layer in _order(graph):

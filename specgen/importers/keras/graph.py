@@ -6,6 +6,10 @@ are `{"args": [...], "kwargs": {...}}` with `__keras_tensor__` references) and K
 (a Sequential or functional model used as a layer) are flattened: their layers are named
 `<model>/<layer>`, the way the weight files name their variables. Nothing here imports Keras.
 
+The config is untrusted: every part is checked (entries.py) as the walk reaches it, and the walk
+iterates: each model is a generator that yields the nested models it meets to `_Flattener.run`,
+which keeps them on a stack of at most MAX_NESTED, so no config can make Python recurse deeply.
+
 Tensors are keyed `<scope><layer>:<node>:<tensor>`; an alias table sends the keys of input
 layers and nested-model outputs on to the layer (or model input) that really produces them.
 A layer or nested model called k > 1 times gives a layer per call: later calls are named
@@ -14,13 +18,38 @@ A layer or nested model called k > 1 times gives a layer per call: later calls a
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen.diagnostics import quoted
+from specgen.importers.keras.entries import (
+    FunctionalConfig,
+    InputConfig,
+    Keras2Node,
+    Keras3Node,
+    Keras3Tensor,
+    LayerEntry,
+    SequentialConfig,
+    Shape,
+    TopConfig,
+    check_depth,
+    checked,
+    refs,
+)
 from specgen.importers.keras.errors import ImportProblem, layer_problem
+from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
 INPUT = "InputLayer"
+MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do
+TOO_MANY = (f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); a spec holds at "
+            f"most {MAX_LAYERS}")
+MAX_HOPS = 4 * (MAX_NESTED + 1)  # aliases a tensor passes through: into and out of each nested model
+
+# A model's walk: yields (nested model entry, its scope, the tensors it is called on, where), receives that
+# model's outputs, returns its own outputs [(output name, tensor key)].
+Walk = Generator[tuple[LayerEntry, str, list[str], str], list[tuple[str, str]], list[tuple[str, str]]]
 
 
 @dataclass
@@ -60,21 +89,14 @@ class KGraph:
     outputs: list[tuple[str, str]]  # (output name, producer)
 
 
-def _key(scope: str, ref: list[Any]) -> str:
+def _key(scope: str, ref: tuple[Any, ...] | list[Any]) -> str:
     return f"{scope}{ref[0]}:{ref[1]}:{ref[2]}"
 
 
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, list) and len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int)
-
-
-def _model_refs(value: Any) -> list[tuple[str | None, list[Any]]]:
-    """`input_layers` / `output_layers`: one ref, a list of refs, or a dict {name: ref} (Keras 3)."""
-    if isinstance(value, dict):
-        return [(str(k), v) for k, v in value.items()]
-    if _is_ref(value):
-        return [(None, value)]
-    return [(None, v) for v in value]
+def _starts_with_input(config: dict[str, Any]) -> bool:
+    layers = config.get("layers")
+    return isinstance(layers, list) and bool(layers) and isinstance(layers[0], dict) \
+        and layers[0].get("class_name") == INPUT
 
 
 class _Flattener:
@@ -84,28 +106,41 @@ class _Flattener:
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
 
-    # --- one call of a layer -------------------------------------------------------------
+    # --- one entry, one call of a layer --------------------------------------------------
 
-    def _call_args(self, name: str, cls: str, node: Any, scope: str) -> list[Any]:
+    @staticmethod
+    def _entry(raw: Any, where: str, seen: set[str]) -> tuple[LayerEntry, str]:
+        entry = checked(LayerEntry, raw, where)
+        name = entry.name or entry.config.get("name")
+        if not isinstance(name, str) or not name:
+            raise ImportProblem(f"{where}: the layer has no name (expected a string in 'name' or 'config.name')")
+        if "/" in name:  # specgen's (and the weight files') separator between a nested model and its layers
+            raise ImportProblem(f"{where}: layer name {quoted(name)} holds '/', which Keras names never hold")
+        if name in seen:
+            raise ImportProblem(f"{where}: a second layer named {quoted(name)} (names in one Keras model are unique)")
+        seen.add(name)
+        return entry, name
+
+    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str) -> list[Any]:
         if isinstance(node, dict):  # Keras 3
+            call = checked(Keras3Node, node, where)
             # A recorded `training` gives way to the flag the model is called with (functional.py's
             # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
-            kwargs = {k: v for k, v in node.get("kwargs", {}).items() if k != "training"}
-            self._check_kwargs(name, cls, kwargs)
-            args = node.get("args", [])
+            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training"})
+            args = call.args
             if len(args) == 1 and isinstance(args[0], list):  # Add, Concatenate, ...: one list of tensors
                 args = args[0]
-            return [self._k3_arg(name, cls, a, scope) for a in args]
+            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)]
         out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
-        for entry in node:
+        for entry in checked(Keras2Node, node, where):
             if len(entry) > 3:
-                self._check_kwargs(name, cls, entry[3])
+                self._check_kwargs(name, cls, entry[3])  # type: ignore[misc]
             out.append(Ref(_key(scope, entry)))
         return out
 
-    def _k3_arg(self, name: str, cls: str, arg: Any, scope: str) -> Any:
+    def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
-            return Ref(_key(scope, arg["config"]["keras_history"]))
+            return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
         if isinstance(arg, bool) or not isinstance(arg, int | float):
             raise layer_problem(name, cls, f"a call argument {str(arg)[:80]!r} is neither a tensor nor a number")
         return arg
@@ -116,121 +151,181 @@ class _Flattener:
             if value is None:
                 continue
             if key == "training":  # Keras 2 honours it over the model's flag (frozen-BN fine-tuning)
-                raise layer_problem(name, cls, f"called with training={value}: specgen layers follow the "
+                raise layer_problem(name, cls, f"called with training={str(value)[:80]}: specgen layers follow the "
                                     "step's training flag (a fixed training mode cannot be expressed)")
             raise layer_problem(name, cls, f"call argument '{key}' ({str(value)[:80]}) cannot be expressed")
 
     # --- models --------------------------------------------------------------------------
 
-    def functional(self, config: dict[str, Any], scope: str, bound: list[str] | None) -> list[tuple[str, str]]:
-        input_refs = _model_refs(config.get("input_layers", []))
-        input_names = [ref[0] for _, ref in input_refs]
-        for entry in config["layers"]:
-            name, cls = entry.get("name") or entry["config"]["name"], entry["class_name"]
-            nodes = entry.get("inbound_nodes", [])
-            if cls == INPUT:
-                self._input(entry, scope, bound, input_names, dict(input_refs))
+    def functional(self, config: dict[str, Any], scope: str, bound: list[str] | None, where: str) -> Walk:
+        model = checked(FunctionalConfig, config, where)
+        inputs = refs(model.input_layers, f"{where}.input_layers")
+        input_names = [ref[0] for _, ref in inputs]
+        seen: set[str] = set()
+        for index, raw in enumerate(model.layers):
+            entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
+            if entry.class_name == INPUT:
+                self._input(entry, name, scope, bound, input_names, inputs)
                 continue
-            if not nodes:
-                continue  # not called in this model (Keras keeps such layers in the config)
-            # A layer called several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec
-            # layer with `share:` the first call. No other path is `<name>/...`: that would be a nested model
-            # named like this layer, and names in one Keras model are unique.
-            for call, node in enumerate(nodes):
-                args = self._call_args(scope + name, cls, node, scope)
-                self._layer_or_model(entry, name, cls, scope, args, call)
+            # Layers not called in this model have no nodes (Keras keeps them in the config). A layer called
+            # several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec layer with
+            # `share:` the first call. No other path is `<name>/...`: names hold no '/' and are unique here.
+            for call, node in enumerate(entry.inbound_nodes):
+                node_where = f"{where}.layers[{index}].inbound_nodes[{call}]"
+                args = self._call_args(scope + name, entry.class_name, node, scope, node_where)
+                yield from self._layer_or_model(entry, name, scope, args, call, isinstance(node, list),
+                                                f"{where}.layers[{index}]")
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
-        return [(out or str(ref[0]), _key(scope, ref)) for out, ref in _model_refs(config["output_layers"])]
+        return [(out or ref[0], _key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
 
-    def _input(self, entry: dict[str, Any], scope: str, bound: list[str] | None, names: list[str],
-               keyed: dict[str | None, list[Any]]) -> None:
-        name = entry.get("name") or entry["config"]["name"]
+    def _input(self, entry: LayerEntry, name: str, scope: str, bound: list[str] | None, names: list[str],
+               refs: list[tuple[str | None, tuple[str, int, int]]]) -> None:
         if bound is None:
-            config = entry["config"]
-            shape = config.get("batch_shape") or config.get("batch_input_shape")
-            public = next((k for k, ref in keyed.items() if k is not None and ref[0] == name), name)
-            self.inputs.append(KInput(public, list(shape[1:]), str(config.get("dtype", "float32"))))
+            config = checked(InputConfig, entry.config, f"Keras layer {quoted(scope + name)} (InputLayer): config")
+            shape = config.batch_shape or config.batch_input_shape
+            if not shape:
+                raise layer_problem(scope + name, INPUT, "no batch_shape (expected [null, size, ...])")
+            public = next((k for k, ref in refs if k is not None and ref[0] == name), name)
+            self.inputs.append(KInput(public, list(shape[1:]), config.dtype or "float32"))
             self.alias[f"{scope}{name}:0:0"] = "=" + public
         elif name in names:
+            if names.index(name) >= len(bound):
+                raise layer_problem(scope + name, INPUT, f"the nested model is called on {len(bound)} tensors, "
+                                    f"fewer than its {len(names)} inputs")
             self.alias[f"{scope}{name}:0:0"] = bound[names.index(name)]
 
-    def _layer_or_model(self, entry: dict[str, Any], name: str, cls: str, scope: str, args: list[Any],
-                        call: int = 0) -> None:
-        own = f"{name}/call{call + 1}" if call else name
+    def _layer_or_model(self, entry: LayerEntry, name: str, scope: str, args: list[Any], call: int,
+                        keras2: bool, where: str) -> Walk:
+        own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
         if cls in MODELS:
             tensors = [a.key for a in args if isinstance(a, Ref)]
             if len(tensors) != len(args):
                 raise layer_problem(scope + name, cls, "a nested model called with constants")
             if call:  # its layers again, each sharing the same layer of the first call
                 self.shared_scopes[f"{scope}{own}/"] = f"{scope}{name}/"
-            inner = self.model(entry, f"{scope}{own}/", tensors)
+            inner = yield entry, f"{scope}{own}/", tensors, f"{where}.config"
+            # tf_keras leaves out node 0 of a nested model built on its own Input (that Input's call) and counts
+            # the calls in the config from 1 (_should_skip_first_node in tf_keras' functional.py).
+            node = call + (1 if keras2 and _starts_with_input(entry.config) else 0)
             for index, (_, key) in enumerate(inner):
-                self.alias[f"{scope}{name}:{call}:{index}"] = key
-            return
+                self.alias[f"{scope}{name}:{node}:{index}"] = key
+            return []
+        if len(self.layers) >= MAX_LAYERS:
+            raise ImportProblem(TOO_MANY)
         # The first call's path owns the weights (itself mapped when this model is a later call of a nested one).
         first = self._first_call(scope + name)
         shares = (first or scope + name) if call else first
-        self.layers.append(KLayer(scope + own, cls, str(entry.get("module") or "keras.layers"),
-                                  entry.get("config", {}), args, shares=shares))
+        self.layers.append(KLayer(scope + own, cls, entry.module or "keras.layers", entry.config, args, shares=shares))
         self.alias[f"{scope}{name}:{call}:0"] = "=" + scope + own
+        return []
 
     def _first_call(self, path: str) -> str | None:
         """The first call's path for a `path` inside a nested model's later call; None outside such calls."""
-        for later, first in self.shared_scopes.items():
-            if path.startswith(later):
-                return self._first_call(first + path[len(later):]) or first + path[len(later):]
-        return None
+        found = None
+        for _ in range(MAX_NESTED + 1):  # each step removes one `call<k>/` part
+            cuts = (i + 1 for i, c in enumerate(path) if c == "/")
+            later = next((path[:cut] for cut in cuts if path[:cut] in self.shared_scopes), None)
+            if later is None:
+                break
+            path = found = self.shared_scopes[later] + path[len(later):]
+        return found
 
-    def sequential(self, config: dict[str, Any], scope: str, bound: list[str] | None) -> list[tuple[str, str]]:
-        entries = list(config["layers"])
+    def sequential(self, config: dict[str, Any], scope: str, bound: list[str] | None, where: str) -> Walk:
+        model = checked(SequentialConfig, config, where)
+        entries, start = list(model.layers), 0
         if bound is None:
-            first = entries[0]
-            if first["class_name"] == INPUT:
-                entries.pop(0)
-                shape, dtype, name = (first["config"].get("batch_shape") or first["config"].get("batch_input_shape"),
-                                      first["config"].get("dtype", "float32"), first["config"]["name"])
+            first = checked(LayerEntry, entries[0], f"{where}.layers[0]")
+            if first.class_name == INPUT:
+                entries, start = entries[1:], 1
+                input_config = checked(InputConfig, first.config, f"{where}.layers[0].config")
+                shape = input_config.batch_shape or input_config.batch_input_shape
+                dtype, name = input_config.dtype or "float32", input_config.name or "input"
             else:  # Keras 2 keeps the input shape on the first layer; Keras 3 in build_input_shape
-                shape = first["config"].get("batch_input_shape") or config.get("build_input_shape")
-                dtype, name = first["config"].get("dtype", "float32"), "input"
-                if shape is None:
-                    raise ImportProblem("the Sequential model has no input shape (it was never built)")
-            self.inputs.append(KInput(name, list(shape[1:]), dtype if isinstance(dtype, str) else "float32"))
+                shape = checked(Shape | None, first.config.get("batch_input_shape"),
+                                f"{where}.layers[0].config.batch_input_shape") or model.build_input_shape
+                dtype, name = first.config.get("dtype"), "input"
+                dtype = dtype if isinstance(dtype, str) else "float32"
+            if not shape:
+                raise ImportProblem(f"{where}: the Sequential model has no input shape (it was never built)")
+            self.inputs.append(KInput(name, list(shape[1:]), dtype))
             previous = f"{scope}{name}:0:0"
             self.alias[previous] = "=" + name
+        elif len(bound) != 1:
+            raise ImportProblem(f"{where}: a Sequential model called on {len(bound)} tensors (it takes one)")
         else:
-            (previous,) = bound
-        last = previous.rsplit(":", 2)[0].rsplit("/", 1)[-1]
-        for entry in entries:
-            cls = entry["class_name"]
-            if cls == INPUT:
+            previous = bound[0]
+        last, seen = previous.rsplit(":", 2)[0].rsplit("/", 1)[-1], set()
+        for index, raw in enumerate(entries, start):
+            entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
+            if entry.class_name == INPUT:
                 continue
-            last = entry.get("name") or entry["config"]["name"]
-            self._layer_or_model(entry, last, cls, scope, [Ref(previous)])
-            previous = f"{scope}{last}:0:0"
+            yield from self._layer_or_model(entry, name, scope, [Ref(previous)], 0, False, f"{where}.layers[{index}]")
+            last, previous = name, f"{scope}{name}:0:0"
         return [(last, previous)]
 
-    def model(self, entry: dict[str, Any], scope: str, bound: list[str] | None) -> list[tuple[str, str]]:
-        if entry["class_name"] == "Sequential":
-            return self.sequential(entry["config"], scope, bound)
-        return self.functional(entry["config"], scope, bound)
+    def model(self, cls: str, config: dict[str, Any], scope: str, bound: list[str] | None, where: str) -> Walk:
+        if cls == "Sequential":
+            return (yield from self.sequential(config, scope, bound, where))
+        return (yield from self.functional(config, scope, bound, where))
+
+    def run(self, top: TopConfig) -> list[tuple[str, str]]:
+        """Walk the top model and every nested one, with a stack of generators instead of recursion."""
+        stack = [self.model(top.class_name, top.config, "", None, "config")]
+        received: list[tuple[str, str]] | None = None
+        while True:
+            try:
+                entry, scope, tensors, where = stack[-1].send(received)  # type: ignore[arg-type]
+            except StopIteration as done:
+                stack.pop()
+                if not stack:
+                    return done.value  # type: ignore[no-any-return]
+                received = done.value
+                continue
+            if len(stack) > MAX_NESTED:
+                raise layer_problem(scope.rstrip("/"), entry.class_name, f"a model nested {len(stack)} deep in "
+                                    f"others; specgen flattens {MAX_NESTED} levels (spec layer names have at most "
+                                    f"{MAX_NESTED + 1} parts)")
+            stack.append(self.model(entry.class_name, entry.config, scope, tensors, where))
+            received = None
 
     # --- resolution ----------------------------------------------------------------------
 
-    def producer(self, key: str, seen: int = 0) -> str:
-        target = self.alias.get(key)
-        if target is None or seen > 10_000:
-            raise ImportProblem(f"the model config refers to tensor '{key}', which no layer in it produces")
-        return target[1:] if target.startswith("=") else self.producer(target, seen + 1)
+    def producer(self, key: str) -> str:
+        target = key
+        for _ in range(MAX_HOPS):
+            target = self.alias.get(target, "")
+            if target.startswith("="):
+                return target[1:]
+            if not target:
+                break
+        raise ImportProblem(f"the model config refers to tensor {quoted(key)}, which no layer in it produces")
+
+
+def _top_level_calls(config: dict[str, Any]) -> int:
+    """The calls of the top model's own layers (nested models left out): fewer than or as many as the layers
+    flattening makes, counted before any check, so that a model over the limit is refused at once."""
+    inner = config.get("config")
+    entries = inner.get("layers") if isinstance(inner, dict) else None
+    entries = [e for e in entries if isinstance(e, dict) and e.get("class_name") not in (*MODELS, INPUT)] \
+        if isinstance(entries, list) else []
+    if config.get("class_name") == "Sequential":
+        return len(entries)
+    return sum(len(e["inbound_nodes"]) for e in entries if isinstance(e.get("inbound_nodes"), list))
 
 
 def flatten(config: dict[str, Any]) -> KGraph:
     """The DAG of a model config: {"class_name": "Functional" | "Sequential" | ..., "config": {...}}."""
-    if config.get("class_name") not in MODELS:
+    if _top_level_calls(config) > MAX_LAYERS:
+        raise ImportProblem(TOO_MANY)
+    check_depth(config, "the model config")
+    top = checked(TopConfig, config, "")
+    if top.class_name not in MODELS:
         raise ImportProblem(f"expected a Keras model config (Functional or Sequential); received class "
-                            f"'{config.get('class_name')}' (subclassed models have no graph to read)")
+                            f"{quoted(top.class_name)} (subclassed models have no graph to read)")
     flat = _Flattener()
-    outputs = flat.model(config, "", None)
+    outputs = flat.run(top)
     for layer in flat.layers:
         layer.inputs = [flat.producer(a.key) for a in layer.args if isinstance(a, Ref)]
-    return KGraph(config["config"].get("name", "model"), flat.inputs, flat.layers,
+    name = top.config.get("name")
+    return KGraph(name if isinstance(name, str) and name else "model", flat.inputs, flat.layers,
                   [(name, flat.producer(key)) for name, key in outputs])

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specgen.importers.keras.args import Args
+from specgen.importers.keras.args import Args, is_integer
+from specgen.spec.base import MAX_INT
 
 Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
 
@@ -35,26 +36,34 @@ Converter = Callable[[Args, Shapes], dict[str, Any] | list[Part] | None]
 KERAS2_ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"}}
 
 
-def _two(value: Any) -> int | list[int]:
-    """A Keras pair as a spec size: one integer when both agree."""
-    values = [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)] * 2
-    return values[0] if values[0] == values[1] else values
-
-
-def _sides(value: Any) -> int | list[Any]:
-    """ZeroPadding2D / Cropping2D amounts in the shortest spec form."""
-    if isinstance(value, int):
-        return value
-    (top, bottom), (left, right) = [(v, v) if isinstance(v, int) else tuple(v) for v in value]
+def _sides(a: Args, key: str, default: int) -> int | list[Any]:
+    """ZeroPadding2D / Cropping2D amounts (n, (rows, cols) or ((top, bottom), (left, right))), shortest spec form."""
+    value = a.get(key, default)
+    pairs = [value, value] if is_integer(value, 0) else value
+    flat = []
+    if isinstance(pairs, list | tuple) and len(pairs) == 2:
+        pairs = [[p, p] if is_integer(p, 0) else p for p in pairs]
+        flat = [v for p in pairs if isinstance(p, list | tuple) and len(p) == 2 for v in p]
+    if len(flat) != 4 or not all(is_integer(v, 0) for v in flat):
+        raise a.wrong(key, "n, (rows, cols) or ((top, bottom), (left, right)) of integers >= 0")
+    top, bottom, left, right = flat
     if top == bottom and left == right:
         return top if top == left else [top, left]
     return [[top, bottom], [left, right]]
 
 
+def _axes(a: Args, key: str) -> list[int]:
+    """One axis or a list of them (Keras 2 writes BatchNormalization's axis as [3])."""
+    value = a.get(key, -1)
+    axes = value if isinstance(value, list | tuple) else [value]
+    if not axes or not all(is_integer(v, -MAX_INT) for v in axes):
+        raise a.wrong(key, "an integer or a list of integers")
+    return list(axes)
+
+
 def _last_axis(a: Args, key: str, rank: int) -> None:
     """Keras normalizations over one axis: specgen's run over the last one only."""
-    axis = a.get(key, -1)
-    axes = axis if isinstance(axis, list | tuple) else [axis]
+    axes = _axes(a, key)
     if len(axes) != 1 or axes[0] not in (-1, rank - 1):
         raise a.refuse(key, "specgen normalizes over the last (channel) axis only")
 
@@ -67,7 +76,7 @@ def _windowed(a: Args) -> dict[str, Any]:
 def _bias_act(a: Args, out: dict[str, Any], bias_key: str | None = "bias_initializer") -> dict[str, Any]:
     if (act := a.activation()) is not None:
         out["activation"] = act
-    if not a.get("use_bias", True):
+    if not a.flag("use_bias", True):
         out["use_bias"] = False
     if bias_key and (init := a.initializer(bias_key)) not in (None, "zeros"):
         out["bias_init"] = init
@@ -82,25 +91,25 @@ def _init(a: Args, out: dict[str, Any], key: str, spec_key: str) -> None:
 def dense(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("lora_rank", None, why="LoRA adapters have no spec form")
     a.expect("quantization_config", None, why="quantized layers have no spec form")
-    out = {"op": "dense", "units": int(a.get("units"))}
+    out = {"op": "dense", "units": a.integer("units")}
     _init(a, out, "kernel_initializer", "kernel_init")
     return _bias_act(a, out)
 
 
 def _conv_window(a: Args, out: dict[str, Any], dilation: bool = True) -> dict[str, Any]:
-    out |= {"kernel": _two(a.get("kernel_size"))}
-    if (strides := _two(a.get("strides", 1))) != 1:
+    out |= {"kernel": a.pair("kernel_size")}
+    if (strides := a.pair("strides", 1)) != 1:
         out["strides"] = strides
     out |= _windowed(a)
-    if dilation and (rate := _two(a.get("dilation_rate", 1))) != 1:
+    if dilation and (rate := a.pair("dilation_rate", 1)) != 1:
         out["dilation"] = rate
     return out
 
 
 def conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("lora_rank", None, why="LoRA adapters have no spec form")
-    out = _conv_window(a, {"op": "conv2d", "filters": int(a.get("filters"))})
-    if (groups := int(a.get("groups", 1))) != 1:
+    out = _conv_window(a, {"op": "conv2d", "filters": a.integer("filters")})
+    if (groups := a.integer("groups", 1)) != 1:
         out["groups"] = groups
     _init(a, out, "kernel_initializer", "kernel_init")
     return _bias_act(a, out)
@@ -109,7 +118,7 @@ def conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
 def depthwise_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("groups", 1, None)  # Keras 2 keeps Conv's groups in the config
     out = _conv_window(a, {"op": "depthwise_conv2d"})
-    if (mult := int(a.get("depth_multiplier", 1))) != 1:
+    if (mult := a.integer("depth_multiplier", 1)) != 1:
         out["depth_multiplier"] = mult
     _init(a, out, "depthwise_initializer", "kernel_init")
     return _bias_act(a, out)
@@ -117,8 +126,10 @@ def depthwise_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
 
 def separable_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("groups", 1, None)
-    out = _conv_window(a, {"op": "separable_conv2d", "filters": int(a.get("filters"))})
-    if (mult := int(a.get("depth_multiplier", 1))) != 1:
+    if a.keras2:  # tf_keras writes its base Conv's kernel_initializer, which a SeparableConv2D never uses
+        a.get("kernel_initializer")
+    out = _conv_window(a, {"op": "separable_conv2d", "filters": a.integer("filters")})
+    if (mult := a.integer("depth_multiplier", 1)) != 1:
         out["depth_multiplier"] = mult
     _init(a, out, "depthwise_initializer", "depthwise_init")
     _init(a, out, "pointwise_initializer", "pointwise_init")
@@ -128,19 +139,19 @@ def separable_conv2d(a: Args, shapes: Shapes) -> dict[str, Any]:
 def conv2d_transpose(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("dilation_rate", 1, [1, 1], why="conv2d_transpose has no dilation")
     a.expect("groups", 1, None)
-    out = _conv_window(a, {"op": "conv2d_transpose", "filters": int(a.get("filters"))}, dilation=False)
-    if (pad := a.get("output_padding")) is not None:
-        out["output_padding"] = _two(pad)
+    out = _conv_window(a, {"op": "conv2d_transpose", "filters": a.integer("filters")}, dilation=False)
+    if a.get("output_padding") is not None:
+        out["output_padding"] = a.pair("output_padding", minimum=0)
     _init(a, out, "kernel_initializer", "kernel_init")
     return _bias_act(a, out)
 
 
 def pool(op: str) -> Converter:
     def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
-        size = _two(a.get("pool_size", 2))
+        size = a.pair("pool_size", 2)
         out = {"op": op, "size": size} | _windowed(a)
-        if (strides := a.get("strides")) is not None and _two(strides) != size:
-            out["strides"] = _two(strides)
+        if a.get("strides") is not None and (strides := a.pair("strides")) != size:
+            out["strides"] = strides
         return out
     return convert
 
@@ -148,7 +159,7 @@ def pool(op: str) -> Converter:
 def global_pool(op: str) -> Converter:
     def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
         a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
-        return {"op": op, **({"keepdims": True} if a.get("keepdims", False) else {})}
+        return {"op": op, **({"keepdims": True} if a.flag("keepdims", False) else {})}
     return convert
 
 
@@ -157,11 +168,11 @@ def batch_norm(a: Args, shapes: Shapes) -> dict[str, Any]:
     for key in ("renorm", "virtual_batch_size"):
         a.expect(key, None, False, why="no spec form")
     a.get("renorm_clipping"), a.get("renorm_momentum"), a.get("fused"), a.get("adjustment")  # meaningless without renorm
-    synchronized = bool(a.get("synchronized", False))
-    out: dict[str, Any] = {"op": "batch_norm", "momentum": float(a.get("momentum", 0.99)),
-                           "epsilon": float(a.get("epsilon", 1e-3))}
+    synchronized = a.flag("synchronized", False)
+    out: dict[str, Any] = {"op": "batch_norm", "momentum": a.number("momentum", 0.99),
+                           "epsilon": a.number("epsilon", 1e-3)}
     for key, default in (("center", True), ("scale", True)):
-        if not a.get(key, default):
+        if not a.flag(key, default):
             out[key] = False
     if synchronized:
         out["sync"] = True
@@ -179,7 +190,7 @@ def layer_norm(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("rms_scaling", False, None, why="no spec form for RMS scaling")
     for key in ("beta_initializer", "gamma_initializer"):
         a.initializer(key)  # fixed in the spec; the restore sets the values
-    return {"op": "layer_norm", "epsilon": float(a.get("epsilon", 1e-3))}
+    return {"op": "layer_norm", "epsilon": a.number("epsilon", 1e-3)}
 
 
 def activation(a: Args, shapes: Shapes) -> dict[str, Any] | None:
@@ -188,8 +199,9 @@ def activation(a: Args, shapes: Shapes) -> dict[str, Any] | None:
 
 
 def relu(a: Args, shapes: Shapes) -> dict[str, Any]:
-    max_value, slope = a.get("max_value"), float(a.get("negative_slope", a.get("alpha", 0.0)) or 0.0)
-    if float(a.get("threshold", 0.0) or 0.0) != 0.0:
+    max_value = None if a.get("max_value") is None else a.number("max_value")
+    slope = _slope(a, 0.0)
+    if a.get("threshold") is not None and a.number("threshold") != 0.0:
         raise a.refuse("threshold", "specgen's relu has no threshold")
     if slope and max_value is not None:
         raise a.refuse("negative_slope", "a slope together with max_value has no spec form")
@@ -197,39 +209,44 @@ def relu(a: Args, shapes: Shapes) -> dict[str, Any]:
         return {"op": "leaky_relu", "alpha": slope}
     if max_value is None:
         return {"op": "relu"}
-    return {"op": "relu6"} if float(max_value) == 6.0 else {"op": "relu", "max_value": float(max_value)}
+    return {"op": "relu6"} if max_value == 6.0 else {"op": "relu", "max_value": max_value}
+
+
+def _slope(a: Args, default: float) -> float:
+    """Keras 3's negative_slope, Keras 2's alpha (None in a ReLU means no slope)."""
+    a.get("alpha")
+    key = "negative_slope" if "negative_slope" in a.config or "alpha" not in a.config else "alpha"
+    return default if a.get(key) is None else a.number(key)
 
 
 def leaky_relu(a: Args, shapes: Shapes) -> dict[str, Any]:
-    return {"op": "leaky_relu", "alpha": float(a.get("negative_slope", a.get("alpha", 0.3)))}
+    return {"op": "leaky_relu", "alpha": _slope(a, 0.3)}
 
 
 def elu(a: Args, shapes: Shapes) -> dict[str, Any]:
-    return {"op": "elu", "alpha": float(a.get("alpha", 1.0))}
+    return {"op": "elu", "alpha": a.number("alpha", 1.0)}
 
 
 def softmax(a: Args, shapes: Shapes) -> dict[str, Any]:
-    axis = a.get("axis", -1)
-    if isinstance(axis, list | tuple):
-        if len(axis) != 1:
-            raise a.refuse("axis", "softmax over one axis")
-        axis = axis[0]
-    return {"op": "softmax", **({"axis": int(axis)} if axis != -1 else {})}
+    axes = _axes(a, "axis")
+    if len(axes) != 1:
+        raise a.refuse("axis", "softmax over one axis")
+    return {"op": "softmax", **({"axis": axes[0]} if axes[0] != -1 else {})}
 
 
 def pad(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
-    return {"op": "pad", "padding": _sides(a.get("padding", 1))}
+    return {"op": "pad", "padding": _sides(a, "padding", 1)}
 
 
 def crop(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
-    return {"op": "crop", "cropping": _sides(a.get("cropping", 0))}
+    return {"op": "crop", "cropping": _sides(a, "cropping", 0)}
 
 
 def upsample(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
-    out = {"op": "upsample", "size": _two(a.get("size", 2))}
+    out = {"op": "upsample", "size": a.pair("size", 2)}
     if (mode := a.expect("interpolation", "nearest", "bilinear")) != "nearest":
         out["interpolation"] = mode
     return out
@@ -242,11 +259,14 @@ def flatten(a: Args, shapes: Shapes) -> dict[str, Any]:
 
 
 def reshape(a: Args, shapes: Shapes) -> dict[str, Any]:
-    return {"op": "reshape", "shape": [int(d) for d in a.get("target_shape")]}
+    shape = a.get("target_shape")
+    if not isinstance(shape, list | tuple) or not all(is_integer(d, -1) for d in shape):
+        raise a.wrong("target_shape", "a list of integers (-1 for the one inferred size)")
+    return {"op": "reshape", "shape": list(shape)}
 
 
 def dropout(a: Args, shapes: Shapes) -> dict[str, Any]:
-    return {"op": "dropout", "rate": float(a.get("rate"))}
+    return {"op": "dropout", "rate": a.number("rate")}
 
 
 def merge(op: str) -> Converter:
@@ -256,17 +276,13 @@ def merge(op: str) -> Converter:
 
 
 def concat(a: Args, shapes: Shapes) -> dict[str, Any]:
-    axis = int(a.get("axis", -1))
+    axis = a.axis("axis", -1)
     return {"op": "concat", **({"axis": axis} if axis != -1 else {})}
 
 
-def _channel_values(value: Any) -> float | list[float]:
-    return [float(v) for v in value] if isinstance(value, list | tuple) else float(value)
-
-
 def rescale(a: Args, shapes: Shapes) -> dict[str, Any]:
-    out = {"op": "rescale", "scale": _channel_values(a.get("scale"))}
-    if (offset := _channel_values(a.get("offset", 0.0))) != 0.0:
+    out = {"op": "rescale", "scale": a.numbers("scale")}
+    if (offset := a.numbers("offset", 0.0)) != 0.0:
         out["offset"] = offset
     return out
 
@@ -274,17 +290,16 @@ def rescale(a: Args, shapes: Shapes) -> dict[str, Any]:
 def normalize(a: Args, shapes: Shapes) -> dict[str, Any]:
     _last_axis(a, "axis", len(shapes[0]))
     a.expect("invert", False, None, why="no spec form for the inverse")
-    mean, variance = a.get("mean"), a.get("variance")
-    if mean is None or variance is None:  # adapted: the statistics are weights, set by the restore
+    if a.get("mean") is None or a.get("variance") is None:  # adapted: the statistics are weights, set by the restore
         return {"op": "normalize"}
-    return {"op": "normalize", "mean": _channel_values(mean), "variance": _channel_values(variance)}
+    return {"op": "normalize", "mean": a.numbers("mean"), "variance": a.numbers("variance")}
 
 
 def embedding(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("mask_zero", False, None, why="specgen has no masks")
     a.expect("lora_rank", None, why="LoRA adapters have no spec form")
     a.get("input_length")  # Keras 2: a shape check only
-    out = {"op": "embedding", "vocab_size": int(a.get("input_dim")), "dim": int(a.get("output_dim"))}
+    out = {"op": "embedding", "vocab_size": a.integer("input_dim"), "dim": a.integer("output_dim")}
     if (init := a.initializer("embeddings_initializer")) not in (None, "random_uniform"):
         out["embeddings_init"] = init
     return out
@@ -292,7 +307,7 @@ def embedding(a: Args, shapes: Shapes) -> dict[str, Any]:
 
 def layer_scale(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.get("projection_dim")  # the channel count, which the spec infers
-    return {"op": "scale", "init_values": float(a.get("init_values"))}
+    return {"op": "scale", "init_values": a.number("init_values")}
 
 
 def custom_scale(a: Args, shapes: Shapes) -> list[Part]:
@@ -300,7 +315,7 @@ def custom_scale(a: Args, shapes: Shapes) -> list[Part]:
     (x * scale, no offset) then an add are the same float32 operations in the same order, so bitwise equal."""
     if len(shapes) != 2:
         raise a.refuse("scale", "it adds two inputs")
-    return [Part({"op": "rescale", "scale": float(a.get("scale"))}, [1], "scaled"), Part({"op": "add"}, [0, "scaled"])]
+    return [Part({"op": "rescale", "scale": a.number("scale")}, [1], "scaled"), Part({"op": "add"}, [0, "scaled"])]
 
 
 def identity(a: Args, shapes: Shapes) -> None:

@@ -17,6 +17,9 @@ from specgen.ir.naming import STATE_ROOTS
 PART = re.compile(r"^[A-Za-z0-9](_?[A-Za-z0-9]){0,62}$")
 RESERVED_FIRST = STATE_ROOTS  # training-state prefixes
 MAX_PART = 63
+# A whole layer name: `<name>/<weight>` (restore map `to`) and `<name>/*` (frozen, collections) must fit the
+# spec's 256-character patterns; 8 parts of 63 would not.
+MAX_NAME = 200
 
 
 def _part(text: str, first: bool) -> str:
@@ -24,7 +27,7 @@ def _part(text: str, first: bool) -> str:
     if first and not cleaned[0].isalpha():
         cleaned = "layer_" + cleaned
     if len(cleaned) > MAX_PART:
-        cleaned = cleaned[:MAX_PART - 9].rstrip("_") + "_" + hashlib.sha1(text.encode()).hexdigest()[:8]
+        cleaned = cleaned[:MAX_PART - 9].rstrip("_") + "_" + _hash(text)
     return cleaned
 
 
@@ -34,7 +37,7 @@ class Namer:
     def __init__(self) -> None:
         self.taken: set[str] = set()
 
-    def _free(self, name: str) -> bool:
+    def free(self, name: str) -> bool:
         return name not in self.taken and name.replace("/", "_") not in self.taken
 
     def claim(self, name: str) -> None:
@@ -46,18 +49,38 @@ class Namer:
             parts[0] += "_layer"
         if len(parts) > 8:  # the spec allows 8 levels of nesting
             parts = [*parts[:7], "_".join(parts[7:])[:MAX_PART].rstrip("_")]
-        return self._unique("/".join(parts))
+        return self._unique("/".join(_fit(parts, keras_name)))
 
     def identifier(self, keras_name: str) -> str:
         return self._unique(_part(keras_name.replace("/", "_"), True))
 
     def _unique(self, base: str) -> str:
         name, n = base, 1
-        while not self._free(name):
+        head, _, last = base.rpartition("/")
+        while not self.free(name):
             n += 1
-            name = f"{base}_{n}"
+            suffix = f"_{n}"  # the last part keeps at most MAX_PART characters with it
+            name = (f"{head}/" if head else "") + last[:MAX_PART - len(suffix)].rstrip("_") + suffix
         self.claim(name)
         return name
+
+
+def _fit(parts: list[str], original: str) -> list[str]:
+    """Parts whose joined length is at most MAX_NAME: the parts that fit, the last of them ending in a hash."""
+    if len("/".join(parts)) <= MAX_NAME:
+        return parts
+    kept: list[str] = []
+    for part in parts:  # room is left for "_<hash>" and a later "_<n>"
+        if len("/".join([*kept, part])) > MAX_NAME - 16:
+            break
+        kept.append(part)
+    last = kept.pop() if kept else parts[0]
+    return [*kept, last[:MAX_PART - 16].rstrip("_") + "_" + _hash(original)]
+
+
+def _hash(text: str) -> str:
+    """8 hex digits that tell shortened names apart (lone surrogates from JSON included)."""
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def valid_identifier(name: str) -> bool:

@@ -1,24 +1,24 @@
 """Where a model's structure comes from: a `.keras` zip, a legacy `.h5` file, or a constructor name.
 
 User files are read as data only: config.json from the zip, the `model_config` attribute from
-the HDF5 file. `keras.models.load_model` is never called on them (it can run a Lambda's code or
+the HDF5 file, both opened through specgen.runtime.keras_files (config.json read in bounded chunks up
+to MAX_CONFIG whatever the zip header claims; an HDF5 file walked for external storage and links
+before any read). `keras.models.load_model` is never called on them (it can run a Lambda's code or
 import custom objects). A constructor name builds `keras.applications.<Name>(weights=None, ...)`:
 that runs Keras' own code only, and its weights are drawn with a fixed seed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specgen.importers.keras.errors import ImportProblem
+from specgen.runtime.keras_files import MAX_CONFIG, READ_ERRORS, UnsafeKerasFile, load_json, open_hdf5, open_zip, read_config
 
-MAX_CONFIG = 64 * 2**20  # bytes of JSON; keras.applications configs are a few MiB at most
 SEED = 0
 
 
@@ -31,13 +31,7 @@ class Source:
     label: str = ""  # how the header names the source
 
 
-def _json(data: bytes | str, where: str) -> dict[str, Any]:
-    if len(data) > MAX_CONFIG:
-        raise ImportProblem(f"{where} is over {MAX_CONFIG // 2**20} MiB")
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise ImportProblem(f"{where} is not JSON: {exc}") from None
+def _config(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict) or "class_name" not in value:
         raise ImportProblem(f"{where} holds no Keras model config")
     return value
@@ -45,31 +39,40 @@ def _json(data: bytes | str, where: str) -> dict[str, Any]:
 
 def read_keras_zip(path: Path) -> Source:
     try:
-        with zipfile.ZipFile(path) as archive:
-            info = archive.getinfo("config.json")
-            if info.file_size > MAX_CONFIG:
-                raise ImportProblem(f"config.json in {path} is over {MAX_CONFIG // 2**20} MiB")
-            config = _json(archive.read(info), f"config.json in {path}")
-    except (zipfile.BadZipFile, KeyError):
-        raise ImportProblem(f"{path} is not a Keras 3 .keras file (a zip with config.json)") from None
-    return Source(config, keras2=False, weights=path, label=path.name)
+        with open_zip(path) as archive:
+            if "config.json" not in archive.namelist():
+                raise ImportProblem(f"{path} is not a Keras 3 .keras file (a zip with config.json)")
+            config = read_config(archive)
+    except UnsafeKerasFile as exc:
+        raise ImportProblem(f"{path}: {exc}") from None
+    except READ_ERRORS as exc:
+        raise ImportProblem(f"{path} is not a Keras 3 .keras file (a zip with config.json): "
+                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    return Source(_config(config, f"config.json in {path}"), keras2=False, weights=path, label=path.name)
 
 
 def read_h5(path: Path) -> Source:
-    import h5py
-
     try:
-        with h5py.File(path, "r") as f:
+        with open_hdf5(path) as f:
             raw = f.attrs.get("model_config")
             version = f.attrs.get("keras_version", b"")
-    except OSError as exc:
-        raise ImportProblem(f"{path} is not an HDF5 file: {exc}") from None
+    except UnsafeKerasFile as exc:
+        raise ImportProblem(f"{path}: {exc}") from None
+    except READ_ERRORS as exc:
+        raise ImportProblem(f"{path} is not an HDF5 file: {str(exc).splitlines()[0]}") from None
     if raw is None:
         raise ImportProblem(f"{path} holds weights only (no model_config): import the model file, or a constructor "
                             "name with --weights")
-    version = version.decode() if isinstance(version, bytes) else str(version)
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return Source(_json(text, f"model_config of {path}"), keras2=not version.startswith("3"), weights=path,
+    version = version.decode(errors="replace") if isinstance(version, bytes) else str(version)
+    if not isinstance(raw, (bytes, str)):
+        raise ImportProblem(f"model_config of {path} is {type(raw).__name__}, not a JSON string")
+    if len(raw) > MAX_CONFIG:
+        raise ImportProblem(f"model_config of {path} is over {MAX_CONFIG // 2**20} MiB")
+    try:
+        config = load_json(raw, f"model_config of {path}")  # bytes: json decodes UTF-8 (a bad byte is an error)
+    except UnsafeKerasFile as exc:
+        raise ImportProblem(str(exc)) from None
+    return Source(_config(config, f"model_config of {path}"), keras2=not version.startswith("3"), weights=path,
                   label=path.name)
 
 

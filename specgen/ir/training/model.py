@@ -12,11 +12,7 @@ from typing import Any
 
 from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.terms import LossTermIR
-
-# Loss kind -> the label form metrics compare the output with.
-LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
-                "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
-                "mean_absolute_error": "regression", "huber": "regression"}
+from specgen.kinds.losses import REGISTRY as LOSSES
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,8 @@ class LossIR:
 
     @property
     def target(self) -> str:
-        return LOSS_TARGETS[self.kind]
+        """The label form metrics compare the output with (specgen/kinds/losses/)."""
+        return LOSSES[self.kind].target or ""
 
     @property
     def logits(self) -> str | None:
@@ -70,11 +67,12 @@ class OptimizerIR:
     learning_rate_key: str = ""  # empty for levenberg_marquardt, which has no learning rate
     iterations_key: str = ""
     decay_excluded: tuple[str, ...] = ()  # weights of `paths` that get no weight decay (weight_decay.exclude)
-    damping_key: str = ""  # levenberg_marquardt only: its damping variable
+    damping_key: str = ""  # levenberg_marquardt only: its damping variable λ
+    step_bound_key: str = ""  # ... and its trust-region bound Δ (both: OptimizerDef.damping)
 
     @property
     def levenberg_marquardt(self) -> bool:
-        return self.kind == "levenberg_marquardt"
+        return bool(self.damping_key)  # the one kind with a damping variable (kinds/optimizers/levenberg_marquardt.py)
 
     def param(self, name: str) -> Any:
         return dict(self.hyper)[name]
@@ -87,13 +85,21 @@ class EmaIR:
 
 
 @dataclass(frozen=True)
+class MetricIR:
+    """One metric of `train.metrics` (specgen/kinds/metrics/<name>.py) and its keys."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()  # keyword arguments of its runtime class, in its model's order
+
+
+@dataclass(frozen=True)
 class TrainIR:
     batch_size: int | None  # None: the whole training set is one batch (`batch_size: full`)
     epochs: int
     accumulate: int
     seed: int
     shuffle_buffer: int
-    metrics: tuple[str, ...]  # without repeats, in spec order
+    metrics: tuple[MetricIR, ...]  # without repeats, in spec order
     clip: ClipIR | None = None
     ema: EmaIR | None = None
     distribute: DistributeIR = field(default_factory=DistributeIR)

@@ -21,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
@@ -57,8 +59,12 @@ class VariableRow:
             return "NON-FINITE gradient"
         if self.grad_norm == 0:
             return "ZERO gradient"
+        if self.grad_norm >= NEAR_ZERO * largest:
+            return ""
+        if self.update_norm == 0:  # a gradient so small that the step rounds away: the weight cannot move
+            return f"vanishing: update is exactly 0 (gradient under {NEAR_ZERO:g} of the largest)"
         # Float rounding leaves about this much where the exact gradient is 0 (a bias before a batch norm).
-        return f"near zero (under {NEAR_ZERO:g} of the largest)" if self.grad_norm < NEAR_ZERO * largest else ""
+        return f"near zero (under {NEAR_ZERO:g} of the largest)"
 
 
 @dataclass(frozen=True)
@@ -130,9 +136,7 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
         raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
     if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([Diagnostic(loaded.display, None, "--probe shows one gradient update; a levenberg_marquardt "
-                                    "iteration is a damped solve over the whole training set: train a few epochs "
-                                    "and read the loss instead")])
+        raise SpecError([Diagnostic(loaded.display, None, compat.message("levenberg_marquardt", "probe"))])
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None
@@ -177,14 +181,11 @@ def _number(value: float | None) -> str:
 
 
 def _shape(dims: tuple[int, ...], batch: bool = False) -> str:
-    return "[" + ", ".join((["batch"] if batch else []) + [str(d) for d in dims]) + "]"
+    return text.shape(((None,) if batch else ()) + tuple(dims))
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    """Columns as wide as their widest cell; `right`: the columns of numbers, right-aligned."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-            .rstrip() for r in [header, *rows]]
+    return text.table_lines(header, rows, right, rule=False)
 
 
 def format_probe(result: Probe) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import tensorflow as tf
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
@@ -111,7 +112,7 @@ def _ema_base(key: str) -> str | None:
 
 
 def _shape(shape: tuple[int, ...], dtype: str) -> str:
-    return f"{dtype}{list(shape)}"
+    return f"{dtype}{text.shape(shape)}"
 
 
 @dataclass
@@ -204,9 +205,10 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
         if row.found is not None:
             plan.unused.append(Unused(row.source, row.key, row.found, reason))
 
+    declared = sum(int(np.prod(shape)) * tf.as_dtype(dtype).size for shape, dtype in targets.values())
     for i, (path, source) in enumerate(sources):
         try:
-            prefix, entries = read_source(path)
+            prefix, entries = read_source(path, declared)
             part = _plan_source(source.from_, prefix, entries, source, targets)
         except ValueError as exc:
             raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
@@ -245,11 +247,8 @@ def _cells(row: Row) -> list[str]:
 
 def format_plan(plan: RestorePlan) -> str:
     """A plain-text table of the plan, then unused keys, errors and the summary line."""
-    table = [["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"]]
-    table += [_cells(row) for row in plan.rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    table.insert(1, ["-" * w for w in widths])
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
+    lines = text.table_lines(["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"],
+                             [_cells(row) for row in plan.rows])
     if plan.unused:
         lines += ["", f"unused keys ({len(plan.unused)}):"]
         lines += [f"  {u.source}:{u.key}  {_shape(u.found.shape, u.found.dtype)}  {u.reason}" for u in plan.unused]
@@ -262,6 +261,7 @@ def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: 
                    ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Every restored row's value, checked against its variable; and the problems found."""
     readers: dict[Path, Any] = {}
+    declared = sum(v.shape.num_elements() * v.dtype.size for v in variables.values())  # bounds a .keras' inflation
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []
     for row in (r for r in plan.rows if r.status == "restored"):
@@ -271,7 +271,7 @@ def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: 
             continue
         try:
             if row.prefix not in readers:
-                readers[row.prefix] = open_reader(row.prefix, stack)
+                readers[row.prefix] = open_reader(row.prefix, stack, declared)
             value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")

@@ -29,11 +29,12 @@ class Entry:
     hint: str = ""  # what the key stands for when its name cannot say (a Keras variable by index)
 
 
-def read_source(path: Path) -> tuple[Path, dict[str, Entry]]:
+def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str, Entry]]:
     """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix;
-    for a Keras weight file, the file and its weights by `<layer>/<weight>`."""
+    for a Keras weight file, the file and its weights by `<layer>/<weight>` (`declared`, the bytes of
+    the spec's variables, bounds what a .keras may inflate to: keras_files.weights_cap)."""
     if keras_weights.is_keras_file(path):
-        found = keras_weights.read_weights(path)
+        found = keras_weights.read_weights(path, declared)
         return path, {key: Entry(w.dataset, w.shape, w.dtype, w.hint) for key, w in found.items()}
     prefix = resolve_prefix(path)
     try:
@@ -60,8 +61,8 @@ def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {key: (e.shape, e.dtype) for key, e in entries.items()}
 
 
-def open_reader(prefix: Path, stack: ExitStack) -> Any:
+def open_reader(prefix: Path, stack: ExitStack, declared: int | None = None) -> Any:
     """A reader with `get_tensor(raw_key)`; a Keras file stays open until `stack` closes."""
     if keras_weights.is_keras_file(prefix):
-        return stack.enter_context(keras_weights.Reader(prefix))
+        return stack.enter_context(keras_weights.Reader(prefix, declared))
     return tf.train.load_checkpoint(str(prefix))

@@ -1,0 +1,53 @@
+"""The training-feature registry: one module per feature, each with a `FEATURE` (base.FeatureDef).
+
+Modules are found by listing the package. `ORDER` is the one list a new feature edits: the order in
+which the skeleton (templates/tf/train.py.j2) renders features at a shared hook point (accumulators
+before EMA shadows before target copies before pruning masks, as train.py has always read).
+Which features combine, and why not where they do not: compat.py; how two combine: interactions.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction
+from specgen.kinds.features.interactions import INTERACTIONS
+
+__all__ = ["HOOKS", "INTERACTIONS", "ORDER", "REGISTRY", "REPLACING", "FeatureDef", "Interaction", "active"]
+
+ORDER = ("levenberg_marquardt", "accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
+         "distribute", "probe")
+NOT_FEATURES = ("base", "compat", "interactions")
+
+
+def _collect() -> dict[str, FeatureDef]:
+    found = sorted(m.name for m in pkgutil.iter_modules(__path__)
+                   if m.name not in NOT_FEATURES and not m.name.startswith("_"))
+    missing = [name for name in found if name not in ORDER]
+    if missing:
+        raise RuntimeError(f"feature module(s) {missing} have no place in specgen/kinds/features ORDER")
+    features = {}
+    for name in ORDER:
+        feature = importlib.import_module(f"{__name__}.{name}").FEATURE
+        if feature.name != name:
+            raise RuntimeError(f"specgen/kinds/features/{name}.py defines feature '{feature.name}'")
+        features[name] = feature
+    return features
+
+
+REGISTRY: dict[str, FeatureDef] = _collect()
+
+
+def active(ir: Any) -> tuple[FeatureDef, ...]:
+    """The features a trainable spec uses (ir: its ModelIR), in ORDER."""
+    return tuple(f for f in REGISTRY.values() if f.enabled(ir))
+
+
+def markdown() -> str:
+    """docs/features.md's table of the registered features."""
+    rows = ["| feature | turned on by | what it does | hooks | step kind |", "|---|---|---|---|---|"]
+    rows += [f"| `{f.name}` | {', '.join(f'`{k}`' for k in f.spec_keys)} | {f.doc} | "
+             f"{', '.join(f.hooks) or '(runtime only)'} | {f.step or ''} |" for f in REGISTRY.values()]
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,77 @@
+"""What a training feature declares: `FeatureDef`, and the trainer skeleton's fixed hook points.
+
+The generated trainer (templates/tf/train.py.j2) is a skeleton: at each hook point it loops over the
+spec's active features, in registry order, and calls the hook's macro of each feature's partial
+(templates/tf/features/<name>.py.j2). A feature that owns the step (accumulation, Levenberg-Marquardt)
+names the step-kind template the skeleton includes in place of the plain gradient step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# The hook points of templates/tf/train.py.j2, in file order. `optimizer_*` hooks are called once per
+# optimizer with its plan; the others once per spec.
+HOOKS = (
+    "imports",  # lines after the shared `from specgen.runtime.lib import ...` line
+    "optimizer_variables",  # per optimizer, beside its learning-rate variable: more state variables
+    "optimizer_init",  # per optimizer, after its slots and schedule
+    "init",  # __init__, after the trainable lists: the feature's state
+    "loss_init",  # __init__, after the metrics
+    "loss",  # the loss method (replaces the single-term one)
+    "before_step",  # inside the step, before the forward pass
+    "step_methods",  # methods right after the step
+    "before_update",  # apply(): the gradients of all optimizers, before any update
+    "optimizer_gradients",  # apply(): one optimizer's gradient expression (the macro wraps it)
+    "optimizer_update",  # apply(): per optimizer, before its update call
+    "after_update",  # apply(): after every optimizer updated, before the global step advances
+    "after_step",  # after the global step advanced (apply() and step kinds without it)
+    "apply",  # replaces apply() (a step kind that updates inside its own step)
+    "learning_rate",  # replaces learning_rate()'s body
+    "ema_variables",  # replaces ema_variables()'s body
+    "methods",  # methods after ema_variables()
+    "optimizer_state",  # state_by_path(): per optimizer, beside its learning rate
+    "state",  # state_by_path(): the feature's checkpointed variables
+)
+# Hooks whose macro replaces the skeleton's default instead of adding to it: at most one active feature
+# may render each (tests/test_features_registry.py checks that two such features never combine).
+REPLACING = ("loss", "apply", "learning_rate", "ema_variables")
+
+
+@dataclass(frozen=True)
+class FeatureDef:
+    """One training feature: where each of its pieces lives.
+
+    Dotted names point at code in layers above this package (ir/, render/, runtime/, report): this
+    package is imported by spec/ and must not import them.
+    """
+
+    name: str
+    doc: str  # one line for the docs table
+    spec_keys: tuple[str, ...]  # the spec keys that turn it on
+    # Whether a spec uses it, read from its specgen.ir.model.ModelIR (typed Any: kinds/ sits below ir/).
+    enabled: Callable[[Any], bool]
+    ir: str  # where its IR resolution lives
+    # Dotted names of the specgen/ir/training/keys.py functions that spell its checkpoint keys (target
+    # copies are model variables: their keys are their paths).
+    state: tuple[str, ...] = ()
+    partial: str | None = None  # templates/ path of its macros, one per hook in `hooks`
+    hooks: tuple[str, ...] = ()
+    context: str | None = None  # dotted name of the render function that builds its partial's context
+    step: str | None = None  # a step kind: the template that replaces the gradient step
+    lib: tuple[str, ...] = ()  # specgen.runtime.lib modules train.py imports on the shared line
+    runtime: tuple[str, ...] = ()  # dotted names of its runtime functions
+    report: str | None = None  # dotted name of its `specgen report` section, if it has one
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """Two features whose code meets: declared once here, rendered from `partial` (or `context`)."""
+
+    features: tuple[str, str]
+    why: str
+    partial: str | None = None  # macros, one per hook in `hooks`, rendered after the later feature's
+    hooks: tuple[str, ...] = ()
+    context: tuple[tuple[str, str, str], ...] = ()  # (feature, key, value): added to that feature's context

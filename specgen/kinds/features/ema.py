@@ -1,0 +1,16 @@
+"""`train.ema`: moving-average shadows of every trainable weight, updated after each optimizer update."""
+
+from specgen.kinds.features.base import FeatureDef
+
+FEATURE = FeatureDef(
+    name="ema",
+    doc="moving-average shadows of the trainable weights, for evaluation and export",
+    spec_keys=("train.ema", "export.onnx.weights: ema"),
+    enabled=lambda ir: ir.training.train.ema is not None,
+    ir="specgen.ir.training.build._train (EmaIR)",
+    state=("specgen.ir.training.keys.ema",),
+    partial="tf/features/ema.py.j2",
+    hooks=("init", "after_step", "ema_variables", "state"),
+    context="specgen.render.train_plan.ema_context",
+    runtime=("specgen.runtime.lib.optimizers.ema",),
+)

@@ -1,0 +1,70 @@
+"""The trainer skeleton's context, from the feature registry (specgen/kinds/features).
+
+For each hook point of templates/tf/train.py.j2: the active features that render there, in registry
+order, each with its partial's own context (built by the render function its FeatureDef names) and
+the interactions it places there (`joins`). Plus the step kind's template and the runtime modules
+train.py imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from specgen.ir.model import ModelIR
+from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, FeatureDef, Interaction, active
+from specgen.render.environment import Fields
+
+GRADIENT_STEP = "tf/steps/gradient.py.j2"  # the step kind when no active feature names one
+LIB = ("losses", "metrics", "optimizers", "schedules")  # runtime modules every train.py imports
+
+
+@cache
+def _function(dotted: str) -> Callable[[ModelIR], dict[str, Any]]:
+    module, _, name = dotted.rpartition(".")
+    function: Callable[[ModelIR], dict[str, Any]] = getattr(importlib.import_module(module), name)
+    return function
+
+
+def placement(interaction: Interaction, hook: str) -> str:
+    """The member that places an interaction's code at `hook`: the later one (ORDER) that renders there."""
+    members = [REGISTRY[n] for n in interaction.features]
+    hosts = [f.name for f in members if hook in f.hooks]
+    if not hosts:
+        raise RuntimeError(f"interaction {interaction.features} renders at '{hook}', where neither feature does")
+    return max(hosts, key=list(REGISTRY).index)
+
+
+def _contexts(ir: ModelIR, features: tuple[FeatureDef, ...]) -> dict[str, Fields]:
+    names = {f.name for f in features}
+    extra: dict[str, dict[str, Any]] = {f.name: {} for f in features}
+    joins: dict[str, dict[str, list[Fields]]] = {f.name: {h: [] for h in f.hooks} for f in features}
+    for interaction in INTERACTIONS:
+        if not set(interaction.features) <= names:
+            continue
+        for feature, key, value in interaction.context:
+            extra[feature][key] = value
+        for hook in interaction.hooks:
+            joins[placement(interaction, hook)][hook].append(
+                Fields(name="+".join(interaction.features), partial=interaction.partial, joins={}))
+    return {f.name: Fields({"name": f.name, "partial": f.partial, "joins": joins[f.name],
+                            **(_function(f.context)(ir) if f.context else {}), **extra[f.name]})
+            for f in features if f.partial}
+
+
+def _step(features: tuple[FeatureDef, ...]) -> str:
+    steps = [f for f in features if f.step]
+    if len(steps) > 1:  # compat.py refuses every such pair at validate; reaching here is a bug
+        raise RuntimeError(f"two step kinds: {', '.join(f.name for f in steps)}")
+    return steps[0].step if steps and steps[0].step else GRADIENT_STEP
+
+
+def skeleton_context(ir: ModelIR) -> dict[str, Any]:
+    """`hooks` (hook -> feature contexts), `step` (the step kind's template) and `lib_modules`."""
+    features = active(ir)
+    contexts = _contexts(ir, features)
+    hooks = Fields({hook: [contexts[f.name] for f in features if hook in f.hooks] for hook in HOOKS})
+    return {"hooks": hooks, "step": _step(features),
+            "lib_modules": sorted({*LIB, *(m for f in features for m in f.lib)})}

@@ -1,0 +1,118 @@
+"""Completeness of the training-feature registry (specgen/kinds/features): each failure names the feature
+and the piece it misses, as tests/test_op_registry.py does for ops."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+from specgen.ir.resolve import build_ir
+from specgen.kinds import features
+from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, REPLACING, compat
+from specgen.render.environment import environment, templates_dir
+from specgen.render.features_plan import placement
+from specgen.spec.load import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SKELETON = ("tf/train.py.j2", "tf/steps/gradient.py.j2", "tf/steps/accumulate.py.j2", "tf/steps/apply.py.j2",
+            "tf/train_levenberg_marquardt.py.j2")
+
+
+def _macros(partial: str) -> set[str]:
+    module = environment().get_template(partial).module
+    return {name for name in dir(module) if not name.startswith("_")}
+
+
+def _resolves(dotted: str) -> bool:
+    """A dotted name: a module, or an attribute path inside one."""
+    parts = dotted.split(" ")[0].split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
+
+
+def test_every_module_is_registered_in_order() -> None:
+    modules = {m.name for m in pkgutil.iter_modules(features.__path__)} - set(features.NOT_FEATURES)
+    assert sorted(modules) == sorted(features.ORDER) == sorted(REGISTRY)
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_feature_is_complete(name: str) -> None:
+    feature = REGISTRY[name]
+    assert feature.doc and feature.spec_keys, f"feature '{name}': no doc line or spec keys"
+    assert set(feature.hooks) <= set(HOOKS), f"feature '{name}': unknown hooks {set(feature.hooks) - set(HOOKS)}"
+    if feature.hooks:
+        assert feature.partial, f"feature '{name}': hooks but no partial"
+        missing = set(feature.hooks) - _macros(feature.partial)
+        assert not missing, f"feature '{name}': {feature.partial} has no macro for hook(s) {sorted(missing)}"
+        extra = _macros(feature.partial) - set(feature.hooks)
+        assert not extra, f"feature '{name}': {feature.partial} defines macros {sorted(extra)} not in its hooks"
+    if feature.step:
+        assert (templates_dir() / feature.step).is_file(), f"feature '{name}': no step template {feature.step}"
+    for pointer in (feature.context, feature.report, *feature.runtime, *feature.state):
+        assert pointer is None or _resolves(pointer), f"feature '{name}': '{pointer}' names nothing"
+    assert name in compat.FEATURE_OF.values(), f"feature '{name}': not in compat.py's table"
+
+
+def test_features_that_replace_the_same_code_never_combine() -> None:
+    """Two step kinds, or two features replacing one hook's default, would render one method twice."""
+    def owns(f: features.FeatureDef) -> set[str]:
+        return {h for h in f.hooks if h in REPLACING} | ({"step"} if f.step else set())
+
+    names = {f: [u for u, g in compat.FEATURE_OF.items() if g == f] for f in REGISTRY}
+    for a, b in itertools.combinations(REGISTRY.values(), 2):
+        if owns(a) & owns(b):
+            assert all(not compat.allowed(x, y) for x in names[a.name] for y in names[b.name]), (
+                f"features '{a.name}' and '{b.name}' both replace {sorted(owns(a) & owns(b))}: compat.py must refuse them")
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS, ids=lambda i: "+".join(i.features))
+def test_interaction_is_complete(interaction: features.Interaction) -> None:
+    assert set(interaction.features) <= set(REGISTRY), f"interaction {interaction.features}: unknown feature"
+    assert compat.allowed(*(next(u for u, g in compat.FEATURE_OF.items() if g == f) for f in interaction.features))
+    if interaction.hooks:
+        assert interaction.partial and set(interaction.hooks) <= _macros(interaction.partial), interaction.features
+        for hook in interaction.hooks:
+            placement(interaction, hook)  # raises when neither feature renders there
+    for feature, key, _ in interaction.context:
+        assert feature in interaction.features, f"interaction {interaction.features} sets '{key}' on '{feature}'"
+
+
+def test_every_hook_is_a_point_of_the_skeleton() -> None:
+    text = "".join((templates_dir() / t).read_text(encoding="utf-8") for t in SKELETON)
+    absent = [h for h in HOOKS if f"hooks.{h} " not in text]
+    assert absent == [], f"hooks no skeleton template loops over: {absent}"
+
+
+def test_the_skeleton_branches_on_no_feature() -> None:
+    text = (templates_dir() / "tf/train.py.j2").read_text(encoding="utf-8")
+    branches = re.findall(r"{%-? *(?:if|elif) (.*?)-?%}", text)
+    named = [(n, b) for b in branches for n in (*REGISTRY, "prune", "ema_decay", "terms") if n in b]
+    assert named == [], f"train.py.j2 branches on features: {named}"
+    assert len(branches) == 7  # 35 before the skeleton; these test settings (batch size, rates, schedules)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("kitchen_sink_full_batch", ["accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
+                                 "probe"]),
+    ("kitchen_sink_distributed", ["accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
+                                  "distribute", "probe"]),
+    ("lm_with_allowed", ["levenberg_marquardt", "ema", "probe"]),
+    ("sgd_plain", ["probe"]),
+])
+def test_active_features_of_golden_specs(spec: str, expected: list[str]) -> None:
+    ir = build_ir(load_spec(ROOT / "tests" / "golden" / "specs" / f"{spec}.yaml"))
+    assert [f.name for f in features.active(ir)] == expected
