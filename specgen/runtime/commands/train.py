@@ -64,8 +64,11 @@ def _next_stop(session: Session, stop: int) -> int:
 
 def _interrupted(session: Session) -> SystemExit:
     """Ctrl-C: one line, no traceback, exit status 130 (a shell's for SIGINT). Nothing is saved then: a save
-    could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on."""
-    newest = f"the newest checkpoint is {shown(session.last_path)}" if session.last_path else "no checkpoint was saved"
+    could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on.
+    It is read from the folder, as --resume reads it: a Ctrl-C inside a save can land after the checkpoint was
+    published and before the session noted it (`last_path` would name the one before)."""
+    path = session.checkpoints.newest()[0]
+    newest = f"the newest checkpoint is {shown(path)}" if path else "no checkpoint was saved"
     print(f"\nspecgen train: interrupted at step {session.read_step()}; {newest}: continue with --resume",
           file=sys.stderr)
     return SystemExit(130)
