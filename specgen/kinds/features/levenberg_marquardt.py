@@ -12,7 +12,7 @@ FEATURE = FeatureDef(
     doc="Levenberg-Marquardt iterations (a step kind): one Jacobian, damped steps until the loss falls",
     spec_keys=("optimizers.<name>.kind: levenberg_marquardt",),
     enabled=lambda ir: any(o.levenberg_marquardt for o in ir.training.optimizers),
-    ir="specgen.ir.training.levenberg_marquardt.optimizer",
+    ir="specgen.ir.training.build._optimizer (OptimizerIR.damping_key, step_bound_key)",
     state=("specgen.ir.training.keys.damping", "specgen.ir.training.keys.step_bound",
            "specgen.ir.training.keys.slot_prefix"),
     partial="tf/features/levenberg_marquardt.py.j2",
