@@ -177,7 +177,8 @@ def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()], held
     onnx_shape = decl.shape if decl.onnx_shape is None else decl.onnx_shape
     return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),
                     init=decl.init, seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
-                    onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape)
+                    onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape,
+                    onnx_split=decl.onnx_split, onnx_order=decl.onnx_order)
 
 
 def _collection_table(variables: list[Variable], members: Membership, pruned: bool = False

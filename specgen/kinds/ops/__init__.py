@@ -71,7 +71,9 @@ def activation_of(layer: Any) -> str | None:
     Checked against the model's fields first: getattr on a pydantic model without the field
     goes through pydantic's __getattr__ and an AttributeError, which is slow for every layer.
     """
-    return layer.activation if "activation" in type(layer).model_fields else None
+    if "activation" not in type(layer).model_fields or not REGISTRY[layer.op].activation_after:
+        return None  # a recurrent layer's `activation:` is its cell's (specgen/kinds/ops/recurrent.py)
+    return layer.activation
 
 
 def as_activation(name: str) -> AsActivation:

@@ -32,7 +32,9 @@ class VarDecl:
     """A variable an op owns, in TensorFlow layout, and how ONNX wants it.
 
     `onnx_perm` is the transpose from the TensorFlow value to the ONNX operator's input
-    (None: the same layout) and `onnx_shape` the shape after it (None: `shape`).
+    (None: the same layout) and `onnx_shape` the shape after it (None: `shape`). `onnx_split`
+    reshapes before the transpose, and `onnx_order` then reorders equal blocks of axis 0
+    (an LSTM's gates: Keras i, f, c, o are ONNX i, o, f, c).
     """
 
     role: str
@@ -41,6 +43,8 @@ class VarDecl:
     kind: str = "weight"  # "weight" (trained unless frozen), "update" (batch-norm statistics) or "constant"
     onnx_perm: tuple[int, ...] | None = None
     onnx_shape: tuple[int, ...] | None = None
+    onnx_split: tuple[int, ...] | None = None
+    onnx_order: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -109,6 +113,8 @@ class OpDef:
       `onnx_template` of None means the op adds no ONNX node (dropout: the identity at inference).
     - `onnx_variant`: picks the ONNX template per node among `onnx_template` and `onnx_variants`.
     - `as_activation`: set when the op may be named in a layer's `activation:` key.
+    - `activation_after`: a layer's `activation:` key runs as a step after the op (True, the default);
+      False when the op uses it itself (a recurrent cell's activation).
     - `gradient`: which inputs the op passes gradients to: True (all, the default), False (none,
       e.g. stop_gradient) or one flag per input position (e.g. a gather's index input carries none).
       Integer tensors never carry a gradient whatever this says (ir/reach.py, the reachability check).
@@ -126,6 +132,7 @@ class OpDef:
     onnx_variants: tuple[str, ...] = ()
     as_activation: AsActivation | None = None
     gradient: bool | tuple[bool, ...] = True
+    activation_after: bool = True
 
     def __post_init__(self) -> None:
         if not self.tf_template:

@@ -37,6 +37,7 @@ class Variable:
     onnx_perm: tuple[int, ...] | None = None  # TF layout -> ONNX layout
     onnx_shape: tuple[int, ...] = ()
     onnx_split: tuple[int, ...] | None = None  # reshape before onnx_perm (ir/flatten_order.py's kernel rows)
+    onnx_order: tuple[int, ...] | None = None  # after onnx_perm, equal blocks of axis 0 in this order (gates)
 
     @property
     def size(self) -> int:
