@@ -73,14 +73,14 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
     kind = OPTIMIZERS[opt.kind]
     hyper = kind.hyper(opt)
     slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial) for s, initial in kind.slots(hyper))
+    damping = {"damping_key": keys.damping(name), "step_bound_key": keys.step_bound(name)} if kind.damping else {}
     if not kind.learning_rate:  # levenberg_marquardt: the damping sets the step; no decay or clip
         return OptimizerIR(name, opt.kind, paths, 0.0, None, tuple(hyper.items()), slots,
-                           iterations_key=keys.iterations(name), damping_key=keys.damping(name) if kind.damping else "")
+                           iterations_key=keys.iterations(name), **damping)
     first, schedule = _schedule(opt.learning_rate)
     decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
     return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
-                       keys.damping(name) if kind.damping else "")
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded, **damping)
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:

@@ -67,7 +67,8 @@ class OptimizerIR:
     learning_rate_key: str = ""  # empty for levenberg_marquardt, which has no learning rate
     iterations_key: str = ""
     decay_excluded: tuple[str, ...] = ()  # weights of `paths` that get no weight decay (weight_decay.exclude)
-    damping_key: str = ""  # levenberg_marquardt only: its damping variable
+    damping_key: str = ""  # levenberg_marquardt only: its damping variable λ
+    step_bound_key: str = ""  # ... and its trust-region bound Δ (both: OptimizerDef.damping)
 
     @property
     def levenberg_marquardt(self) -> bool:
