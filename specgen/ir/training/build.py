@@ -26,6 +26,7 @@ from specgen.ir.training.model import (
     TrainIR,
 )
 from specgen.ir.training.terms import LossTermIR, primary
+from specgen.kinds import sources
 from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
@@ -33,7 +34,6 @@ IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced eac
 SLOTS = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
 # Optimizer spec keys that are not kind-specific hyperparameters.
 COMMON_KEYS = {"kind", "variables", "learning_rate", "weight_decay", "clip"}
-DATA_KINDS = ("npz", "csv", "tfrecord")
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:
@@ -91,12 +91,10 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
-    kind = next(k for k in DATA_KINDS if hasattr(source, k))
-
-    def refs(mapping: dict[str, Any]) -> dict[str, str | tuple[str, ...]]:
-        return {k: v if isinstance(v, str) else tuple(v) for k, v in mapping.items()}
-
-    return DataSourceIR(stage, kind, loaded.folder / getattr(source, kind), refs(source.features), refs(source.labels))
+    """The kind resolves its own paths and names (specgen/kinds/sources/<kind>.py)."""
+    kind = sources.kind_of(source)
+    resolved = kind.resolve(source, loaded.folder)
+    return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels)
 
 
 def _train(train: Any) -> TrainIR | None:
