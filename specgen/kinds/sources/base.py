@@ -39,6 +39,7 @@ class SourceDef:
     spec: type  # its pydantic model, a member of the `data.train` / `data.eval` union
     doc: str  # its keys, one cell of docs/spec.md's table of sources (kinds/sources.markdown())
     expects: str  # what the path must name, for messages: "a .npz file"
+    example: dict[str, Any]  # a small valid source (`features: {x: ...}`): tests/test_source_registry.py reads it
     reader: str  # dotted name of its runtime function: (SourceContext) -> runtime.sources.base.Source
     resolve: Callable[[Any, Path], Resolved]  # (its spec model, the spec's folder) -> its IR facts
     # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).

@@ -26,6 +26,7 @@ SOURCE = SourceDef(
     doc="`csv: <path>`, `features: {<input name>: <column> or [<column>, ...]}` (required), "
         "`labels: {<label name>: <column> or [<column>, ...]}` (default `{}`)",
     expects="a .csv file",
+    example={"csv": "data.csv", "features": {"x": ["a", "b", "c"]}, "labels": {"label": "y"}},
     reader="specgen.runtime.sources.csv.read",
     resolve=file_source("csv"),
 )

@@ -20,6 +20,7 @@ SOURCE = SourceDef(
     doc="`npz: <path>`, `features: {<input name>: <array name>}` (required), "
         "`labels: {<label name>: <array name>}` (default `{}`)",
     expects="a .npz file",
+    example={"npz": "data.npz", "features": {"x": "x_train"}, "labels": {"label": "y_train"}},
     reader="specgen.runtime.sources.npz.read",
     resolve=file_source("npz"),
 )

@@ -20,6 +20,7 @@ SOURCE = SourceDef(
     doc="`tfrecord: <path>`, `features: {<input name>: <feature key>}` (required), "
         "`labels: {<label name>: <feature key>}` (default `{}`)",
     expects="a .tfrecord file",
+    example={"tfrecord": "data.tfrecord", "features": {"x": "x"}, "labels": {"label": "y"}},
     reader="specgen.runtime.sources.tfrecord.read",
     resolve=file_source("tfrecord"),
 )
