@@ -20,7 +20,8 @@ def _labels(term: LossTermIR) -> str:
 
 
 def _kind(term: LossTermIR) -> str:
-    return f"{term.kind} (delta {term.delta:g})" if term.delta is not None else term.kind
+    """The kind with its own keys, e.g. `huber (delta 1.5)`."""
+    return f"{term.kind} ({', '.join(f'{k} {v:g}' for k, v in term.args)})" if term.args else term.kind
 
 
 def loss_table(ir: ModelIR) -> str | None:

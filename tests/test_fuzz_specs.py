@@ -24,8 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specgen.diagnostics import MAX_MESSAGE, SpecError
+from specgen.ir.lints import init_scale_warnings
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
+from specgen.report import report
 from specgen.spec.load import load_spec_text
 from specgen.spec.overrides import parse_override
 
@@ -45,11 +47,14 @@ def fuzz(examples: int) -> settings:
 
 
 def check(text: str) -> None:
-    """Validate and build `text` in process: files, or SpecError with positioned one-line diagnostics."""
+    """Validate (with its lint), build and report `text` in process: files, or SpecError with positioned
+    one-line diagnostics."""
     try:
         loaded = load_spec_text(text, SHOWN)
         ir = build_ir(loaded)
+        init_scale_warnings(loaded, ir)  # validate runs it: 1e200 squared crashed it (issue 17)
         render_files(ir)
+        report(ir, SHOWN, loaded.spec.optimizers)
     except SpecError as exc:
         assert exc.diagnostics
         for diagnostic in exc.diagnostics:
@@ -87,7 +92,8 @@ def test_text_spliced_into_an_example(name: str, insert: str, data: st.DataObjec
 
 # --- mutations of the example specs --------------------------------------------------------------
 
-HUGE = st.sampled_from([2**63, -(2**63) - 1, 10**400, 2**64 + 1, 1e308, -1e308, float("inf"), float("nan"), 0, -1])
+HUGE = st.sampled_from([2**63, -(2**63) - 1, 10**400, 2**64 + 1, 1e308, -1e308, float("inf"), float("nan"), 0, -1,
+                        1e39, 1e200, 3.4028234663852886e38, 1.401298464324817e-45, 1e-50, 2**31 - 1])  # float32's, int32's ends
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | HUGE | st.floats() | st.text(max_size=12)
     | st.sampled_from(["", "a" * 5000, "x\ny", "\x1b[31m", "名前", "a/b", "head/*", "conv1", "../x", DEEP]),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specgen.cli import main
-from specgen.ir import lints
+from specgen.ir import gains, lints
 from specgen.ir.gains import TRUNCATED_VARIANCE, activation
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
@@ -213,3 +213,61 @@ checkpoint: {{dir: run}}
     (tmp_path / "quiet.yaml").write_text(quiet)
     assert main(["train", str(tmp_path / "quiet.yaml"), "--steps", "4", "--quiet"]) == 0
     assert "batch-norm momentum" not in capsys.readouterr().err
+
+
+# --- saturation (issue 17): the pre-activation scale of tanh, sigmoid and hard_sigmoid ----------------
+
+def warnings_of(text: str) -> list[str]:
+    loaded = load_spec_text(text, "s.yaml")
+    return [str(w) for w in lints.init_scale_warnings(loaded, build_ir(loaded))]
+
+
+def test_tanh_after_a_stddev_200_kernel_is_saturated() -> None:
+    """Its output std is 0.99 (inside the band), so only the pre-activation shows it: every unit saturated.
+    The std: 200 * sqrt(0.7737 * 8) = 498 (truncated_normal's variance over a fan-in of 8)."""
+    assert warnings_of(spec("  - {name: h, op: dense, units: 4, activation: tanh, kernel_init: "
+                            "{kind: truncated_normal, stddev: 200}}\n  - {name: last, op: dense, units: 2}\n")) == [
+        "s.yaml:8:67: warning: layer 'h' (dense): at initialization the input of its tanh has std 498 (unit-variance "
+        "inputs assumed, see docs/spec.md#lints), so 99.7% of its units start saturated (|x| > 1.82, where tanh's "
+        "slope is under a tenth of its peak) and pass almost no gradient; kernel_init truncated_normal (mean 0, "
+        "stddev 200) of 'h' over fan-in 8 sets that scale; glorot_uniform for tanh keeps the std near 1"]
+
+
+def test_an_activation_op_and_a_shifted_mean_are_saturated_too() -> None:
+    assert warnings_of(spec("  - {name: h, op: dense, units: 4, kernel_init: {kind: random_normal, stddev: 1}}\n"
+                            "  - {name: last, op: tanh}\n")) == [
+        "s.yaml:9:5: warning: layer 'last' (tanh): at initialization its input has std 2.83 (unit-variance inputs "
+        "assumed, see docs/spec.md#lints), so 52.0% of its units start saturated (|x| > 1.82, where tanh's slope is "
+        "under a tenth of its peak) and pass almost no gradient; kernel_init random_normal (mean 0, stddev 1) of 'h' "
+        "over fan-in 8 sets that scale; glorot_uniform for tanh keeps the std near 1"]
+    assert warnings_of(spec("  - {name: h, op: dense, units: 4, activation: sigmoid, bias_init: {kind: constant, "
+                            "value: 6}}\n  - {name: last, op: dense, units: 2}\n")) == [
+        "s.yaml:8:5: warning: layer 'h' (dense): at initialization the input of its sigmoid has std 1.15 and mean 6 "
+        "(unit-variance inputs assumed, see docs/spec.md#lints), so 98.0% of its units start saturated (|x| > 3.64, "
+        "where sigmoid's slope is under a tenth of its peak) and pass almost no gradient; bias_init constant "
+        "(value 6) of 'h' shifts it; zeros keeps the mean at 0"]
+
+
+@pytest.mark.parametrize("act", ["tanh", "sigmoid", "hard_sigmoid"])
+@pytest.mark.parametrize("init", ["glorot_uniform", "glorot_normal"])
+def test_glorot_before_a_saturating_activation_is_quiet(act: str, init: str) -> None:
+    """Over a fan-in of 784 into 4 units glorot's pre-activation std is sqrt(2 * 784 / 788) = 1.41: 20% of tanh
+    units beyond 1.82. (A chain of sigmoids or hard sigmoids shrinks instead: test_sigmoid_chain_shrinking...)"""
+    assert warnings_of(spec(f"  - {{name: h, op: dense, units: 4, activation: {act}, kernel_init: {init}}}\n"
+                            "  - {name: last, op: dense, units: 2}\n", "[784]")) == []
+    if act == "tanh":
+        assert warnings_of(chain(10, 64, init, act)) == []
+
+
+@pytest.mark.parametrize(("name", "mean", "std"), [("tanh", 0.0, 2.83), ("sigmoid", 6.0, 1.15),
+                                                    ("hard_sigmoid", -1.0, 4.9), ("tanh", 0.3, 0.0)])
+def test_saturated_share_matches_sampling(name: str, mean: float, std: float) -> None:
+    """The share of a Gaussian beyond the threshold, against 200,000 draws (standard error under 0.0012)."""
+    threshold, share, _ = gains.saturated(name, (mean, std * std + mean * mean)) or (0.0, 0.0, "")
+    x = np.random.default_rng(3).normal(mean, std, 200_000)
+    assert share == pytest.approx(float(np.mean(np.abs(x) > threshold)), abs=0.005)
+    slope = {"tanh": lambda v: 1 - np.tanh(v) ** 2, "sigmoid": lambda v: 0.25 / np.cosh(v / 2) ** 2,
+             "hard_sigmoid": lambda v: np.where(np.abs(v) < 3, 1 / 6, 0.0)}[name]
+    peak = float(slope(np.zeros(1))[0])
+    # The threshold is where the slope falls to a tenth of its peak (hard_sigmoid: where it is 0).
+    assert float(slope(np.array([threshold * 1.0001]))[0]) <= 0.1 * peak <= float(slope(np.array([threshold * 0.9999]))[0])

@@ -148,7 +148,10 @@ def test_the_table_flags_zero_and_missing_gradients(result: probing.Probe) -> No
     # table says so if one does: TensorFlow's None, as the probe receives it.
     row = probing.VariableRow("lost/kernel", (2, 2), 1.0, None, 0.0)
     assert row.flag(1.0) == "MISSING: no gradient (None), the loss does not depend on it"
-    assert probing.VariableRow("tiny/bias", (2,), 1.0, 1e-7, 0.0).flag(1.0).startswith("near zero")
+    assert probing.VariableRow("tiny/bias", (2,), 1.0, 1e-7, 1e-9).flag(1.0) == "near zero (under 1e-05 of the largest)"
+    # Issue 17: a saturated tanh's gradient of 1.1e-7 whose update rounds to exactly 0 says so.
+    assert probing.VariableRow("sat/kernel", (5, 4), 2e3, 1.1e-7, 0.0).flag(1.0) == (
+        "vanishing: update is exactly 0 (gradient under 1e-05 of the largest)")
 
 
 def test_first_update_puts_every_value_back(folder: Path) -> None:

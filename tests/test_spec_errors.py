@@ -14,6 +14,7 @@ import pytest
 
 from specgen.cli import main
 from specgen.ir.ops import REGISTRY
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.paths import shown
 from specgen.spec.yaml_source import MAX_FILE_BYTES
 
@@ -87,6 +88,8 @@ OVERSIZED = BASE + ("# padding\n" * (MAX_FILE_BYTES // 10 + 1))
 OVERSIZED_BYTES = len(OVERSIZED.encode())
 _QUOTED_OPS = [f"'{op}'" for op in sorted(REGISTRY)]  # every registered op, as the message lists them
 ONE_OPS = ", ".join(_QUOTED_OPS[:-1]) + " or " + _QUOTED_OPS[-1]
+_QUOTED_OPTIMIZERS = [f"'{k}'" for k in sorted(OPTIMIZERS)]  # every registered kind: the message lists them sorted
+ONE_OPTIMIZERS = ", ".join(_QUOTED_OPTIMIZERS[:-1]) + " or " + _QUOTED_OPTIMIZERS[-1]
 
 # (id, spec text, expected diagnostics without the leading "path:")
 CASES = [
@@ -101,8 +104,7 @@ CASES = [
     ("unknown_op_did_you_mean", mutate("op: flatten", "op: flaten"),
      [f"13:22: error: unknown op 'flaten'; did you mean 'flatten'? (expected {ONE_OPS})"]),
     ("unknown_optimizer_kind", mutate("kind: sgd", "kind: sdg"),
-     ["28:11: error: unknown kind 'sdg'; did you mean 'sgd'? (expected 'adagrad', 'adam', 'adamw', "
-      "'levenberg_marquardt', 'rmsprop' or 'sgd')"]),
+     [f"28:11: error: unknown kind 'sdg'; did you mean 'sgd'? (expected {ONE_OPTIMIZERS})"]),
     ("missing_layer_key", mutate("input: mix, units: 10}", "input: mix}"),
      ["17:5: error: missing required key 'units' (in layer 'head/out')"]),
     ("missing_top_level_key", mutate("name: tiny\n", ""),

@@ -15,16 +15,10 @@ from dataclasses import dataclass, field
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
+from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec
 
 BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
-METRIC_STATE = {
-    "accuracy": (("total", ()), ("count", ())),
-    "mean_loss": (("total", ()), ("count", ())),
-    "auc": tuple((name, (200,)) for name in ("true_positives", "false_positives", "true_negatives", "false_negatives")),
-    "precision": (("true_positives", ()), ("false_positives", ())),
-    "recall": (("true_positives", ()), ("false_negatives", ())),
-}
 
 
 # What each VarDecl.kind (specgen/ir/ops/base.py) puts a variable in before user collections:
@@ -274,5 +268,5 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
         state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in train.metrics if train else ():
         state += [Variable(keys.metric(metric, acc), shape, "float32", ("metrics",))
-                  for acc, shape in METRIC_STATE[metric]]
+                  for acc, shape in METRICS[metric].state]
     return state

@@ -43,7 +43,7 @@ def init_moments(init: Init | None, shape: tuple[int, ...]) -> Moments:
     if init.kind == "ones":
         return 1.0, 1.0
     if init.kind == "constant":
-        return args["value"], args["value"] ** 2
+        return args["value"], args["value"] * args["value"]
     if init.kind in ("random_normal", "truncated_normal"):
         mean, std = args.get("mean", 0.0), args.get("stddev", 0.05)
         factor = TRUNCATED_VARIANCE if init.kind == "truncated_normal" else 1.0
@@ -51,7 +51,7 @@ def init_moments(init: Init | None, shape: tuple[int, ...]) -> Moments:
     if init.kind == "random_uniform":
         low, high = args.get("minval", -0.05), args.get("maxval", 0.05)
         mean = (low + high) / 2
-        return mean, (high - low) ** 2 / 12 + mean * mean
+        return mean, (high - low) * (high - low) / 12 + mean * mean
     # The variance-scaling kinds: the normal ones divide by the truncation factor, so both
     # the uniform and the normal variant have exactly this variance.
     variance = {"glorot_uniform": 2.0 / max(fan_in + fan_out, 1), "glorot_normal": 2.0 / max(fan_in + fan_out, 1),
@@ -128,8 +128,7 @@ def activation(name: str, moments: Moments, params: dict[str, float] | None = No
     """The moments of `name`(x) for a Gaussian x with `moments`; None where no scale is meaningful (softmax)."""
     name = ALIASES.get(name, name)
     params = params or {}
-    mean, square = moments
-    std = math.sqrt(max(square - mean * mean, 0.0))
+    mean, std = mean_std(moments)
     if name == "relu" and params.get("max_value") is None:
         return _relu(mean, std)
     if name in ("relu", "relu6"):
@@ -142,6 +141,40 @@ def activation(name: str, moments: Moments, params: dict[str, float] | None = No
     if name in FUNCTIONS:
         return _quadrature(name, float(params.get("alpha", 1.0)), _rounded(mean), _rounded(std))
     return None
+
+
+# Past this the scale is lost anyway (float32 overflows at 3.4e38); clamping keeps mean + std * z and
+# its square finite in float64, so an overflowed layer propagates large finite moments, never nan.
+LARGE = 1e30
+
+
+def mean_std(moments: Moments) -> tuple[float, float]:
+    """The mean and standard deviation of `moments`, each clamped to +-LARGE (nan, inf included)."""
+    mean, square = moments
+    std = math.sqrt(max(square - mean * mean, 0.0)) if math.isfinite(square - mean * mean) else LARGE
+    mean = mean if math.isfinite(mean) else LARGE
+    return max(-LARGE, min(mean, LARGE)), min(std, LARGE)
+
+
+# Where each saturating activation's slope falls below a tenth of its peak: a unit whose input lies
+# beyond passes almost no gradient. tanh: 1 - tanh(x)^2 < 0.1; sigmoid: s(1 - s) < 0.025, the same
+# point twice as far out (tanh(x) = 2 sigmoid(2x) - 1); hard_sigmoid (relu6(x + 3) / 6): flat beyond 3.
+TANH_EDGE = math.atanh(math.sqrt(0.9))  # 1.818
+SATURATION = {"tanh": (TANH_EDGE, "where tanh's slope is under a tenth of its peak"),
+              "sigmoid": (2 * TANH_EDGE, "where sigmoid's slope is under a tenth of its peak"),
+              "hard_sigmoid": (3.0, "where hard_sigmoid is flat")}
+
+
+def saturated(name: str, moments: Moments) -> tuple[float, float, str] | None:
+    """(threshold, share of units beyond it, what happens there) of a saturating activation on a
+    Gaussian with `moments`; None for an activation that does not saturate on both sides."""
+    found = SATURATION.get(ALIASES.get(name, name))
+    if found is None:
+        return None
+    (threshold, words), (mean, std) = found, mean_std(moments)
+    if std == 0:
+        return threshold, float(abs(mean) > threshold), words
+    return threshold, 1.0 - (_cdf((threshold - mean) / std) - _cdf((-threshold - mean) / std)), words
 
 
 def _rounded(value: float) -> float:

@@ -17,8 +17,9 @@ import math
 from dataclasses import dataclass, replace
 
 from specgen.diagnostics import Diagnostic
-from specgen.ir.gains import Moments, activation, describe_init, init_moments
+from specgen.ir.gains import Moments, activation, describe_init, init_moments, mean_std, saturated
 from specgen.ir.model import ModelIR, Node
+from specgen.spec.base import FLOAT32_MAX
 from specgen.spec.load import LoadedSpec
 
 BAND = (0.1, 10.0)  # the std ratio to the input outside which a layer is flagged
@@ -32,6 +33,8 @@ INIT_KEYS = {("dense", "kernel"): "kernel_init", ("conv2d", "kernel"): "kernel_i
              ("conv2d_transpose", "kernel"): "kernel_init", ("depthwise_conv2d", "kernel"): "kernel_init",
              ("separable_conv2d", "pointwise_kernel"): "pointwise_init"}
 MOST = 0.5  # a batch norm whose moving statistics keep more than this share of their initial values is flagged
+OVERFLOW: Moments = (0.0, math.inf)  # the moments of a layer whose values are inf in float32 (std inf)
+SATURATED = 0.5  # a saturating activation with more than this share of its units saturated is flagged
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Scale:
     gain: float | None = None  # E[y^2] / E[x^2] of the layer's weighted sum (layers with a kernel)
     fan_in: int = 0  # terms summed per output of that step
     reference: float = 1.0  # the std the ratio is taken to: the input's, or an embedding's output's
+    pre: Moments | None = None  # the moments before the layer's `activation:` (saturation is judged there)
 
     @property
     def std(self) -> float | None:
@@ -55,7 +59,7 @@ class Scale:
 def _weighted(moments: Moments, n: float, weight: Moments) -> Moments:
     """Moments of a sum of `n` products w * x with independent w, x (x's share one mean)."""
     (mx, qx), (mw, qw) = moments, weight
-    return n * mw * mx, n * qw * qx + n * (n - 1) * (mw * mx) ** 2
+    return n * mw * mx, n * qw * qx + n * (n - 1) * (mw * mx) * (mw * mx)
 
 
 def _plus(a: Moments, b: Moments, sign: float = 1.0) -> Moments:
@@ -132,15 +136,29 @@ def propagate(ir: ModelIR) -> dict[str, Scale]:
         if any(m is None for m in ins):
             known[node.name] = Scale(None)
             continue
-        scale = _layer(node, [m for m in ins if m is not None], inputs)
-        if node.activation and scale.moments is not None:
-            scale = replace(scale, moments=activation(node.activation, scale.moments, {}))
+        reference = max(known[s].reference for s in node.inputs) if node.inputs else 1.0
+        if any(m is not None and m == OVERFLOW for m in ins):  # inf in float32 stays inf (or nan) after
+            known[node.name] = Scale(OVERFLOW, reference=reference)
+            continue
+        scale = _overflowed(_layer(node, [m for m in ins if m is not None], inputs))
+        if node.activation and scale.moments not in (None, OVERFLOW):
+            scale = replace(scale, moments=activation(node.activation, scale.moments, {}), pre=scale.moments)
         if node.op == "embedding":  # indices have no scale: the embedding's own is what follows it
-            scale = replace(scale, reference=scale.std or 1.0)
-        else:
-            scale = replace(scale, reference=max(known[s].reference for s in node.inputs))
-        known[node.name] = scale
+            std = scale.std
+            reference = std if std is not None and 0 < std < math.inf else 1.0
+        known[node.name] = replace(scale, reference=reference)
     return known
+
+
+def _overflowed(scale: Scale) -> Scale:
+    """A layer whose values lie beyond float32's range at initialization (its RMS above FLOAT32_MAX, or
+    moments past float64's) holds inf there: OVERFLOW, which every layer after it inherits."""
+    if scale.moments is None:
+        return scale
+    mean, square = scale.moments
+    if math.isfinite(mean) and math.isfinite(square) and square <= FLOAT32_MAX * FLOAT32_MAX:
+        return scale
+    return replace(scale, moments=OVERFLOW)
 
 
 def ratio_column(ir: ModelIR) -> dict[str, str]:
@@ -163,10 +181,17 @@ def _outside(std: float | None) -> bool:
 def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
     """(layer, message) where the std leaves the band: the first such layer on each path."""
     scales, readers, outputs = propagate(ir), _consumers(ir), set(ir.outputs.values())
+    nodes = {node.name: node for node in ir.nodes}
     found = []
     for node in ir.nodes:
         std = scales[node.name].std
-        if not _outside(std) or any(_outside(scales[s].std) for s in node.inputs):
+        if any(_outside(scales[s].std) for s in node.inputs):
+            continue
+        saturation = _saturation(node, scales, nodes)
+        if saturation is not None:
+            found.append((node, saturation))
+            continue
+        if not _outside(std):
             continue
         after = readers.get(node.name, [])
         # Read only by normalizations (which reset the scale) or by multiplies (a gate, whose mean
@@ -180,9 +205,11 @@ def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
 
 def _message(node: Node, scale: Scale, after: list[Node]) -> str:
     std = scale.std or 0.0
-    way = "grows" if std > 1 else "shrinks"
-    head = (f"layer '{node.name}' ({node.op}): at initialization the activation std {way} to {std:.3g}x the "
-            f"input's (outside [{BAND[0]:g}, {BAND[1]:g}]; unit-variance inputs assumed, see docs/spec.md#lints)")
+    way = f"grows to {std:.3g}x the input's" if std > 1 else f"shrinks to {std:.3g}x the input's"
+    if std > FLOAT32_MAX:  # the factor means nothing there: the values are inf at initialization
+        way = f"grows past float32's range (over {FLOAT32_MAX:.2g}x the input's)"
+    head = (f"layer '{node.name}' ({node.op}): at initialization the activation std {way} (outside "
+            f"[{BAND[0]:g}, {BAND[1]:g}]; unit-variance inputs assumed, see docs/spec.md#lints)")
     if node.op not in KERNELS or scale.gain is None:
         return head + "; this layer has no kernel: check the initializers of the layers before it"
     role = KERNELS[node.op][-1]
@@ -192,6 +219,35 @@ def _message(node: Node, scale: Scale, after: list[Node]) -> str:
     key = INIT_KEYS[(node.op, role)]
     return (head + f"; {key} {describe_init(node.variables[role].init)} over fan-in {scale.fan_in} scales "
             f"the second moment by {scale.gain:.3g}; {fit}{f' for {act}' if act else ''} keeps it near 1")
+
+
+def _saturation(node: Node, scales: dict[str, Scale], nodes: dict[str, Node]) -> str | None:
+    """The message for a saturating activation (its own `activation:`, or an activation op) whose
+    input puts most units where its slope is nearly 0 at initialization; None if it does not."""
+    if node.activation is not None:
+        name, pre, weighted = node.activation, scales[node.name].pre, node
+    elif len(node.inputs) == 1:
+        name, pre, weighted = node.op, scales[node.inputs[0]].moments, nodes.get(node.inputs[0])
+    else:
+        return None
+    found = saturated(name, pre) if pre not in (None, OVERFLOW) else None
+    if found is None or found[1] <= SATURATED:  # most units, not the tails every Gaussian has
+        return None
+    (threshold, share, where), (mean, std) = found, mean_std(pre)
+    shift = f" and mean {mean:.3g}" if abs(mean) >= 0.1 * max(std, 1.0) else ""
+    subject = f"the input of its {name}" if node.activation else "its input"
+    head = (f"layer '{node.name}' ({node.op}): at initialization {subject} has std {std:.3g}{shift} (unit-variance "
+            f"inputs assumed, see docs/spec.md#lints), so {share:.1%} of its units start saturated (|x| > "
+            f"{threshold:.3g}, {where}) and pass almost no gradient")
+    if weighted is None or weighted.op not in KERNELS:
+        return head + "; check the initializers of the layers before it"
+    role = KERNELS[weighted.op][-1]
+    what = f"{INIT_KEYS[(weighted.op, role)]} {describe_init(weighted.variables[role].init)}"
+    if shift and abs(mean) > threshold and "bias" in weighted.variables:
+        what = f"bias_init {describe_init(weighted.variables['bias'].init)}"
+        return head + f"; {what} of '{weighted.name}' shifts it; zeros keeps the mean at 0"
+    return (head + f"; {what} of '{weighted.name}' over fan-in {scales[weighted.name].fan_in} sets that scale; "
+            f"glorot_uniform for {name} keeps the std near 1")
 
 
 def init_scale_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:

@@ -14,6 +14,7 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.collections import Membership, Resolver
 from specgen.ir.training.terms import LossTermIR
+from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.spec.base import IDENT
 from specgen.spec.load import LoadedSpec
 
@@ -112,9 +113,8 @@ def _data_term(loaded: LoadedSpec, loc: Loc, term: Any, name: str, problems: lis
             f"{where} labels '{term.labels}' is neither a label of the data section "
             f"(labels: {', '.join(labels) or 'none'}) nor an output (outputs: {outputs})"
             f"{did_you_mean(term.labels, choices)}")))
-    delta = getattr(term, "delta", None)
     return LossTermIR(name, term.kind, float(term.weight), output, field, term.labels, from_output,
-                      None if delta is None else float(delta))
+                      LOSSES[term.kind].arguments(term))
 
 
 def _data_labels(spec: Any) -> list[str] | None:

@@ -36,6 +36,8 @@ from specgen.ir.targets import resolve_targets
 from specgen.ir.training import levenberg_marquardt
 from specgen.ir.training.build import build_training
 from specgen.kinds import sources
+from specgen.kinds.losses import REGISTRY as LOSSES
+from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -249,28 +251,21 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     return problems
 
 
-BINARY_METRICS = ("auc", "precision", "recall")
-
-
 def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     """Metrics must fit the loss: binary ones need sigmoid outputs, accuracy needs classes."""
     spec = loaded.spec
     if spec.train is None:
         return []
     kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
+    target = LOSSES[kind].target if kind else None
     problems = []
     if kind is None and spec.loss is not None and spec.train.metrics:
         return [loaded.diagnostic(("train", "metrics"), (
             "metrics read the first loss term with labels from the data section, and no term has them "
             "(each reads its labels from an output); remove train.metrics"))]
     for i, metric in enumerate(spec.train.metrics):
-        if metric in BINARY_METRICS and kind != "sigmoid_cross_entropy":
-            problems.append(loaded.diagnostic(("train", "metrics", i), (
-                f"metric '{metric}' is for binary classification and needs loss kind 'sigmoid_cross_entropy'; "
-                f"the loss is {kind!r}")))
-        if metric == "accuracy" and kind in (None, "mean_squared_error", "mean_absolute_error"):
-            problems.append(loaded.diagnostic(("train", "metrics", i), (
-                f"metric 'accuracy' needs a classification loss; the loss is {kind!r}")))
+        if (why := METRICS[metric].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<metric>.py
+            problems.append(loaded.diagnostic(("train", "metrics", i), why))
     return problems
 
 

@@ -10,6 +10,7 @@ from specgen.ir.naming import py_name
 from specgen.ir.training import TrainingIR
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds.features.loss_terms import single
+from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.render.environment import py_literal
 
 
@@ -25,15 +26,16 @@ class TermPlan:
     note: str | None = None  # a comment placed above the term
 
 
-def _delta(term: LossTermIR) -> str:
-    return f", delta={py_literal(term.delta)}" if term.kind == "huber" else ""
+def _args(term: LossTermIR) -> str:
+    """The kind's own keyword arguments (huber's delta), after labels and output."""
+    return "".join(f", {k}={py_literal(v)}" for k, v in term.args)
 
 
 def _term(term: LossTermIR) -> TermPlan:
     factor = "" if term.weight == 1.0 else f"{py_literal(term.weight)} * "
     if term.regularizer:
         attr = f"reg_{py_name(term.name)}"
-        return TermPlan(term.name, term.kind, f"losses.{term.kind}(self.{attr})", term.weight, factor, attr,
+        return TermPlan(term.name, term.kind, f"{LOSSES[term.kind].function}(self.{attr})", term.weight, factor, attr,
                         term.paths, f"{term.kind} over {len(term.paths)} weight(s)")
     assert term.output is not None and term.labels is not None
     if term.labels_from_output:
@@ -41,7 +43,7 @@ def _term(term: LossTermIR) -> TermPlan:
         note = f"labels: output '{term.labels}', a computed target held constant (no gradient flows into it)"
     else:
         labels, note = f"labels[{py_literal(term.labels)}]", None
-    call = f"losses.{term.kind}({labels}, outputs[{py_literal(term.output)}]{_delta(term)})"
+    call = f"{LOSSES[term.kind].function}({labels}, outputs[{py_literal(term.output)}]{_args(term)})"
     return TermPlan(term.name, term.kind, call, term.weight, factor, note=note)
 
 
@@ -49,7 +51,8 @@ def single_loss_call(training: TrainingIR) -> str | None:
     """The skeleton's single-call loss; None when the loss_terms feature renders the loss (its partial)."""
     if not single(training):
         return None
-    return f"losses.{training.terms[0].kind}(labels[LABEL], output{_delta(training.terms[0])})"
+    term = training.terms[0]
+    return f"{LOSSES[term.kind].function}(labels[LABEL], output{_args(term)})"
 
 
 def terms_context(ir: ModelIR) -> dict[str, Any]:

@@ -7,6 +7,11 @@ from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.kinds.optimizers import UpdateCall
+from specgen.kinds.pointers import call_name
+from specgen.kinds.schedules import REGISTRY as SCHEDULES
+from specgen.kinds.schedules import WARMUP
 from specgen.render.environment import py_literal
 from specgen.render.features_plan import skeleton_context
 from specgen.render.loss_plan import single_loss_call
@@ -34,14 +39,12 @@ class OptimizerPlan:
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
+    """The schedule's runtime call (specgen/kinds/schedules/), wrapped in the shared warm-up when it has one."""
     if schedule is None:
         return None
-    if schedule.kind == "constant":
-        call = f"schedules.constant({py_literal(dict(schedule.args)['initial'])})"
-    else:
-        call = f"schedules.{schedule.kind}({', '.join(f'{k}={py_literal(v)}' for k, v in schedule.args)})"
+    call = SCHEDULES[schedule.kind].render(schedule.args, py_literal)
     if schedule.warmup_steps:
-        call = f"schedules.warmup({call}, warmup_steps={schedule.warmup_steps})"
+        call = f"{call_name(WARMUP)}({call}, warmup_steps={schedule.warmup_steps})"
     return call
 
 
@@ -50,23 +53,11 @@ def _clip(clip: ClipIR | None) -> str | None:
 
 
 def _update(attr: str, opt: OptimizerIR) -> str:
-    vs, gs, p = f"self.{attr}_variables", f"{attr}_gradients", opt.param
-    slot = {s.name: f"self.{attr}_{s.name}" for s in opt.slots}
-    if opt.kind == "sgd":
-        return (f"optimizers.sgd({vs}, {gs}, lr, {slot.get('momentum', '[]')}, momentum={py_literal(p('momentum'))}, "
-                f"nesterov={p('nesterov')})")
-    if opt.kind in ("adam", "adamw"):
-        return (f"optimizers.adam({vs}, {gs}, lr, {slot['m']}, {slot['v']}, self.{attr}_iterations, "
-                f"beta_1={py_literal(p('beta_1'))}, beta_2={py_literal(p('beta_2'))}, "
-                f"epsilon={py_literal(p('epsilon'))})")
-    if opt.kind == "rmsprop":
-        return (f"optimizers.rmsprop({vs}, {gs}, lr, {slot['rms']}, {slot.get('momentum', '[]')}, "
-                f"{slot.get('mg', '[]')}, rho={py_literal(p('rho'))}, momentum={py_literal(p('momentum'))}, "
-                f"epsilon={py_literal(p('epsilon'))})")
-    if opt.levenberg_marquardt:
-        return (f"levenberg_marquardt.step({vs}, residuals, self.{attr}_damping, {slot['scale']}, "
-                f"factor={py_literal(p('damping_factor'))}, max_tries={p('max_tries')})")
-    return f"optimizers.adagrad({vs}, {gs}, lr, {slot['accumulator']}, epsilon={py_literal(p('epsilon'))})"
+    """The optimizer's update call in the generated step, written by its kind (specgen/kinds/optimizers/)."""
+    kind = OPTIMIZERS[opt.kind]
+    call = UpdateCall(kind.function, f"self.{attr}_variables", f"{attr}_gradients", attr,
+                      {s.name: f"self.{attr}_{s.name}" for s in opt.slots}, dict(opt.hyper), py_literal)
+    return kind.update(call)
 
 
 def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
@@ -16,7 +17,8 @@ from specgen.diagnostics import safe_repr
 IDENT = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}$"
 # Parts after the first may start with a digit: `repeat` names instances `<name>/1` ... `<name>/N`
 # (spec/blocks.py). The first part's letter keeps every mangled name a valid identifier.
-LAYER = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}(/[A-Za-z0-9](_?[A-Za-z0-9]){0,62}){0,7}$"
+MAX_NAME_PARTS = 8  # parts of a layer name; it also bounds how deep blocks nest (spec/expand.py)
+LAYER = rf"^[A-Za-z](_?[A-Za-z0-9]){{0,62}}(/[A-Za-z0-9](_?[A-Za-z0-9]){{0,62}}){{0,{MAX_NAME_PARTS - 1}}}$"
 
 Identifier = Annotated[str, StringConstraints(pattern=IDENT)]
 LayerName = Annotated[str, StringConstraints(pattern=LAYER)]
@@ -27,6 +29,10 @@ FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024, patte
 Doc = Annotated[str, StringConstraints(max_length=4096)]
 
 MAX_INT = 2**31 - 1  # sizes, counts and steps; larger values overflow the ONNX parser's int64 dims
+# Every float of a spec ends up in float32 (ONNX constants and attributes, TensorFlow variables), and the
+# ONNX parser refuses a literal beyond float32's range: numpy.finfo(numpy.float32).max, written out
+# because spec/ imports no numpy.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def not_bool(value: object) -> object:
@@ -47,9 +53,39 @@ def _bounded(value: int) -> int:
 
 def number(tp: type[int] | type[float], **bounds: float) -> Any:
     """`tp` with bounds that refuses booleans; validators come after the bounds so that the
-    JSON Schema keeps its plain `minimum` / `exclusiveMaximum` keywords."""
-    checks = [BeforeValidator(not_bool)] + ([AfterValidator(_bounded)] if tp is int else [])
-    return Annotated[tp, Field(**bounds), *checks]
+    JSON Schema keeps its plain `minimum` / `exclusiveMaximum` keywords.
+
+    A float is also held to float32's finite range (the schema says so too), and must keep its
+    bounds once rounded to float32: `epsilon: 1e-50` (> 0) is 0 in float32, `momentum: 0.999999999`
+    (< 1) is 1, and those are the values training and inference would run with.
+    """
+    if tp is int:
+        return Annotated[int, Field(**bounds), BeforeValidator(not_bool), AfterValidator(_bounded)]
+    if "gt" not in bounds and "ge" not in bounds:
+        bounds["ge"] = -FLOAT32_MAX
+    if "lt" not in bounds and "le" not in bounds:
+        bounds["le"] = FLOAT32_MAX
+    return Annotated[float, Field(**bounds), BeforeValidator(not_bool), AfterValidator(_in_float32(bounds))]
+
+
+def as_float32(value: float) -> float:
+    """`value` rounded to the nearest float32 (struct: the standard library's IEEE single packing)."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def _in_float32(bounds: dict[str, float]) -> Any:
+    tests = {"gt": (float.__gt__, ">"), "ge": (float.__ge__, ">="), "lt": (float.__lt__, "<"),
+             "le": (float.__le__, "<=")}
+
+    def check(value: float) -> float:
+        rounded = as_float32(value)  # the bounds keep |value| <= FLOAT32_MAX, so this never overflows
+        for key, bound in bounds.items():
+            holds, sign = tests[key]
+            if not holds(rounded, float(bound)):
+                raise ValueError(f"received {safe_repr(value)}, which is {rounded!r} in float32 (the precision "
+                                 f"specgen runs in), expected a value {sign} {bound:g}")
+        return value
+    return check
 
 
 Int = number(int)

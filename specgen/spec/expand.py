@@ -8,8 +8,10 @@ its mapping is written, and the instances it came through); `LoadedSpec.diagnost
 `("layers", i, ...)` through it, so every later diagnostic about the layer points at the block's
 line and names the instance lines too (`Origins.locate`).
 
-Work is bounded before it is done: the block graph must be acyclic, and expansion stops at
-MAX_LAYERS layers, so nested `repeat`s cannot blow up (docs/security.md's YAML bounds hold before).
+Work is bounded before it is done: the block graph must be acyclic, expansion stops at
+MAX_LAYERS layers, so nested `repeat`s cannot blow up, and at an instance whose layers would have
+more name parts than a layer name may (MAX_NAME_PARTS), so that a chain of hundreds of blocks using
+each other recurses at most that deep (each level adds a part) (docs/security.md's YAML bounds hold before).
 A spec without blocks never reaches this module (load.py), so it costs such a spec nothing. Block
 definitions are checked first (block_checks.py); origins.py keeps the positions.
 """
@@ -25,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.ir.ops import REGISTRY, Layer
+from specgen.spec.base import MAX_NAME_PARTS
 from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
 from specgen.spec.blocks import PARAM_REF, Instance
 from specgen.spec.model import Spec
@@ -151,6 +154,13 @@ class _Expander:
     def _block(self, block_name: str, name: str, inputs: list[str], loc: PathKey, given: Args,
                sites: tuple[Site, ...]) -> None:
         """Expand one block as `name`: its layers become `<name>/<layer>`."""
+        # Past the longest layer name, nothing below can be valid: stop descending (one part over still
+        # expands, so that finish() names the first layer that is too long, as for any name).
+        if name.count("/") + 1 > MAX_NAME_PARTS:
+            self.report(Origin(loc, sites), f"instance '{name}' nests blocks too deep: its name has more than "
+                        f"{MAX_NAME_PARTS} parts joined by '/', the most a layer name has (nest fewer blocks or "
+                        "shorten the names)")
+            return
         block = self.spec.blocks[block_name]
         args: dict[str, tuple[Any, PathKey]] = {p: (d, ("blocks", block_name, "params", p))
                                                 for p, d in block.params.items() if d is not None}

@@ -24,7 +24,7 @@ from specgen.diagnostics import (
     safe_repr,
     shown,
 )
-from specgen.spec.base import IDENT
+from specgen.spec.base import FLOAT32_MAX, IDENT
 from specgen.spec.blocks import Instance
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
@@ -223,6 +223,9 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
         return _literal_message(loc, received, ctx)
     if kind == "string_pattern_mismatch":
         return _name_message(received, ctx)
+    if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
+        # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not just the bound.
+        return f"received {safe_repr(received)}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind in BOUNDS:
         return f"received {safe_repr(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:

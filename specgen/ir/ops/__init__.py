@@ -26,7 +26,8 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from specgen.ir.model import Shape
-from specgen.ir.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod
+from specgen.ir.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod, show
+from specgen.spec.base import MAX_INT
 
 __all__ = ["REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
            "backward_flops", "infer"]
@@ -81,6 +82,11 @@ def as_activation(name: str) -> AsActivation:
 
 def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     result = REGISTRY[layer.op].infer(layer, shapes, dtypes)
+    # The bound on an input's size (spec/io.py) holds for every layer's output too: strides or
+    # upsampling factors near 2**31 would otherwise multiply past int64, which ONNX text dims are read into.
+    if prod(result.shape) > MAX_INT:
+        raise OpError(f"its output would be {show(result.shape)}, {prod(result.shape)} values per example; the limit "
+                      f"is {MAX_INT}, as for an input (smaller strides, sizes or factors)")
     act = activation_of(layer)
     if act not in (None, "linear"):
         result.flops += as_activation(act).flops * prod(result.shape)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgen.ir.training import keys, levenberg_marquardt
+from specgen.ir.training import keys
 from specgen.ir.training.distribute import build_distribute
 from specgen.ir.training.model import (
     CheckpointIR,
@@ -27,13 +27,12 @@ from specgen.ir.training.model import (
 )
 from specgen.ir.training.terms import LossTermIR, primary
 from specgen.kinds import sources
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
-SLOTS = {"sgd": ("momentum",), "adam": ("m", "v"), "adamw": ("m", "v"), "adagrad": ("accumulator",)}
-# Optimizer spec keys that are not kind-specific hyperparameters.
-COMMON_KEYS = {"kind", "variables", "learning_rate", "weight_decay", "clip"}
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:
@@ -43,16 +42,6 @@ def loss_output(loss: Any) -> tuple[str, str] | None:
             if hasattr(term, field):
                 return field, getattr(term, field)
     return None
-
-
-def optimizer_slots(kind: str, hyper: dict[str, Any]) -> tuple[str, ...]:
-    """The slot names an optimizer kind keeps per variable (`optimizers/<name>/<slot>/<path>`)."""
-    if kind == "sgd":
-        return ("momentum",) if hyper["momentum"] > 0 else ()
-    if kind == "rmsprop":
-        slots = ("rms",) + (("momentum",) if hyper["momentum"] > 0 else ())
-        return slots + (("mg",) if hyper["centered"] else ())
-    return SLOTS[kind]
 
 
 def checkpoint_of(loaded: LoadedSpec) -> CheckpointIR:
@@ -73,21 +62,23 @@ def _schedule(rate: Any) -> tuple[float, ScheduleIR | None]:
     """The first learning rate, and the schedule that moves it (None for a constant number)."""
     if isinstance(rate, int | float):
         return float(rate), None
-    args = tuple(rate.model_dump(exclude={"schedule", "warmup_steps"}).items())
-    first = rate.values[0] if rate.schedule == "piecewise_constant" else rate.initial
-    return float(first), ScheduleIR(rate.schedule, args, rate.warmup_steps)
+    kind = SCHEDULES[rate.schedule]
+    return float(kind.first(rate)), ScheduleIR(rate.schedule, kind.args(rate), rate.warmup_steps)
 
 
 def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str, ...] = ()) -> OptimizerIR:
-    if opt.kind == "levenberg_marquardt":
-        return levenberg_marquardt.optimizer(name, opt, paths)
-    hyper = opt.model_dump(exclude=COMMON_KEYS)
+    """The entry resolved through its kind (specgen/kinds/optimizers/): its keys, slots and state keys."""
+    kind = OPTIMIZERS[opt.kind]
+    hyper = kind.hyper(opt)
+    slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial) for s, initial in kind.slots(hyper))
+    if not kind.learning_rate:  # levenberg_marquardt: the damping sets the step; no decay or clip
+        return OptimizerIR(name, opt.kind, paths, 0.0, None, tuple(hyper.items()), slots,
+                           iterations_key=keys.iterations(name), damping_key=keys.damping(name) if kind.damping else "")
     first, schedule = _schedule(opt.learning_rate)
-    initial = {"accumulator": hyper["initial_accumulator_value"]} if opt.kind == "adagrad" else {}
-    slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial.get(s, 0.0)) for s in optimizer_slots(opt.kind, hyper))
     decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
     return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded)
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
+                       keys.damping(name) if kind.damping else "")
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:

@@ -1,4 +1,4 @@
-"""`kind: levenberg_marquardt`: its checks across sections and its resolved optimizer.
+"""`kind: levenberg_marquardt`: its checks across sections (its kind: specgen/kinds/optimizers/levenberg_marquardt.py).
 
 Levenberg-Marquardt solves (JᵀJ + λ·D) δ = -Jᵀr for the residual vector r of a squared-error
 loss over one fixed set of examples, then keeps the step only if the loss falls. That
@@ -8,11 +8,7 @@ specgen/kinds/features/compat.py, whose messages the checks below raise at their
 
 from __future__ import annotations
 
-from typing import Any
-
 from specgen.diagnostics import Diagnostic
-from specgen.ir.training import keys
-from specgen.ir.training.model import OptimizerIR, SlotIR
 from specgen.kinds.features import compat
 from specgen.spec.load import LoadedSpec
 
@@ -21,15 +17,6 @@ KIND = "levenberg_marquardt"
 # change state (batch-norm moving statistics): the accept/reject test compares two evaluations of one
 # function. Why each is refused: specgen/kinds/features/compat.py.
 STATEFUL_OPS = ("dropout", "batch_norm")
-
-
-def optimizer(name: str, opt: Any, paths: tuple[str, ...]) -> OptimizerIR:
-    hyper = (("initial_damping", opt.initial_damping), ("damping_factor", opt.damping_factor),
-             ("max_tries", opt.max_tries))
-    # `scale`: D's running maximum per weight (specgen/runtime/lib/levenberg_marquardt.py), a slot like Adam's m.
-    scale = SlotIR("scale", keys.slot_prefix(name, "scale"))
-    return OptimizerIR(name, KIND, paths, 0.0, None, hyper, (scale,), iterations_key=keys.iterations(name),
-                       damping_key=keys.damping(name))
 
 
 def _check_loss(loaded: LoadedSpec, name: str) -> list[Diagnostic]:

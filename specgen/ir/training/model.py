@@ -12,11 +12,7 @@ from typing import Any
 
 from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.terms import LossTermIR
-
-# Loss kind -> the label form metrics compare the output with.
-LOSS_TARGETS = {"sparse_softmax_cross_entropy": "sparse", "softmax_cross_entropy": "onehot",
-                "sigmoid_cross_entropy": "binary", "mean_squared_error": "regression",
-                "mean_absolute_error": "regression", "huber": "regression"}
+from specgen.kinds.losses import REGISTRY as LOSSES
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,8 @@ class LossIR:
 
     @property
     def target(self) -> str:
-        return LOSS_TARGETS[self.kind]
+        """The label form metrics compare the output with (specgen/kinds/losses/)."""
+        return LOSSES[self.kind].target or ""
 
     @property
     def logits(self) -> str | None:
@@ -74,7 +71,7 @@ class OptimizerIR:
 
     @property
     def levenberg_marquardt(self) -> bool:
-        return self.kind == "levenberg_marquardt"
+        return bool(self.damping_key)  # the one kind with a damping variable (kinds/optimizers/levenberg_marquardt.py)
 
     def param(self, name: str) -> Any:
         return dict(self.hyper)[name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REGULARIZERS = ("l2", "l1")
+from specgen.kinds.losses import REGISTRY as LOSSES
 
 
 @dataclass(frozen=True)
@@ -16,12 +16,22 @@ class LossTermIR:
     field: str | None = None  # the spec key that names it ('logits' or 'predictions')
     labels: str | None = None  # a data label, or an output when `labels_from_output`
     labels_from_output: bool = False  # a computed target: read under tf.stop_gradient
-    delta: float | None = None  # huber only
+    args: tuple[tuple[str, float], ...] = ()  # the kind's own keys its runtime function takes (huber: delta)
     paths: tuple[str, ...] = ()  # the weights a regularizer sums over, in variable order
 
     @property
     def regularizer(self) -> bool:
-        return self.kind in REGULARIZERS
+        return LOSSES[self.kind].regularizer
+
+    @property
+    def target(self) -> str | None:
+        """The label form of a data term (specgen/kinds/losses/base.py's Target); None for a regularizer."""
+        return LOSSES[self.kind].target
+
+    @property
+    def delta(self) -> float | None:
+        """Huber's delta (None for other kinds)."""
+        return dict(self.args).get("delta")
 
     @property
     def data_labels(self) -> bool:

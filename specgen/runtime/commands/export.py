@@ -80,8 +80,9 @@ def _sample_inputs(loaded: LoadedSpec, ir: ModelIR) -> tuple[dict[str, np.ndarra
             "eval set")
 
 
-def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, loss_kind: str | None) -> float | None:
-    if labels is None or loss_kind != "sparse_softmax_cross_entropy":
+def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, target: str | None) -> float | None:
+    """Top-1 accuracy against class indices (label form `sparse`, specgen/kinds/losses/); None otherwise."""
+    if labels is None or target != "sparse":
         return None
     try:
         return accuracy(logits, labels)  # already checked (labels by data.py, logits for finiteness): belt and braces
@@ -199,8 +200,8 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
         "parity_scaled_diff": scaled,
         "compared_examples": int(next(iter(inputs.values())).shape[0]),
-        "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.kind) if loss and logits else None,
-        "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.kind) if loss and logits else None,
+        "tensorflow_accuracy": _accuracy(out, expected[logits], labels, loss.target) if loss and logits else None,
+        "onnxruntime_accuracy": _accuracy(out, actual[logits], labels, loss.target) if loss and logits else None,
     }
     if not within(scaled, PARITY_LIMIT):  # a chaotic model misses the limit against itself: say which it is
         nudge = nudged(inputs) if np.isfinite(scaled) else None

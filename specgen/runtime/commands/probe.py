@@ -58,8 +58,12 @@ class VariableRow:
             return "NON-FINITE gradient"
         if self.grad_norm == 0:
             return "ZERO gradient"
+        if self.grad_norm >= NEAR_ZERO * largest:
+            return ""
+        if self.update_norm == 0:  # a gradient so small that the step rounds away: the weight cannot move
+            return f"vanishing: update is exactly 0 (gradient under {NEAR_ZERO:g} of the largest)"
         # Float rounding leaves about this much where the exact gradient is 0 (a bias before a batch norm).
-        return f"near zero (under {NEAR_ZERO:g} of the largest)" if self.grad_norm < NEAR_ZERO * largest else ""
+        return f"near zero (under {NEAR_ZERO:g} of the largest)"
 
 
 @dataclass(frozen=True)

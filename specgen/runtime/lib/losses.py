@@ -39,6 +39,16 @@ def huber(labels: tf.Tensor, predictions: tf.Tensor, delta: float = 1.0) -> tf.T
     return tf.reduce_mean(0.5 * tf.square(quadratic) + delta * (error - quadratic))
 
 
+def focal(labels: tf.Tensor, logits: tf.Tensor, alpha: float = 0.25, gamma: float = 2.0) -> tf.Tensor:
+    """Keras' CategoricalFocalCrossentropy(from_logits=True): its steps, clipping to [1e-7, 1 - 1e-7] included."""
+    labels = tf.cast(labels, logits.dtype)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    probabilities = probabilities / tf.reduce_sum(probabilities, axis=-1, keepdims=True)  # as Keras renormalizes
+    probabilities = tf.clip_by_value(probabilities, 1e-7, 1.0 - 1e-7)  # Keras' backend.epsilon()
+    terms = alpha * tf.pow(1.0 - probabilities, gamma) * (-labels * tf.math.log(probabilities))
+    return tf.reduce_mean(tf.reduce_sum(terms, axis=-1))
+
+
 def l2(weights: Sequence[tf.Variable]) -> tf.Tensor:
     """sum(w**2) / 2 over every weight: TensorFlow's `tf.nn.l2_loss` convention (a sum, not a mean)."""
     return tf.add_n([tf.reduce_sum(tf.square(w)) for w in weights]) / 2

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from specgen.kinds.metrics import REGISTRY
+from specgen.kinds.pointers import resolve
+
 AUC_THRESHOLDS = 200
 
 
@@ -114,8 +117,6 @@ class Auc(Metric):
         return tf.reduce_sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2)
 
 
-KINDS = {"accuracy": Accuracy, "mean_loss": MeanLoss, "precision": Precision, "recall": Recall, "auc": Auc}
-
-
 def make(name: str, target: str) -> Metric:
-    return KINDS[name](name, target)
+    """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py)."""
+    return resolve(REGISTRY[name].runtime)(name, target)

@@ -85,6 +85,13 @@ def adagrad(variables: Vars, gradients: Grads, lr: tf.Tensor, accumulators: Vars
         var.assign_sub(lr * grad / tf.sqrt(acc + epsilon))
 
 
+def lion(variables: Vars, gradients: Grads, lr: tf.Tensor, ms: Vars, *, beta_1: float, beta_2: float) -> None:
+    """Keras' Lion: the step is the sign of the interpolated momentum; the momentum follows afterwards."""
+    for var, grad, m in zip(variables, gradients, ms, strict=True):
+        var.assign_sub(lr * tf.sign(m * beta_1 + grad * (1 - beta_1)))
+        m.assign(m * beta_2 + grad * (1 - beta_2))
+
+
 def ema_decay(decay: float, step: tf.Tensor) -> tf.Tensor:
     """tf.train.ExponentialMovingAverage's rule with num_updates: min(decay, (1 + t) / (10 + t)).
 

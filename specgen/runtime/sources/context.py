@@ -70,7 +70,7 @@ class SourceContext:
             if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
                 continue
             output = self.ir.node(self.ir.outputs[term.output])
-            if term.kind == "sparse_softmax_cross_entropy":
+            if term.target == "sparse":  # class indices (specgen/kinds/losses/)
                 classes = output.shape[-1]
                 wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
             else:

@@ -1,0 +1,25 @@
+"""Regression terms on predictions: `mean_squared_error` and `mean_absolute_error`; one model for both."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from specgen.kinds.losses.base import LossDef
+from specgen.spec.base import Identifier, NonNegativeFloat, SpecModel
+from specgen.spec.losses import LABELS, TERM_NAME, WEIGHT
+
+
+class RegressionLoss(SpecModel):
+    kind: Literal["mean_squared_error", "mean_absolute_error"]
+    predictions: Identifier = Field(description="An output name.")
+    labels: Identifier = LABELS
+    name: Identifier | None = TERM_NAME
+    weight: NonNegativeFloat = WEIGHT
+
+
+KINDS = (
+    LossDef("mean_squared_error", RegressionLoss, "specgen.runtime.lib.losses.mean_squared_error", "regression"),
+    LossDef("mean_absolute_error", RegressionLoss, "specgen.runtime.lib.losses.mean_absolute_error", "regression"),
+)

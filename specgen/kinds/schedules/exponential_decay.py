@@ -1,0 +1,19 @@
+"""`schedule: exponential_decay`: initial x decay_rate ** (step / decay_steps), Keras' ExponentialDecay."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
+from specgen.spec.base import NonNegativeFloat, PositiveFloat, PositiveInt
+
+
+class ExponentialDecay(ScheduleBase):
+    schedule: Literal["exponential_decay"]
+    initial: NonNegativeFloat
+    decay_steps: PositiveInt
+    decay_rate: PositiveFloat
+    staircase: bool = False
+
+
+KINDS = (ScheduleDef("exponential_decay", ExponentialDecay, "specgen.runtime.lib.schedules.exponential_decay"),)

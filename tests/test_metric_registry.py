@@ -1,0 +1,58 @@
+"""Every registered metric lacks nothing: its name in `train.metrics`, its runtime class and state, a test, docs.
+
+The lists come from specgen.kinds.metrics.REGISTRY; each failure names the metric and what it
+misses (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import get_args
+
+import pytest
+from kind_checks import ROOT, has_own_test, table_kinds
+
+from specgen.kinds.losses import REGISTRY as LOSSES
+from specgen.kinds.metrics import REGISTRY, Metric
+from specgen.kinds.pointers import resolve
+
+KINDS = sorted(REGISTRY)
+
+
+def _tested_metrics() -> set[str]:
+    """Metrics that tests/test_training_numerics.py trains and checks (its `"metrics": [...]` lists)."""
+    text = (ROOT / "tests" / "test_training_numerics.py").read_text()
+    return {n for listed in re.findall(r'"metrics": \[([^\]]*)\]', text) for n in re.findall(r'"([a-z0-9_]+)"', listed)}
+
+
+def test_train_metrics_takes_exactly_the_registered_names() -> None:
+    assert get_args(Metric) == tuple(REGISTRY), f"Metric {get_args(Metric)} is not the registry {tuple(REGISTRY)}"
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_metric_runtime_class_keeps_the_declared_state(name: str) -> None:
+    kind = REGISTRY[name]
+    cls = resolve(kind.runtime)
+    declared = tuple((acc, cls.shape) for acc in cls.accumulators)
+    assert declared == kind.state, (
+        f"metric '{name}': {kind.runtime} keeps {declared}, the kind declares {kind.state} (collections.yaml's)")
+    assert callable(getattr(cls, "update", None)) and callable(getattr(cls, "result", None)), (
+        f"metric '{name}': {kind.runtime} lacks update() or result()")
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_metric_reads_some_loss(name: str) -> None:
+    fits = [k for k, loss in LOSSES.items() if not loss.regularizer and REGISTRY[name].refuse(k, loss.target) is None]
+    assert fits, f"metric '{name}': its refusal refuses every loss kind"
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_metric_has_a_test(name: str) -> None:
+    assert name in _tested_metrics() or has_own_test(name), (
+        f"metric '{name}': no spec in tests/test_training_numerics.py lists it and no tests/test_{name}.py")
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_metric_is_documented(name: str) -> None:
+    assert name in table_kinds("training.md", "## Evaluation and metrics"), (
+        f"metric '{name}': docs/training.md's 'Evaluation and metrics' table has no row naming it")
