@@ -12,11 +12,11 @@ TensorFlow is imported only where a dataset is built.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from specgen.ir.model import ModelIR
+from specgen.kinds import pointers
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import DataError, Source
 from specgen.runtime.sources.context import SourceContext
@@ -30,8 +30,7 @@ __all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batche
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
     """The runtime function a source kind's registry entry points at."""
-    module, _, name = REGISTRY[kind].reader.rpartition(".")
-    function: Callable[[SourceContext], Source] = getattr(importlib.import_module(module), name)
+    function: Callable[[SourceContext], Source] = pointers.resolve(REGISTRY[kind].reader)
     return function
 
 

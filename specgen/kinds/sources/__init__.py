@@ -1,52 +1,37 @@
-"""The data-source registry: one module per source kind, each with a `SOURCE` (base.SourceDef).
+"""The data-source registry: one module per kind of `data.train` / `data.eval` source.
 
-Modules are found by listing the package. `ORDER` is the one list a new source edits: the order of the
-`data.train` / `data.eval` union's branches, which is the order schemas/specgen.schema.json lists them
-(so appending keeps the schema's existing bytes) and the order of docs/spec.md's table of sources.
-This is the only place that compares a value against a source kind's name.
+Each module defines its spec model and a `KINDS` tuple holding its `SourceDef`; modules are found by
+listing the package (kinds/collect.py). Derived here: `REGISTRY` (kind -> SourceDef), `DataSource`
+(the union of `data.train` / `data.eval`, which spec/io.py uses), `kind_of` and docs/spec.md's table of
+sources. This package is the only place that compares a value against a source kind's name.
+docs/extending.md says what a new source needs; tests/test_source_registry.py names what one lacks.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any
 
+from specgen.kinds.collect import collect
 from specgen.kinds.sources.base import Refs, Refusal, Resolved, SourceDef
 from specgen.spec.unions import by_key, by_shape
 
-__all__ = ["ORDER", "REGISTRY", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "kind_of", "markdown"]
+__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "kind_of", "markdown"]
 
-ORDER = ("npz", "csv", "tfrecord")
-NOT_SOURCES = ("base",)
+# The first kinds, in the order the published JSON schema lists the union's branches; later ones follow
+# alphabetically (kinds/collect.py), so a new source edits no list and moves no schema byte.
+SCHEMA_ORDER = ("npz", "csv", "tfrecord")
 
-
-def _collect() -> dict[str, SourceDef]:
-    found = sorted(m.name for m in pkgutil.iter_modules(__path__)
-                   if m.name not in NOT_SOURCES and not m.name.startswith("_"))
-    missing = [name for name in found if name not in ORDER]
-    if missing:
-        raise RuntimeError(f"source module(s) {missing} have no place in specgen/kinds/sources ORDER")
-    sources = {}
-    for name in ORDER:
-        source = importlib.import_module(f"{__name__}.{name}").SOURCE
-        if source.name != name:
-            raise RuntimeError(f"specgen/kinds/sources/{name}.py defines source '{source.name}'")
-        sources[name] = source
-    return sources
-
-
-REGISTRY: dict[str, SourceDef] = _collect()
+REGISTRY: dict[str, SourceDef] = collect(__name__, __path__, SCHEMA_ORDER)
 
 
 def _keys() -> str:
-    quoted = [f"'{name}'" for name in ORDER]
+    quoted = [f"'{name}'" for name in REGISTRY]
     return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
 
 
 # One source of `data.train` / `data.eval`: the branch is picked by the one kind key the mapping has, so
 # an error names that branch only (spec/unions.py).
-DataSource = by_shape(by_key(*ORDER), f"a data source with exactly one of the keys {_keys()}",
+DataSource = by_shape(by_key(*REGISTRY), f"a data source with exactly one of the keys {_keys()}",
                       **{name: source.spec for name, source in REGISTRY.items()})
 
 

@@ -1,6 +1,6 @@
 """What a data-source kind declares: `SourceDef`, and the resolution most file-backed sources share.
 
-A source kind is one module of this package (specgen/kinds/sources/<name>.py) with a `SOURCE`; its
+A source kind is one module of this package (specgen/kinds/sources/<name>.py) with `KINDS = (SourceDef(...),)`; its
 reader is one module of specgen/runtime/sources/. Only this package compares a value against a kind's
 name: the rest of specgen asks the registry (kinds/sources/__init__.py).
 """
@@ -40,7 +40,8 @@ class SourceDef:
     doc: str  # its keys, one cell of docs/spec.md's table of sources (kinds/sources.markdown())
     expects: str  # what the path must name, for messages: "a .npz file"
     example: dict[str, Any]  # a small valid source (`features: {x: ...}`): tests/test_source_registry.py reads it
-    reader: str  # dotted name of its runtime function: (SourceContext) -> runtime.sources.base.Source
+    # Dotted name of its runtime function, (SourceContext) -> Source: specgen/kinds/pointers.py resolves it.
+    reader: str
     resolve: Callable[[Any, Path], Resolved]  # (its spec model, the spec's folder) -> its IR facts
     # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).
     refuse: Callable[[Any, Mapping[str, Any]], list[Refusal]] = lambda source, inputs: []

@@ -20,7 +20,7 @@ class CsvSource(SpecModel):
     labels: dict[Identifier, Column] = Field(default_factory=dict)
 
 
-SOURCE = SourceDef(
+KINDS = (SourceDef(
     name="csv",
     spec=CsvSource,
     doc="`csv: <path>`, `features: {<input name>: <column> or [<column>, ...]}` (required), "
@@ -29,4 +29,4 @@ SOURCE = SourceDef(
     example={"csv": "data.csv", "features": {"x": ["a", "b", "c"]}, "labels": {"label": "y"}},
     reader="specgen.runtime.sources.csv.read",
     resolve=file_source("csv"),
-)
+),)

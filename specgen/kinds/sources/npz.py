@@ -14,7 +14,7 @@ class NpzSource(SpecModel):
     labels: dict[Identifier, Identifier] = Field(default_factory=dict)
 
 
-SOURCE = SourceDef(
+KINDS = (SourceDef(
     name="npz",
     spec=NpzSource,
     doc="`npz: <path>`, `features: {<input name>: <array name>}` (required), "
@@ -23,4 +23,4 @@ SOURCE = SourceDef(
     example={"npz": "data.npz", "features": {"x": "x_train"}, "labels": {"label": "y_train"}},
     reader="specgen.runtime.sources.npz.read",
     resolve=file_source("npz"),
-)
+),)

@@ -14,7 +14,7 @@ class TfRecordSource(SpecModel):
     labels: dict[Identifier, Identifier] = Field(default_factory=dict)
 
 
-SOURCE = SourceDef(
+KINDS = (SourceDef(
     name="tfrecord",
     spec=TfRecordSource,
     doc="`tfrecord: <path>`, `features: {<input name>: <feature key>}` (required), "
@@ -23,4 +23,4 @@ SOURCE = SourceDef(
     example={"tfrecord": "data.tfrecord", "features": {"x": "x"}, "labels": {"label": "y"}},
     reader="specgen.runtime.sources.tfrecord.read",
     resolve=file_source("tfrecord"),
-)
+),)
