@@ -71,7 +71,10 @@ def test_kind_has_a_reader(name: str) -> None:
     module, _, function = REGISTRY[name].reader.rpartition(".")
     assert module == f"specgen.runtime.sources.{name}", (
         f"source '{name}': its reader {REGISTRY[name].reader} is not in specgen/runtime/sources/{name}.py")
-    read = getattr(importlib.import_module(module), function, None)
+    try:
+        read = getattr(importlib.import_module(module), function, None)
+    except ModuleNotFoundError:
+        pytest.fail(f"source '{name}': no reader module specgen/runtime/sources/{name}.py")
     assert callable(read), f"source '{name}': no function '{function}' in specgen/runtime/sources/{name}.py"
     assert list(inspect.signature(read).parameters) == ["context"], (
         f"source '{name}': its reader must take one argument, context (runtime/sources/__init__.py)")
@@ -85,7 +88,8 @@ def test_kind_is_documented(name: str) -> None:
 
 
 def test_the_docs_table_is_the_registry() -> None:
-    assert sources.markdown() in (ROOT / "docs" / "spec.md").read_text()
+    assert sources.markdown() in (ROOT / "docs" / "spec.md").read_text(), (
+        "docs/spec.md's table of sources (under ## `data`) is not specgen.kinds.sources.markdown(), in registry order")
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -106,8 +110,10 @@ def test_report_lines() -> None:
 def test_two_kind_keys_name_every_kind_in_the_error() -> None:
     with pytest.raises(ValidationError) as caught:
         Data.model_validate({"train": {"npz": "a.npz", "csv": "a.csv", "features": {}}})
-    assert [e["msg"] for e in caught.value.errors()] == [
-        "expected a data source with exactly one of the keys 'npz', 'csv' or 'tfrecord'"]
+    quoted = [f"'{name}'" for name in REGISTRY]
+    keys = ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    assert [e["msg"] for e in caught.value.errors()] == [f"expected a data source with exactly one of the keys {keys}"]
+    assert keys.startswith("'npz', 'csv'")  # today's message: "... keys 'npz', 'csv' or 'tfrecord'"
 
 
 def _kind_name_uses(tree: ast.AST, names: set[str]) -> list[int]:
