@@ -25,10 +25,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from specgen.errors import SpecgenError
+
 DEFAULT_REMEDY = "remove it (or choose another path) and run again"
 
 
-class UnsafePathError(OSError):
+class UnsafePathError(SpecgenError, OSError):
     """A path specgen refuses to write, delete or read through (a symlink or a non-regular file).
 
     `UnsafePathError(path, what, remedy)`: str() is "<path> <what>; <remedy>". The old

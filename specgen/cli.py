@@ -13,12 +13,17 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specgen import __version__
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
+from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
+
+if TYPE_CHECKING:
+    from specgen.spec.load import LoadedSpec
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -160,11 +165,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     loaded = load_with_overrides(args.spec, args.set)
     if args.emit == "tfjob":
-        return _emit_tfjob(args, loaded.spec.name)
+        return _emit_tfjob(args, loaded)
     if args.probe:
         from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
 
         return run_probe(loaded, args.resume, args.resume_from)
+    from specgen.runtime.cluster import check_early
+
+    check_early(loaded, args.strategy)  # a bad TF_CONFIG is refused before TensorFlow starts
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
@@ -173,21 +181,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _emit_tfjob(args: argparse.Namespace, name: str) -> int:
-    """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained."""
-    from specgen.atomic import write_atomic
-    from specgen.tfjob import Job, render
+def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
+    """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained.
 
+    Nothing is written for a job that could only fail: the spec must validate (the errors of `specgen
+    validate`) and its batch must split among the job's replicas (the error every worker would print).
+    """
+    from specgen.atomic import write_atomic
+    from specgen.ir.resolve import build_ir
+    from specgen.runtime.cluster import check_replicas
+    from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
+
+    training = build_ir(loaded).training  # the spec validates first: the errors of `specgen validate`
+    if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
+        raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
+                                    "'data.train' sections")])
     if args.image is None:
         raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "
                                     "that holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)")])
-    text = render(Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
-                      list(args.set)), name)
+    job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
+              list(args.set))
+    check(job)
+    cpus = training.train.distribute.cpu_devices if training.train is not None else 1
+    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus))  # a GPU per replica, else a CPU
+    text = render(job, loaded.spec.name)
     if args.output is None:
         print(text, end="")
     else:
         write_atomic(args.output, text)
-        print(f"wrote {shown(args.output)}: a TFJob of {args.workers} worker(s) for {name}")
+        print(f"wrote {shown(args.output)}: a TFJob of {args.workers} worker(s) for {loaded.spec.name}")
     return 0
 
 
@@ -394,18 +416,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
-    except OSError as exc:
-        # A user's environment (read-only or full disk, a link where a file goes, a missing
-        # folder) is never a traceback: one line naming the file and what to do.
-        from specgen.atomic import describe
+    except (SpecgenError, OSError) as exc:  # the one place: every error meant for a person, never a traceback
+        return _refused(exc)
 
-        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
-        return 1
-    except RenderError as exc:
+
+def _refused(exc: SpecgenError | OSError) -> int:
+    """Print why the command stopped, one line each; the exit status (3 for a specgen bug, else 1)."""
+    if isinstance(exc, RenderError):
         print(f"specgen: internal error, nothing was written: {exc}\nPlease report it with the spec that "
               "caused it.", file=sys.stderr)
         return 3
-    except SpecError as exc:
+    if isinstance(exc, SpecError):
         # Paths that runtime code resolved (run folders, checkpoints) print relative to the working directory.
         diagnostics = [replace(d, path=shown(d.path)) for d in exc.diagnostics]
         for line in report_lines(diagnostics):  # at most MAX_PER_FILE a file, then a count
@@ -413,6 +434,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         count = len(exc.diagnostics)
         print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
         return 1
+    if isinstance(exc, OSError):
+        # A user's environment (read-only or full disk, a link where a file goes, a missing
+        # folder) is never a traceback: one line naming the file and what to do.
+        from specgen.atomic import describe
+
+        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
+        return 1
+    print(f"specgen: error: {exc}", file=sys.stderr)  # one a command did not turn into a SpecError
+    return 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specgen.errors import SpecgenError
+
 MAX_ECHO = 80  # characters of one received value (a name, a key, a number) in a message
 MAX_MESSAGE = 2000  # characters of a whole message; the longest real one lists ~40 op names
 MAX_PER_FILE = 100  # diagnostics printed per file; the rest are counted in one line
@@ -90,7 +92,7 @@ def one_line(text: str) -> str:
                    for c in text)
 
 
-class SpecError(Exception):
+class SpecError(SpecgenError):
     """Raised with every diagnostic found; the CLI prints them and exits 1."""
 
     def __init__(self, diagnostics: Iterable[Diagnostic]):

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from specgen.cli import main
-from specgen.ir.ops import REGISTRY
+from specgen.kinds.ops import REGISTRY
 from specgen.render.environment import templates_dir
 
 ROOT = Path(__file__).resolve().parents[1]

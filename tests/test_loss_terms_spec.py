@@ -9,8 +9,8 @@ import pytest
 
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
-from specgen.loss_report import loss_table
 from specgen.render.files import render_files
+from specgen.report.loss_terms import loss_table
 from specgen.spec.load import load_spec_text
 
 HEAD = """\

@@ -146,7 +146,7 @@ def covered_ops() -> set[str]:
 
 
 def test_every_op_is_covered() -> None:
-    from specgen.ir.ops import REGISTRY
+    from specgen.kinds.ops import REGISTRY
 
     missing = sorted(set(REGISTRY) - covered_ops())
     assert not missing, f"no parity case in tests/test_op_parity.py CASES runs op(s) {missing}"

@@ -1,6 +1,6 @@
 """Every registered op lacks nothing: spec model in the union, templates, a parity case, docs.
 
-The op lists all come from specgen.ir.ops.REGISTRY; these checks fail naming the op and what
+The op lists all come from specgen.kinds.ops.REGISTRY; these checks fail naming the op and what
 it misses, so that adding an op module tells its author what else to write (docs/ops.md).
 """
 
@@ -13,7 +13,7 @@ from typing import Any, get_args
 import pytest
 from test_op_parity import CASES, covered_ops
 
-from specgen.ir.ops import REGISTRY, Layer, OpDef
+from specgen.kinds.ops import REGISTRY, Layer, OpDef
 from specgen.render.environment import templates_dir
 from specgen.spec.layers import Activation
 

@@ -15,8 +15,8 @@ import pytest
 
 from specgen.cli import main
 from specgen.ir import reach
-from specgen.ir.ops import REGISTRY
 from specgen.ir.resolve import build_ir, ir_from_file
+from specgen.kinds.ops import REGISTRY
 from specgen.spec.load import load_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specgen.cli import main
-from specgen.ir.ops import REGISTRY
+from specgen.kinds.ops import REGISTRY
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.paths import shown
 from specgen.spec.yaml_source import MAX_FILE_BYTES

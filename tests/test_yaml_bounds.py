@@ -204,7 +204,7 @@ def test_echoed_values_are_cut(text: str, start: str) -> None:
     assert lines[0].startswith(start), lines[0][:300]
     # The echo is cut to MAX_ECHO; what remains is the message's own text, which for an unknown op lists
     # every registered op (so it grows with the registry, not with the input).
-    from specgen.ir.ops import REGISTRY
+    from specgen.kinds.ops import REGISTRY
 
     allowed = 600 + sum(len(name) + 4 for name in REGISTRY)
     assert all(len(line) < allowed for line in lines), max(map(len, lines))
@@ -220,7 +220,7 @@ def test_many_echoes_of_one_long_value_stay_small() -> None:
     assert time.perf_counter() - start < 20
     # every alias is reported at the anchor, so the 2,000 identical diagnostics are one
     assert [d.position for d in caught.value.diagnostics] == [yaml_source.Position(3, 1), yaml_source.Position(3, 6)]
-    from specgen.ir.ops import REGISTRY  # the unknown-op message lists every registered op, as above
+    from specgen.kinds.ops import REGISTRY  # the unknown-op message lists every registered op, as above
 
     assert all(len(d.message) < 600 + sum(len(name) + 4 for name in REGISTRY) for d in caught.value.diagnostics)
 

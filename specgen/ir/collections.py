@@ -21,7 +21,7 @@ from specgen.spec.load import LoadedSpec
 BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
 
 
-# What each VarDecl.kind (specgen/ir/ops/base.py) puts a variable in before user collections:
+# What each VarDecl.kind (specgen/kinds/ops/base.py) puts a variable in before user collections:
 # "weight": trainable or frozen, decided by the optimizers; "update": changed by update ops each
 # training step (batch-norm statistics); "constant": needed by inference but changed by nothing in
 # training (normalize's mean and variance): set by its initializer, a restore or a checkpoint.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specgen.ir.model import Node, Variable
-from specgen.ir.ops import REGISTRY
+from specgen.kinds.ops import REGISTRY
 
 __all__ = ["channels_first_layers", "reorder_flattened_kernels"]
 

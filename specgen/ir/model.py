@@ -4,43 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
+from specgen.ir.training import keys
 from specgen.ir.training.model import TrainingIR
+from specgen.kinds.ops.nodes import Init, Node, Shape, Variable
 
-if TYPE_CHECKING:
-    from specgen.ir.pruning import PruningIR
-
-Shape = tuple[int | None, ...]  # index 0 is the dynamic batch dimension (None)
-
-
-@dataclass(frozen=True)
-class Init:
-    """A variable initializer with every argument resolved."""
-
-    kind: str
-    args: tuple[tuple[str, float], ...] = ()
-
-
-@dataclass(frozen=True)
-class Variable:
-    """One variable with its spec path, shape, initializer and collections."""
-
-    path: str
-    shape: tuple[int, ...]
-    dtype: str
-    collections: tuple[str, ...]
-    init: Init | None = None
-    seed: int = 0  # per-variable stream of the stateless initializers
-    py_name: str = ""  # attribute on the generated tf.Module
-    onnx_name: str = ""  # graph input / initializer name in the ONNX graph
-    onnx_perm: tuple[int, ...] | None = None  # TF layout -> ONNX layout
-    onnx_shape: tuple[int, ...] = ()
-    onnx_split: tuple[int, ...] | None = None  # reshape before onnx_perm (ir/flatten_order.py's kernel rows)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+# The layer-level dataclasses live with the op registry (below spec/ and ir/); they are part of this model.
+__all__ = ["FoldedPads", "Init", "Input", "ModelIR", "Node", "PruneScheduleIR", "PrunedWeight", "PruningIR", "Shape",
+           "Variable"]
 
 
 @dataclass(frozen=True)
@@ -53,26 +24,54 @@ class Input:
 
 
 @dataclass(frozen=True)
-class Node:
-    """One layer after resolution: inputs by name, inferred shape, its variables."""
+class PruneScheduleIR:
+    kind: str  # 'constant_sparsity' or 'polynomial_decay'
+    begin_step: int
+    end_step: int | None  # None: masks keep updating until training stops (constant_sparsity only)
+    frequency: int
+    initial_sparsity: float  # constant_sparsity: its `sparsity`, as are the two below
+    final_sparsity: float
+    power: float = 1.0
 
-    name: str
-    op: str
-    inputs: tuple[str, ...]
-    input_shapes: tuple[Shape, ...]
-    shape: Shape
-    dtype: str
-    params: dict[str, Any]
-    variables: dict[str, Variable]
-    activation: str | None
-    py_name: str
-    onnx_name: str
-    flops: int
-    index: int  # position in the spec's `layers` list
-    shares: str | None = None  # `share:` resolved to the owning layer: `variables` are that layer's
-    # Its weights are all frozen in a spec that trains (collections.py `held`): a batch_norm then normalizes
-    # with its moving statistics and does not update them, also in training, as Keras' trainable=False.
-    inference_mode: bool = False
+    def sparsity_at(self, step: int) -> float:
+        """The target sparsity at `step` (float64), for reports; training computes it in TensorFlow."""
+        if self.kind == "constant_sparsity":
+            return self.final_sparsity
+        assert self.end_step is not None
+        p = min(1.0, max(0.0, (step - self.begin_step) / (self.end_step - self.begin_step)))
+        return self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step at which masks are recomputed (None: no end)."""
+        if self.end_step is None:
+            return None
+        return self.end_step - (self.end_step - self.begin_step) % self.frequency
+
+
+@dataclass(frozen=True)
+class PrunedWeight:
+    path: str  # the weight's variable path
+    mask_key: str  # its mask's variable path and checkpoint key: pruning/<path>
+    shape: tuple[int, ...]
+    layer: str  # the layer that owns the weight
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class PruningIR:
+    weights: tuple[PrunedWeight, ...]  # in variable order
+    schedule: PruneScheduleIR
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(w.path for w in self.weights)
+
+    def mask_variables(self) -> list[Variable]:
+        return [Variable(w.mask_key, w.shape, "float32", (keys.PRUNING,)) for w in self.weights]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ tensor. A MaxPool fills its `pads` with -inf rather than zeros, which is the sam
 value is at least 0 (then a window's max is never below a padded zero) and each window keeps at least
 one real value (pads smaller than the window): folded only after a relu or relu6. Elsewhere the Pad
 stays, with max_pool's `Max(x, x)` guard against onnxruntime's own (unconditional) PadFusion
-(specgen/ir/ops/pools.py). The TensorFlow code is unchanged: this is a lowering choice for ONNX only.
+(specgen/kinds/ops/pools.py). The TensorFlow code is unchanged: this is a lowering choice for ONNX only.
 """
 
 from __future__ import annotations

@@ -9,66 +9,14 @@ answers what `specgen report` prints without TensorFlow.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from specgen.diagnostics import Diagnostic
 from specgen.ir.collections import Membership, Resolver, variable_list
-from specgen.ir.model import Variable
+from specgen.ir.model import PrunedWeight, PruneScheduleIR, PruningIR
 from specgen.ir.training import keys
 from specgen.spec.load import LoadedSpec
-
-
-@dataclass(frozen=True)
-class PruneScheduleIR:
-    kind: str  # 'constant_sparsity' or 'polynomial_decay'
-    begin_step: int
-    end_step: int | None  # None: masks keep updating until training stops (constant_sparsity only)
-    frequency: int
-    initial_sparsity: float  # constant_sparsity: its `sparsity`, as are the two below
-    final_sparsity: float
-    power: float = 1.0
-
-    def sparsity_at(self, step: int) -> float:
-        """The target sparsity at `step` (float64), for reports; training computes it in TensorFlow."""
-        if self.kind == "constant_sparsity":
-            return self.final_sparsity
-        assert self.end_step is not None
-        p = min(1.0, max(0.0, (step - self.begin_step) / (self.end_step - self.begin_step)))
-        return self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
-
-    @property
-    def last_step(self) -> int | None:
-        """The last step at which masks are recomputed (None: no end)."""
-        if self.end_step is None:
-            return None
-        return self.end_step - (self.end_step - self.begin_step) % self.frequency
-
-
-@dataclass(frozen=True)
-class PrunedWeight:
-    path: str  # the weight's variable path
-    mask_key: str  # its mask's variable path and checkpoint key: pruning/<path>
-    shape: tuple[int, ...]
-    layer: str  # the layer that owns the weight
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass(frozen=True)
-class PruningIR:
-    weights: tuple[PrunedWeight, ...]  # in variable order
-    schedule: PruneScheduleIR
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return tuple(w.path for w in self.weights)
-
-    def mask_variables(self) -> list[Variable]:
-        return [Variable(w.mask_key, w.shape, "float32", (keys.PRUNING,)) for w in self.weights]
 
 
 def pruned_count(size: int, sparsity: float) -> int:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from specgen.diagnostics import Diagnostic
 from specgen.ir.collections import variable_list
 from specgen.ir.model import ModelIR, Node
-from specgen.ir.ops import REGISTRY
-from specgen.ir.ops.base import FLOAT
+from specgen.kinds.ops import REGISTRY
+from specgen.kinds.ops.base import FLOAT
 from specgen.spec.load import LoadedSpec
 
 

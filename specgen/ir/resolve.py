@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean
-from specgen.ir import ops, shares
+from specgen.ir import shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
 from specgen.ir.decay import resolve_decay
 from specgen.ir.exported import check_export_outputs
@@ -35,7 +35,7 @@ from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
 from specgen.ir.training import levenberg_marquardt
 from specgen.ir.training.build import build_training
-from specgen.kinds import sources
+from specgen.kinds import ops, sources
 from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec, load_spec

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, did_you_mean
-from specgen.ir.ops import OpResult
-from specgen.ir.ops.base import resolve_init, show
+from specgen.kinds.ops import OpResult
+from specgen.kinds.ops.base import resolve_init
 from specgen.spec.load import LoadedSpec
 
 # Keys that say where a call reads from, not what the layer is.
@@ -118,7 +119,7 @@ def _shape_problem(name: str, shapes: list[Any], result: OpResult, owner: str, o
     theirs = {d.role: d.shape for d in owner_result.variables}
     for decl in result.variables:
         if theirs.get(decl.role) != decl.shape:
-            return (f"layer '{name}' shares the variables of '{owner}', but its input {show(shapes[0])} would need "
+            return (f"layer '{name}' shares the variables of '{owner}', but its input {text.shape(shapes[0])} would need "
                     f"{decl.role} {list(decl.shape)}, and '{owner}/{decl.role}' is {list(theirs.get(decl.role, ()))} "
-                    f"(for the input {show(owner_shapes[0])} of '{owner}')")
+                    f"(for the input {text.shape(owner_shapes[0])} of '{owner}')")
     return ""

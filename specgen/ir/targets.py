@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Shape
 from specgen.spec.load import LoadedSpec
@@ -58,10 +59,6 @@ def _prefixes(paths: list[str]) -> list[str]:
     """Every prefix pattern that matches something ('qnet/*', 'qnet/fc/*'), for a did-you-mean."""
     parts = (p.split("/") for p in paths)
     return sorted({"/".join(ps[:i]) + "/*" for ps in parts for i in range(1, len(ps))})
-
-
-def _show(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def resolve_targets(loaded: LoadedSpec, paths: list[str], shapes: dict[str, tuple[int, ...] | Shape]
@@ -124,8 +121,8 @@ def _pairs(loaded: LoadedSpec, name: str, entry: Any, paths: list[str], shapes: 
     for o, t in pairs:
         if tuple(shapes[o]) != tuple(shapes[t]):
             problems.append(loaded.diagnostic(loc, (
-                f"target '{name}': '{t}' has shape {_show(shapes[t])} but the online '{o}' it copies has shape "
-                f"{_show(shapes[o])}; expected equal shapes")))
+                f"target '{name}': '{t}' has shape {text.shape(shapes[t])} but the online '{o}' it copies has shape "
+                f"{text.shape(shapes[o])}; expected equal shapes")))
             return None
     order = {p: i for i, p in enumerate(paths)}
     return sorted(pairs, key=lambda pair: order[pair[1]])

@@ -17,6 +17,7 @@ from specgen.render.onnx_plan import onnx_plan
 from specgen.render.prune_plan import mask_plans, prune_context
 from specgen.render.tf_plan import tf_steps, tf_variables
 from specgen.render.train_plan import train_context
+from specgen.text import header as text_header
 
 
 @cache
@@ -47,15 +48,15 @@ def _check_python(text: str, name: str) -> None:
         raise RenderError(f"generated {name} does not compile (line {exc.lineno}): {exc.msg}") from exc
 
 
-def _source_comment(ir: ModelIR) -> str:
-    return repr(ir.source)  # a file name can hold anything; repr keeps it on one line
+def _header(ir: ModelIR) -> str:
+    return text_header(ir.source, "specgen build")  # a file name can hold anything: one escaping rule, one line
 
 
 def render_model_py(ir: ModelIR) -> str:
     steps = tf_steps(ir)
     doc = ir.doc.strip() or f"Model '{ir.name}'."
     text = environment().get_template("tf/model.py.j2").render(
-        ir=ir, source=ir.source, steps=steps, variables=tf_variables(ir), masks=mask_plans(ir),
+        ir=ir, header=_header(ir), steps=steps, variables=tf_variables(ir), masks=mask_plans(ir),
         ops=_ops("tf", {s.template for s in steps}, ".py.j2"),
         outputs=list(ir.outputs.items()), layers=[(n.name, n.py_name) for n in ir.nodes],
         module_doc=f"TensorFlow 2 model for the spec '{ir.name}'.\n\n{doc}\n",
@@ -68,7 +69,7 @@ def render_model_py(ir: ModelIR) -> str:
 def render_onnx_text(ir: ModelIR) -> str:
     plan = onnx_plan(ir)
     return environment().get_template("onnx/model.onnx.txt.j2").render(
-        plan=plan, version=__version__, source_comment=_source_comment(ir),
+        plan=plan, version=__version__, header=_header(ir),
         ops=_ops("onnx", {s.template for s in plan.steps}, ".onnx.j2"),
     )
 
@@ -91,7 +92,7 @@ def render_train_py(ir: ModelIR) -> str:
     context = train_context(ir)
     names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
     text = environment().get_template("tf/train.py.j2").render(
-        **context, prune=prune_context(ir),
+        **context, header=_header(ir), prune=prune_context(ir),
         module_doc=(f"Training state and steps for the spec '{ir.name}'.\n\nEvery variable here is named by its "
                     "path in collections.yaml: the global step, each optimizer's\nlearning rate, iteration count "
                     "and slots, gradient accumulators and EMA shadows.\n"),
@@ -102,7 +103,7 @@ def render_train_py(ir: ModelIR) -> str:
 
 
 def render_collections(ir: ModelIR) -> str:
-    return environment().get_template("collections.yaml.j2").render(ir=ir, source_comment=_source_comment(ir))
+    return environment().get_template("collections.yaml.j2").render(ir=ir, header=_header(ir))
 
 
 def render_files(ir: ModelIR) -> dict[str, bytes]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
-from specgen.ir.ops import REGISTRY, as_activation
-from specgen.ir.ops.base import to_first, to_last
+from specgen.kinds.ops import REGISTRY, as_activation
+from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
 
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
@@ -96,7 +97,7 @@ class Lowering:
         return self.ir.opset
 
     def lower(self, node: Node) -> None:
-        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/ir/ops)
+        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/kinds/ops)
         sources = [self.tensor[s] for s in node.inputs]
         if op.layout == "first" or node.name in self.ir.nchw_flattens:  # the latter: ir/flatten_order.py
             want_first = True
@@ -185,10 +186,9 @@ class Lowering:
 
 
 def _comment(node: Node) -> str:
-    shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
     # A shared layer's weights are its owner's attributes/initializers: say whose, where they are read.
     shares = f" (shares {node.shares})" if node.shares else ""
-    return f"{node.name}: {node.op} -> [{shape}]{shares}"
+    return f"{node.name}: {node.op} -> {text.shape(node.shape)}{shares}"
 
 
 def onnx_plan(ir: ModelIR) -> OnnxPlan:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgen import text
 from specgen.ir.model import ModelIR, Node, Variable
-from specgen.ir.ops import REGISTRY, as_activation
+from specgen.kinds.ops import REGISTRY, as_activation
 from specgen.render.environment import Fields
 from specgen.render.prune_plan import weight_reads
 
@@ -61,7 +62,7 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
     reads = weight_reads(ir)  # pruned weights are read through their masks
     steps: list[TfStep] = []
     for node in ir.nodes:
-        op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/ir/ops)
+        op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/kinds/ops)
         ins = tuple(local[s] for s in node.inputs)
         w = {role: reads.get(v.path, f"self.{v.py_name}") for role, v in node.variables.items()}
         steps.append(TfStep(op.tf_template, node.py_name, ins, w, op.tf_attrs(node), _comment(node)))
@@ -73,7 +74,6 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
 
 
 def _comment(node: Node) -> str:
-    shape = ", ".join("batch" if d is None else str(d) for d in node.shape)
     # A shared layer's weights are its owner's attributes/initializers: say whose, where they are read.
     shares = f" (shares {node.shares})" if node.shares else ""
-    return f"{node.name}: {node.op} -> [{shape}]{shares}"
+    return f"{node.name}: {node.op} -> {text.shape(node.shape)}{shares}"

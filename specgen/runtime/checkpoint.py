@@ -36,6 +36,7 @@ import tensorflow as tf
 from specgen.atomic import fsync_folder, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
+from specgen.runtime.disk import WRITE_ERRORS, os_error
 from specgen.runtime.integrity import (
     META,
     READ_ERRORS,
@@ -119,26 +120,35 @@ class CheckpointFolder:
         return final
 
     def save(self, step: int, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> Path:
+        """Write, fsync, publish by rename. A failed write (a full disk) removes the unpublished folder and
+        raises OSError, TensorFlow's file errors included (`os_error`): the checkpoints before it are untouched."""
         self.directory.mkdir(parents=True, exist_ok=True)
         serial = max((s.order[0] for s in self.saved()), default=0) + 1
         final = self._free_name(step)
         temp = self.directory / f".{final.name}.{os.getpid()}.tmp"
         shutil.rmtree(temp, ignore_errors=True)
+        try:
+            self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
+            os.rename(temp, final)  # `final` is free: nothing is replaced
+        except (OSError, tf.errors.OpError) as exc:
+            shutil.rmtree(temp, ignore_errors=True)  # gives the space back; `remove_temporaries` would, later
+            raise (os_error(exc) or exc) from None
+        fsync_folder(self.directory)
+        write_atomic(self.directory / LATEST, final.name + "\n")
+        self.prune()
+        self.write_state(final)
+        return final
+
+    @staticmethod
+    def _write(temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
         temp.mkdir()
         names = list(variables)
         tf.raw_ops.SaveV2(prefix=str(temp / "variables"), tensor_names=names, shape_and_slices=[""] * len(names),
                           tensors=[variables[n].read_value() for n in names])
         if iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
-        text = json.dumps({**meta, "step": step, "serial": serial}, indent=2, sort_keys=True) + "\n"
-        write_atomic(temp / META, text)
-        _fsync_files(temp)  # the rename below must not publish files whose bytes are still in flight
-        os.rename(temp, final)  # `final` is free: nothing is replaced
-        fsync_folder(self.directory)
-        write_atomic(self.directory / LATEST, final.name + "\n")
-        self.prune()
-        self.write_state(final)
-        return final
+        write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        _fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
 
     def write_state(self, newest: Path) -> None:
         """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
@@ -170,6 +180,17 @@ class CheckpointFolder:
             os.rename(self.directory / name, target / name)
         fsync_folder(self.directory)
         return target, moved
+
+
+def write_failure(error: OSError, folder: Path, what: str) -> SpecError:
+    """One line for a run that could not write `what`: why, and the checkpoint --resume continues from."""
+    newest, _ = CheckpointFolder(folder, 1).newest()
+    kept = (f"the newest checkpoint, {newest.name}, is intact. {{}}, then continue from it with --resume" if newest
+            else "no checkpoint was written yet. {}, then train again")
+    remedy = WRITE_ERRORS.get(error.errno or 0, "make the run folder writable")
+    reason = (error.strerror or type(error).__name__).lower()
+    return SpecError([Diagnostic(shown(folder), None, f"{reason} while writing {what}; "
+                                 + kept.format(remedy.capitalize()))])
 
 
 def _quote(text: str) -> str:

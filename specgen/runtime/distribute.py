@@ -31,15 +31,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
-from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.runtime.checkpoint import CheckpointFolder
-from specgen.runtime.cluster import Role, read_role
+from specgen.runtime.cluster import Role, check_replicas, read_role
 from specgen.runtime.lib import layers
 from specgen.spec.load import LoadedSpec
 
@@ -222,22 +220,7 @@ def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = Non
         return None
     replicas = Replicas(made, role, settings)
     layers.synchronize_batch_norm(settings.sync_batch_norm)
-    training = build_ir(loaded).training
-    if training is None or training.train is None:
-        return replicas
-    if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"),
-                                           compat.message("levenberg_marquardt", "distribute"))])
-    batch = training.train.batch_size
-    if batch is None:
-        raise SpecError([loaded.diagnostic(("train", "batch_size"), compat.message(
-            "distribute", "full_batch", strategy=settings.strategy, replicas=replicas.count))])
-    if batch % replicas.count:
-        lower, higher = batch // replicas.count * replicas.count, (batch // replicas.count + 1) * replicas.count
-        fits = f"{lower} or {higher}" if lower else str(higher)
-        message = (f"train.batch_size {batch} is the global batch, which splits evenly among the {replicas.count} "
-                   f"replicas of the {settings.strategy} strategy; use {fits}")
-        raise SpecError([loaded.diagnostic(("train", "batch_size"), message)])
+    check_replicas(loaded, settings.strategy, replicas.count)
     return replicas
 
 

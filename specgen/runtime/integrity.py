@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.errors import SpecgenError
 from specgen.ir.training import keys
 
 META = "meta.json"
@@ -27,7 +28,7 @@ META = "meta.json"
 READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
 
 
-class Unreadable(Exception):
+class Unreadable(SpecgenError):
     """A damaged checkpoint: which file, what is wrong with it, and where in it when known."""
 
     def __init__(self, file: Path, problem: str, position: Position | None = None):

@@ -32,6 +32,8 @@ from typing import IO, Any
 
 import h5py
 
+from specgen.errors import SpecgenError
+
 CHUNK = 2**20  # bytes decompressed per read: what one member costs in memory at most while it is copied
 MAX_CONFIG = 16 * 2**20  # config.json; the largest keras.applications config (NASNetLarge) is 1.07 MB
 MAX_MEMBERS = 10_000  # a .keras holds metadata.json, config.json, model.weights.h5 and a few assets
@@ -56,7 +58,7 @@ READ_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, EOFError,
                zipfile.BadZipFile, zlib.error, lzma.LZMAError)
 
 
-class UnsafeKerasFile(ValueError):
+class UnsafeKerasFile(SpecgenError, ValueError):
     """Why a Keras file is refused, without the file's name (the caller's message names it)."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.runtime import keras_files
 from specgen.runtime.keras_files import READ_ERRORS
@@ -92,7 +93,7 @@ def is_keras_file(path: Path) -> bool:
         return False
 
 
-class KerasFileError(ValueError):
+class KerasFileError(SpecgenError, ValueError):
     """A Keras weight file that cannot be read, as one line naming it."""
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from specgen.errors import SpecgenError
+
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64}
 
 
-class InputError(ValueError):
+class InputError(SpecgenError, ValueError):
     """Inputs that do not fit the model: names, dtypes or shapes."""
 
 

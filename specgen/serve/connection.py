@@ -35,6 +35,7 @@ import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from specgen.errors import SpecgenError
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.protocol import error_body
 
@@ -64,7 +65,7 @@ class Guard:
                                                         "client": f"{client[0]}:{client[1]}" if client else None}})
 
 
-class Refused(Exception):
+class Refused(SpecgenError):
     """Raised in a parser callback to stop parsing a request the server will not take (httptools re-raises it)."""
 
     def __init__(self, reason: str, status: bytes, message: str):

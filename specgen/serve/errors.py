@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from specgen.errors import SpecgenError
 
-class ProtocolError(Exception):
+
+class ProtocolError(SpecgenError):
     """A request the server answers with `status` and `message` (JSON `{"error": message}`).
 
     `close`: the body was not read (refused on its headers, too large, too slow), so the

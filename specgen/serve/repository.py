@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgen.errors import SpecgenError
 from specgen.serve import textproto
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
@@ -22,7 +23,7 @@ ONNX_PLATFORMS = {"onnxruntime_onnx"}
 ONNX_BACKENDS = {"onnxruntime"}
 
 
-class RepositoryError(ValueError):
+class RepositoryError(SpecgenError, ValueError):
     """A model repository, folder or config that cannot be served, naming the file."""
 
 

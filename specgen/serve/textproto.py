@@ -13,6 +13,8 @@ import ast
 import re
 from typing import Any
 
+from specgen.errors import SpecgenError
+
 Message = dict[str, list[Any]]
 
 _TOKEN = re.compile(r"""
@@ -25,7 +27,7 @@ _TOKEN = re.compile(r"""
 _CLOSE = {"{": "}", "<": ">"}
 
 
-class TextProtoError(ValueError):
+class TextProtoError(SpecgenError, ValueError):
     """Text that is not protobuf text format, with the line and column of the problem."""
 
 

@@ -14,9 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from specgen.diagnostics import Diagnostic, did_you_mean, quoted, safe_repr
-from specgen.ir.ops import REGISTRY
+from specgen.kinds.ops import REGISTRY
 from specgen.spec.base import LAYER
 from specgen.spec.blocks import PARAM_REF, Block, Instance
+from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins
 from specgen.spec.yaml_source import PathKey
@@ -102,10 +103,8 @@ class _Checker:
         try:
             instance = Instance.model_validate(item)
         except ValidationError as exc:
-            from specgen.spec.load import _diagnostics  # load.py imports this module only when it is needed
-
-            self.problems += _diagnostics(exc, {"layers": [item]}, self.origins.source, prefix=("layers", 0),
-                                          locator=lambda at, key: self.origins.at(Origin(loc), at[2:], key))
+            self.problems += validation_diagnostics(exc, {"layers": [item]}, self.origins.source, prefix=("layers", 0),
+                                                    locator=lambda at, key: self.origins.at(Origin(loc), at[2:], key))
             return {local: "instance"}
         self.instances[(name, j)] = instance
         self.uses(instance, loc, block)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, WithJsonSchema
 
-from specgen.ir.ops import Layer
+from specgen.kinds.ops import Layer
 from specgen.spec.base import IDENT, Doc, Identifier, LayerName, PositiveInt, SpecModel
 
 # A parameter reference is a whole string value `$name`; there is no templating inside strings.

@@ -26,10 +26,11 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
-from specgen.ir.ops import REGISTRY, Layer
+from specgen.kinds.ops import REGISTRY, Layer
 from specgen.spec.base import MAX_NAME_PARTS
 from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
 from specgen.spec.blocks import PARAM_REF, Instance
+from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins, Site
 from specgen.spec.yaml_source import PathKey, SourceMap
@@ -255,10 +256,8 @@ class _Expander:
         try:
             return _layer_adapter().validate_python(layer)
         except ValidationError as exc:
-            from specgen.spec.load import _diagnostics  # load.py imports this module only when it is needed
-
-            self.problems += _diagnostics(exc, {"layers": [layer]}, self.origins.source, prefix=("layers", 0),
-                                          locator=lambda at, key: self.origins.locate(("layers", i, *at[2:]), key))
+            self.problems += validation_diagnostics(exc, {"layers": [layer]}, self.origins.source, prefix=("layers", 0),
+                                                    locator=lambda at, key: self.origins.locate(("layers", i, *at[2:]), key))
             return layer
 
 

@@ -1,7 +1,7 @@
 """Field types and base classes that layer models share.
 
-Each op's own model lives with the rest of its definition in specgen/ir/ops/<module>.py;
-the discriminated union of them all is `specgen.ir.ops.Layer`.
+Each op's own model lives with the rest of its definition in specgen/kinds/ops/<module>.py;
+the discriminated union of them all is `specgen.kinds.ops.Layer`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from specgen.spec.base import (
 )
 from specgen.spec.unions import by_shape, scalar_or_list, scalar_or_mapping
 
-# The ops a layer's `activation:` key accepts (each defines AsActivation in specgen/ir/ops;
+# The ops a layer's `activation:` key accepts (each defines AsActivation in specgen/kinds/ops;
 # tests/test_op_registry.py checks the two agree). Kept as a literal here for the JSON schema's enum.
 Activation = Literal["relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softmax", "relu6", "elu", "selu", "softplus",
                      "swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu", "linear"]

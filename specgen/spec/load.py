@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-import functools
-import types
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from specgen.diagnostics import (
     Diagnostic,
     Position,
     SpecError,
-    closest,
     describe,
-    did_you_mean,
-    one_of,
-    quoted,
-    safe_repr,
-    shown,
 )
-from specgen.spec.base import FLOAT32_MAX, IDENT
 from specgen.spec.blocks import Instance
-from specgen.spec.model import SPEC_VERSION, Spec
+from specgen.spec.messages import validation_diagnostics
+from specgen.spec.model import Spec
+from specgen.spec.origins import Origins
 from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
-
-if TYPE_CHECKING:
-    from specgen.spec.origins import Origins
-
-TYPE_WORDS = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
-    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-}
-# Comparing an unknown key with the allowed ones (difflib) is most of the cost of a diagnostic;
-# past this many unknown keys in one file the rest are listed without a "did you mean".
-MAX_SUGGESTIONS = 1000
-BOUNDS = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than": "< {lt}",
-          "less_than_equal": "<= {le}"}
 
 
 @dataclass(frozen=True)
@@ -94,255 +70,10 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_diagnostics(exc, data, source)) from None
+        raise SpecError(validation_diagnostics(exc, data, source)) from None
     if spec.blocks or any(isinstance(layer, Instance) for layer in spec.layers):
         from specgen.spec.expand import expand  # only specs with blocks pay for importing it
 
         expanded = expand(spec, data, source)
         return LoadedSpec(expanded.spec, path, source.path, source, data, expanded.origins)
     return LoadedSpec(spec, path, source.path, source, data)
-
-
-# Locates an error (its location as in `data`, and whether it is about a mapping key): the
-# position and a note to append to the message. Expanded block layers need both (expand.py).
-Locator = Callable[[PathKey, bool], tuple[Position | None, str]]
-
-
-def _diagnostics(exc: ValidationError, data: Any, source: SourceMap, *, prefix: PathKey = (),
-                 locator: Locator | None = None) -> list[Diagnostic]:
-    """One diagnostic per distinct (position, message), in time linear in the number of errors:
-    the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
-    (by position) are compared with the allowed ones for a "did you mean".
-
-    `prefix` goes in front of each error's location (a layer validated on its own is
-    `("layers", 0)` of `data`); `locator` finds positions elsewhere than at that location in `data`.
-    """
-    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors()]
-    found_at = [_locate(error, loc, data, source, locator) for error, loc in errors]
-    unknown = sorted((_order(position), loc) for (error, loc), (position, _) in zip(errors, found_at, strict=True)
-                     if error["type"] == "extra_forbidden")
-    suggestions = {loc: _suggestion(loc) for _, loc in unknown[:MAX_SUGGESTIONS]}
-    # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
-    # "missing required key 'filters'".
-    misspelt = {(loc[:-1], close) for loc, close in suggestions.items()}
-    found: dict[tuple[Any, str], Diagnostic] = {}
-    for (error, loc), (position, note) in zip(errors, found_at, strict=True):
-        if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
-            continue
-        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc))) + _context(loc, data)
-        found.setdefault((position, message), Diagnostic(source.path, position, message + note))
-    return list(found.values())
-
-
-def _loc(prefix: PathKey, loc: tuple[Any, ...]) -> PathKey:
-    """The error's location, without the tag of the layer-or-instance union (spec/blocks.py) after a
-    layer index: locations inside op layers read as they did before blocks existed."""
-    full = (*prefix, *loc)
-    if len(full) > 2 and full[0] == "layers" and full[2] == "layer":
-        return (*full[:2], *full[3:])
-    return full
-
-
-def _locate(error: Any, loc: PathKey, data: Any, source: SourceMap,
-            locator: Locator | None = None) -> tuple[Position | None, str]:
-    # pydantic ends the location of a bad dict key with '[key]': point at the key itself.
-    is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
-    # An unknown `op` / `kind` points at its value, not at the start of the mapping.
-    at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
-    if locator is not None:
-        return locator(at, is_key)
-    return source.locate(at, data, key=is_key), ""
-
-
-def _order(position: Position | None) -> tuple[int, int]:
-    return (position.line, position.col) if position else (0, 0)
-
-
-def _suggestion(loc: PathKey) -> str | None:
-    """The allowed key closest to the unknown key at the end of `loc`, if one is close."""
-    return closest(_text(loc[-1]), allowed_keys(loc[:-1]))
-
-
-def _text(value: Any) -> str:
-    """A received value as text to compare with allowed names (bounded; `str` of a huge int raises)."""
-    return value if isinstance(value, str) else safe_repr(value)
-
-
-# Messages that already name the key they are about ("missing required key 'units'", "unknown
-# op 'x'") or are about a mapping key rather than a value get no "<key>: " prefix.
-NAMES_ITS_KEY = {"missing", "extra_forbidden", "union_tag_invalid", "union_tag_not_found"}
-
-
-def _keyed(error: Any, loc: PathKey, data: Any, message: str) -> str:
-    """`units: received -3, ...`: a value error names its key first, as Keras names the argument."""
-    if error["type"] in NAMES_ITS_KEY or loc[-1:] == ("[key]",) or loc == ("specgen",):
-        return message
-    label = key_label(loc, data)
-    if not label or message.startswith((f"{label} ", f"'{label}' ")):  # "'to' refers to group 2 ...": named
-        return message
-    return f"{label}: {message}"
-
-
-def key_label(loc: PathKey, data: Any) -> str:
-    """The key a location ends at, as the user wrote it: `units`, `shape[1]`, `metrics[0]`.
-
-    Walks the data like SourceMap.locate, skipping what pydantic adds (union tags such as
-    'conv2d' or 'mapping'); list indexes after the last key are kept, layer indexes before it are not.
-    """
-    label, node = "", data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node, label = node[part], _text(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-            label = f"{label}[{part}]" if label else ""
-    return shown(label) if label else ""
-
-
-def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None) -> str:
-    kind, ctx, received = error["type"], error.get("ctx") or {}, error.get("input")
-    last = _text(loc[-1]) if loc else "spec"
-    if kind == "missing":
-        return f"missing required key {quoted(last)}"
-    if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
-        return _literal_message(loc, received, ctx)
-    if kind == "finite_number":
-        return f"expected a finite number, received {safe_repr(received)}"
-    if kind == "extra_forbidden":
-        allowed = allowed_keys(loc[:-1])
-        hint = f"; did you mean '{suggestion}'?" if suggestion else ""
-        return f"unknown key {quoted(loc[-1])}" + (hint or f"; expected one of {one_of(allowed)}" if allowed else "")
-    if kind == "union_tag_invalid":
-        field = ctx["discriminator"].strip("'")
-        tags = [t.strip().strip("'") for t in ctx["expected_tags"].split(",")]
-        return (f"unknown {field} {quoted(ctx['tag'])}" + did_you_mean(_text(ctx["tag"]), tags)
-                + f" (expected {one_of(tags)})")
-    if kind == "union_tag_not_found":
-        return f"missing required key {ctx['discriminator']}"
-    if kind == "literal_error":
-        return _literal_message(loc, received, ctx)
-    if kind == "string_pattern_mismatch":
-        return _name_message(received, ctx)
-    if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
-        # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not just the bound.
-        return f"received {safe_repr(received)}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
-    if kind in BOUNDS:
-        return f"received {safe_repr(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
-    if kind in TYPE_WORDS:
-        return f"expected {TYPE_WORDS[kind]}, received {describe(received)}"
-    if kind in ("too_short", "too_long"):
-        return (f"expected {'at least' if kind == 'too_short' else 'at most'} "
-                f"{ctx.get('min_length', ctx.get('max_length'))} item(s), received {ctx['actual_length']}")
-    if kind == "string_too_long":
-        return f"received a string of {len(received)} characters, expected at most {ctx['max_length']}"
-    if kind == "value_error":
-        return error["msg"].removeprefix("Value error, ")
-    if kind == "wrong_shape":
-        return f"{error['msg']}, received {describe(received)}"
-    return f"{error['msg']}; received {describe(received)}"
-
-
-def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
-    if loc == ("specgen",):
-        return (f"unsupported spec format version {safe_repr(received)}; "
-                f"this specgen reads version {SPEC_VERSION}")
-    expected = [e.strip().strip("'") for e in ctx["expected"].replace(" or ", ",").split(",")]
-    return f"received {safe_repr(received)}, expected {one_of(expected)}" + did_you_mean(_text(received), expected)
-
-
-def _name_message(received: Any, ctx: dict[str, Any]) -> str:
-    if ctx.get("pattern") == IDENT:
-        rule = "a letter, then letters and digits with single '_' between them"
-    elif "/" in ctx.get("pattern", ""):
-        rule = "parts of a letter, then letters and digits with single '_' between them, joined by '/'"
-    else:
-        rule = "printable text without control characters"
-    return f"invalid name {safe_repr(received)}: expected {rule}"
-
-
-def _context(loc: PathKey, data: Any) -> str:
-    """' (in layer 'conv1')' when the error sits inside a layer."""
-    if len(loc) >= 2 and loc[0] == "layers" and isinstance(loc[1], int):
-        layers = data.get("layers")
-        if isinstance(layers, list) and loc[1] < len(layers) and isinstance(layers[loc[1]], dict):
-            name = layers[loc[1]].get("name")
-            if isinstance(name, str) and len(loc) > 2:
-                return f" (in layer '{name[:64]}')"
-    return ""
-
-
-@functools.lru_cache(maxsize=256)
-def allowed_keys(loc: PathKey) -> list[str]:
-    """The keys a mapping at `loc` may have, found by walking Spec's type annotations (cached:
-    every unknown key in one mapping asks for the same list; callers must not change it)."""
-    tp: Any = Spec
-    for part in loc:
-        tp = _step(tp, part)
-        if tp is None:
-            return []
-    model = _model_of(tp)
-    if model is None:
-        return []
-    return [f.alias or name for name, f in model.model_fields.items()]
-
-
-def _members(tp: Any) -> list[Any]:
-    """Flatten Annotated/Union into the member types (with their Annotated metadata)."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Annotated:
-        inner = typing.get_args(tp)[0]
-        members = _members(inner)
-        return members if len(members) > 1 else [tp]
-    if origin in (typing.Union, types.UnionType):
-        return [m for arg in typing.get_args(tp) for m in _members(arg)]
-    return [tp]
-
-
-def _strip(tp: Any) -> Any:
-    while typing.get_origin(tp) is typing.Annotated:
-        tp = typing.get_args(tp)[0]
-    return tp
-
-
-def _tag_of(tp: Any) -> str | None:
-    if typing.get_origin(tp) is typing.Annotated:
-        for meta in typing.get_args(tp)[1:]:
-            if type(meta).__name__ == "Tag":
-                return str(meta.tag)
-    return None
-
-
-def _model_of(tp: Any) -> type[BaseModel] | None:
-    members = [_strip(m) for m in _members(tp)]
-    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
-    return models[0] if len(models) == 1 else None
-
-
-def _step(tp: Any, part: str | int) -> Any:
-    members = _members(tp)
-    if len(members) > 1:  # a union: the location names the branch by tag or discriminator value
-        for member in members:
-            if _tag_of(member) == part or _literal_tag(_strip(member), part):
-                return member
-        return None
-    tp = _strip(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        for name, field in tp.model_fields.items():
-            if part in (name, field.alias):
-                return field.annotation
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is list and isinstance(part, int):
-        return args[0]
-    if origin is dict:
-        return args[1]
-    return None
-
-
-def _literal_tag(tp: Any, part: str | int) -> bool:
-    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
-        return False
-    for field in tp.model_fields.values():
-        if typing.get_origin(field.annotation) is typing.Literal and part in typing.get_args(field.annotation):
-            return True
-    return False

@@ -17,7 +17,7 @@ from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
 from specgen.importers.keras.names import Namer
-from specgen.ir.ops import Layer, OpError, infer
+from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
 DTYPES = ("float32", "int32", "int64")

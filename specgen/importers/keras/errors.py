@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import SpecgenError
 
 
-class ImportProblem(Exception):
+class ImportProblem(SpecgenError):
     """What cannot be imported; `refused` turns it into the CLI's SpecError for a source."""
 
 

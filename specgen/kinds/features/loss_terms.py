@@ -21,5 +21,5 @@ FEATURE = FeatureDef(
     hooks=("loss_init", "loss"),
     context="specgen.render.loss_plan.terms_context",
     runtime=("specgen.runtime.lib.losses",),
-    report="specgen.loss_report",
+    report="specgen.report.loss_terms.loss_table",
 )

@@ -15,5 +15,5 @@ FEATURE = FeatureDef(
     lib=("pruning",),
     runtime=("specgen.runtime.lib.pruning.update_masks", "specgen.runtime.lib.pruning.apply_masks",
              "specgen.runtime.pruning_state"),
-    report="specgen.report_pruning.pruning_table",
+    report="specgen.report.pruning.pruning_table",
 )

@@ -13,5 +13,5 @@ FEATURE = FeatureDef(
     context="specgen.render.target_plan.targets_context",
     runtime=("specgen.runtime.lib.target_networks.copy", "specgen.runtime.lib.target_networks.soft",
              "specgen.runtime.lib.target_networks.hard"),
-    report="specgen.report_targets.targets_table",
+    report="specgen.report.targets.targets_table",
 )

@@ -1,5 +1,6 @@
 """The command implementations: `train` (the loop; `session` is one run's state), `resume`, `restore`
-(with `restore_sources`), `export` and `infer`. `specgen.cli` parses arguments and calls these.
+(with `restore_sources`), `export`, `infer` and `tfjob` (`train --emit tfjob`: a manifest; it imports no
+TensorFlow). `specgen.cli` parses arguments and calls these.
 
 They live under `specgen/runtime/` rather than in a top-level `specgen/commands/` because they import
 TensorFlow and onnxruntime, and `specgen.runtime` is the one package that may: the rest of specgen

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
@@ -180,14 +181,11 @@ def _number(value: float | None) -> str:
 
 
 def _shape(dims: tuple[int, ...], batch: bool = False) -> str:
-    return "[" + ", ".join((["batch"] if batch else []) + [str(d) for d in dims]) + "]"
+    return text.shape(((None,) if batch else ()) + tuple(dims))
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    """Columns as wide as their widest cell; `right`: the columns of numbers, right-aligned."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-            .rstrip() for r in [header, *rows]]
+    return text.table_lines(header, rows, right, rule=False)
 
 
 def format_probe(result: Probe) -> str:

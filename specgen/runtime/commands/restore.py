@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import tensorflow as tf
 
+from specgen import text
 from specgen.diagnostics import Diagnostic, Position, SpecError, did_you_mean
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
@@ -111,7 +112,7 @@ def _ema_base(key: str) -> str | None:
 
 
 def _shape(shape: tuple[int, ...], dtype: str) -> str:
-    return f"{dtype}{list(shape)}"
+    return f"{dtype}{text.shape(shape)}"
 
 
 @dataclass
@@ -246,11 +247,8 @@ def _cells(row: Row) -> list[str]:
 
 def format_plan(plan: RestorePlan) -> str:
     """A plain-text table of the plan, then unused keys, errors and the summary line."""
-    table = [["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"]]
-    table += [_cells(row) for row in plan.rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    table.insert(1, ["-" * w for w in widths])
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
+    lines = text.table_lines(["variable", "status", "source (checkpoint:key)", "shape/dtype", "note"],
+                             [_cells(row) for row in plan.rows])
     if plan.unused:
         lines += ["", f"unused keys ({len(plan.unused)}):"]
         lines += [f"  {u.source}:{u.key}  {_shape(u.found.shape, u.found.dtype)}  {u.reason}" for u in plan.unused]

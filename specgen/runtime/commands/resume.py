@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from specgen.atomic import write_atomic
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
 from specgen.runtime.checkpoint import CheckpointFolder
@@ -88,6 +90,55 @@ def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]
     return path, note
 
 
+class DataSettings(BaseModel):
+    """What the saved data position depends on (Session.data_settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch_size: StrictInt
+    examples: StrictInt
+    seed: StrictInt
+    shuffle_buffer: StrictInt
+
+
+class Meta(BaseModel):
+    """meta.json as Session.save writes it. Keys a later specgen may add are left alone; `serial`, `overrides`,
+    `data` and `targets` are missing from checkpoints of older versions, which still resume."""
+
+    model_config = ConfigDict(extra="ignore")
+    step: Annotated[StrictInt, Field(ge=0)]
+    spec: StrictStr
+    serial: Annotated[StrictInt, Field(ge=1)] | None = None
+    overrides: list[StrictStr] = []
+    data: DataSettings | None = None
+    targets: dict[StrictStr, StrictStr] | None = None
+
+
+def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
+    """meta.json whole (the types Session.save writes) and written for this spec; one line at the key otherwise."""
+    text = (path / META).read_text()
+    try:
+        Meta.model_validate(meta)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = str(error["loc"][0]) if error["loc"] else "step"
+        where = ".".join(str(part) for part in error["loc"])
+        received = "nothing (the key is missing)" if error["type"] == "missing" else describe(error["input"])
+        raise SpecError([Diagnostic(printed(path / META), key_position(text, key), f"checkpoint {path.name} has a "
+                                    f"malformed meta.json: '{where}' is {received}; expected {_EXPECTED[key]}, as "
+                                    "specgen writes it. Resume from another checkpoint (--resume-from) or start over "
+                                    "with --fresh")]) from None
+    if meta["spec"] != loaded.spec.name:
+        raise SpecError([Diagnostic(printed(path / META), key_position(text, "spec"), f"this checkpoint belongs to "
+                                    f"spec {quoted(meta['spec'])}, not {quoted(loaded.spec.name)}; resume it with that "
+                                    "spec, or give this one its own folder (checkpoint.dir)")])
+
+
+_EXPECTED = {"step": "an integer, 0 or more", "spec": "the name of the spec that wrote it (a string)",
+             "serial": "an integer, 1 or more (the save order)", "overrides": "a list of --set texts (strings)",
+             "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
+             "targets": "an object of target variable path to online variable path (strings)"}
+
+
 def _verified(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
     """meta.json of a checkpoint that reads back whole and belongs to this spec; one-line errors otherwise."""
     try:
@@ -95,11 +146,7 @@ def _verified(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
     except Unreadable as exc:
         raise unreadable_error(exc, path, lambda p: f"specgen train {loaded.display} --resume-from {printed(p)}",
                                "start over with --fresh (it moves this run aside, deleting nothing)") from None
-    if meta.get("spec") != loaded.spec.name:
-        position = key_position((path / META).read_text(), "spec")
-        raise SpecError([Diagnostic(printed(path / META), position, f"this checkpoint belongs to spec "
-                                    f"{meta.get('spec')!r}, not {loaded.spec.name!r}; resume it with that spec, or "
-                                    "give this one its own folder (checkpoint.dir)")])
+    check_meta(path, meta, loaded)
     return meta
 
 

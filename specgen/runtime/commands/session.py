@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import cast
@@ -22,7 +23,7 @@ from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data
-from specgen.runtime.checkpoint import CheckpointFolder, read_values
+from specgen.runtime.checkpoint import CheckpointFolder, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
 from specgen.runtime.distribute import Replicas
@@ -298,11 +299,14 @@ class Session:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
             if self.writes != self.folder:  # a worker that is not the chief: TensorFlow's pattern, write then remove
                 shutil.rmtree(path)
-        except OSError as exc:
-            newest = f"the newest complete checkpoint is {shown(self.last_path)}" if self.last_path else "no checkpoint was saved"
-            raise SpecError([Diagnostic(shown(exc.filename or self.folder), None, f"cannot write the checkpoint of step "
-                                        f"{self.step} ({exc.strerror or exc}); {newest}. Free space or make the folder "
-                                        "writable, then continue with --resume")]) from None
+        except OSError as exc:  # a full disk, a quota, a file-size limit (TensorFlow's errors too: checkpoint.py)
+            target = getattr(exc, "specgen_target", None) or exc.filename or ""  # write_atomic's file, or TF's
+            file = re.sub(r"\.tempstate\d+$", "", Path(str(target)).name)  # TensorFlow writes to <name>.tempstate<n>
+            name = f"checkpoint ckpt-{self.step:08d} (step {self.step})"
+            inside = any(part.startswith(".ckpt-") for part in Path(str(target)).parts)  # the unpublished folder
+            what = f"{file} of {name}" if inside and file and not file.startswith(".") else name if inside \
+                else f"{shown(target)} after saving {name}"
+            raise write_failure(exc, self.folder, what) from None
         self.saved_at, self.last_path = self.step, path
         return path
 

@@ -12,13 +12,18 @@ from __future__ import annotations
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import tensorflow as tf
 
 from specgen.ir.lints import momentum_warnings
 from specgen.paths import shown
 from specgen.runtime import distribute
+from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
+from specgen.runtime.disk import os_error
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]
@@ -61,13 +66,22 @@ def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
     replicas = distribute.start(loaded, distribute.settings_of(loaded), options.strategy)  # first: it configures TensorFlow
     try:
         return _train(loaded, options, replicas)
-    except distribute.LOST as exc:
-        if replicas is None:
+    except tf.errors.OpError as exc:
+        if (error := os_error(exc)) is not None:  # a full disk under TensorBoard's writers (checkpoints: Session.save)
+            folder = run_folder(loaded)  # where --resume looks, whichever worker this is
+            raise write_failure(error, folder, _written(error, folder)) from None
+        if replicas is None or not isinstance(exc, distribute.LOST):
             raise
         raise distribute.lost_worker(loaded, replicas, exc) from None
     finally:
         if replicas is not None:
             replicas.close()
+
+
+def _written(error: OSError, folder: Path) -> str:
+    """What a failed write was writing, in a few words (TensorBoard events, or the file)."""
+    name = Path(str(error.filename or folder))
+    return f"TensorBoard events ({shown(name)})" if "tensorboard" in name.parts else shown(name)
 
 
 def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas | None) -> dict[str, Any]:

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen import text
+from specgen.errors import SpecgenError
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -18,7 +21,7 @@ INT_KINDS = "iu"
 Locate = Callable[[str, tuple[int, ...], int], str]
 
 
-class DataError(ValueError):
+class DataError(SpecgenError, ValueError):
     """A data file that cannot be used; the message says what is wrong and what to do."""
 
 
@@ -41,7 +44,7 @@ class Wanted:
 
 
 def shape_text(shape: tuple[int | None, ...]) -> str:
-    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+    return text.shape(shape, unknown="N")
 
 
 def first(mask: np.ndarray) -> tuple[tuple[int, ...], int]:

@@ -1,0 +1,17 @@
+"""The one base class of every error specgen raises to tell a person what is wrong.
+
+Spec mistakes (SpecError), op rules (OpError), Keras imports (ImportProblem, KerasFileError,
+UnsafeKerasFile), data and inputs (DataError, InputError), checkpoints (Unreadable), paths specgen
+refuses (UnsafePathError), the server's repository and requests (RepositoryError, TextProtoError,
+ProtocolError, Refused) and a generated file failing its own check (RenderError, a specgen bug) all
+derive from SpecgenError, so the CLI catches them in one place and a library caller can too.
+Classes that were ValueError or OSError keep that base beside this one: code that catches those
+still does. Signals that are no one's mistake (the server's QueueFull, ShuttingDown) stay plain.
+It imports nothing from specgen: every layer may raise it.
+"""
+
+from __future__ import annotations
+
+
+class SpecgenError(Exception):
+    """Its str() is the message a person reads: one line (SpecError: one line per diagnostic)."""

@@ -1,0 +1,221 @@
+"""What every op definition is made of, and the shape helpers the rules share.
+
+No TensorFlow, onnx or jinja2 here: `specgen validate` imports this through the spec union.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from specgen import text
+from specgen.errors import SpecgenError
+from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.spec.base import SpecModel
+
+FLOAT = "float32"
+INTEGER = ("int32", "int64")
+
+
+class OpError(SpecgenError):
+    """A problem with one layer; `key` names the spec key it concerns, so the diagnostic points there."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class VarDecl:
+    """A variable an op owns, in TensorFlow layout, and how ONNX wants it.
+
+    `onnx_perm` is the transpose from the TensorFlow value to the ONNX operator's input
+    (None: the same layout) and `onnx_shape` the shape after it (None: `shape`).
+    """
+
+    role: str
+    shape: tuple[int, ...]
+    init: Init
+    kind: str = "weight"  # "weight" (trained unless frozen), "update" (batch-norm statistics) or "constant"
+    onnx_perm: tuple[int, ...] | None = None
+    onnx_shape: tuple[int, ...] | None = None
+
+
+@dataclass
+class OpResult:
+    shape: Shape
+    dtype: str = FLOAT
+    params: dict[str, Any] = field(default_factory=dict)
+    variables: list[VarDecl] = field(default_factory=list)
+    flops: int = 0
+
+
+class OnnxContext(Protocol):
+    """What ONNX attribute functions may ask of the lowering (render/onnx_plan.py)."""
+
+    @property
+    def opset(self) -> int: ...
+
+    def constant(self, name: str, values: list[int]) -> str:
+        """Declare an int64 constant tensor in the graph; returns its name."""
+        ...
+
+    def float_constant(self, name: str, value: float) -> str:
+        """Declare a float scalar constant in the graph; returns its name."""
+        ...
+
+    def zero_padded(self, layer: str) -> bool:
+        """Whether `layer`'s output reaches this node as the output of an ONNX Pad (see max_pool)."""
+        ...
+
+
+Rule = Callable[[Any, list[Shape], list[str]], OpResult]
+TfAttrs = Callable[[Node], dict[str, Any]]
+OnnxAttrs = Callable[[Node, bool, OnnxContext], dict[str, Any]]  # (node, held channels-first, lowering)
+
+
+def no_tf_attrs(node: Node) -> dict[str, Any]:
+    return {}
+
+
+def no_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class AsActivation:
+    """How an op runs when a layer names it in `activation:` (with its default parameters)."""
+
+    flops: int  # per output element
+    tf_attrs: Mapping[str, Any] = field(default_factory=dict)
+    # (held channels-first, lowering, output tensor name) -> ONNX template attributes
+    onnx_attrs: Callable[[bool, OnnxContext, str], dict[str, Any]] = lambda first, ctx, out: {}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything specgen knows about one op; the registry derives every op list from these.
+
+    - `spec`: the pydantic model of the layer (a family may share one, e.g. max_pool/avg_pool).
+    - `infer`: the shape rule: (layer, input shapes, input dtypes) -> OpResult with the output
+      shape and dtype, render params, variables (with their ONNX layout) and forward FLOPs,
+      computed together because they need the same derived sizes.
+    - `tf_attrs` / `onnx_attrs`: the literals templates/tf/ops and templates/onnx/ops place.
+    - `layout`: the ONNX layout the op wants: "first" (channels-first: Conv, pools,
+      BatchNormalization), "any" (element-wise: runs in its input's layout) or "last".
+    - `tf_template` / `onnx_template`: template names when not the op's own name; an
+      `onnx_template` of None means the op adds no ONNX node (dropout: the identity at inference).
+    - `onnx_variant`: picks the ONNX template per node among `onnx_template` and `onnx_variants`.
+    - `as_activation`: set when the op may be named in a layer's `activation:` key.
+    - `gradient`: which inputs the op passes gradients to: True (all, the default), False (none,
+      e.g. stop_gradient) or one flag per input position (e.g. a gather's index input carries none).
+      Integer tensors never carry a gradient whatever this says (ir/reach.py, the reachability check).
+    """
+
+    name: str
+    spec: type[SpecModel]
+    infer: Rule
+    tf_attrs: TfAttrs = no_tf_attrs
+    onnx_attrs: OnnxAttrs = no_onnx_attrs
+    layout: Literal["first", "any", "last"] = "last"
+    tf_template: str = ""
+    onnx_template: str | None = ""
+    onnx_variant: Callable[[Node], str] | None = None
+    onnx_variants: tuple[str, ...] = ()
+    as_activation: AsActivation | None = None
+    gradient: bool | tuple[bool, ...] = True
+
+    def __post_init__(self) -> None:
+        if not self.tf_template:
+            object.__setattr__(self, "tf_template", self.name)
+        if self.onnx_template == "":
+            object.__setattr__(self, "onnx_template", self.name)
+
+    @property
+    def onnx_templates(self) -> tuple[str, ...]:
+        """Every ONNX template this op may render through (for the completeness test)."""
+        return () if self.onnx_template is None else (self.onnx_template, *self.onnx_variants)
+
+    def onnx_template_for(self, node: Node) -> str | None:
+        return self.onnx_variant(node) if self.onnx_variant else self.onnx_template
+
+    def passes_gradient(self, position: int) -> bool:
+        """Whether a gradient at this op's output reaches its input at `position` (dtype aside)."""
+        if isinstance(self.gradient, bool):
+            return self.gradient
+        return position < len(self.gradient) and self.gradient[position]
+
+
+# --- helpers the shape rules share --------------------------------------------------------------
+
+
+def pair(value: int | list[int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (value[0], value[1])
+
+
+def prod(dims: Shape) -> int:
+    return math.prod(d for d in dims if d is not None)
+
+
+def resolve_init(spec: Any) -> Init:
+    if isinstance(spec, str):
+        return Init(spec)
+    args = tuple((k, float(v)) for k, v in spec.model_dump(exclude={"kind"}).items())
+    return Init(spec.kind, args)
+
+
+def require_rank(shape: Shape, rank: int, what: str) -> None:
+    if len(shape) != rank:
+        raise OpError(f"{what} needs a rank-{rank} input (batch, height, width, channels); "
+                      f"received {text.shape(shape)}", "input")
+
+
+def require_float(dtype: str, op: str) -> None:
+    if dtype != FLOAT:
+        raise OpError(f"{op} needs a float32 input; received {dtype} (integer inputs feed embedding layers)",
+                      "input")
+
+
+def axis_in(axis: int, rank: int, key: str) -> int:
+    """`axis` as a non-negative index; the batch axis is refused."""
+    if not -rank <= axis < rank or axis % rank == 0:
+        raise OpError(f"axis {axis} is out of range for a rank-{rank} tensor (axis 0 is the batch)", key)
+    return axis % rank
+
+
+def to_first(rank: int) -> list[int]:
+    """The permutation from channels-last to channels-first."""
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
+def to_last(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+def held_axis(axis: int, rank: int, first: bool) -> int:
+    """A (channels-last, non-negative) axis of a tensor held channels-first when `first`."""
+    return to_first(rank).index(axis) if first else axis
+
+
+def _window(size: int, stride: int, dilation: int, padding: str, extent: int, key: str) -> tuple[int, int, int]:
+    """Output extent and (begin, end) padding, the way TensorFlow's SAME/VALID compute them."""
+    effective = (size - 1) * dilation + 1
+    if padding == "same":
+        out = -(-extent // stride)
+    else:
+        out = -(-(extent - effective + 1) // stride)
+    if out <= 0:
+        raise OpError(f"a window of {effective} does not fit an input extent of {extent} "
+                      "with padding 'valid'", key)
+    total = max((out - 1) * stride + effective - extent, 0)
+    return out, total // 2, total - total // 2
+
+
+def spatial(shape: Shape, kernel: tuple[int, int], strides: tuple[int, int], dilation: tuple[int, int],
+            padding: str, key: str) -> tuple[tuple[int, int], list[int]]:
+    """Output (height, width) of a 2-D window op and its ONNX pads."""
+    h_out, top, bottom = _window(kernel[0], strides[0], dilation[0], padding, shape[1] or 0, key)
+    w_out, left, right = _window(kernel[1], strides[1], dilation[1], padding, shape[2] or 0, key)
+    return (h_out, w_out), [top, left, bottom, right]  # ONNX order: begins, then ends

@@ -1,0 +1,30 @@
+"""dropout: random in training (seeded, replayable), the identity at inference (no ONNX node)."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Literal
+
+from specgen.kinds.ops.base import OpDef, OpResult, require_float
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import number
+from specgen.spec.layers import LayerBase
+
+
+class Dropout(LayerBase):
+    op: Literal["dropout"]
+    rate: number(float, ge=0, lt=1)
+
+
+def infer(layer: Dropout, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    require_float(dtype, "dropout")
+    return OpResult(shape, params={"rate": layer.rate})
+
+
+def tf_attrs(node: Node) -> dict[str, Any]:
+    # The salt (layer name, 20 bits) gives each dropout layer its own stream under one seed.
+    return {"rate": node.params["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
+
+
+OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", onnx_template=None),)

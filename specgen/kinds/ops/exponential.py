@@ -1,0 +1,58 @@
+"""elu, selu and softplus: element-wise activations built on exp, as Keras defines them.
+
+ONNX has one operator for each (Elu, Selu, Softplus); ONNX Selu's default alpha and gamma are
+the float32 values of the constants TensorFlow's selu uses, so no attributes are written.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from specgen.kinds.ops.activations import infer
+from specgen.kinds.ops.base import AsActivation, OnnxContext, OpDef, OpResult, Rule
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import NonNegativeFloat
+from specgen.spec.layers import LayerBase
+
+
+class Elu(LayerBase):
+    op: Literal["elu"]
+    alpha: NonNegativeFloat = 1.0
+
+
+class ExpActivation(LayerBase):
+    op: Literal["selu", "softplus"]
+
+
+def elu(layer: Elu, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    result = infer(layer, shapes, dtypes)
+    result.params["alpha"] = layer.alpha
+    result.flops *= 4  # compare, exp, subtract, scale
+    return result
+
+
+def per_element(flops: int) -> Rule:
+    """A rule for a parameterless activation costing `flops` per element."""
+
+    def rule(layer: ExpActivation, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+        result = infer(layer, shapes, dtypes)
+        result.flops *= flops
+        return result
+
+    return rule
+
+
+def elu_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"alpha": node.params["alpha"]}
+
+
+def elu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {"alpha": node.params["alpha"]}
+
+
+OPS = (
+    OpDef("elu", Elu, elu, elu_tf_attrs, elu_onnx_attrs, layout="any",
+          as_activation=AsActivation(4, {"alpha": 1.0}, lambda first, ctx, out: {"alpha": 1.0})),
+    OpDef("selu", ExpActivation, per_element(5), layout="any", as_activation=AsActivation(5)),
+    OpDef("softplus", ExpActivation, per_element(3), layout="any", as_activation=AsActivation(3)),
+)

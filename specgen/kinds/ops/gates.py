@@ -1,0 +1,40 @@
+"""swish (silu), hard_sigmoid and hard_swish (hard_silu): x times a gate, and the hard gate.
+
+Keras 3 definitions: swish(x) = x * sigmoid(x); hard_sigmoid(x) = relu6(x + 3) / 6 (not the
+Keras 2 slope of 0.2); hard_swish(x) = x * hard_sigmoid(x). `silu` and `hard_silu` are the
+same ops under Keras' other names, accepted wherever the first names are.
+ONNX: Sigmoid then Mul for swish (the opsets specgen writes have no Swish operator),
+HardSigmoid with alpha 1/6 and beta 0.5, HardSwish (opset 14).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specgen.kinds.ops.activations import infer
+from specgen.kinds.ops.base import AsActivation, OpDef, OpResult
+from specgen.kinds.ops.nodes import Shape
+from specgen.spec.layers import LayerBase
+
+CANONICAL = {"silu": "swish", "hard_silu": "hard_swish"}  # Keras' other names -> the op whose templates they use
+# Per element: sigmoid (4) and a multiply; add, two clamps and a divide; that and a multiply.
+FLOPS = {"swish": 5, "hard_sigmoid": 4, "hard_swish": 5}
+
+
+class Gate(LayerBase):
+    op: Literal["swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu"]
+
+
+def gate(layer: Gate, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    result = infer(layer, shapes, dtypes)
+    result.flops *= FLOPS[CANONICAL.get(layer.op, layer.op)]
+    return result
+
+
+def _op(name: str) -> OpDef:
+    template = CANONICAL.get(name, name)
+    return OpDef(name, Gate, gate, layout="any", tf_template=template, onnx_template=template,
+                 as_activation=AsActivation(FLOPS[template]))
+
+
+OPS = tuple(_op(name) for name in ("swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu"))

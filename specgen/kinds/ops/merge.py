@@ -1,0 +1,88 @@
+"""Multi-input ops: add, multiply, subtract (broadcasting like numpy) and concat (along one axis).
+
+Broadcasting needs inputs of one rank (the batch axis lines up; a [batch, C] input next to a
+[batch, H, W, C] one would broadcast against the wrong axes): each other axis is equal or 1 on
+one side. ONNX runs them in the first input's layout, and the lowering transposes every input
+of the same rank into it, so a [N, 1, 1, C] squeeze-and-excite gate held channels-last meets a
+channels-first conv output as [N, C, 1, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from specgen import text
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import Int, LayerName
+from specgen.spec.layers import MultiInputBase
+
+
+class Elementwise(MultiInputBase):
+    op: Literal["add", "multiply"]
+
+
+class Subtract(MultiInputBase):
+    op: Literal["subtract"]
+    inputs: Annotated[list[LayerName], Field(min_length=2, max_length=2, description="[a, b]: the output is a - b.")]
+
+
+class Concat(MultiInputBase):
+    op: Literal["concat"]
+    axis: Int = Field(-1, description="Counted with the batch dimension as axis 0, which cannot be concatenated.")
+
+
+def broadcast(layer: Elementwise | Subtract, shapes: list[Shape]) -> Shape:
+    """The numpy broadcast of same-rank shapes; OpError naming both inputs when it does not exist."""
+    out = list(shapes[0])
+    for i, (shape, name) in enumerate(zip(shapes[1:], layer.inputs[1:], strict=True), start=1):
+        fits = len(shape) == len(out) and all(a == b or 1 in (a, b) for a, b in zip(out, shape, strict=True))
+        if not fits:
+            before = f"'{layer.inputs[0]}'" if i == 1 else f"'{layer.inputs[0]}' to '{layer.inputs[i - 1]}' broadcast to"
+            rank = ("; an input of lower rank needs size-1 axes first (e.g. global_avg_pool's keepdims: true)"
+                    if len(shape) != len(out) else "")
+            raise OpError(f"inputs: received {before} {text.shape(tuple(out))} and '{name}' {text.shape(shape)}, which do not "
+                          f"broadcast; expected inputs of one rank whose axes are equal or 1 in one of them{rank}",
+                          "inputs")
+        out = [a if b == 1 else b for a, b in zip(out, shape, strict=True)]
+    return tuple(out)
+
+
+def elementwise(layer: Elementwise | Subtract, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    shape = broadcast(layer, shapes)
+    for dtype in dtypes:
+        require_float(dtype, layer.op)
+    return OpResult(shape, flops=(len(shapes) - 1) * prod(shape))
+
+
+def concat(layer: Concat, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    rank = len(shapes[0])
+    axis = axis_in(layer.axis, rank, "axis")
+    first = shapes[0]
+    for shape, name in zip(shapes[1:], layer.inputs[1:], strict=True):
+        if len(shape) != rank or any(a != b for i, (a, b) in enumerate(zip(shape, first, strict=True)) if i != axis):
+            raise OpError(f"concat on axis {axis} needs the other axes equal; '{layer.inputs[0]}' is "
+                          f"{text.shape(first)} but '{name}' is {text.shape(shape)}", "inputs")
+    if len(set(dtypes)) > 1:
+        raise OpError(f"concat needs inputs of one dtype; received {', '.join(dtypes)}", "inputs")
+    out = list(first)
+    out[axis] = sum(s[axis] or 0 for s in shapes)
+    return OpResult(tuple(out), dtypes[0], {"axis": axis})
+
+
+def concat_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"axis": node.params["axis"]}
+
+
+def concat_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {"axis": held_axis(node.params["axis"], len(node.shape), first)}
+
+
+OPS = (
+    OpDef("add", Elementwise, elementwise, layout="any"),
+    OpDef("multiply", Elementwise, elementwise, layout="any"),
+    OpDef("subtract", Subtract, elementwise, layout="any"),
+    OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any"),
+)

@@ -1,0 +1,76 @@
+"""max_pool, avg_pool, global_avg_pool and global_max_pool: window reductions, channels-first in ONNX."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpResult, pair, prod, require_float, require_rank, spatial
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.layers import LayerBase, Padding, Size2
+
+
+class Pool(LayerBase):
+    op: Literal["max_pool", "avg_pool"]
+    size: Size2
+    strides: Size2 | None = Field(None, description="Defaults to `size`.")
+    padding: Padding = "valid"
+
+
+class GlobalPool(LayerBase):
+    op: Literal["global_avg_pool", "global_max_pool"]
+    keepdims: bool = Field(False, description="Keep the spatial axes as 1s: [batch, 1, 1, channels] "
+                                              "(Keras' `keepdims`; squeeze-and-excite multiplies it back).")
+
+
+def pool(layer: Pool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    require_rank(shape, 4, layer.op)
+    require_float(dtype, layer.op)
+    size = pair(layer.size)
+    strides = pair(layer.strides if layer.strides is not None else layer.size)
+    (h, w), pads = spatial(shape, size, strides, (1, 1), layer.padding, "size")
+    params = {"size": size, "strides": strides, "padding": layer.padding, "pads": pads}
+    return OpResult((None, h, w, shape[3]), params=params, flops=h * w * (shape[3] or 0) * size[0] * size[1])
+
+
+def global_pool(layer: GlobalPool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    require_rank(shape, 4, layer.op)
+    require_float(dtype, layer.op)
+    out = (None, 1, 1, shape[3]) if layer.keepdims else (None, shape[3])
+    return OpResult(out, params={"keepdims": layer.keepdims}, flops=prod(shape))
+
+
+def pool_tf_attrs(node: Node) -> dict[str, Any]:
+    p = node.params
+    return {"ksize": list(p["size"]), "strides": list(p["strides"]), "padding": p["padding"].upper()}
+
+
+def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    p = node.params
+    # onnxruntime's PadFusion folds a zero Pad into a following MaxPool's `pads`, which MaxPool fills with
+    # -inf, not zeros: wrong wherever a window's real values are all negative (measured: ResNet50V2's
+    # pool1_pad -> pool1_pool off by 17% with every optimization on, exact with them off). A Max(x, x)
+    # between them is exact, cheap, and keeps the Pad from being fused; it is emitted only after a Pad.
+    guard = node.op == "max_pool" and ctx.zero_padded(node.inputs[0])
+    return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"], "guard": guard}
+
+
+def global_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"keepdims": node.params["keepdims"]}
+
+
+def global_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    axes = ctx.constant(f"{node.onnx_name}___axes", [2, 3])  # spatial axes, channels-first
+    return {"axes": axes, "keepdims": int(node.params["keepdims"])}
+
+
+OPS = (
+    OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
+    OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
+    # With keepdims the output stays channels-first ([N, C, 1, 1]) for the ops that follow.
+    OpDef("global_avg_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
+    OpDef("global_max_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
+)

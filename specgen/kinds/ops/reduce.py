@@ -1,0 +1,61 @@
+"""reduce: max, min, mean or sum over one or more non-batch axes (ONNX ReduceMax/Min/Mean/Sum).
+
+DQN's max_a' Q_target(s', a') is `reduce` with `kind: max` over the action axis. At the opsets
+specgen writes (18-21) every ONNX Reduce* operator takes its axes as an int64 input, not an attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import Int
+from specgen.spec.layers import LayerBase
+from specgen.spec.unions import by_shape, scalar_or_list
+
+Axes = by_shape(scalar_or_list, "an axis or a list of axes", scalar=Int,
+                list=Annotated[list[Int], Field(min_length=1)])
+TF_CALLS = {"max": "tf.reduce_max", "min": "tf.reduce_min", "mean": "tf.reduce_mean", "sum": "tf.reduce_sum"}
+ONNX_OPS = {"max": "ReduceMax", "min": "ReduceMin", "mean": "ReduceMean", "sum": "ReduceSum"}
+
+
+class Reduce(LayerBase):
+    op: Literal["reduce"]
+    kind: Literal["max", "min", "mean", "sum"]
+    axis: Axes = Field(-1, description="An axis or a list of them, counted with the batch as axis 0 (not reducible).")
+    keepdims: bool = Field(False, description="Keep the reduced axes as 1s.")
+
+
+def infer(layer: Reduce, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    require_float(dtype, "reduce")
+    rank = len(shape)
+    if rank < 2:
+        raise OpError("reduce needs an input with an axis besides the batch; received a rank-1 [batch] input", "input")
+    given = [layer.axis] if isinstance(layer.axis, int) else list(layer.axis)
+    normal = [axis_in(a, rank, "axis") for a in given]
+    twice = [a for i, a in enumerate(normal) if a in normal[:i]]
+    if twice:
+        raise OpError(f"reduce's axes must be distinct; received {given}, which names axis {twice[0]} twice", "axis")
+    axes = sorted(normal)
+    out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if layer.keepdims else \
+        tuple(d for i, d in enumerate(shape) if i not in axes)
+    return OpResult(out, dtype, {"kind": layer.kind, "axes": tuple(axes), "keepdims": layer.keepdims},
+                    flops=prod(shape))
+
+
+def tf_attrs(node: Node) -> dict[str, Any]:
+    axes = node.params["axes"]
+    return {"call": TF_CALLS[node.params["kind"]], "axis": axes[0] if len(axes) == 1 else list(axes),
+            "keepdims": node.params["keepdims"]}
+
+
+def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {"operator": ONNX_OPS[node.params["kind"]], "keepdims": int(node.params["keepdims"]),
+            "axes": ctx.constant(f"{node.onnx_name}___axes", list(node.params["axes"]))}
+
+
+OPS = (OpDef("reduce", Reduce, infer, tf_attrs, onnx_attrs),)

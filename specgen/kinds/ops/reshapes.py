@@ -1,0 +1,62 @@
+"""flatten and reshape: per-example shape changes, in channels-last order like Keras."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from specgen import text
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, prod
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import number
+from specgen.spec.layers import LayerBase
+
+
+class Flatten(LayerBase):
+    op: Literal["flatten"]
+
+
+class Reshape(LayerBase):
+    op: Literal["reshape"]
+    shape: Annotated[list[number(int, ge=-1)],
+                     Field(min_length=1, description="Without the batch dimension; one -1 allowed.")]
+
+
+def flatten(layer: Flatten, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    return OpResult((None, prod(shape[1:])), dtype, {"size": prod(shape[1:])})
+
+
+def reshape(layer: Reshape, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    total, target = prod(shape[1:]), list(layer.shape)
+    unknown = [i for i, d in enumerate(target) if d == -1]
+    if len(unknown) > 1 or 0 in target:
+        raise OpError(f"reshape takes positive sizes and at most one -1; received {target}", "shape")
+    known = math.prod(d for d in target if d != -1)
+    if unknown and total % known == 0:
+        target[unknown[0]] = total // known
+    if math.prod(target) != total:
+        raise OpError(f"cannot reshape {text.shape(shape)} ({total} values per example) to "
+                      f"{text.shape((None, *layer.shape))}", "shape")
+    return OpResult((None, *target), dtype, {"shape": tuple(target)})
+
+
+def flatten_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"shape": [-1, node.params["size"]]}
+
+
+def reshape_tf_attrs(node: Node) -> dict[str, Any]:
+    return {"shape": [-1, *node.params["shape"]]}
+
+
+def reshape_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {"shape": ctx.constant(f"{node.onnx_name}___shape", [-1, *node.params["shape"]])}
+
+
+OPS = (
+    OpDef("flatten", Flatten, flatten, flatten_tf_attrs),
+    OpDef("reshape", Reshape, reshape, reshape_tf_attrs, reshape_onnx_attrs),
+)

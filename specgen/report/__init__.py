@@ -1,0 +1,37 @@
+"""`specgen report`: variables, collection sizes, optimizers, feature sections and per-layer FLOPs as plain text.
+
+One module per section. The training features' sections (targets, loss terms, pruning) are what their
+FeatureDef.report points at (specgen/kinds/features); each returns None for a spec without the feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specgen.ir.lints import momentum_note
+from specgen.ir.model import ModelIR
+from specgen.report.flops import flops_table
+from specgen.report.loss_terms import loss_table
+from specgen.report.optimizers import optimizers_table
+from specgen.report.pruning import pruning_table
+from specgen.report.targets import targets_table
+from specgen.report.variables import collections_table, variables_table
+
+
+def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
+           measured: Mapping[str, int] | None = None) -> str:
+    """The report; `optimizers` (the spec's section) adds which weights each optimizer took and why;
+    `measured` (pruned weight path -> zeros in its mask in a checkpoint) adds a column to the pruning table."""
+    sections = [
+        f"{ir.name} ({path}): {len(ir.nodes)} layers, {len(ir.variables)} variables",
+        variables_table(ir),
+        collections_table(ir),
+        optimizers_table(ir, optimizers) if optimizers and ir.optimizers else None,
+        targets_table(ir),
+        loss_table(ir),
+        pruning_table(ir, measured),
+        flops_table(ir),
+        momentum_note(ir),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"

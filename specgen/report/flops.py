@@ -1,0 +1,30 @@
+"""`specgen report`'s FLOPs table: per layer, its parameters, forward and backward FLOPs and activation std."""
+
+from __future__ import annotations
+
+from specgen import text
+from specgen.ir.lints import ratio_column
+from specgen.ir.model import ModelIR
+from specgen.kinds.ops import backward_flops
+
+NOTE = ("FLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x the forward FLOPs "
+        "for layers with trainable weights (input and weight gradients) and 1x otherwise. The activation std is "
+        "each output's at initialization over the input's, for unit-variance inputs (docs/spec.md#lints; '-': "
+        "not measured, after a softmax).")
+
+
+def flops_table(ir: ModelIR) -> str:
+    std = ratio_column(ir)
+    rows, total_f, total_b, total_p = [], 0, 0, 0
+    for node in ir.nodes:
+        # A shared layer's weights are counted once, under their owner; its FLOPs (and the weight
+        # gradients of its call, which add to the owner's) count like any layer's.
+        params = 0 if node.shares else sum(v.size for v in node.variables.values())
+        backward = backward_flops(node.flops, any("trainable" in v.collections for v in node.variables.values()))
+        op = node.op + (f"+{node.activation}" if node.activation else "") + (f", shares {node.shares}" if node.shares else "")
+        rows.append((node.name, op, text.shape(node.shape),
+                     f"{params:,}", f"{node.flops:,}", f"{backward:,}", std[node.name]))
+        total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
+    rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))
+    return text.table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)",
+                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE
