@@ -44,6 +44,7 @@ ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 def worker(args: argparse.Namespace) -> None:
     """One process of one configuration: prints a JSON line with its timings."""
 
+    from specgen.ir.resolve import build_ir
     from specgen.runtime import distribute
     from specgen.runtime.commands.resume import Options
     from specgen.runtime.commands.session import Session
@@ -52,17 +53,18 @@ def worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"checkpoint.dir={folder}", "train.distribute.cpu_devices=2"]
         loaded = load_with_overrides(SPECS[args.model], overrides)
-        replicas = distribute.start(loaded, distribute.settings_of(loaded), args.strategy)
-        session = Session(loaded, Options(overrides=overrides, quiet=True), None, replicas)
+        ir = build_ir(loaded)
+        distribution = distribute.start(loaded, ir, args.strategy)
+        session = Session(loaded, Options(overrides=overrides, quiet=True), None, distribution, ir)
         float(session.updates(args.warmup))
         runs = []
         for _ in range(args.repeats):
             begin = time.perf_counter()
             float(session.updates(args.steps))  # the loss read waits for the last update
             runs.append(time.perf_counter() - begin)
+        replicas = distribution if isinstance(distribution, distribute.Replicas) else None
         reduce_s = _all_reduce_seconds(replicas, session.trainer.trainable, args) if replicas else 0.0
-        if replicas:
-            replicas.close()
+        distribution.close()
     print(json.dumps({"seconds": statistics.median(runs), "reduce": reduce_s,
                       "batch": session.train_ir.batch_size}), flush=True)
 

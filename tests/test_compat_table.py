@@ -11,11 +11,15 @@ import itertools
 import re
 from pathlib import Path
 
+import pytest
 from golden import compat as golden
 from golden import pairs, probe
 
 from specgen.kinds import features
 from specgen.kinds.features import compat
+from specgen.kinds.losses import REGISTRY as LOSSES
+from specgen.kinds.metrics import REGISTRY as METRICS
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 
 ROOT = Path(__file__).resolve().parents[1]
 # The facts of probe.py's specs: the levenberg_marquardt optimizer is 'first', the other 'second', the
@@ -42,10 +46,29 @@ def test_every_registered_feature_is_in_the_table() -> None:
     assert set(compat.FEATURE_OF) <= set(compat.UNIVERSE)
 
 
+def test_every_optimizer_kind_is_a_name_of_the_table() -> None:
+    """levenberg_marquardt is a feature of its own; every other kind is `opt_<kind>`, refused beside it."""
+    for kind in OPTIMIZERS:
+        name = kind if kind in compat.FEATURE_OF else f"opt_{kind}"
+        assert name in compat.UNIVERSE, f"optimizer kind '{kind}': no name '{name}' in compat.UNIVERSE"
+        if name != "levenberg_marquardt":
+            assert not compat.allowed("levenberg_marquardt", name), f"optimizer kind '{kind}': allowed beside LM"
+
+
+@pytest.mark.parametrize(("axis", "registry"), [("optimizer", OPTIMIZERS), ("loss", LOSSES), ("metric", METRICS)])
+def test_every_registered_kind_is_in_the_golden_set(axis: str, registry: dict[str, object]) -> None:
+    used = set().union(*(pairs.kinds(spec) for spec in pairs.golden_specs().values()))
+    for kind in registry:
+        assert kind in pairs.AXES[axis], (
+            f"{axis} kind '{kind}': not in AXES['{axis}'] of tests/golden/pairs.py (docs/extending.md: a new kind "
+            "extends the golden set)")
+        assert (axis, kind) in used, f"{axis} kind '{kind}': no golden spec uses it"
+
+
 def test_allowed_pairs_are_the_golden_ones_and_golden_specs_cover_them() -> None:
     allowed = {compat.pair(a, b) for a, b in itertools.combinations(compat.UNIVERSE, 2) if compat.allowed(a, b)}
     assert allowed == {(a, b) for a, later in golden.ALLOWED.items() for b in later}
-    assert len(allowed) == 306 and len(compat.REFUSED) == 19
+    assert len(allowed) == 331 and len(compat.REFUSED) == 20
     covered = pairs.coverage(pairs.golden_specs())
     assert sorted(p for p in allowed if not covered.get(p)) == []
 

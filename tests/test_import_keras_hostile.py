@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -214,10 +215,11 @@ def test_malformed_structure_is_one_positioned_line(tmp_path: Path, capsys: pyte
 
 
 def test_100000_nested_brackets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """json.loads recursed into a RecursionError traceback."""
+    """json.loads recursed into a RecursionError traceback. The file reader (runtime/keras_files.py), which
+    parses config.json for every command, refuses it before the importer's own depth check sees it."""
     assert refusal(tmp_path, "[" * 100_000 + "]" * 100_000, capsys) == (
-        "the model config nests its JSON arrays and objects deeper than Python's JSON reader goes (about 1,000 "
-        "levels); a Keras model config needs a few dozen")
+        f"{tmp_path / 'm.keras'}: config.json nests JSON arrays or objects deeper than Python's parser goes "
+        f"({sys.getrecursionlimit()} levels)")
 
 
 def test_deep_json_inside_a_layer_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

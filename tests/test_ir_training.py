@@ -48,7 +48,7 @@ def test_the_example_resolves_loss_optimizers_schedule_ema_and_data() -> None:
     assert head.kind == "adam" and head.schedule is None and head.weight_decay == 0.0001
     assert [s.name for s in head.slots] == ["m", "v"]
     assert training.train is not None and training.train.ema is not None and training.train.ema.eval
-    assert training.train.metrics == ("accuracy", "mean_loss")
+    assert [m.name for m in training.train.metrics] == ["accuracy", "mean_loss"]
     assert training.train.clip is not None and (training.train.clip.kind, training.train.clip.value) == ("global_norm", 5.0)
     assert training.data["train"].path == CNN.parent / "../data/digits.npz"
     assert training.data["eval"].features == {"image": "x_test"}

@@ -13,8 +13,9 @@ import pytest
 from kind_checks import ROOT, has_own_test, table_kinds
 
 from specgen.kinds.losses import REGISTRY as LOSSES
-from specgen.kinds.metrics import REGISTRY, Metric
+from specgen.kinds.metrics import REGISTRY, MetricName, args_of, name_of
 from specgen.kinds.pointers import resolve
+from specgen.spec.training import Train
 
 KINDS = sorted(REGISTRY)
 
@@ -26,7 +27,7 @@ def _tested_metrics() -> set[str]:
 
 
 def test_train_metrics_takes_exactly_the_registered_names() -> None:
-    assert get_args(Metric) == tuple(REGISTRY), f"Metric {get_args(Metric)} is not the registry {tuple(REGISTRY)}"
+    assert get_args(MetricName) == tuple(REGISTRY), f"MetricName {get_args(MetricName)} is not the registry {tuple(REGISTRY)}"
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -56,3 +57,11 @@ def test_metric_has_a_test(name: str) -> None:
 def test_metric_is_documented(name: str) -> None:
     assert name in table_kinds("training.md", "## Evaluation and metrics"), (
         f"metric '{name}': docs/training.md's 'Evaluation and metrics' table has no row naming it")
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_metric_takes_its_name_and_its_mapping_form_alike(name: str) -> None:
+    train = Train.model_validate({"batch_size": 1, "metrics": [name, {"kind": name}]})
+    assert [name_of(m) for m in train.metrics] == [name, name]
+    assert args_of(train.metrics[0]) == args_of(train.metrics[1]), (
+        f"metric '{name}': a plain name must mean its mapping form with every key at its default")

@@ -2,25 +2,25 @@
 
 A concat of channels-first conv outputs stays channels-first, so the pre-activation batch norm, the
 convs and pools after it need no Transpose; the only ones are the graph input's and, for a 4-D
-output, the output's. onnxruntime then runs the whole block in its blocked NCHWc layout: the
-unfoldable batch norm after a Concat becomes an NCHWc depthwise Conv (with the ReLU fused), like
-tf2onnx's Mul+Add spelling of it, and no ReorderInput/ReorderOutput pairs sit between the blocks.
+output, the output's. Between that Transpose and the global mean, specgen's graph holds only ops on
+NCHW tensors that onnxruntime's NCHWc transformer can take into its blocked layout (Conv,
+BatchNormalization, Relu, Concat on axis 1, AveragePool), each ReLU right after the op it can fuse
+into. Whether onnxruntime then does so is its own choice, which depends on the CPU and the build
+(on AVX-512 it kept 2 BatchNormalization and 2 Relu nodes): the tests assert specgen's graph only.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # max |ORT - TF|: two float32 evaluations of one graph, different summation orders
 
 # Two dense layers and a transition, as keras.applications.DenseNet121 writes them (growth 8, 16 channels
 # in, so every Concat has a multiple of 8 channels, the NCHWc block size on AVX2 and below).
@@ -83,23 +83,32 @@ def test_export_folds_what_follows_a_conv_and_keeps_the_rest() -> None:
     assert counts["Transpose"] == 1
 
 
-def test_onnxruntime_runs_the_blocks_in_nchwc_without_reorders() -> None:
-    """The graph onnxruntime runs (level all, as Predictor): batch norms turned into Conv, one Reorder out."""
-    import onnxruntime as ort
-
-    model = exported()
-    with tempfile.TemporaryDirectory() as folder:
-        options = ort.SessionOptions()
-        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
-        options.log_severity_level = 3
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        optimized = onnx.load(options.optimized_model_filepath)
-    counts = Counter(n.op_type for n in optimized.graph.node)
-    if not any(n.domain == "com.microsoft.nchwc" for n in optimized.graph.node):
-        pytest.skip("this CPU's onnxruntime build has no NCHWc transformer")
-    assert "BatchNormalization" not in counts and "Relu" not in counts
-    assert counts["ReorderInput"] + counts["ReorderOutput"] <= 2  # in at the stem (or none), out before the mean
-    assert counts["Transpose"] <= 1
+def test_the_blocks_are_channels_first_ops_only() -> None:
+    """Every op from the input's Transpose to the mean, with its output shape: all NCHW, nothing in between."""
+    model = onnx.shape_inference.infer_shapes(exported(), strict_mode=True)
+    shapes = {v.name: tuple(d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim)
+              for v in [*model.graph.value_info, *model.graph.output]}
+    ops = [(n.op_type, shapes[n.output[0]]) for n in model.graph.node]
+    conv_relu = [("Conv", ("batch", 32, 12, 12)), ("Relu", ("batch", 32, 12, 12))]  # the 1x1 conv, its BN folded
+    assert ops == [
+        ("Transpose", ("batch", 3, 12, 12)),
+        ("Conv", ("batch", 16, 12, 12)), ("Relu", ("batch", 16, 12, 12)),  # stem, stem_bn folded into it
+        ("BatchNormalization", ("batch", 16, 12, 12)), ("Relu", ("batch", 16, 12, 12)),  # b1_bn: stem_bn has 2 readers
+        *conv_relu, ("Conv", ("batch", 8, 12, 12)), ("Concat", ("batch", 24, 12, 12)),
+        ("BatchNormalization", ("batch", 24, 12, 12)), ("Relu", ("batch", 24, 12, 12)),  # b2_bn after the Concat
+        *conv_relu, ("Conv", ("batch", 8, 12, 12)), ("Concat", ("batch", 32, 12, 12)),
+        ("BatchNormalization", ("batch", 32, 12, 12)), ("Relu", ("batch", 32, 12, 12)),  # t_bn
+        ("Conv", ("batch", 16, 12, 12)), ("AveragePool", ("batch", 16, 6, 6)),
+        ("BatchNormalization", ("batch", 16, 6, 6)), ("Relu", ("batch", 16, 6, 6)),  # b3_bn: t_pool has 2 readers
+        ("Conv", ("batch", 8, 6, 6)), ("Concat", ("batch", 24, 6, 6)),
+        ("ReduceMean", ("batch", 24)), ("Gemm", ("batch", 5)),
+    ]
+    assert [onnx.helper.get_attribute_value(n.attribute[0]) for n in model.graph.node if n.op_type == "Concat"] == [1, 1, 1]
+    # each Relu reads the op right before it and nothing else does: onnxruntime may fuse the pair
+    readers = Counter(name for n in model.graph.node for name in n.input)
+    for before, relu in zip(model.graph.node, model.graph.node[1:], strict=False):
+        if relu.op_type == "Relu":
+            assert list(relu.input) == [before.output[0]] and readers[before.output[0]] == 1, relu.name
 
 
 def test_tf_and_onnxruntime_agree(tmp_path: Path) -> None:

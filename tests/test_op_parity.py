@@ -20,7 +20,7 @@ from specgen.render.files import render_files
 from specgen.spec.layers import Activation
 from specgen.spec.load import load_spec, load_spec_text
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # max |ORT - TF|: two float32 evaluations of one graph, different summation orders
 IMAGE = {"image": {"shape": [9, 7, 3]}}  # odd sizes exercise asymmetric SAME padding
 VECTOR = {"x": {"shape": [12]}}
 SEQUENCE = {"x": {"shape": [12]}}

@@ -21,7 +21,7 @@ from specgen.ir.resolve import build_ir
 from specgen.report import report
 from specgen.spec.load import load_spec_text
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # max |ORT - TF|: two float32 evaluations of one graph, different summation orders
 RELATIVE = 1e-5  # imported models: of the output's largest magnitude, as tests/test_import_keras.py
 
 # enc and bn are each called on both images; fc on its own output. One layer a line (positions below).

@@ -147,20 +147,23 @@ def test_a_hostile_pattern_is_linear() -> None:
     keys = [f"{'ab/_9' * 7}{i:02}" for i in range(20_000)]  # 37 characters, none matching
     start = time.perf_counter()
     assert all(regex.rename(HOSTILE, r"\1", key) is None for key in keys)
-    assert time.perf_counter() - start < 1.0
+    # A hang guard, not a benchmark: 0.2-0.3 s here (2 shared cores); backtracking `re` needs 0.35-6 s for ONE
+    # 22-character key and doubles per character, so a regression is hours away from this bound either way.
+    assert time.perf_counter() - start < 30
 
 
 def test_restore_maps_keys_with_re2() -> None:
-    """The restore runtime itself: Python's `re` needs about 10 s for these three keys."""
+    """The restore runtime itself: Python's `re` needs about 20 s for these three keys (10 s for 24-26)."""
     pytest.importorskip("tensorflow")
     from specgen.runtime.commands.restore import _rename
     from specgen.spec.io import RenamePattern
 
     entries = [RenamePattern(pattern=HOSTILE, to=r"\1"), RenamePattern(pattern="^old/(.*)$", to=r"new/\1")]
     start = time.perf_counter()
-    assert [_rename("a" * n, entries) for n in (24, 25, 26)] == ["a" * n for n in (24, 25, 26)]
+    assert [_rename("a" * n, entries) for n in (25, 26, 27)] == ["a" * n for n in (25, 26, 27)]
     assert _rename("old/conv1/kernel", entries) == "new/conv1/kernel"
-    assert time.perf_counter() - start < 1.0
+    # re2 took 0.14 ms here; the bound sits 10x below `re`'s 20 s and far above a loaded machine's pauses.
+    assert time.perf_counter() - start < 2.0
 
 
 def test_hostile_glob_patterns_stay_fast() -> None:
@@ -171,7 +174,8 @@ def test_hostile_glob_patterns_stay_fast() -> None:
     start = time.perf_counter()
     for _ in range(20):
         assert not any(fnmatch.fnmatchcase(path, p) for path in paths for p in patterns)
-    assert time.perf_counter() - start < 1.0
+    # 0.02 s here; a backtracking glob is exponential in the 127 stars (never finishes): a hang guard only.
+    assert time.perf_counter() - start < 10
 
 
 # --- item 11: names that become generated Python or ONNX names ------------------------------

@@ -4,9 +4,10 @@
   Keras 3's Adam, the Polyak or hard-copy target update; every variable to 1e-6;
 - the ops against numpy (float64): gather is take_along_axis, reduce is np.max, stop_gradient has a
   zero gradient;
-- `specgen train` on the bundled transitions learns Q* (value iteration, float64): greedy policy
-  optimal and max |Q - Q*| <= 1e-3; the checkpoint holds each target beside its online variable,
-  and a resumed run continues exactly like an uninterrupted one (targets restored, not re-copied).
+- `specgen train` on the bundled transitions, its learning rate annealed to 0, learns Q* (value
+  iteration, float64): greedy policy optimal and max |Q - Q*| <= Q_TOLERANCE; the checkpoint holds each
+  target beside its online variable, and a resumed run continues exactly like an uninterrupted one
+  (targets restored, not re-copied).
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "specs" / "chain_dqn.yaml"
 DATA = ROOT / "examples" / "chain_dqn" / "chain.npz"
 STEP_TOLERANCE = 1e-6  # every variable after the generated steps vs the hand-written ones
-Q_TOLERANCE = 1e-3  # max |Q - Q*| after training (measured: 2.2e-4 for the Q-network, 4.4e-6 for its target)
+# max |Q - Q*| after the annealed training below, both networks. At the example's constant learning rate Adam never
+# settles (its step does not shrink with the gradient), so step 2400 is a snapshot of that jitter, which every
+# oneDNN kernel choice draws anew: over seeds 0-19 it was 7e-7..2.1e-2 (Q-network) and 1.6e-6..1.2e-3 (target)
+# with ONEDNN_MAX_CPU_ISA=AVX2 or SSE41 here, 3.5e-3 for seed 0 on an AVX-512 machine. Annealed to 0 (cosine),
+# seeds 0-3, 10, 14, 16, 18 (the worst ones above) end within 3.4e-6 (Q-network) and 5.9e-6 (target) under both
+# ISAs: float32 rounding of values near 1. The bound is 17x that, and 228x under half the smallest action gap of
+# Q* (0.04561 at state 0), below which the values alone already imply the optimal greedy policy.
+Q_TOLERANCE = 1e-4
+ANNEALED = "optimizers.q.learning_rate={schedule: cosine_decay, initial: 0.01, decay_steps: 2400}"
 GAMMA = 0.9
 LR = 0.01
 FEATURES = ("state", "action", "reward", "done", "next_state")
@@ -186,12 +195,12 @@ def checkpoint(folder: Path, step: int) -> Any:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example trained as shipped (150 epochs of 16 updates, about 5 s), in a copy of examples/."""
+    """The example (150 epochs of 16 updates, about 5 s) in a copy of examples/, its learning rate annealed."""
     folder = tmp_path_factory.mktemp("chain")
     (folder / "specs").mkdir()
     shutil.copy(SPEC, folder / "specs")
     shutil.copytree(DATA.parent, folder / "chain_dqn")
-    train(folder)
+    train(folder, "--set", ANNEALED)
     return folder
 
 
@@ -211,6 +220,8 @@ def test_dqn_learns_optimal_q(trained: Path) -> None:
     reader = checkpoint(trained, 2400)
     q_star = value_iteration().optimal_q()
     q = q_values(reader, "qnet")
+    gaps = np.abs(q_star[:, 1] - q_star[:, 0])
+    assert round(float(gaps.min()), 5) == 0.04561 and Q_TOLERANCE < gaps.min() / 2  # the comment at Q_TOLERANCE
     assert np.array_equal(q.argmax(axis=1), q_star.argmax(axis=1)) and (q_star.argmax(axis=1) == 1).all()
     assert np.max(np.abs(q - q_star)) <= Q_TOLERANCE, np.max(np.abs(q - q_star))
     # The target network has followed: its Q values are close to Q* too.

@@ -267,6 +267,6 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
     if train and train.ema:
         state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in train.metrics if train else ():
-        state += [Variable(keys.metric(metric, acc), shape, "float32", ("metrics",))
-                  for acc, shape in METRICS[metric].state]
+        state += [Variable(keys.metric(metric.name, acc), shape, "float32", ("metrics",))
+                  for acc, shape in METRICS[metric.name].state]
     return state

@@ -52,6 +52,12 @@ def init_moments(init: Init | None, shape: tuple[int, ...]) -> Moments:
         low, high = args.get("minval", -0.05), args.get("maxval", 0.05)
         mean = (low + high) / 2
         return mean, (high - low) * (high - low) / 12 + mean * mean
+    if init.kind == "orthogonal":  # orthonormal columns (or rows) of the longer side: E[w^2] = gain^2 / max side
+        rows, cols = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1] if shape else 1
+        return 0.0, args.get("gain", 1.0) ** 2 / max(rows, cols, 1)
+    if init.kind == "unit_forget_bias":  # an LSTM bias: `value` everywhere but the forget gate's ones
+        value = args.get("value", 0.0)
+        return (3 * value + 1) / 4, (3 * value * value + 1) / 4
     # The variance-scaling kinds: the normal ones divide by the truncation factor, so both
     # the uniform and the normal variant have exactly this variance.
     variance = {"glorot_uniform": 2.0 / max(fan_in + fan_out, 1), "glorot_normal": 2.0 / max(fan_in + fan_out, 1),

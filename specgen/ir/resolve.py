@@ -38,6 +38,7 @@ from specgen.ir.training.build import build_training
 from specgen.kinds import ops, sources
 from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.kinds.metrics import REGISTRY as METRICS
+from specgen.kinds.metrics import Args, args_of, name_of, relisted
 from specgen.spec.load import LoadedSpec, load_spec
 
 
@@ -176,7 +177,8 @@ def _variable(path: str, decl: ops.VarDecl, named_in: set[str] | tuple[()], held
     onnx_shape = decl.shape if decl.onnx_shape is None else decl.onnx_shape
     return Variable(path=path, shape=decl.shape, dtype="float32", collections=tuple(sorted(builtin.union(named_in))),
                     init=decl.init, seed=zlib.crc32(path.encode()) & 0x7FFFFFFF, py_name=py_name(path),
-                    onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape)
+                    onnx_name=onnx_name(path), onnx_perm=decl.onnx_perm, onnx_shape=onnx_shape,
+                    onnx_split=decl.onnx_split, onnx_order=decl.onnx_order)
 
 
 def _collection_table(variables: list[Variable], members: Membership, pruned: bool = False
@@ -263,9 +265,13 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
         return [loaded.diagnostic(("train", "metrics"), (
             "metrics read the first loss term with labels from the data section, and no term has them "
             "(each reads its labels from an output); remove train.metrics"))]
-    for i, metric in enumerate(spec.train.metrics):
-        if (why := METRICS[metric].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<metric>.py
+    seen: dict[str, Args] = {}
+    for i, item in enumerate(spec.train.metrics):
+        name, args = name_of(item), args_of(item)
+        if (why := METRICS[name].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<name>.py
             problems.append(loaded.diagnostic(("train", "metrics", i), why))
+        elif seen.setdefault(name, args) != args:  # one set of variables metrics/<name>/* per metric
+            problems.append(loaded.diagnostic(("train", "metrics", i), relisted(name, args, seen[name])))
     return problems
 
 

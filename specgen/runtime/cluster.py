@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
 from specgen.diagnostics import Diagnostic, SpecError, describe, one_of, safe_repr
+from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.kinds.features import compat
 from specgen.spec.load import LoadedSpec
@@ -187,10 +188,10 @@ def check_early(loaded: LoadedSpec, strategy: str | None) -> None:
         read_role()
 
 
-def check_replicas(loaded: LoadedSpec, strategy: str, count: int) -> None:
+def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR | None = None) -> None:
     """What a distributed run of the spec needs, checked without TensorFlow (by `specgen train` once its
     strategy knows `count`, and by `--emit tfjob` before it writes a job that could only fail)."""
-    training = build_ir(loaded).training
+    training = (ir if ir is not None else build_ir(loaded)).training  # `ir`: the command's own, built once
     if training is None or training.train is None:
         return
     if any(o.levenberg_marquardt for o in training.optimizers):

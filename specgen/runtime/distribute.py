@@ -15,6 +15,9 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
   printed metrics are global) and MEAN for batch-norm moving statistics.
 - The generated steps run on every replica through `strategy.run`, their Python bodies traced into one
   outer tf.function (see `python_body`); the default strategy never comes here and pays nothing.
+
+`Replicas` is the `Distribution` (runtime/distribution.py: one interface, one device by default) of a run
+under a strategy; `start` makes the one a run uses.
 """
 
 from __future__ import annotations
@@ -31,14 +34,16 @@ from typing import Any
 
 import tensorflow as tf
 
-from specgen.ir.resolve import build_ir
+from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.cluster import Role, check_replicas, read_role
+from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib import layers
+from specgen.runtime.lib.interface import SteppingTrainer
 from specgen.spec.load import LoadedSpec
 
 PACK_BYTES = 32 * 1024 * 1024  # all-reduce packs (CommunicationOptions.bytes_per_pack)
@@ -100,22 +105,24 @@ def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
     return getattr(function, "python_function", function)
 
 
-class Replicas:
-    """The strategy of one run and the replica-context wrappers the session calls instead of the trainer's steps."""
+class Replicas(Distribution):
+    """The strategy of one run: the generated steps run on every replica, variables mirrored."""
 
     def __init__(self, strategy: tf.distribute.Strategy, role: Role, settings: DistributeIR):
         self.strategy, self.role, self.settings = strategy, role, settings
         self.count = strategy.num_replicas_in_sync
+        self.chief = role.chief
+        self.lost = LOST
         self._temporary: Path | None = None
         self._steps: Callable[..., Any] | None = None
         self._calls: dict[str, Callable[..., Any]] = {}
 
-    def describe(self) -> str:
+    def describe(self) -> list[str]:
         local = len(self.strategy.extended.worker_devices)
         where = f"{self.role.workers} worker(s) x {local} device(s)" if self.settings.strategy == "multi_worker" \
             else f"{local} device(s)"
-        return f"{self.settings.strategy}: {self.count} replicas ({where}); this process is {self.role.name}" + \
-            (" (chief)" if self.role.chief else "")
+        return [f"{self.settings.strategy}: {self.count} replicas ({where}); this process is {self.role.name}" +
+                (" (chief)" if self.role.chief else "")]
 
     @contextlib.contextmanager
     def scope(self, update_paths: frozenset[str]) -> Iterator[None]:
@@ -133,7 +140,7 @@ class Replicas:
             yield
 
     def write_folder(self, run: Path) -> Path:
-        """Where this process writes: the run folder for the chief, a temporary folder (removed at the end) otherwise."""
+        """The run folder for the chief, a temporary folder (removed by `close`) for the other workers."""
         if self.role.chief:
             return run
         if self._temporary is None:
@@ -145,7 +152,13 @@ class Replicas:
             shutil.rmtree(self._temporary, ignore_errors=True)
             self._temporary = None
 
-    def train_steps(self, trainer: Any, iterator: Any, counter: tf.Tensor, steps: tf.Tensor, seed: int) -> tf.Tensor:
+    def saved(self, checkpoint: Path) -> None:
+        """TensorFlow's pattern: every worker writes the checkpoint (the save is collective), only the chief's stays."""
+        if not self.role.chief:
+            shutil.rmtree(checkpoint)
+
+    def train_steps(self, trainer: SteppingTrainer, iterator: Any, counter: tf.Tensor, steps: tf.Tensor,
+                    seed: int) -> tf.Tensor:
         """`steps` updates in one graph; the loss of the last, averaged over replicas (the global batch's mean)."""
         if self._steps is None:
             strategy = self.strategy
@@ -169,23 +182,7 @@ class Replicas:
             self._steps = run
         return self._steps(iterator, counter, steps)
 
-    def accumulated_updates(self, trainer: Any, iterator: Any, step: int, count: int, accumulate: int,
-                            seed: int) -> tf.Tensor:
-        """`count` updates of `accumulate` micro-batches each, from global step `step`: the micro-batches and
-        seeds of the one-process loop (session.py), each micro-batch and each apply on every replica."""
-        loss = tf.constant(0.0)
-        for update in range(step, step + count):
-            for micro in range(int(trainer.micro_batches.numpy()), accumulate):  # a resumed run may start mid-update
-                features, labels = next(iterator)
-                micro_seed = tf.constant([update * accumulate + micro, seed], tf.int64)
-                loss = self._call("accumulate", trainer.accumulate_step, features, labels, micro_seed)
-            self._call("apply", trainer.apply_accumulated)
-        return loss
-
-    def eval_step(self, trainer: Any, features: Any, labels: Any) -> tf.Tensor:
-        return self._call("eval", trainer.eval_step, features, labels)
-
-    def _call(self, name: str, step: Callable[..., Any], *args: Any) -> Any:
+    def run(self, name: str, step: Callable[..., Any], *args: Any) -> Any:
         """`step` on every replica, each with its slice of the batch (and its own seed); losses averaged."""
         cache = self._calls
         if name not in cache:
@@ -206,44 +203,45 @@ class Replicas:
             cache[name] = run
         return cache[name](*args)
 
+    def lost_worker(self, loaded: LoadedSpec, exc: Exception) -> SystemExit:
+        """One line on stderr for a run that lost a worker (a collective timed out or its peer went away); exit 1.
 
-def start(loaded: LoadedSpec, settings: DistributeIR, strategy: str | None = None) -> Replicas | None:
-    """The run's replicas (None for `default`), checked against the spec: the global batch must divide among them.
+        Nothing half-written: a checkpoint is published by a rename after its files are whole, so the
+        run folder holds only whole ones, and relaunching every worker with --resume continues from the newest.
+        """
+        newest, _ = CheckpointFolder(run_folder(loaded), 1).newest()
+        where = f"the newest checkpoint is {shown(newest)}" if newest else "no checkpoint was written yet"
+        print(f"specgen: error: {self.role.name} of {self.role.workers} stopped: {_reason(exc)}; "
+              f"{where}. Relaunch every worker with --resume", file=sys.stderr, flush=True)
+        return SystemExit(1)
+
+
+def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distribution:
+    """The run's distribution (one device for `default`), checked against the spec: the global batch must divide
+    among the replicas. `strategy`: --strategy, which replaces the spec's.
 
     Called before anything else touches TensorFlow: a strategy configures the runtime it starts.
     """
+    settings = settings_of(ir)
     if strategy is not None:
         settings = replace(settings, strategy=strategy)
     role = read_role() if settings.strategy == "multi_worker" else Role()  # MirroredStrategy ignores TF_CONFIG
     made = make_strategy(settings)
     if made is None:
-        return None
+        return Distribution()
     replicas = Replicas(made, role, settings)
     layers.synchronize_batch_norm(settings.sync_batch_norm)
-    check_replicas(loaded, settings.strategy, replicas.count)
+    check_replicas(loaded, settings.strategy, replicas.count, ir)
     return replicas
 
 
-def settings_of(loaded: LoadedSpec) -> DistributeIR:
+def settings_of(ir: ModelIR) -> DistributeIR:
     """The spec's `train.distribute`, resolved (the default strategy without a train section)."""
-    training = build_ir(loaded).training
+    training = ir.training
     return training.train.distribute if training is not None and training.train is not None else DistributeIR()
 
 
-def lost_worker(loaded: LoadedSpec, replicas: Replicas, exc: Exception) -> SystemExit:
-    """One line on stderr for a run that lost a worker (a collective timed out or its peer went away); exit 1.
-
-    Nothing half-written: a checkpoint is published by a rename after its files are whole, so the
-    run folder holds only whole ones, and relaunching every worker with --resume continues from the newest.
-    """
-    newest, _ = CheckpointFolder(run_folder(loaded), 1).newest()
-    where = f"the newest checkpoint is {shown(newest)}" if newest else "no checkpoint was written yet"
-    print(f"specgen: error: {replicas.role.name} of {replicas.role.workers} stopped: {_reason(exc, replicas)}; "
-          f"{where}. Relaunch every worker with --resume", file=sys.stderr, flush=True)
-    return SystemExit(1)
-
-
-def _reason(exc: Exception, replicas: Replicas) -> str:
+def _reason(exc: Exception) -> str:
     """What TensorFlow's long error says, in a clause: which task went quiet, or that a collective timed out."""
     text = str(exc.message if isinstance(exc, tf.errors.OpError) else exc)
     if found := re.search(r"stopped sending heartbeats\):\s*(\S+)", text):

@@ -58,7 +58,11 @@ VARIABLES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "Normalization": (("mean", "adapted"), ("variance", "adapted"), ("count", "adapted")),
     "Embedding": (("embeddings", None),), "PReLU": (("alpha", None),), "LayerScale": (("gamma", None),),
     "RMSNormalization": (("scale", None),),
+    # Recurrent layers keep their variables in their cell (`<layer>/cell/vars/<i>`); keyed `<layer>/<weight>`
+    # like specgen's lstm/gru/simple_rnn, so they restore by identity.
+    **{c: (("kernel", None), ("recurrent_kernel", None), ("bias", "use_bias")) for c in ("LSTM", "GRU", "SimpleRNN")},
 }
+CELLS = ("LSTM", "GRU", "SimpleRNN")  # their own variables are in the `cell` sub-object
 
 
 @dataclass(frozen=True)
@@ -304,11 +308,13 @@ def _object(group: h5py.Group, entry: dict[str, Any] | None, prefix: str, found:
     config = config if isinstance(config, dict) or config is None else {}
     path = prefix + _name(group)
     inner = prefix if top else f"{path}/"
-    _own(group, path, cls, config, strict, found)
+    cell = cls in CELLS and isinstance(group.get("cell"), h5py.Group)
+    _own(group["cell"] if cell else group, path, cls, config, strict, found)
     if isinstance(group.get("layers"), h5py.Group):
         for child, child_entry in _children(group["layers"], entry, path):
             _object(child, child_entry, inner, found)
-    for attribute in (k for k in group if k not in ("vars", "layers") and not (top and k == "optimizer")):
+    for attribute in (k for k in group if k not in ("vars", "layers", *(("cell",) if cell else ()))
+                      and not (top and k == "optimizer")):
         sub = group[attribute]
         if not isinstance(sub, h5py.Group) or not _holds_weights(sub):
             continue

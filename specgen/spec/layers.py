@@ -65,12 +65,19 @@ class VarianceScaling(SpecModel):
     kind: Literal["glorot_uniform", "glorot_normal", "he_normal", "he_uniform"]
 
 
+class Orthogonal(SpecModel):
+    """Keras' Orthogonal: a random orthogonal matrix (QR of a normal draw) times `gain`."""
+
+    kind: Literal["orthogonal"]
+    gain: Float = 1.0
+
+
 InitializerName = Literal[
     "zeros", "ones", "glorot_uniform", "glorot_normal", "he_normal", "he_uniform",
-    "random_normal", "truncated_normal", "random_uniform",
+    "random_normal", "truncated_normal", "random_uniform", "orthogonal",
 ]
 Initializer = Annotated[
-    Constant | Zeros | Ones | Normal | Uniform | VarianceScaling, Field(discriminator="kind")
+    Constant | Zeros | Ones | Normal | Uniform | VarianceScaling | Orthogonal, Field(discriminator="kind")
 ]
 # `kernel_init: he_normal` is short for `kernel_init: {kind: he_normal}`.
 InitializerSpec = by_shape(scalar_or_mapping, "an initializer name or a mapping with 'kind'",

@@ -13,12 +13,23 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from specgen.kinds.features import compat
 from specgen.spec.base import PositiveFloat, PositiveInt, SpecModel, number
 
-# The pair of features each optimizer key that LM does without stands for: the message is that pair's
-# refusal in specgen/kinds/features/compat.py (rather than an unknown-key error).
-REFUSED = {"learning_rate": "schedule", "weight_decay": "weight_decay", "clip": "optimizer_clip"}
+# Why each optimizer key that LM does without is refused (rather than as an unknown key). The compatibility
+# table (specgen/kinds/features/compat.py) holds these as the refusals of the pairs levenberg_marquardt +
+# schedule, weight_decay and optimizer_clip; their text is here because the table imports the optimizer
+# registry (its opt_<kind> names), which imports this module: the other way round would be a cycle.
+REFUSED = {
+    "learning_rate": (
+        "levenberg_marquardt takes no learning rate: the damping sets the step length (Marquardt's rule moves it "
+        "after every iteration); set initial_damping instead"),
+    "weight_decay": (
+        "levenberg_marquardt takes no weight decay: each step solves the damped normal equations of the "
+        "residuals, so a decay outside them would undo the fit; add an L2 term to the model instead"),
+    "clip": (
+        "levenberg_marquardt takes no clipping: the step is a damped Gauss-Newton solve, not a gradient step; a "
+        "larger damping shortens it"),
+}
 
 
 class LevenbergMarquardtKeys(SpecModel):
@@ -37,4 +48,4 @@ class LevenbergMarquardtKeys(SpecModel):
     @field_validator("learning_rate", "weight_decay", "clip", mode="before")
     @classmethod
     def _refused(cls, value: Any, info: Any) -> Any:
-        raise ValueError(compat.message("levenberg_marquardt", REFUSED[info.field_name]))
+        raise ValueError(REFUSED[info.field_name])

@@ -11,11 +11,13 @@ Pair = tuple[str, str]
 
 # The pairwise universe, in table order: the training features issue 18 names, the settings they meet,
 # and every optimizer kind (levenberg_marquardt is both). What each means: tests/golden/pairs.py FEATURES.
+# opt_lion came with the lion optimizer (issue 18 item 6): a new kind extends the table, and golden specs
+# added for it cover its pairs (the earlier specs and their files are unchanged).
 FEATURE_NAMES = (
     "ema", "accumulate", "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune",
     "levenberg_marquardt", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen",
     "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema",
-    "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad",
+    "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion",
 )
 ORDER = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -31,81 +33,86 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "ema": (
         "accumulate", "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "levenberg_marquardt",
         "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "accumulate": (
         "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer",
         "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema",
-        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "clip": (
         "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule",
         "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd",
-        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "optimizer_clip": (
         "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics",
         "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam",
-        "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "weight_decay": (
         "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen",
         "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad"
+        "opt_adagrad", "opt_lion"
     ),
     "loss_terms": (
         "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore",
-        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
+        "opt_adagrad", "opt_lion"
     ),
     "targets": (
         "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "prune": (
         "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "levenberg_marquardt": ("metrics", "full_batch", "frozen", "restore", "sync_batch_norm", "export_ema"),
     "distribute": (
         "probe", "multi_optimizer", "schedule", "metrics", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm",
-        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "probe": (
         "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm",
-        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "multi_optimizer": (
         "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema",
-        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "schedule": (
         "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd",
-        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "metrics": (
         "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam",
-        "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "full_batch": (
         "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw",
-        "opt_rmsprop", "opt_adagrad"
+        "opt_rmsprop", "opt_adagrad", "opt_lion"
     ),
     "frozen": (
         "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad"
+        "opt_adagrad", "opt_lion"
     ),
     "restore": (
-        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"
+        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
+        "opt_adagrad", "opt_lion"
     ),
-    "batch_norm": ("dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "dropout": ("sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "sync_batch_norm": ("export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "export_ema": ("opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "opt_sgd": ("opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "opt_adam": ("opt_adamw", "opt_rmsprop", "opt_adagrad"),
-    "opt_adamw": ("opt_rmsprop", "opt_adagrad"),
-    "opt_rmsprop": ("opt_adagrad",),
-    "opt_adagrad": (),
+    "batch_norm": (
+        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
+    ),
+    "dropout": ("sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "sync_batch_norm": ("export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "export_ema": ("opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "opt_sgd": ("opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "opt_adam": ("opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "opt_adamw": ("opt_rmsprop", "opt_adagrad", "opt_lion"),
+    "opt_rmsprop": ("opt_adagrad", "opt_lion"),
+    "opt_adagrad": ("opt_lion",),
+    "opt_lion": (),
 }
 
 # Pairs `specgen validate` refuses, with the messages it prints for the pair's probe spec (probe.py names the
@@ -179,6 +186,11 @@ REFUSED: dict[Pair, tuple[str, ...]] = {
         "in another run, or freeze them",
     ),
     ("levenberg_marquardt", "opt_adagrad"): (
+        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
+        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
+        "in another run, or freeze them",
+    ),
+    ("levenberg_marquardt", "opt_lion"): (
         "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
         "damped steps until the loss falls, which another update in the same step would confound; train those weights "
         "in another run, or freeze them",

@@ -114,7 +114,7 @@ FEATURES: dict[str, Test] = {
     "dropout": lambda s: any(x["op"] == "dropout" and x.get("rate", 0) > 0 for x in _layers(s)),
     "sync_batch_norm": lambda s: bool(_distribute(s).get("sync_batch_norm")),
     "export_ema": lambda s: _onnx(s).get("weights") == "ema",
-    **{f"opt_{k}": _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad")},
+    **{f"opt_{k}": _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad", "lion")},
 }
 assert tuple(FEATURES) == FEATURE_NAMES, "compat.FEATURE_NAMES and FEATURES list the same features, in order"
 
@@ -127,6 +127,11 @@ def _maps(spec: Spec) -> list[Spec]:
     return [m for r in _restores(spec) for m in r.get("map") or []]
 
 
+def _metric_names(spec: Spec) -> list[str]:
+    """`train.metrics` items are names or mappings with `kind` (top_k_accuracy's `k`)."""
+    return [m["kind"] if isinstance(m, dict) else m for m in _train(spec).get("metrics") or []]
+
+
 def _in(values: Callable[[Spec], list[Any]], value: Any) -> Test:
     return lambda s: value in values(s)
 
@@ -134,12 +139,12 @@ def _in(values: Callable[[Spec], list[Any]], value: Any) -> Test:
 # Axis -> kind -> how a spec shows it. Every kind of every axis is used by at least one golden spec;
 # kinds within an axis are values of one setting, so their pairs are not required (see README.md).
 AXES: dict[str, dict[str, Test]] = {
-    "optimizer": {k: _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad", "levenberg_marquardt")}
+    "optimizer": {k: _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad", "levenberg_marquardt", "lion")}
     | {"sgd_nesterov": lambda s: any(o.get("nesterov") for o in _optimizers(s)),
        "rmsprop_centered": lambda s: any(o.get("centered") for o in _optimizers(s))},
     "loss": {k: _in(lambda s: [t["kind"] for t in _terms(s)], k) for k in (
         "sparse_softmax_cross_entropy", "softmax_cross_entropy", "sigmoid_cross_entropy", "mean_squared_error",
-        "mean_absolute_error", "huber", "l2", "l1")}
+        "mean_absolute_error", "huber", "l2", "l1", "focal")}
     | {"labels_from_output": lambda s: any(t.get("labels") in (s.get("outputs") or {}) for t in _terms(s)),
        "term_weight": lambda s: any("weight" in t and t["kind"] not in ("l1", "l2") for t in _terms(s)),
        "term_name": lambda s: any("name" in t for t in _terms(s))},
@@ -149,8 +154,8 @@ AXES: dict[str, dict[str, Test]] = {
        "zero": lambda s: any(r == 0 for r in _rate_schedules(s)),
        "warmup_steps": lambda s: any(isinstance(r, dict) and r.get("warmup_steps") for r in _rate_schedules(s)),
        "staircase": lambda s: any(isinstance(r, dict) and r.get("staircase") for r in _rate_schedules(s))},
-    "metric": {k: _in(lambda s: _train(s).get("metrics") or [], k)
-               for k in ("accuracy", "mean_loss", "auc", "precision", "recall")},
+    "metric": {k: _in(_metric_names, k) for k in ("accuracy", "mean_loss", "auc", "precision", "recall", "top_k_accuracy")}
+    | {"metric_keys": lambda s: any(isinstance(m, dict) and len(m) > 1 for m in _train(s).get("metrics") or [])},
     "data_source": {k: lambda s, k=k: any(k in src for src in _sources(s)) for k in ("npz", "csv", "tfrecord")}
     | {"csv_columns": lambda s: any(isinstance(c, list) for src in _sources(s) if "csv" in src
                                     for c in src["features"].values())},

@@ -23,7 +23,8 @@ COMMON = ("name", "trainable", "dtype", "batch_input_shape", "batch_shape", "inp
 TRAINING_ONLY = ("kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                  "bias_constraint", "depthwise_regularizer", "depthwise_constraint", "pointwise_regularizer",
                  "pointwise_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                 "gamma_constraint", "embeddings_regularizer", "embeddings_constraint", "seed", "noise_shape")
+                 "gamma_constraint", "embeddings_regularizer", "embeddings_constraint", "seed", "noise_shape",
+                 "recurrent_regularizer", "recurrent_constraint")
 ACTIVATIONS = ("relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softplus",
                "swish", "silu", "hard_swish", "hard_silu", "softmax")
 # Keras 2's hard_sigmoid is 0.2 * x + 0.5, clipped; specgen's is Keras 3's relu6(x + 3) / 6.
@@ -31,7 +32,7 @@ KERAS2_DIFFERENT = ("hard_sigmoid",)
 INITIALIZERS = {"GlorotUniform": "glorot_uniform", "GlorotNormal": "glorot_normal", "HeNormal": "he_normal",
                 "HeUniform": "he_uniform", "Zeros": "zeros", "Ones": "ones", "Constant": "constant",
                 "RandomNormal": "random_normal", "TruncatedNormal": "truncated_normal",
-                "RandomUniform": "random_uniform"}
+                "RandomUniform": "random_uniform", "Orthogonal": "orthogonal"}
 # VarianceScaling (scale, mode, distribution) that one of specgen's fan-based kinds is.
 SCALING = {(1.0, "fan_avg", "uniform"): "glorot_uniform", (1.0, "fan_avg", "truncated_normal"): "glorot_normal",
            (2.0, "fan_in", "truncated_normal"): "he_normal", (2.0, "fan_in", "uniform"): "he_uniform"}
@@ -174,7 +175,7 @@ class Args:
         if config.get("seed") is not None:
             self.note(key, value, "seed dropped: specgen seeds initializers from train.seed")
         keys = {"constant": ("value",), "random_normal": ("mean", "stddev"), "truncated_normal": ("mean", "stddev"),
-                "random_uniform": ("minval", "maxval")}.get(kind, ())
+                "random_uniform": ("minval", "maxval"), "orthogonal": ("gain",)}.get(kind, ())
         values = {k: finite(config[k]) for k in keys if k in config}
         if None in values.values():
             raise self.wrong(key, f"an initializer whose {', '.join(keys)} are finite numbers within float32's range")

@@ -33,7 +33,10 @@ Converter = Callable[[Args, Shapes], dict[str, Any] | list[Part] | None]
 
 # spec op -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
 # Keras 3 names every variable as specgen does (DepthwiseConv2D's is `kernel`); Keras 2 did not.
-KERAS2_ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"}}
+# Keras 2 keeps a recurrent layer's weights under its cell, whose name is the same in every layer.
+KERAS2_ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"},
+                **{op: {role: f"{op}_cell/{role}" for role in ("kernel", "recurrent_kernel", "bias")}
+                   for op in ("lstm", "gru", "simple_rnn")}}
 
 
 def _sides(a: Args, key: str, default: int) -> int | list[Any]:
@@ -305,6 +308,52 @@ def embedding(a: Args, shapes: Shapes) -> dict[str, Any]:
     return out
 
 
+RECURRENT_OPS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "simple_rnn"}
+RECURRENT_ACTIVATIONS = ("tanh", "sigmoid", "relu", "hard_sigmoid")  # specgen/kinds/ops/recurrent.py
+
+
+def _cell_activation(a: Args, key: str, default: str) -> str:
+    value = a.get(key, default)
+    if value not in RECURRENT_ACTIVATIONS or (a.keras2 and value == "hard_sigmoid"):
+        raise a.refuse(key, "a recurrent activation: " + ", ".join(RECURRENT_ACTIVATIONS)
+                       + (" (Keras 2's hard_sigmoid differs from Keras 3's)" if a.keras2 else ""))
+    return str(value)
+
+
+def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
+    """LSTM / GRU / SimpleRNN: the spec keys that differ from the defaults (which are Keras')."""
+    op = RECURRENT_OPS[a.layer.cls]
+    for key, why in (("return_state", "extra state outputs are not supported yet"),
+                     ("stateful", "specgen's recurrent layers start every batch from zeros"),
+                     ("time_major", "specgen sequences are batch-major")):
+        a.expect(key, False, None, why=why)
+    for key in ("dropout", "recurrent_dropout"):  # it would train differently: refused, not dropped
+        if a.number(key, 0.0) != 0.0:
+            raise a.refuse(key, "specgen's recurrent layers have no dropout yet")
+    a.expect("zero_output_for_mask", False, True, None)  # masks only, which specgen does not import yet
+    a.get("unroll"), a.get("implementation")  # the same outputs whichever way Keras runs the loop
+    out: dict[str, Any] = {"op": op, "units": a.integer("units")}
+    for key in ("return_sequences", "go_backwards"):
+        if a.flag(key, False):
+            out[key] = True
+    if (act := _cell_activation(a, "activation", "tanh")) != "tanh":
+        out["activation"] = act
+    if op != "simple_rnn" and (rec := _cell_activation(a, "recurrent_activation", "sigmoid")) != "sigmoid":
+        out["recurrent_activation"] = rec
+    if op == "gru" and not a.flag("reset_after", True):
+        out["reset_after"] = False
+    if op == "lstm" and not a.flag("unit_forget_bias", True):
+        out["unit_forget_bias"] = False
+    if not a.flag("use_bias", True):
+        out["use_bias"] = False
+    _init(a, out, "kernel_initializer", "kernel_init")
+    if (init := a.initializer("recurrent_initializer")) not in (None, {"kind": "orthogonal", "gain": 1.0}):
+        out["recurrent_init"] = init
+    if (init := a.initializer("bias_initializer")) not in (None, "zeros"):
+        out["bias_init"] = init
+    return out
+
+
 def layer_scale(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.get("projection_dim")  # the channel count, which the spec infers
     return {"op": "scale", "init_values": a.number("init_values")}
@@ -331,6 +380,7 @@ CONVERTERS: dict[str, Converter] = {
     "UpSampling2D": upsample, "Flatten": flatten, "Reshape": reshape, "Dropout": dropout, "Add": merge("add"),
     "Multiply": merge("multiply"), "Subtract": merge("subtract"), "Concatenate": concat, "Rescaling": rescale,
     "Normalization": normalize, "Embedding": embedding, "Identity": identity,
+    **{cls: recurrent for cls in RECURRENT_OPS},
 }
 # Keras' own classes outside keras.layers, known by (module, class): never imported, read from their config.
 APPLICATION_CLASSES: dict[tuple[str, str], Converter] = {

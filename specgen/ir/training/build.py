@@ -18,6 +18,7 @@ from specgen.ir.training.model import (
     EmaIR,
     ExportIR,
     LossIR,
+    MetricIR,
     OptimizerIR,
     RestoreIR,
     ScheduleIR,
@@ -27,6 +28,7 @@ from specgen.ir.training.model import (
 )
 from specgen.ir.training.terms import LossTermIR, primary
 from specgen.kinds import sources
+from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.spec.io import Checkpoint
@@ -88,13 +90,18 @@ def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
     return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels)
 
 
+def _metrics(items: list[Any]) -> tuple[MetricIR, ...]:
+    """Each metric once, in spec order (validate refuses one listed twice with different keys)."""
+    return tuple(dict.fromkeys(MetricIR(name_of(item), args_of(item)) for item in items))
+
+
 def _train(train: Any) -> TrainIR | None:
     if train is None:
         return None
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
     batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
     return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
-                   tuple(dict.fromkeys(train.metrics)), _clip(train.clip), ema, build_distribute(train.distribute))
+                   _metrics(train.metrics), _clip(train.clip), ema, build_distribute(train.distribute))
 
 
 def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms: tuple[LossTermIR, ...] = (),

@@ -84,13 +84,21 @@ class EmaIR:
 
 
 @dataclass(frozen=True)
+class MetricIR:
+    """One metric of `train.metrics` (specgen/kinds/metrics/<name>.py) and its keys."""
+
+    name: str
+    args: tuple[tuple[str, Any], ...] = ()  # keyword arguments of its runtime class, in its model's order
+
+
+@dataclass(frozen=True)
 class TrainIR:
     batch_size: int | None  # None: the whole training set is one batch (`batch_size: full`)
     epochs: int
     accumulate: int
     seed: int
     shuffle_buffer: int
-    metrics: tuple[str, ...]  # without repeats, in spec order
+    metrics: tuple[MetricIR, ...]  # without repeats, in spec order
     clip: ClipIR | None = None
     ema: EmaIR | None = None
     distribute: DistributeIR = field(default_factory=DistributeIR)

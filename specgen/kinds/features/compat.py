@@ -2,19 +2,24 @@
 
 `UNIVERSE` is every name a pair is made of: the registered features (clip split into train.clip and an
 optimizer's own clip, as they are refused differently) and the settings they meet (a second optimizer, a
-schedule, stateful layers, each optimizer kind). A pair not in `REFUSED` combines. Each refusal keeps the
-message its code site raises, a template over the facts of the spec at hand ({this}: "levenberg_marquardt
-optimizer '<name>'", ...); the code sites call `message()` and keep their own positions. docs/features.md
-holds `markdown()`; tests/test_compat_table.py checks both against specgen validate.
+schedule, stateful layers, and `opt_<kind>` for each kind of the optimizer registry). A pair not in
+`REFUSED` combines. Each refusal keeps the message its code site raises, a template over the facts of the
+spec at hand ({this}: "levenberg_marquardt optimizer '<name>'", ...); the code sites call `message()` and
+keep their own positions (the texts of levenberg_marquardt's refused keys come from its spec module, which
+refuses them while parsing). docs/features.md holds `markdown()`; tests/test_compat_table.py checks both
+against specgen validate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.spec.levenberg_marquardt import REFUSED as LM_KEYS
+
 # Universe name -> what a spec has when it uses it; registered features first (kinds/features ORDER
-# differs: this is table order, the one of tests/golden/compat.py).
-UNIVERSE: dict[str, str] = {
+# differs: this is table order, the one of tests/golden/compat.py), then one name per optimizer kind.
+_SETTINGS: dict[str, str] = {
     "ema": "`train.ema`",
     "accumulate": "`train.accumulate` > 1",
     "clip": "`train.clip`",
@@ -36,12 +41,10 @@ UNIVERSE: dict[str, str] = {
     "dropout": "a dropout layer with rate > 0",
     "sync_batch_norm": "`train.distribute.sync_batch_norm: true`",
     "export_ema": "`export.onnx.weights: ema`",
-    "opt_sgd": "an sgd optimizer",
-    "opt_adam": "an adam optimizer",
-    "opt_adamw": "an adamw optimizer",
-    "opt_rmsprop": "an rmsprop optimizer",
-    "opt_adagrad": "an adagrad optimizer",
 }
+# Every optimizer kind, in registry order, but levenberg_marquardt: a feature of its own above.
+OPTIMIZER_KINDS = tuple(kind for kind in OPTIMIZERS if kind not in _SETTINGS)
+UNIVERSE: dict[str, str] = _SETTINGS | {f"opt_{kind}": f"an optimizer of kind `{kind}`" for kind in OPTIMIZER_KINDS}
 # The registered feature each universe name belongs to (specgen/kinds/features/<name>.py).
 FEATURE_OF = {"ema": "ema", "accumulate": "accumulate", "clip": "clip", "optimizer_clip": "clip",
               "weight_decay": "weight_decay", "loss_terms": "loss_terms", "targets": "targets", "prune": "pruning",
@@ -76,12 +79,10 @@ REFUSED: dict[Pair, Refusal] = {
     ("clip", "levenberg_marquardt"): Refusal("specgen validate, at train.clip", (
         _THIS + " takes no clip: its step is a damped Gauss-Newton solve, not a gradient step, and a larger "
         "damping already shortens it; remove train.clip")),
-    ("optimizer_clip", "levenberg_marquardt"): Refusal("specgen validate, at optimizers.<name>.clip", (
-        "levenberg_marquardt takes no clipping: the step is a damped Gauss-Newton solve, not a gradient step; a "
-        "larger damping shortens it")),
-    ("weight_decay", "levenberg_marquardt"): Refusal("specgen validate, at optimizers.<name>.weight_decay", (
-        "levenberg_marquardt takes no weight decay: each step solves the damped normal equations of the "
-        "residuals, so a decay outside them would undo the fit; add an L2 term to the model instead")),
+    ("optimizer_clip", "levenberg_marquardt"): Refusal("specgen validate, at optimizers.<name>.clip",
+                                                       LM_KEYS["clip"]),
+    ("weight_decay", "levenberg_marquardt"): Refusal("specgen validate, at optimizers.<name>.weight_decay",
+                                                     LM_KEYS["weight_decay"]),
     ("loss_terms", "levenberg_marquardt"): Refusal("specgen validate, at loss", (
         _THIS + " needs one squared-error loss term: its step solves for one residual vector (predictions - "
         "labels); received {count} terms")),
@@ -92,15 +93,14 @@ REFUSED: dict[Pair, Refusal] = {
         _THIS + " cannot prune: the masks are applied around each gradient update, and its trial steps would "
         "move masked weights; prune in another run")),
     ("levenberg_marquardt", "multi_optimizer"): _BESIDE,
-    ("levenberg_marquardt", "schedule"): Refusal("specgen validate, at optimizers.<name>.learning_rate", (
-        "levenberg_marquardt takes no learning rate: the damping sets the step length (Marquardt's rule moves it "
-        "after every iteration); set initial_damping instead")),
+    ("levenberg_marquardt", "schedule"): Refusal("specgen validate, at optimizers.<name>.learning_rate",
+                                                 LM_KEYS["learning_rate"]),
     ("levenberg_marquardt", "batch_norm"): Refusal("specgen validate, at layers.<i>.op", _LAYER.replace(
         "{why}", "training mode normalizes with batch statistics and moves its moving statistics on every trial "
         "evaluation")),
     ("levenberg_marquardt", "dropout"): Refusal("specgen validate, at layers.<i>.op", _LAYER.replace(
         "{why}", "its random mask changes the function between the trial evaluations")),
-    **{("levenberg_marquardt", f"opt_{kind}"): _BESIDE for kind in ("sgd", "adam", "adamw", "rmsprop", "adagrad")},
+    **{("levenberg_marquardt", f"opt_{kind}"): _BESIDE for kind in OPTIMIZER_KINDS},
     ("levenberg_marquardt", "distribute"): Refusal("specgen train, at train.distribute.strategy", (
         "levenberg_marquardt solves on the whole batch in one process; train it with the default strategy")),
     ("levenberg_marquardt", "probe"): Refusal("specgen train --probe, at the spec", (

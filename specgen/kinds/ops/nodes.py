@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-Shape = tuple[int | None, ...]  # index 0 is the dynamic batch dimension (None)
+# Index 0 is the dynamic batch dimension (None); a str is a named dynamic dimension (kinds/dims.py).
+Shape = tuple[int | str | None, ...]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Variable:
     onnx_perm: tuple[int, ...] | None = None  # TF layout -> ONNX layout
     onnx_shape: tuple[int, ...] = ()
     onnx_split: tuple[int, ...] | None = None  # reshape before onnx_perm (ir/flatten_order.py's kernel rows)
+    onnx_order: tuple[int, ...] | None = None  # after onnx_perm, equal blocks of axis 0 in this order (gates)
 
     @property
     def size(self) -> int:

@@ -43,6 +43,9 @@ class SourceDef:
     # Dotted name of its runtime function, (SourceContext) -> Source: specgen/kinds/pointers.py resolves it.
     reader: str
     resolve: Callable[[Any, Path], Resolved]  # (its spec model, the spec's folder) -> its IR facts
+    # Whether one file fills an input's named dynamic dimensions (kinds/dims.py) with one length per file;
+    # a kind that cannot (a CSV row, a fixed-length TFRecord feature) refuses such an input when read.
+    fills_named_dims: bool = False
     # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).
     refuse: Callable[[Any, Mapping[str, Any]], list[Refusal]] = lambda source, inputs: []
 

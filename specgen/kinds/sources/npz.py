@@ -23,4 +23,5 @@ KINDS = (SourceDef(
     example={"npz": "data.npz", "features": {"x": "x_train"}, "labels": {"label": "y_train"}},
     reader="specgen.runtime.sources.npz.read",
     resolve=file_source("npz"),
+    fills_named_dims=True,  # arrays padded to one length per file
 ),)

@@ -25,10 +25,9 @@ from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
-from specgen.kinds.features import compat
 from specgen.paths import shown
 from specgen.render.files import render_files
-from specgen.runtime import data
+from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
 from specgen.runtime.lib.generated import load_generated
@@ -127,16 +126,17 @@ def _norm(value: tf.Tensor | tf.IndexedSlices) -> float:
     return float(np.linalg.norm(np.asarray(tf.convert_to_tensor(value), dtype=np.float64).ravel()))
 
 
-def probe(loaded: LoadedSpec, checkpoint: Path | None = None) -> Probe:
-    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update."""
-    ir = build_ir(loaded)
+def probe(loaded: LoadedSpec, checkpoint: Path | None = None, ir: ModelIR | None = None) -> Probe:
+    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update.
+    `ir`: the IR of `loaded`, when the command has built it already."""
+    ir = ir if ir is not None else build_ir(loaded)
     training = ir.training
     assert training is not None
     if not training.can_train or "train" not in training.data or training.train is None:
         raise SpecError([Diagnostic(loaded.display, None, "--probe needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
-    if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([Diagnostic(loaded.display, None, compat.message("levenberg_marquardt", "probe"))])
+    if (why := hooks.refusal(ir, "probe")) is not None:
+        raise SpecError([Diagnostic(loaded.display, None, why)])
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None
@@ -212,7 +212,8 @@ def run_probe(loaded: LoadedSpec, resume: bool = False, resume_from: Path | None
     if checkpoint is not None and not (checkpoint / "variables.index").is_file():
         raise SpecError([Diagnostic(shown(resume_from or checkpoint), None, "--resume-from: not a checkpoint folder "
                                     "(expected a ckpt-* folder holding meta.json and variables.*)")])
+    ir = build_ir(loaded)  # once for the command, after the --resume-from check (its error comes first)
     if resume:
-        checkpoint = newest_checkpoint(loaded, build_ir(loaded))
-    print(format_probe(probe(loaded, checkpoint)))
+        checkpoint = newest_checkpoint(loaded, ir)
+    print(format_probe(probe(loaded, checkpoint, ir)))
     return 0

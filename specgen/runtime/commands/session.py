@@ -8,36 +8,25 @@ from the loop so that each file stays readable on its own.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-import shutil
 from pathlib import Path
-from typing import cast
 
 import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.render.files import render_files
-from specgen.runtime import data
+from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
 from specgen.runtime.commands.resume import Options, Start
-from specgen.runtime.distribute import Replicas
-from specgen.runtime.lib import pruning
+from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.lib.interface import (
-    AccumulatingTrainer,
-    GeneratedModel,
-    GeneratedTrainer,
-    SteppingTrainer,
-    TargetFollowingTrainer,
-    TermReporter,
-)
-from specgen.runtime.pruning_state import mask_variables, restore_targets
+from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -45,11 +34,16 @@ __all__ = ["Session"]
 
 
 class Session:
-    """One training run: the generated model and training module, data and checkpoints."""
+    """One training run: the generated model and training module, data and checkpoints.
+
+    It reaches the generated classes through their Protocols (lib/interface.py), the features through
+    runtime/hooks.py and the devices through one `Distribution`, so it names no feature and no strategy.
+    """
 
     def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None,
-                 replicas: Replicas | None = None):
-        self.ir = build_ir(loaded)
+                 distribution: Distribution | None = None, ir: ModelIR | None = None):
+        """`ir`: the IR of `loaded` when the command has built it already (it is built once per command)."""
+        self.ir = ir if ir is not None else build_ir(loaded)
         training = self.ir.training
         assert training is not None
         if not training.can_train or "train" not in training.data:
@@ -61,9 +55,9 @@ class Session:
         self.saved_at: int | None = None  # the step of the newest checkpoint this run has (saved or resumed)
         self.last_path: Path | None = None
         self.folder = training.checkpoint.dir
-        self.replicas = replicas  # None: one device, no strategy (the default)
+        self.distribution = distribution if distribution is not None else Distribution()  # one device by default
         # Under a strategy only the chief writes the run folder; the other workers write a temporary one.
-        self.writes = replicas.write_folder(self.folder) if replicas else self.folder
+        self.writes = self.distribution.write_folder(self.folder)
         self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep)
         self.every = training.checkpoint.every_steps
         train = self.train_ir
@@ -75,7 +69,7 @@ class Session:
         self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
-        with replicas.scope(frozenset(self.ir.collections.get("update", ()))) if replicas else contextlib.nullcontext():
+        with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
             self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
         batches = data.training_batches(train_source, self.batch_size, train.seed, train.shuffle_buffer)
@@ -162,27 +156,17 @@ class Session:
     def _restore_for_fine_tuning(self) -> str:
         """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
 
-        Only model variables (and pruning masks): a fine-tuning run starts its own step, optimizer slots and
-        accumulators.
+        Only model variables (and what features keep beside them, pruning masks): a fine-tuning run starts its
+        own step, optimizer slots and accumulators; what the trainer derived from the initial weights (EMA
+        shadows, target copies) is derived again by the features' `after_restore`.
         """
         if not self.training.checkpoint.restore:
             return ""
-        variables = self.model.variables_by_path() | mask_variables(self.ir, self.model)
-        plan = plan_restore(self.loaded, restore_targets(self.ir))
+        variables = hooks.fine_tuning_variables(self.ir, self.model)
+        plan = plan_restore(self.loaded, hooks.fine_tuning_targets(self.ir))
         apply_plan(plan, variables)
-        if self.ir.pruning:  # restored weights and masks agree from the first step on, as after every update
-            pruning.apply_masks([variables[w.path] for w in self.ir.pruning.weights],
-                                [variables[w.mask_key] for w in self.ir.pruning.weights])
-        # EMA shadows were copied from the initial weights when the trainer was built; start them from the restored ones.
-        for path, shadow in zip(self.trainer.trainable_paths, self.trainer.ema_variables(), strict=False):
-            shadow.assign(variables[path])
-        # Target networks were copied from the initial weights too: copy the restored online weights, unless the
-        # plan restored the target variable itself (a restore map may address it by path).
-        if isinstance(self.trainer, TargetFollowingTrainer):
-            restored = {row.path for row in plan.rows if row.status == "restored"}
-            for online, target in self.trainer.target_pairs():
-                if target not in restored:
-                    variables[target].assign(variables[online])
+        restored = frozenset(row.path for row in plan.rows if row.status == "restored")
+        hooks.after_restore(self.model, self.trainer, variables, restored)
         return summary_line(plan) + _initialized_lines(plan)
 
     def _rates(self) -> dict[str, float]:
@@ -196,34 +180,9 @@ class Session:
         return self.step + epochs * self.updates_per_epoch
 
     def updates(self, count: int) -> tf.Tensor:
-        """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step).
-
-        Without accumulation the whole chunk runs in one graph (`train_steps`); with it, each
-        micro-batch is a call. Seeds are the same either way: [global_step * K + micro-batch, seed].
-        """
-        accumulate, replicas = self.train_ir.accumulate, self.replicas
-        if accumulate == 1:
-            counter, steps = tf.constant(self.step, tf.int64), tf.constant(count, tf.int64)
-            stepping = cast(SteppingTrainer, self.trainer)
-            loss = replicas.train_steps(stepping, self.iterator, counter, steps, self.train_ir.seed) if replicas \
-                else stepping.train_steps(self.iterator, counter, steps)
-            self.step += count
-            return loss
-        if replicas:
-            loss = replicas.accumulated_updates(self.trainer, self.iterator, self.step, count, accumulate,
-                                                self.train_ir.seed)
-            self.step += count
-            return loss
-        trainer = cast(AccumulatingTrainer, self.trainer)
-        for _ in range(count):
-            micro = int(trainer.micro_batches.numpy())
-            while micro < accumulate:
-                seed = tf.constant([self.step * accumulate + micro, self.train_ir.seed], tf.int64)
-                features, labels = next(self.iterator)
-                loss = trainer.accumulate_step(features, labels, seed)
-                micro += 1
-            trainer.apply_accumulated()
-            self.step += 1
+        """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step)."""
+        loss = self.distribution.updates(self.trainer, self.iterator, self.step, count, self.train_ir)
+        self.step += count
         return loss
 
     def metrics(self) -> dict[str, float]:
@@ -231,36 +190,21 @@ class Session:
 
     def loss_terms(self, loss: float) -> dict[str, float]:
         """TensorBoard's `loss/<term name>` scalars of the last micro-batch (a lone term is the loss itself)."""
-        if isinstance(self.trainer, TermReporter):
-            return {f"loss/{name}": float(value) for name, value in self.trainer.loss_terms().items()}
-        return {f"loss/{term.name}": loss for term in self.training.terms}
+        return hooks.loss_scalars(self.trainer, self.training.terms, loss)
 
     def reset_metrics(self) -> None:
         for metric in self.trainer.metrics:
             metric.reset()
 
     def evaluate(self) -> dict[str, float]:
-        """The eval stage: metrics reset first; EMA shadows swapped in when the spec says so."""
+        """The eval stage: metrics reset first; on the weights the features choose (EMA shadows when asked)."""
         if self.eval_data is None:
             return {}
         self.reset_metrics()
-        ema = self.train_ir.ema
-        swap = bool(ema and ema.eval)
-        saved = [v.read_value() for v in self.trainer.trainable] if swap else []
-        if swap:
-            for var, shadow in zip(self.trainer.trainable, self.trainer.ema_variables(), strict=True):
-                var.assign(shadow)
-        try:
+        with hooks.evaluation_weights(self.trainer, self.train_ir):
             for features, labels in self.eval_data:
-                if self.replicas:
-                    self.replicas.eval_step(self.trainer, features, labels)
-                else:
-                    self.trainer.eval_step(features, labels)
+                self.distribution.eval_step(self.trainer, features, labels)
             results = self.metrics()
-        finally:
-            if swap:
-                for var, value in zip(self.trainer.trainable, saved, strict=True):
-                    var.assign(value)
         self.reset_metrics()
         self._summaries("eval", results)
         return results
@@ -291,14 +235,12 @@ class Session:
         """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""
         if self.saved_at == self.step and self.last_path is not None:
             return self.last_path
-        meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings()}
-        if isinstance(self.trainer, TargetFollowingTrainer):  # each target variable beside its online one, by path
-            meta["targets"] = {target: online for online, target in self.trainer.target_pairs()}
+        meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings(),
+                **hooks.checkpoint_meta(self.trainer)}
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)
-            if self.writes != self.folder:  # a worker that is not the chief: TensorFlow's pattern, write then remove
-                shutil.rmtree(path)
+            self.distribution.saved(path)  # a worker that is not the chief removes its copy (TensorFlow's pattern)
         except OSError as exc:  # a full disk, a quota, a file-size limit (TensorFlow's errors too: checkpoint.py)
             target = getattr(exc, "specgen_target", None) or exc.filename or ""  # write_atomic's file, or TF's
             file = re.sub(r"\.tempstate\d+$", "", Path(str(target)).name)  # TensorFlow writes to <name>.tempstate<n>

@@ -18,12 +18,15 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.ir.lints import momentum_warnings
+from specgen.ir.model import ModelIR
+from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.runtime import distribute
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
+from specgen.runtime.distribution import Distribution
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]
@@ -62,20 +65,21 @@ def _next_stop(session: Session, stop: int) -> int:
     return min(m for m in marks if m > step)
 
 
-def train(loaded: LoadedSpec, options: Options) -> dict[str, Any]:
-    replicas = distribute.start(loaded, distribute.settings_of(loaded), options.strategy)  # first: it configures TensorFlow
+def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> dict[str, Any]:
+    """`ir`: the IR of `loaded`, when the caller has built it (the command builds it once and passes it down)."""
+    ir = ir if ir is not None else build_ir(loaded)
+    distribution = distribute.start(loaded, ir, options.strategy)  # first: it configures TensorFlow
     try:
-        return _train(loaded, options, replicas)
+        return _train(loaded, ir, options, distribution)
     except tf.errors.OpError as exc:
         if (error := os_error(exc)) is not None:  # a full disk under TensorBoard's writers (checkpoints: Session.save)
             folder = run_folder(loaded)  # where --resume looks, whichever worker this is
             raise write_failure(error, folder, _written(error, folder)) from None
-        if replicas is None or not isinstance(exc, distribute.LOST):
+        if not isinstance(exc, distribution.lost):  # a peer gone (none for one device)
             raise
-        raise distribute.lost_worker(loaded, replicas, exc) from None
+        raise distribution.lost_worker(loaded, exc) from None
     finally:
-        if replicas is not None:
-            replicas.close()
+        distribution.close()
 
 
 def _written(error: OSError, folder: Path) -> str:
@@ -84,13 +88,14 @@ def _written(error: OSError, folder: Path) -> str:
     return f"TensorBoard events ({shown(name)})" if "tensorboard" in name.parts else shown(name)
 
 
-def _train(loaded: LoadedSpec, options: Options, replicas: distribute.Replicas | None) -> dict[str, Any]:
-    begin = prepare(loaded, options, chief=replicas.role.chief if replicas else True)
+def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Distribution) -> dict[str, Any]:
+    begin = prepare(loaded, options, chief=distribution.chief)
     for note in begin.notes:
         print(f"note: {note}")
-    session = Session(begin.loaded, options, begin, replicas)
-    if replicas is not None:
-        print(replicas.describe())
+    # Overrides kept from a resumed checkpoint change the spec, and so its IR: only then is it built again.
+    session = Session(begin.loaded, options, begin, distribution, ir if begin.loaded is loaded else None)
+    for line in distribution.describe():
+        print(line)
     print(session.start())
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short

@@ -70,3 +70,22 @@ def he_uniform(shape: Sequence[int], *, seed: Seed) -> tf.Tensor:
     fan_in, _ = fans(shape)
     limit = math.sqrt(6.0 / fan_in)
     return random_uniform(shape, -limit, limit, seed=seed)
+
+
+def orthogonal(shape: Sequence[int], gain: float = 1.0, *, seed: Seed) -> tf.Tensor:
+    """Keras' Orthogonal: Q of the QR decomposition of a normal draw, signs fixed by R's diagonal."""
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    q, r = tf.linalg.qr(tf.random.stateless_normal((max(rows, cols), min(rows, cols)), seed, dtype=tf.float32))
+    q = q * tf.sign(tf.linalg.diag_part(r))
+    if rows < cols:
+        q = tf.transpose(q)
+    return gain * tf.reshape(q, shape)
+
+
+def unit_forget_bias(shape: Sequence[int], value: float = 0.0, *, seed: Seed) -> tf.Tensor:
+    """An LSTM bias (gates i, f, c, o) of `value` with the forget gate's quarter at 1 (Keras' unit_forget_bias).
+
+    `seed` is unused (the value is fixed); it is taken because the renderer seeds every non-constant kind.
+    """
+    units = shape[0] // 4
+    return tf.concat([constant([units], value), ones([units]), constant([2 * units], value)], axis=0)

@@ -6,6 +6,11 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+# Generated modules call them as layers.<op> (the `as` marks the re-export).
+from specgen.runtime.lib.recurrent import gru as gru
+from specgen.runtime.lib.recurrent import lstm as lstm
+from specgen.runtime.lib.recurrent import simple_rnn as simple_rnn
+
 # train.distribute.sync_batch_norm, set by specgen.runtime.distribute before the steps are traced. A module
 # setting rather than an argument: the generated model's calls stay the same for every strategy.
 _SYNC_BATCH_NORM = [False]

@@ -7,6 +7,8 @@ Classification targets: `sparse` (integer labels, softmax logits), `onehot`
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from specgen.kinds.metrics import REGISTRY
@@ -117,6 +119,27 @@ class Auc(Metric):
         return tf.reduce_sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2)
 
 
-def make(name: str, target: str) -> Metric:
-    """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py)."""
-    return resolve(REGISTRY[name].runtime)(name, target)
+class TopKAccuracy(Metric):
+    """The share of examples whose label is among the k largest logits: `tf.math.in_top_k`, as Keras'
+    SparseTopKCategoricalAccuracy (one-hot labels: their arg-max, as TopKCategoricalAccuracy). Classes tied
+    with the k-th largest logit all count as in the top k; a label whose logit is not finite never does."""
+
+    def __init__(self, name: str, target: str, k: int = 5) -> None:
+        super().__init__(name, target)
+        self.k = k
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
+        scores = tf.cast(tf.reshape(logits, [-1, tf.shape(logits)[-1]]), tf.float32)
+        if self.target == "sparse":
+            true = tf.reshape(tf.cast(labels, tf.int64), [-1])
+        else:
+            true = tf.argmax(tf.reshape(labels, tf.shape(scores)), axis=-1)
+        hits = tf.cast(tf.math.in_top_k(true, scores, self.k), tf.float32)
+        self.state[0].assign_add(tf.reduce_sum(hits))
+        self.state[1].assign_add(tf.cast(tf.size(hits), tf.float32))
+
+
+def make(name: str, target: str, **args: Any) -> Metric:
+    """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py), with
+    the keys of its mapping form in `train.metrics` (every one written out by the generated trainer)."""
+    return resolve(REGISTRY[name].runtime)(name, target, **args)

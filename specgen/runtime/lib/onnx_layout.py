@@ -15,6 +15,9 @@ def to_onnx(var: Variable, value: np.ndarray) -> np.ndarray:
         value = value.reshape(var.onnx_split)
     if var.onnx_perm is not None:
         value = np.transpose(value, var.onnx_perm)
+    if var.onnx_order is not None:  # recurrent gates: Keras' order to ONNX's
+        blocks = np.split(value, len(var.onnx_order), axis=0)
+        value = np.concatenate([blocks[i] for i in var.onnx_order], axis=0)
     return np.ascontiguousarray(value.reshape(var.onnx_shape), dtype=np.dtype(var.dtype))
 
 

@@ -10,10 +10,12 @@ equal to its threshold, so ties can leave it below the target). Sparsities are c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
+
+from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, PrunedModel, Tensor
 
 
 @dataclass(frozen=True)
@@ -99,3 +101,10 @@ def apply_masks(variables: Sequence[tf.Variable], masks: Sequence[tf.Variable]) 
 def masked(value: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """`value` where the mask is 1, +0.0 elsewhere (value * mask would leave -0.0 under negative entries)."""
     return tf.where(mask > 0, value, tf.zeros_like(value))
+
+
+def after_restore(model: GeneratedModel, trainer: GeneratedTrainer, variables: Mapping[str, Tensor],
+                  restored: frozenset[str]) -> None:
+    """After a fine-tuning restore of weights and masks: they agree from the first step on, as after every update."""
+    if isinstance(model, PrunedModel):
+        apply_masks([variables[path] for path in model.masks], list(model.masks.values()))

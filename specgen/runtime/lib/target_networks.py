@@ -5,7 +5,12 @@ Each function takes the target copies and their online variables in pairs (same 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import tensorflow as tf
+
+from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, TargetFollowingTrainer, Tensor
 
 
 def copy(copies: list[tf.Variable], online: list[tf.Variable]) -> None:
@@ -29,3 +34,21 @@ def hard(copies: list[tf.Variable], online: list[tf.Variable], step: tf.Variable
 
     # tf.cond rather than a Python `if`: `step` is a tensor inside the train step's tf.function.
     tf.cond(step % every_steps == 0, assign, lambda: tf.constant(False))
+
+
+def after_restore(model: GeneratedModel, trainer: GeneratedTrainer, variables: Mapping[str, Tensor],
+                  restored: frozenset[str]) -> None:
+    """Targets were copied from the initial weights when the trainer was built: after a fine-tuning restore
+    they copy the restored online weights, unless the restore filled the target itself (a restore map may
+    address it by path)."""
+    if isinstance(trainer, TargetFollowingTrainer):
+        for online, target in trainer.target_pairs():
+            if target not in restored:
+                variables[target].assign(variables[online])
+
+
+def checkpoint_meta(trainer: GeneratedTrainer) -> dict[str, Any]:
+    """meta.json's `targets`: each target variable beside its online one, by path."""
+    if isinstance(trainer, TargetFollowingTrainer):
+        return {"targets": {target: online for online, target in trainer.target_pairs()}}
+    return {}

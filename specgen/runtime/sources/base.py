@@ -37,13 +37,13 @@ class Source:
 class Wanted:
     """What the spec expects of one feature or label."""
 
-    shape: tuple[int | None, ...]  # one example's shape
+    shape: tuple[int | str | None, ...]  # one example's shape; a str: a named dynamic dimension
     kind: str  # 'float' or 'int'
     bound: int | None = None  # integers must be in [0, bound)
     why: str = ""  # what sets the bound, for messages
 
 
-def shape_text(shape: tuple[int | None, ...]) -> str:
+def shape_text(shape: tuple[int | str | None, ...]) -> str:
     return text.shape(shape, unknown="N")
 
 

@@ -90,6 +90,14 @@ class SourceContext:
             raise self.fail((self.kind,), f"{examples} examples, fewer than train.batch_size ({need}): training "
                             "uses full batches only, so no update could run; add data or lower train.batch_size")
 
+    def refuse_named_dims(self, name: str, shape: tuple[int | str | None, ...]) -> None:
+        """An input with a named dynamic dimension, read by a kind that cannot fill one."""
+        open_dims = [d for d in shape if isinstance(d, str)]  # named dynamic dimensions (kinds/dims.py)
+        if open_dims and not REGISTRY[self.kind].fills_named_dims:
+            fillers = " and ".join(k for k, s in REGISTRY.items() if s.fills_named_dims)
+            raise self.fail(self.loc(name), f"'{name}' has the named dynamic dimension '{open_dims[0]}', which only "
+                            f"{fillers} data sources fill (one length per file: pad the arrays to it)")
+
     def check_values(self, name: str, raw: np.ndarray, want: Wanted, locate: Locate) -> np.ndarray:
         """`raw` converted to what the model takes (float32 or int64), or a SpecError at the first bad value."""
         if want.kind == "int":
@@ -156,16 +164,17 @@ class SourceContext:
         examples = next(iter(counts.values()), 0)
         return Source(tf.data.Dataset.from_tensor_slices((features, labels)), examples)
 
-    def _fit(self, name: str, array: np.ndarray, shape: tuple[int | None, ...], flat_rows: bool) -> np.ndarray:
+    def _fit(self, name: str, array: np.ndarray, shape: tuple[int | str | None, ...], flat_rows: bool) -> np.ndarray:
         """`array` shaped [N, *shape], or a SpecError naming both shapes."""
         if array.ndim == 0:
             raise self.fail(self.loc(name), f"'{name}' is a single value (a 0-d array); one row per example is expected")
         example = tuple(array.shape[1:])
         if example == (1,) and shape == ():
             array, example = array.reshape(-1), ()
+        self.refuse_named_dims(name, shape)  # a CSV row has no length of its own
         if flat_rows and np.prod(example, dtype=int) == np.prod(shape, dtype=int):
             array, example = array.reshape((len(array), *shape)), tuple(shape)
-        if example != tuple(shape):
+        if len(example) != len(shape) or any(d != e for d, e in zip(shape, example, strict=True) if not isinstance(d, str)):
             raise self.fail(self.loc(name), f"'{name}' has shape {shape_text((None, *example))} but the spec declares "
                             f"{shape_text((None, *shape))}")
         return array

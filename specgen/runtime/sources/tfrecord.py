@@ -20,6 +20,7 @@ def read(context: SourceContext) -> Source:
     wanted, spec, names = context.expected(), {}, context.names()
     for name, (_, ref) in names.items():
         want = wanted.get(name, Wanted((), "float"))
+        context.refuse_named_dims(name, want.shape)  # a fixed-length feature has no length of its own
         spec[ref] = tf.io.FixedLenFeature(list(want.shape), tf.int64 if want.kind == "int" else tf.float32)
     inputs = {i.name: i.dtype for i in context.ir.inputs}
 

@@ -1,0 +1,179 @@
+"""lstm, gru, simple_rnn: Keras' recurrent layers over [batch, time, features].
+
+Variables are Keras' (`kernel` [features, gates*units], `recurrent_kernel` [units, gates*units],
+`bias`) in Keras' gate order (LSTM i, f, c, o; GRU z, r, h), so Keras weights restore by identity.
+ONNX runs each layer as one LSTM / GRU / RNN node, time-major behind a Transpose (onnxruntime 1.31's
+CPU kernels refuse `layout = 1`: "Batchwise recurrent operations are not supported"). The VarDecls say
+how the TensorFlow values become ONNX's [1, gates*units, features] inputs (transposed, LSTM gates
+reordered to i, o, f, c); every opset specgen pins (18-21) has these nodes.
+The time dimension is copied through as the input shape holds it (a symbol once shapes carry them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from specgen import text
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
+from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.spec.base import PositiveInt
+from specgen.spec.layers import InitializerSpec, LayerBase
+
+# The activations both renderings implement (ONNX names and alpha/beta where ONNX's function takes them).
+# hard_sigmoid is Keras 3's: relu6(x + 3) / 6, ONNX HardSigmoid(alpha 1/6, beta 0.5).
+RecurrentActivation = Literal["tanh", "sigmoid", "relu", "hard_sigmoid"]
+ONNX_ACTIVATIONS: dict[str, tuple[str, tuple[float, float] | None]] = {
+    "tanh": ("Tanh", None), "sigmoid": ("Sigmoid", None), "relu": ("Relu", None),
+    "hard_sigmoid": ("HardSigmoid", (1.0 / 6.0, 0.5)),
+}
+GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
+LSTM_TO_ONNX = (0, 3, 1, 2)  # Keras i, f, c, o -> ONNX i, o, f, c
+
+
+class RecurrentBase(LayerBase):
+    units: PositiveInt
+    return_sequences: bool = Field(False, description="Output every step [batch, time, units], not the last.")
+    return_state: bool = Field(False, description="Not supported yet (refused): extra state outputs.")
+    go_backwards: bool = Field(False, description="Read the sequence last step first (outputs in that order).")
+    activation: RecurrentActivation = "tanh"
+    use_bias: bool = True
+    kernel_init: InitializerSpec = "glorot_uniform"
+    recurrent_init: InitializerSpec = "orthogonal"
+    bias_init: InitializerSpec = "zeros"
+
+
+class SimpleRNN(RecurrentBase):
+    op: Literal["simple_rnn"]
+
+
+class LSTM(RecurrentBase):
+    op: Literal["lstm"]
+    recurrent_activation: RecurrentActivation = "sigmoid"
+    unit_forget_bias: bool = Field(True, description="Start the forget gate's bias at 1 (Keras' default).")
+
+
+class GRU(RecurrentBase):
+    op: Literal["gru"]
+    recurrent_activation: RecurrentActivation = "sigmoid"
+    reset_after: bool = Field(True, description="Apply the reset gate after the recurrent matmul (Keras' "
+                                                "default; bias [2, 3*units]) rather than before (bias [3*units]).")
+
+
+def _bias_init(layer: RecurrentBase) -> Init:
+    init = resolve_init(layer.bias_init)
+    if not getattr(layer, "unit_forget_bias", False):
+        return init
+    # Keras draws the i, c, o parts from bias_init and sets f to ones; specgen keeps a bias init a plain
+    # (kind, numbers) pair, so the fixed kinds are the ones that combine with unit_forget_bias.
+    values = {"zeros": 0.0, "ones": 1.0, "constant": dict(init.args).get("value", 0.0)}
+    if init.kind not in values:
+        raise OpError(f"unit_forget_bias: true needs a fixed bias_init (zeros, ones or constant); received "
+                      f"{init.kind}; set unit_forget_bias: false to draw the whole bias from {init.kind}",
+                      "bias_init")
+    return Init("unit_forget_bias", (("value", values[init.kind]),))
+
+
+def _variables(layer: RecurrentBase, features: int) -> list[VarDecl]:
+    units, gates = layer.units, GATES[layer.op]
+    width = gates * units
+    # ONNX: W [1, gates*units, features], R [1, gates*units, units]; LSTM's blocks reordered to i, o, f, c.
+    order = LSTM_TO_ONNX if layer.op == "lstm" else None
+    split_in, split_rec = ((features, gates, units), (units, gates, units)) if order else (None, None)
+    perm = (1, 2, 0) if order else (1, 0)
+    found = [
+        VarDecl("kernel", (features, width), resolve_init(layer.kernel_init), onnx_perm=perm,
+                onnx_shape=(1, width, features), onnx_split=split_in, onnx_order=order),
+        VarDecl("recurrent_kernel", (units, width), resolve_init(layer.recurrent_init), onnx_perm=perm,
+                onnx_shape=(1, width, units), onnx_split=split_rec, onnx_order=order),
+    ]
+    if layer.use_bias:
+        if getattr(layer, "reset_after", False):  # input and recurrent biases: exactly ONNX's [Wb, Rb]
+            found.append(VarDecl("bias", (2, width), resolve_init(layer.bias_init), onnx_shape=(1, 2 * width)))
+        else:  # the input bias Wb; the graph pads Rb with zeros
+            found.append(VarDecl("bias", (width,), _bias_init(layer), onnx_shape=(1, width),
+                                 onnx_split=(gates, units) if order else None, onnx_order=order))
+    return found
+
+
+def infer(layer: RecurrentBase, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    require_float(dtype, layer.op)
+    if len(shape) != 3:
+        raise OpError(f"{layer.op} needs a rank-3 input (batch, time, features); received {text.shape(shape)}",
+                      "input")
+    if layer.return_state:
+        raise OpError(f"return_state is not supported yet by {layer.op}; received true, expected false "
+                      "(take the last output with return_sequences: false)", "return_state")
+    steps, features = shape[1], shape[2] or 0
+    out = (None, steps, layer.units) if layer.return_sequences else (None, layer.units)
+    params = {"units": layer.units, "return_sequences": layer.return_sequences, "go_backwards": layer.go_backwards,
+              "activation": layer.activation, "recurrent_activation": getattr(layer, "recurrent_activation", None),
+              "reset_after": getattr(layer, "reset_after", False), "use_bias": layer.use_bias}
+    result = OpResult(out, params=params, variables=_variables(layer, features))
+    result.flops = (steps or 1) * _step_flops(layer, features)  # per example and step, times the steps
+    return result
+
+
+def _step_flops(layer: RecurrentBase, features: int) -> int:
+    """One step of one example: the two matmuls, the biases and the gate arithmetic (one per element)."""
+    units, gates = layer.units, GATES[layer.op]
+    matmuls = 2 * (features + units) * gates * units
+    biases = (2 if getattr(layer, "reset_after", False) else 1) * gates * units if layer.use_bias else 0
+    # LSTM: 4 gate activations, tanh(c), 3 products, 1 sum; GRU: 3 activations, r*h, the z blend (3);
+    # simple_rnn: the recurrent sum and the activation.
+    elementwise = {"lstm": 9, "gru": 7, "simple_rnn": 2}[layer.op] * units
+    return matmuls + biases + elementwise
+
+
+def tf_attrs(node: Node) -> dict[str, Any]:
+    p = node.params
+    shape = {"units": p["units"], "return_sequences": p["return_sequences"], "go_backwards": p["go_backwards"]}
+    cell = {"activation": p["activation"]}
+    if node.op != "simple_rnn":
+        cell["recurrent_activation"] = p["recurrent_activation"]
+    if node.op == "gru":
+        cell["reset_after"] = p["reset_after"]
+    return {"op": node.op, "shape": shape, "cell": cell}
+
+
+def _activations(names: list[str]) -> str:
+    """ONNX's activations attribute, with activation_alpha/beta for those functions that take them."""
+    onnx = [ONNX_ACTIVATIONS[n] for n in names]
+    found = "activations = [" + ", ".join(f'"{name}"' for name, _ in onnx) + "]"
+    pairs = [ab for _, ab in onnx if ab is not None]  # onnxruntime consumes them in order, by the functions using them
+    if pairs:
+        found += ", activation_alpha = [" + ", ".join(repr(a) for a, _ in pairs) + "]"
+        found += ", activation_beta = [" + ", ".join(repr(b) for _, b in pairs) + "]"
+    return found
+
+
+def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    p, name = node.params, node.onnx_name
+    gates = GATES[node.op]
+    act, rec = p["activation"], p["recurrent_activation"]
+    names = {"lstm": [rec, act, act], "gru": [rec, act], "simple_rnn": [act]}[node.op]
+    attrs = [f"hidden_size = {p['units']}", _activations(names)]
+    if p["go_backwards"]:
+        attrs.append('direction = "reverse"')
+    if node.op == "gru" and p["reset_after"]:
+        attrs.append("linear_before_reset = 1")
+    found: dict[str, Any] = {"onnx_op": {"lstm": "LSTM", "gru": "GRU", "simple_rnn": "RNN"}[node.op],
+                             "attributes": ", ".join(attrs), "outputs": 3 if node.op == "lstm" else 2,
+                             "bias": p["use_bias"], "sequences": p["return_sequences"], "reverse": p["go_backwards"]}
+    if p["use_bias"] and not p["reset_after"]:  # ONNX's B is [Wb, Rb]; Keras has no recurrent bias here
+        found["pads"] = ctx.constant(f"{name}___pads", [0, 0, 0, gates * p["units"]])
+    if p["return_sequences"]:
+        found["squeeze"] = ctx.constant(f"{name}___axes", [1])  # Y [time, 1, batch, units]
+        if p["go_backwards"]:  # ONNX's reverse direction writes Y in input order; Keras in reading order
+            found["flip"] = [ctx.constant(f"{name}___{k}", [v]) for k, v in
+                             (("starts", -1), ("ends", -(2**63)), ("flip_axes", 0), ("steps", -1))]
+    else:
+        found["squeeze"] = ctx.constant(f"{name}___axes", [0])  # Y_h [1, batch, units]
+    return found
+
+
+OPS = tuple(OpDef(name, model, infer, tf_attrs, onnx_attrs, tf_template="recurrent", onnx_template="recurrent",
+                  activation_after=False)
+            for name, model in (("lstm", LSTM), ("gru", GRU), ("simple_rnn", SimpleRNN)))

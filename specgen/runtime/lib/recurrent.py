@@ -1,0 +1,89 @@
+"""Keras' LSTM, GRU and SimpleRNN cell math over [batch, time, features] (generated modules call these).
+
+Written out rather than calling keras.layers: generated code depends on TensorFlow only, and the
+weights stay specgen's tf.Variables with Keras' layouts. The input projection of every step is one
+matmul before the loop (as Keras' implementation 2 does per step); the loop is tf.scan, a
+tf.while_loop under tf.function, so the graph does not grow with the sequence and the time length
+may be dynamic. go_backwards reads the sequence reversed and returns outputs in reading order (Keras').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+Activation = Callable[[tf.Tensor], tf.Tensor]
+ACTIVATIONS: dict[str, Activation] = {
+    "tanh": tf.tanh, "sigmoid": tf.sigmoid, "relu": tf.nn.relu,
+    "hard_sigmoid": lambda x: tf.nn.relu6(x + 3.0) / 6.0,  # Keras 3's definition
+}
+
+
+def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
+         *, return_sequences: bool, go_backwards: bool) -> tf.Tensor:
+    """Project every step's input, scan `step` over time, return the last output or all of them."""
+    if go_backwards:
+        x = tf.reverse(x, axis=[1])
+    projected = tf.matmul(x, kernel)  # [batch, time, gates*units]
+    if bias is not None:
+        projected = projected + bias
+    states = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=initial)
+    outputs = states[0]  # [time, batch, units]: the first state is each layer's output
+    return tf.transpose(outputs, [1, 0, 2]) if return_sequences else outputs[-1]
+
+
+def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
+    return tf.zeros(tf.stack([tf.shape(x)[0], units]), x.dtype)
+
+
+def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
+         units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
+         recurrent_activation: str = "sigmoid") -> tf.Tensor:
+    act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
+
+    def step(state: tuple[tf.Tensor, tf.Tensor], z_x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        h, c = state
+        i, f, g, o = tf.split(z_x + tf.matmul(h, recurrent_kernel), 4, axis=-1)  # Keras' gate order
+        c = rec(f) * c + rec(i) * act(g)
+        return rec(o) * act(c), c
+
+    initial = (_zeros(x, units), _zeros(x, units))
+    return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards)
+
+
+def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
+        units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
+        recurrent_activation: str = "sigmoid", reset_after: bool = True) -> tf.Tensor:
+    act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
+    input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
+
+    def step(state: tuple[tf.Tensor], x_all: tf.Tensor) -> tuple[tf.Tensor]:
+        (h,) = state
+        x_z, x_r, x_h = tf.split(x_all, 3, axis=-1)
+        if reset_after:  # r gates the recurrent projection (with its own bias)
+            inner = tf.matmul(h, recurrent_kernel)
+            if recurrent_bias is not None:
+                inner = inner + recurrent_bias
+            r_z, r_r, r_h = tf.split(inner, 3, axis=-1)
+            z, r = rec(x_z + r_z), rec(x_r + r_r)
+            r_h = r * r_h
+        else:  # r gates the state before its projection
+            r_z, r_r = tf.split(tf.matmul(h, recurrent_kernel[:, :2 * units]), 2, axis=-1)
+            z, r = rec(x_z + r_z), rec(x_r + r_r)
+            r_h = tf.matmul(r * h, recurrent_kernel[:, 2 * units:])
+        return (z * h + (1 - z) * act(x_h + r_h),)
+
+    return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
+                go_backwards=go_backwards)
+
+
+def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
+               units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh") -> tf.Tensor:
+    act = ACTIVATIONS[activation]
+
+    def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
+        return (act(x_t + tf.matmul(state[0], recurrent_kernel)),)
+
+    return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
+                go_backwards=go_backwards)
