@@ -27,6 +27,7 @@ from specgen.ir.training.model import (
     TrainIR,
 )
 from specgen.ir.training.terms import LossTermIR, primary
+from specgen.kinds import sources
 from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.schedules import REGISTRY as SCHEDULES
@@ -34,7 +35,6 @@ from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
-DATA_KINDS = ("npz", "csv", "tfrecord")
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:
@@ -84,12 +84,10 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
-    kind = next(k for k in DATA_KINDS if hasattr(source, k))
-
-    def refs(mapping: dict[str, Any]) -> dict[str, str | tuple[str, ...]]:
-        return {k: v if isinstance(v, str) else tuple(v) for k, v in mapping.items()}
-
-    return DataSourceIR(stage, kind, loaded.folder / getattr(source, kind), refs(source.features), refs(source.labels))
+    """The kind resolves its own paths and names (specgen/kinds/sources/<kind>.py)."""
+    kind = sources.kind_of(source)
+    resolved = kind.resolve(source, loaded.folder)
+    return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels)
 
 
 def _metrics(items: list[Any]) -> tuple[MetricIR, ...]:

@@ -108,7 +108,7 @@ class TrainIR:
 @dataclass(frozen=True)
 class DataSourceIR:
     stage: str  # 'train' or 'eval'
-    kind: str  # 'npz', 'csv' or 'tfrecord'
+    kind: str  # a name of the data-source registry (specgen/kinds/sources)
     path: Path  # resolved against the spec's folder
     features: dict[str, str | tuple[str, ...]]  # input name -> array, column(s) or feature key
     labels: dict[str, str | tuple[str, ...]]
