@@ -10,9 +10,11 @@ analytic Jacobian (so it runs lmder and counts Jacobians in `njev`).
   well posed   epochs (= LM iterations = Jacobian evaluations) until the loss is within 1% and within 1e-6
                of scipy's converged loss, and the time (from the first call: tracing included); Adam at three
                learning rates, up to --adam-epochs, its loss read every 10 epochs
-  tanh net     scipy run to max_nfev 50 / 100 / 200; our trainer run for the same number of Jacobian
-               evaluations (res.njev); the relative gap, for --seeds initial weights; then Adam's loss
-               after --adam-epochs epochs and the epochs it needed to reach LM's loss at 36 iterations
+  tanh net     both run 30, 60 and 120 whole iterations (Jacobians; scipy stopped on the try it kept in
+               its last one: lm_fits.scipy_at); the relative gap, for --seeds initial weights; then Adam's
+               loss after --adam-epochs epochs and the epochs it needed to reach LM's loss at 30 iterations
+
+bench/lm_vs_scipy.py is issue 17's sweep on a 2-input tanh network.
 
     python bench/levenberg_marquardt.py               # about 25 s on 2 cores
 """
@@ -29,7 +31,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from lm_fits import DECAY, LOGISTIC, SINE, Fit, Trainer, mse, write_fit
+from lm_fits import DECAY, LOGISTIC, SINE, Fit, Trainer, mse, scipy_at, write_fit
 
 RATES = (0.01, 0.05, 0.1)
 CHUNK = 10  # Adam epochs between loss reads
@@ -92,8 +94,8 @@ def tanh_net(folder: Path, seeds: int, cap: int) -> None:
     for seed in range(seeds):
         lm = Trainer(write_fit(folder / f"sine{seed}", SINE, "{kind: levenberg_marquardt}", seed=seed), SINE)
         start, cells, begin = lm.params(), [], time.perf_counter()
-        for max_nfev in (50, 100, 200):
-            ref = least_squares(SINE.residuals, start, jac=SINE.jacobian, method="lm", args=(x, y), max_nfev=max_nfev)
+        for iterations in (30, 60, 120):
+            ref = scipy_at(SINE, start, x, y, iterations)
             theirs, ours = 2 * ref.cost / len(y), mse(SINE, lm.train(ref.njev - lm.epochs), x, y)
             first.setdefault(seed, ours)
             cells.append(f"{ref.njev:>3}: {ours:.5f} vs {theirs:.5f} ({ours / theirs - 1:+.1%})")
@@ -101,7 +103,7 @@ def tanh_net(folder: Path, seeds: int, cap: int) -> None:
     for rate in RATES:
         adam = Trainer(write_fit(folder / f"sine_adam{rate}", SINE, f"{{kind: adam, learning_rate: {rate}}}"), SINE)
         hits, seconds, loss = first_within(adam, x, y, (first[0],), cap, CHUNK)
-        print(f"  adam lr {rate} (seed 0): loss {loss:.5f} after {adam.epochs} epochs; LM's loss after 36 "
+        print(f"  adam lr {rate} (seed 0): loss {loss:.5f} after {adam.epochs} epochs; LM's loss after 30 "
               f"iterations ({first[0]:.5f}) reached at {shown(hits[0], seconds[0], cap).strip()}")
 
 

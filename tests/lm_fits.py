@@ -1,8 +1,9 @@
-"""The three fits of issue 12's Levenberg-Marquardt checks, shared by tests/test_levenberg_marquardt.py and
+"""The fits of issue 12's Levenberg-Marquardt checks, shared by tests/test_levenberg_marquardt.py and
 bench/levenberg_marquardt.py: data, a spec for them, and the model's residuals and Jacobian in float64 numpy.
 
 The numpy functions are the reference model for scipy.optimize.least_squares; parameters are flattened in
-the order (and the row-major layout) the generated trainer's variables have.
+the order (and the row-major layout) the generated trainer's variables have. `surface` adds issue 17's
+2-input tanh network.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +23,8 @@ class Fit:
     name: str
     layers: str  # the spec's `layers:` entries, one YAML flow mapping a line
     paths: tuple[str, ...]  # trained variables, in the trainer's order
-    data: Callable[[np.random.Generator], tuple[Array, Array]]  # x [n, 1], y [n]
-    residuals: Callable[[Array, Array, Array], Array]  # (params, x [n, 1], y [n]) -> [n]
+    data: Callable[[np.random.Generator], tuple[Array, Array]]  # x [n, inputs], y [n]
+    residuals: Callable[[Array, Array, Array], Array]  # (params, x [n, inputs], y [n]) -> [n]
     jacobian: Callable[[Array, Array, Array], Array]  # -> [n, params]
 
 
@@ -105,6 +107,60 @@ SINE = Fit("tanh_sine",
            ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias"), _sine_data, _sine_residuals, _sine_jacobian)
 
 
+def _surface_data(rng: np.random.Generator, count: int) -> tuple[Array, Array]:
+    """`count` points uniform in [-2, 2]², y = sin(x1)·cos(x2) plus noise of standard deviation 0.05."""
+    x = rng.uniform(-2.0, 2.0, (count, 2))
+    return x, np.sin(x[:, 0]) * np.cos(x[:, 1]) + 0.05 * rng.standard_normal(count)
+
+
+def surface(units: int, count: int = 150) -> Fit:
+    """A 2-`units`-1 tanh network fitting a noisy sin(x1)·cos(x2) (issue 17's sweep: 32 units, 150 points,
+    2·32 + 32 + 32 + 1 = 129 weights)."""
+
+    def hidden(p: Array, x: Array) -> Array:
+        return np.tanh(x @ p[:2 * units].reshape(2, units) + p[2 * units:3 * units])
+
+    def residuals(p: Array, x: Array, y: Array) -> Array:
+        return hidden(p, x) @ p[3 * units:4 * units] + p[4 * units] - y
+
+    def jacobian(p: Array, x: Array, y: Array) -> Array:
+        h = hidden(p, x)
+        through = (1 - h**2) * p[3 * units:4 * units]
+        return np.hstack([through * x[:, :1], through * x[:, 1:], through, h, np.ones((len(x), 1))])
+
+    return Fit(f"tanh_surface_{units}",
+               f"  - {{name: hidden, op: dense, input: x, units: {units}, activation: tanh}}\n"
+               "  - {name: out, op: dense, units: 1}\n",
+               ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias"),
+               lambda rng: _surface_data(rng, count), residuals, jacobian)
+
+
+def float32_model(fit: Fit) -> Fit:
+    """The fit with its weights, residuals and Jacobian rounded to float32, as specgen's model computes them."""
+    def rounded(f: Any) -> Any:
+        return lambda p, x, y: f(p.astype(np.float32).astype(np.float64), x, y).astype(np.float32).astype(np.float64)
+
+    return Fit(fit.name, fit.layers, fit.paths, fit.data, rounded(fit.residuals), rounded(fit.jacobian))
+
+
+def scipy_at(fit: Fit, start: np.ndarray, x: np.ndarray, y: np.ndarray, iterations: int) -> Any:
+    """lmder from `start` through `iterations` whole iterations (Jacobians), ending on the try it kept: run
+    with one evaluation less than the smallest max_nfev that makes it compute Jacobian `iterations + 1`
+    (bisection: njev never falls as max_nfev grows); or lmder's own stop when it comes first."""
+    from scipy.optimize import least_squares  # the tests skip without scipy
+
+    def run(max_nfev: int) -> Any:
+        return least_squares(fit.residuals, start, jac=fit.jacobian, method="lm", args=(x, y), max_nfev=max_nfev)
+
+    low, high = iterations + 1, 4 * iterations + 8
+    if run(high).njev <= iterations:
+        return run(high)  # converged before (status 1-4), or ran out: compare at its count
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if run(middle).njev <= iterations else (low, middle)
+    return run(low - 1)
+
+
 def write_fit(folder: Path, fit: Fit, optimizer: str, seed: int = 0) -> Path:
     """The fit's data (noise drawn with numpy seed 0) and a full-batch spec training it with `optimizer`
     (a YAML flow mapping); the model's initial weights come from `seed`."""
@@ -113,7 +169,7 @@ def write_fit(folder: Path, fit: Fit, optimizer: str, seed: int = 0) -> Path:
     np.savez(folder / "data.npz", x=x.astype(np.float32), y=y[:, None].astype(np.float32))
     spec = folder / "spec.yaml"
     spec.write_text(
-        f"specgen: 1\nname: {fit.name}\ninputs:\n  x: {{shape: [1], dtype: float32}}\noutputs:\n  y: out\n"
+        f"specgen: 1\nname: {fit.name}\ninputs:\n  x: {{shape: [{x.shape[1]}], dtype: float32}}\noutputs:\n  y: out\n"
         f"layers:\n{fit.layers}"
         "loss: {kind: mean_squared_error, predictions: y, labels: target}\n"
         f"optimizers:\n  fit: {optimizer}\n"

@@ -8,16 +8,24 @@ float64 of the weights each trainer ends with.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from lm_fits import DECAY, LOGISTIC, SINE, Fit, Trainer, mse, write_fit
+from lm_fits import DECAY, LOGISTIC, SINE, Fit, Trainer, mse, scipy_at, write_fit
 
 from specgen.cli import main
 from specgen.ir.training import keys
 
 least_squares = pytest.importorskip("scipy.optimize").least_squares
+ROOT = Path(__file__).resolve().parents[1]
 LM = "{kind: levenberg_marquardt}"
 ADAM = "{kind: adam, learning_rate: 0.05}"  # the best of 0.01 / 0.05 / 0.1 on these fits (bench/RESULTS.md)
 
@@ -50,45 +58,45 @@ def test_well_posed_fits_reach_scipys_loss_in_far_fewer_epochs_than_adam(tmp_pat
     adam = Trainer(write_fit(tmp_path / "adam", fit, ADAM), fit)
     np.testing.assert_array_equal(adam.params(), start)  # the same seed, the same start
     adam_within = epochs_to(adam, x, y, best * 1.01, cap=40 * within)
-    # Measured: LM within 1% of the optimum after 7 (decay) and 3 (logistic) epochs, Adam after 200 and 400.
-    assert adam_within is None or adam_within >= 20 * within, (within, adam_within)
+    # Measured: LM within 1% of the optimum after 9 (decay) and 4 (logistic) epochs, Adam after 200 and 400 (read
+    # every 25 epochs): 22x and 100x; 15x leaves Adam's 25-epoch reading grain as margin.
+    assert adam_within is None or adam_within >= 15 * within, (within, adam_within)
 
 
 def test_tanh_net_stays_within_5_percent_of_scipy_at_equal_jacobian_evaluations(tmp_path: Path) -> None:
     x, y = data(SINE)
     lm = Trainer(write_fit(tmp_path / "lm", SINE, LM), SINE)
     start = lm.params()
-    # scipy bounds function evaluations (max_nfev), not Jacobians: run lmder to 50, 100 and 200 of them and give
-    # our trainer as many iterations as it evaluated Jacobians (res.njev: one per outer iteration, as ours).
-    for max_nfev in (50, 100, 200):
-        reference = least_squares(SINE.residuals, start, jac=SINE.jacobian, method="lm", args=(x, y),
-                                  max_nfev=max_nfev)
+    # Equal whole iterations (Jacobians): lmder stopped on the try it kept in its iteration N (scipy_at).
+    for iterations in (30, 60, 120):
+        reference = scipy_at(SINE, start, x, y, iterations)
         scipy_loss = 2 * reference.cost / len(y)
         ours = mse(SINE, lm.train(reference.njev - lm.epochs), x, y)
-        assert lm.state(keys.iterations("fit")) == reference.njev
-        # Measured (seed 0): -2.3% at 36 Jacobians, +2.0% at 75, +1.1% at 159; seeds 1-3 within 3.8% (bench).
+        assert lm.state(keys.iterations("fit")) == reference.njev == iterations
+        # Measured (seed 0): {MEASURED}. 5%: the spread float32 rounding alone gives lmder on this 49-weight fit
+        # (bench/RESULTS.md), well below the 8.5% gap of Marquardt's fixed factor 10.
         assert abs(ours - scipy_loss) <= 0.05 * scipy_loss, (reference.njev, ours, scipy_loss)
-        if max_nfev == 50:
+        if iterations == 30:
             first = ours
     adam = Trainer(write_fit(tmp_path / "adam", SINE, ADAM), SINE)
     np.testing.assert_array_equal(adam.params(), start)
-    # Adam does not reach LM's loss after 36 iterations in 1500 epochs (0.0090 after 3000: bench/RESULTS.md).
+    # Adam does not reach LM's loss after 30 iterations in 1500 epochs (bench/RESULTS.md).
     assert epochs_to(adam, x, y, first, cap=1500) is None
 
 
-def test_damping_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:
+def test_damping_step_bound_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:
     from specgen.runtime.commands.resume import Options, prepare
     from specgen.runtime.commands.session import Session
     from specgen.spec.load import load_spec
 
-    spec = write_fit(tmp_path, LOGISTIC, "{kind: levenberg_marquardt, initial_damping: 0.5, damping_factor: 4}")
-    first = Trainer(spec, LOGISTIC)
-    first.train(2)
+    spec = write_fit(tmp_path, SINE, "{kind: levenberg_marquardt, initial_damping: 0.5}")
+    first = Trainer(spec, SINE)
+    first.train(3)
     saved = {k: v.numpy() for k, v in first.session.trainer.state_by_path().items()}
-    # 0.5 / 4 / 4 when both steps are kept; the scale slot holds diag(JᵀJ)'s running maximum (> 0).
-    assert saved[keys.damping("fit")] == np.float32(0.5 / 16)
-    assert (saved[keys.slot_prefix("fit", "scale") + "/out/kernel"] > 0).all()
+    assert saved[keys.step_bound("fit")] > 0 and saved[keys.damping("fit")] >= 0
+    assert (saved[keys.slot_prefix("fit", "scale") + "/out/kernel"] > 0).all()  # D: J's column norms
     first.session.save()
+    straight = first.train(3)
     options = Options(resume=True, quiet=True)
     begin = prepare(load_spec(spec), options)
     resumed = Session(begin.loaded, options, begin)
@@ -97,6 +105,11 @@ def test_damping_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None
     assert set(state) == set(saved)
     for key, value in saved.items():
         np.testing.assert_array_equal(state[key].numpy(), value, err_msg=key)
+    # The same three iterations again from the checkpoint: the same weights, bit for bit (one process, one CPU).
+    resumed.updates(3)
+    variables = resumed.model.variables_by_path()
+    again = np.concatenate([variables[p].numpy().astype(np.float64).ravel() for p in SINE.paths])
+    np.testing.assert_array_equal(again, straight)
 
 
 def test_report_lists_the_damping_in_the_optimizer_collection(tmp_path: Path,
@@ -104,6 +117,7 @@ def test_report_lists_the_damping_in_the_optimizer_collection(tmp_path: Path,
     assert main(["report", str(write_fit(tmp_path, LOGISTIC, LM))]) == 0
     out = capsys.readouterr().out
     assert "optimizers/fit/damping           []      float32  optimizer" in out
+    assert "optimizers/fit/step_bound        []      float32  optimizer" in out
     assert "optimizers/fit/scale/out/kernel  [1, 1]  float32  optimizer" in out
     assert "learning_rate" not in out
     assert "fit        levenberg_marquardt" in out
@@ -159,6 +173,7 @@ def test_refusals_name_the_place_and_the_reason(tmp_path: Path, capsys: pytest.C
     ("learning_rate: 0.1", "learning rate: the damping sets the step length"),
     ("clip: {value: 1.0}", "clipping: the step is a damped Gauss-Newton solve"),
     ("weight_decay: 0.01", "weight decay: each step solves the damped normal equations"),
+    ("damping_factor: 10", "damping_factor: the damping follows MINPACK's trust-region rule"),
 ])
 def test_keys_it_does_without_are_refused_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           key: str, why: str) -> None:
@@ -207,3 +222,73 @@ def test_probe_says_why_it_does_not_apply(tmp_path: Path, capsys: pytest.Capture
     assert capsys.readouterr().err.endswith(
         "error: --probe shows one gradient update; a levenberg_marquardt iteration is a damped solve over the whole "
         "training set: train a few epochs and read the loss instead\n1 error found\n")
+
+
+def test_max_tries_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 17: 2147483647 tries never finished one iteration.
+    text = write_fit(tmp_path / "fit", LOGISTIC, "{kind: levenberg_marquardt, max_tries: 2147483647}").read_text()
+    assert validate(tmp_path, capsys, text) == [
+        "spec.yaml:11:47: error: max_tries: received 2147483647, expected a value <= 100", "1 error found"]
+
+
+def test_a_stall_is_logged_once_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write_fit(tmp_path, LOGISTIC, "{kind: levenberg_marquardt, max_tries: 100}")
+    trainer = Trainer(spec, LOGISTIC)
+    settled = trainer.train(12)
+    err = capsys.readouterr().err
+    notes = re.findall(r"note: levenberg_marquardt optimizer 'fit': stalled at step (\d+): (.*)\n", err)
+    assert [why for _, why in notes] == [
+        "the step bound reached 1.2e-07·‖D·w‖ (float32's resolution of the weights) or the gradient is 0, so no "
+        "step can lower the loss: a minimum, or a stationary point; the weights stay, and later iterations change "
+        "nothing"], err
+    # lmder converges in 6 iterations from here (scipy); measured: the 7th stalls. Which one, in 7-12, depends on
+    # float32's last bits at the minimum, which differ between CPUs.
+    assert 7 <= int(notes[0][0]) <= 12
+    np.testing.assert_array_equal(trainer.train(5), settled)
+    assert "stalled" not in capsys.readouterr().err  # said once, not once an iteration
+
+
+def test_ctrl_c_during_training_stops_at_once_with_one_line(tmp_path: Path) -> None:
+    spec = write_fit(tmp_path, SINE, "{kind: levenberg_marquardt, max_tries: 100}")
+    spec.write_text(spec.read_text().replace("epochs: 1,", "epochs: 1000000,").replace("every_steps: 100000",
+                                                                                       "every_steps: 5"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen([sys.executable, "-m", "specgen", "train", str(spec), "--quiet"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), line) for line in process.stderr))
+    reader.start()
+    latest = tmp_path / "run" / "latest"
+    deadline = time.monotonic() + 240
+    while not latest.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the iterations now, past the first checkpoint
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    process.wait(timeout=120)  # TensorFlow's own shutdown follows: measured 9 s on 2 cores shared by 9 processes
+    reader.join()
+    assert process.returncode == 130, lines
+    assert not any("Traceback" in line for _, line in lines), lines
+    said, line = lines[-1]
+    # 5 s: an iteration of this 49-weight fit takes milliseconds; measured: the line came 0.01 s after the signal.
+    assert said - sent < 5.0
+    match = re.fullmatch(r"specgen train: interrupted at step (\d+); the newest checkpoint is run/ckpt-(\d+): "
+                         r"continue with --resume\n", line)
+    assert match, line
+    saved = int(match[2])
+    assert saved % 5 == 0 and 5 <= saved <= int(match[1])
+    assert latest.read_text().strip() == f"ckpt-{saved:08d}"  # the checkpoint named is the whole, latest one
+    assert main(["train", str(spec), "--resume", "--steps", "1", "--quiet"]) == 0
+    assert (tmp_path / "run" / f"ckpt-{saved + 1:08d}").is_dir()
+
+
+def test_an_iteration_that_keeps_no_step_says_so_and_leaves_the_weights(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # One try a step: the first, within lmder's first bound 100·‖D·w‖, is a long Gauss-Newton step on this tanh net.
+    trainer = Trainer(write_fit(tmp_path, SINE, "{kind: levenberg_marquardt, max_tries: 1}"), SINE)
+    start = trainer.params()
+    np.testing.assert_array_equal(trainer.train(1), start)
+    assert capsys.readouterr().err.endswith(
+        "note: levenberg_marquardt optimizer 'fit': step 1 rejected: none of its 1 tries lowered the loss enough; "
+        "the weights stay and the next iteration tries shorter steps\n")
+    assert trainer.state(keys.iterations("fit")) == 1

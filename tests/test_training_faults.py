@@ -265,3 +265,19 @@ def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_li
         assert sorted(p.name for p in run.rglob("*")) == listing and file.read_text() == meta  # nothing changed
     finally:
         file.write_bytes(original)
+
+
+@pytest.mark.slow
+def test_probe_resume_refuses_a_meta_json_of_another_spec(trained: Path) -> None:
+    """`--probe --resume` loads the same checkpoint `--resume` would: it makes the same meta.json checks."""
+    run = trained.parent.parent / "run"
+    file = run / "ckpt-00000005" / "meta.json"
+    original = file.read_bytes()
+    file.write_text('{"step": 5, "spec": "other"}')
+    try:
+        result = specgen(trained, "--probe", "--resume")
+        assert (result.returncode, own_lines(result.stderr)) == (1, [
+            "run/ckpt-00000005/meta.json: error: this checkpoint belongs to spec 'other', not 'fault_mlp'; resume it "
+            "with that spec, or give this one its own folder (checkpoint.dir)", "1 error found"])
+    finally:
+        file.write_bytes(original)

@@ -257,6 +257,7 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
             state.append(Variable(opt.learning_rate_key, (), "float32", ("optimizer",)))
         if opt.damping_key:
             state.append(Variable(opt.damping_key, (), "float32", ("optimizer",)))
+            state.append(Variable(opt.step_bound_key, (), "float32", ("optimizer",)))
         state.append(Variable(opt.iterations_key, (), "int64", ("optimizer",)))
         for slot in opt.slots:
             state += [Variable(f"{slot.key}/{p}", shapes[p], "float32", ("optimizer",)) for p in opt.paths]

@@ -22,6 +22,11 @@ class Input:
     py_name: str
     onnx_name: str
 
+    @property
+    def tf_shape(self) -> tuple[int | None, ...]:
+        """The TensorFlow signature's shape: named dynamic dimensions (kinds/dims.py) are None there."""
+        return tuple(None if isinstance(d, str) else d for d in self.shape)
+
 
 @dataclass(frozen=True)
 class PruneScheduleIR:

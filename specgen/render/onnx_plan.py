@@ -16,6 +16,7 @@ from typing import Any
 from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
+from specgen.kinds.dims import SYMBOL
 from specgen.kinds.ops import REGISTRY, as_activation
 from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
@@ -48,8 +49,15 @@ class OnnxPlan:
 
 
 def _declare(dtype: str, shape: Shape, name: str, batch: str) -> str:
-    dims = ", ".join(batch if d is None else str(d) for d in shape)
+    dims = ", ".join(batch if d is None else _dim(d) for d in shape)
     return f"{ONNX_DTYPES[dtype]}[{dims}] {name}"
+
+
+def _dim(d: int | str) -> str:
+    """A fixed size, or a named dynamic dimension as its dim_param: quoted when it is an expression (ceil(h/2))."""
+    if isinstance(d, int) or SYMBOL.fullmatch(d):
+        return str(d)
+    return f'"{d}"'
 
 
 class Lowering:

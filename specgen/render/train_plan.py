@@ -34,8 +34,14 @@ class OptimizerPlan:
     rate_key: str  # checkpoint keys of the learning rate ('' for levenberg_marquardt) and the iteration count
     iterations_key: str
     decayed: tuple[str, ...] | None = None  # with weight_decay.exclude: the weights that still decay; None: all
-    damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value
+    damping_key: str = ""  # levenberg_marquardt: its damping variable's key and first value, its step bound's key
     initial_damping: float = 0.0
+    step_bound_key: str = ""
+    hyper: tuple[tuple[str, Any], ...] = ()  # the kind's own keys, resolved (OptimizerIR.hyper)
+
+    def param(self, name: str) -> Any:
+        """One of the kind's own keys, for its templates (levenberg_marquardt's step logs max_tries)."""
+        return dict(self.hyper)[name]
 
 
 def _schedule(schedule: ScheduleIR | None) -> str | None:
@@ -69,7 +75,9 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
             _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
             tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None,
-            opt.damping_key, opt.param("initial_damping") if opt.levenberg_marquardt else 0.0))
+            # initial_damping left out: 0, and the first step bound is lmder's (runtime/lib/levenberg_marquardt.py)
+            opt.damping_key, (opt.param("initial_damping") or 0.0) if opt.levenberg_marquardt else 0.0,
+            opt.step_bound_key, opt.hyper))
         start += len(opt.paths)
     return plans
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from specgen import text
 from specgen.ir.lints import ratio_column
 from specgen.ir.model import ModelIR
+from specgen.kinds import dims
 from specgen.kinds.ops import backward_flops
 
 NOTE = ("FLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x the forward FLOPs "
@@ -27,4 +28,14 @@ def flops_table(ir: ModelIR) -> str:
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
     rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))
     return text.table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)",
-                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE
+                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE + _symbols_note(ir)
+
+
+def _symbols_note(ir: ModelIR) -> str:
+    """How FLOPs count named dynamic dimensions (kinds/dims.py), for specs that declare some."""
+    declared = list(dict.fromkeys(n for i in ir.inputs for d in i.shape if isinstance(d, str) for n in dims.names(d)))
+    if not declared:
+        return ""
+    return (f" Named dynamic dimensions ({', '.join(declared)}) count as size 1: a layer that reads or makes one "
+            "(or an expression of one, e.g. ceil(seq/2)) reports FLOPs per position along it; multiply by "
+            "the run-time size.")

@@ -54,9 +54,10 @@ class Distribution:
     def updates(self, trainer: Any, iterator: Any, step: int, count: int, train: TrainIR) -> tf.Tensor:
         """`count` updates from global step `step`; the last micro-batch's loss (a tensor: no host sync per step).
 
-        An accumulating trainer (AccumulatingTrainer) is called per micro-batch; every other step kind (the
-        gradient step, Levenberg-Marquardt) runs whole chunks in one graph (`train_steps`). Seeds are the same
-        either way: [global_step * K + micro-batch, seed].
+        An accumulating trainer (AccumulatingTrainer) is called per micro-batch; every other step kind runs
+        whole chunks through its own `train_steps` (the gradient step: one graph; Levenberg-Marquardt: one
+        graph call an iteration, so that Ctrl-C stops it between two). Seeds are the same either way:
+        [global_step * K + micro-batch, seed].
         """
         if isinstance(trainer, AccumulatingTrainer):
             return self.accumulated_updates(trainer, iterator, step, count, train.accumulate, train.seed)
@@ -65,7 +66,7 @@ class Distribution:
 
     def train_steps(self, trainer: SteppingTrainer, iterator: Any, counter: tf.Tensor, steps: tf.Tensor,
                     seed: int) -> tf.Tensor:
-        """`steps` updates in one graph (the trainer's own `train_steps`, which seeds them the same way)."""
+        """`steps` updates through the trainer's own `train_steps` (which seeds them the same way)."""
         return trainer.train_steps(iterator, counter, steps)
 
     def accumulated_updates(self, trainer: AccumulatingTrainer, iterator: Any, step: int, count: int,

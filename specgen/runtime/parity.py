@@ -9,6 +9,7 @@ its first argument, so a gate built from them lets a broken model through.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,10 +39,15 @@ def random_weights(ir: ModelIR, rng: np.random.Generator) -> dict[str, np.ndarra
     return values
 
 
-def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+SYMBOL_SIZE = 11  # a named dynamic dimension's size where the caller names none: odd, as asymmetric SAME pads need
+
+
+def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
+                  sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Random inputs; `sizes` gives named dynamic dimensions (kinds/dims.py) their run-time sizes."""
     inputs = {}
     for node_input in ir.inputs:
-        shape = (batch, *node_input.shape[1:])
+        shape = (batch, *((sizes or {}).get(d, SYMBOL_SIZE) if isinstance(d, str) else d for d in node_input.shape[1:]))
         if node_input.dtype.startswith("int"):
             # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
             vocab = min(n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes

@@ -74,7 +74,7 @@ class Predictor:
                 raise InputError(f"input '{name}': received dtype {array.dtype}, expected {np.dtype(dtype).name}")
             fixed = [d if isinstance(d, int) else None for d in shape]
             if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):
-                shown = ["batch" if f is None else f for f in fixed]
+                shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
                 raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
             checked[name] = np.ascontiguousarray(array, dtype=dtype)
         return checked

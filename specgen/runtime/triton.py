@@ -40,7 +40,8 @@ def _tensor(name: str, dtype: str, shape: Shape, batch: int | None, last: bool) 
     if dtype not in TRITON_DTYPES:
         raise ValueError(f"tensor '{name}' has dtype {dtype}; Triton configs are written for "
                          f"{', '.join(TRITON_DTYPES)}")
-    dims = [-1 if d is None else d for d in (shape[1:] if batch is None else (batch, *shape[1:]))]
+    # -1: open, the batch and named dynamic dimensions (kinds/dims.py) alike
+    dims = [d if isinstance(d, int) else -1 for d in (shape[1:] if batch is None else (batch, *shape[1:]))]
     lines = ["  {", f"    name: {_quote(name)}", f"    data_type: {TRITON_DTYPES[dtype]}"]
     if dims:
         lines.append(f"    dims: {_ints(dims)}")

@@ -7,53 +7,46 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
+from specgen.kinds.sources import DataSource
 from specgen.spec.base import MAX_INT, FilePath, Identifier, Pattern, PositiveInt, SpecModel
 from specgen.spec.regex import check_pattern, parse_template
-from specgen.spec.unions import by_key, by_shape, scalar_or_list
+from specgen.spec.unions import by_key, by_shape
 
 DType = Literal["float32", "int32", "int64"]
+def _symbol(value: str) -> str:
+    # Checked here rather than by a pydantic pattern, whose message speaks of layer names.
+    if not SYMBOL.fullmatch(value) or value == "ceil":  # derived dimensions use ceil: ceil(height/2)
+        raise ValueError(f"received {value!r}, expected a positive integer or {SYMBOL_HINT}, "
+                         "other than 'ceil'")
+    return value
+
+
+# A named dynamic dimension (kinds/dims.py): its size is known at run time only.
+Symbol = Annotated[str, AfterValidator(_symbol),
+                   Field(max_length=64, json_schema_extra={"pattern": f"^{SYMBOL.pattern}$"},
+                         description="A named dynamic dimension, e.g. seq or height.")]
+Dim = by_shape(lambda v: "symbol" if isinstance(v, str) else "size",
+               "a positive integer or a lowercase name", size=PositiveInt, symbol=Symbol)
 
 
 class InputSpec(SpecModel):
-    shape: Annotated[list[PositiveInt], Field(description="Without the batch dimension, which is dynamic.")]
+    shape: Annotated[list[Dim],
+                     Field(description="Without the batch dimension, which is dynamic. A lowercase name "
+                                       "(seq, height) declares a named dynamic dimension.")]
     dtype: DType = "float32"
 
     @model_validator(mode="after")
     def _size(self) -> InputSpec:
         # Keeps every inferred size well inside int64, which ONNX text dims are parsed into.
-        if math.prod(self.shape) > MAX_INT:
-            raise ValueError(f"an example of shape {self.shape} has {math.prod(self.shape)} values; "
-                             f"the limit is {MAX_INT}")
+        fixed = math.prod(d for d in self.shape if isinstance(d, int))
+        if fixed > MAX_INT:
+            raise ValueError(f"an example of shape {self.shape} has {fixed} values; the limit is {MAX_INT}")
         return self
 
 
-Column = by_shape(scalar_or_list, "a column name or a list of column names",
-                  scalar=Identifier, list=Annotated[list[Identifier], Field(min_length=1)])
-
-
-class NpzSource(SpecModel):
-    npz: FilePath
-    features: dict[Identifier, Identifier] = Field(description="Input name -> array name.")
-    labels: dict[Identifier, Identifier] = Field(default_factory=dict)
-
-
-class CsvSource(SpecModel):
-    csv: FilePath
-    features: dict[Identifier, Column] = Field(description="Input name -> column name(s).")
-    labels: dict[Identifier, Column] = Field(default_factory=dict)
-
-
-class TfRecordSource(SpecModel):
-    tfrecord: FilePath
-    features: dict[Identifier, Identifier] = Field(description="Input name -> feature key.")
-    labels: dict[Identifier, Identifier] = Field(default_factory=dict)
-
-
-DataSource = by_shape(by_key("npz", "csv", "tfrecord"),
-                      "a data source with exactly one of the keys 'npz', 'csv' or 'tfrecord'",
-                      npz=NpzSource, csv=CsvSource, tfrecord=TfRecordSource)
-
-
+# Each stage is one source; the kinds are the data-source registry's (specgen/kinds/sources). No docstring:
+# pydantic would put it into the schema.
 class Data(SpecModel):
     train: DataSource | None = None
     eval: DataSource | None = None

@@ -153,8 +153,8 @@ REFUSED: dict[Pair, tuple[str, ...]] = {
         "in another run, or freeze them",
     ),
     ("levenberg_marquardt", "schedule"): (
-        "learning_rate: levenberg_marquardt takes no learning rate: the damping sets the step length (Marquardt's rule "
-        "moves it after every iteration); set initial_damping instead",
+        "learning_rate: levenberg_marquardt takes no learning rate: the damping sets the step length (the trust-region "
+        "rule moves it after every try); set initial_damping instead",
     ),
     ("levenberg_marquardt", "batch_norm"): (
         "layer 'bn': levenberg_marquardt optimizer 'first' cannot train through batch_norm: training mode normalizes "

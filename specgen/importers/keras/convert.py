@@ -16,6 +16,7 @@ from specgen.importers.keras.args import Args, finite
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
+from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
@@ -60,6 +61,8 @@ def _converter(layer: KLayer) -> Converter | None:
                             "imports a model's own code; write the layer as spec ops by hand")
     if layer.cls in REFUSED:
         raise layer_problem(layer.name, layer.cls, f"refused: {REFUSED[layer.cls]}")
+    if layer.cls in CONVERTERS_1D:
+        return CONVERTERS_1D[layer.cls]
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]
@@ -132,6 +135,13 @@ def _check_keyed(layer: KLayer) -> None:
                             "cannot write in the keys of this layer's weights (rename the layer in Keras)")
 
 
+def _dims(shape: list[Any]) -> list[int | str]:
+    """An input's sizes; a size Keras leaves open (None) becomes the named dynamic dimension dim<axis>
+    (kinds/dims.py), shared by every input open on that axis, so that a residual add of two inputs
+    with open time axes validates as Keras builds it."""
+    return [f"dim{axis}" if d is None else int(d) for axis, d in enumerate(shape, start=1)]
+
+
 class _Converter:
     def __init__(self, graph: KGraph, keras2: bool):
         self.graph, self.keras2, self.namer = graph, keras2, Namer()
@@ -143,17 +153,15 @@ class _Converter:
 
     def inputs(self) -> None:
         for item in self.graph.inputs:
-            if any(d is None for d in item.shape):
-                raise ImportProblem(f"input '{item.name}' has open sizes {item.shape}: specgen needs fixed shapes "
-                                    "(rebuild the model with a fixed input shape, e.g. --input-shape for constructors)")
             if item.dtype not in DTYPES:
                 raise ImportProblem(f"input '{item.name}' has dtype {item.dtype}; specgen inputs are "
                                     + ", ".join(DTYPES))
             name = self.namer.identifier(item.name)
             self._renamed("input", item.name, name)
-            self.out.inputs[name] = {"shape": [int(d) for d in item.shape], "dtype": item.dtype}
+            shape = _dims(item.shape)
+            self.out.inputs[name] = {"shape": shape, "dtype": item.dtype}
             self.spec_of[item.name] = name
-            self.shapes[name], self.dtypes[name] = (None, *[int(d) for d in item.shape]), item.dtype
+            self.shapes[name], self.dtypes[name] = (None, *shape), item.dtype
 
     def _renamed(self, what: str, keras: str, spec: str) -> None:
         if keras != spec:

@@ -27,6 +27,7 @@ from specgen.ir.training.model import (
     TrainIR,
 )
 from specgen.ir.training.terms import LossTermIR, primary
+from specgen.kinds import sources
 from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.schedules import REGISTRY as SCHEDULES
@@ -34,7 +35,6 @@ from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
-DATA_KINDS = ("npz", "csv", "tfrecord")
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:
@@ -73,23 +73,21 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
     kind = OPTIMIZERS[opt.kind]
     hyper = kind.hyper(opt)
     slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial) for s, initial in kind.slots(hyper))
+    damping = {"damping_key": keys.damping(name), "step_bound_key": keys.step_bound(name)} if kind.damping else {}
     if not kind.learning_rate:  # levenberg_marquardt: the damping sets the step; no decay or clip
         return OptimizerIR(name, opt.kind, paths, 0.0, None, tuple(hyper.items()), slots,
-                           iterations_key=keys.iterations(name), damping_key=keys.damping(name) if kind.damping else "")
+                           iterations_key=keys.iterations(name), **damping)
     first, schedule = _schedule(opt.learning_rate)
     decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
     return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
-                       keys.damping(name) if kind.damping else "")
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded, **damping)
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
-    kind = next(k for k in DATA_KINDS if hasattr(source, k))
-
-    def refs(mapping: dict[str, Any]) -> dict[str, str | tuple[str, ...]]:
-        return {k: v if isinstance(v, str) else tuple(v) for k, v in mapping.items()}
-
-    return DataSourceIR(stage, kind, loaded.folder / getattr(source, kind), refs(source.features), refs(source.labels))
+    """The kind resolves its own paths and names (specgen/kinds/sources/<kind>.py)."""
+    kind = sources.kind_of(source)
+    resolved = kind.resolve(source, loaded.folder)
+    return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels)
 
 
 def _metrics(items: list[Any]) -> tuple[MetricIR, ...]:

@@ -24,8 +24,13 @@ def iterations(optimizer: str) -> str:
 
 
 def damping(optimizer: str) -> str:
-    """The damping λ of a levenberg_marquardt optimizer (Marquardt's rule moves it every iteration)."""
+    """The damping λ of a levenberg_marquardt optimizer (MINPACK's Levenberg parameter `par`)."""
     return f"{OPTIMIZERS}/{optimizer}/damping"
+
+
+def step_bound(optimizer: str) -> str:
+    """The trust-region radius Δ of a levenberg_marquardt optimizer (MINPACK's `delta`)."""
+    return f"{OPTIMIZERS}/{optimizer}/step_bound"
 
 
 def slot_prefix(optimizer: str, slot: str) -> str:

@@ -1,9 +1,10 @@
 """`kind: levenberg_marquardt`: its checks across sections (its kind: specgen/kinds/optimizers/levenberg_marquardt.py).
 
-Levenberg-Marquardt solves (JᵀJ + λ·D) δ = -Jᵀr for the residual vector r of a squared-error
-loss over one fixed set of examples, then keeps the step only if the loss falls. That
-shape of step sets what a spec may combine it with; the pairs it refuses, and why, are rows of
-specgen/kinds/features/compat.py, whose messages the checks below raise at their own positions.
+Levenberg-Marquardt solves (JᵀJ + λ·DᵀD) δ = -Jᵀr for the residual vector r of a squared-error
+loss over one fixed set of examples, then keeps the step only if the loss falls enough (MINPACK's
+lmder: specgen/runtime/lib/levenberg_marquardt.py). That shape of step sets what a spec may combine
+it with; the pairs it refuses, and why, are rows of specgen/kinds/features/compat.py, whose messages
+the checks below raise at their own positions.
 """
 
 from __future__ import annotations

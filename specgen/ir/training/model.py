@@ -67,7 +67,8 @@ class OptimizerIR:
     learning_rate_key: str = ""  # empty for levenberg_marquardt, which has no learning rate
     iterations_key: str = ""
     decay_excluded: tuple[str, ...] = ()  # weights of `paths` that get no weight decay (weight_decay.exclude)
-    damping_key: str = ""  # levenberg_marquardt only: its damping variable
+    damping_key: str = ""  # levenberg_marquardt only: its damping variable λ
+    step_bound_key: str = ""  # ... and its trust-region bound Δ (both: OptimizerDef.damping)
 
     @property
     def levenberg_marquardt(self) -> bool:
@@ -107,7 +108,7 @@ class TrainIR:
 @dataclass(frozen=True)
 class DataSourceIR:
     stage: str  # 'train' or 'eval'
-    kind: str  # 'npz', 'csv' or 'tfrecord'
+    kind: str  # a name of the data-source registry (specgen/kinds/sources)
     path: Path  # resolved against the spec's folder
     features: dict[str, str | tuple[str, ...]]  # input name -> array, column(s) or feature key
     labels: dict[str, str | tuple[str, ...]]

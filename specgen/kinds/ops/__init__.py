@@ -27,6 +27,7 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from specgen import text
+from specgen.kinds import dims
 from specgen.kinds.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod
 from specgen.kinds.ops.nodes import Shape
 from specgen.spec.base import MAX_INT
@@ -85,7 +86,10 @@ def as_activation(name: str) -> AsActivation:
 
 
 def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
-    result = REGISTRY[layer.op].infer(layer, shapes, dtypes)
+    op = REGISTRY[layer.op]
+    if not op.symbolic:
+        _refuse_symbols(layer, shapes)
+    result = op.infer(layer, shapes, dtypes)
     # The bound on an input's size (spec/io.py) holds for every layer's output too: strides or
     # upsampling factors near 2**31 would otherwise multiply past int64, which ONNX text dims are read into.
     if prod(result.shape) > MAX_INT:
@@ -95,6 +99,15 @@ def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if act not in (None, "linear"):
         result.flops += as_activation(act).flops * prod(result.shape)
     return result
+
+
+def _refuse_symbols(layer: Any, shapes: list[Shape]) -> None:
+    """An op whose rule needs every size fixed, given a named dynamic dimension (kinds/dims.py)."""
+    for shape in shapes:
+        if found := dims.symbols(shape):
+            key = "inputs" if "inputs" in type(layer).model_fields else "input"
+            raise OpError(f"{layer.op} needs fixed sizes; its input {text.shape(shape)} has the named dynamic "
+                          f"dimension '{found[0]}', known only at run time", key)
 
 
 def backward_flops(forward: int, has_weights: bool) -> int:

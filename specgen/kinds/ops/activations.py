@@ -134,16 +134,16 @@ def gelu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
 
 
 OPS = (
-    OpDef("relu", Relu, relu, relu_tf_attrs, relu_onnx_attrs, layout="any", onnx_variant=relu_onnx_variant,
+    OpDef("relu", Relu, relu, relu_tf_attrs, relu_onnx_attrs, layout="any", symbolic=True, onnx_variant=relu_onnx_variant,
           onnx_variants=("clip",), as_activation=AsActivation(1)),
-    OpDef("relu6", ActivationLayer, relu6, onnx_attrs=relu6_onnx_attrs, layout="any", onnx_template="clip",
+    OpDef("relu6", ActivationLayer, relu6, onnx_attrs=relu6_onnx_attrs, layout="any", symbolic=True, onnx_template="clip",
           as_activation=AsActivation(2, {}, lambda first, ctx, out: clip_constants(ctx, out, 6.0))),
-    OpDef("leaky_relu", LeakyRelu, leaky_relu, alpha_tf_attrs, alpha_onnx_attrs, layout="any",
+    OpDef("leaky_relu", LeakyRelu, leaky_relu, alpha_tf_attrs, alpha_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(2, {"alpha": 0.2}, lambda first, ctx, out: {"alpha": 0.2})),
-    OpDef("gelu", ActivationLayer, infer, onnx_attrs=gelu_onnx_attrs, layout="any",
+    OpDef("gelu", ActivationLayer, infer, onnx_attrs=gelu_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(8, {}, lambda first, ctx, out: gelu_formula(ctx, out))),
-    OpDef("sigmoid", ActivationLayer, infer, layout="any", as_activation=AsActivation(4)),
-    OpDef("tanh", ActivationLayer, infer, layout="any", as_activation=AsActivation(4)),
-    OpDef("softmax", Softmax, softmax, axis_tf_attrs, axis_onnx_attrs, layout="any",
+    OpDef("sigmoid", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4)),
+    OpDef("tanh", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4)),
+    OpDef("softmax", Softmax, softmax, axis_tf_attrs, axis_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(5, {"axis": -1}, lambda first, ctx, out: {"axis": 1 if first else -1})),
 )

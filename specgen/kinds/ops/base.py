@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 
 from specgen import text
 from specgen.errors import SpecgenError
+from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import SpecModel
 
@@ -115,6 +116,7 @@ class OpDef:
     - `as_activation`: set when the op may be named in a layer's `activation:` key.
     - `activation_after`: a layer's `activation:` key runs as a step after the op (True, the default);
       False when the op uses it itself (a recurrent cell's activation).
+    - `symbolic`: the rule handles str dimensions (named dynamic ones) in its input shapes.
     - `gradient`: which inputs the op passes gradients to: True (all, the default), False (none,
       e.g. stop_gradient) or one flag per input position (e.g. a gather's index input carries none).
       Integer tensors never carry a gradient whatever this says (ir/reach.py, the reachability check).
@@ -133,6 +135,9 @@ class OpDef:
     as_activation: AsActivation | None = None
     gradient: bool | tuple[bool, ...] = True
     activation_after: bool = True
+    # Whether the rule takes named dynamic dimensions (kinds/dims.py); an op that does not is refused
+    # one with a positioned error naming the symbol (kinds/ops/__init__.py `infer`), never mis-sized.
+    symbolic: bool = False
 
     def __post_init__(self) -> None:
         if not self.tf_template:
@@ -162,8 +167,17 @@ def pair(value: int | list[int]) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (value[0], value[1])
 
 
-def prod(dims: Shape) -> int:
-    return math.prod(d for d in dims if d is not None)
+def prod(shape: Shape) -> int:
+    """Values per example; a named dynamic dimension counts 1 (FLOPs are per position of it)."""
+    return math.prod(dims.nominal(d) for d in shape if d is not None)
+
+
+def fixed(dim: int | str | None, what: str, key: str = "input") -> int:
+    """`dim` where the rule needs a size known at build time; a symbol gets an error naming it."""
+    if isinstance(dim, str):
+        raise OpError(f"{what} needs a fixed size; received the named dynamic dimension '{dim}' "
+                      "(its size is known only at run time)", key)
+    return dim or 0
 
 
 def resolve_init(spec: Any) -> Init:
@@ -206,9 +220,19 @@ def held_axis(axis: int, rank: int, first: bool) -> int:
     return to_first(rank).index(axis) if first else axis
 
 
-def _window(size: int, stride: int, dilation: int, padding: str, extent: int, key: str) -> tuple[int, int, int]:
-    """Output extent and (begin, end) padding, the way TensorFlow's SAME/VALID compute them."""
+def window(size: int, stride: int, dilation: int, padding: str, extent: int | str,
+            key: str) -> tuple[int | str, int | None, int | None]:
+    """Output extent and (begin, end) padding, the way TensorFlow's SAME/VALID compute them.
+
+    For a named dynamic extent the output is an expression (kinds/dims.py); the padding of a strided
+    SAME window then depends on the run-time size and is None (ONNX's auto_pad SAME_UPPER computes it).
+    """
     effective = (size - 1) * dilation + 1
+    if isinstance(extent, str):
+        if padding == "same":
+            pads = (None, None) if stride > 1 else ((effective - 1) // 2, effective - 1 - (effective - 1) // 2)
+            return dims.ceil_div(extent, stride), *pads
+        return dims.ceil_div(dims.offset(extent, 1 - effective), stride), 0, 0
     if padding == "same":
         out = -(-extent // stride)
     else:
@@ -221,8 +245,13 @@ def _window(size: int, stride: int, dilation: int, padding: str, extent: int, ke
 
 
 def spatial(shape: Shape, kernel: tuple[int, int], strides: tuple[int, int], dilation: tuple[int, int],
-            padding: str, key: str) -> tuple[tuple[int, int], list[int]]:
-    """Output (height, width) of a 2-D window op and its ONNX pads."""
-    h_out, top, bottom = _window(kernel[0], strides[0], dilation[0], padding, shape[1] or 0, key)
-    w_out, left, right = _window(kernel[1], strides[1], dilation[1], padding, shape[2] or 0, key)
-    return (h_out, w_out), [top, left, bottom, right]  # ONNX order: begins, then ends
+            padding: str, key: str) -> tuple[tuple[int | str, int | str], list[int] | None]:
+    """Output (height, width) of a 2-D window op and its ONNX pads (None: SAME_UPPER at run time)."""
+    h_out, top, bottom = window(kernel[0], strides[0], dilation[0], padding, _extent(shape[1]), key)
+    w_out, left, right = window(kernel[1], strides[1], dilation[1], padding, _extent(shape[2]), key)
+    pads = [top, left, bottom, right]
+    return (h_out, w_out), None if None in pads else pads  # ONNX order: begins, then ends
+
+
+def _extent(dim: int | str | None) -> int | str:
+    return dim if isinstance(dim, str) else dim or 0

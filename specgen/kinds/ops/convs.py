@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specgen.kinds.dims import nominal
 from specgen.kinds.ops.base import (
     FLOAT,
     OnnxContext,
@@ -12,6 +13,7 @@ from specgen.kinds.ops.base import (
     OpError,
     OpResult,
     VarDecl,
+    fixed,
     pair,
     require_float,
     require_rank,
@@ -63,7 +65,7 @@ class SeparableConv2D(WindowBase):
     bias_init: InitializerSpec = "zeros"
 
 
-def _window(layer: Any, shape: Shape, dtype: str) -> tuple[tuple[int, int], dict[str, Any]]:
+def _window(layer: Any, shape: Shape, dtype: str) -> tuple[tuple[int | str, int | str], dict[str, Any]]:
     """Checks the input and the window; returns the output (height, width) and the render params."""
     require_rank(shape, 4, layer.op)
     require_float(dtype, layer.op)
@@ -75,10 +77,11 @@ def _window(layer: Any, shape: Shape, dtype: str) -> tuple[tuple[int, int], dict
 
 
 def _conv_like(layer: Any, shape: Shape, dtype: str, out_channels: int, kernel_in: int) -> OpResult:
-    (h, w), params = _window(layer, shape, dtype)
+    hw, params = _window(layer, shape, dtype)
     kh, kw = params["kernel"]
+    h, w = nominal(hw[0]), nominal(hw[1])  # FLOPs per output position of a named dynamic dimension
     macs = h * w * out_channels * kh * kw * kernel_in
-    return OpResult((None, h, w, out_channels), FLOAT, params, flops=2 * macs + (h * w * out_channels if layer.use_bias else 0))
+    return OpResult((None, *hw, out_channels), FLOAT, params, flops=2 * macs + (h * w * out_channels if layer.use_bias else 0))
 
 
 def _groups_divide(layer: Conv2D, in_channels: int) -> None:
@@ -90,7 +93,7 @@ def _groups_divide(layer: Conv2D, in_channels: int) -> None:
 
 def conv2d(layer: Conv2D, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
-    in_channels = shape[-1] or 0
+    in_channels = fixed(shape[-1], f"{layer.op}'s channel axis")
     if len(shape) == 4:  # a wrong rank is reported by the window check, naming the input
         _groups_divide(layer, in_channels)
     group_in = in_channels // layer.groups
@@ -115,7 +118,7 @@ def _equal_strides(layer: DepthwiseConv2D | SeparableConv2D) -> None:
 def depthwise_conv2d(layer: DepthwiseConv2D, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     _equal_strides(layer)
-    in_channels = shape[-1] or 0
+    in_channels = fixed(shape[-1], f"{layer.op}'s channel axis")
     out_channels = in_channels * layer.depth_multiplier
     result = _conv_like(layer, shape, dtype, out_channels, 1)
     kh, kw = result.params["kernel"]
@@ -132,14 +135,15 @@ def depthwise_conv2d(layer: DepthwiseConv2D, shapes: list[Shape], dtypes: list[s
 def separable_conv2d(layer: SeparableConv2D, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     _equal_strides(layer)
-    in_channels = shape[-1] or 0
+    in_channels = fixed(shape[-1], f"{layer.op}'s channel axis")
     mid = in_channels * layer.depth_multiplier
-    (h, w), params = _window(layer, shape, dtype)
+    hw, params = _window(layer, shape, dtype)
     kh, kw = params["kernel"]
     params["group"] = in_channels  # the depthwise step is a Conv with one input channel per group
+    h, w = nominal(hw[0]), nominal(hw[1])  # FLOPs per output position of a named dynamic dimension
     macs = h * w * mid * kh * kw + h * w * mid * layer.filters  # depthwise, then pointwise
     flops = 2 * macs + (h * w * layer.filters if layer.use_bias else 0)
-    result = OpResult((None, h, w, layer.filters), FLOAT, params, flops=flops)
+    result = OpResult((None, *hw, layer.filters), FLOAT, params, flops=flops)
     # Keras' layouts; ONNX gets the depthwise kernel as depthwise_conv2d's and the pointwise one as OIHW.
     result.variables.append(VarDecl("depthwise_kernel", (kh, kw, in_channels, layer.depth_multiplier),
                                     resolve_init(layer.depthwise_init),
@@ -168,7 +172,9 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (
-    OpDef("conv2d", Conv2D, conv2d, tf_attrs, onnx_attrs, layout="first"),
-    OpDef("depthwise_conv2d", DepthwiseConv2D, depthwise_conv2d, tf_attrs, onnx_attrs, layout="first"),
-    OpDef("separable_conv2d", SeparableConv2D, separable_conv2d, tf_attrs, onnx_attrs, layout="first"),
+    OpDef("conv2d", Conv2D, conv2d, tf_attrs, onnx_attrs, layout="first", symbolic=True),
+    OpDef("depthwise_conv2d", DepthwiseConv2D, depthwise_conv2d, tf_attrs, onnx_attrs, layout="first",
+          symbolic=True),
+    OpDef("separable_conv2d", SeparableConv2D, separable_conv2d, tf_attrs, onnx_attrs, layout="first",
+          symbolic=True),
 )

@@ -11,6 +11,7 @@ from specgen.kinds.ops.base import (
     OpError,
     OpResult,
     VarDecl,
+    fixed,
     prod,
     require_float,
     resolve_init,
@@ -34,7 +35,7 @@ def infer(layer: Dense, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     require_float(dtype, "dense")
     if len(shape) < 2:
         raise OpError(f"dense needs an input with a feature axis; received {text.shape(shape)}", "input")
-    fan_in = shape[-1] or 0
+    fan_in = fixed(shape[-1], "dense's last axis (its kernel's rows)")
     result = OpResult((*shape[:-1], layer.units), params={"rank": len(shape)})
     result.variables.append(VarDecl("kernel", (fan_in, layer.units), resolve_init(layer.kernel_init)))
     if layer.use_bias:
@@ -60,4 +61,5 @@ def onnx_variant(node: Node) -> str:
     return "dense_nd" if node.params["rank"] > 2 else "dense"
 
 
-OPS = (OpDef("dense", Dense, infer, tf_attrs, onnx_attrs, onnx_variant=onnx_variant, onnx_variants=("dense_nd",)),)
+OPS = (OpDef("dense", Dense, infer, tf_attrs, onnx_attrs, onnx_variant=onnx_variant, onnx_variants=("dense_nd",),
+              symbolic=True),)

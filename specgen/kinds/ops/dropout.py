@@ -27,4 +27,4 @@ def tf_attrs(node: Node) -> dict[str, Any]:
     return {"rate": node.params["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
 
 
-OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", onnx_template=None),)
+OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", symbolic=True, onnx_template=None),)

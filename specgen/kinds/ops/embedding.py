@@ -26,4 +26,4 @@ def infer(layer: Embedding, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return result
 
 
-OPS = (OpDef("embedding", Embedding, infer),)
+OPS = (OpDef("embedding", Embedding, infer, symbolic=True),)

@@ -51,8 +51,8 @@ def elu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (
-    OpDef("elu", Elu, elu, elu_tf_attrs, elu_onnx_attrs, layout="any",
+    OpDef("elu", Elu, elu, elu_tf_attrs, elu_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(4, {"alpha": 1.0}, lambda first, ctx, out: {"alpha": 1.0})),
-    OpDef("selu", ExpActivation, per_element(5), layout="any", as_activation=AsActivation(5)),
-    OpDef("softplus", ExpActivation, per_element(3), layout="any", as_activation=AsActivation(3)),
+    OpDef("selu", ExpActivation, per_element(5), layout="any", symbolic=True, as_activation=AsActivation(5)),
+    OpDef("softplus", ExpActivation, per_element(3), layout="any", symbolic=True, as_activation=AsActivation(3)),
 )

@@ -33,7 +33,7 @@ def gate(layer: Gate, shapes: list[Shape], dtypes: list[str]) -> OpResult:
 
 def _op(name: str) -> OpDef:
     template = CANONICAL.get(name, name)
-    return OpDef(name, Gate, gate, layout="any", tf_template=template, onnx_template=template,
+    return OpDef(name, Gate, gate, layout="any", symbolic=True, tf_template=template, onnx_template=template,
                  as_activation=AsActivation(FLOPS[template]))
 
 

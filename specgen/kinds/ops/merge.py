@@ -42,12 +42,22 @@ def broadcast(layer: Elementwise | Subtract, shapes: list[Shape]) -> Shape:
         if not fits:
             before = f"'{layer.inputs[0]}'" if i == 1 else f"'{layer.inputs[0]}' to '{layer.inputs[i - 1]}' broadcast to"
             rank = ("; an input of lower rank needs size-1 axes first (e.g. global_avg_pool's keepdims: true)"
-                    if len(shape) != len(out) else "")
+                    if len(shape) != len(out) else _symbols_differ(out, shape))
             raise OpError(f"inputs: received {before} {text.shape(tuple(out))} and '{name}' {text.shape(shape)}, which do not "
                           f"broadcast; expected inputs of one rank whose axes are equal or 1 in one of them{rank}",
                           "inputs")
         out = [a if b == 1 else b for a, b in zip(out, shape, strict=True)]
     return tuple(out)
+
+
+def _symbols_differ(a: list, b: Shape) -> str:
+    """The hint for named dynamic dimensions (kinds/dims.py) that do not line up, else ''."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x != y and isinstance(x, str) | isinstance(y, str)]
+    if not pairs:
+        return ""
+    x, y = pairs[0]
+    return (f"; named dynamic dimensions line up only with the same name or size 1 ({x!r} vs {y!r}: "
+            "their sizes are known only at run time)")
 
 
 def elementwise(layer: Elementwise | Subtract, shapes: list[Shape], dtypes: list[str]) -> OpResult:
@@ -81,8 +91,8 @@ def concat_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, An
 
 
 OPS = (
-    OpDef("add", Elementwise, elementwise, layout="any"),
-    OpDef("multiply", Elementwise, elementwise, layout="any"),
-    OpDef("subtract", Subtract, elementwise, layout="any"),
+    OpDef("add", Elementwise, elementwise, layout="any", symbolic=True),
+    OpDef("multiply", Elementwise, elementwise, layout="any", symbolic=True),
+    OpDef("subtract", Subtract, elementwise, layout="any", symbolic=True),
     OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any"),
 )

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-Shape = tuple[int | None, ...]  # index 0 is the dynamic batch dimension (None)
+# Index 0 is the dynamic batch dimension (None); a str is a named dynamic dimension (kinds/dims.py).
+Shape = tuple[int | str | None, ...]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import PositiveFloat, number
 from specgen.spec.layers import Activation, LayerBase
@@ -37,7 +37,7 @@ def batch_norm(layer: BatchNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
     require_float(dtype, "batch_norm")
     if len(shape) < 2:
         raise OpError(f"batch_norm needs a channel axis; received {text.shape(shape)}", "input")
-    channels = shape[-1] or 0
+    channels = fixed(shape[-1], "batch_norm's channel axis")
     params = {"momentum": layer.momentum, "epsilon": layer.epsilon, "axes": tuple(range(len(shape) - 1)),
               "channels": channels, "sync": layer.sync}
     result = OpResult(shape, params=params, flops=2 * prod(shape))
@@ -55,7 +55,7 @@ def layer_norm(layer: LayerNorm, shapes: list[Shape], dtypes: list[str]) -> OpRe
     require_float(dtype, "layer_norm")
     if len(shape) < 2:
         raise OpError(f"layer_norm needs a feature axis; received {text.shape(shape)}", "input")
-    channels = shape[-1] or 0
+    channels = fixed(shape[-1], "layer_norm's feature axis")
     result = OpResult(shape, params={"epsilon": layer.epsilon}, flops=8 * prod(shape))
     result.variables += [VarDecl("gamma", (channels,), Init("ones")), VarDecl("beta", (channels,), Init("zeros"))]
     return result
@@ -99,7 +99,8 @@ def batch_norm_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str
 
 OPS = (
     # ONNX BatchNormalization normalizes axis 1: channels-first.
-    OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, batch_norm_onnx_attrs, layout="first"),
+    OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, batch_norm_onnx_attrs, layout="first",
+          symbolic=True),
     # LayerNormalization is written with axis -1: channels-last.
-    OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs),
+    OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs, symbolic=True),
 )

@@ -1,4 +1,7 @@
-"""max_pool, avg_pool, global_avg_pool and global_max_pool: window reductions, channels-first in ONNX."""
+"""max_pool, avg_pool, global_avg_pool and global_max_pool: window reductions, channels-first in ONNX.
+
+The global pools take [batch, h, w, c] images and [batch, steps, c] sequences (Keras' 1-D ones).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpResult, pair, prod, require_float, require_rank, spatial
+from specgen.kinds.dims import nominal
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, pair, prod, require_float, require_rank, spatial
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase, Padding, Size2
+from specgen.text import shape as show
 
 
 class Pool(LayerBase):
@@ -32,15 +37,21 @@ def pool(layer: Pool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     strides = pair(layer.strides if layer.strides is not None else layer.size)
     (h, w), pads = spatial(shape, size, strides, (1, 1), layer.padding, "size")
     params = {"size": size, "strides": strides, "padding": layer.padding, "pads": pads}
-    return OpResult((None, h, w, shape[3]), params=params, flops=h * w * (shape[3] or 0) * size[0] * size[1])
+    flops = nominal(h) * nominal(w) * (shape[3] or 0) * size[0] * size[1]  # per position of a named dimension
+    return OpResult((None, h, w, shape[3]), params=params, flops=flops)
 
 
 def global_pool(layer: GlobalPool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
-    require_rank(shape, 4, layer.op)
+    if len(shape) not in (3, 4):
+        raise OpError(f"{layer.op} needs a rank-4 input (batch, height, width, channels) or a rank-3 one "
+                      f"(batch, steps, channels); received {show(shape)}", "input")
     require_float(dtype, layer.op)
-    out = (None, 1, 1, shape[3]) if layer.keepdims else (None, shape[3])
-    return OpResult(out, params={"keepdims": layer.keepdims}, flops=prod(shape))
+    out = (None, *[1] * (len(shape) - 2), shape[-1]) if layer.keepdims else (None, shape[-1])
+    params: dict[str, Any] = {"keepdims": layer.keepdims}
+    if len(shape) == 3:  # over time; images keep the params (and the rendered files) they had
+        params["axes"] = (1,)
+    return OpResult(out, params=params, flops=prod(shape))
 
 
 def pool_tf_attrs(node: Node) -> dict[str, Any]:
@@ -59,18 +70,21 @@ def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
 
 
 def global_tf_attrs(node: Node) -> dict[str, Any]:
-    return {"keepdims": node.params["keepdims"]}
+    return {"keepdims": node.params["keepdims"], "axes": list(node.params.get("axes", (1, 2)))}
 
 
 def global_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
-    axes = ctx.constant(f"{node.onnx_name}___axes", [2, 3])  # spatial axes, channels-first
+    spatial_axes = [a + 1 for a in node.params.get("axes", (1, 2))]  # channels-first: one further on
+    axes = ctx.constant(f"{node.onnx_name}___axes", spatial_axes)
     return {"axes": axes, "keepdims": int(node.params["keepdims"])}
 
 
 OPS = (
-    OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
-    OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first"),
+    OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True),
+    OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True),
     # With keepdims the output stays channels-first ([N, C, 1, 1]) for the ops that follow.
-    OpDef("global_avg_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
-    OpDef("global_max_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first"),
+    OpDef("global_avg_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first",
+          symbolic=True),
+    OpDef("global_max_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first",
+          symbolic=True),
 )

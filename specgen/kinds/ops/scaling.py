@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import Float, NonNegativeFloat
 from specgen.spec.layers import LayerBase
@@ -48,7 +48,7 @@ def _channels(op: str, shape: Shape, dtype: str) -> int:
     require_float(dtype, op)
     if len(shape) < 2:
         raise OpError(f"{op} needs a channel axis; received {text.shape(shape)}", "input")
-    return shape[-1] or 0
+    return fixed(shape[-1], f"{op}'s channel axis")
 
 
 def _fixed(value: float | list[float], channels: int, key: str) -> float | list[float]:
@@ -139,7 +139,7 @@ def _onnx(roles: tuple[str, ...]) -> Any:
 
 
 OPS = (
-    OpDef("scale", Scale, scale, onnx_attrs=_onnx(("gamma",)), layout="any"),
-    OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any"),
-    OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any"),
+    OpDef("scale", Scale, scale, onnx_attrs=_onnx(("gamma",)), layout="any", symbolic=True),
+    OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any", symbolic=True),
+    OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any", symbolic=True),
 )

@@ -21,4 +21,4 @@ def infer(layer: StopGradient, shapes: list[Shape], dtypes: list[str]) -> OpResu
     return OpResult(shape, dtype)
 
 
-OPS = (OpDef("stop_gradient", StopGradient, infer, layout="any", onnx_template=None, gradient=False),)
+OPS = (OpDef("stop_gradient", StopGradient, infer, layout="any", symbolic=True, onnx_template=None, gradient=False),)

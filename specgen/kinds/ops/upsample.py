@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specgen.kinds.dims import nominal, scaled
 from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase, Size2
@@ -23,15 +24,16 @@ def upsample(layer: Upsample, shapes: list[Shape], dtypes: list[str]) -> OpResul
     require_rank(shape, 4, layer.op)
     require_float(dtype, layer.op)
     sh, sw = pair(layer.size)
-    out = (None, (shape[1] or 0) * sh, (shape[2] or 0) * sw, shape[3])
+    out = (None, scaled(shape[1] or 0, sh), scaled(shape[2] or 0, sw), shape[3])
     params = {"size": (sh, sw), "interpolation": layer.interpolation}
-    return OpResult(out, FLOAT, params, flops=FLOPS_PER_VALUE[layer.interpolation] * out[1] * out[2] * (out[3] or 0))
+    values = nominal(out[1]) * nominal(out[2]) * (out[3] or 0)  # per position of a named dimension
+    return OpResult(out, FLOAT, params, flops=FLOPS_PER_VALUE[layer.interpolation] * values)
 
 
 def tf_attrs(node: Node) -> dict[str, Any]:
     # Keras repeats for nearest and calls tf.image.resize (half-pixel centers, no antialias) for bilinear.
     return {"size": list(node.params["size"]), "interpolation": node.params["interpolation"],
-            "out_hw": list(node.shape[1:3])}
+            "out_hw": list(node.shape[1:3]), "dynamic": any(isinstance(d, str) for d in node.shape[1:3])}
 
 
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
@@ -45,4 +47,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "scales_name": f"{node.onnx_name}___scales"}
 
 
-OPS = (OpDef("upsample", Upsample, upsample, tf_attrs, onnx_attrs, layout="first"),)
+OPS = (OpDef("upsample", Upsample, upsample, tf_attrs, onnx_attrs, layout="first", symbolic=True),)

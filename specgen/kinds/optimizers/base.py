@@ -96,7 +96,8 @@ class OptimizerDef:
       variable per weight under the checkpoint key `optimizers/<name>/<slot>/<weight path>`.
     - `update`: the runtime call the generated train step makes (`lr` is the step's learning rate).
     - `learning_rate`: False for a kind without one (no learning-rate variable, schedule, weight decay or clip).
-    - `damping`: True for a kind that keeps a damping variable (`optimizers/<name>/damping`).
+    - `damping`: True for a kind that keeps a trust-region damping: the damping λ (`optimizers/<name>/damping`)
+      and the step bound Δ it is solved from (`optimizers/<name>/step_bound`), one scalar variable each.
     Every kind has an iteration counter (`optimizers/<name>/iterations`).
     """
 

@@ -10,9 +10,10 @@ import numpy as np
 from specgen.atomic import refuse_links, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
-from specgen.runtime.data import DataError, npz_array, open_npz
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
+from specgen.runtime.sources.base import DataError
+from specgen.runtime.sources.npz import npz_array, open_npz
 
 
 def _feeds(npz: np.lib.npyio.NpzFile, names: list[str], mapping: list[str], path: Path) -> dict[str, np.ndarray]:

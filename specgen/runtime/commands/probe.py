@@ -30,6 +30,7 @@ from specgen.render.files import render_files
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
+from specgen.runtime.commands.resume import verified_meta
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.spec.load import LoadedSpec
@@ -215,5 +216,7 @@ def run_probe(loaded: LoadedSpec, resume: bool = False, resume_from: Path | None
     ir = build_ir(loaded)  # once for the command, after the --resume-from check (its error comes first)
     if resume:
         checkpoint = newest_checkpoint(loaded, ir)
+    if checkpoint is not None:  # the checks --resume makes: it reads back whole and belongs to this spec
+        verified_meta(checkpoint, loaded)
     print(format_probe(probe(loaded, checkpoint, ir)))
     return 0

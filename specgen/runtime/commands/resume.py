@@ -139,7 +139,7 @@ _EXPECTED = {"step": "an integer, 0 or more", "spec": "the name of the spec that
              "targets": "an object of target variable path to online variable path (strings)"}
 
 
-def _verified(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
+def verified_meta(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
     """meta.json of a checkpoint that reads back whole and belongs to this spec; one-line errors otherwise."""
     try:
         meta = verify(path, need_data=True)
@@ -186,5 +186,5 @@ def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
     start.checkpoint, note = _chosen(options, checkpoints)
     if note:
         start.notes.append(note)
-    start.meta = _verified(start.checkpoint, loaded)
+    start.meta = verified_meta(start.checkpoint, loaded)
     return _with_kept_overrides(start, start.meta, list(options.overrides))

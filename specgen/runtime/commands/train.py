@@ -65,6 +65,18 @@ def _next_stop(session: Session, stop: int) -> int:
     return min(m for m in marks if m > step)
 
 
+def _interrupted(session: Session) -> SystemExit:
+    """Ctrl-C: one line, no traceback, exit status 130 (a shell's for SIGINT). Nothing is saved then: a save
+    could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on.
+    It is read from the folder, as --resume reads it: a Ctrl-C inside a save can land after the checkpoint was
+    published and before the session noted it (`last_path` would name the one before)."""
+    path = session.checkpoints.newest()[0]
+    newest = f"the newest checkpoint is {shown(path)}" if path else "no checkpoint was saved"
+    print(f"\nspecgen train: interrupted at step {session.read_step()}; {newest}: continue with --resume",
+          file=sys.stderr)
+    return SystemExit(130)
+
+
 def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> dict[str, Any]:
     """`ir`: the IR of `loaded`, when the caller has built it (the command builds it once and passes it down)."""
     ir = ir if ir is not None else build_ir(loaded)
@@ -108,24 +120,27 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
     session.reset_metrics()
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
-    while session.step < stop:
-        loss = float(session.updates(_next_stop(session, stop) - session.step))
-        if not math.isfinite(loss):
-            session.refuse_non_finite(loss)
-        step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
-        train_metrics = session.metrics()
-        line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
-        session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
-        if step % session.every == 0:
-            session.save()
-        epoch_end = step % session.updates_per_epoch == 0 or step == stop
-        progress.show(line, force=epoch_end)
-        if epoch_end:
-            progress.done()
-            evaluated = session.evaluate()
-            if evaluated:
-                print(f"eval at step {step}: {_format(evaluated)}")
-            session.reset_metrics()
+    try:
+        while session.step < stop:
+            loss = float(session.updates(_next_stop(session, stop) - session.step))
+            if not math.isfinite(loss):
+                session.refuse_non_finite(loss)
+            step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
+            train_metrics = session.metrics()
+            line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
+            session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
+            if step % session.every == 0:
+                session.save()
+            epoch_end = step % session.updates_per_epoch == 0 or step == stop
+            progress.show(line, force=epoch_end)
+            if epoch_end:
+                progress.done()
+                evaluated = session.evaluate()
+                if evaluated:
+                    print(f"eval at step {step}: {_format(evaluated)}")
+                session.reset_metrics()
+    except KeyboardInterrupt:
+        raise _interrupted(session) from None
     path = session.save()
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),

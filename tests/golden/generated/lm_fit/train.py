@@ -34,8 +34,10 @@ class LmFitTraining(tf.Module):
         self.opt_fit_paths = ["hidden/kernel", "hidden/bias", "out/kernel", "out/bias"]
         self.opt_fit_variables = [v[p] for p in self.opt_fit_paths]
         self.opt_fit_damping = tf.Variable(
-            0.001, trainable=False, name="optimizers/fit/damping"
+            0.0, trainable=False, name="optimizers/fit/damping"
         )
+        self.opt_fit_step_bound = tf.Variable(0.0, trainable=False, name="optimizers/fit/step_bound")
+        self.opt_fit_outcome = levenberg_marquardt.ACCEPTED  # the last iteration's, for the log
         self.opt_fit_iterations = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="optimizers/fit/iterations"
         )
@@ -54,10 +56,11 @@ class LmFitTraining(tf.Module):
         return losses.mean_squared_error(labels[LABEL], output), output
 
     @tf.function(reduce_retracing=True)
-    def train_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor) -> tf.Tensor:
-        """One Levenberg-Marquardt iteration on the whole training set: one Jacobian, damped steps until the loss falls.
+    def iterate(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        """One Levenberg-Marquardt iteration on the whole training set: one Jacobian, tries until a step is kept.
 
         The residuals are computed in inference mode: each trial step must be judged on the same function.
+        Returns the loss before the iteration and its outcome (levenberg_marquardt.ACCEPTED, REJECTED, STALLED).
         """
 
         def residuals() -> tf.Tensor:
@@ -66,18 +69,29 @@ class LmFitTraining(tf.Module):
 
         loss, output = self.loss(features, labels, False)
         self.update_metrics(loss, labels, output)
-        levenberg_marquardt.step(self.opt_fit_variables, residuals, self.opt_fit_damping, self.opt_fit_scale, factor=2.0, max_tries=10)
+        outcome = levenberg_marquardt.step(self.opt_fit_variables, residuals, self.opt_fit_damping, self.opt_fit_step_bound, self.opt_fit_scale, tf.equal(self.opt_fit_iterations, 0), max_tries=10)
         self.opt_fit_iterations.assign_add(1)
         self.global_step.assign_add(1)
-        return loss
+        return loss, outcome
 
-    @tf.function
+    def train_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor) -> tf.Tensor:
+        """One iteration; the loss before it."""
+        return self.iterate(features, labels)[0]
+
     def train_steps(self, iterator: tf.data.Iterator, counter: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
-        """`steps` iterations in one graph, the whole training set pulled as one batch each time."""
+        """`steps` iterations, one graph call each, the whole training set pulled as one batch each time.
+
+        One call an iteration (not one graph for all, as gradient steps do) so that Ctrl-C stops the run at
+        the end of the current iteration, and the log says which iterations kept no step.
+        """
         loss = tf.constant(0.0)
-        for i in tf.range(steps):
+        for _ in range(int(steps)):
             features, labels = next(iterator)
-            loss = self.train_step(features, labels, tf.stack([counter + i, tf.constant(SEED, tf.int64)]))
+            loss, outcome = self.iterate(features, labels)
+            outcome = int(outcome)
+            levenberg_marquardt.note("fit", int(self.global_step), outcome, self.opt_fit_outcome,
+                                     10)
+            self.opt_fit_outcome = outcome
         return loss
 
     def gradients(
@@ -111,6 +125,7 @@ class LmFitTraining(tf.Module):
         """The training state a checkpoint holds besides the model variables (metrics are not saved)."""
         state = {"global_step": self.global_step}
         state["optimizers/fit/damping"] = self.opt_fit_damping
+        state["optimizers/fit/step_bound"] = self.opt_fit_step_bound
         state["optimizers/fit/iterations"] = self.opt_fit_iterations
         state.update(zip(["optimizers/fit/scale/" + p for p in self.opt_fit_paths], self.opt_fit_scale, strict=True))
         return state

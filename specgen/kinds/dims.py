@@ -1,0 +1,76 @@
+"""Named dynamic dimensions: how a shape carries a size that is known only at run time.
+
+A dimension of a `Shape` (kinds/ops/nodes.py) is an int (fixed), None (the batch) or a str: a
+symbol the spec declares in an input's shape (`shape: [seq, 64]`), or an expression of symbols an
+op derived from one (`ceil(height/2)`, `height-2`, `2*width`). The expression is the dimension's
+identity: two tensors line up where their strings are equal (a residual add of two `seq` tensors),
+the ONNX graph declares it as that `dim_param`, TensorFlow's signature as None, and the report
+prints it. Hand-written rather than sympy: four forms cover every rule (offsets, strided windows,
+integer scaling), and the strings must be stable byte for byte in generated files.
+
+FLOPs count a symbolic dimension as 1 (`nominal`): the figures are per position of each symbol.
+No specgen import here: spec/io.py and every op module use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+SYMBOL = re.compile(r"[a-z][a-z0-9_]*")
+_ATOM = re.compile(r"[a-z][a-z0-9_]*|ceil\(.*\)|\d+\*[a-z][a-z0-9_]*")
+_OFFSET = re.compile(r"(?P<base>.*?)(?P<off>[+-]\d+)")
+SYMBOL_HINT = "a lowercase identifier such as seq or height (a named dynamic dimension)"
+
+
+def is_symbolic(dim: object) -> bool:
+    return isinstance(dim, str)
+
+
+def symbols(shape: tuple[object, ...]) -> list[str]:
+    """The symbolic dimensions of `shape`, in order."""
+    return [d for d in shape if isinstance(d, str)]
+
+
+def names(dim: str) -> list[str]:
+    """The declared symbols an expression is made of (`ceil((height-2)/2)` -> ['height'])."""
+    return list(dict.fromkeys(n for n in SYMBOL.findall(dim) if n != "ceil"))
+
+
+def nominal(dim: int | str | None) -> int:
+    """The size FLOPs and element counts assume: a symbol counts 1 (per position), the batch 1."""
+    return dim if isinstance(dim, int) else 1
+
+
+def _split(dim: str) -> tuple[str, int]:
+    """`height-2` -> ('height', -2); an expression without a trailing offset -> (dim, 0)."""
+    match = _OFFSET.fullmatch(dim)
+    if match and _ATOM.fullmatch(match["base"]):
+        return match["base"], int(match["off"])
+    return dim, 0
+
+
+def offset(dim: int | str, by: int) -> int | str:
+    """`dim + by`, folding offsets (`height-2` then -2 gives `height-4`)."""
+    if isinstance(dim, int):
+        return dim + by
+    base, off = _split(dim)
+    off += by
+    return base if off == 0 else f"{base}{off:+d}"
+
+
+def _paren(dim: str) -> str:
+    return dim if _ATOM.fullmatch(dim) else f"({dim})"
+
+
+def scaled(dim: int | str, factor: int) -> int | str:
+    """`factor * dim` (upsampling, a transposed convolution's stride)."""
+    if isinstance(dim, int) or factor == 1:
+        return dim * factor if isinstance(dim, int) else dim
+    return f"{factor}*{_paren(dim)}"
+
+
+def ceil_div(dim: int | str, by: int) -> int | str:
+    """`ceil(dim / by)` (a strided window's output extent)."""
+    if isinstance(dim, int):
+        return -(-dim // by)
+    return dim if by == 1 else f"ceil({_paren(dim)}/{by})"

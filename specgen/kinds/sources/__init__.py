@@ -1,0 +1,46 @@
+"""The data-source registry: one module per kind of `data.train` / `data.eval` source.
+
+Each module defines its spec model and a `KINDS` tuple holding its `SourceDef`; modules are found by
+listing the package (kinds/collect.py). Derived here: `REGISTRY` (kind -> SourceDef), `DataSource`
+(the union of `data.train` / `data.eval`, which spec/io.py uses), `kind_of` and docs/spec.md's table of
+sources. This package is the only place that compares a value against a source kind's name.
+docs/extending.md says what a new source needs; tests/test_source_registry.py names what one lacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgen.kinds.collect import collect
+from specgen.kinds.sources.base import Refs, Refusal, Resolved, SourceDef
+from specgen.spec.unions import by_key, by_shape
+
+__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "kind_of", "markdown"]
+
+# The first kinds, in the order the published JSON schema lists the union's branches; later ones follow
+# alphabetically (kinds/collect.py), so a new source edits no list and moves no schema byte.
+SCHEMA_ORDER = ("npz", "csv", "tfrecord")
+
+REGISTRY: dict[str, SourceDef] = collect(__name__, __path__, SCHEMA_ORDER)
+
+
+def _keys() -> str:
+    quoted = [f"'{name}'" for name in REGISTRY]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+
+
+# One source of `data.train` / `data.eval`: the branch is picked by the one kind key the mapping has, so
+# an error names that branch only (spec/unions.py).
+DataSource = by_shape(by_key(*REGISTRY), f"a data source with exactly one of the keys {_keys()}",
+                      **{name: source.spec for name, source in REGISTRY.items()})
+
+
+def kind_of(source: Any) -> SourceDef:
+    """The kind of a validated source (an instance of one registered spec model)."""
+    return next(s for s in REGISTRY.values() if isinstance(source, s.spec))
+
+
+def markdown() -> str:
+    """docs/spec.md's table of the registered sources (tests/test_source_registry.py keeps it current)."""
+    rows = ["| source | keys |", "|---|---|"] + [f"| `{s.name}` | {s.doc} |" for s in REGISTRY.values()]
+    return "\n".join(rows) + "\n"

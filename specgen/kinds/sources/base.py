@@ -1,0 +1,73 @@
+"""What a data-source kind declares: `SourceDef`, and the resolution most file-backed sources share.
+
+A source kind is one module of this package (specgen/kinds/sources/<name>.py) with `KINDS = (SourceDef(...),)`; its
+reader is one module of specgen/runtime/sources/. Only this package compares a value against a kind's
+name: the rest of specgen asks the registry (kinds/sources/__init__.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# An input or label name -> what names it in the file: an array, a feature key, a column or columns.
+Refs = dict[str, str | tuple[str, ...]]
+# Where a refusal points inside the source's spec entry (appended to ("data", stage)), and its message.
+Refusal = tuple[tuple[str | int, ...], str]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A source's IR facts (ir/training/model.py's DataSourceIR adds the stage and kind)."""
+
+    path: Path  # resolved against the spec's folder
+    features: Refs
+    labels: Refs
+
+
+@dataclass(frozen=True)
+class SourceDef:
+    """One data-source kind: where each of its pieces lives.
+
+    The reader is a dotted name: it lives in specgen/runtime/ (TensorFlow), which this package, imported
+    by `specgen validate` and `build`, must not import.
+    """
+
+    name: str  # the spec key that names the file, and the kind's name in the IR
+    spec: type  # its pydantic model, a member of the `data.train` / `data.eval` union
+    doc: str  # its keys, one cell of docs/spec.md's table of sources (kinds/sources.markdown())
+    expects: str  # what the path must name, for messages: "a .npz file"
+    example: dict[str, Any]  # a small valid source (`features: {x: ...}`): tests/test_source_registry.py reads it
+    # Dotted name of its runtime function, (SourceContext) -> Source: specgen/kinds/pointers.py resolves it.
+    reader: str
+    resolve: Callable[[Any, Path], Resolved]  # (its spec model, the spec's folder) -> its IR facts
+    # Whether one file fills an input's named dynamic dimensions (kinds/dims.py) with one length per file;
+    # a kind that cannot (a CSV row, a fixed-length TFRecord feature) refuses such an input when read.
+    fills_named_dims: bool = False
+    # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).
+    refuse: Callable[[Any, Mapping[str, Any]], list[Refusal]] = lambda source, inputs: []
+
+    def report(self, path: str, features: Refs, labels: Refs) -> str:
+        """One line for `specgen report` and messages: the kind, its file and what it reads."""
+        return f"{self.name} {path}: features {_pairs(features)}; labels {_pairs(labels) or 'none'}"
+
+
+def _pairs(refs: Refs) -> str:
+    return ", ".join(f"{name} <- {ref if isinstance(ref, str) else '[' + ', '.join(ref) + ']'}"
+                     for name, ref in refs.items())
+
+
+def refs(mapping: Mapping[str, Any]) -> Refs:
+    """A spec mapping of names with lists made tuples (the IR is frozen and hashable)."""
+    return {k: v if isinstance(v, str) else tuple(v) for k, v in mapping.items()}
+
+
+def file_source(key: str) -> Callable[[Any, Path], Resolved]:
+    """Resolution for a source whose key `key` holds one path relative to the spec's folder."""
+
+    def resolve(source: Any, folder: Path) -> Resolved:
+        return Resolved(folder / getattr(source, key), refs(source.features), refs(source.labels))
+
+    return resolve

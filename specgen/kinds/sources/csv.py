@@ -1,0 +1,32 @@
+"""`csv`: a header row naming the columns, one row per example; read into memory."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from specgen.kinds.sources.base import SourceDef, file_source
+from specgen.spec.base import FilePath, Identifier, SpecModel
+from specgen.spec.unions import by_shape, scalar_or_list
+
+Column = by_shape(scalar_or_list, "a column name or a list of column names",
+                  scalar=Identifier, list=Annotated[list[Identifier], Field(min_length=1)])
+
+
+class CsvSource(SpecModel):
+    csv: FilePath
+    features: dict[Identifier, Column] = Field(description="Input name -> column name(s).")
+    labels: dict[Identifier, Column] = Field(default_factory=dict)
+
+
+KINDS = (SourceDef(
+    name="csv",
+    spec=CsvSource,
+    doc="`csv: <path>`, `features: {<input name>: <column> or [<column>, ...]}` (required), "
+        "`labels: {<label name>: <column> or [<column>, ...]}` (default `{}`)",
+    expects="a .csv file",
+    example={"csv": "data.csv", "features": {"x": ["a", "b", "c"]}, "labels": {"label": "y"}},
+    reader="specgen.runtime.sources.csv.read",
+    resolve=file_source("csv"),
+),)

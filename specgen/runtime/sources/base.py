@@ -1,0 +1,72 @@
+"""What every reader shares: its result (`Source`), its error type, and how values are shown in messages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specgen import text
+from specgen.errors import SpecgenError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+FLOAT_KINDS = "f"
+INT_KINDS = "iu"
+
+# Where an element came from in its file, for messages: (spec name, its index, flat index within the example).
+Locate = Callable[[str, tuple[int, ...], int], str]
+
+
+class DataError(SpecgenError, ValueError):
+    """A data file that cannot be used; the message says what is wrong and what to do."""
+
+
+@dataclass
+class Source:
+    """One stage's data: a dataset of (features, labels) examples and its size."""
+
+    dataset: tf.data.Dataset
+    examples: int
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the spec expects of one feature or label."""
+
+    shape: tuple[int | str | None, ...]  # one example's shape; a str: a named dynamic dimension
+    kind: str  # 'float' or 'int'
+    bound: int | None = None  # integers must be in [0, bound)
+    why: str = ""  # what sets the bound, for messages
+
+
+def shape_text(shape: tuple[int | str | None, ...]) -> str:
+    return text.shape(shape, unknown="N")
+
+
+def first(mask: np.ndarray) -> tuple[tuple[int, ...], int]:
+    """Index of the first True element of `mask` ([rows, ...]) and its flat index within its example."""
+    index = tuple(int(i) for i in np.argwhere(mask)[0])
+    flat = int(np.ravel_multi_index(index[1:], mask.shape[1:])) if mask.ndim > 1 else 0
+    return index, flat
+
+
+def dtype_text(dtype: np.dtype) -> str:
+    """A dtype as a message shows it, with what it holds when numpy's name does not say: <U32 (text)."""
+    word = {"U": "text", "S": "bytes", "b": "booleans", "c": "complex numbers", "V": "records", "M": "dates",
+            "m": "time spans"}.get(dtype.kind)
+    return f"{dtype} ({word})" if word else str(dtype)
+
+
+def describe(value: Any) -> str:
+    """A value as a message shows it: NaN, infinite, -infinite, 12, 0.5."""
+    if isinstance(value, (float, np.floating)):
+        if np.isnan(value):
+            return "NaN"
+        if np.isinf(value):
+            return "infinite" if value > 0 else "-infinite"
+        return f"{float(value):g}"
+    return str(value)

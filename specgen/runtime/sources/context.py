@@ -1,0 +1,180 @@
+"""`SourceContext`: what a reader knows about its stage, and the checks every kind applies to values.
+
+Nothing a source holds is trusted: an array whose shape or dtype does not fit the declared input, a NaN
+or infinite value, a class label or embedding id out of range, and too few examples are each a SpecError
+at the spec's `data` entry that names the file and where the value is. There is no NaN policy to
+choose: a non-finite value is always an error, because it reaches the weights silently and can survive
+to an export.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specgen.diagnostics import SpecError
+from specgen.ir.model import ModelIR
+from specgen.kinds.sources import REGISTRY
+from specgen.runtime.sources.base import (
+    FLOAT_KINDS,
+    INT_KINDS,
+    Locate,
+    Source,
+    Wanted,
+    describe,
+    dtype_text,
+    first,
+    shape_text,
+)
+from specgen.spec.load import LoadedSpec
+
+
+class SourceContext:
+    """One stage's source as its reader sees it; `kind` is also the spec key its errors point at."""
+
+    def __init__(self, loaded: LoadedSpec, ir: ModelIR, stage: str):
+        assert ir.training is not None
+        self.loaded, self.ir, self.stage, self.training = loaded, ir, stage, ir.training
+        self.source = ir.training.data[stage]
+        self.kind = self.source.kind
+        self.path = self.source.path
+
+    def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
+        return SpecError([self.loaded.diagnostic(("data", self.stage, *loc), f"data.{self.stage} ({self.path}): {message}")])
+
+    def loc(self, name: str) -> tuple[str, str]:
+        return ("features" if name in self.source.features else "labels", name)
+
+    def require_file(self) -> None:
+        """A reader of one file calls this first: a missing file is named before any parsing."""
+        if not self.path.is_file():
+            raise self.fail((self.kind,), f"no such file; expected {REGISTRY[self.kind].expects} relative to the "
+                            "spec's folder")
+
+    def names(self) -> dict[str, tuple[str, Any]]:
+        """Spec name -> (key in the source's mapping, the source's name or columns)."""
+        names = {name: ("features", ref) for name, ref in self.source.features.items()}
+        names.update({name: ("labels", ref) for name, ref in self.source.labels.items()})
+        return names
+
+    def expected(self) -> dict[str, Wanted]:
+        """Input and label name -> what its examples must look like."""
+        wanted = {i.name: Wanted(i.shape[1:], "int" if i.dtype.startswith("int") else "float") for i in self.ir.inputs}
+        for node in self.ir.nodes:  # ids past the table would fail inside training (CPU) or read garbage (GPU)
+            if node.op == "embedding" and node.inputs[0] in wanted:
+                vocab = node.params["vocab_size"]
+                wanted[node.inputs[0]] = Wanted(wanted[node.inputs[0]].shape, "int", vocab,
+                                                f"embedding '{node.name}' has vocab_size {vocab}")
+        for term in self.training.terms:  # each term with data labels (in spec order: the first wins)
+            if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
+                continue
+            output = self.ir.node(self.ir.outputs[term.output])
+            if term.target == "sparse":  # class indices (specgen/kinds/losses/)
+                classes = output.shape[-1]
+                wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
+            else:
+                wanted[term.labels] = Wanted(output.shape[1:], "float")
+        return wanted
+
+    def minimum(self) -> int:
+        """Training batches are full batches only, so training needs one batch; evaluation one example."""
+        train = self.training.train
+        return (train.batch_size or 1) if self.stage == "train" and train is not None else 1
+
+    def enough(self, examples: int) -> None:
+        need = self.minimum()
+        if examples == 0:
+            raise self.fail((self.kind,), f"the file holds no examples; the {self.stage} stage needs at least {need}")
+        if examples < need:
+            raise self.fail((self.kind,), f"{examples} examples, fewer than train.batch_size ({need}): training "
+                            "uses full batches only, so no update could run; add data or lower train.batch_size")
+
+    def refuse_named_dims(self, name: str, shape: tuple[int | str | None, ...]) -> None:
+        """An input with a named dynamic dimension, read by a kind that cannot fill one."""
+        open_dims = [d for d in shape if isinstance(d, str)]  # named dynamic dimensions (kinds/dims.py)
+        if open_dims and not REGISTRY[self.kind].fills_named_dims:
+            fillers = " and ".join(k for k, s in REGISTRY.items() if s.fills_named_dims)
+            raise self.fail(self.loc(name), f"'{name}' has the named dynamic dimension '{open_dims[0]}', which only "
+                            f"{fillers} data sources fill (one length per file: pad the arrays to it)")
+
+    def check_values(self, name: str, raw: np.ndarray, want: Wanted, locate: Locate) -> np.ndarray:
+        """`raw` converted to what the model takes (float32 or int64), or a SpecError at the first bad value."""
+        if want.kind == "int":
+            return self._integers(name, raw, want, locate)
+        if raw.dtype.kind not in FLOAT_KINDS + INT_KINDS:
+            raise self.fail(self.loc(name), f"'{name}' has dtype {dtype_text(raw.dtype)} but numbers are expected")
+        with np.errstate(over="ignore"):  # an overflow becomes inf, which _finite reports with the value
+            values = raw.astype(np.float32)
+        self._finite(name, raw, values, locate)
+        return values
+
+    def _finite(self, name: str, raw: np.ndarray, values: np.ndarray, locate: Locate) -> None:
+        """NaN and infinities, including finite float64 values that float32 cannot hold."""
+        bad = ~np.isfinite(values)
+        if not bad.any():
+            return
+        index, flat = first(bad)
+        value = raw[index]
+        what = f"{float(value):g}, beyond float32's range" if np.isfinite(value) else describe(value)
+        more = f" (and {int(bad.sum()) - 1} more non-finite values)" if bad.sum() > 1 else ""
+        raise self.fail(self.loc(name), f"'{name}' is {what} at {locate(name, index, flat)}{more}; features and labels "
+                        "must be finite numbers (fill in or drop those rows)")
+
+    def _integers(self, name: str, raw: np.ndarray, want: Wanted, locate: Locate) -> np.ndarray:
+        if raw.dtype.kind == FLOAT_KINDS:
+            self._finite(name, raw, raw, locate)
+            fractional = raw != np.round(raw)
+            if fractional.any():
+                index, flat = first(fractional)
+                raise self.fail(self.loc(name), f"'{name}' is {describe(raw[index])} at {locate(name, index, flat)}; "
+                                "integers are expected")
+        elif raw.dtype.kind not in INT_KINDS:
+            raise self.fail(self.loc(name), f"'{name}' has dtype {dtype_text(raw.dtype)} but integers are expected")
+        if want.bound is not None:
+            outside = (raw < 0) | (raw >= want.bound)
+            if outside.any():
+                index, flat = first(outside)
+                raise self.fail(self.loc(name), f"'{name}' is {describe(raw[index].item())} at "
+                                f"{locate(name, index, flat)}, but {want.why}: values must be integers in "
+                                f"[0, {want.bound})")
+        return raw.astype(np.int64)
+
+    def from_arrays(self, arrays: dict[str, np.ndarray], locate: Locate, flat_rows: bool = False) -> Source:
+        """A Source from in-memory arrays, one row per example, each checked against what the spec expects.
+
+        `flat_rows`: each row is the example's values flattened (CSV columns), reshaped to the input's shape.
+        """
+        import tensorflow as tf
+
+        wanted, counts = self.expected(), {}
+        for name, array in arrays.items():
+            if name not in wanted:
+                continue
+            array = self._fit(name, array, wanted[name].shape, flat_rows)
+            arrays[name] = self.check_values(name, array, wanted[name], locate)
+            counts[name] = len(array)
+        if len(set(counts.values())) > 1:
+            shown = ", ".join(f"'{n}' {c}" for n, c in counts.items())
+            raise self.fail((self.kind,), f"features and labels have different numbers of examples ({shown}); "
+                            "each needs one row per example")
+        inputs = {i.name: i.dtype for i in self.ir.inputs}
+        features = {n: a.astype(inputs[n]) for n, a in arrays.items() if n in inputs}
+        labels = {n: a for n, a in arrays.items() if n not in inputs}
+        examples = next(iter(counts.values()), 0)
+        return Source(tf.data.Dataset.from_tensor_slices((features, labels)), examples)
+
+    def _fit(self, name: str, array: np.ndarray, shape: tuple[int | str | None, ...], flat_rows: bool) -> np.ndarray:
+        """`array` shaped [N, *shape], or a SpecError naming both shapes."""
+        if array.ndim == 0:
+            raise self.fail(self.loc(name), f"'{name}' is a single value (a 0-d array); one row per example is expected")
+        example = tuple(array.shape[1:])
+        if example == (1,) and shape == ():
+            array, example = array.reshape(-1), ()
+        self.refuse_named_dims(name, shape)  # a CSV row has no length of its own
+        if flat_rows and np.prod(example, dtype=int) == np.prod(shape, dtype=int):
+            array, example = array.reshape((len(array), *shape)), tuple(shape)
+        if len(example) != len(shape) or any(d != e for d, e in zip(shape, example, strict=True) if not isinstance(d, str)):
+            raise self.fail(self.loc(name), f"'{name}' has shape {shape_text((None, *example))} but the spec declares "
+                            f"{shape_text((None, *shape))}")
+        return array
