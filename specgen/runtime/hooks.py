@@ -71,6 +71,17 @@ def loss_scalars(trainer: GeneratedTrainer, terms: tuple[LossTermIR, ...], loss:
 
 
 
+def notes(trainer: GeneratedTrainer) -> list[str]:
+    """Log lines the trainer kept since the last call (a step kind that reports iterations it kept no step
+    from); the list is emptied, so each line is printed once."""
+    kept = getattr(trainer, "notes", None)
+    if not isinstance(kept, list):
+        return []
+    lines = list(kept)
+    kept.clear()
+    return lines
+
+
 def refusal(ir: ModelIR, beside: str) -> str | None:
     """Why one of the spec's active features does not combine with `beside`, a feature the command adds
     (`distribute` under a strategy, `probe`), from the compatibility table; None when they all do.

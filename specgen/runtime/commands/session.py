@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import tensorflow as tf
@@ -183,6 +184,8 @@ class Session:
         """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step)."""
         loss = self.distribution.updates(self.trainer, self.iterator, self.step, count, self.train_ir)
         self.step += count
+        for line in hooks.notes(self.trainer):  # generated code keeps its log lines; printing is the command's
+            print(line, file=sys.stderr)
         return loss
 
     def metrics(self) -> dict[str, float]:

@@ -18,7 +18,6 @@ solver, and the step has to run inside the generated trainer's graph.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -181,14 +180,16 @@ def step(variables: Sequence[tf.Variable], residual_fn: Callable[[], tf.Tensor],
     return outcome
 
 
-def note(name: str, step: int, outcome: int, previous: int, max_tries: int) -> None:
-    """What the log says about an iteration that kept no step: each rejection, and the first of a run of stalls."""
+def note(name: str, step: int, outcome: int, previous: int, max_tries: int) -> str | None:
+    """What the log says about an iteration that kept no step: each rejection, and the first of a run of stalls.
+
+    Returned, not printed: the trainer keeps it in `notes` and the command prints it (runtime/hooks.py).
+    """
     if outcome == REJECTED:
-        print(f"note: levenberg_marquardt optimizer '{name}': step {step} rejected: none of its {max_tries} tries "
-              "lowered the loss enough; the weights stay and the next iteration tries shorter steps",
-              file=sys.stderr)
-    elif outcome == STALLED and previous != STALLED:
-        print(f"note: levenberg_marquardt optimizer '{name}': stalled at step {step}: the step bound reached "
-              f"{STALL:.2g}·‖D·w‖ (float32's resolution of the weights) or the gradient is 0, so no step can lower "
-              "the loss: a minimum, or a stationary point; the weights stay, and later iterations change nothing",
-              file=sys.stderr)
+        return (f"note: levenberg_marquardt optimizer '{name}': step {step} rejected: none of its {max_tries} tries "
+                "lowered the loss enough; the weights stay and the next iteration tries shorter steps")
+    if outcome == STALLED and previous != STALLED:
+        return (f"note: levenberg_marquardt optimizer '{name}': stalled at step {step}: the step bound reached "
+                f"{STALL:.2g}·‖D·w‖ (float32's resolution of the weights) or the gradient is 0, so no step can lower "
+                "the loss: a minimum, or a stationary point; the weights stay, and later iterations change nothing")
+    return None

@@ -38,6 +38,7 @@ class LmFitTraining(tf.Module):
         )
         self.opt_fit_step_bound = tf.Variable(0.0, trainable=False, name="optimizers/fit/step_bound")
         self.opt_fit_outcome = levenberg_marquardt.ACCEPTED  # the last iteration's, for the log
+        self.notes: list[str] = []  # log lines the command prints and clears (runtime/hooks.py: notes)
         self.opt_fit_iterations = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="optimizers/fit/iterations"
         )
@@ -89,8 +90,10 @@ class LmFitTraining(tf.Module):
             features, labels = next(iterator)
             loss, outcome = self.iterate(features, labels)
             outcome = int(outcome)
-            levenberg_marquardt.note("fit", int(self.global_step), outcome, self.opt_fit_outcome,
-                                     10)
+            message = levenberg_marquardt.note("fit", int(self.global_step), outcome,
+                                               self.opt_fit_outcome, 10)
+            if message is not None:
+                self.notes.append(message)
             self.opt_fit_outcome = outcome
         return loss
 
