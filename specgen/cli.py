@@ -170,14 +170,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
 
         return run_probe(loaded, args.resume, args.resume_from)
+    from specgen.ir.resolve import build_ir
     from specgen.runtime.cluster import check_early
 
-    check_early(loaded, args.strategy)  # a bad TF_CONFIG is refused before TensorFlow starts
+    # The IR is built once for the command; with --strategy given, TF_CONFIG is checked before it (its errors first).
+    ir = build_ir(loaded) if args.strategy is None else None
+    check_early(loaded, args.strategy, ir)  # a bad TF_CONFIG is refused before TensorFlow starts
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
                           fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
-                          strategy=args.strategy, resume_or_start=args.resume_or_start))
+                          strategy=args.strategy, resume_or_start=args.resume_or_start), ir)
     return 0
 
 

@@ -177,11 +177,12 @@ def _check(config: TfConfig) -> None:
                       f"{task.type!r} job lists {len(tasks)} address(es))")
 
 
-def check_early(loaded: LoadedSpec, strategy: str | None) -> None:
+def check_early(loaded: LoadedSpec, strategy: str | None, ir: ModelIR | None = None) -> None:
     """TF_CONFIG read before TensorFlow starts, when the run is multi-worker: a refusal costs no TensorFlow
-    start and happens before anything is written (`distribute.start` reads it again for the run)."""
+    start and happens before anything is written (`distribute.start` reads it again for the run).
+    `ir`: the command's IR when it has built it (needed only without --strategy, to read the spec's)."""
     if strategy is None:
-        training = build_ir(loaded).training
+        training = (ir if ir is not None else build_ir(loaded)).training
         train = training.train if training is not None else None
         strategy = train.distribute.strategy if train is not None else "default"
     if strategy == "multi_worker":
