@@ -100,8 +100,23 @@ GARBAGE = [
 
 
 @pytest.mark.parametrize(("text", "message"), GARBAGE, ids=[f"garbage{n}" for n in range(len(GARBAGE))])
-def test_garbage_tf_config_is_one_line_through_the_cli_and_writes_nothing(tmp_path: Path, text: str,
-                                                                           message: str) -> None:
+def test_garbage_tf_config_is_one_line_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], text: str,
+                                                          message: str) -> None:
+    """`specgen train` (the CLI's main, in this process: TF_CONFIG is refused before TensorFlow is imported)
+    with TF_CONFIG set: exit 1, one line, nothing on disk. The subprocess test below runs two of them for real."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP.read_text().replace("../data/digits.npz", str(ROOT / "examples" / "data" / "digits.npz")))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TF_CONFIG", text)
+    assert main(["train", str(spec), "--strategy", "multi_worker"]) == 1
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", f"TF_CONFIG: error: {message}\n1 error found\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no run folder, no code, nothing
+
+
+@pytest.mark.parametrize(("text", "message"), [GARBAGE[0], GARBAGE[-3]], ids=["a list", "20,000 brackets"])
+def test_garbage_tf_config_through_the_real_cli(tmp_path: Path, text: str, message: str) -> None:
     """The real `specgen train` in a subprocess with TF_CONFIG set: exit 1, one line, nothing on disk."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(MLP.read_text().replace("../data/digits.npz", str(ROOT / "examples" / "data" / "digits.npz")))
