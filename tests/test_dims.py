@@ -51,6 +51,27 @@ def test_one_onnx_graph_runs_two_lengths_like_tensorflow(tmp_path: Path) -> None
     assert shapes == {5: (4, 3), 13: (4, 3)}
 
 
+@pytest.mark.parametrize("op", ["lstm", "gru", "simple_rnn"])
+@pytest.mark.parametrize("sequences", [False, True])
+def test_one_recurrent_onnx_graph_runs_two_lengths_like_tensorflow(tmp_path: Path, op: str, sequences: bool) -> None:
+    """A recurrent layer on `[seq, 6]`: the ONNX LSTM/GRU/RNN node takes any length, as the TensorFlow scan does."""
+    layers = [{"name": "r", "op": op, "input": "x", "units": 5, "return_sequences": sequences, "go_backwards": True},
+              {"name": "out", "op": "dense", "units": 3}]
+    ir = build_ir(load_spec_text(spec(layers), "dyn.yaml"))
+    files = render_files(ir)
+    (tmp_path / "m.py").write_bytes(files["model.py"])
+    model = getattr(parity.load_generated(tmp_path / "m.py"), ir.class_name)(seed=0)
+    rng = np.random.default_rng(0)
+    values = parity.random_weights(ir, rng)
+    parity.assign(model, values)
+    for steps in (5, 13):  # the same ONNX bytes at both lengths
+        inputs = parity.random_inputs(ir, 4, rng, {"seq": steps})
+        expected = parity.run_tf(model, inputs)
+        actual = parity.run_onnx(files["model.onnx"], ir, values, inputs)
+        assert actual["y"].shape == ((4, steps, 3) if sequences else (4, 3))
+        assert parity.max_abs_diff(expected, actual) <= TOLERANCE
+
+
 def test_tensorflow_and_onnx_declare_the_dimensions(tmp_path: Path) -> None:
     layers = [c1(filters=4, strides=2, padding="same", input="x")]  # output [batch, ceil(seq/2), 4]
     ir = build_ir(load_spec_text(spec(layers), "dyn.yaml"))
@@ -88,6 +109,9 @@ def validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> s
     ({"name": "out", "op": "dense", "units": 3, "input": "x"},
      "bad.yaml:14:10: error: layer 'out' (dense): dense's last axis (its kernel's rows) needs a fixed size; received "
      "the named dynamic dimension 'seq' (its size is known only at run time)"),
+    ({"name": "out", "op": "lstm", "units": 3, "input": "x"},
+     "bad.yaml:14:10: error: layer 'out' (lstm): lstm needs a fixed feature size (its kernel's rows); its input "
+     "[batch, 6, seq] has the named dimension 'seq' there"),
     ({"name": "out", "op": "flatten", "input": "x"},
      "bad.yaml:13:10: error: layer 'out' (flatten): flatten needs fixed sizes; its input [batch, 6, seq] has the named "
      "dynamic dimension 'seq', known only at run time"),

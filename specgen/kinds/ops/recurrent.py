@@ -107,12 +107,16 @@ def infer(layer: RecurrentBase, shapes: list[Shape], dtypes: list[str]) -> OpRes
         raise OpError(f"return_state is not supported yet by {layer.op}; received true, expected false "
                       "(take the last output with return_sequences: false)", "return_state")
     steps, features = shape[1], shape[2] or 0
+    if isinstance(features, str):
+        raise OpError(f"{layer.op} needs a fixed feature size (its kernel's rows); its input {text.shape(shape)} has the "
+                      f"named dimension '{features}' there", "input")
     out = (None, steps, layer.units) if layer.return_sequences else (None, layer.units)
     params = {"units": layer.units, "return_sequences": layer.return_sequences, "go_backwards": layer.go_backwards,
               "activation": layer.activation, "recurrent_activation": getattr(layer, "recurrent_activation", None),
               "reset_after": getattr(layer, "reset_after", False), "use_bias": layer.use_bias}
     result = OpResult(out, params=params, variables=_variables(layer, features))
-    result.flops = (steps or 1) * _step_flops(layer, features)  # per example and step, times the steps
+    # Per example: one step's FLOPs times the steps; a named time dimension counts 1 (FLOPs per position of it).
+    result.flops = (steps if isinstance(steps, int) else 1) * _step_flops(layer, features)
     return result
 
 
@@ -175,5 +179,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = tuple(OpDef(name, model, infer, tf_attrs, onnx_attrs, tf_template="recurrent", onnx_template="recurrent",
-                  activation_after=False)
+                  activation_after=False, symbolic=True)
             for name, model in (("lstm", LSTM), ("gru", GRU), ("simple_rnn", SimpleRNN)))
