@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr
 from specgen.diagnostics import Diagnostic, SpecError, describe, one_of, safe_repr
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.kinds import features
 from specgen.kinds.features import compat
 from specgen.spec.load import LoadedSpec
 
@@ -192,12 +193,12 @@ def check_early(loaded: LoadedSpec, strategy: str | None, ir: ModelIR | None = N
 def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR | None = None) -> None:
     """What a distributed run of the spec needs, checked without TensorFlow (by `specgen train` once its
     strategy knows `count`, and by `--emit tfjob` before it writes a job that could only fail)."""
-    training = (ir if ir is not None else build_ir(loaded)).training  # `ir`: the command's own, built once
+    ir = ir if ir is not None else build_ir(loaded)  # `ir`: the command's own, built once
+    training = ir.training
     if training is None or training.train is None:
         return
-    if any(o.levenberg_marquardt for o in training.optimizers):
-        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"),
-                                           compat.message("levenberg_marquardt", "distribute"))])
+    if (why := features.refusal(ir, "distribute")) is not None:
+        raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), why)])
     batch = training.train.batch_size
     if batch is None:
         raise SpecError([loaded.diagnostic(("train", "batch_size"), compat.message(

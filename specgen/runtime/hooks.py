@@ -16,7 +16,6 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training.model import TrainIR
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds import features
-from specgen.kinds.features import compat
 from specgen.runtime.lib import ema, pruning, target_networks
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, Tensor, TermReporter
 from specgen.runtime.pruning_state import mask_variables, restore_targets
@@ -83,14 +82,5 @@ def notes(trainer: GeneratedTrainer) -> list[str]:
 
 
 def refusal(ir: ModelIR, beside: str) -> str | None:
-    """Why one of the spec's active features does not combine with `beside`, a feature the command adds
-    (`distribute` under a strategy, `probe`), from the compatibility table; None when they all do.
-
-    A feature counts with each of its table names (clip: train.clip and an optimizer's own clip); the
-    refusals made here take no facts from the code site (the table's for these pairs have none).
-    """
-    active = {feature.name for feature in features.active(ir)}
-    for name, feature in compat.FEATURE_OF.items():
-        if feature in active and not compat.allowed(name, beside):
-            return compat.message(name, beside)
-    return None
+    """Why the spec's features do not combine with `beside` (kinds/features: the compatibility table)."""
+    return features.refusal(ir, beside)

@@ -51,3 +51,20 @@ def markdown() -> str:
     rows += [f"| `{f.name}` | {', '.join(f'`{k}`' for k in f.spec_keys)} | {f.doc} | "
              f"{', '.join(f.hooks) or '(runtime only)'} | {f.step or ''} |" for f in REGISTRY.values()]
     return "\n".join(rows) + "\n"
+
+
+def refusal(ir: Any, beside: str) -> str | None:
+    """Why one of the spec's active features does not combine with `beside`, a feature the command adds
+    (`distribute` under a strategy, `probe`), from the compatibility table; None when they all do.
+
+    A feature counts with each of its table names (clip: train.clip and an optimizer's own clip); the
+    refusals made here take no facts from the code site (the table's for these pairs have none).
+    No TensorFlow: `--emit tfjob` asks it before writing a job.
+    """
+    from specgen.kinds.features import compat
+
+    names = {feature.name for feature in active(ir)}
+    for name, feature in compat.FEATURE_OF.items():
+        if feature in names and not compat.allowed(name, beside):
+            return compat.message(name, beside)
+    return None
