@@ -355,12 +355,12 @@ def spread(values: list[float]) -> str:
 def report(points: list[Point], builts: list[Built], peers: list[str]) -> bool:
     labels = {"specgen": "ort specgen", "tf": "tf.function", "tf2onnx": "ort tf2onnx", "tf2onnx+opt": "ort tf2onnx+opt"}
     print("\nmedian seconds per call (min over repetitions); ratio: peer / ort specgen per repetition, median (min-max)")
-    print(f"{'model':8}{'batch':>6}{'seq':>5}  " + "".join(f"{labels[k]:>28}" for k in ("specgen", *peers)))
+    print(f"{'model':8}{'batch':>6}{'seq':>5}  " + "".join(f"{labels[k]:>34}" for k in ("specgen", *peers)))
     ok = True
     for p in points:
         cells = [f"{fmt_time(p.timers['specgen'].median)} ({fmt_time(min(p.timers['specgen'].per_call)).strip()})"]
         cells += [f"{fmt_time(p.timers[k].median)} {spread(p.ratios(k))}" if k in p.timers else "-" for k in peers]
-        print(f"{p.key:8}{p.batch:6}{p.steps:5}  " + "".join(f"{c:>28}" for c in cells))
+        print(f"{p.key:8}{p.batch:6}{p.steps:5}  " + "".join(f"{c:>34}" for c in cells))
     print("\ntargets: ort specgen at least as fast as the best peer (median per-repetition ratio >= 1.0)")
     for p in points:
         best = min((k for k in peers if k in p.timers), key=lambda k: p.timers[k].median)
