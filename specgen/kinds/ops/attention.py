@@ -63,7 +63,8 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
     d = shape[2] or 0
     params = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim or layer.key_dim,
               "use_bias": layer.use_bias, "dropout": layer.dropout, "causal": layer.causal}
-    return OpResult(shape, params=params, variables=_variables(layer, d), flops=flops(layer, shape[1] or 1, d))
+    steps = shape[1] if isinstance(shape[1], int) else 1  # a named time dimension: FLOPs per position of it
+    return OpResult(shape, params=params, variables=_variables(layer, d), flops=flops(layer, steps, d))
 
 
 def flops(layer: MultiHeadAttention, steps: int, d: int) -> int:
@@ -102,4 +103,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
-OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs),)
+OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True),)
