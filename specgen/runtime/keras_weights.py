@@ -145,7 +145,10 @@ def read_weights(path: Path, declared: int | None = None) -> dict[str, Weight]:
                 return _legacy(h5["model_weights"])
             if "layers" in h5 or "vars" in h5:
                 found: dict[str, Weight] = {}
-                _object(h5, config, "", found, top=True)
+                # A KerasHub backbone's config.json holds its constructor's arguments, not its layers: its
+                # weights are read as a bare .weights.h5's, keyed by their Keras paths (importers/keras/keras_hub.py).
+                hub = config is not None and str(config.get("module", "")).startswith("keras_hub.")
+                _object(h5, None if hub else config, "", found, top=True)
                 return found
         except READ_ERRORS as exc:
             if isinstance(exc, KerasFileError):

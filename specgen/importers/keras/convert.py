@@ -45,6 +45,7 @@ class Imported:
     frozen: list[str] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (Keras layer, what was dropped)
     renamed: list[tuple[str, str, str]] = field(default_factory=list)  # (what, Keras name, spec name)
+    not_imported: list[str] = field(default_factory=list)  # parts of the model the spec lacks (KerasHub backbones)
 
 
 _LAYER = TypeAdapter(Layer)
