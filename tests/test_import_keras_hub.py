@@ -176,6 +176,18 @@ def test_refusals(saved: dict[str, Any], tmp_path: Path, change: dict[str, Any],
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edited.keras"]  # nothing written
 
 
+def test_keras_hub_layers_inside_a_model_are_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    model = keras.Model(ids, keras_hub.layers.TokenAndPositionEmbedding(50, 16, 32, name="embed")(ids))
+    model.save(tmp_path / "mine.keras")
+    assert main(["import", "keras", str(tmp_path / "mine.keras"), "-o", str(tmp_path / "mine.yaml")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{tmp_path / 'mine.keras'}: error: Keras layer 'embed' (TokenAndPositionEmbedding): a KerasHub layer inside "
+        "a model is not imported yet; KerasHub backbones saved whole (BertBackbone, GPT2Backbone, RobertaBackbone) "
+        "are, and their layers as spec ops are in docs/import.md (KerasHub backbones)", "1 error found"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.keras"]
+
+
 HEAD = ("head/logits/kernel", "head/logits/bias")
 
 

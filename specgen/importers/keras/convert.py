@@ -57,6 +57,10 @@ def _converter(layer: KLayer) -> Converter | None:
     known = APPLICATION_CLASSES.get((layer.module, layer.cls))
     if known is not None:
         return known
+    if layer.module.startswith("keras_hub."):
+        raise layer_problem(layer.name, layer.cls, "a KerasHub layer inside a model is not imported yet; KerasHub "
+                            "backbones saved whole (BertBackbone, GPT2Backbone, RobertaBackbone) are, and their "
+                            "layers as spec ops are in docs/import.md (KerasHub backbones)")
     if layer.module not in ("keras.layers", "keras", "") and not layer.module.startswith("keras.src.layers"):
         raise layer_problem(layer.name, layer.cls, f"a custom class from module '{layer.module}': specgen never "
                             "imports a model's own code; write the layer as spec ops by hand")
