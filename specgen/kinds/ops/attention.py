@@ -111,8 +111,8 @@ def _check_mask(layer: MultiHeadAttention, shape: Shape, dtype: str, query: Shap
 
 def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if layer.inputs and layer.input:
-        raise OpError("give `input` (self-attention) or `inputs` ([query, value] or [query, value, key]), not both",
-                      "inputs")
+        raise OpError("received both input and inputs; expected input (self-attention) or inputs ([query, value] "
+                      "or [query, value, key]: cross-attention)", "inputs")
     at = roles(layer)
     dims = {role: _sequence(layer, role, shapes[at[role]], dtypes[at[role]]) for role in ("query", "value", "key")}
     query, value, key = (shapes[at[r]] for r in ("query", "value", "key"))
