@@ -101,9 +101,15 @@ def _sequence(layer: MultiHeadAttention, role: str, shape: Shape, dtype: str) ->
     return fixed(shape[2], f"{layer.op}'s {role} features (its kernel's rows)", key)
 
 
+def _differ(a: int | str | None, b: int | str | None) -> bool:
+    """Two step counts that cannot be equal: two fixed sizes that differ. A named dimension may agree with any
+    size at run time, another name included (the Keras importer names open sizes by axis: dim1, dim2, ...)."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
 def _check_mask(layer: MultiHeadAttention, shape: Shape, dtype: str, query: Shape, key: Shape) -> None:
     want = (None, query[1], key[1])
-    if dtype not in MASK_DTYPES or tuple(shape) != want:
+    if dtype not in MASK_DTYPES or len(shape) != 3 or _differ(shape[1], query[1]) or _differ(shape[2], key[1]):
         raise OpError(f"attention_mask: received '{layer.attention_mask}' {text.shape(shape)} {dtype}; expected "
                       f"{text.shape(want)} (batch, query steps, key steps) of {', '.join(MASK_DTYPES)}",
                       "attention_mask")
@@ -116,7 +122,7 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
     at = roles(layer)
     dims = {role: _sequence(layer, role, shapes[at[role]], dtypes[at[role]]) for role in ("query", "value", "key")}
     query, value, key = (shapes[at[r]] for r in ("query", "value", "key"))
-    if key[1] != value[1]:
+    if _differ(key[1], value[1]):
         raise OpError(f"inputs: received key '{layer.inputs[2]}' {text.shape(key)} and value '{layer.inputs[1]}' "
                       f"{text.shape(value)}; expected the same number of steps (each key step goes with a value step)",
                       "inputs")
