@@ -97,3 +97,20 @@ def test_tf_matches_onnxruntime(case: str, opset: int, tmp_path: Path) -> None:
     ops = [n.op_type for n in onnx.load_from_string(graph).graph.node]
     assert ops.count("Attention") == (1 if opset >= 23 else 0)
     assert ("Softmax" in ops) == (opset < 23)
+
+
+def test_encoder_block_at_opset_23(tmp_path: Path) -> None:
+    """A post-norm encoder block at opset 23: one Attention, one LayerNormalization and one Gelu node per use
+    (single nodes, no decomposition), the same numbers as TensorFlow at both lengths."""
+    layers = [{"name": "att", "op": "multi_head_attention", "input": "q", "num_heads": 2, "key_dim": 3},
+              {"name": "res", "op": "add", "inputs": ["q", "att"]},
+              {"name": "ln", "op": "layer_norm", "epsilon": 1e-5},
+              {"name": "ff", "op": "dense", "units": 6, "activation": "gelu"}]
+    text = yaml.safe_dump({"specgen": 1, "name": "att", "inputs": {"q": {"shape": ["t", 6]}}, "outputs": {"y": "ff"},
+                           "layers": layers, "export": {"onnx": {"opset": 23}}}, sort_keys=False)
+    diffs, graph = run_both(text, tmp_path)
+    assert max(diffs) <= TOLERANCE, diffs
+    model = onnx.load_from_string(graph)
+    ops = [n.op_type for n in model.graph.node]
+    assert (ops.count("Attention"), ops.count("LayerNormalization"), ops.count("Gelu"), ops.count("Softmax")) == (1, 1, 1, 0)
+    assert (model.ir_version, model.opset_import[0].version) == (11, 23)
