@@ -11,12 +11,14 @@ ONNX: every kernel is a plain matrix ([d, heads*size], [heads*value_dim, dq]), o
 projection. At opset 23 the attention itself is one `Attention` node (3-D inputs, q/kv_num_heads, scale;
 a mask goes in as a boolean [batch, 1, T, S] attn_mask, built full-size because onnxruntime 1.31's CPU
 kernel refuses a broadcast one). Below 23 it is plain nodes: Reshape/Transpose to heads, MatMul, Softmax,
-MatMul. Why (bench/RESULTS.md, "attention node"): on this CPU the three candidates (plain, opset-23
-Attention, com.microsoft MultiHeadAttention) are within the machine's noise of each other at a BERT-base
-layer and the fused ones ahead at a small one; the standard node runs wherever opset 23 does (onnxruntime
-CPU and CUDA, Triton's onnxruntime backend, other runtimes) while a contrib op ties the graph to
-onnxruntime, so the standard node is exported, and older opsets keep the plain nodes rather than being
-refused (specs pinned at 18-21 keep exporting). Causal masks come from the runtime lengths (Trilu; the
+MatMul. Why (bench/RESULTS.md, "attention node", onnxruntime 1.31 CPU, one thread): the three candidates
+(plain, opset-23 Attention, com.microsoft MultiHeadAttention) are within this machine's noise of each
+other at a BERT-base layer (31.6 / 33.5 / 32.1 ms at batch 1, 245 / 241 / 229 ms at batch 8), and the
+opset-23 node is fastest at a small one (0.54 / 0.42 / 0.52 ms); the standard node runs wherever opset 23
+does (onnxruntime CPU and CUDA, Triton's onnxruntime backend, other runtimes) while a contrib op ties the
+graph to onnxruntime, so the standard node is exported. Older opsets keep the plain nodes rather than
+being refused: specs pinned at 18-22 keep exporting, and the default opset (21) leaves generated files
+as they were. Causal masks come from the runtime lengths (Trilu; the
 fused node's is_causal), so any time length runs through one graph.
 """
 
