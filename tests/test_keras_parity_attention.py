@@ -275,6 +275,10 @@ ERRORS = [
     ("rotary_scaling", "  - {name: last, op: multi_head_attention, input: x, num_heads: 2, key_dim: 4, "
      "rotary: {scaling_factor: 0.5}}", "12:105: error: scaling_factor: received 0.5, expected a value >= 1.0 "
      "(in layer 'last')"),
+    ("kernel_too_big", "  - {name: last, op: multi_head_attention, input: x, num_heads: 100000, key_dim: 5000}",
+     "12:65: error: layer 'last' (multi_head_attention): num_heads: received 100000 heads of 5000 values over 5 "
+     "features, a kernel of 2500000000 values; expected at most 2147483647 (fewer heads or a smaller key_dim / "
+     "value_dim)"),
     ("dropout_one", "  - {name: last, op: multi_head_attention, input: x, num_heads: 2, key_dim: 4, dropout: 1}",
      "12:89: error: dropout: received 1, expected a value < 1.0 (in layer 'last')"),
 ]

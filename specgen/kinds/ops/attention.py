@@ -33,7 +33,7 @@ from pydantic import Field
 from specgen import text
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import LayerName, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.spec.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.spec.layers import InitializerSpec, LayerBase
 
 MASKED = -1e9  # Keras' large negative number for float32 masked scores (keras Softmax layer)
@@ -117,6 +117,16 @@ def _check_mask(layer: MultiHeadAttention, shape: Shape, dtype: str, query: Shap
                       "attention_mask")
 
 
+def _check_fits(layer: MultiHeadAttention, d: int) -> None:
+    """A kernel [d, heads, size] must hold at most MAX_INT values, as any tensor specgen sizes (its ONNX
+    [d, heads * size] shape is read into int64 dims, and TensorFlow's index arithmetic is int32 here)."""
+    size = max(layer.key_dim, layer.value_dim or layer.key_dim)
+    if d * layer.num_heads * size > MAX_INT:
+        raise OpError(f"num_heads: received {layer.num_heads} heads of {size} values over {d} features, a kernel of "
+                      f"{d * layer.num_heads * size} values; expected at most {MAX_INT} (fewer heads or a smaller "
+                      "key_dim / value_dim)", "num_heads")
+
+
 def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if layer.inputs and layer.input:
         raise OpError("received both input and inputs; expected input (self-attention) or inputs ([query, value] "
@@ -130,6 +140,7 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
                       "inputs")
     if "attention_mask" in at:
         _check_mask(layer, shapes[at["attention_mask"]], dtypes[at["attention_mask"]], query, key)
+    _check_fits(layer, max(dims.values()))
     if layer.rotary and layer.key_dim % 2:
         raise OpError(f"rotary: received key_dim {layer.key_dim}; expected an even key_dim (rotary embedding "
                       "turns pairs of a head's features)", "rotary")
