@@ -184,14 +184,16 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
         "roles": at, "heads": heads, "fused": fused, "scale": 1.0 / math.sqrt(k), "rot_freq": None,
         # The fused node takes a causal mask alone as is_causal; with an explicit mask, the two are and-ed first.
         "causal": p["causal"] and not (fused and not mask), "is_causal": p["causal"] and fused and not mask,
-        "split_k": ctx.constant(f"{name}___split_k", [0, 0, heads, k]),
-        "split_v": ctx.constant(f"{name}___split_v", [0, 0, heads, v]),
     }
-    if fused:
+    # Only the constants the chosen nodes read: onnxruntime warns about (and drops) unused initializers.
+    if not fused or p["rotary"]:  # per-head [batch, time, heads, key_dim] for the plain nodes or the rotation
+        found["split_k"] = ctx.constant(f"{name}___split_k", [0, 0, heads, k])
+    if fused and mask:
         found["zero"] = ctx.float_constant(f"{name}___zero", 0.0)
-        if p["rotary"]:
-            found["merge_k"] = ctx.constant(f"{name}___merge_k", [0, 0, heads * k])
-    else:
+    if fused and p["rotary"]:
+        found["merge_k"] = ctx.constant(f"{name}___merge_k", [0, 0, heads * k])
+    if not fused:
+        found["split_v"] = ctx.constant(f"{name}___split_v", [0, 0, heads, v])
         found["scale_t"] = ctx.float_constant(f"{name}___scale", found["scale"])
         found["merge"] = ctx.constant(f"{name}___merge", [0, 0, heads * v])
     if found["causal"] or mask:
