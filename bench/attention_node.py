@@ -3,6 +3,7 @@
 - plain: today's nodes (MatMul per projection, Reshape/Transpose to heads, MatMul, Softmax, MatMul).
 - attention23: the projections as MatMul+Add, then the opset-23 `Attention` node on [batch, time, hidden]
   (q_num_heads/kv_num_heads, explicit scale), then the output projection.
+- attention23_packed: the same with the three projections as one MatMul over concatenated kernels.
 - contrib_mha: onnxruntime's `com.microsoft.MultiHeadAttention` (projections as MatMul, their biases packed
   into the node's bias input).
 
@@ -65,6 +66,17 @@ def attention23(heads: int, d: int) -> tuple[list[onnx.NodeProto], list[onnx.Ten
     return nodes + _out("c"), [], 23, []
 
 
+def attention23_packed(heads: int, d: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], int, list]:
+    """Self-attention only: one MatMul over the three kernels concatenated (folded at session start)."""
+    nodes = [helper.make_node("Concat", ["wq", "wk", "wv"], ["wqkv"], axis=1),
+             helper.make_node("Concat", ["bq", "bk", "bv"], ["bqkv"], axis=0),
+             helper.make_node("MatMul", ["x", "wqkv"], ["qkvm"]), helper.make_node("Add", ["qkvm", "bqkv"], ["qkv"]),
+             helper.make_node("Split", ["qkv"], ["q", "k", "v"], axis=-1, num_outputs=3)]
+    nodes.append(helper.make_node("Attention", ["q", "k", "v"], ["c"], q_num_heads=heads, kv_num_heads=heads,
+                                  scale=float(1 / np.sqrt(d // heads))))
+    return nodes + _out("c"), [], 23, []
+
+
 def contrib_mha(heads: int, d: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], int, list]:
     nodes = _proj("x", "q", False) + _proj("x", "k", False) + _proj("x", "v", False)
     nodes.append(helper.make_node("Concat", ["bq", "bk", "bv"], ["bqkv"], axis=0))
@@ -103,9 +115,9 @@ def main() -> None:
     args = parser.parse_args()
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
-    makers = (plain, attention23, contrib_mha)
+    makers = (plain, attention23, attention23_packed, contrib_mha)
     print(f"onnxruntime {ort.__version__}, CPU, {args.repeat} interleaved repetitions, medians in ms")
-    print(f"{'case':14} " + " ".join(f"{m.__name__:>12}" for m in makers) + "   max rel diff vs float64")
+    print(f"{'case':14} " + " ".join(f"{m.__name__:>18}" for m in makers) + "   max rel diff vs float64")
     for case, (b, t, d, heads) in CASES.items():
         rng = np.random.default_rng(0)
         w = _weights(d, rng)
@@ -120,7 +132,7 @@ def main() -> None:
                 start = time.perf_counter()
                 s.run(None, {"x": x})
                 times[i].append(1e3 * (time.perf_counter() - start))
-        print(f"{case:14} " + " ".join(f"{statistics.median(ts):12.3f}" for ts in times)
+        print(f"{case:14} " + " ".join(f"{statistics.median(ts):18.3f}" for ts in times)
               + "   " + " ".join(f"{e:.1e}" for e in diffs))
 
 
