@@ -15,6 +15,7 @@ keras = pytest.importorskip("keras")
 
 from test_import_keras import compare, randomize, refusal, run_import  # noqa: E402
 
+from specgen.cli import main  # noqa: E402
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.runtime.commands.restore import plan_restore  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
@@ -50,7 +51,9 @@ def test_attention_import_equals_predict(tmp_path: Path) -> None:
         "plain_cross": {"op": "multi_head_attention", "inputs": ["cross", "v"], "num_heads": 2, "key_dim": 3,
                         "dropout": 0.1},
         "head": {"op": "dense", "units": 2}}  # input: the previous layer
-    assert doc["inputs"]["m"] == {"shape": ["dim1", "dim2"], "dtype": "float32"}
+    # The key/value inputs' steps are named apart from the query's (onnxruntime holds one dim_param to one size).
+    assert {n: i["shape"] for n, i in doc["inputs"].items()} == {
+        "q": ["dim1", 6], "v": ["dim1_kv1", 4], "k": ["dim1_kv2", 5], "m": ["dim1", "dim2"]}
     loaded = load_spec(spec)
     plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in build_ir(loaded).model_variables})
     assert plan.ok and plan.count("restored") == 8 + 4 + 8 + 2 and not plan.unused  # every weight, from the file
@@ -63,6 +66,37 @@ def test_attention_import_equals_predict(tmp_path: Path) -> None:
         feeds = {"q": rng.standard_normal((2, t, 6)), "v": rng.standard_normal((2, s, 4)),
                  "k": rng.standard_normal((2, s, 5)), "m": keep}
         assert compare(spec, tmp_path, model, {n: x.astype(np.float32) for n, x in feeds.items()}, weights) < RTOL
+
+
+@pytest.mark.parametrize("opset", [21, 23])
+def test_exported_onnx_equals_predict(opset: int, tmp_path: Path) -> None:
+    """`specgen export` of the imported spec (restored from the .keras file) at the plain-node opset and at the
+    Attention-node one: onnxruntime equals model.predict at two lengths (query and key lengths differ)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = attention_model()
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    doc = yaml.safe_load(spec.read_text())
+    doc["export"] = {"onnx": {"opset": opset}}
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 0
+    graph = onnx.load(tmp_path / "out" / "model.onnx")
+    assert [n.op_type for n in graph.graph.node].count("Attention") == (3 if opset == 23 else 0)
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for t, s in ((5, 7), (9, 3)):
+        keep = rng.random((2, t, s)) > 0.4
+        keep[..., 0] = True  # every query step attends somewhere
+        feeds = {"q": rng.standard_normal((2, t, 6)), "v": rng.standard_normal((2, s, 4)),
+                 "k": rng.standard_normal((2, s, 5)), "m": keep}
+        feeds = {n: x.astype(np.float32) for n, x in feeds.items()}
+        theirs = model.predict(feeds, verbose=0)
+        (ours,) = session.run(None, feeds)
+        assert ours.shape == theirs.shape == (2, t, 2)
+        assert float(np.abs(ours - theirs).max() / np.abs(theirs).max()) < RTOL
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -13,7 +13,7 @@ from typing import Any
 
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.errors import layer_problem
-from specgen.importers.keras.graph import CALL_KWARGS, Ref
+from specgen.importers.keras.graph import CALL_KWARGS, KGraph, KLayer, Ref
 from specgen.importers.keras.layers import Converter, Shapes, _init
 
 ROLES = ("query", "value", "key")
@@ -72,3 +72,37 @@ def wiring(keys: dict[str, Any], ins: list[str]) -> tuple[dict[str, Any], list[s
 
 
 CONVERTERS_ATTENTION: dict[str, Converter] = {"MultiHeadAttention": multi_head_attention}
+
+
+def key_lengths(graph: KGraph) -> dict[str, str]:
+    """Model inputs whose steps are an attention's key/value length, apart from its query's: input name ->
+    the name of its time axis (`dim1_kv<j>`, the j-th such input). The importer names an open axis
+    `dim<axis>` for every input (convert.py `_dims`), and onnxruntime holds every tensor of one dim_param
+    to one size, so a query and a memory of different lengths under one name fail at run time."""
+    producers = {layer.name: layer for layer in graph.layers}
+    inputs = {i.name for i in graph.inputs}
+    found: dict[str, str] = {}
+    for layer in (x for x in graph.layers if x.cls in CONVERTERS_ATTENTION):
+        positional = [a for a in layer.args if isinstance(a, Ref)]
+        named = [k for k in CALL_KWARGS[layer.cls] if isinstance(layer.kwargs.get(k), Ref)]
+        called = [*ROLES[:len(positional)], *named]
+        if len(called) != len(layer.inputs):
+            continue  # the converter refuses it, naming why
+        by_role = {role: _source(p, producers, inputs) for role, p in zip(called, layer.inputs, strict=True)}
+        for role in ("value", "key"):
+            source = by_role.get(role)
+            if source is not None and source != by_role["query"] and source not in found:
+                found[source] = f"dim1_kv{len(found) + 1}"
+    return found
+
+
+def _source(producer: str, producers: dict[str, KLayer], inputs: set[str]) -> str | None:
+    """The model input whose steps a tensor has: through one-input layers and an attention's query, or None."""
+    for _ in range(len(producers) + 1):
+        if producer in inputs:
+            return producer
+        layer = producers.get(producer)
+        if layer is None or not layer.inputs or (len(layer.inputs) != 1 and layer.cls not in CONVERTERS_ATTENTION):
+            return None
+        producer = layer.inputs[0]
+    return None

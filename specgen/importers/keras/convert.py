@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args, finite
-from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, wiring
+from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
@@ -155,13 +155,14 @@ class _Converter:
         self.dtypes: dict[str, str] = {}
 
     def inputs(self) -> None:
+        own_steps = key_lengths(self.graph)  # an attention's key/value input: its time axis named apart
         for item in self.graph.inputs:
             if item.dtype not in DTYPES:
                 raise ImportProblem(f"input '{item.name}' has dtype {item.dtype}; specgen inputs are "
                                     + ", ".join(DTYPES))
             name = self.namer.identifier(item.name)
             self._renamed("input", item.name, name)
-            shape = _dims(item.shape)
+            shape = [own_steps.get(item.name, d) if d == "dim1" else d for d in _dims(item.shape)]
             self.out.inputs[name] = {"shape": shape, "dtype": item.dtype}
             self.spec_of[item.name] = name
             self.shapes[name], self.dtypes[name] = (None, *shape), item.dtype
