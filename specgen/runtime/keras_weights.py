@@ -63,6 +63,10 @@ VARIABLES: dict[str, tuple[tuple[str, str | None], ...]] = {
     **{c: (("kernel", None), ("recurrent_kernel", None), ("bias", "use_bias")) for c in ("LSTM", "GRU", "SimpleRNN")},
 }
 CELLS = ("LSTM", "GRU", "SimpleRNN")  # their own variables are in the `cell` sub-object
+# MultiHeadAttention keeps each projection in an EinsumDense sub-object (kernel, bias when use_bias), keyed
+# `<layer>/<role>/...` like specgen's multi_head_attention (specgen/kinds/ops/attention.py).
+ATTENTION_PARTS = {"query_dense": "query", "key_dense": "key", "value_dense": "value",
+                   "output_dense": "attention_output"}
 
 
 @dataclass(frozen=True)
@@ -313,10 +317,14 @@ def _object(group: h5py.Group, entry: dict[str, Any] | None, prefix: str, found:
     inner = prefix if top else f"{path}/"
     cell = cls in CELLS and isinstance(group.get("cell"), h5py.Group)
     _own(group["cell"] if cell else group, path, cls, config, strict, found)
+    parts = ATTENTION_PARTS if cls == "MultiHeadAttention" else {}
+    for attribute, role in parts.items():
+        if isinstance(group.get(attribute), h5py.Group):
+            _own(group[attribute], f"{path}/{role}", "Dense", config, strict, found)
     if isinstance(group.get("layers"), h5py.Group):
         for child, child_entry in _children(group["layers"], entry, path):
             _object(child, child_entry, inner, found)
-    for attribute in (k for k in group if k not in ("vars", "layers", *(("cell",) if cell else ()))
+    for attribute in (k for k in group if k not in ("vars", "layers", *(("cell",) if cell else ()), *parts)
                       and not (top and k == "optimizer")):
         sub = group[attribute]
         if not isinstance(sub, h5py.Group) or not _holds_weights(sub):
