@@ -87,3 +87,21 @@ def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable,
 
     return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
                 go_backwards=go_backwards)
+
+
+Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
+MERGES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
+    "concat": lambda y, y_rev: tf.concat([y, y_rev], axis=-1), "sum": lambda y, y_rev: y + y_rev,
+    "mul": lambda y, y_rev: y * y_rev, "ave": lambda y, y_rev: (y + y_rev) / 2,  # Keras' expressions
+}
+
+
+def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
+                  merge_mode: str, return_sequences: bool, go_backwards: bool, **keywords: object) -> tf.Tensor:
+    """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
+    order when it returns sequences), merged."""
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, **keywords)
+    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
+    if return_sequences:
+        y_rev = tf.reverse(y_rev, axis=[1])
+    return MERGES[merge_mode](y, y_rev)
