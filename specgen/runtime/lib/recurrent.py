@@ -90,10 +90,17 @@ def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable,
 
 
 Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
-MERGES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
-    "concat": lambda y, y_rev: tf.concat([y, y_rev], axis=-1), "sum": lambda y, y_rev: y + y_rev,
-    "mul": lambda y, y_rev: y * y_rev, "ave": lambda y, y_rev: (y + y_rev) / 2,  # Keras' expressions
-}
+
+
+def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
+    """Keras' merge modes, its expressions (a function, not a table of lambdas, which AutoGraph cannot parse)."""
+    if mode == "concat":
+        return tf.concat([y, y_rev], axis=-1)
+    if mode == "sum":
+        return y + y_rev
+    if mode == "mul":
+        return y * y_rev
+    return (y + y_rev) / 2  # ave
 
 
 def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
@@ -104,4 +111,4 @@ def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weight
     y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
     if return_sequences:
         y_rev = tf.reverse(y_rev, axis=[1])
-    return MERGES[merge_mode](y, y_rev)
+    return merge(merge_mode, y, y_rev)
