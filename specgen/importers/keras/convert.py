@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args, finite
+from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
@@ -61,8 +62,8 @@ def _converter(layer: KLayer) -> Converter | None:
                             "imports a model's own code; write the layer as spec ops by hand")
     if layer.cls in REFUSED:
         raise layer_problem(layer.name, layer.cls, f"refused: {REFUSED[layer.cls]}")
-    if layer.cls in CONVERTERS_1D:
-        return CONVERTERS_1D[layer.cls]
+    if layer.cls in CONVERTERS_1D or layer.cls in CONVERTERS_BIDIRECTIONAL:
+        return (CONVERTERS_1D | CONVERTERS_BIDIRECTIONAL)[layer.cls]
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]
