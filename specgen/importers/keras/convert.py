@@ -14,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args, finite
 from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
+from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
@@ -71,6 +72,8 @@ def _converter(layer: KLayer) -> Converter | None:
         return CONVERTERS_1D[layer.cls]
     if layer.cls in CONVERTERS_ATTENTION:
         return CONVERTERS_ATTENTION[layer.cls]
+    if layer.cls in CONVERTERS_BIDIRECTIONAL:
+        return CONVERTERS_BIDIRECTIONAL[layer.cls]
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]
