@@ -65,7 +65,8 @@ from specgen.spec.load import load_spec
 TOLERANCE = 1e-4  # max |x - keras| / max |keras|; float32 through 12 layers, summed in other orders
 EPSILON = 1e-5  # layer_norm epsilon on both sides (Keras' default is 1e-3; any value, the same on both)
 PEERS = ("tf", "tf2onnx", "tf2onnx+opt")
-FUSED = ("Attention", "MultiHeadAttention")  # ONNX opset 23 / com.microsoft
+FUSED = ("Attention", "MultiHeadAttention")
+ATTENTION_OPSET = 23  # ONNX opset 23 / com.microsoft
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,8 @@ def write_spec(c: Config, folder: Path, steps: int | str = "seq") -> Path:
     width = c.hidden if c.key == "encoder" else c.features
     document = {"specgen": 1, "name": f"bench_{c.key}", "inputs": {"x": {"shape": [steps, width]}},
                 "outputs": {"y": layers[-1]["name"]}, "layers": layers}
+    if c.key == "encoder":  # multi_head_attention exports one fused Attention node from opset 23 on (default 21)
+        document["export"] = {"onnx": {"opset": ATTENTION_OPSET}}
     path = folder / f"{c.key}.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path

@@ -34,11 +34,14 @@ def test_quick_run_checks_parity_then_times_every_point(bench: ModuleType, capsy
     worst = {m: float(v) for m, v in re.findall(r"^(\w+): .* parity vs Keras: worst relative (\S+) ", out, re.M)}
     assert sorted(worst) == ["encoder", "lstm"]
     assert all(0 <= v <= bench.TOLERANCE for v in worst.values()), worst
-    # The LSTM spec has a named length: the gate ran two lengths through one graph (8 and 8 // 2 + 3).
-    assert "specgen @7, specgen @8, specgen tf @7, specgen tf @8" in out
+    # Both specs have a named length: the gate ran two lengths through one graph (longest and longest // 2 + 3).
+    assert "over specgen @11, specgen @16, specgen tf @11, specgen tf @16" in out
+    assert "over specgen @7, specgen @8, specgen tf @7, specgen tf @8" in out
     rows = re.findall(r"^(encoder|lstm) +(\d+) +(\d+) ", out, re.M)
     assert rows == [("encoder", "1", "16"), ("encoder", "4", "16"), ("lstm", "1", "8"), ("lstm", "4", "8")]
-    assert re.search(r"^  encoder +ort specgen: fused \d+, softmax \d+, \d+ nodes", out, re.M)
+    # The target: one fused attention node per encoder layer in specgen's export (opset 23), no Softmax left.
+    assert re.search(r"^  encoder +ort specgen: fused 1, softmax 0, \d+ nodes; ort: fused 1, softmax 0,", out, re.M)
+    assert "one attention node per layer in specgen's export: met" in out
 
 
 def test_parity_gate_fails_when_one_weight_differs(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
