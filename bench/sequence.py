@@ -27,7 +27,7 @@ best peer at every point, one attention node per layer in specgen's export. Each
 nodes (fused Attention / MultiHeadAttention, and Softmax) are counted per layer. `--profile` adds
 onnxruntime's profiler (enable_profiling) over a few calls of each ONNX path: time share per op kind.
 
-    python bench/sequence.py                         # full sizes (~10 min on 2 cores)
+    python bench/sequence.py                         # full sizes (24 min on 2 cores at load 8-12)
     python bench/sequence.py --models lstm --repeats 7
     python bench/sequence.py --quick --peers tf      # small sizes, 2 repetitions (the test runs this)
 """
