@@ -229,12 +229,13 @@ def test_finetune_with_the_backbone_frozen(saved: dict[str, Any], capsys: pytest
                        {"name": "head/logits", "op": "dense", "units": 2}]
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 50, (64, 8)).astype(np.int32)
-    np.savez(folder / "tokens.npz", x=ids, y=(ids == 7).any(axis=1).astype(np.int32))  # does token 7 occur?
+    np.savez(folder / "tokens.npz", x=ids, m=np.ones_like(ids), y=(ids == 7).any(axis=1).astype(np.int32))  # 7?
     spec.update({"frozen": ["backbone"], "loss": {"kind": "sparse_softmax_cross_entropy", "logits": "logits",
                                                   "labels": "label"},
                  "optimizers": {"head": {"kind": "adam", "learning_rate": 0.01}},
                  "train": {"batch_size": 16, "epochs": 1, "seed": 0},
-                 "data": {"train": {"npz": "tokens.npz", "features": {"token_ids": "x"}, "labels": {"label": "y"}}}})
+                 "data": {"train": {"npz": "tokens.npz", "features": {"token_ids": "x", "padding_mask": "m"},
+                                    "labels": {"label": "y"}}}})
     spec["checkpoint"]["dir"] = "run"
     path = folder / "roberta_head.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
