@@ -5,6 +5,7 @@ and the positioned errors (one line each, nothing written)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ PRE = ["self_attention_layer_norm", "self_attention_layer", "self_attention_drop
        "feedforward_residual"]
 
 
-def _ir(text: str):  # noqa: ANN202 (ModelIR)
+def _ir(text: str) -> Any:
     return build_ir(load_spec_text(text, "seq.yaml"))
 
 
@@ -47,7 +48,7 @@ def test_expanded_names_follow_keras_hub(extra: str, order: list[str]) -> None:
 
 def test_decoder_is_causal_with_keras_hub_names() -> None:
     ir = _ir(HEAD + ENCODER.replace("transformer_encoder", "transformer_decoder") % "")
-    assert [n.name for n in ir.nodes][0] == "enc/self_attention"
+    assert ir.nodes[0].name == "enc/self_attention"
     assert ir.nodes[0].params["causal"] is True
     assert len(ir.model_variables) == 16
 
