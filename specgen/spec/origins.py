@@ -73,12 +73,13 @@ class Origins:
         ref = self._param_at(origin.loc, rest)
         if ref is not None and ref in origin.sites[0].args:
             value, where = origin.sites[0].args[ref]
-            text += f"; ${ref} is {safe_repr(value)}, set at {self._shown(where)}"
+            text += f"; ${ref} is {safe_repr(value)}, " + (
+                f"the default of shipped block '{where[1]}'" if self._shipped(where) else f"set at {self._shown(where)}")
         return text + ")"
 
     def _shown(self, loc: PathKey) -> str:
-        if self._shipped(loc):
-            return f"the default of shipped block '{loc[1]}'"
+        if self._shipped(loc):  # not in the user's file: name it instead
+            return f"shipped block '{loc[1]}'"
         position = self.source.locate(loc, self.data)
         return f"{self.source.path}:{position.line}:{position.col}" if position else self.source.path
 
