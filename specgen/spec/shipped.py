@@ -85,19 +85,9 @@ def prepare(block: str, args: Mapping[str, tuple[Any, PathKey]], shipped: Mappin
             instance: str) -> Prepared:
     """The block to expand and its arguments for one instance of shipped block `block` (see the module doc)."""
     found = dict(args)
-    if DERIVED in found and found[DERIVED][1][:2] != ("blocks", block):  # set by the instance, not the default
-        return Prepared(block, found, (found[DERIVED][1], f"block '{block}' computes key_dim as hidden_dim / "
-                                       f"num_heads; remove key_dim from 'with' (in instance '{instance}')"))
-    (hidden, at_hidden), (heads, at_heads) = found["hidden_dim"], found["num_heads"]
-    for value, at, param in ((hidden, at_hidden, "hidden_dim"), (heads, at_heads, "num_heads")):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            return Prepared(block, found, (at, f"{param}: received {value!r}, expected a positive integer "
-                                           f"(in instance '{instance}')"))
-    if hidden % heads:
-        return Prepared(block, found, (at_heads, f"num_heads {heads} does not divide hidden_dim {hidden}: block "
-                                       f"'{block}' gives each head key_dim = hidden_dim / num_heads, which must be "
-                                       f"a whole number; choose num_heads that divides it (in instance '{instance}')"))
-    found[DERIVED] = (hidden // heads, at_heads)
+    error = _key_dim(block, found, instance) if DERIVED in found else None
+    if error is not None:
+        return Prepared(block, found, error)
     pre = found.get("normalize_first", (False, ()))[0]
     if not isinstance(pre, bool):
         return Prepared(block, found, (found["normalize_first"][1], f"normalize_first: received {pre!r}, "
@@ -105,3 +95,19 @@ def prepare(block: str, args: Mapping[str, tuple[Any, PathKey]], shipped: Mappin
     chosen = block + VARIANT if pre and block + VARIANT in shipped else block
     return Prepared(chosen, found)
 
+
+def _key_dim(block: str, found: dict[str, tuple[Any, PathKey]], instance: str) -> tuple[PathKey, str] | None:
+    """Set found['key_dim'] to hidden_dim / num_heads, or (where, message) of why it cannot be."""
+    if found[DERIVED][1][:2] != ("blocks", block):  # set by the instance, not the default
+        return found[DERIVED][1], (f"block '{block}' computes key_dim as hidden_dim / num_heads; remove key_dim "
+                                   f"from 'with' (in instance '{instance}')")
+    (hidden, at_hidden), (heads, at_heads) = found["hidden_dim"], found["num_heads"]
+    for value, at, param in ((hidden, at_hidden, "hidden_dim"), (heads, at_heads, "num_heads")):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            return at, f"{param}: received {value!r}, expected a positive integer (in instance '{instance}')"
+    if hidden % heads:
+        return at_heads, (f"num_heads {heads} does not divide hidden_dim {hidden}: block '{block}' gives each head "
+                          f"key_dim = hidden_dim / num_heads, which must be a whole number; choose num_heads that "
+                          f"divides it (in instance '{instance}')")
+    found[DERIVED] = (hidden // heads, at_heads)
+    return None
