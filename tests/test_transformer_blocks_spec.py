@@ -53,6 +53,21 @@ def test_decoder_is_causal_with_keras_hub_names() -> None:
     assert len(ir.model_variables) == 16
 
 
+def test_decoder_with_cross_attention_reads_two_inputs() -> None:
+    text = HEAD.replace("  x: {shape: [10, 16]}\n", "  x: {shape: [seq, 16]}\n  memory: {shape: [src, 12]}\n") + (
+        "  - {name: enc, block: transformer_decoder_cross, inputs: [x, memory],\n"
+        "     with: {hidden_dim: 16, intermediate_dim: 32, num_heads: 4, normalize_first: true}}\n")
+    ir = _ir(text)
+    assert [n.name for n in ir.nodes] == [f"enc/{name}" for name in (
+        "self_attention_layer_norm", "self_attention", "self_attention_dropout", "self_attention_residual",
+        "cross_attention_layer_norm", "cross_attention", "cross_attention_dropout", "cross_attention_residual",
+        "feedforward_layer_norm", "feedforward_intermediate_dense", "feedforward_output_dense",
+        "feedforward_dropout", "feedforward_residual")]
+    cross = ir.nodes[5]
+    assert cross.inputs == ("enc/cross_attention_layer_norm", "memory") and cross.params["causal"] is False
+    assert [v.shape for v in ir.model_variables if v.path.startswith("enc/cross_attention/key/")] == [(12, 4, 4), (4, 4)]
+
+
 def test_twelve_layer_encoder_in_one_entry() -> None:
     """BERT-base's shape of encoder stack in one line: 12 x 9 layers, 12 x 16 variables, <name>/<k>/... paths."""
     text = HEAD.replace("[10, 16]", "[128, 768]").replace("y: enc", "y: encoder") + (
@@ -124,7 +139,8 @@ ERRORS = [
     ("misspelled", ENCODER.replace("transformer_encoder", "transformer_encodr") % "",
      "8:24: error: instance 'enc' uses block 'transformer_encodr', which is not defined; did you mean "
      "'transformer_encoder'? (the spec has no 'blocks' section; shipped blocks: transformer_decoder, "
-     "transformer_decoder_normalize_first, transformer_encoder, transformer_encoder_normalize_first)"),
+     "transformer_decoder_cross, transformer_decoder_cross_normalize_first, transformer_decoder_normalize_first, "
+     "transformer_encoder, transformer_encoder_normalize_first)"),
     ("missing_param", ENCODER.replace("intermediate_dim: 32, ", "") % "",
      "8:5: error: instance 'enc' must set parameter(s) 'intermediate_dim' of block 'transformer_encoder' in 'with' "
      "(they have no default)"),
