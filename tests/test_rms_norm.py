@@ -89,19 +89,24 @@ def test_rms_norm_defaults_are_keras() -> None:
     assert keras.layers.RMSNormalization().epsilon == 1e-6
 
 
-@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
-def test_onnx_matches_tensorflow_at_two_lengths(op: str, tmp_path: Path) -> None:
+NODES = {("layer_norm", 21): ["LayerNormalization"], ("layer_norm", 23): ["LayerNormalization"],
+         ("rms_norm", 21): ["Mul", "ReduceMean", "Add", "Sqrt", "Div", "Mul"], ("rms_norm", 23): ["RMSNormalization"]}
+
+
+@pytest.mark.parametrize(("op", "opset"), sorted(NODES))
+def test_onnx_matches_tensorflow_at_two_lengths(op: str, opset: int, tmp_path: Path) -> None:
     """The exported graph keeps the time dimension symbolic: one graph, two lengths, TF vs onnxruntime.
     Tolerance 1e-5: the same float32 formula in two runtimes (a few ulps of values of order 1)."""
+    import yaml
+
     from specgen.runtime import parity
 
-    ir = build_ir(load_spec_text(layer_spec(f"o_{op}", ["seq", FEATURES], [{"name": "n", "op": op}]), "o.yaml"))
+    document = yaml.safe_load(layer_spec(f"o_{op}", ["seq", FEATURES], [{"name": "n", "op": op, "epsilon": 0.25}]))
+    document["export"] = {"onnx": {"opset": opset}}  # epsilon 0.25: a dropped or misplaced epsilon shows
+    ir = build_ir(load_spec_text(yaml.safe_dump(document), "o.yaml"))
     files = render_files(ir)
     graph = onnx.load_from_string(files["model.onnx"]).graph
-    if op == "layer_norm":
-        assert [n.op_type for n in graph.node] == ["LayerNormalization"]
-    else:
-        assert [n.op_type for n in graph.node] == ["Mul", "ReduceMean", "Add", "Sqrt", "Div", "Mul"]
+    assert [n.op_type for n in graph.node] == NODES[(op, opset)]
     assert graph.input[0].type.tensor_type.shape.dim[1].dim_param == "seq"
     path = tmp_path / f"o_{op}_model.py"
     path.write_bytes(files["model.py"])

@@ -4,8 +4,8 @@ y = x * rsqrt(mean(x^2 over the last axis) + epsilon) * scale, with one learned 
 (initialized to ones) and Keras' epsilon default 1e-6. There is no centring and no offset: that is
 what distinguishes it from layer_norm. KerasHub's Gemma/Llama norms are the same formula with
 `(1 + scale)` or a different epsilon; a spec writes that epsilon, and an importer maps the weight.
-ONNX: the single RMSNormalization node needs opset 23, above the opsets specgen pins (18-21), so the
-graph is the formula in plain nodes (Mul, ReduceMean, Add, Sqrt, Div, Mul).
+ONNX: at opset 23 one RMSNormalization node (axis -1, float32 throughout); below it the formula in plain
+nodes (Mul, ReduceMean, Add, Sqrt, Div, Mul).
 """
 
 from __future__ import annotations
@@ -42,9 +42,14 @@ def tf_attrs(node: Node) -> dict[str, Any]:
     return {"epsilon": node.params["epsilon"]}
 
 
+FUSED_OPSET = 23  # ONNX RMSNormalization
+
+
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
-    name = node.onnx_name
-    return {"epsilon": ctx.float_constant(f"{name}___epsilon", node.params["epsilon"]),
+    name, epsilon = node.onnx_name, node.params["epsilon"]
+    if ctx.opset >= FUSED_OPSET:
+        return {"fused": True, "epsilon": epsilon}
+    return {"fused": False, "epsilon": ctx.float_constant(f"{name}___epsilon", epsilon),
             "axes": ctx.constant(f"{name}___axes", [-1])}
 
 
