@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import yaml
 
@@ -248,3 +249,16 @@ def test_finetune_with_the_backbone_frozen(saved: dict[str, Any], capsys: pytest
         assert np.array_equal(reader.get_tensor(keras_path).view(np.uint32), value.view(np.uint32)), keras_path
     assert np.abs(reader.get_tensor("head/logits/bias")).max() > 0  # the head trained (its bias starts at zeros)
     assert reader.get_tensor("optimizers/head/iterations") == 4
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_opset_23_attention_node_with_padding(saved: dict[str, Any], name: str) -> None:
+    """At opset 23 each attention is one Attention node; the padding mask (and-ed with the causal one for GPT-2)
+    reaches it as a full [batch, 1, T, S] mask: the same outputs, padded or not, at both lengths."""
+    spec = yaml.safe_load(imported(saved, name).read_text())
+    spec.setdefault("export", {}).setdefault("onnx", {})["opset"] = 23
+    path = saved["folder"] / f"{name}_23.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    predictor = exported(path)
+    assert [n.op_type for n in onnx.load(path.with_suffix("") / "model.onnx").graph.node].count("Attention") == 2
+    check_outputs(predictor, name, saved[name]["outputs"])
