@@ -14,6 +14,8 @@ KerasHub's `padding_mask` input [batch, seq] (1 = a real token) is a spec input 
 `padding_attention_mask` layer (`attention_mask`) expands it to [batch, seq, seq] and every attention layer
 reads it, as KerasHub's merge_padding_and_attention_mask does (and-ed with the causal mask for GPT-2).
 BERT's `pooled_output` is `take` (index 0, KerasHub's cls_token_index) then `pooled_dense` (tanh).
+Flat layers, not the shipped transformer_encoder/decoder blocks: those take no attention mask, so an
+instance would drop padding_mask again (docs/import.md says so).
 """
 
 from __future__ import annotations
