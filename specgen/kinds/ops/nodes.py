@@ -66,3 +66,6 @@ class Node:
     # Its weights are all frozen in a spec that trains (collections.py `held`): a batch_norm then normalizes
     # with its moving statistics and does not update them, also in training, as Keras' trainable=False.
     inference_mode: bool = False
+    # The Keras mask this layer consumes (ir/masks.py): the id tensors (spec inputs or layers) of the
+    # mask_zero embeddings that made it; the mask is "any of them is non-zero" per step. Empty: none.
+    mask: tuple[str, ...] = ()
