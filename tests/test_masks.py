@@ -64,6 +64,16 @@ def test_merge_of_two_masks_is_their_union_and_of_a_masked_and_unmasked_none() -
     assert ir.node("pool2").mask == ()  # Keras: a merge with an unmasked input has no mask
 
 
+def test_positional_embedding_drops_the_mask_as_keras_does() -> None:
+    """KerasHub's PositionEmbedding does not support masking: no mask after it, so none after the add either."""
+    ir = build_ir(load_spec_text(spec([{"name": "pos", "op": "positional_embedding", "max_length": 16},
+                                       {"name": "sum", "op": "add", "inputs": ["emb", "pos"]},
+                                       {"name": "r", "op": "lstm", "units": 3},
+                                       {"name": "r2", "op": "gru", "units": 3, "input": "emb"}], output="r"),
+                                 "masked.yaml"))
+    assert (ir.node("r").mask, ir.node("r2").mask) == ((), ("ids",))
+
+
 FIX = ("set mask_zero: false on that embedding, or end the time axis before this layer (a recurrent layer "
        "with return_sequences: false, or global_avg_pool)")
 

@@ -17,6 +17,8 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
   goes on, as Keras' RNN.compute_mask), global_avg_pool over time (a masked mean; no mask after it),
   multi_head_attention (query and value masks -> the attention mask, AND the causal one; the output keeps
   the query's mask, as Keras sets it).
+- Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
+  its output is the position table, which holds no padded values, so dropping it changes no number).
 - Anything else given a masked tensor is an error naming the layer, the op, the embedding the mask came from
   and the reason (REASONS): Keras either drops the mask there (silently or with a warning, and the padded
   steps then count as data) or uses it in a way specgen does not reproduce. Refusing is never a wrong answer.
@@ -35,6 +37,7 @@ PASS = {"dense", "dropout", "layer_norm", "rescale", "normalize", "scale", "stop
 MERGES = {"add", "subtract", "multiply", "concat"}
 RECURRENT = {"lstm", "gru", "simple_rnn"}
 CONSUMERS = RECURRENT | {"global_avg_pool", "multi_head_attention"}
+DROPS = {"positional_embedding"}  # Keras drops the mask and the output holds no value of the input
 WINDOWS = "its windows would mix padded steps into real ones"
 REASONS = {
     "conv1d": f"Keras' Conv1D drops the mask (with a warning) and {WINDOWS}",
@@ -115,6 +118,8 @@ def _follow(layer: Any, sources: list[str], masks: list[Mask | None], shape: Any
         return joined, ""
     if op in RECURRENT:
         return (first if layer.return_sequences else None), ""
+    if op in DROPS:
+        return None, ""
     if op == "global_avg_pool":  # a masked tensor is [batch, time, features]: the pool is over time
         return None, ""
     if op == "multi_head_attention":
