@@ -49,6 +49,21 @@ def test_consumers_record_the_ids_their_mask_comes_from() -> None:
                                                    "last": ("ids",), "head": ()}
 
 
+def test_report_lists_the_layers_that_take_the_mask() -> None:
+    from specgen.report.masks import masks_table
+
+    ir = build_ir(load_spec_text(spec([{"name": "r", "op": "lstm", "units": 4, "return_sequences": True},
+                                       {"name": "pool", "op": "global_avg_pool"}]), "masked.yaml"))
+    assert masks_table(ir) == (
+        "layer  op               mask: a step is real where any of these ids is non-zero\n"
+        "-----  ---------------  -------------------------------------------------------\n"
+        "r      lstm             ids\n"
+        "pool   global_avg_pool  ids\n"
+        "Padded steps leave a recurrent state unchanged and are left out of means and attention, as in Keras "
+        "(docs/spec.md#masks).")
+    assert masks_table(build_ir(load_spec_text(spec([], output="emb").replace("true", "false"), "m.yaml"))) is None
+
+
 def test_merge_of_two_masks_is_their_union_and_of_a_masked_and_unmasked_none() -> None:
     ir = build_ir(load_spec_text(yaml.safe_dump({
         "specgen": 1, "name": "two", "outputs": {"y": "pool", "z": "pool2"},
