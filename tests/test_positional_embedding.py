@@ -201,3 +201,18 @@ def test_positioned_errors(layer: str, expected: str, tmp_path: Path, capsys: py
     err = capsys.readouterr().err.splitlines()
     assert err[1:] == ["1 error found"] and err[0].endswith(f"spec.yaml:{expected}"), err
     assert list(tmp_path.iterdir()) == [path]  # nothing written
+
+
+def test_bounds_metadata_is_read_as_data() -> None:
+    """The metadata comes from a model file that may be hand-edited: entries of another shape are ignored (the
+    graph itself still refuses a longer sequence), never a crash; a good entry bounds only its symbol."""
+    from specgen.runtime import lengths
+
+    assert lengths.read({"specgen.max_lengths": "{not json"}) == {}
+    assert lengths.read({"specgen.max_lengths": "[1, 2]"}) == {}
+    assert lengths.read({"specgen.max_lengths": '{"seq": [true, "pos"], "t": ["9", "p"], "u": [4, "q"]}'}) == \
+        {"u": (4, "q")}
+    found = lengths.read({"specgen.max_lengths": '{"seq": [10, "pos"]}'})
+    declared = {"ids": ("batch", "seq"), "other": ("batch", "time")}
+    assert lengths.violation(found, declared, {"ids": (2, 10), "other": (2, 99)}) is None
+    assert lengths.violation(found, declared, {"ids": (2, 11), "other": (2, 1)}) == TOO_LONG

@@ -15,8 +15,8 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
   masked, no mask otherwise.
 - Consumed: lstm / gru / simple_rnn (masked steps leave the state unchanged; with return_sequences the mask
   goes on, as Keras' RNN.compute_mask), global_avg_pool over time (a masked mean; no mask after it),
-  multi_head_attention (query and value masks -> the attention mask, AND the causal one; the output keeps
-  the query's mask, as Keras sets it).
+  multi_head_attention (the query's mask as rows, the value's and a distinct key's as columns of the
+  attention mask, AND the causal and explicit ones; the output keeps the query's mask, as Keras sets it).
 - Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
   its output is the position table, which holds no padded values, so dropping it changes no number).
 - Anything else given a masked tensor is an error naming the layer, the op, the embedding the mask came from
@@ -31,6 +31,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic
 from specgen.kinds.ops import REGISTRY
+from specgen.kinds.ops.attention import roles
 from specgen.spec.load import LoadedSpec
 
 PASS = {"dense", "dropout", "layer_norm", "rescale", "normalize", "scale", "stop_gradient"}
@@ -50,6 +51,7 @@ REASONS = {
                    "specgen's batch_norm takes them over every step"),
     "softmax": "Keras' Softmax layer applies the [batch, time] mask to its own axis, not to the steps",
     "embedding": "an embedding reads ids, not a masked sequence",
+    "bidirectional": "specgen's bidirectional does not take a mask yet (use lstm/gru/simple_rnn, which do)",
 }
 FIX = ("set mask_zero: false on that embedding, or end the time axis before this layer (a recurrent layer "
        "with return_sequences: false, or global_avg_pool)")
@@ -74,13 +76,16 @@ def passes(op: str) -> bool:
     return op in PASS or (as_act and op != "softmax")
 
 
-def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, tuple[str, ...]], list[Diagnostic]]:
-    """Each consuming layer -> the id tensors of its mask (sorted), and the positioned refusals.
+Masks = tuple[tuple[str, ...], ...]
+
+
+def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, Masks], list[Diagnostic]]:
+    """Each consuming layer -> per input, the id tensors of its mask (sorted), and the positioned refusals.
 
     `layers` are ir/resolve.py's inferred layers in topological order (`.layer`, `.index`, `.sources`).
     """
     made: dict[str, Mask] = {}
-    consumed: dict[str, tuple[str, ...]] = {}
+    consumed: dict[str, Masks] = {}
     problems: list[Diagnostic] = []
     for x in layers:
         layer = x.layer
@@ -95,7 +100,7 @@ def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, tupl
             problems.append(_refusal(loaded, x, source, mask, problem))
             continue
         if layer.op in CONSUMERS:
-            consumed[layer.name] = tuple(sorted(next(m for m in masks if m).ids))
+            consumed[layer.name] = tuple(tuple(sorted(m.ids)) if m else () for m in masks)
         if found:
             made[layer.name] = found
     return consumed, problems + _check_outputs(loaded, made)
@@ -123,8 +128,8 @@ def _follow(layer: Any, sources: list[str], masks: list[Mask | None], shape: Any
     if op == "global_avg_pool":  # a masked tensor is [batch, time, features]: the pool is over time
         return None, ""
     if op == "multi_head_attention":
-        if any(masks[1:]):
-            return None, "a masked key or value input is not supported yet (only the query's mask)"
+        if "attention_mask" in (at := roles(layer)) and masks[at["attention_mask"]]:
+            return None, "its attention_mask input is a mask itself, not a sequence a padding mask marks"
         return first, ""
     return None, REASONS.get(op, f"specgen does not carry a mask through {op}")
 

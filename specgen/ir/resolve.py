@@ -84,7 +84,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [replace(_node(x, made, members.held), mask=masks.get(x.layer.name, ())) for x in layers]
+    nodes = [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ())) for x in layers]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))

@@ -125,7 +125,8 @@ class Lowering:
         first = want_first and len(node.shape) > 2
         pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
-        attrs, comment = op.onnx_attrs(node, first, self) | onnx_mask(node, self), _comment(node)
+        attrs, comment = op.onnx_attrs(node, first, self), _comment(node)
+        attrs |= onnx_mask(node, self, attrs)  # the padding masks it takes (ir/masks.py, render/mask_plan.py)
         if extra := self.ir.folded_pads.extra.get(node.name):  # ir/pad_folding.py: the zero pad it reads
             attrs["pads"] = [a + b for a, b in zip(attrs["pads"], extra, strict=True)]
             comment += f", with {node.inputs[0]}'s zeros in its pads"
