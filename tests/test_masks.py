@@ -227,3 +227,35 @@ def test_masked_stack_onnx_matches_tensorflow(tmp_path: Path) -> None:
     expected = parity.run_tf(model, {"ids": ids})
     actual = parity.run_onnx(files["model.onnx"], ir, values, {"ids": ids})
     assert parity.max_abs_diff(expected, actual) <= TOLERANCE
+
+
+@pytest.mark.parametrize("opset", [21, 23], ids=["plain", "fused"])
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["uniform_rows", "zero_rows"])
+def test_attention_padding_onnx_matches_tensorflow(opset: int, dropout: float, tmp_path: Path) -> None:
+    """Cross-attention with both masks and self-attention with the causal one, in the plain nodes (21) and the
+    opset-23 Attention node (its is_causal turned into a built mask beside the padding one)."""
+    from specgen.runtime import parity
+
+    document = {"specgen": 1, "name": "att", "outputs": {"y": "cross", "z": "self"},
+                "inputs": {"q": {"shape": [7], "dtype": "int32"}, "v": {"shape": [5], "dtype": "int32"}},
+                "layers": [{"name": "eq", "op": "embedding", "input": "q", "vocab_size": VOCAB, "dim": 4,
+                            "mask_zero": True},
+                           {"name": "ev", "op": "embedding", "input": "v", "vocab_size": VOCAB, "dim": 4,
+                            "mask_zero": True},
+                           {"name": "cross", "op": "multi_head_attention", "inputs": ["eq", "ev"], "num_heads": 2,
+                            "key_dim": 2, "dropout": dropout},
+                           {"name": "self", "op": "multi_head_attention", "input": "eq", "num_heads": 2,
+                            "key_dim": 2, "causal": True, "dropout": dropout}],
+                "export": {"onnx": {"opset": opset}}}
+    ir = build_ir(load_spec_text(yaml.safe_dump(document, sort_keys=False), "att.yaml"))
+    files = render_files(ir)
+    (tmp_path / "model.py").write_bytes(files["model.py"])
+    model = getattr(parity.load_generated(tmp_path / "model.py"), ir.class_name)(seed=0)
+    values = parity.random_weights(ir, np.random.default_rng(2))
+    parity.assign(model, values)
+    feeds = {"q": np.array([[1, 2, 3, 0, 0, 0, 0], [0, 0, 4, 5, 6, 7, 8], [9, 0, 1, 0, 2, 0, 3],
+                            [0, 0, 0, 0, 0, 0, 0]], np.int32),
+             "v": np.array([[1, 2, 0, 0, 0], [0, 3, 4, 5, 6], [0, 0, 0, 0, 0], [7, 0, 8, 0, 9]], np.int32)}
+    expected = parity.run_tf(model, feeds)
+    actual = parity.run_onnx(files["model.onnx"], ir, values, feeds)
+    assert parity.max_abs_diff(expected, actual) <= TOLERANCE

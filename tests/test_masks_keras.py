@@ -172,3 +172,38 @@ def test_masked_stack_like_keras(tmp_path: Path) -> None:
     batch = ids_batch(9, np.random.default_rng(2), empty_row=False)
     np.testing.assert_allclose(model({"ids": tf.constant(batch)})["y"].numpy(), theirs(batch).numpy(),
                                rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["fused", "softmax_layer"])
+def test_cross_attention_masks_like_keras(dropout: float, tmp_path: Path) -> None:
+    """Query and value from two mask_zero embeddings: Keras' query mask as rows AND value mask as columns."""
+    import tensorflow as tf
+    import yaml
+
+    spec = {"specgen": 1, "name": "cross", "outputs": {"y": "att"},
+            "inputs": {"q": {"shape": [7], "dtype": "int32"}, "v": {"shape": [5], "dtype": "int32"}},
+            "layers": [{"name": "eq", "op": "embedding", "input": "q", "vocab_size": VOCAB, "dim": DIM,
+                        "mask_zero": True},
+                       {"name": "ev", "op": "embedding", "input": "v", "vocab_size": VOCAB, "dim": DIM,
+                        "mask_zero": True},
+                       {"name": "att", "op": "multi_head_attention", "inputs": ["eq", "ev"], "num_heads": 2,
+                        "key_dim": 3, "dropout": dropout}]}
+    model = generated_model(yaml.safe_dump(spec, sort_keys=False), tmp_path)
+    q, v = keras.Input((7,), dtype="int32"), keras.Input((5,), dtype="int32")
+    eq = keras.layers.Embedding(VOCAB, DIM, mask_zero=True, name="eq")(q)
+    ev = keras.layers.Embedding(VOCAB, DIM, mask_zero=True, name="ev")(v)
+    theirs = keras.Model([q, v], keras.layers.MultiHeadAttention(2, 3, dropout=dropout, name="att")(eq, ev))
+    pairs = _share_weights(model, theirs, np.random.default_rng(4))
+    rng = np.random.default_rng(5)
+    q_ids, v_ids = ids_batch(7, rng, empty_row=True), ids_batch(5, rng, empty_row=False)
+    v_ids[3] = 0  # a query row with no key to attend to (uniform without dropout, zeros with it, in Keras)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([ours for ours, _ in pairs.values()])
+        ours = model({"q": tf.constant(q_ids), "v": tf.constant(v_ids)})["y"]
+        keras_out = theirs([q_ids, v_ids])
+        projection = tf.constant(rng.standard_normal(tuple(keras_out.shape)).astype(np.float32))
+        loss_ours, loss_theirs = tf.reduce_sum(ours * projection), tf.reduce_sum(keras_out * projection)
+    diffs = {"forward": _diff(ours, keras_out)}
+    diffs |= {f"grad {p}": _diff(tape.gradient(loss_ours, o), tape.gradient(loss_theirs, w))
+              for p, (o, w) in pairs.items()}
+    _assert_close(diffs, 10)  # two embeddings, query/key/value/attention_output kernels and biases
