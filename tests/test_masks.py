@@ -259,3 +259,12 @@ def test_attention_padding_onnx_matches_tensorflow(opset: int, dropout: float, t
     expected = parity.run_tf(model, feeds)
     actual = parity.run_onnx(files["model.onnx"], ir, values, feeds)
     assert parity.max_abs_diff(expected, actual) <= TOLERANCE
+
+
+@pytest.mark.parametrize("merge_mode", ["concat", "sum", "mul", "ave"])
+@pytest.mark.parametrize("return_sequences", [False, True], ids=["last", "seq"])
+def test_bidirectional_onnx_matches_tensorflow_whatever_the_padding(merge_mode: str, return_sequences: bool,
+                                                                    tmp_path: Path) -> None:
+    layer = {"name": "b", "op": "bidirectional", "merge_mode": merge_mode,
+             "layer": {"op": "gru", "units": 3, "return_sequences": return_sequences}}
+    assert check_onnx(spec([layer]), tmp_path, (7, 10)) <= TOLERANCE

@@ -57,7 +57,9 @@ def _share_weights(model: Any, theirs: Any, rng: np.random.Generator) -> dict[st
     weights = {w.path: w for w in theirs.weights}
     for path, variable in model.variables_by_path().items():
         layer, role = path.split("/", 1)
-        match = [w for p, w in weights.items() if p.startswith(layer + "/") and p.endswith("/" + role)]
+        direction, _, last = role.rpartition("/")  # Bidirectional: Keras' '<layer>/forward_cell/<cell>/kernel'
+        match = [w for p, w in weights.items() if p.startswith(layer + "/") and p.endswith("/" + last)
+                 and (not direction or p.startswith(f"{layer}/{direction}_cell/") or f"/{role}" in p)]
         assert len(match) == 1, f"{path}: Keras weights {sorted(weights)}"
         scale = 1.0 / np.sqrt(variable.shape[0])  # glorot-sized: keeps an attention softmax unsaturated
         value = (rng.standard_normal(tuple(variable.shape)) * scale).astype(np.float32)
@@ -207,3 +209,14 @@ def test_cross_attention_masks_like_keras(dropout: float, tmp_path: Path) -> Non
     diffs |= {f"grad {p}": _diff(tape.gradient(loss_ours, o), tape.gradient(loss_theirs, w))
               for p, (o, w) in pairs.items()}
     _assert_close(diffs, 10)  # two embeddings, query/key/value/attention_output kernels and biases
+
+
+@pytest.mark.parametrize("merge_mode", ["concat", "ave"])
+@pytest.mark.parametrize(("op", "return_sequences"), [("lstm", True), ("simple_rnn", False), ("gru", True)])
+def test_bidirectional_masked_like_keras(op: str, return_sequences: bool, merge_mode: str, tmp_path: Path) -> None:
+    inner = getattr(keras.layers, KERAS_RNN[op])(3, return_sequences=return_sequences, name="cell")
+    keras_layer = keras.layers.Bidirectional(inner, merge_mode=merge_mode, name="b")
+    layer = {"name": "b", "op": "bidirectional", "merge_mode": merge_mode,
+             "layer": {"op": op, "units": 3, "return_sequences": return_sequences}}
+    diffs = parity(layer, keras_layer, tmp_path, (6, 9))
+    _assert_close(diffs, 7)  # embeddings and both directions' kernel, recurrent_kernel, bias

@@ -13,8 +13,8 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
   has no mask, else the OR of the masks; Concatenate fills a missing mask with ones and ORs over the last axis,
   which is all ones (no mask) as soon as one input has none. Both come out as: the union when every input is
   masked, no mask otherwise.
-- Consumed: lstm / gru / simple_rnn (masked steps leave the state unchanged; with return_sequences the mask
-  goes on, as Keras' RNN.compute_mask), global_avg_pool over time (a masked mean; no mask after it),
+- Consumed: lstm / gru / simple_rnn and bidirectional (masked steps leave the state unchanged; with
+  return_sequences the mask goes on, as Keras' RNN.compute_mask; Bidirectional zeroes masked outputs), global_avg_pool over time (a masked mean; no mask after it),
   multi_head_attention (the query's mask as rows, the value's and a distinct key's as columns of the
   attention mask, AND the causal and explicit ones; the output keeps the query's mask, as Keras sets it).
 - Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
@@ -36,7 +36,7 @@ from specgen.spec.load import LoadedSpec
 
 PASS = {"dense", "dropout", "layer_norm", "rescale", "normalize", "scale", "stop_gradient"}
 MERGES = {"add", "subtract", "multiply", "concat"}
-RECURRENT = {"lstm", "gru", "simple_rnn"}
+RECURRENT = {"lstm", "gru", "simple_rnn", "bidirectional"}
 CONSUMERS = RECURRENT | {"global_avg_pool", "multi_head_attention"}
 DROPS = {"positional_embedding"}  # Keras drops the mask and the output holds no value of the input
 WINDOWS = "its windows would mix padded steps into real ones"
@@ -51,7 +51,6 @@ REASONS = {
                    "specgen's batch_norm takes them over every step"),
     "softmax": "Keras' Softmax layer applies the [batch, time] mask to its own axis, not to the steps",
     "embedding": "an embedding reads ids, not a masked sequence",
-    "bidirectional": "specgen's bidirectional does not take a mask yet (use lstm/gru/simple_rnn, which do)",
 }
 FIX = ("set mask_zero: false on that embedding, or end the time axis before this layer (a recurrent layer "
        "with return_sequences: false, or global_avg_pool)")
@@ -121,8 +120,9 @@ def _follow(layer: Any, sources: list[str], masks: list[Mask | None], shape: Any
         for m in masks[1:]:
             joined = joined.union(m) if joined and m else joined
         return joined, ""
-    if op in RECURRENT:
-        return (first if layer.return_sequences else None), ""
+    if op in RECURRENT:  # bidirectional: its wrapped layer's return_sequences (Keras' Bidirectional.compute_mask)
+        inner = layer.layer if op == "bidirectional" else layer
+        return (first if inner.return_sequences else None), ""
     if op in DROPS:
         return None, ""
     if op == "global_avg_pool":  # a masked tensor is [batch, time, features]: the pool is over time

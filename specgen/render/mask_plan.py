@@ -58,6 +58,15 @@ def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any
         elif p["return_sequences"]:
             found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
         return {"masks": found}
+    if node.op == "bidirectional":
+        found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
+                 "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
+        if p["return_sequences"]:
+            found["axes_index"] = ctx.constant(f"{n}___mask_axes_index", [0, 3])
+            found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+            if p["merge_mode"] != "concat":
+                found["axis0"] = ctx.constant(f"{n}___mask_axis0", [0])
+        return {"masks": found}
     if node.op != "multi_head_attention":  # global_avg_pool
         return {"masks": {"axis1": ctx.constant(f"{n}___mask_axis1", [1]),
                           "fzero": ctx.float_constant(f"{n}___mask_fzero", 0.0)}}

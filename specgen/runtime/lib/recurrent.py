@@ -122,11 +122,16 @@ def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
 
 
 def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
-                  merge_mode: str, return_sequences: bool, go_backwards: bool, **keywords: object) -> tf.Tensor:
+                  merge_mode: str, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None,
+                  **keywords: object) -> tf.Tensor:
     """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
     order when it returns sequences), merged."""
-    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, **keywords)
-    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, mask=mask, **keywords)
+    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, mask=mask,
+                  **keywords)
     if return_sequences:
         y_rev = tf.reverse(y_rev, axis=[1])
+        if mask is not None:  # Keras' Bidirectional sets zero_output_for_mask on both layers when returning sequences
+            keep = mask[:, :, None]
+            y, y_rev = tf.where(keep, y, tf.zeros_like(y)), tf.where(keep, y_rev, tf.zeros_like(y_rev))
     return merge(merge_mode, y, y_rev)
