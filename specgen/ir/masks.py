@@ -14,7 +14,8 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
   which is all ones (no mask) as soon as one input has none. Both come out as: the union when every input is
   masked, no mask otherwise.
 - Consumed: lstm / gru / simple_rnn and bidirectional (masked steps leave the state unchanged; with
-  return_sequences the mask goes on, as Keras' RNN.compute_mask; Bidirectional zeroes masked outputs), global_avg_pool over time (a masked mean; no mask after it),
+  return_sequences the mask goes on, as Keras' RNN.compute_mask; Bidirectional zeroes masked outputs),
+  global_avg_pool over time (a masked mean; no mask after it),
   multi_head_attention (the query's mask as rows, the value's and a distinct key's as columns of the
   attention mask, AND the causal and explicit ones; the output keeps the query's mask, as Keras sets it).
 - Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
