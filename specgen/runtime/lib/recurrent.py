@@ -1,10 +1,11 @@
 """Keras' LSTM, GRU and SimpleRNN cell math over [batch, time, features] (generated modules call these).
 
 Written out rather than calling keras.layers: generated code depends on TensorFlow only, and the
-weights stay specgen's tf.Variables with Keras' layouts. The input projection of every step is one
-matmul before the loop (as Keras' implementation 2 does per step); the loop is tf.scan, a
-tf.while_loop under tf.function, so the graph does not grow with the sequence and the time length
-may be dynamic. go_backwards reads the sequence reversed and returns outputs in reading order (Keras').
+weights stay specgen's tf.Variables with Keras' layouts. A static time length up to UNROLL_STEPS runs
+unrolled (one input projection for every step, then straight-line cell math); any other length, dynamic
+included, runs in a tf.while_loop as Keras' backend.rnn does, so the graph does not grow with the sequence.
+Both were chosen by measurement (bench/recurrent_step.py; bench/RESULTS.md "Sequence models").
+go_backwards reads the sequence reversed and returns outputs in reading order (Keras').
 A mask ([batch, time] bool, runtime/lib/masks.py) works as in Keras: at a masked step every state keeps its
 previous value, so the output there repeats the last real one (zeros before the first).
 """
@@ -22,30 +23,65 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-def _masked(step: Callable) -> Callable:
-    """`step` over (input, mask) pairs: a masked example keeps every state it had (Keras' rnn backend)."""
-    def run(state: tuple[tf.Tensor, ...], elems: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, ...]:
-        z, keep = elems
-        new = step(state, z)
-        return tuple(tf.where(keep[:, None], n, old) for n, old in zip(new, state, strict=True))
-    return run
+UNROLL_STEPS = 16  # a static time length up to this runs as straight-line ops (measured: bench/recurrent_step.py)
+
+
+def _keep(new: tuple[tf.Tensor, ...], old: tuple[tf.Tensor, ...], keep: tf.Tensor | None) -> tuple[tf.Tensor, ...]:
+    """A masked example keeps every state it had (Keras' rnn backend)."""
+    if keep is None:
+        return new
+    return tuple(tf.where(keep[:, None], n, o) for n, o in zip(new, old, strict=True))
+
+
+def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
+              return_sequences: bool) -> tf.Tensor:
+    """Short fixed lengths as straight-line ops: no loop frame, TensorArray or per-iteration bookkeeping,
+    which at 8 steps of a small layer cost more than the cell math (forward and gradient alike)."""
+    state, outputs = initial, []
+    keeps = tf.unstack(mask) if mask is not None else [None] * elems.shape[0]
+    for z, keep in zip(tf.unstack(elems), keeps, strict=True):
+        state = _keep(step(state, z), state, keep)
+        outputs.append(state[0])
+    return tf.stack(outputs, axis=1) if return_sequences else state[0]
+
+
+def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
+            return_sequences: bool, project: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+    """Any length: a tf.while_loop over TensorArrays as Keras' backend.rnn runs it (parallel_iterations 32,
+    swap_memory). Unlike tf.scan it stores only the output, not every state, and none when only the last
+    output is returned. Each step projects its own input inside the loop (Keras' implementation 2): measured
+    faster, forward and gradient, than one projection before the loop, whose [time, batch, gates*units]
+    result (4x the units wide) has to be copied into and, for the gradient, out of TensorArrays."""
+    steps = tf.shape(elems)[0]
+    inputs = tf.TensorArray(elems.dtype, size=steps).unstack(elems)
+    masks = tf.TensorArray(tf.bool, size=steps).unstack(mask) if mask is not None else None
+    outputs = tf.TensorArray(elems.dtype, size=steps if return_sequences else 1)
+
+    def body(t: tf.Tensor, outputs: tf.TensorArray, *state: tf.Tensor) -> tuple:
+        new = _keep(step(state, project(inputs.read(t))), state, masks.read(t) if masks is not None else None)
+        return (t + 1, outputs.write(t, new[0]) if return_sequences else outputs, *new)
+
+    _, outputs, *state = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), outputs, *initial),
+                                       maximum_iterations=steps, parallel_iterations=32, swap_memory=True)
+    return tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else state[0]
 
 
 def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
          *, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None) -> tf.Tensor:
-    """Project every step's input, scan `step` over time, return the last output or all of them."""
+    """Project each step's input, run `step` over time, return the last output or all of them."""
+    kernel = tf.convert_to_tensor(kernel)  # read once, not once per step
+
+    def project(v: tf.Tensor) -> tf.Tensor:
+        return v @ kernel + bias if bias is not None else v @ kernel
+
     if go_backwards:
         x = tf.reverse(x, axis=[1])
-    projected = tf.matmul(x, kernel)  # [batch, time, gates*units]
-    if bias is not None:
-        projected = projected + bias
-    elems = tf.transpose(projected, [1, 0, 2])
     if mask is not None:  # in reading order, time-major like the inputs
         mask = tf.transpose(tf.reverse(mask, axis=[1]) if go_backwards else mask)
-        step, elems = _masked(step), (elems, mask)
-    states = tf.scan(step, elems, initializer=initial)
-    outputs = states[0]  # [time, batch, units]: the first state is each layer's output
-    return tf.transpose(outputs, [1, 0, 2]) if return_sequences else outputs[-1]
+    steps = x.shape[1]
+    if steps is not None and 0 < steps <= UNROLL_STEPS:  # one matmul for every step (cuDNN's way)
+        return _unrolled(step, tf.transpose(project(x), [1, 0, 2]), mask, initial, return_sequences)
+    return _looped(step, tf.transpose(x, [1, 0, 2]), mask, initial, return_sequences, project)
 
 
 def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
@@ -56,10 +92,11 @@ def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias:
          units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
          recurrent_activation: str = "sigmoid", mask: tf.Tensor | None = None) -> tf.Tensor:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
+    recurrent = tf.convert_to_tensor(recurrent_kernel)  # read once, not once per step
 
     def step(state: tuple[tf.Tensor, tf.Tensor], z_x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         h, c = state
-        i, f, g, o = tf.split(z_x + tf.matmul(h, recurrent_kernel), 4, axis=-1)  # Keras' gate order
+        i, f, g, o = tf.split(z_x + tf.matmul(h, recurrent), 4, axis=-1)  # Keras' gate order
         c = rec(f) * c + rec(i) * act(g)
         return rec(o) * act(c), c
 
@@ -74,21 +111,23 @@ def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: 
         mask: tf.Tensor | None = None) -> tf.Tensor:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
+    recurrent = tf.convert_to_tensor(recurrent_kernel)  # read (and sliced) once, not once per step
+    recurrent_zr, recurrent_h = recurrent[:, :2 * units], recurrent[:, 2 * units:]
 
     def step(state: tuple[tf.Tensor], x_all: tf.Tensor) -> tuple[tf.Tensor]:
         (h,) = state
         x_z, x_r, x_h = tf.split(x_all, 3, axis=-1)
         if reset_after:  # r gates the recurrent projection (with its own bias)
-            inner = tf.matmul(h, recurrent_kernel)
+            inner = tf.matmul(h, recurrent)
             if recurrent_bias is not None:
                 inner = inner + recurrent_bias
             r_z, r_r, r_h = tf.split(inner, 3, axis=-1)
             z, r = rec(x_z + r_z), rec(x_r + r_r)
             r_h = r * r_h
         else:  # r gates the state before its projection
-            r_z, r_r = tf.split(tf.matmul(h, recurrent_kernel[:, :2 * units]), 2, axis=-1)
+            r_z, r_r = tf.split(tf.matmul(h, recurrent_zr), 2, axis=-1)
             z, r = rec(x_z + r_z), rec(x_r + r_r)
-            r_h = tf.matmul(r * h, recurrent_kernel[:, 2 * units:])
+            r_h = tf.matmul(r * h, recurrent_h)
         return (z * h + (1 - z) * act(x_h + r_h),)
 
     return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
@@ -99,9 +138,10 @@ def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable,
                units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
                mask: tf.Tensor | None = None) -> tf.Tensor:
     act = ACTIVATIONS[activation]
+    recurrent = tf.convert_to_tensor(recurrent_kernel)  # read once, not once per step
 
     def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
-        return (act(x_t + tf.matmul(state[0], recurrent_kernel)),)
+        return (act(x_t + tf.matmul(state[0], recurrent)),)
 
     return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
                 go_backwards=go_backwards, mask=mask)
