@@ -1,12 +1,15 @@
 """Parity cases (TensorFlow vs onnxruntime) for multi_head_attention; tests/test_op_parity.py picks up
 `CASES`. With and without bias and the causal mask, value_dim apart from key_dim, one head, and a
-layer feeding attention (a dense over the sequence) and one after it, and layer_norm on its rank-3 output."""
+layer feeding attention (a dense over the sequence) and one after it, and layer_norm on its rank-3 output;
+cross-attention with a value of another length and size, and with a key. Masks, rotary, named lengths and
+opset 23 (the Attention node): tests/test_attention_onnx.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 SEQUENCE = {"x": {"shape": [7, 6]}}  # [time, features]; 7 steps, so a wrong mask or transpose shows
+CROSS = {"x": {"shape": [7, 6]}, "v": {"shape": [5, 4]}, "k": {"shape": [5, 3]}}  # query, value, key lengths differ
 
 
 def mha(**params: Any) -> dict[str, Any]:
@@ -23,4 +26,6 @@ CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
                                      {"name": "out", "op": "dense", "units": 2}]),
     # The transformer block's norm: layer_norm over the last axis of a rank-3 tensor.
     "mha_layer_norm": (SEQUENCE, [mha(), {"name": "ln", "op": "layer_norm", "epsilon": 1e-5}]),
+    "mha_cross_causal": (CROSS, [mha(inputs=["x", "v"], causal=True)]),
+    "mha_cross_key_value_dim": (CROSS, [mha(inputs=["x", "v", "k"], value_dim=2)]),
 }

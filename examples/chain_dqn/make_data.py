@@ -23,18 +23,31 @@ MAX_EPISODE = 10
 SEED = 0
 
 
-def transitions(count: int = TRANSITIONS, seed: int = SEED) -> dict[str, np.ndarray]:
+def _episodes(count: int, seed: int) -> tuple[list[tuple[int, int, float, int, bool]], list[bool]]:
+    """The logged rows and, per row, whether it starts an episode."""
     rng = np.random.default_rng(seed)
     rows: list[tuple[int, int, float, int, bool]] = []
+    starts: list[bool] = []
     while len(rows) < count:
         state = int(rng.integers(0, TERMINAL))
-        for _ in range(MAX_EPISODE):
+        for i in range(MAX_EPISODE):
             action = int(rng.integers(0, ACTIONS))
             following, reward, done = step(state, action)
             rows.append((state, action, reward, following, done))
+            starts.append(i == 0)
             if done or len(rows) == count:
                 break
             state = following
+    return rows, starts
+
+
+def episode_starts(count: int = TRANSITIONS, seed: int = SEED) -> np.ndarray:
+    """bool [N]: whether row i of `transitions()` is the first step of an episode (make_history.py)."""
+    return np.array(_episodes(count, seed)[1])
+
+
+def transitions(count: int = TRANSITIONS, seed: int = SEED) -> dict[str, np.ndarray]:
+    rows, _ = _episodes(count, seed)
     states, actions, rewards, following, done = (np.array(column) for column in zip(*rows, strict=True))
     eye = np.eye(STATES, dtype=np.float32)
     return {"state": eye[states], "action": actions.astype(np.int32)[:, None],

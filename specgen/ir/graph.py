@@ -11,9 +11,20 @@ from specgen.spec.load import LoadedSpec
 
 def layer_inputs(layer: Any) -> tuple[list[str], str]:
     """The names a layer reads and the spec key they were written under."""
-    if "inputs" in type(layer).model_fields:  # not hasattr: pydantic raises inside it for every other op
+    fields = type(layer).model_fields  # not hasattr: pydantic raises inside it for every other op
+    if "inputs" in fields and layer.inputs is not None:  # optional where the op also takes `input` (attention)
         return list(layer.inputs), "inputs"
     return ([layer.input] if layer.input else []), "input"
+
+
+# Keys naming a further input an op reads after its `input`/`inputs` (in this order), e.g. attention's mask.
+SIDE_INPUTS = ("attention_mask",)
+
+
+def side_inputs(layer: Any) -> list[str]:
+    """The side inputs a layer names (SIDE_INPUTS), which follow its other inputs in its node's inputs."""
+    fields = type(layer).model_fields
+    return [key for key in SIDE_INPUTS if key in fields and getattr(layer, key) is not None]
 
 
 def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
@@ -38,9 +49,11 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
                 problems.append(loaded.diagnostic(("layers", i), (
                     f"the first layer '{layer.name}' must name its input; the spec has several inputs "
                     f"({', '.join(spec.inputs)})")))
-        for j, source in enumerate(sources):
+        side = side_inputs(layer)
+        locs = [("layers", i, key, j) if key == "inputs" else ("layers", i, key) for j in range(len(sources))]
+        sources = [*sources, *(getattr(layer, k) for k in side)]
+        for source, loc in zip(sources, [*locs, *(("layers", i, k) for k in side)], strict=True):
             if source not in inputs and source not in known:
-                loc = ("layers", i, key, j) if key == "inputs" else ("layers", i, key)
                 problems.append(loaded.diagnostic(loc, (
                     f"layer '{layer.name}' reads '{source}', which is neither a layer nor an input"
                     f"{did_you_mean(source, [*names, *inputs])}")))

@@ -23,7 +23,7 @@ from specgen.kinds.ops.base import resolve_init
 from specgen.spec.load import LoadedSpec
 
 # Keys that say where a call reads from, not what the layer is.
-CALL_KEYS = frozenset(("name", "input", "inputs", "share", "op"))
+CALL_KEYS = frozenset(("name", "input", "inputs", "attention_mask", "share", "op"))
 
 
 def share_owners(loaded: LoadedSpec) -> tuple[dict[str, str], list[Diagnostic]]:

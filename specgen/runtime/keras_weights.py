@@ -63,6 +63,14 @@ VARIABLES: dict[str, tuple[tuple[str, str | None], ...]] = {
     **{c: (("kernel", None), ("recurrent_kernel", None), ("bias", "use_bias")) for c in ("LSTM", "GRU", "SimpleRNN")},
 }
 CELLS = ("LSTM", "GRU", "SimpleRNN")  # their own variables are in the `cell` sub-object
+# MultiHeadAttention keeps each projection in an EinsumDense sub-object (kernel, bias when use_bias), keyed
+# `<layer>/<role>/...` like specgen's multi_head_attention (specgen/kinds/ops/attention.py).
+ATTENTION_PARTS = {"query_dense": "query", "key_dense": "key", "value_dense": "value",
+                   "output_dense": "attention_output"}
+# Bidirectional keeps each direction's recurrent layer in a sub-object (its config entry under that key, the
+# backward one under `layer` when Keras made it as a copy); keyed `<layer>/forward/<weight>` and
+# `<layer>/backward/<weight>` like specgen's bidirectional (specgen/kinds/ops/bidirectional.py).
+HALVES = (("forward", "forward_layer", "layer"), ("backward", "backward_layer", "backward_layer"))
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ def snake(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)).lower()
 
 
-CLASS_OF_GROUP = {snake(c): c for c in VARIABLES}
+CLASS_OF_GROUP = {snake(c): c for c in (*VARIABLES, "Bidirectional")}
 
 
 def is_keras_file(path: Path) -> bool:
@@ -145,7 +153,10 @@ def read_weights(path: Path, declared: int | None = None) -> dict[str, Weight]:
                 return _legacy(h5["model_weights"])
             if "layers" in h5 or "vars" in h5:
                 found: dict[str, Weight] = {}
-                _object(h5, config, "", found, top=True)
+                # A KerasHub backbone's config.json holds its constructor's arguments, not its layers: its
+                # weights are read as a bare .weights.h5's, keyed by their Keras paths (importers/keras/keras_hub.py).
+                hub = config is not None and str(config.get("module", "")).startswith("keras_hub.")
+                _object(h5, None if hub else config, "", found, top=True)
                 return found
         except READ_ERRORS as exc:
             if isinstance(exc, KerasFileError):
@@ -261,6 +272,23 @@ def _own(group: h5py.Group, path: str, cls: str | None, config: dict[str, Any] |
         found[f"{path}/{name}"] = _weight(vars_[str(i)], hint.replace("{i}", str(i)))
 
 
+def _bidirectional(group: h5py.Group, path: str, config: dict[str, Any] | None, strict: bool,
+                   found: dict[str, Weight]) -> tuple[str, ...]:
+    """Both directions' cell variables (HALVES); returns the sub-objects read. Without a config (a bare
+    .weights.h5) the cell's class is unknown, but LSTM, GRU and SimpleRNN store the same order."""
+    for half, attribute, key in HALVES:
+        sub = group.get(attribute)
+        if not isinstance(sub, h5py.Group):
+            continue
+        entry = (config.get(key) or config.get("layer")) if config is not None else None
+        cls = str(entry.get("class_name")) if isinstance(entry, dict) else "LSTM"
+        inner = entry.get("config") if isinstance(entry, dict) else None
+        cell = sub.get("cell")
+        _own(cell if isinstance(cell, h5py.Group) else sub, f"{path}/{half}", cls,
+             inner if isinstance(inner, dict) else None, strict, found)
+    return tuple(attribute for _, attribute, _ in HALVES)
+
+
 def _holds_weights(group: h5py.Group) -> bool:
     flag: list[bool] = []
     group.visititems(lambda _, obj: flag.append(True) if isinstance(obj, h5py.Dataset) else None)
@@ -310,10 +338,15 @@ def _object(group: h5py.Group, entry: dict[str, Any] | None, prefix: str, found:
     inner = prefix if top else f"{path}/"
     cell = cls in CELLS and isinstance(group.get("cell"), h5py.Group)
     _own(group["cell"] if cell else group, path, cls, config, strict, found)
+    parts = ATTENTION_PARTS if cls == "MultiHeadAttention" else {}
+    for attribute, role in parts.items():
+        if isinstance(group.get(attribute), h5py.Group):
+            _own(group[attribute], f"{path}/{role}", "Dense", config, strict, found)
+    halves = _bidirectional(group, path, config, strict, found) if cls == "Bidirectional" else ()
     if isinstance(group.get("layers"), h5py.Group):
         for child, child_entry in _children(group["layers"], entry, path):
             _object(child, child_entry, inner, found)
-    for attribute in (k for k in group if k not in ("vars", "layers", *(("cell",) if cell else ()))
+    for attribute in (k for k in group if k not in ("vars", "layers", *(("cell",) if cell else ()), *parts, *halves)
                       and not (top and k == "optimizer")):
         sub = group[attribute]
         if not isinstance(sub, h5py.Group) or not _holds_weights(sub):

@@ -16,6 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from specgen.ir.model import ModelIR
+from specgen.runtime import lengths
 from specgen.runtime.lib.onnx_layout import onnx_feeds
 
 
@@ -107,6 +108,7 @@ def with_weights(built: onnx.ModelProto, ir: ModelIR, values: dict[str, np.ndarr
     graph.input.extend(data_inputs)
     graph.initializer.extend(numpy_helper.from_array(weights[name], name) for name in sorted(weights) if name in used)
     onnx.checker.check_model(model, full_check=True)
+    lengths.stamp(model, ir)  # bounds of named dimensions, read back by Predictor
     return model
 
 

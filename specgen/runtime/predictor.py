@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from specgen.errors import SpecgenError
+from specgen.runtime import lengths
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64}
@@ -60,6 +61,7 @@ class Predictor:
                              "onnxruntime fell back to the CPU. Use --provider cpu or auto to accept that.")
         self.inputs = {i.name: (tuple(i.shape), DTYPES.get(i.type, np.float32)) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
+        self.bounds = lengths.read(self.session.get_modelmeta().custom_metadata_map)
 
     def check(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The inputs as contiguous arrays of the model's dtypes, or an InputError naming what is wrong."""
@@ -77,7 +79,15 @@ class Predictor:
                 shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
                 raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
             checked[name] = np.ascontiguousarray(array, dtype=dtype)
+        too_long = self.too_long(checked)
+        if too_long:
+            raise InputError(too_long)
         return checked
+
+    def too_long(self, inputs: dict[str, np.ndarray]) -> str | None:
+        """Why an input is longer than a named dimension's bound (runtime/lengths.py), or None."""
+        shapes = {n: np.shape(inputs[n]) for n in self.inputs if n in inputs}
+        return lengths.violation(self.bounds, {n: s for n, (s, _) in self.inputs.items() if n in shapes}, shapes)
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = self.check(inputs)

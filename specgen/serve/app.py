@@ -212,6 +212,8 @@ class Service:
             model = self.model(request)
             checked = await self._decoded(request, model)
             outcome.update(id=checked.id, rows=checked.rows)
+            if (too_long := model.too_long(checked.inputs)) is not None:
+                raise ProtocolError(too_long)
             outputs = await self.batchers[model.name].submit(checked.inputs, checked.rows, checked.id)
             content, headers = encode_response(model.config, model.version, checked, outputs)
             outcome.update(status=200, reason=None)

@@ -24,6 +24,9 @@ class ServedModel:
     config: ModelConfig
     provider: str
     run: Callable[[Arrays], Arrays]
+    # Why a request's input is longer than a positional embedding's max_length (runtime/lengths.py), or None:
+    # checked before batching, so one such request gets a 400 and never fails a batch.
+    too_long: Callable[[Arrays], str | None] = lambda arrays: None
 
     def metadata(self) -> dict[str, Any]:
         """The Open Inference Protocol model metadata, plus the onnxruntime provider that runs it."""
@@ -70,7 +73,8 @@ def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0) -> S
         raise RepositoryError(f"{entry.path}: onnxruntime cannot load the model: {exc}") from None
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
     check_signature(entry, predictor.inputs, outputs)
-    return ServedModel(name=entry.name, version=entry.version, config=entry.config, provider=predictor.provider, run=predictor)
+    return ServedModel(name=entry.name, version=entry.version, config=entry.config, provider=predictor.provider, run=predictor,
+                       too_long=predictor.too_long)
 
 
 def load_repository(repo: Path, provider: str = "auto", threads: int = 0) -> list[ServedModel]:

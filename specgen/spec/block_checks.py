@@ -20,6 +20,7 @@ from specgen.spec.blocks import PARAM_REF, Block, Instance
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins
+from specgen.spec.shipped import names as shipped_names
 from specgen.spec.yaml_source import PathKey
 
 LAYER_NAME = re.compile(LAYER)
@@ -119,9 +120,11 @@ class _Checker:
             used.append((instance.first.block, (*loc, "first", "block")))
         for name, at in used:
             if name not in blocks:
-                known = f" (blocks: {', '.join(blocks)})" if blocks else " (the spec has no 'blocks' section)"
+                shipped = [n for n in shipped_names() if n not in blocks]  # shipped blocks are named in full
+                known = (f" (blocks: {', '.join(blocks)})" if blocks else
+                         f" (the spec has no 'blocks' section; shipped blocks: {', '.join(shipped)})")
                 self.report(at, f"instance '{instance.name}' uses block '{name}', which is not defined"
-                            f"{did_you_mean(name, blocks)}{known}")
+                            f"{did_you_mean(name, [*blocks, *shipped])}{known}")
         if any(name not in blocks for name, _ in used):
             return
         block = blocks[instance.block]

@@ -33,6 +33,7 @@ from specgen.spec.blocks import PARAM_REF, Instance
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins, Site
+from specgen.spec.shipped import merged, prepare
 from specgen.spec.yaml_source import PathKey, SourceMap
 
 MAX_LAYERS = 10_000  # expanded layers in one spec; EfficientNetB7, among the largest, has 813
@@ -46,7 +47,8 @@ class Expanded:
 
 def expand(spec: Spec, data: dict[str, Any], source: SourceMap) -> Expanded:
     """The spec with its instances expanded into op layers, or SpecError with every problem."""
-    origins = Origins(source, data)
+    spec, shipped = merged(spec)
+    origins = Origins(source, data, shipped=shipped)
     problems = check_blocks(spec, data, origins)
     if problems:
         raise SpecError(problems)
@@ -166,6 +168,13 @@ class _Expander:
         args: dict[str, tuple[Any, PathKey]] = {p: (d, ("blocks", block_name, "params", p))
                                                 for p, d in block.params.items() if d is not None}
         args.update(given)
+        if block_name in self.origins.shipped:  # a shipped block: its graph and key_dim per instance
+            prepared = prepare(block_name, args, self.origins.shipped, name)
+            if prepared.error is not None:
+                self.report(Origin(prepared.error[0], sites), prepared.error[1])
+                return
+            block_name, args = prepared.block, prepared.args
+            block = self.spec.blocks[block_name]
         inner = (Site(name, block_name, loc, args), *sites)
         values = {p: value for p, (value, _) in args.items()}
         scope = dict(zip(block.inputs, inputs, strict=True))

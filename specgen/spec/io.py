@@ -104,11 +104,12 @@ class Checkpoint(SpecModel):
     restore: list[RestoreSource] = Field(default_factory=list)
 
 
-SUPPORTED_OPSETS = (18, 19, 20, 21)
+SUPPORTED_OPSETS = (18, 19, 20, 21, 22, 23)
 
 
 class OnnxExport(SpecModel):
-    opset: Literal[18, 19, 20, 21] = 21
+    opset: Literal[18, 19, 20, 21, 22, 23] = Field(21, description=(
+        "ONNX opset of model.onnx; 23 exports multi_head_attention as one Attention node (IR version 11)."))
     weights: Literal["raw", "ema"] = "raw"
     dynamic_batch: bool = True
     outputs: Annotated[list[Identifier], Field(min_length=1)] | None = Field(None, description=(

@@ -21,8 +21,8 @@ from specgen.spec.unions import by_shape, scalar_or_list, scalar_or_mapping
 
 # The ops a layer's `activation:` key accepts (each defines AsActivation in specgen/kinds/ops;
 # tests/test_op_registry.py checks the two agree). Kept as a literal here for the JSON schema's enum.
-Activation = Literal["relu", "leaky_relu", "gelu", "sigmoid", "tanh", "softmax", "relu6", "elu", "selu", "softplus",
-                     "swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu", "linear"]
+Activation = Literal["relu", "leaky_relu", "gelu", "gelu_approximate", "sigmoid", "tanh", "softmax", "relu6", "elu",
+                     "selu", "softplus", "swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu", "linear"]
 Padding = Literal["same", "valid"]
 Size2 = by_shape(scalar_or_list, "an integer or a list of 2 integers",
                  scalar=PositiveInt, list=Annotated[list[PositiveInt], Field(min_length=2, max_length=2)])

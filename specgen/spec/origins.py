@@ -41,6 +41,9 @@ class Origins:
     source: SourceMap
     data: Any
     items: list[Origin] = field(default_factory=list)
+    # Shipped blocks the spec uses (spec/shipped.py): name -> raw definition. Not in the user's file, so a
+    # diagnostic inside one points at the user's value of the `$param` involved, else at the instance.
+    shipped: Mapping[str, Any] = field(default_factory=dict)
 
     def locate(self, loc: PathKey, key: bool = False) -> tuple[Position | None, str]:
         if len(loc) < 2 or loc[0] != "layers" or not isinstance(loc[1], int) or not 0 <= loc[1] < len(self.items):
@@ -49,7 +52,17 @@ class Origins:
         return self.at(origin, loc[2:], key)
 
     def at(self, origin: Origin, rest: PathKey = (), key: bool = False) -> tuple[Position | None, str]:
+        if self._shipped(origin.loc) and origin.sites:
+            site = origin.sites[0]  # the instance of the shipped block (shipped blocks use no other block)
+            ref = self._param_at(origin.loc, rest)
+            value_at = site.args[ref][1] if ref in site.args else None
+            if value_at is not None and not self._shipped(value_at):
+                return self.source.locate(value_at, self.data, key=key), self.note(origin, rest)
+            return self.source.locate(site.loc, self.data), self.note(origin, rest)
         return self.source.locate((*origin.loc, *rest), self.data, key=key), self.note(origin, rest)
+
+    def _shipped(self, loc: PathKey) -> bool:
+        return len(loc) >= 2 and loc[0] == "blocks" and loc[1] in self.shipped
 
     def note(self, origin: Origin, rest: PathKey = ()) -> str:
         """' (in instance 'a/1' of block 'b' at f:3:7, in ...; $filters is 64, set at f:9:40)'."""
@@ -60,16 +73,19 @@ class Origins:
         ref = self._param_at(origin.loc, rest)
         if ref is not None and ref in origin.sites[0].args:
             value, where = origin.sites[0].args[ref]
-            text += f"; ${ref} is {safe_repr(value)}, set at {self._shown(where)}"
+            text += f"; ${ref} is {safe_repr(value)}, " + (
+                f"the default of shipped block '{where[1]}'" if self._shipped(where) else f"set at {self._shown(where)}")
         return text + ")"
 
     def _shown(self, loc: PathKey) -> str:
+        if self._shipped(loc):  # not in the user's file: name it instead
+            return f"shipped block '{loc[1]}'"
         position = self.source.locate(loc, self.data)
         return f"{self.source.path}:{position.line}:{position.col}" if position else self.source.path
 
     def _param_at(self, loc: PathKey, rest: PathKey) -> str | None:
         """The parameter whose `$ref` is written where a diagnostic points, if one is."""
-        node = _node(self.data, loc)
+        node = _node({"blocks": self.shipped}, loc) if self._shipped(loc) else _node(self.data, loc)
         for part in rest:
             if isinstance(node, dict) and isinstance(part, str) and part in node:
                 node = node[part]

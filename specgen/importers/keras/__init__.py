@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
+from specgen.importers.keras import keras_hub
 from specgen.importers.keras.bare_weights import indexed_map
 from specgen.importers.keras.convert import Imported, convert
 from specgen.importers.keras.errors import ImportProblem, refused
@@ -60,6 +61,18 @@ def _read(source: str, input_shape: tuple[int, ...] | None, classes: int | None)
                             "goes (about 1,000 levels); a Keras model config needs a few dozen") from None
 
 
+def _stored(path: Path | None) -> dict[str, tuple[int, ...]]:
+    """The keys and shapes of a weights file, read as data (runtime/keras_weights.py)."""
+    from specgen.runtime.keras_weights import read_weights
+
+    if path is None:
+        raise ImportProblem("a KerasHub backbone needs its weights: import the .keras file, or pass --weights")
+    try:
+        return {key: weight.shape for key, weight in read_weights(path).items()}
+    except ValueError as exc:
+        raise ImportProblem(str(exc)) from None
+
+
 def _check_output(output: Path, sources: list[Path]) -> None:
     """Never write the spec over the model or weights it is read from (also through a link or a hard link)."""
     if output.suffix.lower() in MODEL_SUFFIXES:
@@ -95,9 +108,13 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
             raise ImportProblem(f"--weights {weights}: no such file")
         _check_output(output, [Path(source), *([weights] if weights else [])])
         src = _read(source, input_shape, classes)
-        graph = flatten(src.config)
-        imp = convert(graph, src.keras2)
-        indexed = indexed_map(weights, graph, imp.keys) if weights is not None else []
+        if keras_hub.is_backbone(src.config):  # constructor arguments, not a layer graph
+            imp, indexed = keras_hub.convert_backbone(src.config), []
+            keras_hub.weight_keys(imp, keras_hub.variables(imp), _stored(weights or src.weights))
+        else:
+            graph = flatten(src.config)
+            imp = convert(graph, src.keras2)
+            indexed = indexed_map(weights, graph, imp.keys) if weights is not None else []
     except ImportProblem as exc:
         raise refused(source, [str(exc)]) from None
     written = None
@@ -109,6 +126,8 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
     if (problem := _unwritable_path(restore["from"])) is not None:
         raise refused(source, [f"the spec would restore from {quoted(restore['from'])}, {problem}: rename the file"])
     groups = stages([e["name"] for e in imp.layers], list(imp.keys)) if collections == "stages" else {}
+    if keras_hub.is_backbone(src.config) and not groups:
+        groups = keras_hub.collections(imp)
     text = render(imp, src.label, restore, groups)
     try:
         ir = build_ir(load_spec_text(text, str(output), path=output))

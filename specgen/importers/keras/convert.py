@@ -13,6 +13,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args, finite
+from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
+from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
@@ -45,6 +47,7 @@ class Imported:
     frozen: list[str] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (Keras layer, what was dropped)
     renamed: list[tuple[str, str, str]] = field(default_factory=list)  # (what, Keras name, spec name)
+    not_imported: list[str] = field(default_factory=list)  # parts of the model the spec lacks (KerasHub backbones)
 
 
 _LAYER = TypeAdapter(Layer)
@@ -56,6 +59,10 @@ def _converter(layer: KLayer) -> Converter | None:
     known = APPLICATION_CLASSES.get((layer.module, layer.cls))
     if known is not None:
         return known
+    if layer.module.startswith("keras_hub."):
+        raise layer_problem(layer.name, layer.cls, "a KerasHub layer inside a model is not imported yet; KerasHub "
+                            "backbones saved whole (BertBackbone, GPT2Backbone, RobertaBackbone) are, and their "
+                            "layers as spec ops are in docs/import.md (KerasHub backbones)")
     if layer.module not in ("keras.layers", "keras", "") and not layer.module.startswith("keras.src.layers"):
         raise layer_problem(layer.name, layer.cls, f"a custom class from module '{layer.module}': specgen never "
                             "imports a model's own code; write the layer as spec ops by hand")
@@ -63,6 +70,10 @@ def _converter(layer: KLayer) -> Converter | None:
         raise layer_problem(layer.name, layer.cls, f"refused: {REFUSED[layer.cls]}")
     if layer.cls in CONVERTERS_1D:
         return CONVERTERS_1D[layer.cls]
+    if layer.cls in CONVERTERS_ATTENTION:
+        return CONVERTERS_ATTENTION[layer.cls]
+    if layer.cls in CONVERTERS_BIDIRECTIONAL:
+        return CONVERTERS_BIDIRECTIONAL[layer.cls]
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]
@@ -152,13 +163,14 @@ class _Converter:
         self.dtypes: dict[str, str] = {}
 
     def inputs(self) -> None:
+        own_steps = key_lengths(self.graph)  # an attention's key/value input: its time axis named apart
         for item in self.graph.inputs:
             if item.dtype not in DTYPES:
                 raise ImportProblem(f"input '{item.name}' has dtype {item.dtype}; specgen inputs are "
                                     + ", ".join(DTYPES))
             name = self.namer.identifier(item.name)
             self._renamed("input", item.name, name)
-            shape = _dims(item.shape)
+            shape = [own_steps.get(item.name, d) if d == "dim1" else d for d in _dims(item.shape)]
             self.out.inputs[name] = {"shape": shape, "dtype": item.dtype}
             self.spec_of[item.name] = name
             self.shapes[name], self.dtypes[name] = (None, *shape), item.dtype
@@ -201,17 +213,20 @@ class _Converter:
             raise ImportProblem(f"the model makes more than {MAX_LAYERS} spec layers; a spec holds at most {MAX_LAYERS}")
         self._renamed("layer", wanted, name)
         multi = keys["op"] in MULTI_INPUT
-        if len(ins) < (2 if multi else 1) or (len(ins) > 1 and not multi):
+        if READS in keys:  # the converter named each input's role (importers/keras/attention.py)
+            wired, ins = wiring(keys, ins)
+        elif len(ins) < (2 if multi else 1) or (len(ins) > 1 and not multi):
             raise layer_problem(layer.name, layer.cls, f"called on {len(ins)} tensors, where spec op '{keys['op']}' "
                                 f"reads {'two or more' if multi else 'one'}")
-        wiring = {"inputs": ins} if multi else {"input": ins[0]}
+        else:
+            wired = {"inputs": ins} if multi else {"input": ins[0]}
         # A later call of a shared Keras layer: the same keys, and the first call's variables.
         first = self.made.get((layer.shares, part)) if layer.shares else None
         if layer.shares and first is None:
             raise layer_problem(layer.name, layer.cls, f"it shares the weights of {quoted(layer.shares)}, which made "
                                 "no spec layer")
         share = {"share": first} if first else {}
-        entry = {"name": name, "op": keys.pop("op"), **wiring, **share, **keys}
+        entry = {"name": name, "op": keys.pop("op"), **wired, **share, **keys}
         self.made[(layer.name, part)] = name
         result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
         self.out.layers.append(entry)

@@ -41,6 +41,9 @@ from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
+# Call arguments by name that a class's converter reads (importers/keras/attention.py): kept, not refused.
+# Tensors among them follow the positional ones in KLayer.inputs, in this order.
+CALL_KWARGS = {"MultiHeadAttention": ("value", "key", "attention_mask", "use_causal_mask")}
 INPUT = "InputLayer"
 MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do
 TOO_MANY = (f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); a spec holds at "
@@ -66,6 +69,8 @@ class KLayer:
     module: str
     config: dict[str, Any]
     args: list[Any]  # Ref for tensors, plain values for constants (operations like `x + 3.0`)
+    # Named call arguments a converter reads (CALL_KWARGS): a Ref for a tensor, else the plain value.
+    kwargs: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # producers (layer paths or input names), resolved
     shares: str | None = None  # a later call of a shared layer: the path of the first call, whose weights it uses
 
@@ -121,22 +126,33 @@ class _Flattener:
         seen.add(name)
         return entry, name
 
-    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str) -> list[Any]:
+    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str) -> tuple[list[Any], dict[str, Any]]:
         if isinstance(node, dict):  # Keras 3
             call = checked(Keras3Node, node, where)
+            kept = CALL_KWARGS.get(cls, ())
+            named = {k: self._k3_kwarg(name, cls, v, scope, f"{where}.kwargs.{k}") for k, v in call.kwargs.items()
+                     if k in kept and v is not None}
             # A recorded `training` gives way to the flag the model is called with (functional.py's
             # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
-            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training"})
+            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept})
             args = call.args
             if len(args) == 1 and isinstance(args[0], list):  # Add, Concatenate, ...: one list of tensors
                 args = args[0]
-            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)]
+            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)], named
         out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
         for entry in checked(Keras2Node, node, where):
             if len(entry) > 3:
                 self._check_kwargs(name, cls, entry[3])  # type: ignore[misc]
             out.append(Ref(_key(scope, entry)))
-        return out
+        return out, {}
+
+    def _k3_kwarg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
+        if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
+            return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
+        if not isinstance(arg, bool):
+            raise layer_problem(name, cls, f"call argument {where.rsplit('.', 1)[-1]!r} {str(arg)[:80]!r} is neither "
+                                "a tensor nor true/false")
+        return arg
 
     def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
@@ -172,9 +188,9 @@ class _Flattener:
             # `share:` the first call. No other path is `<name>/...`: names hold no '/' and are unique here.
             for call, node in enumerate(entry.inbound_nodes):
                 node_where = f"{where}.layers[{index}].inbound_nodes[{call}]"
-                args = self._call_args(scope + name, entry.class_name, node, scope, node_where)
+                args, named = self._call_args(scope + name, entry.class_name, node, scope, node_where)
                 yield from self._layer_or_model(entry, name, scope, args, call, isinstance(node, list),
-                                                f"{where}.layers[{index}]")
+                                                f"{where}.layers[{index}]", named)
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
         return [(out or ref[0], _key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
 
@@ -195,7 +211,7 @@ class _Flattener:
             self.alias[f"{scope}{name}:0:0"] = bound[names.index(name)]
 
     def _layer_or_model(self, entry: LayerEntry, name: str, scope: str, args: list[Any], call: int,
-                        keras2: bool, where: str) -> Walk:
+                        keras2: bool, where: str, named: dict[str, Any] | None = None) -> Walk:
         own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
         if cls in MODELS:
             tensors = [a.key for a in args if isinstance(a, Ref)]
@@ -215,7 +231,8 @@ class _Flattener:
         # The first call's path owns the weights (itself mapped when this model is a later call of a nested one).
         first = self._first_call(scope + name)
         shares = (first or scope + name) if call else first
-        self.layers.append(KLayer(scope + own, cls, entry.module or "keras.layers", entry.config, args, shares=shares))
+        self.layers.append(KLayer(scope + own, cls, entry.module or "keras.layers", entry.config, args, named or {},
+                                  shares=shares))
         self.alias[f"{scope}{name}:{call}:0"] = "=" + scope + own
         return []
 
@@ -325,7 +342,8 @@ def flatten(config: dict[str, Any]) -> KGraph:
     flat = _Flattener()
     outputs = flat.run(top)
     for layer in flat.layers:
-        layer.inputs = [flat.producer(a.key) for a in layer.args if isinstance(a, Ref)]
+        tensors = [*layer.args, *(layer.kwargs.get(k) for k in CALL_KWARGS.get(layer.cls, ()))]
+        layer.inputs = [flat.producer(a.key) for a in tensors if isinstance(a, Ref)]
     name = top.config.get("name")
     return KGraph(name if isinstance(name, str) and name else "model", flat.inputs, flat.layers,
                   [(name, flat.producer(key)) for name, key in outputs])

@@ -48,6 +48,9 @@ def header(imp: Imported, label: str) -> list[str]:
     if imp.renamed:
         lines.append("Renamed (not valid spec names; the restore map carries layer renames):")
         lines += [f"  {what} {keras!r} -> {spec!r}" for what, keras, spec in imp.renamed]
+    if imp.not_imported:
+        lines.append("Not imported (docs/import.md, KerasHub backbones):")
+        lines += [f"  {what}" for what in imp.not_imported]
     if imp.notes:
         lines.append("Dropped (none changes an output of the imported weights; fine-tuning runs without them):")
         lines += _dropped(imp.notes)

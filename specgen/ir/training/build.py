@@ -34,7 +34,7 @@ from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.spec.io import Checkpoint
 from specgen.spec.load import LoadedSpec
 
-IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10}  # the IR version that introduced each opset
+IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}  # the IR version that introduced each opset
 
 
 def loss_output(loss: Any) -> tuple[str, str] | None:

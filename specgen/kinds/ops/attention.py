@@ -1,33 +1,61 @@
-"""multi_head_attention: Keras' MultiHeadAttention as self-attention over [batch, time, features].
+"""multi_head_attention: Keras' MultiHeadAttention over [batch, time, features], self or cross.
 
-Variables are Keras' (`query/kernel` [d, heads, key_dim], `query/bias` [heads, key_dim], `key/...`,
-`value/...` with value_dim, `attention_output/kernel` [heads, value_dim, d], `attention_output/bias`
-[d]), so Keras weights restore by identity. ONNX sees every kernel reshaped to a plain matrix
-([d, heads*key_dim], [heads*value_dim, d]): one MatMul per projection, then Reshape/Transpose to
-heads, MatMul, Softmax, MatMul (plain nodes at every opset specgen pins; the fused opset-23
-Attention node is a later step). The causal mask is built from the runtime length (Trilu), so any
-time length works. The time dimension is copied through as the input shape holds it.
+Inputs: `input` (self-attention: query = value = key) or `inputs: [query, value]` / `[query, value, key]`
+(Keras' call(query, value, key)), and an optional `attention_mask` layer or input ([batch, T, S], nonzero
+= attend, Keras' attention_mask). Variables are Keras' (`query/kernel` [dq, heads, key_dim], `key/kernel`
+[dk, heads, key_dim], `value/kernel` [dv, heads, value_dim], biases [heads, size], `attention_output/kernel`
+[heads, value_dim, dq], `attention_output/bias` [dq]), so Keras weights restore by identity. `rotary`
+applies KerasHub's RotaryEmbedding (rope_type linear) to the projected query and key, per head.
+
+ONNX: every kernel is a plain matrix ([d, heads*size], [heads*value_dim, dq]), one MatMul (+Add) per
+projection. At opset 23 the attention itself is one `Attention` node (3-D inputs, q/kv_num_heads, scale;
+a mask goes in as a boolean [batch, 1, T, S] attn_mask, built full-size because onnxruntime 1.31's CPU
+kernel refuses a broadcast one). Below 23 it is plain nodes: Reshape/Transpose to heads, MatMul, Softmax,
+MatMul. Why (bench/RESULTS.md, "attention node", onnxruntime 1.31 CPU, one thread): the three candidates
+(plain, opset-23 Attention, com.microsoft MultiHeadAttention) are within this machine's noise of each
+other at a BERT-base layer (31.6 / 33.5 / 32.1 ms at batch 1, 245 / 241 / 229 ms at batch 8), and the
+opset-23 node is fastest at a small one (0.54 / 0.42 / 0.52 ms); the standard node runs wherever opset 23
+does (onnxruntime CPU and CUDA, Triton's onnxruntime backend, other runtimes) while a contrib op ties the
+graph to onnxruntime, so the standard node is exported. Older opsets keep the plain nodes rather than
+being refused: specs pinned at 18-22 keep exporting, and the default opset (21) leaves generated files
+as they were. Causal masks come from the runtime lengths (Trilu; the
+fused node's is_causal), so any time length runs through one graph.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import PositiveInt, number
+from specgen.spec.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.spec.layers import InitializerSpec, LayerBase
 
 MASKED = -1e9  # Keras' large negative number for float32 masked scores (keras Softmax layer)
+FUSED_OPSET = 23  # the first opset with the Attention node (specgen/ir/training/build.py pins its IR version)
+MASK_DTYPES = ("float32", "int32", "int64")  # nonzero = attend (Keras casts attention_mask to bool)
+
+
+class Rotary(SpecModel):
+    """KerasHub's RotaryEmbedding (rope_type linear) on the projected query and key of every head."""
+
+    max_wavelength: PositiveFloat = 10000.0
+    scaling_factor: number(float, ge=1) = Field(1.0, description="Divides the frequencies (linear scaling).")
 
 
 class MultiHeadAttention(LayerBase):
     op: Literal["multi_head_attention"]
+    inputs: Annotated[list[LayerName], Field(min_length=2, max_length=3)] | None = Field(
+        None, description="Cross-attention: [query, value] or [query, value, key] (Keras' call(query, value, key)); "
+                          "without it the layer attends over `input` (self-attention).")
+    attention_mask: LayerName | None = Field(
+        None, description="A layer or input [batch, query time, key time]: nonzero where a query step may attend "
+                          "to a key step (Keras' attention_mask).")
     num_heads: PositiveInt
     key_dim: PositiveInt = Field(description="Size of each head's query and key.")
     value_dim: PositiveInt | None = Field(None, description="Size of each head's value; defaults to key_dim.")
@@ -35,71 +63,161 @@ class MultiHeadAttention(LayerBase):
     dropout: number(float, ge=0, lt=1) = Field(0.0, description="Dropout on the attention weights, in training only.")
     causal: bool = Field(False, description="Each step attends to itself and earlier steps only (Keras' "
                                             "use_causal_mask).")
+    rotary: Rotary | None = Field(None, description="Rotary position embedding of query and key (needs an even "
+                                                    "key_dim).")
     kernel_init: InitializerSpec = "glorot_uniform"
     bias_init: InitializerSpec = "zeros"
 
 
-def _variables(layer: MultiHeadAttention, d: int) -> list[VarDecl]:
+def _variables(layer: MultiHeadAttention, dims: dict[str, int]) -> list[VarDecl]:
     heads, k = layer.num_heads, layer.key_dim
     v = layer.value_dim or k
     kernel, bias = resolve_init(layer.kernel_init), resolve_init(layer.bias_init)
     found: list[VarDecl] = []
     for part, size in (("query", k), ("key", k), ("value", v)):
+        d = dims[part]
         found.append(VarDecl(f"{part}/kernel", (d, heads, size), kernel, onnx_shape=(d, heads * size)))
         if layer.use_bias:
             found.append(VarDecl(f"{part}/bias", (heads, size), bias, onnx_shape=(heads * size,)))
-    found.append(VarDecl("attention_output/kernel", (heads, v, d), kernel, onnx_shape=(heads * v, d)))
+    found.append(VarDecl("attention_output/kernel", (heads, v, dims["query"]), kernel,
+                         onnx_shape=(heads * v, dims["query"])))
     if layer.use_bias:
-        found.append(VarDecl("attention_output/bias", (d,), bias))
+        found.append(VarDecl("attention_output/bias", (dims["query"],), bias))
     return found
 
 
+def roles(layer: MultiHeadAttention) -> dict[str, int]:
+    """Input position of each role: query, value and key (self-attention: all 0), attention_mask if given."""
+    count = len(layer.inputs) if layer.inputs else 1
+    found = {"query": 0, "value": 1 if count > 1 else 0, "key": 2 if count > 2 else (1 if count > 1 else 0)}
+    return found | ({"attention_mask": count} if layer.attention_mask else {})
+
+
+def _sequence(layer: MultiHeadAttention, role: str, shape: Shape, dtype: str) -> int:
+    """The fixed feature size of a rank-3 float input; a positioned error otherwise."""
+    key = "inputs" if layer.inputs else "input"
+    name = f"its {role} " if layer.inputs else "a "
+    if len(shape) != 3 or dtype != "float32":
+        raise OpError(f"{layer.op} needs {name}rank-3 float32 input (batch, time, features); received "
+                      f"{text.shape(shape)} {dtype}", key)
+    return fixed(shape[2], f"{layer.op}'s {role} features (its kernel's rows)", key)
+
+
+def _differ(a: int | str | None, b: int | str | None) -> bool:
+    """Two step counts that cannot be equal: two fixed sizes that differ. A named dimension may agree with any
+    size at run time, another name included (the Keras importer names open sizes by axis: dim1, dim2, ...)."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def _check_mask(layer: MultiHeadAttention, shape: Shape, dtype: str, query: Shape, key: Shape) -> None:
+    want = (None, query[1], key[1])
+    if dtype not in MASK_DTYPES or len(shape) != 3 or _differ(shape[1], query[1]) or _differ(shape[2], key[1]):
+        raise OpError(f"attention_mask: received '{layer.attention_mask}' {text.shape(shape)} {dtype}; expected "
+                      f"{text.shape(want)} (batch, query steps, key steps) of {', '.join(MASK_DTYPES)}",
+                      "attention_mask")
+
+
+def _check_fits(layer: MultiHeadAttention, d: int) -> None:
+    """A kernel [d, heads, size] must hold at most MAX_INT values, as any tensor specgen sizes (its ONNX
+    [d, heads * size] shape is read into int64 dims, and TensorFlow's index arithmetic is int32 here)."""
+    size = max(layer.key_dim, layer.value_dim or layer.key_dim)
+    if d * layer.num_heads * size > MAX_INT:
+        raise OpError(f"num_heads: received {layer.num_heads} heads of {size} values over {d} features, a kernel of "
+                      f"{d * layer.num_heads * size} values; expected at most {MAX_INT} (fewer heads or a smaller "
+                      "key_dim / value_dim)", "num_heads")
+
+
 def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> OpResult:
-    (shape,), (dtype,) = shapes, dtypes
-    require_float(dtype, layer.op)
-    if len(shape) != 3:
-        raise OpError(f"{layer.op} needs a rank-3 input (batch, time, features); received {text.shape(shape)}",
-                      "input")
-    d = shape[2] or 0
+    if layer.inputs and layer.input:
+        raise OpError("received both input and inputs; expected input (self-attention) or inputs ([query, value] "
+                      "or [query, value, key]: cross-attention)", "inputs")
+    at = roles(layer)
+    dims = {role: _sequence(layer, role, shapes[at[role]], dtypes[at[role]]) for role in ("query", "value", "key")}
+    query, value, key = (shapes[at[r]] for r in ("query", "value", "key"))
+    if _differ(key[1], value[1]):
+        raise OpError(f"inputs: received key '{layer.inputs[2]}' {text.shape(key)} and value '{layer.inputs[1]}' "
+                      f"{text.shape(value)}; expected the same number of steps (each key step goes with a value step)",
+                      "inputs")
+    if "attention_mask" in at:
+        _check_mask(layer, shapes[at["attention_mask"]], dtypes[at["attention_mask"]], query, key)
+    _check_fits(layer, max(dims.values()))
+    if layer.rotary and layer.key_dim % 2:
+        raise OpError(f"rotary: received key_dim {layer.key_dim}; expected an even key_dim (rotary embedding "
+                      "turns pairs of a head's features)", "rotary")
     params = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim or layer.key_dim,
-              "use_bias": layer.use_bias, "dropout": layer.dropout, "causal": layer.causal}
-    return OpResult(shape, params=params, variables=_variables(layer, d), flops=flops(layer, shape[1] or 1, d))
+              "use_bias": layer.use_bias, "dropout": layer.dropout, "causal": layer.causal, "roles": at,
+              "rotary": layer.rotary.model_dump() if layer.rotary else None}
+    steps = (query[1] if isinstance(query[1], int) else 1, key[1] if isinstance(key[1], int) else 1)
+    return OpResult(query, params=params, variables=_variables(layer, dims), flops=flops(layer, steps, dims))
 
 
-def flops(layer: MultiHeadAttention, steps: int, d: int) -> int:
-    """One example: the four projections, scores and weighted sum (2 per multiply-add), the scale,
-    the softmax (about 5 per score: max, subtract, exp, sum, divide) and the biases."""
+def flops(layer: MultiHeadAttention, steps: tuple[int, int], dims: dict[str, int]) -> int:
+    """One example (a named step counts 1): the four projections, scores and weighted sum (2 per
+    multiply-add), the scale, the softmax (about 5 per score: max, subtract, exp, sum, divide), the biases
+    and the rotary embedding (3 per rotated value: two multiplies and an add)."""
     heads, k = layer.num_heads, layer.key_dim
     v = layer.value_dim or k
-    projections = 2 * steps * d * heads * (2 * k + v) + 2 * steps * heads * v * d
-    scores = heads * steps * steps * (2 * k + 5 + 2 * v)
-    biases = steps * (heads * (2 * k + v) + d) if layer.use_bias else 0
-    return projections + scores + steps * heads * k + biases
+    t, s = steps
+    dq, dk, dv = dims["query"], dims["key"], dims["value"]
+    projections = 2 * heads * (t * dq * k + s * dk * k + s * dv * v) + 2 * t * heads * v * dq
+    scores = heads * t * s * (2 * k + 5 + 2 * v)
+    biases = (heads * (t * k + s * k + s * v) + t * dq) if layer.use_bias else 0
+    rotary = 3 * heads * k * (t + s) if layer.rotary else 0
+    return projections + scores + t * heads * k + biases + rotary
 
 
 def tf_attrs(node: Node) -> dict[str, Any]:
     p = node.params
     # The salt (layer name, 20 bits) gives the layer's dropout its own stream, as the dropout op does.
     return {"key_dim": p["key_dim"], "causal": p["causal"], "dropout": p["dropout"],
-            "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
+            "salt": zlib.crc32(node.name.encode()) & 0xFFFFF, "roles": p["roles"],
+            "rotary": inverse_frequencies(p["key_dim"], p["rotary"]) if p["rotary"] else None}
 
 
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     p, name = node.params, node.onnx_name
-    heads, k, v = p["num_heads"], p["key_dim"], p["value_dim"]
-    roles = list(node.variables)  # the weights follow the input in s.ins, in VarDecl order
+    heads, k, v, at = p["num_heads"], p["key_dim"], p["value_dim"], p["roles"]
+    count = max(at.values()) + 1  # the weights follow the inputs in s.ins, in VarDecl order
+    fused, mask = ctx.opset >= FUSED_OPSET, "attention_mask" in at
     found: dict[str, Any] = {
-        "w": {role.replace("/", "_"): 1 + i for i, role in enumerate(roles)}, "bias": p["use_bias"],
-        "split_k": ctx.constant(f"{name}___split_k", [0, 0, heads, k]),
-        "split_v": ctx.constant(f"{name}___split_v", [0, 0, heads, v]),
-        "merge": ctx.constant(f"{name}___merge", [0, 0, heads * v]),
-        "scale": ctx.float_constant(f"{name}___scale", 1.0 / math.sqrt(k)),
-        "causal": p["causal"],
+        "w": {role.replace("/", "_"): count + i for i, role in enumerate(node.variables)}, "bias": p["use_bias"],
+        "roles": at, "heads": heads, "fused": fused, "scale": 1.0 / math.sqrt(k), "rot_freq": None,
+        # The fused node takes a causal mask alone as is_causal; with an explicit mask, the two are and-ed first.
+        "causal": p["causal"] and not (fused and not mask), "is_causal": p["causal"] and fused and not mask,
     }
-    if p["causal"]:
-        found["one"] = ctx.float_constant(f"{name}___one", 1.0)
+    # Only the constants the chosen nodes read: onnxruntime warns about (and drops) unused initializers.
+    if not fused or p["rotary"]:  # per-head [batch, time, heads, key_dim] for the plain nodes or the rotation
+        found["split_k"] = ctx.constant(f"{name}___split_k", [0, 0, heads, k])
+    if fused and mask:
+        found["zero"] = ctx.float_constant(f"{name}___zero", 0.0)
+    if fused and p["rotary"]:
+        found["merge_k"] = ctx.constant(f"{name}___merge_k", [0, 0, heads * k])
+    if not fused:
+        found["split_v"] = ctx.constant(f"{name}___split_v", [0, 0, heads, v])
+        found["scale_t"] = ctx.float_constant(f"{name}___scale", found["scale"])
+        found["merge"] = ctx.constant(f"{name}___merge", [0, 0, heads * v])
+    if found["causal"] or mask:
         found["masked"] = ctx.float_constant(f"{name}___masked_value", MASKED)
+    if found["causal"]:
+        found["one"] = ctx.float_constant(f"{name}___one", 1.0)
+    if mask:
+        found["mask_axis"] = ctx.constant(f"{name}___mask_axis", [1])
+    if p["rotary"]:
+        found |= {"rot_zero": ctx.float_constant(f"{name}___rot_zero", 0.0),
+                  "rot_step": ctx.float_constant(f"{name}___rot_step", 1.0),
+                  "rot_axes": ctx.constant(f"{name}___rot_axes", [1, 2]),
+                  "rot_half": ctx.constant(f"{name}___rot_half", [k // 2, k // 2]),
+                  "rot_freq": inverse_frequencies(k, p["rotary"])}
     return found
 
 
-OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs),)
+def inverse_frequencies(k: int, rotary: dict[str, float]) -> list[float]:
+    """KerasHub's linear rope: max_wavelength ** -(2i / k) / scaling_factor, computed in float32 as it does."""
+    import numpy as np  # numpy only: no TensorFlow at build time
+
+    idx = np.arange(0, k, 2, dtype=np.float32) / np.float32(k)
+    inv = np.power(np.float32(rotary["max_wavelength"]), -idx).astype(np.float32)
+    return [float(f) for f in (inv / np.float32(rotary["scaling_factor"])).astype(np.float32)]
+
+
+OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True),)

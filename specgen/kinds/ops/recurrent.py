@@ -18,7 +18,7 @@ from pydantic import Field
 from specgen import text
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
 from specgen.kinds.ops.nodes import Init, Node, Shape
-from specgen.spec.base import PositiveInt
+from specgen.spec.base import PositiveInt, SpecModel
 from specgen.spec.layers import InitializerSpec, LayerBase
 
 # The activations both renderings implement (ONNX names and alpha/beta where ONNX's function takes them).
@@ -32,7 +32,9 @@ GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 LSTM_TO_ONNX = (0, 3, 1, 2)  # Keras i, f, c, o -> ONNX i, o, f, c
 
 
-class RecurrentBase(LayerBase):
+class RecurrentFields(SpecModel):
+    """A recurrent layer's own keys; bidirectional.py takes them without name/input (the wrapped `layer:`)."""
+
     units: PositiveInt
     return_sequences: bool = Field(False, description="Output every step [batch, time, units], not the last.")
     return_state: bool = Field(False, description="Not supported yet (refused): extra state outputs.")
@@ -44,24 +46,34 @@ class RecurrentBase(LayerBase):
     bias_init: InitializerSpec = "zeros"
 
 
-class SimpleRNN(RecurrentBase):
-    op: Literal["simple_rnn"]
-
-
-class LSTM(RecurrentBase):
-    op: Literal["lstm"]
+class LSTMFields(RecurrentFields):
     recurrent_activation: RecurrentActivation = "sigmoid"
     unit_forget_bias: bool = Field(True, description="Start the forget gate's bias at 1 (Keras' default).")
 
 
-class GRU(RecurrentBase):
-    op: Literal["gru"]
+class GRUFields(RecurrentFields):
     recurrent_activation: RecurrentActivation = "sigmoid"
     reset_after: bool = Field(True, description="Apply the reset gate after the recurrent matmul (Keras' "
                                                 "default; bias [2, 3*units]) rather than before (bias [3*units]).")
 
 
-def _bias_init(layer: RecurrentBase) -> Init:
+class RecurrentBase(RecurrentFields, LayerBase):
+    pass
+
+
+class SimpleRNN(RecurrentBase):
+    op: Literal["simple_rnn"]
+
+
+class LSTM(LSTMFields, LayerBase):
+    op: Literal["lstm"]
+
+
+class GRU(GRUFields, LayerBase):
+    op: Literal["gru"]
+
+
+def _bias_init(layer: RecurrentFields) -> Init:
     init = resolve_init(layer.bias_init)
     if not getattr(layer, "unit_forget_bias", False):
         return init
@@ -75,7 +87,7 @@ def _bias_init(layer: RecurrentBase) -> Init:
     return Init("unit_forget_bias", (("value", values[init.kind]),))
 
 
-def _variables(layer: RecurrentBase, features: int) -> list[VarDecl]:
+def _variables(layer: RecurrentFields, features: int) -> list[VarDecl]:
     units, gates = layer.units, GATES[layer.op]
     width = gates * units
     # ONNX: W [1, gates*units, features], R [1, gates*units, units]; LSTM's blocks reordered to i, o, f, c.
@@ -97,7 +109,7 @@ def _variables(layer: RecurrentBase, features: int) -> list[VarDecl]:
     return found
 
 
-def infer(layer: RecurrentBase, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+def infer(layer: RecurrentFields, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     require_float(dtype, layer.op)
     if len(shape) != 3:
@@ -120,7 +132,7 @@ def infer(layer: RecurrentBase, shapes: list[Shape], dtypes: list[str]) -> OpRes
     return result
 
 
-def _step_flops(layer: RecurrentBase, features: int) -> int:
+def _step_flops(layer: RecurrentFields, features: int) -> int:
     """One step of one example: the two matmuls, the biases and the gate arithmetic (one per element)."""
     units, gates = layer.units, GATES[layer.op]
     matmuls = 2 * (features + units) * gates * units
@@ -142,7 +154,7 @@ def tf_attrs(node: Node) -> dict[str, Any]:
     return {"op": node.op, "shape": shape, "cell": cell}
 
 
-def _activations(names: list[str]) -> str:
+def activations(names: list[str]) -> str:
     """ONNX's activations attribute, with activation_alpha/beta for those functions that take them."""
     onnx = [ONNX_ACTIVATIONS[n] for n in names]
     found = "activations = [" + ", ".join(f'"{name}"' for name, _ in onnx) + "]"
@@ -158,7 +170,7 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     gates = GATES[node.op]
     act, rec = p["activation"], p["recurrent_activation"]
     names = {"lstm": [rec, act, act], "gru": [rec, act], "simple_rnn": [act]}[node.op]
-    attrs = [f"hidden_size = {p['units']}", _activations(names)]
+    attrs = [f"hidden_size = {p['units']}", activations(names)]
     if p["go_backwards"]:
         attrs.append('direction = "reverse"')
     if node.op == "gru" and p["reset_after"]:

@@ -1,14 +1,17 @@
-"""Keras' MultiHeadAttention math (self-attention) over [batch, time, features]; generated modules call it.
+"""Keras' MultiHeadAttention math over [batch, time, features]; generated modules call it.
 
 Written out with einsum rather than calling keras.layers: generated code depends on TensorFlow only and
 the weights stay specgen's tf.Variables in Keras' layouts. The steps and their order are Keras': the
 query is scaled by 1/sqrt(key_dim) before the scores, masked scores become -1e9 (keras' Softmax layer),
-the softmax runs in float32 and dropout falls on the attention weights in training only.
+the softmax runs in float32 and dropout falls on the attention weights in training only. The explicit
+mask and the causal one combine with a logical and, as Keras' _compute_attention_mask does. Rotary
+position embedding is KerasHub's RotaryEmbedding (split halves, [-x2, x1]) on the projected query and key.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -28,19 +31,43 @@ def causal_mask(scores: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.linalg.band_part(tf.ones(shape), -1, 0), tf.bool)
 
 
-def multi_head_attention(x: tf.Tensor, weights: dict[str, tf.Variable | None], *, key_dim: int, causal: bool,
-                         dropout: float, training: bool, seed: tf.Tensor | None, salt: int) -> tf.Tensor:
-    """`weights`: Keras' roles (`query/kernel`, ..., `attention_output/bias`); biases None without use_bias."""
-    query = _project(x, weights["query/kernel"], weights.get("query/bias"))
-    key = _project(x, weights["key/kernel"], weights.get("key/bias"))
-    value = _project(x, weights["value/kernel"], weights.get("value/bias"))
-    query = query * (1.0 / math.sqrt(key_dim))
-    scores = tf.einsum("bshk,bthk->bhts", key, query)  # [batch, heads, query time, key time]
+def rotary(x: tf.Tensor, frequencies: Sequence[float]) -> tf.Tensor:
+    """KerasHub's RotaryEmbedding over [batch, time, heads, size]: angles position * frequency, the
+    frequencies (specgen/kinds/ops/attention.py computes them) repeated for the two halves."""
+    positions = tf.cast(tf.range(tf.shape(x)[1]), tf.float32)
+    freq = tf.einsum("i,j->ij", positions, tf.constant(frequencies, tf.float32))  # [time, size/2]
+    angles = tf.concat([freq, freq], axis=-1)[None, :, None, :]
+    x1, x2 = tf.split(x, 2, axis=-1)
+    rotated = tf.concat([-x2, x1], axis=-1)
+    return x * tf.cos(angles) + rotated * tf.sin(angles)
+
+
+def _mask(scores: tf.Tensor, mask: tf.Tensor | None, causal: bool) -> tf.Tensor:
+    keep = None if mask is None else tf.cast(mask, tf.bool)[:, None]  # [batch, 1 (heads), query, key]
     if causal:
-        scores = tf.where(causal_mask(scores), scores, tf.constant(MASKED, scores.dtype))
+        keep = causal_mask(scores) if keep is None else tf.logical_and(keep, causal_mask(scores))
+    return scores if keep is None else tf.where(keep, scores, tf.constant(MASKED, scores.dtype))
+
+
+def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None], *, key_dim: int, causal: bool,
+                         dropout: float, training: bool, seed: tf.Tensor | None, salt: int,
+                         value: tf.Tensor | None = None, key: tf.Tensor | None = None,
+                         mask: tf.Tensor | None = None, rotary_frequencies: Sequence[float] | None = None
+                         ) -> tf.Tensor:
+    """`weights`: Keras' roles (`query/kernel`, ..., `attention_output/bias`); biases None without use_bias.
+    `value` defaults to `query` (self-attention) and `key` to `value`, as Keras' call(query, value, key)."""
+    value = query if value is None else value
+    key = value if key is None else key
+    q = _project(query, weights["query/kernel"], weights.get("query/bias"))
+    k = _project(key, weights["key/kernel"], weights.get("key/bias"))
+    v = _project(value, weights["value/kernel"], weights.get("value/bias"))
+    if rotary_frequencies is not None:
+        q, k = rotary(q, rotary_frequencies), rotary(k, rotary_frequencies)
+    q = q * (1.0 / math.sqrt(key_dim))
+    scores = _mask(tf.einsum("bshk,bthk->bhts", k, q), mask, causal)  # [batch, heads, query time, key time]
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
     probs = drop(probs, rate=dropout, training=training, seed=seed, salt=salt)
-    context = tf.einsum("bhts,bshv->bthv", probs, value)
+    context = tf.einsum("bhts,bshv->bthv", probs, v)
     out = tf.einsum("bthv,hvd->btd", context, weights["attention_output/kernel"])
     bias = weights.get("attention_output/bias")
     return out if bias is None else out + bias

@@ -9,6 +9,9 @@ import tensorflow as tf
 # Generated modules call them as layers.<op> (the `as` marks the re-export).
 from specgen.runtime.lib.attention import multi_head_attention as multi_head_attention
 from specgen.runtime.lib.dropout import dropout as dropout
+from specgen.runtime.lib.norms import rms_norm as rms_norm
+from specgen.runtime.lib.positional_embedding import positional_embedding as positional_embedding
+from specgen.runtime.lib.recurrent import bidirectional as bidirectional
 from specgen.runtime.lib.recurrent import gru as gru
 from specgen.runtime.lib.recurrent import lstm as lstm
 from specgen.runtime.lib.recurrent import simple_rnn as simple_rnn

@@ -87,3 +87,28 @@ def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable,
 
     return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
                 go_backwards=go_backwards)
+
+
+Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
+
+
+def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
+    """Keras' merge modes, its expressions (a function, not a table of lambdas, which AutoGraph cannot parse)."""
+    if mode == "concat":
+        return tf.concat([y, y_rev], axis=-1)
+    if mode == "sum":
+        return y + y_rev
+    if mode == "mul":
+        return y * y_rev
+    return (y + y_rev) / 2  # ave
+
+
+def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
+                  merge_mode: str, return_sequences: bool, go_backwards: bool, **keywords: object) -> tf.Tensor:
+    """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
+    order when it returns sequences), merged."""
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, **keywords)
+    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
+    if return_sequences:
+        y_rev = tf.reverse(y_rev, axis=[1])
+    return merge(merge_mode, y, y_rev)

@@ -1,0 +1,1 @@
+"""Shipped block definitions (data only: *.yaml here, read by specgen/spec/shipped.py)."""

@@ -1,0 +1,245 @@
+"""KerasHub backbones (`BertBackbone`, `GPT2Backbone`, `RobertaBackbone`) as flat spec layers.
+
+A backbone saved with `model.save()` keeps its constructor arguments in config.json, not a layer graph:
+KerasHub rebuilds the graph in Python. specgen never runs that code on a user's file, so this module
+writes the graph KerasHub's constructors build (keras-hub 0.32), from the checked arguments alone:
+ReversibleEmbedding (tied, one table) -> `embedding`, PositionEmbedding -> `positional_embedding` +
+`add`, TokenAndPositionEmbedding -> the two, BERT's segment `embedding`, the embeddings layer norm,
+TransformerEncoder (post-norm, BERT and RoBERTa) / TransformerDecoder (pre-norm, causal, GPT-2)
+spelled as `multi_head_attention`, `dropout`, `add`, `layer_norm` and `dense` layers. Layer names are
+KerasHub's weight paths (`transformer_layer_0/self_attention_layer` holds `query/kernel`, ...), so
+every spec variable path equals the Keras weight's `path`. keras-hub itself is not imported.
+
+KerasHub's `padding_mask` input [batch, seq] (1 = a real token) is a spec input of that name: one
+`padding_attention_mask` layer (`attention_mask`) expands it to [batch, seq, seq] and every attention layer
+reads it, as KerasHub's merge_padding_and_attention_mask does (and-ed with the causal mask for GPT-2).
+BERT's `pooled_output` is `take` (index 0, KerasHub's cls_token_index) then `pooled_dense` (tanh).
+Flat layers, not the shipped transformer_encoder/decoder blocks: those take no attention mask, so an
+instance would drop padding_mask again (docs/import.md says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from specgen.importers.keras.convert import Imported
+from specgen.importers.keras.errors import ImportProblem
+from specgen.kinds.ops import Layer, infer
+
+_LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
+SEQ = "seq"  # the named dynamic dimension of every sequence input
+MASK = "attention_mask"  # the layer that turns padding_mask into every attention layer's [batch, seq, seq] mask
+CLS_TOKEN_INDEX = 0  # BertBackbone's pooler reads x[:, 0, :] (keras-hub 0.32, a constant there)
+
+
+@dataclass(frozen=True)
+class Args:
+    vocabulary_size: int
+    num_layers: int
+    num_heads: int
+    hidden_dim: int
+    intermediate_dim: int
+    dropout: float
+    max_sequence_length: int
+    num_segments: int = 0
+
+
+def is_backbone(config: dict[str, Any]) -> bool:
+    """Whether a config.json describes a KerasHub model (its module or registered name says so)."""
+    return str(config.get("module", "")).startswith("keras_hub.") or \
+        str(config.get("registered_name", "")).startswith("keras_hub>")
+
+
+def _int(config: dict[str, Any], key: str, cls: str) -> int:
+    value = config.get(key)
+    if type(value) is not int or value <= 0:
+        raise ImportProblem(f"KerasHub {cls}: {key} is {value!r} in config.json, expected a positive integer")
+    return value
+
+
+def _args(cls: str, config: dict[str, Any], segments: bool) -> Args:
+    known = {"name", "trainable", "dtype", "vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+             "intermediate_dim", "dropout", "max_sequence_length", *(("num_segments",) if segments else ())}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ImportProblem(f"KerasHub {cls}: config.json has argument(s) {unknown} that specgen does not know; "
+                            f"expected only {sorted(known)}")
+    dtype = config.get("dtype")
+    name = dtype.get("config", {}).get("name") if isinstance(dtype, dict) else dtype
+    if name not in (None, "float32"):
+        raise ImportProblem(f"KerasHub {cls}: dtype policy {name!r}, expected float32 (specgen runs float32)")
+    dropout = config.get("dropout", 0.1)
+    if type(dropout) not in (int, float) or not 0 <= dropout < 1:
+        raise ImportProblem(f"KerasHub {cls}: dropout is {dropout!r} in config.json, expected a number in [0, 1)")
+    ints = {k: _int(config, k, cls) for k in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                                               "intermediate_dim", "max_sequence_length")}
+    if ints["hidden_dim"] % ints["num_heads"]:
+        raise ImportProblem(f"KerasHub {cls}: hidden_dim {ints['hidden_dim']} is not a multiple of num_heads "
+                            f"{ints['num_heads']} (each head's key_dim is hidden_dim / num_heads)")
+    return Args(**ints, dropout=float(dropout),
+                num_segments=_int(config, "num_segments", cls) if segments else 0)
+
+
+def _init(kind: str) -> dict[str, Any]:
+    return {"kind": kind, "stddev": 0.02}  # KerasHub's kernel initializers for these backbones
+
+
+class _Layers:
+    """The spec layers of one backbone, appended in order; `x` is the latest tensor."""
+
+    def __init__(self, args: Args, init: dict[str, Any]):
+        self.args, self.init, self.layers, self.x = args, init, [], ""
+
+    def add(self, name: str, op: str, source: str | None = None, **keys: Any) -> str:
+        wiring = {"inputs": keys.pop("inputs")} if "inputs" in keys else {"input": source or self.x}
+        self.layers.append({"name": name, "op": op, **wiring, **keys})
+        self.x = name
+        return name
+
+    def embeddings(self, token: str, position: str, ids: str) -> str:
+        a = self.args
+        self.add(MASK, "padding_attention_mask", "padding_mask")
+        tokens = self.add(token, "embedding", ids, vocab_size=a.vocabulary_size, dim=a.hidden_dim,
+                          embeddings_init=self.init)
+        self.add(position, "positional_embedding", tokens, max_length=a.max_sequence_length,
+                 embeddings_init=self.init)
+        return tokens
+
+    def block(self, i: int, epsilon: float, activation: str, decoder: bool) -> None:
+        """KerasHub's TransformerEncoder (post-norm) or TransformerDecoder without cross-attention (pre-norm,
+        causal), as GPT-2 builds it (normalize_first=True)."""
+        a, p, residual = self.args, f"transformer_layer_{i}/", self.x
+        attention = p + ("self_attention" if decoder else "self_attention_layer")
+        if decoder:
+            self.add(p + "self_attention_layer_norm", "layer_norm", epsilon=epsilon)
+        self.add(attention, "multi_head_attention", num_heads=a.num_heads, key_dim=a.hidden_dim // a.num_heads,
+                 attention_mask=MASK, dropout=a.dropout, **({"causal": True} if decoder else {}), kernel_init=self.init)
+        self.add(p + "self_attention_dropout", "dropout", rate=a.dropout)
+        residual = self.add(p + "self_attention_residual", "add", inputs=[self.x, residual])
+        if not decoder:
+            residual = self.add(p + "self_attention_layer_norm", "layer_norm", epsilon=epsilon)
+        else:
+            self.add(p + "feedforward_layer_norm", "layer_norm", epsilon=epsilon)
+        self.add(p + "feedforward_intermediate_dense", "dense", units=a.intermediate_dim, activation=activation,
+                 kernel_init=self.init)
+        self.add(p + "feedforward_output_dense", "dense", units=a.hidden_dim, kernel_init=self.init)
+        self.add(p + "feedforward_dropout", "dropout", rate=a.dropout)
+        self.add(p + "feedforward_residual", "add", inputs=[self.x, residual])
+        if not decoder:
+            self.add(p + "feedforward_layer_norm", "layer_norm", epsilon=epsilon)
+
+
+def _bert(a: Args) -> Built:
+    b = _Layers(a, _init("truncated_normal"))
+    tokens = b.embeddings("token_embedding", "position_embedding", "token_ids")
+    b.add("segment_embedding", "embedding", "segment_ids", vocab_size=a.num_segments, dim=a.hidden_dim,
+          embeddings_init=b.init)
+    b.add("embeddings_add", "add", inputs=[tokens, "position_embedding", "segment_embedding"])
+    b.add("embeddings_layer_norm", "layer_norm", epsilon=1e-12)
+    b.add("embeddings_dropout", "dropout", rate=a.dropout)
+    for i in range(a.num_layers):
+        b.block(i, 1e-12, "gelu_approximate", decoder=False)
+    sequence = b.x
+    b.add("pooled_token", "take", axis=1, index=CLS_TOKEN_INDEX)
+    b.add("pooled_dense", "dense", units=a.hidden_dim, activation="tanh", kernel_init=b.init)
+    return _inputs("token_ids", "segment_ids"), b.layers, {"sequence_output": sequence, "pooled_output": b.x}
+
+
+def _gpt2(a: Args) -> Built:
+    b = _Layers(a, _init("random_normal"))
+    tokens = b.embeddings("token_embedding", "position_embedding", "token_ids")
+    b.add("embeddings_add", "add", inputs=[tokens, "position_embedding"])
+    b.add("embeddings_dropout", "dropout", rate=a.dropout)
+    for i in range(a.num_layers):
+        b.block(i, 1e-5, "gelu_approximate", decoder=True)
+    b.add("layer_norm", "layer_norm", epsilon=1e-5)
+    return _inputs("token_ids"), b.layers, {"sequence_output": b.x}
+
+
+def _roberta(a: Args) -> Built:
+    b = _Layers(a, _init("truncated_normal"))
+    # TokenAndPositionEmbedding 'embeddings': its two sublayers, summed as it does.
+    tokens = b.embeddings("embeddings/token_embedding", "embeddings/position_embedding", "token_ids")
+    b.add("embeddings/add", "add", inputs=[tokens, "embeddings/position_embedding"])
+    b.add("embeddings_layer_norm", "layer_norm", epsilon=1e-5)
+    b.add("embeddings_dropout", "dropout", rate=a.dropout)
+    for i in range(a.num_layers):
+        b.block(i, 1e-5, "gelu", decoder=False)
+    return _inputs("token_ids"), b.layers, {"sequence_output": b.x}
+
+
+def _inputs(*ids: str) -> dict[str, Any]:
+    """The id inputs and KerasHub's padding_mask, all [batch, seq] int32 (KerasHub's dtypes)."""
+    return {name: {"shape": [SEQ], "dtype": "int32"} for name in (*ids, "padding_mask")}
+
+
+Built = tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]  # inputs, layers, outputs
+Builder = Callable[[Args], Built]
+BACKBONES: dict[str, tuple[Builder, bool]] = {  # class -> (builder, has num_segments)
+    "BertBackbone": (_bert, True), "GPT2Backbone": (_gpt2, False), "RobertaBackbone": (_roberta, False),
+}
+
+
+def convert_backbone(config: dict[str, Any]) -> Imported:
+    """The spec layers of a KerasHub backbone's config.json; `keys` maps each variable to its Keras path."""
+    cls = str(config.get("class_name"))
+    if cls not in BACKBONES:
+        raise ImportProblem(f"KerasHub class {cls!r}: specgen imports {', '.join(BACKBONES)} (their configs, never "
+                            "their code)")
+    inner = config.get("config")
+    if not isinstance(inner, dict):
+        raise ImportProblem(f"KerasHub {cls}: config.json holds no constructor arguments")
+    build, segments = BACKBONES[cls]
+    inputs, layers, outputs = build(_args(cls, inner, segments))
+    name = str(inner.get("name", cls.lower()))
+    imp = Imported(name if name.isidentifier() else cls.lower(), inputs, outputs, layers)
+    imp.layer_names = {entry["name"]: entry["name"] for entry in layers}
+    return imp
+
+
+def variables(imp: Imported) -> dict[str, tuple[int, ...]]:
+    """Every variable's path and shape, by specgen's own shape rules (as convert.py checks each layer)."""
+    shapes: dict[str, Any] = {n: (None, *spec["shape"]) for n, spec in imp.inputs.items()}
+    dtypes: dict[str, str] = {n: spec["dtype"] for n, spec in imp.inputs.items()}
+    found: dict[str, tuple[int, ...]] = {}
+    for entry in imp.layers:
+        ins = [*(entry.get("inputs") or [entry["input"]]), *([entry[MASK]] if MASK in entry else [])]
+        result = infer(_LAYER.validate_python(entry), [shapes[i] for i in ins], [dtypes[i] for i in ins])
+        shapes[entry["name"]], dtypes[entry["name"]] = result.shape, result.dtype
+        found.update({f"{entry['name']}/{v.role}": v.shape for v in result.variables})
+    return found
+
+
+def collections(imp: Imported) -> dict[str, list[str]]:
+    """`backbone`: every imported variable, by its top-level layer (what docs/finetune.md freezes)."""
+    tops = dict.fromkeys("transformer_layer_*" if path.startswith("transformer_layer_") else path.split("/", 1)[0] + "/*"
+                         for path in imp.keys)
+    return {"backbone": list(tops)}
+
+
+def key_candidates(path: str) -> tuple[str, str]:
+    """The two keys specgen's Keras reader may give a weight: by name (`.../query/kernel`) where the class
+    is known from its group, by index (`.../query/vars/0`) otherwise (runtime/keras_weights.py)."""
+    owner, role = path.rsplit("/", 1)
+    return path, f"{owner}/vars/{ROLE_INDEX[role]}"
+
+
+ROLE_INDEX = {"kernel": 0, "bias": 1, "gamma": 0, "beta": 1, "embeddings": 0}  # Keras' variable order
+
+
+def weight_keys(imp: Imported, variables: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> None:
+    """Fill `imp.keys` (spec path -> stored key) from the weights file's keys; every variable must be there
+    with its shape (a config and weights that disagree are refused, never half restored)."""
+    for path, shape in variables.items():
+        found = [k for k in key_candidates(path) if k in stored]
+        if not found:
+            raise ImportProblem(f"the weights hold no {path!r} (looked for {' or '.join(key_candidates(path))}): "
+                                "config.json and the weights disagree")
+        if tuple(stored[found[0]]) != tuple(shape):
+            raise ImportProblem(f"weight {found[0]!r} has shape {list(stored[found[0]])}, the config gives "
+                                f"{list(shape)}")
+        imp.keys[path] = found[0]

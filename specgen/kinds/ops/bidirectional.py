@@ -1,0 +1,110 @@
+"""bidirectional: Keras' Bidirectional around one lstm / gru / simple_rnn.
+
+Spec syntax: `{name: enc, op: bidirectional, layer: {op: lstm, units: 32, return_sequences: true},
+merge_mode: concat}`. The wrapped layer is written as a nested mapping with the recurrent layer's own
+keys (no name or input: it is not a layer of the graph), as Keras writes `Bidirectional(LSTM(...))`
+and as its config nests `layer`; so an importer copies the inner config through and a reader sees the
+one recurrent layer both halves are copies of. Variables are `<name>/forward/<role>` and
+`<name>/backward/<role>` with the recurrent layer's Keras shapes (Keras 3 names the halves
+`forward_<layer>` and `backward_<layer>`), so Keras weights restore by identity.
+
+ONNX: ONE recurrent node with direction = "bidirectional"; W, R and B are the two halves' ONNX-layout
+values stacked (Concat on axis 0: forward then backward), which onnxruntime folds once at load. The
+merge is plain nodes on Y [time, 2, batch, units] (or Y_h [2, batch, units]): concat is a Transpose
+and a Reshape; sum / ave / mul are ReduceSum / ReduceMean / ReduceProd over the direction axis, the
+same float32 operations as Keras' y + y_rev, (y + y_rev) / 2 and y * y_rev. ONNX's reverse direction
+writes Y in input order, which is Keras' backward output after Bidirectional flips it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field
+
+from specgen.kinds.ops import recurrent
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.layers import LayerBase
+
+MergeMode = Literal["concat", "sum", "mul", "ave"]
+ONNX_REDUCE = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
+
+
+class LSTMLayer(recurrent.LSTMFields):
+    op: Literal["lstm"]
+
+
+class GRULayer(recurrent.GRUFields):
+    op: Literal["gru"]
+
+
+class SimpleRNNLayer(recurrent.RecurrentFields):
+    op: Literal["simple_rnn"]
+
+
+Wrapped = Annotated[Union[LSTMLayer, GRULayer, SimpleRNNLayer], Field(discriminator="op")]  # noqa: UP007
+
+
+class Bidirectional(LayerBase):
+    op: Literal["bidirectional"]
+    layer: Wrapped = Field(description="The recurrent layer both directions copy: lstm, gru or simple_rnn, "
+                                       "with its own keys (no name or input).")
+    merge_mode: MergeMode = Field("concat", description="How the forward and backward outputs combine "
+                                                        "(Keras' default concat: forward then backward).")
+
+
+def infer(layer: Bidirectional, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    inner = layer.layer
+    if inner.go_backwards:
+        raise OpError("go_backwards inside bidirectional is not supported; received true, expected false "
+                      "(the backward half already reads the sequence last step first)", "layer")
+    try:
+        one = recurrent.infer(inner, shapes, dtypes)
+    except OpError as exc:  # point at the wrapped layer's mapping, where the key is
+        raise OpError(str(exc), "layer") from None
+    width = 2 * inner.units if layer.merge_mode == "concat" else inner.units
+    variables = [VarDecl(f"{half}/{d.role}", d.shape, d.init, d.kind, d.onnx_perm, d.onnx_shape, d.onnx_split,
+                         d.onnx_order) for half in ("forward", "backward") for d in one.variables]
+    result = OpResult((*one.shape[:-1], width), params={**one.params, "op": inner.op,
+                                                       "merge_mode": layer.merge_mode}, variables=variables)
+    steps = one.shape[1] if inner.return_sequences and isinstance(one.shape[1], int) else 1
+    # Two copies of the layer; the merge is one operation per output element (ave: a sum and a scale).
+    merge = 0 if layer.merge_mode == "concat" else (2 if layer.merge_mode == "ave" else 1) * steps * inner.units
+    result.flops = 2 * one.flops + merge
+    return result
+
+
+def tf_attrs(node: Node) -> dict[str, Any]:
+    wrapped = recurrent.tf_attrs(replace(node, op=node.params["op"]))
+    return {**wrapped, "merge_mode": node.params["merge_mode"],
+            "roles": [r for r in ("kernel", "recurrent_kernel", "bias") if f"forward/{r}" in node.variables]}
+
+
+def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    p, name = node.params, node.onnx_name
+    op, gates = p["op"], recurrent.GATES[p["op"]]
+    act, rec = p["activation"], p["recurrent_activation"]
+    names = {"lstm": [rec, act, act], "gru": [rec, act], "simple_rnn": [act]}[op]
+    attrs = [f"hidden_size = {p['units']}", recurrent.activations(names * 2), 'direction = "bidirectional"']
+    if op == "gru" and p["reset_after"]:
+        attrs.append("linear_before_reset = 1")
+    found: dict[str, Any] = {
+        "onnx_op": {"lstm": "LSTM", "gru": "GRU", "simple_rnn": "RNN"}[op], "attributes": ", ".join(attrs),
+        "outputs": 3 if op == "lstm" else 2, "bias": p["use_bias"], "sequences": p["return_sequences"],
+        "merge": p["merge_mode"], "reduce": ONNX_REDUCE.get(p["merge_mode"], ""),
+        "w": 1 + len(node.variables) // 2,  # s.ins: the input, the forward weights, then the backward ones
+    }
+    if p["use_bias"] and not p["reset_after"]:  # ONNX's B is [Wb, Rb]; Keras has no recurrent bias here
+        found["pads"] = ctx.constant(f"{name}___pads", [0, 0, 0, gates * p["units"]])
+    if p["return_sequences"]:  # Y [time, 2, batch, units]
+        found["axes"] = ctx.constant(f"{name}___axes", [1])
+        found["concat_shape"] = ctx.constant(f"{name}___shape", [0, 0, -1])
+    else:  # Y_h [2, batch, units]
+        found["axes"] = ctx.constant(f"{name}___axes", [0])
+        found["concat_shape"] = ctx.constant(f"{name}___shape", [0, -1])
+    return found
+
+
+OPS = (OpDef("bidirectional", Bidirectional, infer, tf_attrs, onnx_attrs, activation_after=False, symbolic=True),)
