@@ -18,6 +18,7 @@ from specgen.ir.exported import check_export_outputs
 from specgen.ir.flatten_order import reorder_flattened_kernels
 from specgen.ir.graph import topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
+from specgen.ir.masks import resolve_masks
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
@@ -57,6 +58,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += cycle
     layers = _infer_layers(loaded, edges, order, owners, problems) if not problems else []
     problems += _check_outputs(loaded)
+    masks, mask_problems = resolve_masks(loaded, layers) if not problems else ({}, [])
+    problems += mask_problems
     if problems:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
@@ -81,7 +84,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [_node(x, made, members.held) for x in layers]
+    nodes = [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ())) for x in layers]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))

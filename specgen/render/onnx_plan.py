@@ -20,6 +20,7 @@ from specgen.kinds.dims import SYMBOL
 from specgen.kinds.ops import REGISTRY, as_activation
 from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
+from specgen.render.mask_plan import onnx_mask
 
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
 
@@ -125,6 +126,7 @@ class Lowering:
         pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
         attrs, comment = op.onnx_attrs(node, first, self), _comment(node)
+        attrs |= onnx_mask(node, self, attrs)  # the padding masks it takes (ir/masks.py, render/mask_plan.py)
         if extra := self.ir.folded_pads.extra.get(node.name):  # ir/pad_folding.py: the zero pad it reads
             attrs["pads"] = [a + b for a, b in zip(attrs["pads"], extra, strict=True)]
             comment += f", with {node.inputs[0]}'s zeros in its pads"

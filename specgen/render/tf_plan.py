@@ -9,6 +9,7 @@ from specgen import text
 from specgen.ir.model import ModelIR, Node, Variable
 from specgen.kinds.ops import REGISTRY, as_activation
 from specgen.render.environment import Fields
+from specgen.render.mask_plan import tf_mask
 from specgen.render.prune_plan import weight_reads
 
 
@@ -65,7 +66,8 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
         op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/kinds/ops)
         ins = tuple(local[s] for s in node.inputs)
         w = {role: reads.get(v.path, f"self.{v.py_name}") for role, v in node.variables.items()}
-        steps.append(TfStep(op.tf_template, node.py_name, ins, w, op.tf_attrs(node), _comment(node)))
+        attrs = op.tf_attrs(node) | tf_mask(node, local)  # the padding mask it takes (ir/masks.py)
+        steps.append(TfStep(op.tf_template, node.py_name, ins, w, attrs, _comment(node)))
         if node.activation:
             act = REGISTRY[node.activation]
             steps.append(TfStep(act.tf_template, node.py_name, (node.py_name,), {},

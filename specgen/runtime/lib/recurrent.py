@@ -5,6 +5,8 @@ weights stay specgen's tf.Variables with Keras' layouts. The input projection of
 matmul before the loop (as Keras' implementation 2 does per step); the loop is tf.scan, a
 tf.while_loop under tf.function, so the graph does not grow with the sequence and the time length
 may be dynamic. go_backwards reads the sequence reversed and returns outputs in reading order (Keras').
+A mask ([batch, time] bool, runtime/lib/masks.py) works as in Keras: at a masked step every state keeps its
+previous value, so the output there repeats the last real one (zeros before the first).
 """
 
 from __future__ import annotations
@@ -20,15 +22,28 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 
 
+def _masked(step: Callable) -> Callable:
+    """`step` over (input, mask) pairs: a masked example keeps every state it had (Keras' rnn backend)."""
+    def run(state: tuple[tf.Tensor, ...], elems: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, ...]:
+        z, keep = elems
+        new = step(state, z)
+        return tuple(tf.where(keep[:, None], n, old) for n, old in zip(new, state, strict=True))
+    return run
+
+
 def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
-         *, return_sequences: bool, go_backwards: bool) -> tf.Tensor:
+         *, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None) -> tf.Tensor:
     """Project every step's input, scan `step` over time, return the last output or all of them."""
     if go_backwards:
         x = tf.reverse(x, axis=[1])
     projected = tf.matmul(x, kernel)  # [batch, time, gates*units]
     if bias is not None:
         projected = projected + bias
-    states = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=initial)
+    elems = tf.transpose(projected, [1, 0, 2])
+    if mask is not None:  # in reading order, time-major like the inputs
+        mask = tf.transpose(tf.reverse(mask, axis=[1]) if go_backwards else mask)
+        step, elems = _masked(step), (elems, mask)
+    states = tf.scan(step, elems, initializer=initial)
     outputs = states[0]  # [time, batch, units]: the first state is each layer's output
     return tf.transpose(outputs, [1, 0, 2]) if return_sequences else outputs[-1]
 
@@ -39,7 +54,7 @@ def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
 
 def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
          units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-         recurrent_activation: str = "sigmoid") -> tf.Tensor:
+         recurrent_activation: str = "sigmoid", mask: tf.Tensor | None = None) -> tf.Tensor:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
 
     def step(state: tuple[tf.Tensor, tf.Tensor], z_x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -49,12 +64,14 @@ def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias:
         return rec(o) * act(c), c
 
     initial = (_zeros(x, units), _zeros(x, units))
-    return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards)
+    return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards,
+                mask=mask)
 
 
 def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
         units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-        recurrent_activation: str = "sigmoid", reset_after: bool = True) -> tf.Tensor:
+        recurrent_activation: str = "sigmoid", reset_after: bool = True,
+        mask: tf.Tensor | None = None) -> tf.Tensor:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
 
@@ -75,18 +92,19 @@ def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: 
         return (z * h + (1 - z) * act(x_h + r_h),)
 
     return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards)
+                go_backwards=go_backwards, mask=mask)
 
 
 def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
-               units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh") -> tf.Tensor:
+               units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
+               mask: tf.Tensor | None = None) -> tf.Tensor:
     act = ACTIVATIONS[activation]
 
     def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
         return (act(x_t + tf.matmul(state[0], recurrent_kernel)),)
 
     return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards)
+                go_backwards=go_backwards, mask=mask)
 
 
 Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
@@ -104,11 +122,16 @@ def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
 
 
 def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
-                  merge_mode: str, return_sequences: bool, go_backwards: bool, **keywords: object) -> tf.Tensor:
+                  merge_mode: str, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None,
+                  **keywords: object) -> tf.Tensor:
     """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
     order when it returns sequences), merged."""
-    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, **keywords)
-    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, mask=mask, **keywords)
+    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, mask=mask,
+                  **keywords)
     if return_sequences:
         y_rev = tf.reverse(y_rev, axis=[1])
+        if mask is not None:  # Keras' Bidirectional sets zero_output_for_mask on both layers when returning sequences
+            keep = mask[:, :, None]
+            y, y_rev = tf.where(keep, y, tf.zeros_like(y)), tf.where(keep, y_rev, tf.zeros_like(y_rev))
     return merge(merge_mode, y, y_rev)
