@@ -38,8 +38,8 @@ def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial:
     """Short fixed lengths as straight-line ops: no loop frame, TensorArray or per-iteration bookkeeping,
     which at 8 steps of a small layer cost more than the cell math (forward and gradient alike)."""
     state, outputs = initial, []
-    keeps = tf.unstack(mask) if mask is not None else [None] * elems.shape[0]
-    for z, keep in zip(tf.unstack(elems), keeps, strict=True):
+    keeps = tf.unstack(mask) if mask is not None else [None] * elems.shape[1]
+    for z, keep in zip(tf.unstack(elems, axis=1), keeps, strict=True):  # batch-major: no transpose copy
         state = _keep(step(state, z), state, keep)
         outputs.append(state[0])
     return tf.stack(outputs, axis=1) if return_sequences else state[0]
@@ -80,7 +80,7 @@ def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callab
         mask = tf.transpose(tf.reverse(mask, axis=[1]) if go_backwards else mask)
     steps = x.shape[1]
     if steps is not None and 0 < steps <= UNROLL_STEPS:  # one matmul for every step (cuDNN's way)
-        return _unrolled(step, tf.transpose(project(x), [1, 0, 2]), mask, initial, return_sequences)
+        return _unrolled(step, project(x), mask, initial, return_sequences)
     return _looped(step, tf.transpose(x, [1, 0, 2]), mask, initial, return_sequences, project)
 
 
