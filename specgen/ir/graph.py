@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
@@ -25,6 +26,15 @@ def side_inputs(layer: Any) -> list[str]:
     """The side inputs a layer names (SIDE_INPUTS), which follow its other inputs in its node's inputs."""
     fields = type(layer).model_fields
     return [key for key in SIDE_INPUTS if key in fields and getattr(layer, key) is not None]
+
+
+def producer(source: str, layers: Mapping[str, object] | set[str]) -> str | None:
+    """The layer whose output `source` is: itself, or `<layer>` of `<layer>/<output>`, an extra output
+    (kinds/ops/base.py OpResult.extra_outputs; ir/resolve.py checks the output's name once shapes are known)."""
+    if source in layers:
+        return source
+    layer = source.rpartition("/")[0]
+    return layer if layer in layers else None
 
 
 def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
@@ -53,7 +63,7 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
         locs = [("layers", i, key, j) if key == "inputs" else ("layers", i, key) for j in range(len(sources))]
         sources = [*sources, *(getattr(layer, k) for k in side)]
         for source, loc in zip(sources, [*locs, *(("layers", i, k) for k in side)], strict=True):
-            if source not in inputs and source not in known:
+            if source not in inputs and source not in known and producer(source, known) is None:
                 problems.append(loaded.diagnostic(loc, (
                     f"layer '{layer.name}' reads '{source}', which is neither a layer nor an input"
                     f"{did_you_mean(source, [*names, *inputs])}")))
@@ -67,7 +77,7 @@ def topological_order(loaded: LoadedSpec, edges: dict[str, list[str]]) -> tuple[
     """Layer indices so that every layer comes after its inputs; spec order breaks ties."""
     spec = loaded.spec
     index = {layer.name: i for i, layer in enumerate(spec.layers)}
-    waiting = {name: {s for s in sources if s in index} for name, sources in edges.items()}
+    waiting = {name: {p for s in sources if (p := producer(s, index)) is not None} for name, sources in edges.items()}
     readers: dict[str, list[str]] = {}
     for name, sources in waiting.items():
         for source in sources:

@@ -16,7 +16,7 @@ from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collect
 from specgen.ir.decay import resolve_decay
 from specgen.ir.exported import check_export_outputs
 from specgen.ir.flatten_order import reorder_flattened_kernels
-from specgen.ir.graph import topological_order, wire
+from specgen.ir.graph import layer_inputs, producer, topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -56,7 +56,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     order, cycle = topological_order(loaded, edges) if not problems else ([], [])
     problems += cycle
     layers = _infer_layers(loaded, edges, order, owners, problems) if not problems else []
-    problems += _check_outputs(loaded)
+    problems += _check_outputs(loaded, {x.layer.name: x.result for x in layers})
     if problems:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
@@ -81,7 +81,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [_node(x, made, members.held) for x in layers]
+    nodes = [n for x in layers for node in [_node(x, made, members.held)] for n in (node, *_extra_nodes(x, node))]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))
@@ -127,6 +127,9 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
     for i in order:
         layer = spec.layers[i]
         sources = edges[layer.name]
+        if unknown := [s for s in sources if s not in known and producer(s, known) is not None]:
+            problems.append(_unknown_output(loaded, i, unknown[0], known))
+            continue
         if any(s not in known for s in sources):
             continue  # an input already failed; do not pile errors on top of it
         shapes = [known[s][0] for s in sources]
@@ -140,11 +143,33 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
                                               f"layer '{layer.name}' ({layer.op}): {exc}"))
             continue
         known[layer.name] = (result.shape, result.dtype)
+        known.update({f"{layer.name}/{out}": value for out, value in result.extra_outputs.items()})
         paths = [] if owner else [(f"{layer.name}/{d.role}", d) for d in result.variables]
         inferred.append(_Inferred(config, i, sources, shapes, result, paths, owner))
     if owners:
         problems += shares.check_shapes(loaded, inferred)
     return inferred
+
+
+def _unknown_output(loaded: LoadedSpec, i: int, source: str, known: dict[str, tuple[Shape, str]]) -> Diagnostic:
+    """`source` is `<layer>/<output>` of an inferred layer that has no such output."""
+    layer = loaded.spec.layers[i]
+    sources, key = layer_inputs(layer)
+    loc = ("layers", i, key, sources.index(source)) if key == "inputs" and source in sources else (
+        ("layers", i, key) if source in sources else ("layers", i))
+    owner, _, out = source.rpartition("/")
+    extra = [k for k in known if k.startswith(f"{owner}/") and k.rpartition("/")[0] == owner]
+    has = f"its outputs are {owner}, {', '.join(extra)}" if extra else f"its one output is {owner}"
+    return loaded.diagnostic(loc, f"layer '{layer.name}' reads '{source}'; layer '{owner}' has no output '{out}' "
+                                  f"({has})")
+
+
+def _extra_nodes(x: _Inferred, node: Node) -> list[Node]:
+    """One node per extra output of `x` (OpResult.extra_outputs), reading `x`'s node, right after it."""
+    return [Node(name=f"{node.name}/{out}", op=ops.EXTRA_OUTPUT, inputs=(node.name,), input_shapes=(node.shape,),
+                 shape=shape, dtype=dtype, params={"output": out}, variables={}, activation=None,
+                 py_name=py_name(f"{node.name}/{out}"), onnx_name=onnx_name(f"{node.name}/{out}"), flops=0,
+                 index=node.index) for out, (shape, dtype) in x.result.extra_outputs.items()]
 
 
 def _layer_weights(layers: list[_Inferred]) -> dict[str, tuple[str, ...]]:
@@ -193,11 +218,18 @@ def _collection_table(variables: list[Variable], members: Membership, pruned: bo
     return {name: tuple(paths) for name, paths in table.items()}
 
 
-def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
+def _check_outputs(loaded: LoadedSpec, inferred: dict[str, ops.OpResult]) -> list[Diagnostic]:
     layers, inputs = [layer.name for layer in loaded.spec.layers], set(loaded.spec.inputs)
     problems = []
     for out, layer in loaded.spec.outputs.items():
-        if layer in inputs:
+        owner = producer(layer, set(layers))
+        if owner is not None and owner != layer:  # `<layer>/<output>`: checked once the layer's outputs are known
+            if owner in inferred and (name := layer.rpartition("/")[2]) not in inferred[owner].extra_outputs:
+                extra = [f"{owner}/{k}" for k in inferred[owner].extra_outputs]
+                has = f"its outputs are {owner}, {', '.join(extra)}" if extra else f"its one output is {owner}"
+                problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names '{layer}'; layer "
+                                                  f"'{owner}' has no output '{name}' ({has})"))
+        elif layer in inputs:
             problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names input '{layer}'; outputs name "
                                               "layers (add a layer, e.g. {op: relu}, if you mean a transformed input)"))
         elif layer not in layers:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 Activation = Callable[[tf.Tensor], tf.Tensor]
+Result = tf.Tensor | tuple[tf.Tensor, ...]  # the output, or with return_state (output, *states)
 ACTIVATIONS: dict[str, Activation] = {
     "tanh": tf.tanh, "sigmoid": tf.sigmoid, "relu": tf.nn.relu,
     "hard_sigmoid": lambda x: tf.nn.relu6(x + 3.0) / 6.0,  # Keras 3's definition
@@ -21,8 +22,9 @@ ACTIVATIONS: dict[str, Activation] = {
 
 
 def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
-         *, return_sequences: bool, go_backwards: bool) -> tf.Tensor:
-    """Project every step's input, scan `step` over time, return the last output or all of them."""
+         *, return_sequences: bool, go_backwards: bool, return_state: bool = False) -> Result:
+    """Project every step's input, scan `step` over time, return the last output or all of them
+    (with return_state, followed by each state after the last step read: Keras' [output, *states])."""
     if go_backwards:
         x = tf.reverse(x, axis=[1])
     projected = tf.matmul(x, kernel)  # [batch, time, gates*units]
@@ -30,7 +32,8 @@ def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callab
         projected = projected + bias
     states = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=initial)
     outputs = states[0]  # [time, batch, units]: the first state is each layer's output
-    return tf.transpose(outputs, [1, 0, 2]) if return_sequences else outputs[-1]
+    out = tf.transpose(outputs, [1, 0, 2]) if return_sequences else outputs[-1]
+    return (out, *(s[-1] for s in states)) if return_state else out
 
 
 def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
@@ -39,7 +42,7 @@ def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
 
 def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
          units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-         recurrent_activation: str = "sigmoid") -> tf.Tensor:
+         recurrent_activation: str = "sigmoid", return_state: bool = False) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
 
     def step(state: tuple[tf.Tensor, tf.Tensor], z_x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -49,12 +52,13 @@ def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias:
         return rec(o) * act(c), c
 
     initial = (_zeros(x, units), _zeros(x, units))
-    return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards)
+    return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards,
+                return_state=return_state)
 
 
 def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
         units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-        recurrent_activation: str = "sigmoid", reset_after: bool = True) -> tf.Tensor:
+        recurrent_activation: str = "sigmoid", reset_after: bool = True, return_state: bool = False) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
 
@@ -75,18 +79,19 @@ def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: 
         return (z * h + (1 - z) * act(x_h + r_h),)
 
     return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards)
+                go_backwards=go_backwards, return_state=return_state)
 
 
 def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
-               units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh") -> tf.Tensor:
+               units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
+               return_state: bool = False) -> Result:
     act = ACTIVATIONS[activation]
 
     def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
         return (act(x_t + tf.matmul(state[0], recurrent_kernel)),)
 
     return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards)
+                go_backwards=go_backwards, return_state=return_state)
 
 
 Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
@@ -103,12 +108,21 @@ def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
     return (y + y_rev) / 2  # ave
 
 
-def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
-                  merge_mode: str, return_sequences: bool, go_backwards: bool, **keywords: object) -> tf.Tensor:
+def bidirectional(layer: Callable[..., Result], x: tf.Tensor, forward: Weights, backward: Weights, *,
+                  merge_mode: str, return_sequences: bool, go_backwards: bool, return_state: bool = False,
+                  **keywords: object) -> Result:
     """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
-    order when it returns sequences), merged."""
-    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, **keywords)
-    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, **keywords)
+    order when it returns sequences), merged; merge_mode "none" returns both, forward first. With
+    return_state the forward layer's states follow, then the backward one's (Keras' order)."""
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards,
+              return_state=return_state, **keywords)
+    y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards,
+                  return_state=return_state, **keywords)
+    states: tuple[tf.Tensor, ...] = ()
+    if return_state:
+        (y, *forward_states), (y_rev, *backward_states) = y, y_rev
+        states = (*forward_states, *backward_states)
     if return_sequences:
         y_rev = tf.reverse(y_rev, axis=[1])
-    return merge(merge_mode, y, y_rev)
+    outputs = (y, y_rev) if merge_mode == "none" else (merge(merge_mode, y, y_rev),)
+    return outputs[0] if len(outputs) + len(states) == 1 else (*outputs, *states)
