@@ -41,23 +41,29 @@ def state_outputs(op: str, layer: str = "r") -> dict[str, str]:
 
 
 def keras_diffs(op: str, params: dict[str, Any], tmp_path: Path) -> dict[str, float]:
-    """Max abs diffs of the outputs and of every gradient, worst over both lengths."""
+    layers = [{"name": "r", "op": op, "units": 4, "return_state": True, **params}]
+    theirs = getattr(keras.layers, KERAS[op])(4, return_state=True, **params)
+    return compare_outputs(layers, state_outputs(op), theirs, lambda w: w.name, tmp_path)
+
+
+def compare_outputs(layers: list[dict[str, Any]], outputs: dict[str, str], theirs: Any, weight_key: Any,
+                    tmp_path: Path) -> dict[str, float]:
+    """Max abs diffs of every output (Keras' list, in `outputs`' order) and of every gradient of the sum of
+    random projections of all of them, worst over both lengths. A spec path `<layer>/<key>` meets the Keras
+    weight whose weight_key(w) is `<key>`."""
     import tensorflow as tf
 
-    layers = [{"name": "r", "op": op, "units": 4, "return_state": True, **params}]
-    outputs = state_outputs(op)
     model = generated_model(spec_text(layers, outputs), tmp_path)
-    theirs = getattr(keras.layers, KERAS[op])(4, return_state=True, **params)
     theirs.build((None, None, FEATURES))
     rng = np.random.default_rng(0)
     ours = model.variables_by_path()
-    by_role = {w.name: w for w in theirs.weights}
-    assert sorted(by_role) == sorted(p.rsplit("/", 1)[-1] for p in ours)
+    by_key = {weight_key(w): w for w in theirs.weights}
+    assert sorted(by_key) == sorted(p.split("/", 1)[1] for p in ours)
     for path, variable in ours.items():
         value = rng.standard_normal(tuple(variable.shape)).astype(np.float32)
         variable.assign(value)
-        by_role[path.rsplit("/", 1)[-1]].assign(value)
-    pairs = [(v, by_role[p.rsplit("/", 1)[-1]]) for p, v in ours.items()]
+        by_key[path.split("/", 1)[1]].assign(value)
+    pairs = [(v, by_key[p.split("/", 1)[1]]) for p, v in ours.items()]
     # One traced graph for both lengths: the generated module under a signature with a dynamic time axis.
     run = tf.function(lambda x: [model({"x": x})[k] for k in outputs],
                       input_signature=[tf.TensorSpec([None, None, FEATURES], tf.float32)])
@@ -79,6 +85,12 @@ def keras_diffs(op: str, params: dict[str, Any], tmp_path: Path) -> dict[str, fl
     return diffs
 
 
+def assert_within(diffs: dict[str, float]) -> None:
+    for key, value in diffs.items():
+        limit = FORWARD_TOLERANCE if key.startswith("forward") else GRADIENT_TOLERANCE
+        assert value <= limit, f"{key}: max abs diff {value:.3g} (limit {limit})"
+
+
 def _worst(diffs: dict[str, float], key: str, a: Any, b: Any) -> None:
     value = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
     diffs[key] = max(diffs.get(key, 0.0), value) if value == value else value  # keep a NaN: it must fail
@@ -95,9 +107,7 @@ def test_states_match_keras(op: str, params: dict[str, Any], tmp_path: Path) -> 
     diffs = keras_diffs(op, params, tmp_path)
     roles = ("kernel", "recurrent_kernel", "bias")
     assert set(diffs) == {*(f"forward {k}" for k in state_outputs(op)), "grad input", *(f"grad r/{r}" for r in roles)}
-    for key, value in diffs.items():
-        limit = FORWARD_TOLERANCE if key.startswith("forward") else GRADIENT_TOLERANCE
-        assert value <= limit, f"{key}: max abs diff {value:.3g} (limit {limit})"
+    assert_within(diffs)
 
 
 @pytest.mark.parametrize(("op", "params"), CASES)
