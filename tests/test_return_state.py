@@ -137,3 +137,13 @@ def test_state_without_return_state_is_refused() -> None:
     layers = [{"name": "r", "op": "gru", "units": 4}]
     assert errors(layers, {"y": "r", "h": "r/state"}) == [
         "rs.yaml:10:6: error: output 'h' names 'r/state'; layer 'r' has no output 'state' (its one output is r)"]
+
+
+def test_layer_named_like_a_state_is_refused() -> None:
+    layers = [{"name": "r", "op": "gru", "units": 4, "return_state": True},
+              {"name": "r/state", "op": "relu", "input": "r"}]
+    assert errors(layers, {"y": "r/state"}) == [
+        "rs.yaml:15:9: error: layer 'r/state' and output 'r/state' of layer 'r' both become 'r__state' in the "
+        "generated ONNX graph; rename one of them",
+        "rs.yaml:15:9: error: layer 'r/state' and output 'r/state' of layer 'r' both become 'r_state' in the "
+        "generated Python code; rename one of them"]

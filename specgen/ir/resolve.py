@@ -15,8 +15,9 @@ from specgen.ir import shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
 from specgen.ir.decay import resolve_decay
 from specgen.ir.exported import check_export_outputs
+from specgen.ir.extra_outputs import extra_nodes, unknown_output
 from specgen.ir.flatten_order import reorder_flattened_kernels
-from specgen.ir.graph import layer_inputs, producer, topological_order, wire
+from specgen.ir.graph import producer, topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
@@ -81,7 +82,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [n for x in layers for node in [_node(x, made, members.held)] for n in (node, *_extra_nodes(x, node))]
+    nodes = [n for x in layers for node in [_node(x, made, members.held)] for n in (node, *extra_nodes(node, x.result))]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))
@@ -128,7 +129,7 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
         layer = spec.layers[i]
         sources = edges[layer.name]
         if unknown := [s for s in sources if s not in known and producer(s, known) is not None]:
-            problems.append(_unknown_output(loaded, i, unknown[0], known))
+            problems.append(unknown_output(loaded, i, unknown[0], known))
             continue
         if any(s not in known for s in sources):
             continue  # an input already failed; do not pile errors on top of it
@@ -149,27 +150,6 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
     if owners:
         problems += shares.check_shapes(loaded, inferred)
     return inferred
-
-
-def _unknown_output(loaded: LoadedSpec, i: int, source: str, known: dict[str, tuple[Shape, str]]) -> Diagnostic:
-    """`source` is `<layer>/<output>` of an inferred layer that has no such output."""
-    layer = loaded.spec.layers[i]
-    sources, key = layer_inputs(layer)
-    loc = ("layers", i, key, sources.index(source)) if key == "inputs" and source in sources else (
-        ("layers", i, key) if source in sources else ("layers", i))
-    owner, _, out = source.rpartition("/")
-    extra = [k for k in known if k.startswith(f"{owner}/") and k.rpartition("/")[0] == owner]
-    has = f"its outputs are {owner}, {', '.join(extra)}" if extra else f"its one output is {owner}"
-    return loaded.diagnostic(loc, f"layer '{layer.name}' reads '{source}'; layer '{owner}' has no output '{out}' "
-                                  f"({has})")
-
-
-def _extra_nodes(x: _Inferred, node: Node) -> list[Node]:
-    """One node per extra output of `x` (OpResult.extra_outputs), reading `x`'s node, right after it."""
-    return [Node(name=f"{node.name}/{out}", op=ops.EXTRA_OUTPUT, inputs=(node.name,), input_shapes=(node.shape,),
-                 shape=shape, dtype=dtype, params={"output": out}, variables={}, activation=None,
-                 py_name=py_name(f"{node.name}/{out}"), onnx_name=onnx_name(f"{node.name}/{out}"), flops=0,
-                 index=node.index) for out, (shape, dtype) in x.result.extra_outputs.items()]
 
 
 def _layer_weights(layers: list[_Inferred]) -> dict[str, tuple[str, ...]]:
@@ -262,6 +242,11 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
     # ('conv1/kernel') is the one reported.
     entries += [(("layers", x.index, "name"), f"variable '{p}'", namer, mangle(p)) for x in layers
                 for p, _ in x.variables for namer, mangle in ((attributes, py_name), (onnx, onnx_name))]
+    # Extra outputs (OpResult.extra_outputs) are tensors too: a layer named 'enc/state_h' beside an lstm 'enc'
+    # with return_state would be read where the state was meant.
+    entries += [(("layers", x.index, "name"), f"output '{x.layer.name}/{out}' of layer '{x.layer.name}'", namer,
+                 mangle(f"{x.layer.name}/{out}")) for x in layers for out in x.result.extra_outputs
+                for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
     entries += [(("layers", x.index, "name"), f"layer '{x.layer.name}'", namer, mangle(x.layer.name))
                 for x in layers for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
     # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.
