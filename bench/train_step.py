@@ -164,6 +164,7 @@ class Specgen:
 
         from specgen.runtime import data
         from specgen.runtime.commands.train import Progress, Session
+        from specgen.runtime.distribution import Distribution
         from specgen.runtime.lib.generated import load_generated
 
         self.loaded, self.spec = loaded, loaded.spec
@@ -188,6 +189,8 @@ class Specgen:
         session = Session.__new__(Session)
         session.trainer, session.train_spec, session.iterator = self.trainer, train, iter(batches())
         session.step, session.every, session.updates_per_epoch = 0, 10**9, 10**9
+        # Session.updates runs through the one-device Distribution over the IR's train section (as __init__ sets)
+        session.distribution, session.train_ir = Distribution(), ir.training.train
         session.writers = {stage: tf.summary.create_file_writer(str(folder / "tensorboard" / stage))
                            for stage in ("train", "eval")}
         self.session, self.progress, self.losses = session, Progress(quiet=True), []

@@ -2,8 +2,10 @@
 (TokenAndPositionEmbedding, exact gelu), built from tiny configs (2 layers, hidden 32) with random weights, saved
 with model.save() (and BERT's second weight set with save_weights()), imported and exported through the CLI.
 
-Checked: onnxruntime on the export equals KerasHub's model.predict (all-ones padding mask) within 1e-4 of the
-output's magnitude at 5 and 16 steps through one graph, and refuses 17 (max_sequence_length); the spec's variable
+Checked: onnxruntime on the export equals KerasHub's model.predict (every output: BERT's pooled_output too)
+within 1e-4 of the output's magnitude at 5 and 16 steps through one graph, with an all-ones padding_mask and
+with padded batches (zeros in the mask; all positions, and the real ones alone), and refuses 17
+(max_sequence_length); the spec's variable
 paths are KerasHub's weight paths; hostile configs get one error line and write nothing; an imported backbone
 plus a new head fine-tunes with the backbone frozen by the imported `backbone` collection (docs/import.md).
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import yaml
 
@@ -38,12 +41,15 @@ LENGTHS = (5, 16)  # one graph at two lengths; 16 is max_sequence_length
 RELATIVE = 1e-4
 
 
-def feeds(name: str, steps: int) -> dict[str, np.ndarray]:
+def feeds(name: str, steps: int, padded: bool = False) -> dict[str, np.ndarray]:
+    """Three sequences; `padded`: of 1, steps - 2 and steps real tokens, the rest id 0 with mask 0 (KerasHub's
+    padding), else all real (an all-ones mask)."""
     rng = np.random.default_rng(steps)
-    found = {"token_ids": rng.integers(0, 50, (3, steps)).astype(np.int32)}
+    real = np.arange(steps) < np.array([[1], [steps - 2], [steps]]) if padded else np.ones((3, steps), bool)
+    found = {"token_ids": np.where(real, rng.integers(1, 50, (3, steps)), 0).astype(np.int32)}
     if name == "bert":
-        found["segment_ids"] = rng.integers(0, 2, (3, steps)).astype(np.int32)
-    return found
+        found["segment_ids"] = np.where(real, rng.integers(0, 2, (3, steps)), 0).astype(np.int32)
+    return found | {"padding_mask": real.astype(np.int32)}
 
 
 def randomize(model: Any, seed: int) -> None:
@@ -55,12 +61,16 @@ def randomize(model: Any, seed: int) -> None:
         weight.assign((value + 1.0 if weight.path.endswith("gamma") else value).astype(np.float32))
 
 
-def reference(model: Any, name: str) -> dict[int, np.ndarray]:
-    """KerasHub's own outputs (sequence_output) at each length, with the all-ones padding mask."""
+CASES = [(steps, padded) for steps in LENGTHS for padded in (False, True)]
+
+
+def reference(model: Any, name: str) -> dict[tuple[int, bool], dict[str, np.ndarray]]:
+    """KerasHub's own outputs (sequence_output, BERT's pooled_output) at each length, unpadded and padded."""
     found = {}
-    for steps in LENGTHS:
-        out = model.predict({**feeds(name, steps), "padding_mask": np.ones((3, steps), np.int32)}, verbose=0)
-        found[steps] = np.asarray(out["sequence_output"] if isinstance(out, dict) else out)
+    for steps, padded in CASES:
+        out = model.predict(feeds(name, steps, padded), verbose=0)
+        found[steps, padded] = {k: np.asarray(v) for k, v in out.items()} if isinstance(out, dict) else \
+            {"sequence_output": np.asarray(out)}
     return found
 
 
@@ -99,13 +109,33 @@ def relative(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
 
 
+def check_outputs(predictor: Predictor, name: str, expected: dict[tuple[int, bool], dict[str, np.ndarray]]) -> None:
+    """Every output at every case within RELATIVE; padded batches also on their real positions alone."""
+    for steps, padded in CASES:
+        got = predictor(feeds(name, steps, padded))
+        assert sorted(got) == sorted(expected[steps, padded]) == sorted(OUTPUTS[name])
+        for output, want in expected[steps, padded].items():
+            assert got[output].shape == want.shape == ((3, steps, 32) if output == "sequence_output" else (3, 32))
+            assert relative(got[output], want) <= RELATIVE, (name, steps, padded, output)
+        if padded:
+            real = feeds(name, steps, padded)["padding_mask"].astype(bool)
+            want = expected[steps, padded]["sequence_output"][real]
+            assert relative(got["sequence_output"][real], want) <= RELATIVE, (name, steps, "real positions")
+
+
+OUTPUTS = {"bert": ["pooled_output", "sequence_output"], "gpt2": ["sequence_output"],
+           "roberta": ["sequence_output"]}
+
+
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_onnx_matches_keras_hub_at_two_lengths(saved: dict[str, Any], name: str) -> None:
     predictor = exported(imported(saved, name))
-    for steps in LENGTHS:
-        (out,) = predictor(feeds(name, steps)).values()
-        assert out.shape == (3, steps, 32)
-        assert relative(out, saved[name]["outputs"][steps]) <= RELATIVE, (name, steps)
+    check_outputs(predictor, name, saved[name]["outputs"])
+    # The mask is honoured, not ignored: the padded batch's ids under an all-ones mask give another answer (on
+    # the real positions for BERT/RoBERTa; GPT-2's causal real positions never see the trailing pads, its padded
+    # ones do).
+    unmasked = predictor(feeds(name, 16, True) | {"padding_mask": np.ones((3, 16), np.int32)})["sequence_output"]
+    assert relative(unmasked, saved[name]["outputs"][16, True]["sequence_output"]) > 1e-2
     with pytest.raises(InputError) as caught:
         predictor(feeds(name, 17))
     assert str(caught.value) == ("input 'token_ids': received 17 steps along 'seq' (shape [3, 17]), expected at "
@@ -116,18 +146,14 @@ def test_onnx_matches_keras_hub_at_two_lengths(saved: dict[str, Any], name: str)
 def test_save_weights_file(saved: dict[str, Any]) -> None:
     """The config from the .keras, the weights from a save_weights() file: the export is that file's model."""
     spec = imported(saved, "bert", "--weights", str(saved["folder"] / "bert.weights.h5"), spec="bert_w.yaml")
-    predictor = exported(spec)
-    for steps in LENGTHS:
-        (out,) = predictor(feeds("bert", steps)).values()
-        assert relative(out, saved["bert_weights"]["outputs"][steps]) <= RELATIVE
+    check_outputs(exported(spec), "bert", saved["bert_weights"]["outputs"])
 
 
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_variable_paths_are_keras_hub_weight_paths(saved: dict[str, Any], name: str) -> None:
     spec = imported(saved, name)
     ir = build_ir(load_spec(spec))
-    keras_paths = saved[name]["paths"] - {"pooled_dense/kernel", "pooled_dense/bias"}  # not imported (docs)
-    assert {v.path for v in ir.model_variables} == keras_paths
+    assert {v.path for v in ir.model_variables} == saved[name]["paths"]
     text = spec.read_text()
     activation = "gelu" if name == "roberta" else "gelu_approximate"  # KerasHub 0.32: RoBERTa exact, BERT/GPT-2 tanh
     assert text.count(f"activation: {activation},") == 2
@@ -204,12 +230,13 @@ def test_finetune_with_the_backbone_frozen(saved: dict[str, Any], capsys: pytest
                        {"name": "head/logits", "op": "dense", "units": 2}]
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 50, (64, 8)).astype(np.int32)
-    np.savez(folder / "tokens.npz", x=ids, y=(ids == 7).any(axis=1).astype(np.int32))  # does token 7 occur?
+    np.savez(folder / "tokens.npz", x=ids, m=np.ones_like(ids), y=(ids == 7).any(axis=1).astype(np.int32))  # 7?
     spec.update({"frozen": ["backbone"], "loss": {"kind": "sparse_softmax_cross_entropy", "logits": "logits",
                                                   "labels": "label"},
                  "optimizers": {"head": {"kind": "adam", "learning_rate": 0.01}},
                  "train": {"batch_size": 16, "epochs": 1, "seed": 0},
-                 "data": {"train": {"npz": "tokens.npz", "features": {"token_ids": "x"}, "labels": {"label": "y"}}}})
+                 "data": {"train": {"npz": "tokens.npz", "features": {"token_ids": "x", "padding_mask": "m"},
+                                    "labels": {"label": "y"}}}})
     spec["checkpoint"]["dir"] = "run"
     path = folder / "roberta_head.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -222,3 +249,16 @@ def test_finetune_with_the_backbone_frozen(saved: dict[str, Any], capsys: pytest
         assert np.array_equal(reader.get_tensor(keras_path).view(np.uint32), value.view(np.uint32)), keras_path
     assert np.abs(reader.get_tensor("head/logits/bias")).max() > 0  # the head trained (its bias starts at zeros)
     assert reader.get_tensor("optimizers/head/iterations") == 4
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_opset_23_attention_node_with_padding(saved: dict[str, Any], name: str) -> None:
+    """At opset 23 each attention is one Attention node; the padding mask (and-ed with the causal one for GPT-2)
+    reaches it as a full [batch, 1, T, S] mask: the same outputs, padded or not, at both lengths."""
+    spec = yaml.safe_load(imported(saved, name).read_text())
+    spec.setdefault("export", {}).setdefault("onnx", {})["opset"] = 23
+    path = saved["folder"] / f"{name}_23.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    predictor = exported(path)
+    assert [n.op_type for n in onnx.load(path.with_suffix("") / "model.onnx").graph.node].count("Attention") == 2
+    check_outputs(predictor, name, saved[name]["outputs"])

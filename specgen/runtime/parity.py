@@ -50,8 +50,9 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
         shape = (batch, *((sizes or {}).get(d, SYMBOL_SIZE) if isinstance(d, str) else d for d in node_input.shape[1:]))
         if node_input.dtype.startswith("int"):
             # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
-            vocab = min(n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes
-                        if n.op in ("embedding", "gather") and node_input.name in n.inputs)
+            # Any other integer input is a mask (a padding_mask): 0 or 1.
+            vocab = min((n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes
+                         if n.op in ("embedding", "gather") and node_input.name in n.inputs), default=2)
             inputs[node_input.name] = rng.integers(0, vocab, shape).astype(node_input.dtype)
         else:
             inputs[node_input.name] = rng.standard_normal(shape).astype(np.float32)

@@ -10,9 +10,12 @@ spelled as `multi_head_attention`, `dropout`, `add`, `layer_norm` and `dense` la
 KerasHub's weight paths (`transformer_layer_0/self_attention_layer` holds `query/kernel`, ...), so
 every spec variable path equals the Keras weight's `path`. keras-hub itself is not imported.
 
-Not imported (stated in the spec's header): the `padding_mask` input (every position attends to every
-other, as with an all-ones mask: feed unpadded sequences of one length per batch), and BERT's
-`pooled_dense` (it reads `x[:, 0, :]`, which no spec op selects yet).
+KerasHub's `padding_mask` input [batch, seq] (1 = a real token) is a spec input of that name: one
+`padding_attention_mask` layer (`attention_mask`) expands it to [batch, seq, seq] and every attention layer
+reads it, as KerasHub's merge_padding_and_attention_mask does (and-ed with the causal mask for GPT-2).
+BERT's `pooled_output` is `take` (index 0, KerasHub's cls_token_index) then `pooled_dense` (tanh).
+Flat layers, not the shipped transformer_encoder/decoder blocks: those take no attention mask, so an
+instance would drop padding_mask again (docs/import.md says so).
 """
 
 from __future__ import annotations
@@ -29,12 +32,8 @@ from specgen.kinds.ops import Layer, infer
 
 _LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
 SEQ = "seq"  # the named dynamic dimension of every sequence input
-NOT_IMPORTED = {
-    "padding_mask": "the padding_mask input: not honoured; every position attends to every other (an all-ones "
-                    "mask), so feed unpadded sequences, one length per batch",
-    "pooled_dense": "BERT's pooled_dense (tanh dense on x[:, 0, :]): no spec op selects one time step yet; put "
-                    "a head on sequence_output (e.g. global_avg_pool, then dense)",
-}
+MASK = "attention_mask"  # the layer that turns padding_mask into every attention layer's [batch, seq, seq] mask
+CLS_TOKEN_INDEX = 0  # BertBackbone's pooler reads x[:, 0, :] (keras-hub 0.32, a constant there)
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,7 @@ class _Layers:
 
     def embeddings(self, token: str, position: str, ids: str) -> str:
         a = self.args
+        self.add(MASK, "padding_attention_mask", "padding_mask")
         tokens = self.add(token, "embedding", ids, vocab_size=a.vocabulary_size, dim=a.hidden_dim,
                           embeddings_init=self.init)
         self.add(position, "positional_embedding", tokens, max_length=a.max_sequence_length,
@@ -117,7 +117,7 @@ class _Layers:
         if decoder:
             self.add(p + "self_attention_layer_norm", "layer_norm", epsilon=epsilon)
         self.add(attention, "multi_head_attention", num_heads=a.num_heads, key_dim=a.hidden_dim // a.num_heads,
-                 dropout=a.dropout, **({"causal": True} if decoder else {}), kernel_init=self.init)
+                 attention_mask=MASK, dropout=a.dropout, **({"causal": True} if decoder else {}), kernel_init=self.init)
         self.add(p + "self_attention_dropout", "dropout", rate=a.dropout)
         residual = self.add(p + "self_attention_residual", "add", inputs=[self.x, residual])
         if not decoder:
@@ -133,7 +133,7 @@ class _Layers:
             self.add(p + "feedforward_layer_norm", "layer_norm", epsilon=epsilon)
 
 
-def _bert(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+def _bert(a: Args) -> Built:
     b = _Layers(a, _init("truncated_normal"))
     tokens = b.embeddings("token_embedding", "position_embedding", "token_ids")
     b.add("segment_embedding", "embedding", "segment_ids", vocab_size=a.num_segments, dim=a.hidden_dim,
@@ -143,10 +143,13 @@ def _bert(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     b.add("embeddings_dropout", "dropout", rate=a.dropout)
     for i in range(a.num_layers):
         b.block(i, 1e-12, "gelu_approximate", decoder=False)
-    return {"token_ids": _ids(), "segment_ids": _ids()}, b.layers, ["padding_mask", "pooled_dense"]
+    sequence = b.x
+    b.add("pooled_token", "take", axis=1, index=CLS_TOKEN_INDEX)
+    b.add("pooled_dense", "dense", units=a.hidden_dim, activation="tanh", kernel_init=b.init)
+    return _inputs("token_ids", "segment_ids"), b.layers, {"sequence_output": sequence, "pooled_output": b.x}
 
 
-def _gpt2(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+def _gpt2(a: Args) -> Built:
     b = _Layers(a, _init("random_normal"))
     tokens = b.embeddings("token_embedding", "position_embedding", "token_ids")
     b.add("embeddings_add", "add", inputs=[tokens, "position_embedding"])
@@ -154,10 +157,10 @@ def _gpt2(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     for i in range(a.num_layers):
         b.block(i, 1e-5, "gelu_approximate", decoder=True)
     b.add("layer_norm", "layer_norm", epsilon=1e-5)
-    return {"token_ids": _ids()}, b.layers, ["padding_mask"]
+    return _inputs("token_ids"), b.layers, {"sequence_output": b.x}
 
 
-def _roberta(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+def _roberta(a: Args) -> Built:
     b = _Layers(a, _init("truncated_normal"))
     # TokenAndPositionEmbedding 'embeddings': its two sublayers, summed as it does.
     tokens = b.embeddings("embeddings/token_embedding", "embeddings/position_embedding", "token_ids")
@@ -166,14 +169,16 @@ def _roberta(a: Args) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     b.add("embeddings_dropout", "dropout", rate=a.dropout)
     for i in range(a.num_layers):
         b.block(i, 1e-5, "gelu", decoder=False)
-    return {"token_ids": _ids()}, b.layers, ["padding_mask"]
+    return _inputs("token_ids"), b.layers, {"sequence_output": b.x}
 
 
-def _ids() -> dict[str, Any]:
-    return {"shape": [SEQ], "dtype": "int32"}
+def _inputs(*ids: str) -> dict[str, Any]:
+    """The id inputs and KerasHub's padding_mask, all [batch, seq] int32 (KerasHub's dtypes)."""
+    return {name: {"shape": [SEQ], "dtype": "int32"} for name in (*ids, "padding_mask")}
 
 
-Builder = Callable[[Args], tuple[dict[str, Any], list[dict[str, Any]], list[str]]]
+Built = tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]  # inputs, layers, outputs
+Builder = Callable[[Args], Built]
 BACKBONES: dict[str, tuple[Builder, bool]] = {  # class -> (builder, has num_segments)
     "BertBackbone": (_bert, True), "GPT2Backbone": (_gpt2, False), "RobertaBackbone": (_roberta, False),
 }
@@ -189,12 +194,10 @@ def convert_backbone(config: dict[str, Any]) -> Imported:
     if not isinstance(inner, dict):
         raise ImportProblem(f"KerasHub {cls}: config.json holds no constructor arguments")
     build, segments = BACKBONES[cls]
-    inputs, layers, dropped = build(_args(cls, inner, segments))
+    inputs, layers, outputs = build(_args(cls, inner, segments))
     name = str(inner.get("name", cls.lower()))
-    imp = Imported(name if name.isidentifier() else cls.lower(), inputs, {"sequence_output": layers[-1]["name"]},
-                   layers)
+    imp = Imported(name if name.isidentifier() else cls.lower(), inputs, outputs, layers)
     imp.layer_names = {entry["name"]: entry["name"] for entry in layers}
-    imp.not_imported = [NOT_IMPORTED[what] for what in dropped]
     return imp
 
 
@@ -204,7 +207,7 @@ def variables(imp: Imported) -> dict[str, tuple[int, ...]]:
     dtypes: dict[str, str] = {n: spec["dtype"] for n, spec in imp.inputs.items()}
     found: dict[str, tuple[int, ...]] = {}
     for entry in imp.layers:
-        ins = entry.get("inputs") or [entry["input"]]
+        ins = [*(entry.get("inputs") or [entry["input"]]), *([entry[MASK]] if MASK in entry else [])]
         result = infer(_LAYER.validate_python(entry), [shapes[i] for i in ins], [dtypes[i] for i in ins])
         shapes[entry["name"]], dtypes[entry["name"]] = result.shape, result.dtype
         found.update({f"{entry['name']}/{v.role}": v.shape for v in result.variables})

@@ -1,0 +1,57 @@
+"""take: one index along one axis, the axis removed (numpy's `x.take(index, axis)`, Keras' `x[:, i]`).
+
+BERT's pooler reads the first token (KerasHub's `x[:, cls_token_index, :]`); a last-step readout is
+`index: -1`. A negative index counts from the end, as numpy and Keras do. ONNX: one Gather with a
+scalar index (it takes negative indices the same way). FLOPs 0: a copy, no arithmetic.
+
+An index outside a fixed axis is a validate error. On a named dynamic axis the size is known only at
+run time: the graph refuses a sequence too short for the index (TensorFlow's strided slice and
+onnxruntime's Gather both raise, naming the index and the bound), never a wrong answer. specgen does
+not stamp a minimum length into the export (runtime/lengths.py records maxima only).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from specgen import text
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in
+from specgen.kinds.ops.nodes import Node, Shape
+from specgen.spec.base import Int
+from specgen.spec.layers import LayerBase
+
+
+class Take(LayerBase):
+    op: Literal["take"]
+    axis: Int = Field(1, description="The axis to select along, counted with the batch as axis 0 (not takeable); "
+                                     "it is removed from the output.")
+    index: Int = Field(description="The position along `axis`; negative counts from the end (-1: the last).")
+
+
+def infer(layer: Take, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    (shape,), (dtype,) = shapes, dtypes
+    rank = len(shape)
+    if rank < 2:
+        raise OpError(f"take needs an axis besides the batch; received {text.shape(shape)}", "input")
+    axis = axis_in(layer.axis, rank, "axis")
+    size = shape[axis]
+    if isinstance(size, int) and not -size <= layer.index < size:
+        raise OpError(f"index: received {layer.index} along axis {axis} of size {size} (input {text.shape(shape)}); "
+                      f"expected {-size} to {size - 1}", "index")
+    out = tuple(d for i, d in enumerate(shape) if i != axis)
+    return OpResult(out, dtype, {"axis": axis, "index": layer.index}, flops=0)
+
+
+def tf_attrs(node: Node) -> dict[str, Any]:
+    # Python indexing (a strided slice): takes negative indices as numpy does, where tf.gather refuses them on CPU.
+    axis = node.params["axis"]
+    return {"key": ", ".join([":"] * axis + [str(node.params["index"])])}
+
+
+def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    return {"axis": node.params["axis"], "index": node.params["index"]}
+
+
+OPS = (OpDef("take", Take, infer, tf_attrs, onnx_attrs, symbolic=True),)
