@@ -47,7 +47,7 @@ def keras_diffs(op: str, params: dict[str, Any], tmp_path: Path) -> dict[str, fl
 
 
 def compare_outputs(layers: list[dict[str, Any]], outputs: dict[str, str], theirs: Any, weight_key: Any,
-                    tmp_path: Path) -> dict[str, float]:
+                    tmp_path: Path, path_key: Any = lambda p: p.split("/", 1)[1]) -> dict[str, float]:
     """Max abs diffs of every output (Keras' list, in `outputs`' order) and of every gradient of the sum of
     random projections of all of them, worst over both lengths. A spec path `<layer>/<key>` meets the Keras
     weight whose weight_key(w) is `<key>`."""
@@ -58,12 +58,12 @@ def compare_outputs(layers: list[dict[str, Any]], outputs: dict[str, str], their
     rng = np.random.default_rng(0)
     ours = model.variables_by_path()
     by_key = {weight_key(w): w for w in theirs.weights}
-    assert sorted(by_key) == sorted(p.split("/", 1)[1] for p in ours)
+    assert sorted(by_key) == sorted(path_key(p) for p in ours)
     for path, variable in ours.items():
         value = rng.standard_normal(tuple(variable.shape)).astype(np.float32)
         variable.assign(value)
-        by_key[path.split("/", 1)[1]].assign(value)
-    pairs = [(v, by_key[p.split("/", 1)[1]]) for p, v in ours.items()]
+        by_key[path_key(path)].assign(value)
+    pairs = [(v, by_key[path_key(p)]) for p, v in ours.items()]
     # One traced graph for both lengths: the generated module under a signature with a dynamic time axis.
     run = tf.function(lambda x: [model({"x": x})[k] for k in outputs],
                       input_signature=[tf.TensorSpec([None, None, FEATURES], tf.float32)])
@@ -147,3 +147,53 @@ def test_layer_named_like_a_state_is_refused() -> None:
         "generated ONNX graph; rename one of them",
         "rs.yaml:15:9: error: layer 'r/state' and output 'r/state' of layer 'r' both become 'r_state' in the "
         "generated Python code; rename one of them"]
+
+
+SEQ2SEQ = {"lstm": ["enc/state_h", "enc/state_c"], "gru": ["enc/state"], "simple_rnn": ["enc/state"]}
+
+
+def seq2seq_layers(op: str, back: bool) -> list[dict[str, Any]]:
+    """An encoder's states start a decoder (both read x: one input keeps the helpers' signature)."""
+    return [{"name": "enc", "op": op, "units": 4, "return_state": True, "go_backwards": back},
+            {"name": "dec", "op": op, "units": 4, "return_sequences": True, "input": "x",
+             "initial_state": SEQ2SEQ[op]}]
+
+
+@pytest.mark.parametrize("back", [False, True], ids=["fwd", "back"])
+@pytest.mark.parametrize("op", list(KERAS))
+def test_initial_state_matches_keras(op: str, back: bool, tmp_path: Path) -> None:
+    """Keras' decoder(x, initial_state=encoder states): outputs and gradients reach the encoder's weights."""
+    x = keras.Input((None, FEATURES))
+    encoder = getattr(keras.layers, KERAS[op])(4, return_state=True, go_backwards=back)
+    decoder = getattr(keras.layers, KERAS[op])(4, return_sequences=True)
+    enc_out, *states = encoder(x)
+    theirs = keras.Model(x, [decoder(x, initial_state=states), enc_out])
+    owner = {id(w): "enc" for w in encoder.weights} | {id(w): "dec" for w in decoder.weights}
+    diffs = compare_outputs(seq2seq_layers(op, back), {"y": "dec", "e": "enc"}, theirs,
+                            lambda w: f"{owner[id(w)]}/{w.name}", tmp_path, path_key=lambda p: p)
+    roles = ("kernel", "recurrent_kernel", "bias")
+    assert set(diffs) == {"forward y", "forward e", "grad input", *(f"grad {n}/{r}" for n in ("enc", "dec")
+                                                                     for r in roles)}
+    assert_within(diffs)
+
+
+@pytest.mark.parametrize("op", list(KERAS))
+def test_initial_state_tf_vs_onnxruntime(op: str, tmp_path: Path) -> None:
+    layers = seq2seq_layers(op, True)
+    layers[1]["use_bias"] = False  # ONNX's B then an empty input before initial_h
+    text = spec_text(layers, {"y": "dec"})
+    assert check_parity(load_spec_text(text, "rs.yaml"), tmp_path) <= TOLERANCE
+    text = spec_text(seq2seq_layers(op, False), {"y": "dec", **state_outputs(op, "enc")})
+    assert check_parity(load_spec_text(text, "rs.yaml"), tmp_path) <= TOLERANCE
+
+
+def test_initial_state_of_the_wrong_size_is_refused() -> None:
+    layers = [{"name": "enc", "op": "gru", "units": 3, "return_state": True},
+              {"name": "dec", "op": "lstm", "units": 4, "input": "x", "initial_state": ["enc/state", "enc/state"]}]
+    assert errors(layers, {"y": "dec"}) == [
+        "rs.yaml:20:3: error: layer 'dec' (lstm): initial_state: its state_h must be float32 [batch, 4] (units); "
+        "received float32 [batch, 3]"]
+    layers[1]["initial_state"] = ["enc/state"]
+    assert errors(layers, {"y": "dec"}) == [
+        "rs.yaml:20:3: error: layer 'dec' (lstm): initial_state of lstm needs 2 tensor(s) (state_h, state_c); "
+        "received 1"]

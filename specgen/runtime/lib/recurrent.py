@@ -42,7 +42,8 @@ def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
 
 def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
          units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-         recurrent_activation: str = "sigmoid", return_state: bool = False) -> Result:
+         recurrent_activation: str = "sigmoid", return_state: bool = False,
+         initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
 
     def step(state: tuple[tf.Tensor, tf.Tensor], z_x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -51,14 +52,15 @@ def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias:
         c = rec(f) * c + rec(i) * act(g)
         return rec(o) * act(c), c
 
-    initial = (_zeros(x, units), _zeros(x, units))
+    initial = initial_state or (_zeros(x, units), _zeros(x, units))  # Keras' initial_state=, else zeros
     return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards,
                 return_state=return_state)
 
 
 def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
         units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-        recurrent_activation: str = "sigmoid", reset_after: bool = True, return_state: bool = False) -> Result:
+        recurrent_activation: str = "sigmoid", reset_after: bool = True, return_state: bool = False,
+        initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
 
@@ -78,19 +80,21 @@ def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: 
             r_h = tf.matmul(r * h, recurrent_kernel[:, 2 * units:])
         return (z * h + (1 - z) * act(x_h + r_h),)
 
-    return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
+    return _run(x, kernel, input_bias, step, initial_state or (_zeros(x, units),),
+                return_sequences=return_sequences,
                 go_backwards=go_backwards, return_state=return_state)
 
 
 def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
                units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-               return_state: bool = False) -> Result:
+               return_state: bool = False, initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act = ACTIVATIONS[activation]
 
     def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
         return (act(x_t + tf.matmul(state[0], recurrent_kernel)),)
 
-    return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
+    return _run(x, kernel, bias, step, initial_state or (_zeros(x, units),),
+                return_sequences=return_sequences,
                 go_backwards=go_backwards, return_state=return_state)
 
 
