@@ -1,8 +1,13 @@
-"""Shared fixtures. TensorFlow is imported lazily, once per session, by the tests that need it."""
+"""Shared fixtures. TensorFlow is imported lazily, once per session, by the tests that need it.
+
+Also the suite's time guard (`--time-budget`, set by .ci/test) and the per-worker thread counts
+used under pytest-xdist (`-n 2`, README "Tests").
+"""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,3 +22,50 @@ EXAMPLES = ROOT / "examples" / "specs"
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+# --- the time guard ----------------------------------------------------------------------------
+# CI's budget is 20 minutes for install, ruff and the suite together; .ci/test gives the suite a
+# tripwire below that (--time-budget), so a slow test that creeps in fails CI loudly instead of eating
+# the margin unseen. Only the controller keeps time: under xdist it receives every worker's reports.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--time-budget", type=float, default=None, metavar="SECONDS",
+                     help="fail the run when its wall time exceeds SECONDS, and print the tests' summed time "
+                          "(CI's tripwire, set by .ci/test)")
+
+
+class TimeGuard:
+    """Sums the reported time of every test phase and fails the session when the wall time exceeds the budget."""
+
+    def __init__(self, budget: float, workers: int) -> None:
+        self.budget, self.workers = budget, workers
+        self.started = time.monotonic()
+        self.test_seconds = 0.0
+        self.wall = 0.0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.test_seconds += report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.wall = time.monotonic() - self.started
+        if self.wall > self.budget and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(trylast=True)  # after --durations' list, just above the "N passed" line
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        line = (f"time: {self.wall:.0f} s wall for {self.test_seconds:.0f} s of tests on {self.workers} worker(s); "
+                f"budget {self.budget:.0f} s")
+        if self.wall > self.budget:
+            terminalreporter.write_line(f"error: {line} exceeded: find the new slow tests in the durations above and "
+                                        "make them cheaper (or raise the budget in .ci/test, saying why)", red=True)
+        else:
+            terminalreporter.write_line(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    budget = config.getoption("time_budget")
+    if budget is not None and not hasattr(config, "workerinput"):  # workerinput: this is an xdist worker
+        workers = getattr(config.option, "numprocesses", None) or 1
+        config.pluginmanager.register(TimeGuard(budget, workers), "specgen-time-guard")

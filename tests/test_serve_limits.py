@@ -135,7 +135,9 @@ def response(sock: socket.socket, timeout: float = 5.0) -> tuple[int, dict[str, 
     sock.settimeout(1.0)  # a closing server closes at once; a keep-alive one stays silent
     try:
         closed = sock.recv(1, socket.MSG_PEEK) == b""
-    except (TimeoutError, ConnectionResetError):
+    except ConnectionResetError:  # closed with our unread bytes pending (a trickled body): the kernel resets
+        closed = True
+    except TimeoutError:
         closed = False
     return int(lines[0].split()[1]), headers, rest, closed
 

@@ -19,6 +19,7 @@ from specgen.ir.extra_outputs import extra_nodes, unknown_output
 from specgen.ir.flatten_order import reorder_flattened_kernels
 from specgen.ir.graph import producer, topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
+from specgen.ir.masks import resolve_masks
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
@@ -58,6 +59,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     problems += cycle
     layers = _infer_layers(loaded, edges, order, owners, problems) if not problems else []
     problems += _check_outputs(loaded, {x.layer.name: x.result for x in layers})
+    masks, mask_problems = resolve_masks(loaded, layers) if not problems else ({}, [])
+    problems += mask_problems
     if problems:
         raise SpecError(problems)
     members = Membership.of([(p, d.kind) for x in layers for p, d in x.variables], _layer_weights(layers))
@@ -82,7 +85,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [n for x in layers for node in [_node(x, made, members.held)] for n in (node, *extra_nodes(node, x.result))]
+    nodes = [n for x in layers for node in [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ()))]
+             for n in (node, *extra_nodes(node, x.result))]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))

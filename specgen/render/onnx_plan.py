@@ -20,6 +20,7 @@ from specgen.kinds.dims import SYMBOL
 from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
+from specgen.render.mask_plan import onnx_mask
 from specgen.render.tf_plan import extra_outputs
 
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
@@ -131,6 +132,7 @@ class Lowering:
         pre = f"{out}___preact" if node.activation else out
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
         attrs, comment = op.onnx_attrs(node, first, self), _comment(node)
+        attrs |= onnx_mask(node, self, attrs)  # the padding masks it takes (ir/masks.py, render/mask_plan.py)
         if node.name in self.extra:  # its extra outputs the template assigns (those the export keeps)
             attrs["extra"] = self.extra[node.name]
         if extra := self.ir.folded_pads.extra.get(node.name):  # ir/pad_folding.py: the zero pad it reads

@@ -9,6 +9,7 @@ from specgen import text
 from specgen.ir.model import ModelIR, Node, Variable
 from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.render.environment import Fields
+from specgen.render.mask_plan import tf_mask
 from specgen.render.prune_plan import weight_reads
 
 
@@ -68,7 +69,8 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
         op = op_def(node.op)  # templates and attributes come from the op's definition (specgen/kinds/ops)
         ins = tuple(local[s] for s in node.inputs)
         w = {role: reads.get(v.path, f"self.{v.py_name}") for role, v in node.variables.items()}
-        attrs = {**op.tf_attrs(node), **({"extra": extra[node.name]} if node.name in extra else {})}
+        attrs = op.tf_attrs(node) | tf_mask(node, local)  # the padding mask it takes (ir/masks.py)
+        attrs |= {"extra": extra[node.name]} if node.name in extra else {}  # OpResult.extra_outputs
         steps.append(TfStep(op.tf_template, node.py_name, ins, w, attrs, _comment(node)))
         if node.activation:
             act = REGISTRY[node.activation]

@@ -13,6 +13,7 @@ from specgen.ir.lints import momentum_note
 from specgen.ir.model import ModelIR
 from specgen.report.flops import flops_table
 from specgen.report.loss_terms import loss_table
+from specgen.report.masks import masks_table
 from specgen.report.optimizers import optimizers_table
 from specgen.report.pruning import pruning_table
 from specgen.report.targets import targets_table
@@ -32,6 +33,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
         loss_table(ir),
         pruning_table(ir, measured),
         flops_table(ir),
+        masks_table(ir),
         momentum_note(ir),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"

@@ -38,6 +38,7 @@ from specgen.importers.keras.entries import (
     refs,
 )
 from specgen.importers.keras.errors import ImportProblem, layer_problem
+from specgen.importers.keras.masks import is_zero_mask, reads_zero_mask
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
@@ -110,6 +111,7 @@ class _Flattener:
         self.inputs: list[KInput] = []
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
+        self.zero_masks: set[str] = set()  # Keras' NotEqual(ids, 0) mask layers, left to specgen (masks.py)
 
     # --- one entry, one call of a layer --------------------------------------------------
 
@@ -134,7 +136,8 @@ class _Flattener:
                      if k in kept and v is not None}
             # A recorded `training` gives way to the flag the model is called with (functional.py's
             # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
-            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept})
+            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept
+                                           and not reads_zero_mask(k, v, scope, self.zero_masks)})
             args = call.args
             if len(args) == 1 and isinstance(args[0], list):  # Add, Concatenate, ...: one list of tensors
                 args = args[0]
@@ -182,6 +185,9 @@ class _Flattener:
             entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
             if entry.class_name == INPUT:
                 self._input(entry, name, scope, bound, input_names, inputs)
+                continue
+            if is_zero_mask(entry):  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
+                self.zero_masks.add(scope + name)
                 continue
             # Layers not called in this model have no nodes (Keras keeps them in the config). A layer called
             # several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec layer with

@@ -298,11 +298,16 @@ def normalize(a: Args, shapes: Shapes) -> dict[str, Any]:
     return {"op": "normalize", "mean": a.numbers("mean"), "variance": a.numbers("variance")}
 
 
+def _mask_zero(a: Args) -> dict[str, Any]:
+    """Keras' mask_zero as the spec's: `specgen validate` then follows the mask as Keras does (ir/masks.py) and
+    refuses the imported layers that cannot take it, by name."""
+    return {"mask_zero": True} if a.expect("mask_zero", False, True, None) else {}
+
+
 def embedding(a: Args, shapes: Shapes) -> dict[str, Any]:
-    a.expect("mask_zero", False, None, why="specgen has no masks")
     a.expect("lora_rank", None, why="LoRA adapters have no spec form")
     a.get("input_length")  # Keras 2: a shape check only
-    out = {"op": "embedding", "vocab_size": a.integer("input_dim"), "dim": a.integer("output_dim")}
+    out = {"op": "embedding", "vocab_size": a.integer("input_dim"), "dim": a.integer("output_dim"), **_mask_zero(a)}
     if (init := a.initializer("embeddings_initializer")) not in (None, "random_uniform"):
         out["embeddings_init"] = init
     return out

@@ -66,3 +66,11 @@ class Node:
     # Its weights are all frozen in a spec that trains (collections.py `held`): a batch_norm then normalizes
     # with its moving statistics and does not update them, also in training, as Keras' trainable=False.
     inference_mode: bool = False
+    # The Keras masks this layer consumes (ir/masks.py), per input position: the id tensors (spec inputs or
+    # layers) of the mask_zero embeddings that made each; a mask is "any of them is non-zero" per step.
+    input_masks: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def mask(self) -> tuple[str, ...]:
+        """The first input's mask (a recurrent layer's, a pool's, an attention's query's); () for none."""
+        return self.input_masks[0] if self.input_masks else ()

@@ -6,6 +6,8 @@ query is scaled by 1/sqrt(key_dim) before the scores, masked scores become -1e9 
 the softmax runs in float32 and dropout falls on the attention weights in training only. The explicit
 mask and the causal one combine with a logical and, as Keras' _compute_attention_mask does. Rotary
 position embedding is KerasHub's RotaryEmbedding (split halves, [-x2, x1]) on the projected query and key.
+Padding masks ([batch, time] bool from mask_zero embeddings, specgen/ir/masks.py) join them as Keras'
+_compute_attention_mask does: the query's as rows, the value's and the key's as columns.
 """
 
 from __future__ import annotations
@@ -42,18 +44,31 @@ def rotary(x: tf.Tensor, frequencies: Sequence[float]) -> tf.Tensor:
     return x * tf.cos(angles) + rotated * tf.sin(angles)
 
 
-def _mask(scores: tf.Tensor, mask: tf.Tensor | None, causal: bool) -> tf.Tensor:
+def _padding(query_mask: tf.Tensor | None, value_mask: tf.Tensor | None, key_mask: tf.Tensor | None
+             ) -> tf.Tensor | None:
+    """[batch, 1, query time, key time] (or broadcastable) from the padding masks, None without any."""
+    keep = None if query_mask is None else query_mask[:, None, :, None]
+    for columns in (value_mask, key_mask):
+        if columns is not None:
+            keep = columns[:, None, None, :] if keep is None else tf.logical_and(keep, columns[:, None, None, :])
+    return keep
+
+
+def _keep(scores: tf.Tensor, mask: tf.Tensor | None, causal: bool, padding: tf.Tensor | None) -> tf.Tensor | None:
     keep = None if mask is None else tf.cast(mask, tf.bool)[:, None]  # [batch, 1 (heads), query, key]
     if causal:
         keep = causal_mask(scores) if keep is None else tf.logical_and(keep, causal_mask(scores))
-    return scores if keep is None else tf.where(keep, scores, tf.constant(MASKED, scores.dtype))
+    if padding is not None:
+        keep = padding if keep is None else tf.logical_and(keep, padding)
+    return keep
 
 
 def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None], *, key_dim: int, causal: bool,
                          dropout: float, training: bool, seed: tf.Tensor | None, salt: int,
                          value: tf.Tensor | None = None, key: tf.Tensor | None = None,
-                         mask: tf.Tensor | None = None, rotary_frequencies: Sequence[float] | None = None
-                         ) -> tf.Tensor:
+                         mask: tf.Tensor | None = None, rotary_frequencies: Sequence[float] | None = None,
+                         query_mask: tf.Tensor | None = None, value_mask: tf.Tensor | None = None,
+                         key_mask: tf.Tensor | None = None) -> tf.Tensor:
     """`weights`: Keras' roles (`query/kernel`, ..., `attention_output/bias`); biases None without use_bias.
     `value` defaults to `query` (self-attention) and `key` to `value`, as Keras' call(query, value, key)."""
     value = query if value is None else value
@@ -64,8 +79,14 @@ def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None
     if rotary_frequencies is not None:
         q, k = rotary(q, rotary_frequencies), rotary(k, rotary_frequencies)
     q = q * (1.0 / math.sqrt(key_dim))
-    scores = _mask(tf.einsum("bshk,bthk->bhts", k, q), mask, causal)  # [batch, heads, query time, key time]
+    scores = tf.einsum("bshk,bthk->bhts", k, q)  # [batch, heads, query time, key time]
+    padding = _padding(query_mask, value_mask, key_mask)
+    keep = _keep(scores, mask, causal, padding)
+    if keep is not None:
+        scores = tf.where(keep, scores, tf.constant(MASKED, scores.dtype))
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+    if padding is not None and dropout > 0:  # Keras' Softmax-layer path (taken with dropout) zeroes a row with
+        probs = tf.where(keep, probs, tf.zeros_like(probs))  # no allowed key; its fused path leaves it uniform
     probs = drop(probs, rate=dropout, training=training, seed=seed, salt=salt)
     context = tf.einsum("bhts,bshv->bthv", probs, v)
     out = tf.einsum("bthv,hvd->btd", context, weights["attention_output/kernel"])

@@ -1,0 +1,99 @@
+"""The padding mask a layer consumes (Node.mask, ir/masks.py) as template attributes.
+
+TensorFlow: the call expression that builds it from the id tensors, placed as the helper's `mask=` argument.
+ONNX: the id tensors, which the consumer's template turns into a bool [batch, time] tensor (Cast to bool:
+non-zero is true) and, for recurrent nodes, into the in-graph reordering that feeds `sequence_lens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgen.ir.model import Node
+
+
+def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
+    """multi_head_attention's padding masks by role (query, value, and key when it is a separate input)."""
+    at = node.params["roles"]
+    found = {role: node.input_masks[at[role]] for role in ("query", "value", "key")
+             if (role != "key" or at["key"] != at["value"]) and node.input_masks[at[role]]}
+    return found
+
+
+def tf_mask(node: Node, local: dict[str, str]) -> dict[str, Any]:
+    if not any(node.input_masks):
+        return {}
+    if node.op == "multi_head_attention":
+        return {"padding": {role: f"layers.token_mask({', '.join(local[s] for s in ids)})"
+                            for role, ids in _by_role(node).items()}}
+    return {"mask": f"layers.token_mask({', '.join(local[s] for s in node.mask)})"}
+
+
+def onnx_mask(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    """`ctx`: render/onnx_plan.py's Lowering (its tensor names, constants and plan); `attrs`: the op's own."""
+    if not any(node.input_masks):
+        return {}
+    if node.op == "multi_head_attention":
+        padding = {role: [ctx.tensor[s] for s in ids] for role, ids in _by_role(node).items()}
+        return {"padding": padding} | onnx_constants(node, ctx, attrs)
+    return {"mask": [ctx.tensor[s] for s in node.mask]} | onnx_constants(node, ctx, attrs)
+
+
+def _scalar(ctx: Any, name: str, value: int) -> str:
+    """An int64 scalar (Range's bounds and CumSum's axis are 0-d; OnnxContext.constant makes 1-d tensors)."""
+    ctx.plan.constants.append(f"int64 {name} = {{{value}}}")
+    return name
+
+
+def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Template attributes for templates/onnx/masks.onnx.j2: only the constants the chosen nodes read
+    (onnxruntime warns about unused initializers); `attrs` are the op's own (multi_head_attention's)."""
+    n, p = node.onnx_name, node.params
+    if node.op in ("lstm", "gru", "simple_rnn"):
+        found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
+                 "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
+        if p["return_sequences"] and p["go_backwards"]:
+            found["flip"] = [ctx.constant(f"{n}___mask_{k}", [v]) for k, v in
+                             (("starts", -1), ("ends", -(2**63)), ("flip_axes", 1), ("steps", -1))]
+        elif p["return_sequences"]:
+            found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+        return {"masks": found}
+    if node.op == "bidirectional":
+        found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
+                 "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
+        if p["return_sequences"]:
+            found["axes_index"] = ctx.constant(f"{n}___mask_axes_index", [0, 3])
+            found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+            if p["merge_mode"] != "concat":
+                found["axis0"] = ctx.constant(f"{n}___mask_axis0", [0])
+        return {"masks": found}
+    if node.op != "multi_head_attention":  # global_avg_pool
+        return {"masks": {"axis1": ctx.constant(f"{n}___mask_axis1", [1]),
+                          "fzero": ctx.float_constant(f"{n}___mask_fzero", 0.0)}}
+    return _attention_constants(node, ctx, attrs)
+
+
+def _attention_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    n, by_role = node.onnx_name, _by_role(node)
+    zero_rows = node.params["dropout"] > 0  # Keras' Softmax-layer path zeroes rows with no allowed key
+    found: dict[str, Any] = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "zero_rows": zero_rows}
+    if "query" in by_role:
+        found["axes_query"] = ctx.constant(f"{n}___mask_axes_query", [1, 3])
+    if by_role.keys() - {"query"}:
+        found["axes_key"] = ctx.constant(f"{n}___mask_axes_key", [1, 2])
+    if zero_rows and attrs["fused"]:
+        found["last"] = ctx.constant(f"{n}___mask_last", [-1])
+    elif zero_rows:
+        found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+    # The op declared these only for its own masks; a padding mask needs them too. With is_causal (the fused
+    # node's causal flag) and a padding mask, the causal mask is built and and-ed like an explicit one.
+    extra: dict[str, Any] = {"masks": found}
+    if "masked" not in attrs:
+        extra["masked"] = ctx.float_constant(f"{n}___masked_value", -1e9)  # Keras' masked score (attention.py)
+    if attrs["fused"] and "zero" not in attrs:
+        extra["zero"] = ctx.float_constant(f"{n}___zero", 0.0)
+    if attrs["is_causal"]:
+        extra |= {"causal": True, "is_causal": False}
+        if "one" not in attrs:
+            extra["one"] = ctx.float_constant(f"{n}___one", 1.0)
+    return extra
