@@ -65,7 +65,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
         warnings += found
         if not (found and args.strict):
-            print(f"ok: {shown(path)} ({ir.name}: {len(ir.nodes)} layers, {len(ir.variables)} variables)")
+            print(f"ok: {shown(path)} ({ir.name}: {ir.layer_count} layers, {len(ir.variables)} variables)")
     if args.strict:  # warnings become errors: reported with them, exit 1
         problems += [replace(w, severity="error") for w in warnings]
     elif warnings:  # never the exit status: validate fails on errors only

@@ -135,7 +135,7 @@ ERRORS = [
      "9:54: error: layer 'last' (bidirectional): go_backwards inside bidirectional is not supported; received true, "
      "expected false (the backward half already reads the sequence last step first)"),
     ("merge_mode", "  - {name: last, op: bidirectional, input: x, merge_mode: max, layer: {op: gru, units: 4}}",
-     "9:59: error: merge_mode: received 'max', expected 'ave', 'concat', 'mul' or 'sum' (in layer 'last')"),
+     "9:59: error: merge_mode: received 'max', expected 'ave', 'concat', 'mul', 'none' or 'sum' (in layer 'last')"),
     ("wrapped_op", "  - {name: last, op: bidirectional, input: x, layer: {op: dense, units: 4}}",
      "9:59: error: unknown op 'dense' (expected 'gru', 'lstm' or 'simple_rnn') (in layer 'last')"),
     ("wrapped_name", "  - {name: last, op: bidirectional, input: x, layer: {op: lstm, units: 4, name: f}}",

@@ -104,9 +104,8 @@ ERRORS = [
      "9:44: error: units: received 0, expected a value > 0 (in layer 'last')"),
     ("units_float", "  - {name: last, op: simple_rnn, input: x, units: 2.5}",
      "9:51: error: units: expected an integer, received 2.5 (float) (in layer 'last')"),
-    ("return_state", "  - {name: last, op: lstm, input: x, units: 4, return_state: true}",
-     "9:62: error: layer 'last' (lstm): return_state is not supported yet by lstm; received true, "
-     "expected false (take the last output with return_sequences: false)"),
+    ("initial_state", "  - {name: last, op: lstm, input: x, units: 4, initial_state: [x]}",
+     "9:63: error: layer 'last' (lstm): initial_state of lstm needs 2 tensor(s) (state_h, state_c); received 1"),
     ("forget_bias_random", "  - {name: last, op: lstm, input: x, units: 4, bias_init: he_normal}",
      "9:59: error: layer 'last' (lstm): unit_forget_bias: true needs a fixed bias_init (zeros, ones or "
      "constant); received he_normal; set unit_forget_bias: false to draw the whole bias from he_normal"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specgen.ir.model import Node, Variable
-from specgen.kinds.ops import REGISTRY
+from specgen.kinds.ops import op_def
 
 __all__ = ["channels_first_layers", "reorder_flattened_kernels"]
 
@@ -26,7 +26,7 @@ def channels_first_layers(nodes: list[Node]) -> set[str]:
     """
     first: set[str] = set()
     for node in nodes:
-        layout = REGISTRY[node.op].layout
+        layout = op_def(node.op).layout
         want_first = layout == "first" or (layout == "any" and bool(node.inputs) and node.inputs[0] in first)
         if want_first and len(node.shape) > 2:
             first.add(node.name)
@@ -41,7 +41,7 @@ def _dense_readers(flatten: str, nodes: list[Node], outputs: set[str]) -> list[N
         if name in outputs:
             return None  # a graph output keeps Keras' order
         for node in (n for n in nodes if name in n.inputs):
-            if REGISTRY[node.op].onnx_template_for(node) is None and len(node.inputs) == 1:
+            if op_def(node.op).onnx_template_for(node) is None and len(node.inputs) == 1:
                 todo.append(node.name)
             elif node.op == "dense" and node.shares is None and "kernel" in node.variables:
                 readers.append(node)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
@@ -18,13 +19,35 @@ def layer_inputs(layer: Any) -> tuple[list[str], str]:
 
 
 # Keys naming a further input an op reads after its `input`/`inputs` (in this order), e.g. attention's mask.
-SIDE_INPUTS = ("attention_mask",)
+# A key may name one tensor or a list of them (a recurrent layer's initial_state).
+SIDE_INPUTS = ("attention_mask", "initial_state")
 
 
 def side_inputs(layer: Any) -> list[str]:
     """The side inputs a layer names (SIDE_INPUTS), which follow its other inputs in its node's inputs."""
     fields = type(layer).model_fields
     return [key for key in SIDE_INPUTS if key in fields and getattr(layer, key) is not None]
+
+
+def _side_sources(layer: Any, i: int, keys: list[str]) -> tuple[list[str], list[tuple[str | int, ...]]]:
+    """The names the side-input keys hold, in order, each with its spec location."""
+    names: list[str] = []
+    locs: list[tuple[str | int, ...]] = []
+    for key in keys:
+        value = getattr(layer, key)
+        for j, name in enumerate(value if isinstance(value, list) else [value]):
+            names.append(name)
+            locs.append(("layers", i, key, j) if isinstance(value, list) else ("layers", i, key))
+    return names, locs
+
+
+def producer(source: str, layers: Mapping[str, object] | set[str]) -> str | None:
+    """The layer whose output `source` is: itself, or `<layer>` of `<layer>/<output>`, an extra output
+    (kinds/ops/base.py OpResult.extra_outputs; ir/resolve.py checks the output's name once shapes are known)."""
+    if source in layers:
+        return source
+    layer = source.rpartition("/")[0]
+    return layer if layer in layers else None
 
 
 def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
@@ -49,11 +72,11 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
                 problems.append(loaded.diagnostic(("layers", i), (
                     f"the first layer '{layer.name}' must name its input; the spec has several inputs "
                     f"({', '.join(spec.inputs)})")))
-        side = side_inputs(layer)
+        side, side_locs = _side_sources(layer, i, side_inputs(layer))
         locs = [("layers", i, key, j) if key == "inputs" else ("layers", i, key) for j in range(len(sources))]
-        sources = [*sources, *(getattr(layer, k) for k in side)]
-        for source, loc in zip(sources, [*locs, *(("layers", i, k) for k in side)], strict=True):
-            if source not in inputs and source not in known:
+        sources = [*sources, *side]
+        for source, loc in zip(sources, [*locs, *side_locs], strict=True):
+            if source not in inputs and source not in known and producer(source, known) is None:
                 problems.append(loaded.diagnostic(loc, (
                     f"layer '{layer.name}' reads '{source}', which is neither a layer nor an input"
                     f"{did_you_mean(source, [*names, *inputs])}")))
@@ -67,7 +90,7 @@ def topological_order(loaded: LoadedSpec, edges: dict[str, list[str]]) -> tuple[
     """Layer indices so that every layer comes after its inputs; spec order breaks ties."""
     spec = loaded.spec
     index = {layer.name: i for i, layer in enumerate(spec.layers)}
-    waiting = {name: {s for s in sources if s in index} for name, sources in edges.items()}
+    waiting = {name: {p for s in sources if (p := producer(s, index)) is not None} for name, sources in edges.items()}
     readers: dict[str, list[str]] = {}
     for name, sources in waiting.items():
         for source in sources:

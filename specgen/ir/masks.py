@@ -123,6 +123,8 @@ def _follow(layer: Any, sources: list[str], masks: list[Mask | None], shape: Any
         return joined, ""
     if op in RECURRENT:  # bidirectional: its wrapped layer's return_sequences (Keras' Bidirectional.compute_mask)
         inner = layer.layer if op == "bidirectional" else layer
+        if op == "bidirectional" and layer.merge_mode == "none":  # two outputs; Keras masks both
+            return None, "merge_mode none with a padding mask is not supported (use concat, sum, mul or ave)"
         return (first if inner.return_sequences else None), ""
     if op in DROPS:
         return None, ""

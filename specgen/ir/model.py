@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from specgen.ir.training import keys
 from specgen.ir.training.model import TrainingIR
+from specgen.kinds.ops.base import EXTRA_OUTPUT
 from specgen.kinds.ops.nodes import Init, Node, Shape, Variable
 
 # The layer-level dataclasses live with the op registry (below spec/ and ir/); they are part of this model.
@@ -109,6 +110,11 @@ class ModelIR:
     pruning: PruningIR | None = None  # the `prune` section (ir/pruning.py); None: nothing is pruned
     nchw_flattens: frozenset[str] = frozenset()  # flattens ONNX runs channels-first (ir/flatten_order.py)
     folded_pads: FoldedPads = field(default_factory=FoldedPads)  # zero pads ONNX writes into readers' pads
+
+    @property
+    def layer_count(self) -> int:
+        """The spec's layers: the nodes less those of extra outputs (kinds/ops/base.py EXTRA_OUTPUT)."""
+        return sum(1 for n in self.nodes if n.op != EXTRA_OUTPUT)
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from specgen.diagnostics import Diagnostic
 from specgen.ir.collections import variable_list
 from specgen.ir.model import ModelIR, Node
-from specgen.kinds.ops import REGISTRY
+from specgen.kinds.ops import op_def
 from specgen.kinds.ops.base import FLOAT
 from specgen.spec.load import LoadedSpec
 
@@ -65,7 +65,7 @@ def walk(ir: ModelIR, outputs: tuple[str, ...]) -> Walk:
         if node.name not in reached:
             continue
         for position, source in enumerate(node.inputs):
-            passes = REGISTRY[node.op].passes_gradient(position) and node.dtype == FLOAT == dtypes[source]
+            passes = op_def(node.op).passes_gradient(position) and node.dtype == FLOAT == dtypes[source]
             if passes:
                 reached.add(source)
             else:

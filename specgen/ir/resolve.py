@@ -15,8 +15,9 @@ from specgen.ir import shares
 from specgen.ir.collections import KIND_COLLECTIONS, Membership, resolve_collections, training_state
 from specgen.ir.decay import resolve_decay
 from specgen.ir.exported import check_export_outputs
+from specgen.ir.extra_outputs import extra_nodes, unknown_output
 from specgen.ir.flatten_order import reorder_flattened_kernels
-from specgen.ir.graph import topological_order, wire
+from specgen.ir.graph import producer, topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.masks import resolve_masks
 from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
@@ -57,7 +58,7 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     order, cycle = topological_order(loaded, edges) if not problems else ([], [])
     problems += cycle
     layers = _infer_layers(loaded, edges, order, owners, problems) if not problems else []
-    problems += _check_outputs(loaded)
+    problems += _check_outputs(loaded, {x.layer.name: x.result for x in layers})
     masks, mask_problems = resolve_masks(loaded, layers) if not problems else ({}, [])
     problems += mask_problems
     if problems:
@@ -84,7 +85,8 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ())) for x in layers]
+    nodes = [n for x in layers for node in [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ()))]
+             for n in (node, *extra_nodes(node, x.result))]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
                        targets=tuple(targets))
@@ -130,6 +132,9 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
     for i in order:
         layer = spec.layers[i]
         sources = edges[layer.name]
+        if unknown := [s for s in sources if s not in known and producer(s, known) is not None]:
+            problems.append(unknown_output(loaded, i, unknown[0], known))
+            continue
         if any(s not in known for s in sources):
             continue  # an input already failed; do not pile errors on top of it
         shapes = [known[s][0] for s in sources]
@@ -143,6 +148,7 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
                                               f"layer '{layer.name}' ({layer.op}): {exc}"))
             continue
         known[layer.name] = (result.shape, result.dtype)
+        known.update({f"{layer.name}/{out}": value for out, value in result.extra_outputs.items()})
         paths = [] if owner else [(f"{layer.name}/{d.role}", d) for d in result.variables]
         inferred.append(_Inferred(config, i, sources, shapes, result, paths, owner))
     if owners:
@@ -196,11 +202,18 @@ def _collection_table(variables: list[Variable], members: Membership, pruned: bo
     return {name: tuple(paths) for name, paths in table.items()}
 
 
-def _check_outputs(loaded: LoadedSpec) -> list[Diagnostic]:
+def _check_outputs(loaded: LoadedSpec, inferred: dict[str, ops.OpResult]) -> list[Diagnostic]:
     layers, inputs = [layer.name for layer in loaded.spec.layers], set(loaded.spec.inputs)
     problems = []
     for out, layer in loaded.spec.outputs.items():
-        if layer in inputs:
+        owner = producer(layer, set(layers))
+        if owner is not None and owner != layer:  # `<layer>/<output>`: checked once the layer's outputs are known
+            if owner in inferred and (name := layer.rpartition("/")[2]) not in inferred[owner].extra_outputs:
+                extra = [f"{owner}/{k}" for k in inferred[owner].extra_outputs]
+                has = f"its outputs are {owner}, {', '.join(extra)}" if extra else f"its one output is {owner}"
+                problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names '{layer}'; layer "
+                                                  f"'{owner}' has no output '{name}' ({has})"))
+        elif layer in inputs:
             problems.append(loaded.diagnostic(("outputs", out), f"output '{out}' names input '{layer}'; outputs name "
                                               "layers (add a layer, e.g. {op: relu}, if you mean a transformed input)"))
         elif layer not in layers:
@@ -233,6 +246,11 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
     # ('conv1/kernel') is the one reported.
     entries += [(("layers", x.index, "name"), f"variable '{p}'", namer, mangle(p)) for x in layers
                 for p, _ in x.variables for namer, mangle in ((attributes, py_name), (onnx, onnx_name))]
+    # Extra outputs (OpResult.extra_outputs) are tensors too: a layer named 'enc/state_h' beside an lstm 'enc'
+    # with return_state would be read where the state was meant.
+    entries += [(("layers", x.index, "name"), f"output '{x.layer.name}/{out}' of layer '{x.layer.name}'", namer,
+                 mangle(f"{x.layer.name}/{out}")) for x in layers for out in x.result.extra_outputs
+                for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
     entries += [(("layers", x.index, "name"), f"layer '{x.layer.name}'", namer, mangle(x.layer.name))
                 for x in layers for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
     # An output is a graph output tensor only; one named like the layer it reads is that layer's tensor.

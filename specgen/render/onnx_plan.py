@@ -17,10 +17,11 @@ from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
 from specgen.kinds.dims import SYMBOL
-from specgen.kinds.ops import REGISTRY, as_activation
+from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.kinds.ops.base import to_first, to_last
 from specgen.render.environment import Fields
 from specgen.render.mask_plan import onnx_mask
+from specgen.render.tf_plan import extra_outputs
 
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
 
@@ -80,6 +81,7 @@ class Lowering:
         self.converted: dict[tuple[str, bool], str] = {}
 
     def run(self) -> OnnxPlan:
+        self.extra = extra_outputs(self.ir, "onnx_name")
         for node in self.ir.nodes:
             self.lower(node)
         self.bind_outputs()
@@ -106,7 +108,11 @@ class Lowering:
         return self.ir.opset
 
     def lower(self, node: Node) -> None:
-        op = REGISTRY[node.op]  # layout, template and attributes come from the op's definition (specgen/kinds/ops)
+        if node.op == EXTRA_OUTPUT:  # its producer's step made the tensor (attrs["extra"])
+            self.tensor[node.name] = node.onnx_name
+            self.rank[node.onnx_name] = len(node.shape)
+            return
+        op = op_def(node.op)  # layout, template and attributes come from the op's definition (specgen/kinds/ops)
         sources = [self.tensor[s] for s in node.inputs]
         if op.layout == "first" or node.name in self.ir.nchw_flattens:  # the latter: ir/flatten_order.py
             want_first = True
@@ -127,6 +133,8 @@ class Lowering:
         weights = [v.onnx_name for v in node.variables.values()]  # in the ONNX operator's input order
         attrs, comment = op.onnx_attrs(node, first, self), _comment(node)
         attrs |= onnx_mask(node, self, attrs)  # the padding masks it takes (ir/masks.py, render/mask_plan.py)
+        if node.name in self.extra:  # its extra outputs the template assigns (those the export keeps)
+            attrs["extra"] = self.extra[node.name]
         if extra := self.ir.folded_pads.extra.get(node.name):  # ir/pad_folding.py: the zero pad it reads
             attrs["pads"] = [a + b for a, b in zip(attrs["pads"], extra, strict=True)]
             comment += f", with {node.inputs[0]}'s zeros in its pads"

@@ -7,7 +7,7 @@ from typing import Any
 
 from specgen import text
 from specgen.ir.model import ModelIR, Node, Variable
-from specgen.kinds.ops import REGISTRY, as_activation
+from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.render.environment import Fields
 from specgen.render.mask_plan import tf_mask
 from specgen.render.prune_plan import weight_reads
@@ -62,17 +62,30 @@ def tf_steps(ir: ModelIR) -> list[TfStep]:
     local = {i.name: i.py_name for i in ir.inputs} | {n.name: n.py_name for n in ir.nodes}
     reads = weight_reads(ir)  # pruned weights are read through their masks
     steps: list[TfStep] = []
+    extra = extra_outputs(ir, "py_name")
     for node in ir.nodes:
-        op = REGISTRY[node.op]  # templates and attributes come from the op's definition (specgen/kinds/ops)
+        if node.op == EXTRA_OUTPUT:
+            continue  # its producer's step assigns it (attrs["extra"])
+        op = op_def(node.op)  # templates and attributes come from the op's definition (specgen/kinds/ops)
         ins = tuple(local[s] for s in node.inputs)
         w = {role: reads.get(v.path, f"self.{v.py_name}") for role, v in node.variables.items()}
         attrs = op.tf_attrs(node) | tf_mask(node, local)  # the padding mask it takes (ir/masks.py)
+        attrs |= {"extra": extra[node.name]} if node.name in extra else {}  # OpResult.extra_outputs
         steps.append(TfStep(op.tf_template, node.py_name, ins, w, attrs, _comment(node)))
         if node.activation:
             act = REGISTRY[node.activation]
             steps.append(TfStep(act.tf_template, node.py_name, (node.py_name,), {},
                                 dict(as_activation(node.activation).tf_attrs)))
     return steps
+
+
+def extra_outputs(ir: ModelIR, naming: str) -> dict[str, dict[str, str]]:
+    """Layer -> {extra output name: its tensor's `naming` ("py_name" or "onnx_name")} (OpResult.extra_outputs)."""
+    found: dict[str, dict[str, str]] = {}
+    for node in ir.nodes:
+        if node.op == EXTRA_OUTPUT:
+            found.setdefault(node.inputs[0], {})[node.params["output"]] = getattr(node, naming)
+    return found
 
 
 def _comment(node: Node) -> str:

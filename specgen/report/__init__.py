@@ -25,7 +25,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
     """The report; `optimizers` (the spec's section) adds which weights each optimizer took and why;
     `measured` (pruned weight path -> zeros in its mask in a checkpoint) adds a column to the pruning table."""
     sections = [
-        f"{ir.name} ({path}): {len(ir.nodes)} layers, {len(ir.variables)} variables",
+        f"{ir.name} ({path}): {ir.layer_count} layers, {len(ir.variables)} variables",
         variables_table(ir),
         collections_table(ir),
         optimizers_table(ir, optimizers) if optimizers and ir.optimizers else None,

@@ -28,12 +28,12 @@ from pydantic import Field
 
 from specgen import text
 from specgen.kinds import dims
-from specgen.kinds.ops.base import AsActivation, OpDef, OpError, OpResult, VarDecl, prod
+from specgen.kinds.ops.base import EXTRA_OUTPUT, EXTRA_OUTPUT_DEF, AsActivation, OpDef, OpError, OpResult, VarDecl, prod
 from specgen.kinds.ops.nodes import Shape
 from specgen.spec.base import MAX_INT
 
-__all__ = ["REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
-           "backward_flops", "infer"]
+__all__ = ["EXTRA_OUTPUT", "REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
+           "backward_flops", "infer", "op_def"]
 
 # The modules of the first ops, in the order their models appear in the published JSON schema
 # (schemas/specgen.schema.json lists the union's members in registry order). Every other module
@@ -64,6 +64,11 @@ REGISTRY: dict[str, OpDef] = _collect()
 # One member per model (families share one, e.g. max_pool/avg_pool), in registry order.
 _MODELS = tuple(dict.fromkeys(op.spec for op in REGISTRY.values()))
 Layer = Annotated[Union[_MODELS], Field(discriminator="op")]  # noqa: UP007 (built from a tuple)
+
+
+def op_def(name: str) -> OpDef:
+    """The definition of a node's op: the registry's, or EXTRA_OUTPUT's (base.py) for an extra output's node."""
+    return EXTRA_OUTPUT_DEF if name == EXTRA_OUTPUT else REGISTRY[name]
 
 
 def activation_of(layer: Any) -> str | None:

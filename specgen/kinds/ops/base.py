@@ -55,6 +55,11 @@ class OpResult:
     params: dict[str, Any] = field(default_factory=dict)
     variables: list[VarDecl] = field(default_factory=list)
     flops: int = 0
+    # Outputs beside the main one (an LSTM's state_h and state_c): name -> (shape, dtype), in the order the
+    # renderings return them. A reader names one `<layer>/<name>` (as a block instance's outputs); each
+    # becomes a node of op EXTRA_OUTPUT reading the layer (ir/resolve.py), so reach, pruning, export and
+    # the report treat it as any layer. The layer's templates assign it: TfStep.extra / OnnxStep.extra.
+    extra_outputs: dict[str, tuple[Shape, str]] = field(default_factory=dict)
 
 
 class OnnxContext(Protocol):
@@ -255,3 +260,15 @@ def spatial(shape: Shape, kernel: tuple[int, int], strides: tuple[int, int], dil
 
 def _extent(dim: int | str | None) -> int | str:
     return dim if isinstance(dim, str) else dim or 0
+
+
+# The op of the nodes ir/resolve.py adds for OpResult.extra_outputs. Not in the registry (no spec may
+# write it): kinds/ops/__init__.py `op_def` returns it; the renderings assign its tensor in its producer's step.
+EXTRA_OUTPUT = "extra_output"
+
+
+def _extra_infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
+    raise AssertionError("extra outputs are made by their producer's rule")  # never called: see EXTRA_OUTPUT
+
+
+EXTRA_OUTPUT_DEF = OpDef(EXTRA_OUTPUT, SpecModel, _extra_infer, onnx_template=EXTRA_OUTPUT)

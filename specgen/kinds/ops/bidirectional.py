@@ -28,7 +28,7 @@ from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDec
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase
 
-MergeMode = Literal["concat", "sum", "mul", "ave"]
+MergeMode = Literal["concat", "sum", "mul", "ave", "none"]
 ONNX_REDUCE = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}
 
 
@@ -52,7 +52,9 @@ class Bidirectional(LayerBase):
     layer: Wrapped = Field(description="The recurrent layer both directions copy: lstm, gru or simple_rnn, "
                                        "with its own keys (no name or input).")
     merge_mode: MergeMode = Field("concat", description="How the forward and backward outputs combine "
-                                                        "(Keras' default concat: forward then backward).")
+                                                        "(Keras' default concat: forward then backward); none "
+                                                        "keeps both: <name>/forward (also <name>) and "
+                                                        "<name>/backward.")
 
 
 def infer(layer: Bidirectional, shapes: list[Shape], dtypes: list[str]) -> OpResult:
@@ -65,13 +67,18 @@ def infer(layer: Bidirectional, shapes: list[Shape], dtypes: list[str]) -> OpRes
     except OpError as exc:  # point at the wrapped layer's mapping, where the key is
         raise OpError(str(exc), "layer") from None
     width = 2 * inner.units if layer.merge_mode == "concat" else inner.units
+    # Keras' list order: [forward, backward] under merge_mode none, then the forward states, the backward ones.
+    halves = {h: ((*one.shape[:-1], inner.units), one.dtype) for h in ("forward", "backward")
+              if layer.merge_mode == "none"}
+    states = {f"{h}_{k}": v for h in ("forward", "backward") for k, v in one.extra_outputs.items()}
     variables = [VarDecl(f"{half}/{d.role}", d.shape, d.init, d.kind, d.onnx_perm, d.onnx_shape, d.onnx_split,
                          d.onnx_order) for half in ("forward", "backward") for d in one.variables]
     result = OpResult((*one.shape[:-1], width), params={**one.params, "op": inner.op,
-                                                       "merge_mode": layer.merge_mode}, variables=variables)
+                                                       "merge_mode": layer.merge_mode}, variables=variables,
+                      extra_outputs={**halves, **states})
     steps = one.shape[1] if inner.return_sequences and isinstance(one.shape[1], int) else 1
     # Two copies of the layer; the merge is one operation per output element (ave: a sum and a scale).
-    merge = 0 if layer.merge_mode == "concat" else (2 if layer.merge_mode == "ave" else 1) * steps * inner.units
+    merge = 0 if layer.merge_mode in ("concat", "none") else (2 if layer.merge_mode == "ave" else 1) * steps * inner.units
     result.flops = 2 * one.flops + merge
     return result
 
@@ -98,6 +105,9 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     }
     if p["use_bias"] and not p["reset_after"]:  # ONNX's B is [Wb, Rb]; Keras has no recurrent bias here
         found["pads"] = ctx.constant(f"{name}___pads", [0, 0, 0, gates * p["units"]])
+    if p["return_state"]:  # Y_h / Y_c [2, batch, units] split into the halves' states
+        found["states"] = recurrent.ONNX_STATE
+        found["state_axes"] = ctx.constant(f"{name}___state_axes", [0])
     if p["return_sequences"]:  # Y [time, 2, batch, units]
         found["axes"] = ctx.constant(f"{name}___axes", [1])
         found["concat_shape"] = ctx.constant(f"{name}___shape", [0, 0, -1])

@@ -29,6 +29,9 @@ ONNX_ACTIVATIONS: dict[str, tuple[str, tuple[float, float] | None]] = {
     "hard_sigmoid": ("HardSigmoid", (1.0 / 6.0, 0.5)),
 }
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
+# return_state's outputs in Keras' order, and the ONNX node output each is Y_h or Y_c of.
+STATES = {"lstm": ("state_h", "state_c"), "gru": ("state",), "simple_rnn": ("state",)}
+ONNX_STATE = {"state_h": "h", "state": "h", "state_c": "c"}
 LSTM_TO_ONNX = (0, 3, 1, 2)  # Keras i, f, c, o -> ONNX i, o, f, c
 
 
@@ -37,7 +40,9 @@ class RecurrentFields(SpecModel):
 
     units: PositiveInt
     return_sequences: bool = Field(False, description="Output every step [batch, time, units], not the last.")
-    return_state: bool = Field(False, description="Not supported yet (refused): extra state outputs.")
+    return_state: bool = Field(False, description="Also output the states after the last step read, named "
+                                                  "<layer>/state_h and <layer>/state_c (lstm) or <layer>/state "
+                                                  "(gru, simple_rnn), as Keras' [output, *states].")
     go_backwards: bool = Field(False, description="Read the sequence last step first (outputs in that order).")
     activation: RecurrentActivation = "tanh"
     use_bias: bool = True
@@ -61,15 +66,24 @@ class RecurrentBase(RecurrentFields, LayerBase):
     pass
 
 
-class SimpleRNN(RecurrentBase):
+class InitialState(SpecModel):
+    """A graph layer's own key (not bidirectional's wrapped layer): Keras' `initial_state=`."""
+
+    initial_state: list[str] | None = Field(None, description="The states to start from instead of zeros, "
+                                                              "[units] each: [state_h, state_c] for lstm, [state] "
+                                                              "for gru and simple_rnn (e.g. an encoder's "
+                                                              "enc/state_h, enc/state_c).")
+
+
+class SimpleRNN(InitialState, RecurrentBase):
     op: Literal["simple_rnn"]
 
 
-class LSTM(LSTMFields, LayerBase):
+class LSTM(InitialState, LSTMFields, LayerBase):
     op: Literal["lstm"]
 
 
-class GRU(GRUFields, LayerBase):
+class GRU(InitialState, GRUFields, LayerBase):
     op: Literal["gru"]
 
 
@@ -110,14 +124,12 @@ def _variables(layer: RecurrentFields, features: int) -> list[VarDecl]:
 
 
 def infer(layer: RecurrentFields, shapes: list[Shape], dtypes: list[str]) -> OpResult:
-    (shape,), (dtype,) = shapes, dtypes
+    (shape, *states), (dtype, *_) = shapes, dtypes
+    _check_initial(layer, states, dtypes[1:])
     require_float(dtype, layer.op)
     if len(shape) != 3:
         raise OpError(f"{layer.op} needs a rank-3 input (batch, time, features); received {text.shape(shape)}",
                       "input")
-    if layer.return_state:
-        raise OpError(f"return_state is not supported yet by {layer.op}; received true, expected false "
-                      "(take the last output with return_sequences: false)", "return_state")
     steps, features = shape[1], shape[2] or 0
     if isinstance(features, str):
         raise OpError(f"{layer.op} needs a fixed feature size (its kernel's rows); its input {text.shape(shape)} has the "
@@ -126,10 +138,26 @@ def infer(layer: RecurrentFields, shapes: list[Shape], dtypes: list[str]) -> OpR
     params = {"units": layer.units, "return_sequences": layer.return_sequences, "go_backwards": layer.go_backwards,
               "activation": layer.activation, "recurrent_activation": getattr(layer, "recurrent_activation", None),
               "reset_after": getattr(layer, "reset_after", False), "use_bias": layer.use_bias}
-    result = OpResult(out, params=params, variables=_variables(layer, features))
+    params["return_state"], params["initial_state"] = layer.return_state, bool(states)
+    result = OpResult(out, params=params, variables=_variables(layer, features),
+                      extra_outputs={k: ((None, layer.units), dtype) for k in STATES[layer.op]} if layer.return_state else {})
     # Per example: one step's FLOPs times the steps; a named time dimension counts 1 (FLOPs per position of it).
     result.flops = (steps if isinstance(steps, int) else 1) * _step_flops(layer, features)
     return result
+
+
+def _check_initial(layer: RecurrentFields, shapes: list[Shape], dtypes: list[str]) -> None:
+    """initial_state: one float32 [batch, units] tensor per state of the cell, in Keras' order."""
+    if not shapes:
+        return
+    names = STATES[layer.op]
+    if len(shapes) != len(names):
+        raise OpError(f"initial_state of {layer.op} needs {len(names)} tensor(s) ({', '.join(names)}); received "
+                      f"{len(shapes)}", "initial_state")
+    for name, shape, dtype in zip(names, shapes, dtypes, strict=True):
+        if tuple(shape) != (None, layer.units) or dtype != "float32":
+            raise OpError(f"initial_state: its {name} must be float32 [batch, {layer.units}] (units); received "
+                          f"{dtype} {text.shape(shape)}", "initial_state")
 
 
 def _step_flops(layer: RecurrentFields, features: int) -> int:
@@ -146,12 +174,14 @@ def _step_flops(layer: RecurrentFields, features: int) -> int:
 def tf_attrs(node: Node) -> dict[str, Any]:
     p = node.params
     shape = {"units": p["units"], "return_sequences": p["return_sequences"], "go_backwards": p["go_backwards"]}
+    if p["return_state"]:  # only then: every other generated module stays as it was
+        shape["return_state"] = True
     cell = {"activation": p["activation"]}
     if node.op != "simple_rnn":
         cell["recurrent_activation"] = p["recurrent_activation"]
     if node.op == "gru":
         cell["reset_after"] = p["reset_after"]
-    return {"op": node.op, "shape": shape, "cell": cell}
+    return {"op": node.op, "shape": shape, "cell": cell, "initial": bool(p.get("initial_state"))}
 
 
 def activations(names: list[str]) -> str:
@@ -187,6 +217,12 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
                              (("starts", -1), ("ends", -(2**63)), ("flip_axes", 0), ("steps", -1))]
     else:
         found["squeeze"] = ctx.constant(f"{name}___axes", [0])  # Y_h [1, batch, units]
+    if p["return_state"] or p["initial_state"]:  # [1, batch, units] <-> [batch, units] (ONNX's direction axis)
+        found["state_axes"] = ctx.constant(f"{name}___state_axes", [0])
+    if p["return_state"]:  # Y_h / Y_c; ONNX's reverse direction ends where Keras' go_backwards does
+        found["states"] = ONNX_STATE
+    # The node's inputs: the sequence, then initial_state's tensors, then the weights (VarDecl order).
+    found["initial"], found["w"] = len(STATES[node.op]) if p["initial_state"] else 0, len(node.inputs)
     return found
 
 

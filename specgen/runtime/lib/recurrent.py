@@ -17,6 +17,8 @@ from collections.abc import Callable
 import tensorflow as tf
 
 Activation = Callable[[tf.Tensor], tf.Tensor]
+Result = tf.Tensor | tuple[tf.Tensor, ...]  # the output, or with return_state (output, *states)
+States = tuple[tf.Tensor, ...]
 ACTIVATIONS: dict[str, Activation] = {
     "tanh": tf.tanh, "sigmoid": tf.sigmoid, "relu": tf.nn.relu,
     "hard_sigmoid": lambda x: tf.nn.relu6(x + 3.0) / 6.0,  # Keras 3's definition
@@ -34,7 +36,7 @@ def _keep(new: tuple[tf.Tensor, ...], old: tuple[tf.Tensor, ...], keep: tf.Tenso
 
 
 def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
-              return_sequences: bool) -> tf.Tensor:
+              return_sequences: bool) -> tuple[tf.Tensor, States]:
     """Short fixed lengths as straight-line ops: no loop frame, TensorArray or per-iteration bookkeeping,
     which at 8 steps of a small layer cost more than the cell math (forward and gradient alike)."""
     state, outputs = initial, []
@@ -42,11 +44,11 @@ def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial:
     for z, keep in zip(tf.unstack(elems, axis=1), keeps, strict=True):  # batch-major: no transpose copy
         state = _keep(step(state, z), state, keep)
         outputs.append(state[0])
-    return tf.stack(outputs, axis=1) if return_sequences else state[0]
+    return (tf.stack(outputs, axis=1) if return_sequences else state[0]), state
 
 
 def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
-            return_sequences: bool, project: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
+            return_sequences: bool, project: Callable[[tf.Tensor], tf.Tensor]) -> tuple[tf.Tensor, States]:
     """Any length: a tf.while_loop over TensorArrays as Keras' backend.rnn runs it (parallel_iterations 32,
     swap_memory). Unlike tf.scan it stores only the output, not every state, and none when only the last
     output is returned. Each step projects its own input inside the loop (Keras' implementation 2): measured
@@ -63,12 +65,14 @@ def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: t
 
     _, outputs, *state = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), outputs, *initial),
                                        maximum_iterations=steps, parallel_iterations=32, swap_memory=True)
-    return tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else state[0]
+    return (tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else state[0]), tuple(state)
 
 
 def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
-         *, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None) -> tf.Tensor:
-    """Project each step's input, run `step` over time, return the last output or all of them."""
+         *, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None,
+         return_state: bool = False) -> Result:
+    """Project each step's input, run `step` over time, return the last output or all of them
+    (with return_state, followed by each state after the last step read: Keras' [output, *states])."""
     kernel = tf.convert_to_tensor(kernel)  # read once, not once per step
 
     def project(v: tf.Tensor) -> tf.Tensor:
@@ -80,8 +84,10 @@ def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callab
         mask = tf.transpose(tf.reverse(mask, axis=[1]) if go_backwards else mask)
     steps = x.shape[1]
     if steps is not None and 0 < steps <= UNROLL_STEPS:  # one matmul for every step (cuDNN's way)
-        return _unrolled(step, project(x), mask, initial, return_sequences)
-    return _looped(step, tf.transpose(x, [1, 0, 2]), mask, initial, return_sequences, project)
+        out, state = _unrolled(step, project(x), mask, initial, return_sequences)
+    else:
+        out, state = _looped(step, tf.transpose(x, [1, 0, 2]), mask, initial, return_sequences, project)
+    return (out, *state) if return_state else out
 
 
 def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
@@ -90,7 +96,8 @@ def _zeros(x: tf.Tensor, units: int) -> tf.Tensor:
 
 def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
          units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-         recurrent_activation: str = "sigmoid", mask: tf.Tensor | None = None) -> tf.Tensor:
+         recurrent_activation: str = "sigmoid", mask: tf.Tensor | None = None, return_state: bool = False,
+         initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     recurrent = tf.convert_to_tensor(recurrent_kernel)  # read once, not once per step
 
@@ -100,15 +107,16 @@ def lstm(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias:
         c = rec(f) * c + rec(i) * act(g)
         return rec(o) * act(c), c
 
-    initial = (_zeros(x, units), _zeros(x, units))
+    initial = initial_state or (_zeros(x, units), _zeros(x, units))  # Keras' initial_state=, else zeros
     return _run(x, kernel, bias, step, initial, return_sequences=return_sequences, go_backwards=go_backwards,
-                mask=mask)
+                mask=mask, return_state=return_state)
 
 
 def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
         units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
         recurrent_activation: str = "sigmoid", reset_after: bool = True,
-        mask: tf.Tensor | None = None) -> tf.Tensor:
+        mask: tf.Tensor | None = None, return_state: bool = False,
+        initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act, rec = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
     input_bias, recurrent_bias = (bias[0], bias[1]) if bias is not None and reset_after else (bias, None)
     recurrent = tf.convert_to_tensor(recurrent_kernel)  # read (and sliced) once, not once per step
@@ -130,21 +138,22 @@ def gru(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: 
             r_h = tf.matmul(r * h, recurrent_h)
         return (z * h + (1 - z) * act(x_h + r_h),)
 
-    return _run(x, kernel, input_bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards, mask=mask)
+    return _run(x, kernel, input_bias, step, initial_state or (_zeros(x, units),),
+                return_sequences=return_sequences, go_backwards=go_backwards, mask=mask, return_state=return_state)
 
 
 def simple_rnn(x: tf.Tensor, kernel: tf.Variable, recurrent_kernel: tf.Variable, bias: tf.Variable | None, *,
                units: int, return_sequences: bool, go_backwards: bool, activation: str = "tanh",
-               mask: tf.Tensor | None = None) -> tf.Tensor:
+               mask: tf.Tensor | None = None, return_state: bool = False,
+               initial_state: tuple[tf.Tensor, ...] | None = None) -> Result:
     act = ACTIVATIONS[activation]
     recurrent = tf.convert_to_tensor(recurrent_kernel)  # read once, not once per step
 
     def step(state: tuple[tf.Tensor], x_t: tf.Tensor) -> tuple[tf.Tensor]:
         return (act(x_t + tf.matmul(state[0], recurrent)),)
 
-    return _run(x, kernel, bias, step, (_zeros(x, units),), return_sequences=return_sequences,
-                go_backwards=go_backwards, mask=mask)
+    return _run(x, kernel, bias, step, initial_state or (_zeros(x, units),),
+                return_sequences=return_sequences, go_backwards=go_backwards, mask=mask, return_state=return_state)
 
 
 Weights = tuple[tf.Variable, tf.Variable, tf.Variable | None]  # kernel, recurrent_kernel, bias
@@ -161,17 +170,24 @@ def merge(mode: str, y: tf.Tensor, y_rev: tf.Tensor) -> tf.Tensor:
     return (y + y_rev) / 2  # ave
 
 
-def bidirectional(layer: Callable[..., tf.Tensor], x: tf.Tensor, forward: Weights, backward: Weights, *,
+def bidirectional(layer: Callable[..., Result], x: tf.Tensor, forward: Weights, backward: Weights, *,
                   merge_mode: str, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None,
-                  **keywords: object) -> tf.Tensor:
+                  return_state: bool = False, **keywords: object) -> Result:
     """Keras' Bidirectional: the layer forward, a copy reading backwards (its outputs flipped back to input
-    order when it returns sequences), merged."""
-    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, mask=mask, **keywords)
+    order when it returns sequences), merged; merge_mode "none" returns both, forward first. With
+    return_state the forward layer's states follow, then the backward one's (Keras' order)."""
+    y = layer(x, *forward, return_sequences=return_sequences, go_backwards=go_backwards, mask=mask,
+              return_state=return_state, **keywords)
     y_rev = layer(x, *backward, return_sequences=return_sequences, go_backwards=not go_backwards, mask=mask,
-                  **keywords)
+                  return_state=return_state, **keywords)
+    states: tuple[tf.Tensor, ...] = ()
+    if return_state:
+        (y, *forward_states), (y_rev, *backward_states) = y, y_rev
+        states = (*forward_states, *backward_states)
     if return_sequences:
         y_rev = tf.reverse(y_rev, axis=[1])
         if mask is not None:  # Keras' Bidirectional sets zero_output_for_mask on both layers when returning sequences
             keep = mask[:, :, None]
             y, y_rev = tf.where(keep, y, tf.zeros_like(y)), tf.where(keep, y_rev, tf.zeros_like(y_rev))
-    return merge(merge_mode, y, y_rev)
+    outputs = (y, y_rev) if merge_mode == "none" else (merge(merge_mode, y, y_rev),)
+    return outputs[0] if len(outputs) + len(states) == 1 else (*outputs, *states)
