@@ -58,7 +58,7 @@ CASES = [
     ("negative_max_value", mutate("max_value: 2.5", "max_value: -1"),
      ["10:36: error: max_value: received -1, expected a value >= 0.0 (in layer 'r')"]),
     ("activation_typo", mutate("activation: hard_swish", "activation: hard_swsh"),
-     ["8:77: error: activation: received 'hard_swsh', expected 'elu', 'gelu', 'hard_sigmoid', 'hard_silu', "
+     ["8:77: error: activation: received 'hard_swsh', expected 'elu', 'gelu', 'gelu_approximate', 'hard_sigmoid', 'hard_silu', "
       "'hard_swish', 'leaky_relu', 'linear', 'relu', 'relu6', 'selu', 'sigmoid', 'silu', 'softmax', 'softplus', "
       "'swish' or 'tanh'; did you mean 'hard_swish'? (in layer 'c')"]),
 ]
