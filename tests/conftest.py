@@ -1,7 +1,7 @@
 """Shared fixtures. TensorFlow is imported lazily, once per session, by the tests that need it.
 
-Also the suite's time guard (`--time-budget`, set by .ci/test) and the per-worker thread counts
-used under pytest-xdist (`-n 2`, README "Tests").
+Also the suite's time guard (`--time-budget`, set by .ci/test; docs/testing.md). Under pytest-xdist
+(`-n 2`) TensorFlow keeps its default thread counts: per-worker limits measured no better (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ def root() -> Path:
 
 
 # --- the time guard ----------------------------------------------------------------------------
-# CI's budget is 20 minutes for install, ruff and the suite together; .ci/test gives the suite a
-# tripwire below that (--time-budget), so a slow test that creeps in fails CI loudly instead of eating
-# the margin unseen. Only the controller keeps time: under xdist it receives every worker's reports.
+# CI's target is 20 minutes for install, ruff and the suite together; .ci/test gives the suite a
+# tripwire above it (--time-budget 1500: a failed CI lands nothing), which catches a hang or a suite
+# fallen back to one core; --durations shows a slow test creeping in before that.
+# Only the controller keeps time: under xdist it receives every worker's reports.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
