@@ -232,7 +232,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     loaded = load_spec(args.spec)
     from specgen.runtime.commands.export import export  # imports TensorFlow: only now
-
     from specgen.runtime.precision.step import PrecisionRequest
 
     request = PrecisionRequest(args.precision, args.calibration, args.force, args.provider)

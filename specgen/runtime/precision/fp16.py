@@ -35,7 +35,8 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
     """Refuse ops onnxruntime runs only by casting back to float32 on `provider` (no fp16 kernel there)."""
     graph = optimized_graph(model_bytes, provider, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     casts = {o for n in graph.node if n.op_type == "Cast" and n.name.startswith(INSERTED_CAST) for o in n.output}
-    missing = [label(n).replace(INSERTED_CAST, "") for n in graph.node if n.op_type != "Cast" and any(i in casts for i in n.input)]
+    missing = [label(n).replace(INSERTED_CAST, "") for n in graph.node
+               if n.op_type != "Cast" and any(i in casts for i in n.input)]
     if missing:
         raise PrecisionRefusal(f"fp16: {len(missing)} node(s) have no float16 kernel on the {provider} provider "
                                f"(onnxruntime would cast them back to float32): {', '.join(missing[:5])}"
