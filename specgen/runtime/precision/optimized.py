@@ -12,7 +12,9 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from specgen.runtime.predictor import CPU, CUDA
+# predictor.py's names, not imported from it: bench/precision.py --onnx-only runs where only onnx and
+# onnxruntime are installed (the precision package imports neither pydantic nor TensorFlow)
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
 PROVIDERS = {"cpu": [CPU], "cuda": [CUDA, CPU]}
 
