@@ -12,11 +12,12 @@ activations vary too much per step for fixed ranges.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -73,12 +74,14 @@ class _Reader(CalibrationDataReader):
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """The quantizer logs pre-processing advice on the root logger at WARNING on every call: hold it back."""
+    """The quantizer logs pre-processing advice on the root logger at WARNING on every call, and the entropy
+    and percentile calibrators print their progress: hold both back (export prints its own lines)."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        yield
+        with redirect_stdout(io.StringIO()):
+            yield
     finally:
         root.setLevel(level)
 

@@ -101,7 +101,7 @@ def summary_lines(out: str, report: dict[str, Any]) -> list[str]:
     lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
     if "lost_points" in accuracy:
         lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
-                     f"({accuracy['lost_points']:.2f} points lost, budget {accuracy['budget']:g})")
+                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g})")
     else:
         lines.append(f"{name} error: {accuracy['relative_error_percent']:.3f}% relative to float32 "
                      f"(budget {accuracy['budget']:g}%)")
@@ -110,3 +110,7 @@ def summary_lines(out: str, report: dict[str, Any]) -> list[str]:
     if "warning" in speed:
         lines.append(f"warning: {name} {speed['warning']}".replace(f"{name} written", "written"))
     return lines
+
+
+def _change(lost: float) -> str:
+    return f"{lost:.2f} points lost" if lost >= 0 else f"{-lost:.2f} points gained"
