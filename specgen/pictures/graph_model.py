@@ -136,7 +136,7 @@ def drawing(ir: ModelIR, depth: int | None = None) -> Drawing:
     names = {n.name for n in ir.nodes}
     where: dict[str, str] = {i.name: i.name for i in ir.inputs}  # layer -> the box that draws it
     for node in ir.nodes:
-        paths = [] if node.shares else [v.path for v in node.variables.values()]
+        paths = [v.path for v in node.variables.values()]  # a shared layer's are its owner's: its colour too
         status, tags = _status(paths, ir, not node.inference_mode)
         parts = tuple(node.name.split("/"))
         if depth is not None and len(parts) > depth + 1:
