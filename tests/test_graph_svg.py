@@ -96,7 +96,8 @@ def test_labels_show_op_shape_params_optimizer_and_restore(irs: dict[str, ModelI
 def test_target_network_and_shared_layer(irs: dict[str, ModelIR]) -> None:
     drawn = boxes(render_svg(irs["chain_dqn"]))
     assert fill(drawn["target_qnet/hidden"]) == "#e5d4f7" and fill(drawn["qnet/hidden"]) == "#cfe2ff"
-    assert drawn["target_qnet/out"].findall(f"{NS}text")[2].text == "66 params, follows qnet/out"  # 32 hidden units x 2 actions + 2
+    # 32 hidden units x 2 actions + 2 biases
+    assert drawn["target_qnet/out"].findall(f"{NS}text")[2].text == "66 params, follows qnet/out"
     svg = render_svg(irs["siamese"])
     assert edges(svg, "share") == Counter({("enc/fc", "enc_b"): 1})
     shared = boxes(svg)["enc_b"]

@@ -178,7 +178,11 @@ def _collapse(boxes: dict[str, Box], path: tuple[str, ...], node: Node, status: 
 
 
 def _finish(name: str, boxes: list[Box], edges: list[Edge]) -> Drawing:
-    clusters = sorted({b.cluster[:i] for b in boxes for i in range(1, len(b.cluster) + 1)}, key=lambda c: (len(c), c))
+    first: dict[tuple[str, ...], int] = {}  # block path -> its first box, so blocks are listed in IR order
+    for b in boxes:
+        for i in range(1, len(b.cluster) + 1):
+            first.setdefault(b.cluster[:i], b.order)
+    clusters = sorted(first, key=lambda c: (len(c), first[c]))
     counts = {s: sum(b.status == s for b in boxes) for s in STATUSES}
     counts |= {t: sum(t in b.tags for b in boxes) for t in TAGS}
     return Drawing(name, boxes, edges, clusters, counts)
