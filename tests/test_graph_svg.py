@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -112,14 +113,37 @@ def _rect(g: ET.Element) -> tuple[float, float, float, float]:
     return x, y, x + float(r.get("width", "")), y + float(r.get("height", ""))
 
 
-def test_blocks_are_clusters_around_their_layers(irs: dict[str, ModelIR]) -> None:
-    svg = render_svg(irs["digits_resnet"])
-    clusters = {g.get("data-path"): _rect(g) for g in ET.fromstring(svg).iter(f"{NS}g") if g.get("class") == "cluster"}
-    assert set(clusters) == {"stem", "block"}
+def _inside(point: tuple[float, float], polygon: list[tuple[float, float]]) -> bool:
+    """Even-odd ray casting (the outlines are rectilinear; no point of a box lies on one)."""
+    x, y = point
+    hits = 0
+    for (x0, y0), (x1, y1) in zip(polygon, polygon[1:] + polygon[:1], strict=True):
+        if (y0 > y) != (y1 > y) and x < x0 + (y - y0) * (x1 - x0) / (y1 - y0):
+            hits += 1
+    return hits % 2 == 1
+
+
+def _corners(box: ET.Element) -> list[tuple[float, float]]:
+    x0, y0, x1, y1 = _rect(box)
+    return [(x0, y0), (x1, y0), (x0, y1), (x1, y1), ((x0 + x1) / 2, (y0 + y1) / 2)]
+
+
+@pytest.mark.parametrize(("spec", "expected"), [("digits_resnet", {"stem", "block"}), ("chain_dqn", {"qnet", "target_qnet"})])
+def test_blocks_are_outlined_around_their_layers_only(irs: dict[str, ModelIR], spec: str, expected: set[str]) -> None:
+    svg = render_svg(irs[spec])
+    outlines = {}
+    for g in ET.fromstring(svg).iter(f"{NS}g"):
+        if g.get("class") == "cluster":
+            path = g.find(f"{NS}path")
+            assert path is not None
+            numbers = [float(n) for n in re.findall(r"-?\d+\.\d", path.get("d", ""))]
+            outlines[g.get("data-path")] = list(zip(numbers[::2], numbers[1::2], strict=True))
+    assert set(outlines) == expected
     for name, box in boxes(svg).items():
-        inside = [c for c, (x0, y0, x1, y1) in clusters.items()
-                  if x0 <= _rect(box)[0] and _rect(box)[2] <= x1 and y0 <= _rect(box)[1] and _rect(box)[3] <= y1]
-        assert inside == ([name.split("/")[0]] if "/" in name else []), name
+        inside = sorted(c for c, polygon in outlines.items() if any(_inside(p, polygon) for p in _corners(box)))
+        assert inside == ([name.split("/")[0]] if "/" in name else []), name  # members wholly, others not at all
+        for c in inside:
+            assert all(_inside(p, outlines[c]) for p in _corners(box)), (name, c)
 
 
 def test_depth_collapses_blocks(irs: dict[str, ModelIR]) -> None:

@@ -46,7 +46,7 @@ def render_svg(ir: ModelIR, depth: int | None = None) -> str:
     """The SVG text of `ir`'s graph; `depth`: draw each block deeper than `depth` levels as one box."""
     d = drawing(ir, depth)
     sizes = {b.id: _size(b) for b in d.boxes}
-    placed = layout(sizes, [(e.src, e.dst) for e in d.edges])
+    placed = layout(sizes, [(e.src, e.dst) for e in d.edges], {b.id: b.cluster for b in d.boxes if b.cluster})
     by_id = {b.id: b for b in d.boxes}
     legend, legend_width = _legend(d)
     # room for the frames of nested blocks around the outermost boxes (_clusters' padding and titles)
@@ -109,22 +109,37 @@ def _edges(d: Drawing, placed: Placed) -> list[str]:
 
 
 def _clusters(d: Drawing, placed: Placed, sizes: dict[str, tuple[float, float]]) -> list[str]:
-    """A rounded frame per block path around its boxes; an outer block's frame is drawn first and is larger."""
+    """An outline per block path around its boxes, outer blocks first (drawn beneath, with wider margins).
+
+    Stepped, one band per rank the block has boxes in: a rectangle around all of them would also cover
+    the boxes of other layers beside a narrow rank (a ResNet shortcut beside its residual branch).
+    """
     out = []
     for path in d.clusters:
         members = [b for b in d.boxes if b.cluster[:len(path)] == path]
-        below = max(len(b.cluster) for b in members) - len(path)  # nested frames inside this one
-        pad = 6.0 + 6.0 * below
-        x0 = min(placed.x[b.id] - sizes[b.id][0] / 2 for b in members) - pad
-        x1 = max(placed.x[b.id] + sizes[b.id][0] / 2 for b in members) + pad
-        y0 = min(placed.y[b.id] for b in members) - pad - 14
-        y1 = max(placed.y[b.id] + sizes[b.id][1] for b in members) + pad
+        pad = 6.0 + 6.0 * (max(len(b.cluster) for b in members) - len(path))  # room for the frames inside it
+        bands: dict[float, list[float]] = {}  # box top (one per rank) -> [left, right, bottom]
+        for b in members:
+            (w, h), x, y = sizes[b.id], placed.x[b.id], placed.y[b.id]
+            band = bands.setdefault(y, [x - w / 2, x + w / 2, y + h])
+            band[:] = [min(band[0], x - w / 2), max(band[1], x + w / 2), max(band[2], y + h)]
+        tops = sorted(bands)
         name = "/".join(path)
-        out.append(f'<g class="cluster" data-path="{escape(name)}"><rect x="{x0:.1f}" y="{y0:.1f}" '
-                   f'width="{x1 - x0:.1f}" height="{y1 - y0:.1f}" rx="8" fill="#7f7f7f" fill-opacity="0.06" '
-                   f'stroke="#999"/><text x="{x0 + 6:.1f}" y="{y0 + 12:.1f}" font-size="11" fill="#555">{escape(name)}'
-                   "</text></g>\n")
+        title_y = tops[0] - pad - 14
+        out.append(f'<g class="cluster" data-path="{escape(name)}"><path d="{_outline(tops, bands, pad, title_y)}" '
+                   f'fill="#7f7f7f" fill-opacity="0.06" stroke="#999"/><text x="{bands[tops[0]][0] - pad + 6:.1f}" '
+                   f'y="{title_y + 12:.1f}" font-size="11" fill="#555">{escape(name)}</text></g>\n')
     return out
+
+
+def _outline(tops: list[float], bands: dict[float, list[float]], pad: float, title_y: float) -> str:
+    """The stepped polygon: down the left side band by band, up the right; steps halfway between ranks."""
+    # halfway between ranks: V_GAP / 2 from either rank's boxes, so a step never cuts a box
+    ys = [title_y] + [(bands[a][2] + b) / 2 for a, b in pairwise(tops)] + [bands[tops[-1]][2] + pad]
+    left = [p for i, t in enumerate(tops) for p in ((bands[t][0] - pad, ys[i]), (bands[t][0] - pad, ys[i + 1]))]
+    right = [p for i, t in enumerate(tops) for p in ((bands[t][1] + pad, ys[i]), (bands[t][1] + pad, ys[i + 1]))]
+    points = left + right[::-1]
+    return "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in points) + " Z"
 
 
 def _legend(d: Drawing) -> tuple[str, float]:

@@ -31,8 +31,10 @@ class Placed:
     height: float
 
 
-def layout(sizes: dict[str, tuple[float, float]], edges: Sequence[tuple[str, str]]) -> Placed:
-    """Place boxes of `sizes` (id -> (width, height), in a stable order) and route `edges` (source, target)."""
+def layout(sizes: dict[str, tuple[float, float]], edges: Sequence[tuple[str, str]],
+           groups: dict[str, tuple[str, ...]] | None = None) -> Placed:
+    """Place boxes of `sizes` (id -> (width, height), in a stable order) and route `edges` (source, target);
+    `groups`: box id -> its nested cluster path, whose members are kept side by side in each rank."""
     order = {v: i for i, v in enumerate(sizes)}
     rank = _ranks(list(sizes), edges, order)
     chains, ranks = _chains(sizes, edges, rank, order)
@@ -41,6 +43,8 @@ def layout(sizes: dict[str, tuple[float, float]], edges: Sequence[tuple[str, str
     position = {v: i for r in ranks for i, v in enumerate(r)}
     for sweep in range(SWEEPS):  # crossing reduction: down, up, down, ...
         _reorder(ranks[1:] if sweep % 2 == 0 else ranks[-2::-1], up if sweep % 2 == 0 else down, position)
+    if groups:
+        _gather(ranks, groups, position)
     x = _place(ranks, width, up, down)
     tops, heights, y = [], [], 0.0
     for r in ranks:
@@ -108,6 +112,25 @@ def _reorder(ranks: Sequence[list[str]], fixed: dict[str, list[str]], position: 
         position.update({v: i for i, v in enumerate(r)})
 
 
+def _gather(ranks: list[list[str]], groups: dict[str, tuple[str, ...]], position: dict[str, int]) -> None:
+    """Make each cluster's boxes contiguous in every rank, so that its frame holds no other box there.
+
+    A cluster sits where its members sit on average (over all ranks); a box sorts by its clusters' places,
+    outer first, then its own, so members of one cluster share a key prefix and stay together.
+    """
+    places: dict[tuple[str, ...], list[int]] = {}
+    for v, path in groups.items():
+        for i in range(1, len(path) + 1):
+            places.setdefault(path[:i], []).append(position[v])
+    mean = {c: sum(p) / len(p) for c, p in places.items()}
+    for r in ranks:
+        def key(v: str) -> list[tuple[float, int, str]]:
+            path = groups.get(v, ())
+            return [*((mean[path[:i]], 0, "/".join(path[:i])) for i in range(1, len(path) + 1)), (position[v], 1, v)]
+        r.sort(key=key)
+        position.update({v: i for i, v in enumerate(r)})
+
+
 def _place(ranks: list[list[str]], width: dict[str, float], up: dict[str, list[str]],
            down: dict[str, list[str]]) -> dict[str, float]:
     """x centres: packed, then each rank pulled towards its neighbours' mean with spacing kept (isotonic)."""
@@ -127,7 +150,8 @@ def _solve(r: list[str], width: dict[str, float], wanted: list[float], x: dict[s
     offsets, at = [], 0.0
     for i, v in enumerate(r):
         if i:
-            at += (width[r[i - 1]] + width[v]) / 2 + (H_GAP if width[v] and width[r[i - 1]] else H_GAP / 2)
+            u = r[i - 1]
+            at += (width[u] + width[v]) / 2 + (H_GAP if width[v] and width[u] else H_GAP / 2)
         offsets.append(at)
     blocks: list[list[float]] = []  # [mean, count]
     for want, off in zip(wanted, offsets, strict=True):
