@@ -50,7 +50,7 @@ def check_header(file: Path | IO[bytes], max_pixels: int) -> Header:
     except UnidentifiedImageError:
         raise DataError("is not an image (JPEG, PNG, BMP or GIF expected)") from None
     except OSError as exc:
-        raise DataError(f"cannot read the image header ({exc})") from None
+        raise DataError(f"is damaged: its header does not read ({exc})") from None
     if found not in FORMATS:
         raise DataError(f"is a {found} image; JPEG, PNG, BMP and GIF are read (convert it to one of them)")
     if width * height > max_pixels:

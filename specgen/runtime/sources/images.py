@@ -98,7 +98,8 @@ def _classes(context: SourceContext, spec: Any) -> list[str]:
     label = next(iter(context.source.labels), None)
     bound = wanted[label].bound if label in wanted else None
     if bound is not None and len(classes) > bound:
-        raise context.fail((context.kind,), f"{len(classes)} classes ({', '.join(classes[:SHOWN])}, ...) but "
+        shown = ", ".join(classes[:SHOWN]) + (", ..." if len(classes) > SHOWN else "")
+        raise context.fail((context.kind,), f"{len(classes)} classes ({shown}) but "
                            f"{wanted[label].why}; the output needs one unit per class")
     return classes
 
@@ -157,13 +158,13 @@ def _undecodable(files: list[Path], channels: int) -> list[int]:
     """Indexes of the files that do not decode: one parallel pass that keeps only each good file's index."""
     import tensorflow as tf
 
-    def decodes(index: tf.Tensor, path: tf.Tensor) -> tf.Tensor:
-        decoded = decode_image(tf.io.read_file(path), (1, 1), channels)
-        with tf.control_dependencies([decoded]):  # a stateless op nothing reads would be pruned: force it
-            return tf.identity(index)  # a bad image raises instead, and ignore_errors drops its index
+    def decodes(index: tf.Tensor, path: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # The pixels are returned (one, summed) because tf.data prunes a stateless decode whose output nothing
+        # reads, control dependencies included; a bad image raises instead, and ignore_errors drops its index.
+        return index, tf.reduce_sum(decode_image(tf.io.read_file(path), (1, 1), channels))
 
     indexes = tf.data.Dataset.from_tensor_slices((tf.range(len(files)), tf.constant([str(f) for f in files])))
     good = np.zeros(len(files), bool)
-    for index in indexes.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().as_numpy_iterator():
+    for index, _ in indexes.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().as_numpy_iterator():
         good[index] = True
     return [int(i) for i in np.flatnonzero(~good)]
