@@ -28,3 +28,4 @@ mkdir -p "$out"
 PYTHONUNBUFFERED=1 python3 bench/cuda_onnx.py .gpu/models --repeats "${REPEATS:-7}" --json "$out/cuda_onnx.json" \
     2>&1 | tee "$out/cuda_onnx.log"
 PYTHONUNBUFFERED=1 python3 bench/attention_node.py --provider cuda --repeat 50 2>&1 | tee "$out/attention_node.log"
+PYTHONUNBUFFERED=1 python3 bench/cuda_predictor.py .gpu/digits/model.onnx examples/data/digits.npz 2>&1 | tee "$out/predictor.log"
