@@ -10,6 +10,7 @@
 set -euo pipefail
 mkdir -p /tmp/ort
 if [ ! -e /tmp/ort/onnxruntime ]; then
+    [ "$(ls /tmp/ortparts | wc -l)" = 4 ] || { echo "expected 4 parts in /tmp/ortparts: $(ls /tmp/ortparts)"; exit 1; }
     cat /tmp/ortparts/part* | xz -d | tar -C /tmp/ort -xf -
 fi
 export PYTHONPATH=/tmp/ort
@@ -23,6 +24,8 @@ EOF
 export LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+# onnxruntime-gpu lists TensorRT among its providers; it runs only where TensorRT's libnvinfer is installed.
+echo "TensorRT: $( (ldconfig -p | grep -q libnvinfer) && echo libnvinfer found || echo 'libnvinfer not installed')"
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 PYTHONUNBUFFERED=1 python3 bench/cuda_onnx.py .gpu/models --repeats "${REPEATS:-7}" --json "$out/cuda_onnx.json" \
