@@ -12,7 +12,8 @@ Every graph of a group is timed at each of the group's points (B batch, S sequen
 `specgen infer` and `serve` call it, so host-device copies are included). Before timing, each graph's CUDA
 output is compared with its CPU provider output on the same weights and input (relative max difference;
 onnxruntime's CUDA provider may use TF32 matrix units, ~1e-3 relative). Ratios are against the group's first
-label. Output: a table, and the figures as JSON in `--json`.
+label. `--io-binding` times with the inputs copied to the GPU once and the outputs left there; an entry's
+`cuda_options` (e.g. {"prefer_nhwc": "1"}) go to the CUDA provider. Output: a table, and JSON in `--json`.
 
     python bench/cuda_onnx.py DIR [--repeats 7] [--seconds 0.3] [--json out.json]
 """
@@ -35,11 +36,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onnx_skeleton import fill
 
 
-def session(model: onnx.ModelProto, provider: str) -> ort.InferenceSession:
+def session(model: onnx.ModelProto, provider: str, cuda_options: dict[str, str] | None = None) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
+    cuda: Any = ("CUDAExecutionProvider", cuda_options) if cuda_options else "CUDAExecutionProvider"
+    providers = [cuda, "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
     return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+
+
+class Bound:
+    """`sess.run` with the input copied to the GPU once and the outputs left there: the device-resident figure."""
+
+    def __init__(self, sess: ort.InferenceSession, feed: dict[str, np.ndarray]):
+        self.sess, self.binding = sess, sess.io_binding()
+        for name, array in feed.items():
+            self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0))
+        for out in sess.get_outputs():
+            self.binding.bind_output(out.name, "cuda", 0)
+
+    def run(self, _outputs: Any, _feed: Any) -> None:
+        self.sess.run_with_iobinding(self.binding)
 
 
 def example(entry: dict[str, Any], batch: int, size: int, seed: int = 0) -> np.ndarray:
@@ -50,7 +66,7 @@ def example(entry: dict[str, Any], batch: int, size: int, seed: int = 0) -> np.n
     return rng.standard_normal(shape).astype(entry["dtype"])
 
 
-def per_call(sess: ort.InferenceSession, feed: dict[str, np.ndarray], seconds: float) -> float:
+def per_call(sess: Any, feed: dict[str, np.ndarray], seconds: float) -> float:
     """Median seconds per call over at least `seconds` of calls (3 at least)."""
     times: list[float] = []
     start = time.perf_counter()
@@ -68,7 +84,7 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
 
 def run_group(entries: list[dict[str, Any]], folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     models = {e["label"]: fill(onnx.load(folder / e["file"]), seed=0) for e in entries}
-    cuda = {label: session(m, args.provider) for label, m in models.items()}
+    cuda = {e["label"]: session(models[e["label"]], args.provider, e.get("cuda_options")) for e in entries}
     rows = []
     for batch, size in entries[0]["points"]:
         feeds = {e["label"]: {e["input"]: example(e, batch, size)} for e in entries}
@@ -82,14 +98,17 @@ def run_group(entries: list[dict[str, Any]], folder: Path, args: argparse.Namesp
                 checks[label] = float("nan")
                 continue
             checks[label] = relative(cuda[label].run(None, feeds[label])[0], expected)
+        runners: dict[str, Any] = cuda
+        if args.io_binding:
+            runners = {label: Bound(s, feeds[label]) for label, s in cuda.items()}
         times: dict[str, list[float]] = {e["label"]: [] for e in entries}
         labels = list(times)
         for label in labels:  # warm-up: cuDNN algorithm search, allocations
             for _ in range(3):
-                cuda[label].run(None, feeds[label])
+                runners[label].run(None, feeds[label])
         for rep in range(args.repeats):
             for label in labels[rep % len(labels):] + labels[:rep % len(labels)]:
-                times[label].append(per_call(cuda[label], feeds[label], args.seconds))
+                times[label].append(per_call(runners[label], feeds[label], args.seconds))
         base = statistics.median(times[labels[0]])
         for label in labels:
             median = statistics.median(times[label])
@@ -107,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", nargs="*", help="only these groups")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--provider", choices=("cuda", "cpu"), default="cuda", help="cpu: a dry run of the script")
+    parser.add_argument("--io-binding", action="store_true",
+                        help="inputs and outputs stay on the GPU (no host-device copies timed)")
     args = parser.parse_args(argv)
     ort.set_default_logger_severity(3)
     if args.provider == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -124,13 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows += run_group(entries, args.folder, args)
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
-    print(f"\nonnxruntime {ort.__version__}, {args.provider} provider; medians of {args.repeats} interleaved measurements")
+    copies = "device-resident inputs and outputs" if args.io_binding else "numpy in and out"
+    print(f"\nonnxruntime {ort.__version__}, {args.provider} provider, {copies}; "
+          f"medians of {args.repeats} interleaved measurements")
     print(f"{'group':<14}{'graph':<26}{'batch':>6}{'size':>6}{'ms':>10}{'min-max':>18}{'vs first':>10}{'cuda/cpu':>10}")
     for r in rows:
         print(f"{r['group']:<14}{r['label']:<26}{r['batch']:>6}{r['size']:>6}{r['ms']:>10.3f}"
               f"{r['min_ms']:>8.3f}-{r['max_ms']:<9.3f}{r['speedup_vs_first']:>9.2f}x{r['cuda_vs_cpu_relative']:>10.1e}")
     if args.json:
-        args.json.write_text(json.dumps({"onnxruntime": ort.__version__, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"onnxruntime": ort.__version__, "io_binding": args.io_binding, "rows": rows}, indent=1))
     return 0
 
 
