@@ -54,7 +54,7 @@ def run_graph(args: argparse.Namespace) -> int:
         sys.stdout.write(picture)
         return 0
     write_atomic(args.output, picture, fsync=False)
-    print(f"wrote {shown(args.output)} ({fmt}: {ir.layer_count} layers)", file=sys.stderr)
+    print(f"wrote {shown(args.output)} ({fmt}: {ir.layer_count} layers)")
     return 0
 
 

@@ -14,13 +14,19 @@ def _tree(d: Drawing, emit_box: Callable[[Box, str], str], open_: Callable[[tupl
           close: str) -> list[str]:
     """Boxes nested in their clusters, outer first, in IR order; `open_` starts a cluster, `close` ends one."""
     lines: list[str] = []
+    first = {c: min(b.order for b in d.boxes if b.cluster[:len(c)] == c) for c in d.clusters}
 
     def visit(path: tuple[str, ...], indent: str) -> None:
-        for child in (c for c in d.clusters if len(c) == len(path) + 1 and c[:len(path)] == path):
-            lines.append(indent + open_(child, indent))
-            visit(child, indent + "  ")
+        items: list[tuple[int, tuple[str, ...] | Box]] = [
+            (first[c], c) for c in d.clusters if len(c) == len(path) + 1 and c[:len(path)] == path]
+        items += [(b.order, b) for b in d.boxes if b.cluster == path]
+        for _, item in sorted(items, key=lambda pair: pair[0]):  # IR order, blocks where their first layer is
+            if isinstance(item, Box):
+                lines.append(indent + emit_box(item, indent))
+                continue
+            lines.append(indent + open_(item, indent))
+            visit(item, indent + "  ")
             lines.append(indent + close)
-        lines.extend(indent + emit_box(b, indent) for b in d.boxes if b.cluster == path)
 
     visit((), "  ")
     return lines
@@ -45,7 +51,7 @@ def render_dot(d: Drawing) -> str:
         return f"subgraph {_dot_quote('cluster_' + '/'.join(path))} {{ label={_dot_quote('/'.join(path))};"
 
     lines = [f"digraph {_dot_quote(d.name)} {{", '  rankdir=TB;',
-             '  node [shape=box, fontname="monospace", fontsize=10];', *_tree(d, box, cluster, "}")]
+             '  node [shape=box, fontname="Courier", fontsize=10];', *_tree(d, box, cluster, "}")]
     for e in d.edges:
         extra = " [style=dashed, label=share]" if e.kind == "share" else ""
         lines.append(f"  {_dot_quote(e.src)} -> {_dot_quote(e.dst)}{extra};")

@@ -1,9 +1,10 @@
 """A layered (Sugiyama-style) layout, hand-written so that a picture needs no system binary and no package.
 
 Why not a library (docs/pictures.md#layout has the figures): Graphviz needs its `dot` binary (what breaks
-Keras' plot_model on many machines); grandalf (pure Python, last release 2023) lays ResNet50 out as fast
-but iterates over sets of its own objects, so the bytes could differ between runs; this module is
-deterministic by construction (every choice is broken by the IR order) and about 150 lines.
+Keras' plot_model on many machines). grandalf 0.8 (pure Python, last release January 2023) lays ResNet50
+out in about 40 ms, deterministically, but knows nothing of clusters, which the picture needs to keep a
+block's layers together and outline them; a hand-written layout keeps the base install enough for pictures
+(no extra, no dependency) and is about 150 lines.
 
 Steps, the classic ones: ranks by longest path (a chain goes straight down); edges spanning several
 ranks get one dummy point per rank so they bend around boxes; barycentre sweeps order each rank to cut
