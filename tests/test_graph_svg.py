@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -165,3 +166,23 @@ def test_no_two_boxes_overlap(irs: dict[str, ModelIR]) -> None:
     overlaps = [(a, b) for i, a in enumerate(rects) for b in rects[i + 1:]
                 if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
     assert overlaps == []
+
+
+def test_hostile_names_stay_text(tmp_path: Path) -> None:
+    """A restore file name with markup is escaped in each format (the spec refuses control characters);
+    a block that shares its name with a layer ('enc' and 'enc/fc') gets a box of its own under --depth 0."""
+    from specgen.pictures.graph import render
+
+    name = "pre<t>&\"x'.ckpt"
+    spec = tmp_path / "weird.yaml"
+    spec.write_text(SHARED.replace("name: siamese", "name: weird").replace("score: out", "score: enc/out") +
+                    "  - {name: enc, op: dense, units: 1, input: out}\n  - {name: enc/out, op: dense, units: 1}\n"
+                    f"checkpoint:\n  dir: runs/x\n  restore:\n    - {{from: {json.dumps(name)}}}\n")
+    ir = ir_from_file(spec)
+    label = boxes(render_svg(ir))["out"].findall(f"{NS}text")[2].text
+    assert label == f"4 params, restore {name}"
+    assert '"out" [label="out\\ndense [batch, 1]\\n4 params, restore pre<t>&\\"x\'.ckpt"' in render(ir, "dot")
+    assert "4 params, restore pre#lt;t#gt;#amp;#quot;x'.ckpt\"]:::frozen" in render(ir, "mermaid")
+    collapsed = boxes(render_svg(ir, depth=0))
+    assert [t.text for t in collapsed["enc/"].findall(f"{NS}text")] == ["enc/", "block [batch, 1]", "2 layers, 17 params"]
+    assert [t.text for t in collapsed["enc"].findall(f"{NS}text")] == ["enc", "dense [batch, 1]", f"2 params, restore {name}"]

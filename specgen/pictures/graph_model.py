@@ -134,13 +134,14 @@ def drawing(ir: ModelIR, depth: int | None = None) -> Drawing:
         boxes[inp.name] = Box(inp.name, "input", [inp.name, f"input {inp.dtype} {text.shape(inp.shape)}"], "input",
                               order=i)
     names = {n.name for n in ir.nodes}
+    taken = names | {i.name for i in ir.inputs}  # a block's box must not take a layer's name ('enc' and 'enc/fc')
     where: dict[str, str] = {i.name: i.name for i in ir.inputs}  # layer -> the box that draws it
     for node in ir.nodes:
         paths = [v.path for v in node.variables.values()]  # a shared layer's are its owner's: its colour too
         status, tags = _status(paths, ir, not node.inference_mode)
         parts = tuple(node.name.split("/"))
         if depth is not None and len(parts) > depth + 1:
-            where[node.name] = _collapse(boxes, parts[:depth + 1], node, status, tags, len(boxes))
+            where[node.name] = _collapse(boxes, parts[:depth + 1], node, status, tags, taken)
             continue
         where[node.name] = node.name
         boxes[node.name] = Box(node.name, "layer", _layer_lines(node, paths, ir), status, tags, parts[:-1], len(boxes))
@@ -159,16 +160,16 @@ def drawing(ir: ModelIR, depth: int | None = None) -> Drawing:
 
 
 def _collapse(boxes: dict[str, Box], path: tuple[str, ...], node: Node, status: str, tags: tuple[str, ...],
-              order: int) -> str:
+              taken: set[str]) -> str:
     """Fold `node` into the box of its block `path`; the box's status is its layers' when they agree."""
-    name = "/".join(path)
+    name = "/".join(path) + ("/" if "/".join(path) in taken else "")
     box = boxes.get(name)
     if box is None:
-        box = boxes[name] = Box(name, "block", [name, "", ""], status, tags, path[:-1], order)
+        box = boxes[name] = Box(name, "block", [name, "", ""], status, tags, path[:-1], len(boxes))
     box.layers += 1
     box.params += 0 if node.shares else sum(v.size for v in node.variables.values())
     box.lines[1] = f"block {text.shape(node.shape)}"  # the block's last layer's output
-    box.lines[2] = f"{box.layers} layers, {box.params:,} params"
+    box.lines[2] = f"{box.layers} layer{'s' if box.layers > 1 else ''}, {box.params:,} params"
     if status != box.status and "stateless" not in (status, box.status):
         box.status = "partly_frozen" if {status, box.status} <= {"trainable", "frozen", "partly_frozen"} else "block"
     elif box.status == "stateless":
