@@ -153,7 +153,7 @@ def _legend(d: Drawing) -> tuple[str, float]:
             out.append(f'<rect class="key {status}" x="{x:.1f}" y="{y:.1f}" width="14" height="14" rx="2" '
                        f'fill="{FILL[status]}" stroke="#555"{dash}/><text x="{x + 18:.1f}" y="{y + 11:.1f}">{text}</text>\n')
             x += 18 + len(text) * CHAR + 14
-    x, y = PAD, y + 20
+    first_row, x, y = x, PAD, y + 20
     for tag, (fill, label, meaning) in BADGE.items():
         text = f"{meaning} ({d.counts[tag]})"
         bw = len(label) * BADGE_CHAR + 8
@@ -161,4 +161,4 @@ def _legend(d: Drawing) -> tuple[str, float]:
                    f'stroke="#777"/><text x="{x + 4:.1f}" y="{y + 10.5:.1f}" font-size="10">{label}</text>'
                    f'<text x="{x + bw + 4:.1f}" y="{y + 11:.1f}">{escape(text)}</text>\n')
         x += bw + 8 + len(text) * CHAR + 14
-    return "".join(out) + "</g>\n", x
+    return "".join(out) + "</g>\n", max(first_row, x)
