@@ -12,6 +12,7 @@ from itertools import pairwise
 from specgen.ir.model import ModelIR
 from specgen.pictures.graph_model import Box, Drawing, drawing
 from specgen.pictures.layout import Placed, layout
+from specgen.pictures.palette import BADGE, FILL, LEGEND
 
 FORMATS = ("svg", "html", "dot", "mermaid")
 FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"  # monospace: box widths are computed from character counts
@@ -20,13 +21,7 @@ LINE = 15.0
 PAD = 8.0
 BADGE_CHAR = 6.2  # at 10px
 LEGEND_HEIGHT = 56.0
-FILL = {"trainable": "#cfe2ff", "frozen": "#d0d0d0", "partly_frozen": "#fff0b3", "target": "#e5d4f7",
-        "stateless": "#ffffff", "input": "#d4f4dd", "output": "#ffe0c2", "block": "#eeeeee"}
-LEGEND = {"trainable": "trainable", "frozen": "frozen", "partly_frozen": "partly frozen",
-          "target": "target copy", "stateless": "no weights", "input": "input", "output": "output",
-          "block": "block (mixed)"}
-BADGE = {"update": ("#ffd6d6", "update", "updated each step (batch-norm statistics)"),
-         "ema": ("#c9f0e8", "EMA", "averaged (EMA shadow)")}
+
 
 
 def render(ir: ModelIR, fmt: str = "svg", depth: int | None = None) -> str:

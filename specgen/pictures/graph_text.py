@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specgen.pictures.graph_model import Box, Drawing
+from specgen.pictures.palette import FILL
 
 
 def _tree(d: Drawing, emit_box: Callable[[Box, str], str], open_: Callable[[tuple[str, ...], str], str],
@@ -38,8 +39,6 @@ def _dot_quote(s: str) -> str:
 
 def render_dot(d: Drawing) -> str:
     """A `digraph` for Graphviz' dot: one `cluster_` subgraph per block path."""
-    from specgen.pictures.graph import FILL
-
     def box(b: Box, _: str) -> str:
         label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in b.lines)
         tags = f" [{', '.join(b.tags)}]" if b.tags else ""
@@ -65,8 +64,6 @@ def _mermaid_text(s: str) -> str:
 
 def render_mermaid(d: Drawing) -> str:
     """A Mermaid `flowchart TB`: ids n0, n1, ... (layer names hold '/'), blocks as nested subgraphs."""
-    from specgen.pictures.graph import FILL
-
     ids = {b.id: f"n{i}" for i, b in enumerate(d.boxes)}
     cids = {c: f"c{i}" for i, c in enumerate(d.clusters)}
 
