@@ -21,6 +21,7 @@ LINE = 15.0
 PAD = 8.0
 BADGE_CHAR = 6.2  # at 10px
 LEGEND_HEIGHT = 56.0
+TITLE = 13.0  # a block title's line height (11px text), per level of nesting
 
 
 
@@ -45,7 +46,8 @@ def render_svg(ir: ModelIR, depth: int | None = None) -> str:
     by_id = {b.id: b for b in d.boxes}
     legend, legend_width = _legend(d)
     # room for the frames of nested blocks around the outermost boxes (_clusters' padding and titles)
-    margin = PAD + 6.0 + 6.0 * max((len(c) for c in d.clusters), default=0) + (14 if d.clusters else 0)
+    levels = max((len(c) for c in d.clusters), default=0)
+    margin = PAD + 6.0 + (6.0 + TITLE) * levels + (14 if d.clusters else 0)
     width, height = max(placed.width + 2 * margin, legend_width + PAD), placed.height + LEGEND_HEIGHT + 2 * margin
     body = [*_clusters(d, placed, sizes), *_edges(d, placed), *(_box(b, placed, sizes) for b in by_id.values())]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -112,7 +114,8 @@ def _clusters(d: Drawing, placed: Placed, sizes: dict[str, tuple[float, float]])
     out = []
     for path in d.clusters:
         members = [b for b in d.boxes if b.cluster[:len(path)] == path]
-        pad = 6.0 + 6.0 * (max(len(b.cluster) for b in members) - len(path))  # room for the frames inside it
+        inside = max(len(b.cluster) for b in members) - len(path)  # levels of blocks nested in this one
+        pad = 6.0 + 6.0 * inside  # room for the frames inside it
         bands: dict[float, list[float]] = {}  # box top (one per rank) -> [left, right, bottom]
         for b in members:
             (w, h), x, y = sizes[b.id], placed.x[b.id], placed.y[b.id]
@@ -120,7 +123,9 @@ def _clusters(d: Drawing, placed: Placed, sizes: dict[str, tuple[float, float]])
             band[:] = [min(band[0], x - w / 2), max(band[1], x + w / 2), max(band[2], y + h)]
         tops = sorted(bands)
         name = "/".join(path)
-        title_y = tops[0] - pad - 14
+        # a title line per nested level above the inner titles: nested blocks starting at one rank
+        # (encoder, encoder/1) would otherwise print their titles over each other
+        title_y = tops[0] - pad - 14 - TITLE * inside
         out.append(f'<g class="cluster" data-path="{escape(name)}"><path d="{_outline(tops, bands, pad, title_y)}" '
                    f'fill="#7f7f7f" fill-opacity="0.06" stroke="#999"/><text x="{bands[tops[0]][0] - pad + 6:.1f}" '
                    f'y="{title_y + 12:.1f}" font-size="11" fill="#555">{escape(name)}</text></g>\n')
