@@ -45,8 +45,10 @@ def test_int8_written_fused_and_within_budget(trained: dict[str, Any], capsys: p
     assert (report["precision"], report["mode"], report["calibration"]) == ("int8", "static QDQ", "minmax")
     assert report["calibration_examples"] == 360  # the default 512 is more than the eval set: all of it
     # The fusion onnxruntime did: the conv and both dense layers run as integer kernels, none in float32.
+    # Counted over every integer kernel type, not QLinearConv/QGemm each: which names its layout passes
+    # give them depends on the CPU (tests/test_suite_hygiene.py); that three ran as integers does not.
     ops = report["optimized_ops"]
-    assert (ops["QLinearConv"], ops["QGemm"], report["integer_kernels"]) == (1, 2, 3)
+    assert report["integer_kernels"] == 3
     assert not {"Conv", "Gemm", "FusedConv", "FusedGemm", "MatMul"} & set(ops)
     accuracy = report["accuracy"]
     assert accuracy["lost_points"] <= 1.0 and accuracy["budget"] == 1.0
@@ -127,6 +129,8 @@ def test_calibration_larger_than_the_eval_set(trained: dict[str, Any], capsys: p
                     "set has 360: ask for 360 or fewer; nothing was written")
 
 
+# onnxruntime's x86-64 CPU provider registers no float16 Conv or Gemm (its MLAS float16 kernels are for ARM64):
+# the fp16 variant's three compute nodes would run through inserted Casts.
 def test_fp16_without_cpu_kernels_is_refused(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     line = _refused(trained, capsys, "--precision", "fp16")
     assert re.fullmatch(
