@@ -49,9 +49,9 @@ FLOAT_COMPUTE = {"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMu
 def has_vnni() -> bool:
     """Whether this CPU has VNNI (AVX-512 or AVX): onnxruntime's uint8 x int8 kernels sum in int32 there.
 
-    Without VNNI (AVX2 only) they sum pairs with vpmaddubsw into int16, which saturates for large weights:
-    on the trained digits CNN that cost 1.4 points of accuracy. onnxruntime's `reduce_range` (7-bit
-    weights) avoids the saturation, and is what its docs advise for non-VNNI machines.
+    Without VNNI (AVX2 only) they sum pairs with vpmaddubsw into int16, which can saturate: on one trained
+    digits CNN 8-bit weights cost 1.39 points of accuracy (docs/export.md). onnxruntime's `reduce_range`
+    (7-bit weights) avoids the saturation, and is what its docs advise for non-VNNI machines.
     """
     try:
         flags = Path("/proc/cpuinfo").read_text()
