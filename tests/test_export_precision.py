@@ -48,7 +48,7 @@ def test_int8_written_fused_and_within_budget(trained: dict[str, Any], capsys: p
     # Counted over every integer kernel type, not QLinearConv/QGemm each: which names its layout passes
     # give them depends on the CPU (tests/test_suite_hygiene.py); that three ran as integers does not.
     ops = report["optimized_ops"]
-    assert report["integer_kernels"] == 3
+    assert report["integer_kernels"] == 3 and report["float32_compute"] == []
     assert not {"Conv", "Gemm", "FusedConv", "FusedGemm", "MatMul"} & set(ops)
     accuracy = report["accuracy"]
     assert accuracy["lost_points"] <= 1.0 and accuracy["budget"] == 1.0

@@ -35,7 +35,7 @@ from onnxruntime.quantization import (
 )
 
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
-from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
+from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model
 
 METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
            "percentile": CalibrationMethod.Percentile}
@@ -86,17 +86,33 @@ def _quiet() -> Iterator[None]:
         root.setLevel(level)
 
 
-def _named(model_bytes: bytes) -> onnx.ModelProto:
-    """The model with every node named after the tensor it writes: the quantizer keys its choices by name."""
-    model = onnx.load_from_string(model_bytes)
+def _prepared(model_bytes: bytes) -> onnx.ModelProto:
+    """Constants folded (onnxruntime's basic level, portable ONNX, what its quant_pre_process runs), every node
+    named after the tensor it writes (the quantizer keys its choices by name).
+
+    Folding matters for recurrent graphs: specgen's LSTM reads its gate kernels through a Concat, and the
+    quantizer only quantizes an LSTM whose weights are stored (DynamicQuantizeLSTM); unfolded it stays float32.
+    """
+    model = optimized_model(model_bytes, "cpu", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     for node in model.graph.node:
         if not node.name:
             node.name = node.output[0]
     return model
 
 
+def _keep_header(source: onnx.ModelProto, model: onnx.ModelProto) -> None:
+    """The export's metadata (named-dimension bounds, runtime/lengths.py) and opset imports, plus only the
+    domains the quantized nodes use: onnxruntime's saved graph imports every domain it knows."""
+    used = {n.domain for n in model.graph.node} - {d.domain for d in source.opset_import}
+    imports = [*source.opset_import, *(d for d in model.opset_import if d.domain in used)]
+    del model.opset_import[:]
+    model.opset_import.extend(imports)
+    del model.metadata_props[:]
+    model.metadata_props.extend(source.metadata_props)
+
+
 def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[str, Any]]:
-    model = _named(model_bytes)
+    model = _prepared(model_bytes)
     ops = {n.op_type for n in model.graph.node}
     dynamic = bool(ops & RECURRENT) and "Conv" not in ops
     with tempfile.TemporaryDirectory() as folder, _quiet():
@@ -109,6 +125,7 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
                             per_channel=True, reduce_range=not has_vnni(), activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8, calibrate_method=METHODS[calibration.method])
         data = onnx.load(str(target))
+    _keep_header(onnx.load_from_string(model_bytes), data)
     report = {"mode": "dynamic" if dynamic else "static QDQ", "calibration": None if dynamic else calibration.method,
               "calibration_examples": None if dynamic else len(next(iter(calibration.inputs.values()))),
               "reduce_range": not dynamic and not has_vnni()}
@@ -125,7 +142,10 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
         raise PrecisionRefusal(f"int8: {len(left)} quantized node(s) have no integer kernel on the {provider} provider "
                                f"and would run in float32 between Dequantize/Quantize pairs: {', '.join(left[:5])}"
                                f"{' ...' if len(left) > 5 else ''}")
-    return {"integer_kernels": integer, "optimized_ops": op_counts(graph)}
+    # Nodes the quantizer did not touch (an LSTM whose weights are computed, not stored) stay float32:
+    # not a refusal, since no Dequantize/Quantize pair was paid for them, but reported
+    unquantized = [label(n) for n in graph.node if n.op_type in FLOAT_COMPUTE]
+    return {"integer_kernels": integer, "float32_compute": unquantized, "optimized_ops": op_counts(graph)}
 
 
 DEF = PrecisionDef("int8", "model.int8.onnx", convert, check,

@@ -19,8 +19,8 @@ CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 PROVIDERS = {"cpu": [CPU], "cuda": [CUDA, CPU]}
 
 
-def optimized_graph(model_bytes: bytes, provider: str, level: ort.GraphOptimizationLevel) -> onnx.GraphProto:
-    """The graph a session on `provider` ('cpu' or 'cuda') runs after optimizations up to `level`."""
+def optimized_model(model_bytes: bytes, provider: str, level: ort.GraphOptimizationLevel) -> onnx.ModelProto:
+    """The model a session on `provider` ('cpu' or 'cuda') runs after optimizations up to `level`."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "optimized.onnx"
         options = ort.SessionOptions()
@@ -28,7 +28,11 @@ def optimized_graph(model_bytes: bytes, provider: str, level: ort.GraphOptimizat
         options.optimized_model_filepath = str(path)
         options.log_severity_level = 3  # the "hardware specific optimizations" warning is expected here
         ort.InferenceSession(model_bytes, options, providers=PROVIDERS[provider])
-        return onnx.load(str(path), load_external_data=False).graph
+        return onnx.load(str(path), load_external_data=False)
+
+
+def optimized_graph(model_bytes: bytes, provider: str, level: ort.GraphOptimizationLevel) -> onnx.GraphProto:
+    return optimized_model(model_bytes, provider, level).graph
 
 
 def op_counts(graph: onnx.GraphProto) -> dict[str, int]:

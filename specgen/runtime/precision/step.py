@@ -98,6 +98,8 @@ def summary_lines(out: str, report: dict[str, Any]) -> list[str]:
     """What `specgen export` prints about the variant it wrote."""
     name, accuracy, speed = report["precision"], report["accuracy"], report["speed"]
     kernels = f", {report['integer_kernels']} integer kernels after onnxruntime's fusion" if "integer_kernels" in report else ""
+    if report.get("float32_compute"):
+        kernels += f"; left in float32: {', '.join(report['float32_compute'])}"
     lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
     if "lost_points" in accuracy:
         lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
