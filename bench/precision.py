@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(m, args.provider, args.repeats, args.seconds) for m in sorted(folder.iterdir()) if
             (m / "model.onnx").exists()]
     print(table(rows))
+    # onnxruntime falls back to the CPU silently when CUDA cannot start: say which provider ran each model
+    print("ran on: " + ", ".join(f"{r['model']} {r['device']}" for r in rows))
     for r in rows:
         for key, check in r["checks"].items():
             if "refusal" in check:
