@@ -1,7 +1,7 @@
-"""The `specgen` command line: validate, build, schema, report, graph, train, restore-plan, export, infer, serve, import.
+"""The `specgen` command line: validate, build, schema, report, graph, curves, train, restore-plan, export, infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
-print a traceback. `validate`, `build`, `schema`, `report` and `graph` never import TensorFlow.
+print a traceback. `validate`, `build`, `schema`, `report`, `graph` and `curves` never import TensorFlow.
 """
 
 from __future__ import annotations
@@ -395,9 +395,11 @@ def parser() -> argparse.ArgumentParser:
     keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
     keras.set_defaults(run=cmd_import)
+    from specgen.pictures.curves_cli import add_parser as add_curves
     from specgen.pictures.graph_cli import add_parser as add_graph
 
     add_graph(sub)
+    add_curves(sub)
     return top
 
 
