@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 LR_PREFIX = "learning_rate/"  # one scalar per optimizer (specgen train): drawn together in one panel
 LR_PANEL = "learning rate"
 EVAL = "eval"
+# No date, no matplotlib version (Creator, Software) and no RDF block: the bytes depend on the events only.
+_NO_METADATA = {"svg": {"Date": None, "Creator": None, "Format": None, "Type": None}, "png": {"Software": None}}
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,5 @@ def render(runs: Sequence[list[Series]], fmt: str = "svg") -> bytes:
 
     fig, buffer = figure(runs), io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "specgen", "svg.fonttype": "path"}):
-        # PNG metadata would hold the matplotlib version; SVG's a date: both left out, so bytes repeat.
-        fig.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else {"Software": None})
+        fig.savefig(buffer, format=fmt, metadata=_NO_METADATA[fmt])
     return buffer.getvalue()
