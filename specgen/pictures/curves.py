@@ -116,7 +116,10 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
     fig = Figure(figsize=(5.2 * cols, 3.2 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     # One colour per legend entry across panels: "train" is the same colour in every panel.
-    labels = sorted({label_of(s, len(runs)) for s in every}, key=lambda label: (label.endswith(EVAL), label))
+    # Stages first (train before eval), then the optimizers of the learning-rate panel.
+    stages = sorted({label_of(s, len(runs)) for s in every if panel_of(s) != LR_PANEL},
+                    key=lambda label: (label.endswith(EVAL), label))
+    labels = stages + sorted({label_of(s, len(runs)) for s in every} - set(stages))
     for ax, panel in zip(axes, panels, strict=False):
         for s in (s for s in every if panel_of(s) == panel):
             label = label_of(s, len(runs))
