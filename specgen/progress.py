@@ -19,10 +19,10 @@ DELAY = 2.0  # seconds: work that ends sooner shows no bar (most builds, small e
 PLAIN_EVERY = 5.0  # seconds between plain progress lines when stdout is not a terminal
 
 
-def delayed(items: Iterable[T], what: str, total: int | None = None) -> Iterator[T]:
+def delayed(items: Iterable[T], what: str, total: int | None = None, delay: float = DELAY) -> Iterator[T]:
     """`items`, with a bar on stderr when it is a terminal and the work runs past DELAY; the bar is
     removed when done, so what the command prints stays as it was."""
-    return iter(tqdm(items, desc=what, total=total, delay=DELAY, leave=False, file=sys.stderr,
+    return iter(tqdm(items, desc=what, total=total, delay=delay, leave=False, file=sys.stderr,
                      disable=not sys.stderr.isatty(), dynamic_ncols=True))
 
 
