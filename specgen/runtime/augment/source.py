@@ -25,12 +25,12 @@ def for_source(context: SourceContext, source: Source) -> Pipeline | None:
     if not items:
         return None
     image = image_inputs(spec.data.train.features, spec.inputs)[0]  # validate: exactly one
-    _check_sizes(context, items, source.dataset.element_spec[0][image].shape)
+    _check_sizes(context, items, image, source.dataset.element_spec[0][image].shape)
     label, classes = _mixed_label(context) if any(kind_of(i).mixes_labels for i in items) else (None, None)
     return apply(items, context.training.train.seed if context.training.train else 0, image, label, classes)
 
 
-def _check_sizes(context: SourceContext, items: list, shape: tf.TensorShape) -> None:
+def _check_sizes(context: SourceContext, items: list, image: str, shape: tf.TensorShape) -> None:
     if shape.rank != 3 or shape[0] is None or shape[1] is None:
         return  # a size known per image only: Keras' layer center-crops what is smaller
     size = (int(shape[0]), int(shape[1]))
@@ -39,6 +39,10 @@ def _check_sizes(context: SourceContext, items: list, shape: tf.TensorShape) -> 
         if (why := kind.refuse(kind.value(item), size)) is not None:
             raise context.fail(("augment", i, kind.name), f"{why} (the images in the file are {list(size)})")
         size = kind.size(kind.value(item), size)
+    wanted = context.loaded.spec.inputs[image].shape[:2]
+    if any(isinstance(w, int) and w != s for w, s in zip(wanted, size, strict=True)):
+        raise context.fail(("augment",), f"the augmented images are {list(size)}; input '{image}' is "
+                           f"{list(wanted)}; expected a random_crop size equal to the input's")
 
 
 def _mixed_label(context: SourceContext) -> tuple[str, int]:
