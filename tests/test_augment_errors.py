@@ -38,6 +38,8 @@ def refused(path: Path, text: str) -> str:
     ("{images: photos, image_size: [6, 6], augment: [{random_crop: {size: [4, 4]}}]}", None, "[6, 6, 1]",
      "spec.yaml:12:39: error: input 'image' has shape [6, 6, 1]; an images source with image_size [6, 6] and its augment "
      "(a crop to [4, 4]) feeds [4, 4, 1 or 3] (channels: 1 grayscale, 3 RGB)"),
+    (NPZ % "[{random_rotation: 1.5}]", None, "[4, 4, 1]",
+     "spec.yaml:12:93: error: random_rotation: received 1.5, expected a value <= 1.0"),
 ])
 def test_validate_refuses(tmp_path: Path, train: str, eval_: str | None, shape: str, message: str) -> None:
     got = refused(tmp_path / "spec.yaml", spec_text(train, eval_, shape=shape))

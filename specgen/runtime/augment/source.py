@@ -20,11 +20,10 @@ Pipeline = Callable[[tf.data.Dataset], tf.data.Dataset]
 
 def for_source(context: SourceContext, source: Source) -> Pipeline | None:
     """The augmentation of `data.train` (None without one); a crop larger than the images is an error."""
-    spec = context.loaded.spec
-    items = getattr(spec.data.train, "augment", None) if context.stage == "train" and spec.data else None
-    if not items:
+    items, spec = list(context.source.augment), context.loaded.spec
+    if not items or context.stage != "train":  # validate refuses augment elsewhere
         return None
-    image = image_inputs(spec.data.train.features, spec.inputs)[0]  # validate: exactly one
+    image = image_inputs(context.source.features, spec.inputs)[0]  # validate: exactly one
     _check_sizes(context, items, image, source.dataset.element_spec[0][image].shape)
     label, classes = _mixed_label(context) if any(kind_of(i).mixes_labels for i in items) else (None, None)
     return apply(items, context.training.train.seed if context.training.train else 0, image, label, classes)
