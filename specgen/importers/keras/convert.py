@@ -20,6 +20,8 @@ from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
 from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
+from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
+from specgen.importers.keras.take import take
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
@@ -81,6 +83,8 @@ def _converter(layer: KLayer) -> Converter | None:
 
 def _operation(layer: KLayer) -> dict[str, Any]:
     """`x + 3.0`, `x * (1 / 6)`, `a * b` in a Keras 3 graph (MobileNetV3's hard sigmoid): exact spec ops."""
+    if layer.cls in TAKE_CLASSES:
+        return take(layer)
     op = OPERATIONS.get(layer.cls)
     if op is None or len(layer.args) != 2 or set(layer.config) - {"name"}:
         raise layer_problem(layer.name, layer.cls, f"the Keras operation ({layer.module}) has no spec form")
@@ -114,7 +118,9 @@ def _order(graph: KGraph) -> list[KLayer]:
     frontier = []
     for layer in graph.layers:
         # A later call of a shared layer also waits for the first, whose spec name its `share:` names.
-        needs = {p for p in [*layer.inputs, *([layer.shares] if layer.shares else [])] if p not in done}
+        # Output k > 0 of a layer (`<layer>#<k>`, graph.py) waits for that layer.
+        needs = {p if p in position or p in done else p.rpartition("#")[0]
+                 for p in [*layer.inputs, *([layer.shares] if layer.shares else [])]} - done
         waiting[layer.name] = len(needs)
         for producer in needs:
             readers.setdefault(producer, []).append(layer)
@@ -180,7 +186,7 @@ class _Converter:
             self.out.renamed.append((what, keras, spec))
 
     def layer(self, layer: KLayer) -> None:
-        ins = [self.spec_of[p] for p in layer.inputs]
+        ins = [self.read(p, f"Keras layer {quoted(layer.name)} ({layer.cls}): reads") for p in layer.inputs]
         if not ins:
             raise layer_problem(layer.name, layer.cls, "called on no tensor (every spec layer reads one or more)")
         shapes = [self.shapes[i] for i in ins]
@@ -232,6 +238,7 @@ class _Converter:
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
+        self._extra_outputs(layer.name, entry, name, result)
         # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
         roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
         if share:
@@ -242,6 +249,26 @@ class _Converter:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
         if result.variables and layer.config.get("trainable") is False:
             self.out.frozen.append(f"{name}/*")
+
+    def _extra_outputs(self, keras: str, entry: dict[str, Any], name: str, result: Any) -> None:
+        """Keras' output k > 0 of a layer (graph.py's `<layer>#<k>`) as the spec's `<name>/<output>`, in Keras'
+        list order (kinds/ops/bidirectional.py). Under merge_mode none Keras' output 0 is the forward half,
+        which `<name>` also is."""
+        extra = list(result.extra_outputs.items())
+        if entry["op"] == "bidirectional" and entry.get("merge_mode") == "none":
+            extra = extra[1:]  # `<name>/forward`: Keras' output 0, already `<name>`
+        for k, (out, (shape, dtype)) in enumerate(extra, start=1):
+            self.spec_of[f"{keras}#{k}"] = f"{name}/{out}"
+            self.shapes[f"{name}/{out}"], self.dtypes[f"{name}/{out}"] = shape, dtype
+
+    def read(self, producer: str, what: str) -> str:
+        """The spec name of a Keras producer; an output k the spec layer lacks is refused by name."""
+        if producer in self.spec_of:
+            return self.spec_of[producer]
+        owner, _, k = producer.rpartition("#")
+        outputs = 1 + sum(1 for p in self.spec_of if p.startswith(owner + "#"))
+        raise ImportProblem(f"{what} output {k} of Keras layer {quoted(owner)}, which has {outputs} output(s) as "
+                            "specgen imports it")
 
     def _check(self, layer: KLayer, entry: dict[str, Any], shapes: list[Any], dtypes: list[str]) -> Any:
         try:
@@ -257,7 +284,7 @@ class _Converter:
         taken = Namer()  # names an output must not take: inputs, layers it does not name, earlier outputs
         taken.taken |= set(self.out.inputs) | {entry["name"] for entry in self.out.layers}
         for keras_name, producer in self.graph.outputs:
-            target = self.spec_of[producer]
+            target = self.read(producer, f"output {quoted(keras_name)} is")
             if target in self.out.inputs:
                 raise ImportProblem(f"output '{keras_name}' is a model input itself; specgen outputs read layers")
             name = Namer().identifier(keras_name)  # the Keras name where it is a valid spec name

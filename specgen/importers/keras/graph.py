@@ -160,6 +160,8 @@ class _Flattener:
     def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
             return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
+        if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: convert.py's getitem reads it
+            return arg
         if isinstance(arg, bool) or not isinstance(arg, int | float):
             raise layer_problem(name, cls, f"a call argument {str(arg)[:80]!r} is neither a tensor nor a number")
         return arg
@@ -316,12 +318,20 @@ class _Flattener:
     def producer(self, key: str) -> str:
         target = key
         for _ in range(MAX_HOPS):
-            target = self.alias.get(target, "")
+            target = self.alias.get(target) or self._later_output(target)
             if target.startswith("="):
                 return target[1:]
             if not target:
                 break
         raise ImportProblem(f"the model config refers to tensor {quoted(key)}, which no layer in it produces")
+
+
+    def _later_output(self, key: str) -> str:
+        """Output k > 0 of a layer call (an LSTM's states: `lstm:0:1`) as `=<layer>#<k>`; the converter maps
+        it to the spec layer's extra output (convert.py) or refuses it there, naming the layer."""
+        call, _, index = key.rpartition(":")
+        first = self.alias.get(call + ":0", "")
+        return f"{first}#{index}" if first.startswith("=") and index.isdigit() and index != "0" else ""
 
 
 def _top_level_calls(config: dict[str, Any]) -> int:

@@ -328,8 +328,7 @@ def _cell_activation(a: Args, key: str, default: str) -> str:
 def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
     """LSTM / GRU / SimpleRNN: the spec keys that differ from the defaults (which are Keras')."""
     op = RECURRENT_OPS[a.layer.cls]
-    for key, why in (("return_state", "extra state outputs are not supported yet"),
-                     ("stateful", "specgen's recurrent layers start every batch from zeros"),
+    for key, why in (("stateful", "specgen's recurrent layers start every batch from zeros"),
                      ("time_major", "specgen sequences are batch-major")):
         a.expect(key, False, None, why=why)
     for key in ("dropout", "recurrent_dropout"):  # it would train differently: refused, not dropped
@@ -338,7 +337,7 @@ def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
     a.expect("zero_output_for_mask", False, True, None)  # masks only, which specgen does not import yet
     a.get("unroll"), a.get("implementation")  # the same outputs whichever way Keras runs the loop
     out: dict[str, Any] = {"op": op, "units": a.integer("units")}
-    for key in ("return_sequences", "go_backwards"):
+    for key in ("return_sequences", "return_state", "go_backwards"):  # states: `<layer>/state_h` ... (convert.py)
         if a.flag(key, False):
             out[key] = True
     if (act := _cell_activation(a, "activation", "tanh")) != "tanh":
