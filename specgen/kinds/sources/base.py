@@ -48,6 +48,9 @@ class SourceDef:
     fills_named_dims: bool = False
     # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).
     refuse: Callable[[Any, Mapping[str, Any]], list[Refusal]] = lambda source, inputs: []
+    # Defaults that need the rest of the spec, filled once it is parsed (spec/load.py): (its spec model, the
+    # spec's inputs, the data labels the loss reads) -> the model with them (`images` fills features and labels).
+    complete: Callable[[Any, Mapping[str, Any], list[str]], Any] = lambda source, inputs, labels: source
 
     def report(self, path: str, features: Refs, labels: Refs) -> str:
         """One line for `specgen report` and messages: the kind, its file and what it reads."""
