@@ -1,7 +1,8 @@
 """`specgen import keras` of recurrent layers' extra outputs: LSTM return_state, Bidirectional with
-return_state under merge_mode None and sum, and Keras 3's `x[:, 0]` (GetItem) and `keras.ops.take` as the
-spec's `take`. One saved model holds them all; the imported spec restores every weight by identity, and the
-generated TensorFlow model and the ONNX graph equal `model.predict` on every output."""
+return_state under merge_mode None and sum, states read by `initial_state=` (one tensor, and a list of two),
+and Keras 3's `x[:, 0]` (GetItem) and `keras.ops.take` as the spec's `take`. One saved model holds them all;
+the imported spec restores every weight by identity, and the generated TensorFlow model and the ONNX graph
+equal `model.predict` on every output."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def states_model() -> Any:
                                            name="bi")(seq)
     y, _, bs = L.Bidirectional(L.GRU(3, return_state=True), merge_mode="sum", name="bg")(x)
     first, last = seq[:, 0], keras.ops.take(bw, -1, axis=1)
-    head = L.Dense(2, name="head")(L.Concatenate(name="cat")([first, last, c, fc, bs]))
+    dec = L.GRU(4, name="dec")(x, initial_state=h)
+    dec2 = L.LSTM(4, name="dec2")(x, initial_state=[h, c])
+    head = L.Dense(2, name="head")(L.Concatenate(name="cat")([first, last, c, fc, bs, dec, dec2]))
     model = keras.Model(x, {"head": head, "state": h, "fw": fw, "bc": bc, "y": y}, name="states")
     randomize(model)
     return model
@@ -63,8 +66,11 @@ def test_extra_outputs_and_take_are_imported(imported: tuple[Any, Path]) -> None
         {"op": "bidirectional", "input": "enc", "layer": {"op": "lstm", "units": 3, "return_sequences": True,
                                                           "return_state": True}, "merge_mode": "none"},
         {"op": "take", "input": "enc", "axis": 1, "index": 0},
+        {"op": "gru", "input": "steps", "initial_state": ["enc/state_h"], "units": 4},
+        {"op": "lstm", "input": "steps", "initial_state": ["enc/state_h", "enc/state_c"], "units": 4},
         {"op": "take", "input": "bi/backward", "axis": 1, "index": -1},
-        {"op": "concat", "inputs": ["get_item", "take", "enc/state_c", "bi/forward_state_c", "bg/backward_state"]},
+        {"op": "concat", "inputs": ["get_item", "take", "enc/state_c", "bi/forward_state_c", "bg/backward_state", "dec",
+                                    "dec2"]},
         {"op": "dense", "units": 2}]
 
 
@@ -77,8 +83,8 @@ def test_tensorflow_and_onnx_equal_predict(imported: tuple[Any, Path], tmp_path:
     ours = getattr(load_generated(tmp_path / "model.py"), ir.class_name)(seed=0)
     variables = ours.variables_by_path()
     plan = plan_restore(loaded, {p: (tuple(v.shape), v.dtype.name) for p, v in variables.items()})
-    # enc 3 + bi 2x3 + bg 2x3 + head 2: every one from the .keras file, none left over
-    assert plan.ok and plan.count("restored") == len(variables) == 17 and not plan.unused
+    # enc 3 + bi 2x3 + bg 2x3 + dec 3 + dec2 3 + head 2: every one from the .keras file, none left over
+    assert plan.ok and plan.count("restored") == len(variables) == 23 and not plan.unused
     apply_plan(plan, variables)
     x = np.random.default_rng(4).standard_normal((3, 7, 5)).astype(np.float32)
     expected = model.predict(x, verbose=0)

@@ -17,7 +17,14 @@ from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_l
 from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
+from specgen.importers.keras.layers import (
+    APPLICATION_CLASSES,
+    CONVERTERS,
+    INITIAL_STATES,
+    KERAS2_ROLES,
+    Converter,
+    Part,
+)
 from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
@@ -221,6 +228,8 @@ class _Converter:
         multi = keys["op"] in MULTI_INPUT
         if READS in keys:  # the converter named each input's role (importers/keras/attention.py)
             wired, ins = wiring(keys, ins)
+        elif INITIAL_STATES in keys and len(ins) == 1 + keys.pop(INITIAL_STATES):  # x, then initial_state's tensors
+            wired = {"input": ins[0], "initial_state": ins[1:]}
         elif len(ins) < (2 if multi else 1) or (len(ins) > 1 and not multi):
             raise layer_problem(layer.name, layer.cls, f"called on {len(ins)} tensors, where spec op '{keys['op']}' "
                                 f"reads {'two or more' if multi else 'one'}")
