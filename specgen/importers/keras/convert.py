@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
-from specgen.importers.keras.args import Args, finite
+from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
 from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
@@ -27,8 +27,7 @@ from specgen.importers.keras.layers import (
 )
 from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
-from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
-from specgen.importers.keras.take import take
+from specgen.importers.keras.operations import operation
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
@@ -37,7 +36,6 @@ MULTI_INPUT = ("add", "multiply", "subtract", "concat")
 # A restore map's `from` is at most 256 characters (spec/base.py's Pattern): room for a layer's path and its
 # longest weight name (`/depthwise_kernel`, `/vars/99` in a bare .weights.h5).
 MAX_KEYED_NAME = 256 - len("/depthwise_kernel")
-OPERATIONS = {"Add": "add", "Multiply": "multiply", "Subtract": "subtract"}  # keras.ops calls in a graph
 REFUSED = {  # classes people meet often, with why (others: "no spec op")
     "Lambda": "it runs Python code stored in the model, which specgen never runs",
     "TFOpLambda": "it calls a TensorFlow function stored by name, which specgen never runs",
@@ -64,7 +62,7 @@ _LAYER = TypeAdapter(Layer)
 
 def _converter(layer: KLayer) -> Converter | None:
     if layer.module.startswith("keras.src.ops"):
-        return None  # operations are handled by _operation
+        return None  # operations are handled by operations.py
     known = APPLICATION_CLASSES.get((layer.module, layer.cls))
     if known is not None:
         return known
@@ -86,29 +84,6 @@ def _converter(layer: KLayer) -> Converter | None:
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]
-
-
-def _operation(layer: KLayer) -> dict[str, Any]:
-    """`x + 3.0`, `x * (1 / 6)`, `a * b` in a Keras 3 graph (MobileNetV3's hard sigmoid): exact spec ops."""
-    if layer.cls in TAKE_CLASSES:
-        return take(layer)
-    op = OPERATIONS.get(layer.cls)
-    if op is None or len(layer.args) != 2 or set(layer.config) - {"name"}:
-        raise layer_problem(layer.name, layer.cls, f"the Keras operation ({layer.module}) has no spec form")
-    constants = layer.constants
-    if not constants:
-        return {"op": op}
-    if len(constants) != 1:
-        raise layer_problem(layer.name, layer.cls, "an operation on two constants")
-    c, first = finite(constants[0]), not isinstance(layer.args[0], float | int)
-    if c is None:
-        raise layer_problem(layer.name, layer.cls, f"the constant {constants[0]!r} is outside float32's finite range")
-    # rescale is x * scale + offset in float32: x * 1.0 is x exactly, so these equal Keras' results.
-    if op == "add":
-        return {"op": "rescale", "scale": 1.0, "offset": c}
-    if op == "multiply":
-        return {"op": "rescale", "scale": c}
-    return {"op": "rescale", "scale": 1.0, "offset": -c} if first else {"op": "rescale", "scale": -1.0, "offset": c}
 
 
 def _order(graph: KGraph) -> list[KLayer]:
@@ -199,7 +174,7 @@ class _Converter:
         shapes = [self.shapes[i] for i in ins]
         convert = _converter(layer)
         if convert is None:
-            keys: dict[str, Any] | list[Part] | None = _operation(layer)
+            keys: dict[str, Any] | list[Part] | None = operation(layer)
         else:
             args = Args(layer, self.keras2, self.out.notes)
             keys = convert(args, shapes)
