@@ -113,3 +113,24 @@ def test_other_indexing_is_refused(index: Any, message: str, tmp_path: Path,
     assert err.count("\n") == 2 and err.endswith("\n1 error found\n"), err  # one line, no traceback
     # Keras numbers unnamed operations per process (get_item_3): the layer's name is matched as a pattern
     assert re.search(r": error: Keras layer '(get_item|take)(_\d+)?' " + re.escape(message) + "\n", err), err
+
+
+def test_an_output_the_layer_lacks_is_refused(imported: tuple[Any, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A config whose model output reads output 3 of the LSTM (which has 3: the sequence, state_h and state_c)."""
+    import json
+    import zipfile
+
+    source, bad = imported[1].with_name("m.keras"), tmp_path / "bad.keras"
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                config["config"]["output_layers"]["state"] = ["enc", 0, 3]
+                data = json.dumps(config).encode()
+            zout.writestr(item, data)
+    assert run_import(bad, "-o", tmp_path / "bad.yaml") == 1
+    assert not (tmp_path / "bad.yaml").exists()
+    assert capsys.readouterr().err == (f"{bad}: error: output 'state' is output 3 of Keras layer 'enc', which has 3 "
+                                       "output(s) as specgen imports it\n1 error found\n")

@@ -165,7 +165,7 @@ class _Flattener:
     def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
             return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
-        if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: convert.py's getitem reads it
+        if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: take.py reads it
             return arg
         if isinstance(arg, bool) or not isinstance(arg, int | float):
             raise layer_problem(name, cls, f"a call argument {str(arg)[:80]!r} is neither a tensor nor a number")
