@@ -17,7 +17,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from keras.src.random.seed_generator import SeedGenerator
+from keras.random import SeedGenerator
 
 from specgen.kinds.augment import kind_of
 
