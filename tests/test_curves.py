@@ -20,22 +20,24 @@ TRAIN_STEPS, EVAL_STEPS = [20, 40, 60], [30, 60]
 
 
 def write_events(folder: Path, stage: str, steps: list[int], scalars: dict[str, list[float]]) -> None:
-    """Events as tf.summary.scalar writes them (a float32 tensor with the scalars plugin's metadata), through
-    TensorBoard's own pure-Python writer: importing TensorFlow would cost this file most of its time, and
-    tests/test_report_html.py reads the events of a real `specgen train`."""
-    import numpy as np
+    """Events as tf.summary.scalar writes them (a float32 tensor with the scalars plugin's metadata, one
+    TFRecord each), through TensorBoard's own pure-Python record writer: importing TensorFlow would cost
+    this file most of its time, and tests/test_report_html.py reads the events of a real `specgen train`."""
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-    from tensorboard.util.tensor_util import make_tensor_proto
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.types_pb2 import DT_FLOAT
+    from tensorboard.summary.writer.record_writer import RecordWriter
 
-    writer = EventFileWriter(str(folder / "tensorboard" / stage))
+    (folder / "tensorboard" / stage).mkdir(parents=True)
     plugin = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
-    for i, step in enumerate(steps):
-        for tag, values in scalars.items():
-            value = Summary.Value(tag=tag, metadata=plugin, tensor=make_tensor_proto(np.float32(values[i])))
-            writer.add_event(Event(step=step, summary=Summary(value=[value])))
-    writer.close()
+    with open(folder / "tensorboard" / stage / "events.out.tfevents.1.test.v2", "wb") as file:
+        writer = RecordWriter(file)
+        for i, step in enumerate(steps):
+            for tag, values in scalars.items():
+                tensor = TensorProto(dtype=DT_FLOAT, float_val=[values[i]])
+                value = Summary.Value(tag=tag, metadata=plugin, tensor=tensor)
+                writer.write(Event(step=step, summary=Summary(value=[value])).SerializeToString())
 
 
 @pytest.fixture(scope="module")
