@@ -56,8 +56,7 @@ def _calibration(loaded: LoadedSpec, ir: ModelIR, request: PrecisionRequest, inp
     asked = request.calibration or (export.calibration_examples if export else None)
     if asked is not None and asked > rows:
         where = _where(loaded, request, "--calibration", "calibration_examples", asked)
-        raise where(f"int8 calibration asks for {asked} examples; the eval set has {rows}: ask for "
-                             f"{rows} or fewer")
+        raise where(f"int8 calibration asks for {asked} examples; the eval set has {rows}: ask for {rows} or fewer")
     count = asked or min(DEFAULT_CALIBRATION, rows)
     return Calibration(export.calibration if export else "minmax", {k: v[:count] for k, v in inputs.items()})
 
@@ -72,16 +71,16 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         return None
     where = _where(loaded, request, "--precision", "precision", name)
     if sample != "eval set":
-        raise where(f"{name} is calibrated and gated on the eval set, and the spec has none: add "
-                             "'data.eval'")
+        raise where(f"{name} is calibrated and gated on the eval set, and the spec has none: add 'data.eval'")
     definition = REGISTRY[name]
     rows = len(next(iter(inputs.values())))
     calibration = _calibration(loaded, ir, request, inputs, rows) if name == "int8" else Calibration()
     loss = ir.training.loss
     try:
         variant_bytes, converted = definition.convert(model_bytes, calibration)
+        fp32 = Predictor(model_bytes, request.provider)  # first: a CUDA that cannot start is said before any check
         kernels = definition.check(variant_bytes, request.provider)
-        fp32, variant = Predictor(model_bytes, request.provider), Predictor(variant_bytes, request.provider)
+        variant = Predictor(variant_bytes, request.provider)
         gated = accuracy_gate(name, export.budget, fp32(inputs), variant(inputs), labels,
                               loss.logits if loss and loss.target == "sparse" and labels is not None else None)
         batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
