@@ -1,6 +1,11 @@
 """`random_crop: {size: [h, w], pad: p}`: zero-pad p pixels on each side, then keras.layers.RandomCrop(h, w).
 
 Keras' layer draws one crop offset per batch; the output is [h, w], so the model's image input is [h, w, c].
+At eval (and export) the entry is Keras' documented inference of RandomCrop: the largest centered window of
+the crop's aspect ratio, resized (bilinear) to [h, w] -- keras.layers.Resizing(h, w, crop_to_aspect_ratio=True),
+whose window is computed by the same formula. Not the layer itself at training=False: Keras 3.15's RandomCrop
+returns its input unchanged there (keras-team/keras#21868), which no [h, w] model could take. The pad is a
+training-only step, so eval resizes the unpadded image.
 """
 
 from __future__ import annotations
@@ -42,4 +47,5 @@ KINDS = (AugmentDef(
     size=lambda v, size: (v.size[0], v.size[1]),
     refuse=_refuse,
     pad=lambda v: v.pad,
+    inference=lambda v: ("Resizing", {"height": v.size[0], "width": v.size[1], "crop_to_aspect_ratio": True}),
 ),)
