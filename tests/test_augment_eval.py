@@ -98,3 +98,9 @@ def test_train_then_eval_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     # the eval set's 3 images (one per class), each counted once: accuracy is k/3
     assert re.search(r"^eval at step 2: accuracy (0\.0000|0\.3333|0\.6667|1\.0000)\s", out, re.M), out
+    # export checks the ONNX graph against TensorFlow on the eval set: the cropped eval images fit its input
+    assert main(["export", str(tmp_path / "spec.yaml"), "--checkpoint", str(tmp_path / "run"), "-o",
+                 str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "TensorFlow on 3 examples;" in out, out  # the whole eval set, at the model's input size
+    assert re.search(r"^eval accuracy: onnxruntime (\S+), TensorFlow \1$", out, re.M), out
