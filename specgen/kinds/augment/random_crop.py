@@ -40,7 +40,7 @@ KINDS = (AugmentDef(
     name="random_crop",
     spec=RandomCrop,
     doc="`{size: [<height>, <width>], pad: <pixels>}` (pad default 0): zero-pad, then crop `size` at one random "
-        "offset per batch",
+        "offset per batch; at eval, the centered window of `size`'s aspect ratio resized to `size`",
     example={"size": [6, 6], "pad": 1},
     keras=lambda v: ("RandomCrop", {"height": v.size[0], "width": v.size[1]}),
     describe=lambda v: f"random_crop {v.size[0]}x{v.size[1]} after zero pad {v.pad}",
