@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from images_helpers import encoded, pixels, spec_text, write_tree
 
 from specgen.cli import main
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
-from images_helpers import encoded, pixels, spec_text, write_tree
 
 SOURCE = "{images: photos, image_size: [4, 4]}"
 GOOD = {f"{c}/{i}.png": encoded(pixels(10 * k + i, 5, 6), "PNG") for k, c in enumerate("abc") for i in range(2)}
