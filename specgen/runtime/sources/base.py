@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +32,7 @@ class Source:
 
     dataset: tf.data.Dataset
     examples: int
+    files: tuple[Path, ...] = ()  # the files it streams, where it streams several (`specgen data` lists them)
 
 
 @dataclass(frozen=True)
