@@ -47,8 +47,8 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
 def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
     """Shuffled with the spec's seed, full batches only, repeated; the iterator is checkpointed."""
     return (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-            .batch(batch, drop_remainder=True).repeat().prefetch(2))
+            .batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE))
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:
-    return source.dataset.batch(batch).prefetch(2)
+    return source.dataset.batch(batch).prefetch(tf.data.AUTOTUNE)

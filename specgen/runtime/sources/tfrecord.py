@@ -11,6 +11,7 @@ it exactly), parsed in parallel; runtime/data.py shuffles and batches.
 from __future__ import annotations
 
 import glob
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +106,15 @@ def _scan(context: SourceContext, shard: Path, spec: dict[str, Any], wanted: dic
             return count
         except tf.errors.DataLossError as exc:
             index = count + _readable(shard, count)
-            raise context.fail((context.kind,), f"{where}cannot read record {index}: {exc.message.splitlines()[0]}; "
+            raise context.fail((context.kind,), f"{where}cannot read record {index}: {_reason(exc)}; "
                                "the file is damaged or not a TFRecord file") from None
         count = _check_chunk(context, chunk, count, spec, wanted, where)
+
+
+def _reason(exc: Any) -> str:
+    """TensorFlow's reason without the op and function names it wraps around it."""
+    line = re.sub(r"\{\{[^}]*\}\}\s*", "", exc.message.splitlines()[0])
+    return re.sub(r"\s*\[Op:.*$", "", line).strip()
 
 
 def _readable(shard: Path, start: int) -> int:
@@ -134,8 +141,8 @@ def _check_chunk(context: SourceContext, chunk: tf.Tensor, start: int, spec: dic
             try:
                 tf.io.parse_single_example(record, spec)
             except tf.errors.InvalidArgumentError as exc:
-                raise context.fail((context.kind,), f"{where}cannot parse record {start + offset}: "
-                                   f"{exc.message.splitlines()[0]}") from None
+                raise context.fail((context.kind,), f"{where}cannot parse record {start + offset}: {_reason(exc)}") \
+                    from None
         raise context.fail((context.kind,), f"{where}cannot parse records {start} to "
                            f"{start + int(chunk.shape[0]) - 1}") from None
     for name, (_, ref) in context.names().items():
