@@ -46,9 +46,13 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
 
 def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
     """Shuffled with the spec's seed, full batches only, repeated; the iterator is checkpointed."""
+    import tensorflow as tf
+
     return (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
             .batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE))
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:
+    import tensorflow as tf
+
     return source.dataset.batch(batch).prefetch(tf.data.AUTOTUNE)
