@@ -41,7 +41,7 @@ def resolve(source: TfRecordSource, folder: Path) -> Resolved:
 def describe(source: Any) -> list[str]:
     """`specgen data`'s lines for this kind's own keys."""
     cache = source.cache or "none"
-    return [f"streamed: {source.cycle_length} shard(s) read at once, cache {cache}"]
+    return [f"streamed, {source.cycle_length} shard(s) read at once (cycle_length), cache {cache}"]
 
 
 KINDS = (SourceDef(

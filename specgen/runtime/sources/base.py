@@ -33,6 +33,9 @@ class Source:
     dataset: tf.data.Dataset
     examples: int
     files: tuple[Path, ...] = ()  # the files it streams, where it streams several (`specgen data` lists them)
+    # (class name, examples) in class-id order, where the reader knows them without reading every example
+    # (a class folder); otherwise `specgen data` counts the labels (runtime/commands/data.py).
+    classes: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True)
