@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds import pointers
 from specgen.kinds.sources import REGISTRY
@@ -25,7 +26,7 @@ from specgen.spec.load import LoadedSpec
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batches"]
+__all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batches", "unreadable_mid_run"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -56,3 +57,16 @@ def eval_batches(source: Source, batch: int) -> tf.data.Dataset:
     import tensorflow as tf
 
     return source.dataset.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def unreadable_mid_run(loaded: LoadedSpec, ir: ModelIR, reason: str) -> SpecError:
+    """A record that could not be read during training (the data passed its checks before the first step, so a
+    file changed since): the stages are read and checked again, which names the file and the record; when
+    they now pass, one line with TensorFlow's reason."""
+    for stage in ("train", "eval"):
+        try:
+            read_stage(loaded, ir, stage)
+        except SpecError as exc:
+            return exc
+    return SpecError([Diagnostic(loaded.display, None, f"a data record could not be read during training ({reason}); "
+                                 "the data passed its checks before the first step: was a file changed while training?")])
