@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
-from specgen.kinds import pointers
+from specgen.kinds import augment, pointers
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import DataError, Source
 from specgen.runtime.sources.context import SourceContext
@@ -42,15 +42,25 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
     context = SourceContext(loaded, ir, stage)
     source = reader(context.kind)(context)
     context.enough(source.examples)
+    if stage == "train":
+        from specgen.runtime.augment.source import for_source  # imports Keras: only where data is read
+
+        source.augment = for_source(context, source)
+    elif augment.at_eval(getattr(loaded.spec.data.train, "augment", None)):  # a train random_crop acts at eval too
+        from specgen.runtime.augment.source import for_eval
+
+        source.dataset = for_eval(context, source)
     return source
 
 
 def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
-    """Shuffled with the spec's seed, full batches only, repeated; the iterator is checkpointed."""
+    """Shuffled with the spec's seed, full batches only, repeated, augmented when declared (its draws count
+    the batches after `repeat`, so they are part of the iterator that checkpoints save)."""
     import tensorflow as tf
 
-    return (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-            .batch(batch, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE))
+    batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
+               .batch(batch, drop_remainder=True).repeat())
+    return (source.augment(batches) if source.augment else batches).prefetch(tf.data.AUTOTUNE)
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:

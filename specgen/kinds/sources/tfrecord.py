@@ -12,13 +12,13 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from specgen.kinds.sources.base import Resolved, SourceDef, refs
-from specgen.spec.base import FilePath, Identifier, PositiveInt, SpecModel
+from specgen.kinds.sources.base import Resolved, SourceDef, SourceSpec, refs
+from specgen.spec.base import FilePath, Identifier, PositiveInt
 
 CYCLE_LENGTH = 4  # shards read at once by default: enough to mix shards, few open files
 
 
-class TfRecordSource(SpecModel):
+class TfRecordSource(SourceSpec):
     tfrecord: FilePath | Annotated[list[FilePath], Field(min_length=1)] = Field(
         description="A .tfrecord file, a glob of shards (train-*.tfrecord) or a list of files and globs.")
     features: dict[Identifier, Identifier] = Field(description="Input name -> feature key.")

@@ -4,14 +4,13 @@
 
 It reads the data (the same checked read as training: runtime/data.py), so it imports TensorFlow; bad input
 is the same one-line errors. Other slices add lines through the kind's `describe` hook (kinds/sources/base.py)
-and the `augment` entries' text (`augment_lines`); a reader that knows its classes without reading the
+and each augmentation's `describe` (kinds/augment); a reader that knows its classes without reading the
 examples (a class folder) fills `Source.classes`, otherwise the classes are counted in one pass over the labels.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.kinds import augment
 from specgen.kinds.sources import kind_of
 from specgen.paths import shown
 from specgen.runtime import data
@@ -94,25 +94,11 @@ def _count(source: Source, label: str, bound: int) -> dict[str, int]:
 
 
 def augment_lines(model: Any, stage: str) -> list[str]:
-    """The source's `augment` entries, one a line (training batches only: eval shows that none runs)."""
+    """The source's `augment` entries, one a line as `specgen report` shows them (kinds/augment's describe)."""
     entries = getattr(model, "augment", None) or []
     if not entries:
-        return ["none"]
-    if stage != "train":
-        return ["none (augmentation runs on training batches only)"]
-    return [_entry(e) for e in entries]
-
-
-def _entry(entry: Any) -> str:
-    """One augmentation as its spec writes it: `random_flip: horizontal`."""
-    described = getattr(entry, "describe", None)
-    if callable(described):
-        return str(described())
-    value = entry.model_dump(exclude_none=True) if hasattr(entry, "model_dump") else entry
-    if isinstance(value, Mapping) and len(value) == 1:
-        (name, arguments), = value.items()
-        return f"{name}: {arguments}"
-    return str(value)
+        return ["none" if stage == "train" else "none (augmentation runs on training batches only)"]
+    return [f"{i}. {augment.describe(entry)}" for i, entry in enumerate(entries, 1)]
 
 
 def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:

@@ -36,6 +36,8 @@ class Source:
     # (class name, examples) in class-id order, where the reader knows them without reading every example
     # (a class folder); otherwise `specgen data` counts the labels (runtime/commands/data.py).
     classes: tuple[tuple[str, int], ...] | None = None
+    # data.train's augmentation over repeated batches (specgen/runtime/augment); None: none declared
+    augment: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
 
 
 @dataclass(frozen=True)
