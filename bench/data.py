@@ -125,13 +125,14 @@ def main() -> None:
     parser.add_argument("--large-gb", type=float, default=4.0, help="0: skip the memory comparison")
     parser.add_argument("--steps", type=int, default=60, help="updates of each training run")
     parser.add_argument("--batches", type=int, default=100, help="batches each pipeline timing reads")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="0: skip the throughput comparison")
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="specgen-data-bench-") as root:
         small = Path(root) / "small"
         print(f"small set: {generate(small, args.small_gb):,} examples, {_size(small):.2f} GB")
-        throughput(small, args)
+        if args.repeats > 0:
+            throughput(small, args)
         if args.large_gb > 0:
             memory(small, Path(root) / "large", args)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
