@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from specgen.cli import main  # noqa: E402
+from specgen.cli import main
 
 SPEC = """\
 specgen: 1
