@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from specgen.ir.resolve import build_ir  # noqa: E402
-from specgen.render.files import render_files  # noqa: E402
-from specgen.runtime.onnx_export import with_weights  # noqa: E402
-from specgen.runtime.parity import random_weights  # noqa: E402
-from specgen.runtime.predictor import Predictor  # noqa: E402
-from specgen.serve.batcher import Batcher  # noqa: E402
-from specgen.spec.load import load_spec_text  # noqa: E402
+from specgen.ir.resolve import build_ir
+from specgen.render.files import render_files
+from specgen.runtime.onnx_export import with_weights
+from specgen.runtime.parity import random_weights
+from specgen.runtime.predictor import Predictor
+from specgen.serve.batcher import Batcher
+from specgen.spec.load import load_spec_text
 
 SPEC = """\
 specgen: 1
