@@ -1,7 +1,7 @@
-"""The `specgen` command line: validate, build, schema, report, train, restore-plan, export, infer, serve, import.
+"""The `specgen` command line: validate, build, schema, report, graph, train, restore-plan, export, infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
-print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
+print a traceback. `validate`, `build`, `schema`, `report` and `graph` never import TensorFlow.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     config = load_config()
     out = args.out or config.out
-    outputs = render_all(_spec_paths(args))
+    # `pictures` belongs to the project's own output folder: a build elsewhere (--out) writes code only
+    pictures = config.pictures and Path(os.path.realpath(out)) == Path(os.path.realpath(config.out))
+    outputs = render_all(_spec_paths(args), pictures)
     if args.check:
         reports = check(outputs, out)
         if config.schema is not None and not args.paths:
@@ -393,6 +395,9 @@ def parser() -> argparse.ArgumentParser:
     keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
     keras.set_defaults(run=cmd_import)
+    from specgen.pictures.graph_cli import add_parser as add_graph
+
+    add_graph(sub)
     return top
 
 
