@@ -12,6 +12,7 @@ from pathlib import Path
 from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import ir_from_file
+from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
 
 BINARY_SUFFIXES = (".onnx",)
@@ -37,11 +38,13 @@ def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | lis
     """
     workers = min(os.cpu_count() or 1, len(paths))
     if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
-        return [render_one(p, pictures) for p in paths]
+        return [render_one(p, pictures) for p in delayed(paths, "build")]
     load_templates()  # once here rather than once per worker
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         one = functools.partial(render_one, pictures=pictures)
-        return pool.map(one, paths, chunksize=max(1, len(paths) // (4 * workers)))
+        # imap keeps the input order, as map did, and lets the bar count specs as they come back.
+        done = pool.imap(one, paths, chunksize=max(1, len(paths) // (4 * workers)))
+        return list(delayed(done, "build", total=len(paths)))
 
 
 def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic]:

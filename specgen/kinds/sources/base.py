@@ -10,12 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from specgen.kinds.augment import Augment
+from specgen.spec.base import SpecModel
 
 # An input or label name -> what names it in the file: an array, a feature key, a column or columns.
 Refs = dict[str, str | tuple[str, ...]]
 # Where a refusal points inside the source's spec entry (appended to ("data", stage)), and its message.
 Refusal = tuple[tuple[str | int, ...], str]
+
+
+class SourceSpec(SpecModel):
+    """What every source's spec model has: `augment` (validate refuses it outside data.train)."""
+
+    augment: Annotated[list[Augment], Field(min_length=1)] | None = Field(
+        None, description="Augmentations applied in order to training batches only (specgen/kinds/augment).")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.kinds.sources.base import Refusal, SourceDef, file_source
-from specgen.spec.base import FilePath, Identifier, PositiveInt, SpecModel
+from specgen.kinds.augment import output_size
+from specgen.kinds.sources.base import Refusal, SourceDef, SourceSpec, file_source
+from specgen.spec.base import FilePath, Identifier, PositiveInt
 
 IMAGE, CLASS = "image", "class"  # what a feature and a label of this kind name
 CHANNELS = (1, 3)  # grayscale or RGB, as Keras' image_dataset_from_directory decodes
@@ -21,7 +22,7 @@ MAX_PIXELS = 40_000_000  # decoded pixels per image (docs/security.md: decompres
 ClassName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f/\\]+$")]
 
 
-class ImagesSource(SpecModel):
+class ImagesSource(SourceSpec):
     images: FilePath = Field(description="A folder with one subfolder of images per class.")
     image_size: Annotated[list[PositiveInt], Field(min_length=2, max_length=2)] = Field(
         description="[height, width] every image is resized to (bilinear, as Keras).")
@@ -56,10 +57,12 @@ def refuse(source: ImagesSource, inputs: Mapping[str, Any]) -> list[Refusal]:
         if shape is None:
             continue  # not an input: reported by the data checks
         size = [d if isinstance(d, int) else None for d in shape[:2]]
+        fed = output_size(source.augment, (source.image_size[0], source.image_size[1]))  # a random_crop sets it
         if len(shape) != 3 or shape[2] not in CHANNELS or any(d not in (None, s) for d, s in
-                                                             zip(size, source.image_size, strict=True)):
+                                                             zip(size, fed, strict=True)):
+            after = "" if list(fed) == source.image_size else f" and its augment (a crop to {list(fed)})"
             problems.append((("image_size",), f"input '{name}' has shape {list(shape)}; an images source with "
-                             f"image_size {source.image_size} feeds [{source.image_size[0]}, {source.image_size[1]}, "
+                             f"image_size {source.image_size}{after} feeds [{fed[0]}, {fed[1]}, "
                              "1 or 3] (channels: 1 grayscale, 3 RGB)"))
     return problems
 
