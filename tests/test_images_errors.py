@@ -101,6 +101,6 @@ def test_train_stops_before_the_first_step_with_one_line(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert err == (f"{spec}:12:19: error: data.train ({tmp_path / 'photos'}): c/notes.png is not an image "
                    "(JPEG, PNG, BMP or GIF expected)\n1 error found\n")
-    # No checkpoint: `specgen train` makes its run folder before reading data (as for every source), and stops there.
+    # Nothing written: `specgen train` reads and checks the data before its run folder's first write.
     assert [str(p.relative_to(tmp_path)) for p in sorted(tmp_path.rglob("*")) if "photos" not in p.parts] == [
-        "runs", "runs/folders", "spec.yaml"]
+        "spec.yaml"]

@@ -87,10 +87,10 @@ def _written(error: OSError, folder: Path) -> str:
 
 def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Distribution) -> dict[str, Any]:
     begin = prepare(loaded, options, chief=distribution.chief)
-    for note in begin.notes:
-        print(f"note: {note}")
     # Overrides kept from a resumed checkpoint change the spec, and so its IR: only then is it built again.
     session = Session(begin.loaded, options, begin, distribution, ir if begin.loaded is loaded else None)
+    for note in begin.notes:  # after the Session: its checks come before the run folder's first write
+        print(f"note: {note}")
     for line in distribution.describe():
         print(line)
     print(session.start())
