@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tfrecord_helpers import digits, write_shards
 
 from specgen.cli import main
-from tests.tfrecord_helpers import digits, write_shards
 
 SPEC = """\
 specgen: 1

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.tfrecord_helpers import digits, write_shards
+from tfrecord_helpers import digits, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 # 120 examples in 3 shards, batches of 16: 7 updates an epoch, so the run crosses epochs (and reshuffles the

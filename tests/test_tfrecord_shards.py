@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tfrecord_helpers import example, write_shards
 
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import load_spec_text
-from tests.tfrecord_helpers import example, write_shards
 
 ROWS = 12
 SPEC = """\
