@@ -17,7 +17,7 @@ from specgen.kinds.features.interactions import INTERACTIONS
 
 __all__ = ["HOOKS", "INTERACTIONS", "ORDER", "REGISTRY", "REPLACING", "FeatureDef", "Interaction", "active"]
 
-ORDER = ("levenberg_marquardt", "accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
+ORDER = ("levenberg_marquardt", "accumulate", "precision", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
          "distribute", "probe")
 NOT_FEATURES = ("base", "compat", "interactions")
 

@@ -1,0 +1,24 @@
+"""`train.precision: mixed_float16 | mixed_bfloat16`: compute in a reduced type, variables kept float32.
+
+The model is called through specgen.runtime.lib.precision.CastModel (float32 variables read as casts,
+normalizations in float32, outputs back in float32 for the losses); under mixed_float16 the step scales the
+loss, apply() unscales once and skips the whole update on non-finite gradients (templates/tf/features/precision.py.j2).
+Its refusals (Levenberg-Marquardt, ops that cannot run in the reduced type): specgen/ir/training/precision.py.
+"""
+
+from specgen.kinds.features.base import FeatureDef
+
+FEATURE = FeatureDef(
+    name="precision",
+    doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
+    spec_keys=("train.precision",),
+    enabled=lambda ir: ir.training.train.precision != "float32",
+    ir="specgen.ir.training.build._train (TrainIR.precision)",
+    state=("specgen.ir.training.keys.LOSS_SCALE",),
+    partial="tf/features/precision.py.j2",
+    hooks=("init", "before_update", "methods", "state"),
+    context="specgen.render.train_plan.precision_context",
+    lib=("precision",),
+    runtime=("specgen.runtime.lib.precision.CastModel", "specgen.runtime.lib.precision.unscale",
+             "specgen.runtime.lib.precision.adjust", "specgen.runtime.lib.precision.guarded"),
+)
