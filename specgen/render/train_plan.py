@@ -130,4 +130,4 @@ def precision_context(ir: ModelIR) -> dict[str, Any]:
     precision = ir.training.train.precision
     keep = [v.path for n in ir.nodes if n.op in FLOAT32_OPS for v in n.variables.values()]
     return {"precision": precision, "compute": precision.removeprefix("mixed_"), "keep": keep,
-            "scaling": precision == "mixed_float16", "keys": keys.LOSS_SCALE}
+            "scaling": precision == "mixed_float16", "scale_keys": keys.LOSS_SCALE}

@@ -15,7 +15,6 @@ from specgen.spec.distribute import Distribute
 from specgen.spec.losses import Selection  # noqa: F401 (spec/pruning.py's selection type)
 from specgen.spec.unions import by_shape
 
-
 # The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
 Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
 

@@ -21,7 +21,7 @@ from specgen.ir.lints import momentum_warnings
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
-from specgen.runtime import distribute
+from specgen.runtime import distribute, hooks
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
@@ -126,7 +126,7 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
             if not math.isfinite(loss):
                 session.refuse_non_finite(loss)
             step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
-            train_metrics = session.metrics()
+            train_metrics = session.metrics() | hooks.progress_values(session.trainer)
             line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
             session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
             if step % session.every == 0:

@@ -63,6 +63,9 @@ class CastModel(tf.Module):
         return dict(self.model.variables_by_path())
 
     def __getattr__(self, name: str) -> Any:
+        """Anything else (masks, layer_outputs) is the model's own."""
+        if name == "model":  # not set yet (tf.Module's __init__ looks attributes up first)
+            raise AttributeError(name)
         return getattr(self.model, name)
 
 
