@@ -1,5 +1,8 @@
 """`train.precision: mixed_float16 | mixed_bfloat16`: compute in a reduced type, variables kept float32.
 
+A setting, not a row of the pairwise feature table (kinds/features/__init__.py SETTINGS): it renders at the
+skeleton's hooks like a feature and combines with every feature but levenberg_marquardt.
+
 The model is called through specgen.runtime.lib.precision.CastModel (float32 variables read as casts,
 normalizations in float32, outputs back in float32 for the losses); under mixed_float16 the step scales the
 loss, apply() unscales once and skips the whole update on non-finite gradients (templates/tf/features/precision.py.j2).
@@ -8,7 +11,7 @@ Its refusals (Levenberg-Marquardt, ops that cannot run in the reduced type): spe
 
 from specgen.kinds.features.base import FeatureDef
 
-FEATURE = FeatureDef(
+SETTING = FeatureDef(
     name="precision",
     doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
     spec_keys=("train.precision",),
