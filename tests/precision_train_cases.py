@@ -19,13 +19,14 @@ BATCH = 32
 
 
 def spec_text(precision: str = "float32", *, jit: bool = False, accumulate: int = 1, loss_weight: float = 1.0,
-              dropout: float = 0.2, run: Path | None = None) -> str:
+              dropout: float = 0.2, pool: str = "max_pool", run: Path | None = None) -> str:
     """digits_cnn.yaml (two optimizers, clip, EMA, dropout, batch norm) with the train keys under test."""
     text = EXAMPLE.read_text().replace("../data/digits.npz", str(DIGITS))
     text = text.replace("  batch_size: 64\n", f"  batch_size: {BATCH}\n")
     text = text.replace("  accumulate: 1\n", f"  accumulate: {accumulate}\n  precision: {precision}\n"
                         f"  jit_compile: {str(jit).lower()}\n")
     text = text.replace("op: dropout, rate: 0.2}", f"op: dropout, rate: {dropout}}}")
+    text = text.replace("op: max_pool, size: 2}", f"op: {pool}, size: 2}}")
     if loss_weight != 1.0:
         text = text.replace("  labels: label\n", f"  labels: label\n  weight: {loss_weight}\n")
     if run is not None:
@@ -56,3 +57,19 @@ def batches(count: int) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarra
 def snapshot(model: Any, trainer: Any) -> dict[str, np.ndarray]:
     """Every checkpointed value by key (model variables and training state)."""
     return {k: v.numpy().copy() for k, v in (model.variables_by_path() | trainer.state_by_path()).items()}
+
+
+def train(trainer: Any, steps: int, accumulate: int = 1) -> list[float]:
+    """`steps` micro-batches through the trainer's own step functions; each micro-batch's loss."""
+    import tensorflow as tf
+
+    losses = []
+    for i, (features, labels) in enumerate(batches(steps)):
+        seed = tf.constant([i, 0], tf.int64)
+        if accumulate == 1:
+            losses.append(float(trainer.train_step(features, labels, seed)))
+            continue
+        losses.append(float(trainer.accumulate_step(features, labels, seed)))
+        if (i + 1) % accumulate == 0:
+            trainer.apply_accumulated()
+    return losses
