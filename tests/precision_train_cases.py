@@ -19,7 +19,7 @@ BATCH = 32
 
 
 def spec_text(precision: str = "float32", *, jit: bool = False, accumulate: int = 1, loss_weight: float = 1.0,
-              dropout: float = 0.2, pool: str = "max_pool", run: Path | None = None) -> str:
+              dropout: float = 0.2, pool: str = "max_pool", run: Path | None = None, evaluate: bool = True) -> str:
     """digits_cnn.yaml (two optimizers, clip, EMA, dropout, batch norm) with the train keys under test."""
     text = EXAMPLE.read_text().replace("../data/digits.npz", str(DIGITS))
     text = text.replace("  batch_size: 64\n", f"  batch_size: {BATCH}\n")
@@ -29,8 +29,10 @@ def spec_text(precision: str = "float32", *, jit: bool = False, accumulate: int 
     text = text.replace("op: max_pool, size: 2}", f"op: {pool}, size: 2}}")
     if loss_weight != 1.0:
         text = text.replace("  labels: label\n", f"  labels: label\n  weight: {loss_weight}\n")
+    if not evaluate:  # no eval stage: a run ends without tracing and running evaluation
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("  eval: {npz:"))
     if run is not None:
-        text = text.replace("dir: ../../runs/digits_cnn", f"dir: {run}")
+        text = text.replace("dir: ../../runs/digits_cnn", f"dir: {run}").replace("  keep: 3\n", "  keep: 10\n")
     return text
 
 
