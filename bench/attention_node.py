@@ -8,7 +8,7 @@
   into the node's bias input).
 
 Each graph is checked against numpy (max relative difference) before it is timed; medians of interleaved
-repetitions. Run: `.venv/bin/python bench/attention_node.py` (`--repeat N`, `--threads N`).
+repetitions. Run: `.venv/bin/python bench/attention_node.py` (`--repeat N`, `--threads N`, `--provider cuda`).
 """
 
 from __future__ import annotations
@@ -112,20 +112,24 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime's default)")
+    parser.add_argument("--provider", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if args.provider == "cuda" else ["CPUExecutionProvider"]
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     makers = (plain, attention23, attention23_packed, contrib_mha)
-    print(f"onnxruntime {ort.__version__}, CPU, {args.repeat} interleaved repetitions, medians in ms")
+    print(f"onnxruntime {ort.__version__}, {args.provider}, {args.repeat} interleaved repetitions, medians in ms")
     print(f"{'case':14} " + " ".join(f"{m.__name__:>18}" for m in makers) + "   max rel diff vs float64")
     for case, (b, t, d, heads) in CASES.items():
         rng = np.random.default_rng(0)
         w = _weights(d, rng)
         x = rng.standard_normal((b, t, d)).astype(np.float32)
         want = reference(x, w, heads)
-        sessions = [ort.InferenceSession(build(m, heads, d, w), options, providers=["CPUExecutionProvider"])
+        sessions = [ort.InferenceSession(build(m, heads, d, w), options, providers=providers)
                     for m in makers]
         diffs = [float(np.max(np.abs(s.run(None, {"x": x})[0] - want)) / np.max(np.abs(want))) for s in sessions]
+        for s in sessions:  # warm-up: allocations, cuDNN/cuBLAS choices
+            s.run(None, {"x": x})
         times: list[list[float]] = [[] for _ in makers]
         for _ in range(args.repeat):
             for i, s in enumerate(sessions):

@@ -124,15 +124,15 @@ def lstm_layers(c: Config) -> list[dict[str, Any]]:
     return [*stack, {"name": "out", "op": "dense", "units": 10}]
 
 
-def write_spec(c: Config, folder: Path, steps: int | str = "seq") -> Path:
+def write_spec(c: Config, folder: Path, steps: int | str = "seq", opset: int = ATTENTION_OPSET) -> Path:
     """The spec file of `c` (input `x: [steps, features]`, `seq` a named dynamic length; output the last layer)."""
     layers = encoder_layers(c) if c.key == "encoder" else lstm_layers(c)
     width = c.hidden if c.key == "encoder" else c.features
     document = {"specgen": 1, "name": f"bench_{c.key}", "inputs": {"x": {"shape": [steps, width]}},
                 "outputs": {"y": layers[-1]["name"]}, "layers": layers}
     if c.key == "encoder":  # multi_head_attention exports one fused Attention node from opset 23 on (default 21)
-        document["export"] = {"onnx": {"opset": ATTENTION_OPSET}}
-    path = folder / f"{c.key}.yaml"
+        document["export"] = {"onnx": {"opset": opset}}
+    path = folder / f"{c.key}{'' if opset == ATTENTION_OPSET else opset}.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -215,6 +215,7 @@ class Built:
     peers: dict[str, onnx.ModelProto] = field(default_factory=dict)
     parity: dict[str, float] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # peer -> why it has no graph
+    variants: dict[str, onnx.ModelProto] = field(default_factory=dict)  # other specgen exports, for --save-onnx
 
 
 def spec_ir(c: Config, folder: Path) -> ModelIR:
@@ -255,6 +256,10 @@ def build(c: Config, folder: Path, peers: list[str], perturb: bool = False) -> B
                              input_signature=[tf.TensorSpec([None, fixed, width], tf.float32, name="x")])
     built = Built(c, width, fixed, keras_fn, specgen_tf,
                   with_weights(onnx.load_from_string(files["model.onnx"]), ir, values))
+    if c.key == "encoder":  # the default opset's plain nodes, the same weights: what --save-onnx also times
+        ir21 = build_ir(load_spec(write_spec(c, folder, opset=21)))
+        built.variants["specgen opset 21"] = with_weights(onnx.load_from_string(render_files(ir21)["model.onnx"]),
+                                                          ir21, values)
     if "tf2onnx" in peers or "tf2onnx+opt" in peers:
         built.peers["tf2onnx"] = convert_tf2onnx(keras_fn, signature)
     if "tf2onnx+opt" in peers:
@@ -286,6 +291,24 @@ def optimize_bert(model: onnx.ModelProto, c: Config) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return optimize_model(copy, model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0).model
+
+
+def save_skeletons(b: Built, folder: Path) -> None:
+    """Every ONNX graph of `b` as a skeleton (bench/onnx_skeleton.py) plus its manifest entry, for the GPU machine."""
+    from onnx_skeleton import strip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": []}
+    graphs = {"specgen": b.specgen_onnx, **b.variants, **b.peers}
+    manifest["models"] = [m for m in manifest["models"] if m["group"] != b.config.key]
+    for label, model in graphs.items():
+        name = f"{b.config.key}_{label.replace(' ', '_').replace('+', '_')}.onnx"
+        onnx.save(strip(model), folder / name)
+        manifest["models"].append({"group": b.config.key, "label": label, "file": name, "input": "x",
+                                   "shape": ["B", "S", b.width], "dtype": "float32",
+                                   "points": [list(p) for p in b.config.points]})
+    manifest_path.write_text(json.dumps(manifest, indent=1))
 
 
 def check_parity(b: Built, sessions: dict[str, Any]) -> None:
@@ -402,6 +425,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is not met")
     parser.add_argument("--perturb", action="store_true",
                         help="change one copied weight before the parity gate (which must then stop the run)")
+    parser.add_argument("--save-onnx", type=Path, metavar="DIR",
+                        help="also write every ONNX graph as a skeleton with a manifest for bench/cuda_onnx.py")
+    parser.add_argument("--build-only", action="store_true", help="build and check parity, time nothing (with --save-onnx)")
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (2 if args.quick else 5)
     return args
@@ -439,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{b.fixed or 'seq (named)'}; built in {time.perf_counter() - t0:.0f} s; parity vs Keras: worst "
                   f"relative {worst:.1e} (<= {TOLERANCE:g}) over " + ", ".join(sorted(b.parity)))
             builts.append(b)
+            if args.save_onnx:
+                save_skeletons(b, args.save_onnx)
+            if args.build_only:
+                continue
             points += [time_point(b, sessions, batch, steps, args) for batch, steps in c.points]
             if args.profile:
                 batch, steps = c.points[-1]

@@ -1,7 +1,7 @@
-"""The `specgen` command line: validate, build, schema, report, train, restore-plan, export, infer, serve, import.
+"""The `specgen` command line: validate, build, schema, report, graph, curves, train, restore-plan, export, infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
-print a traceback. `validate`, `build`, `schema` and `report` never import TensorFlow.
+print a traceback. `validate`, `build`, `schema`, `report`, `graph` and `curves` never import TensorFlow.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     config = load_config()
     out = args.out or config.out
-    outputs = render_all(_spec_paths(args))
+    # `pictures` belongs to the project's own output folder: a build elsewhere (--out) writes code only
+    pictures = config.pictures and Path(os.path.realpath(out)) == Path(os.path.realpath(config.out))
+    outputs = render_all(_spec_paths(args), pictures)
     if args.check:
         reports = check(outputs, out)
         if config.schema is not None and not args.paths:
@@ -143,6 +145,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.report import report
     from specgen.spec.load import load_spec
 
+    if args.html or args.run_folder is not None or args.output is not None:
+        from specgen.pictures.html_cli import run_html_report
+
+        return run_html_report(args)
     paths = expand(args.paths)
     for path in paths:
         loaded = load_spec(path)
@@ -233,13 +239,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
               f"weights from the restore plan of {shown(args.spec)}")
         print(f"restore: {restore['summary']}" + (f"; initialized: {', '.join(left)}" if left else ""))
-    scaled = report["parity_scaled_diff"]  # the gated figure: diff / max(1, max |output|), as exporter.scaled_diff
-    relative = "" if scaled == report["parity_max_abs_diff"] else f"; {scaled:.3g} of the output's magnitude"
-    print(f"parity: max abs diff {report['parity_max_abs_diff']:.3g} between onnxruntime and TensorFlow "
-          f"on {report['compared_examples']} examples{relative} (limit 1e-4)")
-    if report["onnxruntime_accuracy"] is not None:
-        print(f"eval accuracy: onnxruntime {report['onnxruntime_accuracy']:.4f}, "
-              f"TensorFlow {report['tensorflow_accuracy']:.4f}")
+    from specgen.report.export_lines import export_lines
+
+    print("\n".join(export_lines(report)))
     if "triton" in report:
         print(f"triton model repository: {shown(report['triton'])}")
     return 0
@@ -312,6 +314,11 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("paths", nargs="+", type=Path)
     report.add_argument("--checkpoint", type=Path, help="with one pruned spec: the sparsity of each mask in this "
                         "checkpoint (reads it with TensorFlow)")
+    report.add_argument("--html", action="store_true", help="write one self-contained HTML page for one spec "
+                        "(graph, tables, restore plan, curves, export lines) to -o")
+    report.add_argument("--run", type=Path, metavar="RUN", dest="run_folder", help="with --html: the run folder whose curves and "
+                        "export the page shows")
+    report.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
     report.set_defaults(run=cmd_report)
     train = sub.add_parser("train", help="train a spec with the generated TensorFlow code")
     train.add_argument("spec", type=Path)
@@ -393,6 +400,11 @@ def parser() -> argparse.ArgumentParser:
     keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
     keras.set_defaults(run=cmd_import)
+    from specgen.pictures.curves_cli import add_parser as add_curves
+    from specgen.pictures.graph_cli import add_parser as add_graph
+
+    add_graph(sub)
+    add_curves(sub)
     return top
 
 

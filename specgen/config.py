@@ -12,6 +12,7 @@ class Config:
     specs: list[Path] = field(default_factory=list)
     out: Path = Path("generated")
     schema: Path | None = None
+    pictures: bool = False  # `specgen build` into `out` also writes model.svg per spec (specgen/pictures/graph.py)
 
 
 def load_config(start: Path | None = None) -> Config:
@@ -29,6 +30,7 @@ def load_config(start: Path | None = None) -> Config:
                 specs=[base / p for p in table.get("specs", [])],
                 out=base / table.get("out", "generated"),
                 schema=base / table["schema"] if "schema" in table else None,
+                pictures=_flag(table, "pictures", base / "pyproject.toml"),
             )
     return Config()
 
@@ -39,3 +41,13 @@ def _shown(folder: Path) -> Path:
         return folder.relative_to(Path.cwd().resolve())
     except ValueError:
         return folder
+
+
+def _flag(table: dict[str, object], key: str, where: Path) -> bool:
+    """A true/false setting; anything else is one error line naming the file, not a silent default."""
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        from specgen.diagnostics import Diagnostic, SpecError
+
+        raise SpecError([Diagnostic(str(where), None, f"[tool.specgen] {key} is {value!r}; expected true or false")])
+    return value

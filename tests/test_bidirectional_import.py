@@ -1,7 +1,7 @@
 """`specgen import keras` of Bidirectional(LSTM / GRU / SimpleRNN), every merge mode, from real saved .keras
 files: the imported spec's own restore section (and a .weights.h5 through --weights) restores every weight by
 identity, and the generated TensorFlow model and the ONNX graph equal `model.predict`; what has no spec form is
-refused by name."""
+refused by name. merge_mode None and return_state: tests/test_return_state_import.py."""
 
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ def test_weights_file_restores_by_identity(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("layer", "message"), [
-    (lambda: lambda t: keras.layers.Bidirectional(keras.layers.LSTM(3), merge_mode=None, name="odd")(t)[0],
-     "Keras layer 'odd' (Bidirectional): argument merge_mode=None cannot be expressed in a spec (merge_mode "
-     "concat, sum, mul or ave (None gives two outputs, which the spec's bidirectional cannot have yet))"),
+    (lambda: keras.layers.Bidirectional(keras.layers.LSTM(3, activation="softmax", name="l"), name="odd"),
+     "Keras layer 'odd/forward_l' (LSTM): argument activation=softmax cannot be expressed in a spec (a recurrent "
+     "activation: tanh, sigmoid, relu, hard_sigmoid)"),
     (lambda: keras.layers.Bidirectional(keras.layers.GRU(3, dropout=0.25, name="g"), name="odd"),
      "Keras layer 'odd/forward_g' (GRU): argument dropout=0.25 cannot be expressed in a spec (specgen's "
      "recurrent layers have no dropout yet)"),

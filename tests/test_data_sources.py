@@ -82,6 +82,9 @@ def test_three_formats_give_the_same_examples(tmp_path: Path, arrays: tuple[np.n
      "'x' has shape [N] but the spec declares [N, 3]"),
     ("{npz: missing.npz, features: {x: features}, labels: {label: labels}}", "no such file"),
     ("{tfrecord: t.tfrecord, features: {x: nope}, labels: {label: y}}", "cannot parse record 0"),
+    # The images source's own cases read real folders: tests/test_images_*.py.
+    ("{images: photos, image_size: [3, 1]}", "input 'x' has shape [3]; an images source "
+     "with image_size [3, 1] feeds [3, 1, 1 or 3] (channels: 1 grayscale, 3 RGB)"),
 ])
 def test_bad_sources_are_errors_naming_source_and_array(tmp_path: Path, arrays: tuple[np.ndarray, np.ndarray],
                                                         source: str, message: str) -> None:

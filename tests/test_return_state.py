@@ -65,23 +65,32 @@ def compare_outputs(layers: list[dict[str, Any]], outputs: dict[str, str], their
         by_key[path_key(path)].assign(value)
     pairs = [(v, by_key[path_key(p)]) for p, v in ours.items()]
     # One traced graph for both lengths: the generated module under a signature with a dynamic time axis.
-    run = tf.function(lambda x: [model({"x": x})[k] for k in outputs],
-                      input_signature=[tf.TensorSpec([None, None, FEATURES], tf.float32)])
+    # The tape runs inside it, so TensorFlow builds the gradient while tracing (once); a tape around the
+    # call instead rebuilds the function's forward and backward pair per call, most of this file's time.
+    @tf.function(input_signature=[tf.TensorSpec([None, None, FEATURES], tf.float32),
+                                  [tf.TensorSpec(None, tf.float32)] * len(outputs)])
+    def run(x: Any, projections: list[Any]) -> tuple[list[Any], list[Any]]:
+        with tf.GradientTape() as tape:
+            tape.watch([x, *ours.values()])  # generated variables may be non-trainable tf.Variables
+            mine = [model({"x": x})[k] for k in outputs]
+            loss = sum(tf.reduce_sum(o * p) for o, p in zip(mine, projections, strict=True))
+        return mine, tape.gradient(loss, [x, *ours.values()])
+
     diffs: dict[str, float] = {}
     for steps in LENGTHS:
         x = tf.Variable(rng.standard_normal((3, steps, FEATURES)).astype(np.float32))
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(list(ours.values()))  # generated variables may be non-trainable tf.Variables
-            mine, keras_out = run(x), theirs(x)
+        with tf.GradientTape() as tape:
+            keras_out = theirs(x)
             projections = [tf.constant(rng.standard_normal(tuple(o.shape)).astype(np.float32)) for o in keras_out]
-            loss_mine = sum(tf.reduce_sum(o * p) for o, p in zip(mine, projections, strict=True))
             loss_keras = sum(tf.reduce_sum(o * p) for o, p in zip(keras_out, projections, strict=True))
+        keras_grads = tape.gradient(loss_keras, [x, *(b for _, b in pairs)])
+        mine, grads = run(x, projections)
         for key, a, b in zip(outputs, mine, keras_out, strict=True):
             assert tuple(a.shape) == tuple(b.shape), f"{key}: {a.shape} here, {b.shape} in Keras"
             _worst(diffs, f"forward {key}", a, b)
-        for path, (a, b) in zip(ours, pairs, strict=True):
-            _worst(diffs, f"grad {path}", tape.gradient(loss_mine, a), tape.gradient(loss_keras, b))
-        _worst(diffs, "grad input", tape.gradient(loss_mine, x), tape.gradient(loss_keras, x))
+        for path, a, b in zip(ours, grads[1:], keras_grads[1:], strict=True):
+            _worst(diffs, f"grad {path}", a, b)
+        _worst(diffs, "grad input", grads[0], keras_grads[0])
     return diffs
 
 

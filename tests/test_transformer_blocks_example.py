@@ -1,11 +1,16 @@
 """The text example (examples/specs/text_transformer.yaml): the checked-in data is make_text.py's, `specgen
 train` (3 epochs, 375 updates) then `specgen export` (which gates on TF vs onnxruntime over the eval set),
-and the exported graph classifies the held-out sentences, which a bag of words cannot."""
+and the exported graph classifies the held-out sentences, which a bag of words cannot; `specgen serve` on the
+export's Triton repository (a real process on a real socket) answers one request as `specgen infer` does."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +52,55 @@ def test_trains_exports_and_classifies(tmp_path: Path) -> None:
     spec = str(tmp_path / "specs" / SPEC.name)
     assert main(["train", spec, "--quiet"]) == 0
     checkpoint = tmp_path / "specs" / "runs" / "text_transformer" / "ckpt-00000375"
-    assert main(["export", spec, "--checkpoint", str(checkpoint), "-o", str(tmp_path / "export")]) == 0
+    assert main(["export", spec, "--checkpoint", str(checkpoint), "-o", str(tmp_path / "export"), "--triton"]) == 0
     with np.load(DATA_DIR / "sentiment.npz") as data:
         tokens, labels = data["x_test"], data["y_test"]
     logits = Predictor(tmp_path / "export" / "model.onnx", provider="cpu")({"tokens": tokens})["logits"]
     assert logits.shape == (1000, 2)
     accuracy = float((logits.argmax(axis=1) == labels).mean())
     assert accuracy >= MIN_ACCURACY, accuracy
+    served_equals_infer(tmp_path, tokens[:4])
+
+
+def served_equals_infer(tmp_path: Path, tokens: np.ndarray) -> None:
+    """`specgen serve` (the CLI in its own process, on a loopback port) answers as `specgen infer` does."""
+    import httpx
+    from test_serve import free_port
+
+    from specgen.cli import main
+
+    np.savez(tmp_path / "in.npz", tokens=tokens)
+    assert main(["infer", str(tmp_path / "export" / "model.onnx"), "--input", str(tmp_path / "in.npz"),
+                 "--output", str(tmp_path / "out.npz"), "--provider", "cpu"]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        expected = out["logits"]
+    port, log = free_port(), tmp_path / "serve.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(tmp_path / "export"), "--port",
+                                    str(port), "--provider", "cpu"], stderr=stderr, env={**os.environ})
+    try:
+        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+        while not _ready(base):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)  # polls readiness; the test's outcome never depends on this wait
+        body = {"inputs": [{"name": "tokens", "shape": list(tokens.shape), "datatype": "INT32",
+                            "data": tokens.reshape(-1).tolist()}]}
+        response = httpx.post(f"{base}/v2/models/text_transformer/infer", json=body, timeout=60)
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert response.status_code == 200, response.text
+    (out,) = response.json()["outputs"]
+    assert (out["name"], out["datatype"], out["shape"]) == ("logits", "FP32", [4, 2])
+    # The server's onnxruntime session may split the work over other threads than infer's: summation order
+    # only, so 1e-6 (test_serve.py compares served and direct runs the same way).
+    np.testing.assert_allclose(np.asarray(out["data"], np.float32).reshape(4, 2), expected, rtol=0, atol=1e-6)
+
+
+def _ready(base: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(base + "/v2/health/ready", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False

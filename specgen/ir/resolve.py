@@ -37,7 +37,7 @@ from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
 from specgen.ir.training import levenberg_marquardt, precision
 from specgen.ir.training.build import build_training
-from specgen.kinds import ops, sources
+from specgen.kinds import augment, ops, sources
 from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.kinds.metrics import Args, args_of, name_of, relisted
@@ -312,6 +312,8 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     # What the kind itself refuses (none of today's kinds refuses more than its model does).
     problems += [loaded.diagnostic(("data", stage, *loc), message)
                  for loc, message in sources.kind_of(source).refuse(source, spec.inputs)]
+    problems += [loaded.diagnostic(("data", stage, *loc), message)  # specgen/kinds/augment
+                 for loc, message in augment.refusals(source, spec.inputs, stage)]
     stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []
     for _, term in data_terms(spec):
         # A label no stage has is reported at the term (ir/loss_terms.py); here, a stage that lacks one.

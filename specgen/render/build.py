@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import Path
 from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import ir_from_file
+from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
 
 BINARY_SUFFIXES = (".onnx",)
@@ -28,7 +30,7 @@ class Output:
 PARALLEL_FROM = 8  # specs; below this a worker pool costs more than it saves
 
 
-def _render_many(paths: list[Path]) -> list[Output | list[Diagnostic]]:
+def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | list[Diagnostic]]:
     """Render in worker processes forked after imports (one per core), results in input order.
 
     Writing stays in this process: measured, writing from the workers as well gained nothing
@@ -36,26 +38,36 @@ def _render_many(paths: list[Path]) -> list[Output | list[Diagnostic]]:
     """
     workers = min(os.cpu_count() or 1, len(paths))
     if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
-        return [render_one(p) for p in paths]
+        return [render_one(p, pictures) for p in delayed(paths, "build")]
     load_templates()  # once here rather than once per worker
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return pool.map(render_one, paths, chunksize=max(1, len(paths) // (4 * workers)))
+        one = functools.partial(render_one, pictures=pictures)
+        # imap keeps the input order, as map did, and lets the bar count specs as they come back.
+        done = pool.imap(one, paths, chunksize=max(1, len(paths) // (4 * workers)))
+        return list(delayed(done, "build", total=len(paths)))
 
 
-def render_one(path: Path) -> Output | list[Diagnostic]:
-    """One spec's files, or its diagnostics (returned, not raised, so they cross process boundaries)."""
+def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic]:
+    """One spec's files (with `pictures`, model.svg too), or its diagnostics (returned, not raised, so they
+    cross process boundaries)."""
     try:
         ir = ir_from_file(path)
-        return Output(path, ir.name, render_files(ir))
+        files = render_files(ir)
+        if pictures:
+            from specgen.pictures.graph import render_svg  # no dependency beyond specgen's own (pictures/layout.py)
+
+            files["model.svg"] = render_svg(ir).encode()
+        return Output(path, ir.name, files)
     except SpecError as exc:
         return exc.diagnostics
 
 
-def render_all(paths: list[Path]) -> list[Output]:
-    """Load, resolve and render every spec; raise SpecError with every problem in every file."""
+def render_all(paths: list[Path], pictures: bool = False) -> list[Output]:
+    """Load, resolve and render every spec (with `pictures`, also its model.svg); raise SpecError with every
+    problem in every file."""
     outputs: list[Output] = []
     problems: list[Diagnostic] = []
-    for result in _render_many(paths):
+    for result in _render_many(paths, pictures):
         if isinstance(result, Output):
             outputs.append(result)
         else:

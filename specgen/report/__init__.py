@@ -11,6 +11,7 @@ from typing import Any
 
 from specgen.ir.lints import momentum_note
 from specgen.ir.model import ModelIR
+from specgen.report.augment import augment_table
 from specgen.report.flops import flops_table
 from specgen.report.loss_terms import loss_table
 from specgen.report.masks import masks_table
@@ -31,6 +32,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
         optimizers_table(ir, optimizers) if optimizers and ir.optimizers else None,
         targets_table(ir),
         loss_table(ir),
+        augment_table(ir),
         pruning_table(ir, measured),
         flops_table(ir),
         masks_table(ir),

@@ -41,13 +41,19 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
     context = SourceContext(loaded, ir, stage)
     source = reader(context.kind)(context)
     context.enough(source.examples)
+    if stage == "train":
+        from specgen.runtime.augment.source import for_source  # imports Keras: only where data is read
+
+        source.augment = for_source(context, source)
     return source
 
 
 def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
-    """Shuffled with the spec's seed, full batches only, repeated; the iterator is checkpointed."""
-    return (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-            .batch(batch, drop_remainder=True).repeat().prefetch(2))
+    """Shuffled with the spec's seed, full batches only, repeated, augmented when declared (its draws count
+    the batches after `repeat`, so they are part of the iterator that checkpoints save)."""
+    batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
+               .batch(batch, drop_remainder=True).repeat())
+    return (source.augment(batches) if source.augment else batches).prefetch(2)
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:

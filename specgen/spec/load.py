@@ -14,6 +14,7 @@ from specgen.diagnostics import (
     SpecError,
     describe,
 )
+from specgen.kinds import sources
 from specgen.spec.blocks import Instance
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
@@ -71,6 +72,7 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(validation_diagnostics(exc, data, source)) from None
+    spec = sources.complete(spec)  # source defaults that depend on the inputs and the loss (kinds/sources)
     if spec.blocks or any(isinstance(layer, Instance) for layer in spec.layers):
         from specgen.spec.expand import expand  # only specs with blocks pay for importing it
 

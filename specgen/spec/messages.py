@@ -28,7 +28,7 @@ from specgen.diagnostics import (
 )
 from specgen.spec.base import FLOAT32_MAX, IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
-from specgen.spec.yaml_source import PathKey, SourceMap
+from specgen.spec.yaml_source import PathKey, SourceMap, tag_named_like_its_key
 
 TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
@@ -130,7 +130,9 @@ def key_label(loc: PathKey, data: Any) -> str:
     'conv2d' or 'mapping'); list indexes after the last key are kept, layer indexes before it are not.
     """
     label, node = "", data
-    for part in loc:
+    for i, part in enumerate(loc):
+        if tag_named_like_its_key(node, part, loc[i + 1:]):
+            continue
         if isinstance(node, dict) and part in node:
             node, label = node[part], _text(part)
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):

@@ -64,7 +64,9 @@ class SourceMap:
         """
         found: list[str | int] = []
         node = data
-        for part in loc:
+        for i, part in enumerate(loc):
+            if tag_named_like_its_key(node, part, loc[i + 1:]):
+                continue
             if isinstance(node, dict) and _hashable(part) and part in node:
                 node = node[part]
             elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
@@ -480,3 +482,10 @@ def offset_position(text: str, offset: int) -> Position:
     line_start = max(before.rfind(b) for b in (*_BREAKS, "\r")) + 1
     lines = sum(before.count(b) for b in _BREAKS) + before.count("\r") - before.count("\r\n")
     return Position(lines + 1, offset - line_start + 1)
+
+
+def tag_named_like_its_key(node: Any, part: Any, rest: PathKey) -> bool:
+    """A union tag that is also a key of the mapping (a data source's kind: `npz`): the location goes on with
+    a sibling key (`augment`), so the tag is skipped instead of ending the path at the key's scalar value."""
+    return (isinstance(node, dict) and _hashable(part) and part in node and not isinstance(node[part], (dict, list))
+            and bool(rest) and _hashable(rest[0]) and rest[0] in node)

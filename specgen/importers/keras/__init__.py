@@ -137,5 +137,5 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
     if written is not None and src.weights_bytes is not None:
         write_atomic(written, src.weights_bytes)  # before the spec, so the spec never points at nothing
     write_atomic(output, text)
-    return Result(output, written, weights_path, len(ir.nodes), len(ir.variables), len(imp.renamed),
+    return Result(output, written, weights_path, ir.layer_count, len(ir.variables), len(imp.renamed),
                   len(restore["map"]), len(imp.notes))

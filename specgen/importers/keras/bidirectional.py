@@ -3,9 +3,11 @@
 The wrapped layer's config is read key by key by the recurrent converter (layers.py), as if it were a
 layer of the graph, and becomes the spec's nested `layer:`. Keras writes the backward copy out in full
 (`backward_layer`); it must be the forward layer reading backwards (the same keys but its name and
-`go_backwards`), since the spec has one configuration for both halves. merge_mode None (two outputs) has
-no spec form yet. The weights are keyed `<layer>/forward/<weight>` and `<layer>/backward/<weight>` by
-specgen/runtime/keras_weights.py, so they restore by identity.
+`go_backwards`), since the spec has one configuration for both halves. merge_mode None (two outputs) is
+the spec's `none`: its outputs and the states of return_state map onto `<layer>/forward`,
+`<layer>/backward`, `<layer>/forward_state_h`, ... in Keras' list order (convert.py). The weights are
+keyed `<layer>/forward/<weight>` and `<layer>/backward/<weight>` by specgen/runtime/keras_weights.py, so
+they restore by identity.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ def bidirectional(a: Args, shapes: Shapes) -> dict[str, Any]:
     if a.keras2:
         raise a.refuse("layer", "Keras 2 files name a Bidirectional's weights differently; save it with Keras 3")
     merge = a.get("merge_mode", "concat")
-    if merge not in MERGE_MODES:
-        raise a.refuse("merge_mode", "merge_mode concat, sum, mul or ave (None gives two outputs, which the "
-                       "spec's bidirectional cannot have yet)")
+    if merge is not None and merge not in MERGE_MODES:
+        raise a.refuse("merge_mode", "merge_mode concat, sum, mul, ave or None")
+    merge = "none" if merge is None else merge  # Keras' None: the spec's none (both halves as outputs)
     keys = _spec_keys(a, "layer", shapes, a.notes)
     if a.get("backward_layer") is not None:  # compared in spec form: Keras' configs differ in object ids
         back = _spec_keys(a, "backward_layer", shapes, [])

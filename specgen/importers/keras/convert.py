@@ -12,14 +12,22 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
-from specgen.importers.keras.args import Args, finite
+from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
 from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES, Converter, Part
+from specgen.importers.keras.layers import (
+    APPLICATION_CLASSES,
+    CONVERTERS,
+    INITIAL_STATES,
+    KERAS2_ROLES,
+    Converter,
+    Part,
+)
 from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
+from specgen.importers.keras.operations import operation
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
@@ -28,7 +36,6 @@ MULTI_INPUT = ("add", "multiply", "subtract", "concat")
 # A restore map's `from` is at most 256 characters (spec/base.py's Pattern): room for a layer's path and its
 # longest weight name (`/depthwise_kernel`, `/vars/99` in a bare .weights.h5).
 MAX_KEYED_NAME = 256 - len("/depthwise_kernel")
-OPERATIONS = {"Add": "add", "Multiply": "multiply", "Subtract": "subtract"}  # keras.ops calls in a graph
 REFUSED = {  # classes people meet often, with why (others: "no spec op")
     "Lambda": "it runs Python code stored in the model, which specgen never runs",
     "TFOpLambda": "it calls a TensorFlow function stored by name, which specgen never runs",
@@ -55,7 +62,7 @@ _LAYER = TypeAdapter(Layer)
 
 def _converter(layer: KLayer) -> Converter | None:
     if layer.module.startswith("keras.src.ops"):
-        return None  # operations are handled by _operation
+        return None  # operations are handled by operations.py
     known = APPLICATION_CLASSES.get((layer.module, layer.cls))
     if known is not None:
         return known
@@ -79,27 +86,6 @@ def _converter(layer: KLayer) -> Converter | None:
     return CONVERTERS[layer.cls]
 
 
-def _operation(layer: KLayer) -> dict[str, Any]:
-    """`x + 3.0`, `x * (1 / 6)`, `a * b` in a Keras 3 graph (MobileNetV3's hard sigmoid): exact spec ops."""
-    op = OPERATIONS.get(layer.cls)
-    if op is None or len(layer.args) != 2 or set(layer.config) - {"name"}:
-        raise layer_problem(layer.name, layer.cls, f"the Keras operation ({layer.module}) has no spec form")
-    constants = layer.constants
-    if not constants:
-        return {"op": op}
-    if len(constants) != 1:
-        raise layer_problem(layer.name, layer.cls, "an operation on two constants")
-    c, first = finite(constants[0]), not isinstance(layer.args[0], float | int)
-    if c is None:
-        raise layer_problem(layer.name, layer.cls, f"the constant {constants[0]!r} is outside float32's finite range")
-    # rescale is x * scale + offset in float32: x * 1.0 is x exactly, so these equal Keras' results.
-    if op == "add":
-        return {"op": "rescale", "scale": 1.0, "offset": c}
-    if op == "multiply":
-        return {"op": "rescale", "scale": c}
-    return {"op": "rescale", "scale": 1.0, "offset": -c} if first else {"op": "rescale", "scale": -1.0, "offset": c}
-
-
 def _order(graph: KGraph) -> list[KLayer]:
     """Topological order in rounds: each round takes every layer whose producers are done, in config order.
 
@@ -114,7 +100,9 @@ def _order(graph: KGraph) -> list[KLayer]:
     frontier = []
     for layer in graph.layers:
         # A later call of a shared layer also waits for the first, whose spec name its `share:` names.
-        needs = {p for p in [*layer.inputs, *([layer.shares] if layer.shares else [])] if p not in done}
+        # Output k > 0 of a layer (`<layer>#<k>`, graph.py) waits for that layer.
+        needs = {p if p in position or p in done else p.rpartition("#")[0]
+                 for p in [*layer.inputs, *([layer.shares] if layer.shares else [])]} - done
         waiting[layer.name] = len(needs)
         for producer in needs:
             readers.setdefault(producer, []).append(layer)
@@ -180,13 +168,13 @@ class _Converter:
             self.out.renamed.append((what, keras, spec))
 
     def layer(self, layer: KLayer) -> None:
-        ins = [self.spec_of[p] for p in layer.inputs]
+        ins = [self.read(p, f"Keras layer {quoted(layer.name)} ({layer.cls}): reads") for p in layer.inputs]
         if not ins:
             raise layer_problem(layer.name, layer.cls, "called on no tensor (every spec layer reads one or more)")
         shapes = [self.shapes[i] for i in ins]
         convert = _converter(layer)
         if convert is None:
-            keys: dict[str, Any] | list[Part] | None = _operation(layer)
+            keys: dict[str, Any] | list[Part] | None = operation(layer)
         else:
             args = Args(layer, self.keras2, self.out.notes)
             keys = convert(args, shapes)
@@ -215,6 +203,8 @@ class _Converter:
         multi = keys["op"] in MULTI_INPUT
         if READS in keys:  # the converter named each input's role (importers/keras/attention.py)
             wired, ins = wiring(keys, ins)
+        elif INITIAL_STATES in keys and len(ins) == 1 + keys.pop(INITIAL_STATES):  # x, then initial_state's tensors
+            wired = {"input": ins[0], "initial_state": ins[1:]}
         elif len(ins) < (2 if multi else 1) or (len(ins) > 1 and not multi):
             raise layer_problem(layer.name, layer.cls, f"called on {len(ins)} tensors, where spec op '{keys['op']}' "
                                 f"reads {'two or more' if multi else 'one'}")
@@ -232,6 +222,7 @@ class _Converter:
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
+        self._extra_outputs(layer.name, entry, name, result)
         # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
         roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
         if share:
@@ -242,6 +233,26 @@ class _Converter:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
         if result.variables and layer.config.get("trainable") is False:
             self.out.frozen.append(f"{name}/*")
+
+    def _extra_outputs(self, keras: str, entry: dict[str, Any], name: str, result: Any) -> None:
+        """Keras' output k > 0 of a layer (graph.py's `<layer>#<k>`) as the spec's `<name>/<output>`, in Keras'
+        list order (kinds/ops/bidirectional.py). Under merge_mode none Keras' output 0 is the forward half,
+        which `<name>` also is."""
+        extra = list(result.extra_outputs.items())
+        if entry["op"] == "bidirectional" and entry.get("merge_mode") == "none":
+            extra = extra[1:]  # `<name>/forward`: Keras' output 0, already `<name>`
+        for k, (out, (shape, dtype)) in enumerate(extra, start=1):
+            self.spec_of[f"{keras}#{k}"] = f"{name}/{out}"
+            self.shapes[f"{name}/{out}"], self.dtypes[f"{name}/{out}"] = shape, dtype
+
+    def read(self, producer: str, what: str) -> str:
+        """The spec name of a Keras producer; an output k the spec layer lacks is refused by name."""
+        if producer in self.spec_of:
+            return self.spec_of[producer]
+        owner, _, k = producer.rpartition("#")
+        outputs = 1 + sum(1 for p in self.spec_of if p.startswith(owner + "#"))
+        raise ImportProblem(f"{what} output {k} of Keras layer {quoted(owner)}, which has {outputs} output(s) as "
+                            "specgen imports it")
 
     def _check(self, layer: KLayer, entry: dict[str, Any], shapes: list[Any], dtypes: list[str]) -> Any:
         try:
@@ -257,7 +268,7 @@ class _Converter:
         taken = Namer()  # names an output must not take: inputs, layers it does not name, earlier outputs
         taken.taken |= set(self.out.inputs) | {entry["name"] for entry in self.out.layers}
         for keras_name, producer in self.graph.outputs:
-            target = self.spec_of[producer]
+            target = self.read(producer, f"output {quoted(keras_name)} is")
             if target in self.out.inputs:
                 raise ImportProblem(f"output '{keras_name}' is a model input itself; specgen outputs read layers")
             name = Namer().identifier(keras_name)  # the Keras name where it is a valid spec name

@@ -44,7 +44,10 @@ from specgen.spec.expand import MAX_LAYERS
 MODELS = ("Functional", "Model", "Sequential")
 # Call arguments by name that a class's converter reads (importers/keras/attention.py): kept, not refused.
 # Tensors among them follow the positional ones in KLayer.inputs, in this order.
-CALL_KWARGS = {"MultiHeadAttention": ("value", "key", "attention_mask", "use_causal_mask")}
+STATEFUL = ("LSTM", "GRU", "SimpleRNN")
+CALL_KWARGS = {"MultiHeadAttention": ("value", "key", "attention_mask", "use_causal_mask"),
+               # a list of tensors, the states to start from: the spec's initial_state (layers.py's recurrent)
+               **{cls: ("initial_state",) for cls in STATEFUL}}
 INPUT = "InputLayer"
 MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do
 TOO_MANY = (f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); a spec holds at "
@@ -150,6 +153,8 @@ class _Flattener:
         return out, {}
 
     def _k3_kwarg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
+        if cls in STATEFUL and isinstance(arg, list) and 0 < len(arg) <= 2:  # initial_state: one or two tensors
+            return [self._k3_arg(name, cls, a, scope, f"{where}[{i}]") for i, a in enumerate(arg)]
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
             return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
         if not isinstance(arg, bool):
@@ -160,6 +165,8 @@ class _Flattener:
     def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
             return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
+        if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: take.py reads it
+            return arg
         if isinstance(arg, bool) or not isinstance(arg, int | float):
             raise layer_problem(name, cls, f"a call argument {str(arg)[:80]!r} is neither a tensor nor a number")
         return arg
@@ -316,12 +323,20 @@ class _Flattener:
     def producer(self, key: str) -> str:
         target = key
         for _ in range(MAX_HOPS):
-            target = self.alias.get(target, "")
+            target = self.alias.get(target) or self._later_output(target)
             if target.startswith("="):
                 return target[1:]
             if not target:
                 break
         raise ImportProblem(f"the model config refers to tensor {quoted(key)}, which no layer in it produces")
+
+
+    def _later_output(self, key: str) -> str:
+        """Output k > 0 of a layer call (an LSTM's states: `lstm:0:1`) as `=<layer>#<k>`; the converter maps
+        it to the spec layer's extra output (convert.py) or refuses it there, naming the layer."""
+        call, _, index = key.rpartition(":")
+        first = self.alias.get(call + ":0", "")
+        return f"{first}#{index}" if first.startswith("=") and index.isdigit() and index != "0" else ""
 
 
 def _top_level_calls(config: dict[str, Any]) -> int:
@@ -348,7 +363,8 @@ def flatten(config: dict[str, Any]) -> KGraph:
     flat = _Flattener()
     outputs = flat.run(top)
     for layer in flat.layers:
-        tensors = [*layer.args, *(layer.kwargs.get(k) for k in CALL_KWARGS.get(layer.cls, ()))]
+        named = [layer.kwargs.get(k) for k in CALL_KWARGS.get(layer.cls, ())]
+        tensors = [*layer.args, *(t for arg in named for t in (arg if isinstance(arg, list) else [arg]))]
         layer.inputs = [flat.producer(a.key) for a in tensors if isinstance(a, Ref)]
     name = top.config.get("name")
     return KGraph(name if isinstance(name, str) and name else "model", flat.inputs, flat.layers,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.importers.keras.args import Args, is_integer
+from specgen.importers.keras.errors import layer_problem
+from specgen.importers.keras.graph import Ref
 from specgen.spec.base import MAX_INT
 
 Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
@@ -325,11 +327,24 @@ def _cell_activation(a: Args, key: str, default: str) -> str:
     return str(value)
 
 
+INITIAL_STATES = "_initial_states"  # how many of the layer's inputs (the last ones) are initial_state; convert.py pops it
+
+
+def _initial_state(a: Args) -> dict[str, Any]:
+    """Keras' `layer(x, initial_state=[...])`: the tensors follow x in KLayer.inputs (graph.py's CALL_KWARGS)."""
+    states = a.layer.kwargs.get("initial_state")
+    if states is None:
+        return {}
+    states = [states] if isinstance(states, Ref) else states  # Keras records one state as the tensor itself
+    if not isinstance(states, list) or not all(isinstance(s, Ref) for s in states):
+        raise layer_problem(a.layer.name, a.layer.cls, f"initial_state {str(states)[:80]} is not a list of tensors")
+    return {INITIAL_STATES: len(states)}
+
+
 def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
     """LSTM / GRU / SimpleRNN: the spec keys that differ from the defaults (which are Keras')."""
     op = RECURRENT_OPS[a.layer.cls]
-    for key, why in (("return_state", "extra state outputs are not supported yet"),
-                     ("stateful", "specgen's recurrent layers start every batch from zeros"),
+    for key, why in (("stateful", "specgen's recurrent layers start every batch from zeros"),
                      ("time_major", "specgen sequences are batch-major")):
         a.expect(key, False, None, why=why)
     for key in ("dropout", "recurrent_dropout"):  # it would train differently: refused, not dropped
@@ -337,8 +352,8 @@ def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
             raise a.refuse(key, "specgen's recurrent layers have no dropout yet")
     a.expect("zero_output_for_mask", False, True, None)  # masks only, which specgen does not import yet
     a.get("unroll"), a.get("implementation")  # the same outputs whichever way Keras runs the loop
-    out: dict[str, Any] = {"op": op, "units": a.integer("units")}
-    for key in ("return_sequences", "go_backwards"):
+    out: dict[str, Any] = {"op": op, "units": a.integer("units"), **_initial_state(a)}
+    for key in ("return_sequences", "return_state", "go_backwards"):  # states: `<layer>/state_h` ... (convert.py)
         if a.flag(key, False):
             out[key] = True
     if (act := _cell_activation(a, "activation", "tanh")) != "tanh":

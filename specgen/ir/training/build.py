@@ -87,7 +87,8 @@ def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
     """The kind resolves its own paths and names (specgen/kinds/sources/<kind>.py)."""
     kind = sources.kind_of(source)
     resolved = kind.resolve(source, loaded.folder)
-    return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels)
+    return DataSourceIR(stage, kind.name, resolved.path, resolved.features, resolved.labels,
+                        tuple(getattr(source, "augment", None) or ()))
 
 
 def _metrics(items: list[Any]) -> tuple[MetricIR, ...]:

@@ -114,6 +114,7 @@ class DataSourceIR:
     path: Path  # resolved against the spec's folder
     features: dict[str, str | tuple[str, ...]]  # input name -> array, column(s) or feature key
     labels: dict[str, str | tuple[str, ...]]
+    augment: tuple[Any, ...] = ()  # the validated `augment` entries (specgen/kinds/augment), in order
 
 
 @dataclass(frozen=True)

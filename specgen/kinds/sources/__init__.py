@@ -15,7 +15,8 @@ from specgen.kinds.collect import collect
 from specgen.kinds.sources.base import Refs, Refusal, Resolved, SourceDef
 from specgen.spec.unions import by_key, by_shape
 
-__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "kind_of", "markdown"]
+__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "complete", "kind_of",
+           "markdown"]
 
 # The first kinds, in the order the published JSON schema lists the union's branches; later ones follow
 # alphabetically (kinds/collect.py), so a new source edits no list and moves no schema byte.
@@ -38,6 +39,27 @@ DataSource = by_shape(by_key(*REGISTRY), f"a data source with exactly one of the
 def kind_of(source: Any) -> SourceDef:
     """The kind of a validated source (an instance of one registered spec model)."""
     return next(s for s in REGISTRY.values() if isinstance(source, s.spec))
+
+
+def complete(spec: Any) -> Any:
+    """`spec` (a validated Spec) with each source's defaults that depend on the rest of it (SourceDef.complete)."""
+    if spec.data is None:
+        return spec
+    labels = _loss_labels(spec)
+    update = {stage: kind_of(s).complete(s, spec.inputs, labels) for stage in ("train", "eval")
+              if (s := getattr(spec.data, stage)) is not None}
+    if all(update[stage] is getattr(spec.data, stage) for stage in update):
+        return spec
+    return spec.model_copy(update={"data": spec.data.model_copy(update=update)})
+
+
+def _loss_labels(spec: Any) -> list[str]:
+    """The labels the loss reads from the data: ir/loss_terms.data_terms' rule, restated here because the
+    registries sit below ir/ (a term reading `logits` or `predictions` whose labels name no output)."""
+    terms = spec.loss if isinstance(spec.loss, list) else [] if spec.loss is None else [spec.loss]
+    reads = [t.labels for t in terms if (hasattr(t, "logits") or hasattr(t, "predictions"))
+             and getattr(t, "labels", None) is not None and t.labels not in spec.outputs]
+    return list(dict.fromkeys(reads))
 
 
 def markdown() -> str:

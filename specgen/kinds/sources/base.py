@@ -10,12 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from specgen.kinds.augment import Augment
+from specgen.spec.base import SpecModel
 
 # An input or label name -> what names it in the file: an array, a feature key, a column or columns.
 Refs = dict[str, str | tuple[str, ...]]
 # Where a refusal points inside the source's spec entry (appended to ("data", stage)), and its message.
 Refusal = tuple[tuple[str | int, ...], str]
+
+
+class SourceSpec(SpecModel):
+    """What every source's spec model has: `augment` (validate refuses it outside data.train)."""
+
+    augment: Annotated[list[Augment], Field(min_length=1)] | None = Field(
+        None, description="Augmentations applied in order to training batches only (specgen/kinds/augment).")
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,9 @@ class SourceDef:
     fills_named_dims: bool = False
     # Checks at validate time beyond the model's own (the model is typed Any: one of the spec models).
     refuse: Callable[[Any, Mapping[str, Any]], list[Refusal]] = lambda source, inputs: []
+    # Defaults that need the rest of the spec, filled once it is parsed (spec/load.py): (its spec model, the
+    # spec's inputs, the data labels the loss reads) -> the model with them (`images` fills features and labels).
+    complete: Callable[[Any, Mapping[str, Any], list[str]], Any] = lambda source, inputs, labels: source
 
     def report(self, path: str, features: Refs, labels: Refs) -> str:
         """One line for `specgen report` and messages: the kind, its file and what it reads."""

@@ -6,15 +6,15 @@ from typing import Annotated
 
 from pydantic import Field
 
-from specgen.kinds.sources.base import SourceDef, file_source
-from specgen.spec.base import FilePath, Identifier, SpecModel
+from specgen.kinds.sources.base import SourceDef, SourceSpec, file_source
+from specgen.spec.base import FilePath, Identifier
 from specgen.spec.unions import by_shape, scalar_or_list
 
 Column = by_shape(scalar_or_list, "a column name or a list of column names",
                   scalar=Identifier, list=Annotated[list[Identifier], Field(min_length=1)])
 
 
-class CsvSource(SpecModel):
+class CsvSource(SourceSpec):
     csv: FilePath
     features: dict[Identifier, Column] = Field(description="Input name -> column name(s).")
     labels: dict[Identifier, Column] = Field(default_factory=dict)

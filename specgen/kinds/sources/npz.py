@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specgen.kinds.sources.base import SourceDef, file_source
-from specgen.spec.base import FilePath, Identifier, SpecModel
+from specgen.kinds.sources.base import SourceDef, SourceSpec, file_source
+from specgen.spec.base import FilePath, Identifier
 
 
-class NpzSource(SpecModel):
+class NpzSource(SourceSpec):
     npz: FilePath
     features: dict[Identifier, Identifier] = Field(description="Input name -> array name.")
     labels: dict[Identifier, Identifier] = Field(default_factory=dict)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specgen.kinds.sources.base import SourceDef, file_source
-from specgen.spec.base import FilePath, Identifier, SpecModel
+from specgen.kinds.sources.base import SourceDef, SourceSpec, file_source
+from specgen.spec.base import FilePath, Identifier
 
 
-class TfRecordSource(SpecModel):
+class TfRecordSource(SourceSpec):
     tfrecord: FilePath
     features: dict[Identifier, Identifier] = Field(description="Input name -> feature key.")
     labels: dict[Identifier, Identifier] = Field(default_factory=dict)

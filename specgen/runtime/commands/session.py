@@ -198,6 +198,11 @@ class Session:
         """TensorBoard's `loss/<term name>` scalars of the last micro-batch (a lone term is the loss itself)."""
         return hooks.loss_scalars(self.trainer, self.training.terms, loss)
 
+    def learning_rates(self) -> dict[str, float]:
+        """TensorBoard's `learning_rate/<optimizer>` scalars: each optimizer's rate at this step (after its
+        schedule), for `specgen curves`."""
+        return {f"learning_rate/{name}": float(self.trainer.learning_rate(name).numpy()) for name in self.ir.optimizers}
+
     def reset_metrics(self) -> None:
         for metric in self.trainer.metrics:
             metric.reset()

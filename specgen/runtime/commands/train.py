@@ -21,6 +21,7 @@ from specgen.ir.lints import momentum_warnings
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
+from specgen.progress import TrainProgress
 from specgen.runtime import distribute, hooks
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
@@ -30,24 +31,6 @@ from specgen.runtime.distribution import Distribution
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]
-
-
-class Progress:
-    """One status line: rewritten in place on a terminal, printed every few seconds otherwise."""
-
-    def __init__(self, quiet: bool):
-        self.tty, self.quiet, self.last = sys.stdout.isatty(), quiet, 0.0
-
-    def show(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.quiet or (not force and now - self.last < (0.2 if self.tty else 5.0)):
-            return
-        self.last = now
-        print(("\r" + text.ljust(100)) if self.tty else text, end="" if self.tty else "\n", flush=True)
-
-    def done(self) -> None:
-        if self.tty and not self.quiet:
-            print()
 
 
 def _format(values: dict[str, float]) -> str:
@@ -115,11 +98,12 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
     skip = "bn_momentum" in session.ir.skip_lints
     for line in [] if skip else momentum_warnings(session.ir, stop * session.train_ir.accumulate):
         print(line, file=sys.stderr)
-    progress, started, first = Progress(options.quiet), time.monotonic(), session.step
+    started, first = time.monotonic(), session.step
     evaluated: dict[str, float] = {}
     session.reset_metrics()
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
+    progress = TrainProgress(first, stop, options.quiet)  # after the lines above: a bar starts drawing at once
     try:
         while session.step < stop:
             loss = float(session.updates(_next_stop(session, stop) - session.step))
@@ -128,19 +112,22 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
             step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
             train_metrics = session.metrics() | hooks.progress_values(session.trainer)
             line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
-            session._summaries("train", {"loss": loss, **session.loss_terms(loss), **train_metrics})
+            session._summaries("train", {"loss": loss, **session.loss_terms(loss), **session.learning_rates(),
+                                         **train_metrics})
             if step % session.every == 0:
                 session.save()
             epoch_end = step % session.updates_per_epoch == 0 or step == stop
-            progress.show(line, force=epoch_end)
+            progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
             if epoch_end:
-                progress.done()
                 evaluated = session.evaluate()
                 if evaluated:
-                    print(f"eval at step {step}: {_format(evaluated)}")
+                    progress.write(f"eval at step {step}: {_format(evaluated)}")
                 session.reset_metrics()
     except KeyboardInterrupt:
+        progress.close()  # before the message, which would otherwise land on the bar's line
         raise _interrupted(session) from None
+    finally:
+        progress.close()  # closing twice is nothing
     path = session.save()
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),

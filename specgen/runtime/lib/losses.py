@@ -7,7 +7,17 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 
+def soft_labels(labels: tf.Tensor, logits: tf.Tensor) -> bool:
+    """Whether class-index labels arrive as class probabilities instead: [batch, classes] floats, as mixup and
+    cutmix (specgen/runtime/augment) make them. Decided on static shapes, when the step is traced."""
+    classes = logits.shape[-1]
+    return (labels.dtype.is_floating and labels.shape.rank == logits.shape.rank and classes is not None
+            and classes > 1 and labels.shape[-1] == classes)
+
+
 def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    if soft_labels(labels, logits):  # mixed one-hot labels: the cross entropy of the soft targets
+        return softmax_cross_entropy(labels, logits)
     labels = tf.reshape(tf.cast(labels, tf.int64), [-1])
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from specgen.kinds.metrics import REGISTRY
 from specgen.kinds.pointers import resolve
+from specgen.runtime.lib.losses import soft_labels
 
 AUC_THRESHOLDS = 200
 
@@ -41,8 +42,10 @@ class Metric(tf.Module):
 
 
 def _predicted_and_true(target: str, labels: tf.Tensor, logits: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    if target == "sparse":
+    if target == "sparse" and not soft_labels(labels, logits):
         return tf.argmax(logits, axis=-1), tf.reshape(tf.cast(labels, tf.int64), [-1])
+    if target == "sparse":  # mixed labels (mixup, cutmix): the class with the largest share
+        return tf.argmax(logits, axis=-1), tf.argmax(labels, axis=-1)
     if target == "onehot":
         return tf.argmax(logits, axis=-1), tf.argmax(labels, axis=-1)
     labels = tf.reshape(tf.cast(labels, tf.float32), tf.shape(logits))
@@ -130,7 +133,7 @@ class TopKAccuracy(Metric):
 
     def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
         scores = tf.cast(tf.reshape(logits, [-1, tf.shape(logits)[-1]]), tf.float32)
-        if self.target == "sparse":
+        if self.target == "sparse" and not soft_labels(labels, logits):
             true = tf.reshape(tf.cast(labels, tf.int64), [-1])
         else:
             true = tf.argmax(tf.reshape(labels, tf.shape(scores)), axis=-1)

@@ -31,6 +31,8 @@ class Source:
 
     dataset: tf.data.Dataset
     examples: int
+    # data.train's augmentation over repeated batches (specgen/runtime/augment); None: none declared
+    augment: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
 
 
 @dataclass(frozen=True)

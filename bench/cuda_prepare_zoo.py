@@ -1,0 +1,75 @@
+"""ResNet50 and MobileNetV2 at 224 as specgen exports them, float32 and float16, as skeletons for bench/cuda_onnx.py.
+
+Each model is imported from keras.applications with bench/zoo.py's realistic batch-norm statistics, exported by
+`specgen export` (batch norm folded, the parity gate against Keras), converted to float16 with float32 inputs
+and outputs (onnxruntime's own `onnxruntime.transformers.float16.convert_float_to_float16`, keep_io_types,
+Softmax kept in float32), and written as skeletons (bench/onnx_skeleton.py) with manifest entries: the GPU
+machine has no TensorFlow, and a ResNet50 graph with weights is over what one call may carry.
+
+    python bench/cuda_prepare_zoo.py .gpu/models
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_skeleton import strip
+from zoo import randomize_statistics
+
+MODELS = ("ResNet50", "MobileNetV2")
+POINTS = [[1, 224], [8, 224], [64, 224]]
+
+
+def fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    return convert_float_to_float16(model, keep_io_types=True, op_block_list=[*DEFAULT_OP_BLOCK_LIST, "Softmax"])
+
+
+def export_one(name: str, folder: Path) -> onnx.ModelProto:
+    import keras
+
+    from specgen.importers.keras import import_keras
+    from specgen.runtime.commands.export import export
+    from specgen.spec.load import load_spec
+
+    spec = folder / f"{name}.yaml"
+    imported = import_keras(name, spec, input_shape=(224, 224, 3))
+    assert imported.weights_written is not None
+    net = keras.models.load_model(imported.weights_written, compile=False)
+    randomize_statistics(net)
+    net.save(imported.weights_written)
+    report = export(load_spec(spec), None, folder / name)
+    print(f"{name}: exported, parity scaled difference {report['parity_scaled_diff']:.1e}", flush=True)
+    return onnx.load(folder / name / "model.onnx")
+
+
+def main() -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": []}
+    manifest["models"] = [m for m in manifest["models"] if m["group"] not in {n.lower() for n in MODELS}]
+    with tempfile.TemporaryDirectory(prefix="specgen-cuda-zoo-") as tmp:
+        for name in MODELS:
+            full = export_one(name, Path(tmp))
+            for label, model in (("specgen fp32", full), ("specgen fp16", fp16(full))):
+                file = f"{name.lower()}_{label.split()[-1]}.onnx"
+                onnx.save(strip(model), out / file)
+                manifest["models"].append({"group": name.lower(), "label": label, "file": file,
+                                           "input": full.graph.input[0].name, "shape": ["B", 224, 224, 3],
+                                           "dtype": "float32", "points": POINTS})
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

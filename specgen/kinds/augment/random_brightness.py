@@ -1,0 +1,39 @@
+"""`random_brightness: f` or `{factor: f, value_range: [0, 255]}`: keras.layers.RandomBrightness(f), a shift
+drawn in [-f, f] x (high - low) per image, the result clipped to value_range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from specgen.kinds.augment.base import AugmentDef, Fraction, ValueRange, args, factor_or
+from specgen.spec.base import SpecModel
+
+
+class BrightnessArgs(ValueRange):
+    factor: Fraction = Field(description="Shift drawn in [-factor, factor] of the value range.")
+
+
+class RandomBrightness(SpecModel):
+    random_brightness: factor_or(BrightnessArgs, "a fraction in [0, 1] or {factor, value_range}")
+
+
+def _keras(value: Any) -> tuple[str, dict[str, Any]]:
+    a = args(value, BrightnessArgs)
+    return "RandomBrightness", {"factor": a.factor, "value_range": tuple(a.value_range)}
+
+
+def _describe(value: Any) -> str:
+    a = args(value, BrightnessArgs)
+    return f"random_brightness ±{a.factor:g} of [{a.value_range[0]:g}, {a.value_range[1]:g}]"
+
+
+KINDS = (AugmentDef(
+    name="random_brightness",
+    spec=RandomBrightness,
+    doc="`<fraction>` or `{factor, value_range}` (value_range default [0, 255])",
+    example=0.2,
+    keras=_keras,
+    describe=_describe,
+),)

@@ -1,0 +1,38 @@
+"""`specgen report SPEC --html [--run RUN] -o report.html`: cli.py's report hands these flags here."""
+
+from __future__ import annotations
+
+import argparse
+
+from specgen.pictures.curves_cli import PicturesUsageError, need_matplotlib
+
+
+def _usage(args: argparse.Namespace) -> None:
+    """Mistakes in the flags, before any spec is read."""
+    if not args.html:
+        flag = "--run" if args.run_folder is not None else "-o"
+        raise PicturesUsageError(f"report: got {flag} without --html; expected --html with them "
+                                 "(the text report prints to stdout)")
+    if len(args.paths) != 1 or args.paths[0].is_dir():
+        raise PicturesUsageError(f"report --html: got {len(args.paths)} path(s) "
+                                 f"({', '.join(map(str, args.paths))}); expected one spec file")
+    if args.output is None or args.output.suffix.lower() not in (".html", ".htm"):
+        raise PicturesUsageError(f"report --html: got -o {args.output or '(none)'}; expected -o FILE.html")
+
+
+def run_html_report(args: argparse.Namespace) -> int:
+    from specgen.atomic import write_atomic
+    from specgen.ir.resolve import build_ir
+    from specgen.paths import shown
+    from specgen.pictures.html import page
+    from specgen.spec.load import load_spec
+
+    _usage(args)
+    if args.run_folder is not None:
+        need_matplotlib("specgen report --html --run")
+    loaded = load_spec(args.paths[0])
+    ir = build_ir(loaded)
+    text = page(loaded, ir, shown(args.paths[0]), args.run_folder)
+    write_atomic(args.output, text.encode(), fsync=False)
+    print(f"wrote {shown(args.output)} ({len(text.encode()):,} bytes)")
+    return 0
