@@ -63,3 +63,14 @@ def test_validate_and_build_of_a_mixed_spec_import_no_tensorflow(tmp_path: Path)
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     train_py = (tmp_path / "g" / "digits_cnn" / "train.py").read_text()
     assert "jit_compile=True" in train_py and "output_gradients=self.loss_scale.read_value()" in train_py
+
+
+def test_probe_of_a_mixed_float16_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec_text("mixed_float16", run=tmp_path / "run"))
+    assert main(["train", str(path), "--probe"]) == 1
+    assert capsys.readouterr().err.replace(str(path), "spec.yaml").splitlines() == [
+        "spec.yaml: error: --probe shows unscaled gradients and applies them as one update, and mixed_float16's "
+        "update expects the loss-scaled ones: probe this spec with train.precision: float32 (its checkpoints are "
+        "interchangeable)", "1 error found"]
+    assert not (tmp_path / "run").exists()

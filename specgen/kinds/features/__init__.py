@@ -82,4 +82,8 @@ def refusal(ir: Any, beside: str) -> str | None:
     for name, feature in compat.FEATURE_OF.items():
         if feature in names and not compat.allowed(name, beside):
             return compat.message(name, beside)
+    for setting in SETTINGS:  # settings keep their own refusals (not rows of the table)
+        module = importlib.import_module(f"{__name__}.{setting}")
+        if SETTING_DEFS[setting].enabled(ir) and (why := module.refusal(ir, beside)) is not None:
+            return str(why)
     return None

@@ -9,7 +9,19 @@ loss, apply() unscales once and skips the whole update on non-finite gradients (
 Its refusals (Levenberg-Marquardt, ops that cannot run in the reduced type): specgen/ir/training/precision.py.
 """
 
+from typing import Any
+
 from specgen.kinds.features.base import FeatureDef
+
+
+def refusal(ir: Any, beside: str) -> str | None:
+    """Why train.precision does not combine with `beside`, a feature a command adds; None when it does."""
+    if beside == "probe" and ir.training.train.precision == "mixed_float16":
+        return ("--probe shows unscaled gradients and applies them as one update, and mixed_float16's update "
+                "expects the loss-scaled ones: probe this spec with train.precision: float32 (its checkpoints "
+                "are interchangeable)")
+    return None
+
 
 SETTING = FeatureDef(
     name="precision",
