@@ -114,7 +114,7 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
             line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
             session._summaries("train", {"loss": loss, **session.loss_terms(loss), **session.learning_rates(),
                                          **train_metrics})
-            if step % session.every == 0:
+            if step % session.every == 0 and step != first:  # skipped updates (mixed_float16) leave step at first
                 session.save()
             epoch_end = step % session.updates_per_epoch == 0 or step == stop
             progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)

@@ -98,9 +98,25 @@ def adjust(finite: tf.Tensor, scale: tf.Variable, good_steps: tf.Variable, skipp
     skipped.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
 
 
-def guarded(finite: tf.Tensor, update: Any) -> None:
-    """Run `update` only on finite gradients; otherwise nothing moves (no variable, slot, shadow or step)."""
-    tf.cond(finite, lambda: _run(update), lambda: tf.constant(False))
+def guarded(finite: tf.Tensor, update: Any, state: list[tf.Variable]) -> None:
+    """Run `update` only on finite gradients; otherwise none of `state` moves (weights, slots, shadows, step).
+
+    On one device a tf.cond skips the update. Under a tf.distribute strategy the update's assignments to
+    mirrored variables are synchronization points, which TensorFlow does not allow inside a cond in replica
+    context: there the update runs on every replica and each state variable is put back where the
+    gradients were not finite (a select, no control flow; it reads the state once more per update).
+    """
+    context = tf.distribute.get_replica_context()
+    if not tf.distribute.has_strategy() or context is None:
+        tf.cond(finite, lambda: _run(update), lambda: tf.constant(False))
+        return
+
+    def cross_replica(strategy: tf.distribute.Strategy, finite: Any) -> None:
+        everywhere = tf.reduce_all(tf.stack(strategy.experimental_local_results(finite)))
+        tf.cond(everywhere, lambda: _run(lambda: strategy.extended.call_for_each_replica(update)),
+                lambda: tf.constant(False))
+
+    context.merge_call(cross_replica, args=(finite,))
 
 
 def _run(update: Any) -> tf.Tensor:
