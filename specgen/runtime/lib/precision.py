@@ -98,13 +98,13 @@ def adjust(finite: tf.Tensor, scale: tf.Variable, good_steps: tf.Variable, skipp
     skipped.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
 
 
-def guarded(finite: tf.Tensor, update: Any, state: list[tf.Variable]) -> None:
-    """Run `update` only on finite gradients; otherwise none of `state` moves (weights, slots, shadows, step).
+def guarded(finite: tf.Tensor, update: Any) -> None:
+    """Run `update` only on finite gradients; otherwise nothing moves (weights, slots, shadows, step).
 
     On one device a tf.cond skips the update. Under a tf.distribute strategy the update's assignments to
     mirrored variables are synchronization points, which TensorFlow does not allow inside a cond in replica
-    context: there the update runs on every replica and each state variable is put back where the
-    gradients were not finite (a select, no control flow; it reads the state once more per update).
+    context: the decision is made in cross-replica context (merge_call), and the cond there runs the update
+    on every replica or on none, as Keras' LossScaleOptimizer does.
     """
     context = tf.distribute.get_replica_context()
     if not tf.distribute.has_strategy() or context is None:
