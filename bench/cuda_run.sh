@@ -28,7 +28,14 @@ python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_a
 echo "TensorRT: $( (ldconfig -p | grep -q libnvinfer) && echo libnvinfer found || echo 'libnvinfer not installed')"
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-PYTHONUNBUFFERED=1 python3 bench/cuda_onnx.py .gpu/models --repeats "${REPEATS:-7}" --json "$out/cuda_onnx.json" \
-    2>&1 | tee "$out/cuda_onnx.log"
+# MODELS: the skeleton folder; MODES: "numpy" (host copies timed) and/or "io" (device-resident, --io-binding);
+# ONLY_ONNX=1 skips the attention-node and Predictor checks.
+models=${MODELS:-.gpu/models}
+for mode in ${MODES:-numpy}; do
+    flag=""; [ "$mode" = io ] && flag="--io-binding"
+    PYTHONUNBUFFERED=1 python3 bench/cuda_onnx.py "$models" $flag --repeats "${REPEATS:-7}" \
+        --json "$out/cuda_onnx_$mode.json" 2>&1 | tee "$out/cuda_onnx_$mode.log"
+done
+[ "${ONLY_ONNX:-0}" = 1 ] && exit 0
 PYTHONUNBUFFERED=1 python3 bench/attention_node.py --provider cuda --repeat 50 2>&1 | tee "$out/attention_node.log"
 PYTHONUNBUFFERED=1 python3 bench/cuda_predictor.py .gpu/digits/model.onnx examples/data/digits.npz 2>&1 | tee "$out/predictor.log"

@@ -222,13 +222,26 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (a count of examples)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected a positive integer")
+    return value
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
     loaded = load_spec(args.spec)
     from specgen.runtime.commands.export import export  # imports TensorFlow: only now
+    from specgen.runtime.precision.step import PrecisionRequest
 
-    report = export(loaded, args.checkpoint, args.output, triton=args.triton)
+    request = PrecisionRequest(args.precision, args.calibration, args.force, args.provider)
+    report = export(loaded, args.checkpoint, args.output, triton=args.triton, precision=request)
     nodes = sum(report["nodes"].values())
     if report["restore"] is None:
         print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
@@ -242,6 +255,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from specgen.report.export_lines import export_lines
 
     print("\n".join(export_lines(report)))
+    if report["precision"]["precision"] != "fp32":
+        from specgen.runtime.precision.step import summary_lines
+
+        print("\n".join(summary_lines(shown(args.output), report["precision"])))
     if "triton" in report:
         print(f"triton model repository: {shown(report['triton'])}")
     return 0
@@ -363,6 +380,14 @@ def parser() -> argparse.ArgumentParser:
                         "without it, the spec's checkpoint.restore plan applied to fresh variables")
     export.add_argument("-o", "--output", type=Path, required=True, help="folder for model.onnx and export.json")
     export.add_argument("--triton", action="store_true", help="also write a Triton model repository there")
+    export.add_argument("--precision", choices=["fp32", "fp16", "int8"],
+                        help="also write model.fp16.onnx / model.int8.onnx, gated on accuracy and speed "
+                             "(default: the spec's export.onnx.precision, fp32)")
+    export.add_argument("--calibration", type=positive_int, metavar="N",
+                        help="eval examples for int8 calibration (default 512, or the whole eval set when smaller)")
+    export.add_argument("--force", action="store_true", help="write the variant even when it is not faster")
+    export.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
+                        help="where the variant is checked and timed: the provider that will run it")
     export.set_defaults(run=cmd_export)
     infer = sub.add_parser("infer", help="run an exported model with onnxruntime on arrays from an .npz")
     infer.add_argument("model", type=Path)

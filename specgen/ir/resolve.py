@@ -310,8 +310,9 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
         if name not in source.features:
             problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
     # What the kind itself refuses (none of today's kinds refuses more than its model does).
+    fed = augment.as_fed(source, stage, spec.data.train)  # eval images reach the model at train's crop size
     problems += [loaded.diagnostic(("data", stage, *loc), message)
-                 for loc, message in sources.kind_of(source).refuse(source, spec.inputs)]
+                 for loc, message in sources.kind_of(source).refuse(fed, spec.inputs)]
     problems += [loaded.diagnostic(("data", stage, *loc), message)  # specgen/kinds/augment
                  for loc, message in augment.refusals(source, spec.inputs, stage)]
     stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []

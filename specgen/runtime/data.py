@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from specgen.ir.model import ModelIR
-from specgen.kinds import pointers
+from specgen.kinds import augment, pointers
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import DataError, Source
 from specgen.runtime.sources.context import SourceContext
@@ -45,6 +45,10 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
         from specgen.runtime.augment.source import for_source  # imports Keras: only where data is read
 
         source.augment = for_source(context, source)
+    elif augment.at_eval(getattr(loaded.spec.data.train, "augment", None)):  # a train random_crop acts at eval too
+        from specgen.runtime.augment.source import for_eval
+
+        source.dataset = for_eval(context, source)
     return source
 
 

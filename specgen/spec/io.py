@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
 from specgen.kinds.sources import DataSource
-from specgen.spec.base import MAX_INT, FilePath, Identifier, Pattern, PositiveInt, SpecModel
+from specgen.spec.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, Pattern, PositiveInt, SpecModel
 from specgen.spec.regex import check_pattern, parse_template
 from specgen.spec.unions import by_key, by_shape
 
@@ -114,6 +114,17 @@ class OnnxExport(SpecModel):
     dynamic_batch: bool = True
     outputs: Annotated[list[Identifier], Field(min_length=1)] | None = Field(None, description=(
         "The outputs model.onnx computes (default: all); layers, inputs and weights none of them reads are left out."))
+    precision: Literal["fp32", "fp16", "int8"] = Field("fp32", description=(
+        "Also write model.fp16.onnx or model.int8.onnx beside model.onnx, gated on accuracy and speed "
+        "(`specgen export --precision` overrides)."))
+    calibration: Literal["minmax", "entropy", "percentile"] = Field("minmax", description=(
+        "How int8 activation ranges are calibrated on the eval set."))
+    calibration_examples: PositiveInt | None = Field(None, description=(
+        "Eval examples int8 calibration reads (default: 512, or the whole eval set when smaller; "
+        "`--calibration N` overrides)."))
+    budget: NonNegativeFloat = Field(1.0, description=(
+        "Largest loss a precision variant may cause on the eval set: points of accuracy for a classifier, "
+        "percent relative error of the outputs otherwise."))
 
 
 class Export(SpecModel):

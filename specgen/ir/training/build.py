@@ -119,7 +119,8 @@ def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms
             if spec.data is not None and (s := getattr(spec.data, stage)) is not None}
     return TrainingIR(
         checkpoint=checkpoint_of(loaded),
-        export=ExportIR(onnx.opset, IR_VERSION[onnx.opset], onnx.weights, onnx.dynamic_batch, tuple(onnx.outputs or ())),
+        export=ExportIR(onnx.opset, IR_VERSION[onnx.opset], onnx.weights, onnx.dynamic_batch, tuple(onnx.outputs or ()),
+                        onnx.precision, onnx.calibration, onnx.calibration_examples, onnx.budget),
         loss=loss,
         optimizers=tuple(_optimizer(n, o, claims.get(n, ()), excluded.get(n, ())) for n, o in spec.optimizers.items()),
         train=_train(spec.train),

@@ -138,6 +138,10 @@ class ExportIR:
     weights: str  # 'raw' or 'ema'
     dynamic_batch: bool
     outputs: tuple[str, ...] = ()  # export.onnx.outputs; empty: every output (ir/exported.py)
+    precision: str = "fp32"  # export.onnx.precision: fp32, fp16 or int8 (specgen/runtime/precision/)
+    calibration: str = "minmax"  # int8 activation-range method
+    calibration_examples: int | None = None  # None: 512, or the whole eval set when smaller
+    budget: float = 1.0  # accuracy points (classifier) or percent relative output error a variant may lose
 
 
 @dataclass(frozen=True)

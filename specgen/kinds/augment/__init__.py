@@ -17,8 +17,8 @@ from specgen.kinds.augment.base import AugmentDef, Size
 from specgen.kinds.collect import collect
 from specgen.spec.unions import by_key, by_shape
 
-__all__ = ["REGISTRY", "SCHEMA_ORDER", "Augment", "AugmentDef", "describe", "image_inputs", "kind_of", "markdown",
-           "output_size", "refusals"]
+__all__ = ["REGISTRY", "SCHEMA_ORDER", "Augment", "AugmentDef", "as_fed", "at_eval", "describe", "image_inputs",
+           "kind_of", "markdown", "output_size", "refusals"]
 
 # The order of the issue's list (and of the schema's union); later kinds follow alphabetically.
 SCHEMA_ORDER = ("random_flip", "random_crop", "random_rotation", "random_zoom", "random_translation",
@@ -55,6 +55,19 @@ def output_size(items: Sequence[Any] | None, size: Size) -> Size:
         kind = kind_of(item)
         size = kind.size(kind.value(item), size)
     return size
+
+
+def at_eval(items: Sequence[Any] | None) -> list[Any]:
+    """The entries of data.train.augment that still act on eval (and export) examples: those whose Keras
+    layer does something at inference (random_crop's centered window resized to its size)."""
+    return [item for item in items or () if kind_of(item).inference is not None]
+
+
+def as_fed(source: Any, stage: str, train: Any) -> Any:
+    """`source` as its kind's size checks should see it: an eval source carries train's entries that act at
+    eval (its images reach the model at the crop's size, whatever size the source decodes them at)."""
+    crops = at_eval(getattr(train, "augment", None)) if stage == "eval" else []
+    return source.model_copy(update={"augment": crops}) if crops and hasattr(source, "augment") else source
 
 
 def refusals(source: Any, inputs: Mapping[str, Any], stage: str) -> list[Refusal]:

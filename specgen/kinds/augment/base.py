@@ -48,6 +48,9 @@ class AugmentDef:
     refuse: Callable[[Any, Size], str | None] = lambda value, size: None
     mixes_labels: bool = False  # mixup, cutmix: labels become mixed one-hot (soft) labels
     pad: Callable[[Any], int] = lambda value: 0  # zero padding on each side before the Keras layer runs
+    # (the value) -> the Keras layer that stands for the entry on eval (and export) examples, as Keras defines
+    # the layer's inference; None: it does nothing there, as Keras' random layers do at training=False
+    inference: Callable[[Any], tuple[str, dict[str, Any]]] | None = None
 
     def value(self, item: Any) -> Any:
         """The value of a validated `{name: value}` entry."""

@@ -1,6 +1,11 @@
 """`random_crop: {size: [h, w], pad: p}`: zero-pad p pixels on each side, then keras.layers.RandomCrop(h, w).
 
 Keras' layer draws one crop offset per batch; the output is [h, w], so the model's image input is [h, w, c].
+At eval (and export) the entry is Keras' documented inference of RandomCrop: the largest centered window of
+the crop's aspect ratio, resized (bilinear) to [h, w] -- keras.layers.Resizing(h, w, crop_to_aspect_ratio=True),
+whose window is computed by the same formula. Not the layer itself at training=False: Keras 3.15's RandomCrop
+returns its input unchanged there (keras-team/keras#21868), which no [h, w] model could take. The pad is a
+training-only step, so eval resizes the unpadded image.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ KINDS = (AugmentDef(
     name="random_crop",
     spec=RandomCrop,
     doc="`{size: [<height>, <width>], pad: <pixels>}` (pad default 0): zero-pad, then crop `size` at one random "
-        "offset per batch",
+        "offset per batch; at eval, the centered window of `size`'s aspect ratio resized to `size`",
     example={"size": [6, 6], "pad": 1},
     keras=lambda v: ("RandomCrop", {"height": v.size[0], "width": v.size[1]}),
     describe=lambda v: f"random_crop {v.size[0]}x{v.size[1]} after zero pad {v.pad}",
     size=lambda v, size: (v.size[0], v.size[1]),
     refuse=_refuse,
     pad=lambda v: v.pad,
+    inference=lambda v: ("Resizing", {"height": v.size[0], "width": v.size[1], "crop_to_aspect_ratio": True}),
 ),)

@@ -91,3 +91,24 @@ def apply(items: Sequence[Any], seed: int, image: str, label: str | None, classe
         return features, labels
 
     return lambda batches: batches.enumerate().map(one)
+
+
+def inference(items: Sequence[Any], image: str) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """A transformation of a dataset of eval (features, labels) examples by the Keras layers that stand for
+    `items` at inference (AugmentDef.inference: random_crop's centered window resized to its size)."""
+    layers = []
+    for item in items:
+        kind = kind_of(item)
+        name, kwargs = kind.inference(kind.value(item))
+        layers.append(getattr(keras.layers, name)(**kwargs))
+
+    def one(features: dict[str, tf.Tensor], labels: Any) -> Any:
+        features = dict(features)
+        pixels, dtype = tf.cast(features[image], tf.float32), features[image].dtype
+        for layer in layers:
+            pixels = layer(pixels)
+        # an integer input takes the resized pixels rounded (a plain cast would truncate them)
+        features[image] = tf.cast(pixels, dtype) if dtype.is_floating else tf.saturate_cast(tf.round(pixels), dtype)
+        return features, labels
+
+    return lambda examples: examples.map(one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from specgen.kinds.augment import image_inputs, kind_of
-from specgen.runtime.augment import apply
+from specgen.kinds.augment import at_eval, image_inputs, kind_of
+from specgen.runtime.augment import apply, inference
 from specgen.runtime.sources.base import Source
 from specgen.runtime.sources.context import SourceContext
 
@@ -27,6 +27,19 @@ def for_source(context: SourceContext, source: Source) -> Pipeline | None:
     _check_sizes(context, items, image, source.dataset.element_spec[0][image].shape)
     label, classes = _mixed_label(context) if any(kind_of(i).mixes_labels for i in items) else (None, None)
     return apply(items, context.training.train.seed if context.training.train else 0, image, label, classes)
+
+
+def for_eval(context: SourceContext, source: Source) -> tf.data.Dataset:
+    """The eval examples as the model sees them: each image through the inference of train's entries that act
+    there (random_crop: Keras' centered window resized to the crop), unless it is the crop's size already."""
+    train = context.loaded.spec.data.train
+    items = at_eval(getattr(train, "augment", None))
+    image = image_inputs(train.features, context.loaded.spec.inputs)[0]  # validate: exactly one
+    shape = source.dataset.element_spec[0][image].shape
+    wanted = context.loaded.spec.inputs[image].shape[:2]
+    if not items or (shape.rank == 3 and [shape[0], shape[1]] == list(wanted)):
+        return source.dataset  # already the model's size: Keras' transform would only cast it
+    return inference(items, image)(source.dataset)
 
 
 def _check_sizes(context: SourceContext, items: list, image: str, shape: tf.TensorShape) -> None:

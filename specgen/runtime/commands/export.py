@@ -37,6 +37,8 @@ from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_l
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
+from specgen.runtime.precision import REGISTRY as PRECISIONS
+from specgen.runtime.precision.step import PrecisionRequest, make_variant
 from specgen.runtime.predictor import Predictor
 from specgen.runtime.pruning_state import mask_targets, mask_variables, masked_values, restore_targets
 from specgen.runtime.rounding import nudged, refusal
@@ -122,7 +124,7 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
 
 def _check_output(out: Path) -> None:
     """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work."""
-    for name in ("model.onnx", "export.json"):
+    for name in ("model.onnx", "export.json", *(d.file_name for d in PRECISIONS.values())):
         refuse_links(out / name)
     probe = out / f".specgen-write-check.{os.getpid()}"
     with writing(out):
@@ -152,18 +154,20 @@ def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[d
     return values, {"summary": summary_line(plan), "variables": origin}
 
 
-def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool = False) -> dict[str, Any]:
+def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool = False,
+           precision: PrecisionRequest | None = None) -> dict[str, Any]:
     """Export, or change nothing: a failed export also removes the output folder it created (while empty)."""
     created = not out.exists()
     try:
-        return _export(loaded, checkpoint, out, triton)
+        return _export(loaded, checkpoint, out, triton, precision or PrecisionRequest())
     except BaseException:
         if created and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
             out.rmdir()
         raise
 
 
-def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool) -> dict[str, Any]:
+def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool,
+            precision: PrecisionRequest) -> dict[str, Any]:
     ir = build_ir(loaded)
     training = ir.training
     assert training is not None
@@ -207,10 +211,16 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         nudge = nudged(inputs) if np.isfinite(scaled) else None
         moved = None if nudge is None else scaled_diff(expected, _tf_outputs(ir, files["model.py"], values, nudge))
         raise SpecError([Diagnostic(shown(out), None, refusal(diff, scaled, PARITY_LIMIT, moved))])
+    # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
+    variant = make_variant(loaded, ir, model_bytes, {i.name: inputs[i.name] for i in view.inputs}, labels, sample,
+                           precision)
+    report["precision"] = variant.report if variant else {"precision": "fp32"}
     write_atomic(out / "model.onnx", model_bytes)
+    if variant:
+        write_atomic(out / variant.file_name, variant.model_bytes)
     write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    if triton:
+    if triton:  # the repository serves what was asked for: the variant (float32 IO, so the config is the same)
         from specgen.runtime.triton import write_repository
 
-        report["triton"] = str(write_repository(out, ir, model_bytes))
+        report["triton"] = str(write_repository(out, ir, variant.model_bytes if variant else model_bytes))
     return report

@@ -1,0 +1,48 @@
+"""fp16: the graph in float16 with float32 inputs and outputs, normalizations and softmax kept in float32.
+
+The converter is onnxruntime's own (`onnxruntime.transformers.float16`), not onnxconverter-common's:
+it ships in the onnxruntime package specgen already needs (no new dependency, no second protobuf/onnx
+pin), it is the copy onnxruntime maintains and uses in its transformer optimizer, and it keeps the
+graph's IO types with `keep_io_types` as Triton configs and callers expect (FP32 at the IO).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+import onnxruntime as ort
+from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
+from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
+
+# float16's 10-bit mantissa and 65504 ceiling lose the sums of squares and exponentials these compute
+# (Keras' mixed_float16 policy keeps them in float32 for the same reason).
+KEEP_FLOAT32 = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization",
+                "InstanceNormalization", "GroupNormalization", "Softmax", "LogSoftmax")
+INSERTED_CAST = "InsertedPrecisionFreeCast_"  # onnxruntime's name for a Cast it adds around a node with no fp16 kernel
+
+
+def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[str, Any]]:
+    model = convert_float_to_float16(onnx.load_from_string(model_bytes), keep_io_types=True,
+                                     op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(KEEP_FLOAT32)))
+    kept = sorted({n.op_type for n in model.graph.node if n.op_type in KEEP_FLOAT32})
+    return model.SerializeToString(deterministic=True), {"kept_float32": kept}
+
+
+def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
+    """Refuse ops onnxruntime runs only by casting back to float32 on `provider` (no fp16 kernel there)."""
+    graph = optimized_graph(model_bytes, provider, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    casts = {o for n in graph.node if n.op_type == "Cast" and n.name.startswith(INSERTED_CAST) for o in n.output}
+    missing = [label(n).replace(INSERTED_CAST, "") for n in graph.node
+               if n.op_type != "Cast" and any(i in casts for i in n.input)]
+    if missing:
+        raise PrecisionRefusal(f"fp16: {len(missing)} node(s) have no float16 kernel on the {provider} provider "
+                               f"(onnxruntime would cast them back to float32): {', '.join(missing[:5])}"
+                               f"{' ...' if len(missing) > 5 else ''}; fp16 pays off with --provider cuda")
+    return {"optimized_ops": op_counts(graph)}
+
+
+DEF = PrecisionDef("fp16", "model.fp16.onnx", convert, check,
+                   "float16 weights and compute, float32 IO; normalizations and softmax in float32")

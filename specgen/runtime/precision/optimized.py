@@ -1,0 +1,47 @@
+"""The graph onnxruntime actually runs (SessionOptions.optimized_model_filepath), for kernel checks.
+
+The fusions that make a variant fast (QDQ pairs into QLinearConv / QGemm, fp16 nodes without a
+kernel wrapped in Casts) happen only inside a session, so the checks read the graph it writes back.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+# predictor.py's names, not imported from it: bench/precision.py --onnx-only runs where only onnx and
+# onnxruntime are installed (the precision package imports neither pydantic nor TensorFlow)
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+
+PROVIDERS = {"cpu": [CPU], "cuda": [CUDA, CPU]}
+
+
+def optimized_model(model_bytes: bytes, provider: str, level: ort.GraphOptimizationLevel) -> onnx.ModelProto:
+    """The model a session on `provider` ('cpu' or 'cuda') runs after optimizations up to `level`."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "optimized.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.optimized_model_filepath = str(path)
+        options.log_severity_level = 3  # the "hardware specific optimizations" warning is expected here
+        ort.InferenceSession(model_bytes, options, providers=PROVIDERS[provider])
+        return onnx.load(str(path), load_external_data=False)
+
+
+def optimized_graph(model_bytes: bytes, provider: str, level: ort.GraphOptimizationLevel) -> onnx.GraphProto:
+    return optimized_model(model_bytes, provider, level).graph
+
+
+def op_counts(graph: onnx.GraphProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def label(node: onnx.NodeProto) -> str:
+    """A node as messages show it: its op and the tensor it writes (specgen names tensors after layers)."""
+    return f"{node.op_type} '{node.output[0]}'"

@@ -1,0 +1,139 @@
+"""`specgen export --precision int8`: a trained digits CNN, quantized, fused, gated, then served and inferred.
+
+One module fixture trains the digits CNN once (100 steps: 95% eval accuracy) and exports it with `--precision
+int8 --force --triton`: --force because on a 2-core AVX2 machine int8 is not faster on an 8x8 image
+(the speed gate's own decision is tested on figures in test_export_precision_units.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from specgen.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "data" / "digits.npz"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("precision")
+    spec = folder / "cnn.yaml"
+    text = (ROOT / "examples/specs/digits_cnn.yaml").read_text().replace("../data/digits.npz", str(DIGITS))
+    spec.write_text(text.replace("dir: ../../runs/digits_cnn", "dir: run"))
+    assert main(["train", str(spec), "--steps", "100", "--quiet"]) == 0
+    out = folder / "out"
+    args = ["export", str(spec), "--checkpoint", str(folder / "run"), "-o", str(out), "--precision", "int8", "--force",
+            "--triton"]
+    return {"spec": spec, "folder": folder, "out": out, "code": main(args)}
+
+
+def test_int8_written_fused_and_within_budget(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    out = trained["out"]
+    assert trained["code"] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["digits_cnn", "export.json", "model.int8.onnx", "model.onnx"]
+    report = json.loads((out / "export.json").read_text())["precision"]
+    assert (report["precision"], report["mode"], report["calibration"]) == ("int8", "static QDQ", "minmax")
+    assert report["calibration_examples"] == 360  # the default 512 is more than the eval set: all of it
+    # The fusion onnxruntime did: the conv and both dense layers run as integer kernels, none in float32.
+    # Counted over every integer kernel type, not QLinearConv/QGemm each: which names its layout passes
+    # give them depends on the CPU (tests/test_suite_hygiene.py); that three ran as integers does not.
+    ops = report["optimized_ops"]
+    assert report["integer_kernels"] == 3 and report["float32_compute"] == []
+    assert not {"Conv", "Gemm", "FusedConv", "FusedGemm", "MatMul"} & set(ops)
+    accuracy = report["accuracy"]
+    assert accuracy["lost_points"] <= 1.0 and accuracy["budget"] == 1.0
+    assert accuracy["lost_points"] == round((accuracy["fp32_accuracy"] - accuracy["accuracy"]) * 100, 6)
+    speed = report["speed"]
+    assert ("warning" in speed) == (speed["variant_ms"] >= speed["fp32_ms"])  # --force records why it was needed
+    assert report["bytes"] == (out / "model.int8.onnx").stat().st_size < report["fp32_bytes"] / 2  # 8-bit weights
+    model = onnx.load(str(out / "model.int8.onnx"))
+    io = [v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)]
+    assert io == [onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT]  # QDQ keeps float32 IO: config.pbtxt says FP32
+    config = (out / "digits_cnn" / "config.pbtxt").read_text()
+    assert config.count("data_type: TYPE_FP32") == 2
+    assert (out / "digits_cnn" / "1" / "model.onnx").read_bytes() == (out / "model.int8.onnx").read_bytes()
+
+
+def test_infer_on_the_int8_variant(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    out = trained["out"]
+    report = json.loads((out / "export.json").read_text())["precision"]
+    capsys.readouterr()
+    assert main(["infer", str(out / "model.int8.onnx"), "--input", str(DIGITS), "--feed", "image=x_test",
+                 "--labels", "y_test", "--provider", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert f"accuracy of 'logits' against 'y_test': {report['accuracy']['accuracy']:.4f} on 360 examples" in printed
+
+
+def test_serve_the_int8_repository(trained: dict[str, Any]) -> None:
+    import httpx
+    import uvicorn
+
+    from specgen.runtime.predictor import Predictor
+    from specgen.serve.app import create_app
+    from specgen.serve.models import load_repository
+    from specgen.serve.server import server_config
+
+    x = np.load(DIGITS)["x_test"][:5].astype(np.float32)
+    server = uvicorn.Server(server_config(create_app(load_repository(trained["out"], provider="cpu")), "127.0.0.1", 0))
+    with _running(server) as url:
+        body = {"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+        response = httpx.post(f"{url}/v2/models/digits_cnn/infer", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    output = response.json()["outputs"][0]
+    assert output["datatype"] == "FP32"
+    expected = Predictor(trained["out"] / "model.int8.onnx", provider="cpu")({"image": x})["logits"]
+    np.testing.assert_array_equal(np.asarray(output["data"], np.float32).reshape(output["shape"]), expected)
+
+
+class _running:
+    """uvicorn in a thread on a free loopback port; the URL while it runs."""
+
+    def __init__(self, server: Any):
+        self.server, self.thread = server, threading.Thread(target=server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:  # a start flag, polled: no fixed sleep
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
+            time.sleep(0.01)
+        return f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def _refused(trained: dict[str, Any], capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    out = trained["folder"] / f"refused{len(extra)}"
+    capsys.readouterr()
+    assert main(["export", str(trained["spec"]), "--checkpoint", str(trained["folder"] / "run"), "-o", str(out),
+                 *extra]) == 1
+    assert not out.exists()  # nothing written, not even model.onnx or the folder
+    return capsys.readouterr().err.splitlines()[0]
+
+
+def test_calibration_larger_than_the_eval_set(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(trained, capsys, "--precision", "int8", "--calibration", "400")
+    assert line == (f"{trained['spec']}: error: --calibration 400: int8 calibration asks for 400 examples; the eval "
+                    "set has 360: ask for 360 or fewer; nothing was written")
+
+
+# onnxruntime's x86-64 CPU provider registers no float16 Conv or Gemm (its MLAS float16 kernels are for ARM64):
+# the fp16 variant's three compute nodes would run through inserted Casts.
+def test_fp16_without_cpu_kernels_is_refused(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(trained, capsys, "--precision", "fp16")
+    assert re.fullmatch(
+        re.escape(f"{trained['spec']}: error: --precision fp16: fp16: 3 node(s) have no float16 kernel on the cpu "
+                  "provider (onnxruntime would cast them back to float32): ") + r"Conv '[^']+', Gemm '[^']+', Gemm '[^']+'"
+        + re.escape("; fp16 pays off with --provider cuda; nothing was written"), line), line
