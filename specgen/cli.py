@@ -1,4 +1,5 @@
-"""The `specgen` command line: validate, build, schema, report, graph, curves, train, restore-plan, export, infer, serve, import.
+"""The `specgen` command line: validate, build, schema, report, graph, curves, data, train, restore-plan, export,
+infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema`, `report`, `graph` and `curves` never import TensorFlow.
@@ -160,6 +161,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
         print(report(ir, shown(path), loaded.spec.optimizers, measured))
     return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from specgen.runtime.commands.data import run_data  # imports TensorFlow (it reads the data): only now
+
+    return run_data(args.spec, args.stage)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -337,6 +344,10 @@ def parser() -> argparse.ArgumentParser:
                         "export the page shows")
     report.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
     report.set_defaults(run=cmd_report)
+    data = sub.add_parser("data", help="print a spec's input pipeline as training runs it (reads the data)")
+    data.add_argument("spec", type=Path)
+    data.add_argument("--stage", choices=["train", "eval"], default="train", help="which data stage (default train)")
+    data.set_defaults(run=cmd_data)
     train = sub.add_parser("train", help="train a spec with the generated TensorFlow code")
     train.add_argument("spec", type=Path)
     limit = train.add_mutually_exclusive_group()

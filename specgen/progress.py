@@ -26,6 +26,34 @@ def delayed(items: Iterable[T], what: str, total: int | None = None, delay: floa
                      disable=not sys.stderr.isatty(), dynamic_ncols=True))
 
 
+class Phases:
+    """The named steps of one command (export: weights, TensorFlow, onnxruntime, ...): a bar on stderr when it is
+    a terminal and the command has run past DELAY, cleared at the end, so what the command prints stays as it was.
+
+    The bar appears at the first step that starts after the delay (nothing redraws it between steps).
+    """
+
+    def __init__(self, what: str, steps: Iterable[str], delay: float = DELAY):
+        self.steps, self.delay, self.began = list(steps), delay, time.monotonic()
+        self.bar = tqdm(total=len(self.steps), desc=what, delay=delay, leave=False, file=sys.stderr,
+                        disable=not sys.stderr.isatty(), dynamic_ncols=True,
+                        bar_format="{desc} [{n_fmt}/{total_fmt} done, {elapsed}]")
+        self.what = what
+
+    def start(self, step: str) -> None:
+        """`step` begins: the bar counts the steps before it and names this one (drawn once past the delay)."""
+        self.bar.n = self.steps.index(step)
+        self.bar.set_description_str(f"{self.what}: {step}", refresh=False)
+        if time.monotonic() - self.began >= self.delay:
+            self.bar.refresh()
+
+    def __enter__(self) -> Phases:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.bar.close()
+
+
 class TrainProgress:
     """`specgen train`'s progress: on a terminal a bar over the run's updates with rate and time left;
     otherwise (or with --quiet, nothing) one plain line every PLAIN_EVERY seconds and at each epoch end."""

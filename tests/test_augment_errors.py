@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from images_helpers import spec_text
 
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
-from tests.images_helpers import spec_text
 
 NPZ = "{npz: d.npz, features: {image: x}, labels: {label: y}, augment: %s}"
 

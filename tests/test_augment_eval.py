@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from images_helpers import encoded, pixels, spec_text, write_tree
 
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
-from tests.images_helpers import encoded, pixels, spec_text, write_tree
 
 TRAIN = "{images: train, image_size: [6, 6], augment: [{random_flip: horizontal}, {random_crop: {size: [4, 4], pad: 1}}]}"
 EVAL = "{images: eval, image_size: [%d, %d]}"

@@ -98,13 +98,19 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Files made once: the weight file and the imported spec (the rest runs in the test)."""
     folder = tmp_path_factory.mktemp("finetune")
     (folder / "data").mkdir()
-    shutil.copy(ROOT / "examples" / "data" / "digits.npz", folder / "data" / "digits.npz")
+    digits_folder = importlib.util.spec_from_file_location("make_digits_folder", ROOT / "examples/data/make_digits_folder.py")
+    assert digits_folder and digits_folder.loader
+    writer = importlib.util.module_from_spec(digits_folder)
+    digits_folder.loader.exec_module(writer)
+    # PNG class folders and test.npz as the walkthrough writes them; 360 of each split (the test split is 360) keeps
+    # the train folder's up-front decode check short: 4 training steps read 128 of them.
+    writer.write(folder / "data" / "digits_folder", 360)
     work = folder / "finetune"
     work.mkdir()
     weights = work / "mobilenet_v2.keras"
     assert make_weights_module().main(["--epochs", "0", "-o", str(weights)]) == 0
     assert main(["import", "keras", str(weights), "-o", str(work / "mobilenet_v2.yaml")]) == 0
-    shutil.copy(FINETUNE / SPEC, work / SPEC)  # its ../data/digits.npz is folder/data/digits.npz
+    shutil.copy(FINETUNE / SPEC, work / SPEC)  # its ../data/digits_folder is folder/data/digits_folder
     return {"work": work, "weights": weights}
 
 
@@ -182,13 +188,14 @@ def test_import_freeze_train_export_infer(flow: dict[str, Any], capsys: pytest.C
     # Numerically: Keras' own forward pass of the file (its statistics, untouched), then the checkpoint's head.
     keras_model = keras.models.load_model(weights, compile=False)
     features = keras.Model(keras_model.input, keras_model.get_layer("global_average_pooling2d").output)
-    digits = np.load(work.parent / "data" / "digits.npz")
-    pixels = make_weights_module().preprocess(digits["x_test"])
-    pooled = keras.ops.convert_to_numpy(features(pixels, training=False))
+    test = work.parent / "data" / "digits_folder" / "test.npz"  # the test PNGs' uint8 pixels
+    raw = np.load(test)["image"]
+    assert raw.dtype == np.uint8
+    scaled = (raw / 255.0).astype(np.float32)  # Keras preprocesses [0, 1] values; the graph takes the pixels
+    pooled = keras.ops.convert_to_numpy(features(make_weights_module().preprocess(scaled), training=False))
     expected = pooled @ trained["head/logits/kernel"] + trained["head/logits/bias"]
-    logits = Predictor(str(export_dir / "model.onnx"), provider="cpu")({"image": digits["x_test"]})["logits"]
+    logits = Predictor(str(export_dir / "model.onnx"), provider="cpu")({"image": raw})["logits"]
     assert np.abs(logits - expected).max() <= 1e-4 * max(1.0, float(np.abs(expected).max()))
 
-    out = run(capsys, "infer", str(export_dir / "model.onnx"), "--input", str(work.parent / "data" / "digits.npz"),
-              "--feed", "image=x_test", "--labels", "y_test")
-    assert f"accuracy of 'logits' against 'y_test': {accuracy.group(1)} on 360 examples" in out
+    out = run(capsys, "infer", str(export_dir / "model.onnx"), "--input", str(test), "--labels", "label")
+    assert f"accuracy of 'logits' against 'label': {accuracy.group(1)} on 360 examples" in out

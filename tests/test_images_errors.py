@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from images_helpers import encoded, pixels, spec_text, write_tree
 
 from specgen.cli import main
 from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
-from tests.images_helpers import encoded, pixels, spec_text, write_tree
 
 SOURCE = "{images: photos, image_size: [4, 4]}"
 GOOD = {f"{c}/{i}.png": encoded(pixels(10 * k + i, 5, 6), "PNG") for k, c in enumerate("abc") for i in range(2)}
@@ -101,6 +101,6 @@ def test_train_stops_before_the_first_step_with_one_line(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert err == (f"{spec}:12:19: error: data.train ({tmp_path / 'photos'}): c/notes.png is not an image "
                    "(JPEG, PNG, BMP or GIF expected)\n1 error found\n")
-    # No checkpoint: `specgen train` makes its run folder before reading data (as for every source), and stops there.
+    # Nothing written: `specgen train` reads and checks the data before its run folder's first write.
     assert [str(p.relative_to(tmp_path)) for p in sorted(tmp_path.rglob("*")) if "photos" not in p.parts] == [
-        "runs", "runs/folders", "spec.yaml"]
+        "spec.yaml"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from images_helpers import encoded, pixels, spec_text, write_tree
 
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text
-from tests.images_helpers import encoded, pixels, spec_text, write_tree
 
 SIZE = (6, 5)  # neither the images' sizes nor their aspect ratios: every image is resized, up or down
 

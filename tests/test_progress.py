@@ -26,10 +26,20 @@ list(delayed(range(3), "build", delay=0))
 """
 
 
-def run(mode: str, terminal: bool) -> str:
-    """stdout and stderr of SCRIPT, both on a pty when `terminal`, else on a pipe."""
+# What export and import do: named steps, a bar only on a terminal (delay 0 here; 2 s in the commands).
+PHASES = """
+from specgen.progress import Phases
+with Phases("export", ["weights", "TensorFlow outputs", "write"], delay=0) as phases:
+    phases.start("weights")
+    phases.start("TensorFlow outputs")
+print("done")
+"""
+
+
+def run(mode: str, terminal: bool, script: str = SCRIPT) -> str:
+    """stdout and stderr of `script`, both on a pty when `terminal`, else on a pipe."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
-    command = [sys.executable, "-c", SCRIPT, mode]
+    command = [sys.executable, "-c", script, mode]
     if not terminal:
         return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
     parent, child = pty.openpty()
@@ -70,3 +80,11 @@ def test_a_terminal_gets_a_bar_with_rate_and_time_left() -> None:
 
 def test_quiet_draws_nothing() -> None:
     assert run("quiet", terminal=True).split("\r\n")[:2] == ["eval at step 40: accuracy 0.5000", "done"]
+
+
+def test_export_steps_draw_on_a_terminal_only() -> None:
+    out = run("loud", terminal=True, script=PHASES)
+    drawn = [part for part in out.split("\r") if part.startswith("export: ")]
+    assert drawn[-1].startswith("export: TensorFlow outputs [1/3 done, 00:0")  # the step running, those done
+    assert out.endswith("done\r\n")  # cleared before the command's own output
+    assert run("loud", terminal=False, script=PHASES) == "done\n"  # a pipe (CI logs) gets nothing

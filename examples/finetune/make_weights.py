@@ -30,10 +30,11 @@ SOURCE_CLASSES = 5  # pretrain on digits 0..4; the fine-tuning spec learns all t
 
 
 def preprocess(images: np.ndarray) -> np.ndarray:
-    """8x8x1 in [0, 1] -> 32x32x3 in [-1, 1], as the spec's resize / to_unit_range / to_rgb layers do."""
+    """8x8x1 in [0, 1] -> 32x32x3 in [-1, 1], as the spec's resize / to_unit_range / to_rgb layers do to pixels."""
     import keras
 
-    # UpSampling2D(bilinear) is tf.image.resize with half-pixel centers, the same as specgen's `upsample`.
+    # UpSampling2D(bilinear) by 4 is tf.image.resize to 32x32 with half-pixel centers, as specgen's `resize`
+    # computes it (the spec rescales the uint8 pixels after resizing; the same up to float32 rounding).
     resized = keras.ops.convert_to_numpy(keras.layers.UpSampling2D(4, interpolation="bilinear")(images))
     return np.repeat(resized * 2.0 - 1.0, 3, axis=-1).astype(np.float32)
 

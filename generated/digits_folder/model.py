@@ -15,7 +15,7 @@ from specgen.runtime.lib import layers
 
 # Input name -> (shape with a dynamic batch dimension, dtype).
 INPUTS = {
-    "image": ([None, 8, 8, 1], tf.float32),
+    "image": ([None, 8, 8, 1], tf.uint8),
 }
 OUTPUTS = ["logits"]
 
@@ -55,7 +55,7 @@ class DigitsFolder(tf.Module):
         self, inputs: Mapping[str, tf.Tensor], training: bool = False, seed: tf.Tensor | None = None
     ) -> dict[str, tf.Tensor]:
         """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
-        image = inputs["image"]
+        image = tf.cast(inputs["image"], tf.float32)  # uint8 in, as ONNX casts
         # scale: rescale -> [batch, 8, 8, 1]
         scale = image * 0.00392156862745098
         # conv1: conv2d -> [batch, 8, 8, 16]

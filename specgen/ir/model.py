@@ -15,6 +15,15 @@ __all__ = ["FoldedPads", "Init", "Input", "ModelIR", "Node", "PruneScheduleIR", 
            "Variable"]
 
 
+# Wire dtypes cast at the model's entry: what a client sends -> what the layers see.
+ENTRY_CASTS = {"uint8": "float32"}
+
+
+def value_dtype(dtype: str) -> str:
+    """The dtype layers read from an input declared `dtype` (raw uint8 pixels become float32)."""
+    return ENTRY_CASTS.get(dtype, dtype)
+
+
 @dataclass(frozen=True)
 class Input:
     name: str
@@ -27,6 +36,15 @@ class Input:
     def tf_shape(self) -> tuple[int | None, ...]:
         """The TensorFlow signature's shape: named dynamic dimensions (kinds/dims.py) are None there."""
         return tuple(None if isinstance(d, str) else d for d in self.shape)
+
+    @property
+    def value_dtype(self) -> str:
+        return value_dtype(self.dtype)
+
+    @property
+    def entry_cast(self) -> str | None:
+        """The dtype the model casts this input to before its first layer, or None."""
+        return ENTRY_CASTS.get(self.dtype)
 
 
 @dataclass(frozen=True)

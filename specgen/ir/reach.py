@@ -53,7 +53,7 @@ class Walk:
 
 
 def _dtypes(ir: ModelIR) -> dict[str, str]:
-    return {i.name: i.dtype for i in ir.inputs} | {n.name: n.dtype for n in ir.nodes}
+    return {i.name: i.value_dtype for i in ir.inputs} | {n.name: n.dtype for n in ir.nodes}
 
 
 def walk(ir: ModelIR, outputs: tuple[str, ...]) -> Walk:

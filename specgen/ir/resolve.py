@@ -20,7 +20,7 @@ from specgen.ir.flatten_order import reorder_flattened_kernels
 from specgen.ir.graph import producer, topological_order, wire
 from specgen.ir.loss_terms import data_terms, primary_kind, resolve_terms
 from specgen.ir.masks import resolve_masks
-from specgen.ir.model import Input, ModelIR, Node, Shape, Variable
+from specgen.ir.model import Input, ModelIR, Node, Shape, Variable, value_dtype
 from specgen.ir.naming import (
     MODULE_ATTRIBUTES,
     Namer,
@@ -127,7 +127,7 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
                   problems: list[Diagnostic]) -> list[_Inferred]:
     spec = loaded.spec
     by_name = {layer.name: layer for layer in spec.layers} if owners else {}
-    known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), i.dtype) for n, i in spec.inputs.items()}
+    known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), value_dtype(i.dtype)) for n, i in spec.inputs.items()}
     inferred: list[_Inferred] = []
     for i in order:
         layer = spec.layers[i]

@@ -23,7 +23,8 @@ from specgen.render.environment import Fields
 from specgen.render.mask_plan import onnx_mask
 from specgen.render.tf_plan import extra_outputs
 
-ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64"}
+ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64", "uint8": "uint8"}
+ONNX_TYPE_CODES = {"float32": 1}  # onnx.TensorProto.FLOAT, the `to` of an entry Cast
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,20 @@ class Lowering:
 
     def run(self) -> OnnxPlan:
         self.extra = extra_outputs(self.ir, "onnx_name")
+        self.cast_inputs()
         for node in self.ir.nodes:
             self.lower(node)
         self.bind_outputs()
         return self.plan
+
+    def cast_inputs(self) -> None:
+        """Inputs sent as raw uint8 pixels become float32 in the graph, as the TF model casts them at its entry."""
+        for i in self.ir.inputs:
+            if i.entry_cast:
+                out = f"{i.onnx_name}___{i.entry_cast}"
+                self.plan.steps.append(OnnxStep("cast", out, (i.onnx_name,), {"to": ONNX_TYPE_CODES[i.entry_cast]},
+                                                f"{i.name}: {i.dtype} in, {i.entry_cast} to the layers"))
+                self.tensor[i.name], self.rank[out] = out, len(i.shape)
 
     def layout_input(self, tensor: str, want_first: bool) -> str:
         """`tensor` in the wanted layout, adding a Transpose once when needed."""

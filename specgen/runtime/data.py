@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds import augment, pointers
 from specgen.kinds.sources import REGISTRY
@@ -25,7 +26,7 @@ from specgen.spec.load import LoadedSpec
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batches"]
+__all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batches", "unreadable_mid_run"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -55,10 +56,27 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
 def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
     """Shuffled with the spec's seed, full batches only, repeated, augmented when declared (its draws count
     the batches after `repeat`, so they are part of the iterator that checkpoints save)."""
+    import tensorflow as tf
+
     batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
                .batch(batch, drop_remainder=True).repeat())
-    return (source.augment(batches) if source.augment else batches).prefetch(2)
+    return (source.augment(batches) if source.augment else batches).prefetch(tf.data.AUTOTUNE)
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:
-    return source.dataset.batch(batch).prefetch(2)
+    import tensorflow as tf
+
+    return source.dataset.batch(batch).prefetch(tf.data.AUTOTUNE)
+
+
+def unreadable_mid_run(loaded: LoadedSpec, ir: ModelIR, reason: str) -> SpecError:
+    """A record that could not be read during training (the data passed its checks before the first step, so a
+    file changed since): the stages are read and checked again, which names the file and the record; when
+    they now pass, one line with TensorFlow's reason."""
+    for stage in ("train", "eval"):
+        try:
+            read_stage(loaded, ir, stage)
+        except SpecError as exc:
+            return exc
+    return SpecError([Diagnostic(loaded.display, None, f"a data record could not be read during training ({reason}); "
+                                 "the data passed its checks before the first step: was a file changed while training?")])

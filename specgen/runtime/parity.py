@@ -48,7 +48,9 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
     inputs = {}
     for node_input in ir.inputs:
         shape = (batch, *((sizes or {}).get(d, SYMBOL_SIZE) if isinstance(d, str) else d for d in node_input.shape[1:]))
-        if node_input.dtype.startswith("int"):
+        if node_input.dtype == "uint8":  # raw pixels
+            inputs[node_input.name] = rng.integers(0, 256, shape).astype(np.uint8)
+        elif node_input.dtype.startswith("int"):
             # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
             # Any other integer input is a mask (a padding_mask): 0 or 1.
             vocab = min((n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes

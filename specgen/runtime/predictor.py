@@ -17,7 +17,8 @@ from specgen.errors import SpecgenError
 from specgen.runtime import lengths
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
-DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64}
+DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64,
+          "tensor(uint8)": np.uint8, "tensor(float16)": np.float16}
 
 
 class InputError(SpecgenError, ValueError):
@@ -41,6 +42,16 @@ def _providers(choice: str) -> list[str]:
     if choice == "auto":
         return [CPU]
     raise InputError(f"unknown provider '{choice}'; expected auto, cuda or cpu")
+
+
+def _check_range(name: str, array: np.ndarray, dtype: np.dtype) -> None:
+    """Integers that the model's integer dtype cannot hold (300 for uint8 pixels): numpy's cast would wrap them."""
+    if array.dtype == dtype or array.dtype.kind not in "iu" or dtype.kind not in "iu" or not array.size:
+        return
+    info, low, high = np.iinfo(dtype), array.min(), array.max()
+    if low < info.min or high > info.max:
+        raise InputError(f"input '{name}': received {low if low < info.min else high}, expected {dtype.name} values "
+                         f"in [{info.min}, {info.max}]")
 
 
 class Predictor:
@@ -74,6 +85,7 @@ class Predictor:
             array = np.asarray(inputs[name])
             if array.dtype != dtype and not np.can_cast(array.dtype, dtype, casting="same_kind"):
                 raise InputError(f"input '{name}': received dtype {array.dtype}, expected {np.dtype(dtype).name}")
+            _check_range(name, array, np.dtype(dtype))
             fixed = [d if isinstance(d, int) else None for d in shape]
             if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):
                 shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]

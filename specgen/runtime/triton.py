@@ -19,8 +19,9 @@ from specgen.atomic import checked_folder, refuse_links, write_atomic
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 
-TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64"}
-ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64}
+TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8"}
+ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64,
+                   "uint8": onnx.TensorProto.UINT8}
 
 
 def _quote(text: str) -> str:

@@ -1,8 +1,8 @@
 """Dynamic batching: checked requests for one model are gathered into one onnxruntime run, then split back.
 
 One collector task per model runs on the event loop. It takes the oldest waiting request and
-adds the next ones while their rows fit in `max_batch_size`, until the batch is full or the
-oldest request has waited `max_delay` (Triton's `max_queue_delay_microseconds`). The batch
+adds the next ones while their rows fit in `max_batch_size` and their examples have its shape,
+until the batch is full or the oldest request has waited `max_delay` (Triton's `max_queue_delay_microseconds`). The batch
 then runs in the model's own worker thread, so the event loop keeps accepting and checking
 requests; the rows that pile up meanwhile form the next batch. At most `queue_size` requests
 wait (queued or gathered, not yet running): beyond that `submit` raises QueueFull at once.
@@ -48,6 +48,12 @@ class _Job:
     future: asyncio.Future[Arrays]
     id: str | None = None
     enqueued: float = field(default_factory=time.monotonic)
+
+
+def _joinable(first: _Job, other: _Job) -> bool:
+    """Whether two requests stack into one batch: the same example shapes (a named dimension, an image of any size
+    before a resize layer, may differ between requests; those run in separate batches, in arrival order)."""
+    return all(first.inputs[name].shape[1:] == other.inputs[name].shape[1:] for name in first.inputs)
 
 
 def _join(jobs: list[_Job]) -> Arrays:
@@ -142,7 +148,7 @@ class Batcher:
         deadline = jobs[0].enqueued + self.max_delay
         while self.batching and rows < self.max_batch_size:
             if self._queue:
-                if rows + self._queue[0].rows > self.max_batch_size:
+                if rows + self._queue[0].rows > self.max_batch_size or not _joinable(jobs[0], self._queue[0]):
                     break
                 jobs.append(self._queue.popleft())
                 self._gathered += 1

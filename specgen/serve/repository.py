@@ -18,7 +18,7 @@ from specgen.errors import SpecgenError
 from specgen.serve import textproto
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
-DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64"}
+DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
 ONNX_PLATFORMS = {"onnxruntime_onnx"}
 ONNX_BACKENDS = {"onnxruntime"}
 

@@ -13,7 +13,10 @@ from specgen.spec.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, P
 from specgen.spec.regex import check_pattern, parse_template
 from specgen.spec.unions import by_key, by_shape
 
-DType = Literal["float32", "int32", "int64"]
+# uint8: raw pixels; the model casts them to float32 at its entry (TF and ONNX), so layers see float32.
+DType = Literal["float32", "int32", "int64", "uint8"]
+
+
 def _symbol(value: str) -> str:
     # Checked here rather than by a pydantic pattern, whose message speaks of layer names.
     if not SYMBOL.fullmatch(value) or value == "ceil":  # derived dimensions use ceil: ceil(height/2)

@@ -11,7 +11,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -25,6 +25,9 @@ from specgen.importers.keras.source import Source, read_source
 from specgen.importers.keras.stages import stages
 from specgen.importers.keras.write import render
 from specgen.spec.base import FilePath
+
+if TYPE_CHECKING:
+    from specgen.progress import Phases
 
 __all__ = ["Result", "import_keras"]
 WEIGHTS_SUFFIX = ".keras"  # constructor weights: <spec stem>.keras beside the spec (self-describing: config.json)
@@ -98,6 +101,14 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
                  input_shape: tuple[int, ...] | None = None, classes: int | None = None,
                  collections: str | None = None) -> Result:
     """Write the spec for `source` at `output` (SpecError naming the source on any refusal)."""
+    from specgen.progress import Phases
+
+    with Phases("import", ("read", "convert", "check", "write")) as phases:
+        return _import_keras(source, output, weights, input_shape, classes, collections, phases)
+
+
+def _import_keras(source: str, output: Path, weights: Path | None, input_shape: tuple[int, ...] | None,
+                  classes: int | None, collections: str | None, phases: Phases) -> Result:
     from specgen.atomic import write_atomic
     from specgen.diagnostics import SpecError
     from specgen.ir.resolve import build_ir
@@ -107,7 +118,9 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
         if weights is not None and not weights.is_file():
             raise ImportProblem(f"--weights {weights}: no such file")
         _check_output(output, [Path(source), *([weights] if weights else [])])
+        phases.start("read")
         src = _read(source, input_shape, classes)
+        phases.start("convert")
         if keras_hub.is_backbone(src.config):  # constructor arguments, not a layer graph
             imp, indexed = keras_hub.convert_backbone(src.config), []
             keras_hub.weight_keys(imp, keras_hub.variables(imp), _stored(weights or src.weights))
@@ -129,11 +142,13 @@ def import_keras(source: str, output: Path, *, weights: Path | None = None,
     if keras_hub.is_backbone(src.config) and not groups:
         groups = keras_hub.collections(imp)
     text = render(imp, src.label, restore, groups)
+    phases.start("check")
     try:
         ir = build_ir(load_spec_text(text, str(output), path=output))
     except SpecError as exc:  # the importer's own mistake: say so, write nothing
         raise SpecError([d.__class__(source, None, f"the imported spec does not validate (please report it): "
                                      f"{d}") for d in exc.diagnostics]) from None
+    phases.start("write")
     if written is not None and src.weights_bytes is not None:
         write_atomic(written, src.weights_bytes)  # before the spec, so the spec never points at nothing
     write_atomic(output, text)

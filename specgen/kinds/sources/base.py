@@ -63,6 +63,8 @@ class SourceDef:
     # Defaults that need the rest of the spec, filled once it is parsed (spec/load.py): (its spec model, the
     # spec's inputs, the data labels the loss reads) -> the model with them (`images` fills features and labels).
     complete: Callable[[Any, Mapping[str, Any], list[str]], Any] = lambda source, inputs, labels: source
+    # `specgen data`'s extra lines for the kind's own keys (runtime/commands/data.py): (its spec model) -> lines.
+    describe: Callable[[Any], list[str]] = lambda source: []
 
     def report(self, path: str, features: Refs, labels: Refs) -> str:
         """One line for `specgen report` and messages: the kind, its file and what it reads."""

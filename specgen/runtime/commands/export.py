@@ -30,6 +30,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
 from specgen.paths import shown
+from specgen.progress import Phases
 from specgen.render.files import render_files
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
@@ -166,14 +167,25 @@ def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool 
         raise
 
 
+STEPS = ("render", "weights", "TensorFlow outputs", "onnxruntime outputs", "precision", "write")
+
+
 def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool,
             precision: PrecisionRequest) -> dict[str, Any]:
+    with Phases("export", STEPS) as phases:
+        return _export_steps(loaded, checkpoint, out, triton, precision, phases)
+
+
+def _export_steps(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool,
+                  precision: PrecisionRequest, phases: Phases) -> dict[str, Any]:
+    phases.start("render")
     ir = build_ir(loaded)
     training = ir.training
     assert training is not None
     _check_output(out)
     files = render_files(ir)
     restore: dict[str, Any] | None = None
+    phases.start("weights")
     if checkpoint is None:  # `export.onnx.weights` picks among a checkpoint's keys: the plan already chose
         weights, source = "restore plan", Path(loaded.display)
         values, restore = _planned_values(loaded, ir, files["model.py"])
@@ -191,7 +203,9 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
     model_bytes = model.SerializeToString(deterministic=True)
     inputs, labels, sample = _sample_inputs(loaded, ir)
     view = exported(ir)  # TensorFlow computes every output; model.onnx those of export.onnx.outputs
+    phases.start("TensorFlow outputs")
     expected = {k: v for k, v in _tf_outputs(ir, files["model.py"], values, inputs).items() if k in view.outputs}
+    phases.start("onnxruntime outputs")
     predictor = Predictor(model_bytes, provider="cpu")
     actual = predictor({i.name: inputs[i.name] for i in view.inputs})
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
@@ -212,9 +226,11 @@ def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool
         moved = None if nudge is None else scaled_diff(expected, _tf_outputs(ir, files["model.py"], values, nudge))
         raise SpecError([Diagnostic(shown(out), None, refusal(diff, scaled, PARITY_LIMIT, moved))])
     # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
+    phases.start("precision")
     variant = make_variant(loaded, ir, model_bytes, {i.name: inputs[i.name] for i in view.inputs}, labels, sample,
                            precision)
     report["precision"] = variant.report if variant else {"precision": "fp32"}
+    phases.start("write")
     write_atomic(out / "model.onnx", model_bytes)
     if variant:
         write_atomic(out / variant.file_name, variant.model_bytes)

@@ -283,12 +283,17 @@ def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: 
     return values, problems
 
 
-def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
-    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
+def refuse_problems(plan: RestorePlan) -> None:
+    """A SpecError when the plan cannot apply (`specgen train` checks this before it writes anything)."""
     if not plan.ok:  # the table goes to stderr as it is; diagnostics are one line each
         print(format_plan(plan), file=sys.stderr)
         raise SpecError([Diagnostic(plan.display, plan.position, f"the restore plan above has problems "
                                     f"({summary_line(plan)}); nothing was restored")])
+
+
+def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
+    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
+    refuse_problems(plan)
     with ExitStack() as stack:  # Keras files stay open while their values are read, then close
         values, problems = _read_restored(plan, variables, stack)
     if problems:

@@ -1,10 +1,12 @@
 """What a `specgen train` run starts from, decided before the model is built (so a refusal costs no training).
 
-In order: the run folder must be writable; files an interrupted save left are removed (and
-named); `--fresh` moves an earlier run aside; a new run refuses a folder that holds
+In order: the run folder must be writable (checked with a probe file, nothing left behind); a new run
+(unless `--fresh`, which moves an earlier run aside once the data is checked) refuses a folder that holds
 checkpoints; a resumed run picks its checkpoint (the newest in save order, saying so when
 `latest` names another), reads every byte of it back, checks meta.json against it and the
-spec, and applies the `--set` overrides saved with it before this command's own.
+spec, and applies the `--set` overrides saved with it before this command's own. Nothing here writes:
+`open_run_folder` makes the run's first writes (the folder, removing an interrupted save's files, the
+--fresh move) after the data and the restore sources have been read and checked, so bad input changes nothing.
 """
 
 from __future__ import annotations
@@ -54,19 +56,41 @@ class Start:
 
 
 def check_writable(folder: Path) -> None:
-    """Create the run folder and write a probe file in it and in its existing subfolders, before any training."""
+    """Write a probe file in the run folder and its existing subfolders (or, for a new run, in the nearest
+    folder above it that exists), removing it again: a refusal before anything is read, trained or written."""
     where = folder
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), None)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for where in [folder, *(folder / s for s in SUBFOLDERS if (folder / s).is_dir())]:
+        if existing is None:
+            raise NotADirectoryError(0, "no existing folder above it", str(folder))
+        for where in [existing, *(folder / s for s in SUBFOLDERS if (folder / s).is_dir())]:
             probe = where / f".specgen-write-check.{os.getpid()}"
             write_atomic(probe, b"", fsync=False)
             probe.unlink()
     except OSError as exc:
-        shown = exc.filename if isinstance(exc.filename, str) and not Path(exc.filename).name.startswith(".") else where
-        raise SpecError([Diagnostic(printed(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
-                                    "make it writable, or train into another folder with --set checkpoint.dir=PATH. "
-                                    "Nothing was trained.")]) from None
+        raise _unwritable(exc, folder if where == existing and existing != folder else where) from None
+
+
+def _unwritable(exc: OSError, where: Path) -> SpecError:
+    shown = exc.filename if isinstance(exc.filename, str) and not Path(exc.filename).name.startswith(".") else where
+    return SpecError([Diagnostic(printed(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
+                                 "make it writable, or train into another folder with --set checkpoint.dir=PATH. "
+                                 "Nothing was trained.")])
+
+
+def open_run_folder(start: Start, folder: Path, fresh: bool) -> None:
+    """The first writes of a run, once every check on the spec, the data and the restore sources has passed:
+    create the folder, remove what an interrupted save left, and move an earlier run aside for --fresh."""
+    checkpoints = CheckpointFolder(folder, 1)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(exc, folder) from None
+    if removed := checkpoints.remove_temporaries():
+        start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
+    if fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
+        target, moved = checkpoints.move_aside()
+        start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
 
 
 def _refuse_new_run(folder: Path, held: list[str]) -> SpecError:
@@ -171,16 +195,12 @@ def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
     folder = run_folder(loaded)
     checkpoints = CheckpointFolder(folder, 1)
     start = Start(loaded, overrides=list(options.overrides))
-    if chief:
+    if chief:  # checks only: open_run_folder writes, after the data and restore sources are checked too
         check_writable(folder)
-        if removed := checkpoints.remove_temporaries():
-            start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
-        if options.fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
-            target, moved = checkpoints.move_aside()
-            start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
-    resume = options.resume or (options.resume_or_start and bool(checkpoints.newest()[0]))
+    # --fresh moves the folder's run aside (open_run_folder), so neither resumes nor collides with it
+    resume = options.resume or (options.resume_or_start and not options.fresh and bool(checkpoints.newest()[0]))
     if not resume and options.resume_from is None:
-        if (chief or not options.fresh) and (held := checkpoints.holds_checkpoints()):
+        if not options.fresh and (held := checkpoints.holds_checkpoints()):
             raise _refuse_new_run(folder, held)
         return start
     start.checkpoint, note = _chosen(options, checkpoints)

@@ -23,8 +23,8 @@ from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
-from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, summary_line
-from specgen.runtime.commands.resume import Options, Start
+from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
+from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
@@ -65,6 +65,10 @@ class Session:
         train_source = data.read_stage(loaded, self.ir, "train")
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
+        # A fine-tuning run's restore sources are read and matched before the run folder's first write too.
+        self.restore_plan = self._plan_restore() if self.begin.checkpoint is None else None
+        if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
+            open_run_folder(self.begin, self.folder, options.fresh)
         self.train_source, self.examples = train_source, train_source.examples
         self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
         self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
@@ -163,14 +167,22 @@ class Session:
         own step, optimizer slots and accumulators; what the trainer derived from the initial weights (EMA
         shadows, target copies) is derived again by the features' `after_restore`.
         """
-        if not self.training.checkpoint.restore:
+        plan = self.restore_plan
+        if plan is None:
             return ""
         variables = hooks.fine_tuning_variables(self.ir, self.model)
-        plan = plan_restore(self.loaded, hooks.fine_tuning_targets(self.ir))
         apply_plan(plan, variables)
         restored = frozenset(row.path for row in plan.rows if row.status == "restored")
         hooks.after_restore(self.model, self.trainer, variables, restored)
         return summary_line(plan) + _initialized_lines(plan)
+
+    def _plan_restore(self) -> RestorePlan | None:
+        """The plan of `checkpoint.restore` (its sources read and matched), or None without one."""
+        if not self.training.checkpoint.restore:
+            return None
+        plan = plan_restore(self.loaded, hooks.fine_tuning_targets(self.ir))
+        refuse_problems(plan)
+        return plan
 
     def _rates(self) -> dict[str, float]:
         return {name: float(self.trainer.learning_rate(name).numpy())

@@ -22,7 +22,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.progress import TrainProgress
-from specgen.runtime import distribute, hooks
+from specgen.runtime import data, distribute, hooks
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
@@ -66,6 +66,8 @@ def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> di
     distribution = distribute.start(loaded, ir, options.strategy)  # first: it configures TensorFlow
     try:
         return _train(loaded, ir, options, distribution)
+    except tf.errors.DataLossError as exc:  # a data file damaged after its checks (runtime/data.py)
+        raise data.unreadable_mid_run(loaded, ir, exc.message.splitlines()[0][:200]) from None
     except tf.errors.OpError as exc:
         if (error := os_error(exc)) is not None:  # a full disk under TensorBoard's writers (checkpoints: Session.save)
             folder = run_folder(loaded)  # where --resume looks, whichever worker this is
@@ -85,10 +87,10 @@ def _written(error: OSError, folder: Path) -> str:
 
 def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Distribution) -> dict[str, Any]:
     begin = prepare(loaded, options, chief=distribution.chief)
-    for note in begin.notes:
-        print(f"note: {note}")
     # Overrides kept from a resumed checkpoint change the spec, and so its IR: only then is it built again.
     session = Session(begin.loaded, options, begin, distribution, ir if begin.loaded is loaded else None)
+    for note in begin.notes:  # after the Session: its checks come before the run folder's first write
+        print(f"note: {note}")
     for line in distribution.describe():
         print(line)
     print(session.start())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +32,10 @@ class Source:
 
     dataset: tf.data.Dataset
     examples: int
+    files: tuple[Path, ...] = ()  # the files it streams, where it streams several (`specgen data` lists them)
+    # (class name, examples) in class-id order, where the reader knows them without reading every example
+    # (a class folder); otherwise `specgen data` counts the labels (runtime/commands/data.py).
+    classes: tuple[tuple[str, int], ...] | None = None
     # data.train's augmentation over repeated batches (specgen/runtime/augment); None: none declared
     augment: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
 

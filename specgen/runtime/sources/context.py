@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from specgen.diagnostics import SpecError
-from specgen.ir.model import ModelIR
+from specgen.ir.model import Input, ModelIR
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import (
     FLOAT_KINDS,
@@ -28,6 +28,12 @@ from specgen.runtime.sources.base import (
     shape_text,
 )
 from specgen.spec.load import LoadedSpec
+
+
+def _wanted(node_input: Input) -> Wanted:
+    if node_input.dtype == "uint8":  # raw pixels: an integer 0..255 or a data error, never wrapped or rounded
+        return Wanted(node_input.shape[1:], "int", 256, f"input '{node_input.name}' is declared uint8 (raw pixels)")
+    return Wanted(node_input.shape[1:], "int" if node_input.dtype.startswith("int") else "float")
 
 
 class SourceContext:
@@ -60,7 +66,7 @@ class SourceContext:
 
     def expected(self) -> dict[str, Wanted]:
         """Input and label name -> what its examples must look like."""
-        wanted = {i.name: Wanted(i.shape[1:], "int" if i.dtype.startswith("int") else "float") for i in self.ir.inputs}
+        wanted = {i.name: _wanted(i) for i in self.ir.inputs}
         for node in self.ir.nodes:  # ids past the table would fail inside training (CPU) or read garbage (GPU)
             if node.op == "embedding" and node.inputs[0] in wanted:
                 vocab = node.params["vocab_size"]
@@ -99,7 +105,7 @@ class SourceContext:
                             f"{fillers} data sources fill (one length per file: pad the arrays to it)")
 
     def check_values(self, name: str, raw: np.ndarray, want: Wanted, locate: Locate) -> np.ndarray:
-        """`raw` converted to what the model takes (float32 or int64), or a SpecError at the first bad value."""
+        """`raw` as the model takes it (float32 or int64; uint8 inputs are cast after), or a SpecError at the first bad one."""
         if want.kind == "int":
             return self._integers(name, raw, want, locate)
         if raw.dtype.kind not in FLOAT_KINDS + INT_KINDS:
