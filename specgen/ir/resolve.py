@@ -35,7 +35,7 @@ from specgen.ir.pruning import resolve_pruning
 from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
-from specgen.ir.training import levenberg_marquardt
+from specgen.ir.training import levenberg_marquardt, precision
 from specgen.ir.training.build import build_training
 from specgen.kinds import augment, ops, sources
 from specgen.kinds.losses import REGISTRY as LOSSES
@@ -268,6 +268,7 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
             problems += _check_source(loaded, stage)
     problems += _check_metrics(loaded)
     problems += levenberg_marquardt.check(loaded)
+    problems += precision.check(loaded)
     if spec.export.onnx.weights == "ema" and not (spec.train and spec.train.ema):
         problems.append(loaded.diagnostic(("export", "onnx", "weights"),
                                           "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)"))

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 from specgen.ir.model import ModelIR
-from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, FeatureDef, Interaction, active
+from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, FeatureDef, Interaction, rendered
 from specgen.render.environment import Fields
 
 GRADIENT_STEP = "tf/steps/gradient.py.j2"  # the step kind when no active feature names one
@@ -63,7 +63,7 @@ def _step(features: tuple[FeatureDef, ...]) -> str:
 
 def skeleton_context(ir: ModelIR) -> dict[str, Any]:
     """`hooks` (hook -> feature contexts), `step` (the step kind's template) and `lib_modules`."""
-    features = active(ir)
+    features = rendered(ir)
     contexts = _contexts(ir, features)
     hooks = Fields({hook: [contexts[f.name] for f in features if hook in f.hooks] for hook in HOOKS})
     return {"hooks": hooks, "step": _step(features),

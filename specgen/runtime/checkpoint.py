@@ -304,6 +304,11 @@ def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) 
         raise _read_failure(prefix, exc) from None
 
 
+def checkpoint_keys(prefix: Path) -> set[str]:
+    """Every key a checkpoint holds."""
+    return set(_reader(prefix).get_variable_to_shape_map())
+
+
 def read_values(prefix: Path, variables: dict[str, tf.Variable]) -> dict[str, np.ndarray]:
     """Every variable's value from a checkpoint, checked for presence, shape and dtype first."""
     return read_arrays(prefix, {name: (tuple(v.shape), v.dtype.name) for name, v in variables.items()})

@@ -17,7 +17,14 @@ from specgen.ir.training.model import TrainIR
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds import features
 from specgen.runtime.lib import ema, pruning, target_networks
-from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, Tensor, TermReporter
+from specgen.runtime.lib.interface import (
+    GeneratedModel,
+    GeneratedTrainer,
+    OptionalState,
+    ProgressReporter,
+    Tensor,
+    TermReporter,
+)
 from specgen.runtime.pruning_state import mask_variables, restore_targets
 
 __all__ = ["after_restore", "checkpoint_meta", "evaluation_weights", "fine_tuning_targets", "fine_tuning_variables",
@@ -68,6 +75,19 @@ def loss_scalars(trainer: GeneratedTrainer, terms: tuple[LossTermIR, ...], loss:
     return {f"loss/{term.name}": loss for term in terms}
 
 
+
+
+def progress_values(trainer: GeneratedTrainer) -> dict[str, float]:
+    """What the trainer reports beside the metrics on each progress line and to TensorBoard."""
+    if isinstance(trainer, ProgressReporter):
+        return {name: float(value) for name, value in trainer.progress_values().items()}
+    return {}
+
+
+def absent_optional(trainer: GeneratedTrainer, saved: set[str]) -> set[str]:
+    """The trainer's optional checkpoint keys that a checkpoint (its keys: `saved`) lacks: a run at another
+    train.precision wrote it; the resume leaves them at their first values."""
+    return set(trainer.optional_state()) - saved if isinstance(trainer, OptionalState) else set()
 
 
 def notes(trainer: GeneratedTrainer) -> list[str]:

@@ -15,6 +15,9 @@ from specgen.spec.distribute import Distribute
 from specgen.spec.losses import Selection  # noqa: F401 (spec/pruning.py's selection type)
 from specgen.spec.unions import by_shape
 
+# The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
+Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
+
 
 class Ema(SpecModel):
     decay: UnitInterval
@@ -43,3 +46,6 @@ class Train(SpecModel):
     shuffle_buffer: PositiveInt = 10_000
     distribute: Distribute = Field(default_factory=Distribute, description="Training under tf.distribute "
                                    "(docs/distributed.md); batch_size is the global batch.")
+    precision: Precision = Field("float32", description="Keras' policy names: variables, slots, EMA shadows and "
+                                 "checkpoints stay float32; mixed_* compute in float16 or bfloat16 (docs/training.md).")
+    jit_compile: bool = Field(False, description="Compile the training step with XLA (tf.function(jit_compile=True)).")

@@ -102,7 +102,8 @@ def _train(train: Any) -> TrainIR | None:
     ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
     batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
     return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
-                   _metrics(train.metrics), _clip(train.clip), ema, build_distribute(train.distribute))
+                   _metrics(train.metrics), _clip(train.clip), ema, build_distribute(train.distribute),
+                   train.precision, train.jit_compile)
 
 
 def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms: tuple[LossTermIR, ...] = (),

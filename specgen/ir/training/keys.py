@@ -13,6 +13,8 @@ MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
 EMA = "ema"
 METRICS = "metrics"
 PRUNING = "pruning"
+# train.precision: mixed_float16's dynamic loss scale, its run of finite updates and its count of skipped ones.
+LOSS_SCALE = ("loss_scale/scale", "loss_scale/good_steps", "loss_scale/skipped_updates")
 
 
 def learning_rate(optimizer: str) -> str:

@@ -103,6 +103,8 @@ class TrainIR:
     clip: ClipIR | None = None
     ema: EmaIR | None = None
     distribute: DistributeIR = field(default_factory=DistributeIR)
+    precision: str = "float32"  # train.precision: float32, mixed_float16 or mixed_bfloat16
+    jit_compile: bool = False  # train.jit_compile: the training step compiled with XLA
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,14 @@ __all__ = ["HOOKS", "INTERACTIONS", "ORDER", "REGISTRY", "REPLACING", "FeatureDe
 
 ORDER = ("levenberg_marquardt", "accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
          "distribute", "probe")
-NOT_FEATURES = ("base", "compat", "interactions")
+# Spec-level settings that plug into the skeleton's hooks like a feature but are not rows of the pairwise
+# compatibility table: train.precision combines with every feature but levenberg_marquardt, and its refusals
+# are its own (specgen/ir/training/precision.py). Each module holds a `SETTING` (base.FeatureDef).
+SETTINGS = ("precision",)
+NOT_FEATURES = ("base", "compat", "interactions", *SETTINGS)
+# Where the settings render among the features at a shared hook: precision unscales the gradients in apply()
+# after accumulation and before clipping and every update.
+RENDER_ORDER = ("levenberg_marquardt", "accumulate", "precision", *ORDER[2:])
 
 
 def _collect() -> dict[str, FeatureDef]:
@@ -38,11 +45,19 @@ def _collect() -> dict[str, FeatureDef]:
 
 
 REGISTRY: dict[str, FeatureDef] = _collect()
+SETTING_DEFS: dict[str, FeatureDef] = {name: importlib.import_module(f"{__name__}.{name}").SETTING
+                                       for name in SETTINGS}
 
 
 def active(ir: Any) -> tuple[FeatureDef, ...]:
     """The features a trainable spec uses (ir: its ModelIR), in ORDER."""
     return tuple(f for f in REGISTRY.values() if f.enabled(ir))
+
+
+def rendered(ir: Any) -> tuple[FeatureDef, ...]:
+    """What renders into the trainer skeleton: the active features and settings, in RENDER_ORDER."""
+    defs = REGISTRY | SETTING_DEFS
+    return tuple(defs[name] for name in RENDER_ORDER if defs[name].enabled(ir))
 
 
 def markdown() -> str:
@@ -67,4 +82,8 @@ def refusal(ir: Any, beside: str) -> str | None:
     for name, feature in compat.FEATURE_OF.items():
         if feature in names and not compat.allowed(name, beside):
             return compat.message(name, beside)
+    for setting in SETTINGS:  # settings keep their own refusals (not rows of the table)
+        module = importlib.import_module(f"{__name__}.{setting}")
+        if SETTING_DEFS[setting].enabled(ir) and (why := module.refusal(ir, beside)) is not None:
+            return str(why)
     return None

@@ -22,7 +22,7 @@ from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data, hooks
-from specgen.runtime.checkpoint import CheckpointFolder, read_values, write_failure
+from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.distribution import Distribution
@@ -109,6 +109,8 @@ class Session:
             return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "")
         kept = self._rates()
         variables = self.saved_variables()
+        absent = hooks.absent_optional(self.trainer, checkpoint_keys(path / "variables"))
+        variables = {k: v for k, v in variables.items() if k not in absent}
         values = read_values(path / "variables", variables)
         note = self._restore_data(path)
         for name, var in variables.items():
@@ -195,7 +197,8 @@ class Session:
     def updates(self, count: int) -> tf.Tensor:
         """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step)."""
         loss = self.distribution.updates(self.trainer, self.iterator, self.step, count, self.train_ir)
-        self.step += count
+        # The global step, not `count`: under train.precision mixed_float16 a skipped update does not advance it.
+        self.read_step()
         for line in hooks.notes(self.trainer):  # generated code keeps its log lines; printing is the command's
             print(line, file=sys.stderr)
         return loss

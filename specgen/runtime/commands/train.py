@@ -22,7 +22,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.progress import TrainProgress
-from specgen.runtime import data, distribute
+from specgen.runtime import data, distribute, hooks
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
@@ -112,11 +112,11 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
             if not math.isfinite(loss):
                 session.refuse_non_finite(loss)
             step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
-            train_metrics = session.metrics()
+            train_metrics = session.metrics() | hooks.progress_values(session.trainer)
             line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
             session._summaries("train", {"loss": loss, **session.loss_terms(loss), **session.learning_rates(),
                                          **train_metrics})
-            if step % session.every == 0:
+            if step % session.every == 0 and step != first:  # skipped updates (mixed_float16) leave step at first
                 session.save()
             epoch_end = step % session.updates_per_epoch == 0 or step == stop
             progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)

@@ -104,6 +104,21 @@ class TargetFollowingTrainer(GeneratedTrainer, Protocol):
 
 
 @runtime_checkable
+class ProgressReporter(Protocol):
+    """A trainer with values for the progress line and TensorBoard (mixed_float16: the loss scale, skipped updates)."""
+
+    def progress_values(self) -> dict[str, Tensor]: ...
+
+
+@runtime_checkable
+class OptionalState(Protocol):
+    """A trainer with checkpoint keys a run under other settings did not write (train.precision's loss scale):
+    a resume from such a checkpoint leaves them at their first values."""
+
+    def optional_state(self) -> list[str]: ...
+
+
+@runtime_checkable
 class TermReporter(Protocol):
     """A spec whose loss is more than one term with data labels and weight 1 (docs/spec.md#loss-terms)."""
 

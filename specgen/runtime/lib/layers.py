@@ -13,6 +13,7 @@ from specgen.runtime.lib.masks import masked_mean as masked_mean
 from specgen.runtime.lib.masks import token_mask as token_mask
 from specgen.runtime.lib.norms import rms_norm as rms_norm
 from specgen.runtime.lib.positional_embedding import positional_embedding as positional_embedding
+from specgen.runtime.lib.precision import in_float32
 from specgen.runtime.lib.recurrent import bidirectional as bidirectional
 from specgen.runtime.lib.recurrent import gru as gru
 from specgen.runtime.lib.recurrent import lstm as lstm
@@ -41,6 +42,7 @@ def _moments(x: tf.Tensor, axes: Sequence[int], synchronized: bool) -> tuple[tf.
     return mean, squares / count
 
 
+@in_float32  # under train.precision: mixed_*, as Keras' BatchNormalization
 def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None, moving_mean: tf.Variable,
                moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], momentum: float,
                epsilon: float, synchronized: bool = False) -> tf.Tensor:
@@ -58,6 +60,7 @@ def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None
     return tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
 
 
+@in_float32
 def layer_norm(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, *, epsilon: float) -> tf.Tensor:
     """Normalize over the last axis, like ONNX LayerNormalization(axis=-1)."""
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
