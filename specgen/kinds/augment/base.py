@@ -26,7 +26,7 @@ FillMode = Literal["reflect", "wrap", "constant", "nearest"]
 class ValueRange(SpecModel):
     """The pixel range brightness and contrast keep images in (Keras' default: 0..255)."""
 
-    value_range: Annotated[list[float], Field(min_length=2, max_length=2)] = Field(
+    value_range: Annotated[list[number(float)], Field(min_length=2, max_length=2)] = Field(  # type: ignore[valid-type]
         [0.0, 255.0], description="[low, high] of the pixel values (Keras' default [0, 255]).")
 
 

@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from specgen.errors import SpecgenError
 
-class PrecisionRefusal(ValueError):
+
+class PrecisionRefusal(SpecgenError, ValueError):
     """Why a variant cannot be made or may not ship: one line, turned into a positioned diagnostic by the caller."""
 
 
