@@ -212,8 +212,10 @@ class Session:
 
     def learning_rates(self) -> dict[str, float]:
         """TensorBoard's `learning_rate/<optimizer>` scalars: each optimizer's rate at this step (after its
-        schedule), for `specgen curves`."""
-        return {f"learning_rate/{name}": float(self.trainer.learning_rate(name).numpy()) for name in self.ir.optimizers}
+        schedule), for `specgen curves`. An optimizer without one (levenberg_marquardt: its damping sets the step,
+        `learning_rate_key` empty) logs none."""
+        return {f"learning_rate/{o.name}": float(self.trainer.learning_rate(o.name).numpy())
+                for o in self.training.optimizers if o.learning_rate_key}
 
     def reset_metrics(self) -> None:
         for metric in self.trainer.metrics:
