@@ -1,10 +1,10 @@
 """ResNet50 and MobileNetV2 at 224 as specgen exports them, float32 and float16, as skeletons for bench/cuda_onnx.py.
 
 Each model is imported from keras.applications with bench/zoo.py's realistic batch-norm statistics, exported by
-`specgen export` (batch norm folded, the parity gate against Keras), converted to float16 with float32 inputs
-and outputs (onnxruntime's own `onnxruntime.transformers.float16.convert_float_to_float16`, keep_io_types,
-Softmax kept in float32), and written as skeletons (bench/onnx_skeleton.py) with manifest entries: the GPU
-machine has no TensorFlow, and a ResNet50 graph with weights is over what one call may carry.
+`specgen export` (batch norm folded, the parity gate against Keras), converted to float16 as
+`specgen export --precision fp16` converts (float32 inputs and outputs, normalizations and Softmax kept in float32),
+and written as skeletons (bench/onnx_skeleton.py) with manifest entries: the GPU machine has no TensorFlow, and a
+ResNet50 graph with weights is over what one call may carry.
 
     python bench/cuda_prepare_zoo.py .gpu/models
 """
@@ -28,9 +28,12 @@ POINTS = [[1, 224], [8, 224], [64, 224]]
 
 
 def fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+    """The conversion `specgen export --precision fp16` makes (specgen/runtime/precision/fp16.py)."""
+    from specgen.runtime.precision.base import Calibration
+    from specgen.runtime.precision.fp16 import convert
 
-    return convert_float_to_float16(model, keep_io_types=True, op_block_list=[*DEFAULT_OP_BLOCK_LIST, "Softmax"])
+    converted, _ = convert(model.SerializeToString(), Calibration())
+    return onnx.load_from_string(converted)
 
 
 def export_one(name: str, folder: Path) -> onnx.ModelProto:
