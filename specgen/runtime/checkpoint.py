@@ -5,6 +5,8 @@ Layout of a run's checkpoint folder:
     ckpt-00000100/variables.{index,data-*}  every saved variable under its spec path
                                             (the TF name-based format: tf.train.load_checkpoint reads it)
     ckpt-00000100/data.{index,data-*}       the training data iterator's position
+    ckpt-00000100/data-w{i}.{index,data-*}  instead, under multi_worker with file-sharded data: worker i's
+                                            position, one per worker (meta.json's `data_workers` says how many)
     ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings,
                                             and with `targets:` each target variable's online variable
     latest                                  the name of the newest complete checkpoint
@@ -18,6 +20,10 @@ taken (an existing checkpoint is never replaced or removed to make room), and on
 name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
 older checkpoint saves lower step numbers than the ones it abandoned.
+
+With file-sharded data every worker's iterator differs, so each worker stages its position in
+`.ckpt-<step>.positions.tmp/` of the (shared) run folder; after a collective barrier the chief moves them
+into its unpublished folder and publishes it only when every worker's position is there.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +62,23 @@ STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_
 TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
 
 
+@dataclass(frozen=True)
+class Positions:
+    """The data positions of a run whose workers read disjoint files: one per worker (`data-w{index}.*`)."""
+
+    index: int  # this worker's (0: the chief, which publishes the checkpoint)
+    workers: int
+    run: Path  # the run folder every worker can write (the positions are staged there for the chief)
+    barrier: Callable[[], None]  # returns once every worker has reached it (a collective)
+
+    def stage(self, step: int) -> Path:
+        return self.run / f".ckpt-{step:08d}.positions.tmp"  # a save's temporary: remove_temporaries clears it
+
+
 class CheckpointFolder:
-    def __init__(self, directory: Path, keep: int):
-        self.directory, self.keep = directory, keep
+    def __init__(self, directory: Path, keep: int, positions: Positions | None = None):
+        """`positions`: set when every worker's data position is saved (file-sharded data), None for one."""
+        self.directory, self.keep, self.positions = directory, keep, positions
 
     def saved(self) -> list[Saved]:
         """Every ckpt-* folder with a readable meta.json, oldest first in save order."""
@@ -129,6 +151,7 @@ class CheckpointFolder:
         shutil.rmtree(temp, ignore_errors=True)
         try:
             self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
+            self._gather(temp, step, iterator)
             os.rename(temp, final)  # `final` is free: nothing is replaced
         except (OSError, tf.errors.OpError) as exc:
             shutil.rmtree(temp, ignore_errors=True)  # gives the space back; `remove_temporaries` would, later
@@ -139,16 +162,42 @@ class CheckpointFolder:
         self.write_state(final)
         return final
 
-    @staticmethod
-    def _write(temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
+    def _write(self, temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
         temp.mkdir()
         names = list(variables)
         tf.raw_ops.SaveV2(prefix=str(temp / "variables"), tensor_names=names, shape_and_slices=[""] * len(names),
                           tensors=[variables[n].read_value() for n in names])
-        if iterator is not None:
+        if self.positions is not None:
+            meta = {**meta, "data_workers": self.positions.workers}
+        elif iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
         write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")
         _fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
+
+    def _gather(self, temp: Path, step: int, iterator: Any) -> None:
+        """Every worker's data position into `temp` (the chief's) before it is published; each worker stages its
+        own in the run folder first. A position missing after the barrier fails the save (OSError): a checkpoint
+        without every worker's position is never published."""
+        positions = self.positions
+        if positions is None:
+            return
+        stage = positions.stage(step)
+        stage.mkdir(exist_ok=True)
+        tf.train.Checkpoint(iterator=iterator).write(str(stage / f"data-w{positions.index}"))
+        _fsync_files(stage)
+        positions.barrier()
+        if positions.index != 0:
+            return
+        for worker in range(positions.workers):
+            if not (stage / f"data-w{worker}.index").is_file():  # not published: the next save or start clears it
+                raise SpecError([Diagnostic(shown(stage), None, f"worker {worker}'s data position is missing after "
+                                            "every worker saved: under multi_worker with file-sharded data every "
+                                            "worker writes its position into the run folder, which must be one "
+                                            "folder shared by all of them")])
+        for path in stage.iterdir():
+            os.rename(path, temp / path.name)
+        _fsync_files(temp)
+        shutil.rmtree(stage)
 
     def write_state(self, newest: Path) -> None:
         """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
@@ -180,6 +229,23 @@ class CheckpointFolder:
             os.rename(self.directory / name, target / name)
         fsync_folder(self.directory)
         return target, moved
+
+
+def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | None, workers: int) -> Path:
+    """This worker's data position in a checkpoint (`workers`: this run's). One line when the checkpoint holds
+    another number of positions: a position belongs to the files its worker read, so no re-shard continues exactly."""
+    saved = meta.get("data_workers")
+    now = positions.workers if positions is not None else None
+    if saved == now:
+        return folder / ("data" if positions is None else f"data-w{positions.index}")
+    held = (f"the data positions of {saved} workers that read disjoint shards" if saved
+            else "one data position (its workers each read all the data)")
+    here = (f"{now} workers that read disjoint shards" if now
+            else f"{workers} worker{'s' if workers > 1 else ''} reading all the data")
+    again = f"relaunch {saved} workers with --resume" if saved else "resume it where every worker reads all the data"
+    raise SpecError([Diagnostic(shown(folder / META), None, f"checkpoint {folder.name} holds {held}, but this run has "
+                                f"{here}: its data positions do not apply. To continue it, {again}; or start over "
+                                "with --fresh")])
 
 
 def write_failure(error: OSError, folder: Path, what: str) -> SpecError:

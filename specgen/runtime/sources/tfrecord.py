@@ -10,13 +10,14 @@ it exactly), parsed in parallel; runtime/data.py shuffles and batches.
 
 from __future__ import annotations
 
+import functools
 import glob
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen.kinds.sources.tfrecord import entries
-from specgen.runtime.sources.base import Source, Wanted
+from specgen.runtime.sources.base import Source, Wanted, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 
 if TYPE_CHECKING:
@@ -33,10 +34,10 @@ def read(context: SourceContext) -> Source:
     shards = find_shards(context, model)
     spec, parse = _parser(context)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
-    count = sum(_scan(context, shard, spec, wanted, f"shard {_name(context, shard)}, " if named else "")
-                for shard in shards)
+    counts = [_scan(context, shard, spec, wanted, f"shard {_name(context, shard)}, " if named else "")
+              for shard in shards]
     files = tf.data.Dataset.from_tensor_slices([str(s) for s in shards])
-    if context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1:
+    if _shuffles_files(context, model, shards):
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
@@ -46,7 +47,33 @@ def read(context: SourceContext) -> Source:
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
     if model.cache is not None:
         dataset = dataset.cache("" if model.cache == "memory" else str(context.loaded.folder / model.cache))
-    return Source(dataset, count, tuple(shards))
+    split = functools.partial(worker_share, context, model, shards, counts, files, parse)
+    return Source(dataset, sum(counts), tuple(shards), split=split)
+
+
+def _shuffles_files(context: SourceContext, model: Any, shards: list[Path]) -> bool:
+    return context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1
+
+
+def worker_share(context: SourceContext, model: Any, shards: list[Path], counts: list[int], files: tf.data.Dataset,
+                 parse: Any, index: int, workers: int) -> WorkerShare:
+    """Worker `index` of `workers` (under multi_worker): shards index, index + workers, ... of the seeded file order
+    (the same on every worker), streamed like the whole source with cycle_length / workers shards open at once, so
+    that with equal shards each global batch holds the one-process examples (docs/training.md says when)."""
+    import tensorflow as tf
+
+    order = [Path(p.decode()) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
+    mine = order[index::workers]
+    cycle = min(model.cycle_length, len(shards))
+    records = tf.data.Dataset.from_tensor_slices([str(s) for s in mine]).interleave(
+        tf.data.TFRecordDataset, cycle_length=max(cycle // workers, 1), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if model.cache is not None:  # one cache per worker: workers sharing a cache file would clash
+        where = "" if model.cache == "memory" else f"{context.loaded.folder / model.cache}.w{index}-of-{workers}"
+        dataset = dataset.cache(where)
+    size = dict(zip(shards, counts, strict=True))
+    return WorkerShare(dataset, sum(size[s] for s in mine), tuple(mine), len(shards), cycle, len(set(counts)) == 1)
 
 
 def find_shards(context: SourceContext, model: Any) -> list[Path]:
