@@ -32,10 +32,10 @@ SHARDED = (SPEC.replace("  seed: 3\n", "  seed: 3\n  shuffle_buffer: 1\n")
            .replace("every_steps: 5", "every_steps: 6"))
 
 
-def write_spec(folder: Path) -> Path:
-    x, y = digits(320)
-    write_shards(folder / "shards", x, y, shards=4)
-    (folder / "spec.yaml").write_text(SHARDED)
+def write_spec(folder: Path, count: int = 320, shards: int = 4, text: str = SHARDED) -> Path:
+    x, y = digits(count)
+    write_shards(folder / "shards", x, y, shards=shards)
+    (folder / "spec.yaml").write_text(text)
     return folder / "spec.yaml"
 
 
@@ -91,7 +91,7 @@ def test_a_checkpoint_without_every_workers_position_is_refused(runs: dict[str, 
 
 
 def test_resuming_with_another_worker_count_is_refused(runs: dict[str, object]) -> None:
-    from specgen.runtime.checkpoint import position_prefix
+    from specgen.runtime.positions import position_prefix
 
     folder = runs["two"].parent / "run" / f"ckpt-{STEPS:08d}"  # type: ignore[attr-defined]
     meta = json.loads((folder / "meta.json").read_text())
@@ -102,3 +102,50 @@ def test_resuming_with_another_worker_count_is_refused(runs: dict[str, object]) 
         "disjoint shards, but this run has 1 worker reading all the data: its data positions do not apply. To "
         "continue it, relaunch 2 workers with --resume; or start over with --fresh")
 
+
+
+def rows(batches: object, count: int) -> list[set[bytes]]:
+    """The first `count` batches, each as the set of its examples' bytes (an example's pixels and label)."""
+    return [{x.tobytes() + y.tobytes() for x, y in zip(f["image"].numpy(), labels["label"].numpy(), strict=True)}
+            for (f, labels), _ in zip(batches, range(count), strict=False)]  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("shards, count, buffer, note", [
+    # 8 shards, 4 open at once: each worker reads 2 of its 4 at once, as one process reads 4 of 8 (in turn).
+    (8, 320, 1, "file-sharded: worker {w} of 2 reads 4 of 8 shards ({files}), 160 examples, batches of 8 of the "
+                "global 16; each global batch holds the one-process examples"),
+    (3, 320, 10_000, "file-sharded: worker {w} of 2 reads {mine} of 3 shards ({files}), {examples} examples, batches "
+                     "of 8 of the global 16; deterministic for this worker count, not the one-process order (train."
+                     "shuffle_buffer 10000 shuffles records within each worker; the shards hold different numbers "
+                     "of records; 3 shards do not divide among 2 workers; 3 shards read at once do not divide among "
+                     "2 workers)"),
+    (1, 320, 1, "each of the 2 workers reads all of train-*.tfrecord (1 shard(s) for 2 workers: fewer than one "
+                "each) and keeps its replicas' slices of each global batch")],
+    ids=["exact", "not the one-process order", "fallback"])
+def test_worker_shares(tmp_path: Path, shards: int, count: int, buffer: int, note: str) -> None:
+    """In one process, without training: each worker's share of the pipeline, its startup line, and (when exact)
+    that worker batches n of both workers make up one-process global batch n, over two passes of the data."""
+    from specgen.ir.resolve import build_ir
+    from specgen.runtime import data
+
+    text = SHARDED.replace("shuffle_buffer: 1", f"shuffle_buffer: {buffer}")
+    loaded = load_spec(write_spec(tmp_path, count, shards, text))
+    ir = build_ir(loaded)
+    source = data.read_stage(loaded, ir, "train")
+    assert source is not None
+    shares = [data.for_worker(source, "train-*.tfrecord", w, 2, 16, buffer) for w in range(2)]
+    for w, share in enumerate(shares):
+        files = ", ".join(f.name for f in share.source.files)
+        assert share.note == "data.train: " + note.format(w=w, files=files, mine=len(share.source.files),
+                                                          examples=share.source.examples)
+    if shards == 1:
+        assert [(s.sharded, s.batch, s.source) for s in shares] == [(False, 16, source)] * 2
+        return
+    files = [set(s.source.files) for s in shares]
+    assert not files[0] & files[1] and files[0] | files[1] == set(source.files)  # disjoint, every shard read
+    assert sum(s.source.examples for s in shares) == source.examples == count
+    if buffer == 1:
+        passes = 2 * count // 16
+        one = rows(data.training_batches(source, 16, 3, buffer), passes)
+        mine = [rows(data.training_batches(s.source, s.batch, 3, buffer), passes) for s in shares]
+        assert [a | b for a, b in zip(*mine, strict=True)] == one

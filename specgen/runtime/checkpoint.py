@@ -21,9 +21,7 @@ name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
 older checkpoint saves lower step numbers than the ones it abandoned.
 
-With file-sharded data every worker's iterator differs, so each worker stages its position in
-`.ckpt-<step>.positions.tmp/` of the (shared) run folder; after a collective barrier the chief moves them
-into its unpublished folder and publishes it only when every worker's position is there.
+With file-sharded data every worker's iterator differs and each saves its own (runtime/positions.py).
 """
 
 from __future__ import annotations
@@ -33,8 +31,6 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,23 +52,11 @@ from specgen.runtime.integrity import (
     unreadable_error,
 )
 from specgen.runtime.keras_weights import is_keras_file
+from specgen.runtime.positions import Positions, fsync_files, gather
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)
 TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
-
-
-@dataclass(frozen=True)
-class Positions:
-    """The data positions of a run whose workers read disjoint files: one per worker (`data-w{index}.*`)."""
-
-    index: int  # this worker's (0: the chief, which publishes the checkpoint)
-    workers: int
-    run: Path  # the run folder every worker can write (the positions are staged there for the chief)
-    barrier: Callable[[], None]  # returns once every worker has reached it (a collective)
-
-    def stage(self, step: int) -> Path:
-        return self.run / f".ckpt-{step:08d}.positions.tmp"  # a save's temporary: remove_temporaries clears it
 
 
 class CheckpointFolder:
@@ -151,7 +135,8 @@ class CheckpointFolder:
         shutil.rmtree(temp, ignore_errors=True)
         try:
             self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
-            self._gather(temp, step, iterator)
+            if self.positions is not None:
+                gather(self.positions, temp, step, iterator)
             os.rename(temp, final)  # `final` is free: nothing is replaced
         except (OSError, tf.errors.OpError) as exc:
             shutil.rmtree(temp, ignore_errors=True)  # gives the space back; `remove_temporaries` would, later
@@ -172,32 +157,7 @@ class CheckpointFolder:
         elif iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
         write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        _fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
-
-    def _gather(self, temp: Path, step: int, iterator: Any) -> None:
-        """Every worker's data position into `temp` (the chief's) before it is published; each worker stages its
-        own in the run folder first. A position missing after the barrier fails the save (OSError): a checkpoint
-        without every worker's position is never published."""
-        positions = self.positions
-        if positions is None:
-            return
-        stage = positions.stage(step)
-        stage.mkdir(exist_ok=True)
-        tf.train.Checkpoint(iterator=iterator).write(str(stage / f"data-w{positions.index}"))
-        _fsync_files(stage)
-        positions.barrier()
-        if positions.index != 0:
-            return
-        for worker in range(positions.workers):
-            if not (stage / f"data-w{worker}.index").is_file():  # not published: the next save or start clears it
-                raise SpecError([Diagnostic(shown(stage), None, f"worker {worker}'s data position is missing after "
-                                            "every worker saved: under multi_worker with file-sharded data every "
-                                            "worker writes its position into the run folder, which must be one "
-                                            "folder shared by all of them")])
-        for path in stage.iterdir():
-            os.rename(path, temp / path.name)
-        _fsync_files(temp)
-        shutil.rmtree(stage)
+        fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
 
     def write_state(self, newest: Path) -> None:
         """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
@@ -231,23 +191,6 @@ class CheckpointFolder:
         return target, moved
 
 
-def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | None, workers: int) -> Path:
-    """This worker's data position in a checkpoint (`workers`: this run's). One line when the checkpoint holds
-    another number of positions: a position belongs to the files its worker read, so no re-shard continues exactly."""
-    saved = meta.get("data_workers")
-    now = positions.workers if positions is not None else None
-    if saved == now:
-        return folder / ("data" if positions is None else f"data-w{positions.index}")
-    held = (f"the data positions of {saved} workers that read disjoint shards" if saved
-            else "one data position (its workers each read all the data)")
-    here = (f"{now} workers that read disjoint shards" if now
-            else f"{workers} worker{'s' if workers > 1 else ''} reading all the data")
-    again = f"relaunch {saved} workers with --resume" if saved else "resume it where every worker reads all the data"
-    raise SpecError([Diagnostic(shown(folder / META), None, f"checkpoint {folder.name} holds {held}, but this run has "
-                                f"{here}: its data positions do not apply. To continue it, {again}; or start over "
-                                "with --fresh")])
-
-
 def write_failure(error: OSError, folder: Path, what: str) -> SpecError:
     """One line for a run that could not write `what`: why, and the checkpoint --resume continues from."""
     newest, _ = CheckpointFolder(folder, 1).newest()
@@ -267,16 +210,6 @@ def _quote(text: str) -> str:
 def _is_ckpt_name(name: str) -> bool:
     """A name `latest` may hold: one ckpt-* entry of the folder itself, never a path elsewhere."""
     return name.startswith("ckpt-") and "/" not in name and "\\" not in name
-
-
-def _fsync_files(folder: Path) -> None:
-    for path in folder.iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_folder(folder)
 
 
 def _use_elsewhere(path: Path) -> str:

@@ -46,11 +46,12 @@ from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.model import TrainIR
 from specgen.paths import shown
 from specgen.runtime import data
-from specgen.runtime.checkpoint import CheckpointFolder, Positions
+from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.cluster import Role, check_replicas, read_role
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
+from specgen.runtime.positions import Positions
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 

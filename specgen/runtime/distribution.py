@@ -16,8 +16,8 @@ from typing import Any, cast
 import tensorflow as tf
 
 from specgen.ir.training.model import TrainIR
-from specgen.runtime.checkpoint import Positions
 from specgen.runtime.lib.interface import AccumulatingTrainer, SteppingTrainer
+from specgen.runtime.positions import Positions
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 

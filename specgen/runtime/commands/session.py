@@ -22,18 +22,13 @@ from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.render.files import render_files
 from specgen.runtime import data, hooks
-from specgen.runtime.checkpoint import (
-    CheckpointFolder,
-    checkpoint_keys,
-    position_prefix,
-    read_values,
-    write_failure,
-)
+from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
+from specgen.runtime.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
