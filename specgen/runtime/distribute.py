@@ -9,7 +9,7 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
 - Except under `multi_worker` for a source with at least one shard per worker (streamed tfrecord): there
   each worker reads its own files (AutoShardPolicy.FILE, by hand: runtime/data.py's `for_worker`) in
   batches of global batch / workers, which its own replicas slice; each worker's iterator differs, so
-  each saves its own position into the checkpoint (checkpoint.py's `Positions`). With equal shards and no
+  each saves its own position into the checkpoint (runtime/positions.py). With equal shards and no
   record shuffle, worker w's n-th batch is global batch n's examples from its shards (docs/training.md).
 - The generated step all-reduces the gradients (MEAN of per-replica means = the global batch's
   gradient) before clipping and the updates, so each replica applies the same update.
@@ -207,9 +207,7 @@ class Replicas(Distribution):
                     seed: int) -> tf.Tensor:
         """`steps` updates in one graph; the loss of the last, averaged over replicas (the global batch's mean)."""
         if self._steps is None:
-            strategy = self.strategy
-
-            workers = self.data_workers
+            strategy, workers = self.strategy, self.data_workers
 
             def replica_step(features: Any, labels: Any, step_seed: tf.Tensor) -> tf.Tensor:
                 features, labels = tf.nest.map_structure(lambda t: own_slice(t, workers), (features, labels))
