@@ -27,6 +27,10 @@ FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "BMP": "BMP", "GIF": "GI
 EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # the files Keras' image_dataset_from_directory reads
 
 
+class OverBound(DataError):
+    """An image whose header declares more pixels than the bound: never skipped (skip_bad), only refused."""
+
+
 @dataclass(frozen=True)
 class Header:
     format: str  # a value of FORMATS
@@ -45,7 +49,7 @@ def check_header(file: Path | IO[bytes], max_pixels: int) -> Header:
             with Image.open(file) as image:
                 found, (width, height) = image.format or "unknown", image.size
     except Image.DecompressionBombError:
-        raise DataError(f"the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0):,} pixels, over the bound of "
+        raise OverBound(f"the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0):,} pixels, over the bound of "
                         f"{max_pixels:,} (max_pixels)") from None
     except UnidentifiedImageError:
         raise DataError("is not an image (JPEG, PNG, BMP or GIF expected)") from None
@@ -54,7 +58,7 @@ def check_header(file: Path | IO[bytes], max_pixels: int) -> Header:
     if found not in FORMATS:
         raise DataError(f"is a {found} image; JPEG, PNG, BMP and GIF are read (convert it to one of them)")
     if width * height > max_pixels:
-        raise DataError(f"is {width}x{height} ({width * height:,} pixels), over the bound of {max_pixels:,} decoded "
+        raise OverBound(f"is {width}x{height} ({width * height:,} pixels), over the bound of {max_pixels:,} decoded "
                         "pixels per image; raise max_pixels on the source if the image is trusted")
     return Header(FORMATS[found], height, width)
 
@@ -71,6 +75,35 @@ def decode_image(encoded: tf.Tensor, size: Sequence[int], channels: int) -> tf.T
     image = tf.image.resize(image, list(size), method="bilinear")
     image.set_shape([size[0], size[1], channels])
     return image
+
+
+def as_input(pixels: tf.Tensor, dtype: str) -> tf.Tensor:
+    """Decoded pixels as an input of `dtype` takes them: floats as they are, integers (uint8: raw pixels)
+    rounded and saturated, as they were stored."""
+    import tensorflow as tf
+
+    if not dtype.startswith("float"):
+        pixels = tf.saturate_cast(tf.round(pixels), dtype)
+    return tf.cast(pixels, dtype)
+
+
+def undecodable(encoded: Sequence[bytes], channels: int) -> list[int]:
+    """Indexes of the encoded images that do not decode: one parallel pass that keeps only each good one's index."""
+    import numpy as np
+    import tensorflow as tf
+
+    def decodes(index: tf.Tensor, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # The pixels are returned (one, summed) because tf.data prunes a stateless decode whose output nothing
+        # reads, control dependencies included; a bad image raises instead, and ignore_errors drops its index.
+        return index, tf.reduce_sum(decode_image(image, (1, 1), channels))
+
+    if not encoded:
+        return []
+    images = tf.data.Dataset.from_tensor_slices((tf.range(len(encoded)), tf.constant(list(encoded), tf.string)))
+    good = np.zeros(len(encoded), bool)
+    for index, _ in images.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().as_numpy_iterator():
+        good[index] = True
+    return [int(i) for i in np.flatnonzero(~good)]
 
 
 def decode_error(encoded: bytes, channels: int) -> str | None:
