@@ -196,7 +196,7 @@ class Scan:
     def say_skipped(self) -> None:
         """How many records skip_bad left out, and the first few (said, never silent)."""
         shown = [f"{_name(self.context, shard)} record {index}" for shard, indexes in self.skipped.items()
-                 for index in indexes][:SHOWN]
+                 for index in sorted(indexes)][:SHOWN]
         if shown:
             skipped = sum(len(i) for i in self.skipped.values())
             print(f"data.{self.context.stage}: skipped {skipped} of {self.total} records that do not parse or whose "
