@@ -3,11 +3,11 @@
 Before the first step every shard is read once in batches of records, each batch parsed and its values
 checked (runtime/sources/context.py; an encoded image: its header, then a decode, runtime/sources/decode.py),
 so a missing key, a bad value, an image that does not decode or a truncated shard is one line naming the
-shard and the record before training, and the example count is exact (`skip_bad` records left out: `Scan`). That pass holds one batch of
-records at a time: memory stays flat in the size of the data (bench/data.py measures it). Training then
-streams the shards: interleaved `cycle_length` at a time in a fixed order (the checkpointed iterator resumes
-it exactly), parsed (images decoded and resized) in parallel, skipped records filtered out by their
-number in their shard; runtime/data.py shuffles and batches.
+shard and the record before training, and the example count is exact (`skip_bad` records left out: `Scan`).
+That pass holds one batch of records at a time: memory stays flat in the size of the data (bench/data.py
+measures it). Training then streams the shards: interleaved `cycle_length` at a time in a fixed order (the
+checkpointed iterator resumes it exactly), parsed (images decoded and resized) in parallel, skipped records
+filtered out by their number in their shard; runtime/data.py shuffles and batches.
 """
 
 from __future__ import annotations
