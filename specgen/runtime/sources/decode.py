@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 # Pillow's names for the formats tf.io.decode_image reads; MPO is a camera JPEG with extra pictures after it.
 FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "BMP": "BMP", "GIF": "GIF"}
+READ_BACK = 1024  # decoded indexes read back together
 EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # the files Keras' image_dataset_from_directory reads
 
 
@@ -87,8 +88,9 @@ def as_input(pixels: tf.Tensor, dtype: str) -> tf.Tensor:
     return tf.cast(pixels, dtype)
 
 
-def undecodable(encoded: Sequence[bytes], channels: int) -> list[int]:
-    """Indexes of the encoded images that do not decode: one parallel pass that keeps only each good one's index."""
+def undecodable(encoded: Sequence[bytes] | tf.Tensor, channels: int) -> list[int]:
+    """Indexes of the encoded images (a list of bytes or a string tensor) that do not decode: one parallel pass
+    that keeps only each good one's index, read back in batches (one call per index costs milliseconds)."""
     import numpy as np
     import tensorflow as tf
 
@@ -97,12 +99,14 @@ def undecodable(encoded: Sequence[bytes], channels: int) -> list[int]:
         # reads, control dependencies included; a bad image raises instead, and ignore_errors drops its index.
         return index, tf.reduce_sum(decode_image(image, (1, 1), channels))
 
-    if not encoded:
+    count = len(encoded)
+    if not count:
         return []
-    images = tf.data.Dataset.from_tensor_slices((tf.range(len(encoded)), tf.constant(list(encoded), tf.string)))
-    good = np.zeros(len(encoded), bool)
-    for index, _ in images.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().as_numpy_iterator():
-        good[index] = True
+    images = tf.data.Dataset.from_tensor_slices((tf.range(count), tf.convert_to_tensor(encoded, tf.string)))
+    good = np.zeros(count, bool)
+    decoded = images.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    for indexes, _ in decoded.batch(READ_BACK).as_numpy_iterator():
+        good[indexes] = True
     return [int(i) for i in np.flatnonzero(~good)]
 
 

@@ -210,7 +210,7 @@ class Scan:
         parsed, kept = self._parse(shard, records, start, where)
         good = np.ones(len(kept), bool)
         for name, ref in self.pictures.items():
-            good &= self._images(parsed[ref].numpy(), self.channels[name],
+            good &= self._images(parsed[ref], self.channels[name],
                                  lambda i, ref=ref: f"{where}record {kept[i]}, key '{ref}'")
         for shard_index in kept[~good]:
             self._skip(shard, int(shard_index))
@@ -248,8 +248,11 @@ class Scan:
         return tf.io.parse_example(tf.constant([records[o] for o in keep], tf.string), self.spec), start + np.array(
             keep, np.int64)
 
-    def _images(self, blobs: np.ndarray, channels: int, where: Callable[[int], str]) -> np.ndarray:
+    def _images(self, encoded: tf.Tensor, channels: int, where: Callable[[int], str]) -> np.ndarray:
         """Which encoded images pass their header check and decode; the others are an error, or skipped."""
+        import tensorflow as tf
+
+        blobs = encoded.numpy()
         good = np.ones(len(blobs), bool)
         for i, blob in enumerate(blobs):
             try:
@@ -259,7 +262,7 @@ class Scan:
                     raise self.context.fail((self.context.kind,), f"{where(i)} {exc}") from None
                 good[i] = False
         checked = np.flatnonzero(good)
-        for i in (checked[j] for j in undecodable([blobs[k] for k in checked], channels)):
+        for i in (checked[j] for j in undecodable(tf.gather(encoded, checked), channels)):
             if not self.model.skip_bad:
                 why = decode_error(blobs[i], channels) or "does not decode"
                 raise self.context.fail((self.context.kind,), f"{where(i)} does not decode: {why}; "
