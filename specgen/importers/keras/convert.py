@@ -14,20 +14,15 @@ from pydantic import TypeAdapter, ValidationError
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
+from specgen.importers.keras.base import Converter, Part
 from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import (
-    APPLICATION_CLASSES,
-    CONVERTERS,
-    INITIAL_STATES,
-    KERAS2_ROLES,
-    Converter,
-    Part,
-)
+from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
 from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.operations import operation
+from specgen.importers.keras.recurrent import INITIAL_STATES
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args, is_integer
-from specgen.importers.keras.layers import Converter, Shapes, _bias_act, _init, global_pool
+from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
+from specgen.importers.keras.convolution import global_pool
 
 
 def _one(a: Args, key: str, default: Any = None) -> int:
