@@ -7,12 +7,15 @@ that computes the identity (Activation('linear'), Identity), whose readers then 
 
 This module is the table; the converters live by family: core.py (dense, normalizations,
 activations, reshapes, merges, preprocessing, embedding), convolution.py (2-D convolutions, pools,
-padding), recurrent.py (LSTM / GRU / SimpleRNN), with base.py's shared types and keys.
+padding), recurrent.py (LSTM / GRU / SimpleRNN), layers1d.py (1-D convolutions and pools),
+attention.py (MultiHeadAttention), bidirectional.py (Bidirectional), with base.py's shared types and keys.
 """
 
 from __future__ import annotations
 
+from specgen.importers.keras.attention import CONVERTERS_ATTENTION
 from specgen.importers.keras.base import Converter
+from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
 from specgen.importers.keras.convolution import (
     conv2d,
     conv2d_transpose,
@@ -45,6 +48,7 @@ from specgen.importers.keras.core import (
     reshape,
     softmax,
 )
+from specgen.importers.keras.layers1d import CONVERTERS_1D
 from specgen.importers.keras.recurrent import RECURRENT_OPS, recurrent
 
 # spec op -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
@@ -65,6 +69,8 @@ CONVERTERS: dict[str, Converter] = {
     "Multiply": merge("multiply"), "Subtract": merge("subtract"), "Concatenate": concat, "Rescaling": rescale,
     "Normalization": normalize, "Embedding": embedding, "Identity": identity,
     **{cls: recurrent for cls in RECURRENT_OPS},
+    # the families with modules of their own; last, so that they win as convert.py's lookup order had them
+    **CONVERTERS_1D, **CONVERTERS_ATTENTION, **CONVERTERS_BIDIRECTIONAL,
 }
 
 

@@ -1,6 +1,6 @@
 """Keras' 1-D layers as spec layers: Conv1D, MaxPooling1D, AveragePooling1D and the 1-D global pools.
 
-Kept beside layers.py (which CONVERTERS merges this table into) so that the sequence layers grow
+Kept beside layers.py (whose CONVERTERS merges this table in) so that the sequence layers grow
 in their own module. Keras writes 1-D sizes as one-element lists ([3]); the spec takes an integer.
 """
 
