@@ -1,4 +1,5 @@
-"""`specgen report`: variables, collection sizes, optimizers, feature sections and per-layer FLOPs as plain text.
+"""`specgen report`: variables, collection sizes, optimizers, precision, feature sections and per-layer FLOPs as
+plain text.
 
 One module per section. The training features' sections (targets, loss terms, pruning) are what their
 FeatureDef.report points at (specgen/kinds/features); each returns None for a spec without the feature.
@@ -16,6 +17,7 @@ from specgen.report.flops import flops_table
 from specgen.report.loss_terms import loss_table
 from specgen.report.masks import masks_table
 from specgen.report.optimizers import optimizers_table
+from specgen.report.precision import precision_table
 from specgen.report.pruning import pruning_table
 from specgen.report.targets import targets_table
 from specgen.report.variables import collections_table, variables_table
@@ -30,6 +32,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
         variables_table(ir),
         collections_table(ir),
         optimizers_table(ir, optimizers) if optimizers and ir.optimizers else None,
+        precision_table(ir),
         targets_table(ir),
         loss_table(ir),
         augment_table(ir),
