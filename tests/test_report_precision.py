@@ -16,13 +16,13 @@ from specgen.paths import shown
 from specgen.report.export_lines import variant_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORT = "export:\n  onnx: {precision: int8, calibration_examples: 64, budget: 2}\n"
+EXPORT = "export:\n  onnx: {precision: int8, calibration_examples: 64, budget: 10}\n"  # 20 steps train a barely-fit model: the gate is not under test
 KEPT = ("variables, optimizer slots, EMA shadows and checkpoints float32; normalizations, softmax and losses in "
         "float32")
 SCALE_ROW = ("loss scale             dynamic: starts at 32768, halved on an update with non-finite gradients "
              "(the update is skipped), doubled after 2000 finite ones in a row")
 EXPORT_ROW = ("export.onnx.precision  int8: model.int8.onnx beside model.onnx, calibrated (minmax) on 64 eval "
-              "examples, kept only if it loses at most 2 points of accuracy (classifiers) or 2% relative error, and "
+              "examples, kept only if it loses at most 10 points of accuracy (classifiers) or 10% relative error, and "
               "runs faster than float32")
 
 
