@@ -16,7 +16,8 @@ from specgen.paths import shown
 from specgen.report.export_lines import variant_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORT = "export:\n  onnx: {precision: int8, calibration_examples: 64, budget: 10}\n"  # 20 steps train a barely-fit model: the gate is not under test
+# A budget of 10 points: 20 steps train a barely fitted model, and the gate itself is not under test here.
+EXPORT = "export:\n  onnx: {precision: int8, calibration_examples: 64, budget: 10}\n"
 KEPT = ("variables, optimizer slots, EMA shadows and checkpoints float32; normalizations, softmax and losses in "
         "float32")
 SCALE_ROW = ("loss scale             dynamic: starts at 32768, halved on an update with non-finite gradients "
