@@ -95,3 +95,16 @@ def test_the_page_shows_the_variants_and_their_gates(page: tuple[str, Path]) -> 
              "run specgen export --precision fp16 again to gate it"]
     assert lines[1].startswith(f"int8: wrote {folder}/model.int8.onnx (")
     assert html.escape("\n".join(lines)) in text
+
+
+def test_the_text_report_takes_the_runs_scalars(page: tuple[str, Path]) -> None:
+    """report()'s `logged` (what a text `specgen report --run RUN` would pass): the same row as the page."""
+    from specgen.ir.resolve import build_ir
+    from specgen.pictures.curves import read_run
+    from specgen.report import report
+    from specgen.spec.load import load_spec
+
+    run = page[1]
+    spec = run.parent / "mlp_mixed_float16.yaml"
+    text = report(build_ir(load_spec(spec)), str(spec), None, None, read_run(run))
+    assert "\nrun's loss scale       32768 at step 20, 0 updates skipped so far\n" in text
