@@ -47,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                                  stderr=subprocess.PIPE, env=ENV)
     two = write_spec(tmp_path_factory.mktemp("two"))
     results = finish([*workers(two, "--steps", str(STEPS)), reference])
-    assert [code for code, _, _ in results] == [0, 0, 0], [err for _, _, err in results]
+    assert [code for code, _, _ in results] == [0, 0, 0], [err[-1500:] for _, _, err in results]
     return {"one": checkpoint_values(one.parent / "run"), "two": two, "outputs": [out for _, out, _ in results[:2]]}
 
 
@@ -88,6 +88,23 @@ def test_a_checkpoint_without_every_workers_position_is_refused(runs: dict[str, 
         "iterator's position: without it a resumed run would not continue the data where it stopped). Nothing was "
         "changed; no intact checkpoint is beside it; start over with --fresh (it moves this run aside, deleting "
         "nothing)")
+
+
+def test_a_malformed_worker_count_is_refused_at_its_key(runs: dict[str, object], tmp_path: Path) -> None:
+    from specgen.runtime.commands.resume import verified_meta
+
+    spec = runs["two"]
+    folder = tmp_path / f"ckpt-{STEPS:08d}"
+    shutil.copytree(spec.parent / "run" / folder.name, folder)  # type: ignore[attr-defined]
+    text = (folder / "meta.json").read_text()
+    (folder / "meta.json").write_text(text.replace('"data_workers": 2', '"data_workers": "two"'))
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if '"data_workers"' in row)
+    with pytest.raises(SpecError) as caught:
+        verified_meta(folder, load_spec(spec))  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        f"{folder / 'meta.json'}:{line}:3: error: checkpoint {folder.name} is unreadable: 'data_workers' is 'two'; "
+        "expected the number of workers (2 or more) whose data positions it holds. Nothing was changed; no intact "
+        "checkpoint is beside it; start over with --fresh (it moves this run aside, deleting nothing)")
 
 
 def test_resuming_with_another_worker_count_is_refused(runs: dict[str, object]) -> None:
