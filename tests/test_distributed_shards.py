@@ -47,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                                  stderr=subprocess.PIPE, env=ENV)
     two = write_spec(tmp_path_factory.mktemp("two"))
     results = finish([*workers(two, "--steps", str(STEPS)), reference])
-    assert [code for code, _, _ in results] == [0, 0, 0], [err[-1500:] for _, _, err in results]
+    assert [code for code, _, _ in results] == [0, 0, 0], "\n\n".join(err[-1500:] for _, _, err in results)
     return {"one": checkpoint_values(one.parent / "run"), "two": two, "outputs": [out for _, out, _ in results[:2]]}
 
 

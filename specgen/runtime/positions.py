@@ -43,8 +43,10 @@ def gather(positions: Positions, temp: Path, step: int, iterator: Any) -> None:
     without every worker's position is never published (its unpublished folder is cleared at the next start)."""
     stage = positions.stage(step)
     stage.mkdir(parents=True, exist_ok=True)
-    tf.train.Checkpoint(iterator=iterator).write(str(stage / f"data-w{positions.index}"))
-    fsync_files(stage)
+    own = f"data-w{positions.index}"
+    tf.train.Checkpoint(iterator=iterator).write(str(stage / own))
+    # Only its own files: the other workers are writing theirs here at the same time (temporaries renamed away).
+    fsync_files(stage, own + ".")
     positions.barrier()
     if positions.index != 0:
         return
@@ -77,9 +79,12 @@ def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | N
                                 "with --fresh")])
 
 
-def fsync_files(folder: Path) -> None:
-    """Every file of `folder`, then the folder: a rename must not publish bytes still in flight."""
+def fsync_files(folder: Path, prefix: str = "") -> None:
+    """Every file of `folder` (whose name starts with `prefix`), then the folder: a rename must not publish bytes
+    still in flight."""
     for path in folder.iterdir():
+        if not path.name.startswith(prefix):
+            continue
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
