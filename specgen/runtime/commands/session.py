@@ -245,6 +245,10 @@ class Session:
             for name, value in values.items():
                 tf.summary.scalar(name, value)
 
+    def flush_summaries(self) -> None:
+        for writer in self.writers.values():
+            writer.flush()
+
     def refuse_non_finite(self, loss: float = 0.0) -> None:
         """Stop a diverged run before it saves: a NaN or infinite loss or weight would overwrite good
         checkpoints with state that exports and resumes can only refuse (the numeric gates of issue 9)."""
@@ -266,6 +270,10 @@ class Session:
         """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""
         if self.saved_at == self.step and self.last_path is not None:
             return self.last_path
+        # TensorBoard's writers flush on their own thread (every 120 s or 10 events queued): flushed here, what is
+        # on disk at a save is the same every run (a full disk fails at the same file) and the event files hold
+        # every point up to the checkpoint's step. A failed flush is an OpError, reported by train.py.
+        self.flush_summaries()
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings(),
                 **hooks.checkpoint_meta(self.trainer)}
         self.refuse_non_finite()

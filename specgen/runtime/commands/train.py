@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +67,8 @@ def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> di
     ir = ir if ir is not None else build_ir(loaded)
     distribution = distribute.start(loaded, ir, options.strategy)  # first: it configures TensorFlow
     try:
-        return _train(loaded, ir, options, distribution)
+        with _without_global_seed():
+            return _train(loaded, ir, options, distribution)
     except tf.errors.DataLossError as exc:  # a data file damaged after its checks (runtime/data.py)
         raise data.unreadable_mid_run(loaded, ir, exc.message.splitlines()[0][:200]) from None
     except tf.errors.OpError as exc:
@@ -77,6 +80,27 @@ def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> di
         raise distribution.lost_worker(loaded, exc) from None
     finally:
         distribution.close()
+
+
+@contextmanager
+def _without_global_seed() -> Iterator[None]:
+    """The run as in a fresh process, whatever global seed its caller set; the caller's seed is set back after.
+
+    tf.data's shuffles pair their own seed (train.seed) with TensorFlow's global seed, or a fixed default when
+    none is set: a `tf.random.set_seed` (or `keras.utils.set_random_seed`) earlier in the same process (a test
+    file, a notebook) reordered the data and changed every weight. Setting it back restarts the caller's sequence
+    of op seeds as its own `set_seed` did (TensorFlow keeps no other state to save).
+    """
+    from tensorflow.python.eager import context  # TensorFlow exports no getter of the global seed
+
+    saved = context.global_seed()
+    if saved is not None:
+        tf.random.set_seed(None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            tf.random.set_seed(saved)
 
 
 def _written(error: OSError, folder: Path) -> str:
