@@ -13,7 +13,10 @@ Every graph of a group is timed at each of the group's points (B batch, S sequen
 output is compared with its CPU provider output on the same weights and input (relative max difference;
 onnxruntime's CUDA provider may use TF32 matrix units, ~1e-3 relative). Ratios are against the group's first
 label. `--io-binding` times with the inputs copied to the GPU once and the outputs left there; an entry's
-`cuda_options` (e.g. {"prefer_nhwc": "1"}) go to the CUDA provider. Output: a table, and JSON in `--json`.
+`cuda_options` (e.g. {"prefer_nhwc": "1"}) go to the CUDA provider; {"enable_cuda_graph": "1"} replays the whole
+graph as one captured CUDA graph (device-resident only: a captured graph needs fixed input and output addresses,
+so such an entry gets a session of its own per point, outputs bound to preallocated buffers).
+Output: a table, and JSON in `--json`.
 
     python bench/cuda_onnx.py DIR [--repeats 7] [--seconds 0.3] [--json out.json]
 """
@@ -45,17 +48,36 @@ def session(model: onnx.ModelProto, provider: str, cuda_options: dict[str, str] 
 
 
 class Bound:
-    """`sess.run` with the input copied to the GPU once and the outputs left there: the device-resident figure."""
+    """`sess.run` with the input copied to the GPU once and the outputs left there: the device-resident figure.
 
-    def __init__(self, sess: ort.InferenceSession, feed: dict[str, np.ndarray]):
+    `fixed`: the outputs go to buffers allocated once (of their declared shape, "B" the batch), as a captured
+    CUDA graph requires.
+    """
+
+    def __init__(self, sess: ort.InferenceSession, feed: dict[str, np.ndarray], fixed: bool = False):
         self.sess, self.binding = sess, sess.io_binding()
         for name, array in feed.items():
             self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0))
+        batch = next(iter(feed.values())).shape[0]
         for out in sess.get_outputs():
-            self.binding.bind_output(out.name, "cuda", 0)
+            if fixed:
+                shape = [d if isinstance(d, int) else batch for d in out.shape]
+                self.binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_shape_and_type(
+                    shape, np.float16 if "float16" in out.type else np.float32, "cuda", 0))
+            else:
+                self.binding.bind_output(out.name, "cuda", 0)
 
     def run(self, _outputs: Any, _feed: Any) -> None:
         self.sess.run_with_iobinding(self.binding)
+
+    def outputs(self) -> list[np.ndarray]:
+        """Run once more and copy the outputs to the host (for the CPU comparison, never timed)."""
+        self.sess.run_with_iobinding(self.binding)
+        return self.binding.copy_outputs_to_cpu()
+
+
+def graphed(entry: dict[str, Any]) -> bool:
+    return (entry.get("cuda_options") or {}).get("enable_cuda_graph") == "1"
 
 
 def example(entry: dict[str, Any], batch: int, size: int, seed: int = 0) -> np.ndarray:
@@ -84,12 +106,23 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
 
 def run_group(entries: list[dict[str, Any]], folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     models = {e["label"]: fill(onnx.load(folder / e["file"]), seed=0) for e in entries}
-    cuda = {e["label"]: session(models[e["label"]], args.provider, e.get("cuda_options")) for e in entries}
+    cuda = {e["label"]: session(models[e["label"]], args.provider, e.get("cuda_options")) for e in entries
+            if not graphed(e)}
     rows = []
     for batch, size in entries[0]["points"]:
         feeds = {e["label"]: {e["input"]: example(e, batch, size)} for e in entries}
+        bound = {}
+        for e in filter(graphed, entries):  # a graph that cannot be captured is reported and left out
+            try:
+                bound[e["label"]] = Bound(session(models[e["label"]], args.provider, e["cuda_options"]),
+                                          feeds[e["label"]], fixed=True)
+                bound[e["label"]].outputs()
+            except Exception as exc:
+                bound.pop(e["label"], None)
+                print(f"  {e['label']}: no CUDA graph ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+        active = [e for e in entries if not graphed(e) or e["label"] in bound]
         checks = {}
-        for e in entries:  # CUDA against CPU on the same weights and input
+        for e in active:  # CUDA against CPU on the same weights and input
             label = e["label"]
             try:
                 expected = session(models[label], "cpu").run(None, feeds[label])[0]
@@ -97,11 +130,12 @@ def run_group(entries: list[dict[str, Any]], folder: Path, args: argparse.Namesp
                 print(f"  {label}: no CPU reference ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
                 checks[label] = float("nan")
                 continue
-            checks[label] = relative(cuda[label].run(None, feeds[label])[0], expected)
-        runners: dict[str, Any] = cuda
+            got = bound[label].outputs() if label in bound else cuda[label].run(None, feeds[label])
+            checks[label] = relative(got[0], expected)
+        runners: dict[str, Any] = {**cuda, **bound}
         if args.io_binding:
-            runners = {label: Bound(s, feeds[label]) for label, s in cuda.items()}
-        times: dict[str, list[float]] = {e["label"]: [] for e in entries}
+            runners = {**{label: Bound(s, feeds[label]) for label, s in cuda.items()}, **bound}
+        times: dict[str, list[float]] = {e["label"]: [] for e in active}
         labels = list(times)
         for label in labels:  # warm-up: cuDNN algorithm search, allocations
             for _ in range(3):
@@ -112,7 +146,7 @@ def run_group(entries: list[dict[str, Any]], folder: Path, args: argparse.Namesp
         base = statistics.median(times[labels[0]])
         for label in labels:
             median = statistics.median(times[label])
-            rows.append({"group": entries[0]["group"], "label": label, "batch": batch, "size": size,
+            rows.append({"group": active[0]["group"], "label": label, "batch": batch, "size": size,
                          "ms": median * 1e3, "min_ms": min(times[label]) * 1e3, "max_ms": max(times[label]) * 1e3,
                          "speedup_vs_first": base / median, "cuda_vs_cpu_relative": checks[label]})
     return rows

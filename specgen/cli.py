@@ -3,6 +3,9 @@ infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema`, `report`, `graph` and `curves` never import TensorFlow.
+This module is the parser and the dispatch; the commands live in `spec_cli` (validate, build, schema,
+report), `run_cli` (data, train, restore-plan, export, infer, serve, import) and `specgen.pictures`
+(graph, curves).
 """
 
 from __future__ import annotations
@@ -14,219 +17,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specgen import __version__
-from specgen.config import load_config
-from specgen.diagnostics import Diagnostic, SpecError, report_lines
+from specgen.diagnostics import SpecError, report_lines
 from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
-
-if TYPE_CHECKING:
-    from specgen.spec.load import LoadedSpec
-
-SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-def expand(paths: Sequence[Path]) -> list[Path]:
-    """Files as given; folders contribute their *.yaml / *.yml files, sorted."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
-        else:
-            found.append(path)
-    return found
-
-
-def _spec_paths(args: argparse.Namespace) -> list[Path]:
-    paths = expand(args.paths or load_config().specs)
-    if not paths:
-        raise SpecError([Diagnostic("specgen", None, "no spec files given; pass paths or set "
-                                    "[tool.specgen] specs in pyproject.toml")])
-    return paths
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from specgen.ir.lints import init_scale_warnings
-    from specgen.ir.resolve import build_ir
-    from specgen.spec.load import load_spec
-
-    problems: list[Diagnostic] = []
-    warnings: list[Diagnostic] = []
-    for path in _spec_paths(args):
-        try:
-            loaded = load_spec(path)
-            ir = build_ir(loaded)
-        except SpecError as exc:
-            problems += exc.diagnostics
-            continue
-        skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
-        found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
-        warnings += found
-        if not (found and args.strict):
-            print(f"ok: {shown(path)} ({ir.name}: {ir.layer_count} layers, {len(ir.variables)} variables)")
-    if args.strict:  # warnings become errors: reported with them, exit 1
-        problems += [replace(w, severity="error") for w in warnings]
-    elif warnings:  # never the exit status: validate fails on errors only
-        for line in report_lines(sorted(warnings, key=Diagnostic.sort_key)):
-            print(line, file=sys.stderr)
-        print(f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''} (--strict makes them errors)",
-              file=sys.stderr)
-    if problems:
-        raise SpecError(problems)
-    return 0
-
-
-def cmd_build(args: argparse.Namespace) -> int:
-    from specgen.render.build import check, render_all, write
-    from specgen.schema import schema_text
-
-    config = load_config()
-    out = args.out or config.out
-    # `pictures` belongs to the project's own output folder: a build elsewhere (--out) writes code only
-    pictures = config.pictures and Path(os.path.realpath(out)) == Path(os.path.realpath(config.out))
-    outputs = render_all(_spec_paths(args), pictures)
-    if args.check:
-        reports = check(outputs, out)
-        if config.schema is not None and not args.paths:
-            reports += _schema_drift(config.schema, schema_text())
-        for report in reports:
-            print(report.rstrip("\n"))
-        unsafe = sum(r.startswith("unsafe: ") for r in reports)
-        if unsafe:
-            print(f"specgen build --check: {unsafe} unsafe path(s) in the output folder; specgen neither reads "
-                  "nor replaces them: remove them, then run `specgen build`", file=sys.stderr)
-            return 1
-        if reports:
-            print(f"specgen build --check: {len(reports)} file(s) out of date; run `specgen build`", file=sys.stderr)
-            return 1
-        print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
-        return 0
-    written = write(outputs, out)
-    for path in written:
-        print(f"wrote {shown(path)}")
-    print(f"built {len(outputs)} spec(s) into {shown(out)}: {len(written)} file(s) changed")
-    return 0
-
-
-def _schema_drift(target: Path, text: str) -> list[str]:
-    """[] if `target` holds `text`; else one report line. Never reads through a link or a device."""
-    from specgen.atomic import UnsafePathError, read_regular
-
-    try:
-        on_disk = read_regular(target)
-    except UnsafePathError as exc:
-        return [f"unsafe: {exc}"]
-    return [] if on_disk == text.encode() else [f"drifted: {shown(target)} (run `specgen schema`)"]
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    from specgen.atomic import write_atomic
-    from specgen.schema import schema_text
-
-    target = args.output or load_config().schema or Path("schemas/specgen.schema.json")
-    text = schema_text()
-    if args.check:
-        drift = _schema_drift(target, text)
-        for line in drift:
-            print(line)
-        if drift:
-            return 1
-        print(f"ok: {shown(target)} is up to date")
-        return 0
-    write_atomic(target, text)
-    print(f"wrote {shown(target)}")
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from specgen.ir.resolve import build_ir
-    from specgen.report import report
-    from specgen.spec.load import load_spec
-
-    if args.html or args.run_folder is not None or args.output is not None:
-        from specgen.pictures.html_cli import run_html_report
-
-        return run_html_report(args)
-    paths = expand(args.paths)
-    for path in paths:
-        loaded = load_spec(path)
-        ir = build_ir(loaded)
-        measured = None
-        if args.checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
-            from specgen.runtime.pruning_state import checkpoint_sparsity
-
-            measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
-        print(report(ir, shown(path), loaded.spec.optimizers, measured))
-    return 0
-
-
-def cmd_data(args: argparse.Namespace) -> int:
-    from specgen.runtime.commands.data import run_data  # imports TensorFlow (it reads the data): only now
-
-    return run_data(args.spec, args.stage)
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from specgen.spec.overrides import load_with_overrides
-
-    if args.probe and (args.epochs is not None or args.steps is not None or args.fresh):
-        print("specgen train: error: --probe runs one batch and trains nothing: it takes no --epochs, --steps "
-              "or --fresh", file=sys.stderr)
-        return 2
-    loaded = load_with_overrides(args.spec, args.set)
-    if args.emit == "tfjob":
-        return _emit_tfjob(args, loaded)
-    if args.probe:
-        from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
-
-        return run_probe(loaded, args.resume, args.resume_from)
-    from specgen.ir.resolve import build_ir
-    from specgen.runtime.cluster import check_early
-
-    # The IR is built once for the command; with --strategy given, TF_CONFIG is checked before it (its errors first).
-    ir = build_ir(loaded) if args.strategy is None else None
-    check_early(loaded, args.strategy, ir)  # a bad TF_CONFIG is refused before TensorFlow starts
-    from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
-
-    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
-                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
-                          strategy=args.strategy, resume_or_start=args.resume_or_start), ir)
-    return 0
-
-
-def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
-    """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained.
-
-    Nothing is written for a job that could only fail: the spec must validate (the errors of `specgen
-    validate`) and its batch must split among the job's replicas (the error every worker would print).
-    """
-    from specgen.atomic import write_atomic
-    from specgen.ir.resolve import build_ir
-    from specgen.runtime.cluster import check_replicas
-    from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
-
-    training = build_ir(loaded).training  # the spec validates first: the errors of `specgen validate`
-    if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
-        raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
-                                    "'data.train' sections")])
-    if args.image is None:
-        raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "
-                                    "that holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)")])
-    job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
-              list(args.set))
-    check(job)
-    cpus = training.train.distribute.cpu_devices if training.train is not None else 1
-    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus))  # a GPU per replica, else a CPU
-    text = render(job, loaded.spec.name)
-    if args.output is None:
-        print(text, end="")
-    else:
-        write_atomic(args.output, text)
-        print(f"wrote {shown(args.output)}: a TFJob of {args.workers} worker(s) for {loaded.spec.name}")
-    return 0
+from specgen.run_cli import cmd_data, cmd_export, cmd_import, cmd_infer, cmd_restore_plan, cmd_serve, cmd_train
+from specgen.spec_cli import cmd_build, cmd_report, cmd_schema, cmd_validate
 
 
 def positive_int(text: str) -> int:
@@ -240,58 +38,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from specgen.spec.load import load_spec
-
-    loaded = load_spec(args.spec)
-    from specgen.runtime.commands.export import export  # imports TensorFlow: only now
-    from specgen.runtime.precision.step import PrecisionRequest
-
-    request = PrecisionRequest(args.precision, args.calibration, args.force, args.provider)
-    report = export(loaded, args.checkpoint, args.output, triton=args.triton, precision=request)
-    nodes = sum(report["nodes"].values())
-    if report["restore"] is None:
-        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
-              f"{report['weights']} weights from {shown(report['checkpoint'])}")
-    else:  # no --checkpoint: say where each variable came from, as `specgen train` does for a restore
-        restore = report["restore"]
-        left = [p for p, o in restore["variables"].items() if o == "initialized"]
-        print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "
-              f"weights from the restore plan of {shown(args.spec)}")
-        print(f"restore: {restore['summary']}" + (f"; initialized: {', '.join(left)}" if left else ""))
-    from specgen.report.export_lines import export_lines
-
-    print("\n".join(export_lines(report)))
-    if report["precision"]["precision"] != "fp32":
-        from specgen.runtime.precision.step import summary_lines
-
-        print("\n".join(summary_lines(shown(args.output), report["precision"])))
-    if "triton" in report:
-        print(f"triton model repository: {shown(report['triton'])}")
-    return 0
-
-
-def cmd_restore_plan(args: argparse.Namespace) -> int:
-    from specgen.runtime.commands.restore import run_restore_plan  # imports TensorFlow: only now
-
-    return run_restore_plan(args.spec, args.from_)
-
-
-def cmd_infer(args: argparse.Namespace) -> int:
-    from specgen.runtime.commands.infer import infer
-
-    return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from specgen.serve import run_server
-
-    return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
-                      batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
-                      header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                      max_connections=args.max_connections)
-
-
 def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.split(","))
@@ -300,19 +46,6 @@ def _shape(text: str) -> tuple[int, ...]:
     if not dims or min(dims) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers joined by commas (96,96,3); received {text!r}")
     return dims
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    from specgen.importers.keras import import_keras  # TensorFlow only for constructor names
-
-    result = import_keras(args.source, args.output, weights=args.weights, input_shape=args.input_shape,
-                          classes=args.classes, collections=args.collections)
-    if result.weights_written is not None:
-        print(f"wrote {shown(result.weights_written)} (weights drawn by Keras with seed 0)")
-    print(f"wrote {shown(result.spec)}: {result.layers} layers, {result.variables} variables, restored from "
-          f"{shown(result.weights)} ({result.mapped} map entries, {result.renamed} renames, "
-          f"{result.dropped} dropped training-only arguments, listed in its header)")
-    return 0
 
 
 def parser() -> argparse.ArgumentParser:

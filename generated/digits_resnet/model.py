@@ -104,7 +104,7 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         head = tf.matmul(pool, self.head_kernel)
         head = tf.nn.bias_add(head, self.head_bias)
         # probs: softmax -> [batch, 10]
-        probs = tf.nn.softmax(head, axis=1)
+        probs = layers.softmax(head, axis=1)
         return {
             "stem/conv": stem_conv,
             "stem/bn": stem_bn,

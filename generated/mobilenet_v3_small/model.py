@@ -946,7 +946,7 @@ count does not depend on it (224x224 is the ImageNet size)."""
         # head/flatten: flatten -> [batch, 1000]
         head_flatten = tf.reshape(head_logits, [-1, 1000])
         # probs: softmax -> [batch, 1000]
-        probs = tf.nn.softmax(head_flatten, axis=1)
+        probs = layers.softmax(head_flatten, axis=1)
         return {
             "stem/rescale": stem_rescale,
             "stem/conv": stem_conv,

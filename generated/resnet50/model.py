@@ -1249,7 +1249,7 @@ tests fast; the parameter count does not depend on it (224x224 is the ImageNet s
         head = tf.matmul(pool, self.head_kernel)
         head = tf.nn.bias_add(head, self.head_bias)
         # probs: softmax -> [batch, 1000]
-        probs = tf.nn.softmax(head, axis=1)
+        probs = layers.softmax(head, axis=1)
         return {
             "stem/pad": stem_pad,
             "stem/conv": stem_conv,

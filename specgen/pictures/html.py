@@ -20,10 +20,11 @@ from specgen.paths import shown
 from specgen.report.export_lines import export_lines
 from specgen.report.flops import flops_table
 from specgen.report.optimizers import optimizers_table
+from specgen.report.precision import precision_table, variants_lines
 from specgen.report.variables import collections_table, variables_table
 from specgen.spec.load import LoadedSpec
 
-SECTIONS = ("graph", "variables", "collections", "optimizers", "flops", "restore", "curves", "export")
+SECTIONS = ("graph", "variables", "collections", "optimizers", "precision", "flops", "restore", "curves", "export")
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
 header{background:#1d2430;color:#fff;padding:16px 28px}header h1{margin:0;font-size:22px}
@@ -92,7 +93,21 @@ def export_section(run: Path | None) -> str:
     if found is None or not found.is_file():
         return _none("no export of this run (specgen export ... -o RUN/export writes RUN/export/export.json)")
     report: Mapping[str, Any] = json.loads(found.read_text(encoding="utf-8"))
-    return _pre("\n".join([f"{shown(found)}:", *export_lines(report)]))
+    lines = [*export_lines(report), *variants_lines(found.parent, shown(found.parent), report)]
+    return _pre("\n".join([f"{shown(found)}:", *lines]))
+
+
+def precision_section(ir: ModelIR, run: Path | None) -> str:
+    logged: list[Any] = []
+    if run is not None:  # the loss scale as the run logged it last (TensorBoard scalars, no TensorFlow)
+        from specgen.pictures.curves import read_run
+
+        try:
+            logged = read_run(run)
+        except SpecgenError:  # no scalars yet: the curves section says so
+            pass
+    table = precision_table(ir, logged)
+    return _pre(table) if table else _none("float32 training and export (train.precision, export.onnx.precision)")
 
 
 def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None) -> str:
@@ -103,10 +118,11 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None) -> str:
         "collections": ("Collections", _pre(collections_table(ir))),
         "optimizers": ("Optimizers", _pre(optimizers_table(ir, optimizers)) if optimizers and ir.optimizers
                        else _none("no optimizers")),
+        "precision": ("Precision", precision_section(ir, run)),
         "flops": ("FLOPs", _pre(flops_table(ir))),
         "restore": ("Restore plan", restore_section(loaded, ir)),
         "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(run)),
-        "export": ("Export: parity and accuracy", export_section(run)),
+        "export": ("Export: parity, accuracy and precision", export_section(run)),
     }
     nav = " ".join(f'<a href="#{key}">{html.escape(bodies[key][0])}</a>' for key in SECTIONS)
     title = f"{ir.name}: specgen report"

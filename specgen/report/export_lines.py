@@ -1,4 +1,5 @@
-"""The parity and accuracy lines of an export (`specgen export` prints them; the HTML report shows them)."""
+"""The parity, accuracy and precision-variant lines of an export (`specgen export` prints them; the HTML report
+shows them)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,27 @@ def export_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"eval accuracy: onnxruntime {report['onnxruntime_accuracy']:.4f}, "
                      f"TensorFlow {report['tensorflow_accuracy']:.4f}")
     return lines
+
+
+def variant_lines(out: str, report: Mapping[str, Any]) -> list[str]:
+    """What `specgen export --precision` wrote and its gates' figures, from export.json's `precision` entry."""
+    name, accuracy, speed = report["precision"], report["accuracy"], report["speed"]
+    kernels = f", {report['integer_kernels']} integer kernels after onnxruntime's fusion" if "integer_kernels" in report else ""
+    if report.get("float32_compute"):
+        kernels += f"; left in float32: {', '.join(report['float32_compute'])}"
+    lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
+    if "lost_points" in accuracy:
+        lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
+                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g})")
+    else:
+        lines.append(f"{name} error: {accuracy['relative_error_percent']:.3f}% relative to float32 "
+                     f"(budget {accuracy['budget']:g}%)")
+    lines.append(f"{name} speed: {speed['variant_ms']:.3f} ms vs float32 {speed['fp32_ms']:.3f} ms per batch of "
+                 f"{speed['batch']} on {speed['provider']} ({speed['speedup']:.2f}x)")
+    if "warning" in speed:
+        lines.append(f"warning: {name} {speed['warning']}".replace(f"{name} written", "written"))
+    return lines
+
+
+def _change(lost: float) -> str:
+    return f"{lost:.2f} points lost" if lost >= 0 else f"{-lost:.2f} points gained"

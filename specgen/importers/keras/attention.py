@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args
+from specgen.importers.keras.base import Converter, Shapes, _init
 from specgen.importers.keras.errors import layer_problem
 from specgen.importers.keras.graph import CALL_KWARGS, KGraph, KLayer, Ref
-from specgen.importers.keras.layers import Converter, Shapes, _init
 
 ROLES = ("query", "value", "key")
 READS = "_reads"  # the key a converter's result names its inputs' roles under; convert.py pops it

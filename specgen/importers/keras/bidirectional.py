@@ -1,6 +1,6 @@
 """Keras' Bidirectional(LSTM / GRU / SimpleRNN) as a spec `bidirectional` layer.
 
-The wrapped layer's config is read key by key by the recurrent converter (layers.py), as if it were a
+The wrapped layer's config is read key by key by the recurrent converter (recurrent.py), as if it were a
 layer of the graph, and becomes the spec's nested `layer:`. Keras writes the backward copy out in full
 (`backward_layer`); it must be the forward layer reading backwards (the same keys but its name and
 `go_backwards`), since the spec has one configuration for both halves. merge_mode None (two outputs) is
@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args, short
+from specgen.importers.keras.base import Converter, Shapes
 from specgen.importers.keras.graph import KLayer
-from specgen.importers.keras.layers import RECURRENT_OPS, Converter, Shapes, recurrent
+from specgen.importers.keras.recurrent import RECURRENT_OPS, recurrent
 
 MERGE_MODES = ("concat", "sum", "mul", "ave")
 

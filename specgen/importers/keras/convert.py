@@ -13,21 +13,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args
-from specgen.importers.keras.attention import CONVERTERS_ATTENTION, READS, key_lengths, wiring
-from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
+from specgen.importers.keras.attention import READS, key_lengths, wiring
+from specgen.importers.keras.base import Converter, Part
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
-from specgen.importers.keras.layers import (
-    APPLICATION_CLASSES,
-    CONVERTERS,
-    INITIAL_STATES,
-    KERAS2_ROLES,
-    Converter,
-    Part,
-)
-from specgen.importers.keras.layers1d import CONVERTERS_1D
+from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.operations import operation
+from specgen.importers.keras.recurrent import INITIAL_STATES
 from specgen.kinds.ops import Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
@@ -75,12 +68,6 @@ def _converter(layer: KLayer) -> Converter | None:
                             "imports a model's own code; write the layer as spec ops by hand")
     if layer.cls in REFUSED:
         raise layer_problem(layer.name, layer.cls, f"refused: {REFUSED[layer.cls]}")
-    if layer.cls in CONVERTERS_1D:
-        return CONVERTERS_1D[layer.cls]
-    if layer.cls in CONVERTERS_ATTENTION:
-        return CONVERTERS_ATTENTION[layer.cls]
-    if layer.cls in CONVERTERS_BIDIRECTIONAL:
-        return CONVERTERS_BIDIRECTIONAL[layer.cls]
     if layer.cls not in CONVERTERS:
         raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
     return CONVERTERS[layer.cls]

@@ -46,7 +46,7 @@ MODELS = ("Functional", "Model", "Sequential")
 # Tensors among them follow the positional ones in KLayer.inputs, in this order.
 STATEFUL = ("LSTM", "GRU", "SimpleRNN")
 CALL_KWARGS = {"MultiHeadAttention": ("value", "key", "attention_mask", "use_causal_mask"),
-               # a list of tensors, the states to start from: the spec's initial_state (layers.py's recurrent)
+               # a list of tensors, the states to start from: the spec's initial_state (recurrent.py's recurrent)
                **{cls: ("initial_state",) for cls in STATEFUL}}
 INPUT = "InputLayer"
 MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do

@@ -1,6 +1,6 @@
 """Keras' 1-D layers as spec layers: Conv1D, MaxPooling1D, AveragePooling1D and the 1-D global pools.
 
-Kept beside layers.py (which CONVERTERS merges this table into) so that the sequence layers grow
+Kept beside layers.py (whose CONVERTERS merges this table in) so that the sequence layers grow
 in their own module. Keras writes 1-D sizes as one-element lists ([3]); the spec takes an integer.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args, is_integer
-from specgen.importers.keras.layers import Converter, Shapes, _bias_act, _init, global_pool
+from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
+from specgen.importers.keras.convolution import global_pool
 
 
 def _one(a: Args, key: str, default: Any = None) -> int:

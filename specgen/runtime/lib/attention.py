@@ -41,7 +41,9 @@ def rotary(x: tf.Tensor, frequencies: Sequence[float]) -> tf.Tensor:
     angles = tf.concat([freq, freq], axis=-1)[None, :, None, :]
     x1, x2 = tf.split(x, 2, axis=-1)
     rotated = tf.concat([-x2, x1], axis=-1)
-    return x * tf.cos(angles) + rotated * tf.sin(angles)
+    # Angles in float32, cos and sin cast to x's type (float16 or bfloat16 under a mixed policy), as KerasHub's
+    # RotaryEmbedding does: positions past 2048 have no exact float16 value.
+    return x * tf.cast(tf.cos(angles), x.dtype) + rotated * tf.cast(tf.sin(angles), x.dtype)
 
 
 def _padding(query_mask: tf.Tensor | None, value_mask: tf.Tensor | None, key_mask: tf.Tensor | None
@@ -82,9 +84,13 @@ def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None
     scores = tf.einsum("bshk,bthk->bhts", k, q)  # [batch, heads, query time, key time]
     padding = _padding(query_mask, value_mask, key_mask)
     keep = _keep(scores, mask, causal, padding)
+    # Masked and normalized in float32 whatever the compute type, as Keras' fused attention path
+    # (ops.dot_product_attention) casts the scores before masking: -1e9 is -inf in float16, and a row with no
+    # key allowed (a padded query step) would be NaN where float32 gives it uniform weights.
+    compute, scores = scores.dtype, tf.cast(scores, tf.float32)
     if keep is not None:
-        scores = tf.where(keep, scores, tf.constant(MASKED, scores.dtype))
-    probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+        scores = tf.where(keep, scores, tf.constant(MASKED, tf.float32))
+    probs = tf.cast(tf.nn.softmax(scores, axis=-1), compute)
     if padding is not None and dropout > 0:  # Keras' Softmax-layer path (taken with dropout) zeroes a row with
         probs = tf.where(keep, probs, tf.zeros_like(probs))  # no allowed key; its fused path leaves it uniform
     probs = drop(probs, rate=dropout, training=training, seed=seed, salt=salt)

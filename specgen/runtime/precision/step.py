@@ -10,6 +10,7 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
+from specgen.report.export_lines import variant_lines
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
@@ -93,25 +94,5 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
     return Variant(name, definition.file_name, variant_bytes, report)
 
 
-def summary_lines(out: str, report: dict[str, Any]) -> list[str]:
-    """What `specgen export` prints about the variant it wrote."""
-    name, accuracy, speed = report["precision"], report["accuracy"], report["speed"]
-    kernels = f", {report['integer_kernels']} integer kernels after onnxruntime's fusion" if "integer_kernels" in report else ""
-    if report.get("float32_compute"):
-        kernels += f"; left in float32: {', '.join(report['float32_compute'])}"
-    lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
-    if "lost_points" in accuracy:
-        lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
-                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g})")
-    else:
-        lines.append(f"{name} error: {accuracy['relative_error_percent']:.3f}% relative to float32 "
-                     f"(budget {accuracy['budget']:g}%)")
-    lines.append(f"{name} speed: {speed['variant_ms']:.3f} ms vs float32 {speed['fp32_ms']:.3f} ms per batch of "
-                 f"{speed['batch']} on {speed['provider']} ({speed['speedup']:.2f}x)")
-    if "warning" in speed:
-        lines.append(f"warning: {name} {speed['warning']}".replace(f"{name} written", "written"))
-    return lines
-
-
-def _change(lost: float) -> str:
-    return f"{lost:.2f} points lost" if lost >= 0 else f"{-lost:.2f} points gained"
+# What `specgen export` prints about the variant it wrote (cli.py); `specgen report --html` shows the same lines.
+summary_lines = variant_lines

@@ -24,7 +24,12 @@ if TYPE_CHECKING:
 
 # Pillow's names for the formats tf.io.decode_image reads; MPO is a camera JPEG with extra pictures after it.
 FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "BMP": "BMP", "GIF": "GIF"}
+READ_BACK = 1024  # decoded indexes read back together
 EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png")  # the files Keras' image_dataset_from_directory reads
+
+
+class OverBound(DataError):
+    """An image whose header declares more pixels than the bound: never skipped (skip_bad), only refused."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ def check_header(file: Path | IO[bytes], max_pixels: int) -> Header:
             with Image.open(file) as image:
                 found, (width, height) = image.format or "unknown", image.size
     except Image.DecompressionBombError:
-        raise DataError(f"the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0):,} pixels, over the bound of "
+        raise OverBound(f"the image has more than {2 * (Image.MAX_IMAGE_PIXELS or 0):,} pixels, over the bound of "
                         f"{max_pixels:,} (max_pixels)") from None
     except UnidentifiedImageError:
         raise DataError("is not an image (JPEG, PNG, BMP or GIF expected)") from None
@@ -54,7 +59,7 @@ def check_header(file: Path | IO[bytes], max_pixels: int) -> Header:
     if found not in FORMATS:
         raise DataError(f"is a {found} image; JPEG, PNG, BMP and GIF are read (convert it to one of them)")
     if width * height > max_pixels:
-        raise DataError(f"is {width}x{height} ({width * height:,} pixels), over the bound of {max_pixels:,} decoded "
+        raise OverBound(f"is {width}x{height} ({width * height:,} pixels), over the bound of {max_pixels:,} decoded "
                         "pixels per image; raise max_pixels on the source if the image is trusted")
     return Header(FORMATS[found], height, width)
 
@@ -71,6 +76,38 @@ def decode_image(encoded: tf.Tensor, size: Sequence[int], channels: int) -> tf.T
     image = tf.image.resize(image, list(size), method="bilinear")
     image.set_shape([size[0], size[1], channels])
     return image
+
+
+def as_input(pixels: tf.Tensor, dtype: str) -> tf.Tensor:
+    """Decoded pixels as an input of `dtype` takes them: floats as they are, integers (uint8: raw pixels)
+    rounded and saturated, as they were stored."""
+    import tensorflow as tf
+
+    if not dtype.startswith("float"):
+        pixels = tf.saturate_cast(tf.round(pixels), dtype)
+    return tf.cast(pixels, dtype)
+
+
+def undecodable(encoded: Sequence[bytes] | tf.Tensor, channels: int) -> list[int]:
+    """Indexes of the encoded images (a list of bytes or a string tensor) that do not decode: one parallel pass
+    that keeps only each good one's index, read back in batches (one call per index costs milliseconds)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def decodes(index: tf.Tensor, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # The pixels are returned (one, summed) because tf.data prunes a stateless decode whose output nothing
+        # reads, control dependencies included; a bad image raises instead, and ignore_errors drops its index.
+        return index, tf.reduce_sum(decode_image(image, (1, 1), channels))
+
+    count = len(encoded)
+    if not count:
+        return []
+    images = tf.data.Dataset.from_tensor_slices((tf.range(count), tf.convert_to_tensor(encoded, tf.string)))
+    good = np.zeros(count, bool)
+    decoded = images.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    for indexes, _ in decoded.batch(READ_BACK).as_numpy_iterator():
+        good[indexes] = True
+    return [int(i) for i in np.flatnonzero(~good)]
 
 
 def decode_error(encoded: bytes, channels: int) -> str | None:

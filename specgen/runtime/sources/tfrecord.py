@@ -1,29 +1,37 @@
 """The `tfrecord` reader: shards found and checked in one pass that keeps nothing, then streamed.
 
 Before the first step every shard is read once in batches of records, each batch parsed and its values
-checked (runtime/sources/context.py), so a missing key, a bad value or a truncated shard is one line naming
-the shard and the record before training, and the example count is exact. That pass holds one batch of
-records at a time: memory stays flat in the size of the data (bench/data.py measures it). Training then
-streams the shards: interleaved `cycle_length` at a time in a fixed order (the checkpointed iterator resumes
-it exactly), parsed in parallel; runtime/data.py shuffles and batches.
+checked (runtime/sources/context.py; an encoded image: its header, then a decode, runtime/sources/decode.py),
+so a missing key, a bad value, an image that does not decode or a truncated shard is one line naming the
+shard and the record before training, and the example count is exact (`skip_bad` records left out: `Scan`).
+That pass holds one batch of records at a time: memory stays flat in the size of the data (bench/data.py
+measures it). Training then streams the shards: interleaved `cycle_length` at a time in a fixed order (the
+checkpointed iterator resumes it exactly), parsed (images decoded and resized) in parallel, skipped records
+filtered out by their number in their shard; runtime/data.py shuffles and batches.
 """
 
 from __future__ import annotations
 
 import glob
+import io
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specgen.kinds.sources.tfrecord import entries
-from specgen.runtime.sources.base import Source, Wanted
+import numpy as np
+
+from specgen.kinds.sources.tfrecord import entries, images
+from specgen.runtime.sources.base import DataError, Source, Wanted
 from specgen.runtime.sources.context import SourceContext
+from specgen.runtime.sources.decode import OverBound, as_input, check_header, decode_error, decode_image, undecodable
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 SCAN_CHUNK = 1024  # records parsed together while checking a shard
 GLOB = "*?["  # characters that make an entry a glob
+SHOWN = 5  # skipped records named in the message
 
 
 def read(context: SourceContext) -> Source:
@@ -31,22 +39,48 @@ def read(context: SourceContext) -> Source:
 
     model = getattr(context.loaded.spec.data, context.stage)
     shards = find_shards(context, model)
-    spec, parse = _parser(context)
+    spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
-    count = sum(_scan(context, shard, spec, wanted, f"shard {_name(context, shard)}, " if named else "")
-                for shard in shards)
+    scan = Scan(context, model, spec, wanted)
+    for shard in shards:
+        scan.shard(shard, f"shard {_name(context, shard)}, " if named else "")
+    scan.say_skipped()
     files = tf.data.Dataset.from_tensor_slices([str(s) for s in shards])
     if context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1:
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
         files = files.shuffle(len(shards), seed=context.training.train.seed, reshuffle_each_iteration=False)
-    records = files.interleave(tf.data.TFRecordDataset, cycle_length=min(model.cycle_length, len(shards)),
+    records = files.interleave(_opener(scan.skipped, shards), cycle_length=min(model.cycle_length, len(shards)),
                                block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
     if model.cache is not None:
         dataset = dataset.cache("" if model.cache == "memory" else str(context.loaded.folder / model.cache))
-    return Source(dataset, count, tuple(shards))
+    return Source(dataset, scan.count, tuple(shards))
+
+
+def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:
+    """Shard path -> its records, less the records the checks skipped (skip_bad): each record is numbered in
+    its shard (as the checks numbered it) and dropped when (shard, number) is in one sorted table of keys.
+    enumerate and filter keep their positions in a saved iterator, so resuming stays exact."""
+    import tensorflow as tf
+
+    if not any(skipped.values()):
+        return tf.data.TFRecordDataset
+    paths = tf.constant([str(s) for s in shards])  # a shard's number: its position here (stateless ops only, so
+    # the pipeline serializes into a checkpoint, which a lookup table's resource would not)
+    keys = tf.constant(sorted(i * 2**32 + r for i, s in enumerate(shards) for r in skipped.get(s, [])), tf.int64)
+
+    def open_shard(path: tf.Tensor) -> tf.data.Dataset:
+        shard = tf.argmax(tf.cast(tf.equal(paths, path), tf.int64)) * 2**32
+
+        def kept(index: tf.Tensor, _: tf.Tensor) -> tf.Tensor:
+            at = tf.minimum(tf.searchsorted(keys, tf.reshape(shard + index, [1]))[0], len(keys) - 1)
+            return tf.not_equal(keys[at], shard + index)
+
+        return tf.data.TFRecordDataset(path).enumerate().filter(kept).map(lambda _, record: record)
+
+    return open_shard
 
 
 def find_shards(context: SourceContext, model: Any) -> list[Path]:
@@ -77,40 +111,32 @@ def _name(context: SourceContext, shard: Path) -> str:
         return str(shard)
 
 
-def _parser(context: SourceContext) -> tuple[dict[str, Any], Any]:
+def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
     import tensorflow as tf
 
-    wanted, spec, names = context.expected(), {}, context.names()
+    wanted, spec, names, pictures = context.expected(), {}, context.names(), images(model)
     for name, (_, ref) in names.items():
+        if name in pictures:  # one encoded image: a bytes feature
+            spec[ref] = tf.io.FixedLenFeature([], tf.string)
+            continue
         want = wanted.get(name, Wanted((), "float"))
         context.refuse_named_dims(name, want.shape)  # a fixed-length feature has no length of its own
         spec[ref] = tf.io.FixedLenFeature(list(want.shape), tf.int64 if want.kind == "int" else tf.float32)
-    inputs = {i.name: i.dtype for i in context.ir.inputs}
+    inputs = {i.name: i for i in context.ir.inputs}
+
+    def value(name: str, parsed: tf.Tensor) -> tf.Tensor:
+        if name not in pictures:
+            return tf.cast(parsed, inputs[name].dtype)
+        size, channels = pictures[name].size, int(inputs[name].shape[-1])  # validate: 1 or 3 (kinds/sources)
+        return as_input(decode_image(parsed, size, channels), inputs[name].dtype)
 
     def parse(record: tf.Tensor) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]:
         parsed = tf.io.parse_single_example(record, spec)
-        features = {n: tf.cast(parsed[ref], inputs[n]) for n, (_, ref) in names.items() if n in inputs}
+        features = {n: value(n, parsed[ref]) for n, (_, ref) in names.items() if n in inputs}
         labels = {n: parsed[ref] for n, (_, ref) in names.items() if n not in inputs}
         return features, labels
 
     return spec, parse
-
-
-def _scan(context: SourceContext, shard: Path, spec: dict[str, Any], wanted: dict[str, Wanted], where: str) -> int:
-    """Read one shard once, parsing and checking its records a batch at a time; its number of records."""
-    import tensorflow as tf
-
-    count, batches = 0, iter(tf.data.TFRecordDataset(str(shard)).batch(SCAN_CHUNK))
-    while True:
-        try:
-            chunk = next(batches)
-        except StopIteration:
-            return count
-        except tf.errors.DataLossError as exc:
-            index = count + _readable(shard, count)
-            raise context.fail((context.kind,), f"{where}cannot read record {index}: {_reason(exc)}; "
-                               "the file is damaged or not a TFRecord file") from None
-        count = _check_chunk(context, chunk, count, spec, wanted, where)
 
 
 def _reason(exc: Any) -> str:
@@ -132,24 +158,114 @@ def _readable(shard: Path, start: int) -> int:
     return readable
 
 
-def _check_chunk(context: SourceContext, chunk: tf.Tensor, start: int, spec: dict[str, Any],
-                 wanted: dict[str, Wanted], where: str) -> int:
-    import tensorflow as tf
+class Scan:
+    """The pass before the first step: every record parsed and checked a chunk at a time, the records kept
+    counted, and (skip_bad) the records that do not parse or whose image does not decode set aside.
 
-    try:
-        parsed = tf.io.parse_example(chunk, spec)
-    except tf.errors.InvalidArgumentError:
-        for offset, record in enumerate(chunk.numpy()):  # find the record, for the message
+    What skip_bad skips is a record whose frame reads whole (its length and checksums are right) but whose
+    content is wrong: not a tf.train.Example, a key missing or of the wrong type or length, an image that is
+    not an image or does not decode. A frame that does not read (a truncated or corrupt shard), a value that
+    is wrong (NaN, a label out of range) and an image over max_pixels still stop the run.
+    """
+
+    def __init__(self, context: SourceContext, model: Any, spec: dict[str, Any], wanted: dict[str, Wanted]):
+        self.context, self.model, self.spec, self.wanted = context, model, spec, wanted
+        self.pictures = {name: ref for name, (_, ref) in context.names().items() if name in images(model)}
+        self.channels = {i.name: int(i.shape[-1]) for i in context.ir.inputs if i.name in self.pictures}
+        self.count = self.total = 0
+        self.skipped: dict[Path, list[int]] = {}
+
+    def shard(self, shard: Path, where: str) -> None:
+        """Read one shard once, a chunk of records at a time (flat memory)."""
+        import tensorflow as tf
+
+        start, batches = 0, iter(tf.data.TFRecordDataset(str(shard)).batch(SCAN_CHUNK))
+        while True:
             try:
-                tf.io.parse_single_example(record, spec)
+                chunk = next(batches)
+            except StopIteration:
+                self.total += start
+                return
+            except tf.errors.DataLossError as exc:
+                index = start + _readable(shard, start)
+                raise self.context.fail((self.context.kind,), f"{where}cannot read record {index}: {_reason(exc)}; "
+                                        "the file is damaged or not a TFRecord file") from None
+            self._chunk(shard, list(chunk.numpy()), start, where)
+            start += int(chunk.shape[0])
+
+    def say_skipped(self) -> None:
+        """How many records skip_bad left out, and the first few (said, never silent)."""
+        shown = [f"{_name(self.context, shard)} record {index}" for shard, indexes in self.skipped.items()
+                 for index in sorted(indexes)][:SHOWN]
+        if shown:
+            skipped = sum(len(i) for i in self.skipped.values())
+            print(f"data.{self.context.stage}: skipped {skipped} of {self.total} records that do not parse or whose "
+                  f"image does not decode (skip_bad): {'; '.join(shown)}{'; ...' if skipped > SHOWN else ''}")
+
+    def _skip(self, shard: Path, index: int) -> None:
+        if index not in self.skipped.setdefault(shard, []):
+            self.skipped[shard].append(index)
+
+    def _chunk(self, shard: Path, records: list[bytes], start: int, where: str) -> None:
+        parsed, kept = self._parse(shard, records, start, where)
+        good = np.ones(len(kept), bool)
+        for name, ref in self.pictures.items():
+            good &= self._images(parsed[ref], self.channels[name],
+                                 lambda i, ref=ref: f"{where}record {kept[i]}, key '{ref}'")
+        for shard_index in kept[~good]:
+            self._skip(shard, int(shard_index))
+        kept = kept[good]
+        for name, (_, ref) in self.context.names().items():
+            if name in self.wanted and name not in self.pictures:
+                self.context.check_values(name, parsed[ref].numpy()[good], self.wanted[name],
+                                          lambda n, index, flat, ref=ref: f"{where}record {kept[index[0]]}, key "
+                                          f"'{ref}'" + (f" (element {list(index[1:])})" if len(index) > 1 else ""))
+        self.count += len(kept)
+
+    def _parse(self, shard: Path, records: list[bytes], start: int, where: str) -> tuple[dict[str, Any], np.ndarray]:
+        """The chunk parsed, and each parsed row's record index; a record that does not parse is an error, or
+        skipped."""
+        import tensorflow as tf
+
+        try:
+            return tf.io.parse_example(records, self.spec), np.arange(start, start + len(records))
+        except tf.errors.InvalidArgumentError:
+            pass
+        bad = []
+        for offset, record in enumerate(records):  # find the records, for the message
+            try:
+                tf.io.parse_single_example(record, self.spec)
             except tf.errors.InvalidArgumentError as exc:
-                raise context.fail((context.kind,), f"{where}cannot parse record {start + offset}: {_reason(exc)}") \
-                    from None
-        raise context.fail((context.kind,), f"{where}cannot parse records {start} to "
-                           f"{start + int(chunk.shape[0]) - 1}") from None
-    for name, (_, ref) in context.names().items():
-        if name in wanted:
-            context.check_values(name, parsed[ref].numpy(), wanted[name],
-                                 lambda n, index, flat, ref=ref: f"{where}record {start + index[0]}, key '{ref}'"
-                                 + (f" (element {list(index[1:])})" if len(index) > 1 else ""))
-    return start + int(chunk.shape[0])
+                if not self.model.skip_bad:
+                    raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
+                                            f"{_reason(exc)}") from None
+                bad.append(offset)
+                self._skip(shard, start + offset)
+        if not bad:
+            raise self.context.fail((self.context.kind,), f"{where}cannot parse records {start} to "
+                                    f"{start + len(records) - 1}") from None
+        keep = [o for o in range(len(records)) if o not in bad]
+        return tf.io.parse_example(tf.constant([records[o] for o in keep], tf.string), self.spec), start + np.array(
+            keep, np.int64)
+
+    def _images(self, encoded: tf.Tensor, channels: int, where: Callable[[int], str]) -> np.ndarray:
+        """Which encoded images pass their header check and decode; the others are an error, or skipped."""
+        import tensorflow as tf
+
+        blobs = encoded.numpy()
+        good = np.ones(len(blobs), bool)
+        for i, blob in enumerate(blobs):
+            try:
+                check_header(io.BytesIO(blob), self.model.max_pixels)
+            except DataError as exc:
+                if not self.model.skip_bad or isinstance(exc, OverBound):  # an image over the bound: never skipped
+                    raise self.context.fail((self.context.kind,), f"{where(i)} {exc}") from None
+                good[i] = False
+        checked = np.flatnonzero(good)
+        for i in (checked[j] for j in undecodable(tf.gather(encoded, checked), channels)):
+            if not self.model.skip_bad:
+                why = decode_error(blobs[i], channels) or "does not decode"
+                raise self.context.fail((self.context.kind,), f"{where(i)} does not decode: {why}; "
+                                        "replace or drop the record (or set skip_bad: true on the source)")
+            good[i] = False
+        return good
