@@ -47,7 +47,7 @@ source    tfrecord {shards}/train-*.tfrecord: features image <- x; labels label 
 files     2: {shards}/train-00000.tfrecord, {shards}/train-00001.tfrecord
 examples  40
 classes   10 of label 'label': {", ".join(f"{i}: {c}" for i, c in enumerate(counts))}
-tfrecord  streamed, 4 shard(s) read at once (cycle_length), cache none
+tfrecord  streamed, up to 4 shard(s) read at once (cycle_length), cache none
 augment   none
 batches   16 examples, full batches only, shuffled (buffer 32, seed 5): 2 a pass
           image [16, 8, 8, 1] float32

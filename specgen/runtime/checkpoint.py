@@ -5,6 +5,8 @@ Layout of a run's checkpoint folder:
     ckpt-00000100/variables.{index,data-*}  every saved variable under its spec path
                                             (the TF name-based format: tf.train.load_checkpoint reads it)
     ckpt-00000100/data.{index,data-*}       the training data iterator's position
+    ckpt-00000100/data-w{i}.{index,data-*}  instead, under multi_worker with file-sharded data: worker i's
+                                            position, one per worker (meta.json's `data_workers` says how many)
     ckpt-00000100/meta.json                 step, spec name, save serial, --set overrides, data settings,
                                             and with `targets:` each target variable's online variable
     latest                                  the name of the newest complete checkpoint
@@ -18,6 +20,8 @@ taken (an existing checkpoint is never replaced or removed to make room), and on
 name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
 older checkpoint saves lower step numbers than the ones it abandoned.
+
+With file-sharded data every worker's iterator differs and each saves its own (runtime/positions.py).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from specgen.runtime.integrity import (
     unreadable_error,
 )
 from specgen.runtime.keras_weights import is_keras_file
+from specgen.runtime.positions import Positions, fsync_files, gather
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)
@@ -55,8 +60,9 @@ TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours:
 
 
 class CheckpointFolder:
-    def __init__(self, directory: Path, keep: int):
-        self.directory, self.keep = directory, keep
+    def __init__(self, directory: Path, keep: int, positions: Positions | None = None):
+        """`positions`: set when every worker's data position is saved (file-sharded data), None for one."""
+        self.directory, self.keep, self.positions = directory, keep, positions
 
     def saved(self) -> list[Saved]:
         """Every ckpt-* folder with a readable meta.json, oldest first in save order."""
@@ -129,6 +135,8 @@ class CheckpointFolder:
         shutil.rmtree(temp, ignore_errors=True)
         try:
             self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
+            if self.positions is not None:
+                gather(self.positions, temp, step, iterator)
             os.rename(temp, final)  # `final` is free: nothing is replaced
         except (OSError, tf.errors.OpError) as exc:
             shutil.rmtree(temp, ignore_errors=True)  # gives the space back; `remove_temporaries` would, later
@@ -139,16 +147,17 @@ class CheckpointFolder:
         self.write_state(final)
         return final
 
-    @staticmethod
-    def _write(temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
+    def _write(self, temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
         temp.mkdir()
         names = list(variables)
         tf.raw_ops.SaveV2(prefix=str(temp / "variables"), tensor_names=names, shape_and_slices=[""] * len(names),
                           tensors=[variables[n].read_value() for n in names])
-        if iterator is not None:
+        if self.positions is not None:
+            meta = {**meta, "data_workers": self.positions.workers}
+        elif iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
         write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        _fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
+        fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
 
     def write_state(self, newest: Path) -> None:
         """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
@@ -201,16 +210,6 @@ def _quote(text: str) -> str:
 def _is_ckpt_name(name: str) -> bool:
     """A name `latest` may hold: one ckpt-* entry of the folder itself, never a path elsewhere."""
     return name.startswith("ckpt-") and "/" not in name and "\\" not in name
-
-
-def _fsync_files(folder: Path) -> None:
-    for path in folder.iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_folder(folder)
 
 
 def _use_elsewhere(path: Path) -> str:

@@ -5,7 +5,8 @@ specgen/runtime/sources/ (named by the kind's `SourceDef.reader` in specgen/kind
 through one interface: `read(SourceContext) -> Source`, a dataset of examples and its size. Here the
 stage's reader is looked up and run, the size is checked, and the examples are batched, shuffled with
 the spec's seed and repeated into the iterator that checkpoints save (so a resumed run continues
-bit-identically). Distribution slices the global batches this builds (runtime/distribute.py).
+bit-identically). Distribution slices the global batches this builds (runtime/distribute.py); under
+`multi_worker` a sharded source gives each worker its own files instead (`for_worker`).
 
 TensorFlow is imported only where a dataset is built.
 """
@@ -13,20 +14,22 @@ TensorFlow is imported only where a dataset is built.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds import augment, pointers
 from specgen.kinds.sources import REGISTRY
-from specgen.runtime.sources.base import DataError, Source
+from specgen.runtime.sources.base import DataError, Source, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 from specgen.spec.load import LoadedSpec
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["DataError", "Source", "eval_batches", "read_stage", "training_batches", "unreadable_mid_run"]
+__all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "read_stage", "training_batches",
+           "unreadable_mid_run"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -61,6 +64,47 @@ def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.d
     batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
                .batch(batch, drop_remainder=True).repeat())
     return (source.augment(batches) if source.augment else batches).prefetch(tf.data.AUTOTUNE)
+
+
+@dataclass(frozen=True)
+class WorkerData:
+    """What one worker of a multi_worker run trains on: its source, its batch and the line that says how."""
+
+    source: Source
+    batch: int  # this worker's batches (the global batch when every worker reads everything)
+    sharded: bool  # True: disjoint files per worker; False: every worker reads all and keeps its replicas' slices
+    note: str
+
+
+def for_worker(source: Source, name: str, index: int, workers: int, batch: int, buffer: int) -> WorkerData:
+    """Worker `index` of `workers`: its disjoint share of the files when the source has at least one per worker
+    (batches of batch / workers), else all of it (the fallback). `name`: the source, for the note."""
+    count = len(source.files) or 1
+    if source.split is None or count < workers:
+        why = ("its kind is not sharded by file" if source.split is None
+               else f"{count} shard(s) for {workers} workers: fewer than one each")
+        return WorkerData(source, batch, False, f"data.train: each of the {workers} workers reads all of {name} ({why}) "
+                          "and keeps its replicas' slices of each global batch")
+    share = source.split(index, workers)
+    names = ", ".join(f.name for f in share.files)
+    inexact = _inexact(source, share, workers, buffer)
+    how = ("each global batch holds the one-process examples" if not inexact
+           else f"deterministic for this worker count, not the one-process order ({inexact})")
+    return WorkerData(replace(source, dataset=share.dataset, examples=share.examples, files=share.files),
+                      batch // workers, True, f"data.train: file-sharded: worker {index} of {workers} reads "
+                      f"{len(share.files)} of {share.shards} shards ({names}), {share.examples} examples, batches of "
+                      f"{batch // workers} of the global {batch}; {how}")
+
+
+def _inexact(source: Source, share: WorkerShare, workers: int, buffer: int) -> str:
+    """Why a file-sharded run does not see the one-process batches, "" when it does (docs/training.md)."""
+    return "; ".join(why for bad, why in (
+        (source.augment is not None, "augmentation draws for each worker's batch"),
+        (buffer != 1, f"train.shuffle_buffer {buffer} shuffles records within each worker"),
+        (not share.equal, "the shards hold different numbers of records"),
+        (share.shards % workers != 0, f"{share.shards} shards do not divide among {workers} workers"),
+        (share.cycle % workers != 0, f"{share.cycle} shards read at once do not divide among {workers} workers"))
+        if bad)
 
 
 def eval_batches(source: Source, batch: int) -> tf.data.Dataset:

@@ -6,6 +6,11 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
   own contiguous slice of every global batch: tf.data's AutoShardPolicy.DATA, done by hand, so that a
   step sees exactly the examples of the one-process step and the iterator saved with a checkpoint is
   the plain one every worker can restore.
+- Except under `multi_worker` for a source with at least one shard per worker (streamed tfrecord): there
+  each worker reads its own files (AutoShardPolicy.FILE, by hand: runtime/data.py's `for_worker`) in
+  batches of global batch / workers, which its own replicas slice; each worker's iterator differs, so
+  each saves its own position into the checkpoint (runtime/positions.py). With equal shards and no
+  record shuffle, worker w's n-th batch is global batch n's examples from its shards (docs/training.md).
 - The generated step all-reduces the gradients (MEAN of per-replica means = the global batch's
   gradient) before clipping and the updates, so each replica applies the same update.
 - Variables are created with an aggregation that makes the generated updates legal in replica context:
@@ -38,12 +43,16 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.distribute import DistributeIR
+from specgen.ir.training.model import TrainIR
 from specgen.paths import shown
+from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.cluster import Role, check_replicas, read_role
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
+from specgen.runtime.positions import Positions
+from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 
 PACK_BYTES = 32 * 1024 * 1024  # all-reduce packs (CommunicationOptions.bytes_per_pack)
@@ -84,11 +93,13 @@ def aggregation(name: str, update_paths: frozenset[str]) -> tf.VariableAggregati
     return tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 
-def own_slice(tensor: tf.Tensor) -> tf.Tensor:
-    """This replica's contiguous share of a global batch (the first rows to replica 0; uneven eval batches too)."""
+def own_slice(tensor: tf.Tensor, workers: int = 1) -> tf.Tensor:
+    """This replica's contiguous share of a global batch (the first rows to replica 0; uneven eval batches too).
+    `workers` > 1: the batch is this worker's own (file-sharded data), shared among its local replicas only
+    (replica ids run worker by worker: worker w's are w * local ... w * local + local - 1)."""
     context = tf.distribute.get_replica_context()
-    count = context.num_replicas_in_sync
-    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    count = context.num_replicas_in_sync // workers
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32) % count
     rows = tf.shape(tensor)[0]
     return tensor[rows * replica // count: rows * (replica + 1) // count]
 
@@ -110,19 +121,54 @@ class Replicas(Distribution):
 
     def __init__(self, strategy: tf.distribute.Strategy, role: Role, settings: DistributeIR):
         self.strategy, self.role, self.settings = strategy, role, settings
-        self.count = strategy.num_replicas_in_sync
+        self.count, self.workers = strategy.num_replicas_in_sync, role.workers
         self.chief = role.chief
         self.lost = LOST
         self._temporary: Path | None = None
         self._steps: Callable[..., Any] | None = None
         self._calls: dict[str, Callable[..., Any]] = {}
+        self._sync: Callable[[], Any] | None = None
+        self.data_workers = 1  # workers whose batches are their own (file-sharded data): see own_slice
+        self._notes: list[str] = []
+
+    def training_data(self, source: Source, batch: int, train: TrainIR, run: Path, name: str = "") -> tuple[Source, int]:
+        """Under multi_worker: this worker's share of a sharded source, or all of it (runtime/data.py's for_worker)."""
+        if self.settings.strategy != "multi_worker" or self.role.workers < 2:
+            return source, batch
+        index, workers = self.worker_index(), self.role.workers
+        mine = data.for_worker(source, name, index, workers, batch, train.shuffle_buffer)
+        self._notes.append(mine.note)
+        if mine.sharded:
+            self.data_workers = workers
+            self.positions = Positions(index, workers, run, self.barrier)
+        return mine.source, mine.batch
+
+    def worker_index(self) -> int:
+        """This worker's place among the training tasks, as TensorFlow numbers them: the chief first, then workers."""
+        if self.role.task_type == "chief":
+            return 0
+        chief = "chief" in self.strategy.cluster_resolver.cluster_spec().jobs
+        return self.role.task_id + (1 if chief else 0)
+
+    def barrier(self) -> None:
+        """Returns once every worker has called it: one all-reduce of a constant."""
+        if self._sync is None:
+            strategy = self.strategy
+
+            @tf.function
+            def sync() -> tf.Tensor:
+                context = tf.distribute.get_replica_context
+                return strategy.run(lambda: context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0)))
+
+            self._sync = sync
+        self._sync()
 
     def describe(self) -> list[str]:
         local = len(self.strategy.extended.worker_devices)
         where = f"{self.role.workers} worker(s) x {local} device(s)" if self.settings.strategy == "multi_worker" \
             else f"{local} device(s)"
         return [f"{self.settings.strategy}: {self.count} replicas ({where}); this process is {self.role.name}" +
-                (" (chief)" if self.role.chief else "")]
+                (" (chief)" if self.role.chief else ""), *self._notes]
 
     @contextlib.contextmanager
     def scope(self, update_paths: frozenset[str]) -> Iterator[None]:
@@ -161,10 +207,10 @@ class Replicas(Distribution):
                     seed: int) -> tf.Tensor:
         """`steps` updates in one graph; the loss of the last, averaged over replicas (the global batch's mean)."""
         if self._steps is None:
-            strategy = self.strategy
+            strategy, workers = self.strategy, self.data_workers
 
             def replica_step(features: Any, labels: Any, step_seed: tf.Tensor) -> tf.Tensor:
-                features, labels = tf.nest.map_structure(own_slice, (features, labels))
+                features, labels = tf.nest.map_structure(lambda t: own_slice(t, workers), (features, labels))
                 return python_body(trainer.train_step)(features, labels, replica_seed(step_seed))
 
             def step_at(i: tf.Tensor, counter: tf.Tensor) -> Any:
@@ -187,11 +233,12 @@ class Replicas(Distribution):
         cache = self._calls
         if name not in cache:
             strategy, step = self.strategy, python_body(step)
+            workers = 1 if name == "eval" else self.data_workers  # eval batches are global: every worker reads all
 
             def replica(*values: Any) -> Any:
                 if not values:
                     return step()
-                sliced = list(tf.nest.map_structure(own_slice, values[:2]))
+                sliced = list(tf.nest.map_structure(lambda t: own_slice(t, workers), values[:2]))
                 extra = [replica_seed(values[2])] if len(values) > 2 else []
                 return step(*sliced, *extra)
 

@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from specgen.ir.training.model import TrainIR
 from specgen.runtime.lib.interface import AccumulatingTrainer, SteppingTrainer
+from specgen.runtime.positions import Positions
+from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Distribution"]
@@ -31,11 +33,18 @@ class Distribution:
 
     chief = True  # this process writes the run folder
     count = 1  # replicas in sync
+    workers = 1  # processes that train together
     lost: tuple[type[Exception], ...] = ()
+    positions: Positions | None = None  # set when each worker saves its own data position (file-sharded data)
 
     def describe(self) -> list[str]:
         """Lines `specgen train` prints about where it runs (none for one device)."""
         return []
+
+    def training_data(self, source: Source, batch: int, train: TrainIR, run: Path, name: str = "") -> tuple[Source, int]:
+        """This process's training examples and its batch: all of them, the global batch (`Replicas` may shard).
+        `run`: the run folder; `name`: the source, for the line that says how it is read."""
+        return source, batch
 
     def scope(self, update_paths: frozenset[str]) -> contextlib.AbstractContextManager[None]:
         """Where the model and trainer variables are created (`update_paths`: the batch-norm statistics)."""

@@ -121,19 +121,31 @@ def verify(folder: Path, need_data: bool = True) -> dict[str, Any]:
     """meta.json of a checkpoint folder whose every file reads back whole, and whose step matches its variables."""
     meta = read_meta(folder)
     values = read_all(folder / "variables")
-    if need_data and not (folder / "data.index").is_file():
-        # Refused rather than resumed with a fresh iterator: that would break the promise that a resumed
-        # run ends bitwise where an uninterrupted one does, and a missing file means the folder was damaged.
-        raise Unreadable(folder / "data.index", "the file is missing (the data iterator's position: without it "
-                         "a resumed run would not continue the data where it stopped)")
-    if need_data:
-        read_all(folder / "data")
+    for name in _positions(folder, meta) if need_data else []:
+        if not (folder / f"{name}.index").is_file():
+            # Refused rather than resumed with a fresh iterator: that would break the promise that a resumed
+            # run ends bitwise where an uninterrupted one does, and a missing file means the folder was damaged.
+            raise Unreadable(folder / f"{name}.index", "the file is missing (the data iterator's position: without "
+                             "it a resumed run would not continue the data where it stopped)")
+        read_all(folder / name)
     step = values.get(keys.STEP)
     if step is not None and int(step.numpy()) != meta["step"]:
         text = (folder / META).read_text()
         raise Unreadable(folder / META, f"'step' is {meta['step']}, but the checkpoint's global_step is "
                          f"{int(step.numpy())}", key_position(text, "step"))
     return meta
+
+
+def _positions(folder: Path, meta: dict[str, Any]) -> list[str]:
+    """The data positions a checkpoint must hold: `data`, or one `data-w{i}` per worker of a file-sharded run."""
+    workers = meta.get("data_workers")
+    if workers is None:
+        return ["data"]
+    if type(workers) is not int or workers < 2:
+        text = (folder / META).read_text()
+        raise Unreadable(folder / META, f"'data_workers' is {workers!r}; expected the number of workers (2 or more) "
+                         "whose data positions it holds", key_position(text, "data_workers"))
+    return [f"data-w{i}" for i in range(workers)]
 
 
 def intact_beside(folder: Path, need_data: bool = True) -> Path | None:

@@ -102,7 +102,7 @@ def refuse(source: TfRecordSource, inputs: Mapping[str, Any]) -> list[Refusal]:
 def describe(source: Any) -> list[str]:
     """`specgen data`'s lines for this kind's own keys."""
     cache = source.cache or "none"
-    lines = [f"streamed, {source.cycle_length} shard(s) read at once (cycle_length), cache {cache}"]
+    lines = [f"streamed, up to {source.cycle_length} shard(s) read at once (cycle_length), cache {cache}"]
     lines += [f"{name} <- {f.key}: decoded (JPEG, PNG, BMP, GIF's first frame), resized to {f.size} (bilinear), "
               f"at most {source.max_pixels:,} pixels" for name, f in images(source).items()]
     if source.skip_bad:

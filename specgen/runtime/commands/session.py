@@ -29,6 +29,7 @@ from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
+from specgen.runtime.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 
@@ -60,7 +61,7 @@ class Session:
         self.distribution = distribution if distribution is not None else Distribution()  # one device by default
         # Under a strategy only the chief writes the run folder; the other workers write a temporary one.
         self.writes = self.distribution.write_folder(self.folder)
-        self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep)
+        self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep)  # `positions` set once data is read
         self.every = training.checkpoint.every_steps
         train = self.train_ir
         train_source = data.read_stage(loaded, self.ir, "train")
@@ -70,15 +71,19 @@ class Session:
         self.restore_plan = self._plan_restore() if self.begin.checkpoint is None else None
         if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
             open_run_folder(self.begin, self.folder, options.fresh)
-        self.train_source, self.examples = train_source, train_source.examples
+        self.examples = train_source.examples
         self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
+        # This process's examples and batch: under multi_worker with sharded files, its own share (distribute.py).
+        self.train_source, self.worker_batch = self.distribution.training_data(
+            train_source, self.batch_size, train, self.folder, training.data["train"].path.name)
+        self.checkpoints.positions = self.distribution.positions
         self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
         tf.config.experimental.enable_op_determinism()
         with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
             self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        batches = data.training_batches(train_source, self.batch_size, train.seed, train.shuffle_buffer)
+        batches = data.training_batches(self.train_source, self.worker_batch, train.seed, train.shuffle_buffer)
         self.iterator = iter(batches)
         self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
@@ -140,11 +145,12 @@ class Session:
             changed = [f"{k} {saved.get(k)} -> {v}" for k, v in now.items() if saved.get(k) != v]
         else:  # written before data settings were saved: find a batch-size change by reading one batch
             changed = [] if self._position_fits(path) else ["batch_size"]
+        position = position_prefix(path, self.begin.meta, self.distribution.positions, self.distribution.workers)
         if not changed:
-            tf.train.Checkpoint(iterator=self.iterator).read(str(path / "data")).assert_consumed()
+            tf.train.Checkpoint(iterator=self.iterator).read(str(position)).assert_consumed()
             return ""
         seed = self.train_ir.seed + int(self.begin.meta["step"])
-        batches = data.training_batches(self.train_source, self.batch_size, seed,
+        batches = data.training_batches(self.train_source, self.worker_batch, seed,
                                         self.train_ir.shuffle_buffer)
         self.iterator = iter(batches)
         return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
@@ -152,7 +158,7 @@ class Session:
                 "(train.seed + step)")
 
     def _position_fits(self, path: Path) -> bool:
-        probe = iter(data.training_batches(self.train_source, self.batch_size, self.train_ir.seed,
+        probe = iter(data.training_batches(self.train_source, self.worker_batch, self.train_ir.seed,
                                            self.train_ir.shuffle_buffer))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
         try:

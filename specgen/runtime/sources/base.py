@@ -38,6 +38,22 @@ class Source:
     classes: tuple[tuple[str, int], ...] | None = None
     # data.train's augmentation over repeated batches (specgen/runtime/augment); None: none declared
     augment: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    # Worker `index` of `workers` under multi_worker: its share of the files (runtime/data.py's for_worker);
+    # None for a source that is one file (every worker reads it all and keeps its replicas' slices).
+    split: Callable[[int, int], WorkerShare] | None = None
+
+
+@dataclass
+class WorkerShare:
+    """One worker's disjoint share of a sharded source: its files (every `workers`-th of the seeded file order)
+    streamed as the whole source streams, with the facts that decide whether it matches the one-process order."""
+
+    dataset: tf.data.Dataset
+    examples: int
+    files: tuple[Path, ...]
+    shards: int  # of the whole source
+    cycle: int  # shards the whole source reads at once (min(cycle_length, shards))
+    equal: bool  # every shard of the whole source holds the same number of records
 
 
 @dataclass(frozen=True)

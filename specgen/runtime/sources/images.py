@@ -17,7 +17,7 @@ import numpy as np
 
 from specgen.runtime.sources.base import DataError, Source
 from specgen.runtime.sources.context import SourceContext
-from specgen.runtime.sources.decode import EXTENSIONS, check_header, decode_error, decode_image
+from specgen.runtime.sources.decode import EXTENSIONS, READ_BACK, check_header, decode_error, decode_image
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -168,6 +168,9 @@ def _undecodable(files: list[Path], channels: int) -> list[int]:
 
     indexes = tf.data.Dataset.from_tensor_slices((tf.range(len(files)), tf.constant([str(f) for f in files])))
     good = np.zeros(len(files), bool)
-    for index, _ in indexes.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors().as_numpy_iterator():
+    decoded = indexes.map(decodes, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors()
+    # Read back in batches: one iterator call per image made this pass 2-9x slower (0.8-2.6 ms against 0.3-0.7 ms
+    # per image for 1,000 128x128 JPEG files), and every start, a --resume too, runs it
+    for index, _ in decoded.batch(READ_BACK).as_numpy_iterator():
         good[index] = True
     return [int(i) for i in np.flatnonzero(~good)]

@@ -12,6 +12,7 @@ filtered out by their number in their shard; runtime/data.py shuffles and batche
 
 from __future__ import annotations
 
+import functools
 import glob
 import io
 import re
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specgen.kinds.sources.tfrecord import entries, images
-from specgen.runtime.sources.base import DataError, Source, Wanted
+from specgen.runtime.sources.base import DataError, Source, Wanted, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.decode import OverBound, as_input, check_header, decode_error, decode_image, undecodable
 
@@ -42,21 +43,51 @@ def read(context: SourceContext) -> Source:
     spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
     scan = Scan(context, model, spec, wanted)
+    counts = []  # records kept in each shard (for multi_worker's shares: worker_share)
     for shard in shards:
+        before = scan.count
         scan.shard(shard, f"shard {_name(context, shard)}, " if named else "")
+        counts.append(scan.count - before)
     scan.say_skipped()
     files = tf.data.Dataset.from_tensor_slices([str(s) for s in shards])
-    if context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1:
+    if _shuffles_files(context, model, shards):
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
         files = files.shuffle(len(shards), seed=context.training.train.seed, reshuffle_each_iteration=False)
-    records = files.interleave(_opener(scan.skipped, shards), cycle_length=min(model.cycle_length, len(shards)),
+    opener = _opener(scan.skipped, shards)
+    records = files.interleave(opener, cycle_length=min(model.cycle_length, len(shards)),
                                block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
     if model.cache is not None:
         dataset = dataset.cache("" if model.cache == "memory" else str(context.loaded.folder / model.cache))
-    return Source(dataset, scan.count, tuple(shards))
+    split = functools.partial(worker_share, context, model, (shards, counts), files, opener, parse)
+    return Source(dataset, scan.count, tuple(shards), split=split)
+
+
+def _shuffles_files(context: SourceContext, model: Any, shards: list[Path]) -> bool:
+    return context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1
+
+
+def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], list[int]], files: tf.data.Dataset,
+                 opener: Any, parse: Any, index: int, workers: int) -> WorkerShare:
+    """Worker `index` of `workers` (under multi_worker): shards index, index + workers, ... of the seeded file order
+    (the same on every worker), streamed like the whole source with cycle_length / workers shards open at once, so
+    that with equal shards each global batch holds the one-process examples (docs/training.md says when).
+    `shards`: every shard and the records it keeps."""
+    import tensorflow as tf
+
+    order = [Path(p.decode()) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
+    mine, size = order[index::workers], dict(zip(*shards, strict=True))
+    cycle = min(model.cycle_length, len(size))
+    records = tf.data.Dataset.from_tensor_slices([str(s) for s in mine]).interleave(
+        opener, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True)
+    dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    if model.cache is not None:  # one cache per worker: workers sharing a cache file would clash
+        where = "" if model.cache == "memory" else f"{context.loaded.folder / model.cache}.w{index}-of-{workers}"
+        dataset = dataset.cache(where)
+    return WorkerShare(dataset, sum(size[s] for s in mine), tuple(mine), len(size), cycle, len(set(size.values())) == 1)
 
 
 def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:

@@ -1,0 +1,93 @@
+"""Data positions of a run whose workers read disjoint files (multi_worker, file-sharded data: runtime/data.py).
+
+Each worker's iterator is its own, so a checkpoint holds one position per worker, `data-w{i}.*`, and its
+meta.json says `"data_workers": W`. Each worker stages its position in `.ckpt-<step>.positions.tmp/` of the
+run folder (the shared folder every worker resumes from); after a collective barrier the chief moves them into
+its unpublished checkpoint folder, which it publishes by rename only when every worker's position is there.
+A position belongs to the files its worker read: a checkpoint resumes only with the worker count that wrote it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from specgen.atomic import fsync_folder
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
+from specgen.runtime.integrity import META
+
+
+@dataclass(frozen=True)
+class Positions:
+    """The data positions of a run whose workers read disjoint files: one per worker (`data-w{index}.*`)."""
+
+    index: int  # this worker's (0: the chief, which publishes the checkpoint)
+    workers: int
+    run: Path  # the run folder every worker can write (the positions are staged there for the chief)
+    barrier: Callable[[], None]  # returns once every worker has reached it (a collective)
+
+    def stage(self, step: int) -> Path:
+        return self.run / f".ckpt-{step:08d}.positions.tmp"  # a save's temporary: remove_temporaries clears it
+
+
+def gather(positions: Positions, temp: Path, step: int, iterator: Any) -> None:
+    """Every worker's data position into `temp` (the chief's) before it is published; each worker stages its
+    own in the run folder first. A position missing after the barrier fails the save (one line): a checkpoint
+    without every worker's position is never published (its unpublished folder is cleared at the next start)."""
+    stage = positions.stage(step)
+    stage.mkdir(parents=True, exist_ok=True)
+    own = f"data-w{positions.index}"
+    tf.train.Checkpoint(iterator=iterator).write(str(stage / own))
+    # Only its own files: the other workers are writing theirs here at the same time (temporaries renamed away).
+    fsync_files(stage, own + ".")
+    positions.barrier()
+    if positions.index != 0:
+        return
+    for worker in range(positions.workers):
+        if not (stage / f"data-w{worker}.index").is_file():  # not published: the next save or start clears it
+            raise SpecError([Diagnostic(shown(stage), None, f"worker {worker}'s data position is missing after "
+                                        "every worker saved: under multi_worker with file-sharded data every "
+                                        "worker writes its position into the run folder, which must be one "
+                                        "folder shared by all of them")])
+    for path in stage.iterdir():
+        os.rename(path, temp / path.name)
+    fsync_files(temp)
+    shutil.rmtree(stage)
+
+
+def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | None, workers: int) -> Path:
+    """This worker's data position in a checkpoint (`workers`: this run's). One line when the checkpoint holds
+    another number of positions: a position belongs to the files its worker read, so no re-shard continues exactly."""
+    saved = meta.get("data_workers")
+    now = positions.workers if positions is not None else None
+    if saved == now:
+        return folder / ("data" if positions is None else f"data-w{positions.index}")
+    held = (f"the data positions of {saved} workers that read disjoint shards" if saved
+            else "one data position (its workers each read all the data)")
+    here = (f"{now} workers that read disjoint shards" if now
+            else f"{workers} worker{'s' if workers > 1 else ''} reading all the data")
+    again = f"relaunch {saved} workers with --resume" if saved else "resume it where every worker reads all the data"
+    raise SpecError([Diagnostic(shown(folder / META), None, f"checkpoint {folder.name} holds {held}, but this run has "
+                                f"{here}: its data positions do not apply. To continue it, {again}; or start over "
+                                "with --fresh")])
+
+
+def fsync_files(folder: Path, prefix: str = "") -> None:
+    """Every file of `folder` (whose name starts with `prefix`), then the folder: a rename must not publish bytes
+    still in flight."""
+    for path in folder.iterdir():
+        if not path.name.startswith(prefix):
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_folder(folder)
