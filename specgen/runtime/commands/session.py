@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import tensorflow as tf
@@ -27,7 +28,7 @@ from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_resto
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
+from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
 from specgen.runtime.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
@@ -200,6 +201,15 @@ class Session:
         epochs = self.options.epochs if self.options.epochs is not None else self.train_ir.epochs
         return self.step + epochs * self.updates_per_epoch
 
+    @property
+    def one_graph(self) -> bool:
+        """Whether `updates` runs a whole chunk in one graph call (gradient steps: `train_steps` is a tf.function).
+        Levenberg-Marquardt's `train_steps` and accumulating trainers call TensorFlow from Python once an update
+        or micro-batch, so the loop can stop (Ctrl-C) between two of their updates."""
+        steps = getattr(self.trainer, "train_steps", None)
+        return not isinstance(self.trainer, AccumulatingTrainer) and isinstance(
+            steps, tf.types.experimental.GenericFunction)
+
     def updates(self, count: int) -> tf.Tensor:
         """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step)."""
         loss = self.distribution.updates(self.trainer, self.iterator, self.step, count, self.train_ir)
@@ -227,14 +237,16 @@ class Session:
         for metric in self.trainer.metrics:
             metric.reset()
 
-    def evaluate(self) -> dict[str, float]:
-        """The eval stage: metrics reset first; on the weights the features choose (EMA shadows when asked)."""
+    def evaluate(self, between: Callable[[], None] = lambda: None) -> dict[str, float]:
+        """The eval stage: metrics reset first; on the weights the features choose (EMA shadows when asked).
+        `between` runs after each batch (the loop's Ctrl-C check: it raises to stop)."""
         if self.eval_data is None:
             return {}
         self.reset_metrics()
         with hooks.evaluation_weights(self.trainer, self.train_ir):
             for features, labels in self.eval_data:
                 self.distribution.eval_step(self.trainer, features, labels)
+                between()
             results = self.metrics()
         self.reset_metrics()
         self._summaries("eval", results)

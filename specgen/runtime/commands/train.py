@@ -30,6 +30,7 @@ from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
 from specgen.runtime.distribution import Distribution
+from specgen.runtime.interrupt import Interrupts
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]
@@ -48,6 +49,20 @@ def _next_stop(session: Session, stop: int) -> int:
     marks = [stop, (step // LOG_EVERY + 1) * LOG_EVERY, (step // session.every + 1) * session.every,
              (step // session.updates_per_epoch + 1) * session.updates_per_epoch]
     return min(m for m in marks if m > step)
+
+
+def _updates(session: Session, count: int, interrupts: Interrupts) -> tf.Tensor:
+    """`count` updates, stopping for Ctrl-C between graph calls: after the chunk's one graph call (gradient steps),
+    after each update where Python drives TensorFlow update by update (Levenberg-Marquardt, accumulation)."""
+    if session.one_graph:
+        loss = session.updates(count)
+    else:
+        loss = tf.constant(0.0)
+        for _ in range(count):
+            loss = session.updates(1)
+            interrupts.check()
+    interrupts.check()
+    return loss
 
 
 def _interrupted(session: Session) -> SystemExit:
@@ -103,6 +118,32 @@ def _without_global_seed() -> Iterator[None]:
             tf.random.set_seed(saved)
 
 
+def _round(session: Session, stop: int, first: int, started: float, progress: TrainProgress,
+           interrupts: Interrupts) -> dict[str, float]:
+    """One chunk of updates up to the next log, checkpoint or epoch end, and what follows it; the eval
+    results when an epoch ended (else empty)."""
+    loss = float(_updates(session, _next_stop(session, stop) - session.step, interrupts))
+    if not math.isfinite(loss):
+        session.refuse_non_finite(loss)
+    step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
+    train_metrics = session.metrics() | hooks.progress_values(session.trainer)
+    line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
+    session._summaries("train", {"loss": loss, **session.loss_terms(loss), **session.learning_rates(),
+                                 **train_metrics})
+    if step % session.every == 0 and step != first:  # skipped updates (mixed_float16) leave step at first
+        session.save()
+    interrupts.check()  # a Ctrl-C during the save stops after it: the checkpoint is whole
+    epoch_end = step % session.updates_per_epoch == 0 or step == stop
+    progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
+    evaluated: dict[str, float] = {}
+    if epoch_end:
+        evaluated = session.evaluate(between=interrupts.check)
+        if evaluated:
+            progress.write(f"eval at step {step}: {_format(evaluated)}")
+        session.reset_metrics()
+    return evaluated
+
+
 def _written(error: OSError, folder: Path) -> str:
     """What a failed write was writing, in a few words (TensorBoard events, or the file)."""
     name = Path(str(error.filename or folder))
@@ -131,25 +172,10 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
           f"{session.examples} examples)")
     progress = TrainProgress(first, stop, options.quiet)  # after the lines above: a bar starts drawing at once
     try:
-        while session.step < stop:
-            loss = float(session.updates(_next_stop(session, stop) - session.step))
-            if not math.isfinite(loss):
-                session.refuse_non_finite(loss)
-            step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
-            train_metrics = session.metrics() | hooks.progress_values(session.trainer)
-            line = f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}"
-            session._summaries("train", {"loss": loss, **session.loss_terms(loss), **session.learning_rates(),
-                                         **train_metrics})
-            if step % session.every == 0 and step != first:  # skipped updates (mixed_float16) leave step at first
-                session.save()
-            epoch_end = step % session.updates_per_epoch == 0 or step == stop
-            progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
-            if epoch_end:
-                evaluated = session.evaluate()
-                if evaluated:
-                    progress.write(f"eval at step {step}: {_format(evaluated)}")
-                session.reset_metrics()
-    except KeyboardInterrupt:
+        with Interrupts() as interrupts:  # Ctrl-C is noted and acted on between TensorFlow calls (interrupt.py)
+            while session.step < stop:
+                evaluated = _round(session, stop, first, started, progress, interrupts) or evaluated
+    except KeyboardInterrupt:  # raised by interrupts.check(), or by Python where no handler could be installed
         progress.close()  # before the message, which would otherwise land on the bar's line
         raise _interrupted(session) from None
     finally:
