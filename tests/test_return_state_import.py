@@ -31,6 +31,9 @@ TOLERANCE = 1e-4
 
 
 def states_model() -> Any:
+    # `x[:, 0]` gets Keras' automatic name (get_item, get_item_1, ...) from a process-wide counter: clearing the
+    # session makes it the same whatever ran earlier in this pytest worker (CI once saw get_item_1).
+    keras.backend.clear_session()
     L = keras.layers
     x = keras.Input((7, 5), name="steps")
     seq, h, c = L.LSTM(4, return_sequences=True, return_state=True, name="enc")(x)
