@@ -110,9 +110,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     print("\n".join(export_lines(report)))
     if report["precision"]["precision"] != "fp32":
-        from specgen.runtime.precision.step import summary_lines
+        from specgen.report.export_lines import variant_lines
 
-        print("\n".join(summary_lines(shown(args.output), report["precision"])))
+        print("\n".join(variant_lines(shown(args.output), report["precision"])))
     if "triton" in report:
         print(f"triton model repository: {shown(report['triton'])}")
     return 0

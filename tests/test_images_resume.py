@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from test_distributed import command, latest_step
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -61,17 +61,8 @@ def write_spec(folder: Path) -> Path:
     return folder / "spec.yaml"
 
 
-def command(spec: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "specgen", "train", str(spec), "--quiet", *args]
-
-
 def environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def latest_step(run: Path) -> int:
-    pointer = run / "latest"
-    return int(pointer.read_text().strip().split("-")[1]) if pointer.is_file() else 0
 
 
 def saved_variables(run: Path) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_distributed import latest_step
 from tfrecord_helpers import digits, write_shards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,11 +50,6 @@ def write_spec(folder: Path) -> Path:
 def specgen(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specgen", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
-
-
-def latest_step(run: Path) -> int:
-    pointer = run / "latest"
-    return int(pointer.read_text().strip().split("-")[1]) if pointer.is_file() else 0
 
 
 def final_weights(run: Path) -> dict[str, np.ndarray]:

@@ -10,7 +10,6 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
-from specgen.report.export_lines import variant_lines
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
@@ -93,6 +92,3 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
               "fp32_bytes": len(model_bytes), **converted, **kernels, "accuracy": gated, "speed": speed}
     return Variant(name, definition.file_name, variant_bytes, report)
 
-
-# What `specgen export` prints about the variant it wrote (cli.py); `specgen report --html` shows the same lines.
-summary_lines = variant_lines

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -88,16 +88,18 @@ def as_input(pixels: tf.Tensor, dtype: str) -> tf.Tensor:
     return tf.cast(pixels, dtype)
 
 
-def undecodable(encoded: Sequence[bytes] | tf.Tensor, channels: int) -> list[int]:
+def undecodable(encoded: Sequence[bytes] | Sequence[str] | tf.Tensor, channels: int,
+                read: Callable[[tf.Tensor], tf.Tensor] | None = None) -> list[int]:
     """Indexes of the encoded images (a list of bytes or a string tensor) that do not decode: one parallel pass
-    that keeps only each good one's index, read back in batches (one call per index costs milliseconds)."""
+    that keeps only each good one's index, read back in batches (one call per index costs milliseconds).
+    `read`: each string's bytes (the images source passes file paths and tf.io.read_file)."""
     import numpy as np
     import tensorflow as tf
 
     def decodes(index: tf.Tensor, image: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # The pixels are returned (one, summed) because tf.data prunes a stateless decode whose output nothing
         # reads, control dependencies included; a bad image raises instead, and ignore_errors drops its index.
-        return index, tf.reduce_sum(decode_image(image, (1, 1), channels))
+        return index, tf.reduce_sum(decode_image(image if read is None else read(image), (1, 1), channels))
 
     count = len(encoded)
     if not count:
