@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specgen import __version__
-from specgen.diagnostics import SpecError, report_lines
+from specgen.diagnostics import SpecError, one_line, report_lines
 from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
@@ -223,9 +223,13 @@ def _refused(exc: SpecgenError | OSError) -> int:
         # folder) is never a traceback: one line naming the file and what to do.
         from specgen.atomic import describe
 
-        print(f"specgen: error: {describe(exc)}", file=sys.stderr)
+        print(f"specgen: error: {one_line(describe(exc))}", file=sys.stderr)
         return 1
-    print(f"specgen: error: {exc}", file=sys.stderr)  # one a command did not turn into a SpecError
+    # One a command did not turn into a SpecError. one_line: a file name or a record's text inside the
+    # message must not bring a line break, a terminal escape or a bidi override to the user's terminal.
+    # A message of several problems (a repository's) keeps one line per problem.
+    for line in str(exc).split("\n"):
+        print(f"specgen: error: {one_line(line)}", file=sys.stderr)
     return 1
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specgen.errors import SpecgenError
+from specgen.text import printable
 
 MAX_ECHO = 80  # characters of one received value (a name, a key, a number) in a message
 MAX_MESSAGE = 2000  # characters of a whole message; the longest real one lists ~40 op names
@@ -86,10 +87,7 @@ def _cut(text: str, limit: int) -> str:
 def one_line(text: str) -> str:
     """Escape line breaks and other control characters that a spec's own text can bring into
     a message (`unknown key 'a\\nb'`), so that every diagnostic stays one line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return printable(text)
 
 
 class SpecError(SpecgenError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specgen.text import printable
+
 
 def _bases() -> list[Path]:
     """The working directory as the shell names it and with links resolved (run folders are resolved)."""
@@ -22,10 +24,15 @@ def _bases() -> list[Path]:
     return [cwd] if resolved == cwd else [cwd, resolved]
 
 
-def shown(path: str | os.PathLike[str]) -> str:
+def shown(path: str | os.PathLike[str] | bytes) -> str:
     """`path` as printed: `runs/x/ckpt-00000066` for `/cwd/runs/x/ckpt-00000066`; `.` for the working
-    directory itself; anything relative or outside the working directory unchanged."""
-    text = os.fspath(path)
+    directory itself; anything relative or outside the working directory unchanged but for escaping:
+    control characters, bidi overrides and undecodable bytes print as escapes (`text.printable`),
+    because a file name can hold anything and a message stays one line that the terminal only shows."""
+    return printable(_relative(os.fsdecode(path)))
+
+
+def _relative(text: str) -> str:
     if not os.path.isabs(text):
         return text
     normal = Path(os.path.normpath(text))

@@ -38,6 +38,20 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collectio
     return "\n".join(table_lines(header, rows, right))
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on escaped: `a\\nb`, `\\u202e`, `\\x1b`, `\\udcff`.
+
+    Line breaks, control characters, bidi overrides and other format characters (Unicode Cf, which
+    Python counts as not printable) and the lone surrogates that stand for a file name's undecodable
+    bytes all become their Python escape, so a name from a folder listing or a hostile file can neither
+    break a message's one line, set a terminal's title nor reorder what the reader sees.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+
+
 def quote(value: str) -> str:
     """The one escaping rule for free text in a comment line: Python's repr.
 
