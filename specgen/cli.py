@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from specgen import __version__
+from specgen import __version__, native_logs
 from specgen.diagnostics import SpecError, one_line, report_lines
 from specgen.errors import SpecgenError
 from specgen.paths import shown
@@ -51,6 +51,9 @@ def _shape(text: str) -> tuple[int, ...]:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
     top.add_argument("--version", action="version", version=f"specgen {__version__}")
+    top.add_argument("--verbose", action="store_true",
+                     help="show TensorFlow's own start-up and INFO logs (hidden by default; so does setting "
+                          "TF_CPP_MIN_LOG_LEVEL yourself)")
     sub = top.add_subparsers(dest="command", required=True)
     validate = sub.add_parser("validate", help="check spec files and report every problem")
     validate.add_argument("paths", nargs="*", type=Path)
@@ -195,8 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
     try:
-        code = int(args.run(args))
-        sys.stdout.flush()  # a closed pipe shows up here, inside the handlers, not at exit
+        with native_logs.quiet(args.verbose):
+            code = int(args.run(args))
+            sys.stdout.flush()  # a closed pipe shows up here, inside the handlers, not at exit
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()

@@ -30,6 +30,9 @@ def root() -> Path:
 # tripwire above it (--time-budget 1500: a failed CI lands nothing), which catches a hang or a suite
 # fallen back to one core; --durations shows a slow test creeping in before that.
 # Only the controller keeps time: under xdist it receives every worker's reports.
+# The budget fails a run only in CI (CI=true, as CI services and .ci/run's caller set it): there a slow suite
+# must be seen before it outgrows CI's limit. On a developer's or user's machine, busy with other work, a
+# run whose tests all passed passes; the budget only warns.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 class TimeGuard:
     """Sums the reported time of every test phase and fails the session when the wall time exceeds the budget."""
 
-    def __init__(self, budget: float, workers: int) -> None:
-        self.budget, self.workers = budget, workers
+    def __init__(self, budget: float, workers: int, enforce: bool) -> None:
+        self.budget, self.workers, self.enforce = budget, workers, enforce
         self.started = time.monotonic()
         self.test_seconds = 0.0
         self.wall = 0.0
@@ -52,16 +55,20 @@ class TimeGuard:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.wall = time.monotonic() - self.started
-        if self.wall > self.budget and session.exitstatus == pytest.ExitCode.OK:
+        if self.enforce and self.wall > self.budget and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)  # after --durations' list, just above the "N passed" line
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         line = (f"time: {self.wall:.0f} s wall for {self.test_seconds:.0f} s of tests on {self.workers} worker(s); "
                 f"budget {self.budget:.0f} s")
-        if self.wall > self.budget:
-            terminalreporter.write_line(f"error: {line} exceeded: find the new slow tests in the durations above and "
-                                        "make them cheaper (or raise the budget in .ci/test, saying why)", red=True)
+        if self.wall > self.budget and self.enforce:
+            terminalreporter.write_line(f"error: {line} exceeded, which fails the run in CI (CI=true): find the new slow "
+                                        "tests in the durations above and make them cheaper (or raise the budget in "
+                                        ".ci/test, saying why)", red=True)
+        elif self.wall > self.budget:
+            terminalreporter.write_line(f"warning: {line} exceeded; the run is judged on its tests alone, as CI=true is "
+                                        "not set (a busy machine is slower; CI fails on the budget)", yellow=True)
         else:
             terminalreporter.write_line(line)
 
@@ -70,4 +77,5 @@ def pytest_configure(config: pytest.Config) -> None:
     budget = config.getoption("time_budget")
     if budget is not None and not hasattr(config, "workerinput"):  # workerinput: this is an xdist worker
         workers = getattr(config.option, "numprocesses", None) or 1
-        config.pluginmanager.register(TimeGuard(budget, workers), "specgen-time-guard")
+        enforce = os.environ.get("CI", "").lower() in ("true", "1")
+        config.pluginmanager.register(TimeGuard(budget, workers, enforce), "specgen-time-guard")
