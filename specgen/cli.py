@@ -24,7 +24,7 @@ from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 from specgen.run_cli import cmd_data, cmd_export, cmd_import, cmd_infer, cmd_restore_plan, cmd_serve, cmd_train
-from specgen.spec_cli import cmd_build, cmd_report, cmd_schema, cmd_validate
+from specgen.spec_cli import cmd_build, cmd_explain, cmd_report, cmd_schema, cmd_validate
 
 
 def positive_int(text: str) -> int:
@@ -60,7 +60,17 @@ def parser() -> argparse.ArgumentParser:
     validate.add_argument("--strict", action="store_true", help="treat warnings as errors (exit 1)")
     validate.add_argument("--no-lint", action="append", default=[], choices=["init_scale"],
                           help="skip a lint (docs/spec.md#lints); repeatable")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a value of the merged spec, as train does (repeatable)")
+    validate.add_argument("--resolved", action="store_true",
+                          help="print the merged spec as YAML with the origin of every value (file:line:col, "
+                               "--set or default)")
     validate.set_defaults(run=cmd_validate)
+    explain = sub.add_parser("explain", help="print a key's final value and every place that set it")
+    explain.add_argument("spec", type=Path)
+    explain.add_argument("key", help="as in --set, with [NAME] for a named list item: layers[head/out].units")
+    explain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    explain.set_defaults(run=cmd_explain)
     build = sub.add_parser("build", help="render specs into generated/<name>/")
     build.add_argument("paths", nargs="*", type=Path)
     build.add_argument("--out", type=Path, help="output folder (default: generated/)")

@@ -13,7 +13,7 @@ import itertools
 import math
 import reprlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specgen.errors import SpecgenError
 from specgen.text import printable
@@ -44,10 +44,16 @@ _REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_ECHO
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """A 1-based line and column in a spec file."""
+    """A 1-based line and column in a spec file.
+
+    `file` is set when the position lies in another file than the diagnostic's spec (a base it `extends`,
+    spec/compose.py): the diagnostic then names that file, and `via` the `extends` entries that brought it in.
+    """
 
     line: int
     col: int
+    file: str | None = field(default=None, compare=False)
+    via: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class Diagnostic:
         # Held here, not only when printed: thousands of diagnostics may echo the same long value.
         if len(self.message) > MAX_MESSAGE:
             object.__setattr__(self, "message", _cut(self.message, MAX_MESSAGE))
+        if self.position is not None and self.position.file:  # written in a base the spec extends
+            object.__setattr__(self, "path", self.position.file)
         if len(self.path) > MAX_MESSAGE:  # `--set <text>` names the override as the path
             object.__setattr__(self, "path", _cut(self.path, MAX_MESSAGE))
 
@@ -70,7 +78,8 @@ class Diagnostic:
         where = self.path
         if self.position is not None:
             where = f"{self.path}:{self.position.line}:{self.position.col}"
-        return one_line(f"{where}: {self.severity}: {self.message}")
+        via = f" (via {self.position.via})" if self.position is not None and self.position.via else ""
+        return one_line(f"{where}: {self.severity}: {self.message}{via}")
 
     def sort_key(self) -> tuple[str, int, int, str]:
         line, col = (self.position.line, self.position.col) if self.position else (0, 0)

@@ -42,16 +42,22 @@ def _spec_paths(args: argparse.Namespace) -> list[Path]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from specgen.ir.lints import init_scale_warnings
     from specgen.ir.resolve import build_ir
-    from specgen.spec.load import load_spec
+    from specgen.spec.load import AbstractSpec
+    from specgen.spec.overrides import load_with_overrides
 
+    if args.resolved:
+        return _print_resolved(_spec_paths(args), args.set)
     problems: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
     for path in _spec_paths(args):
         try:
-            loaded = load_spec(path)
+            loaded = load_with_overrides(path, args.set)
             ir = build_ir(loaded)
         except SpecError as exc:
             problems += exc.diagnostics
+            continue
+        except AbstractSpec as abstract:
+            print(f"ok: {shown(path)} (abstract: {abstract.keys} section(s) checked; build generates nothing for it)")
             continue
         skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
         found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
@@ -67,6 +73,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if problems:
         raise SpecError(problems)
+    return 0
+
+
+def _print_resolved(paths: list[Path], overrides: list[str]) -> int:
+    from specgen.spec.provenance import load_resolved, resolved_yaml
+
+    for n, path in enumerate(paths):
+        _, tree = load_resolved(path, overrides)
+        print(("---\n" if n else "") + f"# {shown(path)}, resolved: each value's origin is the comment after it")
+        print(resolved_yaml(tree), end="")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from specgen.spec.provenance import explain, load_resolved
+
+    loaded, tree = load_resolved(args.spec, args.set)
+    print("\n".join(explain(tree, args.key, loaded.display)))
     return 0
 
 

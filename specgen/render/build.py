@@ -14,6 +14,7 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import ir_from_file
 from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
+from specgen.spec.load import AbstractSpec
 
 BINARY_SUFFIXES = (".onnx",)
 
@@ -30,7 +31,7 @@ class Output:
 PARALLEL_FROM = 8  # specs; below this a worker pool costs more than it saves
 
 
-def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | list[Diagnostic]]:
+def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | list[Diagnostic] | None]:
     """Render in worker processes forked after imports (one per core), results in input order.
 
     Writing stays in this process: measured, writing from the workers as well gained nothing
@@ -47,9 +48,9 @@ def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | lis
         return list(delayed(done, "build", total=len(paths)))
 
 
-def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic]:
+def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic] | None:
     """One spec's files (with `pictures`, model.svg too), or its diagnostics (returned, not raised, so they
-    cross process boundaries)."""
+    cross process boundaries); None for an abstract spec, which exists only to be extended."""
     try:
         ir = ir_from_file(path)
         files = render_files(ir)
@@ -60,6 +61,8 @@ def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic]:
         return Output(path, ir.name, files)
     except SpecError as exc:
         return exc.diagnostics
+    except AbstractSpec:
+        return None
 
 
 def render_all(paths: list[Path], pictures: bool = False) -> list[Output]:
@@ -68,6 +71,8 @@ def render_all(paths: list[Path], pictures: bool = False) -> list[Output]:
     outputs: list[Output] = []
     problems: list[Diagnostic] = []
     for result in _render_many(paths, pictures):
+        if result is None:
+            continue
         if isinstance(result, Output):
             outputs.append(result)
         else:

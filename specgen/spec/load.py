@@ -14,12 +14,14 @@ from specgen.diagnostics import (
     SpecError,
     describe,
 )
+from specgen.errors import SpecgenError
 from specgen.kinds import sources
 from specgen.spec.blocks import Instance
+from specgen.spec.compose import load_composed
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
-from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml, parse_yaml
+from specgen.spec.yaml_source import PathKey, SourceMap, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,45 @@ class LoadedSpec:
         return self.origins.locate(loc, key)
 
 
+class AbstractSpec(SpecgenError):
+    """A spec marked `abstract: true` (one that exists to be extended) was checked, and has no model to use.
+
+    `validate` prints it as its ok line and `build` skips the file; any other command stops with it.
+    """
+
+    def __init__(self, display: str, keys: int):
+        self.display, self.keys = display, keys
+        super().__init__(f"{display} is abstract (abstract: true): it exists only to be extended by other specs; "
+                         "use a spec that extends it")
+
+
 def load_spec(path: Path, display: str | None = None) -> LoadedSpec:
-    """Read and validate one spec file, or raise SpecError with every problem in it."""
+    """Read (with every file it `extends`, spec/compose.py) and validate one spec, or raise SpecError with every
+    problem in it; AbstractSpec when it is abstract and has no problem."""
     shown = display or str(path)
-    data, source = load_yaml(path, shown)
+    data, source = load_composed(path, shown)
     return validate_data(data, source, path)
+
+
+def _concrete(data: dict[str, Any], source: SourceMap) -> dict[str, Any]:
+    """`data` without its `abstract` key; an abstract spec is checked for what it has and raises AbstractSpec.
+
+    What an abstract spec has is checked as any spec's (unknown keys, types, ranges); what it lacks is not an
+    error, since its children supply it. Checks that need the whole spec run on each child, where it is whole.
+    """
+    flag = data["abstract"]
+    if not isinstance(flag, bool):
+        raise SpecError([Diagnostic(source.path, source.locate(("abstract",), data),
+                                    f"abstract: expected true or false; received {describe(flag)}")])
+    rest = {k: v for k, v in data.items() if k != "abstract"}
+    if not flag:
+        return rest
+    try:
+        Spec.model_validate(rest)
+    except ValidationError as exc:
+        if any(e["type"] != "missing" for e in exc.errors()):
+            raise SpecError(validation_diagnostics(exc, rest, source, missing=False)) from None
+    raise AbstractSpec(source.path, len(rest))
 
 
 def load_spec_text(text: str, display: str = "<spec>", path: Path | None = None) -> LoadedSpec:
@@ -68,6 +104,8 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
     if not isinstance(data, dict):
         raise SpecError([Diagnostic(source.path, source.position(()),
                                     f"a spec is a mapping of sections; received {describe(data)}")])
+    if "abstract" in data:
+        data = _concrete(data, source)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:

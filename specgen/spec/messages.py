@@ -49,15 +49,16 @@ Locator = Callable[[PathKey, bool], tuple[Position | None, str]]
 
 
 def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *, prefix: PathKey = (),
-                 locator: Locator | None = None) -> list[Diagnostic]:
+                 locator: Locator | None = None, missing: bool = True) -> list[Diagnostic]:
     """One diagnostic per distinct (position, message), in time linear in the number of errors:
     the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
     (by position) are compared with the allowed ones for a "did you mean".
 
+    `missing=False` leaves out missing required keys (an abstract spec's children supply them).
     `prefix` goes in front of each error's location (a layer validated on its own is
     `("layers", 0)` of `data`); `locator` finds positions elsewhere than at that location in `data`.
     """
-    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors()]
+    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors() if missing or error["type"] != "missing"]
     found_at = [_locate(error, loc, data, source, locator) for error, loc in errors]
     unknown = sorted((_order(position), loc) for (error, loc), (position, _) in zip(errors, found_at, strict=True)
                      if error["type"] == "extra_forbidden")

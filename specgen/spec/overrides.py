@@ -13,8 +13,9 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.diagnostics import shown as shown_text
+from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
-from specgen.spec.yaml_source import load_yaml, parse_value
+from specgen.spec.yaml_source import parse_value
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:
@@ -69,7 +70,7 @@ def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
 
 
 def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
-    data, source = load_yaml(path)
+    data, source = load_composed(path)
     if not overrides:
         return validate_data(data, source, path)
     changed = apply(data, overrides)

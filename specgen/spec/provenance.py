@@ -1,0 +1,186 @@
+"""Where every value of a spec came from: `specgen validate SPEC --resolved` and `specgen explain SPEC KEY`.
+
+The tree is spec/compose.py's (files, in `extends` order, each value with the settings that wrote it), then each
+`--set` as one more setting, then the defaults the schema fills in (pydantic's dump of the validated spec, for
+keys no file wrote). `--resolved` prints it as YAML with the winning origin of each leaf as a comment
+(`# base.yaml:12:5`, `# --set`, `# default`); `explain` prints one key's final value and every setting, in order.
+Keys are written as in `--set`, with `[NAME]` selecting a list item by its name: `layers[head/out].units`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
+from specgen.spec.compose import ComposedSourceMap, Node, Setting, load_composed, node
+from specgen.spec.load import LoadedSpec
+from specgen.spec.overrides import load_with_overrides, parse_override
+from specgen.spec.yaml_source import SourceMap
+
+DEFAULT = Setting("default")
+_PART = re.compile(r"\[([^\]]+)\]|([^.\[\]]+)")
+
+
+def tree_of(data: Any, source: SourceMap) -> Node:
+    """The provenance tree of loaded data: a composed spec's own, or a single file's."""
+    if isinstance(source, ComposedSourceMap):
+        return source.tree
+    return node(data, Setting(source.path, source, ()))
+
+
+def with_overrides(tree: Node, overrides: list[str]) -> Node:
+    """Each `--set` written into the tree as a setting of its own (the values were checked by the loader)."""
+    for text in overrides:
+        parts, value = parse_override(text)
+        label = f"--set {text.partition('=')[0].strip()}"
+        at = tree
+        for part in parts[:-1]:
+            at = _child(at, part, create=True)
+        _assign(at, parts[-1], node(value, Setting(label)))
+    return tree
+
+
+def _child(at: Node, part: str | int, create: bool = False) -> Node:
+    if at.items is not None and isinstance(part, int) and 0 <= part < len(at.items):
+        return at.items[part]
+    if at.mapping is None:
+        at.mapping, at.value = {}, None
+    if part not in at.mapping and create:
+        at.mapping[part] = Node([], mapping={})
+    return at.mapping[part]
+
+
+def _assign(at: Node, part: str | int, value: Node) -> None:
+    if at.items is not None and isinstance(part, int) and 0 <= part < len(at.items):
+        old = at.items[part]
+        at.items[part] = value
+    else:
+        _child(at, part, create=True)
+        assert at.mapping is not None
+        old = at.mapping[part]
+        at.mapping[part] = value
+    if old.mapping is None and old.items is None and value.mapping is None and value.items is None:
+        value.settings[:0] = old.settings  # a leaf keeps its history
+
+
+def with_defaults(tree: Node, dumped: Any) -> Node:
+    """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out)."""
+    if tree.mapping is not None and isinstance(dumped, dict):
+        for key, value in dumped.items():
+            if key in tree.mapping:
+                with_defaults(tree.mapping[key], value)
+            elif value is not None and value != {} and value != []:
+                tree.mapping[key] = node(value, DEFAULT)
+        # In the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each key first.
+        order = {key: n for n, key in enumerate(dumped)}
+        tree.mapping = dict(sorted(tree.mapping.items(), key=lambda item: order.get(item[0], len(order))))
+    elif tree.items is not None and isinstance(dumped, list) and len(dumped) == len(tree.items):
+        for item, value in zip(tree.items, dumped, strict=True):  # blocks expand layers: then lengths differ
+            if isinstance(value, dict) and item.name() in (None, value.get("name")):
+                with_defaults(item, value)
+    return tree
+
+
+# --- printing ---------------------------------------------------------------------------------------------------
+
+
+def resolved_yaml(tree: Node) -> str:
+    """The merged spec as YAML, each leaf (and each list written whole) with the origin that won."""
+    return "\n".join(_lines(tree, 0)) + "\n"
+
+
+def _origin(at: Node) -> str:
+    return f"  # {at.settings[-1].where()}" if at.settings else ""
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=False, width=1 << 30)
+    return text.removesuffix("\n").removesuffix("\n...").removesuffix("\n")
+
+
+def _leaf(at: Node) -> bool:
+    return at.mapping is None and (at.items is None or not any(i.mapping is not None for i in at.items))
+
+
+def _lines(at: Node, indent: int) -> Iterator[str]:
+    pad = " " * indent
+    if at.mapping is not None:
+        for key, child in at.mapping.items():
+            if _leaf(child):
+                yield f"{pad}{_scalar(key)}: {_scalar(child.data())}{_origin(child)}"
+            else:
+                yield f"{pad}{_scalar(key)}:{_origin(child)}"
+                yield from _lines(child, indent + 2)
+    elif at.items is not None:
+        for child in at.items:
+            if _leaf(child):
+                yield f"{pad}- {_scalar(child.data())}{_origin(child)}"
+                continue
+            inner = list(_lines(child, indent + 2))
+            yield f"{pad}- {inner[0][indent + 2:]}" if inner else f"{pad}- {{}}"
+            yield from inner[1:]
+
+
+# --- explain ----------------------------------------------------------------------------------------------------
+
+
+def parse_key(text: str) -> list[str | int]:
+    """`layers[head/out].units` -> ['layers', '[head/out]', 'units']; `a.0.b` -> ['a', 0, 'b']."""
+    parts: list[str | int] = []
+    for match in _PART.finditer(text):
+        name, plain = match.groups()
+        parts.append(f"[{name}]" if name is not None else int(plain) if plain.isdigit() else plain)
+    return parts
+
+
+def find(tree: Node, parts: list[str | int]) -> Node | None:
+    at: Node | None = tree
+    for part in parts:
+        if at is None:
+            return None
+        if isinstance(part, str) and part.startswith("[") and at.items is not None:
+            at = next((i for i in at.items if i.name() == part[1:-1]), None)
+        elif isinstance(part, int) and at.items is not None:
+            at = at.items[part] if 0 <= part < len(at.items) else None
+        else:
+            at = at.mapping.get(part) if at.mapping is not None else None
+    return at
+
+
+def keys(tree: Node, prefix: str = "") -> Iterator[str]:
+    """Every key of the tree as `explain` writes it (list items of mappings with a name by `[NAME]`)."""
+    children: Any = tree.mapping.items() if tree.mapping is not None else enumerate(tree.items or [])
+    for key, child in children:
+        part = f"[{child.name()}]" if isinstance(key, int) and child.name() is not None else f".{key}"
+        here = (prefix + part).lstrip(".")
+        yield here
+        yield from keys(child, here)
+
+
+def explain(tree: Node, key: str, display: str) -> list[str]:
+    """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
+    found = find(tree, parse_key(key))
+    if found is None:
+        raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec"
+                                    f"{did_you_mean(key, keys(tree))}")])
+    lines = [f"{key} = {_scalar(found.data())}"]
+    settings = found.settings or [DEFAULT]
+    leaf = found.mapping is None and found.items is None
+    for n, setting in enumerate(settings, 1):
+        value = f"  {_scalar(setting.value)}" if leaf else ""
+        mark = "  <- wins" if n == len(settings) else ""
+        lines.append(f"  {n}. {setting.where()}{value}{mark}")
+    return lines
+
+
+def load_resolved(path: Path, overrides: list[str]) -> tuple[LoadedSpec, Node]:
+    """The validated spec (with its overrides) and its provenance tree: files, then `--set`, then defaults."""
+    loaded = load_with_overrides(path, overrides)  # raises on any problem before anything is printed
+    data, source = load_composed(path, loaded.display)
+    tree = with_overrides(tree_of(data, source), overrides)
+    return loaded, with_defaults(tree, loaded.spec.model_dump(mode="json", by_alias=True, warnings=False))
