@@ -68,21 +68,21 @@ def _assign(at: Node, part: str | int, value: Node) -> None:
         value.settings[:0] = old.settings  # a leaf keeps its history
 
 
-def with_defaults(tree: Node, dumped: Any) -> Node:
+def with_defaults(tree: Node, dumped: Any, top: bool = True) -> Node:
     """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out)."""
     if tree.mapping is not None and isinstance(dumped, dict):
         for key, value in dumped.items():
             if key in tree.mapping:
-                with_defaults(tree.mapping[key], value)
+                with_defaults(tree.mapping[key], value, top=False)
             elif value is not None and value != {} and value != []:
                 tree.mapping[key] = node(value, DEFAULT)
-        # In the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each key first.
-        order = {key: n for n, key in enumerate(dumped)}
-        tree.mapping = dict(sorted(tree.mapping.items(), key=lambda item: order.get(item[0], len(order))))
+        if top:  # sections in the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each first
+            order = {key: n for n, key in enumerate(dumped)}
+            tree.mapping = dict(sorted(tree.mapping.items(), key=lambda item: order.get(item[0], len(order))))
     elif tree.items is not None and isinstance(dumped, list) and len(dumped) == len(tree.items):
         for item, value in zip(tree.items, dumped, strict=True):  # blocks expand layers: then lengths differ
             if isinstance(value, dict) and item.name() in (None, value.get("name")):
-                with_defaults(item, value)
+                with_defaults(item, value, top=False)
     return tree
 
 
