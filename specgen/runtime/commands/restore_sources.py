@@ -4,29 +4,19 @@ and Keras weight files (keras_weights.py), told apart by suffix and content, bot
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.restore_rules import Entry
 from specgen.paths import shown
 from specgen.runtime import keras_weights
 from specgen.runtime.checkpoint import resolve_prefix
 
 OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One checkpoint tensor: its key as stored (an HDF5 dataset path in a Keras file), shape and dtype name."""
-
-    raw_key: str
-    shape: tuple[int, ...]
-    dtype: str
-    hint: str = ""  # what the key stands for when its name cannot say (a Keras variable by index)
 
 
 def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str, Entry]]:

@@ -1,0 +1,173 @@
+"""The rules of a restore plan over key lists alone: renames, EMA shadows, exclusions, conflicts (no TensorFlow).
+
+`specgen restore-plan`, `train` and `export` (runtime/commands/restore.py) run these rules on the keys of a real
+checkpoint; `specgen diff` (specgen/review/) runs the same rules on the keys a checkpoint of the old spec would
+hold, so "does last month's checkpoint restore into this change" is answered by the plan's own logic, without
+TensorFlow and without a checkpoint on disk.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from specgen import text
+from specgen.diagnostics import Position, did_you_mean
+from specgen.ir.training import keys
+from specgen.spec import regex
+from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint tensor: its key as stored (an HDF5 dataset path in a Keras file), shape and dtype name."""
+
+    raw_key: str
+    shape: tuple[int, ...]
+    dtype: str
+    hint: str = ""  # what the key stands for when its name cannot say (a Keras variable by index)
+
+
+Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
+Targets = dict[str, tuple[tuple[int, ...], str]]
+EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", keys.ema("")
+
+
+@dataclass(frozen=True)
+class Row:
+    """Where one target variable's value comes from."""
+
+    path: str
+    status: Status
+    shape: tuple[int, ...]
+    dtype: str
+    source: str = ""  # the checkpoint as the spec (or --from) names it
+    key: str = ""
+    found: Entry | None = None  # the checkpoint's tensor, for restored and mismatched rows
+    note: str = ""
+    prefix: Path | None = None  # the checkpoint prefix (or Keras weight file) apply_plan reads
+
+
+@dataclass(frozen=True)
+class Unused:
+    """A checkpoint key that restores nothing, and why."""
+
+    source: str
+    key: str
+    found: Entry
+    reason: str
+
+
+@dataclass
+class RestorePlan:
+    rows: list[Row]
+    unused: list[Unused] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # map entries that name no variable here
+    display: str = "<spec>"
+    position: Position | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(r.status in ("restored", "initialized") for r in self.rows)
+
+    def count(self, status: Status) -> int:
+        return sum(r.status == status for r in self.rows)
+
+
+def rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefix]) -> str:
+    """The first matching map entry's target for `name`; `name` itself when none matches."""
+    for entry in entries:
+        if isinstance(entry, RenameKey):
+            if name == entry.from_:
+                return entry.to
+        elif isinstance(entry, RenamePattern):
+            try:  # RE2: linear in the key whatever the pattern (spec/regex.py)
+                target = regex.rename(entry.pattern, entry.to, name)
+            except ValueError as exc:  # only for entries built without validation (model_construct)
+                raise ValueError(f"map entry {{pattern: {entry.pattern}, to: {entry.to}}}: {exc}") from None
+            if target is not None:
+                return target
+        elif entry.strip_prefix is None or name.startswith(entry.strip_prefix):
+            return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
+    return name
+
+
+def ema_base(key: str) -> str | None:
+    if key.endswith(EMA_SUFFIX):
+        return key.removesuffix(EMA_SUFFIX)
+    return key.removeprefix(EMA_PREFIX) if key.startswith(EMA_PREFIX) else None
+
+
+def shape_text(shape: tuple[int, ...], dtype: str) -> str:
+    return f"{dtype}{text.shape(shape)}"
+
+
+@dataclass
+class SourcePlan:
+    rows: dict[str, Row] = field(default_factory=dict)  # restored or mismatched
+    sticky: dict[str, Row] = field(default_factory=dict)  # missing or conflict
+    unused: list[Unused] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targets: Targets) -> str:
+    if entry.hint:
+        return entry.hint
+    base = ema_base(key)
+    if base is not None and not source.ema_to_model and rename(base, source.map) in targets:
+        return f"EMA shadow of '{rename(base, source.map)}'; restored only with ema_to_model: true"
+    if target == key:
+        return "no variable with this name here"
+    return f"maps to '{target}', not a variable here{did_you_mean(target, targets)}"
+
+
+def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: RestoreSource,
+                 targets: Targets) -> SourcePlan:
+    out = SourcePlan()
+    candidates: dict[str, list[tuple[str, bool]]] = {}  # target -> (key, is an EMA shadow)
+
+    def unused(key: str, reason: str) -> None:
+        out.unused.append(Unused(label, key, entries[key], reason))
+
+    for key in entries:
+        base = ema_base(key) if source.ema_to_model else None
+        target = rename(key if base is None else base, source.map)
+        excluded = next((p for p in source.exclude if fnmatch.fnmatchcase(target, p)), None)
+        if target not in targets:
+            unused(key, _why_unused(key, entries[key], target, source, targets))
+        elif excluded is not None:
+            out.excluded[target] = excluded
+            unused(key, f"'{target}' is excluded by '{excluded}'")
+        else:
+            candidates.setdefault(target, []).append((key, base is not None))
+    for target, found in candidates.items():
+        shape, dtype = targets[target]
+        emas = [k for k, ema in found if ema]
+        pick = emas or [k for k, _ in found]
+        if len(pick) > 1:
+            out.sticky[target] = Row(target, "conflict", shape, dtype, label, pick[0],
+                                     note=f"keys {', '.join(repr(k) for k in pick)} all map here")
+            continue
+        key, entry = pick[0], entries[pick[0]]
+        for other in (k for k, _ in found if k != key):
+            unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
+        notes = ["EMA shadow (ema_to_model)"] if emas else []
+        notes += [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
+        status: Status = "mismatched" if (entry.shape, entry.dtype) != (shape, dtype) else "restored"
+        out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
+    for named in (e for e in source.map if isinstance(e, RenameKey)):
+        present = named.from_ in entries or (source.ema_to_model and any(ema_base(k) == named.from_ for k in entries))
+        entry = f"{label}: map entry {{from: {named.from_}, to: {named.to}}}"
+        if named.to not in targets:
+            out.errors.append(f"{entry}: '{named.to}' is not a variable here{did_you_mean(named.to, targets)}")
+        elif present and rename(named.from_, source.map) != named.to:
+            out.errors.append(f"{entry} never applies: an earlier map entry matches '{named.from_}' first")
+        elif not present and not any(fnmatch.fnmatchcase(named.to, p) for p in source.exclude):
+            shape, dtype = targets[named.to]
+            out.sticky.setdefault(named.to, Row(named.to, "missing", shape, dtype, label, named.from_, note=(
+                f"no key '{named.from_}' in the checkpoint{did_you_mean(named.from_, entries)}")))
+    return out
