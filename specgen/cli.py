@@ -23,6 +23,7 @@ from specgen.diagnostics import SpecError, one_line, report_lines
 from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
+from specgen.review.command import cmd_diff, parse_gates
 from specgen.run_cli import cmd_data, cmd_export, cmd_import, cmd_infer, cmd_restore_plan, cmd_serve, cmd_train
 from specgen.spec_cli import cmd_build, cmd_explain, cmd_report, cmd_schema, cmd_validate
 
@@ -71,6 +72,15 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("key", help="as in --set, with [NAME] for a named list item: layers[head/out].units")
     explain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     explain.set_defaults(run=cmd_explain)
+    diff = sub.add_parser("diff", help="what a change to a spec breaks and changes (no TensorFlow)")
+    diff.add_argument("old", help="a spec file, REV:PATH (read through git) or a run folder")
+    diff.add_argument("new", help="a spec file, REV:PATH or a run folder")
+    diff.add_argument("--format", choices=["text", "json"], default="text")
+    diff.add_argument("--map", action="store_true",
+                      help="print the checkpoint map entries that make OLD's checkpoints restore into NEW")
+    diff.add_argument("--fail-on", type=parse_gates, default=(), metavar="interface,checkpoint",
+                      help="exit 1 when the change breaks served clients (interface) or old checkpoints (checkpoint)")
+    diff.set_defaults(run=cmd_diff)
     build = sub.add_parser("build", help="render specs into generated/<name>/")
     build.add_argument("paths", nargs="*", type=Path)
     build.add_argument("--out", type=Path, help="output folder (default: generated/)")

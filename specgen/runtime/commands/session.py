@@ -22,7 +22,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.render.files import render_files
-from specgen.runtime import data, hooks
+from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
@@ -79,6 +79,8 @@ class Session:
         self.checkpoints.positions = self.distribution.positions
         self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
         self._load_code()
+        if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
+            provenance.record(self.folder, loaded, self.begin.overrides, _devices())
         tf.config.experimental.enable_op_determinism()
         with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
@@ -302,6 +304,15 @@ class Session:
             raise write_failure(exc, self.folder, what) from None
         self.saved_at, self.last_path = self.step, path
         return path
+
+
+def _devices() -> list[str]:
+    """The accelerators TensorFlow sees, by model name (`GPU: NVIDIA H100 80GB HBM3`)."""
+    found = []
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        found.append(f"GPU: {details.get('device_name', device.name)}")
+    return found
 
 
 def _initialized_lines(plan: RestorePlan) -> str:

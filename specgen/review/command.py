@@ -1,0 +1,121 @@
+"""`specgen diff OLD NEW`: the review of a change to a spec (docs/review.md). No TensorFlow is imported.
+
+Text output is one table per section (an unchanged section is one line); `--format json` prints the same as one
+JSON document (its schema in docs/review.md); `--map` prints the checkpoint map that makes OLD's checkpoints
+restore into NEW; `--fail-on interface,checkpoint` exits 1 when the change breaks served clients or old
+checkpoints, with one line per reason on stderr: the gate for a pull request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from specgen import text
+from specgen.review.renames import Renames, find_renames
+from specgen.review.sections import (
+    TRAINING_SECTIONS,
+    Section,
+    checkpoint,
+    interface,
+    map_entries,
+    run,
+    settings,
+    variables,
+)
+from specgen.review.sides import Side, open_side
+
+GATES = ("interface", "checkpoint")
+FORMAT_VERSION = 1  # of the JSON document: bumped when a field changes meaning
+
+
+def parse_gates(value: str) -> tuple[str, ...]:
+    """argparse type of --fail-on: a comma-separated subset of GATES."""
+    gates = tuple(g.strip() for g in value.split(",") if g.strip())
+    unknown = [g for g in gates if g not in GATES]
+    if unknown or not gates:
+        raise argparse.ArgumentTypeError(f"received {value!r}; expected one or more of {', '.join(GATES)}, "
+                                         "joined by commas")
+    return gates
+
+
+def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
+    renames = find_renames(old.ir, new.ir)
+    sections = [
+        interface(old.ir, new.ir),
+        variables(old.ir, new.ir, renames),
+        checkpoint(old.ir, new.ir, renames, "OLD"),
+        settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS),
+        settings("export", old.loaded.spec, new.loaded.spec, ("export",)),
+    ]
+    if old.record is not None and new.record is not None:  # two run folders: what else made them differ
+        sections.append(run(old.record, new.record))
+    return sections, renames
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    with open_side(args.old) as old, open_side(args.new) as new:
+        sections, renames = compare(old, new)
+        mapping = map_entries(old.ir, new.ir, renames)
+        after_map = checkpoint(old.ir, new.ir, renames, "OLD", mapping) if mapping else None
+    if args.format == "json":
+        print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))
+    else:
+        print("\n".join(_text(old, new, sections, renames, after_map)))
+        if args.map:
+            print(_map_text(mapping, renames))
+    broken = [f"{s.name}: {reason}" for s in sections if s.name in (args.fail_on or ()) for reason in s.breaks]
+    for line in broken:
+        print(f"specgen diff: breaks {line}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after_map: Section | None) -> list[str]:
+    lines = [f"specgen diff: OLD {old.label} ({old.ir.name}) -> NEW {new.label} ({new.ir.name})"]
+    for section in sections:
+        lines.append("")
+        if section.summary:
+            lines.append(f"{section.name}: {section.summary}")
+        if not section.changes:
+            lines.append(f"{section.name}: unchanged" if not section.summary else "")
+            continue
+        if not section.summary:
+            lines.append(f"{section.name}: {len(section.changes)} change(s)")
+        rows = [[c.what, c.which, c.old, c.new] for c in section.changes]
+        lines += ["  " + line for line in text.table_lines(["change", "what", "old", "new"], rows)]
+        if section.name == "checkpoint" and after_map is not None:
+            lines.append(f"  with the map of `specgen diff --map`: {after_map.summary.split(': ', 1)[1]}")
+        lines += [f"  breaks: {reason}" for reason in section.breaks]
+    if renames.layers:
+        lines += ["", "renamed layers: " + ", ".join(f"{a} -> {b}" for a, b in sorted(renames.layers.items()))]
+    for layer, fits in sorted(renames.ambiguous.items()):
+        lines.append(f"ambiguous: '{layer}' fits {', '.join(repr(f) for f in fits)} equally; none is guessed")
+    return [line for n, line in enumerate(lines) if line or (n and lines[n - 1])]
+
+
+def _map_text(mapping: list[dict[str, str]], renames: Renames) -> str:
+    if not mapping:
+        return "\n# no map entries: OLD's checkpoints restore into NEW by name" + (
+            " (ambiguous renames are not mapped)" if renames.ambiguous else "")
+    body = yaml.safe_dump({"checkpoint": {"restore": [{"from": "OLD_CHECKPOINT", "map": mapping}]}},
+                          sort_keys=False, default_flow_style=None, width=1 << 20)
+    return "\n# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had\n" + body
+
+
+def _document(old: Side, new: Side, sections: list[Section], renames: Renames, mapping: list[dict[str, str]],
+              after_map: Section | None) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "old": {"source": old.label, "name": old.ir.name},
+        "new": {"source": new.label, "name": new.ir.name},
+        "sections": {s.name: {"changed": bool(s.changes), "summary": s.summary, "breaks": s.breaks,
+                              "changes": [{"change": c.what, "what": c.which, "old": c.old, "new": c.new}
+                                          for c in s.changes]} for s in sections},
+        "renames": {"layers": renames.layers, "ambiguous": renames.ambiguous},
+        "map": mapping,
+        "checkpoint_with_map": after_map.summary if after_map is not None else None,
+    }

@@ -1,0 +1,209 @@
+"""What changed between two specs, section by section: interface, variables, checkpoint, training, export.
+
+Each section is a list of `Change` rows (what, which, old, new); an empty section is unchanged. Two sections can
+break what already exists, and say why in one line each: `interface` (a served client's request or response no
+longer fits: an input or output removed, renamed, re-typed or reshaped, or a new input it does not send) and
+`checkpoint` (a checkpoint of OLD no longer restores every variable of NEW that OLD had: mismatched, or left to its
+initializer for want of a map entry). The checkpoint section runs the restore plan's own rules
+(ir/restore_rules.py) on the keys a checkpoint of OLD holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgen import text
+from specgen.ir.model import ModelIR
+from specgen.ir.restore_rules import Entry, plan_source
+from specgen.review.renames import Renames
+from specgen.spec.io import RestoreSource
+from specgen.spec.model import Spec
+
+TRAINING_SECTIONS = ("loss", "optimizers", "train", "data", "collections", "frozen", "targets", "prune")
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str  # added, removed, renamed, reshaped, dtype, collections, optimizer, frozen, unfrozen, changed, ...
+    which: str  # the input, output, variable or key
+    old: str = ""
+    new: str = ""
+
+
+@dataclass
+class Section:
+    name: str
+    changes: list[Change] = field(default_factory=list)
+    breaks: list[str] = field(default_factory=list)  # one line per way it breaks what exists
+    summary: str = ""  # one line of counts, where the section has them (checkpoint)
+
+
+def _shape(dims: Any) -> str:
+    return text.shape(dims, unknown="batch")
+
+
+def interface(old: ModelIR, new: ModelIR) -> Section:
+    section = Section("interface")
+    for kind, before, after in (("input", _inputs(old), _inputs(new)), ("output", _outputs(old), _outputs(new))):
+        for name in sorted(before.keys() | after.keys()):
+            if name not in after:
+                section.changes.append(Change("removed", f"{kind} {name}", before[name]))
+                section.breaks.append(f"{kind} '{name}' was removed: clients that {_use(kind)} it fail")
+            elif name not in before:
+                section.changes.append(Change("added", f"{kind} {name}", "", after[name]))
+                if kind == "input":
+                    section.breaks.append(f"input '{name}' is new: clients that do not send it fail")
+            elif before[name] != after[name]:
+                section.changes.append(Change("changed", f"{kind} {name}", before[name], after[name]))
+                section.breaks.append(f"{kind} '{name}' changed from {before[name]} to {after[name]}: clients that "
+                                      f"{_use(kind)} it as before fail")
+    return section
+
+
+def _use(kind: str) -> str:
+    return "send" if kind == "input" else "read"
+
+
+def _inputs(ir: ModelIR) -> dict[str, str]:
+    return {i.name: f"{i.dtype}{_shape((None, *i.shape))}" for i in ir.inputs}
+
+
+def _outputs(ir: ModelIR) -> dict[str, str]:
+    return {name: f"{ir.node(layer).dtype}{_shape((None, *ir.node(layer).shape))}" for name, layer in ir.outputs.items()}
+
+
+def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:
+    """Variable path -> shape/dtype, collections, optimizer and trainability, as the variables section compares."""
+    optimizer = {p: name for name, paths in ir.optimizers.items() for p in paths}
+    facts = {}
+    for v in ir.variables:
+        groups = [c for c in v.collections if c not in ("trainable", "frozen")]
+        state = "trainable" if "trainable" in v.collections else "frozen" if "model" in v.collections else ""
+        facts[v.path] = {"shape": f"{v.dtype}{text.shape(v.shape)}", "collections": ", ".join(groups),
+                         "optimizer": optimizer.get(v.path, ""), "state": state}
+    return facts
+
+
+def variables(old: ModelIR, new: ModelIR, renames: Renames) -> Section:
+    section = Section("variables")
+    before, after = _facts(old), _facts(new)
+    moved = {p: q for p in before if (q := renames.variable(p, old)) is not None and q in after and p not in after}
+    for path in sorted(before.keys() - after.keys() - moved.keys()):
+        section.changes.append(Change("removed", path, before[path]["shape"]))
+    for path in sorted(after.keys() - before.keys() - set(moved.values())):
+        section.changes.append(Change("added", path, "", after[path]["shape"]))
+    pairs = [(p, p) for p in sorted(before.keys() & after.keys())] + sorted(moved.items())
+    for old_path, new_path in pairs:
+        if old_path != new_path:
+            section.changes.append(Change("renamed", new_path, old_path, new_path))
+        section.changes += _variable_changes(new_path, before[old_path], after[new_path])
+    return section
+
+
+def _variable_changes(path: str, a: dict[str, str], b: dict[str, str]) -> list[Change]:
+    changes = []
+    if a["shape"] != b["shape"]:
+        changes.append(Change("reshaped" if a["shape"].split("[")[0] == b["shape"].split("[")[0] else "dtype",
+                              path, a["shape"], b["shape"]))
+    for key in ("collections", "optimizer"):
+        if a[key] != b[key]:
+            changes.append(Change(key, path, a[key] or "-", b[key] or "-"))
+    if a["state"] != b["state"] and a["state"] and b["state"]:
+        changes.append(Change("frozen" if b["state"] == "frozen" else "unfrozen", path, a["state"], b["state"]))
+    return changes
+
+
+def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, label: str,
+               mapping: list[dict[str, str]] | None = None) -> Section:
+    """A checkpoint of OLD restored into NEW by the restore plan's rules (with `mapping` as its `map`)."""
+    section = Section("checkpoint")
+    entries = {v.path: Entry(v.path, v.shape, v.dtype) for v in old.model_variables}
+    targets = {v.path: (v.shape, v.dtype) for v in new.model_variables}
+    source = RestoreSource.model_validate({"from": label, "map": mapping or []})
+    plan = plan_source(label, None, entries, source, targets)  # type: ignore[arg-type]
+    restored = {t for t, row in plan.rows.items() if row.status == "restored"}
+    mismatched = {t: row for t, row in plan.rows.items() if row.status == "mismatched"}
+    lost = {renames.variable(p, old) or p for p in entries}  # what NEW should have received from OLD
+    initialized = sorted(t for t in targets if t not in plan.rows and t not in plan.sticky)
+    for path, row in sorted(mismatched.items()):
+        assert row.found is not None
+        section.changes.append(Change("mismatched", path, text.shape(row.found.shape), text.shape(row.shape)))
+        section.breaks.append(f"'{path}' is {text.shape(row.found.shape)} in OLD's checkpoints and "
+                              f"{text.shape(row.shape)} here: it cannot be restored")
+    for path in initialized:
+        had = path in lost
+        section.changes.append(Change("initialized", path, "", "from OLD's weights: needs a map entry" if had else "new"))
+        if had:
+            section.breaks.append(f"'{path}' existed in OLD under another name and would start from its initializer; "
+                                  "`specgen diff --map` prints the checkpoint map that restores it")
+    section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in plan.unused]
+    section.summary = (f"a checkpoint of OLD restored into NEW: restored {len(restored)}, initialized {len(initialized)}, "
+                       f"unused {len(plan.unused)}, mismatched {len(mismatched)}")
+    return section
+
+
+def map_entries(old: ModelIR, new: ModelIR, renames: Renames) -> list[dict[str, str]]:
+    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys)."""
+    targets = {v.path for v in new.model_variables}
+    found = []
+    for v in old.model_variables:
+        to = renames.variable(v.path, old)
+        if to is not None and to in targets and v.path not in targets:
+            found.append({"from": v.path, "to": to})
+    return found
+
+
+def settings(name: str, old: Spec, new: Spec, keys: tuple[str, ...]) -> Section:
+    """Every leaf of the named sections that differs (added, removed or changed), by dotted key."""
+    before, after = ({k: v for key in keys for k, v in _leaves(key, _dump(spec, key))} for spec in (old, new))
+    return settings_of(name, before, after)
+
+
+def _dump(spec: Spec, key: str) -> Any:
+    return spec.model_dump(mode="json", by_alias=True, warnings=False, include={key}).get(key)
+
+
+def _leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _leaves(f"{prefix}.{k}", v)]
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(f"{prefix}[{v.get('name', i)}]", v)]
+    return [(prefix, _compact(value))]
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def run(old: dict[str, Any], new: dict[str, Any]) -> Section:
+    """Two runs' provenance.json: the data each stage read (file by file), seed, overrides, versions, machine."""
+    return settings_of("run", _run_leaves(old), _run_leaves(new))
+
+
+def _run_leaves(record: dict[str, Any]) -> dict[str, str]:
+    leaves: dict[str, str] = {}
+    for stage, found in sorted((record.get("data") or {}).items()):
+        if not isinstance(found, dict):
+            continue
+        for item in found.get("list") or []:
+            if isinstance(item, dict):
+                leaves[f"data.{stage}.{item.get('file')}"] = f"sha256 {str(item.get('sha256'))[:12]}, {item.get('bytes')} bytes"
+        if "sha256_of_list" in found:
+            leaves[f"data.{stage}"] = f"{found.get('files')} files, list sha256 {str(found['sha256_of_list'])[:12]}"
+    for key in ("seed", "overrides", "versions", "machine"):
+        leaves |= dict(_leaves(key, record.get(key)))
+    return leaves
+
+
+def settings_of(name: str, before: dict[str, str], after: dict[str, str]) -> Section:
+    section = Section(name)
+    for key in sorted(before.keys() | after.keys()):
+        if key not in after:
+            section.changes.append(Change("removed", key, before[key]))
+        elif key not in before:
+            section.changes.append(Change("added", key, "", after[key]))
+        elif before[key] != after[key]:
+            section.changes.append(Change("changed", key, before[key], after[key]))
+    return section

@@ -1,0 +1,137 @@
+"""The two sides of `specgen diff`: a spec file, `REV:PATH` read through git, or a run folder's recorded spec.
+
+`REV:PATH` never touches the work tree: the spec files (`*.yaml`, `*.yml`) of the repository at REV are read with
+`git cat-file --batch` into a temporary folder (with a `.git` marker, so `extends` stays confined to it), and the
+spec is loaded from there. PATH is as git reads it: from the repository's top, or from the working directory when
+it starts with `./` or `../`. A run folder holds `spec.resolved.yaml`, written by `specgen train` at the start of
+a run (runtime/provenance.py): the merged spec with every override and default, loaded like any spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specgen.diagnostics import Diagnostic, SpecError, quoted
+from specgen.ir.model import ModelIR
+from specgen.ir.resolve import build_ir
+from specgen.spec.load import LoadedSpec, load_spec
+
+RESOLVED = "spec.resolved.yaml"  # a run folder's record of the spec it trained (runtime/provenance.py)
+RECORD = "provenance.json"  # and of its data, seed, versions and machine
+MAX_GIT_FILES = 20_000  # spec files read from one revision
+MAX_GIT_BYTES = 256 << 20  # their bytes together
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff: how the user named it, the loaded spec and its IR."""
+
+    label: str
+    loaded: LoadedSpec
+    ir: ModelIR
+    record: dict[str, Any] | None = None  # a run folder's provenance.json: data, seed, versions, machine
+
+
+def _refused(label: str, message: str) -> SpecError:
+    return SpecError([Diagnostic(label, None, message)])
+
+
+@contextmanager
+def open_side(text: str) -> Iterator[Side]:
+    """The side `text` names, loaded; a REV:PATH side's temporary folder lives until the block ends."""
+    path = Path(text)
+    if path.is_dir():
+        side = _load(text, _run_spec(path, text))
+        yield replace(side, record=_run_record(path, text))
+        return
+    rev, sep, inner = text.partition(":")
+    if path.exists() or not sep or not rev or len(rev) == 1:  # `C:\\x.yaml` is a Windows path, not a revision
+        yield _load(text, path)
+        return
+    with tempfile.TemporaryDirectory(prefix="specgen-diff-") as folder:
+        yield _load(text, _checkout_specs(rev, inner, Path(folder), text), display=text)
+
+
+def _load(label: str, path: Path, display: str | None = None) -> Side:
+    loaded = load_spec(path, display)
+    return Side(label, loaded, build_ir(loaded))
+
+
+def _run_spec(folder: Path, label: str) -> Path:
+    spec = folder / RESOLVED
+    if not spec.is_file():
+        raise _refused(label, f"the folder has no {RESOLVED}; expected a spec file, REV:PATH, or a run folder written "
+                              "by `specgen train` (runs record the spec they trained since specgen 0.9)")
+    return spec
+
+
+def _run_record(folder: Path, label: str) -> dict[str, Any] | None:
+    """The run's provenance.json, or None when it has none; a damaged one is one line, never a traceback."""
+    path = folder / RECORD
+    if not path.is_file():
+        return None
+    try:
+        found = json.loads(path.read_bytes()[: 64 << 20])
+    except (OSError, ValueError) as exc:
+        raise _refused(label, f"{RECORD} is not readable JSON ({exc}); it is written by `specgen train`") from None
+    if not isinstance(found, dict):
+        raise _refused(label, f"{RECORD} holds {type(found).__name__}; expected a JSON object")
+    return found
+
+
+def _git(args: list[str], label: str, data: bytes | None = None) -> bytes:
+    if shutil.which("git") is None:
+        raise _refused(label, "reading REV:PATH needs git, which is not on PATH")
+    result = subprocess.run(["git", *args], input=data, capture_output=True, timeout=120, check=False)
+    if result.returncode != 0:
+        reason = result.stderr.decode(errors="replace").strip().splitlines()
+        raise _refused(label, f"git {args[0]} failed: {reason[-1] if reason else 'exit ' + str(result.returncode)}")
+    return result.stdout
+
+
+def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
+    """Write REV's spec files under `into` and return where PATH's file landed."""
+    if rev.startswith("-"):
+        raise _refused(label, f"{quoted(rev)} is not a revision")
+    commit = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], label).decode().strip()
+    prefix = _git(["rev-parse", "--show-prefix"], label).decode().strip()
+    relative = os.path.normpath(prefix + inner) if inner.startswith(("./", "../")) else os.path.normpath(inner)
+    if relative.startswith(".."):
+        raise _refused(label, f"{quoted(inner)} is outside the repository")
+    names = [n for n in _git(["ls-tree", "-r", "-z", "--name-only", commit], label).decode().split("\0")
+             if n.endswith((".yaml", ".yml"))]
+    if relative not in names:
+        raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
+    if len(names) > MAX_GIT_FILES:
+        raise _refused(label, f"{rev} holds {len(names)} spec files; at most {MAX_GIT_FILES} are read")
+    _write_blobs(commit, names, into, label)
+    (into / ".git").mkdir()  # the repository's top: `extends` stays inside it
+    return into / relative
+
+
+def _write_blobs(commit: str, names: list[str], into: Path, label: str) -> None:
+    """Every named file of `commit`, read in one `git cat-file --batch` (one process, not one per file)."""
+    out = _git(["cat-file", "--batch"], label, "".join(f"{commit}:{n}\n" for n in names).encode())
+    if len(out) > MAX_GIT_BYTES + 100 * len(names):
+        raise _refused(label, f"the spec files of {commit[:12]} hold more than {MAX_GIT_BYTES} bytes")
+    at = 0
+    for name in names:
+        header_end = out.index(b"\n", at)
+        fields = out[at:header_end].split()
+        at = header_end + 1
+        if len(fields) != 3 or fields[1] != b"blob":  # a submodule or a link: not a spec file
+            continue
+        size = int(fields[2])
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(out[at:at + size])
+        at += size + 1
