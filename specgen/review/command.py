@@ -103,7 +103,7 @@ def _map_text(mapping: list[dict[str, str]], renames: Renames) -> str:
             " (ambiguous renames are not mapped)" if renames.ambiguous else "")
     body = yaml.safe_dump({"checkpoint": {"restore": [{"from": "OLD_CHECKPOINT", "map": mapping}]}},
                           sort_keys=False, default_flow_style=None, width=1 << 20)
-    return "\n# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had\n" + body
+    return "\n# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had\n" + body.rstrip("\n")
 
 
 def _document(old: Side, new: Side, sections: list[Section], renames: Renames, mapping: list[dict[str, str]],

@@ -67,11 +67,11 @@ def _use(kind: str) -> str:
 
 
 def _inputs(ir: ModelIR) -> dict[str, str]:
-    return {i.name: f"{i.dtype}{_shape((None, *i.shape))}" for i in ir.inputs}
+    return {i.name: f"{i.dtype}{_shape(i.shape)}" for i in ir.inputs}
 
 
 def _outputs(ir: ModelIR) -> dict[str, str]:
-    return {name: f"{ir.node(layer).dtype}{_shape((None, *ir.node(layer).shape))}" for name, layer in ir.outputs.items()}
+    return {name: f"{ir.node(layer).dtype}{_shape(ir.node(layer).shape)}" for name, layer in ir.outputs.items()}
 
 
 def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:

@@ -107,7 +107,7 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
     relative = os.path.normpath(prefix + inner) if inner.startswith(("./", "../")) else os.path.normpath(inner)
     if relative.startswith(".."):
         raise _refused(label, f"{quoted(inner)} is outside the repository")
-    names = [n for n in _git(["ls-tree", "-r", "-z", "--name-only", commit], label).decode().split("\0")
+    names = [n for n in _git(["ls-tree", "--full-tree", "-r", "-z", "--name-only", commit], label).decode().split("\0")
              if n.endswith((".yaml", ".yml"))]
     if relative not in names:
         raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
