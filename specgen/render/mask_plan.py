@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.ir.model import Node
+from specgen.kinds.ops.attention import empty_rows
 
 
 def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
@@ -75,19 +76,16 @@ def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any
 
 def _attention_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     n, by_role = node.onnx_name, _by_role(node)
-    zero_rows = node.params["dropout"] > 0  # Keras' Softmax-layer path zeroes rows with no allowed key
-    found: dict[str, Any] = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "zero_rows": zero_rows}
+    found: dict[str, Any] = {"axis1": ctx.constant(f"{n}___mask_axis1", [1])}
     if "query" in by_role:
         found["axes_query"] = ctx.constant(f"{n}___mask_axes_query", [1, 3])
     if by_role.keys() - {"query"}:
         found["axes_key"] = ctx.constant(f"{n}___mask_axes_key", [1, 2])
-    if zero_rows and attrs["fused"]:
-        found["last"] = ctx.constant(f"{n}___mask_last", [-1])
-    elif zero_rows:
-        found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
     # The op declared these only for its own masks; a padding mask needs them too. With is_causal (the fused
     # node's causal flag) and a padding mask, the causal mask is built and and-ed like an explicit one.
     extra: dict[str, Any] = {"masks": found}
+    if attrs["empty_rows"] is None:  # a padded query step may have no allowed key
+        extra |= empty_rows(n, attrs["fused"], node.params["dropout"], ctx)
     if "masked" not in attrs:
         extra["masked"] = ctx.float_constant(f"{n}___masked_value", -1e9)  # Keras' masked score (attention.py)
     if attrs["fused"] and "zero" not in attrs:

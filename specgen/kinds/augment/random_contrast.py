@@ -1,5 +1,7 @@
-"""`random_contrast: f` or `{factor: f, value_range: [0, 255]}`: keras.layers.RandomContrast(f), each image's
-deviation from its mean scaled by a factor drawn in [1 - f, 1 + f], the result clipped to value_range."""
+"""`random_contrast: f` or `{factor: f, value_range: [0, 255]}`: keras.layers.RandomContrast((f, f)), each
+image's deviation from its mean scaled by a factor drawn uniformly in [1 - f, 1 + f], the result clipped to
+value_range. The factor goes to Keras as a pair: a scalar f would draw in [1, 1 + f] (Keras 3.15 clamps a
+scalar's lower bound at 0, contrary to its own docstring)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ class RandomContrast(SpecModel):
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:
     a = args(value, ContrastArgs)
-    return "RandomContrast", {"factor": a.factor, "value_range": tuple(a.value_range)}
+    # As a pair: Keras 3.15 clamps a scalar's lower bound to its _FACTOR_BOUNDS (0, 1), so RandomContrast(f)
+    # draws in [1, 1 + f]; the pair (f, f) is its documented [1 - f, 1 + f] (tests/test_augment_parity.py).
+    return "RandomContrast", {"factor": (a.factor, a.factor), "value_range": tuple(a.value_range)}
 
 
 def _describe(value: Any) -> str:
@@ -32,7 +36,8 @@ def _describe(value: Any) -> str:
 KINDS = (AugmentDef(
     name="random_contrast",
     spec=RandomContrast,
-    doc="`<fraction>` or `{factor, value_range}` (value_range default [0, 255])",
+    doc="`<fraction>` or `{factor, value_range}` (value_range default [0, 255]): each image's deviation from its "
+        "mean scaled by a factor uniform in [1 - factor, 1 + factor]",
     example=0.2,
     keras=_keras,
     describe=_describe,

@@ -9,8 +9,9 @@ applies KerasHub's RotaryEmbedding (rope_type linear) to the projected query and
 
 ONNX: every kernel is a plain matrix ([d, heads*size], [heads*value_dim, dq]), one MatMul (+Add) per
 projection. At opset 23 the attention itself is one `Attention` node (3-D inputs, q/kv_num_heads, scale;
-a mask goes in as a boolean [batch, 1, T, S] attn_mask, built full-size because onnxruntime 1.31's CPU
-kernel refuses a broadcast one). Below 23 it is plain nodes: Reshape/Transpose to heads, MatMul, Softmax,
+a mask goes in as an additive float [batch, 1, T, S] attn_mask of 0 / -1e9, built full-size because
+onnxruntime 1.31's CPU kernel refuses a broadcast one; a query step whose mask allows no key is set
+after the node as Keras gives it: `empty_rows` below). Below 23 it is plain nodes: Reshape/Transpose to heads, MatMul, Softmax,
 MatMul. Why (bench/RESULTS.md, "attention node", onnxruntime 1.31 CPU, one thread): the three candidates
 (plain, opset-23 Attention, com.microsoft MultiHeadAttention) are within this machine's noise of each
 other at a BERT-base layer (31.6 / 33.5 / 32.1 ms at batch 1, 245 / 241 / 229 ms at batch 8), and the
@@ -184,6 +185,7 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
         "roles": at, "heads": heads, "fused": fused, "scale": 1.0 / math.sqrt(k), "rot_freq": None,
         # The fused node takes a causal mask alone as is_causal; with an explicit mask, the two are and-ed first.
         "causal": p["causal"] and not (fused and not mask), "is_causal": p["causal"] and fused and not mask,
+        "empty_rows": None,
     }
     # Only the constants the chosen nodes read: onnxruntime warns about (and drops) unused initializers.
     if not fused or p["rotary"]:  # per-head [batch, time, heads, key_dim] for the plain nodes or the rotation
@@ -200,8 +202,9 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
         found["masked"] = ctx.float_constant(f"{name}___masked_value", MASKED)
     if found["causal"]:
         found["one"] = ctx.float_constant(f"{name}___one", 1.0)
-    if mask:
+    if mask:  # a row of the mask may allow no key
         found["mask_axis"] = ctx.constant(f"{name}___mask_axis", [1])
+        found |= empty_rows(name, fused, p["dropout"], ctx)
     if p["rotary"]:
         found |= {"rot_zero": ctx.float_constant(f"{name}___rot_zero", 0.0),
                   "rot_step": ctx.float_constant(f"{name}___rot_step", 1.0),
@@ -209,6 +212,22 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
                   "rot_half": ctx.constant(f"{name}___rot_half", [k // 2, k // 2]),
                   "rot_freq": inverse_frequencies(k, p["rotary"])}
     return found
+
+
+def empty_rows(name: str, fused: bool, dropout: float, ctx: OnnxContext) -> dict[str, Any]:
+    """How a query step with no allowed key is exported, as Keras computes it (in inference too): with
+    `dropout > 0` Keras' Softmax-layer path zeroes masked weights, so the row is zeros ("zero"); with
+    `dropout: 0` its ops.dot_product_attention gives a softmax of equal -1e9 scores, the mean of the values
+    ("uniform"). The plain nodes mask scores as Keras does (Where: exactly -1e9), so only "zero" needs a node
+    there (Where on the weights). The fused node adds its mask to the scores instead, and a score s rounds
+    -1e9 + s to a multiple of 64 (float32's spacing at 1e9) once |s| > 32, which makes such a row far from
+    uniform (0.64 and 0.69 of the output's magnitude measured at scores of order 100): its output in those rows is
+    replaced by zeros or by the mean of the values. Called for an explicit mask here and for a padding mask
+    by specgen/render/mask_plan.py (a causal mask alone always leaves the diagonal)."""
+    if not fused:
+        return {"empty_rows": "zero", "rows_zero": ctx.float_constant(f"{name}___rows_zero", 0.0)} if dropout else {}
+    return {"empty_rows": "zero" if dropout else "uniform", "rows_last": ctx.constant(f"{name}___rows_last", [-1]),
+            "rows_axis": ctx.constant(f"{name}___rows_axis", [1])}
 
 
 def inverse_frequencies(k: int, rotary: dict[str, float]) -> list[float]:

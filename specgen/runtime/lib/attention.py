@@ -3,7 +3,11 @@
 Written out with einsum rather than calling keras.layers: generated code depends on TensorFlow only and
 the weights stay specgen's tf.Variables in Keras' layouts. The steps and their order are Keras': the
 query is scaled by 1/sqrt(key_dim) before the scores, masked scores become -1e9 (keras' Softmax layer),
-the softmax runs in float32 and dropout falls on the attention weights in training only. The explicit
+the softmax runs in float32 and dropout falls on the attention weights in training only. A query step
+with no allowed key (a padded one under a causal and padding mask) follows Keras' two paths: with
+`dropout > 0` Keras takes its Softmax layer, which zeroes masked weights, so the row is all zeros and the
+step's attention output is the output bias alone; with `dropout: 0` it takes ops.dot_product_attention,
+where the row is a softmax of equal -1e9 scores, uniform over every key. The explicit
 mask and the causal one combine with a logical and, as Keras' _compute_attention_mask does. Rotary
 position embedding is KerasHub's RotaryEmbedding (split halves, [-x2, x1]) on the projected query and key.
 Padding masks ([batch, time] bool from mask_zero embeddings, specgen/ir/masks.py) join them as Keras'
@@ -91,8 +95,9 @@ def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None
     if keep is not None:
         scores = tf.where(keep, scores, tf.constant(MASKED, tf.float32))
     probs = tf.cast(tf.nn.softmax(scores, axis=-1), compute)
-    if padding is not None and dropout > 0:  # Keras' Softmax-layer path (taken with dropout) zeroes a row with
-        probs = tf.where(keep, probs, tf.zeros_like(probs))  # no allowed key; its fused path leaves it uniform
+    if keep is not None and dropout > 0:  # Keras' Softmax-layer path (taken whenever dropout > 0, in inference
+        probs = tf.where(keep, probs, tf.zeros_like(probs))  # too) zeroes a row with no allowed key; its
+        # ops.dot_product_attention path (dropout 0) leaves it uniform. Other masked weights are 0 already.
     probs = drop(probs, rate=dropout, training=training, seed=seed, salt=salt)
     context = tf.einsum("bhts,bshv->bthv", probs, v)
     out = tf.einsum("bthv,hvd->btd", context, weights["attention_output/kernel"])
