@@ -95,6 +95,14 @@ def test_a_rename_is_a_rename_and_the_map_restores_everything(tmp_path: Path, ca
                                    "the checkpoint map that restores it")
     assert len(err.splitlines()) == 4
     assert run(["diff", "a.yaml", "b.yaml", "--fail-on", "interface"], capsys, tmp_path)[0] == 0  # clients unaffected
+    printed = out.split("# checkpoint map:")[1].split("\n", 1)[1]  # NEW declares the printed map: the gate passes
+    restore = printed.replace("OLD_CHECKPOINT", "runs/small").replace("checkpoint:\n", "")
+    write(tmp_path, **{"c.yaml": RENAMED.replace("checkpoint: {dir: runs/small, every_steps: 1000}",
+                                                 "checkpoint:\n  dir: runs/new\n" + restore)})
+    code, out, err = run(["diff", "a.yaml", "c.yaml", "--map", "--fail-on", "checkpoint"], capsys, tmp_path)
+    assert (code, err) == (0, "")
+    assert "checkpoint: a checkpoint of OLD restored into NEW: restored 6, initialized 0, unused 0, mismatched 0" in out
+    assert "# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps" in out
 
 
 def test_a_reshaped_head_breaks_the_interface_and_the_checkpoint(tmp_path: Path, capsys) -> None:

@@ -48,7 +48,7 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     sections = [
         interface(old.ir, new.ir),
         variables(old.ir, new.ir, renames),
-        checkpoint(old.ir, new.ir, renames, "OLD"),
+        checkpoint(old.ir, new.ir, renames, "OLD", declared_map(new)),
         settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS),
         settings("export", old.loaded.spec, new.loaded.spec, ("export",)),
     ]
@@ -57,11 +57,19 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     return sections, renames
 
 
+def declared_map(side: Side) -> list[dict[str, str]]:
+    """The `map` entries NEW's own `checkpoint.restore` declares (all sources, in order): once the map that
+    `--map` printed is in the spec, OLD's checkpoints restore and the checkpoint gate passes."""
+    section = side.loaded.spec.checkpoint
+    sources = section.restore if section is not None else []
+    return [m.model_dump(by_alias=True, exclude_none=True) for source in sources for m in source.map]
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     with open_side(args.old) as old, open_side(args.new) as new:
         sections, renames = compare(old, new)
-        mapping = map_entries(old.ir, new.ir, renames)
-        after_map = checkpoint(old.ir, new.ir, renames, "OLD", mapping) if mapping else None
+        mapping = map_entries(old.ir, new.ir, renames, declared_map(new))
+        after_map = checkpoint(old.ir, new.ir, renames, "OLD", declared_map(new) + mapping) if mapping else None
     if args.format == "json":
         print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))
     else:
@@ -99,7 +107,7 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
 
 def _map_text(mapping: list[dict[str, str]], renames: Renames) -> str:
     if not mapping:
-        return "\n# no map entries: OLD's checkpoints restore into NEW by name" + (
+        return "\n# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps" + (
             " (ambiguous renames are not mapped)" if renames.ambiguous else "")
     body = yaml.safe_dump({"checkpoint": {"restore": [{"from": "OLD_CHECKPOINT", "map": mapping}]}},
                           sort_keys=False, default_flow_style=None, width=1 << 20)

@@ -144,13 +144,15 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, label: str,
     return section
 
 
-def map_entries(old: ModelIR, new: ModelIR, renames: Renames) -> list[dict[str, str]]:
-    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys)."""
+def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys), less the
+    keys NEW's spec maps already (`declared`)."""
     targets = {v.path for v in new.model_variables}
+    mapped = {m.get("from") for m in declared}
     found = []
     for v in old.model_variables:
         to = renames.variable(v.path, old)
-        if to is not None and to in targets and v.path not in targets:
+        if to is not None and to in targets and v.path not in targets and v.path not in mapped:
             found.append({"from": v.path, "to": to})
     return found
 
