@@ -131,13 +131,20 @@ def test_every_op_has_a_template_in_the_installed_package() -> None:
             assert (folder / "onnx" / "ops" / f"{template}.onnx.j2").is_file(), op.name
 
 
+FAMILY_WIDE = Path(__file__).resolve().parents[1] / "examples" / "specs" / "family" / "wide.yaml"
+
+
 def test_validate_and_build_never_import_tensorflow(tmp_path: Path) -> None:
+    """Nor do diff, explain and validate --resolved (docs/review.md, docs/spec.md#composing-specs)."""
     code = (
         "import sys\n"
         "from specgen.cli import main\n"
         f"assert main(['validate', *{[str(s) for s in SPECS]!r}]) == 0\n"
         f"assert main(['build', *{[str(s) for s in SPECS]!r}, '--out', {str(tmp_path)!r}]) == 0\n"
         f"assert main(['report', {str(SPECS[0])!r}]) == 0\n"
+        f"assert main(['diff', {str(SPECS[0])!r}, {str(SPECS[0])!r}, '--map', '--fail-on', 'interface,checkpoint']) == 0\n"
+        f"assert main(['validate', {str(FAMILY_WIDE)!r}, '--resolved']) == 0\n"
+        f"assert main(['explain', {str(FAMILY_WIDE)!r}, 'layers[conv1].filters']) == 0\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'onnxruntime'))\n"
         "print('HEAVY', heavy)\n"
     )
