@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from specgen.atomic import write_atomic
+from specgen.kinds import sources
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 
 RESOLVED, RECORD = "spec.resolved.yaml", "provenance.json"
 MAX_LISTED = 1000  # files listed one by one for a folder or glob; above it, a digest of the list
 PACKAGES = ("specgen", "tensorflow", "keras", "numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "protobuf")
-SOURCE_FIELDS = ("npz", "csv", "tfrecord", "images")  # the key of each source kind that names its data
 
 
 def record(folder: Path, loaded: LoadedSpec, overrides: list[str], devices: list[str]) -> None:
@@ -51,12 +51,12 @@ def record(folder: Path, loaded: LoadedSpec, overrides: list[str], devices: list
 def data_fingerprint(loaded: LoadedSpec) -> dict[str, Any]:
     """Stage -> the files its source reads, each with size and sha256 (or the digest of a long list)."""
     data = loaded.spec.data
-    stages = {} if data is None else {k: v for k, v in data.model_dump(by_alias=True).items() if isinstance(v, dict)}
     found = {}
-    for stage, source in sorted(stages.items()):
-        for key in SOURCE_FIELDS:
-            if source.get(key) is not None:
-                found[stage] = _files(loaded.folder, key, source[key])
+    for stage in ("train", "eval"):
+        source = getattr(data, stage, None) if data is not None else None
+        if source is not None:
+            key = sources.kind_of(source).name  # the key that names the data: a file, a folder or globs
+            found[stage] = _files(loaded.folder, key, getattr(source, key))
     return found
 
 
@@ -65,9 +65,9 @@ def _files(folder: Path, key: str, declared: str | list[str]) -> dict[str, Any]:
     paths: list[Path] = []
     for name in names:
         full = folder / name
-        if key == "images" or full.is_dir():
+        if full.is_dir():
             paths += _walk(full)
-        elif key == "tfrecord" and glob.has_magic(name):
+        elif glob.has_magic(name):
             paths += [Path(p) for p in sorted(glob.glob(str(full)))]
         else:
             paths.append(full)
@@ -80,12 +80,20 @@ def _files(folder: Path, key: str, declared: str | list[str]) -> dict[str, Any]:
 
 
 def _walk(root: Path) -> list[Path]:
-    """Regular files under `root`, sorted, links not followed (the images source reads no link out of its folder)."""
+    """Regular files under `root` (file links too, as the images source reads them: it has refused any that lead
+    out of the folder before this runs), sorted; folder links are not walked, as the source does not walk them."""
     found = []
     for top, dirs, names in os.walk(root, followlinks=False):
         dirs.sort()
-        found += [Path(top) / n for n in sorted(names) if stat.S_ISREG(os.lstat(Path(top) / n).st_mode)]
+        found += [Path(top) / n for n in sorted(names) if _regular(Path(top) / n)]
     return found
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # a broken link: the source refused or skipped it
+        return False
 
 
 def _one(path: Path) -> dict[str, Any]:
