@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,26 @@ def encoded(pixels: np.ndarray, fmt: str) -> bytes:
 def pixels(seed: int, height: int, width: int, channels: int = 1) -> np.ndarray:
     shape = (height, width) if channels == 1 else (height, width, channels)
     return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+
+
+def gif(frames: list[tuple[int, int]], screen: tuple[int, int] = (1, 1), comment_blocks: int = 0) -> bytes:
+    """A GIF written block by block (GIF89a), for the shapes Pillow does not write: every frame (width, height)
+    at the top left, filled with one grey, whatever the logical screen (`screen`) declares; `comment_blocks`
+    1-byte sub-blocks of a comment extension before the first frame."""
+    head = b"GIF89a" + struct.pack("<HHBBB", *screen, 0xF7, 0, 0) + bytes(v for c in range(256) for v in (c, c, c))
+    comment = b"!\xfe" + b"\x01c" * comment_blocks + b"\x00" if comment_blocks else b""
+    body = b"".join(b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + _lzw(bytes([7 * k]) * (width * height))
+                    for k, (width, height) in enumerate(frames))
+    return head + comment + body + b";"
+
+
+def _lzw(indexes: bytes) -> bytes:
+    """Image data that is LZW without compressing: 8-bit literals, a clear code before every 254, so the code
+    width stays 9 bits (valid for any decoder), in sub-blocks of up to 255 bytes."""
+    codes = [code for i in range(0, len(indexes), 254) for code in (256, *indexes[i:i + 254])] + [257]
+    packed = sum(code << (9 * i) for i, code in enumerate(codes)).to_bytes((9 * len(codes) + 7) // 8, "little")
+    blocks = b"".join(bytes([len(packed[i:i + 255])]) + packed[i:i + 255] for i in range(0, len(packed), 255))
+    return b"\x08" + blocks + b"\x00"
 
 
 def write_tree(root: Path, files: dict[str, bytes]) -> Path:
