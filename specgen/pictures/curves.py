@@ -1,7 +1,8 @@
 """`specgen curves`: a run's TensorBoard scalars as one picture, one panel per scalar, runs overlaid.
 
-The events are read with TensorBoard's own pure-Python record reader and protos (its TensorFlow stub):
-`tensorboard.backend`'s loaders would import TensorFlow (tens of seconds) to read a few hundred numbers.
+The events are read by specgen/pictures/events.py (its own framing, TensorBoard's protos, no TensorFlow:
+`tensorboard.backend`'s loaders would import it, tens of seconds, to read a few hundred numbers), as untrusted
+input: scalars only, every skipped record or value counted in one note line, each bound below refused in one.
 matplotlib draws (Agg, no display); the SVG is deterministic: a fixed hash salt (the ids matplotlib
 makes up for clip paths) and no date in its metadata, so the same events give the same bytes.
 """
@@ -9,13 +10,16 @@ makes up for clip paths) and no date in its metadata, so the same events give th
 from __future__ import annotations
 
 import io
+import warnings
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
+from specgen.text import printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -23,6 +27,11 @@ if TYPE_CHECKING:
 LR_PREFIX = "learning_rate/"  # one scalar per optimizer (specgen train): drawn together in one panel
 LR_PANEL = "learning rate"
 EVAL = "eval"
+# Bounds of one run: each scalar is a panel (about 0.1 s to draw) or a line in one; a point costs about 150 bytes
+# read and drawn. A specgen run logs about 20 scalars; a million steps logged every 20 with 20 scalars fit.
+MAX_SERIES = 64
+MAX_POINTS = 1_000_000
+MAX_LABEL = 80  # characters of a tag or name as drawn; the rest is cut with an ellipsis
 # No date, no matplotlib version (Creator, Software) and no RDF block: the bytes depend on the events only.
 _NO_METADATA = {"svg": {"Date": None, "Creator": None, "Format": None, "Type": None}, "png": {"Software": None}}
 
@@ -43,56 +52,89 @@ def _missing(path: Path, what: str) -> SpecError:
                                  "tensorboard/<stage>/events.out.tfevents.* (train the spec first)")])
 
 
-def _records(path: Path) -> list[bytes]:
-    """The records of one event file. A run still writing may end in a partial record: reading stops there."""
-    from tensorboard.compat.tensorflow_stub import errors
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
-
-    reader, out = PyRecordReader_New(str(path)), []
-    while True:
-        try:
-            reader.GetNext()
-        except (errors.OutOfRangeError, errors.DataLossError):
-            return out
-        out.append(reader.record())
-
-
-def _stage_points(files: list[Path]) -> dict[str, dict[int, float]]:
+def _stage_points(files: list[Path], run: Path, scan: RunScan) -> dict[str, dict[int, float]]:
     """tag -> step -> value over a stage's event files, oldest file first: after a resume from an older
     checkpoint the steps it runs again take the newer values."""
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.util.tensor_util import make_ndarray
+    from specgen.pictures.events import FileReading, Scalars, read_scalars
 
-    points: dict[str, dict[int, float]] = {}
+    into = Scalars()
     for path in files:
-        for record in _records(path):
-            event = Event.FromString(record)
-            for value in event.summary.value:
-                number = float(make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
-                points.setdefault(value.tag, {})[int(event.step)] = number
-    return points
+        reading = FileReading(path)
+        for _ in read_scalars(path, into, reading):  # checked at each new point: memory stays within the bounds
+            scan.points += 1
+            if scan.points > MAX_POINTS:
+                raise _over(run, f"more than {MAX_POINTS:,} scalar points (stage, tag and step)",
+                            f"at most {MAX_POINTS:,}: every point is drawn")
+            if scan.tags + len(into.points) > MAX_SERIES:
+                raise _over(run, f"more than {MAX_SERIES} scalars (stage and tag pairs)",
+                            f"at most {MAX_SERIES}: each is a panel, or a line in one")
+        scan.notes += reading.notes()
+        scan.files += 1
+    scan.values += into.values
+    scan.tags += len(into.points)
+    scan.skipped.update(into.skipped)
+    return into.points
+
+
+def _over(run: Path, received: str, expected: str) -> SpecError:
+    return SpecError([Diagnostic(shown(run), None, f"received {received}; expected {expected} "
+                                 "(TensorBoard reads larger runs)")])
+
+
+@dataclass
+class RunScan:
+    """A run's scalars and what reading them had to say: one line per damaged or cut file, one for what was
+    skipped."""
+
+    series: list[Series] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (a run or file as shown, what to say)
+    skipped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (record or summary value, why) -> count
+    files: int = 0
+    values: int = 0  # scalar values read (a step logged twice counts twice)
+    points: int = 0  # distinct (stage, tag, step) points
+    tags: int = 0  # distinct (stage, tag) pairs
+
+    def lines(self) -> list[str]:
+        """The note lines to print (standard error): one per damaged or cut file, one for what was skipped."""
+        return [f"{where}: note: {text}" for where, text in self.notes]
 
 
 def read_run(run: Path) -> list[Series]:
     """Every scalar of `run`, by stage folder and tag, in name order."""
+    return scan_run(run).series
+
+
+def scan_run(run: Path) -> RunScan:
+    """Every scalar of `run`, by stage folder and tag, in name order, with the run's note lines."""
     board = run / "tensorboard"
     if not run.is_dir():
         raise _missing(run, "not a folder")
     stages = sorted(p for p in board.iterdir() if p.is_dir()) if board.is_dir() else []
-    series = []
+    scan = RunScan()
     for stage in stages:
         # File names start events.out.tfevents.<seconds>: name order is the order they were written in.
-        points = _stage_points(sorted(stage.glob("events.out.tfevents.*")))
+        points = _stage_points(sorted(stage.glob("events.out.tfevents.*")), run, scan)
         terms = [t for t in points if t.startswith("loss/")]
         for tag in sorted(points):
             if len(terms) == 1 and tag == terms[0] and "loss" in points:
                 continue  # a lone loss term is the loss itself (runtime/hooks.loss_scalars): drawn once
             steps = sorted(points[tag])
-            series.append(Series(run.name or str(run), stage.name, tag, tuple(steps),
-                                 tuple(points[tag][s] for s in steps)))
-    if not series:
-        raise _missing(run, "no TensorBoard scalars")
-    return series
+            scan.series.append(Series(run.name or str(run), stage.name, tag, tuple(steps),
+                                      tuple(points[tag][s] for s in steps)))
+    if scan.skipped:
+        scan.notes.append((shown(run), _skipped(scan)))
+    if not scan.series:  # what was skipped or cut short is part of the one line
+        said = "; ".join(text if where == shown(run) else f"{where}: {text}" for where, text in scan.notes)
+        raise _missing(run, "no TensorBoard scalars" + (f" ({said})" if said else ""))
+    return scan
+
+
+def _skipped(scan: RunScan) -> str:
+    """How many of what were skipped, and why."""
+    what = [f"{count:,} {noun}{'s' * (count != 1)} ({why})" for (noun, why), count in sorted(scan.skipped.items())]
+    listed = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
+    return (f"read {scan.values:,} scalar value{'s' * (scan.values != 1)} from {scan.files} event "
+            f"file{'s' * (scan.files != 1)}; skipped {listed}")
 
 
 def panel_of(series: Series) -> str:
@@ -105,8 +147,18 @@ def label_of(series: Series, runs: int) -> str:
     return f"{series.run}: {what}" if runs > 1 else what
 
 
+def drawn(text: str) -> str:
+    """A tag or name as the picture shows it: plain text (with parse_math off, `$x$` is not mathtext), control
+    characters and bidi overrides escaped (a NUL makes an SVG that is not XML), at most MAX_LABEL characters;
+    a leading `_` (matplotlib's mark of an entry left out of the legend) after a space."""
+    text = printable(text)
+    text = text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 1] + "…"
+    return " " + text if text.startswith("_") else text
+
+
 def figure(runs: Sequence[list[Series]]) -> Figure:
-    """One panel per scalar (the learning rates share one), two panels a row; eval points marked."""
+    """One panel per scalar (the learning rates share one), two panels a row; eval points marked.
+    Every text from the run folder is drawn with parse_math off: a tag is never mathtext (nor TeX)."""
     from matplotlib.figure import Figure  # no pyplot: no global state, no display backend chosen
 
     every = [s for run in runs for s in run]
@@ -124,21 +176,30 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
         for s in (s for s in every if panel_of(s) == panel):
             label = label_of(s, len(runs))
             marker = dict(marker="o", markersize=4) if s.stage == EVAL else {}
-            ax.plot(s.steps, s.values, label=label, color=f"C{labels.index(label) % 10}", linewidth=1.4, **marker)
-        ax.set_title(panel, fontsize=11)
+            ax.plot(s.steps, s.values, label=drawn(label), color=f"C{labels.index(label) % 10}", linewidth=1.4,
+                    **marker)
+        ax.set_title(drawn(panel), fontsize=11, parse_math=False)
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        for text in ax.legend(fontsize=8).get_texts():
+            text.set_parse_math(False)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     return fig
 
 
-def render(runs: Sequence[list[Series]], fmt: str = "svg") -> bytes:
-    """The picture's bytes: SVG (deterministic) or PNG."""
-    import matplotlib
+# usetex off whatever the user's matplotlibrc says: a tag must never reach LaTeX.
+_RC = {"svg.hashsalt": "specgen", "svg.fonttype": "path", "text.usetex": False}
 
-    fig, buffer = figure(runs), io.BytesIO()
-    with matplotlib.rc_context({"svg.hashsalt": "specgen", "svg.fonttype": "path"}):
-        fig.savefig(buffer, format=fmt, metadata=_NO_METADATA[fmt])
+
+def render(runs: Sequence[list[Series]], fmt: str = "svg") -> bytes:
+    """The picture's bytes: SVG (deterministic) or PNG. matplotlib's warnings about the run's own text and
+    numbers (a glyph the font lacks, an overflow while scaling 1e308) are not the user's to read: silenced."""
+    import matplotlib
+    import numpy as np
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(_RC), warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        figure(runs).savefig(buffer, format=fmt, metadata=_NO_METADATA[fmt])
     return buffer.getvalue()

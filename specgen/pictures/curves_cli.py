@@ -25,6 +25,15 @@ def need_matplotlib(what: str) -> None:
                                  f"pip install '{EXTRA}'") from None
 
 
+def need_tensorboard(what: str) -> None:
+    """The event files' protos come from the tensorboard package (the train extra, not the pictures one)."""
+    try:
+        import tensorboard.compat.proto.event_pb2  # noqa: F401
+    except ImportError:
+        raise PicturesUsageError(f"{what} reads TensorBoard event files with the tensorboard package, which is not "
+                                 "installed; expected: pip install tensorboard (or 'specgen[train]')") from None
+
+
 def curves_format(output: Path | None) -> str:
     if output is None:
         return "svg"
@@ -38,18 +47,23 @@ def curves_format(output: Path | None) -> str:
 def run_curves(args: argparse.Namespace) -> int:
     from specgen.atomic import write_atomic
     from specgen.paths import shown
-    from specgen.pictures.curves import read_run, render
+    from specgen.pictures.curves import render, scan_run
 
     fmt = curves_format(args.output)  # before reading anything: a usage mistake costs nothing
     need_matplotlib("specgen curves")
-    runs = [read_run(run) for run in args.runs]
+    need_tensorboard("specgen curves")
+    scans = [scan_run(run) for run in args.runs]
+    for line in (line for scan in scans for line in scan.lines()):  # standard error: stdout may be the picture
+        print(line, file=sys.stderr)
+    runs = [scan.series for scan in scans]
     picture = render(runs, fmt)
     if args.output is None:
         sys.stdout.buffer.write(picture)
         return 0
     write_atomic(args.output, picture, fsync=False)
     scalars = len({s.tag for run in runs for s in run})
-    print(f"wrote {shown(args.output)} ({fmt}: {scalars} scalars of {len(runs)} run{'s' * (len(runs) > 1)})")
+    print(f"wrote {shown(args.output)} ({fmt}: {scalars} scalar{'s' * (scalars != 1)} of {len(runs)} "
+          f"run{'s' * (len(runs) > 1)})")
     return 0
 
 

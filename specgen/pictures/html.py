@@ -9,10 +9,8 @@ restore plan (reading the restore sources' checkpoints), and only when the spec 
 from __future__ import annotations
 
 import html
-import json
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
@@ -23,6 +21,10 @@ from specgen.report.optimizers import optimizers_table
 from specgen.report.precision import precision_table, variants_lines
 from specgen.report.variables import collections_table, variables_table
 from specgen.spec.load import LoadedSpec
+from specgen.text import printable
+
+if TYPE_CHECKING:
+    from specgen.pictures.curves import RunScan
 
 SECTIONS = ("graph", "variables", "collections", "optimizers", "precision", "flops", "restore", "curves", "export")
 CSS = """
@@ -44,12 +46,18 @@ def _section(key: str, title: str, body: str) -> str:
     return f'<section id="{key}"><h2>{html.escape(title)}</h2>\n{body}\n</section>'
 
 
+def _plain(text: str) -> str:
+    """Text as the page shows it: control characters and bidi overrides escaped line by line (a file name or an
+    export.json string can hold any: a NUL is not allowed in HTML), then HTML's own characters."""
+    return html.escape("\n".join(printable(line) for line in text.split("\n")))
+
+
 def _pre(text: str) -> str:
-    return f"<pre>{html.escape(text)}</pre>"
+    return f"<pre>{_plain(text)}</pre>"
 
 
 def _none(text: str) -> str:
-    return f'<p class="none">{html.escape(text)}</p>'
+    return f'<p class="none">{_plain(text)}</p>'
 
 
 def inline_svg(svg: str) -> str:
@@ -80,37 +88,38 @@ def restore_section(loaded: LoadedSpec, ir: ModelIR) -> str:
         return _none(f"no plan: {exc}")
 
 
-def curves_section(run: Path | None) -> str:
-    if run is None:
+def curves_section(scan: RunScan | None) -> str:
+    """The run's curves, under the notes of what reading its events skipped or found cut short."""
+    if scan is None:
         return _none("no run given (--run RUN)")
-    from specgen.pictures.curves import read_run, render
+    from specgen.pictures.curves import render
 
-    return inline_svg(render([read_run(run)]).decode())
+    return "\n".join([*map(_none, scan.lines()), inline_svg(render([scan.series]).decode())])
 
 
 def export_section(run: Path | None) -> str:
     found = None if run is None else run / "export" / "export.json"
     if found is None or not found.is_file():
         return _none("no export of this run (specgen export ... -o RUN/export writes RUN/export/export.json)")
-    report: Mapping[str, Any] = json.loads(found.read_text(encoding="utf-8"))
+    from specgen.pictures.export_json import read_export
+
+    report = read_export(found)  # every key the lines below print, checked: one line otherwise
     lines = [*export_lines(report), *variants_lines(found.parent, shown(found.parent), report)]
     return _pre("\n".join([f"{shown(found)}:", *lines]))
 
 
-def precision_section(ir: ModelIR, run: Path | None) -> str:
-    logged: list[Any] = []
-    if run is not None:  # the loss scale as the run logged it last (TensorBoard scalars, no TensorFlow)
-        from specgen.pictures.curves import read_run
-
-        try:
-            logged = read_run(run)
-        except SpecgenError:  # no scalars yet: the curves section says so
-            pass
+def precision_section(ir: ModelIR, scan: RunScan | None) -> str:
+    logged = [] if scan is None else scan.series  # the loss scale as the run logged it last
     table = precision_table(ir, logged)
     return _pre(table) if table else _none("float32 training and export (train.precision, export.onnx.precision)")
 
 
-def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None) -> str:
+def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: RunScan | None = None) -> str:
+    """The page; `scan`: the run's events as curves.scan_run read them (read here when not given)."""
+    if run is not None and scan is None:
+        from specgen.pictures.curves import scan_run
+
+        scan = scan_run(run)
     optimizers = loaded.spec.optimizers
     bodies = {
         "graph": ("Model graph", graph_section(ir)),
@@ -118,10 +127,10 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None) -> str:
         "collections": ("Collections", _pre(collections_table(ir))),
         "optimizers": ("Optimizers", _pre(optimizers_table(ir, optimizers)) if optimizers and ir.optimizers
                        else _none("no optimizers")),
-        "precision": ("Precision", precision_section(ir, run)),
+        "precision": ("Precision", precision_section(ir, scan)),
         "flops": ("FLOPs", _pre(flops_table(ir))),
         "restore": ("Restore plan", restore_section(loaded, ir)),
-        "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(run)),
+        "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(scan)),
         "export": ("Export: parity, accuracy and precision", export_section(run)),
     }
     nav = " ".join(f'<a href="#{key}">{html.escape(bodies[key][0])}</a>' for key in SECTIONS)

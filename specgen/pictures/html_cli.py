@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from specgen.pictures.curves_cli import PicturesUsageError, need_matplotlib
+from specgen.pictures.curves_cli import PicturesUsageError, need_matplotlib, need_tensorboard
 
 
 def _usage(args: argparse.Namespace) -> None:
@@ -30,9 +31,17 @@ def run_html_report(args: argparse.Namespace) -> int:
     _usage(args)
     if args.run_folder is not None:
         need_matplotlib("specgen report --html --run")
+        need_tensorboard("specgen report --html --run")
     loaded = load_spec(args.paths[0])
     ir = build_ir(loaded)
-    text = page(loaded, ir, shown(args.paths[0]), args.run_folder)
+    scan = None
+    if args.run_folder is not None:
+        from specgen.pictures.curves import scan_run
+
+        scan = scan_run(args.run_folder)
+        for line in scan.lines():  # the page shows them too, above the curves
+            print(line, file=sys.stderr)
+    text = page(loaded, ir, shown(args.paths[0]), args.run_folder, scan)
     write_atomic(args.output, text.encode(), fsync=False)
     print(f"wrote {shown(args.output)} ({len(text.encode()):,} bytes)")
     return 0
