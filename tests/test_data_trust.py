@@ -195,7 +195,7 @@ def test_tfrecord_values_are_checked_before_training(tmp_path: Path) -> None:
                                                        "classes: values must be integers in [0, 2)")
     write_tfrecord(tmp_path, X, Y)
     (tmp_path / "t.tfrecord").write_bytes((tmp_path / "t.tfrecord").read_bytes()[:-7])
-    assert failure(tmp_path, source, "t.tfrecord").startswith("cannot read record 4: ")
+    assert failure(tmp_path, source, "t.tfrecord").startswith("cannot read record 4 (at byte ")
     write_tfrecord(tmp_path, X, Y)
     assert read(tmp_path, source) == 5
 

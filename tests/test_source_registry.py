@@ -20,7 +20,7 @@ from specgen.spec.io import Data
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = list(REGISTRY)
-NOT_READERS = ("base", "context", "decode")  # runtime/sources modules every reader shares
+NOT_READERS = ("base", "context", "decode", "framing")  # runtime/sources modules readers share
 
 
 def _union_members() -> tuple[Any, ...]:

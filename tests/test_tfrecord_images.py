@@ -210,7 +210,7 @@ def test_a_damaged_shard_is_not_skipped(tmp_path: Path, good: tuple[list[bytes],
     shard = write(tmp_path / "s.tfrecord", [record(images[k], int(labels[k])) for k in range(COUNT)])
     shard.write_bytes(shard.read_bytes()[:-5])  # the last frame cut short, as a copy stopped early
     text = error(tmp_path, spec_text(source("s.tfrecord", extra=", skip_bad: true")))
-    assert text.startswith("cannot read record 23: "), text
+    assert text.startswith("cannot read record 23 (at byte "), text
     assert text.endswith("; the file is damaged or not a TFRecord file"), text
 
 

@@ -29,7 +29,7 @@ from specgen.runtime.sources.context import SourceContext
 from specgen.spec.load import LoadedSpec, load_spec
 
 SHOWN_FILES = 5  # files listed by name; the rest are counted
-COUNT_BATCH = 4096  # labels counted together
+COUNT_BATCH = 4096  # labels counted together (a label is a class id: 8 bytes each)
 
 
 def run_data(path: Path, stage: str) -> int:
@@ -87,9 +87,10 @@ def _classes(loaded: LoadedSpec, ir: ModelIR, stage: str, source: Source) -> lis
 
 
 def _count(source: Source, label: str, bound: int) -> dict[str, int]:
+    # Only the label is batched: batching whole examples would hold COUNT_BATCH of them, features and all.
     counts = np.zeros(bound, np.int64)
-    for _, labels in source.dataset.batch(COUNT_BATCH):
-        counts += np.bincount(labels[label].numpy().reshape(-1), minlength=bound)[:bound]
+    for labels in source.dataset.map(lambda _, labels: labels[label]).batch(COUNT_BATCH):
+        counts += np.bincount(labels.numpy().reshape(-1), minlength=bound)[:bound]
     return {str(i): int(c) for i, c in enumerate(counts)}
 
 

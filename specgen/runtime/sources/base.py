@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +26,45 @@ Locate = Callable[[str, tuple[int, ...], int], str]
 
 class DataError(SpecgenError, ValueError):
     """A data file that cannot be used; the message says what is wrong and what to do."""
+
+
+REGULAR, MISSING = "a regular file", "missing"  # what file_kind says of a readable file, of nothing there
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(path: str | os.PathLike[str]) -> str:
+    """What `path` is, links followed, found without opening it: REGULAR, MISSING (a dangling link too), or what
+    it is as a message says it ('a FIFO (named pipe)', 'a character device', 'a directory', ...). Only a regular
+    file is data: opening a FIFO blocks until something writes to it, and /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return MISSING
+    except OSError as exc:  # a folder on the way that may not be searched, a loop of links
+        return f"a path that cannot be examined ({exc.strerror})"
+    return _what(mode)
+
+
+def open_regular(path: str | os.PathLike[str], buffering: int = -1) -> IO[bytes]:
+    """`path` open for reading, or DataError saying what it is when it is not a regular file. The open does not
+    block on a FIFO (O_NONBLOCK; put there after a `file_kind` check, say) and what was opened is checked
+    (fstat) before a byte is read; O_NONBLOCK changes nothing for a regular file's reads."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise DataError(f"cannot read the file: {exc.strerror}") from None
+    what = _what(os.fstat(fd).st_mode)
+    if what != REGULAR:
+        os.close(fd)
+        raise DataError(f"the path is {what}, not a regular file")
+    return os.fdopen(fd, "rb", buffering=buffering)
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return REGULAR
+    return next((what for test, what in _NOT_REGULAR if test(mode)), "not a regular file")
 
 
 @dataclass

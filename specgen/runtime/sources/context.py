@@ -19,11 +19,14 @@ from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import (
     FLOAT_KINDS,
     INT_KINDS,
+    MISSING,
+    REGULAR,
     Locate,
     Source,
     Wanted,
     describe,
     dtype_text,
+    file_kind,
     first,
     shape_text,
 )
@@ -36,6 +39,19 @@ def _wanted(node_input: Input) -> Wanted:
     return Wanted(node_input.shape[1:], "int" if node_input.dtype.startswith("int") else "float")
 
 
+def _cropped(loaded: LoadedSpec, features: Any) -> str | None:
+    """The image input whose height and width a random_crop of data.train sets (None without one): its
+    arrays may hold images of another size, as an images source may decode them; the crop is checked
+    against them before the first step (train), or Keras' inference of it resizes them (eval), in
+    runtime/augment/source.py. The entries acting at eval are exactly those that set the size."""
+    from specgen.kinds.augment import at_eval, image_inputs
+
+    if not at_eval(getattr(loaded.spec.data.train, "augment", None) if loaded.spec.data else None):
+        return None
+    images = image_inputs(features, loaded.spec.inputs)
+    return images[0] if len(images) == 1 else None  # validate: exactly one among train's features
+
+
 class SourceContext:
     """One stage's source as its reader sees it; `kind` is also the spec key its errors point at."""
 
@@ -45,6 +61,7 @@ class SourceContext:
         self.source = ir.training.data[stage]
         self.kind = self.source.kind
         self.path = self.source.path
+        self.cropped = _cropped(loaded, self.source.features)
 
     def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
         return SpecError([self.loaded.diagnostic(("data", self.stage, *loc), f"data.{self.stage} ({self.path}): {message}")])
@@ -53,10 +70,16 @@ class SourceContext:
         return ("features" if name in self.source.features else "labels", name)
 
     def require_file(self) -> None:
-        """A reader of one file calls this first: a missing file is named before any parsing."""
-        if not self.path.is_file():
+        """A reader of one file calls this first: a missing file, and a path that is not a regular file (a FIFO,
+        which would block the read; a device such as /dev/zero, which never ends; a folder), are named before
+        anything is opened."""
+        what = file_kind(self.path)
+        if what == MISSING:
             raise self.fail((self.kind,), f"no such file; expected {REGISTRY[self.kind].expects} relative to the "
                             "spec's folder")
+        if what != REGULAR:
+            raise self.fail((self.kind,), f"the path is {what}, not a regular file; expected "
+                            f"{REGISTRY[self.kind].expects}")
 
     def names(self) -> dict[str, tuple[str, Any]]:
         """Spec name -> (key in the source's mapping, the source's name or columns)."""
@@ -180,7 +203,18 @@ class SourceContext:
         self.refuse_named_dims(name, shape)  # a CSV row has no length of its own
         if flat_rows and np.prod(example, dtype=int) == np.prod(shape, dtype=int):
             array, example = array.reshape((len(array), *shape)), tuple(shape)
+        if name == self.cropped and not flat_rows:
+            return self._fit_cropped(name, array, shape)
         if len(example) != len(shape) or any(d != e for d, e in zip(shape, example, strict=True) if not isinstance(d, str)):
             raise self.fail(self.loc(name), f"'{name}' has shape {shape_text((None, *example))} but the spec declares "
                             f"{shape_text((None, *shape))}")
+        return array
+
+    def _fit_cropped(self, name: str, array: np.ndarray, shape: tuple[int | str | None, ...]) -> np.ndarray:
+        """Images of any height and width of at least 1 pixel, with the input's channels."""
+        example = tuple(array.shape[1:])
+        if len(example) != 3 or example[2] != shape[2] or min(example[:2]) < 1:
+            raise self.fail(self.loc(name), f"'{name}' has shape {shape_text((None, *example))}; expected images "
+                            f"[N, height, width, {shape[2]}] (any height and width of at least 1: data.train's "
+                            f"random_crop makes them {shape_text(shape[:2])})")
         return array

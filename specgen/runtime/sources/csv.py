@@ -12,7 +12,7 @@ import io
 import numpy as np
 
 from specgen.diagnostics import did_you_mean
-from specgen.runtime.sources.base import Source
+from specgen.runtime.sources.base import DataError, Source, open_regular
 from specgen.runtime.sources.context import SourceContext
 
 
@@ -45,7 +45,11 @@ def read(context: SourceContext) -> Source:
 
 def _rows(context: SourceContext) -> tuple[list[str], list[list[str]], np.ndarray]:
     """Header, rows (blank lines skipped) and each row's line number; ragged rows are errors."""
-    raw = context.path.read_bytes()
+    try:
+        with open_regular(context.path) as file:  # checked again as opened: never a FIFO's blocking read
+            raw = file.read()
+    except DataError as exc:
+        raise context.fail((context.kind,), str(exc)) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:  # decoded whole, so that the line number is exact

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from specgen.diagnostics import did_you_mean
-from specgen.runtime.sources.base import DataError, Source
+from specgen.runtime.sources.base import DataError, Source, open_regular
 from specgen.runtime.sources.context import SourceContext
 
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members; an empty zip
@@ -25,11 +25,8 @@ DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
 
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:
     """The archive at `path`, or DataError saying why it is not a readable .npz (never loads pickles)."""
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(6)
-    except OSError as exc:
-        raise DataError(f"cannot read the file: {exc.strerror}") from None
+    with open_regular(path) as handle:  # a FIFO is refused, not waited on (specgen infer --input too)
+        magic = handle.read(6)
     if magic.startswith(NPY_MAGIC):
         raise DataError("this is a single .npy array, not an .npz archive; save the arrays with "
                         "numpy.savez(path, name=array, ...)")

@@ -1,12 +1,15 @@
 """The `tfrecord` reader: shards found and checked in one pass that keeps nothing, then streamed.
 
-Before the first step every shard is read once in batches of records, each batch parsed and its values
-checked (runtime/sources/context.py; an encoded image: its header, then a decode, runtime/sources/decode.py),
-so a missing key, a bad value, an image that does not decode or a truncated shard is one line naming the
-shard and the record before training, and the example count is exact (`skip_bad` records left out: `Scan`).
-That pass holds one batch of records at a time: memory stays flat in the size of the data (bench/data.py
-measures it). Training then streams the shards: interleaved `cycle_length` at a time in a fixed order (the
-checkpointed iterator resumes it exactly), parsed (images decoded and resized) in parallel, skipped records
+Before the first step every shard is framed (runtime/sources/framing.py: each header's length checked
+against the bytes left, in Python, before TensorFlow's reader, which sizes its buffer from that length, opens
+the file), then read once in batches of records, each batch parsed and its values checked
+(runtime/sources/context.py; an encoded image: its header, then a decode, runtime/sources/decode.py), so a
+damaged frame, a missing key, a bad value or an image that does not decode is one line naming the shard and
+the record before training, and the example count is exact (`skip_bad` records left out: `Scan`). That pass
+holds one batch of records at a time, bounded in bytes (SCAN_BYTES): memory stays flat in the size of the
+data and of its records (bench/data.py measures the first; tests/test_tfrecord_framing.py the second).
+Training then streams the shards: interleaved `cycle_length` at a time in a fixed order (the checkpointed
+iterator resumes it exactly), parsed (images decoded and resized) in parallel, skipped records
 filtered out by their number in their shard; runtime/data.py shuffles and batches.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import functools
 import glob
 import io
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -23,14 +27,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specgen.kinds.sources.tfrecord import entries, images
-from specgen.runtime.sources.base import DataError, Source, Wanted, WorkerShare
+from specgen.paths import shown
+from specgen.runtime.sources.base import MISSING, REGULAR, DataError, Source, Wanted, WorkerShare, file_kind
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.decode import OverBound, as_input, check_header, decode_error, decode_image, undecodable
+from specgen.runtime.sources.framing import FramingError, offset_of, walk
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
-SCAN_CHUNK = 1024  # records parsed together while checking a shard
+# Records read back and parsed together while checking a shard: as many as fit in SCAN_BYTES (at least one),
+# at most SCAN_RECORDS (enough that the per-call cost of small records is shared). A batch is held about four
+# times over (the records, their copy into the parse, the parsed values, a numpy copy of one feature), so the
+# pass holds about 64 MiB above one record, whatever the records' size.
+SCAN_BYTES = 16 << 20
+SCAN_RECORDS = 1024
 GLOB = "*?["  # characters that make an entry a glob
 SHOWN = 5  # skipped records named in the message
 
@@ -49,7 +60,7 @@ def read(context: SourceContext) -> Source:
         scan.shard(shard, f"shard {_name(context, shard)}, " if named else "")
         counts.append(scan.count - before)
     scan.say_skipped()
-    files = tf.data.Dataset.from_tensor_slices([str(s) for s in shards])
+    files = tf.data.Dataset.from_tensor_slices(_names(shards))
     if _shuffles_files(context, model, shards):
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
@@ -60,7 +71,7 @@ def read(context: SourceContext) -> Source:
                                block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
     if model.cache is not None:
-        dataset = dataset.cache("" if model.cache == "memory" else str(context.loaded.folder / model.cache))
+        dataset = dataset.cache("" if model.cache == "memory" else os.fsencode(context.loaded.folder / model.cache))
     split = functools.partial(worker_share, context, model, (shards, counts), files, opener, parse)
     return Source(dataset, scan.count, tuple(shards), split=split)
 
@@ -77,17 +88,23 @@ def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], l
     `shards`: every shard and the records it keeps."""
     import tensorflow as tf
 
-    order = [Path(p.decode()) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
+    order = [Path(os.fsdecode(p)) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
     mine, size = order[index::workers], dict(zip(*shards, strict=True))
     cycle = min(model.cycle_length, len(size))
-    records = tf.data.Dataset.from_tensor_slices([str(s) for s in mine]).interleave(
+    records = tf.data.Dataset.from_tensor_slices(_names(mine)).interleave(
         opener, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True)
     dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     if model.cache is not None:  # one cache per worker: workers sharing a cache file would clash
         where = "" if model.cache == "memory" else f"{context.loaded.folder / model.cache}.w{index}-of-{workers}"
-        dataset = dataset.cache(where)
+        dataset = dataset.cache(os.fsencode(where))
     return WorkerShare(dataset, sum(size[s] for s in mine), tuple(mine), len(size), cycle, len(set(size.values())) == 1)
+
+
+def _names(paths: list[Path]) -> list[bytes]:
+    """File names as TensorFlow takes them: the bytes on disk (a str with bytes that are not UTF-8, as Python
+    holds such a name, does not convert to a tf.string)."""
+    return [os.fsencode(p) for p in paths]
 
 
 def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:
@@ -98,7 +115,7 @@ def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:
 
     if not any(skipped.values()):
         return tf.data.TFRecordDataset
-    paths = tf.constant([str(s) for s in shards])  # a shard's number: its position here (stateless ops only, so
+    paths = tf.constant(_names(shards))  # a shard's number: its position here (stateless ops only, so
     # the pipeline serializes into a checkpoint, which a lookup table's resource would not)
     keys = tf.constant(sorted(i * 2**32 + r for i, s in enumerate(shards) for r in skipped.get(s, [])), tf.int64)
 
@@ -116,30 +133,38 @@ def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:
 
 def find_shards(context: SourceContext, model: Any) -> list[Path]:
     """Every file the entries name, in order (a glob's matches sorted), each once; a positioned error for an
-    entry that names no file."""
+    entry that names no file, or names something that is not a regular file (a FIFO, a device, a folder: each
+    refused by what it is, found without opening it)."""
     listed = isinstance(model.tfrecord, list)
     shards: list[Path] = []
     for index, entry in enumerate(entries(model)):
         loc = (context.kind, index) if listed else (context.kind,)
         path = context.loaded.folder / entry
         if any(c in entry for c in GLOB):
-            found = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
+            found = sorted(Path(p) for p in glob.glob(str(path)))
             if not found:
                 raise context.fail(loc, f"the glob '{entry}' matches no file; expected .tfrecord shards relative to "
                                    "the spec's folder")
-        elif path.is_file():
-            found = [path]
-        else:
+            for match in found:
+                if (what := file_kind(match)) != REGULAR:
+                    raise context.fail(loc, f"the glob '{entry}' matches {_name(context, match)}, which is {what}, "
+                                       "not a regular file; expected .tfrecord shards (narrow the glob)")
+        elif (what := file_kind(path)) == MISSING:
             raise context.fail(loc, f"no such file: '{entry}'; expected a .tfrecord file relative to the spec's folder")
+        elif what != REGULAR:
+            raise context.fail(loc, f"'{entry}' is {what}, not a regular file; expected a .tfrecord file")
+        else:
+            found = [path]
         shards += [f for f in found if f not in shards]
     return shards
 
 
 def _name(context: SourceContext, shard: Path) -> str:
+    """A shard as messages show it: relative to the spec's folder when under it, escaped (paths.shown)."""
     try:
-        return str(shard.relative_to(context.loaded.folder))
+        return shown(shard.relative_to(context.loaded.folder))
     except ValueError:
-        return str(shard)
+        return shown(shard)
 
 
 def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
@@ -170,10 +195,22 @@ def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
     return spec, parse
 
 
+def _unparsed(exc: Exception) -> str:
+    """Why a record does not parse: TensorFlow's reason, or that it is not a tf.train.Example at all."""
+    if isinstance(exc, UnicodeDecodeError) or "Could not parse example input" in str(exc):
+        return "it is not a tf.train.Example"  # TensorFlow's message goes on to quote the record's bytes
+    return _reason(exc)
+
+
 def _reason(exc: Any) -> str:
     """TensorFlow's reason without the op and function names it wraps around it."""
     line = re.sub(r"\{\{[^}]*\}\}\s*", "", exc.message.splitlines()[0])
     return re.sub(r"\s*\[Op:.*$", "", line).strip()
+
+
+def scan_batch(largest: int) -> int:
+    """Records the checking pass reads back together when the largest record holds `largest` bytes."""
+    return max(1, min(SCAN_RECORDS, SCAN_BYTES // max(largest, 1)))
 
 
 def _readable(shard: Path, start: int) -> int:
@@ -182,7 +219,7 @@ def _readable(shard: Path, start: int) -> int:
 
     readable = 0
     try:
-        for _ in tf.data.TFRecordDataset(str(shard)).skip(start):
+        for _ in tf.data.TFRecordDataset(os.fsencode(shard)).skip(start):
             readable += 1
     except tf.errors.DataLossError:
         pass
@@ -195,8 +232,9 @@ class Scan:
 
     What skip_bad skips is a record whose frame reads whole (its length and checksums are right) but whose
     content is wrong: not a tf.train.Example, a key missing or of the wrong type or length, an image that is
-    not an image or does not decode. A frame that does not read (a truncated or corrupt shard), a value that
-    is wrong (NaN, a label out of range) and an image over max_pixels still stop the run.
+    not an image or does not decode. A frame that does not read (a truncated or corrupt shard: a wrong length
+    leaves no way to find the next frame), a value that is wrong (NaN, a label out of range) and an image over
+    max_pixels still stop the run.
     """
 
     def __init__(self, context: SourceContext, model: Any, spec: dict[str, Any], wanted: dict[str, Wanted]):
@@ -207,21 +245,31 @@ class Scan:
         self.skipped: dict[Path, list[int]] = {}
 
     def shard(self, shard: Path, where: str) -> None:
-        """Read one shard once, a chunk of records at a time (flat memory)."""
+        """Frame one shard (framing.walk: no header may declare more than the file holds), then read it once
+        through TensorFlow, a batch of at most SCAN_BYTES at a time (memory flat in the data's size and in the
+        record's size beyond one record)."""
         import tensorflow as tf
 
-        start, batches = 0, iter(tf.data.TFRecordDataset(str(shard)).batch(SCAN_CHUNK))
+        try:
+            frames = walk(shard)
+        except FramingError as exc:  # never skipped: after a bad frame nothing can be found (framing.py)
+            raise self.context.fail((self.context.kind,), f"{where}{exc}; the file is damaged or not a TFRecord "
+                                    "file") from None
+        except DataError as exc:  # no longer a regular file (replaced since find_shards looked)
+            raise self.context.fail((self.context.kind,), f"{where}{exc}") from None
+        start, batches = 0, iter(tf.data.TFRecordDataset(os.fsencode(shard)).batch(scan_batch(frames.largest)))
         while True:
             try:
                 chunk = next(batches)
             except StopIteration:
                 self.total += start
                 return
-            except tf.errors.DataLossError as exc:
+            except tf.errors.DataLossError as exc:  # a record's checksum (framing.py leaves it to TensorFlow)
                 index = start + _readable(shard, start)
-                raise self.context.fail((self.context.kind,), f"{where}cannot read record {index}: {_reason(exc)}; "
-                                        "the file is damaged or not a TFRecord file") from None
-            self._chunk(shard, list(chunk.numpy()), start, where)
+                at = "" if (offset := offset_of(shard, index)) is None else f" (at byte {offset:,})"
+                raise self.context.fail((self.context.kind,), f"{where}cannot read record {index}{at}: "
+                                        f"{_reason(exc)}; the file is damaged or not a TFRecord file") from None
+            self._chunk(shard, chunk, start, where)
             start += int(chunk.shape[0])
 
     def say_skipped(self) -> None:
@@ -237,7 +285,7 @@ class Scan:
         if index not in self.skipped.setdefault(shard, []):
             self.skipped[shard].append(index)
 
-    def _chunk(self, shard: Path, records: list[bytes], start: int, where: str) -> None:
+    def _chunk(self, shard: Path, records: tf.Tensor, start: int, where: str) -> None:
         parsed, kept = self._parse(shard, records, start, where)
         good = np.ones(len(kept), bool)
         for name, ref in self.pictures.items():
@@ -253,31 +301,33 @@ class Scan:
                                           f"'{ref}'" + (f" (element {list(index[1:])})" if len(index) > 1 else ""))
         self.count += len(kept)
 
-    def _parse(self, shard: Path, records: list[bytes], start: int, where: str) -> tuple[dict[str, Any], np.ndarray]:
-        """The chunk parsed, and each parsed row's record index; a record that does not parse is an error, or
+    def _parse(self, shard: Path, records: tf.Tensor, start: int, where: str) -> tuple[dict[str, Any], np.ndarray]:
+        """The batch parsed, and each parsed row's record index; a record that does not parse is an error, or
         skipped."""
         import tensorflow as tf
 
+        # A record that is not an Example at all: TensorFlow's message quotes its bytes, and raises
+        # UnicodeDecodeError instead when they are not text.
+        unparsed, count = (tf.errors.InvalidArgumentError, UnicodeDecodeError), int(records.shape[0])
         try:
-            return tf.io.parse_example(records, self.spec), np.arange(start, start + len(records))
-        except tf.errors.InvalidArgumentError:
+            return tf.io.parse_example(records, self.spec), np.arange(start, start + count)
+        except unparsed:
             pass
         bad = []
-        for offset, record in enumerate(records):  # find the records, for the message
+        for offset in range(count):  # find the records, for the message
             try:
-                tf.io.parse_single_example(record, self.spec)
-            except tf.errors.InvalidArgumentError as exc:
+                tf.io.parse_single_example(records[offset], self.spec)
+            except unparsed as exc:
                 if not self.model.skip_bad:
                     raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
-                                            f"{_reason(exc)}") from None
+                                            f"{_unparsed(exc)}") from None
                 bad.append(offset)
                 self._skip(shard, start + offset)
         if not bad:
             raise self.context.fail((self.context.kind,), f"{where}cannot parse records {start} to "
-                                    f"{start + len(records) - 1}") from None
-        keep = [o for o in range(len(records)) if o not in bad]
-        return tf.io.parse_example(tf.constant([records[o] for o in keep], tf.string), self.spec), start + np.array(
-            keep, np.int64)
+                                    f"{start + count - 1}") from None
+        keep = [o for o in range(count) if o not in bad]
+        return tf.io.parse_example(tf.gather(records, keep), self.spec), start + np.array(keep, np.int64)
 
     def _images(self, encoded: tf.Tensor, channels: int, where: Callable[[int], str]) -> np.ndarray:
         """Which encoded images pass their header check and decode; the others are an error, or skipped."""
