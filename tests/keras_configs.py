@@ -3,15 +3,20 @@
 The shapes follow what Keras 3 writes into a `.keras` file's config.json (`model.get_config()`,
 checked against keras 3 by tests/test_import_keras_hostile.py) and what tf_keras writes into a
 legacy `.h5` file's `model_config`. Hostile inputs are made from these at test time, never
-committed as files.
+committed as files. A written file also holds zero weights for the variables the config gives (the import
+refuses a file that lacks any; issue 28).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from pathlib import Path
 from typing import Any
+
+import h5py
+import numpy as np
 
 POLICY = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None}
 
@@ -152,8 +157,44 @@ def nested_sequentials(depth: int) -> dict[str, Any]:
     return model
 
 
-def write_keras(path: Path, config: dict[str, Any] | str) -> Path:
-    """A `.keras` zip holding only config.json (the importer reads nothing else from it)."""
+def write_keras(path: Path, config: dict[str, Any] | str, weights: bool = True) -> Path:
+    """A `.keras` zip holding config.json and, where the importer can convert the config, a model.weights.h5 with
+    a zero array for each of its variables (the import refuses a file that lacks any)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("config.json", config if isinstance(config, str) else json.dumps(config))
+        stored = weights_for(config) if weights and isinstance(config, dict) else None
+        if stored is not None:
+            buffer = io.BytesIO()
+            with h5py.File(buffer, "w") as h5:
+                write_weights(h5, stored)
+            archive.writestr("model.weights.h5", buffer.getvalue())
     return path
+
+
+def weights_for(config: dict[str, Any], keras2: bool = False) -> dict[str, tuple[int, ...]] | None:
+    """Keras weight key -> shape of the variables the importer gives `config` (None when it refuses the config):
+    a fixture maker only, so that tests about configs import files that hold their weights."""
+    from specgen.importers.keras.convert import convert
+    from specgen.importers.keras.errors import ImportProblem
+    from specgen.importers.keras.graph import flatten
+
+    try:
+        imp = convert(flatten(config), keras2)
+    except (ImportProblem, RecursionError):
+        return None
+    return {key: imp.shapes[path] for path, key in imp.keys.items()}
+
+
+def write_weights(h5: Any, stored: dict[str, tuple[int, ...]]) -> None:
+    """Keras' legacy weight layout (`layer_names`, each group's `weight_names`), which runtime/keras_weights.py reads
+    in any HDF5 weights file: key `<layer>/<rest>` is dataset `<layer>/<rest>` of group `<layer>`."""
+    layers: dict[str, list[str]] = {}
+    for key in stored:
+        layer, rest = key.split("/", 1)
+        layers.setdefault(layer, []).append(rest)
+    h5.attrs["layer_names"] = [name.encode("utf-8", "surrogatepass") for name in layers]
+    for layer, names in layers.items():
+        group = h5.create_group(layer)
+        group.attrs["weight_names"] = [n.encode("utf-8", "surrogatepass") for n in names]
+        for name in names:
+            group[name] = np.zeros(stored[f"{layer}/{name}"], np.float32)

@@ -43,7 +43,7 @@ def test_scale_false_and_center_false_are_named_by_config(tmp_path: Path, capsys
     assert main(["import", "keras", str(tmp_path / "net.keras"), "--weights", str(tmp_path / "net.weights.h5"),
                  "-o", str(tmp_path / "net.yaml")]) == 0
     spec = (tmp_path / "net.yaml").read_text()
-    assert ("    - from: net.weights.h5\n      map:\n"
+    assert ("    - from: net.weights.h5\n      strict: true\n      map:\n"
             "        - {from: bn_a/vars/0, to: bn_a/beta}\n"
             "        - {from: bn_a/vars/1, to: bn_a/moving_mean}\n"
             "        - {from: bn_a/vars/2, to: bn_a/moving_variance}\n"

@@ -222,7 +222,7 @@ def test_legacy_h5(tmp_path: Path) -> None:
     assert run_import(tmp_path / "legacy.h5", "-o", spec) == 0
     doc = yaml.safe_load(spec.read_text())
     assert doc["outputs"] == {"logits": "logits"} and list(doc["inputs"]) == ["pixels"]
-    assert doc["checkpoint"]["restore"][0] == {"from": "legacy.h5",
+    assert doc["checkpoint"]["restore"][0] == {"from": "legacy.h5", "strict": True,
                                                "map": [{"from": "dw/depthwise_kernel", "to": "dw/kernel"}]}
     feeds = {"pixels": np.random.default_rng(5).standard_normal((3, 8, 8, 2)).astype(np.float32)}
     assert compare(spec, tmp_path, model, feeds) < RTOL
@@ -262,7 +262,7 @@ def test_weights_option_wins(tmp_path: Path) -> None:
     assert run_import(tmp_path / "m.keras", "-o", tmp_path / "specs" / "m.yaml",
                       "--weights", tmp_path / "w" / "tuned.weights.h5") == 0
     doc = yaml.safe_load((tmp_path / "specs" / "m.yaml").read_text())
-    assert doc["checkpoint"]["restore"] == [{"from": "../w/tuned.weights.h5"}]
+    assert doc["checkpoint"]["restore"] == [{"from": "../w/tuned.weights.h5", "strict": True}]
     assert not list((tmp_path / "specs").glob("*.h5"))
 
 
@@ -294,3 +294,52 @@ def test_legacy_h5_separable_conv_and_nested_model(tmp_path: Path) -> None:
     diff = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
     print(f"onnxruntime: max rel diff {diff:.3g}")
     assert diff < RTOL
+
+
+def lacking(source: Path, target: Path, dataset: str) -> Path:
+    """`source` (a .keras) with one dataset of its model.weights.h5 deleted: written at test time."""
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(source) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    weights = target.with_suffix(".h5")
+    weights.write_bytes(members["model.weights.h5"])
+    with h5py.File(weights, "r+") as f:
+        del f[dataset]
+    members["model.weights.h5"] = weights.read_bytes()
+    weights.unlink()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return target
+
+
+def test_weights_the_file_lacks_are_refused_and_the_restore_is_strict(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: a .keras whose weights lack the embedding's table imported with exit 0 and exported a random one
+    ("initialized: emb/embeddings"). The import checks every variable against the file's keys; the spec it writes
+    for a complete file is `strict: true`, so a file that later lacks a weight stops the export too."""
+    layers = keras.layers
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    out = layers.Dense(3, name="head")(layers.GlobalAveragePooling1D(name="pool")(layers.Embedding(20, 8, name="emb")(ids)))
+    keras.Model(ids, out).save(tmp_path / "m.keras")
+    bad = lacking(tmp_path / "m.keras", tmp_path / "lacking.keras", "layers/embedding/vars/0")
+    assert run_import(bad, "-o", tmp_path / "lacking.yaml") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{bad}: error: {bad} holds no value for 1 ('emb/embeddings') of the model's 3 variables (looked for by the "
+        "Keras layer and weight name): a restore would leave them at random initial values; import a file saved "
+        "with every weight of this model", "1 error found"]
+    assert not (tmp_path / "lacking.yaml").exists()
+
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    assert yaml.safe_load(spec.read_text())["checkpoint"]["restore"] == [{"from": "m.keras", "strict": True}]
+    spec.write_text(spec.read_text().replace("from: m.keras", "from: lacking.keras"))
+    capsys.readouterr()
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "lacking.keras (strict): no key for 1 of the model's variables ('emb/embeddings'); restore them from it, " \
+           "or name them in this entry's exclude to keep their initializers" in err
+    assert not (tmp_path / "out").exists()

@@ -34,7 +34,20 @@ import h5py
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from keras_configs import chain, dense, functional, input_layer, keras2_tiny, layer, nested_sequentials, tiny, wide, write_keras
+from keras_configs import (
+    chain,
+    dense,
+    functional,
+    input_layer,
+    keras2_tiny,
+    layer,
+    nested_sequentials,
+    tiny,
+    weights_for,
+    wide,
+    write_keras,
+    write_weights,
+)
 
 from specgen.cli import main
 from specgen.diagnostics import MAX_MESSAGE, SpecError, one_line
@@ -96,9 +109,13 @@ def mutated(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
 
 
 def write_h5(path: Path, config: dict[str, Any]) -> Path:
+    """A legacy Keras 2 model file: model_config, and zero weights where the config converts (keras_configs.py)."""
     with h5py.File(path, "w") as f:
         f.attrs["model_config"] = json.dumps(config)
         f.attrs["keras_version"] = "2.15.0"
+        stored = weights_for(config, keras2=True)
+        if stored is not None:
+            write_weights(f, stored)
     return path
 
 

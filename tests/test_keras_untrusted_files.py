@@ -194,6 +194,10 @@ def test_the_unchanged_files_export_and_import(model_files: Path, tmp_path: Path
     for name in ("model.keras", "model.h5"):
         code, out, err = run(["import", "keras", model_files / name, "-o", tmp_path / f"{name}.yaml"], capsys)
         assert code == 0, err
+        # Keras 3's legacy .h5 names a Sequential's weights `<model>/<layer>/<weight>`: read as `<layer>/<weight>`,
+        # so the import's strict restore has every variable (issue 28: it exported random ones with exit 0)
+        code, out, err = run(["export", tmp_path / f"{name}.yaml", "-o", tmp_path / f"{name}_onnx"], capsys)
+        assert (code, out.splitlines()[1]) == (0, "restore: restored 2, initialized 0, unused 0, mismatched 0"), err
 
 
 def test_restore_plan_and_train_refuse_and_write_nothing(model_files: Path, tmp_path: Path,

@@ -1,6 +1,8 @@
 """`specgen import keras` of Embedding(mask_zero=True) keeps the mask: a real Keras model saved to .keras,
 imported, restored from the file, equals `model.predict` on ids padded at the end, at the start and with
-holes; a Keras layer after the embedding that cannot take the mask is refused by name."""
+holes; merges of masked tensors (Keras' LogicalOr) too. A mask Keras drops before any layer uses it is left
+out (issue 28: the importer wrote a spec it then called invalid); one a spec cannot express is refused by the
+Keras layer's name, as is a mask argument specgen's rules would not make."""
 
 from __future__ import annotations
 
@@ -49,11 +51,114 @@ def test_mask_zero_import_equals_predict(tmp_path: Path) -> None:
         assert compare(spec, tmp_path, model, {"ids": ids[:, :steps]}) < RTOL
 
 
-def test_a_layer_that_cannot_take_the_imported_mask_is_refused(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    ids = keras.Input((None,), dtype="int32", name="ids")
-    h = keras.layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
-    err = refusal(tmp_path, keras.Model(ids, keras.layers.GlobalMaxPooling1D(name="peak")(h)), capsys)
-    assert "layer 'peak' (global_max_pool): its input 'emb' carries the padding mask of embedding 'emb' " \
-           "(mask_zero: true), and global_max_pool cannot take a mask: Keras' GlobalMaxPooling1D ignores the " \
-           "mask, so padded steps would enter the max" in err, err
+PADDED = np.array([[3, 4, 5, 0, 0, 0, 0, 0, 0],  # trailing padding
+                   [0, 0, 0, 0, 7, 8, 9, 10, 11],  # leading
+                   [1, 0, 2, 0, 3, 0, 4, 0, 5],  # holes
+                   [6, 7, 8, 9, 10, 11, 1, 2, 3]], np.int32)  # none
+
+
+def masked_input(name: str = "ids") -> Any:
+    return keras.Input((None,), dtype="int32", name=name)
+
+
+@pytest.mark.parametrize("drop", ["conv", "peak"])
+def test_a_mask_keras_drops_before_any_use_is_left_out(tmp_path: Path, drop: str) -> None:
+    """Conv1D and GlobalMaxPooling1D do not support masking: Keras destroys the mask there (with a warning), so
+    the mask changes no output, and the spec (which refuses a mask there) is written without it: equal to Keras
+    on padded ids (the padded steps count as data on both sides), the change named in the spec's header."""
+    layers = keras.layers
+    ids = masked_input()
+    h = layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
+    if drop == "conv":
+        h = layers.GlobalAveragePooling1D(name="pool")(layers.Conv1D(4, 3, padding="same", name="conv")(h))
+        where = "'conv' (Conv1D)"
+    else:
+        h = layers.GlobalMaxPooling1D(name="peak")(h)
+        where = "'peak' (GlobalMaxPooling1D)"
+    model = keras.Model(ids, layers.Dense(2, name="head")(h))
+    randomize(model)
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    text = spec.read_text()
+    assert "mask_zero" not in yaml.safe_load(text)["layers"][0]
+    assert f"#   Embedding mask_zero=True (Keras drops the mask at {where} before any layer uses it, so it changes " \
+           "no output): emb\n" in text
+    assert compare(spec, tmp_path, model, {"ids": PADDED}) < RTOL
+
+
+def test_a_merge_of_masked_tensors_is_imported_as_keras_runs_it(tmp_path: Path) -> None:
+    """A residual Add of two masked branches, and an Add of two embeddings over differently padded ids: Keras
+    merges the masks with a LogicalOr layer (base_merge.py's compute_mask) and hands it to the LSTM and the
+    masked mean; specgen's own rule (the OR of the inputs' masks) gives the same steps, and the outputs equal
+    Keras'.
+
+    Tolerance: each output is a few float32 dot products of 5 to 16 terms per step (about 16 ulp, 1e-6 relative
+    to their magnitude) carried through 9 LSTM steps, whose gates contract rather than grow an error: at most
+    9e-6 of the output's magnitude, so RTOL (1e-5); a step masked wrongly changes the outputs by about 10%
+    (checked below)."""
+    layers = keras.layers
+    ids, other = masked_input(), masked_input("other")
+    h = layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
+    residual = layers.Add(name="residual")([layers.Dense(5, name="a")(h), layers.Dense(5, activation="tanh", name="b")(h)])
+    seq = layers.LSTM(6, return_sequences=True, name="enc")(residual)
+    joined = layers.Add(name="joined")([h, layers.Embedding(12, 5, mask_zero=True, name="emb2")(other)])
+    outputs = {"mean": layers.GlobalAveragePooling1D(name="pool")(seq),
+               "state": layers.LSTM(3, name="last")(joined)}
+    model = keras.Model({"ids": ids, "other": other}, outputs)
+    randomize(model)
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    names = {layer["name"] for layer in yaml.safe_load(spec.read_text())["layers"]}
+    assert not {n for n in names if n.startswith(("not_equal", "logical_or"))}  # Keras' mask ops: specgen's own
+    feeds = {"ids": PADDED, "other": PADDED[::-1].copy()}  # other rows, other padding: the OR differs from each
+    assert compare(spec, tmp_path, model, feeds) < RTOL
+    unmasked = {"ids": np.where(PADDED == 0, 1, PADDED), "other": feeds["other"]}
+    assert compare(spec, tmp_path, model, unmasked) < RTOL  # no padding in ids: the OR is other's mask alone
+    theirs, padded = model.predict(feeds, verbose=0), model.predict(unmasked, verbose=0)
+    assert np.abs(theirs["mean"] - padded["mean"]).max() > 0.1 * np.abs(theirs["mean"]).max()
+
+
+def test_a_mask_keras_drops_on_one_path_and_uses_on_another_is_refused(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    layers = keras.layers
+    ids = masked_input()
+    h = layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
+    out = layers.Concatenate(name="cat")([layers.GlobalMaxPooling1D(name="peak")(h), layers.LSTM(3, name="enc")(h)])
+    err = refusal(tmp_path, keras.Model(ids, out), capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'peak' (GlobalMaxPooling1D): Keras drops the padding mask "
+        "(mask_zero=True) here (GlobalMaxPooling1D does not support masking), while another layer uses the same "
+        "mask; a spec carries a mask to every layer it reaches, so it cannot drop it on one path only (docs/spec.md, "
+        "Masks): give this path an Embedding of its own without mask_zero, or end the time axis before this layer",
+        "1 error found"]
+
+
+def test_a_layer_keras_gives_the_mask_that_a_spec_cannot_is_refused(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """BatchNormalization takes Keras' mask (batch statistics over real steps) and passes it on: the mask is used,
+    and never left out, even though the LSTM after it is not reached by specgen's rules."""
+    layers = keras.layers
+    ids = masked_input()
+    h = layers.BatchNormalization(name="bn")(layers.Embedding(12, 5, mask_zero=True, name="emb")(ids))
+    err = refusal(tmp_path, keras.Model(ids, layers.LSTM(3, name="enc")(layers.Conv1D(5, 1, name="conv")(h))), capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'bn' (BatchNormalization): its input carries a padding mask "
+        "(mask_zero=True) that the spec cannot express here: Keras' BatchNormalization takes its batch statistics "
+        "over the unmasked steps only; specgen's batch_norm takes them over every step (docs/spec.md, Masks); import "
+        "the model without mask_zero, or end the time axis before this layer", "1 error found"]
+
+
+def test_a_mask_specgen_would_not_make_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A NotEqual(ids, 0) the model computes itself and hands to an LSTM whose input carries no mask: Keras masks
+    the LSTM, specgen's rules would not, so the mask argument cannot be left to specgen."""
+    layers = keras.layers
+    ids, other = masked_input(), masked_input("other")
+    h = layers.Embedding(12, 5, name="emb")(ids)
+    out = layers.LSTM(3, name="enc")(h, mask=keras.ops.not_equal(other, 0))
+    err = refusal(tmp_path, keras.Model({"ids": ids, "other": other}, out), capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'enc' (LSTM): Keras hands it the mask argument 'mask' made "
+        "from the ids 'other', where the spec's mask rules give no mask: a mask specgen would not make cannot be "
+        "imported (docs/spec.md, Masks)", "1 error found"]

@@ -403,3 +403,37 @@ def test_plan_without_sources_initializes_everything(tmp_path: Path) -> None:
     plan = plan_restore(loaded, targets_of(loaded))
     assert isinstance(plan, RestorePlan) and plan.ok
     assert {r.status for r in plan.rows} == {"initialized"}
+
+
+def test_a_strict_source_stops_on_a_variable_it_has_no_key_for(tmp_path: Path) -> None:
+    """`strict: true` (what `specgen import keras` writes): a variable the source has no key for is an error of the
+    plan, so train and export assign nothing (issue 28: an imported model lacking a weight exported a random one);
+    naming it in `exclude` is the opt-out, and any other gap still stops; without strict it is `initialized`."""
+    pretrained_run(tmp_path)
+    loose = load(tmp_path / "fine", spec_text("  restore:\n    - {from: ../pre/run}\n", head="head/new", units=3))
+    assert summary_line(plan_restore(loose, targets_of(loose))) == "restored 2, initialized 2, unused 4, mismatched 0"
+
+    strict = load(tmp_path / "fine", spec_text("  restore:\n    - {from: ../pre/run, strict: true}\n", head="head/new",
+                                               units=3))
+    plan = plan_restore(strict, targets_of(strict))
+    assert not plan.ok and plan.errors == [
+        "../pre/run (strict): no key for 2 of the model's variables ('head/new/kernel', 'head/new/bias'); restore "
+        "them from it, or name them in this entry's exclude to keep their initializers"]
+    assert [(r.status, r.note) for r in plan.rows if r.path.startswith("head/")] == [
+        ("initialized", "strict: ../pre/run has no key for it")] * 2
+    model = model_class(tmp_path / "fine", strict)(seed=3)
+    before = values_of(model)
+    with pytest.raises(SpecError, match=r"the restore plan above has problems \(restored 2, initialized 2, unused 4, "
+                                        r"mismatched 0, errors 1\); nothing was restored"):
+        apply_plan(plan, model.variables_by_path())
+    assert all(same_bits(values_of(model)[p], v) for p, v in before.items())  # nothing assigned
+
+    excluded = load(tmp_path / "fine", spec_text(
+        "  restore:\n    - {from: ../pre/run, strict: true, exclude: ['head/*']}\n", head="head/new", units=3))
+    plan = plan_restore(excluded, targets_of(excluded))
+    assert plan.ok and summary_line(plan) == "restored 2, initialized 2, unused 4, mismatched 0"
+    only_kernel = load(tmp_path / "fine", spec_text(
+        "  restore:\n    - {from: ../pre/run, strict: true, exclude: ['head/*/kernel']}\n", head="head/new", units=3))
+    assert plan_restore(only_kernel, targets_of(only_kernel)).errors == [
+        "../pre/run (strict): no key for 1 of the model's variables ('head/new/bias'); restore them from it, or name "
+        "them in this entry's exclude to keep their initializers"]

@@ -112,6 +112,7 @@ class SourcePlan:
     unused: list[Unused] = field(default_factory=list)
     excluded: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    lacking: list[str] = field(default_factory=list)  # a strict source: the variables it has no key for
 
 
 def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targets: Targets) -> str:
@@ -170,4 +171,23 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
             shape, dtype = targets[named.to]
             out.sticky.setdefault(named.to, Row(named.to, "missing", shape, dtype, label, named.from_, note=(
                 f"no key '{named.from_}' in the checkpoint{did_you_mean(named.from_, entries)}")))
+    if source.strict:
+        _strict(label, source, targets, out)
     return out
+
+
+MAX_LISTED = 5  # variables a strict source's error names; the rest are counted
+
+
+def _strict(label: str, source: RestoreSource, targets: Targets, out: SourcePlan) -> None:
+    """A strict source (`strict: true`, what `specgen import keras` writes) has a key for every model variable its
+    `exclude` does not name: one it lacks is an error, never a variable left at its random initial value. Pruning
+    masks are training state, left to their own rule (all ones when no key maps to them)."""
+    covered = out.rows.keys() | out.sticky.keys()
+    out.lacking = [path for path in targets if path not in covered and not path.startswith(keys.mask(""))
+                   and not any(fnmatch.fnmatchcase(path, p) for p in source.exclude)]
+    if out.lacking:
+        more = f" and {len(out.lacking) - MAX_LISTED} more" if len(out.lacking) > MAX_LISTED else ""
+        named = ", ".join(f"'{p}'" for p in out.lacking[:MAX_LISTED])
+        out.errors.append(f"{label} (strict): no key for {len(out.lacking)} of the model's variables ({named}{more}); "
+                          "restore them from it, or name them in this entry's exclude to keep their initializers")

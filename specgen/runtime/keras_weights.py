@@ -220,6 +220,9 @@ def _legacy(group: h5py.Group) -> dict[str, Weight]:
             if dataset is None:
                 raise ValueError(f"layer '{layer}': weight '{stored}' is listed in weight_names but missing")
             name = re.sub(r":\d+$", "", stored)  # TensorFlow 1 variable names end in an output index
+            parts = name.split("/")
+            if len(parts) > 2 and parts[1] == layer:  # Keras 3's legacy writer: `<model>/<layer>/<weight>` in a
+                name = "/".join(parts[1:])  # Sequential (the variable's path), where the key has no model name
             key = f"{layer}/{name.removeprefix(layer + '/')}"
             if key in found:
                 raise ValueError(f"layer '{layer}': two weights are named '{key}'")

@@ -98,6 +98,9 @@ class RestoreSource(SpecModel):
     map: list[Rename] = Field(default_factory=list)
     exclude: list[Pattern] = Field(default_factory=list)
     ema_to_model: bool = Field(False, description="Restore EMA shadows into the model weights.")
+    strict: bool = Field(False, description=(
+        "Every model variable must be restored from this entry, except those `exclude` names: a variable it has "
+        "no key for stops the run instead of keeping its initializer (`specgen import keras` writes true)."))
 
 
 class Checkpoint(SpecModel):

@@ -19,11 +19,12 @@ from specgen.diagnostics import quoted
 from specgen.importers.keras import keras_hub
 from specgen.importers.keras.bare_weights import indexed_map
 from specgen.importers.keras.convert import Imported, convert
-from specgen.importers.keras.errors import ImportProblem, refused
+from specgen.importers.keras.errors import ImportProblem, listed, refused
 from specgen.importers.keras.graph import flatten
 from specgen.importers.keras.source import Source, read_source
 from specgen.importers.keras.stages import stages
 from specgen.importers.keras.write import render
+from specgen.paths import shown
 from specgen.spec.base import FilePath
 
 if TYPE_CHECKING:
@@ -74,6 +75,38 @@ def _stored(path: Path | None) -> dict[str, tuple[int, ...]]:
         return {key: weight.shape for key, weight in read_weights(path).items()}
     except ValueError as exc:
         raise ImportProblem(str(exc)) from None
+
+
+def _check_weights(imp: Imported, indexed: list[dict[str, str]], path: Path | None) -> None:
+    """Every variable of the spec has its value in the weights file, with its shape: a variable the restore would
+    leave to its random initializer is refused now, not exported (the imported spec's restore is strict too)."""
+    assert path is not None
+    wanted = imp.keys | {entry["to"]: entry["from"] for entry in indexed}  # spec path -> the key the restore reads
+    stored = _stored_keys(path)
+    missing = [p for p, key in wanted.items() if key not in stored]
+    if missing:
+        raise ImportProblem(f"{shown(path)} holds no value for {listed(missing)} of the model's {len(wanted)} "
+                            "variables (looked for by the Keras layer and weight name): a restore would leave them at "
+                            "random initial values; import a file saved with every weight of this model")
+    shapes = imp.shapes
+    for spec_path, key in wanted.items():
+        if spec_path in shapes and tuple(stored[key]) != tuple(shapes[spec_path]):
+            raise ImportProblem(f"{shown(path)}: weight {quoted(key)} has shape {list(stored[key])}, the model's "
+                                f"config gives {list(shapes[spec_path])}: the file was written by another model")
+
+
+def _stored_keys(path: Path) -> dict[str, tuple[int, ...]]:
+    """A weights file's keys and shapes: a Keras file read as data (h5py), else a TensorFlow checkpoint."""
+    from specgen.runtime.keras_weights import is_keras_file
+
+    if is_keras_file(path):
+        return _stored(path)
+    from specgen.runtime.commands.restore_sources import read_source  # imports TensorFlow: checkpoints only
+
+    try:
+        return {key: entry.shape for key, entry in read_source(path)[1].items()}
+    except ValueError as exc:
+        raise ImportProblem(f"--weights: {exc}") from None
 
 
 def _check_output(output: Path, sources: list[Path]) -> None:
@@ -128,6 +161,8 @@ def _import_keras(source: str, output: Path, weights: Path | None, input_shape: 
             graph = flatten(src.config)
             imp = convert(graph, src.keras2)
             indexed = indexed_map(weights, graph, imp.keys) if weights is not None else []
+            if weights is not None or src.weights is not None:  # constructors: Keras saved every weight itself
+                _check_weights(imp, indexed, weights or src.weights)
     except ImportProblem as exc:
         raise refused(source, [str(exc)]) from None
     written = None
@@ -135,7 +170,8 @@ def _import_keras(source: str, output: Path, weights: Path | None, input_shape: 
         written = output.with_name(output.name.split(".", 1)[0] + WEIGHTS_SUFFIX)
     weights_path = weights or src.weights or written
     assert weights_path is not None
-    restore: dict[str, Any] = {"from": _relative(weights_path, output), "map": restore_map(imp) + indexed}
+    restore: dict[str, Any] = {"from": _relative(weights_path, output), "map": restore_map(imp) + indexed,
+                               "strict": True}
     if (problem := _unwritable_path(restore["from"])) is not None:
         raise refused(source, [f"the spec would restore from {quoted(restore['from'])}, {problem}: rename the file"])
     groups = stages([e["name"] for e in imp.layers], list(imp.keys)) if collections == "stages" else {}

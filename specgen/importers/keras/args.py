@@ -9,12 +9,12 @@ and the written spec lists them in a comment.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from specgen.diagnostics import safe_repr, shown
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KLayer
+from specgen.importers.keras.objects import finite, is_integer, kind_of, known, problem
 from specgen.spec.base import MAX_INT
 
 # Keys every layer config has that say nothing about what the layer computes.
@@ -37,25 +37,7 @@ INITIALIZERS = {"GlorotUniform": "glorot_uniform", "GlorotNormal": "glorot_norma
 SCALING = {(1.0, "fan_avg", "uniform"): "glorot_uniform", (1.0, "fan_avg", "truncated_normal"): "glorot_normal",
            (2.0, "fan_in", "truncated_normal"): "he_normal", (2.0, "fan_in", "uniform"): "he_uniform"}
 FLOAT_POLICIES = ("float32",)
-FLOAT32_MAX = 3.4028234663852886e38  # numbers reach float32 tensors and ONNX attributes
 _MISSING: Any = object()  # the default of a required argument
-
-
-def finite(value: Any) -> float | None:
-    """A JSON number as a float within float32's finite range; None for anything else (booleans, strings,
-    NaN, infinities, 1e39, integers too large for a float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and abs(number) <= FLOAT32_MAX else None
-
-
-def is_integer(value: Any, minimum: int) -> bool:
-    """An integer (not a boolean) from `minimum` to MAX_INT."""
-    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_INT
 
 
 def _plain(value: Any) -> Any:
@@ -155,19 +137,20 @@ class Args:
         return value
 
     def initializer(self, key: str) -> str | dict[str, Any] | None:
-        """The spec initializer, or None (left to specgen's default, with a note) when none matches."""
+        """The spec initializer, or None (left to specgen's default, with a note) when none matches. The value is
+        read whole first (objects.py): a malformed one is refused, never left unread."""
         value = _plain(self.get(key))
+        self._check_object(key, value)
         if value is None:
             return None
-        name, config = (value, {}) if isinstance(value, str) else (None, None)
-        if isinstance(value, dict):
-            name, config = value.get("class_name"), value.get("config") or {}
-        if not isinstance(name, str) or not isinstance(config, dict):
-            raise self.wrong(key, "an initializer: a name, or {class_name, config}")
+        name, config = (value, {}) if isinstance(value, str) else (value["class_name"], value.get("config") or {})
         kind = INITIALIZERS.get(name) or {v: v for v in INITIALIZERS.values()}.get(name)
-        if name == "VarianceScaling":
-            scale = finite(config.get("scale", 1.0))
-            kind = SCALING.get((scale, config.get("mode"), config.get("distribution")))  # type: ignore[arg-type]
+        if config.get("input_axes") is not None or config.get("output_axes") is not None:
+            kind = None  # fans over other axes than specgen's kinds take
+        elif name == "VarianceScaling":  # Keras' defaults; "normal" is its old name of truncated_normal
+            distribution = config.get("distribution", "truncated_normal")
+            kind = SCALING.get((float(config.get("scale", 1.0)), config.get("mode", "fan_in"),
+                                "truncated_normal" if distribution == "normal" else distribution))
         if kind is None:
             self.note(key, value, "not one of specgen's initializers: the spec keeps its default, and the restore "
                       "sets these weights")
@@ -177,9 +160,18 @@ class Args:
         keys = {"constant": ("value",), "random_normal": ("mean", "stddev"), "truncated_normal": ("mean", "stddev"),
                 "random_uniform": ("minval", "maxval"), "orthogonal": ("gain",)}.get(kind, ())
         values = {k: finite(config[k]) for k in keys if k in config}
-        if None in values.values():
-            raise self.wrong(key, f"an initializer whose {', '.join(keys)} are finite numbers within float32's range")
         return {"kind": kind, **values} if keys else kind
+
+    def _check_object(self, key: str, value: Any) -> None:
+        """A Keras initializer, regularizer or constraint, read whole (objects.py); a custom class gets a note."""
+        kind = kind_of(key)
+        if kind is None:
+            return
+        if (why := problem(kind, value)) is not None:
+            raise self.wrong(key, why)
+        if not known(kind, value):
+            self.note(key, value, f"a {kind} class Keras does not ship: specgen never runs a model's own code, and "
+                      "its arguments were not read")
 
     def note(self, key: str, value: Any, why: str) -> None:
         self.notes.append((self.layer.name, f"{self.layer.cls} {key}={short(value)} ({why})"))
@@ -199,6 +191,21 @@ class Args:
             if value in (None, False, {}, []) or (key == "data_format" and value == "channels_last"):
                 continue
             if key in TRAINING_ONLY:
-                self.note(key, value, "training only")
+                self._training_only(key, value)
                 continue
             raise self.refuse(key, "the importer knows no spec form for it")
+
+    def _training_only(self, key: str, value: Any) -> None:
+        """Dropped with a note, once read: a regularizer or constraint whole (objects.py; a custom class has its
+        own note), a seed or a noise shape by type."""
+        kind = kind_of(key)
+        if kind is not None:
+            self._check_object(key, value)
+            if not known(kind, value):
+                return
+        elif key == "seed" and not is_integer(value, -MAX_INT):
+            raise self.wrong(key, "an integer or null")
+        elif key == "noise_shape" and not (isinstance(value, list | tuple) and
+                                           all(v is None or is_integer(v, 1) for v in value)):
+            raise self.wrong(key, "a list of sizes or nulls, or null")
+        self.note(key, value, "training only")

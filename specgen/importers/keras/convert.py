@@ -18,6 +18,7 @@ from specgen.importers.keras.base import Converter, Part
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
+from specgen.importers.keras.masks import Inferred, settle
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.operations import operation
 from specgen.importers.keras.recurrent import INITIAL_STATES
@@ -43,11 +44,13 @@ class Imported:
     outputs: dict[str, str]
     layers: list[dict[str, Any]]
     keys: dict[str, str] = field(default_factory=dict)  # spec variable path -> Keras weight key
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # spec variable path -> its shape
     layer_names: dict[str, str] = field(default_factory=dict)  # spec layer -> Keras layer path
     frozen: list[str] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (Keras layer, what was dropped)
     renamed: list[tuple[str, str, str]] = field(default_factory=list)  # (what, Keras name, spec name)
     not_imported: list[str] = field(default_factory=list)  # parts of the model the spec lacks (KerasHub backbones)
+    inferred: list[Inferred] = field(default_factory=list)  # each layer as checked, for the masks (masks.py)
 
 
 _LAYER = TypeAdapter(Layer)
@@ -205,7 +208,10 @@ class _Converter:
         share = {"share": first} if first else {}
         entry = {"name": name, "op": keys.pop("op"), **wired, **share, **keys}
         self.made[(layer.name, part)] = name
-        result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
+        checked, result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
+        masks = None if layer.masks is None else {k: [self.spec_of.get(p, p) for p in ids]
+                                                  for k, ids in layer.masks.items()}
+        self.out.inferred.append(Inferred(checked, len(self.out.layers), ins, result, layer.name, layer.cls, masks))
         self.out.layers.append(entry)
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
@@ -218,6 +224,7 @@ class _Converter:
             _check_keyed(layer)
         for var in result.variables:
             self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
+            self.out.shapes[f"{name}/{var.role}"] = tuple(var.shape)
         if result.variables and layer.config.get("trainable") is False:
             self.out.frozen.append(f"{name}/*")
 
@@ -241,9 +248,11 @@ class _Converter:
         raise ImportProblem(f"{what} output {k} of Keras layer {quoted(owner)}, which has {outputs} output(s) as "
                             "specgen imports it")
 
-    def _check(self, layer: KLayer, entry: dict[str, Any], shapes: list[Any], dtypes: list[str]) -> Any:
+    def _check(self, layer: KLayer, entry: dict[str, Any], shapes: list[Any], dtypes: list[str]) -> tuple[Any, Any]:
+        """The spec layer as specgen reads it, and its shapes and variables."""
         try:
-            return infer(_LAYER.validate_python(entry), shapes, dtypes)
+            checked = _LAYER.validate_python(entry)
+            return checked, infer(checked, shapes, dtypes)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"][1:])
@@ -276,4 +285,5 @@ def convert(graph: KGraph, keras2: bool) -> Imported:
     for layer in _order(graph):
         state.layer(layer)
     state.outputs()
+    settle(state.out.inferred, state.out.layers, state.out.notes)
     return state.out

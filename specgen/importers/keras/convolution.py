@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgen.importers.keras.args import Args, is_integer
+from specgen.importers.keras.args import Args
 from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
+from specgen.importers.keras.objects import is_integer
 
 
 def _sides(a: Args, key: str, default: int) -> int | list[Any]:

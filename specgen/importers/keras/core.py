@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgen.importers.keras.args import Args, is_integer
+from specgen.importers.keras.args import Args
 from specgen.importers.keras.base import Converter, Part, Shapes, _bias_act, _init
+from specgen.importers.keras.objects import is_integer
 from specgen.spec.base import MAX_INT
 
 

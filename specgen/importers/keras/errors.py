@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.errors import SpecgenError
 
 
@@ -17,3 +17,12 @@ def refused(source: str, problems: list[str]) -> SpecError:
 def layer_problem(name: str, cls: str, message: str) -> ImportProblem:
     """An error naming the Keras layer and its class, as every refusal does."""
     return ImportProblem(f"Keras layer '{name}' ({cls}): {message}")
+
+
+MAX_LISTED = 5  # names a refusal lists; the rest are counted
+
+
+def listed(names: list[str]) -> str:
+    """How many, then the first few names: `3 ('a', 'b', 'c')`, `12 ('a', ..., 'e' and 7 more)`."""
+    more = f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
+    return f"{len(names)} ({', '.join(quoted(n) for n in names[:MAX_LISTED])}{more})"

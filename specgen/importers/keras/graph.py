@@ -38,7 +38,7 @@ from specgen.importers.keras.entries import (
     refs,
 )
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.importers.keras.masks import is_zero_mask, reads_zero_mask
+from specgen.importers.keras.masks import mask_ids, reads_zero_mask, tensor_layer
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
@@ -77,6 +77,9 @@ class KLayer:
     kwargs: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # producers (layer paths or input names), resolved
     shares: str | None = None  # a later call of a shared layer: the path of the first call, whose weights it uses
+    # The mask_zero masks Keras hands this call (`mask`, `query_mask`, ...: masks.py), as the id tensors they are
+    # made from: tensor keys while flattening, producers once resolved. None: no record (Sequential, Keras 2).
+    masks: dict[str, list[str]] | None = None
 
     @property
     def constants(self) -> list[Any]:
@@ -114,7 +117,8 @@ class _Flattener:
         self.inputs: list[KInput] = []
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
-        self.zero_masks: set[str] = set()  # Keras' NotEqual(ids, 0) mask layers, left to specgen (masks.py)
+        # Keras' mask_zero mask layers, left to specgen (masks.py): path -> the keys of the id tensors it is made from
+        self.zero_masks: dict[str, list[str]] = {}
 
     # --- one entry, one call of a layer --------------------------------------------------
 
@@ -131,7 +135,9 @@ class _Flattener:
         seen.add(name)
         return entry, name
 
-    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str) -> tuple[list[Any], dict[str, Any]]:
+    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str
+                   ) -> tuple[list[Any], dict[str, Any], dict[str, list[str]] | None]:
+        """The call's tensors and constants, the named arguments a converter reads, and the masks Keras hands it."""
         if isinstance(node, dict):  # Keras 3
             call = checked(Keras3Node, node, where)
             kept = CALL_KWARGS.get(cls, ())
@@ -141,16 +147,18 @@ class _Flattener:
             # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
             self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept
                                            and not reads_zero_mask(k, v, scope, self.zero_masks)})
+            masks = {k: self.zero_masks[scope + str(tensor_layer(v))] for k, v in call.kwargs.items()
+                     if reads_zero_mask(k, v, scope, self.zero_masks)}
             args = call.args
             if len(args) == 1 and isinstance(args[0], list):  # Add, Concatenate, ...: one list of tensors
                 args = args[0]
-            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)], named
+            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)], named, masks
         out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
         for entry in checked(Keras2Node, node, where):
             if len(entry) > 3:
                 self._check_kwargs(name, cls, entry[3])  # type: ignore[misc]
             out.append(Ref(_key(scope, entry)))
-        return out, {}
+        return out, {}, None
 
     def _k3_kwarg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
         if cls in STATEFUL and isinstance(arg, list) and 0 < len(arg) <= 2:  # initial_state: one or two tensors
@@ -193,17 +201,18 @@ class _Flattener:
             if entry.class_name == INPUT:
                 self._input(entry, name, scope, bound, input_names, inputs)
                 continue
-            if is_zero_mask(entry):  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
-                self.zero_masks.add(scope + name)
+            ids = mask_ids(entry, scope, self.zero_masks)
+            if ids is not None:  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
+                self.zero_masks[scope + name] = ids
                 continue
             # Layers not called in this model have no nodes (Keras keeps them in the config). A layer called
             # several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec layer with
             # `share:` the first call. No other path is `<name>/...`: names hold no '/' and are unique here.
             for call, node in enumerate(entry.inbound_nodes):
                 node_where = f"{where}.layers[{index}].inbound_nodes[{call}]"
-                args, named = self._call_args(scope + name, entry.class_name, node, scope, node_where)
+                args, named, masks = self._call_args(scope + name, entry.class_name, node, scope, node_where)
                 yield from self._layer_or_model(entry, name, scope, args, call, isinstance(node, list),
-                                                f"{where}.layers[{index}]", named)
+                                                f"{where}.layers[{index}]", named, masks)
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
         return [(out or ref[0], _key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
 
@@ -224,7 +233,8 @@ class _Flattener:
             self.alias[f"{scope}{name}:0:0"] = bound[names.index(name)]
 
     def _layer_or_model(self, entry: LayerEntry, name: str, scope: str, args: list[Any], call: int,
-                        keras2: bool, where: str, named: dict[str, Any] | None = None) -> Walk:
+                        keras2: bool, where: str, named: dict[str, Any] | None = None,
+                        masks: dict[str, list[str]] | None = None) -> Walk:
         own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
         if cls in MODELS:
             tensors = [a.key for a in args if isinstance(a, Ref)]
@@ -245,7 +255,7 @@ class _Flattener:
         first = self._first_call(scope + name)
         shares = (first or scope + name) if call else first
         self.layers.append(KLayer(scope + own, cls, entry.module or "keras.layers", entry.config, args, named or {},
-                                  shares=shares))
+                                  shares=shares, masks=masks))
         self.alias[f"{scope}{name}:{call}:0"] = "=" + scope + own
         return []
 
@@ -366,6 +376,8 @@ def flatten(config: dict[str, Any]) -> KGraph:
         named = [layer.kwargs.get(k) for k in CALL_KWARGS.get(layer.cls, ())]
         tensors = [*layer.args, *(t for arg in named for t in (arg if isinstance(arg, list) else [arg]))]
         layer.inputs = [flat.producer(a.key) for a in tensors if isinstance(a, Ref)]
+        if layer.masks is not None:
+            layer.masks = {k: sorted({flat.producer(key) for key in keys}) for k, keys in layer.masks.items()}
     name = top.config.get("name")
     return KGraph(name if isinstance(name, str) and name else "model", flat.inputs, flat.layers,
                   [(name, flat.producer(key)) for name, key in outputs])

@@ -20,15 +20,22 @@ instance would drop padding_mask again (docs/import.md says so).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from specgen.diagnostics import one_line, quoted
+from specgen.importers.keras.args import FLOAT_POLICIES, short
 from specgen.importers.keras.convert import Imported
-from specgen.importers.keras.errors import ImportProblem
-from specgen.kinds.ops import Layer, infer
+from specgen.importers.keras.errors import ImportProblem, listed
+from specgen.importers.keras.names import Namer
+from specgen.importers.keras.objects import finite, is_integer
+from specgen.kinds.ops import Layer, OpError, infer
+from specgen.spec.base import IDENT, MAX_INT
+from specgen.spec.expand import MAX_LAYERS
 
 _LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
 SEQ = "seq"  # the named dynamic dimension of every sequence input
@@ -54,34 +61,89 @@ def is_backbone(config: dict[str, Any]) -> bool:
         str(config.get("registered_name", "")).startswith("keras_hub>")
 
 
-def _int(config: dict[str, Any], key: str, cls: str) -> int:
-    value = config.get(key)
-    if type(value) is not int or value <= 0:
-        raise ImportProblem(f"KerasHub {cls}: {key} is {value!r} in config.json, expected a positive integer")
+# --- the constructor arguments, checked before anything is built ---------------------------------------------
+
+REQUIRED: Any = object()  # no default: config.json must hold the argument
+Kind = Literal["size", "rate", "flag", "name", "dtype"]
+EXPECTED: dict[Kind, str] = {
+    "size": f"an integer from 1 to {MAX_INT}",
+    "rate": "a number from 0 to below 1",
+    "flag": "true or false",
+    "name": "a string",
+    "dtype": f"{' or '.join(FLOAT_POLICIES)}, as a string or Keras' DTypePolicy (specgen runs float32)",
+}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One constructor argument: how its value is checked, and the default KerasHub's constructor gives it."""
+
+    kind: Kind
+    default: Any = REQUIRED
+
+
+def _policy(value: Any) -> Any:
+    """A dtype as Keras serializes it, a string or {module: keras, class_name: DTypePolicy, config: {name}},
+    as its policy name; anything else as itself (then refused)."""
+    if isinstance(value, dict) and value.get("class_name") == "DTypePolicy" and \
+            set(value) <= {"module", "class_name", "config", "registered_name"} and isinstance(value.get("config"), dict) \
+            and set(value["config"]) == {"name"}:
+        return value["config"]["name"]
     return value
 
 
-def _args(cls: str, config: dict[str, Any], segments: bool) -> Args:
-    known = {"name", "trainable", "dtype", "vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-             "intermediate_dim", "dropout", "max_sequence_length", *(("num_segments",) if segments else ())}
-    unknown = sorted(set(config) - known)
+CHECKS: dict[Kind, Callable[[Any], bool]] = {
+    "size": lambda v: is_integer(v, 1),
+    "rate": lambda v: finite(v) is not None and 0 <= v < 1,
+    "flag": lambda v: isinstance(v, bool),
+    "name": lambda v: isinstance(v, str),
+    "dtype": lambda v: v is None or _policy(v) in FLOAT_POLICIES,
+}
+COMMON = {"name": Arg("name", None), "trainable": Arg("flag", True), "dtype": Arg("dtype", None)}
+SIZES = {key: Arg("size") for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim")}
+
+
+def _arguments(max_sequence_length: int, **extra: Arg) -> dict[str, Arg]:
+    """A backbone's accepted arguments (keras-hub 0.32's constructor and get_config), with its defaults."""
+    return {**COMMON, **SIZES, "dropout": Arg("rate", 0.1), "max_sequence_length": Arg("size", max_sequence_length),
+            **extra}
+
+
+def _received(config: dict[str, Any], key: str) -> str:
+    return f"received {short(config[key])}" if key in config else "missing"
+
+
+def _checked(cls: str, config: dict[str, Any], accepted: dict[str, Arg]) -> dict[str, Any]:
+    """Every argument of `config` against the table: unknown keys, missing required ones, types and ranges
+    (booleans are not integers), one line naming the first wrong key."""
+    unknown = sorted(set(config) - set(accepted))
     if unknown:
-        raise ImportProblem(f"KerasHub {cls}: config.json has argument(s) {unknown} that specgen does not know; "
-                            f"expected only {sorted(known)}")
-    dtype = config.get("dtype")
-    name = dtype.get("config", {}).get("name") if isinstance(dtype, dict) else dtype
-    if name not in (None, "float32"):
-        raise ImportProblem(f"KerasHub {cls}: dtype policy {name!r}, expected float32 (specgen runs float32)")
-    dropout = config.get("dropout", 0.1)
-    if type(dropout) not in (int, float) or not 0 <= dropout < 1:
-        raise ImportProblem(f"KerasHub {cls}: dropout is {dropout!r} in config.json, expected a number in [0, 1)")
-    ints = {k: _int(config, k, cls) for k in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                                               "intermediate_dim", "max_sequence_length")}
-    if ints["hidden_dim"] % ints["num_heads"]:
-        raise ImportProblem(f"KerasHub {cls}: hidden_dim {ints['hidden_dim']} is not a multiple of num_heads "
-                            f"{ints['num_heads']} (each head's key_dim is hidden_dim / num_heads)")
-    return Args(**ints, dropout=float(dropout),
-                num_segments=_int(config, "num_segments", cls) if segments else 0)
+        raise ImportProblem(f"KerasHub {cls}: config.json has arguments that specgen does not know: "
+                            f"{listed(unknown)}; expected only {', '.join(accepted)}")
+    values = {}
+    for key, arg in accepted.items():
+        value = config.get(key, arg.default)
+        if value is REQUIRED or not (CHECKS[arg.kind](value) or (value is None and arg.default is None)):
+            raise ImportProblem(f"KerasHub {cls}: argument {key}: {_received(config, key)} in config.json, "
+                                f"expected {EXPECTED[arg.kind]}")
+        values[key] = value
+    return values
+
+
+def _args(cls: str, config: dict[str, Any]) -> tuple[Args, dict[str, Any]]:
+    """The checked arguments: the sizes as Args, and the rest (name, trainable) by key."""
+    backbone = BACKBONES[cls]
+    values = _checked(cls, config, backbone.arguments)
+    if values["hidden_dim"] % values["num_heads"]:
+        raise ImportProblem(f"KerasHub {cls}: hidden_dim {values['hidden_dim']} is not a multiple of num_heads "
+                            f"{values['num_heads']} (each head's key_dim is hidden_dim / num_heads)")
+    most = backbone.max_layers()
+    if values["num_layers"] > most:
+        raise ImportProblem(f"KerasHub {cls}: argument num_layers: received {values['num_layers']} in config.json, "
+                            f"expected an integer from 1 to {most} (each makes {backbone.per_layer()} spec layers, "
+                            f"and a spec holds at most {MAX_LAYERS})")
+    sizes = {f.name: values[f.name] for f in fields(Args) if f.name in values}
+    return Args(**sizes | {"dropout": float(values["dropout"])}), values
 
 
 def _init(kind: str) -> dict[str, Any]:
@@ -179,25 +241,61 @@ def _inputs(*ids: str) -> dict[str, Any]:
 
 Built = tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]  # inputs, layers, outputs
 Builder = Callable[[Args], Built]
-BACKBONES: dict[str, tuple[Builder, bool]] = {  # class -> (builder, has num_segments)
-    "BertBackbone": (_bert, True), "GPT2Backbone": (_gpt2, False), "RobertaBackbone": (_roberta, False),
+
+
+@dataclass(frozen=True)
+class Backbone:
+    build: Builder
+    arguments: dict[str, Arg]
+
+    def layers(self, num_layers: int) -> int:
+        """The spec layers of this backbone with `num_layers` blocks (built with tiny sizes: counting is cheap)."""
+        return len(self.build(Args(1, num_layers, 1, 1, 1, 0.0, 1, 1))[1])
+
+    def per_layer(self) -> int:
+        return self.layers(1) - self.layers(0)
+
+    def max_layers(self) -> int:
+        """The most blocks whose spec stays within MAX_LAYERS, the bound every import and spec has."""
+        return (MAX_LAYERS - self.layers(0)) // self.per_layer()
+
+
+BACKBONES: dict[str, Backbone] = {  # keras-hub 0.32's constructors: the defaults are theirs
+    "BertBackbone": Backbone(_bert, _arguments(512, num_segments=Arg("size", 2))),
+    "GPT2Backbone": Backbone(_gpt2, _arguments(1024)),
+    "RobertaBackbone": Backbone(_roberta, _arguments(512)),
 }
+
+
+def _model_name(cls: str, value: str | None, imp: Imported) -> str:
+    """The spec's name: the backbone's when the spec's own name pattern takes it, else renamed as the importer
+    renames every Keras name (names.py: deterministic, and listed in the spec's header)."""
+    if value is None:  # Keras' automatic name: the class in snake case
+        return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", cls).lower()
+    if re.fullmatch(IDENT, value):
+        return value
+    name = Namer().identifier(value)
+    imp.renamed.append(("model", value, name))
+    return name
 
 
 def convert_backbone(config: dict[str, Any]) -> Imported:
     """The spec layers of a KerasHub backbone's config.json; `keys` maps each variable to its Keras path."""
-    cls = str(config.get("class_name"))
+    cls = config.get("class_name")
     if cls not in BACKBONES:
-        raise ImportProblem(f"KerasHub class {cls!r}: specgen imports {', '.join(BACKBONES)} (their configs, never "
-                            "their code)")
+        raise ImportProblem(f"KerasHub class {quoted(cls)}: specgen imports {', '.join(BACKBONES)} (their configs, "
+                            "never their code)")
     inner = config.get("config")
     if not isinstance(inner, dict):
-        raise ImportProblem(f"KerasHub {cls}: config.json holds no constructor arguments")
-    build, segments = BACKBONES[cls]
-    inputs, layers, outputs = build(_args(cls, inner, segments))
-    name = str(inner.get("name", cls.lower()))
-    imp = Imported(name if name.isidentifier() else cls.lower(), inputs, outputs, layers)
+        raise ImportProblem(f"KerasHub {cls}: config.json holds no constructor arguments (expected an object under "
+                            f"'config', received {short(inner)})")
+    args, values = _args(cls, inner)
+    inputs, layers, outputs = BACKBONES[cls].build(args)
+    imp = Imported("", inputs, outputs, layers)
+    imp.name = _model_name(cls, values["name"], imp)
     imp.layer_names = {entry["name"]: entry["name"] for entry in layers}
+    if values["trainable"] is False:  # Keras' trainable=False freezes every weight of the backbone
+        imp.frozen = ["backbone"]
     return imp
 
 
@@ -208,7 +306,12 @@ def variables(imp: Imported) -> dict[str, tuple[int, ...]]:
     found: dict[str, tuple[int, ...]] = {}
     for entry in imp.layers:
         ins = [*(entry.get("inputs") or [entry["input"]]), *([entry[MASK]] if MASK in entry else [])]
-        result = infer(_LAYER.validate_python(entry), [shapes[i] for i in ins], [dtypes[i] for i in ins])
+        try:
+            result = infer(_LAYER.validate_python(entry), [shapes[i] for i in ins], [dtypes[i] for i in ins])
+        except (ValidationError, OpError) as exc:  # the arguments are checked: a sum of them the rules refuse
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise ImportProblem(f"KerasHub backbone: layer {quoted(entry['name'])} ({entry['op']}) that its "
+                                f"arguments give cannot be built: {one_line(first)}") from None
         shapes[entry["name"]], dtypes[entry["name"]] = result.shape, result.dtype
         found.update({f"{entry['name']}/{v.role}": v.shape for v in result.variables})
     return found
@@ -234,12 +337,17 @@ ROLE_INDEX = {"kernel": 0, "bias": 1, "gamma": 0, "beta": 1, "embeddings": 0}  #
 def weight_keys(imp: Imported, variables: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]) -> None:
     """Fill `imp.keys` (spec path -> stored key) from the weights file's keys; every variable must be there
     with its shape (a config and weights that disagree are refused, never half restored)."""
+    missing = []
     for path, shape in variables.items():
         found = [k for k in key_candidates(path) if k in stored]
         if not found:
-            raise ImportProblem(f"the weights hold no {path!r} (looked for {' or '.join(key_candidates(path))}): "
-                                "config.json and the weights disagree")
+            missing.append(path)
+            continue
         if tuple(stored[found[0]]) != tuple(shape):
             raise ImportProblem(f"weight {found[0]!r} has shape {list(stored[found[0]])}, the config gives "
                                 f"{list(shape)}")
         imp.keys[path] = found[0]
+    if missing:
+        raise ImportProblem(f"the weights hold no value for {listed(missing)} of the {len(variables)} variables "
+                            "config.json gives (each looked for by its path and as <layer>/vars/<i>): config.json "
+                            "and the weights disagree")

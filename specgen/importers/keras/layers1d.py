@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgen.importers.keras.args import Args, is_integer
+from specgen.importers.keras.args import Args
 from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
 from specgen.importers.keras.convolution import global_pool
+from specgen.importers.keras.objects import is_integer
 
 
 def _one(a: Args, key: str, default: Any = None) -> int:

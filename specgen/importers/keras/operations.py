@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgen.importers.keras.args import finite
 from specgen.importers.keras.errors import layer_problem
 from specgen.importers.keras.graph import KLayer
+from specgen.importers.keras.objects import finite
 from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
 from specgen.importers.keras.take import take
 

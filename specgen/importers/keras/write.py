@@ -79,6 +79,8 @@ def render(imp: Imported, label: str, restore: dict[str, Any], collections: dict
     if imp.frozen:
         lines += ["", "# trainable=False in Keras:", f"frozen: {flow(imp.frozen)}"]
     lines += ["", "checkpoint:", f"  dir: {flow(f'runs/{imp.name}')}", "  restore:", f"    - from: {flow(restore['from'])}"]
+    if restore.get("strict"):  # every variable from the file: one it lacks stops the run (docs/import.md)
+        lines.append("      strict: true")
     if restore["map"]:
         lines += ["      map:", *[f"        - {flow(entry)}" for entry in restore["map"]]]
     lines += ["", *_comment_lines(TRAINING_HINT.splitlines())]

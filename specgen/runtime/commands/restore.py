@@ -10,7 +10,8 @@ source, in spec order: each key goes through the first `map` entry that matches 
 match keeps the name); `exclude` globs drop target paths; with `ema_to_model`,
 `X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X instead of the raw key. A
 later source overrides an earlier one for the same variable; a `missing` or `conflict` row
-stays, since the spec itself is wrong.
+stays, since the spec itself is wrong. A `strict` source lacking a key for a model variable is
+an error of the plan (ir/restore_rules.py), never a variable left at its random initial value.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     final: dict[str, Row] = {}
     sticky: dict[str, Row] = {}
     excluded: dict[str, str] = {}
+    strict: dict[str, str] = {}  # variable -> the strict source that lacks it
     plan = RestorePlan([], display=loaded.display,
                        position=loaded.position("checkpoint", "restore") if spec_sources else None)
 
@@ -78,10 +80,11 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
         for target, row in part.sticky.items():
             sticky.setdefault(target, row)
         excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
+        strict.update(dict.fromkeys(part.lacking, f"strict: {source.from_} has no key for it"))
     for path, (shape, dtype) in targets.items():
         if path in sticky and path in final:
             drop(final.pop(path), f"not restored: the row of '{path}' is '{sticky[path].status}'")
-        note = excluded.get(path, "no checkpoint key maps here")
+        note = strict.get(path) or excluded.get(path, "no checkpoint key maps here")
         plan.rows.append(sticky.get(path) or final.get(path) or Row(path, "initialized", shape, dtype, note=note))
     return plan
 
