@@ -288,3 +288,17 @@ def test_a_family_variant_trains(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "training family_wide: step 0 -> 3" in result.stdout
     assert (tmp_path / "run" / "ckpt-00000003.index").exists() or any((tmp_path / "run").glob("ckpt-00000003*"))
+
+
+def test_set_selects_a_layer_by_name(tmp_path: Path, capsys) -> None:
+    """`--set layers[NAME].KEY=VALUE`, the selector `explain` takes, works on the merged spec."""
+    from specgen.spec.overrides import load_with_overrides
+
+    write(tmp_path, {"base.yaml": BASE, "v.yaml": "extends: base.yaml\nname: v\n"})
+    loaded = load_with_overrides(tmp_path / "v.yaml", ["layers[fc2].units=24", "layers[out].units=3"])
+    assert [(layer.name, layer.units) for layer in loaded.spec.layers] == [("fc1", 8), ("fc2", 24), ("out", 3)]
+    code, out, _ = run(["explain", "v.yaml", "layers[fc2].units", "--set", "layers[fc2].units=24"], capsys, tmp_path)
+    assert out.splitlines()[-1] == "  2. --set layers[fc2].units  24  <- wins"
+    code, _, err = run(["validate", "v.yaml", "--set", "layers[fc3].units=24"], capsys, tmp_path)
+    assert code == 1 and err.splitlines()[0] == ("--set layers[fc3].units=24: error: no item named 'fc3' in 'layers'; "
+                                                 "did you mean 'fc2'?")

@@ -8,10 +8,11 @@ itself. A mistake in an override is reported against the override, not the file.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
@@ -29,7 +30,35 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         value = parse_value(raw, shown) if raw.strip() else ""
     except SpecError as exc:  # positions are within the value, which has no file: say where in it
         raise SpecError([Diagnostic(shown, None, _in_value(d)) for d in exc.diagnostics]) from None
-    return [_part(p) for p in key.strip().split(".")], value
+    return key_parts(key.strip()), value
+
+
+_KEY_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+
+
+def key_parts(key: str) -> list[str | int]:
+    """`layers[head/out].units` -> ['layers', '[head/out]', 'units']; `layers.3.units` -> ['layers', 3, 'units'].
+
+    `[NAME]` selects the item of a list whose `name` is NAME (a layer, a block's layer); spec keys never hold
+    brackets, so the bracketed form cannot be mistaken for a key.
+    """
+    parts: list[str | int] = []
+    for match in _KEY_PART.finditer(key):
+        named, plain = match.groups()
+        parts.append(f"[{named}]" if named is not None else _part(plain))
+    return parts
+
+
+def _joined(parts: list[str | int]) -> str:
+    """Key parts as written: `layers[conv1].filters`."""
+    return "".join(p if isinstance(p, str) and p.startswith("[") else f".{p}" for p in parts).lstrip(".")
+
+
+def named_item(node: Any, part: str | int) -> Any:
+    """The item of list `node` that `[NAME]` selects, or None."""
+    if not (isinstance(part, str) and part.startswith("[") and isinstance(node, list)):
+        return None
+    return next((item for item in node if isinstance(item, dict) and item.get("name") == part[1:-1]), None)
 
 
 def _part(text: str) -> str | int:
@@ -53,13 +82,19 @@ def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         parts, value = parse_override(text)
         node: Any = result
         for i, part in enumerate(parts[:-1]):
-            if isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if named_item(node, part) is not None:
+                node = named_item(node, part)
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
                 node = node[part]
             elif isinstance(node, dict):
                 node = node.setdefault(part, {})
+            elif isinstance(part, str) and part.startswith("[") and isinstance(node, list):
+                names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
+                raise SpecError([Diagnostic(f"--set {text}", None, f"no item named {quoted(part[1:-1])} in "
+                                            f"'{_joined(parts[:i])}'{did_you_mean(part[1:-1], names)}")])
             else:
-                where = ".".join(map(str, parts[: i + 1]))
-                raise SpecError([Diagnostic(f"--set {text}", None, f"'{where}' is not a mapping or list index in the spec")])
+                raise SpecError([Diagnostic(f"--set {text}", None, f"'{_joined(parts[: i + 1])}' is not a mapping or "
+                                            "list index in the spec")])
         if isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node):
             node[parts[-1]] = value
         elif isinstance(node, dict):

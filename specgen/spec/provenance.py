@@ -9,7 +9,6 @@ Keys are written as in `--set`, with `[NAME]` selecting a list item by its name:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,10 @@ import yaml
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.spec.compose import ComposedSourceMap, Node, Setting, load_composed, node
 from specgen.spec.load import LoadedSpec
-from specgen.spec.overrides import load_with_overrides, parse_override
+from specgen.spec.overrides import key_parts, load_with_overrides, parse_override
 from specgen.spec.yaml_source import SourceMap
 
 DEFAULT = Setting("default")
-_PART = re.compile(r"\[([^\]]+)\]|([^.\[\]]+)")
 
 
 def tree_of(data: Any, source: SourceMap) -> Node:
@@ -48,6 +46,8 @@ def with_overrides(tree: Node, overrides: list[str]) -> Node:
 def _child(at: Node, part: str | int, create: bool = False) -> Node:
     if at.items is not None and isinstance(part, int) and 0 <= part < len(at.items):
         return at.items[part]
+    if at.items is not None and isinstance(part, str) and part.startswith("["):
+        return next(item for item in at.items if item.name() == part[1:-1])  # the loader checked it exists
     if at.mapping is None:
         at.mapping, at.value = {}, None
     if part not in at.mapping and create:
@@ -130,12 +130,8 @@ def _lines(at: Node, indent: int) -> Iterator[str]:
 
 
 def parse_key(text: str) -> list[str | int]:
-    """`layers[head/out].units` -> ['layers', '[head/out]', 'units']; `a.0.b` -> ['a', 0, 'b']."""
-    parts: list[str | int] = []
-    for match in _PART.finditer(text):
-        name, plain = match.groups()
-        parts.append(f"[{name}]" if name is not None else int(plain) if plain.isdigit() else plain)
-    return parts
+    """`layers[head/out].units` -> ['layers', '[head/out]', 'units']; `a.0.b` -> ['a', 0, 'b'] (as `--set`)."""
+    return key_parts(text)
 
 
 def find(tree: Node, parts: list[str | int]) -> Node | None:
