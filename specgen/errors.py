@@ -15,3 +15,16 @@ from __future__ import annotations
 
 class SpecgenError(Exception):
     """Its str() is the message a person reads: one line (SpecError: one line per diagnostic)."""
+
+
+class AbstractSpec(SpecgenError):
+    """A spec marked `abstract: true` (one that exists to be extended) was checked, and has no model to use
+    (spec/load.py raises it; render/build.py skips such a spec without importing the spec layer).
+
+    `validate` prints it as its ok line and `build` skips the file; any other command stops with it.
+    """
+
+    def __init__(self, display: str, keys: int):
+        self.display, self.keys = display, keys
+        super().__init__(f"{display} is abstract (abstract: true): it exists only to be extended by other specs; "
+                         "use a spec that extends it")

@@ -176,7 +176,8 @@ def test_a_new_run_refuses_a_folder_with_checkpoints_and_fresh_moves_the_old_run
     code, out, err = cli(["train", spec_of(run), "--steps", "4", "--fresh", "--quiet"], capsys)
     assert code == 0, err
     # TensorFlow's `checkpoint` state file moves with the run it describes
-    assert (f"note: --fresh: moved the previous run (checkpoint, {CKPT4}, {CKPT8}, code, tensorboard) to "
+    assert (f"note: --fresh: moved the previous run (checkpoint, {CKPT4}, {CKPT8}, code, provenance.json, "
+            "spec.resolved.yaml, tensorboard) to "
             f"{run / 'previous-1'}; "
             "nothing was deleted") in out
     assert files(run / "previous-1") == before

@@ -145,7 +145,8 @@ def test_two_workers_on_loopback_match_one_process(
     assert worst <= TOLERANCE, f"two workers differ from one process by {worst}"
     assert eval_line(chief_out) == eval_line(out) == line
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint", "ckpt-00000055", "ckpt-00000060",
-                                                                     "code", "latest", "tensorboard"]
+                                                                     "code", "latest", "provenance.json",
+                                                                     "spec.resolved.yaml", "tensorboard"]
 
 
 def latest_step(run: Path) -> int:

@@ -81,7 +81,8 @@ def failed_then_resumed(spec: Path, run: Path, result: subprocess.CompletedProce
     """The one line, exit 1, ckpt-5 untouched and named by `latest`; then --resume ends where a plain run does."""
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert own_lines(result.stderr) == [line.format(run=run.relative_to(spec.parent.parent)), "1 error found"]
-    assert sorted(os.listdir(run)) == ["checkpoint", "ckpt-00000005", "code", "latest", "tensorboard"]  # no temporary
+    assert sorted(os.listdir(run)) == ["checkpoint", "ckpt-00000005", "code", "latest", "provenance.json",
+                                       "spec.resolved.yaml", "tensorboard"]  # no temporary
     assert (run / "latest").read_text() == "ckpt-00000005\n"
     resumed = specgen(spec, "--resume", "--steps", "5")
     assert resumed.returncode == 0, resumed.stderr

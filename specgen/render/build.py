@@ -11,10 +11,10 @@ from pathlib import Path
 
 from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import AbstractSpec
 from specgen.ir.resolve import ir_from_file
 from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
-from specgen.spec.load import AbstractSpec
 
 BINARY_SUFFIXES = (".onnx",)
 

@@ -14,7 +14,7 @@ from specgen.diagnostics import (
     SpecError,
     describe,
 )
-from specgen.errors import SpecgenError
+from specgen.errors import AbstractSpec
 from specgen.kinds import sources
 from specgen.spec.blocks import Instance
 from specgen.spec.compose import load_composed
@@ -52,18 +52,6 @@ class LoadedSpec:
         if self.origins is None:
             return self.source.locate(loc, self.data, key=key), ""
         return self.origins.locate(loc, key)
-
-
-class AbstractSpec(SpecgenError):
-    """A spec marked `abstract: true` (one that exists to be extended) was checked, and has no model to use.
-
-    `validate` prints it as its ok line and `build` skips the file; any other command stops with it.
-    """
-
-    def __init__(self, display: str, keys: int):
-        self.display, self.keys = display, keys
-        super().__init__(f"{display} is abstract (abstract: true): it exists only to be extended by other specs; "
-                         "use a spec that extends it")
 
 
 def load_spec(path: Path, display: str | None = None) -> LoadedSpec:
