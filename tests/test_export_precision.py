@@ -136,4 +136,56 @@ def test_fp16_without_cpu_kernels_is_refused(trained: dict[str, Any], capsys: py
     assert re.fullmatch(
         re.escape(f"{trained['spec']}: error: --precision fp16: fp16: 3 node(s) have no float16 kernel on the cpu "
                   "provider (onnxruntime would cast them back to float32): ") + r"Conv '[^']+', Gemm '[^']+', Gemm '[^']+'"
-        + re.escape("; fp16 pays off with --provider cuda; nothing was written"), line), line
+        + re.escape("; fp16 pays off with --provider cuda; pass --force to write it unverified (`specgen serve` runs "
+                    "its gates at load, on the provider it gets); nothing was written"), line), line
+
+
+def test_fp16_forced_on_the_cpu_is_written_unverified_and_gated_at_load(
+        trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30, item 7: where the variant cannot be checked (no float16 kernels on this CPU), --force writes it
+    marked unverified, with what the server needs to gate it on the provider it gets; on this CPU that gate
+    refuses it and the float32 model is served."""
+    from specgen.runtime.precision.verify import check_version
+    from specgen.serve.repository import read_model
+
+    out = trained["folder"] / "fp16"
+    capsys.readouterr()
+    assert main(["export", str(trained["spec"]), "--checkpoint", str(trained["folder"] / "run"), "-o", str(out),
+                 "--precision", "fp16", "--force", "--triton"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    report = json.loads((out / "export.json").read_text())["precision"]
+    assert (report["precision"], report["verified"], report["speed"]) == ("fp16", False, None)
+    assert report["unverified"].startswith("fp16: 3 node(s) have no float16 kernel on the cpu provider")
+    assert report["unverified"].endswith("; fp16 pays off with --provider cuda; written unverified with --force")
+    assert report["accuracy"]["provider"] == "CPUExecutionProvider" and report["accuracy"]["lost_points"] <= 1.0
+    assert printed[-4].startswith(f"fp16: wrote {out / 'model.fp16.onnx'} (")
+    assert printed[-3].startswith("fp16 accuracy: ") and printed[-3].endswith(", budget 1, on CPUExecutionProvider)")
+    assert printed[-2].startswith("warning: fp16 is unverified: fp16: 3 node(s)") and printed[-2].endswith(
+        "; `specgen serve` runs its kernel, accuracy and speed gates at load and serves the float32 model where it "
+        "fails")
+    assert printed[-1] == f"triton model repository: {out / 'digits_cnn'}"
+    version = out / "digits_cnn" / "1"
+    assert sorted(p.name for p in version.iterdir()) == ["model.fp32.onnx", "model.onnx", "sample.npz", "variant.json"]
+    assert (version / "model.onnx").read_bytes() == (out / "model.fp16.onnx").read_bytes()
+    assert (version / "model.fp32.onnx").read_bytes() == (out / "model.onnx").read_bytes()
+    config = (out / "digits_cnn" / "config.pbtxt").read_text()
+    assert 'parameters: { key: "specgen_precision" value: { string_value: "fp16" } }' in config
+    assert 'parameters: { key: "specgen_verified" value: { string_value: "false" } }' in config
+    assert read_model(out / "digits_cnn").config.max_batch_size == 64  # the server still reads the config
+    check = check_version(version, provider="cpu")
+    assert check is not None and not check.passed and check.serve == version / "model.fp32.onnx"
+    assert check.line.startswith(f"{version / 'model.onnx'}: fp16 variant refused on CPUExecutionProvider: fp16: 3 "
+                                 "node(s) have no float16 kernel on the cpu provider")
+    assert check.line.endswith(f"; serving {version / 'model.fp32.onnx'} (float32) instead")
+    assert check.report["examples"] == 360  # the whole eval set fits the sample's bounds
+
+
+def test_cuda_asked_where_it_cannot_start(trained: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    from specgen.runtime.predictor import has_cuda_driver
+
+    if has_cuda_driver():
+        pytest.skip("this machine has an NVIDIA driver: the CUDA provider may start, so nothing is refused")
+    line = _refused(trained, capsys, "--precision", "fp16", "--provider", "cuda")
+    assert line.startswith(f"{trained['spec']}: error: --precision fp16: the CUDA provider ")
+    assert line.endswith("; pass --force to write it unverified (`specgen serve` runs its gates at load, on the "
+                         "provider it gets); nothing was written")

@@ -65,7 +65,8 @@ class Variant(BaseModel):
     integer_kernels: Count | None = None
     float32_compute: list[str] | None = None
     accuracy: dict[str, Any]
-    speed: Speed
+    speed: Speed | None = None  # None: written unverified (runtime/precision/verify.py), no speed measured
+    unverified: str | None = None
 
 
 class ClassifierGate(BaseModel):
@@ -114,6 +115,9 @@ def _check(path: Path, report: Any) -> None:
     if _validate(path, Fp32, precision, ("precision",)).precision == "fp32":
         return
     variant = _validate(path, Variant, precision, ("precision",))
+    if variant.speed is None and variant.unverified is None:  # only an unverified variant has no speed figures
+        raise _refused(path, "precision.speed", "nothing (the key is missing)" if "speed" not in precision else "null",
+                       f"the speed gate's figures (or 'unverified' saying why there are none), {EXPECTED_AS}")
     gate = ClassifierGate if "lost_points" in variant.accuracy else ErrorGate
     _validate(path, gate, variant.accuracy, ("precision", "accuracy"))
 

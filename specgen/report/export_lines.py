@@ -21,17 +21,22 @@ def export_lines(report: Mapping[str, Any]) -> list[str]:
 
 def variant_lines(out: str, report: Mapping[str, Any]) -> list[str]:
     """What `specgen export --precision` wrote and its gates' figures, from export.json's `precision` entry."""
-    name, accuracy, speed = report["precision"], report["accuracy"], report["speed"]
+    name, accuracy, speed = report["precision"], report["accuracy"], report.get("speed")
     kernels = f", {report['integer_kernels']} integer kernels after onnxruntime's fusion" if "integer_kernels" in report else ""
     if report.get("float32_compute"):
         kernels += f"; left in float32: {', '.join(report['float32_compute'])}"
     lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
+    where = f", on {accuracy['provider']}" if accuracy.get("provider") else ""  # an unverified variant's: the CPU
     if "lost_points" in accuracy:
         lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
-                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g})")
+                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g}{where})")
     else:
         lines.append(f"{name} error: {accuracy['relative_error_percent']:.3f}% relative to float32 "
-                     f"(budget {accuracy['budget']:g}%)")
+                     f"(budget {accuracy['budget']:g}%{where})")
+    if speed is None:  # unverified (runtime/precision/verify.py): the server gates it at load
+        lines.append(f"warning: {name} is unverified: {report.get('unverified')}; `specgen serve` runs its kernel, "
+                     "accuracy and speed gates at load and serves the float32 model where it fails")
+        return lines
     lines.append(f"{name} speed: {speed['variant_ms']:.3f} ms vs float32 {speed['fp32_ms']:.3f} ms per batch of "
                  f"{speed['batch']} on {speed['provider']} ({speed['speedup']:.2f}x)")
     if "warning" in speed:

@@ -227,9 +227,12 @@ def _export_steps(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton
         raise SpecError([Diagnostic(shown(out), None, refusal(diff, scaled, PARITY_LIMIT, moved))])
     # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
     phases.start("precision")
-    variant = make_variant(loaded, ir, model_bytes, {i.name: inputs[i.name] for i in view.inputs}, labels, sample,
-                           precision)
+    model_inputs = {i.name: inputs[i.name] for i in view.inputs}
+    variant = make_variant(loaded, ir, model_bytes, model_inputs, labels, sample, precision)
     report["precision"] = variant.report if variant else {"precision": "fp32"}
+    # a variant's Triton version folder also holds its float32 reference and gate sample, so the server can
+    # gate it on the provider it gets (runtime/precision/verify.py); made here, so a refusal writes nothing
+    triton_extra = _variant_extra(loaded, variant, model_bytes, model_inputs, labels) if triton and variant else {}
     phases.start("write")
     write_atomic(out / "model.onnx", model_bytes)
     if variant:
@@ -238,5 +241,19 @@ def _export_steps(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton
     if triton:  # the repository serves what was asked for: the variant (float32 IO, so the config is the same)
         from specgen.runtime.triton import write_repository
 
-        report["triton"] = str(write_repository(out, ir, variant.model_bytes if variant else model_bytes))
+        report["triton"] = str(write_repository(out, ir, variant.model_bytes if variant else model_bytes,
+                                                **triton_extra))
     return report
+
+
+def _variant_extra(loaded: LoadedSpec, variant: Any, model_bytes: bytes, inputs: dict[str, np.ndarray],
+                   labels: np.ndarray | None) -> dict[str, Any]:
+    """write_repository's `files` (reference, sample, variant.json) and config `parameters` for a variant."""
+    from specgen.runtime.precision.base import PrecisionRefusal
+    from specgen.runtime.precision.verify import config_parameters, version_files
+
+    try:
+        files = version_files(variant.info, model_bytes, inputs, labels)
+    except PrecisionRefusal as exc:
+        raise SpecError([Diagnostic(loaded.display, None, f"--triton: {exc}; nothing was written")]) from None
+    return {"files": files, "parameters": config_parameters(variant.info)}

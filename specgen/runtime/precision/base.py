@@ -29,7 +29,9 @@ class PrecisionDef:
 
     `convert(model_bytes, calibration)` returns the variant's bytes and a report (what was done);
     `check(variant_bytes, provider)` returns what onnxruntime's optimizer made of it (kernel counts),
-    raising PrecisionRefusal where an op has no kernel of this precision on that provider.
+    raising PrecisionRefusal where an op has no kernel of this precision on that provider. `for_gpu`: the
+    variant is made for the CUDA provider, so the CPU's refusal says only that it cannot be checked there
+    (`--force` then writes it unverified, precision/verify.py); for the others a refusal is a verdict.
     """
 
     name: str
@@ -37,3 +39,4 @@ class PrecisionDef:
     convert: Callable[[bytes, Calibration], tuple[bytes, dict[str, Any]]]
     check: Callable[[bytes, str], dict[str, Any]]
     doc: str
+    for_gpu: bool = False

@@ -45,4 +45,4 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
 
 
 DEF = PrecisionDef("fp16", "model.fp16.onnx", convert, check,
-                   "float16 weights and compute, float32 IO; normalizations and softmax in float32")
+                   "float16 weights and compute, float32 IO; normalizations and softmax in float32", for_gpu=True)

@@ -7,10 +7,13 @@ kernel wrapped in Casts) happen only inside a session, so the checks read the gr
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+
+from specgen.runtime.buckets import CUDA_WORK
 
 # predictor.py's names, not imported from it: bench/precision.py --onnx-only runs where only onnx and
 # onnxruntime are installed (the precision package imports neither pydantic nor TensorFlow)
@@ -27,7 +30,8 @@ def optimized_model(model_bytes: bytes, provider: str, level: ort.GraphOptimizat
         options.graph_optimization_level = level
         options.optimized_model_filepath = str(path)
         options.log_severity_level = 3  # the "hardware specific optimizations" warning is expected here
-        ort.InferenceSession(model_bytes, options, providers=PROVIDERS[provider])
+        with CUDA_WORK.shared() if provider == "cuda" else nullcontext():  # never beside a graph capture
+            ort.InferenceSession(model_bytes, options, providers=PROVIDERS[provider])
         return onnx.load(str(path), load_external_data=False)
 
 

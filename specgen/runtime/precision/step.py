@@ -1,7 +1,14 @@
-"""The precision step of `specgen export`: make the variant, check its kernels, gate it; all before any write."""
+"""The precision step of `specgen export`: make the variant, check its kernels, gate it; all before any write.
+
+Where the provider the variant is for cannot run it here (no CUDA on this machine, or no float16 kernels
+on the CPU), `--force` writes it *unverified*: the accuracy gate still runs, on the CPU (float16 weights and
+activations, computed through the Casts onnxruntime inserts), but kernels and speed are left to the server,
+which gates it at load on the provider it gets (verify.py). Without `--force` that is a refusal saying so.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,13 +18,15 @@ import numpy as np
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.runtime.precision import REGISTRY
-from specgen.runtime.precision.base import Calibration, PrecisionRefusal
+from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
-from specgen.runtime.predictor import Predictor
+from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
+from specgen.runtime.predictor import CPU, InputError, Predictor
 from specgen.spec.load import LoadedSpec
 
 DEFAULT_CALIBRATION = 512
-SPEED_BATCH = 8  # the batch the speed gate times: a serving batch, as bench/precision.py's second point
+UNVERIFIED_HINT = ("pass --force to write it unverified (`specgen serve` runs its gates at load, on the provider it "
+                   "gets)")
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,7 @@ class Variant:
     file_name: str
     model_bytes: bytes
     report: dict[str, Any]
+    info: VariantInfo  # what the Triton version folder records beside it (verify.py)
 
 
 def _where(loaded: LoadedSpec, request: PrecisionRequest, flag: str, key: str, value: Any) -> Callable[[str], SpecError]:
@@ -76,19 +86,49 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
     rows = len(next(iter(inputs.values())))
     calibration = _calibration(loaded, ir, request, inputs, rows) if name == "int8" else Calibration()
     loss = ir.training.loss
+    logits = loss.logits if loss and loss.target == "sparse" and labels is not None else None
     try:
         variant_bytes, converted = definition.convert(model_bytes, calibration)
-        fp32 = Predictor(model_bytes, request.provider)  # first: a CUDA that cannot start is said before any check
-        kernels = definition.check(variant_bytes, request.provider)
-        variant = Predictor(variant_bytes, request.provider)
-        gated = accuracy_gate(name, export.budget, fp32(inputs), variant(inputs), labels,
-                              loss.logits if loss and loss.target == "sparse" and labels is not None else None)
-        batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
-        times = interleaved_medians(lambda: fp32(batch), lambda: variant(batch))
-        speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), *times, request.force)
+        fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
+        variant = Predictor(variant_bytes, "cpu" if unverified else request.provider)
+        gated = accuracy_gate(name, export.budget, fp32(inputs), variant(inputs), labels, logits)
+        speed = None
+        if not unverified:
+            batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
+            times = interleaved_medians(lambda: fp32(batch), lambda: variant(batch))
+            speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), *times, request.force)
     except PrecisionRefusal as exc:
         raise where(str(exc)) from None
     report = {"precision": name, "file": definition.file_name, "bytes": len(variant_bytes),
-              "fp32_bytes": len(model_bytes), **converted, **kernels, "accuracy": gated, "speed": speed}
-    return Variant(name, definition.file_name, variant_bytes, report)
+              "fp32_bytes": len(model_bytes), **converted, **kernels, "verified": unverified is None,
+              "accuracy": gated | ({"provider": CPU} if unverified else {}), "speed": speed}
+    if unverified:
+        report["unverified"] = unverified
+    info = VariantInfo(precision=name, verified=unverified is None,
+                       verified_on=None if unverified else variant.provider, reason=unverified,
+                       budget=export.budget, logits=logits, inputs=tuple(inputs),
+                       model_sha256=hashlib.sha256(variant_bytes).hexdigest())
+    return Variant(name, definition.file_name, variant_bytes, report, info)
 
+
+def _checked(definition: PrecisionDef, model_bytes: bytes, variant_bytes: bytes,
+             request: PrecisionRequest) -> tuple[Predictor, dict[str, Any], str | None]:
+    """The float32 model loaded where the gates run, the kernel check's figures, and why the variant is
+    unverified (None when its provider checked it here).
+
+    Not checkable here: `--provider cuda` where CUDA cannot start, or a GPU precision (fp16) refused by the
+    CPU's kernels. With --force the variant is then gated for accuracy on the CPU and written unverified;
+    without, that is a PrecisionRefusal saying what --force would do. Any other refusal stands.
+    """
+    try:
+        fp32 = Predictor(model_bytes, request.provider)  # first: a CUDA that cannot start is said before any check
+        return fp32, definition.check(variant_bytes, request.provider), None
+    except InputError as exc:  # the CUDA provider is absent or cannot start here
+        reason = str(exc).rstrip(".")
+    except PrecisionRefusal as exc:
+        if request.provider != "cpu" or not definition.for_gpu:
+            raise
+        reason = str(exc)
+    if not request.force:
+        raise PrecisionRefusal(f"{reason}; {UNVERIFIED_HINT}") from None
+    return Predictor(model_bytes, "cpu"), {}, f"{reason}; written unverified with --force"
