@@ -25,6 +25,25 @@ def root() -> Path:
     return ROOT
 
 
+# --- the quick tier (`pytest -m quick`, docs/testing.md) -------------------------------------------
+# Whole files whose tests touch every package cheaply: a smoke of each command (test_smoke.py), each registry's
+# round trip and completeness, the spec loader, composition and diff, the golden generated files. A test in
+# them marked `slow` stays out of the tier.
+QUICK_FILES = frozenset({
+    "test_smoke.py", "test_registry_roundtrip.py", "test_golden.py", "test_build.py", "test_yaml_source.py",
+    "test_compose.py", "test_diff.py", "test_spec_errors.py", "test_report.py", "test_curves.py",
+    "test_augment_registry.py", "test_features_registry.py", "test_loss_registry.py", "test_metric_registry.py",
+    "test_op_registry.py", "test_optimizer_registry.py", "test_schedule_registry.py", "test_source_registry.py",
+    "test_native_logs.py", "test_text.py", "test_schema.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in QUICK_FILES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)
+
+
 # --- the time guard ----------------------------------------------------------------------------
 # CI's target is 20 minutes for install, ruff and the suite together; .ci/test gives the suite a
 # tripwire above it (--time-budget 1500: a failed CI lands nothing), which catches a hang or a suite

@@ -22,6 +22,9 @@ from specgen.spec.overrides import key_parts, load_with_overrides, parse_overrid
 from specgen.spec.yaml_source import SourceMap
 
 DEFAULT = Setting("default")
+# Top-level keys whose dump holds what specgen ships, not defaults of the spec: the loader adds the shipped blocks
+# a spec uses to `blocks` (spec/shipped.py); printed, they would read as blocks the spec defines.
+SHIPPED = frozenset({"blocks"})
 
 
 def tree_of(data: Any, source: SourceMap) -> Node:
@@ -68,13 +71,13 @@ def _assign(at: Node, part: str | int, value: Node) -> None:
         value.settings[:0] = old.settings  # a leaf keeps its history
 
 
-def with_defaults(tree: Node, dumped: Any, top: bool = True) -> Node:
+def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True) -> Node:
     """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out)."""
     if tree.mapping is not None and isinstance(dumped, dict):
         for key, value in dumped.items():
-            if key in tree.mapping:
-                with_defaults(tree.mapping[key], value, top=False)
-            elif value is not None and value != {} and value != []:
+            if key in tree.mapping:  # a spec's own blocks get their defaults, but no shipped block is added beside them
+                with_defaults(tree.mapping[key], value, top=False, add=not (top and key in SHIPPED))
+            elif add and value is not None and value != {} and value != [] and not (top and key in SHIPPED):
                 tree.mapping[key] = node(value, DEFAULT)
         if top:  # sections in the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each first
             order = {key: n for n, key in enumerate(dumped)}

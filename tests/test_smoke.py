@@ -1,0 +1,139 @@
+"""A smoke of every command, end to end on the bundled digits MLP: the quick tier's spine (docs/testing.md).
+
+One module-scoped run trains two steps and exports; each test then drives one command as a user does (the real
+CLI: in process where that is faster, a child process for `serve`). Each asserts what the command must say or
+write, so a command broken at any layer (spec, IR, render, runtime, serve) fails here within the quick tier.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specgen.cli import main
+
+pytestmark = pytest.mark.quick
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SPEC = "digits_mlp.yaml"
+
+
+def cli(args: list[str], capsys: pytest.CaptureFixture[str], cwd: Path) -> tuple[int, str, str]:
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        code = main(args)
+    finally:
+        os.chdir(old)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the example spec and its data, trained for two steps and exported with a Triton repository."""
+    folder = tmp_path_factory.mktemp("smoke")
+    (folder / "specs").mkdir()
+    shutil.copytree(EXAMPLES / "data", folder / "data", ignore=shutil.ignore_patterns("digits_folder"))
+    text = (EXAMPLES / "specs" / SPEC).read_text().replace("../../runs/digits_mlp", "../run")
+    (folder / "specs" / SPEC).write_text(text)
+    code = main(["train", str(folder / "specs" / SPEC), "--steps", "2", "--quiet",
+                 "--set", f"checkpoint.dir={folder / 'run'}"])
+    assert code == 0
+    assert main(["export", str(folder / "specs" / SPEC), "--checkpoint", str(folder / "run"), "-o",
+                 str(folder / "export"), "--triton"]) == 0
+    return folder
+
+
+def test_validate_build_schema_report_graph(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = f"specs/{SPEC}"
+    code, out, _ = cli(["validate", spec], capsys, work)
+    assert (code, out) == (0, f"ok: {spec} (digits_mlp: 4 layers, 17 variables)\n")
+    assert cli(["build", spec, "--out", "gen"], capsys, work)[0] == 0
+    assert {p.name for p in (work / "gen" / "digits_mlp").iterdir()} >= {"model.py", "train.py", "model.onnx"}
+    assert cli(["build", spec, "--out", "gen", "--check"], capsys, work)[0] == 0
+    code, out, _ = cli(["report", spec], capsys, work)
+    assert code == 0 and "hidden/kernel" in out and "[128, 10]" in out
+    code, out, _ = cli(["graph", spec, "-o", "g.svg"], capsys, work)
+    assert code == 0 and (work / "g.svg").read_text().startswith("<svg")
+    assert cli(["schema", "-o", "schema.json"], capsys, work)[0] == 0
+
+
+def test_explain_resolved_and_diff(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = f"specs/{SPEC}"
+    code, out, _ = cli(["explain", spec, "layers[hidden].units"], capsys, work)
+    assert code == 0 and out.splitlines()[0] == "layers[hidden].units = 128"
+    code, out, _ = cli(["validate", spec, "--resolved"], capsys, work)
+    assert code == 0 and "  batch_size: 32  # specs/digits_mlp.yaml:" in out
+    code, out, _ = cli(["diff", spec, "run", "--fail-on", "interface,checkpoint"], capsys, work)
+    assert code == 0 and "interface: unchanged" in out
+
+
+def test_data_and_restore_plan(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["data", f"specs/{SPEC}"], capsys, work)
+    assert code == 0 and "buffer 1,437" in out
+    code, out, _ = cli(["restore-plan", f"specs/{SPEC}", "--from", "run"], capsys, work)
+    assert code == 0 and "restored 4, initialized 0" in out
+
+
+def test_train_wrote_a_checkpoint_and_its_provenance(work: Path) -> None:
+    assert (work / "run" / "ckpt-00000002").is_dir()
+    assert {"provenance.json", "spec.resolved.yaml"} <= {p.name for p in (work / "run").iterdir()}
+
+
+def test_infer_curves_and_html_report(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(["infer", "export/model.onnx", "--input", "data/digits.npz", "--feed", "image=x_test",
+                        "--labels", "y_test"], capsys, work)
+    assert code == 0 and "accuracy" in out
+    code, _, _ = cli(["curves", "run", "-o", "curves.svg"], capsys, work)
+    assert code == 0 and (work / "curves.svg").read_text().startswith("<?xml")
+    code, _, _ = cli(["report", f"specs/{SPEC}", "--html", "--run", "run", "-o", "report.html"], capsys, work)
+    assert code == 0 and "<html" in (work / "report.html").read_text()
+
+
+def test_serve_answers_one_request(work: Path) -> None:
+    httpx = pytest.importorskip("httpx")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(work / "export"), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read().decode()[-2000:] \
+                if server.poll() is not None else "the server did not get ready in 120 s"
+            time.sleep(0.2)
+        image = np.load(work / "data" / "digits.npz")["x_test"][:1].astype(np.float32)
+        body = {"inputs": [{"name": "image", "shape": list(image.shape), "datatype": "FP32",
+                            "data": image.ravel().tolist()}]}
+        answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/digits_mlp/infer", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["shape"] == [1, 10]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        server.stderr.close()
+
+
+def test_import_keras_writes_a_spec_that_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="fc")])
+    model.save(tmp_path / "tiny.keras")
+    code, _, err = cli(["import", "keras", "tiny.keras", "-o", "tiny.yaml"], capsys, tmp_path)
+    assert code == 0, err
+    assert cli(["validate", "tiny.yaml"], capsys, tmp_path)[0] == 0
