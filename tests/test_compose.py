@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
-from specgen.cli import main
 from specgen.spec.compose import MAX_DEPTH
 from specgen.spec.load import load_spec
 
@@ -41,15 +41,7 @@ def write(folder: Path, files: dict[str, str]) -> None:
         (folder / name).write_text(text)
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str], cwd: Path) -> tuple[int, str, str]:
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        code = main(args)
-    finally:
-        os.chdir(old)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def layers(path: Path) -> list[tuple[str, int | None]]:

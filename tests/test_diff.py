@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from specgen.cli import main
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -46,15 +45,7 @@ RENAMED = (OLD.replace("{name: conv1,", "{name: stem/conv,").replace('["conv1/*"
            .replace("head/fc", "classifier/hidden"))
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str], cwd: Path) -> tuple[int, str, str]:
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        code = main(args)
-    finally:
-        os.chdir(old)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def write(folder: Path, **files: str) -> None:

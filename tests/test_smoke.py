@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 from specgen.cli import main
 
@@ -27,15 +28,7 @@ EXAMPLES = ROOT / "examples"
 SPEC = "digits_mlp.yaml"
 
 
-def cli(args: list[str], capsys: pytest.CaptureFixture[str], cwd: Path) -> tuple[int, str, str]:
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        code = main(args)
-    finally:
-        os.chdir(old)
-    out, err = capsys.readouterr()
-    return code, out, err
+cli = run_cli
 
 
 @pytest.fixture(scope="module")
