@@ -2,7 +2,7 @@
 
 For the digits CNN and MLP of examples/specs (as written: their optimizers, EMA, batch size; the
 batch is the global batch), each configuration runs the real `specgen train` session
-(specgen/runtime/commands/session.py, under specgen/runtime/distribute.py) in fresh processes:
+(specgen/runtime/commands/session.py, under specgen/runtime/placement/replicas.py) in fresh processes:
 
   1 process         the default strategy, TensorFlow's own thread pools (both cores)
   1 process, 1 thr  the default strategy, one intra-op and one inter-op thread
@@ -45,9 +45,9 @@ def worker(args: argparse.Namespace) -> None:
     """One process of one configuration: prints a JSON line with its timings."""
 
     from specgen.ir.resolve import build_ir
-    from specgen.runtime import distribute
     from specgen.runtime.commands.resume import Options
     from specgen.runtime.commands.session import Session
+    from specgen.runtime.placement import replicas as distribute
     from specgen.spec.overrides import load_with_overrides
 
     with tempfile.TemporaryDirectory() as folder:

@@ -164,8 +164,8 @@ class Specgen:
 
         from specgen.runtime import data
         from specgen.runtime.commands.train import Progress, Session
-        from specgen.runtime.distribution import Distribution
         from specgen.runtime.lib.generated import load_generated
+        from specgen.runtime.placement.default import Distribution
 
         self.loaded, self.spec = loaded, loaded.spec
         ir = build_ir(loaded)

@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         return run_probe(loaded, args.resume, args.resume_from)
     from specgen.ir.resolve import build_ir
-    from specgen.runtime.cluster import check_early
+    from specgen.runtime.placement.cluster import check_early
 
     # The IR is built once for the command; with --strategy given, TF_CONFIG is checked before it (its errors first).
     ir = build_ir(loaded) if args.strategy is None else None
@@ -63,8 +63,8 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     """
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
-    from specgen.runtime.cluster import check_replicas
     from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
+    from specgen.runtime.placement.cluster import check_replicas
 
     training = build_ir(loaded).training  # the spec validates first: the errors of `specgen validate`
     if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
@@ -136,7 +136,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
                       batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
                       header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                      max_connections=args.max_connections)
+                      max_connections=args.max_connections, grpc_port=args.grpc_port,
+                      model_control=args.model_control, poll_seconds=args.poll_seconds)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import yaml
 from specgen import text
 from specgen.cli import main
 from specgen.diagnostics import SpecError
-from specgen.runtime.cluster import Role, read_role
+from specgen.runtime.placement.cluster import Role, read_role
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "examples" / "specs" / "digits_mlp.yaml"

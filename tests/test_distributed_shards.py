@@ -108,7 +108,7 @@ def test_a_malformed_worker_count_is_refused_at_its_key(runs: dict[str, object],
 
 
 def test_resuming_with_another_worker_count_is_refused(runs: dict[str, object]) -> None:
-    from specgen.runtime.positions import position_prefix
+    from specgen.runtime.placement.positions import position_prefix
 
     folder = runs["two"].parent / "run" / f"ckpt-{STEPS:08d}"  # type: ignore[attr-defined]
     meta = json.loads((folder / "meta.json").read_text())

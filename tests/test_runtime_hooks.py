@@ -17,7 +17,7 @@ from specgen.spec.load import load_spec
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "specgen" / "runtime"
 # The files that drive a run whatever the spec holds; the features' own code is in hooks.py and lib/.
-DRIVERS = [RUNTIME / "commands" / "session.py", RUNTIME / "commands" / "train.py", RUNTIME / "distribution.py"]
+DRIVERS = [RUNTIME / "commands" / "session.py", RUNTIME / "commands" / "train.py", RUNTIME / "placement" / "default.py"]
 # Words that would mean a branch on a feature (registry and compatibility-table names) or on the strategy.
 WORDS = sorted({*REGISTRY, *compat.FEATURE_OF, "replica", "target", "mask", "shadow", "terms"} - {"distribute"})
 

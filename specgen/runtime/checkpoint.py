@@ -21,7 +21,7 @@ name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
 older checkpoint saves lower step numbers than the ones it abandoned.
 
-With file-sharded data every worker's iterator differs and each saves its own (runtime/positions.py).
+With file-sharded data every worker's iterator differs and each saves its own (runtime/placement/positions.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from specgen.runtime.integrity import (
     unreadable_error,
 )
 from specgen.runtime.keras_weights import is_keras_file
-from specgen.runtime.positions import Positions, fsync_files, gather
+from specgen.runtime.placement.positions import Positions, fsync_files, gather
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)

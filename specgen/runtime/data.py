@@ -5,7 +5,7 @@ specgen/runtime/sources/ (named by the kind's `SourceDef.reader` in specgen/kind
 through one interface: `read(SourceContext) -> Source`, a dataset of examples and its size. Here the
 stage's reader is looked up and run, the size is checked, and the examples are batched, shuffled with
 the spec's seed and repeated into the iterator that checkpoints save (so a resumed run continues
-bit-identically). Distribution slices the global batches this builds (runtime/distribute.py); under
+bit-identically). Distribution slices the global batches this builds (runtime/placement/replicas.py); under
 `multi_worker` a sharded source gives each worker its own files instead (`for_worker`).
 
 TensorFlow is imported only where a dataset is built.

@@ -197,7 +197,7 @@ REFUSED: dict[Pair, tuple[str, ...]] = {
     ),
 }
 
-# Pairs `specgen validate` accepts and `specgen train` refuses when the run starts (specgen/runtime/distribute.py,
+# Pairs `specgen validate` accepts and `specgen train` refuses when the run starts (specgen/runtime/placement/replicas.py,
 # specgen/runtime/commands/probe.py): where, and the message. No golden spec uses them; the test checks that
 # validate still accepts them, so a refusal that moves to validate shows up here.
 RUNTIME_REFUSED: dict[Pair, tuple[str, str]] = {

@@ -1,7 +1,7 @@
 """`train.accumulate` > 1: gradients of several micro-batches summed, one update from their mean.
 
 A step kind: the skeleton's gradient step becomes `accumulate_step` + `apply_accumulated`
-(templates/tf/steps/accumulate.py.j2); the runtime drives them (specgen/runtime/distribute.py).
+(templates/tf/steps/accumulate.py.j2); the runtime drives them (specgen/runtime/placement/replicas.py).
 """
 
 from specgen.kinds.features.base import FeatureDef
@@ -17,5 +17,5 @@ FEATURE = FeatureDef(
     hooks=("init", "state"),
     context="specgen.render.train_plan.accumulate_context",
     step="tf/steps/accumulate.py.j2",
-    runtime=("specgen.runtime.distribute.Replicas.accumulated_updates",),
+    runtime=("specgen.runtime.placement.replicas.Replicas.accumulated_updates",),
 )

@@ -8,5 +8,5 @@ FEATURE = FeatureDef(
     spec_keys=("train.distribute.strategy", "train.distribute.sync_batch_norm"),
     enabled=lambda ir: ir.training.train.distribute.distributed,
     ir="specgen.ir.training.distribute.build_distribute (DistributeIR)",
-    runtime=("specgen.runtime.distribute", "specgen.runtime.lib.optimizers.all_reduce"),
+    runtime=("specgen.runtime.placement.replicas", "specgen.runtime.lib.optimizers.all_reduce"),
 )

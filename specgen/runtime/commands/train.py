@@ -24,13 +24,14 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.progress import TrainProgress
-from specgen.runtime import data, distribute, hooks
+from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
-from specgen.runtime.distribution import Distribution
 from specgen.runtime.interrupt import Interrupts
+from specgen.runtime.placement import replicas as distribute
+from specgen.runtime.placement.default import Distribution
 from specgen.spec.load import LoadedSpec
 
 __all__ = ["Options", "Session", "run_folder", "train"]

@@ -78,7 +78,7 @@ class SteppingTrainer(GeneratedTrainer, Protocol):
     def train_steps(self, iterator: Any, counter: Tensor, steps: Tensor) -> Tensor: ...
 
     def train_step(self, features: Mapping[str, Tensor], labels: Mapping[str, Tensor], seed: Tensor) -> Tensor:
-        """One update; under a tf.distribute strategy the runtime runs it on every replica (runtime/distribute.py)."""
+        """One update; under a tf.distribute strategy the runtime runs it on every replica (runtime/placement/replicas.py)."""
         ...
 
 

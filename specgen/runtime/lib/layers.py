@@ -19,7 +19,7 @@ from specgen.runtime.lib.recurrent import gru as gru
 from specgen.runtime.lib.recurrent import lstm as lstm
 from specgen.runtime.lib.recurrent import simple_rnn as simple_rnn
 
-# train.distribute.sync_batch_norm, set by specgen.runtime.distribute before the steps are traced. A module
+# train.distribute.sync_batch_norm, set by specgen.runtime.placement.replicas before the steps are traced. A module
 # setting rather than an argument: the generated model's calls stay the same for every strategy.
 _SYNC_BATCH_NORM = [False]
 

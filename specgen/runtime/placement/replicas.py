@@ -9,7 +9,7 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
 - Except under `multi_worker` for a source with at least one shard per worker (streamed tfrecord): there
   each worker reads its own files (AutoShardPolicy.FILE, by hand: runtime/data.py's `for_worker`) in
   batches of global batch / workers, which its own replicas slice; each worker's iterator differs, so
-  each saves its own position into the checkpoint (runtime/positions.py). With equal shards and no
+  each saves its own position into the checkpoint (runtime/placement/positions.py). With equal shards and no
   record shuffle, worker w's n-th batch is global batch n's examples from its shards (docs/training.md).
 - The generated step all-reduces the gradients (MEAN of per-replica means = the global batch's
   gradient) before clipping and the updates, so each replica applies the same update.
@@ -21,7 +21,7 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
 - The generated steps run on every replica through `strategy.run`, their Python bodies traced into one
   outer tf.function (see `python_body`); the default strategy never comes here and pays nothing.
 
-`Replicas` is the `Distribution` (runtime/distribution.py: one interface, one device by default) of a run
+`Replicas` is the `Distribution` (runtime/placement/default.py: one interface, one device by default) of a run
 under a strategy; `start` makes the one a run uses.
 """
 
@@ -47,11 +47,11 @@ from specgen.ir.training.model import TrainIR
 from specgen.paths import shown
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
-from specgen.runtime.cluster import Role, check_replicas, read_role
-from specgen.runtime.distribution import Distribution
 from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
-from specgen.runtime.positions import Positions
+from specgen.runtime.placement.cluster import Role, check_replicas, read_role
+from specgen.runtime.placement.default import Distribution
+from specgen.runtime.placement.positions import Positions
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 

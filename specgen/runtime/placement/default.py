@@ -2,7 +2,7 @@
 
 TensorFlow's default-strategy idea (`tf.distribute.get_strategy()` answers even where no strategy
 was made): `Distribution` is the one device and calls the generated steps as they are;
-`specgen.runtime.distribute.Replicas` overrides it to run them on every replica of a tf.distribute
+`specgen.runtime.placement.replicas.Replicas` overrides it to run them on every replica of a tf.distribute
 strategy. The session and the loop call the same methods on either and never ask which they hold.
 """
 
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from specgen.ir.training.model import TrainIR
 from specgen.runtime.lib.interface import AccumulatingTrainer, SteppingTrainer
-from specgen.runtime.positions import Positions
+from specgen.runtime.placement.positions import Positions
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 
