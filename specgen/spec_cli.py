@@ -162,7 +162,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
     if args.html or args.run_folder is not None or args.output is not None:
-        from specgen.pictures.html_cli import run_html_report
+        from specgen.report.html_cli import run_html_report
 
         return run_html_report(args)
     paths = expand(args.paths)

@@ -13,8 +13,8 @@ import pytest
 
 from specgen.cli import main
 from specgen.pictures.curves import read_run
-from specgen.pictures.html import SECTIONS
 from specgen.report.export_lines import export_lines
+from specgen.report.html import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("SPECGEN_ARTIFACTS", ROOT / "tests" / "artifacts"))

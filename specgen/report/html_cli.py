@@ -25,7 +25,7 @@ def run_html_report(args: argparse.Namespace) -> int:
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
     from specgen.paths import shown
-    from specgen.pictures.html import page
+    from specgen.report.html import page
     from specgen.spec.load import load_spec
 
     _usage(args)
