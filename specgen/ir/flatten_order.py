@@ -5,6 +5,7 @@ must produce Keras' channels-last order, which costs a Transpose back to NHWC be
 When every reader of the flattened vector is a dense layer that owns its kernel, the same outputs come
 from flattening in NCHW order and permuting that kernel's rows from (h, w, c) to (c, h, w) order at
 export: a reordering of weights, exact in float32, and one node fewer (VGG16: 39 nodes, as tf2onnx).
+Which op flattens and which reads flattened features into kernel rows: OpDef.flatten_order.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _dense_readers(flatten: str, nodes: list[Node], outputs: set[str]) -> list[N
         for node in (n for n in nodes if name in n.inputs):
             if op_def(node.op).onnx_template_for(node) is None and len(node.inputs) == 1:
                 todo.append(node.name)
-            elif node.op == "dense" and node.shares is None and "kernel" in node.variables:
+            elif op_def(node.op).flatten_order == "kernel_rows" and node.shares is None and "kernel" in node.variables:
                 readers.append(node)
             else:
                 return None
@@ -58,7 +59,7 @@ def reorder_flattened_kernels(nodes: list[Node], variables: list[Variable],
     changed: dict[str, Variable] = {}
     flattens = set()
     for node in nodes:
-        shape = node.input_shapes[0] if node.op == "flatten" else ()
+        shape = node.input_shapes[0] if op_def(node.op).flatten_order == "flattens" else ()
         if len(shape) != 4 or node.inputs[0] not in first:
             continue
         readers = _dense_readers(node.name, nodes, outputs)

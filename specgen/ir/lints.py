@@ -19,19 +19,12 @@ from dataclasses import dataclass, replace
 from specgen.diagnostics import Diagnostic
 from specgen.ir.gains import Moments, activation, describe_init, init_moments, mean_std, saturated
 from specgen.ir.model import ModelIR, Node
+from specgen.kinds.ops import REGISTRY, op_def
+from specgen.kinds.ops.base import MomentRule, Pointwise, Weighted
 from specgen.spec.base import FLOAT32_MAX
 from specgen.spec.load import LoadedSpec
 
 BAND = (0.1, 10.0)  # the std ratio to the input outside which a layer is flagged
-NORMS = ("batch_norm", "layer_norm")
-HE_FAMILY = ("relu", "relu6", "leaky_relu", "elu", "gelu", "swish", "silu", "hard_swish", "hard_silu", "softplus")
-KERNELS = {"dense": ("kernel",), "conv2d": ("kernel",), "depthwise_conv2d": ("kernel",),
-           "conv2d_transpose": ("kernel",), "separable_conv2d": ("depthwise_kernel", "pointwise_kernel")}
-PASS_THROUGH = ("dropout", "flatten", "reshape", "max_pool", "avg_pool", "global_avg_pool", "global_max_pool",
-                "pad", "crop", "upsample")
-INIT_KEYS = {("dense", "kernel"): "kernel_init", ("conv2d", "kernel"): "kernel_init",
-             ("conv2d_transpose", "kernel"): "kernel_init", ("depthwise_conv2d", "kernel"): "kernel_init",
-             ("separable_conv2d", "pointwise_kernel"): "pointwise_init"}
 MOST = 0.5  # a batch norm whose moving statistics keep more than this share of their initial values is flagged
 OVERFLOW: Moments = (0.0, math.inf)  # the moments of a layer whose values are inf in float32 (std inf)
 SATURATED = 0.5  # a saturating activation with more than this share of its units saturated is flagged
@@ -66,61 +59,67 @@ def _plus(a: Moments, b: Moments, sign: float = 1.0) -> Moments:
     return a[0] + sign * b[0], a[1] + b[1] + 2 * sign * a[0] * b[0]
 
 
-def _fan(node: Node, role: str) -> float:
+def _fan(node: Node, weighted: Weighted, role: str) -> float:
     """Terms summed per output of one kernel (interior positions; padding ignored)."""
     shape = node.variables[role].shape
-    if node.op == "conv2d_transpose":  # each output meets about kh*kw / (sh*sw) positions of each input channel
+    if weighted.fan == "strided":  # each output meets about kh*kw / (sh*sw) positions of each input channel
         sh, sw = node.params["strides"]
         return shape[0] * shape[1] * shape[3] / (sh * sw)
-    if role == "depthwise_kernel" or node.op == "depthwise_conv2d":
+    if role == "depthwise_kernel" or weighted.fan == "window":
         return shape[0] * shape[1]  # one input channel per output, though TensorFlow's fan-in counts all
     return math.prod(shape[:-1])
 
 
+def _kernels(node: Node) -> Weighted | None:
+    """How the node's op sums its input (OpDef.moments), None when it has no kernel."""
+    rule = op_def(node.op).moments
+    return rule if isinstance(rule, Weighted) else None
+
+
 def _layer(node: Node, ins: list[Moments], inputs: set[str]) -> Scale:
-    """The moments of one node's output before its `activation:`."""
-    op, first = node.op, ins[0]
-    if op in KERNELS:
+    """The moments of one node's output before its `activation:`, by its op's OpDef.moments."""
+    rule, first = op_def(node.op).moments, ins[0]
+    if isinstance(rule, Weighted):
         out, n = first, 0.0
-        for role in KERNELS[op]:
-            n = _fan(node, role)
+        for role in rule.kernels:
+            n = _fan(node, rule, role)
             out = _weighted(out, n, init_moments(node.variables[role].init, node.variables[role].shape))
         if "bias" in node.variables:
             out = _plus(out, init_moments(node.variables["bias"].init, node.variables["bias"].shape))
         return Scale(out, out[1] / first[1] if first[1] > 0 else math.inf, int(n))
-    if op in ("normalize", "rescale") and node.inputs[0] in inputs:
+    if rule in ("standardize", "affine") and node.inputs[0] in inputs:
         return Scale((0.0, 1.0))  # preprocessing of raw data: its output is the unit the model assumes
-    if op == "rescale":
+    if rule == "affine":
         s, o = _mean(node.params["scale"]), _mean(node.params["offset"])
         return Scale((s * first[0] + o, s * s * first[1] + 2 * s * o * first[0] + o * o))
-    if op == "normalize" and "mean" in node.params:
+    if rule == "standardize" and "mean" in node.params:
         m, v = _mean(node.params["mean"]), max(_mean(node.params["variance"]), 1e-14)
         return Scale(((first[0] - m) / math.sqrt(v), (first[1] - 2 * m * first[0] + m * m) / v))
-    if op in NORMS and not node.inference_mode:
+    if rule == "normalized" and not node.inference_mode:
         gamma = init_moments(node.variables["gamma"].init, ()) if "gamma" in node.variables else (1.0, 1.0)
         beta = init_moments(node.variables["beta"].init, ()) if "beta" in node.variables else (0.0, 0.0)
         return Scale((beta[0], gamma[1] + beta[1]))
-    if op == "scale":
+    if rule == "gain":
         g = node.variables["gamma"].init.args[0][1] if node.variables["gamma"].init else 1.0
         return Scale((g * first[0], g * g * first[1]))
-    if op == "embedding":
+    if rule == "lookup":
         return Scale(init_moments(node.variables["embeddings"].init, node.variables["embeddings"].shape))
-    if op in ("add", "subtract"):
+    if rule in ("sum", "difference"):
         out = first
         for other in ins[1:]:
-            out = _plus(out, other, -1.0 if op == "subtract" else 1.0)
+            out = _plus(out, other, -1.0 if rule == "difference" else 1.0)
         return Scale(out)
-    if op == "multiply":
+    if rule == "product":
         return Scale((math.prod(m for m, _ in ins), math.prod(q for _, q in ins)))
-    if op == "concat":
+    if rule == "joined":
         axis = node.params.get("axis", len(node.shape) - 1)
         sizes = [s[axis] or 0 for s in node.input_shapes]
         total = sum(sizes) or 1
         return Scale((sum(m * w for (m, _), w in zip(ins, sizes, strict=True)) / total,
                       sum(q * w for (_, q), w in zip(ins, sizes, strict=True)) / total))
-    if op in PASS_THROUGH or op in NORMS or op == "normalize":
+    if rule in ("same", "normalized", "standardize"):
         return Scale(first)  # pools: neighbours are taken as strongly correlated, as in images
-    return Scale(activation(op, first, node.params))  # an activation op; None for softmax
+    return Scale(activation(node.op, first, node.params))  # an element-wise op (OpDef.pointwise); None for softmax
 
 
 def _mean(value: float | list[float]) -> float:
@@ -143,7 +142,7 @@ def propagate(ir: ModelIR) -> dict[str, Scale]:
         scale = _overflowed(_layer(node, [m for m in ins if m is not None], inputs))
         if node.activation and scale.moments not in (None, OVERFLOW):
             scale = replace(scale, moments=activation(node.activation, scale.moments, {}), pre=scale.moments)
-        if node.op == "embedding":  # indices have no scale: the embedding's own is what follows it
+        if op_def(node.op).moments == "lookup":  # indices have no scale: the embedding's own is what follows it
             std = scale.std
             reference = std if std is not None and 0 < std < math.inf else 1.0
         known[node.name] = replace(scale, reference=reference)
@@ -196,11 +195,20 @@ def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
         after = readers.get(node.name, [])
         # Read only by normalizations (which reset the scale) or by multiplies (a gate, whose mean
         # rather than spread scales the other branch): a small or large spread here is harmless.
-        if after and node.name not in outputs and (all(r.op in NORMS and not r.inference_mode for r in after)
-                                                   or all(r.op == "multiply" for r in after)):
+        if after and node.name not in outputs and (all(_rule(r) == "normalized" and not r.inference_mode for r in after)
+                                                   or all(_rule(r) == "product" for r in after)):
             continue
         found.append((node, _message(node, scales[node.name], after)))
     return found
+
+
+def _rule(node: Node) -> Weighted | MomentRule | None:
+    return op_def(node.op).moments
+
+
+def _pointwise(name: str | None) -> Pointwise | None:
+    """The element-wise op `name` (an op, or a layer's `activation:`) as the lint sees it; None for other ops."""
+    return REGISTRY[name].pointwise if name in REGISTRY else None
 
 
 def _message(node: Node, scale: Scale, after: list[Node]) -> str:
@@ -210,13 +218,13 @@ def _message(node: Node, scale: Scale, after: list[Node]) -> str:
         way = f"grows past float32's range (over {FLOAT32_MAX:.2g}x the input's)"
     head = (f"layer '{node.name}' ({node.op}): at initialization the activation std {way} (outside "
             f"[{BAND[0]:g}, {BAND[1]:g}]; unit-variance inputs assumed, see docs/spec.md#lints)")
-    if node.op not in KERNELS or scale.gain is None:
+    weighted = _kernels(node)
+    if weighted is None or scale.gain is None:
         return head + "; this layer has no kernel: check the initializers of the layers before it"
-    role = KERNELS[node.op][-1]
-    acts = (*HE_FAMILY, "tanh", "sigmoid", "selu", "hard_sigmoid")
-    act = node.activation or next((r.op for r in after if len(after) == 1 and r.op in acts), None)
-    fit = "he_normal" if act in HE_FAMILY else "glorot_uniform"
-    key = INIT_KEYS[(node.op, role)]
+    role = weighted.kernels[-1]
+    act = node.activation or next((r.op for r in after if len(after) == 1 and _pointwise(r.op)), None)
+    fit = "he_normal" if (found := _pointwise(act)) and found.he else "glorot_uniform"
+    key = weighted.init_key
     return (head + f"; {key} {describe_init(node.variables[role].init)} over fan-in {scale.fan_in} scales "
             f"the second moment by {scale.gain:.3g}; {fit}{f' for {act}' if act else ''} keeps it near 1")
 
@@ -239,10 +247,11 @@ def _saturation(node: Node, scales: dict[str, Scale], nodes: dict[str, Node]) ->
     head = (f"layer '{node.name}' ({node.op}): at initialization {subject} has std {std:.3g}{shift} (unit-variance "
             f"inputs assumed, see docs/spec.md#lints), so {share:.1%} of its units start saturated (|x| > "
             f"{threshold:.3g}, {where}) and pass almost no gradient")
-    if weighted is None or weighted.op not in KERNELS:
+    kernels = _kernels(weighted) if weighted is not None else None
+    if weighted is None or kernels is None:
         return head + "; check the initializers of the layers before it"
-    role = KERNELS[weighted.op][-1]
-    what = f"{INIT_KEYS[(weighted.op, role)]} {describe_init(weighted.variables[role].init)}"
+    role = kernels.kernels[-1]
+    what = f"{kernels.init_key} {describe_init(weighted.variables[role].init)}"
     if shift and abs(mean) > threshold and "bias" in weighted.variables:
         what = f"bias_init {describe_init(weighted.variables['bias'].init)}"
         return head + f"; {what} of '{weighted.name}' shifts it; zeros keeps the mean at 0"
@@ -271,10 +280,11 @@ def held_share(momentum: float, updates: int) -> float:
 
 
 def momenta(ir: ModelIR) -> dict[float, list[str]]:
-    """Batch norms whose statistics training updates, by momentum."""
+    """Batch norms (the layers whose params carry the momentum of their moving statistics) whose statistics
+    training updates, by momentum."""
     table: dict[float, list[str]] = {}
     for node in ir.nodes:
-        if node.op == "batch_norm" and not node.inference_mode and not node.shares:
+        if "momentum" in node.params and not node.inference_mode and not node.shares:
             table.setdefault(float(node.params["momentum"]), []).append(node.name)
     return table
 

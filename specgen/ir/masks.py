@@ -21,8 +21,10 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
 - Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
   its output is the position table, which holds no padded values, so dropping it changes no number).
 - Anything else given a masked tensor is an error naming the layer, the op, the embedding the mask came from
-  and the reason (REASONS): Keras either drops the mask there (silently or with a warning, and the padded
+  and the reason (MaskRule.reason): Keras either drops the mask there (silently or with a warning, and the padded
   steps then count as data) or uses it in a way specgen does not reproduce. Refusing is never a wrong answer.
+
+Each op declares its rule on its OpDef (`mask`, a MaskRule: kinds/ops/base.py); this module names no op.
 """
 
 from __future__ import annotations
@@ -32,27 +34,8 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic
 from specgen.kinds.ops import REGISTRY
-from specgen.kinds.ops.attention import roles
 from specgen.spec.load import LoadedSpec
 
-PASS = {"dense", "dropout", "layer_norm", "rescale", "normalize", "scale", "stop_gradient"}
-MERGES = {"add", "subtract", "multiply", "concat"}
-RECURRENT = {"lstm", "gru", "simple_rnn", "bidirectional"}
-CONSUMERS = RECURRENT | {"global_avg_pool", "multi_head_attention"}
-DROPS = {"positional_embedding"}  # Keras drops the mask and the output holds no value of the input
-WINDOWS = "its windows would mix padded steps into real ones"
-REASONS = {
-    "conv1d": f"Keras' Conv1D drops the mask (with a warning) and {WINDOWS}",
-    "max_pool1d": f"Keras' MaxPooling1D drops the mask (with a warning) and {WINDOWS}",
-    "avg_pool1d": f"Keras' AveragePooling1D drops the mask (with a warning) and {WINDOWS}",
-    "global_max_pool": "Keras' GlobalMaxPooling1D ignores the mask, so padded steps would enter the max",
-    "flatten": "it removes the time axis the mask marks (Keras drops the mask there)",
-    "reshape": "it reshapes the time axis the mask marks (Keras drops the mask there)",
-    "batch_norm": ("Keras' BatchNormalization takes its batch statistics over the unmasked steps only; "
-                   "specgen's batch_norm takes them over every step"),
-    "softmax": "Keras' Softmax layer applies the [batch, time] mask to its own axis, not to the steps",
-    "embedding": "an embedding reads ids, not a masked sequence",
-}
 FIX = ("set mask_zero: false on that embedding, or end the time axis before this layer (a recurrent layer "
        "with return_sequences: false, or global_avg_pool)")
 
@@ -70,12 +53,6 @@ class Mask:
         return f"the padding mask of embedding {names} (mask_zero: true)"
 
 
-def passes(op: str) -> bool:
-    """Ops whose Keras counterpart hands the mask on unchanged (element-wise activations among them)."""
-    as_act = REGISTRY[op].as_activation is not None
-    return op in PASS or (as_act and op != "softmax")
-
-
 Masks = tuple[tuple[str, ...], ...]
 
 
@@ -91,7 +68,7 @@ def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, Mask
         layer = x.layer
         masks = [made.get(s) for s in x.sources]
         if not any(masks):
-            if layer.op == "embedding" and getattr(layer, "mask_zero", False):
+            if getattr(layer, "mask_zero", False):  # an embedding's: its ids are non-zero
                 made[layer.name] = Mask(frozenset(x.sources[:1]), (layer.name,))
             continue
         found, problem = _follow(layer, x.sources, masks, x.result.shape)
@@ -99,7 +76,7 @@ def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, Mask
             source, mask = next((s, m) for s, m in zip(x.sources, masks, strict=True) if m)
             problems.append(_refusal(loaded, x, source, mask, problem))
             continue
-        if layer.op in CONSUMERS:
+        if REGISTRY[layer.op].mask.consumes:
             consumed[layer.name] = tuple(tuple(sorted(m.ids)) if m else () for m in masks)
         if found:
             made[layer.name] = found
@@ -107,34 +84,22 @@ def resolve_masks(loaded: LoadedSpec, layers: list[Any]) -> tuple[dict[str, Mask
 
 
 def _follow(layer: Any, sources: list[str], masks: list[Mask | None], shape: Any) -> tuple[Mask | None, str]:
-    """(the mask after the layer, '' ) or (None, why the layer cannot take the mask)."""
-    op, first = layer.op, masks[0]
-    if passes(op):
-        return first, ""
-    if op in MERGES:
-        if op == "concat" and layer.axis % len(shape) != len(shape) - 1:
-            return None, (f"concat along axis {layer.axis} joins the time axis the mask marks; Keras then "
-                          "concatenates the masks, which specgen does not (concatenate along the last axis)")
+    """(the mask after the layer, '' ) or (None, why the layer cannot take the mask): its op's MaskRule."""
+    rule, first = REGISTRY[layer.op].mask, masks[0]
+    if rule.check and (problem := rule.check(layer, tuple(m is not None for m in masks), len(shape))):
+        return None, problem
+    if rule.after == "first":
+        return (first if rule.keeps is None or rule.keeps(layer) else None), ""
+    if rule.after == "union":
         if not all(masks):  # Keras: no mask as soon as one input has none (Merge and Concatenate alike)
             return None, ""
         joined = masks[0]
         for m in masks[1:]:
             joined = joined.union(m) if joined and m else joined
         return joined, ""
-    if op in RECURRENT:  # bidirectional: its wrapped layer's return_sequences (Keras' Bidirectional.compute_mask)
-        inner = layer.layer if op == "bidirectional" else layer
-        if op == "bidirectional" and layer.merge_mode == "none":  # two outputs; Keras masks both
-            return None, "merge_mode none with a padding mask is not supported (use concat, sum, mul or ave)"
-        return (first if inner.return_sequences else None), ""
-    if op in DROPS:
+    if rule.after == "none":
         return None, ""
-    if op == "global_avg_pool":  # a masked tensor is [batch, time, features]: the pool is over time
-        return None, ""
-    if op == "multi_head_attention":
-        if "attention_mask" in (at := roles(layer)) and masks[at["attention_mask"]]:
-            return None, "its attention_mask input is a mask itself, not a sequence a padding mask marks"
-        return first, ""
-    return None, REASONS.get(op, f"specgen does not carry a mask through {op}")
+    return None, rule.reason or f"specgen does not carry a mask through {layer.op}"
 
 
 def _refusal(loaded: LoadedSpec, x: Any, source: str, mask: Mask, reason: str) -> Diagnostic:

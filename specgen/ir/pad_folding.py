@@ -8,16 +8,15 @@ value is at least 0 (then a window's max is never below a padded zero) and each 
 one real value (pads smaller than the window): folded only after a relu or relu6. Elsewhere the Pad
 stays, with max_pool's `Max(x, x)` guard against onnxruntime's own (unconditional) PadFusion
 (specgen/kinds/ops/pools.py). The TensorFlow code is unchanged: this is a lowering choice for ONNX only.
+Which ops pad, take pads and never go below 0: OpDef.pad_folding and OpDef.non_negative.
 """
 
 from __future__ import annotations
 
 from specgen.ir.model import FoldedPads, Node
+from specgen.kinds.ops import REGISTRY, op_def
 
 __all__ = ["FoldedPads", "fold_pads"]
-
-CONVS = frozenset({"conv2d", "depthwise_conv2d", "separable_conv2d"})
-NON_NEGATIVE = frozenset({"relu", "relu6"})  # ops (or activations) whose outputs are never below 0
 
 
 def _onnx_pads(pad: Node) -> tuple[int, int, int, int]:
@@ -26,15 +25,20 @@ def _onnx_pads(pad: Node) -> tuple[int, int, int, int]:
 
 
 def _non_negative(producer: Node | None) -> bool:
-    return producer is not None and (producer.op in NON_NEGATIVE or producer.activation in NON_NEGATIVE)
+    """Whether the producer's output (after its `activation:`) is never below 0."""
+    if producer is None:
+        return False
+    activation = REGISTRY.get(producer.activation) if producer.activation else None
+    return op_def(producer.op).non_negative or (activation is not None and activation.non_negative)
 
 
 def _can_fold(reader: Node, pad: Node, producer: Node | None) -> bool:
     if reader.inputs != (pad.name,):
         return False
-    if reader.op in CONVS:
+    folding = op_def(reader.op).pad_folding
+    if folding == "zeros":
         return True
-    if reader.op != "max_pool" or not _non_negative(producer):
+    if folding != "max" or not _non_negative(producer):
         return False
     total = [a + b for a, b in zip(reader.params["pads"], _onnx_pads(pad), strict=True)]
     size = list(reader.params["size"]) * 2  # (h, w, h, w) against (top, left, bottom, right)
@@ -47,7 +51,7 @@ def fold_pads(nodes: list[Node], outputs: set[str]) -> FoldedPads:
     folded: set[str] = set()
     extra: dict[str, tuple[int, int, int, int]] = {}
     for pad in nodes:
-        if pad.op != "pad" or pad.name in outputs:
+        if op_def(pad.op).pad_folding != "zero_pad" or pad.name in outputs:
             continue
         readers = [n for n in nodes if pad.name in n.inputs]
         producer = by_name.get(pad.inputs[0])

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.ir.model import Node
+from specgen.kinds.ops import op_def
 from specgen.kinds.ops.attention import empty_rows
+from specgen.kinds.ops.base import MaskRender
 
 
 def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
@@ -21,10 +23,15 @@ def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def _consumes(node: Node) -> MaskRender | None:
+    """How the node's op takes a padding mask (OpDef.mask.consumes)."""
+    return op_def(node.op).mask.consumes
+
+
 def tf_mask(node: Node, local: dict[str, str]) -> dict[str, Any]:
     if not any(node.input_masks):
         return {}
-    if node.op == "multi_head_attention":
+    if _consumes(node) == "attention":
         return {"padding": {role: f"layers.token_mask({', '.join(local[s] for s in ids)})"
                             for role, ids in _by_role(node).items()}}
     return {"mask": f"layers.token_mask({', '.join(local[s] for s in node.mask)})"}
@@ -34,7 +41,7 @@ def onnx_mask(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     """`ctx`: render/onnx_plan.py's Lowering (its tensor names, constants and plan); `attrs`: the op's own."""
     if not any(node.input_masks):
         return {}
-    if node.op == "multi_head_attention":
+    if _consumes(node) == "attention":
         padding = {role: [ctx.tensor[s] for s in ids] for role, ids in _by_role(node).items()}
         return {"padding": padding} | onnx_constants(node, ctx, attrs)
     return {"mask": [ctx.tensor[s] for s in node.mask]} | onnx_constants(node, ctx, attrs)
@@ -49,8 +56,8 @@ def _scalar(ctx: Any, name: str, value: int) -> str:
 def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     """Template attributes for templates/onnx/masks.onnx.j2: only the constants the chosen nodes read
     (onnxruntime warns about unused initializers); `attrs` are the op's own (multi_head_attention's)."""
-    n, p = node.onnx_name, node.params
-    if node.op in ("lstm", "gru", "simple_rnn"):
+    n, p, consumes = node.onnx_name, node.params, _consumes(node)
+    if consumes == "recurrent":
         found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
                  "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
         if p["return_sequences"] and p["go_backwards"]:
@@ -59,7 +66,7 @@ def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any
         elif p["return_sequences"]:
             found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
         return {"masks": found}
-    if node.op == "bidirectional":
+    if consumes == "both_directions":
         found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
                  "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
         if p["return_sequences"]:
@@ -68,7 +75,7 @@ def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any
             if p["merge_mode"] != "concat":
                 found["axis0"] = ctx.constant(f"{n}___mask_axis0", [0])
         return {"masks": found}
-    if node.op != "multi_head_attention":  # global_avg_pool
+    if consumes == "masked_mean":  # global_avg_pool
         return {"masks": {"axis1": ctx.constant(f"{n}___mask_axis1", [1]),
                           "fzero": ctx.float_constant(f"{n}___mask_fzero", 0.0)}}
     return _attention_constants(node, ctx, attrs)

@@ -23,6 +23,9 @@ from specgen.render.environment import Fields
 from specgen.render.mask_plan import onnx_mask
 from specgen.render.tf_plan import extra_outputs
 
+# The ONNX templates of the ops whose node is a zero Pad (OpDef.pad_folding "zero_pad").
+ZERO_PADS = frozenset(t for op in REGISTRY.values() if op.pad_folding == "zero_pad" for t in op.onnx_templates)
+
 ONNX_DTYPES = {"float32": "float", "int32": "int32", "int64": "int64", "uint8": "uint8"}
 ONNX_TYPE_CODES = {"float32": 1}  # onnx.TensorProto.FLOAT, the `to` of an entry Cast
 
@@ -168,7 +171,7 @@ class Lowering:
         step = producers.get(tensor)
         while step is not None and step.template == "transpose":
             step = producers.get(step.ins[0])
-        return step is not None and step.template == "pad"
+        return step is not None and step.template in ZERO_PADS
 
     def constant(self, name: str, values: list[int]) -> str:
         self.plan.constants.append(f"int64[{len(values)}] {name} = {{{', '.join(map(str, values))}}}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
+from specgen.kinds.ops import op_def
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.optimizers import UpdateCall
 from specgen.kinds.pointers import call_name
@@ -120,14 +121,12 @@ def clip_context(ir: ModelIR) -> dict[str, Any]:
     return {"clip": _clip(ir.training.train.clip)}
 
 
-# Layers that compute in float32 under a mixed policy (runtime/lib/layers.py's in_float32): their variables are
-# read as they are, not cast.
-FLOAT32_OPS = ("batch_norm", "layer_norm", "rms_norm")
-
 
 def precision_context(ir: ModelIR) -> dict[str, Any]:
     assert ir.training and ir.training.train
     precision = ir.training.train.precision
-    keep = [v.path for n in ir.nodes if n.op in FLOAT32_OPS for v in n.variables.values()]
+    # Layers that compute in float32 under a mixed policy (OpDef.compute_dtype; runtime/lib/layers.py's in_float32):
+    # their variables are read as they are, not cast.
+    keep = [v.path for n in ir.nodes if op_def(n.op).compute_dtype == "float32" for v in n.variables.values()]
     return {"precision": precision, "compute": precision.removeprefix("mixed_"), "keep": keep,
             "scaling": precision == "mixed_float16", "scale_keys": keys.LOSS_SCALE}

@@ -21,10 +21,14 @@ Bounds = dict[str, tuple[int, str]]  # symbol -> (largest size, the layer that b
 
 
 def bounds(ir: Any) -> Bounds:
-    """The bounded symbols of a ModelIR: a positional_embedding's time dimension, when it is a plain symbol."""
+    """The bounded symbols of a ModelIR: the time dimension of an op that bounds it (OpDef.bounds_steps: a
+    positional_embedding's), when it is a plain symbol."""
+    # Imported here: the predictor reads bounds (read, violation) without loading the op registry.
+    from specgen.kinds.ops import op_def
+
     found: Bounds = {}
     for node in ir.nodes:
-        steps = node.params.get("steps") if node.op == "positional_embedding" else None
+        steps = node.params.get("steps") if op_def(node.op).bounds_steps else None
         if isinstance(steps, str) and SYMBOL.fullmatch(steps):
             limit = (node.params["max_length"], node.name)
             found[steps] = min(found.get(steps, limit), limit)

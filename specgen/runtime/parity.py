@@ -16,6 +16,7 @@ import numpy as np
 
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
+from specgen.kinds.ops import op_def
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.onnx_layout import onnx_feeds
 
@@ -51,10 +52,10 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
         if node_input.dtype == "uint8":  # raw pixels
             inputs[node_input.name] = rng.integers(0, 256, shape).astype(np.uint8)
         elif node_input.dtype.startswith("int"):
-            # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones.
-            # Any other integer input is a mask (a padding_mask): 0 or 1.
-            vocab = min((n.params.get("vocab_size") or n.params["index_limit"] for n in ir.nodes
-                         if n.op in ("embedding", "gather") and node_input.name in n.inputs), default=2)
+            # Ids index an embedding's table (vocab_size) or a gather's axis (index_limit): draw valid ones
+            # (OpDef.id_limit). Any other integer input is a mask (a padding_mask): 0 or 1.
+            vocab = min((n.params[limit] for n in ir.nodes if (limit := op_def(n.op).id_limit)
+                         and node_input.name in n.inputs), default=2)
             inputs[node_input.name] = rng.integers(0, vocab, shape).astype(node_input.dtype)
         else:
             inputs[node_input.name] = rng.standard_normal(shape).astype(np.float32)

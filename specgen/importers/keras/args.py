@@ -15,6 +15,7 @@ from specgen.diagnostics import safe_repr, shown
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KLayer
 from specgen.importers.keras.objects import finite, is_integer, kind_of, known, problem
+from specgen.kinds.ops import REGISTRY
 from specgen.spec.base import MAX_INT
 
 # Keys every layer config has that say nothing about what the layer computes.
@@ -25,10 +26,8 @@ TRAINING_ONLY = ("kernel_regularizer", "bias_regularizer", "activity_regularizer
                  "pointwise_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
                  "gamma_constraint", "embeddings_regularizer", "embeddings_constraint", "seed", "noise_shape",
                  "recurrent_regularizer", "recurrent_constraint")
-ACTIVATIONS = ("relu", "relu6", "leaky_relu", "elu", "selu", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softplus",
-               "swish", "silu", "hard_swish", "hard_silu", "softmax")
-# Keras 2's hard_sigmoid is 0.2 * x + 0.5, clipped; specgen's is Keras 3's relu6(x + 3) / 6.
-KERAS2_DIFFERENT = ("hard_sigmoid",)
+# Keras' activation names the importer reads: the ops whose AsActivation says Keras has one of that name.
+ACTIVATIONS = tuple(name for name, op in REGISTRY.items() if op.as_activation is not None and op.as_activation.keras)
 INITIALIZERS = {"GlorotUniform": "glorot_uniform", "GlorotNormal": "glorot_normal", "HeNormal": "he_normal",
                 "HeUniform": "he_uniform", "Zeros": "zeros", "Ones": "ones", "Constant": "constant",
                 "RandomNormal": "random_normal", "TruncatedNormal": "truncated_normal",
@@ -56,6 +55,13 @@ def short(value: Any) -> str:
     else:
         text = value if isinstance(value, str) else safe_repr(value)  # bounded: never the whole of a huge value
     return shown(text, 100)
+
+
+def keras2_differs(activation: str) -> bool:
+    """Keras 2's activation of this name is another function than specgen's (AsActivation.keras2): Keras 2's
+    hard_sigmoid is 0.2 * x + 0.5, clipped; specgen's is Keras 3's relu6(x + 3) / 6."""
+    use = REGISTRY[activation].as_activation
+    return use is not None and not use.keras2
 
 
 class Args:
@@ -131,7 +137,7 @@ class Args:
         value = self.get(key, "linear")
         if value in (None, "linear"):
             return None
-        if not isinstance(value, str) or value not in ACTIVATIONS or (self.keras2 and value in KERAS2_DIFFERENT):
+        if not isinstance(value, str) or value not in ACTIVATIONS or (self.keras2 and keras2_differs(value)):
             raise self.refuse(key, "activation: " + ", ".join(ACTIVATIONS) + " or linear"
                               + (" (Keras 2's hard_sigmoid differs from Keras 3's)" if self.keras2 else ""))
         return value

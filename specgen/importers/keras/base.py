@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.importers.keras.args import Args
+from specgen.kinds.ops import REGISTRY
 
 Shapes = list[tuple[Any, ...]]  # input shapes with the batch dimension first (None)
+# Keras class -> the spec op it imports as (OpDef.keras): a converter shared by a family reads its op here.
+KERAS_OPS: dict[str, str] = {cls: name for name, op in REGISTRY.items() for cls in op.keras}
 
 
 @dataclass

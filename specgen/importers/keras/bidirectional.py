@@ -17,7 +17,7 @@ from typing import Any
 from specgen.importers.keras.args import Args, short
 from specgen.importers.keras.base import Converter, Shapes
 from specgen.importers.keras.graph import KLayer
-from specgen.importers.keras.recurrent import RECURRENT_OPS, recurrent
+from specgen.importers.keras.recurrent import RECURRENT_CLASSES, recurrent
 
 MERGE_MODES = ("concat", "sum", "mul", "ave")
 
@@ -26,7 +26,7 @@ def _wrapped(a: Args, key: str) -> tuple[str, dict[str, Any]]:
     value = a.get(key)
     cls = value.get("class_name") if isinstance(value, dict) else None
     config = value.get("config") if isinstance(value, dict) else None
-    if cls not in RECURRENT_OPS or not isinstance(config, dict):
+    if cls not in RECURRENT_CLASSES or not isinstance(config, dict):
         raise a.refuse(key, "a wrapped LSTM, GRU or SimpleRNN")
     return str(cls), config
 

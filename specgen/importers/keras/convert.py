@@ -22,11 +22,10 @@ from specgen.importers.keras.masks import Inferred, settle
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.operations import operation
 from specgen.importers.keras.recurrent import INITIAL_STATES
-from specgen.kinds.ops import Layer, OpError, infer
+from specgen.kinds.ops import REGISTRY, Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
 DTYPES = ("float32", "int32", "int64")
-MULTI_INPUT = ("add", "multiply", "subtract", "concat")
 # A restore map's `from` is at most 256 characters (spec/base.py's Pattern): room for a layer's path and its
 # longest weight name (`/depthwise_kernel`, `/vars/99` in a bare .weights.h5).
 MAX_KEYED_NAME = 256 - len("/depthwise_kernel")
@@ -190,7 +189,8 @@ class _Converter:
         if len(self.out.layers) >= MAX_LAYERS:
             raise ImportProblem(f"the model makes more than {MAX_LAYERS} spec layers; a spec holds at most {MAX_LAYERS}")
         self._renamed("layer", wanted, name)
-        multi = keys["op"] in MULTI_INPUT
+        op = REGISTRY.get(keys["op"])
+        multi = op is not None and "inputs" in op.spec.model_fields  # a merge: its `inputs:` list
         if READS in keys:  # the converter named each input's role (importers/keras/attention.py)
             wired, ins = wiring(keys, ins)
         elif INITIAL_STATES in keys and len(ins) == 1 + keys.pop(INITIAL_STATES):  # x, then initial_state's tensors
@@ -217,7 +217,7 @@ class _Converter:
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
         self._extra_outputs(layer.name, entry, name, result)
         # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
-        roles = KERAS2_ROLES.get(entry["op"], {}) if self.keras2 else {}
+        roles = KERAS2_ROLES.get(layer.cls, {}) if self.keras2 else {}
         if share:
             return  # its variables are the first call's, mapped and frozen there
         if result.variables:
@@ -233,7 +233,7 @@ class _Converter:
         list order (kinds/ops/bidirectional.py). Under merge_mode none Keras' output 0 is the forward half,
         which `<name>` also is."""
         extra = list(result.extra_outputs.items())
-        if entry["op"] == "bidirectional" and entry.get("merge_mode") == "none":
+        if entry.get("merge_mode") == "none":  # a Bidirectional's
             extra = extra[1:]  # `<name>/forward`: Keras' output 0, already `<name>`
         for k, (out, (shape, dtype)) in enumerate(extra, start=1):
             self.spec_of[f"{keras}#{k}"] = f"{name}/{out}"

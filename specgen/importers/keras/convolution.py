@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args
-from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
+from specgen.importers.keras.base import KERAS_OPS, Shapes, _bias_act, _init
 from specgen.importers.keras.objects import is_integer
 
 
@@ -83,21 +83,19 @@ def conv2d_transpose(a: Args, shapes: Shapes) -> dict[str, Any]:
     return _bias_act(a, out)
 
 
-def pool(op: str) -> Converter:
-    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
-        size = a.pair("pool_size", 2)
-        out = {"op": op, "size": size} | _windowed(a)
-        if a.get("strides") is not None and (strides := a.pair("strides")) != size:
-            out["strides"] = strides
-        return out
-    return convert
+def pool(a: Args, shapes: Shapes) -> dict[str, Any]:
+    """MaxPooling2D, AveragePooling2D: the op their class imports as (OpDef.keras)."""
+    size = a.pair("pool_size", 2)
+    out = {"op": KERAS_OPS[a.layer.cls], "size": size} | _windowed(a)
+    if a.get("strides") is not None and (strides := a.pair("strides")) != size:
+        out["strides"] = strides
+    return out
 
 
-def global_pool(op: str) -> Converter:
-    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
-        a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
-        return {"op": op, **({"keepdims": True} if a.flag("keepdims", False) else {})}
-    return convert
+def global_pool(a: Args, shapes: Shapes) -> dict[str, Any]:
+    """The 1-D and 2-D global pools: the op their class imports as (OpDef.keras)."""
+    a.expect("data_format", "channels_last", None, why="specgen images are channels-last")
+    return {"op": KERAS_OPS[a.layer.cls], **({"keepdims": True} if a.flag("keepdims", False) else {})}
 
 
 def pad(a: Args, shapes: Shapes) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args
-from specgen.importers.keras.base import Converter, Part, Shapes, _bias_act, _init
+from specgen.importers.keras.base import KERAS_OPS, Part, Shapes, _bias_act, _init
 from specgen.importers.keras.objects import is_integer
 from specgen.spec.base import MAX_INT
 
@@ -124,10 +124,9 @@ def dropout(a: Args, shapes: Shapes) -> dict[str, Any]:
     return {"op": "dropout", "rate": a.number("rate")}
 
 
-def merge(op: str) -> Converter:
-    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
-        return {"op": op}
-    return convert
+def merge(a: Args, shapes: Shapes) -> dict[str, Any]:
+    """Add, Multiply, Subtract: the op their class imports as (OpDef.keras)."""
+    return {"op": KERAS_OPS[a.layer.cls]}
 
 
 def concat(a: Args, shapes: Shapes) -> dict[str, Any]:

@@ -49,26 +49,26 @@ from specgen.importers.keras.core import (
     softmax,
 )
 from specgen.importers.keras.layers1d import CONVERTERS_1D
-from specgen.importers.keras.recurrent import RECURRENT_OPS, recurrent
+from specgen.importers.keras.recurrent import KERAS2_CELLS, RECURRENT_CLASSES, recurrent
 
-# spec op -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
+# Keras class -> {spec role: Keras 2 weight name} where they differ (weight keys are <layer>/<Keras name>).
 # Keras 3 names every variable as specgen does (DepthwiseConv2D's is `kernel`); Keras 2 did not.
 # Keras 2 keeps a recurrent layer's weights under its cell, whose name is the same in every layer.
-KERAS2_ROLES = {"depthwise_conv2d": {"kernel": "depthwise_kernel"},
-                **{op: {role: f"{op}_cell/{role}" for role in ("kernel", "recurrent_kernel", "bias")}
-                   for op in ("lstm", "gru", "simple_rnn")}}
+KERAS2_ROLES = {"DepthwiseConv2D": {"kernel": "depthwise_kernel"},
+                **{cls: {role: f"{cell}/{role}" for role in ("kernel", "recurrent_kernel", "bias")}
+                   for cls, cell in KERAS2_CELLS.items()}}
 
 
 CONVERTERS: dict[str, Converter] = {
     "Dense": dense, "Conv2D": conv2d, "DepthwiseConv2D": depthwise_conv2d, "SeparableConv2D": separable_conv2d,
-    "Conv2DTranspose": conv2d_transpose, "MaxPooling2D": pool("max_pool"), "AveragePooling2D": pool("avg_pool"),
-    "GlobalAveragePooling2D": global_pool("global_avg_pool"), "GlobalMaxPooling2D": global_pool("global_max_pool"),
+    "Conv2DTranspose": conv2d_transpose, "MaxPooling2D": pool, "AveragePooling2D": pool,
+    "GlobalAveragePooling2D": global_pool, "GlobalMaxPooling2D": global_pool,
     "BatchNormalization": batch_norm, "LayerNormalization": layer_norm, "Activation": activation, "ReLU": relu,
     "LeakyReLU": leaky_relu, "ELU": elu, "Softmax": softmax, "ZeroPadding2D": pad, "Cropping2D": crop,
-    "UpSampling2D": upsample, "Flatten": flatten, "Reshape": reshape, "Dropout": dropout, "Add": merge("add"),
-    "Multiply": merge("multiply"), "Subtract": merge("subtract"), "Concatenate": concat, "Rescaling": rescale,
+    "UpSampling2D": upsample, "Flatten": flatten, "Reshape": reshape, "Dropout": dropout, "Add": merge,
+    "Multiply": merge, "Subtract": merge, "Concatenate": concat, "Rescaling": rescale,
     "Normalization": normalize, "Embedding": embedding, "Identity": identity,
-    **{cls: recurrent for cls in RECURRENT_OPS},
+    **{cls: recurrent for cls in RECURRENT_CLASSES},
     # the families with modules of their own; last, so that they win as convert.py's lookup order had them
     **CONVERTERS_1D, **CONVERTERS_ATTENTION, **CONVERTERS_BIDIRECTIONAL,
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.args import Args
-from specgen.importers.keras.base import Converter, Shapes, _bias_act, _init
+from specgen.importers.keras.base import KERAS_OPS, Converter, Shapes, _bias_act, _init
 from specgen.importers.keras.convolution import global_pool
 from specgen.importers.keras.objects import is_integer
 
@@ -39,18 +39,18 @@ def conv1d(a: Args, shapes: Shapes) -> dict[str, Any]:
     return _bias_act(a, out)
 
 
-def pool1d(op: str) -> Converter:
-    def convert(a: Args, shapes: Shapes) -> dict[str, Any]:
-        _channels_last(a)
-        size = _one(a, "pool_size", 2)
-        out = {"op": op, "size": size, "padding": a.expect("padding", "valid", "same", why="padding 'valid' or 'same'")}
-        if a.get("strides") is not None and (strides := _one(a, "strides")) != size:
-            out["strides"] = strides
-        return out
-    return convert
+def pool1d(a: Args, shapes: Shapes) -> dict[str, Any]:
+    """MaxPooling1D, AveragePooling1D: the op their class imports as (OpDef.keras)."""
+    _channels_last(a)
+    size = _one(a, "pool_size", 2)
+    padding = a.expect("padding", "valid", "same", why="padding 'valid' or 'same'")
+    out = {"op": KERAS_OPS[a.layer.cls], "size": size, "padding": padding}
+    if a.get("strides") is not None and (strides := _one(a, "strides")) != size:
+        out["strides"] = strides
+    return out
 
 
 CONVERTERS_1D: dict[str, Converter] = {
-    "Conv1D": conv1d, "MaxPooling1D": pool1d("max_pool1d"), "AveragePooling1D": pool1d("avg_pool1d"),
-    "GlobalAveragePooling1D": global_pool("global_avg_pool"), "GlobalMaxPooling1D": global_pool("global_max_pool"),
+    "Conv1D": conv1d, "MaxPooling1D": pool1d, "AveragePooling1D": pool1d,
+    "GlobalAveragePooling1D": global_pool, "GlobalMaxPooling1D": global_pool,
 }

@@ -29,13 +29,11 @@ from typing import Any
 from specgen.diagnostics import Diagnostic
 from specgen.importers.keras.entries import LayerEntry
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.ir.masks import REASONS, resolve_masks
+from specgen.ir.masks import resolve_masks
+from specgen.kinds.ops import REGISTRY
 from specgen.kinds.ops.attention import roles
 
 MASK_ARGUMENTS = ("mask", "query_mask", "value_mask", "key_mask")
-# Spec ops whose Keras classes do not support masking: Keras drops the mask there (layer.py's __call__).
-DROPPED = {"conv1d": "Conv1D", "max_pool1d": "MaxPooling1D", "avg_pool1d": "AveragePooling1D",
-           "global_max_pool": "GlobalMaxPooling1D", "flatten": "Flatten", "reshape": "Reshape"}
 MASK_ROLE = {"query_mask": "query", "value_mask": "value", "key_mask": "key"}  # MultiHeadAttention's
 
 
@@ -119,7 +117,7 @@ def settle(layers: list[Inferred], entries: list[dict[str, Any]], notes: list[tu
     unused = [x for x in layers if getattr(x.layer, "mask_zero", False) and x.sources[0] not in used]
     # Only where Keras drops the mask at every refusal is the spec's `consumed` all Keras uses (a layer Keras gives
     # the mask and passes it on, BatchNormalization, would hide the layers after it from `used`).
-    if refused and unused and all(x.layer.op in DROPPED for x in refused):
+    if refused and unused and all(_dropped_by(x) for x in refused):
         for x in unused:
             entries[x.index].pop("mask_zero", None)
             x.layer = x.layer.model_copy(update={"mask_zero": False})
@@ -129,7 +127,7 @@ def settle(layers: list[Inferred], entries: list[dict[str, Any]], notes: list[tu
                                    "uses it, so it changes no output)"))
         consumed, refused = _resolve(layers)
     if refused:  # a layer Keras uses the mask in says more than one where it drops it
-        raise _cannot_express(next((x for x in refused if x.layer.op not in DROPPED), refused[0]))
+        raise _cannot_express(next((x for x in refused if not _dropped_by(x)), refused[0]))
     _check_recorded(layers, consumed)
 
 
@@ -142,15 +140,20 @@ def _after(layers: list[Inferred], start: str) -> set[str]:
     return found
 
 
+def _dropped_by(x: Inferred) -> str:
+    """The Keras class that drops the mask at this layer's op (layer.py's __call__: it does not support masking), or ''."""
+    return REGISTRY[x.layer.op].mask.keras_drops
+
+
 def _cannot_express(x: Inferred) -> ImportProblem:
     op = x.layer.op
-    if op in DROPPED:
-        return layer_problem(x.keras, x.cls, f"Keras drops the padding mask (mask_zero=True) here ({DROPPED[op]} does "
+    if dropped_by := _dropped_by(x):
+        return layer_problem(x.keras, x.cls, f"Keras drops the padding mask (mask_zero=True) here ({dropped_by} does "
                              "not support masking), while another layer uses the same mask; a spec carries a mask to "
                              "every layer it reaches, so it cannot drop it on one path only (docs/spec.md, Masks): "
                              "give this path an Embedding of its own without mask_zero, or end the time axis before "
                              "this layer")
-    why = REASONS.get(op, f"specgen does not carry a mask through {op}")
+    why = REGISTRY[op].mask.reason or f"specgen does not carry a mask through {op}"
     return layer_problem(x.keras, x.cls, f"its input carries a padding mask (mask_zero=True) that the spec cannot "
                          f"express here: {why} (docs/spec.md, Masks); import the model without mask_zero, or end the "
                          "time axis before this layer")

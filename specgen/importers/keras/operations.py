@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgen.importers.keras.base import KERAS_OPS
 from specgen.importers.keras.errors import layer_problem
 from specgen.importers.keras.graph import KLayer
 from specgen.importers.keras.objects import finite
 from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
 from specgen.importers.keras.take import take
 
-OPERATIONS = {"Add": "add", "Multiply": "multiply", "Subtract": "subtract"}  # keras.ops calls in a graph
+# keras.ops calls in a graph, each named as the layer class of the op it imports as (OpDef.keras)
+OPERATIONS = ("Add", "Multiply", "Subtract")
 
 
 def operation(layer: KLayer) -> dict[str, Any]:
     """`x + 3.0`, `x * (1 / 6)`, `a * b` in a Keras 3 graph (MobileNetV3's hard sigmoid): exact spec ops."""
     if layer.cls in TAKE_CLASSES:
         return take(layer)
-    op = OPERATIONS.get(layer.cls)
+    op = KERAS_OPS[layer.cls] if layer.cls in OPERATIONS else None
     if op is None or len(layer.args) != 2 or set(layer.config) - {"name"}:
         raise layer_problem(layer.name, layer.cls, f"the Keras operation ({layer.module}) has no spec form")
     constants = layer.constants
@@ -29,8 +31,8 @@ def operation(layer: KLayer) -> dict[str, Any]:
     if c is None:
         raise layer_problem(layer.name, layer.cls, f"the constant {constants[0]!r} is outside float32's finite range")
     # rescale is x * scale + offset in float32: x * 1.0 is x exactly, so these equal Keras' results.
-    if op == "add":
+    if layer.cls == "Add":
         return {"op": "rescale", "scale": 1.0, "offset": c}
-    if op == "multiply":
+    if layer.cls == "Multiply":
         return {"op": "rescale", "scale": c}
     return {"op": "rescale", "scale": 1.0, "offset": -c} if first else {"op": "rescale", "scale": -1.0, "offset": c}

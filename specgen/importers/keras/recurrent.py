@@ -4,22 +4,24 @@ bidirectional.py), with the call's initial_state tensors.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
-from specgen.importers.keras.args import Args
-from specgen.importers.keras.base import Shapes, _init
+from specgen.importers.keras.args import Args, keras2_differs
+from specgen.importers.keras.base import KERAS_OPS, Shapes, _init
 from specgen.importers.keras.errors import layer_problem
 from specgen.importers.keras.graph import Ref
+from specgen.kinds.ops import REGISTRY
+from specgen.kinds.ops.recurrent import RecurrentActivation
 
-RECURRENT_OPS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "simple_rnn"}
-
-
-RECURRENT_ACTIVATIONS = ("tanh", "sigmoid", "relu", "hard_sigmoid")  # specgen/kinds/ops/recurrent.py
+# Keras' recurrent classes (each imports as the op that declares it, OpDef.keras), with Keras 2's cell names.
+KERAS2_CELLS = {"LSTM": "lstm_cell", "GRU": "gru_cell", "SimpleRNN": "simple_rnn_cell"}
+RECURRENT_CLASSES = tuple(KERAS2_CELLS)
+RECURRENT_ACTIVATIONS: tuple[str, ...] = get_args(RecurrentActivation)  # specgen/kinds/ops/recurrent.py
 
 
 def _cell_activation(a: Args, key: str, default: str) -> str:
     value = a.get(key, default)
-    if value not in RECURRENT_ACTIVATIONS or (a.keras2 and value == "hard_sigmoid"):
+    if value not in RECURRENT_ACTIVATIONS or (a.keras2 and keras2_differs(value)):
         raise a.refuse(key, "a recurrent activation: " + ", ".join(RECURRENT_ACTIVATIONS)
                        + (" (Keras 2's hard_sigmoid differs from Keras 3's)" if a.keras2 else ""))
     return str(value)
@@ -41,7 +43,8 @@ def _initial_state(a: Args) -> dict[str, Any]:
 
 def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
     """LSTM / GRU / SimpleRNN: the spec keys that differ from the defaults (which are Keras')."""
-    op = RECURRENT_OPS[a.layer.cls]
+    op = KERAS_OPS[a.layer.cls]
+    fields = REGISTRY[op].spec.model_fields  # the keys this op has, with their defaults
     for key, why in (("stateful", "specgen's recurrent layers start every batch from zeros"),
                      ("time_major", "specgen sequences are batch-major")):
         a.expect(key, False, None, why=why)
@@ -54,14 +57,12 @@ def recurrent(a: Args, shapes: Shapes) -> dict[str, Any]:
     for key in ("return_sequences", "return_state", "go_backwards"):  # states: `<layer>/state_h` ... (convert.py)
         if a.flag(key, False):
             out[key] = True
-    if (act := _cell_activation(a, "activation", "tanh")) != "tanh":
-        out["activation"] = act
-    if op != "simple_rnn" and (rec := _cell_activation(a, "recurrent_activation", "sigmoid")) != "sigmoid":
-        out["recurrent_activation"] = rec
-    if op == "gru" and not a.flag("reset_after", True):
-        out["reset_after"] = False
-    if op == "lstm" and not a.flag("unit_forget_bias", True):
-        out["unit_forget_bias"] = False
+    for key in ("activation", "recurrent_activation"):  # SimpleRNN has no recurrent_activation
+        if key in fields and (act := _cell_activation(a, key, fields[key].default)) != fields[key].default:
+            out[key] = act
+    for key in ("reset_after", "unit_forget_bias"):  # GRU's, LSTM's
+        if key in fields and not a.flag(key, True):
+            out[key] = False
     if not a.flag("use_bias", True):
         out["use_bias"] = False
     _init(a, out, "kernel_initializer", "kernel_init")

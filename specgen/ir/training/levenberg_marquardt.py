@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from specgen.diagnostics import Diagnostic
 from specgen.kinds.features import compat
+from specgen.kinds.ops import REGISTRY
 from specgen.spec.load import LoadedSpec
 
 KIND = "levenberg_marquardt"
-# Ops whose output differs between two calls with the same weights (dropout's mask) or whose calls
-# change state (batch-norm moving statistics): the accept/reject test compares two evaluations of one
-# function. Why each is refused: specgen/kinds/features/compat.py.
-STATEFUL_OPS = ("dropout", "batch_norm")
 
 
 def _check_loss(loaded: LoadedSpec, name: str) -> list[Diagnostic]:
@@ -71,9 +68,12 @@ def check(loaded: LoadedSpec) -> list[Diagnostic]:
         problems.append(loaded.diagnostic(("prune",), compat.message(KIND, "prune", this=name), key=True))
     if getattr(spec, "targets", None):
         problems.append(loaded.diagnostic(("targets",), compat.message(KIND, "targets", this=name), key=True))
+    # Layers whose output differs between two calls with the same weights (dropout's mask) or whose calls change
+    # state (batch-norm moving statistics), OpDef.stateful: the accept/reject test compares two evaluations of one
+    # function. Why each is refused: the row of its op's name in specgen/kinds/features/compat.py.
     for i, layer in enumerate(spec.layers):
         op = getattr(layer, "op", None)
-        if op in STATEFUL_OPS and not (op == "dropout" and layer.rate == 0):
+        if op in REGISTRY and REGISTRY[op].stateful(layer):
             problems.append(loaded.diagnostic(("layers", i, "op"), compat.message(
                 KIND, op, this=name, layer=layer.name, op=op)))
     return problems

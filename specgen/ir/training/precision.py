@@ -1,22 +1,16 @@
 """train.precision and train.jit_compile: what they cannot combine with, each refused at its own position.
 
 Neither is a row of the pairwise feature table (specgen/kinds/features/compat.py): the ops that TensorFlow cannot compile
-with XLA under specgen's deterministic training are listed here, found by compiling each op's forward and
-backward pass with tf.function(jit_compile=True) on CPU after tf.config.experimental.enable_op_determinism()
+with XLA under specgen's deterministic training say why on their OpDef (`xla_refusal`), found by compiling each op's
+forward and backward pass with tf.function(jit_compile=True) on CPU after tf.config.experimental.enable_op_determinism()
 (which `specgen train` turns on). The other ops, recurrent layers' while_loops included, compiled.
 """
 
 from __future__ import annotations
 
 from specgen.diagnostics import Diagnostic
+from specgen.kinds.ops import REGISTRY
 from specgen.spec.load import LoadedSpec
-
-# op -> why XLA cannot compile its step (TensorFlow 2.x: "GPU MaxPool gradient ops do not yet have a
-# deterministic XLA implementation", raised on CPU too).
-XLA_REFUSED = {
-    "max_pool": "its gradient (MaxPoolGrad) has no deterministic XLA implementation in TensorFlow",
-    "max_pool1d": "its gradient (MaxPoolGrad) has no deterministic XLA implementation in TensorFlow",
-}
 
 
 def _lm_name(loaded: LoadedSpec) -> str | None:
@@ -40,8 +34,8 @@ def check(loaded: LoadedSpec) -> list[Diagnostic]:
             "which XLA cannot compile as one step; received true, expected false")))
     if train.jit_compile:
         for i, layer in enumerate(loaded.spec.layers):
-            why = XLA_REFUSED.get(getattr(layer, "op", ""))
-            if why:
+            op = REGISTRY.get(getattr(layer, "op", ""))
+            if op is not None and (why := op.xla_refusal):
                 problems.append(loaded.diagnostic(("layers", i, "op"), (
                     f"layer '{layer.name}': train.jit_compile cannot compile op '{layer.op}' with XLA: {why}; "
                     "set jit_compile: false, or use avg_pool / a strided conv instead")))

@@ -4,7 +4,7 @@ Each module in this package (one per op, or per small family that shares a model
 defines its ops' pydantic spec models and an `OPS` tuple of `OpDef`s (base.py): the shape rule
 (output shape, variables with their ONNX layout, FLOPs), the TensorFlow and ONNX template
 attributes and the ONNX layout the op wants. Modules are found by listing the package, so adding
-an op adds a module and edits no list here (docs/ops.md says what else a new op needs).
+an op adds a module and edits no list here (docs/extending.md, Ops, says what else a new op needs).
 
 Why the spec models live here and not in specgen/spec/: an op's model and its rules change
 together, and one module per op lets several people add ops without touching shared files.
@@ -39,7 +39,7 @@ __all__ = ["EXTRA_OUTPUT", "REGISTRY", "Layer", "OpDef", "OpError", "OpResult", 
 # (schemas/specgen.schema.json lists the union's members in registry order). Every other module
 # follows in alphabetical order, so a new op needs no entry here.
 SCHEMA_ORDER = ("dense", "convs", "pools", "reshapes", "norms", "dropout", "embedding", "activations", "merge")
-NOT_OPS = ("base", "nodes")  # modules here that define no ops
+NOT_OPS = ("base", "nodes", "moments")  # modules here that define no ops
 
 
 def _module_names() -> list[str]:

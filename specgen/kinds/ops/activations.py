@@ -8,20 +8,27 @@ hard_swish); list it in `Activation` (spec/layers.py) to allow it in `activation
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field
 
 from specgen.kinds.ops.base import (
+    PASSES_MASK,
     AsActivation,
+    MaskRule,
+    Moments,
     OnnxContext,
     OpDef,
     OpResult,
+    Pointwise,
     axis_in,
     held_axis,
     prod,
     require_float,
 )
+from specgen.kinds.ops.moments import TANH_EDGE, cdf, integrated, rectified, relu_max, sigmoid, simpson
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int, NonNegativeFloat
 from specgen.spec.layers import LayerBase
@@ -133,17 +140,49 @@ def gelu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
     return gelu_formula(ctx, node.onnx_name)
 
 
+def relu_moments(mean: float, std: float, params: Mapping[str, Any]) -> Moments:
+    top = params.get("max_value")
+    return rectified(mean, std) if top is None else integrated(relu_max, float(top), mean, std)
+
+
+def leaky_relu_moments(mean: float, std: float, params: Mapping[str, Any]) -> Moments:
+    """relu(x) - alpha * relu(-x), whose product is 0."""
+    alpha = float(params.get("alpha", 0.2))
+    (m1, q1), (m2, q2) = rectified(mean, std), rectified(-mean, std)
+    return m1 - alpha * m2, q1 + alpha * alpha * q2
+
+
+def _slope_words(name: str) -> str:
+    return f"where {name}'s slope is under a tenth of its peak"
+
+
+RELU = Pointwise(relu_moments, he=True)
+RELU6 = Pointwise(lambda mean, std, params: integrated(relu_max, 6.0, mean, std), he=True)
+LEAKY_RELU = Pointwise(leaky_relu_moments, he=True)
+GELU = Pointwise(simpson(lambda x, p: x * cdf(x)), he=True)
+# sigmoid's slope s(1 - s) < 0.025 is tanh's condition twice as far out (tanh(x) = 2 sigmoid(2x) - 1).
+SIGMOID = Pointwise(simpson(lambda x, p: sigmoid(x)), saturates=(2 * TANH_EDGE, _slope_words("sigmoid")))
+TANH = Pointwise(simpson(lambda x, p: math.tanh(x)), saturates=(TANH_EDGE, _slope_words("tanh")))
+SOFTMAX_MASK = MaskRule(reason="Keras' Softmax layer applies the [batch, time] mask to its own axis, not to the steps")
+
 OPS = (
     OpDef("relu", Relu, relu, relu_tf_attrs, relu_onnx_attrs, layout="any", symbolic=True, onnx_variant=relu_onnx_variant,
-          onnx_variants=("clip",), as_activation=AsActivation(1)),
+          onnx_variants=("clip",), as_activation=AsActivation(1), mask=PASSES_MASK, pointwise=RELU, non_negative=True,
+          keras=("ReLU",)),
     OpDef("relu6", ActivationLayer, relu6, onnx_attrs=relu6_onnx_attrs, layout="any", symbolic=True, onnx_template="clip",
-          as_activation=AsActivation(2, {}, lambda first, ctx, out: clip_constants(ctx, out, 6.0))),
+          as_activation=AsActivation(2, {}, lambda first, ctx, out: clip_constants(ctx, out, 6.0)), mask=PASSES_MASK,
+          pointwise=RELU6, non_negative=True),
     OpDef("leaky_relu", LeakyRelu, leaky_relu, alpha_tf_attrs, alpha_onnx_attrs, layout="any", symbolic=True,
-          as_activation=AsActivation(2, {"alpha": 0.2}, lambda first, ctx, out: {"alpha": 0.2})),
+          as_activation=AsActivation(2, {"alpha": 0.2}, lambda first, ctx, out: {"alpha": 0.2}), mask=PASSES_MASK,
+          pointwise=LEAKY_RELU, keras=("LeakyReLU",)),
     OpDef("gelu", ActivationLayer, infer, onnx_attrs=gelu_onnx_attrs, layout="any", symbolic=True,
-          as_activation=AsActivation(8, {}, lambda first, ctx, out: gelu_formula(ctx, out))),
-    OpDef("sigmoid", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4)),
-    OpDef("tanh", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4)),
+          as_activation=AsActivation(8, {}, lambda first, ctx, out: gelu_formula(ctx, out)), mask=PASSES_MASK,
+          pointwise=GELU),
+    OpDef("sigmoid", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4),
+          mask=PASSES_MASK, pointwise=SIGMOID),
+    OpDef("tanh", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4), mask=PASSES_MASK,
+          pointwise=TANH),
     OpDef("softmax", Softmax, softmax, axis_tf_attrs, axis_onnx_attrs, layout="any", symbolic=True,
-          as_activation=AsActivation(5, {"axis": -1}, lambda first, ctx, out: {"axis": 1 if first else -1})),
+          as_activation=AsActivation(5, {"axis": -1}, lambda first, ctx, out: {"axis": 1 if first else -1}),
+          mask=SOFTMAX_MASK, keras=("Softmax",)),
 )

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.spec.layers import InitializerSpec, LayerBase
@@ -239,4 +239,13 @@ def inverse_frequencies(k: int, rotary: dict[str, float]) -> list[float]:
     return [float(f) for f in (inv / np.float32(rotary["scaling_factor"])).astype(np.float32)]
 
 
-OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True),)
+def mask_check(layer: MultiHeadAttention, masked: tuple[bool, ...], rank: int) -> str:
+    if "attention_mask" in (at := roles(layer)) and masked[at["attention_mask"]]:
+        return "its attention_mask input is a mask itself, not a sequence a padding mask marks"
+    return ""
+
+
+# The query's mask as rows, the value's and a distinct key's as columns of the attention mask; the output keeps the
+# query's mask, as Keras sets it.
+OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True,
+             mask=MaskRule("first", check=mask_check, consumes="attention"), keras=("MultiHeadAttention",)),)

@@ -102,6 +102,87 @@ class AsActivation:
     tf_attrs: Mapping[str, Any] = field(default_factory=dict)
     # (held channels-first, lowering, output tensor name) -> ONNX template attributes
     onnx_attrs: Callable[[bool, OnnxContext, str], dict[str, Any]] = lambda first, ctx, out: {}
+    keras: bool = True  # Keras has an activation of this name, which the Keras importer reads (importers/keras/args.py)
+    keras2: bool = True  # Keras 2's activation of that name is the same function (hard_sigmoid's is not)
+
+
+MaskAfter = Literal["first", "union", "none"]
+MaskCheck = Callable[[Any, tuple[bool, ...], int], str]  # (layer, which inputs carry a mask, output rank) -> why not
+MaskRender = Literal["recurrent", "both_directions", "masked_mean", "attention"]
+
+
+@dataclass(frozen=True)
+class MaskRule:
+    """How an op treats the padding mask of a `mask_zero` embedding on its inputs: Keras' `compute_mask`, as
+    ir/masks.py follows it through the graph. The default refuses the mask.
+
+    - `after`: the mask after the op: "first" (its first input's, as a Keras compute_mask that returns the mask it
+      received), "union" (the union of its inputs' when every input carries one, else none: Keras' Merge and
+      Concatenate), "none" (no mask after it: the op consumes or drops it) or None (the op cannot take a mask:
+      `reason` says why).
+    - `keeps`: with "first", (layer) -> whether the mask goes on (a recurrent layer: when it returns sequences).
+    - `check`: (layer, which inputs carry a mask, output rank) -> why this layer cannot take the mask, '' when it can
+      (concat along another axis than the last one).
+    - `consumes`: how the op's renderings take the mask (Node.mask; render/mask_plan.py builds its attributes, the
+      templates/onnx/masks.onnx.j2 macros its ONNX nodes); None: they take none.
+    - `reason`: why the op cannot take a mask, for the refusal ('' says specgen does not carry a mask through it).
+    - `keras_drops`: the Keras class that drops the mask at this op (it does not support masking), '' when Keras uses
+      it: the Keras importer then writes mask_zero false where no other layer uses the mask (importers/keras/masks.py).
+    """
+
+    after: MaskAfter | None = None
+    keeps: Callable[[Any], bool] | None = None
+    check: MaskCheck | None = None
+    consumes: MaskRender | None = None
+    reason: str = ""
+    keras_drops: str = ""
+
+
+PASSES_MASK = MaskRule("first")  # element-wise ops, dense, dropout, ...: Keras hands the mask on unchanged
+
+
+Moments = tuple[float, float]  # (mean, second moment E[x^2]) of a value's distribution
+MomentRule = Literal["affine", "standardize", "normalized", "gain", "lookup", "sum", "difference", "product",
+                     "joined", "same"]
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """An op whose output is a weighted sum of its input's values (the initialization-scale lint, ir/lints.py).
+
+    - `kernels`: the roles of its kernels, applied in this order (separable_conv2d: depthwise, then pointwise).
+    - `fan`: the terms each output sums per kernel: "all" (every input value the kernel reads: a dense layer,
+      conv2d), "window" (one input channel's window: a depthwise kernel, which a `depthwise_kernel` role always is)
+      or "strided" (a transposed convolution's window over its strides).
+    - `init_key`: the spec key of the last kernel's initializer, named in the lint's advice.
+    """
+
+    kernels: tuple[str, ...] = ("kernel",)
+    fan: Literal["all", "window", "strided"] = "all"
+    init_key: str = "kernel_init"
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """An element-wise op as the initialization-scale lint sees it (ir/gains.py, ir/lints.py; docs/spec.md#lints).
+
+    - `moments`: (mean, std, the node's params) -> the mean and E[y^2] of the op's output for a Gaussian input
+      (kinds/ops/moments.py: in closed form, or by Simpson's rule).
+    - `he`: He initialization keeps the scale before it (relu-like); the lint suggests Glorot's otherwise.
+    - `saturates`: (|x| beyond which its slope is under a tenth of its peak, what happens there) for an activation
+      that flattens on both sides (tanh, sigmoid, hard_sigmoid); None for the others.
+    """
+
+    moments: Callable[[float, float, Mapping[str, Any]], Moments]
+    he: bool = False
+    saturates: tuple[float, str] | None = None
+
+
+PadFolding = Literal["zero_pad", "zeros", "max"]
+
+
+def never(layer: Any) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -125,6 +206,37 @@ class OpDef:
     - `gradient`: which inputs the op passes gradients to: True (all, the default), False (none,
       e.g. stop_gradient) or one flag per input position (e.g. a gather's index input carries none).
       Integer tensors never carry a gradient whatever this says (ir/reach.py, the reachability check).
+
+    Capabilities the modules outside this package ask of an op (they name no op; tests/test_op_registry.py
+    fails on an op name compared or listed outside specgen/kinds/ops). The defaults fit most ops:
+    - `mask`: how it treats a Keras padding mask (MaskRule; ir/masks.py, render/mask_plan.py); the default refuses one.
+    - `compute_dtype`: "float32" when it computes in float32 under a mixed-precision policy (normalizations; its
+      variables are then read uncast: render/train_plan.py, runtime/lib/layers.py's in_float32); "policy" otherwise.
+    - `moments`: how the initialization-scale lint (ir/lints.py) takes its output's moments from its inputs':
+      Weighted (a kernel's weighted sum), or "affine" (rescale's x * scale + offset), "standardize" ((x - mean) /
+      sqrt(variance)), "normalized" (a normalization's beta and gamma, in training), "gain" (a constant gamma),
+      "lookup" (an embedding's table: the scale the layers after it are compared with), "sum", "difference",
+      "product", "joined" (inputs concatenated) or "same" (its input's). None: through `pointwise`, else not measured.
+    - `pointwise`: an element-wise op's moments on a Gaussian, and what the lint says of it (Pointwise).
+    - `non_negative`: its output is never below 0 (relu, relu6): a max_pool after it may take a zero pad into its
+      own pads (ir/pad_folding.py).
+    - `pad_folding`: "zero_pad" (its ONNX node is a zero Pad that the reader may take into its own pads), "zeros" (it
+      pads with zeros, so it takes any such Pad: convolutions), "max" (it pads with -inf: takes one only after a
+      `non_negative` op, when each window keeps a real value) or None. ir/pad_folding.py, render/onnx_plan.py.
+    - `flatten_order`: "flattens" (it flattens its input, which ir/flatten_order.py may leave channels-first),
+      "kernel_rows" (its `kernel`'s rows are its input's features, so that flatten's order is undone by permuting
+      them at export: dense) or None.
+    - `id_limit`: the param bounding the integer ids it reads (embedding: vocab_size), '' when none: the parity
+      check draws its random ids below it (runtime/parity.py); `ids_checked`: training data is checked against it
+      first (runtime/sources/context.py).
+    - `bounds_steps`: its time dimension (param `steps`) is at most param `max_length` at run time; export records
+      the bound of a named one (runtime/lengths.py).
+    - `keras`: the Keras classes (keras.layers) the Keras importer turns into this op (importers/keras).
+    - `xla_refusal`: why train.jit_compile cannot compile its training step with XLA, '' when it can
+      (ir/training/precision.py).
+    - `stateful`: (layer) -> whether a training call draws random numbers or changes state (dropout with a rate,
+      batch_norm's moving statistics), which Levenberg-Marquardt refuses by the compat row of the op's name
+      (ir/training/levenberg_marquardt.py, kinds/features/compat.py).
     """
 
     name: str
@@ -143,6 +255,19 @@ class OpDef:
     # Whether the rule takes named dynamic dimensions (kinds/dims.py); an op that does not is refused
     # one with a positioned error naming the symbol (kinds/ops/__init__.py `infer`), never mis-sized.
     symbolic: bool = False
+    mask: MaskRule = MaskRule()
+    compute_dtype: Literal["policy", "float32"] = "policy"
+    moments: Weighted | MomentRule | None = None
+    pointwise: Pointwise | None = None
+    non_negative: bool = False
+    pad_folding: PadFolding | None = None
+    flatten_order: Literal["flattens", "kernel_rows"] | None = None
+    id_limit: str = ""
+    ids_checked: bool = False
+    bounds_steps: bool = False
+    keras: tuple[str, ...] = ()
+    xla_refusal: str = ""
+    stateful: Callable[[Any], bool] = never
 
     def __post_init__(self) -> None:
         if not self.tf_template:

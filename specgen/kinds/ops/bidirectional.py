@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field
 
 from specgen.kinds.ops import recurrent
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase
 
@@ -117,4 +117,13 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
-OPS = (OpDef("bidirectional", Bidirectional, infer, tf_attrs, onnx_attrs, activation_after=False, symbolic=True),)
+def mask_check(layer: Bidirectional, masked: tuple[bool, ...], rank: int) -> str:
+    if layer.merge_mode == "none":  # two outputs; Keras masks both
+        return "merge_mode none with a padding mask is not supported (use concat, sum, mul or ave)"
+    return ""
+
+
+# Keras' Bidirectional: its wrapped layer's return_sequences keeps the mask, and masked outputs are zeros.
+MASK = MaskRule("first", keeps=lambda layer: layer.layer.return_sequences, check=mask_check, consumes="both_directions")
+OPS = (OpDef("bidirectional", Bidirectional, infer, tf_attrs, onnx_attrs, activation_after=False, symbolic=True,
+             mask=MASK, keras=("Bidirectional",)),)

@@ -14,6 +14,7 @@ from specgen.kinds.ops.base import (
     OpError,
     OpResult,
     VarDecl,
+    Weighted,
     pair,
     require_float,
     require_rank,
@@ -112,4 +113,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "output_padding": p["output_padding"]}
 
 
-OPS = (OpDef("conv2d_transpose", Conv2DTranspose, conv2d_transpose, tf_attrs, onnx_attrs, layout="first"),)
+OPS = (OpDef("conv2d_transpose", Conv2DTranspose, conv2d_transpose, tf_attrs, onnx_attrs, layout="first",
+              moments=Weighted(fan="strided"), keras=("Conv2DTranspose",)),)

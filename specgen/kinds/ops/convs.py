@@ -13,6 +13,7 @@ from specgen.kinds.ops.base import (
     OpError,
     OpResult,
     VarDecl,
+    Weighted,
     fixed,
     pair,
     require_float,
@@ -172,9 +173,11 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (
-    OpDef("conv2d", Conv2D, conv2d, tf_attrs, onnx_attrs, layout="first", symbolic=True),
+    OpDef("conv2d", Conv2D, conv2d, tf_attrs, onnx_attrs, layout="first", symbolic=True, moments=Weighted(),
+          pad_folding="zeros", keras=("Conv2D",)),
     OpDef("depthwise_conv2d", DepthwiseConv2D, depthwise_conv2d, tf_attrs, onnx_attrs, layout="first",
-          symbolic=True),
+          symbolic=True, moments=Weighted(fan="window"), pad_folding="zeros", keras=("DepthwiseConv2D",)),
     OpDef("separable_conv2d", SeparableConv2D, separable_conv2d, tf_attrs, onnx_attrs, layout="first",
-          symbolic=True),
+          symbolic=True, moments=Weighted(("depthwise_kernel", "pointwise_kernel"), init_key="pointwise_init"),
+          pad_folding="zeros", keras=("SeparableConv2D",)),
 )

@@ -6,11 +6,13 @@ from typing import Any, Literal
 
 from specgen import text
 from specgen.kinds.ops.base import (
+    PASSES_MASK,
     OnnxContext,
     OpDef,
     OpError,
     OpResult,
     VarDecl,
+    Weighted,
     fixed,
     prod,
     require_float,
@@ -62,4 +64,4 @@ def onnx_variant(node: Node) -> str:
 
 
 OPS = (OpDef("dense", Dense, infer, tf_attrs, onnx_attrs, onnx_variant=onnx_variant, onnx_variants=("dense_nd",),
-              symbolic=True),)
+              symbolic=True, mask=PASSES_MASK, moments=Weighted(), flatten_order="kernel_rows", keras=("Dense",)),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Literal
 
-from specgen.kinds.ops.base import OpDef, OpResult, require_float
+from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult, require_float
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import number
 from specgen.spec.layers import LayerBase
@@ -27,4 +27,5 @@ def tf_attrs(node: Node) -> dict[str, Any]:
     return {"rate": node.params["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
 
 
-OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", symbolic=True, onnx_template=None),)
+OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", symbolic=True, onnx_template=None, mask=PASSES_MASK,
+              moments="same", keras=("Dropout",), stateful=lambda layer: layer.rate != 0),)  # its random mask

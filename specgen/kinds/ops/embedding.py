@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import FLOAT, INTEGER, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.base import FLOAT, INTEGER, MaskRule, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Shape
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import InitializerSpec, LayerBase
@@ -36,4 +36,6 @@ def infer(layer: Embedding, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return result
 
 
-OPS = (OpDef("embedding", Embedding, infer, symbolic=True),)
+OPS = (OpDef("embedding", Embedding, infer, symbolic=True, mask=MaskRule(reason="an embedding reads ids, not a masked "
+                                                                            "sequence"),
+              moments="lookup", id_limit="vocab_size", ids_checked=True, keras=("Embedding",)),)

@@ -6,10 +6,12 @@ the float32 values of the constants TensorFlow's selu uses, so no attributes are
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from specgen.kinds.ops.activations import infer
-from specgen.kinds.ops.base import AsActivation, OnnxContext, OpDef, OpResult, Rule
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, Pointwise, Rule
+from specgen.kinds.ops.moments import SELU_ALPHA, SELU_SCALE, simpson, softplus
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import NonNegativeFloat
 from specgen.spec.layers import LayerBase
@@ -50,9 +52,16 @@ def elu_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return {"alpha": node.params["alpha"]}
 
 
+ELU = Pointwise(simpson(lambda x, p: x if x > 0 else p * math.expm1(x)), he=True)
+SELU = Pointwise(simpson(lambda x, p: SELU_SCALE * (x if x > 0 else SELU_ALPHA * math.expm1(x))))
+SOFTPLUS = Pointwise(simpson(lambda x, p: softplus(x)), he=True)
+
 OPS = (
     OpDef("elu", Elu, elu, elu_tf_attrs, elu_onnx_attrs, layout="any", symbolic=True,
-          as_activation=AsActivation(4, {"alpha": 1.0}, lambda first, ctx, out: {"alpha": 1.0})),
-    OpDef("selu", ExpActivation, per_element(5), layout="any", symbolic=True, as_activation=AsActivation(5)),
-    OpDef("softplus", ExpActivation, per_element(3), layout="any", symbolic=True, as_activation=AsActivation(3)),
+          as_activation=AsActivation(4, {"alpha": 1.0}, lambda first, ctx, out: {"alpha": 1.0}), mask=PASSES_MASK,
+          pointwise=ELU, keras=("ELU",)),
+    OpDef("selu", ExpActivation, per_element(5), layout="any", symbolic=True, as_activation=AsActivation(5),
+          mask=PASSES_MASK, pointwise=SELU),
+    OpDef("softplus", ExpActivation, per_element(3), layout="any", symbolic=True, as_activation=AsActivation(3),
+          mask=PASSES_MASK, pointwise=SOFTPLUS),
 )

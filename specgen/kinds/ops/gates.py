@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Literal
 
 from specgen.kinds.ops.activations import infer
-from specgen.kinds.ops.base import AsActivation, OpDef, OpResult
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OpDef, OpResult, Pointwise
+from specgen.kinds.ops.moments import sigmoid, simpson
 from specgen.kinds.ops.nodes import Shape
 from specgen.spec.layers import LayerBase
 
@@ -31,10 +32,23 @@ def gate(layer: Gate, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     return result
 
 
+def _hard(x: float) -> float:
+    return min(max(x / 6 + 0.5, 0.0), 1.0)
+
+
+POINTWISE = {  # by template: silu and hard_silu are swish and hard_swish
+    "swish": Pointwise(simpson(lambda x, p: x * sigmoid(x)), he=True),
+    "hard_sigmoid": Pointwise(simpson(lambda x, p: _hard(x)), saturates=(3.0, "where hard_sigmoid is flat")),
+    "hard_swish": Pointwise(simpson(lambda x, p: x * _hard(x)), he=True),
+}
+
+
 def _op(name: str) -> OpDef:
     template = CANONICAL.get(name, name)
+    # Keras 2's hard_sigmoid is 0.2 * x + 0.5, clipped; specgen's is Keras 3's relu6(x + 3) / 6.
     return OpDef(name, Gate, gate, layout="any", symbolic=True, tf_template=template, onnx_template=template,
-                 as_activation=AsActivation(FLOPS[template]))
+                 as_activation=AsActivation(FLOPS[template], keras2=name != "hard_sigmoid"), mask=PASSES_MASK,
+                 pointwise=POINTWISE[template])
 
 
 OPS = tuple(_op(name) for name in ("swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu"))

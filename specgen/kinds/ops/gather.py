@@ -57,4 +57,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return {"axis": node.params["axis"]}
 
 
-OPS = (OpDef("gather", Gather, infer, tf_attrs, onnx_attrs, gradient=(True, False)),)  # no gradient to indices
+OPS = (OpDef("gather", Gather, infer, tf_attrs, onnx_attrs, gradient=(True, False),  # no gradient to indices
+              id_limit="index_limit"),)

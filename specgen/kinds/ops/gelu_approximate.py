@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from specgen.kinds.ops.base import AsActivation, OnnxContext, OpDef, OpResult, prod, require_float
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase
 
@@ -42,4 +42,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (OpDef("gelu_approximate", GeluApproximate, infer, onnx_attrs=onnx_attrs, layout="any", symbolic=True,
-             as_activation=AsActivation(FLOPS, {}, lambda first, ctx, out: formula(ctx, out))),)
+             as_activation=AsActivation(FLOPS, {}, lambda first, ctx, out: formula(ctx, out), keras=False),
+             mask=PASSES_MASK),)  # no Keras activation of this name (KerasHub's); no Pointwise: the lint measures none

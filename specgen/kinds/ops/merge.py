@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import Int, LayerName
 from specgen.spec.layers import MultiInputBase
@@ -90,9 +90,23 @@ def concat_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, An
     return {"axis": held_axis(node.params["axis"], len(node.shape), first)}
 
 
+def concat_mask(layer: Concat, masked: tuple[bool, ...], rank: int) -> str:
+    """A padding mask marks the time axis: concatenating along it would need the masks concatenated too."""
+    if layer.axis % rank == rank - 1:
+        return ""
+    return (f"concat along axis {layer.axis} joins the time axis the mask marks; Keras then concatenates the masks, "
+            "which specgen does not (concatenate along the last axis)")
+
+
+MERGE_MASK = MaskRule("union")  # Keras' Merge.compute_mask: the OR of the masks, none when an input has none
+
 OPS = (
-    OpDef("add", Elementwise, elementwise, layout="any", symbolic=True),
-    OpDef("multiply", Elementwise, elementwise, layout="any", symbolic=True),
-    OpDef("subtract", Subtract, elementwise, layout="any", symbolic=True),
-    OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any"),
+    OpDef("add", Elementwise, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="sum",
+          keras=("Add",)),
+    OpDef("multiply", Elementwise, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="product",
+          keras=("Multiply",)),
+    OpDef("subtract", Subtract, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="difference",
+          keras=("Subtract",)),
+    OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any",
+          mask=MaskRule("union", check=concat_mask), moments="joined", keras=("Concatenate",)),
 )

@@ -7,7 +7,18 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
+from specgen.kinds.ops.base import (
+    PASSES_MASK,
+    MaskRule,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    VarDecl,
+    fixed,
+    prod,
+    require_float,
+)
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import PositiveFloat, number
 from specgen.spec.layers import Activation, LayerBase
@@ -97,10 +108,15 @@ def batch_norm_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str
     return {"epsilon": node.params["epsilon"], "operands": operands, "filled": filled}
 
 
+BATCH_NORM_MASK = MaskRule(reason="Keras' BatchNormalization takes its batch statistics over the unmasked steps only; "
+                                  "specgen's batch_norm takes them over every step")
+
 OPS = (
     # ONNX BatchNormalization normalizes axis 1: channels-first.
     OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, batch_norm_onnx_attrs, layout="first",
-          symbolic=True),
+          symbolic=True, mask=BATCH_NORM_MASK, compute_dtype="float32", moments="normalized",
+          keras=("BatchNormalization",), stateful=lambda layer: True),  # moving statistics
     # LayerNormalization is written with axis -1: channels-last.
-    OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs, symbolic=True),
+    OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs, symbolic=True,
+          mask=PASSES_MASK, compute_dtype="float32", moments="normalized", keras=("LayerNormalization",)),
 )

@@ -111,6 +111,7 @@ def crop_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
 
 
 OPS = (
-    OpDef("pad", Pad, pad, pad_tf_attrs, pad_onnx_attrs, layout="any"),
-    OpDef("crop", Crop, crop, crop_tf_attrs, crop_onnx_attrs, layout="any"),
+    OpDef("pad", Pad, pad, pad_tf_attrs, pad_onnx_attrs, layout="any", moments="same", pad_folding="zero_pad",
+          keras=("ZeroPadding2D",)),
+    OpDef("crop", Crop, crop, crop_tf_attrs, crop_onnx_attrs, layout="any", moments="same", keras=("Cropping2D",)),
 )

@@ -10,7 +10,18 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen.kinds.dims import nominal
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, pair, prod, require_float, require_rank, spatial
+from specgen.kinds.ops.base import (
+    MaskRule,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    pair,
+    prod,
+    require_float,
+    require_rank,
+    spatial,
+)
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.layers import LayerBase, Padding, Size2
 from specgen.text import shape as show
@@ -79,12 +90,22 @@ def global_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, An
     return {"axes": axes, "keepdims": int(node.params["keepdims"])}
 
 
+# Why train.jit_compile refuses max pools (TensorFlow 2.x: "GPU MaxPool gradient ops do not yet have a deterministic
+# XLA implementation", raised on CPU too; ir/training/precision.py).
+MAX_POOL_XLA = "its gradient (MaxPoolGrad) has no deterministic XLA implementation in TensorFlow"
+
 OPS = (
-    OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True),
-    OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True),
+    OpDef("max_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True, moments="same",
+          pad_folding="max", keras=("MaxPooling2D",), xla_refusal=MAX_POOL_XLA),
+    OpDef("avg_pool", Pool, pool, pool_tf_attrs, pool_onnx_attrs, layout="first", symbolic=True, moments="same",
+          keras=("AveragePooling2D",)),
     # With keepdims the output stays channels-first ([N, C, 1, 1]) for the ops that follow.
+    # A masked [batch, time, features] tensor: the mean over time of the real steps (no mask after it).
     OpDef("global_avg_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first",
-          symbolic=True),
+          symbolic=True, mask=MaskRule("none", consumes="masked_mean"), moments="same",
+          keras=("GlobalAveragePooling2D", "GlobalAveragePooling1D")),
     OpDef("global_max_pool", GlobalPool, global_pool, global_tf_attrs, global_onnx_attrs, layout="first",
-          symbolic=True),
+          symbolic=True, mask=MaskRule(reason="Keras' GlobalMaxPooling1D ignores the mask, so padded steps would enter "
+                                              "the max", keras_drops="GlobalMaxPooling1D"),
+          moments="same", keras=("GlobalMaxPooling2D", "GlobalMaxPooling1D")),
 )

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, require_float, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, require_float, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import InitializerSpec, LayerBase
@@ -61,5 +61,7 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 # gradient: the input gives only its shape; the embeddings variable is the layer's only trained value.
+# KerasHub's PositionEmbedding does not support masking, so Keras drops the mask; its output is the position table,
+# which holds no padded values, so dropping it changes no number.
 OPS = (OpDef("positional_embedding", PositionalEmbedding, infer, tf_attrs, onnx_attrs, symbolic=True,
-             gradient=(False,)),)
+             gradient=(False,), mask=MaskRule("none"), bounds_steps=True),)

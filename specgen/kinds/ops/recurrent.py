@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import PositiveInt, SpecModel
 from specgen.spec.layers import InitializerSpec, LayerBase
@@ -226,6 +226,8 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
+# Masked steps leave the state unchanged; with return_sequences the mask goes on (Keras' RNN.compute_mask).
+RECURRENT_MASK = MaskRule("first", keeps=lambda layer: layer.return_sequences, consumes="recurrent")
 OPS = tuple(OpDef(name, model, infer, tf_attrs, onnx_attrs, tf_template="recurrent", onnx_template="recurrent",
-                  activation_after=False, symbolic=True)
-            for name, model in (("lstm", LSTM), ("gru", GRU), ("simple_rnn", SimpleRNN)))
+                  activation_after=False, symbolic=True, mask=RECURRENT_MASK, keras=(keras,))
+            for name, model, keras in (("lstm", LSTM, "LSTM"), ("gru", GRU, "GRU"), ("simple_rnn", SimpleRNN, "SimpleRNN")))

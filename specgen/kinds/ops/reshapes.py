@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, prod
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, prod
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import number
 from specgen.spec.layers import LayerBase
@@ -57,6 +57,10 @@ def reshape_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, A
 
 
 OPS = (
-    OpDef("flatten", Flatten, flatten, flatten_tf_attrs),
-    OpDef("reshape", Reshape, reshape, reshape_tf_attrs, reshape_onnx_attrs),
+    OpDef("flatten", Flatten, flatten, flatten_tf_attrs, moments="same", flatten_order="flattens", keras=("Flatten",),
+          mask=MaskRule(reason="it removes the time axis the mask marks (Keras drops the mask there)",
+                        keras_drops="Flatten")),
+    OpDef("reshape", Reshape, reshape, reshape_tf_attrs, reshape_onnx_attrs, moments="same", keras=("Reshape",),
+          mask=MaskRule(reason="it reshapes the time axis the mask marks (Keras drops the mask there)",
+                        keras_drops="Reshape")),
 )

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
+from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.spec.base import Float, NonNegativeFloat
 from specgen.spec.layers import LayerBase
@@ -139,7 +139,10 @@ def _onnx(roles: tuple[str, ...]) -> Any:
 
 
 OPS = (
-    OpDef("scale", Scale, scale, onnx_attrs=_onnx(("gamma",)), layout="any", symbolic=True),
-    OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any", symbolic=True),
-    OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any", symbolic=True),
+    OpDef("scale", Scale, scale, onnx_attrs=_onnx(("gamma",)), layout="any", symbolic=True, mask=PASSES_MASK,
+          moments="gain"),
+    OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any", symbolic=True,
+          mask=PASSES_MASK, moments="affine", keras=("Rescaling",)),
+    OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any", symbolic=True,
+          mask=PASSES_MASK, moments="standardize", keras=("Normalization",)),
 )

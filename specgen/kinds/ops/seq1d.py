@@ -15,6 +15,7 @@ from pydantic import Field
 from specgen.kinds import dims
 from specgen.kinds.ops.base import (
     FLOAT,
+    MaskRule,
     OnnxContext,
     OpDef,
     OpError,
@@ -26,6 +27,7 @@ from specgen.kinds.ops.base import (
     window,
 )
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.pools import MAX_POOL_XLA
 from specgen.spec.base import PositiveInt
 from specgen.spec.layers import Activation, InitializerSpec, LayerBase
 from specgen.text import shape as show
@@ -128,11 +130,18 @@ def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
     return {"kernel_shape": [p["size"]], "strides": [p["strides"]], "pads": p["pads"], "guard": False}
 
 
+def _drops_mask(keras: str) -> MaskRule:
+    """Keras' 1-D class does not support masking (it drops the mask, with a warning), and a window mixes steps."""
+    return MaskRule(reason=f"Keras' {keras} drops the mask (with a warning) and its windows would mix padded steps "
+                           "into real ones", keras_drops=keras)
+
+
 OPS = (
     OpDef("conv1d", Conv1D, conv1d, conv_tf_attrs, conv_onnx_attrs, layout="first", onnx_template="conv2d",
-          symbolic=True),
+          symbolic=True, mask=_drops_mask("Conv1D"), keras=("Conv1D",)),
     OpDef("max_pool1d", Pool1D, pool1d, pool_tf_attrs, pool_onnx_attrs, layout="first", tf_template="pool1d",
-          onnx_template="max_pool", symbolic=True),
+          onnx_template="max_pool", symbolic=True, mask=_drops_mask("MaxPooling1D"), keras=("MaxPooling1D",),
+          xla_refusal=MAX_POOL_XLA),
     OpDef("avg_pool1d", Pool1D, pool1d, pool_tf_attrs, pool_onnx_attrs, layout="first", tf_template="pool1d",
-          onnx_template="avg_pool", symbolic=True),
+          onnx_template="avg_pool", symbolic=True, mask=_drops_mask("AveragePooling1D"), keras=("AveragePooling1D",)),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.kinds.ops.base import OpDef, OpResult
+from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult
 from specgen.kinds.ops.nodes import Shape
 from specgen.spec.layers import LayerBase
 
@@ -21,4 +21,5 @@ def infer(layer: StopGradient, shapes: list[Shape], dtypes: list[str]) -> OpResu
     return OpResult(shape, dtype)
 
 
-OPS = (OpDef("stop_gradient", StopGradient, infer, layout="any", symbolic=True, onnx_template=None, gradient=False),)
+OPS = (OpDef("stop_gradient", StopGradient, infer, layout="any", symbolic=True, onnx_template=None, gradient=False,
+              mask=PASSES_MASK),)

@@ -47,4 +47,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "scales_name": f"{node.onnx_name}___scales"}
 
 
-OPS = (OpDef("upsample", Upsample, upsample, tf_attrs, onnx_attrs, layout="first", symbolic=True),)
+OPS = (OpDef("upsample", Upsample, upsample, tf_attrs, onnx_attrs, layout="first", symbolic=True, moments="same",
+              keras=("UpSampling2D",)),)

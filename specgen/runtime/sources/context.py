@@ -15,6 +15,7 @@ import numpy as np
 
 from specgen.diagnostics import SpecError
 from specgen.ir.model import Input, ModelIR
+from specgen.kinds.ops import op_def
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import (
     FLOAT_KINDS,
@@ -91,10 +92,11 @@ class SourceContext:
         """Input and label name -> what its examples must look like."""
         wanted = {i.name: _wanted(i) for i in self.ir.inputs}
         for node in self.ir.nodes:  # ids past the table would fail inside training (CPU) or read garbage (GPU)
-            if node.op == "embedding" and node.inputs[0] in wanted:
-                vocab = node.params["vocab_size"]
+            op = op_def(node.op)
+            if op.ids_checked and node.inputs[0] in wanted:  # an embedding's ids (OpDef.id_limit: vocab_size)
+                vocab = node.params[op.id_limit]
                 wanted[node.inputs[0]] = Wanted(wanted[node.inputs[0]].shape, "int", vocab,
-                                                f"embedding '{node.name}' has vocab_size {vocab}")
+                                                f"{node.op} '{node.name}' has {op.id_limit} {vocab}")
         for term in self.training.terms:  # each term with data labels (in spec order: the first wins)
             if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
                 continue
