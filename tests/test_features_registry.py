@@ -46,7 +46,25 @@ def _resolves(dotted: str) -> bool:
 
 def test_every_module_is_registered_in_order() -> None:
     modules = {m.name for m in pkgutil.iter_modules(features.__path__)} - set(features.NOT_FEATURES)
-    assert sorted(modules) == sorted(features.ORDER) == sorted(REGISTRY)
+    assert sorted(modules) == sorted(features.PIPELINE)
+    assert sorted(features.ORDER) == sorted(REGISTRY) == sorted(modules - set(features.SETTINGS))
+
+
+def test_the_pipeline_is_derived_from_each_feature_s_after() -> None:
+    """The order the golden train.py files were rendered in (byte-identical since the hand-written lists)."""
+    assert features.PIPELINE == ("levenberg_marquardt", "accumulate", "precision", "clip", "weight_decay", "ema",
+                                 "targets", "pruning", "loss_terms", "distribute", "probe")
+    place = {name: i for i, name in enumerate(features.PIPELINE)}
+    assert all(place[a] < place[f.name] for f in features.PIPELINE_DEFS for a in f.after)
+
+
+@pytest.mark.parametrize("name", list(features.PIPELINE))
+def test_runtime_hooks_name_known_points_and_functions(name: str) -> None:
+    from specgen.runtime.hooks import RUNTIME_POINTS
+
+    for point, dotted in features.PIPELINE_DEFS[features.PIPELINE.index(name)].runtime_hooks:
+        assert point in RUNTIME_POINTS, f"feature '{name}': unknown runtime point '{point}'"
+        assert _resolves(dotted), f"feature '{name}': '{dotted}' names nothing"
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

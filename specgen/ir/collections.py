@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
+from specgen.kinds import features
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec
 
@@ -247,9 +248,6 @@ def variable_list(paths: list[str]) -> str:
     return f"variable{'s' if len(paths) > 1 else ''} {shown}{more}"
 
 
-SCALE_DTYPES = ("float32", "int64", "int64")  # keys.LOSS_SCALE's
-
-
 def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[Variable]:
     """Variables that training creates: step, optimizer slots, accumulators, EMA shadows, metrics."""
     state: list[Variable] = []
@@ -268,8 +266,8 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
     if train and train.accumulate > 1:
         state += [Variable(keys.accumulator(p), shapes[p], "float32", ("optimizer",)) for p in trainable]
         state.append(Variable(keys.MICRO_BATCHES, (), "int64", ("optimizer",)))
-    if train and train.precision == "mixed_float16":
-        state += [Variable(key, (), dtype, ("optimizer",)) for key, dtype in zip(keys.LOSS_SCALE, SCALE_DTYPES, strict=True)]
+    # What the features keep (accumulators, the loss scale, ...): each declares its rows (FeatureDef.variables).
+    state += [Variable(*row) for row in features.state_rows(training, trainable, shapes)]
     if train and train.ema:
         state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in train.metrics if train else ():

@@ -8,6 +8,7 @@ train.py imports.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from functools import cache
@@ -49,9 +50,17 @@ def _contexts(ir: ModelIR, features: tuple[FeatureDef, ...]) -> dict[str, Fields
         for hook in interaction.hooks:
             joins[placement(interaction, hook)][hook].append(
                 Fields(name="+".join(interaction.features), partial=interaction.partial, joins={}))
-    return {f.name: Fields({"name": f.name, "partial": f.partial, "joins": joins[f.name],
-                            **(_function(f.context)(ir) if f.context else {}), **extra[f.name]})
+    return {f.name: Fields({"name": f.name, "partial": f.partial, "joins": joins[f.name], **_own(ir, f),
+                            **extra[f.name]})
             for f in features if f.partial}
+
+
+def _own(ir: ModelIR, feature: FeatureDef) -> dict[str, Any]:
+    """A feature's own context: its typed plan's fields, or its render function's dict."""
+    if feature.plan is not None:
+        plan = feature.plan(ir)
+        return {field.name: getattr(plan, field.name) for field in dataclasses.fields(plan)}
+    return _function(feature.context)(ir) if feature.context else {}
 
 
 def _step(features: tuple[FeatureDef, ...]) -> str:
@@ -62,9 +71,11 @@ def _step(features: tuple[FeatureDef, ...]) -> str:
 
 
 def skeleton_context(ir: ModelIR) -> dict[str, Any]:
-    """`hooks` (hook -> feature contexts), `step` (the step kind's template) and `lib_modules`."""
+    """`hooks` (hook -> feature contexts), `step` (the step kind's template), `lib_modules` and
+    `gradient_options` (what the features add to the step's tape.gradient call, in pipeline order)."""
     features = rendered(ir)
     contexts = _contexts(ir, features)
     hooks = Fields({hook: [contexts[f.name] for f in features if hook in f.hooks] for hook in HOOKS})
     return {"hooks": hooks, "step": _step(features),
-            "lib_modules": sorted({*LIB, *(m for f in features for m in f.lib)})}
+            "lib_modules": sorted({*LIB, *(m for f in features for m in f.lib)}),
+            "gradient_options": "".join(str(c.get("gradient_options", "")) for c in contexts.values())}

@@ -7,7 +7,6 @@ from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
-from specgen.kinds.ops import op_def
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.optimizers import UpdateCall
 from specgen.kinds.pointers import call_name
@@ -98,10 +97,7 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
         "output": output, "target": loss.target if loss else None, "metrics": list(train.metrics),
         "loss_call": single_loss_call(training), "ema_eval": bool(train.ema and train.ema.eval),
         "trainable": [p for plan in plans for p in plan.paths], "keys": {"step": keys.STEP},
-        # mixed_float16: the tape starts the backward pass from the loss scale instead of 1 (the scaled loss's
-        # gradients); train.jit_compile: the step functions compiled with XLA.
-        "gradient_options": ", output_gradients=self.loss_scale.read_value()" if train.precision == "mixed_float16"
-        else "", "jit": train.jit_compile,
+        "jit": train.jit_compile,  # the step functions compiled with XLA
         **skeleton_context(ir),
     }
 
@@ -119,14 +115,3 @@ def accumulate_context(ir: ModelIR) -> dict[str, Any]:
 def clip_context(ir: ModelIR) -> dict[str, Any]:
     assert ir.training and ir.training.train
     return {"clip": _clip(ir.training.train.clip)}
-
-
-
-def precision_context(ir: ModelIR) -> dict[str, Any]:
-    assert ir.training and ir.training.train
-    precision = ir.training.train.precision
-    # Layers that compute in float32 under a mixed policy (OpDef.compute_dtype; runtime/lib/layers.py's in_float32):
-    # their variables are read as they are, not cast.
-    keep = [v.path for n in ir.nodes if op_def(n.op).compute_dtype == "float32" for v in n.variables.values()]
-    return {"precision": precision, "compute": precision.removeprefix("mixed_"), "keep": keep,
-            "scaling": precision == "mixed_float16", "scale_keys": keys.LOSS_SCALE}

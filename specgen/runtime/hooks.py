@@ -1,22 +1,24 @@
 """What `specgen train` asks of the training features beyond the generated steps, at fixed points.
 
-The session calls these and never names a feature. Each point is a list of per-feature functions that
-live with their feature's runtime code (specgen/runtime/lib/<feature>.py) and decide from the generated
+The session calls these and never names a feature. Each point loops over the functions the features
+declare for it (FeatureDef.runtime_hooks, specgen/kinds/features), in the one pipeline order; they live
+with their feature's runtime code (specgen/runtime/lib/<feature>.py) and decide from the generated
 classes' Protocols (lib/interface.py) whether they apply: a spec without the feature passes through
-them unchanged. A new feature that needs the runtime adds its function to the list of its point here.
+them unchanged. A new feature that needs the runtime names its functions in its own module, not here.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from functools import cache
 from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training.model import TrainIR
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds import features
-from specgen.runtime.lib import ema, pruning, target_networks
 from specgen.runtime.lib.interface import (
     GeneratedModel,
     GeneratedTrainer,
@@ -25,47 +27,79 @@ from specgen.runtime.lib.interface import (
     Tensor,
     TermReporter,
 )
-from specgen.runtime.pruning_state import mask_variables, restore_targets
 
 __all__ = ["after_restore", "checkpoint_meta", "evaluation_weights", "fine_tuning_targets", "fine_tuning_variables",
            "loss_scalars", "refusal"]
 
-AfterRestore = Callable[[GeneratedModel, GeneratedTrainer, Mapping[str, Tensor], frozenset[str]], None]
-# In this order: the masks zero the restored weights before EMA shadows and target copies are taken from them.
-AFTER_RESTORE: tuple[AfterRestore, ...] = (pruning.after_restore, ema.after_restore, target_networks.after_restore)
-# Each adds its keys to a checkpoint's meta.json, after `spec`, `overrides` and `data`.
-CHECKPOINT_META: tuple[Callable[[GeneratedTrainer], dict[str, Any]], ...] = (target_networks.checkpoint_meta,)
+# The points a feature's runtime_hooks may name, with each function's signature:
+RUNTIME_POINTS = (
+    "restore_targets",  # (ir) -> {key: (shape, dtype)}: what a fine-tuning restore fills beside the model variables
+    "restore_variables",  # (ir, model) -> {key: variable}: the variables of its restore_targets
+    "restore_weights",  # (model, trainer, variables, restored): after a restore, fix the restored weights first
+    "after_restore",  # (model, trainer, variables, restored): then derive state from them again
+    "checkpoint_meta",  # (trainer) -> dict: keys added to a checkpoint's meta.json, after spec, overrides, data
+    "evaluation_weights",  # (trainer, train) -> context manager: the weights the eval stage runs on
+)
+
+
+@cache
+def _point(point: str) -> tuple[Callable[..., Any], ...]:
+    """The functions the features declare at `point`, in pipeline order."""
+    found = []
+    for feature in features.PIPELINE_DEFS:
+        for name, dotted in feature.runtime_hooks:
+            if name not in RUNTIME_POINTS:
+                raise RuntimeError(f"feature '{feature.name}' names the unknown runtime point '{name}'")
+            if name == point:
+                module, _, attr = dotted.rpartition(".")
+                found.append(getattr(importlib.import_module(module), attr))
+    return tuple(found)
 
 
 def fine_tuning_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
     """What a `checkpoint.restore` plan fills for a new run: model variables and what features keep beside them."""
-    return restore_targets(ir)
+    targets = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
+    for hook in _point("restore_targets"):
+        targets |= hook(ir)
+    return targets
 
 
 def fine_tuning_variables(ir: ModelIR, model: GeneratedModel) -> dict[str, Tensor]:
     """The variables of `fine_tuning_targets`, by the same keys."""
-    return model.variables_by_path() | mask_variables(ir, model)
+    variables: dict[str, Tensor] = model.variables_by_path()
+    for hook in _point("restore_variables"):
+        variables |= hook(ir, model)
+    return variables
 
 
 def after_restore(model: GeneratedModel, trainer: GeneratedTrainer, variables: Mapping[str, Tensor],
                   restored: frozenset[str]) -> None:
-    """After a fine-tuning restore (`restored`: the keys the plan filled): state the trainer derived from the
-    initial weights when it was built is derived again from the restored ones."""
-    for hook in AFTER_RESTORE:
+    """After a fine-tuning restore (`restored`: the keys the plan filled): the restored weights are fixed first
+    (pruning's masks zero them), then state the trainer derived from the initial weights when it was built is
+    derived again from them (EMA shadows, target copies)."""
+    for hook in (*_point("restore_weights"), *_point("after_restore")):
         hook(model, trainer, variables, restored)
 
 
 def checkpoint_meta(trainer: GeneratedTrainer) -> dict[str, Any]:
     """What the features add to a checkpoint's meta.json."""
     meta: dict[str, Any] = {}
-    for hook in CHECKPOINT_META:
+    for hook in _point("checkpoint_meta"):
         meta.update(hook(trainer))
     return meta
 
 
+@contextmanager
+def _evaluation_weights(trainer: GeneratedTrainer, train: TrainIR) -> Any:
+    with ExitStack() as stack:
+        for hook in _point("evaluation_weights"):
+            stack.enter_context(hook(trainer, train))
+        yield
+
+
 def evaluation_weights(trainer: GeneratedTrainer, train: TrainIR) -> AbstractContextManager[None]:
     """The weights the eval stage runs on, in place inside the block (the EMA shadows when train.ema.eval)."""
-    return ema.evaluation_weights(trainer, train)
+    return _evaluation_weights(trainer, train)
 
 
 def loss_scalars(trainer: GeneratedTrainer, terms: tuple[LossTermIR, ...], loss: float) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """The checkpoint-key scheme: every training-state variable's path, in one place.
 
 collections.yaml, the generated `state_by_path()`, checkpoints, `specgen export` (EMA weights)
-and restore maps all name training state by these paths, so they are spelled only here.
+and restore maps all name training state by these paths, so they are spelled only here, but for the
+keys of a training feature that keeps them in its own module (kinds/features/precision.py KEYS).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
 EMA = "ema"
 METRICS = "metrics"
 PRUNING = "pruning"
-# train.precision: mixed_float16's dynamic loss scale, its run of finite updates and its count of skipped ones.
-LOSS_SCALE = ("loss_scale/scale", "loss_scale/good_steps", "loss_scale/skipped_updates")
 
 
 def learning_rate(optimizer: str) -> str:

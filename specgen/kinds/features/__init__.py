@@ -1,52 +1,73 @@
 """The training-feature registry: one module per feature, each with a `FEATURE` (base.FeatureDef).
 
-Modules are found by listing the package. `ORDER` is the one list a new feature edits: the order in
-which the skeleton (templates/tf/train.py.j2) renders features at a shared hook point (accumulators
-before EMA shadows before target copies before pruning masks, as train.py has always read).
+Modules are found by listing the package, and so is their order: each FeatureDef names the features it
+comes `after`, and `PIPELINE` is that partial order made total (ties broken by name): the order in which
+the skeleton (templates/tf/train.py.j2) renders features at a shared hook point, and the runtime calls
+their hooks (specgen/runtime/hooks.py). Like Keras' optimizer apply(): gradients accumulated, then
+unscaled (precision), clipped, decayed, applied; then EMA shadows, target copies and pruning masks follow.
 Which features combine, and why not where they do not: compat.py; how two combine: interactions.py.
 """
 
 from __future__ import annotations
 
+import graphlib
 import importlib
 import pkgutil
 from typing import Any
 
-from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction
+from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction, StateRow
 from specgen.kinds.features.interactions import INTERACTIONS
 
-__all__ = ["HOOKS", "INTERACTIONS", "ORDER", "REGISTRY", "REPLACING", "FeatureDef", "Interaction", "active"]
+__all__ = ["HOOKS", "INTERACTIONS", "ORDER", "PIPELINE", "REGISTRY", "REPLACING", "FeatureDef", "Interaction",
+           "StateRow", "active"]
 
-ORDER = ("levenberg_marquardt", "accumulate", "clip", "weight_decay", "ema", "targets", "pruning", "loss_terms",
-         "distribute", "probe")
-# Spec-level settings that plug into the skeleton's hooks like a feature but are not rows of the pairwise
-# compatibility table: train.precision combines with every feature but levenberg_marquardt, and its refusals
-# are its own (specgen/ir/training/precision.py). Each module holds a `SETTING` (base.FeatureDef).
-SETTINGS = ("precision",)
-NOT_FEATURES = ("base", "compat", "interactions", *SETTINGS)
-# Where the settings render among the features at a shared hook: precision unscales the gradients in apply()
-# after accumulation and before clipping and every update.
-RENDER_ORDER = ("levenberg_marquardt", "accumulate", "precision", *ORDER[2:])
+NOT_FEATURES = ("base", "compat", "interactions")
 
 
-def _collect() -> dict[str, FeatureDef]:
+def _load() -> dict[str, FeatureDef]:
+    """Every module's definition: a `FEATURE` (a row of compat.py's table) or a `SETTING` (a spec-level
+    setting that plugs into the hooks like a feature and keeps its own refusals: train.precision)."""
     found = sorted(m.name for m in pkgutil.iter_modules(__path__)
                    if m.name not in NOT_FEATURES and not m.name.startswith("_"))
-    missing = [name for name in found if name not in ORDER]
-    if missing:
-        raise RuntimeError(f"feature module(s) {missing} have no place in specgen/kinds/features ORDER")
-    features = {}
-    for name in ORDER:
-        feature = importlib.import_module(f"{__name__}.{name}").FEATURE
+    defs = {}
+    for name in found:
+        module = importlib.import_module(f"{__name__}.{name}")
+        feature = getattr(module, "FEATURE", None) or module.SETTING
         if feature.name != name:
             raise RuntimeError(f"specgen/kinds/features/{name}.py defines feature '{feature.name}'")
-        features[name] = feature
-    return features
+        defs[name] = feature
+    return defs
 
 
-REGISTRY: dict[str, FeatureDef] = _collect()
-SETTING_DEFS: dict[str, FeatureDef] = {name: importlib.import_module(f"{__name__}.{name}").SETTING
-                                       for name in SETTINGS}
+def _pipeline(defs: dict[str, FeatureDef]) -> tuple[str, ...]:
+    """The `after` partial order made total: of the features whose predecessors are placed, the first by name."""
+    unknown = {(f.name, a) for f in defs.values() for a in f.after if a not in defs}
+    if unknown:
+        raise RuntimeError(f"features placed after unknown ones: {sorted(unknown)}")
+    sorter = graphlib.TopologicalSorter({f.name: f.after for f in defs.values()})
+    sorter.prepare()  # raises graphlib.CycleError on a cycle
+    order: list[str] = []
+    ready: list[str] = []
+    while sorter.is_active():
+        ready = sorted([*ready, *sorter.get_ready()])
+        order.append(ready.pop(0))
+        sorter.done(order[-1])
+    return tuple(order)
+
+
+_DEFS = _load()
+PIPELINE: tuple[str, ...] = _pipeline(_DEFS)
+PIPELINE_DEFS: tuple[FeatureDef, ...] = tuple(_DEFS[name] for name in PIPELINE)
+SETTINGS = tuple(name for name in PIPELINE
+                 if not hasattr(importlib.import_module(f"{__name__}.{name}"), "FEATURE"))
+# The rows of compat.py's table, in pipeline order.
+ORDER = tuple(name for name in PIPELINE if name not in SETTINGS)
+REGISTRY: dict[str, FeatureDef] = {name: _DEFS[name] for name in ORDER}
+
+
+def state_rows(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
+    """The training state the features add (their `variables`), in pipeline order (training: TrainingIR)."""
+    return [row for f in PIPELINE_DEFS if f.variables for row in f.variables(training, trainable, shapes)]
 
 
 def active(ir: Any) -> tuple[FeatureDef, ...]:
@@ -55,9 +76,8 @@ def active(ir: Any) -> tuple[FeatureDef, ...]:
 
 
 def rendered(ir: Any) -> tuple[FeatureDef, ...]:
-    """What renders into the trainer skeleton: the active features and settings, in RENDER_ORDER."""
-    defs = REGISTRY | SETTING_DEFS
-    return tuple(defs[name] for name in RENDER_ORDER if defs[name].enabled(ir))
+    """What renders into the trainer skeleton: the active features and settings, in PIPELINE order."""
+    return tuple(f for f in PIPELINE_DEFS if f.enabled(ir))
 
 
 def markdown() -> str:
@@ -82,8 +102,7 @@ def refusal(ir: Any, beside: str) -> str | None:
     for name, feature in compat.FEATURE_OF.items():
         if feature in names and not compat.allowed(name, beside):
             return compat.message(name, beside)
-    for setting in SETTINGS:  # settings keep their own refusals (not rows of the table)
-        module = importlib.import_module(f"{__name__}.{setting}")
-        if SETTING_DEFS[setting].enabled(ir) and (why := module.refusal(ir, beside)) is not None:
-            return str(why)
+    for feature in PIPELINE_DEFS:  # settings keep their own refusals (not rows of the table)
+        if feature.refusal and feature.enabled(ir) and (why := feature.refusal(ir, beside)) is not None:
+            return why
     return None

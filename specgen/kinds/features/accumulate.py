@@ -18,4 +18,5 @@ FEATURE = FeatureDef(
     context="specgen.render.train_plan.accumulate_context",
     step="tf/steps/accumulate.py.j2",
     runtime=("specgen.runtime.placement.replicas.Replicas.accumulated_updates",),
+    after=("levenberg_marquardt",),  # its step sums micro-batches; apply() then sees the summed gradients
 )

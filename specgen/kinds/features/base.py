@@ -38,6 +38,8 @@ HOOKS = (
 # Hooks whose macro replaces the skeleton's default instead of adding to it: at most one active feature
 # may render each (tests/test_features_registry.py checks that two such features never combine).
 REPLACING = ("loss", "apply", "learning_rate", "ema_variables")
+# One row of training state: (checkpoint key, shape, dtype, collections).
+StateRow = tuple[str, tuple[int, ...], str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,20 @@ class FeatureDef:
     lib: tuple[str, ...] = ()  # specgen.runtime.lib modules train.py imports on the shared line
     runtime: tuple[str, ...] = ()  # dotted names of its runtime functions
     report: str | None = None  # dotted name of its `specgen report` section, if it has one
+    # Its place in the one ordered pipeline (kinds/features/__init__.py PIPELINE): the features it comes
+    # after, at every shared hook of the skeleton and every runtime point (ties: by name).
+    after: tuple[str, ...] = ()
+    # Its typed render plan: a function of the ModelIR returning a frozen dataclass whose fields are its
+    # partial's context (instead of `context`); a `gradient_options` field is added to the step's tape call.
+    plan: Callable[[Any], Any] | None = None
+    # The training state it adds to the IR's collections: a function of (TrainingIR, trainable paths,
+    # shapes by path) returning (key, shape, dtype, collections) rows, in pipeline order after the optimizers'.
+    variables: Callable[[Any, list[str], dict[str, tuple[int, ...]]], list[StateRow]] | None = None
+    # Runtime points (specgen/runtime/hooks.py RUNTIME_POINTS) -> dotted names of its functions there.
+    runtime_hooks: tuple[tuple[str, str], ...] = ()
+    # Why it does not combine with `beside`, a feature a command adds (settings: their own refusals,
+    # not rows of compat.py's table); None when it does.
+    refusal: Callable[[Any, str], str | None] | None = None
 
 
 @dataclass(frozen=True)

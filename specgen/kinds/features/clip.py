@@ -12,4 +12,5 @@ FEATURE = FeatureDef(
     hooks=("before_update", "optimizer_gradients"),
     context="specgen.render.train_plan.clip_context",
     runtime=("specgen.runtime.lib.optimizers.clip",),
+    after=("precision",),  # clips unscaled gradients
 )

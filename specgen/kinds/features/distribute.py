@@ -9,4 +9,5 @@ FEATURE = FeatureDef(
     enabled=lambda ir: ir.training.train.distribute.distributed,
     ir="specgen.ir.training.distribute.build_distribute (DistributeIR)",
     runtime=("specgen.runtime.placement.replicas", "specgen.runtime.lib.optimizers.all_reduce"),
+    after=("loss_terms",),  # runtime placement around the whole step
 )

@@ -13,4 +13,7 @@ FEATURE = FeatureDef(
     hooks=("init", "after_step", "ema_variables", "state"),
     context="specgen.render.train_plan.ema_context",
     runtime=("specgen.runtime.lib.optimizers.ema",),
+    after=("weight_decay",),  # averages the weights after every update
+    runtime_hooks=(("after_restore", "specgen.runtime.lib.ema.after_restore"),
+                   ("evaluation_weights", "specgen.runtime.lib.ema.evaluation_weights")),
 )

@@ -22,4 +22,5 @@ FEATURE = FeatureDef(
     context="specgen.render.loss_plan.terms_context",
     runtime=("specgen.runtime.lib.losses",),
     report="specgen.report.loss_terms.loss_table",
+    after=("pruning",),  # the loss: its own hooks, after the update stages
 )

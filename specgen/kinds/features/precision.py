@@ -1,17 +1,26 @@
 """`train.precision: mixed_float16 | mixed_bfloat16`: compute in a reduced type, variables kept float32.
 
 A setting, not a row of the pairwise feature table (kinds/features/__init__.py SETTINGS): it renders at the
-skeleton's hooks like a feature and combines with every feature but levenberg_marquardt.
+skeleton's hooks like a feature and combines with every feature but levenberg_marquardt. Everything of it
+but its spec key (spec/training.py), the validate refusals (specgen/ir/training/precision.py) and its runtime
+library lives here: its checkpoint keys, its training state, its render plan.
 
 The model is called through specgen.runtime.lib.precision.CastModel (float32 variables read as casts,
 normalizations in float32, outputs back in float32 for the losses); under mixed_float16 the step scales the
 loss, apply() unscales once and skips the whole update on non-finite gradients (templates/tf/features/precision.py.j2).
-Its refusals (Levenberg-Marquardt, ops that cannot run in the reduced type): specgen/ir/training/precision.py.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
 from typing import Any
 
-from specgen.kinds.features.base import FeatureDef
+from specgen.kinds.features.base import FeatureDef, StateRow
+from specgen.kinds.ops import op_def
+
+# mixed_float16's dynamic loss scale, its run of finite updates and its count of skipped ones.
+KEYS = ("loss_scale/scale", "loss_scale/good_steps", "loss_scale/skipped_updates")
+DTYPES = ("float32", "int64", "int64")  # KEYS'
 
 
 def refusal(ir: Any, beside: str) -> str | None:
@@ -23,17 +32,51 @@ def refusal(ir: Any, beside: str) -> str | None:
     return None
 
 
+def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
+    """The loss scale's state (mixed_float16 only), in the optimizer collection."""
+    if training.train is None or training.train.precision != "mixed_float16":
+        return []
+    return [(key, (), dtype, ("optimizer",)) for key, dtype in zip(KEYS, DTYPES, strict=True)]
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """templates/tf/features/precision.py.j2's context."""
+
+    precision: str
+    compute: str  # float16 or bfloat16
+    keep: tuple[str, ...]  # variables read as they are, not cast: their layers compute in float32
+    scaling: bool  # mixed_float16: dynamic loss scaling
+    scale_keys: tuple[str, ...]
+    # mixed_float16: the tape starts the backward pass from the loss scale instead of 1 (the scaled loss's
+    # gradients); added to the step's tape.gradient call.
+    gradient_options: str
+
+
+def plan(ir: Any) -> PrecisionPlan:
+    """The render plan of a spec under a mixed policy (ir: its ModelIR)."""
+    precision = ir.training.train.precision
+    scaling = precision == "mixed_float16"
+    # Layers that compute in float32 under a mixed policy (OpDef.compute_dtype; runtime/lib/layers.py's in_float32).
+    keep = tuple(v.path for n in ir.nodes if op_def(n.op).compute_dtype == "float32" for v in n.variables.values())
+    return PrecisionPlan(precision, precision.removeprefix("mixed_"), keep, scaling, KEYS,
+                         ", output_gradients=self.loss_scale.read_value()" if scaling else "")
+
+
 SETTING = FeatureDef(
     name="precision",
     doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
     spec_keys=("train.precision",),
     enabled=lambda ir: ir.training.train.precision != "float32",
-    ir="specgen.ir.training.build._train (TrainIR.precision)",
-    state=("specgen.ir.training.keys.LOSS_SCALE",),
+    ir="specgen.ir.training.precision.check",
+    state=("specgen.kinds.features.precision.KEYS",),
     partial="tf/features/precision.py.j2",
     hooks=("init", "before_update", "methods", "state"),
-    context="specgen.render.train_plan.precision_context",
     lib=("precision",),
     runtime=("specgen.runtime.lib.precision.CastModel", "specgen.runtime.lib.precision.unscale",
              "specgen.runtime.lib.precision.adjust", "specgen.runtime.lib.precision.guarded"),
+    after=("accumulate",),  # unscales the accumulated gradients once, before any stage reads them
+    plan=plan,
+    variables=variables,
+    refusal=refusal,
 )

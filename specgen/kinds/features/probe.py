@@ -11,4 +11,5 @@ FEATURE = FeatureDef(
     partial="tf/features/probe.py.j2",
     hooks=("step_methods",),
     runtime=("specgen.runtime.commands.probe",),
+    after=("distribute",),  # reads the step as every other feature left it
 )

@@ -16,4 +16,8 @@ FEATURE = FeatureDef(
     runtime=("specgen.runtime.lib.pruning.update_masks", "specgen.runtime.lib.pruning.apply_masks",
              "specgen.runtime.pruning_state"),
     report="specgen.report.pruning.pruning_table",
+    after=("targets",),  # masks re-applied last, after everything that moves weights
+    runtime_hooks=(("restore_targets", "specgen.runtime.pruning_state.mask_targets"),
+                   ("restore_variables", "specgen.runtime.pruning_state.mask_variables"),
+                   ("restore_weights", "specgen.runtime.lib.pruning.after_restore")),
 )

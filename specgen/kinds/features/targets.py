@@ -14,4 +14,7 @@ FEATURE = FeatureDef(
     runtime=("specgen.runtime.lib.target_networks.copy", "specgen.runtime.lib.target_networks.soft",
              "specgen.runtime.lib.target_networks.hard"),
     report="specgen.report.targets.targets_table",
+    after=("ema",),  # copies follow the updated weights
+    runtime_hooks=(("after_restore", "specgen.runtime.lib.target_networks.after_restore"),
+                   ("checkpoint_meta", "specgen.runtime.lib.target_networks.checkpoint_meta")),
 )

@@ -11,4 +11,5 @@ FEATURE = FeatureDef(
     partial="tf/features/weight_decay.py.j2",
     hooks=("optimizer_init", "optimizer_update"),
     runtime=("specgen.runtime.lib.optimizers.weight_decay",),
+    after=("clip",),  # decays beside the clipped update
 )
