@@ -2,7 +2,7 @@
 
 Spec mistakes (SpecError), op rules (OpError), Keras imports (ImportProblem, KerasFileError,
 UnsafeKerasFile), data and inputs (DataError, InputError), checkpoints (Unreadable), paths specgen
-refuses (UnsafePathError), the server's repository and requests (RepositoryError, TextProtoError,
+refuses (UnsafePathError), the server's repository and requests (RepositoryError,
 ProtocolError, Refused) and a generated file failing its own check (RenderError, a specgen bug) all
 derive from SpecgenError, so the CLI catches them in one place and a library caller can too.
 Classes that were ValueError or OSError keep that base beside this one: code that catches those

@@ -20,7 +20,7 @@ from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.runtime.commands import tfjob
 from specgen.runtime.triton import config_text
-from specgen.serve.textproto import parse
+from specgen.serve.repository import read_message
 from specgen.spec.load import load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_every_generated_header_holds_a_hostile_file_name_on_one_line(tmp_path: 
     onnx.parser.parse_model(files["model.onnx.txt"])
     config = config_text(ir)
     _check_header(config, "specgen export --triton")
-    assert parse(config)["name"] == ["digits_mlp"]
+    assert read_message(config).name == "digits_mlp"  # Triton's ModelConfig, as specgen serve reads it
     manifest = tfjob.render(tfjob.Job(HOSTILE, "registry.example/train:1"), "digits_mlp")
     _check_header(manifest, "specgen train --emit tfjob")
     job = yaml.safe_load(manifest)  # one document, nothing injected: the path is only in the command

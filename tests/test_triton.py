@@ -184,3 +184,36 @@ def test_write_repository_refuses_another_specs_model(tmp_path: Path) -> None:
 def test_write_repository_bad_version(tmp_path: Path, version: int) -> None:
     with pytest.raises(ValueError, match="version"):
         write_repository(tmp_path, ir_of("digits_cnn"), exported_bytes("digits_cnn"), version=version)
+
+
+def test_export_into_an_existing_repository_adds_the_next_version(tmp_path: Path) -> None:
+    """What `specgen export --triton` does on a repository that already holds the model: the next version folder,
+    beside the others, and the model's config.pbtxt kept (here with a version_policy written by hand)."""
+    ir, model = ir_of("digits_cnn"), exported_bytes("digits_cnn")
+    folder = write_repository(tmp_path, ir, model)
+    assert (folder / "1" / "model.onnx").read_bytes() == model
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text() + "version_policy { latest { num_versions: 2 } }\n")
+    kept = config.read_text()
+    assert write_repository(tmp_path, ir, model) == folder
+    assert write_repository(tmp_path, ir, model) == folder
+    assert sorted(p.name for p in folder.iterdir()) == ["1", "2", "3", "config.pbtxt"]
+    assert (folder / "3" / "model.onnx").read_bytes() == model
+    assert config.read_text() == kept
+    assert parse(kept).version_policy.latest.num_versions == 2
+
+
+def test_a_next_version_with_other_tensors_is_refused(tmp_path: Path) -> None:
+    """Versions share config.pbtxt: a model with other outputs (or shapes) cannot be the next one."""
+    cnn, resnet = ir_of("digits_cnn"), ir_of("digits_resnet")
+    folder = write_repository(tmp_path, cnn, exported_bytes("digits_cnn"))
+    renamed = dataclasses.replace(resnet, name="digits_cnn")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError) as caught:
+        write_repository(tmp_path, renamed, exported_bytes("digits_resnet"))
+    assert str(caught.value) == (
+        f"{folder} serves version 1 with inputs image: FLOAT [-1, 8, 8, 1]; outputs logits: FLOAT [-1, 10]; this "
+        "model has inputs image: FLOAT [-1, 8, 8, 1]; outputs logits: FLOAT [-1, 10], probabilities: FLOAT "
+        "[-1, 10]. Versions of one model share its config.pbtxt, so they must have the same inputs and outputs: "
+        f"export into another repository, or remove {folder} first")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

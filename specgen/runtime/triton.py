@@ -1,6 +1,7 @@
 """A Triton Inference Server model repository for an exported model (onnxruntime backend).
 
-Layout: `<root>/<spec name>/config.pbtxt` and `<root>/<spec name>/<version>/model.onnx`.
+Layout: `<root>/<spec name>/config.pbtxt` and `<root>/<spec name>/<version>/model.onnx`; exporting
+again into the same repository adds the next version folder (write_repository).
 No TensorFlow here. Tensor names are the ONNX graph's: inputs by input name, outputs by
 output name. With a dynamic batch, `dims` leave the batch out (Triton adds it because
 max_batch_size > 0); a graph exported with a fixed batch of 1 gets max_batch_size 0,
@@ -9,15 +10,18 @@ full dims and no dynamic batching, since Triton cannot batch requests into it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from specgen import text
-from specgen.atomic import checked_folder, refuse_links, write_atomic
+from specgen.atomic import checked_folder, read_regular, refuse_links, write_atomic
+from specgen.atomic import kind as path_kind
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
+from specgen.paths import shown
 
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8"}
 ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64,
@@ -63,8 +67,12 @@ def _check_batching(max_batch_size: int, max_queue_delay_us: int, preferred: tup
 
 
 def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int = 1000,
-                preferred: tuple[int, ...] = ()) -> str:
-    """A deterministic `config.pbtxt` serving the exported `model.onnx` with onnxruntime."""
+                preferred: tuple[int, ...] = (), parameters: Mapping[str, str] | None = None) -> str:
+    """A deterministic `config.pbtxt` serving the exported `model.onnx` with onnxruntime.
+
+    `parameters`: Triton's free-form `parameters` map (specgen_precision / specgen_verified mark a precision
+    variant, runtime/precision/verify.py); Triton shows the ones its backend does not know and ignores them.
+    """
     _check_batching(max_batch_size, max_queue_delay_us, preferred)
     lines = [text.header(ir.source, "specgen export --triton")]  # a file name can hold a newline
     if not ir.dynamic_batch and max_batch_size > 0:
@@ -87,6 +95,8 @@ def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int =
             lines.append(f"  preferred_batch_size: {_ints(sorted(set(preferred)))}")
         lines += [f"  max_queue_delay_microseconds: {max_queue_delay_us}", "}"]
     lines.append("instance_group [ { kind: KIND_AUTO count: 1 } ]")
+    lines += [f"parameters: {{ key: {_quote(k)} value: {{ string_value: {_quote(v)} }} }}"
+              for k, v in sorted((parameters or {}).items())]
     return "\n".join(lines) + "\n"
 
 
@@ -114,23 +124,93 @@ def _describe(tensors: dict[str, int]) -> str:
     return "[" + ", ".join(f"{name}: {onnx.TensorProto.DataType.Name(t)}" for name, t in tensors.items()) + "]"
 
 
-def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int = 1, **config: Any) -> Path:
-    """Write `root/<name>/<version>/model.onnx`, then `root/<name>/config.pbtxt`; return `root/<name>`.
+def _existing_versions(root: Path, folder: Path) -> list[int]:
+    """The version folders of `folder` holding a model.onnx, ascending; none when it is absent. No link is followed."""
+    real = checked_folder(root, folder, create=False)
+    if not real.is_dir():
+        return []
+    return sorted(int(p.name) for p in real.iterdir() if p.name.isascii() and p.name.isdigit() and int(p.name) > 0
+                  and path_kind(p, folder / p.name) == "folder"
+                  and path_kind(p / "model.onnx", folder / p.name / "model.onnx") == "file")
 
-    `config` goes to `config_text` (max_batch_size, max_queue_delay_us, preferred). Each file is
+
+def _signature(model_bytes: bytes) -> dict[str, dict[str, tuple[int, tuple[int, ...]]]]:
+    """A model's data inputs and its outputs: name -> (ONNX element type, dims with -1 for a named or open one)."""
+    graph = onnx.load_from_string(model_bytes).graph
+    weights = {t.name for t in graph.initializer}
+
+    def entry(value: onnx.ValueInfoProto) -> tuple[int, tuple[int, ...]]:
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim)
+        return value.type.tensor_type.elem_type, dims
+
+    return {"inputs": {v.name: entry(v) for v in graph.input if v.name not in weights},
+            "outputs": {v.name: entry(v) for v in graph.output}}
+
+
+def _describe_signature(signature: dict[str, dict[str, tuple[int, tuple[int, ...]]]]) -> str:
+    return "; ".join(f"{kind} " + ", ".join(f"{name}: {onnx.TensorProto.DataType.Name(t)} {list(dims)}"
+                                            for name, (t, dims) in tensors.items())
+                     for kind, tensors in signature.items())
+
+
+def _check_next_version(root: Path, folder: Path, newest: int, model_bytes: bytes) -> None:
+    """Raise ValueError unless `model_bytes` has the inputs and outputs of the newest version already in `folder`."""
+    path = folder / str(newest) / "model.onnx"
+    existing = read_regular(checked_folder(root, path.parent, create=False) / path.name, path)
+    try:
+        before = _signature(existing or b"")
+    except Exception as exc:  # onnx's own error types for a damaged file
+        raise ValueError(f"{shown(path)} cannot be read to compare it with the new version: {exc}") from None
+    after = _signature(model_bytes)
+    if before != after:
+        raise ValueError(f"{shown(folder)} serves version {newest} with {_describe_signature(before)}; this model has "
+                         f"{_describe_signature(after)}. Versions of one model share its config.pbtxt, so they must "
+                         "have the same inputs and outputs: export into another repository, or remove "
+                         f"{shown(folder)} first")
+
+
+def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | None = None,
+                     files: Mapping[str, bytes] | None = None, **config: Any) -> Path:
+    """Write `root/<name>/<version>/model.onnx` (and `root/<name>/config.pbtxt`); return `root/<name>`.
+
+    `version` None (what `specgen export --triton` passes): the next version of the model folder, 1 in a
+    new one. A folder that already holds versions gets the next number beside them, after a check that
+    the new model has the inputs and outputs (names, dtypes, shapes) of the newest one there (ValueError
+    otherwise, nothing written), and its config.pbtxt is kept: it describes every version, and may carry
+    settings written by hand (a version_policy serving several versions). A server polling the repository
+    then loads the new version and swaps it in (docs/serve.md). An explicit `version` writes that folder
+    and rewrites config.pbtxt.
+
+    `config` goes to `config_text` (max_batch_size, max_queue_delay_us, preferred, parameters). Each file is
     replaced atomically, the model first so a polling server never sees a config without it;
-    other version folders are left alone.
+    other version folders are left alone. `files` (name -> bytes) go into the version folder before the
+    model: a precision variant's float32 reference, gate sample and variant.json (runtime/precision/verify.py).
     """
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise ValueError(f"version must be a positive integer (Triton's version folders are numbers); received {version!r}")
     if not ir.name or ir.name in (".", "..") or "/" in ir.name or "\\" in ir.name:
         raise ValueError(f"the spec name '{ir.name}' cannot name a model folder")
     text = config_text(ir, **config)  # checks the arguments before anything is written
     check_model_matches(ir, model_bytes)
     folder = Path(root) / ir.name
-    model, config_file = folder / str(version) / "model.onnx", folder / "config.pbtxt"
-    for target in (model, config_file):  # both checked before the first write: no link below root
+    config_file = folder / "config.pbtxt"
+    keep_config = False
+    if version is None:
+        existing = _existing_versions(root, folder)
+        version = existing[-1] + 1 if existing else 1
+        if existing:
+            _check_next_version(root, folder, existing[-1], model_bytes)
+            keep_config = path_kind(checked_folder(root, folder, create=False) / "config.pbtxt", config_file) == "file"
+    model = folder / str(version) / "model.onnx"
+    extra = {folder / str(version) / name: data for name, data in (files or {}).items()}
+    if any(not name or name in (".", "..", "model.onnx") or "/" in name or "\\" in name for name in files or {}):
+        raise ValueError(f"files {sorted(files or {})} cannot all be written beside model.onnx; expected plain file names")
+    targets = (*extra, model) if keep_config else (*extra, model, config_file)
+    for target in targets:  # checked before the first write: no link below root
         refuse_links(checked_folder(root, target.parent, create=False) / target.name, target)
+    for target, data in extra.items():  # before the model: a polling server never sees a variant without them
+        write_atomic(target, data, root=root)
     write_atomic(model, model_bytes, root=root)
-    write_atomic(config_file, text.encode(), root=root)
+    if not keep_config:
+        write_atomic(config_file, text.encode(), root=root)
     return folder

@@ -1,27 +1,37 @@
-"""The Starlette application: Open Inference Protocol endpoints, /metrics, and the batchers' lifetime.
+"""The Starlette application: Open Inference Protocol endpoints, /metrics, and the lifetime of batchers and gRPC.
 
 Endpoints (KServe v2 over HTTP/JSON, as Triton serves them):
 
     GET  /v2/health/live                       200 while the process serves HTTP
-    GET  /v2/health/ready                      200 when every model is loaded and the server is not draining, else 400
+    GET  /v2/health/ready                      200 when the models are loaded and the server is not draining, else 400
     GET  /v2                                   server metadata
     GET  /v2/models/{name}[/versions/{v}]      model metadata (+ the onnxruntime provider in use)
     GET  /v2/models/{name}[/versions/{v}]/ready
     GET  /v2/models/{name}[/versions/{v}]/config   the model configuration as JSON (Triton's extension)
+    GET  /v2/models[/{name}[/versions/{v}]]/stats  inference statistics (Triton's statistics extension)
     POST /v2/models/{name}[/versions/{v}]/infer
+    POST /v2/repository/index                  the repository's models and their state (Triton's repository extension)
+    POST /v2/repository/models/{name}/load     (re)load a model (--model-control explicit)
+    POST /v2/repository/models/{name}/unload
     GET  /metrics                              Prometheus text format
 
-Errors are `{"error": message}` with 400 (bad request), 404 (unknown model, version or path),
-408 (the body did not arrive in time), 413 (body larger than the model can accept), 415,
-503 (queue full, body budget full, or draining) or 500 (onnxruntime failed on this request).
-A client that leaves before sending its whole body is counted with status 499 (`cancelled`).
+A request without a version gets the model's highest served version. Errors are `{"error": message}`
+with 400 (bad request), 404 (unknown model, version or path), 408 (the body did not arrive in time),
+413 (body larger than the model can accept), 415, 503 (queue full, body budget full, or draining) or
+500 (onnxruntime failed on this request). A client that leaves before sending its whole body is
+counted with status 499 (`cancelled`).
+
+The same Service answers gRPC (grpc_server.py): one set of versions, batchers, limits, metrics,
+statistics and logs for both protocols.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,15 +44,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from specgen import __version__
-from specgen.serve.batcher import Batcher, QueueFull, ShuttingDown
+from specgen.serve.batcher import QueueFull, ShuttingDown
+from specgen.serve.control import ModelControl, ModelSource
 from specgen.serve.errors import ProtocolError
-from specgen.serve.limits import ByteBudget, DecodeGate, body_limit, check_declared, declared_length, decompress, read_body
+from specgen.serve.limits import ENVELOPE_BYTES, ByteBudget, DecodeGate, check_declared, declared_length, decompress, read_body
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.models import ServedModel
 from specgen.serve.protocol import HEADER_LENGTH, JSON_TYPE, InferRequest, decode_request, dumps, encode_response, error_body
+from specgen.serve.registry import Registry, Version
+from specgen.serve.stats import VersionStats
 
 log = logging.getLogger("specgen.serve")
-EXTENSIONS = ["binary_tensor_data", "model_configuration"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
 REASONS = {404: "not_found", 408: "timeout", 413: "too_large", 500: "internal", 503: "overloaded"}
 CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left mid-body
 
@@ -56,6 +69,11 @@ class ServeOptions:
     `header_timeout` / `max_connections`, `max_header_bytes` / `max_headers` (request line and headers; 431
     past them) and `send_timeout` (a client that reads none of its answers for that long is disconnected)
     are enforced by the connection protocol (connection.py, server.py).
+
+    `model_control` / `poll_seconds`: the live repository (control.py). `grpc_port` (None: no gRPC; 0: any
+    free port) and the `grpc_*` bounds: the gRPC server (grpc_server.py), which also takes `max_connections`,
+    `max_header_bytes` (metadata), `header_timeout` (handshake), `send_timeout` (keepalive ping answers)
+    and `graceful_timeout` (in-flight calls on shutdown).
     """
 
     queue_size: int | None = None
@@ -69,12 +87,16 @@ class ServeOptions:
     max_header_bytes: int = 16 << 10
     max_headers: int = 100
     send_timeout: float = 10.0
-
-
-def queue_size_of(model: ServedModel, options: ServeOptions) -> int:
-    if options.queue_size is not None:
-        return options.queue_size
-    return model.config.max_queue_size or 4 * max(model.config.max_batch_size, 1)
+    model_control: str = "none"
+    poll_seconds: float = 15.0
+    grpc_port: int | None = None
+    grpc_host: str = "127.0.0.1"
+    grpc_max_streams: int = 100
+    grpc_max_rpcs: int | None = None
+    grpc_max_message_bytes: int | None = None
+    grpc_keepalive: float = 30.0
+    grpc_reuse_port: bool = False  # SO_REUSEPORT: for several worker processes serving one gRPC port
+    graceful_timeout: float | None = 30.0
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -88,16 +110,20 @@ def _error(status: int, message: str, close: bool = False) -> Response:
     return Response(error_body(message), status, headers=headers, media_type=JSON_TYPE)
 
 
-def _config_json(model: ServedModel) -> dict[str, Any]:
+def config_json(model: ServedModel) -> dict[str, Any]:
+    """The model configuration as Triton's model_configuration extension writes it (the fields served)."""
     config = model.config
 
     def tensors(items: Sequence[Any]) -> list[dict[str, Any]]:
         return [{"name": t.name, "data_type": f"TYPE_{t.datatype}", "dims": list(t.dims)}
                 | ({"reshape": {"shape": list(t.reshape)}} if t.reshape is not None else {}) for t in items]
 
+    policy = config.version_policy
+    choice = ({"latest": {"num_versions": policy.num_versions}} if policy.kind == "latest"
+              else {"all": {}} if policy.kind == "all" else {"specific": {"versions": list(policy.versions)}})
     result: dict[str, Any] = {"name": model.name, "platform": "onnxruntime_onnx", "backend": "onnxruntime",
-                              "max_batch_size": config.max_batch_size, "input": tensors(config.inputs),
-                              "output": tensors(config.outputs)}
+                              "version_policy": choice, "max_batch_size": config.max_batch_size,
+                              "input": tensors(config.inputs), "output": tensors(config.outputs)}
     if config.dynamic_batching:
         result["dynamic_batching"] = {"preferred_batch_size": list(config.preferred_batch_sizes),
                                       "max_queue_delay_microseconds": config.max_queue_delay_us}
@@ -105,52 +131,76 @@ def _config_json(model: ServedModel) -> dict[str, Any]:
 
 
 class Service:
-    """The models, their batchers and metrics, and the HTTP handlers over them."""
+    """The served versions, their batchers, metrics and statistics, the live repository, and the HTTP handlers."""
 
-    def __init__(self, models: Sequence[ServedModel], options: ServeOptions):
-        self.models = {m.name: m for m in models}
+    def __init__(self, models: Sequence[ServedModel], options: ServeOptions, source: ModelSource | None = None):
         self.options = options
         self.metrics = ServerMetrics()
         self.ready = False
-        self.batchers = {
-            m.name: Batcher(m.name, m.run, max_batch_size=m.config.max_batch_size,
-                            max_delay=m.config.max_queue_delay_us / 1e6, queue_size=queue_size_of(m, options),
-                            batching=options.batching and m.config.dynamic_batching, observer=self.metrics)
-            for m in models}
+        self.budget = ByteBudget(options.buffer_bytes)
+        self.registry = Registry(self.metrics, options.queue_size, options.batching, options.max_body_bytes,
+                                 self.budget)
+        by_name: dict[str, list[ServedModel]] = defaultdict(list)
         for m in models:
-            self.metrics.model_loaded(m.name, m.version, m.provider)
-        self.limits = {m.name: body_limit(m.config, options.max_body_bytes) for m in models}
-        largest = max((limit.bound(True) for limit in self.limits.values()), default=0)
-        self.budget = ByteBudget(max(options.buffer_bytes, largest))  # one largest body always fits
+            by_name[m.name].append(m)
+        for name, versions in by_name.items():
+            self.registry.install(name, {m.version: self.registry.version(m) for m in versions})
+        self.control = ModelControl(self.registry, source, options.model_control, options.poll_seconds)
         self.gate = DecodeGate(options.decode_threads)
+        self.grpc: Any = None  # the grpc.aio server, while it runs
+        self.grpc_port: int | None = None
+        self._grpc_stopping: asyncio.Task[None] | None = None
+
+    @property
+    def models(self) -> dict[str, dict[int, Version]]:
+        return self.registry.models
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        for batcher in self.batchers.values():
-            batcher.start()
+        self.registry.start()
+        self.control.start()
         self.ready = True
-        for model in self.models.values():
-            batcher = self.batchers[model.name]
-            log.info("serving model", extra={"fields": {
-                "event": "model_ready", "model": model.name, "version": model.version, "provider": model.provider,
-                "max_batch_size": model.config.max_batch_size, "dynamic_batching": batcher.batching,
-                "max_queue_delay_us": model.config.max_queue_delay_us, "queue_size": batcher.queue_size}})
+        for versions in self.models.values():
+            for served in versions.values():
+                model, batcher = served.model, served.batcher
+                log.info("serving model", extra={"fields": {
+                    "event": "model_ready", "model": model.name, "version": model.version, "provider": model.provider,
+                    "max_batch_size": model.config.max_batch_size, "dynamic_batching": batcher.batching,
+                    "max_queue_delay_us": model.config.max_queue_delay_us, "queue_size": batcher.queue_size}})
         try:
             yield
         finally:
-            self.ready = False
-            await asyncio.gather(*(b.close() for b in self.batchers.values()))
+            self.begin_shutdown()
+            if self._grpc_stopping is not None:
+                await self._grpc_stopping
+            await self.control.stop()
+            await self.registry.close()
             log.info("batchers drained", extra={"fields": {"event": "drained"}})
 
-    def model(self, request: Request) -> ServedModel:
-        name = request.path_params["name"]
-        model = self.models.get(name)
-        if model is None:
-            raise ProtocolError(f"unknown model '{name}'; this server serves {sorted(self.models)}", 404)
-        version = request.path_params.get("version")
-        if version is not None and version != str(model.version):
-            raise ProtocolError(f"model '{name}' has no version '{version}'; the served version is '{model.version}'", 404)
-        return model
+    async def start_grpc(self) -> None:
+        """Start the gRPC server (server.Server calls this once HTTP is bound); GrpcStartError if it cannot listen."""
+        from specgen.serve.grpc_server import start_grpc
+
+        self.grpc, self.grpc_port = await start_grpc(self)
+
+    def begin_shutdown(self) -> None:
+        """Not ready any more; gRPC takes no new calls and its calls in flight get `graceful_timeout` to finish."""
+        self.ready = False
+        if self.grpc is not None and self._grpc_stopping is None:
+            self._grpc_stopping = asyncio.get_running_loop().create_task(self.grpc.stop(self.options.graceful_timeout))
+
+    def statistics(self, name: str | None, version: str | None) -> list[VersionStats]:
+        """The statistics of one version, every version of a model, or every model (a 404 ProtocolError if unknown)."""
+        if name is None:
+            return [served.stats for versions in self.models.values() for served in versions.values()]
+        if version is None or version == "":
+            self.registry.lookup(name, None)
+            return [served.stats for served in self.models[name].values()]
+        return [self.registry.lookup(name, version).stats]
+
+    def metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        served = self.registry.lookup(name, version)
+        return served.model.metadata(list(self.models[name]))
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200)
@@ -163,32 +213,83 @@ class Service:
 
     async def model_metadata(self, request: Request) -> Response:
         try:
-            return _json(self.model(request).metadata())
+            return _json(self.metadata(request.path_params["name"], request.path_params.get("version")))
         except ProtocolError as exc:
             return _error(exc.status, exc.message)
 
     async def model_ready(self, request: Request) -> Response:
         try:
-            self.model(request)
+            self.registry.lookup(request.path_params["name"], request.path_params.get("version"))
         except ProtocolError as exc:
             return _error(exc.status, exc.message)
         return Response(status_code=200 if self.ready else 400)
 
     async def model_config(self, request: Request) -> Response:
         try:
-            return _json(_config_json(self.model(request)))
+            return _json(config_json(self.registry.lookup(request.path_params["name"],
+                                                          request.path_params.get("version")).model))
         except ProtocolError as exc:
             return _error(exc.status, exc.message)
+
+    async def model_stats(self, request: Request) -> Response:
+        try:
+            found = self.statistics(request.path_params.get("name"), request.path_params.get("version"))
+        except ProtocolError as exc:
+            return _error(exc.status, exc.message)
+        return _json({"model_stats": [stats.as_json() for stats in found]})
+
+    async def _small_json(self, request: Request) -> dict[str, Any]:
+        """The optional JSON object body of a repository request (at most 64 KiB, within the body deadline)."""
+        try:
+            async with asyncio.timeout(self.options.body_timeout):
+                body = await read_body(request.stream(), ENVELOPE_BYTES)
+        except TimeoutError:
+            raise ProtocolError(f"the request body did not arrive within {self.options.body_timeout:g} s", 408,
+                                close=True) from None
+        if not body.strip():
+            return {}
+        try:
+            value = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+            raise ProtocolError(f"malformed JSON in the request body: {exc}") from None
+        if not isinstance(value, dict):
+            raise ProtocolError("the request body must be a JSON object")
+        return value
+
+    async def repository_index(self, request: Request) -> Response:
+        try:
+            body = await self._small_json(request)
+        except ProtocolError as exc:
+            return _error(exc.status, exc.message, exc.close)
+        return _json(self.control.index(body.get("ready") is True))
+
+    async def repository_load(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            parameters = (await self._small_json(request)).get("parameters") or {}
+            check_load_parameters(parameters)
+            await self.control.load(name)
+        except ProtocolError as exc:
+            return _error(exc.status, exc.message, exc.close)
+        return Response(status_code=200)
+
+    async def repository_unload(self, request: Request) -> Response:
+        try:
+            await self._small_json(request)
+            await self.control.unload(request.path_params["name"])
+        except ProtocolError as exc:
+            return _error(exc.status, exc.message, exc.close)
+        return Response(status_code=200)
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=self.metrics.content_type)
 
-    async def _decoded(self, request: Request, model: ServedModel) -> InferRequest:
+    async def _decoded(self, request: Request, served: Version) -> InferRequest:
         """Read the body within its bound, budget and deadline, then decode it (large bodies in a thread)."""
         header_length = request.headers.get(HEADER_LENGTH)
         declared = declared_length(request.headers.get("content-length"))
         encoding = request.headers.get("content-encoding", "").strip().lower()
-        bound = check_declared(declared, header_length, self.limits[model.name])
+        bound = check_declared(declared, header_length, served.limit)
         plain = encoding in ("", "identity")  # a compressed body may inflate to the bound
         async with self.budget.hold(declared if plain and declared is not None else bound):
             try:
@@ -199,23 +300,26 @@ class Service:
                                     408, close=True) from None
             body = decompress(body, encoding, bound)
             try:
-                return await self.gate.run(len(body), decode_request, body, header_length, model.config)
+                return await self.gate.run(len(body), decode_request, body, header_length, served.model.config)
             except ProtocolError:
                 raise
             except Exception as exc:  # a bug: the request is still answered, and logged with its traceback
-                log.error("cannot decode request", exc_info=True, extra={"fields": {"event": "error", "model": model.name}})
+                log.error("cannot decode request", exc_info=True,
+                          extra={"fields": {"event": "error", "model": served.model.name}})
                 raise ProtocolError(f"the server failed to read this request ({type(exc).__name__})", 500) from None
 
     async def _answer(self, request: Request, outcome: dict[str, Any]) -> Response:
-        """The response to an inference request; `outcome` gets its status, reason, message, id and rows."""
+        """The response to an inference request; `outcome` gets its status, reason, message, id, rows and version."""
         try:
-            model = self.model(request)
-            checked = await self._decoded(request, model)
-            outcome.update(id=checked.id, rows=checked.rows)
-            if (too_long := model.too_long(checked.inputs)) is not None:
-                raise ProtocolError(too_long)
-            outputs = await self.batchers[model.name].submit(checked.inputs, checked.rows, checked.id)
-            content, headers = encode_response(model.config, model.version, checked, outputs)
+            with self.registry.use(request.path_params["name"], request.path_params.get("version")) as served:
+                outcome["served"] = served
+                checked = await self._decoded(request, served)
+                outcome.update(id=checked.id, rows=checked.rows)
+                model = served.model
+                if (too_long := model.too_long(checked.inputs)) is not None:
+                    raise ProtocolError(too_long)
+                outputs = await served.batcher.submit(checked.inputs, checked.rows, checked.id)
+                content, headers = encode_response(model.config, model.version, checked, outputs)
             outcome.update(status=200, reason=None)
             return Response(content, 200, headers=headers)
         except ProtocolError as exc:
@@ -231,32 +335,49 @@ class Service:
         return _error(min(outcome["status"], 503), outcome["message"])
 
     async def infer(self, request: Request) -> Response:
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         name = request.path_params["name"]
         series = self.metrics.model(name)
-        outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": None, "rows": 0}
+        outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": None, "rows": 0,
+                                   "served": None}
         if series.known:
             series.in_flight.inc()
         try:
             return await self._answer(request, outcome)
         finally:
-            seconds = time.perf_counter() - started
-            series.answered(outcome["status"], seconds, outcome["reason"])
-            if series.known:
-                series.in_flight.dec()
-            _log_infer(name, outcome, seconds)
+            ns = time.perf_counter_ns() - started
+            finished(series, outcome, ns, "http")
 
 
-def _log_infer(name: str, outcome: dict[str, Any], seconds: float) -> None:
-    """One line per failed request (errors at error level); answered ones are in their batch's line, or at debug."""
+def finished(series: Any, outcome: dict[str, Any], ns: int, protocol: str) -> None:
+    """An inference request answered (or abandoned): metrics, statistics and its log line."""
     status = outcome["status"]
+    series.answered(status, ns / 1e9, outcome["reason"], protocol)
+    if series.known:
+        series.in_flight.dec()
+    served = outcome["served"]
+    if served is not None:
+        served.stats.answered(status == 200, ns)
     level = logging.DEBUG if status == 200 else logging.ERROR if status == 500 else logging.INFO
-    if log.isEnabledFor(level):
-        fields = {"event": "infer", "model": name, "id": outcome["id"], "status": status, "rows": outcome["rows"],
-                  "latency_ms": round(seconds * 1000, 3)}
+    if log.isEnabledFor(level):  # one line per failed request; answered ones are in their batch's line, or at debug
+        fields = {"event": "infer", "protocol": protocol, "model": series.model,
+                  "version": served.model.version if served is not None else None, "id": outcome["id"],
+                  "status": status, "rows": outcome["rows"], "latency_ms": round(ns / 1e6, 3)}
+        if outcome.get("code") is not None:
+            fields["code"] = outcome["code"]
         if outcome["message"] is not None:
             fields["error"] = outcome["message"]
         log.log(level, "infer", extra={"fields": fields})
+
+
+def check_load_parameters(parameters: Any) -> None:
+    """Triton's load may carry a config or model files to write; this server loads what the repository holds."""
+    if not isinstance(parameters, dict):
+        raise ProtocolError("'parameters' of a load request must be an object")
+    overrides = sorted(k for k in parameters if k == "config" or str(k).startswith("file:"))
+    if overrides:
+        raise ProtocolError(f"load parameters {overrides} are not supported: this server loads the model as the "
+                            "repository holds it (write config.pbtxt and the version folder, then load)")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -265,9 +386,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(500, "internal server error")
 
 
-def create_app(models: Sequence[ServedModel], options: ServeOptions | None = None) -> Starlette:
-    """The ASGI application serving `models` (loaded with `specgen.serve.models.load_repository`)."""
-    service = Service(models, options or ServeOptions())
+def create_app(models: Sequence[ServedModel], options: ServeOptions | None = None,
+               source: ModelSource | None = None) -> Starlette:
+    """The ASGI application serving `models` (from `specgen.serve.models.load_repository`; several versions of a
+    model are several entries). `source` (the repository, provider, threads) is needed for --model-control
+    poll / explicit, which load from it while serving."""
+    service = Service(models, options or ServeOptions(), source)
     prefixes = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
     routes = [Route(prefix + "/infer", service.infer, methods=["POST"]) for prefix in prefixes]  # the hot path first
     routes += [
@@ -275,12 +399,17 @@ def create_app(models: Sequence[ServedModel], options: ServeOptions | None = Non
         Route("/v2/health/ready", service.ready_check, methods=["GET"]),
         Route("/v2", service.server_metadata, methods=["GET"]),
         Route("/metrics", service.metrics_text, methods=["GET"]),
+        Route("/v2/models/stats", service.model_stats, methods=["GET"]),  # before /v2/models/{name}
+        Route("/v2/repository/index", service.repository_index, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", service.repository_load, methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", service.repository_unload, methods=["POST"]),
     ]
     for prefix in prefixes:
         routes += [
             Route(prefix, service.model_metadata, methods=["GET"]),
             Route(prefix + "/ready", service.model_ready, methods=["GET"]),
             Route(prefix + "/config", service.model_config, methods=["GET"]),
+            Route(prefix + "/stats", service.model_stats, methods=["GET"]),
         ]
     app = Starlette(routes=routes, lifespan=service.lifespan, exception_handlers={HTTPException: _http_error})
     app.state.service = service

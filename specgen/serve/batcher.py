@@ -8,7 +8,11 @@ requests; the rows that pile up meanwhile form the next batch. At most `queue_si
 wait (queued or gathered, not yet running): beyond that `submit` raises QueueFull at once.
 
 A batch that fails in onnxruntime is retried one request at a time, so a request can only fail
-itself, never the requests it was batched with.
+itself, never the requests it was batched with. A request whose caller has gone (a gRPC deadline
+passed, the call was cancelled) is dropped from the queue instead of run.
+
+Each run is timed in the worker thread (joining the inputs, the onnxruntime run, splitting the
+outputs) and reported with each request's time in the queue to the version's statistics (stats.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from specgen.serve.stats import BatchTimes, VersionStats
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("specgen.serve")
@@ -81,14 +87,15 @@ class Batcher:
     """Queue, batch and run one model's requests: `await batcher.submit(inputs, rows)` -> its outputs."""
 
     def __init__(self, model: str, run: Callable[[Arrays], Arrays], *, max_batch_size: int, max_delay: float,
-                 queue_size: int, batching: bool = True, observer: BatchObserver | None = None):
+                 queue_size: int, batching: bool = True, observer: BatchObserver | None = None,
+                 stats: VersionStats | None = None, version: int | None = None):
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1; received {queue_size}")
         self.model, self.run = model, run
         self.max_batch_size = max(max_batch_size, 1)
         self.max_delay, self.queue_size = max_delay, queue_size
         self.batching = batching and max_batch_size > 1
-        self.observer = observer
+        self.observer, self.stats, self.version = observer, stats, version
         self._queue: deque[_Job] = deque()
         self._gathered = 0  # jobs taken from the queue into the batch being formed
         self._wakeup = asyncio.Event()
@@ -132,6 +139,15 @@ class Batcher:
         if self.observer is not None:
             self.observer.queue_depth(self.model, self.waiting)
 
+    def _drop_abandoned(self) -> None:
+        """Requests whose caller has gone (their future cancelled) leave the head of the queue unrun."""
+        dropped = 0
+        while self._queue and self._queue[0].future.done():
+            self._queue.popleft()
+            dropped += 1
+        if dropped:
+            self._report_depth()
+
     async def _wait(self, timeout: float | None) -> bool:
         """Wait for a new request (or closing) up to `timeout` seconds; False on timeout."""
         self._wakeup.clear()
@@ -147,6 +163,7 @@ class Batcher:
         self._gathered, rows = 1, jobs[0].rows
         deadline = jobs[0].enqueued + self.max_delay
         while self.batching and rows < self.max_batch_size:
+            self._drop_abandoned()
             if self._queue:
                 if rows + self._queue[0].rows > self.max_batch_size or not _joinable(jobs[0], self._queue[0]):
                     break
@@ -161,24 +178,36 @@ class Batcher:
 
     async def _collect(self) -> None:
         while True:
+            self._drop_abandoned()
             while not self._queue:
                 if self._closing:
                     return
                 await self._wait(None)
+                self._drop_abandoned()
             jobs = await self._gather()
             self._gathered = 0
             self._report_depth()
-            await self._run(jobs)
+            jobs = [job for job in jobs if not job.future.done()]  # gone while the batch was gathered
+            if jobs:
+                await self._run(jobs)
 
-    def _run_batch(self, jobs: list[_Job]) -> list[Arrays]:
-        """In the worker thread: join the inputs, run the model once, split the outputs."""
-        return _split(self.run(_join(jobs)), jobs)
+    def _run_batch(self, jobs: list[_Job]) -> tuple[list[Arrays], BatchTimes, float]:
+        """In the worker thread: join the inputs, run the model once, split the outputs; each step timed."""
+        started = time.monotonic()
+        t0 = time.perf_counter_ns()
+        joined = _join(jobs)
+        t1 = time.perf_counter_ns()
+        outputs = self.run(joined)
+        t2 = time.perf_counter_ns()
+        results = _split(outputs, jobs)
+        t3 = time.perf_counter_ns()
+        return results, BatchTimes(sum(job.rows for job in jobs), t1 - t0, t2 - t1, t3 - t2), started
 
     async def _run(self, jobs: list[_Job]) -> None:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
-            results = await loop.run_in_executor(self._executor, self._run_batch, jobs)
+            results, times, began = await loop.run_in_executor(self._executor, self._run_batch, jobs)
         except Exception as exc:
             if len(jobs) == 1:
                 self._settle(jobs[0], None, exc)
@@ -190,12 +219,15 @@ class Batcher:
                 await self._run([job])
             return
         seconds = time.perf_counter() - started
-        rows = sum(job.rows for job in jobs)
+        rows = times.rows
         if self.observer is not None:
             self.observer.batch(self.model, len(jobs), rows, seconds)
+        if self.stats is not None:
+            self.stats.executed(times, [int((began - job.enqueued) * 1e9) for job in jobs])
         if log.isEnabledFor(logging.INFO):
-            log.info("batch", extra={"fields": {"event": "batch", "model": self.model, "requests": len(jobs), "rows": rows,
-                                                "run_ms": round(seconds * 1000, 3), "ids": [job.id for job in jobs]}})
+            log.info("batch", extra={"fields": {"event": "batch", "model": self.model, "version": self.version,
+                                                "requests": len(jobs), "rows": rows, "run_ms": round(seconds * 1000, 3),
+                                                "ids": [job.id for job in jobs]}})
         for job, result in zip(jobs, results, strict=True):
             self._settle(job, result, None)
 

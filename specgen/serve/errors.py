@@ -10,8 +10,9 @@ class ProtocolError(SpecgenError):
 
     `close`: the body was not read (refused on its headers, too large, too slow), so the
     connection is closed after the answer rather than reading and discarding the rest.
+    `grpc_code`: the gRPC status code name where it is not the one `status` maps to (grpc_server.py).
     """
 
-    def __init__(self, message: str, status: int = 400, *, close: bool = False):
+    def __init__(self, message: str, status: int = 400, *, close: bool = False, grpc_code: str | None = None):
         super().__init__(message)
-        self.message, self.status, self.close = message, status, close
+        self.message, self.status, self.close, self.grpc_code = message, status, close, grpc_code

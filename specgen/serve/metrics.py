@@ -1,4 +1,10 @@
-"""Prometheus metrics of one server, in its own registry (several servers may share a process, as in tests)."""
+"""Prometheus metrics of one server, in its own registry (several servers may share a process, as in tests).
+
+Series are per model, not per version: the versions of a model served at once (version_policy) add into
+one series, and a version swapped in continues its model's series. Per-version figures are in the
+statistics extension (stats.py). gRPC requests are counted with the HTTP status of the same outcome
+(INVALID_ARGUMENT 400, NOT_FOUND 404, ...) and `protocol="grpc"`.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ class ModelMetrics:
 
     def __init__(self, metrics: ServerMetrics, model: str):
         self._metrics, self.model = metrics, model
-        self._requests: dict[int, Counter] = {}
+        self._requests: dict[tuple[int, str], Counter] = {}
         self._failures: dict[str, Counter] = {}
         self.known = model != UNKNOWN_MODEL  # requests for unknown models are only counted
         if self.known:
@@ -25,10 +31,10 @@ class ModelMetrics:
             self.depth = metrics.depth.labels(model)
             self.in_flight = metrics.in_flight.labels(model)
 
-    def answered(self, status: int, seconds: float, reason: str | None) -> None:
-        counter = self._requests.get(status)
+    def answered(self, status: int, seconds: float, reason: str | None, protocol: str = "http") -> None:
+        counter = self._requests.get((status, protocol))
         if counter is None:
-            counter = self._requests[status] = self._metrics.requests.labels(self.model, str(status))
+            counter = self._requests[status, protocol] = self._metrics.requests.labels(self.model, protocol, str(status))
         counter.inc()
         if reason is not None:
             failures = self._failures.get(reason)
@@ -47,11 +53,12 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("specgen_requests", "Inference requests answered, by model and HTTP status.",
-                                ["model", "status"], registry=r)
+        self.requests = Counter("specgen_requests", "Inference requests answered, by model, protocol (http, grpc) and "
+                                "HTTP status (gRPC codes as the HTTP status of the same outcome).",
+                                ["model", "protocol", "status"], registry=r)
         self.failures = Counter("specgen_request_failures", "Inference requests not answered with 200, by model and "
                                 "reason (not_found, invalid, too_large, timeout, overloaded, queue_full, "
-                                "shutting_down, inference, internal, cancelled).",
+                                "shutting_down, inference, internal, cancelled, deadline).",
                                 ["model", "reason"], registry=r)
         self.batch_rows = Histogram("specgen_batch_size", "Rows (examples) per onnxruntime run.", ["model"],
                                     buckets=BATCH_BUCKETS, registry=r)
@@ -66,6 +73,9 @@ class ServerMetrics:
                                ["model"], registry=r)
         self.info = Gauge("specgen_model_info", "Served models: version and onnxruntime provider (value 1).",
                           ["model", "version", "provider"], registry=r)
+        self.loads = Counter("specgen_model_loads", "Model versions loaded while serving (result=loaded), refused "
+                             "(result=refused: failed to load, warm up, or match config.pbtxt) and unloaded.",
+                             ["model", "result"], registry=r)
         self.connections = Gauge("specgen_connections", "Open HTTP connections.", registry=r)
         self.connections_closed = Counter("specgen_connections_closed", "Connections the server closed to protect "
                                           "itself, by reason (header_timeout, header_too_large, send_timeout, evicted, "
@@ -78,13 +88,26 @@ class ServerMetrics:
     def model_loaded(self, model: str, version: int, provider: str) -> None:
         """Create every series of a model, so /metrics lists it (at zero) before its first request."""
         self.info.labels(model, str(version), provider).set(1)
-        self.models[model] = ModelMetrics(self, model)
+        if model not in self.models:
+            self.models[model] = ModelMetrics(self, model)
+
+    def model_unloaded(self, model: str, version: int, provider: str) -> None:
+        try:
+            self.info.remove(model, str(version), provider)
+        except KeyError:
+            pass
+
+    def load_result(self, model: str, result: str) -> None:
+        self.loads.labels(model, result).inc()
 
     def model(self, name: str) -> ModelMetrics:
         return self.models.get(name) or self.models[UNKNOWN_MODEL]
 
     def queue_depth(self, model: str, depth: int) -> None:
         self.models[model].depth.set(depth)
+
+    def observer(self) -> VersionObserver:
+        return VersionObserver(self)
 
     def batch(self, model: str, requests: int, rows: int, seconds: float) -> None:
         series = self.models[model]
@@ -94,3 +117,17 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class VersionObserver:
+    """The batch observer of one version's batcher: its queue depth added into its model's gauge, runs counted."""
+
+    def __init__(self, metrics: ServerMetrics):
+        self.metrics, self.depth = metrics, 0
+
+    def queue_depth(self, model: str, depth: int) -> None:
+        self.metrics.models[model].depth.inc(depth - self.depth)
+        self.depth = depth
+
+    def batch(self, model: str, requests: int, rows: int, seconds: float) -> None:
+        self.metrics.batch(model, requests, rows, seconds)

@@ -1,7 +1,22 @@
-"""Loading a repository's models into onnxruntime (through `Predictor`) and checking them against their configs."""
+"""Loading a repository's model versions into onnxruntime (through `Predictor`), checked against their configs and warmed.
+
+A version is served only after three checks, at start and on every live load alike: onnxruntime
+loads it, its graph's inputs and outputs are the config's (names, dtypes, shapes), and one
+inference at the config's shapes (batch 1, zeros; 1 for a variable dimension) gives every output
+with the config's dtype and batch. The warm-up also pays onnxruntime's first-run costs (memory
+arena, kernel selection) before the version takes requests. Where the config has a variable
+dimension other than the batch, 1 is a guess and the model may refuse it (a convolution wider than
+one step), so there a failed warm-up is logged and not held against the version.
+
+A version folder holding a precision variant with its gate files (`variant.json`, written by
+`specgen export --precision ... --triton`) is gated first, on the provider onnxruntime actually gives
+(runtime/precision/verify.py `check_version`): a variant that fails its kernel, accuracy or speed gate
+is not served, its float32 reference beside it is, with one warning line (`variant_checked`).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,15 +24,27 @@ from typing import Any
 
 import numpy as np
 
+from specgen.paths import shown
 from specgen.runtime.predictor import DTYPES, InputError, Predictor
-from specgen.serve.repository import DATATYPES, ModelConfig, ModelEntry, RepositoryError, TensorConfig, read_repository
+from specgen.serve.repository import (
+    DATATYPES,
+    ModelConfig,
+    ModelEntry,
+    RepositoryError,
+    TensorConfig,
+    file_stamp,
+    read_repository,
+)
 
 Arrays = dict[str, np.ndarray]
+log = logging.getLogger("specgen.serve")
+# runtime/precision/verify.py's INFO_FILE, looked for before that module is imported (1.2 s: onnxruntime's quantizer)
+VARIANT_INFO = "variant.json"
 
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A loaded model: `run` takes model-shaped arrays (batch first) and returns every output by name."""
+    """A loaded version: `run` takes model-shaped arrays (batch first) and returns every output by name."""
 
     name: str
     version: int
@@ -27,13 +54,15 @@ class ServedModel:
     # Why a request's input is longer than a positional embedding's max_length (runtime/lengths.py), or None:
     # checked before batching, so one such request gets a 400 and never fails a batch.
     too_long: Callable[[Arrays], str | None] = lambda arrays: None
+    path: Path | None = None  # the model file, and what said it changed (file_stamp) when it was loaded
+    stamp: tuple[int, int, int] | None = None
 
-    def metadata(self) -> dict[str, Any]:
-        """The Open Inference Protocol model metadata, plus the onnxruntime provider that runs it."""
+    def metadata(self, versions: Sequence[int] | None = None) -> dict[str, Any]:
+        """The Open Inference Protocol model metadata (`versions`: those served), plus the onnxruntime provider."""
         def tensors(items: Sequence[TensorConfig]) -> list[dict[str, Any]]:
             return [{"name": t.name, "datatype": t.datatype, "shape": self.config.wire_shape(t)} for t in items]
 
-        return {"name": self.name, "versions": [str(self.version)], "platform": "onnxruntime_onnx",
+        return {"name": self.name, "versions": [str(v) for v in versions or [self.version]], "platform": "onnxruntime_onnx",
                 "inputs": tensors(self.config.inputs), "outputs": tensors(self.config.outputs), "provider": self.provider}
 
 
@@ -45,38 +74,102 @@ def _fits(model_shape: Sequence[Any], config: ModelConfig, tensor: TensorConfig)
     return all(not isinstance(m, int) or e == -1 or m == e for m, e in zip(model_shape, expected, strict=True))
 
 
-def check_signature(entry: ModelEntry, inputs: dict[str, tuple[Any, Any]], outputs: dict[str, tuple[Any, Any]]) -> None:
+def check_signature(where: str, config: ModelConfig, inputs: dict[str, tuple[Any, Any]],
+                    outputs: dict[str, tuple[Any, Any]]) -> None:
     """Raise RepositoryError unless the graph's inputs and outputs are the config's, with its dtypes and shapes."""
-    config = entry.config
     for kind, tensors, graph in (("input", config.inputs, inputs), ("output", config.outputs, outputs)):
         names = [t.name for t in tensors]
         if sorted(names) != sorted(graph):
-            raise RepositoryError(f"{entry.path}: the graph's {kind}s are {sorted(graph)}; config.pbtxt declares {sorted(names)}")
+            raise RepositoryError(f"{where}: the graph's {kind}s are {sorted(graph)}; config.pbtxt declares {sorted(names)}")
         for tensor in tensors:
             shape, dtype = graph[tensor.name]
             if np.dtype(dtype) != np.dtype(DATATYPES[tensor.datatype]):
-                raise RepositoryError(f"{entry.path}: {kind} '{tensor.name}' is {np.dtype(dtype).name} in the graph; "
+                raise RepositoryError(f"{where}: {kind} '{tensor.name}' is {np.dtype(dtype).name} in the graph; "
                                       f"config.pbtxt declares {tensor.datatype}")
             if not _fits(shape, config, tensor):
-                raise RepositoryError(f"{entry.path}: {kind} '{tensor.name}' has shape {list(shape)} in the graph; "
+                raise RepositoryError(f"{where}: {kind} '{tensor.name}' has shape {list(shape)} in the graph; "
                                       f"config.pbtxt declares {config.wire_shape(tensor)}"
                                       + (f" (reshape {list(tensor.reshape)})" if tensor.reshape is not None else ""))
 
 
-def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0) -> ServedModel:
-    """An onnxruntime session for `entry`, checked against its config."""
+def warm_inputs(config: ModelConfig) -> Arrays:
+    """Zeros at the config's shapes: one example (batch 1 when the model batches), 1 for a variable dimension."""
+    def shape(tensor: TensorConfig) -> tuple[int, ...]:
+        dims = tuple(1 if d < 0 else d for d in tensor.model_dims)
+        return (1, *dims) if config.batched else dims
+
+    return {t.name: np.zeros(shape(t), DATATYPES[t.datatype]) for t in config.inputs}
+
+
+def warm_up(model: ServedModel) -> None:
+    """One inference at the config's shapes; a RepositoryError unless it gives every output as the config says."""
+    config, where = model.config, f"{shown(model.path or model.name)}"
+    guessed = any(d < 0 for t in config.inputs for d in t.model_dims)
     try:
-        predictor = Predictor(entry.path, provider=provider, threads=threads)
-    except InputError:  # the provider (unknown, or CUDA asked for and missing): its message says what to do
+        outputs = model.run(warm_inputs(config))
+        for tensor in config.outputs:
+            value = outputs.get(tensor.name)
+            if value is None:
+                raise RepositoryError(f"{where}: warm-up inference gave no output '{tensor.name}'")
+            if value.dtype != np.dtype(DATATYPES[tensor.datatype]):
+                raise RepositoryError(f"{where}: warm-up output '{tensor.name}' is {value.dtype}; "
+                                      f"config.pbtxt declares {tensor.datatype}")
+            if config.batched and (value.ndim == 0 or value.shape[0] != 1):
+                raise RepositoryError(f"{where}: warm-up output '{tensor.name}' has shape {list(value.shape)} for a "
+                                      "batch of 1; expected the batch first")
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, RepositoryError) else f"{where}: warm-up inference failed: {exc}"
+        if not guessed:
+            raise RepositoryError(message) from None
+        log.warning("warm-up failed at a guessed size", extra={"fields": {
+            "event": "warm_up_skipped", "model": model.name, "version": model.version, "error": message}})
+
+
+def _gated(name: str, version: int, path: Path, provider: str, threads: int) -> tuple[Predictor, Path] | None:
+    """A precision variant's gates (None where the folder holds no variant): the file to serve, loaded."""
+    if not (path.parent / VARIANT_INFO).is_file():
+        return None
+    from specgen.runtime.precision.verify import VariantFileError, check_version
+
+    try:
+        check = check_version(path.parent, path.name, provider, threads=threads)
+    except VariantFileError as exc:
+        raise RepositoryError(str(exc)) from None
+    if check is None:  # a variant.json left beside another model
+        return None
+    log.log(logging.INFO if check.passed else logging.WARNING, "precision variant checked", extra={"fields": {
+        "event": "variant_checked", "model": name, "version": version, "passed": check.passed,
+        "serving": shown(check.serve), "provider": check.provider, "line": check.line}})
+    return check.predictor or Predictor(check.serve, provider=provider, threads=threads), check.serve
+
+
+def load_version(name: str, version: int, path: Path, config: ModelConfig, provider: str = "auto",
+                 threads: int = 0, warm: bool = True) -> ServedModel:
+    """An onnxruntime session for one version's model file (or, for a precision variant that fails its gates,
+    its float32 reference), checked against `config` and warmed up."""
+    stamp = file_stamp(path)
+    try:
+        gated = _gated(name, version, path, provider, threads)
+        predictor, served = gated if gated is not None else (Predictor(path, provider=provider, threads=threads), path)
+    except (InputError, RepositoryError):  # the provider (unknown, or CUDA asked for and missing), a damaged variant
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
-        raise RepositoryError(f"{entry.path}: onnxruntime cannot load the model: {exc}") from None
+        raise RepositoryError(f"{shown(path)}: onnxruntime cannot load the model: {exc}") from None
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
-    check_signature(entry, predictor.inputs, outputs)
-    return ServedModel(name=entry.name, version=entry.version, config=entry.config, provider=predictor.provider, run=predictor,
-                       too_long=predictor.too_long)
+    check_signature(shown(served), config, predictor.inputs, outputs)
+    model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=predictor,
+                        too_long=predictor.too_long, path=served, stamp=stamp)
+    if warm:
+        warm_up(model)
+    return model
+
+
+def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0) -> list[ServedModel]:
+    """Every version of `entry` that its version_policy serves, ascending."""
+    return [load_version(entry.name, version, path, entry.config, provider, threads)
+            for version, path in sorted(entry.versions.items())]
 
 
 def load_repository(repo: Path, provider: str = "auto", threads: int = 0) -> list[ServedModel]:
-    """Every model of a Triton-layout repository, loaded; errors name the folder or file."""
-    return [load_model(entry, provider, threads) for entry in read_repository(repo)]
+    """Every served version of every model of a Triton-layout repository, loaded; errors name the folder or file."""
+    return [model for entry in read_repository(repo) for model in load_model(entry, provider, threads)]

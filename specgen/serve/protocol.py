@@ -104,7 +104,7 @@ def _expected_shape(config: ModelConfig, tensor: TensorConfig) -> str:
     return f"{shape}{note}"
 
 
-def _shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[int, ...]:
+def check_shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[int, ...]:
     """The request's shape for `tensor`, checked against the config (batch size within max_batch_size)."""
     name = tensor.name
     if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
@@ -136,7 +136,7 @@ def _binary_array(name: str, datatype: str, size: Any, binary: memoryview, offse
     return values.astype(dtype), offset + size
 
 
-def _outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tuple[RequestedOutput, ...]:
+def requested_outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tuple[RequestedOutput, ...]:
     names = [t.name for t in config.outputs]
     default_binary = parameters.get("binary_data_output") is True
     if raw is None:
@@ -190,7 +190,7 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
         datatype = item.get("datatype")
         if datatype != tensor.datatype:
             raise ProtocolError(f"input '{name}': received datatype {show(datatype)}, expected \"{tensor.datatype}\"")
-        shape = _shape(item.get("shape"), config, tensor)
+        shape = check_shape(item.get("shape"), config, tensor)
         count = math.prod(shape)
         options = _object(item.get("parameters", {}), f"the parameters of input '{name}'")
         if "binary_data_size" in options:
@@ -215,7 +215,7 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
     if offset != len(binary):
         raise ProtocolError(f"received {len(binary)} bytes of binary data after the JSON header, expected {offset} "
                             "(the sum of the inputs' binary_data_size)")
-    outputs = _outputs(request.get("outputs"), parameters, config)
+    outputs = requested_outputs(request.get("outputs"), parameters, config)
     return InferRequest(id=request_id, inputs=arrays, rows=batch[1] if batch else 1, outputs=outputs)
 
 

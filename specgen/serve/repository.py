@@ -1,21 +1,25 @@
 """A Triton-layout model repository: `REPO/<model>/config.pbtxt` and `REPO/<model>/<version>/model.onnx`.
 
-`config.pbtxt` is read with Triton's own schema (tritonclient's `ModelConfig` through
-google.protobuf's text_format) when tritonclient is installed, which rejects misspelled
-fields; otherwise with `textproto`, which reads the same grammar without a schema. Both
-give the same `ModelConfig`. The highest numbered version folder holding the model file is
-the one served.
+`config.pbtxt` is read with protobuf's `text_format` into Triton's own `ModelConfig` message
+(`tritonclient.grpc.model_config_pb2`, which the `serve` extra installs): the schema Triton
+itself reads the file with, so a misspelled field or a wrong type is an error naming the line
+and column, and the message is what the gRPC `ModelConfig` RPC answers. The fields serving
+needs are then taken into `ModelConfig` below, each checked.
+
+The versions served are the version folders holding the model file that the config's
+`version_policy` selects: `latest { num_versions: N }` (the default, with N = 1, as Triton),
+`all { }`, or `specific { versions: [..] }`. A request without a version gets the highest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specgen.errors import SpecgenError
-from specgen.serve import textproto
+from specgen.paths import shown
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
 DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
@@ -42,8 +46,30 @@ class TensorConfig:
 
 
 @dataclass(frozen=True)
+class VersionPolicy:
+    """Which version folders are served: `latest` N (Triton's default, N = 1), `all`, or `specific` ones."""
+
+    kind: str = "latest"
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The served versions among `available` (sorted ascending)."""
+        if self.kind == "all":
+            return list(available)
+        if self.kind == "specific":
+            return [v for v in available if v in self.versions]
+        return list(available[-self.num_versions:]) if available else []
+
+    def describe(self) -> str:
+        if self.kind == "specific":
+            return f"specific {{ versions: {list(self.versions)} }}"
+        return "all { }" if self.kind == "all" else f"latest {{ num_versions: {self.num_versions} }}"
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """The fields of a Triton model configuration that serving an ONNX model needs."""
+    """The fields of a Triton model configuration that serving an ONNX model needs, and the message itself."""
 
     name: str
     max_batch_size: int
@@ -54,6 +80,9 @@ class ModelConfig:
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_size: int = 0  # dynamic_batching.default_queue_policy.max_queue_size; 0: not set
     model_filename: str = "model.onnx"
+    version_policy: VersionPolicy = VersionPolicy()
+    # Triton's ModelConfig message as read (what the gRPC ModelConfig RPC returns); None for configs built in code.
+    message: Any = field(default=None, compare=False, repr=False)
 
     @property
     def batched(self) -> bool:
@@ -63,139 +92,180 @@ class ModelConfig:
         """The shape clients see: -1 for the batch dimension when the model batches."""
         return [-1, *tensor.dims] if self.batched else list(tensor.dims)
 
+    def signature(self) -> tuple[tuple[TensorConfig, ...], tuple[TensorConfig, ...], int]:
+        """What a request and a model version must agree on: the tensors and the batching."""
+        return self.inputs, self.outputs, self.max_batch_size
+
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model of the repository: its config and the version that is served."""
+    """One model of the repository: its config and the versions its version_policy serves (ascending)."""
 
     name: str
-    version: int
-    path: Path  # the model file of that version
     config: ModelConfig
+    versions: dict[int, Path]  # version -> its model file
+    folder: Path = Path()
+
+    @property
+    def version(self) -> int:
+        """The highest served version: the one a request without a version gets."""
+        return max(self.versions)
+
+    @property
+    def path(self) -> Path:
+        return self.versions[self.version]
 
 
-def _one(fields: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    value = fields.get(key, default)
-    if isinstance(value, list):
-        return value[-1] if value else default
-    return value
+def _pb2() -> Any:
+    try:
+        from tritonclient.grpc import model_config_pb2
+    except ImportError as exc:  # the serve extra installs it; a partial install says what is missing
+        raise RepositoryError("reading config.pbtxt needs Triton's ModelConfig schema from tritonclient[grpc]: "
+                              f"pip install 'specgen[serve]' ({exc})") from None
+    return model_config_pb2
 
 
-def _many(fields: Mapping[str, Any], key: str) -> list[Any]:
-    value = fields.get(key, [])
-    return value if isinstance(value, list) else [value]
+def read_message(text: str, source: str = "config.pbtxt") -> Any:
+    """Triton's ModelConfig message from `config.pbtxt` text, or a RepositoryError naming the line and column."""
+    from google.protobuf import text_format
+
+    try:
+        return text_format.Parse(text, _pb2().ModelConfig())
+    except text_format.ParseError as exc:
+        raise RepositoryError(f"{source}: not a Triton model configuration: {exc}") from None
 
 
-def _datatype(raw: Any, where: str) -> str:
-    name = str(raw)
+def _datatype(value: int, where: str, pb2: Any) -> str:
+    name = pb2.DataType.Name(value)
     datatype = name.removeprefix("TYPE_")
-    if not name.startswith("TYPE_") or datatype not in DATATYPES:
+    if datatype not in DATATYPES:
         raise RepositoryError(f"{where}: data_type {name} is not served; expected one of "
                               f"{', '.join('TYPE_' + d for d in DATATYPES)}")
     return datatype
 
 
-def _dims(values: list[Any], where: str) -> tuple[int, ...]:
+def _dims(values: Any, where: str) -> tuple[int, ...]:
     dims = tuple(int(v) for v in values)
     if any(d < -1 or d == 0 for d in dims):
         raise RepositoryError(f"{where}: dims {list(dims)} must be positive, or -1 for a variable size")
     return dims
 
 
-def _tensor(fields: Mapping[str, Any], kind: str, source: str) -> TensorConfig:
-    name = _one(fields, "name")
-    if not isinstance(name, str) or not name:
+def _tensor(entry: Any, kind: str, source: str, pb2: Any) -> TensorConfig:
+    if not entry.name:
         raise RepositoryError(f"{source}: an {kind} has no name")
-    where = f"{source}: {kind} '{name}'"
-    reshape = _one(fields, "reshape")
-    return TensorConfig(
-        name=name,
-        datatype=_datatype(_one(fields, "data_type", "TYPE_INVALID"), where),
-        dims=_dims(_many(fields, "dims"), where),
-        reshape=None if reshape is None else _dims(_many(reshape, "shape"), f"{where} reshape"),
-    )
+    where = f"{source}: {kind} '{entry.name}'"
+    return TensorConfig(name=entry.name, datatype=_datatype(entry.data_type, where, pb2), dims=_dims(entry.dims, where),
+                        reshape=_dims(entry.reshape.shape, f"{where} reshape") if entry.HasField("reshape") else None)
 
 
-def _read_fields(text: str, source: str) -> Mapping[str, Any]:
-    """The config as nested dicts: through Triton's schema when tritonclient is installed."""
-    try:
-        from google.protobuf import json_format, text_format
-        from tritonclient.grpc import model_config_pb2
-    except ImportError:
-        try:
-            return textproto.parse(text)
-        except textproto.TextProtoError as exc:
-            raise RepositoryError(f"{source}: {exc}") from None
-    try:
-        message = text_format.Parse(text, model_config_pb2.ModelConfig())
-    except text_format.ParseError as exc:
-        raise RepositoryError(f"{source}: not a Triton model configuration: {exc}") from None
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+def _policy(message: Any, source: str) -> VersionPolicy:
+    policy = message.version_policy
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        return VersionPolicy("all")
+    if kind == "specific":
+        versions = tuple(sorted(set(int(v) for v in policy.specific.versions)))
+        if not versions or versions[0] < 1:
+            raise RepositoryError(f"{source}: version_policy specific lists versions {list(policy.specific.versions)}; "
+                                  "expected one or more positive version numbers")
+        return VersionPolicy("specific", versions=versions)
+    if kind == "latest":
+        if policy.latest.num_versions < 1:
+            raise RepositoryError(f"{source}: version_policy latest has num_versions {policy.latest.num_versions}; "
+                                  "expected 1 or more")
+        return VersionPolicy("latest", num_versions=policy.latest.num_versions)
+    return VersionPolicy()
 
 
 def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     """A `ModelConfig` from `config.pbtxt` text, or a RepositoryError naming `source` and the field."""
-    fields = _read_fields(text, source)
-    platform, backend = _one(fields, "platform", ""), _one(fields, "backend", "")
+    pb2 = _pb2()
+    message = read_message(text, source)
+    platform, backend = message.platform, message.backend
     if (platform or backend) and platform not in ONNX_PLATFORMS and backend not in ONNX_BACKENDS:
         raise RepositoryError(f"{source}: platform '{platform}' / backend '{backend}' is not served; "
                               "expected backend: \"onnxruntime\" or platform: \"onnxruntime_onnx\"")
-    max_batch_size = int(_one(fields, "max_batch_size", 0))
-    if max_batch_size < 0:
-        raise RepositoryError(f"{source}: max_batch_size must be 0 or more; received {max_batch_size}")
-    inputs = tuple(_tensor(f, "input", source) for f in _many(fields, "input"))
-    outputs = tuple(_tensor(f, "output", source) for f in _many(fields, "output"))
+    if message.max_batch_size < 0:
+        raise RepositoryError(f"{source}: max_batch_size must be 0 or more; received {message.max_batch_size}")
+    inputs = tuple(_tensor(t, "input", source, pb2) for t in message.input)
+    outputs = tuple(_tensor(t, "output", source, pb2) for t in message.output)
     if not inputs or not outputs:
         raise RepositoryError(f"{source}: the config must list the model's inputs and outputs "
                               f"(received {len(inputs)} inputs, {len(outputs)} outputs)")
-    batching = _one(fields, "dynamic_batching")
-    policy = _one(batching, "default_queue_policy", {}) if batching is not None else {}
+    batching = message.dynamic_batching if message.HasField("dynamic_batching") else None
     return ModelConfig(
-        name=str(_one(fields, "name", "")),
-        max_batch_size=max_batch_size,
+        name=message.name,
+        max_batch_size=message.max_batch_size,
         inputs=inputs,
         outputs=outputs,
-        dynamic_batching=batching is not None and max_batch_size > 0,
-        max_queue_delay_us=int(_one(batching, "max_queue_delay_microseconds", 0)) if batching is not None else 0,
-        preferred_batch_sizes=tuple(int(v) for v in _many(batching, "preferred_batch_size")) if batching is not None else (),
-        max_queue_size=int(_one(policy, "max_queue_size", 0)),
-        model_filename=str(_one(fields, "default_model_filename", "") or "model.onnx"),
+        dynamic_batching=batching is not None and message.max_batch_size > 0,
+        max_queue_delay_us=batching.max_queue_delay_microseconds if batching is not None else 0,
+        preferred_batch_sizes=tuple(batching.preferred_batch_size) if batching is not None else (),
+        max_queue_size=batching.default_queue_policy.max_queue_size if batching is not None else 0,
+        model_filename=message.default_model_filename or "model.onnx",
+        version_policy=_policy(message, source),
+        message=message,
     )
 
 
 def _versions(folder: Path, filename: str) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir()
-                  if p.is_dir() and p.name.isdigit() and (p / filename).is_file())
+                  if p.is_dir() and p.name.isdigit() and int(p.name) > 0 and (p / filename).is_file())
 
 
-def read_model(folder: Path) -> ModelEntry:
-    """The model in `folder`: its config and its highest version holding the model file."""
+def read_config(folder: Path) -> ModelConfig:
+    """The config of the model in `folder`, its name checked against the folder's (Triton requires them equal)."""
     source = folder / "config.pbtxt"
     if not source.is_file():
-        raise RepositoryError(f"{folder}: no config.pbtxt (a Triton model folder holds config.pbtxt "
+        raise RepositoryError(f"{shown(folder)}: no config.pbtxt (a Triton model folder holds config.pbtxt "
                               "and numbered version folders)")
-    config = parse_config(source.read_text(encoding="utf-8"), str(source))
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RepositoryError(f"{shown(source)}: cannot be read: {exc}") from None
+    config = parse_config(text, shown(source))
     if config.name and config.name != folder.name:
-        raise RepositoryError(f"{source}: name '{config.name}' differs from the folder name '{folder.name}'; "
+        raise RepositoryError(f"{shown(source)}: name '{config.name}' differs from the folder name '{folder.name}'; "
                               "Triton requires them to be equal")
     if not config.name:
         config = ModelConfig(**{**config.__dict__, "name": folder.name})
-    versions = _versions(folder, config.model_filename)
-    if not versions:
-        raise RepositoryError(f"{folder}: no version folder holds {config.model_filename} "
-                              f"(expected {folder}/1/{config.model_filename})")
-    version = versions[-1]
-    return ModelEntry(name=folder.name, version=version, path=folder / str(version) / config.model_filename, config=config)
+    return config
+
+
+def read_model(folder: Path) -> ModelEntry:
+    """The model in `folder`: its config and the version folders its version_policy serves."""
+    config = read_config(folder)
+    available = _versions(folder, config.model_filename)
+    if not available:
+        raise RepositoryError(f"{shown(folder)}: no version folder holds {config.model_filename} "
+                              f"(expected {shown(folder / '1' / config.model_filename)})")
+    selected = config.version_policy.select(available)
+    if not selected:
+        raise RepositoryError(f"{shown(folder / 'config.pbtxt')}: version_policy {config.version_policy.describe()} "
+                              f"selects none of the versions present {available}")
+    return ModelEntry(name=folder.name, config=config, versions={v: folder / str(v) / config.model_filename
+                                                                 for v in selected}, folder=folder)
+
+
+def model_folders(repo: Path) -> list[Path]:
+    """The model folders of a repository: its sub-folders not starting with `.`, by name."""
+    return sorted(p for p in Path(repo).iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def check_repository(repo: Path) -> Path:
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise RepositoryError(f"{shown(repo)}: not a folder; expected a model repository REPO/<model>/config.pbtxt "
+                              "(what `specgen export --triton` writes)")
+    return repo
 
 
 def read_repository(repo: Path) -> list[ModelEntry]:
     """Every model of the repository, by name; a RepositoryError lists every folder that cannot be served."""
-    repo = Path(repo)
-    if not repo.is_dir():
-        raise RepositoryError(f"{repo}: not a folder; expected a model repository REPO/<model>/config.pbtxt "
-                              "(what `specgen export --triton` writes)")
+    repo = check_repository(repo)
     entries, problems = [], []
-    for folder in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in model_folders(repo):
         try:
             entries.append(read_model(folder))
         except RepositoryError as exc:
@@ -203,6 +273,15 @@ def read_repository(repo: Path) -> list[ModelEntry]:
     if problems:
         raise RepositoryError("\n".join(problems))
     if not entries:
-        raise RepositoryError(f"{repo}: no models; expected REPO/<model>/config.pbtxt and "
+        raise RepositoryError(f"{shown(repo)}: no models; expected REPO/<model>/config.pbtxt and "
                               "REPO/<model>/<version>/model.onnx (what `specgen export --triton` writes)")
     return entries
+
+
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What says a file changed (inode, size, modification time in ns); None when it is gone."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns

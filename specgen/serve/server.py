@@ -1,4 +1,9 @@
-"""The connection protocol `specgen serve` runs: BoundedProtocol (connection.py) plus a header deadline and a connection limit.
+"""The server `specgen serve` runs: uvicorn with the bounded connection protocol, and the gRPC server beside it.
+
+`Server` is uvicorn's server that, once HTTP is bound (and the lifespan has started the batchers),
+starts the Service's gRPC server on the same event loop, and on shutdown stops gRPC from taking new
+calls as HTTP stops accepting connections. The HTTP connection protocol is BoundedProtocol
+(connection.py) plus a header deadline and a connection limit:
 
 uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but sets no deadline on request
 headers: once a client has sent one byte, trickling the rest a byte at a time holds the
@@ -178,3 +183,29 @@ def server_config(app: Any, host: str, port: int, **settings: Any) -> uvicorn.Co
                   options.max_headers, options.send_timeout, service.metrics)
     settings = {"log_config": None, "access_log": False, "lifespan": "on", "server_header": False, **settings}
     return uvicorn.Config(app, host=host, port=port, http=read_bounded(guarded_protocol(guard)), ws="none", **settings)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server plus the gRPC server of the same Service (when its options name a gRPC port).
+
+    `grpc_failed` is set when gRPC could not listen: the server then stops at once (exit status 1).
+    """
+
+    grpc_failed = False
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)  # the lifespan starts the batchers, then HTTP is bound (exit 1 if it cannot be)
+        service = self.config.app.state.service
+        if service.options.grpc_port is None:
+            return
+        from specgen.serve.grpc_server import GrpcStartError
+
+        try:
+            await service.start_grpc()
+        except GrpcStartError as exc:
+            log.error(str(exc), extra={"fields": {"event": "grpc_failed"}})
+            self.grpc_failed = self.should_exit = True
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.config.app.state.service.begin_shutdown()  # gRPC drains while HTTP does
+        await super().shutdown(sockets)

@@ -1,0 +1,262 @@
+"""A live repository: `--model-control none|poll|explicit`, Triton's model control modes.
+
+- `none` (the default): the models found at start are served until the server stops.
+- `poll`: every `--poll-seconds` the repository is scanned; a model folder whose files changed
+  (config.pbtxt, or a version folder's files: added, replaced, removed) is loaded again, a new
+  folder is loaded, a removed one unloaded. A scan reads only names and stat() results until
+  something changed, so polling an unchanged repository costs next to nothing.
+- `explicit`: every model is loaded at start (as Triton's `--load-model=*`), then Triton's
+  repository extension loads and unloads them: `POST /v2/repository/models/{name}/load`,
+  `/unload`, and the gRPC RepositoryModelLoad / RepositoryModelUnload.
+
+Loading a model is what starting the server does (models.py: onnxruntime loads each version
+its version_policy selects, the graph is checked against config.pbtxt, one warm-up inference
+runs), done in a thread of its own beside the running versions, which keep serving. Only when
+every version is ready is the model's set of versions swapped, at once (registry.py); versions
+left out finish the requests they hold, then close.
+
+A version that fails any check is refused: one log line (`model_refused`, with the reason), one
+count in `specgen_model_loads_total{result="refused"}`, and it is served as if it were absent,
+so under `latest 1` the version served before keeps serving. A config.pbtxt that cannot be read
+refuses the whole change and the versions served keep serving. A refusal is not retried (nor
+logged again) until its files change, or an explicit load asks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from specgen.paths import shown
+from specgen.runtime.predictor import InputError
+from specgen.serve.errors import ProtocolError
+from specgen.serve.models import load_version
+from specgen.serve.registry import Registry, Version
+from specgen.serve.repository import ModelConfig, RepositoryError, _versions, file_stamp, model_folders, read_config
+from specgen.serve.values import show
+
+log = logging.getLogger("specgen.serve")
+MODES = ("none", "poll", "explicit")
+T = TypeVar("T")
+Snapshot = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where live loads read models from, and how they are loaded (as at start)."""
+
+    repo: Path
+    provider: str = "auto"
+    threads: int = 0
+
+
+def snapshot(folder: Path) -> Snapshot:
+    """What says a model folder changed: config.pbtxt's and every version folder's files' stat()."""
+    try:
+        versions = sorted((p.name, tuple(sorted((f.name, file_stamp(f)) for f in p.iterdir())))
+                          for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+    except OSError:
+        return ()
+    return file_stamp(folder / "config.pbtxt"), tuple(versions)
+
+
+def _read(folder: Path) -> tuple[ModelConfig, list[int]]:
+    config = read_config(folder)
+    return config, _versions(folder, config.model_filename)
+
+
+class ModelControl:
+    """Loads, reloads and unloads models of `source` into `registry`; see the module docstring."""
+
+    def __init__(self, registry: Registry, source: ModelSource | None, mode: str = "none", poll_seconds: float = 15.0):
+        if mode not in MODES:
+            raise ValueError(f"model control '{mode}' is not one of {', '.join(MODES)}")
+        if mode != "none" and source is None:
+            raise ValueError(f"model control '{mode}' needs the repository the models come from")
+        if poll_seconds <= 0:
+            raise ValueError(f"poll seconds must be positive; received {poll_seconds}")
+        self.registry, self.source, self.mode, self.poll_seconds = registry, source, mode, poll_seconds
+        self.seen: dict[str, Snapshot] = {}
+        self.refused: dict[tuple[str, int], tuple[Any, str]] = {}  # (model, version) -> (what was refused, why)
+        self.problems: dict[str, str] = {}  # model -> why it is not served
+        self._lock: asyncio.Lock | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task[None] | None = None
+        if mode == "poll" and source is not None:
+            self.seen = {folder.name: snapshot(folder) for folder in model_folders(source.repo)
+                         if folder.name in registry.models}
+
+    # lifetime
+
+    def start(self) -> None:
+        self._lock = asyncio.Lock()
+        if self.mode != "none":
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-loader")
+        if self.mode == "poll":
+            self._task = asyncio.get_running_loop().create_task(self._poll(), name="repository-poll")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                await self.scan()
+            except Exception:  # a bug: logged with its traceback, and polling goes on
+                log.error("repository scan failed", exc_info=True, extra={"fields": {"event": "error"}})
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # operations
+
+    def _explicit(self) -> None:
+        if self.mode != "explicit":
+            how = "polled for changes" if self.mode == "poll" else "fixed at start"
+            raise ProtocolError(f"model load and unload need --model-control explicit; this server's repository is "
+                                f"{how} (--model-control {self.mode})", 400, grpc_code="FAILED_PRECONDITION")
+
+    def _folder(self, name: str) -> Path:
+        assert self.source is not None
+        if not name or name.startswith(".") or "/" in name or "\\" in name or "\0" in name:
+            raise ProtocolError(f"{show(name)} cannot name a model folder of the repository", 400)
+        return self.source.repo / name
+
+    async def load(self, name: str) -> None:
+        """Explicit load (or reload) of one model; a ProtocolError (400) says what was refused."""
+        self._explicit()
+        folder = self._folder(name)
+        assert self._lock is not None
+        async with self._lock:
+            if not folder.is_dir():
+                raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.source.repo)}", 400)  # type: ignore[union-attr]
+            problems = await self._load(name, folder, explicit=True)
+        if problems:
+            raise ProtocolError("; ".join(problems), 400)
+
+    async def unload(self, name: str) -> None:
+        self._explicit()
+        assert self._lock is not None
+        async with self._lock:
+            self._unload(name, "unloaded")
+
+    async def scan(self) -> None:
+        """One poll: load what changed or appeared, unload what disappeared."""
+        assert self.source is not None and self._lock is not None
+        async with self._lock:
+            found = await self._run(lambda: {f.name: (f, snapshot(f)) for f in model_folders(self.source.repo)})  # type: ignore[union-attr]
+            for name, (folder, snap) in found.items():
+                if self.seen.get(name) != snap:
+                    self.seen[name] = snap
+                    await self._load(name, folder, explicit=False)
+            for name in [n for n in self.seen if n not in found]:
+                del self.seen[name]
+                self.problems.pop(name, None)
+                self._unload(name, "removed from the repository")
+
+    def _unload(self, name: str, why: str) -> None:
+        self.registry.install(name, {}, reason=why)  # each version logs model_unloaded once its requests are answered
+        self.problems[name] = why
+
+    def _refuse(self, name: str, version: int | None, why: str) -> None:
+        self.registry.metrics.load_result(name, "refused")
+        log.warning("model version refused", extra={"fields": {"event": "model_refused", "model": name,
+                                                               "version": version, "error": why}})
+
+    async def _load(self, name: str, folder: Path, explicit: bool) -> list[str]:
+        """Load what changed of one model and swap it in; the refusals' messages (each logged once)."""
+        current = self.registry.models.get(name, {})
+        try:
+            config, available = await self._run(_read, folder)
+        except RepositoryError as exc:
+            return self._nothing_loaded(name, current, [str(exc)], refuse=str(exc))
+        same_config = bool(current) and next(iter(current.values())).model.config == config
+        candidates, chosen, problems = list(available), dict[int, Version](), []
+        while missing := [v for v in config.version_policy.select(candidates) if v not in chosen]:
+            for version in missing:
+                path = folder / str(version) / config.model_filename
+                stamp = await self._run(file_stamp, path)
+                existing = current.get(version)
+                if same_config and existing is not None and existing.model.stamp == stamp:
+                    chosen[version] = existing
+                    continue
+                refused = self.refused.get((name, version))
+                if refused is not None and refused[0] == (stamp, config) and not explicit:
+                    candidates.remove(version)  # refused before and unchanged: absent, and not logged again
+                    continue
+                try:
+                    model = await self._run(load_version, name, version, path, config, self.source.provider,  # type: ignore[union-attr]
+                                            self.source.threads)  # type: ignore[union-attr]
+                except (RepositoryError, InputError) as exc:
+                    self.refused[name, version] = ((stamp, config), str(exc))
+                    self._refuse(name, version, str(exc))
+                    problems.append(str(exc))
+                    candidates.remove(version)
+                    continue
+                self.refused.pop((name, version), None)
+                chosen[version] = self.registry.version(model)
+        if not chosen:
+            why = problems or [f"{shown(folder)}: no version folder holds {config.model_filename}, or version_policy "
+                               f"{config.version_policy.describe()} selects none of {available}"]
+            return self._nothing_loaded(name, current, why, refuse=None if problems else why[0])
+        kept = all(current.get(v) is served for v, served in chosen.items()) and set(chosen) == set(current)
+        self._swap(name, current, chosen)
+        if problems:
+            problems.append(f"model '{name}' {'keeps serving' if kept else 'serves'} version(s) {sorted(chosen)}")
+        return problems
+
+    def _nothing_loaded(self, name: str, current: dict[int, Version], why: list[str], refuse: str | None) -> list[str]:
+        if refuse is not None:
+            self._refuse(name, None, refuse)
+        if current:
+            why = [*why, f"model '{name}' keeps serving version(s) {sorted(current)}"]
+        else:
+            self.problems[name] = "; ".join(why)
+        return why
+
+    def _swap(self, name: str, current: dict[int, Version], chosen: dict[int, Version]) -> None:
+        added = [v for v, served in chosen.items() if current.get(v) is not served]
+        if not added and set(chosen) == set(current):
+            return
+        for _ in added:
+            self.registry.metrics.load_result(name, "loaded")
+        self.registry.install(name, chosen)
+        self.problems.pop(name, None)
+        for version in added:
+            log.info("model version loaded", extra={"fields": {
+                "event": "model_loaded", "model": name, "version": version, "provider": chosen[version].model.provider,
+                "serving": sorted(chosen), "replaced": version in current}})
+
+    def index(self, ready_only: bool) -> list[dict[str, str]]:
+        """Triton's repository index: every model folder, with each served version READY, others UNAVAILABLE."""
+        entries: list[dict[str, str]] = []
+        names = set(self.registry.models) | set(self.problems)
+        if self.source is not None:
+            try:
+                names |= {f.name for f in model_folders(self.source.repo)}
+            except OSError:
+                pass
+        for name in sorted(names):
+            served = self.registry.models.get(name, {})
+            entries += [{"name": name, "version": str(v), "state": "READY", "reason": ""} for v in served]
+            if ready_only:
+                continue
+            entries += [{"name": name, "version": str(v), "state": "UNAVAILABLE", "reason": why}
+                        for (model, v), (_, why) in sorted(self.refused.items()) if model == name and v not in served]
+            if not served:
+                entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
+                                "reason": self.problems.get(name, "not loaded")})
+        return entries

@@ -1,0 +1,327 @@
+"""gRPC: KServe's `inference.GRPCInferenceService` beside HTTP, on the same Service (versions, batchers, limits,
+metrics, statistics, logs).
+
+**Where the service and messages come from.** tritonclient's generated modules
+(`tritonclient.grpc.service_pb2`, `service_pb2_grpc`, `model_config_pb2`), pinned with the `serve`
+extra (`tritonclient[grpc]==2.73.0`, which brings grpcio and protobuf). Triton's `grpc_service.proto`
+is KServe's `grpc_predict_v2.proto` (same package `inference`, same messages and field numbers for
+ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer) plus Triton's
+extensions: ModelConfig (with the `ModelConfig` message `config.pbtxt` is read into, repository.py),
+ModelStatistics and the repository RPCs, which this server also answers. Vendoring KServe's .proto
+would have meant compiling it with grpcio-tools, checking the output in, a drift test, and a second
+copy of the ModelConfig schema; the published modules are what Triton's own clients are built from,
+so a client of either server works here unchanged (the tests use `tritonclient.grpc`). The service
+is registered from our own method table, not the generated `add_..._to_server`: a method not in
+the table (streaming, shared memory, trace and log settings) is answered UNIMPLEMENTED by gRPC itself.
+
+**Same event loop as uvicorn.** `grpc.aio` runs on any asyncio loop, uvloop included, so the gRPC
+server is started by `server.Server` on uvicorn's loop after HTTP is bound: a gRPC request calls
+`batcher.submit` directly, as an HTTP one does (the batcher's futures belong to that loop). A thread
+with a loop of its own would have needed every submit and answer handed across loops, and two
+loops to drain on shutdown.
+
+**Limits** (ServeOptions): messages at most `grpc_max_message_bytes` (default: the largest request any
+model served at start accepts, raw or typed, plus 64 KiB, at most `max_body_bytes` (64 MiB); with a live
+repository at least gRPC's own default of 4 MiB, room for models loaded later, whose larger requests get
+RESOURCE_EXHAUSTED over gRPC: the limit is fixed when gRPC starts), larger ones refused by gRPC with RESOURCE_EXHAUSTED
+before our code sees them; at most `grpc_max_rpcs` calls at once (default: `buffer_bytes` / the
+message limit, within 64..`max_connections`, so the messages held at once stay near the HTTP body budget),
+more refused with RESOURCE_EXHAUSTED; `grpc_max_streams` (100) concurrent streams per connection
+(HTTP/2 SETTINGS: a client queues the rest); `max_connections` connections; `max_header_bytes` of
+metadata; a connection must finish its handshake within `header_timeout`; a keepalive ping every
+`grpc_keepalive` seconds that must be answered within `send_timeout`, so a client that stops reading
+its connection is disconnected; deadlines are honoured (a call past its deadline is cancelled, its
+queued request dropped unrun, DEADLINE_EXCEEDED). Decoding holds the request's bytes against the
+same body budget as HTTP.
+
+**Status codes.** INVALID_ARGUMENT for a bad request (HTTP 400), NOT_FOUND for an unknown model or
+version (404), RESOURCE_EXHAUSTED for a message too large or the body budget full (413, 503),
+UNAVAILABLE for a full queue or a draining server (503, retryable, as Triton answers them), INTERNAL
+when onnxruntime fails on the request (500), DEADLINE_EXCEEDED; each failed call is one log line,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from specgen import __version__
+from specgen.serve.app import EXTENSIONS, REASONS, config_json, finished
+from specgen.serve.batcher import QueueFull, ShuttingDown
+from specgen.serve.errors import ProtocolError
+from specgen.serve.grpc_protocol import decode_infer, encode_infer
+from specgen.serve.limits import ENVELOPE_BYTES
+
+if TYPE_CHECKING:
+    from specgen.serve.app import Service
+
+log = logging.getLogger("specgen.serve")
+SERVICE = "inference.GRPCInferenceService"
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 408: grpc.StatusCode.DEADLINE_EXCEEDED,
+         413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
+         500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.RESOURCE_EXHAUSTED, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
+# Bytes per element of a valid request's largest encoding: raw little-endian, or packed typed contents (an INT32 or
+# INT64 varint takes up to 10 bytes; UINT8 travels as uint32, 2 bytes for 128..255).
+ELEMENT_BYTES = {"FP32": 4, "FP64": 8, "INT32": 10, "INT64": 10, "UINT8": 2}
+MIN_RPCS = 64
+GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own default receive limit
+
+
+class GrpcStartError(Exception):
+    """The gRPC server could not start (its address cannot be bound); the message says why."""
+
+
+def message_limit(service: Service) -> int:
+    """The largest gRPC message accepted; see the module docstring."""
+    options = service.options
+    if options.grpc_max_message_bytes is not None:
+        return options.grpc_max_message_bytes
+    largest = GRPC_DEFAULT_MESSAGE_BYTES if options.model_control != "none" else ENVELOPE_BYTES
+    for versions in service.models.values():
+        for served in versions.values():
+            config = served.model.config
+            dims = [t.dims for t in config.inputs]
+            if any(d < 0 for shape in dims for d in shape):  # a variable dimension: nothing bounds it but the cap
+                return options.max_body_bytes
+            elements = [max(config.max_batch_size, 1) * math.prod(shape) for shape in dims]
+            size = ENVELOPE_BYTES + sum(n * ELEMENT_BYTES[t.datatype] for n, t in zip(elements, config.inputs, strict=True))
+            largest = max(largest, size)
+    return min(largest, options.max_body_bytes)
+
+
+def grpc_options(service: Service, limit: int) -> list[tuple[str, Any]]:
+    options = service.options
+    return [
+        # A port in use is an error, not silently shared with another server; worker processes of one server share it.
+        ("grpc.so_reuseport", int(options.grpc_reuse_port)),
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_concurrent_streams", options.grpc_max_streams),
+        ("grpc.max_allowed_incoming_connections", options.max_connections),
+        ("grpc.max_metadata_size", options.max_header_bytes),
+        ("grpc.server_handshake_timeout_ms", int(options.header_timeout * 1000)),
+        ("grpc.keepalive_time_ms", int(options.grpc_keepalive * 1000)),
+        ("grpc.keepalive_timeout_ms", int(options.send_timeout * 1000)),
+        ("grpc.http2.ping_timeout_ms", int(options.send_timeout * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Raise GrpcStartError with the system's reason when `host:port` cannot be bound (gRPC's own error says less)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise GrpcStartError(f"gRPC cannot listen on {host}:{port}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise GrpcStartError(f"gRPC cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+async def start_grpc(service: Service) -> tuple[Any, int]:
+    """Start the gRPC server of `service` on the running loop; (the server, its port)."""
+    options = service.options
+    host, port = options.grpc_host, options.grpc_port or 0
+    if port and not options.grpc_reuse_port:
+        _check_bindable(host, port)
+    limit = message_limit(service)
+    rpcs = options.grpc_max_rpcs or max(MIN_RPCS, min(options.buffer_bytes // limit, options.max_connections))
+    server = grpc.aio.server(options=grpc_options(service, limit), maximum_concurrent_rpcs=rpcs)
+    server.add_generic_rpc_handlers((Servicer(service).handler(),))
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise GrpcStartError(f"gRPC cannot listen on {host}:{port}: {exc}") from None
+    await server.start()
+    log.info("gRPC serving", extra={"fields": {"event": "grpc_started", "address": f"{host}:{bound}",
+                                                "max_message_bytes": limit, "max_rpcs": rpcs,
+                                                "max_streams": options.grpc_max_streams}})
+    return server, bound
+
+
+def _at_deadline(budget: float, remaining: float | None) -> bool:
+    """Whether a cancelled call was cancelled by its deadline: the client's timer fires first and cancels the call
+    (the server's copy of the deadline, from the grpc-timeout header, runs later by the transit time), so a call
+    cancelled with under a tenth of its time left (at least 50 ms) counts as past its deadline."""
+    return remaining is None or remaining <= max(0.05, budget / 10)
+
+
+class Servicer:
+    """The GRPCInferenceService methods over a Service."""
+
+    def __init__(self, service: Service):
+        self.service = service
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        s = service_pb2
+        methods = {
+            "ServerLive": (self.server_live, s.ServerLiveRequest, s.ServerLiveResponse),
+            "ServerReady": (self.server_ready, s.ServerReadyRequest, s.ServerReadyResponse),
+            "ModelReady": (self.model_ready, s.ModelReadyRequest, s.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, s.ServerMetadataRequest, s.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, s.ModelMetadataRequest, s.ModelMetadataResponse),
+            "ModelConfig": (self.model_config, s.ModelConfigRequest, s.ModelConfigResponse),
+            "ModelStatistics": (self.model_statistics, s.ModelStatisticsRequest, s.ModelStatisticsResponse),
+            "ModelInfer": (self.model_infer, s.ModelInferRequest, s.ModelInferResponse),
+            "RepositoryIndex": (self.repository_index, s.RepositoryIndexRequest, s.RepositoryIndexResponse),
+            "RepositoryModelLoad": (self.repository_load, s.RepositoryModelLoadRequest, s.RepositoryModelLoadResponse),
+            "RepositoryModelUnload": (self.repository_unload, s.RepositoryModelUnloadRequest,
+                                      s.RepositoryModelUnloadResponse),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            name: grpc.unary_unary_rpc_method_handler(self._guarded(fn, response), request_deserializer=request.FromString,
+                                                      response_serializer=response.SerializeToString)
+            for name, (fn, request, response) in methods.items()})
+
+    @staticmethod
+    def _guarded(fn: Any, response: Any) -> Any:
+        """A method that answers a ProtocolError with its status code and a bug with INTERNAL: it never raises."""
+        async def method(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return await fn(request, context)
+            except ProtocolError as exc:
+                code = getattr(grpc.StatusCode, exc.grpc_code) if exc.grpc_code else CODES.get(exc.status,
+                                                                                           grpc.StatusCode.UNKNOWN)
+                context.set_code(code)
+                context.set_details(exc.message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug: answered, and logged with its traceback
+                log.error("gRPC method failed", exc_info=True, extra={"fields": {"event": "error", "protocol": "grpc"}})
+                context.set_code(grpc.StatusCode.INTERNAL)
+                context.set_details(f"the server failed on this call ({type(exc).__name__})")
+            return response()
+
+        return method
+
+    # health and metadata
+
+    async def server_live(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=self.service.ready)
+
+    async def model_ready(self, request: Any, context: Any) -> Any:
+        try:
+            self.service.registry.lookup(request.name, request.version)
+        except ProtocolError:
+            return service_pb2.ModelReadyResponse(ready=False)
+        return service_pb2.ModelReadyResponse(ready=self.service.ready)
+
+    async def server_metadata(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerMetadataResponse(name="specgen", version=__version__, extensions=EXTENSIONS)
+
+    async def model_metadata(self, request: Any, context: Any) -> Any:
+        meta = self.service.metadata(request.name, request.version)
+        response = service_pb2.ModelMetadataResponse(name=meta["name"], versions=meta["versions"],
+                                                     platform=meta["platform"])
+        for kind in ("inputs", "outputs"):
+            for tensor in meta[kind]:
+                getattr(response, kind).add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
+        return response
+
+    async def model_config(self, request: Any, context: Any) -> Any:
+        model = self.service.registry.lookup(request.name, request.version).model
+        config = model_config_pb2.ModelConfig()
+        if model.config.message is not None:
+            config.CopyFrom(model.config.message)
+        else:  # a config built in code (tests): the fields served
+            json_format.ParseDict(config_json(model), config)
+        config.name = model.name
+        return service_pb2.ModelConfigResponse(config=config)
+
+    async def model_statistics(self, request: Any, context: Any) -> Any:
+        found = self.service.statistics(request.name or None, request.version or None)
+        return json_format.ParseDict({"model_stats": [stats.as_json() for stats in found]},
+                                     service_pb2.ModelStatisticsResponse())
+
+    # repository
+
+    async def repository_index(self, request: Any, context: Any) -> Any:
+        response = service_pb2.RepositoryIndexResponse()
+        for entry in self.service.control.index(request.ready):
+            response.models.add(**entry)
+        return response
+
+    async def repository_load(self, request: Any, context: Any) -> Any:
+        overrides = sorted(k for k in request.parameters if k == "config" or k.startswith("file:"))
+        if overrides:
+            raise ProtocolError(f"load parameters {overrides} are not supported: this server loads the model as the "
+                                "repository holds it (write config.pbtxt and the version folder, then load)")
+        await self.service.control.load(request.model_name)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    async def repository_unload(self, request: Any, context: Any) -> Any:
+        await self.service.control.unload(request.model_name)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    # inference
+
+    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter_ns()
+        series = self.service.metrics.model(request.model_name)
+        outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": request.id or None,
+                                   "rows": 0, "served": None, "code": None}
+        budget = context.time_remaining()  # None: the call has no deadline
+        if series.known:
+            series.in_flight.inc()
+        try:
+            return await self._infer(request, context, outcome)
+        except asyncio.CancelledError:  # the deadline passed, or the client cancelled: gRPC answers it
+            late = budget is not None and _at_deadline(budget, context.time_remaining())
+            outcome.update(status=504 if late else 499, reason="deadline" if late else "cancelled",
+                           code="DEADLINE_EXCEEDED" if late else "CANCELLED",
+                           message="the call's deadline passed before its answer" if late
+                           else "the client cancelled the call")
+            raise
+        finally:
+            finished(series, outcome, time.perf_counter_ns() - started, "grpc")
+
+    async def _infer(self, request: Any, context: grpc.aio.ServicerContext, outcome: dict[str, Any]) -> Any:
+        service = self.service
+        code = grpc.StatusCode.INTERNAL
+        try:
+            with service.registry.use(request.model_name, request.model_version) as served:
+                outcome["served"] = served
+                size = request.ByteSize()
+                async with service.budget.hold(size):
+                    checked = await service.gate.run(size, decode_infer, request, served.model.config)
+                outcome.update(id=checked.id, rows=checked.rows)
+                model = served.model
+                if (too_long := model.too_long(checked.inputs)) is not None:
+                    raise ProtocolError(too_long)
+                remaining = context.time_remaining()
+                if remaining is not None and remaining <= 0:
+                    raise ProtocolError("the call's deadline passed before its request could be queued", 504)
+                outputs = await served.batcher.submit(checked.inputs, checked.rows, checked.id)
+                response = encode_infer(service_pb2.ModelInferResponse, model.config, model.version, checked, outputs)
+            outcome.update(status=200, reason=None)
+            return response
+        except ProtocolError as exc:
+            code = getattr(grpc.StatusCode, exc.grpc_code) if exc.grpc_code else CODES.get(exc.status, code)
+            reason = "deadline" if exc.status == 504 else REASONS.get(exc.status, "invalid")
+            outcome.update(status=exc.status, reason=reason, message=exc.message)
+        except (QueueFull, ShuttingDown) as exc:
+            code = grpc.StatusCode.UNAVAILABLE
+            outcome.update(status=503, reason="queue_full" if isinstance(exc, QueueFull) else "shutting_down",
+                           message=str(exc))
+        except Exception as exc:  # onnxruntime refused this request's values
+            outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
+        outcome["code"] = code.name
+        context.set_code(code)
+        context.set_details(outcome["message"])
+        return service_pb2.ModelInferResponse()
