@@ -15,8 +15,9 @@ import pytest
 
 from specgen.cli import main
 from specgen.ir import gains, lints
-from specgen.ir.gains import TRUNCATED_VARIANCE, activation
+from specgen.ir.gains import activation
 from specgen.ir.resolve import build_ir
+from specgen.kinds.initializers.normal import TRUNCATED_VARIANCE
 from specgen.spec.load import load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,58 +11,17 @@ from __future__ import annotations
 import math
 
 from specgen.ir.model import Init
+from specgen.kinds.initializers import REGISTRY as INITIALIZERS
 from specgen.kinds.ops import REGISTRY
 from specgen.kinds.ops.base import Moments
 from specgen.kinds.ops.moments import cdf
 
-# Var(truncated_normal) / stddev^2 for TensorFlow's truncation at two standard deviations;
-# Keras divides the glorot/he normal stddev by its square root, 0.87962566103423978.
-TRUNCATED_VARIANCE = 0.7737413035499232
-
-
-def fans(shape: tuple[int, ...]) -> tuple[int, int]:
-    """(fan_in, fan_out) as Keras' compute_fans takes them from a kernel shape."""
-    if len(shape) < 1:
-        return 1, 1
-    if len(shape) == 1:
-        return shape[0], shape[0]
-    if len(shape) == 2:
-        return shape[0], shape[1]
-    receptive = math.prod(shape[:-2])
-    return shape[-2] * receptive, shape[-1] * receptive
-
 
 def init_moments(init: Init | None, shape: tuple[int, ...]) -> Moments:
-    """The mean and E[w^2] of one weight drawn from `init` for a variable of `shape`."""
+    """The mean and E[w^2] of one weight drawn from `init` for a variable of `shape` (its kind's moments)."""
     if init is None:
         return 0.0, 0.0
-    args = dict(init.args)
-    fan_in, fan_out = fans(shape)
-    if init.kind == "zeros":
-        return 0.0, 0.0
-    if init.kind == "ones":
-        return 1.0, 1.0
-    if init.kind == "constant":
-        return args["value"], args["value"] * args["value"]
-    if init.kind in ("random_normal", "truncated_normal"):
-        mean, std = args.get("mean", 0.0), args.get("stddev", 0.05)
-        factor = TRUNCATED_VARIANCE if init.kind == "truncated_normal" else 1.0
-        return mean, factor * std * std + mean * mean
-    if init.kind == "random_uniform":
-        low, high = args.get("minval", -0.05), args.get("maxval", 0.05)
-        mean = (low + high) / 2
-        return mean, (high - low) * (high - low) / 12 + mean * mean
-    if init.kind == "orthogonal":  # orthonormal columns (or rows) of the longer side: E[w^2] = gain^2 / max side
-        rows, cols = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1] if shape else 1
-        return 0.0, args.get("gain", 1.0) ** 2 / max(rows, cols, 1)
-    if init.kind == "unit_forget_bias":  # an LSTM bias: `value` everywhere but the forget gate's ones
-        value = args.get("value", 0.0)
-        return (3 * value + 1) / 4, (3 * value * value + 1) / 4
-    # The variance-scaling kinds: the normal ones divide by the truncation factor, so both
-    # the uniform and the normal variant have exactly this variance.
-    variance = {"glorot_uniform": 2.0 / max(fan_in + fan_out, 1), "glorot_normal": 2.0 / max(fan_in + fan_out, 1),
-                "he_normal": 2.0 / max(fan_in, 1), "he_uniform": 2.0 / max(fan_in, 1)}[init.kind]
-    return 0.0, variance
+    return INITIALIZERS[init.kind].moments(dict(init.args), shape)
 
 
 def describe_init(init: Init | None) -> str:

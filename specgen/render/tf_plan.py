@@ -7,6 +7,7 @@ from typing import Any
 
 from specgen import text
 from specgen.ir.model import ModelIR, Node, Variable
+from specgen.kinds.initializers import REGISTRY as INITIALIZERS
 from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.render.environment import Fields
 from specgen.render.mask_plan import tf_mask
@@ -47,11 +48,12 @@ def tf_variables(ir: ModelIR) -> list[TfVariable]:
     for var in ir.model_variables:
         init = var.init
         assert init is not None
+        kind = INITIALIZERS[init.kind]  # its runtime function and whether it draws (specgen/kinds/initializers)
         args = [py_literal(list(var.shape))]
         args += [f"{k}={py_literal(v)}" for k, v in init.args]
-        if init.kind not in ("zeros", "ones", "constant"):
+        if kind.seeded:
             args.append(f"seed=(seed, {var.seed})")
-        arguments = f"init.{init.kind}({', '.join(args)}), name={py_literal(var.path)}"
+        arguments = f"{kind.function}({', '.join(args)}), name={py_literal(var.path)}"
         if "trainable" not in var.collections:
             arguments += ", trainable=False"
         result.append(TfVariable(var, arguments))

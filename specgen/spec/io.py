@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
+from specgen.kinds.precisions import FLOAT32, PrecisionName
 from specgen.kinds.sources import DataSource
 from specgen.spec.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, Pattern, PositiveInt, SpecModel
 from specgen.spec.regex import check_pattern, parse_template
@@ -120,7 +121,7 @@ class OnnxExport(SpecModel):
     dynamic_batch: bool = True
     outputs: Annotated[list[Identifier], Field(min_length=1)] | None = Field(None, description=(
         "The outputs model.onnx computes (default: all); layers, inputs and weights none of them reads are left out."))
-    precision: Literal["fp32", "fp16", "int8"] = Field("fp32", description=(
+    precision: PrecisionName = Field(FLOAT32, description=(
         "Also write model.fp16.onnx or model.int8.onnx beside model.onnx, gated on accuracy and speed "
         "(`specgen export --precision` overrides)."))
     calibration: Literal["minmax", "entropy", "percentile"] = Field("minmax", description=(

@@ -15,6 +15,7 @@ from specgen.diagnostics import safe_repr, shown
 from specgen.importers.keras.errors import ImportProblem, layer_problem
 from specgen.importers.keras.graph import KLayer
 from specgen.importers.keras.objects import finite, is_integer, kind_of, known, problem
+from specgen.kinds.initializers import REGISTRY as INITIALIZER_KINDS
 from specgen.kinds.ops import REGISTRY
 from specgen.spec.base import MAX_INT
 
@@ -28,13 +29,11 @@ TRAINING_ONLY = ("kernel_regularizer", "bias_regularizer", "activity_regularizer
                  "recurrent_regularizer", "recurrent_constraint")
 # Keras' activation names the importer reads: the ops whose AsActivation says Keras has one of that name.
 ACTIVATIONS = tuple(name for name, op in REGISTRY.items() if op.as_activation is not None and op.as_activation.keras)
-INITIALIZERS = {"GlorotUniform": "glorot_uniform", "GlorotNormal": "glorot_normal", "HeNormal": "he_normal",
-                "HeUniform": "he_uniform", "Zeros": "zeros", "Ones": "ones", "Constant": "constant",
-                "RandomNormal": "random_normal", "TruncatedNormal": "truncated_normal",
-                "RandomUniform": "random_uniform", "Orthogonal": "orthogonal"}
+# Keras initializer class (or its snake-case name) -> specgen's kind, as each kind declares (specgen/kinds/initializers).
+INITIALIZERS = {cls: kind.name for kind in INITIALIZER_KINDS.values() for cls in kind.keras} | {
+    kind.name: kind.name for kind in INITIALIZER_KINDS.values() if kind.keras}
 # VarianceScaling (scale, mode, distribution) that one of specgen's fan-based kinds is.
-SCALING = {(1.0, "fan_avg", "uniform"): "glorot_uniform", (1.0, "fan_avg", "truncated_normal"): "glorot_normal",
-           (2.0, "fan_in", "truncated_normal"): "he_normal", (2.0, "fan_in", "uniform"): "he_uniform"}
+SCALING = {kind.scaling: kind.name for kind in INITIALIZER_KINDS.values() if kind.scaling is not None}
 FLOAT_POLICIES = ("float32",)
 _MISSING: Any = object()  # the default of a required argument
 
@@ -150,7 +149,7 @@ class Args:
         if value is None:
             return None
         name, config = (value, {}) if isinstance(value, str) else (value["class_name"], value.get("config") or {})
-        kind = INITIALIZERS.get(name) or {v: v for v in INITIALIZERS.values()}.get(name)
+        kind = INITIALIZERS.get(name)
         if config.get("input_axes") is not None or config.get("output_axes") is not None:
             kind = None  # fans over other axes than specgen's kinds take
         elif name == "VarianceScaling":  # Keras' defaults; "normal" is its old name of truncated_normal
@@ -163,8 +162,7 @@ class Args:
             return None
         if config.get("seed") is not None:
             self.note(key, value, "seed dropped: specgen seeds initializers from train.seed")
-        keys = {"constant": ("value",), "random_normal": ("mean", "stddev"), "truncated_normal": ("mean", "stddev"),
-                "random_uniform": ("minval", "maxval"), "orthogonal": ("gain",)}.get(kind, ())
+        keys = INITIALIZER_KINDS[kind].keys  # its spec keys, which Keras' config names alike
         values = {k: finite(config[k]) for k in keys if k in config}
         return {"kind": kind, **values} if keys else kind
 

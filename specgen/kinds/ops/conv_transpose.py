@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     FLOAT,
     OnnxContext,
@@ -22,7 +23,7 @@ from specgen.kinds.ops.base import (
 )
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import NonNegativeInt, PositiveInt
-from specgen.spec.layers import Activation, InitializerSpec, LayerBase, Padding, Size2
+from specgen.spec.layers import Activation, LayerBase, Padding, Size2
 from specgen.spec.unions import by_shape, scalar_or_list
 
 # output_padding may be 0 (Keras' None, leaving it out, is a different rule: see _output_extent)

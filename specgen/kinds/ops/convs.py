@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen.kinds.dims import nominal
+from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     FLOAT,
     OnnxContext,
@@ -23,7 +24,7 @@ from specgen.kinds.ops.base import (
 )
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, InitializerSpec, LayerBase, Padding, Size2
+from specgen.spec.layers import Activation, LayerBase, Padding, Size2
 
 
 class WindowBase(LayerBase):

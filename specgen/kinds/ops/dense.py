@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen import text
+from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     PASSES_MASK,
     OnnxContext,
@@ -20,7 +21,7 @@ from specgen.kinds.ops.base import (
 )
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, InitializerSpec, LayerBase
+from specgen.spec.layers import Activation, LayerBase
 
 
 class Dense(LayerBase):

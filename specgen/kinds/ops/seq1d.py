@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen.kinds import dims
+from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     FLOAT,
     MaskRule,
@@ -29,7 +30,7 @@ from specgen.kinds.ops.base import (
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.pools import MAX_POOL_XLA
 from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, InitializerSpec, LayerBase
+from specgen.spec.layers import Activation, LayerBase
 from specgen.text import shape as show
 
 

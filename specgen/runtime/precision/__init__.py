@@ -1,4 +1,4 @@
-"""Export precisions: one module per kind (fp16.py, int8.py), this registry, the gates and the export step.
+"""Export precisions: one runtime module per kind of specgen/kinds/precisions (fp16.py, int8.py), gates, step.
 
 float32 is the export itself (`model.onnx`); a variant is made from it, checked by onnxruntime's
 optimizer, gated on accuracy and speed against it (gates.py), and written beside it.
@@ -6,10 +6,13 @@ optimizer, gated on accuracy and speed against it (gates.py), and written beside
 
 from __future__ import annotations
 
-from specgen.runtime.precision import fp16, int8
+import importlib
+
+from specgen.kinds.precisions import NAMES
+from specgen.kinds.precisions import REGISTRY as KINDS
 from specgen.runtime.precision.base import PrecisionDef
 
-REGISTRY: dict[str, PrecisionDef] = {d.name: d for d in (fp16.DEF, int8.DEF)}
-NAMES = ("fp32", *REGISTRY)  # the spec's `export.onnx.precision` literal lists the same names (tests check it)
+# Each declared precision's runtime module (specgen/runtime/precision/<name>.py) defines its DEF.
+REGISTRY: dict[str, PrecisionDef] = {name: importlib.import_module(kind.runtime).DEF for name, kind in KINDS.items()}
 
 __all__ = ["NAMES", "REGISTRY", "PrecisionDef"]

@@ -1,4 +1,4 @@
-"""What a precision variant is: one registered kind per module (fp16.py, int8.py), as the other registries."""
+"""What a precision variant is: one runtime module per kind of specgen/kinds/precisions (fp16.py, int8.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from specgen.errors import SpecgenError
+from specgen.kinds.precisions import PrecisionKind
 
 
 class PrecisionRefusal(SpecgenError, ValueError):
@@ -25,18 +26,34 @@ class Calibration:
 
 @dataclass(frozen=True)
 class PrecisionDef:
-    """One export precision: the file it is written to and how the float32 graph becomes it.
+    """One export precision: its declaration (`kind`: name, file, traits; specgen/kinds/precisions) and how the
+    float32 graph becomes it.
 
     `convert(model_bytes, calibration)` returns the variant's bytes and a report (what was done);
     `check(variant_bytes, provider)` returns what onnxruntime's optimizer made of it (kernel counts),
-    raising PrecisionRefusal where an op has no kernel of this precision on that provider. `for_gpu`: the
-    variant is made for the CUDA provider, so the CPU's refusal says only that it cannot be checked there
-    (`--force` then writes it unverified, precision/verify.py); for the others a refusal is a verdict.
+    raising PrecisionRefusal where an op has no kernel of this precision on that provider.
     """
 
-    name: str
-    file_name: str
+    kind: PrecisionKind
     convert: Callable[[bytes, Calibration], tuple[bytes, dict[str, Any]]]
     check: Callable[[bytes, str], dict[str, Any]]
-    doc: str
-    for_gpu: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def file_name(self) -> str:
+        return self.kind.file_name
+
+    @property
+    def doc(self) -> str:
+        return self.kind.doc
+
+    @property
+    def for_gpu(self) -> bool:
+        return self.kind.for_gpu
+
+    @property
+    def calibrated(self) -> bool:
+        return self.kind.calibrated

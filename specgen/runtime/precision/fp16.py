@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
+from specgen.kinds.precisions import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
 
@@ -44,5 +45,4 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
     return {"optimized_ops": op_counts(graph)}
 
 
-DEF = PrecisionDef("fp16", "model.fp16.onnx", convert, check,
-                   "float16 weights and compute, float32 IO; normalizations and softmax in float32", for_gpu=True)
+DEF = PrecisionDef(REGISTRY["fp16"], convert, check)

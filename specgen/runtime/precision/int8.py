@@ -34,6 +34,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
+from specgen.kinds.precisions import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model
 
@@ -148,5 +149,4 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
     return {"integer_kernels": integer, "float32_compute": unquantized, "optimized_ops": op_counts(graph)}
 
 
-DEF = PrecisionDef("int8", "model.int8.onnx", convert, check,
-                   "int8 weights, uint8 activations (static QDQ, per-channel); dynamic for recurrent graphs")
+DEF = PrecisionDef(REGISTRY["int8"], convert, check)

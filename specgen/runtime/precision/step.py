@@ -84,7 +84,7 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         raise where(f"{name} is calibrated and gated on the eval set, and the spec has none: add 'data.eval'")
     definition = REGISTRY[name]
     rows = len(next(iter(inputs.values())))
-    calibration = _calibration(loaded, ir, request, inputs, rows) if name == "int8" else Calibration()
+    calibration = _calibration(loaded, ir, request, inputs, rows) if definition.calibrated else Calibration()
     loss = ir.training.loss
     logits = loss.logits if loss and loss.target == "sparse" and labels is not None else None
     try:

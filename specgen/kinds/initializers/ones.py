@@ -1,0 +1,16 @@
+"""`kind: ones`: every weight 1 (a normalization's scale)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specgen.kinds.initializers.base import InitializerDef, runtime
+from specgen.spec.base import SpecModel
+
+
+class Ones(SpecModel):
+    kind: Literal["ones"]
+
+
+KINDS = (InitializerDef("ones", Ones, runtime("ones"), lambda args, shape: (1.0, 1.0), seeded=False,
+                        keras=("Ones",)),)

@@ -1,0 +1,25 @@
+"""The export-precision registry: one module per precision besides float32, found by listing this package.
+
+Each module defines a `KINDS` tuple of `PrecisionKind`s (base.py): its file, its traits and, by its name, its
+runtime module specgen/runtime/precision/<name>.py (the conversion and kernel check; it imports onnxruntime,
+so this half stays apart for `specgen validate`). Derived here: `REGISTRY` (name -> PrecisionKind), `NAMES`
+(with `fp32`, the export itself) and `PrecisionName`, the spec's `export.onnx.precision` type;
+specgen/runtime/precision/__init__.py derives its registry of `PrecisionDef`s from this one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specgen.kinds.collect import collect
+from specgen.kinds.precisions.base import PrecisionKind
+
+__all__ = ["FLOAT32", "NAMES", "REGISTRY", "PrecisionKind", "PrecisionName"]
+
+# The first precisions, in the order the published JSON schema lists them; later ones follow alphabetically.
+SCHEMA_ORDER = ("fp16", "int8")
+FLOAT32 = "fp32"  # no variant: model.onnx itself
+
+REGISTRY: dict[str, PrecisionKind] = collect(__name__, __path__, SCHEMA_ORDER)
+NAMES = (FLOAT32, *REGISTRY)
+PrecisionName = Literal[NAMES]  # type: ignore[valid-type] (built from the registry)
