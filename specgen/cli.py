@@ -1,11 +1,11 @@
-"""The `specgen` command line: validate, build, schema, report, graph, curves, data, train, restore-plan, export,
-infer, serve, import.
+"""The `specgen` command line: validate, build, schema, report, graph, curves, data, train, sweep, restore-plan,
+export, infer, serve, import.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never
 print a traceback. `validate`, `build`, `schema`, `report`, `graph` and `curves` never import TensorFlow.
 This module is the parser and the dispatch; the commands live in `spec_cli` (validate, build, schema,
-report), `run_cli` (data, train, restore-plan, export, infer, serve, import) and `specgen.pictures`
-(graph, curves).
+report), `run_cli` (data, train, restore-plan, export, infer, serve, import), `specgen.sweep.command` (sweep) and
+`specgen.pictures` (graph, curves).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from specgen.render.errors import RenderError
 from specgen.review.command import cmd_diff, parse_gates
 from specgen.run_cli import cmd_data, cmd_export, cmd_import, cmd_infer, cmd_restore_plan, cmd_serve, cmd_train
 from specgen.spec_cli import cmd_build, cmd_explain, cmd_report, cmd_schema, cmd_validate
+from specgen.sweep.command import cmd_sweep
 
 
 def positive_int(text: str) -> int:
@@ -98,6 +99,8 @@ def parser() -> argparse.ArgumentParser:
                         "(graph, tables, restore plan, curves, export lines) to -o")
     report.add_argument("--run", type=Path, metavar="RUN", dest="run_folder", help="with --html: the run folder whose curves and "
                         "export the page shows")
+    report.add_argument("--sweep", type=Path, metavar="DIR", help="with --html: a folder of `specgen sweep` whose "
+                        "trials the page lists and draws")
     report.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
     report.set_defaults(run=cmd_report)
     data = sub.add_parser("data", help="print a spec's input pipeline as training runs it (reads the data)")
@@ -134,6 +137,29 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--probe", action="store_true", help="run one batch and print each variable's gradient "
                        "and first-update size and each layer's activation mean/std; trains and writes nothing")
     train.set_defaults(run=cmd_train)
+    sweep = sub.add_parser("sweep", help="search the spec's sweep space with Optuna, each trial an ordinary run "
+                           "(docs/sweeps.md)")
+    sweep.add_argument("spec", type=Path)
+    sweep.add_argument("-o", "--output", type=Path, help="the sweep folder (default: the spec's run folder with "
+                       "-sweep added); with --emit katib: the manifest (default: stdout)")
+    sweep.add_argument("--trials", type=positive_int, metavar="N", help="trials in all (default: sweep.trials)")
+    sweep.add_argument("--parallel", type=positive_int, default=1, metavar="P",
+                       help="trials at a time, each its own `specgen train` process (default 1)")
+    sweep.add_argument("--storage", metavar="URL", help="the Optuna storage: an RDB URL (sqlite:///study.db, "
+                       "postgresql://...) or journal:PATH; processes that share it share the study (default: "
+                       "SQLite in the sweep folder)")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a spec value in every trial (repeatable)")
+    katib = sweep.add_argument_group("--emit katib", "write a Kubeflow Katib Experiment for the sweep instead of "
+                                     "running it; each trial is the TFJob of `specgen train --emit tfjob`")
+    katib.add_argument("--emit", choices=["katib"])
+    katib.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
+    katib.add_argument("--workers", type=positive_int, help="workers of each trial's TFJob (default 1)")
+    katib.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
+    katib.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
+    katib.add_argument("--gpus", type=int, help="GPUs per worker (nvidia.com/gpu)")
+    katib.add_argument("--namespace", help="the Experiment's namespace (default: kubectl's)")
+    sweep.set_defaults(run=cmd_sweep)
     restore_plan = sub.add_parser("restore-plan", help="show where each model variable would be restored from")
     restore_plan.add_argument("spec", type=Path)
     restore_plan.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
@@ -152,7 +178,9 @@ def parser() -> argparse.ArgumentParser:
                              "(default: the spec's export.onnx.precision, fp32)")
     export.add_argument("--calibration", type=positive_int, metavar="N",
                         help="eval examples for int8 calibration (default 512, or the whole eval set when smaller)")
-    export.add_argument("--force", action="store_true", help="write the variant even when it is not faster")
+    export.add_argument("--force", action="store_true",
+                        help="write the variant even when it is not faster, or unverified where its provider "
+                             "cannot check it here (fp16 without CUDA): `specgen serve` then gates it at load")
     export.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                         help="where the variant is checked and timed: the provider that will run it")
     export.set_defaults(run=cmd_export)
@@ -181,6 +209,15 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds a request's body may take to arrive (408 after)")
     serve.add_argument("--max-connections", type=int, default=1000, metavar="N",
                        help="open connections at most (lowered to what ulimit -n allows)")
+    serve.add_argument("--grpc-port", type=int, metavar="N",
+                       help="also serve the Open Inference Protocol over gRPC on this port (same host)")
+    serve.add_argument("--model-control", choices=["none", "poll", "explicit"], default="none",
+                       help="none: the models found at start; poll: rescan the repository every --poll-seconds; "
+                       "explicit: load and unload through the repository API")
+    serve.add_argument("--poll-seconds", type=float, default=15.0, metavar="S",
+                       help="seconds between scans with --model-control poll")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="server processes on the same ports, onnxruntime's threads split between them")
     serve.set_defaults(run=cmd_serve)
     imports = sub.add_parser("import", help="write a spec from another framework's model")
     frameworks = imports.add_subparsers(dest="framework", required=True)

@@ -161,7 +161,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from specgen.report import report
     from specgen.spec.load import load_spec
 
-    if args.html or args.run_folder is not None or args.output is not None:
+    if args.html or args.run_folder is not None or args.output is not None or args.sweep is not None:
         from specgen.report.html_cli import run_html_report
 
         return run_html_report(args)

@@ -114,8 +114,10 @@ def precision_section(ir: ModelIR, scan: RunScan | None) -> str:
     return _pre(table) if table else _none("float32 training and export (train.precision, export.onnx.precision)")
 
 
-def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: RunScan | None = None) -> str:
-    """The page; `scan`: the run's events as curves.scan_run read them (read here when not given)."""
+def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: RunScan | None = None,
+         sweep: tuple[str, str, str] | None = None) -> str:
+    """The page; `scan`: the run's events as curves.scan_run read them (read here when not given); `sweep`: a sweep
+    folder as shown, its summary and its picture (sweep/summary.py's report_parts), a last section when given."""
     if run is not None and scan is None:
         from specgen.pictures.curves import scan_run
 
@@ -133,7 +135,12 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: Run
         "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(scan)),
         "export": ("Export: parity, accuracy and precision", export_section(run)),
     }
-    nav = " ".join(f'<a href="#{key}">{html.escape(bodies[key][0])}</a>' for key in SECTIONS)
+    sections = SECTIONS
+    if sweep is not None:
+        folder, summary, svg = sweep
+        bodies["sweep"] = (f"Sweep ({folder})", _pre(summary) + "\n" + inline_svg(svg))
+        sections = (*SECTIONS, "sweep")
+    nav = " ".join(f'<a href="#{key}">{html.escape(bodies[key][0])}</a>' for key in sections)
     title = f"{ir.name}: specgen report"
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -142,5 +149,5 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: Run
         f"<header><h1>{html.escape(ir.name)}</h1><p>{html.escape(path)}: {ir.layer_count} layers, "
         f"{len(ir.variables)} variables</p></header>",
         f"<nav>{nav}</nav><main>",
-        *(_section(key, *bodies[key]) for key in SECTIONS),
+        *(_section(key, *bodies[key]) for key in sections),
         "</main></body></html>", ""])

@@ -1,4 +1,4 @@
-"""`specgen report SPEC --html [--run RUN] -o report.html`: cli.py's report hands these flags here."""
+"""`specgen report SPEC --html [--run RUN] [--sweep DIR] -o report.html`: cli.py's report hands these flags here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from specgen.pictures.curves_cli import PicturesUsageError, need_matplotlib, nee
 def _usage(args: argparse.Namespace) -> None:
     """Mistakes in the flags, before any spec is read."""
     if not args.html:
-        flag = "--run" if args.run_folder is not None else "-o"
+        flag = "--run" if args.run_folder is not None else "--sweep" if args.sweep is not None else "-o"
         raise PicturesUsageError(f"report: got {flag} without --html; expected --html with them "
                                  "(the text report prints to stdout)")
     if len(args.paths) != 1 or args.paths[0].is_dir():
@@ -41,7 +41,13 @@ def run_html_report(args: argparse.Namespace) -> int:
         scan = scan_run(args.run_folder)
         for line in scan.lines():  # the page shows them too, above the curves
             print(line, file=sys.stderr)
-    text = page(loaded, ir, shown(args.paths[0]), args.run_folder, scan)
+    sweep = None
+    if args.sweep is not None:
+        need_matplotlib("specgen report --html --sweep")
+        from specgen.sweep.summary import report_parts
+
+        sweep = report_parts(loaded, args.sweep)
+    text = page(loaded, ir, shown(args.paths[0]), args.run_folder, scan, sweep)
     write_atomic(args.output, text.encode(), fsync=False)
     print(f"wrote {shown(args.output)} ({len(text.encode()):,} bytes)")
     return 0

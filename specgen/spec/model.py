@@ -13,6 +13,7 @@ from specgen.spec.lints import Lints
 from specgen.spec.pruning import Prune
 from specgen.spec.targets import Target
 from specgen.spec.training import Loss, Optimizer, Train
+from specgen.sweep.spec import Sweep
 
 SPEC_VERSION = 1
 
@@ -39,6 +40,7 @@ class Spec(SpecModel):
     checkpoint: Checkpoint | None = None
     export: Export = Field(default_factory=Export)
     lints: Lints = Field(default_factory=Lints)
+    sweep: Sweep | None = None  # a hyperparameter search: `specgen sweep` (docs/sweeps.md)
 
     # Literal[1] alone accepts `true` (True == 1).
     _version_not_bool = field_validator("specgen", mode="before")(not_bool)

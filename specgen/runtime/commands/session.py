@@ -252,6 +252,7 @@ class Session:
             results = self.metrics()
         self.reset_metrics()
         self._summaries("eval", results)
+        self.writers["eval"].flush()  # on disk now (once an epoch): `specgen sweep`'s pruner reads each eval as it comes
         return results
 
     def _summaries(self, stage: str, values: dict[str, float]) -> None:

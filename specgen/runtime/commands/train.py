@@ -24,7 +24,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.progress import TrainProgress
-from specgen.runtime import data, hooks
+from specgen.runtime import data, hooks, hparams
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
 from specgen.runtime.commands.session import Session
@@ -160,6 +160,8 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
     for line in distribution.describe():
         print(line)
     print(session.start())
+    if session.writes == session.folder:  # the chief: the run's --set values for TensorBoard's HParams tab
+        hparams.write(session.folder, begin.overrides)
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
     # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
@@ -181,7 +183,8 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
         raise _interrupted(session) from None
     finally:
         progress.close()  # closing twice is nothing
-    path = session.save()
+    with Interrupts():  # a Ctrl-C during the last save is noted and let go: the save completes, the run is done
+        path = session.save()
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
                "eval": evaluated}

@@ -1,0 +1,128 @@
+"""`specgen sweep SPEC [-o DIR] [--trials N] [--parallel P] [--storage URL] [--set KEY=VALUE]...` and
+`specgen sweep SPEC --emit katib --image IMAGE [...] [-o FILE]` (cli.py wires the flags here).
+
+Everything a user can get wrong is checked before the sweep folder is made or a trial starts, in this order:
+the spec (with the sweep's own `--set`s), its `sweep` section, the searched keys and values (space.py), that
+the spec trains and logs the metric, the flags, and the storage. Then the study is opened (made on first use)
+and the trials run; a sweep that was stopped continues where it stopped when the same command runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import SpecgenError
+from specgen.paths import shown
+from specgen.spec.load import LoadedSpec
+
+EXTRA = "specgen[sweep]"
+KATIB_FLAGS = ("image", "workers", "cpu", "memory", "gpus", "namespace")
+
+
+class SweepUsageError(SpecgenError, ValueError):
+    """A flag the sweep cannot use, or its extra not installed."""
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from specgen.ir.resolve import build_ir
+    from specgen.spec.overrides import load_with_overrides
+    from specgen.sweep.space import check_metric, parameters
+
+    loaded = load_with_overrides(args.spec, args.set)
+    sweep = loaded.spec.sweep
+    if sweep is None:
+        raise SpecError([Diagnostic(loaded.display, None, "the spec has no 'sweep' section; expected one naming "
+                                    "the metric, the direction and the space to search (docs/sweeps.md)")])
+    params = parameters(loaded, list(args.set))
+    ir = build_ir(loaded)
+    training = ir.training
+    if training is None or not training.can_train or "train" not in training.data:
+        raise SpecError([Diagnostic(loaded.display, None, "a sweep trains the spec: it needs the 'loss', "
+                                    "'optimizers', 'train' and 'data.train' sections")])
+    check_metric(loaded, sweep, ir)
+    if args.emit == "katib":
+        from specgen.sweep.katib import emit
+
+        return emit(args, loaded, params)
+    for flag in KATIB_FLAGS:
+        if getattr(args, flag) is not None:
+            raise SweepUsageError(f"sweep: --{flag} goes with --emit katib; a local sweep takes -o, --trials, "
+                                  "--parallel, --storage and --set")
+    return _run(args, loaded, params)
+
+
+def need_optuna() -> None:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise SweepUsageError(f"specgen sweep needs optuna, which is not installed; expected the sweep extra: "
+                              f"pip install '{EXTRA}'") from None
+
+
+def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int:
+    from specgen.ir.training.build import run_folder
+    from specgen.sweep import storage as stores
+    from specgen.sweep.driver import Plan, Runner, _quiet_optuna, open_study, retry
+    from specgen.sweep.summary import hparams_config, lines, render, rows
+
+    need_optuna()
+    _quiet_optuna()
+    sweep = loaded.spec.sweep
+    assert sweep is not None
+    given = args.output if args.output is not None else Path(f"{run_folder(loaded)}-sweep")
+    folder = given.absolute()
+    url = args.storage or stores.default_url(folder)
+    if args.storage is not None:  # a storage elsewhere opens before the sweep folder is made
+        storage = stores.open_storage(url, retry)
+    from specgen.atomic import checked_folder
+
+    checked_folder(given.parent, given, create=True)  # a link or a file there is refused, not followed
+    if args.storage is None:
+        storage = stores.open_storage(url, retry)
+    trials = args.trials if args.trials is not None else sweep.trials
+    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set))
+    study = open_study(plan, storage)
+    print(_header(plan, len(study.get_trials(deepcopy=False))))
+    hparams_config(plan, folder)
+    finished = Runner(plan, storage, print).sweep(study)
+    found = rows(study)
+    text = "\n".join(lines(plan, found))
+    print(text)
+    _write(folder / "summary.txt", text + "\n")
+    if _has_matplotlib():
+        _write(folder / "sweep.svg", render(plan, found))
+        print(f"wrote {shown(folder / 'summary.txt')} and {shown(folder / 'sweep.svg')}")
+    if not finished:
+        print(f"specgen sweep: interrupted; the trials it stopped run again when the same command continues the "
+              f"sweep (study '{plan.study_name}' in {stores.masked(url)})", file=sys.stderr)
+        return 130
+    return 0 if any(r.state == "finished" for r in found) else 1
+
+
+def _header(plan: Any, existing: int) -> str:
+    from specgen.sweep import storage as stores
+
+    sweep = plan.sweep
+    pruner = sweep.pruner if isinstance(sweep.pruner, str) else sweep.pruner.kind
+    where = f"study '{plan.study_name}' in {stores.masked(plan.url)}"
+    so_far = f" ({existing} trial(s) there already)" if existing else ""
+    return (f"sweep {plan.study_name}: {plan.budget()} trials of {sweep.metric} ({sweep.direction}), {sweep.sampler} "
+            f"sampler, pruner {pruner}, {plan.parallel} at a time, into {shown(plan.folder)}; {where}{so_far}")
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    from specgen.atomic import write_atomic
+
+    write_atomic(path, content, fsync=False)
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,412 @@
+"""Running a sweep: Optuna's study in its storage, each trial an ordinary `specgen train` in a subprocess.
+
+A worker thread (`--parallel P` of them) takes a trial from the study (ask), runs
+`specgen train SPEC --quiet --set checkpoint.dir=SWEEP/trial-NNNN --set KEY=VALUE ...` and follows the metric in
+the run's TensorBoard events as they are written; the pruner sees each value as it comes (`trial.report`), and a
+trial it prunes is stopped with SIGINT, as Ctrl-C stops `specgen train` (between updates). When the run ends,
+the metric's last value is the trial's (tell). A run that fails is a failed trial with its error line; the sweep
+goes on.
+
+The budget: a trial is asked for only while the finished trials (complete, pruned, failed) and the running ones
+are fewer than the sweep's `trials`, checked under one lock per process; processes sharing a study each check
+before they ask, so two asking at the same moment can each take the last place (the study then ends with one
+trial more per such process). Interrupted trials do not count: a trial whose sweep process is gone (killed, or
+Ctrl-C) is marked failed with `interrupted` and a new trial with the same values is queued (Optuna's
+enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
+
+Each worker thread has its own Study object: its sampler is made anew for each trial with `seed + n`, n the
+trial's place among the trials that were not interrupted (`ordinal`), so a sweep draws the same values whether
+it ran in one go or was resumed, and processes sharing a study do not draw the same values from one seed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specgen import native_logs
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
+from specgen.spec.load import LoadedSpec
+from specgen.sweep import storage as stores
+from specgen.sweep.follow import Follower
+from specgen.sweep.space import Param, overrides_of
+from specgen.sweep.spec import MedianPruner, Sweep, grid_values
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.samplers import BaseSampler
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+POLL = 0.5  # seconds between reads of a running trial's events
+INTERRUPTED = 130  # `specgen train`'s exit status after SIGINT
+
+
+@dataclass
+class Plan:
+    """A checked sweep: the spec, its searched keys and where the study and the trials live."""
+
+    loaded: LoadedSpec
+    sweep: Sweep
+    params: list[Param]
+    folder: Path  # the sweep folder: trial-NNNN run folders, their logs, the summary
+    url: str  # the Optuna storage
+    trials: int
+    parallel: int
+    base: list[str] = field(default_factory=list)  # the sweep's own --set overrides, given to every trial
+
+    @property
+    def study_name(self) -> str:
+        return self.loaded.spec.name
+
+    def definition(self) -> dict[str, Any]:
+        """What makes two sweeps one study: a study made by another definition is refused."""
+        sweep = self.sweep.model_dump(mode="json", warnings=False)
+        return {"metric": sweep["metric"], "direction": sweep["direction"], "space": sweep["space"],
+                "base": self.base}
+
+    def budget(self) -> int:
+        if self.sweep.sampler != "grid":
+            return self.trials
+        points = 1
+        for param in self.params:
+            points *= len(grid_values(param.item))
+        return min(self.trials, points)
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def _sampler(plan: Plan, seed: int) -> BaseSampler:
+    import optuna
+
+    if plan.sweep.sampler == "grid":
+        from specgen.sweep.space import grid_space
+
+        return optuna.samplers.GridSampler(grid_space(plan.params), seed=seed)
+    if plan.sweep.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # constant_liar: trials still running count as bad guesses, so parallel workers spread out
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def _pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
+    import optuna
+
+    if sweep.pruner == "none":
+        return optuna.pruners.NopPruner()
+    settings = sweep.pruner if isinstance(sweep.pruner, MedianPruner) else MedianPruner(kind="median")
+    return optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=settings.warmup_steps)
+
+
+def _seeded(plan: Plan) -> BaseSampler:
+    from optuna.samplers import BaseSampler
+
+    class Seeded(BaseSampler):
+        """The sweep's sampler made anew for each trial with seed + trial number (see the module's docstring)."""
+
+        def __init__(self) -> None:
+            self.inner = _sampler(plan, plan.sweep.seed)
+
+        def before_trial(self, study: Any, trial: Any) -> None:
+            if plan.sweep.sampler != "grid":  # GridSampler's order is its seed's shuffle of the grid: kept
+                self.inner = _sampler(plan, plan.sweep.seed + ordinal(study.get_trials(deepcopy=False), trial.number))
+            self.inner.before_trial(study, trial)
+
+        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+            return self.inner.infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
+            return self.inner.sample_relative(study, trial, search_space)
+
+        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+            return self.inner.sample_independent(study, trial, name, distribution)
+
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            try:
+                self.inner.after_trial(study, trial, state, values)
+            except RuntimeError:  # GridSampler stops an optimize() loop when the grid is done: there is none here
+                pass
+
+    return Seeded()
+
+
+def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
+    """The study, made on first use with the sweep's definition; a study of another definition is refused."""
+    import optuna
+
+    study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
+                                load_if_exists=True, sampler=_seeded(plan), pruner=_pruner(plan.sweep))
+    stored = study.user_attrs.get("specgen")
+    if stored is None:
+        study.set_user_attr("specgen", plan.definition())
+    elif stored != plan.definition():
+        differ = [k for k in plan.definition() if stored.get(k) != plan.definition()[k]]
+        raise SpecError([Diagnostic(f"--storage {stores.masked(plan.url)}", None, (
+            f"the study '{plan.study_name}' there belongs to another sweep (its {', '.join(differ)} "
+            "differ from this spec's): give this sweep its own folder (-o) or storage (--storage), or restore "
+            "the spec's sweep section"))])
+    return study
+
+
+def ordinal(trials: list[FrozenTrial], number: int) -> int:
+    """The trial's place among the study's trials that were not interrupted: its number in a sweep that ran in one
+    go, so a resumed sweep draws what an uninterrupted one would have."""
+    lost = interrupted(trials)
+    return sum(1 for t in trials if t.number < number and t.number not in lost)
+
+
+def interrupted(trials: list[FrozenTrial]) -> set[int]:
+    """The trials marked by a sweep (its process gone, or stopped), or failed by Optuna's heartbeat check and
+    queued again."""
+    return {t.number for t in trials if "interrupted" in t.user_attrs} | {
+        t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
+
+
+def counted(trials: list[FrozenTrial]) -> tuple[int, list[FrozenTrial]]:
+    """(finished trials that count toward the budget, running trials): an interrupted trial does not count."""
+    from optuna.trial import TrialState
+
+    lost = interrupted(trials)
+    done = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+               or (t.state == TrialState.FAIL and t.number not in lost))
+    return done, [t for t in trials if t.state == TrialState.RUNNING]
+
+
+class Runner:
+    """One `specgen sweep` process: its workers, the trial processes they started, what it prints."""
+
+    def __init__(self, plan: Plan, storage: BaseStorage, say: Callable[[str], None]):
+        self.plan, self.storage, self._say = plan, storage, say
+        self.budget_lock, self.print_lock = threading.Lock(), threading.Lock()
+        self.stop = threading.Event()
+        self.me = stores.owner()
+        self.started: list[int] = []  # numbers of the trials this process started
+        self.distributions = {p.key: p.distribution() for p in plan.params}
+
+    def say(self, line: str) -> None:
+        with self.print_lock:
+            self._say(line)
+
+    # --- the budget and the dead ----------------------------------------------------------------------------
+
+    def reap(self, study: optuna.Study) -> None:
+        """Trials whose owner is a process of this machine that is gone: failed as interrupted, and queued
+        again; on RDB storages also those whose heartbeat stopped (Optuna's fail_stale_trials)."""
+        from optuna.storages import fail_stale_trials
+        from optuna.trial import TrialState
+
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if trial.number in self.started or not stores.gone(trial.user_attrs.get("owner")):
+                continue
+            trial_id = trial._trial_id  # Optuna's storage API names trials by id
+            self.storage.set_trial_user_attr(trial_id, "interrupted", "its sweep process was gone")
+            if self.storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                self.retry(study, trial)
+                self.say(f"trial {trial.number} was interrupted (its sweep process is gone): queued again")
+        fail_stale_trials(study)
+
+    def retry(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        retry(study, trial)
+
+    def ask(self, study: optuna.Study) -> optuna.Trial | None:
+        with self.budget_lock:
+            if self.stop.is_set():
+                return None
+            self.reap(study)
+            done, running = counted(study.get_trials(deepcopy=False))
+            if done + len(running) >= self.plan.budget():
+                return None
+            trial = study.ask(self.distributions)
+            trial.set_user_attr("owner", self.me)
+            self.started.append(trial.number)
+            return trial
+
+    # --- one trial -----------------------------------------------------------------------------------------
+
+    def work(self) -> None:
+        import optuna
+
+        study = optuna.load_study(study_name=self.plan.study_name, storage=self.storage, sampler=_seeded(self.plan),
+                                  pruner=_pruner(self.plan.sweep))
+        while (trial := self.ask(study)) is not None:
+            self.run(study, trial)
+
+    def run(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        plan, number = self.plan, trial.number
+        overrides = list(overrides_of(plan.params, trial.params))
+        folder = plan.folder / f"trial-{number:04d}"
+        log = plan.folder / f"trial-{number:04d}.log"
+        for key, value in (("folder", str(folder)), ("overrides", overrides), ("log", str(log))):
+            trial.set_user_attr(key, value)
+        retried = trial.user_attrs.get("retry_of")
+        again = f" (trial {retried} again)" if retried is not None else ""
+        self.say(f"trial {number} started{again}: {', '.join(overrides)}")
+        started = time.monotonic()
+        outcome = self.follow(trial, self.spawn(folder, log, overrides))
+        seconds = time.monotonic() - started
+        trial.set_user_attr("seconds", round(seconds, 3))
+        self.finish(study, trial, outcome, seconds, log)
+
+    def spawn(self, folder: Path, log: Path, overrides: list[str]) -> subprocess.Popen[bytes]:
+        plan = self.plan
+        sets = [arg for text in [*plan.base, f"checkpoint.dir={folder}", *overrides] for arg in ("--set", text)]
+        command = [sys.executable, "-m", "specgen", "train", str(plan.loaded.path), "--quiet", *sets]
+        wrapper = [sys.executable, "-m", "specgen.sweep.child", str(os.getpid())]
+        env = os.environ | {"PYTHONUNBUFFERED": "1"}
+        if env.get("TF_CPP_MIN_LOG_LEVEL") == native_logs.DEFAULT_LEVEL:  # this process's quiet() set it: the
+            del env["TF_CPP_MIN_LOG_LEVEL"]  # trial filters TensorFlow's start-up lines itself, as train does
+        # O_NOFOLLOW: a link named like the log is refused, not written through
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "wb") as out:  # the child holds its own descriptor
+            return subprocess.Popen([*wrapper, *command], stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env)
+
+    def follow(self, trial: optuna.Trial, process: subprocess.Popen[bytes]) -> dict[str, Any]:
+        """Wait for the run, reporting each new value of the metric; stop it (SIGINT) when the pruner says so
+        or the sweep is stopping."""
+        stage, tag = self.plan.sweep.metric.split("/", 1)
+        follower = Follower(Path(trial.user_attrs["folder"]) / "tensorboard" / stage, tag)
+        outcome: dict[str, Any] = {"pruned": None, "stopped": False}
+        beat, evals = 0.0, 0
+        heartbeat = getattr(self.storage, "record_heartbeat", None)
+        while True:
+            code = _wait(process, POLL)
+            if heartbeat is not None and time.monotonic() - beat >= stores.HEARTBEAT:
+                heartbeat(trial._trial_id)
+                beat = time.monotonic()
+            for step, value in follower.poll():
+                if outcome["pruned"] is not None:  # its value is the one it was pruned at (Optuna: the last reported)
+                    break
+                # eval happens once an epoch: trials are compared at their n-th eval, so trials of other batch
+                # sizes (other steps per epoch) meet the pruner at the same epochs
+                evals += 1
+                trial.report(value, evals if stage == "eval" else step)
+                if code is None and outcome["pruned"] is None and trial.should_prune():
+                    outcome["pruned"] = (evals if stage == "eval" else step, value)
+                    process.send_signal(signal.SIGINT)
+            if code is None and self.stop.is_set() and not outcome["stopped"]:
+                outcome["stopped"] = True
+                process.send_signal(signal.SIGINT)
+            if code is not None:
+                outcome["code"], outcome["points"] = code, follower.points
+                return outcome
+
+    def finish(self, study: optuna.Study, trial: optuna.Trial, outcome: dict[str, Any], seconds: float,
+               log: Path) -> None:
+        from optuna.trial import TrialState
+
+        number, metric, code = trial.number, self.plan.sweep.metric, outcome["code"]
+        if outcome["pruned"] is not None:
+            at, value = outcome["pruned"]
+            where = f"eval {at}" if metric.startswith("eval/") else f"step {at}"
+            study.tell(trial, state=TrialState.PRUNED)
+            self.say(f"trial {number} pruned at {where}: {metric} {value:.4f} ({seconds:.1f} s)")
+        elif outcome["stopped"] or code in (INTERRUPTED, -signal.SIGINT):
+            trial.set_user_attr("interrupted", "the sweep was stopped")
+            study.tell(trial, state=TrialState.FAIL)
+            self.retry(study, study.trials[number])
+            self.say(f"trial {number} interrupted: it runs again when the sweep continues")
+        elif code != 0:
+            error = _last_line(log) or f"exit status {code}"
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            self.say(f"trial {number} failed ({seconds:.1f} s): {error} (log: {shown(log)})")
+        elif not outcome["points"]:
+            error = f"the run logged no {metric}"
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            self.say(f"trial {number} failed ({seconds:.1f} s): {error}")
+        else:
+            value = outcome["points"][max(outcome["points"])]
+            study.tell(trial, value)
+            self.say(f"trial {number} finished: {metric} {value:.4f} ({seconds:.1f} s)")
+
+    # --- the whole sweep -----------------------------------------------------------------------------------
+
+    def sweep(self, study: optuna.Study) -> bool:
+        """Run trials until the budget is used; False when stopped by Ctrl-C (then the running trials are
+        stopped, marked interrupted and queued again)."""
+        waited, ended = False, []
+        try:
+            while True:
+                ended = [self._start_worker() for _ in range(self.plan.parallel)]
+                for end in ended:
+                    while not end.wait(POLL):  # Ctrl-C is raised here, in the main thread
+                        pass
+                with self.budget_lock:
+                    self.reap(study)
+                    done, running = counted(study.get_trials(deepcopy=False))
+                if not running:  # this process's trials are done, and no other process runs one
+                    return True
+                if done + len(running) < self.plan.budget():
+                    continue  # a place came free (a trial elsewhere was lost): take it
+                if not waited:
+                    names = ", ".join(str(t.number) for t in running)
+                    self.say(f"waiting for {len(running)} trial(s) running in other processes: {names}")
+                    waited = True
+                time.sleep(POLL * 4)
+        except KeyboardInterrupt:
+            self.stop.set()
+            for end in ended:
+                while not end.is_set():
+                    try:
+                        end.wait(POLL)
+                    except KeyboardInterrupt:  # a second Ctrl-C: the trials are being stopped already
+                        continue
+            return False
+
+    def _start_worker(self) -> threading.Event:
+        """A worker thread; the event is set when it ends (Thread.join, cut by Ctrl-C, can report a live thread
+        as ended)."""
+        end = threading.Event()
+
+        def work() -> None:
+            try:
+                self.work()
+            finally:
+                end.set()
+
+        threading.Thread(target=work, daemon=True).start()
+        return end
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue an interrupted trial's values again (also Optuna's callback for a trial whose heartbeat stopped)."""
+    study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number})
+
+
+def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _last_line(log: Path) -> str:
+    """The last line the run printed (its error line), escaped and cut to one line."""
+    from specgen.diagnostics import one_line
+
+    try:
+        with open(log, "rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - 4096))
+            lines = [line for line in file.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return one_line(lines[-2] if lines and lines[-1].endswith(" found") and len(lines) > 1 else
+                    lines[-1] if lines else "")[:500]

@@ -1,0 +1,222 @@
+"""The searched keys, checked against the spec before any trial starts, and a trial's values as `--set` overrides.
+
+Each key of `sweep.space` is a `--set` key (`optimizers.head.learning_rate`, `layers[head/fc].units`): it must
+name a key of the resolved spec (else one line at the key with a did-you-mean over every key `specgen explain`
+knows), or one the spec leaves unset that takes the values; and every value a trial could get at the edges
+(each choice, both ends of a range) is applied as a `--set` and must validate and resolve like the spec itself.
+A wrong type (`units: {uniform: [16, 64]}` gives 16.0 to an integer) or a value the spec refuses is one line at
+the key, naming the value. The metric must be a scalar the run logs (`eval/<metric>` needs `data.eval`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
+from specgen.errors import SpecgenError
+from specgen.spec.compose import load_composed
+from specgen.spec.load import LoadedSpec, validate_data
+from specgen.spec.overrides import apply, key_parts
+from specgen.spec.provenance import find, keys, load_resolved
+from specgen.spec.yaml_source import parse_value
+from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, Sweep, UniformRange
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
+    from specgen.ir.model import ModelIR
+
+# Keys a trial must not take from the search: the sweep gives each trial its own run folder, and the
+# `sweep` section only steers the sweep itself.
+RESERVED = (("checkpoint", "dir"), ("sweep",))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched key: its `--set` key and the spec model of its values (UniformRange, LogUniformRange, ...)."""
+
+    key: str
+    item: Any
+
+    @property
+    def log(self) -> bool:
+        return isinstance(self.item, (LogUniformRange, LogIntRange))
+
+    @property
+    def categorical(self) -> bool:
+        return isinstance(self.item, ChoiceOf)
+
+    def bounds(self) -> tuple[float, float]:
+        """Low and high ends of a range (a choice has none)."""
+        for name in ("uniform", "log_uniform", "int", "log_int"):
+            if hasattr(self.item, name):
+                low, high = getattr(self.item, name)
+                return low, high
+        raise TypeError(f"{self.key} is a choice")
+
+    def edges(self) -> list[Any]:
+        """The values checked against the spec: every choice, or both ends of a range (the last grid point
+        when a step does not reach the high end)."""
+        if isinstance(self.item, ChoiceOf):
+            return list(self.item.choice)
+        low, high = self.bounds()
+        step = getattr(self.item, "step", None)
+        if step:
+            high = low + math.floor((high - low) / step + 1e-9) * step
+        if isinstance(self.item, (UniformRange, LogUniformRange)) and not step:
+            # a value with a fraction, as draws have: `units: {uniform: [16, 64]}` gives an integer key 31.28
+            inside = math.exp(math.log(low) + (math.log(high) - math.log(low)) / math.pi) if self.log \
+                else low + (high - low) / math.pi
+            return [low, inside, high]
+        return [low, high]
+
+    def distribution(self) -> BaseDistribution:
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        item = self.item
+        if isinstance(item, ChoiceOf):
+            return CategoricalDistribution(item.choice)
+        if isinstance(item, (IntRange, LogIntRange)):
+            low, high = self.bounds()
+            return IntDistribution(int(low), int(high), log=self.log, step=getattr(item, "step", None) or 1)
+        low, high = self.bounds()
+        step = item.step if isinstance(item, UniformRange) else None
+        if step:  # Optuna moves high down onto the grid (with a warning): done here, silently
+            high = self.edges()[1]
+        return FloatDistribution(low, high, log=self.log, step=step)
+
+    def override(self, value: Any) -> str:
+        return f"{self.key}={value_text(value)}"
+
+
+def value_text(value: Any) -> str:
+    """`value` as the YAML text `--set` reads back to exactly that value and type.
+
+    Python's repr of a float is the shortest text that reads back to it; YAML 1.1 wants a dot in the mantissa
+    (`1e-05` reads as a string there), so one is added (`1.0e-05`). Strings are quoted where YAML would read
+    them as something else (`'32'`, `'true'`).
+    """
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        if e and "." not in mantissa:
+            text = f"{mantissa}.0e{exponent}"
+    else:
+        import yaml
+
+        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).removesuffix("\n").removesuffix(
+            "\n...").removesuffix("\n")
+    back = parse_value(text, "sweep value")
+    if back != value or type(back) is not type(value):  # never expected: the test pins each kind
+        raise ValueError(f"{value!r} does not read back from {text!r}")
+    return text
+
+
+def parameters(loaded: LoadedSpec, base: list[str]) -> list[Param]:
+    """The searched keys of `loaded` (with the sweep's own `--set` overrides `base`), each checked against the
+    spec; every problem is one line at its key, all of them reported together."""
+    sweep = loaded.spec.sweep
+    assert sweep is not None
+    data, source = load_composed(loaded.path, loaded.display)
+    _, tree = load_resolved(loaded.path, base)
+    known = list(keys(tree))
+    problems: list[Diagnostic] = []
+    params = []
+    for key, item in sweep.space.items():
+        param = Param(key, item)
+        found = [_problem(loaded, data, source, base, param, tree, known)]
+        problems += [d for d in found if d is not None]
+        params.append(param)
+    if problems:
+        raise SpecError(problems)
+    return params
+
+
+def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param: Param, tree: Any,
+             known: list[str]) -> Diagnostic | None:
+    key = param.key
+    parts = key_parts(key)
+    where = ("sweep", "space", key)
+    if not parts or any(tuple(parts[: len(r)]) == r for r in RESERVED):
+        return loaded.diagnostic(where, f"{quoted(key)} cannot be searched: the sweep gives every trial its own "
+                                 "run folder (checkpoint.dir) and its own settings (sweep)", key=True)
+    exists = find(tree, parts) is not None
+    for value in param.edges():
+        problem = _refusal(data, source, loaded.path, [*base, param.override(value)])
+        if problem is None:
+            continue
+        if not exists:  # not in the resolved spec, and not a key the spec leaves unset: a misspelt key
+            return loaded.diagnostic(where, f"no key {quoted(key)} in the resolved spec"
+                                     f"{did_you_mean(key, known)}", key=True)
+        drawn = " (a value of its range)" if not param.categorical else ""
+        return loaded.diagnostic(where, f"{quoted(key)} cannot take {value_text(value)}{drawn}: {problem}", key=True)
+    return None
+
+
+def _refusal(data: Any, source: Any, path: Path, overrides: list[str]) -> str | None:
+    """Why the spec with `overrides` does not validate or resolve (the first problem), or None."""
+    from specgen.ir.resolve import build_ir
+
+    try:
+        build_ir(validate_data(apply(data, overrides), source, path))
+    except SpecError as exc:
+        return exc.diagnostics[0].message
+    except SpecgenError as exc:
+        return str(exc).split("\n")[0]
+    return None
+
+
+def logged_scalars(ir: ModelIR) -> list[str]:
+    """`<stage>/<tag>` of every scalar a run of `ir` logs to TensorBoard (runtime/commands/train.py, session.py):
+    the loss, each term's, each optimizer's learning rate and the metrics in train; the metrics in eval."""
+    training = ir.training
+    if training is None or training.train is None:
+        return []
+    metrics = [m.name for m in training.train.metrics]
+    found = ["train/loss", *(f"train/loss/{t.name}" for t in training.terms),
+             *(f"train/learning_rate/{o.name}" for o in training.optimizers if o.learning_rate_key),
+             *(f"train/{m}" for m in metrics)]
+    if "eval" in training.data:
+        found += [f"eval/{m}" for m in metrics]
+    return found
+
+
+def check_metric(loaded: LoadedSpec, sweep: Sweep, ir: ModelIR) -> None:
+    """The metric must be a scalar the run logs: one line at `sweep.metric` otherwise."""
+    logged = logged_scalars(ir)
+    if sweep.metric in logged:
+        return
+    stage, _, tag = sweep.metric.partition("/")
+    why = ""
+    if stage == "eval" and "eval" not in (ir.training.data if ir.training else {}):
+        why = " (the spec has no data.eval, so nothing is logged in eval)"
+    elif tag and tag not in {m.split("/", 1)[1] for m in logged}:
+        why = " (eval logs the metrics of train.metrics)" if stage == "eval" else ""
+    raise SpecError([loaded.diagnostic(("sweep", "metric"), f"the run never logs {quoted(sweep.metric)}{why}"
+                                       f"{did_you_mean(sweep.metric, logged)} (it logs {_listed(logged)})")])
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+
+
+def grid_space(params: list[Param]) -> dict[str, list[Any]]:
+    """Optuna's GridSampler search space: every value of each key (sweep.spec checked they are finite)."""
+    from specgen.sweep.spec import grid_values
+
+    return {p.key: grid_values(p.item) for p in params}
+
+
+def overrides_of(params: list[Param], values: dict[str, Any]) -> Iterator[str]:
+    """A trial's values as `--set` texts, in the order of `space`."""
+    for param in params:
+        if param.key in values:
+            yield param.override(values[param.key])
