@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from specgen.cli import main
-from tests.cli_helpers import run_cli
 
 pytest.importorskip("optuna")
 

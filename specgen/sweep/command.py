@@ -15,16 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
+from specgen.sweep.errors import SweepUsageError, need_optuna
 
-EXTRA = "specgen[sweep]"
 KATIB_FLAGS = ("image", "workers", "cpu", "memory", "gpus", "namespace")
-
-
-class SweepUsageError(SpecgenError, ValueError):
-    """A flag the sweep cannot use, or its extra not installed."""
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -53,14 +48,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise SweepUsageError(f"sweep: --{flag} goes with --emit katib; a local sweep takes -o, --trials, "
                                   "--parallel, --storage and --set")
     return _run(args, loaded, params)
-
-
-def need_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise SweepUsageError(f"specgen sweep needs optuna, which is not installed; expected the sweep extra: "
-                              f"pip install '{EXTRA}'") from None
 
 
 def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int:

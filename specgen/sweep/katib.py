@@ -73,7 +73,7 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, params: list[Param]) -> i
     from specgen.ir.resolve import build_ir
     from specgen.runtime.commands.tfjob import Job, check
     from specgen.runtime.placement.cluster import check_replicas
-    from specgen.sweep.command import SweepUsageError
+    from specgen.sweep.errors import SweepUsageError
 
     if args.image is None:
         raise SweepUsageError("sweep --emit katib: --image is required: the container image that holds specgen, "

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from specgen.spec.base import Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.spec.base import FLOAT32_MAX, Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.spec.unions import by_key, by_shape
 
 MAX_TRIALS = 100_000  # Optuna keeps every trial in its storage; more is a study of another kind
@@ -23,7 +23,9 @@ MAX_GRID = 100_000  # points of a grid: the product of every key's values
 Trials = number(int, gt=0, le=MAX_TRIALS)
 Bound = Annotated[list[Float], Field(min_length=2, max_length=2)]
 IntBound = Annotated[list[Int], Field(min_length=2, max_length=2)]
-Choice = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, Field(max_length=256)]
+# A float choice is held to float32's finite range like every float of a spec (the schema says so too).
+Choice = (StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+          | Annotated[StrictStr, Field(max_length=256)])
 
 
 def _range(low: float, high: float, log: bool) -> None:

@@ -248,8 +248,8 @@ def report_parts(loaded: Any, folder: Path) -> tuple[str, str, str]:
     --sweep`: read from its study (the SQLite file `specgen sweep` keeps there), drawn here, never taken from the
     folder's own files."""
     from specgen.sweep import storage as stores
-    from specgen.sweep.command import SweepUsageError, need_optuna
     from specgen.sweep.driver import Plan, _quiet_optuna, retry
+    from specgen.sweep.errors import SweepUsageError, need_optuna
     from specgen.sweep.space import parameters
 
     need_optuna()
