@@ -53,6 +53,12 @@ for the valid clients, whose throughput and p99 are the point.
     .venv/bin/python bench/serve_load.py --repeats 5 --seconds 20 --model mlp --strict
     .venv/bin/python bench/serve_load.py --modes on --scenarios none,oversized,slow   # hostile clients
     .venv/bin/python bench/serve_load.py --modes on --scenarios none,pipeline,headers --repeats 3
+
+`--compare` (first argument) runs bench/serve_compare.py instead: tritonclient over HTTP (JSON and binary
+tensors) and gRPC at 1, 8 and 32 clients against `specgen serve` with 1 and 2 workers and KServe's own
+Python model server, interleaved repetitions, medians with the load average:
+
+    .venv/bin/python bench/serve_load.py --compare --kserve-python /tmp/kserve-venv/bin/python
 """
 
 from __future__ import annotations
@@ -454,6 +460,11 @@ def checks(r: dict) -> list[str]:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--compare"]:  # side by side with KServe and with --workers 2: bench/serve_compare.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from serve_compare import main as compare
+
+        return compare(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=sorted(SPECS), default="cnn")
     parser.add_argument("--repo", type=Path, help="serve this repository (default: a fresh one with random weights)")

@@ -20,60 +20,17 @@ until a signal); `run_server` builds the settings from keyword arguments.
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
-log = logging.getLogger("specgen.serve")
-
-
-@contextmanager
-def _signals_noted() -> Iterator[list[int]]:
-    """While uvicorn runs: SIGTERM / SIGINT handlers that only note the signal.
-
-    uvicorn shuts down gracefully on these signals, restores the handlers it found and raises the
-    signal again; with these handlers in place that second delivery is noted instead of killing
-    the process, so a graceful shutdown exits with status 0.
-    """
-    received: list[int] = []
-
-    def note(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """Everything one server process needs: `serve(settings)` runs it (a worker process would call that)."""
-
-    repo: Path
-    host: str = "127.0.0.1"
-    port: int = 8000
-    provider: str = "auto"
-    threads: int = 0
-    log_level: str = "info"
-    graceful_timeout: float | None = 30.0
-    options: Any = None  # ServeOptions (None: the defaults); imported lazily, it needs the serve extra
+from specgen.serve.process import ServerSettings, serve
 
 
 def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: str = "auto", *,
                queue_size: int | None = None, batching: bool = True, threads: int = 0, log_level: str = "info",
                graceful_timeout: float | None = 30.0, header_timeout: float = 10.0, body_timeout: float = 30.0,
                max_connections: int = 1000, send_timeout: float = 10.0, grpc_port: int | None = None,
-               model_control: str = "none", poll_seconds: float = 15.0) -> int:
+               model_control: str = "none", poll_seconds: float = 15.0, workers: int = 1) -> int:
     """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
 
     0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
@@ -85,7 +42,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     headers / body may take to arrive (408 after); `max_connections`: open connections at most
     (lowered to what `ulimit -n` allows); `send_timeout`: seconds a client may leave its answers unread
     before it is disconnected. `grpc_port`: also serve gRPC there (on `host`); `model_control`: none, poll
-    (rescan the repository every `poll_seconds`) or explicit (Triton's repository load / unload).
+    (rescan the repository every `poll_seconds`) or explicit (Triton's repository load / unload). `workers`:
+    server processes on the same ports (workers.py), onnxruntime's threads split between them.
     """
     from specgen.serve.app import ServeOptions
 
@@ -93,41 +51,15 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
                            body_timeout=body_timeout, max_connections=max_connections, send_timeout=send_timeout,
                            grpc_port=grpc_port, grpc_host=host, model_control=model_control, poll_seconds=poll_seconds,
                            graceful_timeout=graceful_timeout)
-    return serve(ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options))
-
-
-def serve(settings: ServerSettings) -> int:
-    """Load the repository, then serve HTTP (and gRPC when the options name a port) until a signal; the exit status."""
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own stderr lines are not JSON; its errors are ours to log
-
-    from specgen.runtime.predictor import InputError
-    from specgen.serve import logs
-    from specgen.serve.app import ServeOptions, create_app
-    from specgen.serve.control import ModelSource
-    from specgen.serve.models import load_repository
-    from specgen.serve.repository import RepositoryError
-    from specgen.serve.server import Server, server_config
-
-    logs.configure(settings.log_level)
-    options = settings.options or ServeOptions()
-    try:
-        models = load_repository(settings.repo, provider=settings.provider, threads=settings.threads)
-        app = create_app(models, options, ModelSource(settings.repo, settings.provider, settings.threads))
-    except (RepositoryError, InputError, ValueError) as exc:
-        print(f"specgen serve: {exc}", file=sys.stderr)
+    settings = ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options)
+    if workers < 1:
+        print(f"specgen serve: --workers must be 1 or more, got {workers}", file=sys.stderr)
         return 1
-    config = server_config(app, settings.host, settings.port, timeout_graceful_shutdown=settings.graceful_timeout)
-    server = Server(config)
-    with _signals_noted() as received:
-        try:
-            server.run()
-        except SystemExit as exc:  # uvicorn exits 1 when it cannot bind the address
-            return int(exc.code or 0) if isinstance(exc.code, int) else 1
-    if not server.started or server.grpc_failed:
-        return 1
-    if received:
-        log.info("stopped", extra={"fields": {"event": "stopped", "signal": signal.Signals(received[0]).name}})
-    return 0
+    if workers == 1:
+        return serve(settings)
+    from specgen.serve.workers import run_workers
+
+    return run_workers(settings, workers)
 
 
 __all__ = ["ServerSettings", "run_server", "serve"]

@@ -44,6 +44,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from specgen import __version__
+from specgen.serve.answers import EXTENSIONS, REASONS, config_json, finished
 from specgen.serve.batcher import QueueFull, ShuttingDown
 from specgen.serve.control import ModelControl, ModelSource
 from specgen.serve.errors import ProtocolError
@@ -55,8 +56,6 @@ from specgen.serve.registry import Registry, Version
 from specgen.serve.stats import VersionStats
 
 log = logging.getLogger("specgen.serve")
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
-REASONS = {404: "not_found", 408: "timeout", 413: "too_large", 500: "internal", 503: "overloaded"}
 CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left mid-body
 
 
@@ -108,26 +107,6 @@ def _error(status: int, message: str, close: bool = False) -> Response:
     if close:  # the body is left unread: closing beats reading and discarding up to 64 MiB
         headers["connection"] = "close"
     return Response(error_body(message), status, headers=headers, media_type=JSON_TYPE)
-
-
-def config_json(model: ServedModel) -> dict[str, Any]:
-    """The model configuration as Triton's model_configuration extension writes it (the fields served)."""
-    config = model.config
-
-    def tensors(items: Sequence[Any]) -> list[dict[str, Any]]:
-        return [{"name": t.name, "data_type": f"TYPE_{t.datatype}", "dims": list(t.dims)}
-                | ({"reshape": {"shape": list(t.reshape)}} if t.reshape is not None else {}) for t in items]
-
-    policy = config.version_policy
-    choice = ({"latest": {"num_versions": policy.num_versions}} if policy.kind == "latest"
-              else {"all": {}} if policy.kind == "all" else {"specific": {"versions": list(policy.versions)}})
-    result: dict[str, Any] = {"name": model.name, "platform": "onnxruntime_onnx", "backend": "onnxruntime",
-                              "version_policy": choice, "max_batch_size": config.max_batch_size,
-                              "input": tensors(config.inputs), "output": tensors(config.outputs)}
-    if config.dynamic_batching:
-        result["dynamic_batching"] = {"preferred_batch_size": list(config.preferred_batch_sizes),
-                                      "max_queue_delay_microseconds": config.max_queue_delay_us}
-    return result
 
 
 class Service:
@@ -347,27 +326,6 @@ class Service:
         finally:
             ns = time.perf_counter_ns() - started
             finished(series, outcome, ns, "http")
-
-
-def finished(series: Any, outcome: dict[str, Any], ns: int, protocol: str) -> None:
-    """An inference request answered (or abandoned): metrics, statistics and its log line."""
-    status = outcome["status"]
-    series.answered(status, ns / 1e9, outcome["reason"], protocol)
-    if series.known:
-        series.in_flight.dec()
-    served = outcome["served"]
-    if served is not None:
-        served.stats.answered(status == 200, ns)
-    level = logging.DEBUG if status == 200 else logging.ERROR if status == 500 else logging.INFO
-    if log.isEnabledFor(level):  # one line per failed request; answered ones are in their batch's line, or at debug
-        fields = {"event": "infer", "protocol": protocol, "model": series.model,
-                  "version": served.model.version if served is not None else None, "id": outcome["id"],
-                  "status": status, "rows": outcome["rows"], "latency_ms": round(ns / 1e6, 3)}
-        if outcome.get("code") is not None:
-            fields["code"] = outcome["code"]
-        if outcome["message"] is not None:
-            fields["error"] = outcome["message"]
-        log.log(level, "infer", extra={"fields": fields})
 
 
 def check_load_parameters(parameters: Any) -> None:

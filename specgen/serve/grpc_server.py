@@ -48,24 +48,39 @@ import logging
 import math
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from specgen import __version__
-from specgen.serve.app import EXTENSIONS, REASONS, config_json, finished
+from specgen.errors import SpecgenError
+from specgen.serve.answers import EXTENSIONS, REASONS, config_json, finished
 from specgen.serve.batcher import QueueFull, ShuttingDown
 from specgen.serve.errors import ProtocolError
 from specgen.serve.grpc_protocol import decode_infer, encode_infer
 from specgen.serve.limits import ENVELOPE_BYTES
 
-if TYPE_CHECKING:
-    from specgen.serve.app import Service
-
 log = logging.getLogger("specgen.serve")
 SERVICE = "inference.GRPCInferenceService"
+
+
+class Service(Protocol):
+    """What gRPC uses of the server's one Service (serve/app.py), which HTTP shares: typed here by its shape, so
+    this module needs nothing of the HTTP application (app.py starts this module's server, not the reverse)."""
+
+    options: Any
+    metrics: Any
+    ready: bool
+    budget: Any
+    registry: Any
+    control: Any
+    gate: Any
+    models: Any
+    metadata: Any
+    statistics: Any
+
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 408: grpc.StatusCode.DEADLINE_EXCEEDED,
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
          500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.RESOURCE_EXHAUSTED, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
@@ -76,7 +91,7 @@ MIN_RPCS = 64
 GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own default receive limit
 
 
-class GrpcStartError(Exception):
+class GrpcStartError(SpecgenError, OSError):
     """The gRPC server could not start (its address cannot be bound); the message says why."""
 
 

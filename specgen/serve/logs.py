@@ -32,10 +32,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "info") -> None:
-    """JSON lines on stderr for specgen's and uvicorn's loggers (the process-wide setup of `specgen serve`)."""
+def configure(level: str = "info", fields: dict[str, Any] | None = None) -> None:
+    """JSON lines on stderr for specgen's and uvicorn's loggers (the process-wide setup of `specgen serve`).
+
+    `fields` are added to every line (a worker of `--workers N` adds its index).
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    if fields:
+        handler.addFilter(lambda record: _with_fields(record, fields))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -44,3 +49,8 @@ def configure(level: str = "info") -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+
+
+def _with_fields(record: logging.LogRecord, fields: dict[str, Any]) -> bool:
+    record.fields = {**fields, **(getattr(record, "fields", None) or {})}
+    return True

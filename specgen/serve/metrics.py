@@ -4,14 +4,20 @@ Series are per model, not per version: the versions of a model served at once (v
 one series, and a version swapped in continues its model's series. Per-version figures are in the
 statistics extension (stats.py). gRPC requests are counted with the HTTP status of the same outcome
 (INVALID_ARGUMENT 400, NOT_FOUND 404, ...) and `protocol="grpc"`.
+
+With `--workers N`, prometheus_client's multiprocess mode: every worker writes its values into the folder
+named by PROMETHEUS_MULTIPROC_DIR, and /metrics of any worker renders the sum of all.
 """
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by `--workers N` (workers.py) in each worker's environment
 UNKNOWN_MODEL = "_unknown"  # the model label of requests for models the server does not have
 
 
@@ -68,15 +74,18 @@ class ServerMetrics:
                                      ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.latency = Histogram("specgen_request_duration_seconds", "Seconds from receiving an inference request "
                                  "to its response, by model.", ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.depth = Gauge("specgen_queue_depth", "Requests admitted and waiting to run, by model.", ["model"], registry=r)
+        # With --workers N (multiprocess mode) the gauges are summed over the live workers; model_info is 1 where any
+        # live worker serves that version.
+        self.depth = Gauge("specgen_queue_depth", "Requests admitted and waiting to run, by model.", ["model"], registry=r,
+                           multiprocess_mode="livesum")
         self.in_flight = Gauge("specgen_requests_in_flight", "Inference requests received and not yet answered.",
-                               ["model"], registry=r)
+                               ["model"], registry=r, multiprocess_mode="livesum")
         self.info = Gauge("specgen_model_info", "Served models: version and onnxruntime provider (value 1).",
-                          ["model", "version", "provider"], registry=r)
+                          ["model", "version", "provider"], registry=r, multiprocess_mode="livemax")
         self.loads = Counter("specgen_model_loads", "Model versions loaded while serving (result=loaded), refused "
                              "(result=refused: failed to load, warm up, or match config.pbtxt) and unloaded.",
                              ["model", "result"], registry=r)
-        self.connections = Gauge("specgen_connections", "Open HTTP connections.", registry=r)
+        self.connections = Gauge("specgen_connections", "Open HTTP connections.", registry=r, multiprocess_mode="livesum")
         self.connections_closed = Counter("specgen_connections_closed", "Connections the server closed to protect "
                                           "itself, by reason (header_timeout, header_too_large, send_timeout, evicted, "
                                           "refused).", ["reason"], registry=r)
@@ -93,6 +102,7 @@ class ServerMetrics:
 
     def model_unloaded(self, model: str, version: int, provider: str) -> None:
         try:
+            self.info.labels(model, str(version), provider).set(0)  # multiprocess mode: the value file outlives remove()
             self.info.remove(model, str(version), provider)
         except KeyError:
             pass
@@ -116,7 +126,14 @@ class ServerMetrics:
         series.run_seconds.observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        folder = os.environ.get(MULTIPROC_ENV)
+        if not folder:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()  # every worker's series, read from the shared folder at each scrape
+        multiprocess.MultiProcessCollector(merged, path=folder)
+        return generate_latest(merged)
 
 
 class VersionObserver:

@@ -192,6 +192,7 @@ class Server(uvicorn.Server):
     """
 
     grpc_failed = False
+    ready_fd: int | None = None  # a worker process: "1" written there once HTTP and gRPC serve (workers.py)
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)  # the lifespan starts the batchers, then HTTP is bound (exit 1 if it cannot be)
@@ -205,6 +206,16 @@ class Server(uvicorn.Server):
         except GrpcStartError as exc:
             log.error(str(exc), extra={"fields": {"event": "grpc_failed"}})
             self.grpc_failed = self.should_exit = True
+
+    def _ready(self) -> None:
+        if self.ready_fd is not None and self.started and not self.grpc_failed:
+            os.write(self.ready_fd, b"1")
+            os.close(self.ready_fd)
+            self.ready_fd = None
+
+    async def main_loop(self) -> None:
+        self._ready()  # startup is complete (uvicorn sets `started` once it has bound; gRPC is bound before)
+        await super().main_loop()
 
     async def shutdown(self, sockets: Any = None) -> None:
         self.config.app.state.service.begin_shutdown()  # gRPC drains while HTTP does

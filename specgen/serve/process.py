@@ -1,0 +1,95 @@
+"""One server process: load the repository, bind, serve HTTP (and gRPC) until a signal (`serve`), and its settings.
+
+Apart from the package's `__init__` so that `workers.py`, which starts N of these, imports it without an import
+cycle through the package (which starts workers when asked for more than one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("specgen.serve")
+
+
+@contextmanager
+def _signals_noted() -> Iterator[list[int]]:
+    """While uvicorn runs: SIGTERM / SIGINT handlers that only note the signal.
+
+    uvicorn shuts down gracefully on these signals, restores the handlers it found and raises the
+    signal again; with these handlers in place that second delivery is noted instead of killing
+    the process, so a graceful shutdown exits with status 0.
+    """
+    received: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything one server process needs: `serve(settings)` runs it (a worker process would call that)."""
+
+    repo: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    provider: str = "auto"
+    threads: int = 0
+    log_level: str = "info"
+    graceful_timeout: float | None = 30.0
+    options: Any = None  # ServeOptions (None: the defaults); imported lazily, it needs the serve extra
+    listen_fd: int | None = None  # a worker of --workers N: the parent's listening HTTP socket (host / port unused)
+    ready_fd: int | None = None  # a worker: "1" is written there once it serves
+    worker: int | None = None  # a worker's index, in every log line
+
+
+def serve(settings: ServerSettings) -> int:
+    """Load the repository, then serve HTTP (and gRPC when the options name a port) until a signal; the exit status."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own stderr lines are not JSON; its errors are ours to log
+
+    from specgen.runtime.predictor import InputError
+    from specgen.serve import logs
+    from specgen.serve.app import ServeOptions, create_app
+    from specgen.serve.control import ModelSource
+    from specgen.serve.models import load_repository
+    from specgen.serve.repository import RepositoryError
+    from specgen.serve.server import Server, server_config
+
+    logs.configure(settings.log_level, None if settings.worker is None else {"worker": settings.worker})
+    options = settings.options or ServeOptions()
+    try:
+        models = load_repository(settings.repo, provider=settings.provider, threads=settings.threads)
+        app = create_app(models, options, ModelSource(settings.repo, settings.provider, settings.threads))
+    except (RepositoryError, InputError, ValueError) as exc:
+        print(f"specgen serve: {exc}", file=sys.stderr)
+        return 1
+    config = server_config(app, settings.host, settings.port, timeout_graceful_shutdown=settings.graceful_timeout)
+    server = Server(config)
+    server.ready_fd = settings.ready_fd
+    sockets = None if settings.listen_fd is None else [socket.socket(fileno=settings.listen_fd)]
+    with _signals_noted() as received:
+        try:
+            server.run(sockets=sockets)
+        except SystemExit as exc:  # uvicorn exits 1 when it cannot bind the address
+            return int(exc.code or 0) if isinstance(exc.code, int) else 1
+    if not server.started or server.grpc_failed:
+        return 1
+    if received:
+        log.info("stopped", extra={"fields": {"event": "stopped", "signal": signal.Signals(received[0]).name}})
+    return 0

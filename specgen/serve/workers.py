@@ -1,0 +1,301 @@
+"""`specgen serve --workers N`: N server processes on the same ports, supervised by the parent.
+
+One Python process is bounded by its event loop and the GIL (HTTP parsing, JSON, the batcher's
+bookkeeping), so past a few thousand requests a second the way up is more processes:
+
+- HTTP: the parent binds and listens once, and every worker accepts from that one socket (a
+  pre-forked listener: the descriptor is inherited). Connections wait in the one kernel queue, so a
+  worker that dies loses only the connections it had accepted; new ones go to the others.
+- gRPC: grpc cannot adopt a listening descriptor, so every worker binds the port with SO_REUSEPORT
+  (`ServeOptions.grpc_reuse_port`). The parent first binds it without listening, with SO_REUSEPORT too:
+  that reserves the port (picks it when 0), fails with the system's reason when another program holds it,
+  and receives no connections (the kernel hands them only to listening sockets).
+- Each worker loads its own sessions, batchers and statistics; onnxruntime's intra-op threads are
+  split between them (`--threads`, or the CPUs this process may use, divided by N, at least 1).
+- Metrics: prometheus_client's multiprocess mode (a fresh folder per run, removed at exit); /metrics
+  of any worker sums the counters and histograms of all, live and dead, and the gauges of the live.
+- Workers start one after another, each once the previous is ready: a repository that cannot be served
+  is then reported once, by the first, and the parent exits with its status.
+- SIGTERM / SIGINT to the parent: SIGTERM to every worker (each drains: in-flight requests answered,
+  batchers emptied), exit 0 when every worker stopped cleanly. Workers run in their own process group,
+  so a terminal's Ctrl-C reaches only the parent, and they get SIGTERM should the parent die.
+- A worker that dies otherwise is restarted (at once, then after 1, 2, 4 ... 30 s while it keeps dying
+  within 10 s of starting); the others keep serving meanwhile.
+
+`--model-control explicit` needs one worker: a load or unload request would reach only one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any
+
+from specgen.errors import SpecgenError
+from specgen.serve.process import ServerSettings, serve
+
+log = logging.getLogger("specgen.serve")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+BACKLOG = 2048  # uvicorn's default listen backlog
+READY_SECONDS = 600.0  # a worker that has not loaded its models by then is taken as failed
+STABLE_SECONDS = 10.0  # a worker that lived this long before dying is restarted at once
+MAX_BACKOFF = 30.0
+POLL_SECONDS = 0.05
+
+
+class WorkersError(SpecgenError, OSError):
+    """The workers cannot be started (an address cannot be bound, an option that one worker alone can serve)."""
+
+
+@dataclass
+class Worker:
+    index: int
+    process: subprocess.Popen[bytes]
+    ready_fd: int
+    started: float = field(default_factory=time.monotonic)
+    ready: bool = False
+
+
+def worker_threads(threads: int, workers: int) -> int:
+    """onnxruntime intra-op threads per worker: `threads` (0: the CPUs this process may use) split N ways, at least 1."""
+    total = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return max(1, total // workers)
+
+
+def _address(host: str, port: int) -> tuple[Any, ...]:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    return family, kind, proto, address
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The HTTP socket every worker accepts from, listening and inheritable."""
+    try:
+        family, kind, proto, address = _address(host, port)
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise WorkersError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def reserve(host: str, port: int) -> socket.socket:
+    """A bound, not listening, SO_REUSEPORT socket: holds the gRPC port for the workers (which bind it the same way)."""
+    try:
+        family, kind, proto, address = _address(host, port)
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise WorkersError(f"gRPC cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the worker processes of one `specgen serve --workers N`."""
+
+    def __init__(self, settings: ServerSettings, workers: int):
+        from specgen.serve.app import ServeOptions
+
+        options = settings.options or ServeOptions()
+        if workers > 1 and options.model_control == "explicit":
+            raise WorkersError("--model-control explicit needs --workers 1: a load or unload request would reach "
+                               "only one worker (use --model-control poll with several workers)")
+        self.count = workers
+        self.http = listen(settings.host, settings.port)
+        self.grpc: socket.socket | None = None
+        if options.grpc_port is not None:
+            self.grpc = reserve(options.grpc_host, options.grpc_port)
+            options = replace(options, grpc_port=self.grpc.getsockname()[1], grpc_reuse_port=True)
+        self.settings = replace(settings, options=options, threads=worker_threads(settings.threads, workers))
+        self.metrics_dir = tempfile.mkdtemp(prefix="specgen-metrics-")
+        self.workers: dict[int, Worker] = {}
+        self.backoff: dict[int, float] = {}
+        self.stopping = 0
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http.getsockname()[1])
+
+    def _signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = signum
+        for worker in self.workers.values():  # a second signal is forwarded too: uvicorn then stops at once
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+
+    def spawn(self, index: int) -> Worker:
+        ready_r, ready_w = os.pipe()
+        env = {**os.environ, MULTIPROC_ENV: self.metrics_dir}
+        child = replace(self.settings, listen_fd=self.http.fileno(), ready_fd=ready_w, worker=index)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "specgen.serve.workers", str(os.getpid())], stdin=subprocess.PIPE, env=env,
+            pass_fds=(self.http.fileno(), ready_w), process_group=0)
+        os.close(ready_w)
+        assert process.stdin is not None
+        try:
+            process.stdin.write(pickle.dumps(child))
+            process.stdin.close()
+        except BrokenPipeError:  # it died at once: watched, and restarted, like any worker that dies
+            pass
+        worker = self.workers[index] = Worker(index, process, ready_r)
+        return worker
+
+    def wait_ready(self, worker: Worker) -> bool:
+        """Block until `worker` has bound its ports and warmed its models (True) or has exited (False)."""
+        deadline = time.monotonic() + READY_SECONDS
+        while not self.stopping and time.monotonic() < deadline:
+            readable, _, _ = select.select([worker.ready_fd], [], [], POLL_SECONDS * 4)
+            if readable:
+                worker.ready = os.read(worker.ready_fd, 1) == b"1"
+                return worker.ready
+        return False
+
+    def start(self) -> int | None:
+        """Start the workers one after another; None when all are ready, else the exit status to return."""
+        for index in range(self.count):
+            worker = self.spawn(index)
+            if not self.wait_ready(worker):
+                if self.stopping:
+                    return None
+                status = worker.process.poll()  # None: not ready in READY_SECONDS
+                self.stop()
+                return status if status and status > 0 else 1  # the worker has printed why
+        http = f"{self.settings.host}:{self.http_port}"
+        fields: dict[str, Any] = {"event": "workers", "workers": self.count, "threads": self.settings.threads,
+                                  "http": http, "pids": [w.process.pid for w in self.workers.values()]}
+        if self.grpc is not None:
+            fields["grpc"] = f"{self.settings.options.grpc_host}:{self.grpc.getsockname()[1]}"
+        log.info("workers started", extra={"fields": fields})
+        return None
+
+    def watch(self) -> None:
+        """Restart workers that die, until a signal asks the parent to stop."""
+        restart_at: dict[int, float] = {}
+        while not self.stopping:
+            time.sleep(POLL_SECONDS)
+            now = time.monotonic()
+            self._note_ready()
+            for index, worker in list(self.workers.items()):
+                if index in restart_at or worker.process.poll() is None:
+                    continue
+                self._buried(worker)
+                lived = now - worker.started
+                delay = 0.0 if lived >= STABLE_SECONDS else min(max(self.backoff.get(index, 0.0) * 2, 1.0), MAX_BACKOFF)
+                self.backoff[index] = delay
+                restart_at[index] = now + delay
+                log.warning("worker exited; restarting it", extra={"fields": {
+                    "event": "worker_exited", "worker": index, "pid": worker.process.pid,
+                    "status": _status(worker.process.returncode), "restart_in_s": delay}})
+            for index, when in list(restart_at.items()):
+                if now >= when and not self.stopping:
+                    del restart_at[index]
+                    new = self.spawn(index)
+                    log.info("worker restarted", extra={"fields": {"event": "worker_restarted", "worker": index,
+                                                                   "pid": new.process.pid}})
+
+    def _note_ready(self) -> None:
+        """Log restarted workers that have become ready (without waiting: the others keep being watched)."""
+        waiting = [w for w in self.workers.values() if not w.ready and w.process.poll() is None]
+        readable, _, _ = select.select([w.ready_fd for w in waiting], [], [], 0) if waiting else ([], [], [])
+        for worker in waiting:
+            if worker.ready_fd in readable and os.read(worker.ready_fd, 1) == b"1":
+                worker.ready = True
+                log.info("worker ready", extra={"fields": {"event": "worker_ready", "worker": worker.index,
+                                                           "pid": worker.process.pid}})
+
+    def _buried(self, worker: Worker) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.process.pid, self.metrics_dir)  # its live gauges leave the sums
+        os.close(worker.ready_fd)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """SIGTERM to every worker, wait for them (SIGKILL after `timeout`); True when all stopped cleanly."""
+        self.http.close()  # the workers hold their copies until they have drained
+        if self.grpc is not None:
+            self.grpc.close()
+        live = [w for w in self.workers.values() if w.process.poll() is None]
+        for worker in live:
+            worker.process.send_signal(signal.SIGTERM)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        clean = True
+        for worker in live:
+            try:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.1)
+                clean &= worker.process.wait(left) == 0
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+                clean = False
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        return clean
+
+
+def _status(code: int | None) -> str:
+    if code is not None and code < 0:
+        return signal.Signals(-code).name
+    return str(code)
+
+
+def run_workers(settings: ServerSettings, workers: int) -> int:
+    """Serve `settings` with `workers` processes until SIGTERM / SIGINT; the exit status (0: every worker drained)."""
+    if workers <= 1:
+        return serve(settings)
+    from specgen.serve import logs
+
+    logs.configure(settings.log_level)
+    try:
+        supervisor = Supervisor(settings, workers)
+    except WorkersError as exc:
+        print(f"specgen serve: {exc}", file=sys.stderr)
+        return 1
+    previous = {sig: signal.signal(sig, supervisor._signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        status = supervisor.start()
+        if status is not None:
+            return status
+        supervisor.watch()
+        grace = settings.graceful_timeout
+        clean = supervisor.stop(None if grace is None else grace + 15.0)
+        log.info("stopped", extra={"fields": {"event": "stopped", "signal": signal.Signals(supervisor.stopping).name,
+                                              "workers": workers}})
+        return 0 if clean else 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM to this worker when the parent dies (Linux); exit now if it already has."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+def worker_main() -> int:
+    """A worker: the settings come pickled on stdin from the parent (its own child: trusted)."""
+    _die_with_parent(int(sys.argv[1]))
+    settings: ServerSettings = pickle.load(sys.stdin.buffer)
+    return serve(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
