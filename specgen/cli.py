@@ -218,6 +218,9 @@ def parser() -> argparse.ArgumentParser:
                        help="seconds between scans with --model-control poll")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="server processes on the same ports, onnxruntime's threads split between them")
+    serve.add_argument("--cuda-graphs", action="store_true",
+                       help="on the CUDA provider, capture one CUDA graph per batch bucket (1, 2, 4, ... max_batch_size); "
+                            "batches are padded up to their bucket (docs/serve.md)")
     serve.set_defaults(run=cmd_serve)
     imports = sub.add_parser("import", help="write a spec from another framework's model")
     frameworks = imports.add_subparsers(dest="framework", required=True)

@@ -137,7 +137,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
                       header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                       max_connections=args.max_connections, grpc_port=args.grpc_port,
-                      model_control=args.model_control, poll_seconds=args.poll_seconds, workers=args.workers)
+                      model_control=args.model_control, poll_seconds=args.poll_seconds, workers=args.workers,
+                      cuda_graphs=args.cuda_graphs)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -98,7 +98,9 @@ def test_serve_answers_one_request(work: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(work / "export"), "--port", str(port)],
+    # --cuda-graphs on a machine without CUDA: served as without it, with one line saying why (serve/models.py).
+    server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(work / "export"), "--port", str(port),
+                               "--cuda-graphs"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         deadline = time.monotonic() + 120
@@ -120,7 +122,9 @@ def test_serve_answers_one_request(work: Path) -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
+        log = server.stderr.read().decode()
         server.stderr.close()
+    assert '"event": "cuda_graphs_off"' in log and "CUDA graphs need the CUDA provider" in log
 
 
 def test_import_keras_writes_a_spec_that_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,7 +30,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
                queue_size: int | None = None, batching: bool = True, threads: int = 0, log_level: str = "info",
                graceful_timeout: float | None = 30.0, header_timeout: float = 10.0, body_timeout: float = 30.0,
                max_connections: int = 1000, send_timeout: float = 10.0, grpc_port: int | None = None,
-               model_control: str = "none", poll_seconds: float = 15.0, workers: int = 1) -> int:
+               model_control: str = "none", poll_seconds: float = 15.0, workers: int = 1,
+               cuda_graphs: bool = False) -> int:
     """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
 
     0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
@@ -43,7 +44,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     (lowered to what `ulimit -n` allows); `send_timeout`: seconds a client may leave its answers unread
     before it is disconnected. `grpc_port`: also serve gRPC there (on `host`); `model_control`: none, poll
     (rescan the repository every `poll_seconds`) or explicit (Triton's repository load / unload). `workers`:
-    server processes on the same ports (workers.py), onnxruntime's threads split between them.
+    server processes on the same ports (workers.py), onnxruntime's threads split between them. `cuda_graphs`:
+    on the CUDA provider, one captured CUDA graph per batch bucket (runtime/predictor.py).
     """
     from specgen.serve.app import ServeOptions
 
@@ -51,7 +53,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
                            body_timeout=body_timeout, max_connections=max_connections, send_timeout=send_timeout,
                            grpc_port=grpc_port, grpc_host=host, model_control=model_control, poll_seconds=poll_seconds,
                            graceful_timeout=graceful_timeout)
-    settings = ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options)
+    settings = ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options,
+                              cuda_graphs=cuda_graphs)
     if workers < 1:
         print(f"specgen serve: --workers must be 1 or more, got {workers}", file=sys.stderr)
         return 1

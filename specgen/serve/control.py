@@ -53,6 +53,7 @@ class ModelSource:
     repo: Path
     provider: str = "auto"
     threads: int = 0
+    cuda_graphs: bool = False
 
 
 def snapshot(folder: Path) -> Snapshot:
@@ -199,7 +200,7 @@ class ModelControl:
                     continue
                 try:
                     model = await self._run(load_version, name, version, path, config, self.source.provider,  # type: ignore[union-attr]
-                                            self.source.threads)  # type: ignore[union-attr]
+                                            self.source.threads, True, self.source.cuda_graphs)  # type: ignore[union-attr]
                 except (RepositoryError, InputError) as exc:
                     self.refused[name, version] = ((stamp, config), str(exc))
                     self._refuse(name, version, str(exc))

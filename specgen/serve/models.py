@@ -125,14 +125,15 @@ def warm_up(model: ServedModel) -> None:
             "event": "warm_up_skipped", "model": model.name, "version": model.version, "error": message}})
 
 
-def _gated(name: str, version: int, path: Path, provider: str, threads: int) -> tuple[Predictor, Path] | None:
+def _gated(name: str, version: int, path: Path, provider: str, threads: int, graphs: dict[str, Any]
+           ) -> tuple[Predictor, Path] | None:
     """A precision variant's gates (None where the folder holds no variant): the file to serve, loaded."""
     if not (path.parent / VARIANT_INFO).is_file():
         return None
     from specgen.runtime.precision.verify import VariantFileError, check_version
 
     try:
-        check = check_version(path.parent, path.name, provider, threads=threads)
+        check = check_version(path.parent, path.name, provider, threads=threads, **graphs)
     except VariantFileError as exc:
         raise RepositoryError(str(exc)) from None
     if check is None:  # a variant.json left beside another model
@@ -140,21 +141,30 @@ def _gated(name: str, version: int, path: Path, provider: str, threads: int) -> 
     log.log(logging.INFO if check.passed else logging.WARNING, "precision variant checked", extra={"fields": {
         "event": "variant_checked", "model": name, "version": version, "passed": check.passed,
         "serving": shown(check.serve), "provider": check.provider, "line": check.line}})
-    return check.predictor or Predictor(check.serve, provider=provider, threads=threads), check.serve
+    return check.predictor or Predictor(check.serve, provider=provider, threads=threads, **graphs), check.serve
 
 
 def load_version(name: str, version: int, path: Path, config: ModelConfig, provider: str = "auto",
-                 threads: int = 0, warm: bool = True) -> ServedModel:
+                 threads: int = 0, warm: bool = True, cuda_graphs: bool = False) -> ServedModel:
     """An onnxruntime session for one version's model file (or, for a precision variant that fails its gates,
-    its float32 reference), checked against `config` and warmed up."""
+    its float32 reference), checked against `config` and warmed up.
+
+    `cuda_graphs` (`specgen serve --cuda-graphs`): on the CUDA provider, one captured graph per batch bucket up to
+    the config's max_batch_size (runtime/predictor.py, runtime/buckets.py); elsewhere the Predictor says why not
+    in one line, logged here, and runs as without it."""
     stamp = file_stamp(path)
+    graphs = {"cuda_graphs": cuda_graphs, "max_batch_size": config.max_batch_size} if cuda_graphs else {}
     try:
-        gated = _gated(name, version, path, provider, threads)
-        predictor, served = gated if gated is not None else (Predictor(path, provider=provider, threads=threads), path)
+        gated = _gated(name, version, path, provider, threads, graphs)
+        predictor, served = gated if gated is not None else (
+            Predictor(path, provider=provider, threads=threads, **graphs), path)
     except (InputError, RepositoryError):  # the provider (unknown, or CUDA asked for and missing), a damaged variant
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
         raise RepositoryError(f"{shown(path)}: onnxruntime cannot load the model: {exc}") from None
+    if cuda_graphs and predictor.graph_note:
+        log.info("no CUDA graphs", extra={"fields": {"event": "cuda_graphs_off", "model": name, "version": version,
+                                                    "reason": predictor.graph_note}})
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
     check_signature(shown(served), config, predictor.inputs, outputs)
     model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=predictor,
@@ -164,12 +174,14 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     return model
 
 
-def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0) -> list[ServedModel]:
+def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False
+               ) -> list[ServedModel]:
     """Every version of `entry` that its version_policy serves, ascending."""
-    return [load_version(entry.name, version, path, entry.config, provider, threads)
+    return [load_version(entry.name, version, path, entry.config, provider, threads, cuda_graphs=cuda_graphs)
             for version, path in sorted(entry.versions.items())]
 
 
-def load_repository(repo: Path, provider: str = "auto", threads: int = 0) -> list[ServedModel]:
+def load_repository(repo: Path, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False
+                    ) -> list[ServedModel]:
     """Every served version of every model of a Triton-layout repository, loaded; errors name the folder or file."""
-    return [model for entry in read_repository(repo) for model in load_model(entry, provider, threads)]
+    return [model for entry in read_repository(repo) for model in load_model(entry, provider, threads, cuda_graphs)]

@@ -57,6 +57,7 @@ class ServerSettings:
     listen_fd: int | None = None  # a worker of --workers N: the parent's listening HTTP socket (host / port unused)
     ready_fd: int | None = None  # a worker: "1" is written there once it serves
     worker: int | None = None  # a worker's index, in every log line
+    cuda_graphs: bool = False  # --cuda-graphs: one captured CUDA graph per batch bucket (serve/models.py)
 
 
 def serve(settings: ServerSettings) -> int:
@@ -74,8 +75,10 @@ def serve(settings: ServerSettings) -> int:
     logs.configure(settings.log_level, None if settings.worker is None else {"worker": settings.worker})
     options = settings.options or ServeOptions()
     try:
-        models = load_repository(settings.repo, provider=settings.provider, threads=settings.threads)
-        app = create_app(models, options, ModelSource(settings.repo, settings.provider, settings.threads))
+        models = load_repository(settings.repo, provider=settings.provider, threads=settings.threads,
+                                 cuda_graphs=settings.cuda_graphs)
+        app = create_app(models, options, ModelSource(settings.repo, settings.provider, settings.threads,
+                                                      settings.cuda_graphs))
     except (RepositoryError, InputError, ValueError) as exc:
         print(f"specgen serve: {exc}", file=sys.stderr)
         return 1
