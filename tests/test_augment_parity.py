@@ -97,3 +97,21 @@ def test_the_contrast_factor_spans_one_minus_to_one_plus_f(factor: float) -> Non
     assert 1 - factor - rounding <= factors.min() <= 1 - factor + t, factors.min()
     assert 1 + factor - t <= factors.max() <= 1 + factor + rounding, factors.max()
 
+
+
+@pytest.mark.parametrize("factor", [0.3, 1.0])
+def test_cutmix_draws_from_beta_of_the_factor_itself(factor: float) -> None:
+    """Keras' CutMix draws its Beta's alpha uniformly in its `factor` range for each batch; specgen hands it the
+    range (f, f), so alpha is f and the area ratio is Beta(f, f), as docs/spec.md says (a scalar f would make it
+    a mixture over alpha in [0, f])."""
+    from specgen.runtime.augment import steps
+
+    [step] = steps([TypeAdapter(Augment).validate_python({"cutmix": factor})])
+    assert tuple(step.layer.factor) == (factor, factor)
+
+
+def test_a_cutmix_factor_keras_refuses_is_refused_at_validation() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
+        TypeAdapter(Augment).validate_python({"cutmix": 2.0})
