@@ -9,8 +9,9 @@ when the previous is answered). Per cell: `--warmup` s untimed, `--seconds` s ti
 p99 of the answered requests, failures, and the 1-minute load average at the end. Medians over the
 repetitions are printed at the end.
 
-KServe runs from its own virtualenv (`--kserve-python`, e.g. /tmp/kserve-venv/bin/python with
-`pip install kserve onnxruntime`; never in the project's): a `kserve.Model` whose `predict` runs the same
+KServe runs from its own virtualenv (`--kserve-python`, default .kserve-venv/bin/python, made with
+`python3 -m venv .kserve-venv && .kserve-venv/bin/pip install kserve onnxruntime`; never in the project's):
+a `kserve.Model` whose `predict` runs the same
 model.onnx in onnxruntime with the options specgen's Predictor uses (an `InferenceSession` with
 `intra_op_num_threads` = `--threads`, 0: onnxruntime's default, and the CPU provider), one request per run
 (KServe's model server has no dynamic batching of its own), one process. specgen serves with its defaults
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads of each server (0: default)")
-    parser.add_argument("--kserve-python", default="/tmp/kserve-venv/bin/python")
+    parser.add_argument("--kserve-python", default=".kserve-venv/bin/python")
     parser.add_argument("--model", default="cnn", choices=["cnn", "mlp", "mobilenet"],
                         help="mobilenet: examples/specs/mobilenet_v3_small.yaml at a 224x224x3 input")
     args = parser.parse_args(argv)

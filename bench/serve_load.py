@@ -58,7 +58,7 @@ for the valid clients, whose throughput and p99 are the point.
 tensors) and gRPC at 1, 8 and 32 clients against `specgen serve` with 1 and 2 workers and KServe's own
 Python model server, interleaved repetitions, medians with the load average:
 
-    .venv/bin/python bench/serve_load.py --compare --kserve-python /tmp/kserve-venv/bin/python
+    .venv/bin/python bench/serve_load.py --compare --kserve-python .kserve-venv/bin/python
 """
 
 from __future__ import annotations

@@ -293,3 +293,12 @@ def test_katib_needs_an_image_and_local_flags_refuse_katibs(tmp_path: Path,
 def test_the_cli_lists_sweep() -> None:
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
+
+
+def test_a_storage_file_prints_relative_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specgen.sweep.storage import masked
+
+    monkeypatch.chdir(tmp_path)
+    assert masked(f"sqlite:///{tmp_path / 'runs' / 'study.db'}") == "sqlite:///runs/study.db"
+    assert masked(f"journal:{tmp_path / 'j.log'}") == "journal:j.log"
+    assert masked("sqlite:////elsewhere/study.db") == "sqlite:////elsewhere/study.db"

@@ -39,9 +39,11 @@ def default_url(folder: Path) -> str:
 
 
 def masked(url: str) -> str:
-    """The URL as printed: its password replaced by ***."""
-    if url.startswith("journal:"):
-        return shown(url)
+    """The URL as printed: its password replaced by ***, and a SQLite or journal file's path relative to the working
+    directory when it lies under it (`sqlite:///runs/x-sweep/study.db`, which names the same file from here)."""
+    for scheme in ("journal:", "sqlite:///"):
+        if url.startswith(scheme):
+            return scheme + shown(url[len(scheme):])
     try:
         from sqlalchemy.engine import make_url
 
