@@ -50,7 +50,7 @@ def find_renames(old: ModelIR, new: ModelIR) -> Renames:
             if node.name in result.layers:
                 continue
             fits = [c for c in came if c.name not in taken and _signature(c) == _signature(node)]
-            placed = [c for c in fits if _inputs(c) == tuple(result.layers.get(i, i) for i in node.inputs)]
+            placed = [c for c in fits if tuple(c.inputs) == tuple(result.layers.get(i, i) for i in node.inputs)]
             pick = placed if len(fits) > 1 else fits
             if len(pick) == 1 and _unique_for(pick[0], node, gone, result):
                 result.layers[node.name] = pick[0].name
@@ -64,10 +64,6 @@ def find_renames(old: ModelIR, new: ModelIR) -> Renames:
     return result
 
 
-def _inputs(node: Node) -> tuple[str, ...]:
-    return tuple(node.inputs)
-
-
 def _unique_for(candidate: Node, node: Node, gone: list[Node], found: Renames) -> bool:
     """No other removed layer fits `candidate` as well as `node` does (else the pair is a guess)."""
     rivals = [g for g in gone if g.name != node.name and g.name not in found.layers
@@ -75,5 +71,5 @@ def _unique_for(candidate: Node, node: Node, gone: list[Node], found: Renames) -
     if not rivals:
         return True
     mapped = tuple(found.layers.get(i, i) for i in node.inputs)
-    return mapped == _inputs(candidate) and all(tuple(found.layers.get(i, i) for i in g.inputs) != _inputs(candidate)
+    return mapped == tuple(candidate.inputs) and all(tuple(found.layers.get(i, i) for i in g.inputs) != tuple(candidate.inputs)
                                                 for g in rivals)

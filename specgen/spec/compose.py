@@ -126,14 +126,14 @@ def merge(base: Node, child: Node) -> Node:
             else:
                 merged[key] = merge(merged[key], value) if key in merged else value
         return Node(base.settings + child.settings, mapping=merged)
-    if base.items is not None and child.items is not None and _named(base.items) and _named(child.items, control=True):
+    if base.items is not None and child.items is not None and _named(base.items) and _named(child.items):
         return Node(base.settings + child.settings, items=_merge_named(base.items, child.items))
     if child.mapping is None and child.items is None and base.mapping is None and base.items is None:
         return Node(base.settings + child.settings, value=child.value)  # a leaf keeps its history for `explain`
     return child
 
 
-def _named(items: list[Node], control: bool = False) -> bool:
+def _named(items: list[Node]) -> bool:
     """Every item a mapping with a string `name` (a child's item may be only `{name, remove}`)."""
     return bool(items) and all(isinstance(i.name(), str) for i in items)
 
