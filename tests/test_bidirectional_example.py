@@ -37,7 +37,7 @@ def test_digits_lstm_trains_exports_and_serves(tmp_path: Path, capsys: pytest.Ca
     out_dir = tmp_path / "out"
     assert main(["export", str(spec), "--checkpoint", str(tmp_path / "run"), "-o", str(out_dir), "--triton"]) == 0
     lines = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines()}
-    # The relative part is printed only when the outputs exceed 1 in magnitude (specgen/cli.py).
+    # The relative part is printed only when the outputs exceed 1 in magnitude (specgen/report/export_lines.py).
     assert re.fullmatch(r"parity: max abs diff \S+ between onnxruntime and TensorFlow on 360 examples(; \S+ of the "
                         r"output's magnitude)? \(limit 1e-4\)", lines["parity"]), lines["parity"]
     onnx_acc, tf_acc = (float(part.split()[-1]) for part in lines["eval accuracy"].split(":", 1)[1].split(","))

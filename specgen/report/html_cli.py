@@ -1,11 +1,11 @@
-"""`specgen report SPEC --html [--run RUN] [--sweep DIR] -o report.html`: cli.py's report hands these flags here."""
+"""`specgen report SPEC --html [--run RUN] [--sweep DIR] -o report.html`: specgen/commands/report.py hands these flags here."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from specgen.pictures.curves_cli import PicturesUsageError, need_matplotlib, need_tensorboard
+from specgen.pictures.needs import PicturesUsageError, need_matplotlib, need_tensorboard
 
 
 def _usage(args: argparse.Namespace) -> None:

@@ -1,5 +1,5 @@
 """`specgen sweep SPEC [-o DIR] [--trials N] [--parallel P] [--storage URL] [--set KEY=VALUE]...` and
-`specgen sweep SPEC --emit katib --image IMAGE [...] [-o FILE]` (cli.py wires the flags here).
+`specgen sweep SPEC --emit katib --image IMAGE [...] [-o FILE]` (specgen/commands/sweep.py holds the flags).
 
 Everything a user can get wrong is checked before the sweep folder is made or a trial starts, in this order:
 the spec (with the sweep's own `--set`s), its `sweep` section, the searched keys and values (space.py), that

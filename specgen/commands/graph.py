@@ -1,4 +1,4 @@
-"""`specgen graph SPEC [-o FILE] [--format svg|html|dot|mermaid] [--depth N]` (cli.py wires it).
+"""`specgen graph SPEC [-o FILE] [--format svg|html|dot|mermaid] [--depth N]`: the model graph as a picture.
 
 Never imports TensorFlow: the picture is drawn from the IR alone.
 """
@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 from specgen.errors import SpecgenError
+
+NAME = "graph"
+ORDER = 130
+HELP = "draw the model graph with collections, optimizers and restore sources"
 
 SUFFIXES = {".svg": "svg", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid",
             ".mermaid": "mermaid"}
@@ -40,7 +44,7 @@ def depth(text: str) -> int:
     return int(text)
 
 
-def run_graph(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
     from specgen.paths import shown
@@ -58,12 +62,10 @@ def run_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    graph = sub.add_parser("graph", help="draw the model graph with collections, optimizers and restore sources")
-    graph.add_argument("spec", type=Path)
-    graph.add_argument("-o", "--output", type=Path, help="write here (default: stdout); the suffix picks the format")
-    graph.add_argument("--format", choices=["svg", "html", "dot", "mermaid"],
-                       help="svg (default), html (a page holding the SVG), dot (Graphviz) or mermaid")
-    graph.add_argument("--depth", type=depth, metavar="N", help="draw blocks nested deeper than N levels as one box "
-                       "each (0: every top-level block is one box); default: every layer")
-    graph.set_defaults(run=run_graph)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("-o", "--output", type=Path, help="write here (default: stdout); the suffix picks the format")
+    parser.add_argument("--format", choices=["svg", "html", "dot", "mermaid"],
+                        help="svg (default), html (a page holding the SVG), dot (Graphviz) or mermaid")
+    parser.add_argument("--depth", type=depth, metavar="N", help="draw blocks nested deeper than N levels as one "
+                        "box each (0: every top-level block is one box); default: every layer")

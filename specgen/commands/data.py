@@ -1,0 +1,21 @@
+"""`specgen data SPEC [--stage train|eval]`: the input pipeline as training runs it (reads the data)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "data"
+ORDER = 60
+HELP = "print a spec's input pipeline as training runs it (reads the data)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--stage", choices=["train", "eval"], default="train", help="which data stage (default train)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.runtime.commands.data import run_data  # imports TensorFlow (it reads the data): only now
+
+    return int(run_data(args.spec, args.stage))

@@ -1,0 +1,26 @@
+"""`specgen diff OLD NEW [--format text|json] [--map] [--fail-on GATES]`: what a change breaks (specgen/review/)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specgen.review.command import cmd_diff, parse_gates
+
+NAME = "diff"
+ORDER = 20
+HELP = "what a change to a spec breaks and changes (no TensorFlow)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", help="a spec file, REV:PATH (read through git) or a run folder")
+    parser.add_argument("new", help="a spec file, REV:PATH or a run folder")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    parser.add_argument("--map", action="store_true",
+                        help="print the checkpoint map entries that make OLD's checkpoints restore into NEW")
+    parser.add_argument("--fail-on", type=parse_gates, default=(), metavar="interface,checkpoint",
+                        help="exit 1 when the change breaks served clients (interface) or old checkpoints "
+                             "(checkpoint)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return cmd_diff(args)

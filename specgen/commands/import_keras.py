@@ -1,0 +1,37 @@
+"""`specgen import keras SOURCE -o SPEC`: a spec (and its restore entry) from a Keras model (importers/keras/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgen.commands.common import shape
+from specgen.paths import shown
+
+NAME = "import"
+ORDER = 120
+HELP = "write a spec from another framework's model"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    frameworks = parser.add_subparsers(dest="framework", required=True)
+    keras = frameworks.add_parser("keras", help="a .keras file, a legacy .h5 model file or a keras.applications name")
+    keras.add_argument("source", help="model.keras, model.h5, or a constructor name such as ResNet50")
+    keras.add_argument("-o", "--output", type=Path, required=True, help="the spec file to write")
+    keras.add_argument("--weights", type=Path, help="restore from this weights file instead of the model's own")
+    keras.add_argument("--input-shape", type=shape, metavar="H,W,C", help="constructor input shape")
+    keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
+    keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.importers.keras import import_keras  # TensorFlow only for constructor names
+
+    result = import_keras(args.source, args.output, weights=args.weights, input_shape=args.input_shape,
+                          classes=args.classes, collections=args.collections)
+    if result.weights_written is not None:
+        print(f"wrote {shown(result.weights_written)} (weights drawn by Keras with seed 0)")
+    print(f"wrote {shown(result.spec)}: {result.layers} layers, {result.variables} variables, restored from "
+          f"{shown(result.weights)} ({result.mapped} map entries, {result.renamed} renames, "
+          f"{result.dropped} dropped training-only arguments, listed in its header)")
+    return 0

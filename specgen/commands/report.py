@@ -1,0 +1,48 @@
+"""`specgen report PATH... [--checkpoint CKPT]`, and `--html [--run RUN] [--sweep DIR] -o FILE.html` (report/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgen.commands.common import expand
+from specgen.paths import shown
+
+NAME = "report"
+ORDER = 40
+HELP = "print variables, collections and FLOPs of specs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path)
+    parser.add_argument("--checkpoint", type=Path, help="with one pruned spec: the sparsity of each mask in this "
+                        "checkpoint (reads it with TensorFlow)")
+    parser.add_argument("--html", action="store_true", help="write one self-contained HTML page for one spec "
+                        "(graph, tables, restore plan, curves, export lines) to -o")
+    parser.add_argument("--run", type=Path, metavar="RUN", dest="run_folder", help="with --html: the run folder "
+                        "whose curves and export the page shows")
+    parser.add_argument("--sweep", type=Path, metavar="DIR", help="with --html: a folder of `specgen sweep` whose "
+                        "trials the page lists and draws")
+    parser.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.ir.resolve import build_ir
+    from specgen.report import report
+    from specgen.spec.load import load_spec
+
+    if args.html or args.run_folder is not None or args.output is not None or args.sweep is not None:
+        from specgen.report.html_cli import run_html_report
+
+        return run_html_report(args)
+    paths = expand(args.paths)
+    for path in paths:
+        loaded = load_spec(path)
+        ir = build_ir(loaded)
+        measured = None
+        if args.checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
+            from specgen.runtime.pruning_state import checkpoint_sparsity
+
+            measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
+        print(report(ir, shown(path), loaded.spec.optimizers, measured))
+    return 0

@@ -1,0 +1,23 @@
+"""`specgen restore-plan SPEC [--from CKPT]`: where each model variable would be restored from."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "restore-plan"
+ORDER = 80
+HELP = "show where each model variable would be restored from"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
+                        help="a checkpoint prefix, run folder or Keras weight file (.weights.h5, .keras, "
+                        ".h5) to plan from, instead of the spec's checkpoint.restore")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.runtime.commands.restore import run_restore_plan  # imports TensorFlow: only now
+
+    return int(run_restore_plan(args.spec, args.from_))

@@ -1,0 +1,38 @@
+"""`specgen schema [-o FILE] [--check]`: the JSON Schema of spec files, for editors and CI."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgen.commands.common import schema_drift
+from specgen.config import load_config
+from specgen.paths import shown
+
+NAME = "schema"
+ORDER = 35
+HELP = "write the JSON Schema for spec files"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the schema file is out of date")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.atomic import write_atomic
+    from specgen.schema import schema_text
+
+    target = args.output or load_config().schema or Path("schemas/specgen.schema.json")
+    text = schema_text()
+    if args.check:
+        drift = schema_drift(target, text)
+        for line in drift:
+            print(line)
+        if drift:
+            return 1
+        print(f"ok: {shown(target)} is up to date")
+        return 0
+    write_atomic(target, text)
+    print(f"wrote {shown(target)}")
+    return 0

@@ -1,0 +1,41 @@
+"""`specgen sweep SPEC [-o DIR] [--trials N] [--parallel P] [--storage URL]` and `--emit katib` (specgen/sweep/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specgen.commands.common import positive_int
+
+NAME = "sweep"
+ORDER = 75
+HELP = "search the spec's sweep space with Optuna, each trial an ordinary run (docs/sweeps.md)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("-o", "--output", type=Path, help="the sweep folder (default: the spec's run folder with "
+                        "-sweep added); with --emit katib: the manifest (default: stdout)")
+    parser.add_argument("--trials", type=positive_int, metavar="N", help="trials in all (default: sweep.trials)")
+    parser.add_argument("--parallel", type=positive_int, default=1, metavar="P",
+                        help="trials at a time, each its own `specgen train` process (default 1)")
+    parser.add_argument("--storage", metavar="URL", help="the Optuna storage: an RDB URL (sqlite:///study.db, "
+                        "postgresql://...) or journal:PATH; processes that share it share the study (default: "
+                        "SQLite in the sweep folder)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value in every trial (repeatable)")
+    katib = parser.add_argument_group("--emit katib", "write a Kubeflow Katib Experiment for the sweep instead of "
+                                      "running it; each trial is the TFJob of `specgen train --emit tfjob`")
+    katib.add_argument("--emit", choices=["katib"])
+    katib.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
+    katib.add_argument("--workers", type=positive_int, help="workers of each trial's TFJob (default 1)")
+    katib.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
+    katib.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
+    katib.add_argument("--gpus", type=int, help="GPUs per worker (nvidia.com/gpu)")
+    katib.add_argument("--namespace", help="the Experiment's namespace (default: kubectl's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.sweep.command import cmd_sweep
+
+    return cmd_sweep(args)

@@ -1,0 +1,113 @@
+"""`specgen train SPEC [--epochs N | --steps N] [--resume ...] [--set K=V]...`, `--probe`, and `--emit tfjob`.
+
+TensorFlow is imported only once the spec has been read and checked; `--emit tfjob` imports none at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
+
+if TYPE_CHECKING:
+    from specgen.spec.load import LoadedSpec
+
+NAME = "train"
+ORDER = 70
+HELP = "train a spec with the generated TensorFlow code"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path)
+    limit = parser.add_mutually_exclusive_group()
+    limit.add_argument("--epochs", type=int, help="run N more passes over the training data")
+    limit.add_argument("--steps", type=int, help="run N more optimizer updates")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of the run folder")
+    start.add_argument("--resume-from", type=Path, metavar="CKPT", help="continue from this ckpt-* folder")
+    start.add_argument("--resume-or-start", action="store_true", help="continue from the newest checkpoint if the "
+                       "run folder holds one, else start a new run (for launchers that restart workers)")
+    start.add_argument("--fresh", action="store_true", help="start a new run even if the run folder holds one: "
+                       "the old run is moved to <run>/previous-<n> (nothing is deleted)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value, e.g. optimizers.head.learning_rate=1e-4 (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--strategy", choices=["default", "mirrored", "multi_worker"],
+                        help="run under this tf.distribute strategy (replaces train.distribute.strategy; "
+                             "docs/distributed.md)")
+    emit = parser.add_argument_group("--emit tfjob", "write a Kubeflow TFJob manifest for the spec instead of training")
+    emit.add_argument("--emit", choices=["tfjob"])
+    emit.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
+    emit.add_argument("--workers", type=int, default=2, help="worker count (default 2)")
+    emit.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
+    emit.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
+    emit.add_argument("--gpus", type=int, default=0, help="GPUs per worker (nvidia.com/gpu)")
+    emit.add_argument("--volume", metavar="CLAIM:PATH", help="a PersistentVolumeClaim every worker mounts at PATH "
+                      "(the run folder must be on it)")
+    emit.add_argument("-o", "--output", type=Path, help="write the manifest here (default: stdout)")
+    parser.add_argument("--probe", action="store_true", help="run one batch and print each variable's gradient "
+                        "and first-update size and each layer's activation mean/std; trains and writes nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specgen.spec.overrides import load_with_overrides
+
+    if args.probe and (args.epochs is not None or args.steps is not None or args.fresh):
+        print("specgen train: error: --probe runs one batch and trains nothing: it takes no --epochs, --steps "
+              "or --fresh", file=sys.stderr)
+        return 2
+    loaded = load_with_overrides(args.spec, args.set)
+    if args.emit == "tfjob":
+        return _emit_tfjob(args, loaded)
+    if args.probe:
+        from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
+
+        return int(run_probe(loaded, args.resume, args.resume_from))
+    from specgen.ir.resolve import build_ir
+    from specgen.runtime.placement.cluster import check_early
+
+    # The IR is built once for the command; with --strategy given, TF_CONFIG is checked before it (its errors first).
+    ir = build_ir(loaded) if args.strategy is None else None
+    check_early(loaded, args.strategy, ir)  # a bad TF_CONFIG is refused before TensorFlow starts
+    from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
+
+    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
+                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
+                          strategy=args.strategy, resume_or_start=args.resume_or_start), ir)
+    return 0
+
+
+def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
+    """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained.
+
+    Nothing is written for a job that could only fail: the spec must validate (the errors of `specgen
+    validate`) and its batch must split among the job's replicas (the error every worker would print).
+    """
+    from specgen.atomic import write_atomic
+    from specgen.ir.resolve import build_ir
+    from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
+    from specgen.runtime.placement.cluster import check_replicas
+
+    training = build_ir(loaded).training  # the spec validates first: the errors of `specgen validate`
+    if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
+        raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
+                                    "'data.train' sections")])
+    if args.image is None:
+        raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "
+                                    "that holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)")])
+    job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
+              list(args.set))
+    check(job)
+    cpus = training.train.distribute.cpu_devices if training.train is not None else 1
+    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus))  # a GPU per replica, else a CPU
+    text = render(job, loaded.spec.name)
+    if args.output is None:
+        print(text, end="")
+    else:
+        write_atomic(args.output, text)
+        print(f"wrote {shown(args.output)}: a TFJob of {args.workers} worker(s) for {loaded.spec.name}")
+    return 0
