@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from specgen.spec.base import FLOAT32_MAX, IDENT, LAYER, MAX_INT
+from specgen.fields.base import FLOAT32_MAX, IDENT, LAYER, MAX_INT
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "specgen.schema.json").read_text())
 DEFS = SCHEMA["$defs"]

@@ -32,7 +32,7 @@ RUNTIME_FACTS = {"strategy": "<strategy>", "replicas": "<N>"}  # the placeholder
 def _validate_message(a: str, b: str) -> str:
     other = b if a == "levenberg_marquardt" else a
     text = compat.message(a, b, **PROBE_FACTS, layer=LAYERS.get(other, ""), op=other)
-    # Pydantic prefixes a key's refusal with the key (spec/levenberg_marquardt.py refuses these keys).
+    # Pydantic prefixes a key's refusal with the key (kinds/optimizers/levenberg_marquardt.py refuses these keys).
     key = {"schedule": "learning_rate", "weight_decay": "weight_decay", "optimizer_clip": "clip"}.get(other)
     return f"{key}: {text}" if key else text
 

@@ -51,12 +51,12 @@ from keras_configs import (
 
 from specgen.cli import main
 from specgen.diagnostics import MAX_MESSAGE, SpecError, one_line
+from specgen.fields.base import LAYER
 from specgen.importers.keras import import_keras
 from specgen.importers.keras.convert import _order
 from specgen.importers.keras.graph import KGraph, KInput, KLayer
 from specgen.importers.keras.names import Namer
 from specgen.ir.resolve import build_ir
-from specgen.spec.base import LAYER
 from specgen.spec.load import load_spec_text
 
 SEEDS = {"keras3": tiny(), "keras2": keras2_tiny(), "chain": chain(3), "wide": wide()}

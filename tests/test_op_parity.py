@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import yaml
 
+from specgen.fields.layers import Activation
 from specgen.ir.exported import exported
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
-from specgen.spec.layers import Activation
 from specgen.spec.load import load_spec, load_spec_text
 
 TOLERANCE = 1e-5  # max |ORT - TF|: two float32 evaluations of one graph, different summation orders

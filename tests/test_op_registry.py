@@ -15,9 +15,9 @@ from typing import Any, get_args
 import pytest
 from test_op_parity import CASES, covered_ops
 
+from specgen.fields.layers import Activation
 from specgen.kinds.ops import REGISTRY, Layer, OpDef
 from specgen.render.environment import templates_dir
-from specgen.spec.layers import Activation
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = sorted(REGISTRY)
@@ -82,9 +82,9 @@ def test_every_union_member_is_registered() -> None:
 def test_activation_key_lists_exactly_the_ops_that_can_be_activations() -> None:
     allowed = set(get_args(Activation)) - {"linear"}
     capable = {name for name, op in REGISTRY.items() if op.as_activation is not None}
-    assert allowed <= set(REGISTRY), f"Activation (spec/layers.py) names unregistered op(s) {sorted(allowed - set(REGISTRY))}"
+    assert allowed <= set(REGISTRY), f"Activation (fields/layers.py) names unregistered op(s) {sorted(allowed - set(REGISTRY))}"
     assert allowed == capable, (
-        f"Activation (spec/layers.py) lists {sorted(allowed)} but the ops with as_activation are {sorted(capable)}")
+        f"Activation (fields/layers.py) lists {sorted(allowed)} but the ops with as_activation are {sorted(capable)}")
 
 
 def test_parity_cases_name_registered_ops() -> None:
@@ -104,7 +104,7 @@ def test_layout_and_templates_are_well_formed() -> None:
 
 # Op names used in another sense, by file: the names the file may hold, and why they are no op there.
 OTHER_SENSES: dict[str, tuple[frozenset[str], str]] = {
-    "specgen/spec/layers.py": (frozenset(get_args(Activation)) - {"linear"}, (
+    "specgen/fields/layers.py": (frozenset(get_args(Activation)) - {"linear"}, (
         "the `activation:` enum, a literal for the JSON schema: spec/ sits below kinds/ops, and "
         "test_activation_key_lists_exactly_the_ops_that_can_be_activations checks it against the registry")),
     "specgen/runtime/lib/recurrent.py": (frozenset({"tanh", "sigmoid", "relu", "hard_sigmoid", "concat"}), (

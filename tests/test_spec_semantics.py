@@ -20,11 +20,11 @@ import pytest
 
 from specgen.cli import main
 from specgen.diagnostics import SpecError
+from specgen.fields.base import IDENT
 from specgen.ir.naming import MODULE_NAMES, RESERVED_PY, STATE_ROOTS
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.spec import regex
-from specgen.spec.base import IDENT
 from specgen.spec.load import load_spec_text
 
 BASE = r"""specgen: 1

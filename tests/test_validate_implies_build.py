@@ -23,11 +23,11 @@ from spec_values import DEFS, SCHEMA, from_schema
 
 from specgen.cli import main
 from specgen.diagnostics import SpecError
+from specgen.fields.base import FLOAT32_MAX
 from specgen.ir.lints import init_scale_warnings
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.report import report
-from specgen.spec.base import FLOAT32_MAX
 from specgen.spec.load import load_spec_text
 
 SHOWN = "fuzz.yaml"
@@ -182,7 +182,7 @@ def _numbers(node: Any, where: str = "") -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_every_float_of_the_schema_is_bounded_to_float32() -> None:
-    """The class, in the published schema: a float field added without spec/base.py's `number` (a plain
+    """The class, in the published schema: a float field added without fields/base.py's `number` (a plain
     `float`) has no bound here, and fails this (the fuzz test above would find it only by chance)."""
     numbers = _numbers(SCHEMA)
     assert len(numbers) > 50  # the float fields of every op and section: the walk found them

@@ -17,11 +17,11 @@ import math
 from dataclasses import dataclass, replace
 
 from specgen.diagnostics import Diagnostic
+from specgen.fields.base import FLOAT32_MAX
 from specgen.ir.gains import Moments, activation, describe_init, init_moments, mean_std, saturated
 from specgen.ir.model import ModelIR, Node
 from specgen.kinds.ops import REGISTRY, op_def
 from specgen.kinds.ops.base import MomentRule, Pointwise, Weighted
-from specgen.spec.base import FLOAT32_MAX
 from specgen.spec.load import LoadedSpec
 
 BAND = (0.1, 10.0)  # the std ratio to the input outside which a layer is flagged

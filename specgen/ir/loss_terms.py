@@ -12,10 +12,10 @@ import re
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
+from specgen.fields.base import IDENT
 from specgen.ir.collections import Membership, Resolver
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds.losses import REGISTRY as LOSSES
-from specgen.spec.base import IDENT
 from specgen.spec.load import LoadedSpec
 
 Loc = tuple[str | int, ...]

@@ -4,7 +4,7 @@ Spec tensors are channels-last (NHWC) like TensorFlow; ONNX Conv, pools and
 BatchNormalization want channels-first. Each tensor carries its layout and a
 Transpose is inserted only where an op needs the other one, so a conv stack
 pays one transpose in and one out. Tensors specgen adds are named `<tensor>___<what>`;
-spec names cannot contain "___" (spec/base.py), so they never collide. Graph inputs and outputs stay channels-last,
+spec names cannot contain "___" (fields/base.py), so they never collide. Graph inputs and outputs stay channels-last,
 so users feed the same arrays to TensorFlow and onnxruntime.
 """
 

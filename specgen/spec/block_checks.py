@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from specgen.diagnostics import Diagnostic, did_you_mean, quoted, safe_repr
+from specgen.fields.base import LAYER
 from specgen.kinds.ops import REGISTRY
-from specgen.spec.base import LAYER
 from specgen.spec.blocks import PARAM_REF, Block, Instance
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec

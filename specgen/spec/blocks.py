@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, WithJsonSchema
 
+from specgen.fields.base import IDENT, Doc, Identifier, LayerName, PositiveInt, SpecModel
 from specgen.kinds.ops import Layer
-from specgen.spec.base import IDENT, Doc, Identifier, LayerName, PositiveInt, SpecModel
 
 # A parameter reference is a whole string value `$name`; there is no templating inside strings.
 PARAM_REF = re.compile("^\\$" + IDENT[1:])

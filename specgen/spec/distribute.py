@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from specgen.spec.base import PositiveInt, SpecModel
+from specgen.fields.base import PositiveInt, SpecModel
 
 Strategy = Literal["default", "mirrored", "multi_worker"]
 

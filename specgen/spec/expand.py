@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.fields.base import MAX_NAME_PARTS
 from specgen.kinds.ops import REGISTRY, Layer
-from specgen.spec.base import MAX_NAME_PARTS
 from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
 from specgen.spec.blocks import PARAM_REF, Instance
 from specgen.spec.messages import validation_diagnostics

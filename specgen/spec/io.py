@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from specgen.fields.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, Pattern, PositiveInt, SpecModel
+from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
 from specgen.kinds.precisions import FLOAT32, PrecisionName
 from specgen.kinds.sources import DataSource
-from specgen.spec.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, Pattern, PositiveInt, SpecModel
 from specgen.spec.regex import check_pattern, parse_template
-from specgen.spec.unions import by_key, by_shape
 
 # uint8: raw pixels; the model casts them to float32 at its entry (TF and ONNX), so layers see float32.
 DType = Literal["float32", "int32", "int64", "uint8"]

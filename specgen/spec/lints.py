@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from pydantic import Field
 
-from specgen.spec.base import SpecModel
+from specgen.fields.base import SpecModel
 
 LintName = Literal["init_scale", "bn_momentum"]
 LINTS: tuple[str, ...] = get_args(LintName)  # `specgen validate --no-lint` takes the same names

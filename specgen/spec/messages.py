@@ -26,7 +26,7 @@ from specgen.diagnostics import (
     safe_repr,
     shown,
 )
-from specgen.spec.base import FLOAT32_MAX, IDENT
+from specgen.fields.base import FLOAT32_MAX, IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.yaml_source import PathKey, SourceMap, tag_named_like_its_key
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from specgen.spec.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
+from specgen.fields.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.lints import Lints

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specgen.spec.base import NonNegativeInt, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.fields.base import NonNegativeInt, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.spec.training import Selection
 
 # TFMOT refuses a sparsity of 1 (every weight pruned): [0, 1), as its schedules validate.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specgen.spec.base import Pattern, PositiveInt, SpecModel, number
-from specgen.spec.unions import by_key, by_shape
+from specgen.fields.base import Pattern, PositiveInt, SpecModel, number
+from specgen.fields.unions import by_key, by_shape
 
 PREFIX = "A prefix ending in '*' (e.g. 'qnet/*'); paths pair up by their part after the prefix."
 

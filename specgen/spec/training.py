@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel, UnitInterval
+from specgen.fields.losses import Selection  # noqa: F401 (spec/pruning.py's selection type)
+from specgen.fields.unions import by_shape
 from specgen.kinds.losses import Loss  # noqa: F401 (the section spec/model.py reads)
 from specgen.kinds.metrics import Metric
 from specgen.kinds.optimizers import Clip, Optimizer  # noqa: F401 (Optimizer: the section spec/model.py reads)
-from specgen.spec.base import NonNegativeInt, PositiveInt, SpecModel, UnitInterval
 from specgen.spec.distribute import Distribute
-from specgen.spec.losses import Selection  # noqa: F401 (spec/pruning.py's selection type)
-from specgen.spec.unions import by_shape
 
 # The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
 Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]

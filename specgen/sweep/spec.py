@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from specgen.spec.base import FLOAT32_MAX, Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
-from specgen.spec.unions import by_key, by_shape
+from specgen.fields.base import FLOAT32_MAX, Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.fields.unions import by_key, by_shape
 
 MAX_TRIALS = 100_000  # Optuna keeps every trial in its storage; more is a study of another kind
 MAX_KEYS = 64  # searched keys: each is a --set of every trial and a panel of the summary's picture

@@ -117,7 +117,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 # Pairs `specgen validate` refuses, with the messages it prints for the pair's probe spec (probe.py names the
 # optimizers 'first' and 'second'). All of them today are levenberg_marquardt's (specgen/ir/training/levenberg_marquardt.py,
-# and its keys in specgen/spec/levenberg_marquardt.py).
+# and its keys in specgen/kinds/optimizers/levenberg_marquardt.py).
 REFUSED: dict[Pair, tuple[str, ...]] = {
     ("accumulate", "levenberg_marquardt"): (
         "levenberg_marquardt optimizer 'first' takes no accumulation: with 'batch_size: full' every iteration already "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import quoted
+from specgen.fields.base import FilePath
 from specgen.importers.keras import keras_hub
 from specgen.importers.keras.bare_weights import indexed_map
 from specgen.importers.keras.convert import Imported, convert
@@ -25,7 +26,6 @@ from specgen.importers.keras.source import Source, read_source
 from specgen.importers.keras.stages import stages
 from specgen.importers.keras.write import render
 from specgen.paths import shown
-from specgen.spec.base import FilePath
 
 if TYPE_CHECKING:
     from specgen.progress import Phases
@@ -122,7 +122,7 @@ def _check_output(output: Path, sources: list[Path]) -> None:
 
 
 def _unwritable_path(path: str) -> str | None:
-    """Why a spec cannot name `path` in checkpoint.restore (spec/base.py's FilePath), or None."""
+    """Why a spec cannot name `path` in checkpoint.restore (fields/base.py's FilePath), or None."""
     try:
         _FILE_PATH.validate_python(path)
     except ValidationError:

@@ -26,7 +26,7 @@ from specgen.kinds.ops import REGISTRY, Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
 DTYPES = ("float32", "int32", "int64")
-# A restore map's `from` is at most 256 characters (spec/base.py's Pattern): room for a layer's path and its
+# A restore map's `from` is at most 256 characters (fields/base.py's Pattern): room for a layer's path and its
 # longest weight name (`/depthwise_kernel`, `/vars/99` in a bare .weights.h5).
 MAX_KEYED_NAME = 256 - len("/depthwise_kernel")
 REFUSED = {  # classes people meet often, with why (others: "no spec op")

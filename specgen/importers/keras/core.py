@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgen.fields.base import MAX_INT
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.base import KERAS_OPS, Part, Shapes, _bias_act, _init
 from specgen.importers.keras.objects import is_integer
-from specgen.spec.base import MAX_INT
 
 
 def _axes(a: Args, key: str) -> list[int]:

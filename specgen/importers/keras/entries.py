@@ -16,8 +16,8 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from specgen.diagnostics import safe_repr
+from specgen.fields.base import MAX_INT
 from specgen.importers.keras.errors import ImportProblem
-from specgen.spec.base import MAX_INT
 
 # JSON levels of a whole config: a model nested 7 deep in others (the most graph.py flattens) needs
 # about 35 (each adds an entry, its config and its layer list); json.loads itself recurses ~1,000 deep.

@@ -28,13 +28,13 @@ from typing import Any, Literal
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import one_line, quoted
+from specgen.fields.base import IDENT, MAX_INT
 from specgen.importers.keras.args import FLOAT_POLICIES, short
 from specgen.importers.keras.convert import Imported
 from specgen.importers.keras.errors import ImportProblem, listed
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.objects import finite, is_integer
 from specgen.kinds.ops import Layer, OpError, infer
-from specgen.spec.base import IDENT, MAX_INT
 from specgen.spec.expand import MAX_LAYERS
 
 _LAYER: TypeAdapter[Any] = TypeAdapter(Layer)

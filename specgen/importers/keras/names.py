@@ -1,7 +1,7 @@
 """Keras names as spec names: kept where valid, renamed deterministically where not.
 
 A spec name part is letters and digits with single underscores between them (LAYER in
-specgen/spec/base.py); Keras allows more (`block_1__conv`, `conv-1`, `1x1`). A rename replaces
+specgen/fields/base.py); Keras allows more (`block_1__conv`, `conv-1`, `1x1`). A rename replaces
 every run of other characters by one `_`, trims `_` at the ends, starts the first part with a
 letter, shortens parts over 63 characters (with a hash of the original) and adds `_2`, `_3`, ...
 until the name is unique, also once `/` becomes `_` (how generated Python names layers).

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from specgen.spec.base import MAX_INT
+from specgen.fields.base import MAX_INT
 
 Check = Callable[[Any], bool]
 FLOAT32_MAX = 3.4028234663852886e38  # numbers reach float32 tensors and ONNX attributes

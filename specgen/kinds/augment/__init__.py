@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.augment.base import AugmentDef, Size
 from specgen.kinds.collect import collect
-from specgen.spec.unions import by_key, by_shape
 
 __all__ = ["REGISTRY", "SCHEMA_ORDER", "Augment", "AugmentDef", "as_fed", "at_eval", "describe", "image_inputs",
            "kind_of", "markdown", "output_size", "refusals"]

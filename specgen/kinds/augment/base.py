@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.spec.base import SpecModel, number
-from specgen.spec.unions import by_shape, scalar_or_mapping
+from specgen.fields.base import SpecModel, number
+from specgen.fields.unions import by_shape, scalar_or_mapping
 
 Size = tuple[int, int]  # [height, width]
 # A fraction as Keras' factors take it: a scalar x means the range [-x, x] (rotation: of a full turn).

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel, number
 from specgen.kinds.augment.base import AugmentDef
-from specgen.spec.base import SpecModel, number
 
 
 class CutMix(SpecModel):

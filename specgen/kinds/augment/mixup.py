@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from specgen.fields.base import PositiveFloat, SpecModel
 from specgen.kinds.augment.base import AugmentDef
-from specgen.spec.base import PositiveFloat, SpecModel
 
 
 class MixUp(SpecModel):

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.augment.base import AugmentDef, Fraction, ValueRange, args, factor_or
-from specgen.spec.base import SpecModel
 
 
 class BrightnessArgs(ValueRange):

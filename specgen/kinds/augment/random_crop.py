@@ -14,8 +14,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel
 from specgen.kinds.augment.base import AugmentDef, Size
-from specgen.spec.base import NonNegativeInt, PositiveInt, SpecModel
 
 
 class CropArgs(SpecModel):

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.augment.base import AugmentDef
-from specgen.spec.base import SpecModel
 
 Mode = Literal["horizontal", "vertical", "horizontal_and_vertical"]
 

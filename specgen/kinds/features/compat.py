@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
-from specgen.spec.levenberg_marquardt import REFUSED as LM_KEYS
+from specgen.kinds.optimizers.levenberg_marquardt import REFUSED as LM_KEYS
 
 # Universe name -> what a spec has when it uses it; registered features first (kinds/features ORDER
 # differs: this is table order, the one of tests/golden/compat.py), then one name per optimizer kind.

@@ -14,9 +14,9 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
+from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.collect import collect, module_names
 from specgen.kinds.initializers.base import InitializerDef, Moments, fans
-from specgen.spec.unions import by_shape, scalar_or_mapping
 
 __all__ = ["REGISTRY", "Initializer", "InitializerDef", "InitializerName", "InitializerSpec", "Moments", "fans"]
 

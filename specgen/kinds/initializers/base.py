@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.pointers import call_name
-from specgen.spec.base import SpecModel
 
 Moments = tuple[float, float]  # (mean, second moment E[x^2]) of one drawn weight
 Shape = tuple[int, ...]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.base import Float, SpecModel
 from specgen.kinds.initializers.base import InitializerDef, runtime
-from specgen.spec.base import Float, SpecModel
 
 
 class Constant(SpecModel):

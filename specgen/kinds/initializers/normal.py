@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from specgen.fields.base import Float, PositiveFloat, SpecModel
 from specgen.kinds.initializers.base import InitializerDef, Moments, Shape, runtime
-from specgen.spec.base import Float, PositiveFloat, SpecModel
 
 # Var(truncated_normal) / stddev^2 for TensorFlow's truncation at two standard deviations;
 # Keras divides the glorot/he normal stddev by its square root, 0.87962566103423978.

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
+from specgen.fields.base import Float, SpecModel
 from specgen.kinds.initializers.base import InitializerDef, Moments, Shape, runtime
-from specgen.spec.base import Float, SpecModel
 
 
 class Orthogonal(SpecModel):

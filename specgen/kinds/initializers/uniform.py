@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from specgen.fields.base import Float, SpecModel
 from specgen.kinds.initializers.base import InitializerDef, Moments, Shape, runtime
-from specgen.spec.base import Float, SpecModel
 
 
 class Uniform(SpecModel):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.initializers.base import InitializerDef, Moments, Shape, fans, runtime
-from specgen.spec.base import SpecModel
 
 
 class VarianceScaling(SpecModel):

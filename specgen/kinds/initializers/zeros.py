@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.initializers.base import InitializerDef, runtime
-from specgen.spec.base import SpecModel
 
 
 class Zeros(SpecModel):

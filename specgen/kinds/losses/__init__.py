@@ -13,9 +13,9 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
+from specgen.fields.unions import by_shape
 from specgen.kinds.collect import collect, models
 from specgen.kinds.losses.base import LossDef, Target
-from specgen.spec.unions import by_shape
 
 __all__ = ["REGISTRY", "Loss", "LossDef", "LossTerm", "Target"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.pointers import call_name
-from specgen.spec.base import SpecModel
 
 # The label forms a data term compares its output with (runtime/lib/metrics.py reads them too):
 # "sparse" (class indices, softmax logits), "onehot" (class probabilities), "binary" (sigmoid logits,

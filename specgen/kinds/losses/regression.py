@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from specgen.fields.base import Identifier, NonNegativeFloat, SpecModel
+from specgen.fields.losses import LABELS, TERM_NAME, WEIGHT
 from specgen.kinds.losses.base import LossDef
-from specgen.spec.base import Identifier, NonNegativeFloat, SpecModel
-from specgen.spec.losses import LABELS, TERM_NAME, WEIGHT
 
 
 class RegressionLoss(SpecModel):

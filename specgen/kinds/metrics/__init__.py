@@ -15,10 +15,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
+from specgen.fields.unions import by_shape
 from specgen.kinds.collect import collect, models
 from specgen.kinds.metrics.base import Args, MetricDef, State
-from specgen.spec.base import SpecModel
-from specgen.spec.unions import by_shape
 
 __all__ = ["REGISTRY", "Args", "Metric", "MetricDef", "MetricName", "State", "args_of", "name_of", "relisted"]
 

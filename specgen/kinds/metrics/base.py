@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import create_model
 
-from specgen.spec.base import SpecModel
+from specgen.fields.base import SpecModel
 
 State = tuple[tuple[str, tuple[int, ...]], ...]  # (accumulator, shape), in checkpoint order
 SCALAR_MEAN: State = (("total", ()), ("count", ()))

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from specgen.fields.base import PositiveInt, SpecModel
 from specgen.kinds.metrics.base import MetricDef
-from specgen.spec.base import PositiveInt, SpecModel
 
 
 class TopKAccuracy(SpecModel):

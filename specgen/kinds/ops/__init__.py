@@ -9,7 +9,7 @@ an op adds a module and edits no list here (docs/extending.md, Ops, says what el
 Why the spec models live here and not in specgen/spec/: an op's model and its rules change
 together, and one module per op lets several people add ops without touching shared files.
 The spec layer still imports neither jinja2, TensorFlow nor onnx: this package needs only
-pydantic, specgen/spec/base.py, spec/unions.py, spec/layers.py (shared field types) and nodes.py
+pydantic, specgen/fields/base.py, fields/unions.py, fields/layers.py (shared field types) and nodes.py
 (the resolved layer's dataclasses), and specgen/spec/ takes the `Layer` union from here. It sits
 below spec/ and ir/: it imports neither (tests/test_import_graph.py).
 
@@ -27,10 +27,10 @@ from typing import Annotated, Any, Union
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import MAX_INT
 from specgen.kinds import dims
 from specgen.kinds.ops.base import EXTRA_OUTPUT, EXTRA_OUTPUT_DEF, AsActivation, OpDef, OpError, OpResult, VarDecl, prod
 from specgen.kinds.ops.nodes import Shape
-from specgen.spec.base import MAX_INT
 
 __all__ = ["EXTRA_OUTPUT", "REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
            "backward_flops", "infer", "op_def"]
@@ -83,7 +83,7 @@ def activation_of(layer: Any) -> str | None:
 
 
 def as_activation(name: str) -> AsActivation:
-    """How op `name` runs from an `activation:` key (spec/layers.py's Activation lists only such ops)."""
+    """How op `name` runs from an `activation:` key (fields/layers.py's Activation lists only such ops)."""
     use = REGISTRY[name].as_activation
     if use is None:
         raise KeyError(f"op '{name}' cannot be used as an activation")

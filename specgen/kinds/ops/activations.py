@@ -3,7 +3,7 @@
 Each is a layer op and may also be named in a layer's `activation:` key (AsActivation:
 its FLOPs per element there and its attributes at default parameters). A new activation
 gets its own module (exponential.py: elu, selu, softplus; gates.py: swish, hard_sigmoid,
-hard_swish); list it in `Activation` (spec/layers.py) to allow it in `activation:`.
+hard_swish); list it in `Activation` (fields/layers.py) to allow it in `activation:`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import Int, NonNegativeFloat
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import (
     PASSES_MASK,
     AsActivation,
@@ -30,8 +32,6 @@ from specgen.kinds.ops.base import (
 )
 from specgen.kinds.ops.moments import TANH_EDGE, cdf, integrated, rectified, relu_max, sigmoid, simpson
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import Int, NonNegativeFloat
-from specgen.spec.layers import LayerBase
 
 
 class ActivationLayer(LayerBase):

@@ -12,9 +12,9 @@ from typing import Any, Literal, Protocol
 
 from specgen import text
 from specgen.errors import SpecgenError
+from specgen.fields.base import SpecModel
 from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Init, Node, Shape
-from specgen.spec.base import SpecModel
 
 FLOAT = "float32"
 INTEGER = ("int32", "int64")

@@ -23,10 +23,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops import recurrent
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.layers import LayerBase
 
 MergeMode = Literal["concat", "sum", "mul", "ave", "none"]
 ONNX_REDUCE = {"sum": "ReduceSum", "ave": "ReduceMean", "mul": "ReduceProd"}

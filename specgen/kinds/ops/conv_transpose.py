@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeInt, PositiveInt
+from specgen.fields.layers import Activation, LayerBase, Padding, Size2
+from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     FLOAT,
@@ -22,9 +25,6 @@ from specgen.kinds.ops.base import (
     resolve_init,
 )
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import NonNegativeInt, PositiveInt
-from specgen.spec.layers import Activation, LayerBase, Padding, Size2
-from specgen.spec.unions import by_shape, scalar_or_list
 
 # output_padding may be 0 (Keras' None, leaving it out, is a different rule: see _output_extent)
 Padding2 = by_shape(scalar_or_list, "an integer or a list of 2 integers",

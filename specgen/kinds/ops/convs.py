@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specgen.fields.base import PositiveInt
+from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
@@ -23,8 +25,6 @@ from specgen.kinds.ops.base import (
     spatial,
 )
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, LayerBase, Padding, Size2
 
 
 class WindowBase(LayerBase):

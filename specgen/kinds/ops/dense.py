@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen import text
+from specgen.fields.base import PositiveInt
+from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     PASSES_MASK,
@@ -20,8 +22,6 @@ from specgen.kinds.ops.base import (
     resolve_init,
 )
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, LayerBase
 
 
 class Dense(LayerBase):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import zlib
 from typing import Any, Literal
 
+from specgen.fields.base import number
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult, require_float
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import number
-from specgen.spec.layers import LayerBase
 
 
 class Dropout(LayerBase):

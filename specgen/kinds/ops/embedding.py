@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import PositiveInt
+from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import FLOAT, INTEGER, MaskRule, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Shape
-from specgen.spec.base import PositiveInt
-from specgen.spec.layers import LayerBase
 
 
 class Embedding(LayerBase):

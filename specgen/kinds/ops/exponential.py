@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from specgen.fields.base import NonNegativeFloat
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.activations import infer
 from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, Pointwise, Rule
 from specgen.kinds.ops.moments import SELU_ALPHA, SELU_SCALE, simpson, softplus
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import NonNegativeFloat
-from specgen.spec.layers import LayerBase
 
 
 class Elu(LayerBase):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.activations import infer
 from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OpDef, OpResult, Pointwise
 from specgen.kinds.ops.moments import sigmoid, simpson
 from specgen.kinds.ops.nodes import Shape
-from specgen.spec.layers import LayerBase
 
 CANONICAL = {"silu": "swish", "hard_silu": "hard_swish"}  # Keras' other names -> the op whose templates they use
 # Per element: sigmoid (4) and a multiply; add, two clamps and a divide; that and a multiply.

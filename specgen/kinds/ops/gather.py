@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import Int, LayerName
+from specgen.fields.layers import MultiInputBase
 from specgen.kinds.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import Int, LayerName
-from specgen.spec.layers import MultiInputBase
 
 
 class Gather(MultiInputBase):

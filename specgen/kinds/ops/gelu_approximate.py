@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.layers import LayerBase
 
 CUBIC = 0.044715
 FLOPS = 9  # per element in the formula: cube (2), scale and add (2), scale, tanh, add, two multiplies

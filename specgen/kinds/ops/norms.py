@@ -7,6 +7,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import PositiveFloat, number
+from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.ops.base import (
     PASSES_MASK,
     MaskRule,
@@ -20,8 +22,6 @@ from specgen.kinds.ops.base import (
     require_float,
 )
 from specgen.kinds.ops.nodes import Init, Node, Shape
-from specgen.spec.base import PositiveFloat, number
-from specgen.spec.layers import Activation, LayerBase
 
 
 class BatchNorm(LayerBase):

@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import NonNegativeInt
+from specgen.fields.layers import LayerBase
+from specgen.fields.unions import by_shape
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import NonNegativeInt
-from specgen.spec.layers import LayerBase
-from specgen.spec.unions import by_shape
 
 Pairs = tuple[tuple[int, int], tuple[int, int]]  # ((top, bottom), (left, right))
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen import text
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.attention import MASK_DTYPES
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.layers import LayerBase
 
 
 class PaddingAttentionMask(LayerBase):

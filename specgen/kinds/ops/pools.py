@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.layers import LayerBase, Padding, Size2
 from specgen.kinds.dims import nominal
 from specgen.kinds.ops.base import (
     MaskRule,
@@ -23,7 +24,6 @@ from specgen.kinds.ops.base import (
     spatial,
 )
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.layers import LayerBase, Padding, Size2
 from specgen.text import shape as show
 
 

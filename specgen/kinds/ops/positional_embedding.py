@@ -20,11 +20,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import PositiveInt
+from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, require_float, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import PositiveInt
-from specgen.spec.layers import LayerBase
 
 
 class PositionalEmbedding(LayerBase):

@@ -10,11 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import Int
+from specgen.fields.layers import LayerBase
+from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import Int
-from specgen.spec.layers import LayerBase
-from specgen.spec.unions import by_shape, scalar_or_list
 
 Axes = by_shape(scalar_or_list, "an axis or a list of axes", scalar=Int,
                 list=Annotated[list[Int], Field(min_length=1)])

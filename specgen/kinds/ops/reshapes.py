@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import number
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, prod
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import number
-from specgen.spec.layers import LayerBase
 
 
 class Flatten(LayerBase):

@@ -12,11 +12,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import Float, NonNegativeFloat
+from specgen.fields.layers import LayerBase
+from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
 from specgen.kinds.ops.nodes import Init, Node, Shape
-from specgen.spec.base import Float, NonNegativeFloat
-from specgen.spec.layers import LayerBase
-from specgen.spec.unions import by_shape, scalar_or_list
 
 ChannelValues = by_shape(scalar_or_list, "a number or a list of one number per channel",
                          scalar=Float, list=Annotated[list[Float], Field(min_length=1)])

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import PositiveInt
+from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds import dims
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
@@ -29,8 +31,6 @@ from specgen.kinds.ops.base import (
 )
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.pools import MAX_POOL_XLA
-from specgen.spec.base import PositiveInt
-from specgen.spec.layers import Activation, LayerBase
 from specgen.text import shape as show
 
 

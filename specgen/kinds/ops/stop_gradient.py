@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult
 from specgen.kinds.ops.nodes import Shape
-from specgen.spec.layers import LayerBase
 
 
 class StopGradient(LayerBase):

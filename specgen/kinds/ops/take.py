@@ -17,10 +17,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen import text
+from specgen.fields.base import Int
+from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.base import Int
-from specgen.spec.layers import LayerBase
 
 
 class Take(LayerBase):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specgen.fields.layers import LayerBase, Size2
 from specgen.kinds.dims import nominal, scaled
 from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.spec.layers import LayerBase, Size2
 
 # Per output value: nearest copies; bilinear weighs 4 taps (a multiply-add each, counted 2).
 FLOPS_PER_VALUE = {"nearest": 0, "bilinear": 8}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from specgen.fields.base import PositiveFloat, UnitInterval
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
-from specgen.spec.base import PositiveFloat, UnitInterval
 
 
 class Adam(OptimizerBase):

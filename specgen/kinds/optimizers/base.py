@@ -12,11 +12,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeFloat, Pattern, PositiveFloat, SpecModel
+from specgen.fields.losses import Selection
+from specgen.fields.unions import by_key, by_shape, scalar_or_mapping
 from specgen.kinds.pointers import call_name
 from specgen.kinds.schedules import LearningRate
-from specgen.spec.base import NonNegativeFloat, Pattern, PositiveFloat, SpecModel
-from specgen.spec.losses import Selection
-from specgen.spec.unions import by_key, by_shape, scalar_or_mapping
 
 # Optimizer spec keys that are not kind-specific hyperparameters (the rest go to OptimizerIR.hyper).
 COMMON_KEYS = frozenset({"kind", "variables", "learning_rate", "weight_decay", "clip"})

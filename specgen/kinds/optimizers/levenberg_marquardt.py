@@ -1,7 +1,7 @@
 """`kind: levenberg_marquardt`: damped Gauss-Newton steps for small full-batch squared-error fits.
 
-Its keys and the refusals of learning_rate, weight_decay, clip and damping_factor: specgen/spec/levenberg_marquardt.py;
-its checks across sections: specgen/ir/training/levenberg_marquardt.py; its step:
+Its keys and the refusals of learning_rate, weight_decay, clip and damping_factor are here;
+its checks across sections: specgen/kinds/features/levenberg_marquardt.py; its step:
 specgen/runtime/lib/levenberg_marquardt.py and templates/tf/train_levenberg_marquardt.py.j2.
 """
 
@@ -10,18 +10,62 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
+from specgen.fields.base import PositiveFloat, SpecModel, number
+from specgen.fields.losses import Selection
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
-from specgen.spec.levenberg_marquardt import LevenbergMarquardtKeys
-from specgen.spec.losses import Selection
+
+# Why each optimizer key that LM does without is refused (rather than as an unknown key). The compatibility
+# table (specgen/kinds/features/compat.py) holds these as the refusals of the pairs levenberg_marquardt +
+# schedule, weight_decay and optimizer_clip, and imports them from here: the table imports the optimizer
+# registry (its opt_<kind> names) anyway, so the other way round would be a cycle.
+REFUSED = {
+    "learning_rate": (
+        "levenberg_marquardt takes no learning rate: the damping sets the step length (the trust-region rule moves "
+        "it after every try); set initial_damping instead"),
+    "weight_decay": (
+        "levenberg_marquardt takes no weight decay: each step solves the damped normal equations of the "
+        "residuals, so a decay outside them would undo the fit; add an L2 term to the model instead"),
+    "clip": (
+        "levenberg_marquardt takes no clipping: the step is a damped Gauss-Newton solve, not a gradient step; a "
+        "larger damping shortens it"),
+    "damping_factor": (
+        "levenberg_marquardt takes no damping_factor: the damping follows MINPACK's trust-region rule, as scipy's "
+        "least_squares(method='lm') does (the step bound shrinks to 0.1-0.5 of itself after a poor step and "
+        "doubles after a good one; the damping is solved from it); remove it"),
+}
+# Each rejected try at least halves the step bound (lmder's rule). From the first bound, 100·‖D·w‖, 30 halvings
+# reach the stall (float32's resolution, 1.2e-7·‖D·w‖); 100 leave room for a bound that grew 2^70 times, which
+# no fit reaches. A larger count could only loop (issue 17: 2147483647 never finished one iteration).
+MAX_TRIES = 100
+
+
+class LevenbergMarquardtKeys(SpecModel):
+    """The keys of `kind: levenberg_marquardt` besides `kind` and `variables` (LevenbergMarquardt adds those)."""
+
+    initial_damping: PositiveFloat | None = Field(None, description=(
+        "The damping λ of the first step tried (its length becomes the first step bound); by default the first "
+        "step bound is 100·‖D·w‖, as MINPACK's lmder with factor 100 (scipy's least_squares(method='lm'))."))
+    max_tries: number(int, gt=0, le=MAX_TRIES) = Field(10, description=(
+        "Steps tried per iteration before it keeps the weights; each rejected try at least halves the step bound."))
+    learning_rate: SkipJsonSchema[Any] = None
+    weight_decay: SkipJsonSchema[Any] = None
+    clip: SkipJsonSchema[Any] = None
+    # Refused since issue 17 (lmder's rule replaced Marquardt's ν); excluded from dumps so that it is no
+    # hyperparameter of the resolved optimizer (kinds/optimizers/base.py's `hyper`).
+    damping_factor: SkipJsonSchema[Any] = Field(None, exclude=True)
+
+    @field_validator("learning_rate", "weight_decay", "clip", "damping_factor", mode="before")
+    @classmethod
+    def _refused(cls, value: Any, info: Any) -> Any:
+        raise ValueError(REFUSED[info.field_name])
 
 
 class LevenbergMarquardt(LevenbergMarquardtKeys):
     """Levenberg-Marquardt: damped Gauss-Newton steps for a mean_squared_error fit on the whole training set
     (train.batch_size: full). It takes no learning rate: the damping sets the step."""
-
-    # Its keys and the refusals of learning_rate, weight_decay, clip and damping_factor: spec/levenberg_marquardt.py.
 
     kind: Literal["levenberg_marquardt"]
     variables: Selection | None = Field(None, description=OptimizerBase.model_fields["variables"].description)

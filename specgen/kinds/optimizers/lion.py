@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import UnitInterval, number
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
-from specgen.spec.base import UnitInterval, number
 
 
 class Lion(OptimizerBase):

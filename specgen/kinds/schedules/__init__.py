@@ -13,10 +13,10 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeFloat
+from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.collect import collect, models
 from specgen.kinds.schedules.base import WARMUP, ScheduleBase, ScheduleDef
-from specgen.spec.base import NonNegativeFloat
-from specgen.spec.unions import by_shape, scalar_or_mapping
 
 __all__ = ["REGISTRY", "WARMUP", "LearningRate", "Schedule", "ScheduleBase", "ScheduleDef"]
 

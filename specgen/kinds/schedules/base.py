@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import Field
 
+from specgen.fields.base import NonNegativeInt, SpecModel
 from specgen.kinds.pointers import call_name
-from specgen.spec.base import NonNegativeInt, SpecModel
 
 Args = tuple[tuple[str, Any], ...]
 Literal_ = Callable[[Any], str]  # render/environment.py's py_literal, passed in: this package imports no jinja2

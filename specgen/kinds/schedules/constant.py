@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.base import NonNegativeFloat
 from specgen.kinds.schedules.base import Args, Literal_, ScheduleBase, ScheduleDef
-from specgen.spec.base import NonNegativeFloat
 
 
 class ConstantSchedule(ScheduleBase):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specgen.fields.base import NonNegativeFloat, PositiveInt, number
 from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
-from specgen.spec.base import NonNegativeFloat, PositiveInt, number
 
 
 class CosineDecay(ScheduleBase):

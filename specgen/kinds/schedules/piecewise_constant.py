@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from specgen.fields.base import NonNegativeFloat, PositiveInt
 from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
-from specgen.spec.base import NonNegativeFloat, PositiveInt
 
 
 class PiecewiseConstant(ScheduleBase):

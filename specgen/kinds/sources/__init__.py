@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.collect import collect
 from specgen.kinds.sources.base import Refs, Refusal, Resolved, SourceDef
-from specgen.spec.unions import by_key, by_shape
 
 __all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "complete", "kind_of",
            "markdown"]
@@ -31,7 +31,7 @@ def _keys() -> str:
 
 
 # One source of `data.train` / `data.eval`: the branch is picked by the one kind key the mapping has, so
-# an error names that branch only (spec/unions.py).
+# an error names that branch only (fields/unions.py).
 DataSource = by_shape(by_key(*REGISTRY), f"a data source with exactly one of the keys {_keys()}",
                       **{name: source.spec for name, source in REGISTRY.items()})
 

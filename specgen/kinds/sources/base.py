@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
 from specgen.kinds.augment import Augment
-from specgen.spec.base import SpecModel
 
 # An input or label name -> what names it in the file: an array, a feature key, a column or columns.
 Refs = dict[str, str | tuple[str, ...]]

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from specgen.fields.base import FilePath, Identifier
+from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.sources.base import SourceDef, SourceSpec, file_source
-from specgen.spec.base import FilePath, Identifier
-from specgen.spec.unions import by_shape, scalar_or_list
 
 Column = by_shape(scalar_or_list, "a column name or a list of column names",
                   scalar=Identifier, list=Annotated[list[Identifier], Field(min_length=1)])

@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import FilePath, Identifier, PositiveInt
 from specgen.kinds.augment import output_size
 from specgen.kinds.sources.base import Refusal, SourceDef, SourceSpec, file_source
-from specgen.spec.base import FilePath, Identifier, PositiveInt
 
 IMAGE, CLASS = "image", "class"  # what a feature and a label of this kind name
 CHANNELS = (1, 3)  # grayscale or RGB, as Keras' image_dataset_from_directory decodes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from specgen.fields.base import FilePath, Identifier
 from specgen.kinds.sources.base import SourceDef, SourceSpec, file_source
-from specgen.spec.base import FilePath, Identifier
 
 
 class NpzSource(SourceSpec):

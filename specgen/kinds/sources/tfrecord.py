@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from specgen.fields.base import FilePath, Identifier, PositiveInt, SpecModel
+from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.augment import output_size
 from specgen.kinds.sources.base import Refusal, Resolved, SourceDef, SourceSpec, refs
 from specgen.kinds.sources.images import CHANNELS, MAX_PIXELS
-from specgen.spec.base import FilePath, Identifier, PositiveInt, SpecModel
-from specgen.spec.unions import by_shape, scalar_or_mapping
 
 CYCLE_LENGTH = 4  # shards read at once by default: enough to mix shards, few open files
 # A key inside the file. Not an Identifier: the usual keys have slashes (TF Object Detection's `image/encoded`,

@@ -45,7 +45,7 @@ class Job:
 def _name(spec_name: str, workers: int) -> str:
     """The TFJob's name from the spec name: the operator names each worker's Service `<name>-worker-<i>`, which
     must be an RFC 1035 label (63 characters at most, lower case, digits and '-', a letter first)."""
-    room = 63 - len(f"-worker-{workers - 1}")  # a spec name starts with a letter (spec.base.Identifier)
+    room = 63 - len(f"-worker-{workers - 1}")  # a spec name starts with a letter (fields.base.Identifier)
     return re.sub(r"[^a-z0-9-]+", "-", spec_name.lower()).strip("-")[:room].rstrip("-") or "specgen"
 
 

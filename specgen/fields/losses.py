@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from specgen.spec.base import Pattern
-from specgen.spec.unions import by_shape, scalar_or_list
+from specgen.fields.base import Pattern
+from specgen.fields.unions import by_shape, scalar_or_list
 
 TERM_NAME = Field(None, description="The term's name in reports and TensorBoard (`loss/<name>`); "
                                     "default: the output it reads; for a regularizer its kind, with "

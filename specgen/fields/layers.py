@@ -11,12 +11,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from specgen.spec.base import (
+from specgen.fields.base import (
     LayerName,
     PositiveInt,
     SpecModel,
 )
-from specgen.spec.unions import by_shape, scalar_or_list
+from specgen.fields.unions import by_shape, scalar_or_list
 
 # The ops a layer's `activation:` key accepts (each defines AsActivation in specgen/kinds/ops;
 # tests/test_op_registry.py checks the two agree). Kept as a literal here for the JSON schema's enum.
