@@ -90,3 +90,36 @@ def test_the_0_1_0_alias_modules_are_gone() -> None:
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(f"specgen.runtime.{name}")
         importlib.import_module(f"specgen.runtime.lib.{name}")
+
+
+def _readme_layout_paths() -> list[str]:
+    """The paths in README.md's "Repository layout" table, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Repository layout", 1)[1].split("\n## ", 1)[0]
+    return [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+
+
+def test_the_readme_layout_table_names_every_package_and_nothing_else() -> None:
+    """README's table is the map a newcomer reads first: every folder of specgen/ (and specgen/runtime/'s
+    sub-packages) has its row, and every row names a path that exists."""
+    rows = _readme_layout_paths()
+    packages = {f"specgen/{p.name}/" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    packages |= {f"specgen/runtime/{p.name}/" for p in (PACKAGE / "runtime").iterdir()
+                 if (p / "__init__.py").is_file()}
+    missing = sorted(packages - set(rows))
+    assert missing == [], f"README's layout table has no row for {missing}"
+    absent = [r for r in rows if not (ROOT / r).exists()]
+    assert absent == [], f"README's layout table names paths that do not exist: {absent}"
+
+
+def test_every_command_is_one_module_the_parser_loops_over() -> None:
+    """specgen/commands/: each module with a NAME is a subcommand of `specgen` (and nothing else adds one)."""
+    from specgen.cli import parser
+    from specgen.commands import discover
+
+    names = [c.NAME for c in discover()]
+    modules = sorted(p.stem for p in (PACKAGE / "commands").glob("*.py") if p.stem not in ("__init__", "common"))
+    assert len(names) == len(modules) == len(set(names)), (names, modules)
+    sub = next(a for a in parser()._actions if a.dest == "command")
+    assert list(sub.choices) == names  # in ORDER: `specgen --help` lists them as the pipeline runs
+    assert names[:3] == ["validate", "explain", "diff"] and "train" in names and "serve" in names
