@@ -4,7 +4,7 @@ For the digits CNN of examples/specs (two optimizers, clip, EMA, batch norm, dro
 (conv 64 filters, dense 512, batch 256: more of each step in matmuls and convolutions), one run renders each
 variant with specgen, imports the generated train.py and times `trainer.train_step` on the bundled digits
 batches. Both specs use avg_pool for max_pool, so that the XLA variant is the same model (train.jit_compile
-refuses max_pool: specgen/ir/training/precision.py). Each variant is traced once, then measured `--repeats`
+refuses max_pool: specgen/ir/training/jit_compile.py). Each variant is traced once, then measured `--repeats`
 times, interleaved (the order rotates every repetition): `--warmup` steps, then `--steps` timed steps.
 
     python bench/precision_train.py                 # ~2 min on 2 cores

@@ -3,6 +3,8 @@ and the piece it misses, as tests/test_op_registry.py does for ops."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import importlib
 import itertools
 import pkgutil
@@ -10,13 +12,15 @@ import re
 from pathlib import Path
 
 import pytest
+from precision_train_cases import spec_text
 
+from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.kinds import features
 from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, REPLACING, compat
 from specgen.render.environment import environment, templates_dir
 from specgen.render.features_plan import placement
-from specgen.spec.load import load_spec
+from specgen.spec.load import load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SKELETON = ("tf/train.py.j2", "tf/steps/gradient.py.j2", "tf/steps/accumulate.py.j2", "tf/steps/apply.py.j2",
@@ -80,7 +84,7 @@ def test_feature_is_complete(name: str) -> None:
         assert not extra, f"feature '{name}': {feature.partial} defines macros {sorted(extra)} not in its hooks"
     if feature.step:
         assert (templates_dir() / feature.step).is_file(), f"feature '{name}': no step template {feature.step}"
-    for pointer in (feature.context, feature.report, *feature.runtime, *feature.state):
+    for pointer in (feature.render_plan, feature.report, *feature.runtime, *feature.state):
         assert pointer is None or _resolves(pointer), f"feature '{name}': '{pointer}' names nothing"
     assert name in compat.FEATURE_OF.values(), f"feature '{name}': not in compat.py's table"
 
@@ -134,3 +138,95 @@ def test_the_skeleton_branches_on_no_feature() -> None:
 def test_active_features_of_golden_specs(spec: str, expected: list[str]) -> None:
     ir = build_ir(load_spec(ROOT / "tests" / "golden" / "specs" / f"{spec}.yaml"))
     assert [f.name for f in features.active(ir)] == expected
+
+
+def _specs() -> list[ModelIR]:
+    """Specs that turn every feature with a partial on: the kitchen sink, a mixed_float16 CNN, an LM fit."""
+    golden = ROOT / "tests" / "golden" / "specs"
+    return [build_ir(load_spec(golden / "kitchen_sink_full_batch.yaml")),
+            build_ir(load_spec_text(spec_text("mixed_float16"), "digits_cnn.yaml")),
+            build_ir(load_spec(golden / "lm_with_allowed.yaml"))]
+
+
+SPECS = _specs()
+
+
+def _builder(feature: features.FeatureDef) -> object:
+    if feature.render_plan is None:
+        return feature.plan
+    module, _, name = feature.render_plan.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("name", [f.name for f in features.PIPELINE_DEFS if f.partial])
+def test_each_partial_reads_only_the_fields_of_its_typed_plan(name: str) -> None:
+    """No dict contexts: what a partial reads of `f` is a field of the frozen dataclass its FeatureDef builds."""
+    feature = features.PIPELINE_DEFS[features.PIPELINE.index(name)]
+    assert feature.partial is not None and not (feature.plan and feature.render_plan), name
+    read = set(re.findall(r"\bf\.(\w+)", (templates_dir() / feature.partial).read_text(encoding="utf-8")))
+    build = _builder(feature)
+    if build is None:
+        assert read == set(), f"feature '{name}': its partial reads {sorted(read)} but it has no plan"
+        return
+    ir = next(ir for ir in SPECS if feature.enabled(ir))
+    plan = build(ir)  # type: ignore[operator]
+    assert dataclasses.is_dataclass(plan) and plan.__dataclass_params__.frozen, f"feature '{name}': {plan!r}"
+    fields = {f.name for f in dataclasses.fields(plan)}
+    assert read <= fields, f"feature '{name}': its partial reads {sorted(read - fields)}, not fields of its plan"
+    for interaction in INTERACTIONS:  # what an interaction sets on the feature's context is a field too
+        assert {key for f, key, _ in interaction.context if f == name} <= fields, interaction.features
+
+
+def test_the_plans_hold_the_spec_s_values() -> None:
+    """kitchen_sink_full_batch: accumulate 2, clip {value: 2.0}, ema {decay: 0.9}; the CNN under mixed_float16."""
+    sink, cnn = SPECS[0], SPECS[1]
+    plans = {f.name: f.plan(sink) for f in features.PIPELINE_DEFS if f.plan and f.enabled(sink)}
+    assert (plans["accumulate"].key, plans["accumulate"].micro_batches) == ("accumulators", "accumulators/micro_batches")
+    assert (plans["clip"].kind, plans["clip"].value) == ("value", 2.0)
+    assert (plans["ema"].key, plans["ema"].decay) == ("ema", 0.9)
+    assert plans["pruning"].when == ""  # set by the accumulate + pruning interaction at render time
+    precision = features.PIPELINE_DEFS[features.PIPELINE.index("precision")].plan(cnn)  # type: ignore[misc]
+    assert (precision.compute, precision.scaling) == ("float16", True)
+    assert precision.gradient_options == ", output_gradients=self.loss_scale.read_value()"
+
+
+def test_feature_state_comes_in_pipeline_order() -> None:
+    """The accumulators, then the loss scale, then the EMA shadows: each feature's `variables`, none spelled
+    in ir/collections.py."""
+    cnn = SPECS[1]
+    roots = [v.path.split("/")[0] for v in cnn.variables if v.path.split("/")[0] in ("accumulators", "loss_scale", "ema")]
+    assert list(dict.fromkeys(roots)) == ["loss_scale", "ema"]  # accumulate: 1 in the CNN
+    sink = SPECS[0]
+    roots = [v.path.split("/")[0] for v in sink.variables if v.path.split("/")[0] in ("accumulators", "ema")]
+    assert list(dict.fromkeys(roots)) == ["accumulators", "ema"]
+    trainable = sink.collections["trainable"]
+    assert roots.count("accumulators") == len(trainable) + 1 and roots.count("ema") == len(trainable)
+
+
+def test_the_shared_files_name_no_feature() -> None:
+    """ir/collections.py, render/features_plan.py and ir/resolve.py's cross-section checks loop over the registry:
+    no identifier of theirs is a feature's name (resolve.py still builds the pruning, targets and loss-terms IR)."""
+    def names(tree: ast.AST) -> set[str]:
+        found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        found |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        found |= {part for n in ast.walk(tree) if isinstance(n, ast.alias) for part in n.name.split(".")}
+        return found | {part for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for part in (n.module or "").split(".")}
+
+    package = ROOT / "specgen"
+    trees = {path: ast.parse((package / path).read_text(encoding="utf-8")) for path in
+             ("ir/collections.py", "render/features_plan.py", "ir/resolve.py")}
+    checks = next(n for n in ast.walk(trees.pop("ir/resolve.py")) if isinstance(n, ast.FunctionDef)
+                  and n.name == "_check_sections")
+    named = {path: sorted(names(tree) & set(features.PIPELINE) - {"probe", "targets"}) for path, tree in trees.items()}
+    named["ir/resolve.py _check_sections"] = sorted(names(checks) & set(features.PIPELINE))
+    assert named == {"ir/collections.py": [], "render/features_plan.py": [], "ir/resolve.py _check_sections": []}
+
+
+def test_feature_checks_run_in_pipeline_order() -> None:
+    """An LM spec under mixed_float16 with export weights 'ema' and no train.ema: levenberg_marquardt's,
+    precision's and ema's checks, each once, in PIPELINE order (SpecError sorts them by position after)."""
+    text = (ROOT / "tests" / "golden" / "specs" / "lm_fit.yaml").read_text()
+    text = text.replace("train:\n", "train:\n  precision: mixed_float16\n", 1)
+    text += "export: {onnx: {weights: ema}}\n" if "\nexport:" not in text else ""
+    problems = features.checks(load_spec_text(text, "lm.yaml"))
+    assert [p.message.split(" ")[0] for p in problems] == ["levenberg_marquardt", "export"]

@@ -12,6 +12,7 @@ from specgen.diagnostics import SpecError
 from specgen.ir.resolve import build_ir
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
+from specgen.kinds.features import accumulate, ema
 from specgen.spec.load import load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,13 +93,15 @@ def test_training_state_paths_follow_the_one_key_scheme() -> None:
     state = [v.path for v in ir.variables if "model" not in v.collections]
     expected = [keys.STEP, keys.learning_rate("all"), keys.iterations("all")]
     expected += [f"{keys.slot_prefix('all', s)}/{p}" for s in ("m", "v") for p in trainable]
-    expected += [keys.accumulator(p) for p in trainable] + [keys.MICRO_BATCHES] + [keys.ema(p) for p in trainable]
+    expected += [accumulate.accumulator(p) for p in trainable] + [accumulate.MICRO_BATCHES]
+    expected += [ema.shadow(p) for p in trainable]
     expected += [keys.metric("accuracy", a) for a in ("total", "count")]
     assert state == expected
 
 
 def test_key_prefixes_are_spelled_only_in_keys_py() -> None:
-    """Outside ir/training/keys.py no module builds a training-state path from a literal prefix."""
+    """Outside ir/training/keys.py (and a feature's own module, by its ROOT) no module builds a training-state
+    path from a literal prefix."""
     pattern = re.compile(r"""f?["']((optimizers|accumulators|ema|pruning)/|global_step["'])""")
     found = [f"{p.relative_to(ROOT)}" for p in PACKAGE.rglob("*.py")
              if p.name != "keys.py" and any(pattern.search(line) and not line.lstrip().startswith("#")

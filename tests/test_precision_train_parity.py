@@ -3,7 +3,7 @@
 The CNN as in examples/specs/digits_cnn.yaml (two optimizers, clip, EMA, batch norm) with two changes that keep
 the comparison about arithmetic: dropout off (under XLA TensorFlow draws other stateless-dropout masks for the
 same seed: a different but equally valid run) and avg_pool for max_pool (XLA refuses max_pool's gradient under
-op determinism: specgen/ir/training/precision.py).
+op determinism: specgen/ir/training/jit_compile.py).
 """
 
 from __future__ import annotations

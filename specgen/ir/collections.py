@@ -263,13 +263,9 @@ def training_state(training: TrainingIR, trainable: list[str], shapes: dict[str,
         for slot in opt.slots:
             state += [Variable(f"{slot.key}/{p}", shapes[p], "float32", ("optimizer",)) for p in opt.paths]
     train = training.train
-    if train and train.accumulate > 1:
-        state += [Variable(keys.accumulator(p), shapes[p], "float32", ("optimizer",)) for p in trainable]
-        state.append(Variable(keys.MICRO_BATCHES, (), "int64", ("optimizer",)))
-    # What the features keep (accumulators, the loss scale, ...): each declares its rows (FeatureDef.variables).
+    # What the features keep (accumulators, the loss scale, EMA shadows): each declares its rows
+    # (FeatureDef.variables), in pipeline order.
     state += [Variable(*row) for row in features.state_rows(training, trainable, shapes)]
-    if train and train.ema:
-        state += [Variable(keys.ema(p), shapes[p], "float32", ("ema",)) for p in trainable]
     for metric in train.metrics if train else ():
         state += [Variable(keys.metric(metric.name, acc), shape, "float32", ("metrics",))
                   for acc, shape in METRICS[metric.name].state]

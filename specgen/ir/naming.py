@@ -12,6 +12,7 @@ from __future__ import annotations
 import keyword
 
 from specgen.ir.training import keys
+from specgen.kinds.features import accumulate, ema
 
 # Parameters of the generated __init__/__call__ and the module names their bodies read
 # (templates/tf/model.py.j2 and ops/*.py.j2): a layer or input local named like one would
@@ -30,7 +31,7 @@ MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "
 # First parts of the variable paths that training state uses (ir/collections.py, training_state):
 # a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
 # read 'ema/...' keys as shadows.
-STATE_ROOTS = (keys.EMA, keys.OPTIMIZERS, keys.ACCUMULATORS, keys.METRICS, keys.PRUNING, keys.STEP)
+STATE_ROOTS = (ema.ROOT, keys.OPTIMIZERS, accumulate.ROOT, keys.METRICS, keys.PRUNING, keys.STEP)
 
 
 def py_name(name: str) -> str:

@@ -35,9 +35,9 @@ from specgen.ir.pruning import resolve_pruning
 from specgen.ir.reach import reach_problems
 from specgen.ir.shares import share_owners
 from specgen.ir.targets import resolve_targets
-from specgen.ir.training import levenberg_marquardt, precision
+from specgen.ir.training import jit_compile
 from specgen.ir.training.build import build_training
-from specgen.kinds import augment, ops, sources
+from specgen.kinds import augment, features, ops, sources
 from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.kinds.metrics import Args, args_of, name_of, relisted
@@ -267,11 +267,8 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
         for stage in ("train", "eval"):
             problems += _check_source(loaded, stage)
     problems += _check_metrics(loaded)
-    problems += levenberg_marquardt.check(loaded)
-    problems += precision.check(loaded)
-    if spec.export.onnx.weights == "ema" and not (spec.train and spec.train.ema):
-        problems.append(loaded.diagnostic(("export", "onnx", "weights"),
-                                          "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)"))
+    problems += features.checks(loaded)  # each feature's refusals across sections (FeatureDef.check)
+    problems += jit_compile.check(loaded)
     return problems
 
 

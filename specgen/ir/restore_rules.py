@@ -17,6 +17,7 @@ from typing import Literal
 from specgen import text
 from specgen.diagnostics import Position, did_you_mean
 from specgen.ir.training import keys
+from specgen.kinds.features.ema import shadow
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
 
@@ -33,7 +34,7 @@ class Entry:
 
 Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
 Targets = dict[str, tuple[tuple[int, ...], str]]
-EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", keys.ema("")
+EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", shadow("")
 
 
 @dataclass(frozen=True)
@@ -162,11 +163,11 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
         out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
     for named in (e for e in source.map if isinstance(e, RenameKey)):
         present = named.from_ in entries or (source.ema_to_model and any(ema_base(k) == named.from_ for k in entries))
-        entry = f"{label}: map entry {{from: {named.from_}, to: {named.to}}}"
+        described = f"{label}: map entry {{from: {named.from_}, to: {named.to}}}"
         if named.to not in targets:
-            out.errors.append(f"{entry}: '{named.to}' is not a variable here{did_you_mean(named.to, targets)}")
+            out.errors.append(f"{described}: '{named.to}' is not a variable here{did_you_mean(named.to, targets)}")
         elif present and rename(named.from_, source.map) != named.to:
-            out.errors.append(f"{entry} never applies: an earlier map entry matches '{named.from_}' first")
+            out.errors.append(f"{described} never applies: an earlier map entry matches '{named.from_}' first")
         elif not present and not any(fnmatch.fnmatchcase(named.to, p) for p in source.exclude):
             shape, dtype = targets[named.to]
             out.sticky.setdefault(named.to, Row(named.to, "missing", shape, dtype, label, named.from_, note=(

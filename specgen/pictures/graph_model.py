@@ -18,7 +18,7 @@ from typing import Any
 from specgen import text
 from specgen.ir.graph import producer
 from specgen.ir.model import ModelIR, Node
-from specgen.ir.training import keys
+from specgen.kinds.features import ema
 
 STATUSES = ("trainable", "frozen", "partly_frozen", "target", "stateless", "input", "output", "block")
 TAGS = ("update", "ema")
@@ -62,7 +62,7 @@ def _status(paths: list[str], ir: ModelIR, updates: bool = True) -> tuple[str, t
     trained = sum(p in sets["trainable"] for p in held)
     frozen = sum(p in sets["frozen"] for p in held)
     tags = tuple(t for t, hit in (("update", updates and any(p in sets["update"] for p in paths)),
-                                  ("ema", any(keys.ema(p) in ir.collections.get(keys.EMA, ()) for p in paths))) if hit)
+                                  ("ema", any(ema.shadow(p) in ir.collections.get(ema.ROOT, ()) for p in paths))) if hit)
     if not paths:
         return "stateless", tags
     if any(p in sets["target"] for p in paths):

@@ -1,7 +1,7 @@
 """The trainer skeleton's context, from the feature registry (specgen/kinds/features).
 
 For each hook point of templates/tf/train.py.j2: the active features that render there, in registry
-order, each with its partial's own context (built by the render function its FeatureDef names) and
+order, each with its partial's own context (the fields of its typed plan) and
 the interactions it places there (`joins`). Plus the step kind's template and the runtime modules
 train.py imports.
 """
@@ -23,9 +23,9 @@ LIB = ("losses", "metrics", "optimizers", "schedules")  # runtime modules every 
 
 
 @cache
-def _function(dotted: str) -> Callable[[ModelIR], dict[str, Any]]:
+def _function(dotted: str) -> Callable[[ModelIR], Any]:
     module, _, name = dotted.rpartition(".")
-    function: Callable[[ModelIR], dict[str, Any]] = getattr(importlib.import_module(module), name)
+    function: Callable[[ModelIR], Any] = getattr(importlib.import_module(module), name)
     return function
 
 
@@ -56,11 +56,13 @@ def _contexts(ir: ModelIR, features: tuple[FeatureDef, ...]) -> dict[str, Fields
 
 
 def _own(ir: ModelIR, feature: FeatureDef) -> dict[str, Any]:
-    """A feature's own context: its typed plan's fields, or its render function's dict."""
-    if feature.plan is not None:
-        plan = feature.plan(ir)
-        return {field.name: getattr(plan, field.name) for field in dataclasses.fields(plan)}
-    return _function(feature.context)(ir) if feature.context else {}
+    """A feature's own context: the fields of its typed plan (FeatureDef.plan, or the render/ function its
+    render_plan names); none for a partial that reads only the skeleton's (an optimizer's plan, `ir`)."""
+    build = feature.plan or (_function(feature.render_plan) if feature.render_plan else None)
+    if build is None:
+        return {}
+    plan = build(ir)
+    return {field.name: getattr(plan, field.name) for field in dataclasses.fields(plan)}
 
 
 def _step(features: tuple[FeatureDef, ...]) -> str:

@@ -14,7 +14,7 @@ from specgen.ir.model import ModelIR
 from specgen.render.environment import environment
 from specgen.render.errors import RenderError
 from specgen.render.onnx_plan import onnx_plan
-from specgen.render.prune_plan import mask_plans, prune_context
+from specgen.render.prune_plan import mask_plans
 from specgen.render.tf_plan import tf_steps, tf_variables
 from specgen.render.train_plan import train_context
 from specgen.text import header as text_header
@@ -92,7 +92,7 @@ def render_train_py(ir: ModelIR) -> str:
     context = train_context(ir)
     names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
     text = environment().get_template("tf/train.py.j2").render(
-        **context, header=_header(ir), prune=prune_context(ir),
+        **context, header=_header(ir),
         module_doc=(f"Training state and steps for the spec '{ir.name}'.\n\nEvery variable here is named by its "
                     "path in collections.yaml: the global step, each optimizer's\nlearning rate, iteration count "
                     "and slots, gradient accumulators and EMA shadows.\n"),

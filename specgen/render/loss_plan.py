@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.naming import py_name
@@ -55,9 +54,18 @@ def single_loss_call(training: TrainingIR) -> str | None:
     return f"{LOSSES[term.kind].function}(labels[LABEL], output{_args(term)})"
 
 
-def terms_context(ir: ModelIR) -> dict[str, Any]:
-    """The loss_terms partial's context (templates/tf/features/loss_terms.py.j2)."""
+@dataclass(frozen=True)
+class LossTermsPlan:
+    """The loss_terms partial's context (templates/tf/features/loss_terms.py.j2). Built here, not in
+    kinds/features/loss_terms.py, as its calls are Python text (py_literal, ir/naming's py_name)."""
+
+    terms: tuple[TermPlan, ...]
+    total: str  # the weighted sum's expression
+    term_names: tuple[str, ...]
+
+
+def terms_plan(ir: ModelIR) -> LossTermsPlan:
     assert ir.training is not None
-    terms = [_term(t) for t in ir.training.terms]
+    terms = tuple(_term(t) for t in ir.training.terms)
     total = " + ".join(f"{t.factor}terms[{py_literal(t.name)}]" for t in terms)
-    return {"terms": terms, "total": total, "term_names": tuple(t.name for t in terms)}
+    return LossTermsPlan(terms, total, tuple(t.name for t in terms))

@@ -101,17 +101,3 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
         **skeleton_context(ir),
     }
 
-
-# The feature partials' own contexts (kinds/features/<name>.py points at each by name).
-def ema_context(ir: ModelIR) -> dict[str, Any]:
-    assert ir.training and ir.training.train and ir.training.train.ema
-    return {"key": keys.EMA, "decay": ir.training.train.ema.decay}
-
-
-def accumulate_context(ir: ModelIR) -> dict[str, Any]:
-    return {"key": keys.ACCUMULATORS, "micro_batches": keys.MICRO_BATCHES}
-
-
-def clip_context(ir: ModelIR) -> dict[str, Any]:
-    assert ir.training and ir.training.train
-    return {"clip": _clip(ir.training.train.clip)}

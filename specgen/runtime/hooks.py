@@ -109,8 +109,6 @@ def loss_scalars(trainer: GeneratedTrainer, terms: tuple[LossTermIR, ...], loss:
     return {f"loss/{term.name}": loss for term in terms}
 
 
-
-
 def progress_values(trainer: GeneratedTrainer) -> dict[str, float]:
     """What the trainer reports beside the metrics on each progress line and to TensorBoard."""
     if isinstance(trainer, ProgressReporter):
@@ -119,8 +117,8 @@ def progress_values(trainer: GeneratedTrainer) -> dict[str, float]:
 
 
 def absent_optional(trainer: GeneratedTrainer, saved: set[str]) -> set[str]:
-    """The trainer's optional checkpoint keys that a checkpoint (its keys: `saved`) lacks: a run at another
-    train.precision wrote it; the resume leaves them at their first values."""
+    """The trainer's optional checkpoint keys that a checkpoint (its keys: `saved`) lacks: a run under other
+    settings wrote it (a feature's optional state was off); the resume leaves them at their first values."""
     return set(trainer.optional_state()) - saved if isinstance(trainer, OptionalState) else set()
 
 

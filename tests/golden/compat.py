@@ -116,7 +116,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 # Pairs `specgen validate` refuses, with the messages it prints for the pair's probe spec (probe.py names the
-# optimizers 'first' and 'second'). All of them today are levenberg_marquardt's (specgen/ir/training/levenberg_marquardt.py,
+# optimizers 'first' and 'second'). All of them today are levenberg_marquardt's (specgen/kinds/features/levenberg_marquardt.py,
 # and its keys in specgen/kinds/optimizers/levenberg_marquardt.py).
 REFUSED: dict[Pair, tuple[str, ...]] = {
     ("accumulate", "levenberg_marquardt"): (

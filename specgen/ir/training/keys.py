@@ -1,17 +1,15 @@
 """The checkpoint-key scheme: every training-state variable's path, in one place.
 
 collections.yaml, the generated `state_by_path()`, checkpoints, `specgen export` (EMA weights)
-and restore maps all name training state by these paths, so they are spelled only here, but for the
-keys of a training feature that keeps them in its own module (kinds/features/precision.py KEYS).
+and restore maps all name training state by these paths, so they are spelled only here: the shared keys
+(step, optimizers, metrics, pruning masks). A training feature spells its own in its module
+(specgen/kinds/features/<name>.py: accumulate's accumulators, ema's shadows, precision's loss scale).
 """
 
 from __future__ import annotations
 
 STEP = "global_step"
 OPTIMIZERS = "optimizers"
-ACCUMULATORS = "accumulators"
-MICRO_BATCHES = f"{ACCUMULATORS}/micro_batches"
-EMA = "ema"
 METRICS = "metrics"
 PRUNING = "pruning"
 
@@ -37,15 +35,6 @@ def step_bound(optimizer: str) -> str:
 def slot_prefix(optimizer: str, slot: str) -> str:
     """`optimizers/<name>/<slot>`; one variable per weight below it: `<prefix>/<weight path>`."""
     return f"{OPTIMIZERS}/{optimizer}/{slot}"
-
-
-def accumulator(path: str) -> str:
-    return f"{ACCUMULATORS}/{path}"
-
-
-def ema(path: str) -> str:
-    """The EMA shadow of a trainable weight."""
-    return f"{EMA}/{path}"
 
 
 def metric(name: str, accumulator_name: str) -> str:

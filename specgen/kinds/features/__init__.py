@@ -15,18 +15,19 @@ import importlib
 import pkgutil
 from typing import Any
 
+from specgen.diagnostics import Diagnostic
 from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction, StateRow
 from specgen.kinds.features.interactions import INTERACTIONS
 
 __all__ = ["HOOKS", "INTERACTIONS", "ORDER", "PIPELINE", "REGISTRY", "REPLACING", "FeatureDef", "Interaction",
-           "StateRow", "active"]
+           "StateRow", "active", "checks"]
 
 NOT_FEATURES = ("base", "compat", "interactions")
 
 
 def _load() -> dict[str, FeatureDef]:
     """Every module's definition: a `FEATURE` (a row of compat.py's table) or a `SETTING` (a spec-level
-    setting that plugs into the hooks like a feature and keeps its own refusals: train.precision)."""
+    setting that plugs into the hooks like a feature and keeps its own refusals)."""
     found = sorted(m.name for m in pkgutil.iter_modules(__path__)
                    if m.name not in NOT_FEATURES and not m.name.startswith("_"))
     defs = {}
@@ -68,6 +69,11 @@ REGISTRY: dict[str, FeatureDef] = {name: _DEFS[name] for name in ORDER}
 def state_rows(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
     """The training state the features add (their `variables`), in pipeline order (training: TrainingIR)."""
     return [row for f in PIPELINE_DEFS if f.variables for row in f.variables(training, trainable, shapes)]
+
+
+def checks(loaded: Any) -> list[Diagnostic]:
+    """Every feature's refusals across sections (FeatureDef.check), in pipeline order (loaded: a LoadedSpec)."""
+    return [problem for f in PIPELINE_DEFS if f.check for problem in f.check(loaded)]
 
 
 def active(ir: Any) -> tuple[FeatureDef, ...]:

@@ -2,9 +2,44 @@
 
 A step kind: the skeleton's gradient step becomes `accumulate_step` + `apply_accumulated`
 (templates/tf/steps/accumulate.py.j2); the runtime drives them (specgen/runtime/placement/replicas.py).
+Its checkpoint keys, training state and render plan live here.
 """
 
-from specgen.kinds.features.base import FeatureDef
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specgen.kinds.features.base import FeatureDef, StateRow
+
+ROOT = "accumulators"  # first part of every accumulator's checkpoint key
+MICRO_BATCHES = f"{ROOT}/micro_batches"  # the count of micro-batches summed since the last update
+
+
+def accumulator(path: str) -> str:
+    """The checkpoint key of a trainable weight's gradient accumulator."""
+    return f"{ROOT}/{path}"
+
+
+def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
+    """One float32 accumulator per trainable weight and the micro-batch count, in the optimizer collection."""
+    if training.train is None or training.train.accumulate <= 1:
+        return []
+    rows: list[StateRow] = [(accumulator(p), shapes[p], "float32", ("optimizer",)) for p in trainable]
+    return [*rows, (MICRO_BATCHES, (), "int64", ("optimizer",))]
+
+
+@dataclass(frozen=True)
+class AccumulatePlan:
+    """templates/tf/features/accumulate.py.j2's context."""
+
+    key: str  # the accumulators' key prefix (ROOT)
+    micro_batches: str
+
+
+def plan(ir: Any) -> AccumulatePlan:
+    return AccumulatePlan(ROOT, MICRO_BATCHES)
+
 
 FEATURE = FeatureDef(
     name="accumulate",
@@ -12,11 +47,12 @@ FEATURE = FeatureDef(
     spec_keys=("train.accumulate",),
     enabled=lambda ir: ir.training.train.accumulate > 1,
     ir="specgen.ir.training.build._train (TrainIR.accumulate)",
-    state=("specgen.ir.training.keys.accumulator", "specgen.ir.training.keys.MICRO_BATCHES"),
+    state=("specgen.kinds.features.accumulate.accumulator", "specgen.kinds.features.accumulate.MICRO_BATCHES"),
     partial="tf/features/accumulate.py.j2",
     hooks=("init", "state"),
-    context="specgen.render.train_plan.accumulate_context",
     step="tf/steps/accumulate.py.j2",
     runtime=("specgen.runtime.placement.replicas.Replicas.accumulated_updates",),
     after=("levenberg_marquardt",),  # its step sums micro-batches; apply() then sees the summed gradients
+    plan=plan,
+    variables=variables,
 )

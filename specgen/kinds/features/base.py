@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specgen.diagnostics import Diagnostic
+
 # The hook points of templates/tf/train.py.j2, in file order. `optimizer_*` hooks are called once per
 # optimizer with its plan; the others once per spec.
 HOOKS = (
@@ -56,12 +58,14 @@ class FeatureDef:
     # Whether a spec uses it, read from its specgen.ir.model.ModelIR (typed Any: kinds/ sits below ir/).
     enabled: Callable[[Any], bool]
     ir: str  # where its IR resolution lives
-    # Dotted names of the specgen/ir/training/keys.py functions that spell its checkpoint keys (target
-    # copies are model variables: their keys are their paths).
+    # Dotted names of what spells its checkpoint keys: its own module's (kinds/features/<name>.py) or the
+    # shared scheme's (specgen/ir/training/keys.py); target copies are model variables: their keys are their paths.
     state: tuple[str, ...] = ()
     partial: str | None = None  # templates/ path of its macros, one per hook in `hooks`
     hooks: tuple[str, ...] = ()
-    context: str | None = None  # dotted name of the render function that builds its partial's context
+    # Dotted name of a render/ function of the ModelIR returning its typed plan, instead of `plan`, where
+    # building the plan needs render/ (loss_terms: its calls are Python text).
+    render_plan: str | None = None
     step: str | None = None  # a step kind: the template that replaces the gradient step
     lib: tuple[str, ...] = ()  # specgen.runtime.lib modules train.py imports on the shared line
     runtime: tuple[str, ...] = ()  # dotted names of its runtime functions
@@ -70,7 +74,7 @@ class FeatureDef:
     # after, at every shared hook of the skeleton and every runtime point (ties: by name).
     after: tuple[str, ...] = ()
     # Its typed render plan: a function of the ModelIR returning a frozen dataclass whose fields are its
-    # partial's context (instead of `context`); a `gradient_options` field is added to the step's tape call.
+    # partial's context; a `gradient_options` field is added to the step's tape call.
     plan: Callable[[Any], Any] | None = None
     # The training state it adds to the IR's collections: a function of (TrainingIR, trainable paths,
     # shapes by path) returning (key, shape, dtype, collections) rows, in pipeline order after the optimizers'.
@@ -80,6 +84,9 @@ class FeatureDef:
     # Why it does not combine with `beside`, a feature a command adds (settings: their own refusals,
     # not rows of compat.py's table); None when it does.
     refusal: Callable[[Any, str], str | None] | None = None
+    # Its refusals across sections at validate: a function of the LoadedSpec (typed Any: kinds/ sits below
+    # spec/load.py) returning positioned diagnostics; ir/resolve.py calls every feature's, in pipeline order.
+    check: Callable[[Any], list[Diagnostic]] | None = None
 
 
 @dataclass(frozen=True)

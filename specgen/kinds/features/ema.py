@@ -1,6 +1,54 @@
-"""`train.ema`: moving-average shadows of every trainable weight, updated after each optimizer update."""
+"""`train.ema`: moving-average shadows of every trainable weight, updated after each optimizer update.
 
-from specgen.kinds.features.base import FeatureDef
+Everything of it but its spec key (spec/training.py), its IR entry (EmaIR) and its runtime library lives
+here: its checkpoint keys, its training state, its render plan. `specgen export` (export.onnx.weights: ema)
+and restore maps read the shadows by `shadow(path)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specgen.diagnostics import Diagnostic
+from specgen.kinds.features.base import FeatureDef, StateRow
+
+ROOT = "ema"  # first part of every shadow's checkpoint key, and its collection
+
+
+def shadow(path: str) -> str:
+    """The checkpoint key of a trainable weight's EMA shadow."""
+    return f"{ROOT}/{path}"
+
+
+def check(loaded: Any) -> list[Diagnostic]:
+    """`export.onnx.weights: ema` without train.ema, refused at its position (loaded: a LoadedSpec)."""
+    spec = loaded.spec
+    if spec.export.onnx.weights != "ema" or (spec.train and spec.train.ema):
+        return []
+    return [loaded.diagnostic(("export", "onnx", "weights"),
+                              "export weights 'ema' needs 'train.ema' (no shadow weights exist without it)")]
+
+
+def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
+    """One float32 shadow per trainable weight, in the `ema` collection (training: TrainingIR)."""
+    if training.train is None or training.train.ema is None:
+        return []
+    return [(shadow(p), shapes[p], "float32", (ROOT,)) for p in trainable]
+
+
+@dataclass(frozen=True)
+class EmaPlan:
+    """templates/tf/features/ema.py.j2's context."""
+
+    key: str  # the shadows' key prefix (ROOT)
+    decay: float
+
+
+def plan(ir: Any) -> EmaPlan:
+    """The render plan of a spec with train.ema (ir: its ModelIR)."""
+    return EmaPlan(ROOT, ir.training.train.ema.decay)
+
 
 FEATURE = FeatureDef(
     name="ema",
@@ -8,12 +56,14 @@ FEATURE = FeatureDef(
     spec_keys=("train.ema", "export.onnx.weights: ema"),
     enabled=lambda ir: ir.training.train.ema is not None,
     ir="specgen.ir.training.build._train (EmaIR)",
-    state=("specgen.ir.training.keys.ema",),
+    state=("specgen.kinds.features.ema.shadow",),
     partial="tf/features/ema.py.j2",
     hooks=("init", "after_step", "ema_variables", "state"),
-    context="specgen.render.train_plan.ema_context",
     runtime=("specgen.runtime.lib.optimizers.ema",),
     after=("weight_decay",),  # averages the weights after every update
+    plan=plan,
+    variables=variables,
+    check=check,
     runtime_hooks=(("after_restore", "specgen.runtime.lib.ema.after_restore"),
                    ("evaluation_weights", "specgen.runtime.lib.ema.evaluation_weights")),
 )

@@ -2,8 +2,8 @@
 
 A setting, not a row of the pairwise feature table (kinds/features/__init__.py SETTINGS): it renders at the
 skeleton's hooks like a feature and combines with every feature but levenberg_marquardt. Everything of it
-but its spec key (spec/training.py), the validate refusals (specgen/ir/training/precision.py) and its runtime
-library lives here: its checkpoint keys, its training state, its render plan.
+but its spec key (spec/training.py), its IR field (TrainIR.precision) and its runtime library lives here: its
+validate refusal, its checkpoint keys, its training state, its render plan.
 
 The model is called through specgen.runtime.lib.precision.CastModel (float32 variables read as casts,
 normalizations in float32, outputs back in float32 for the losses); under mixed_float16 the step scales the
@@ -15,12 +15,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specgen.diagnostics import Diagnostic
 from specgen.kinds.features.base import FeatureDef, StateRow
+from specgen.kinds.features.levenberg_marquardt import optimizer_name
 from specgen.kinds.ops import op_def
 
 # mixed_float16's dynamic loss scale, its run of finite updates and its count of skipped ones.
 KEYS = ("loss_scale/scale", "loss_scale/good_steps", "loss_scale/skipped_updates")
 DTYPES = ("float32", "int64", "int64")  # KEYS'
+
+
+def check(loaded: Any) -> list[Diagnostic]:
+    """A mixed policy beside a levenberg_marquardt optimizer, refused at train.precision (loaded: a LoadedSpec)."""
+    train = loaded.spec.train
+    lm = optimizer_name(loaded.spec)
+    if train is None or train.precision == "float32" or lm is None:
+        return []
+    return [loaded.diagnostic(("train", "precision"), (
+        f"levenberg_marquardt optimizer '{lm}' solves in float32: its Jacobian and damped Gauss-Newton solve "
+        f"would lose in {train.precision} the digits that decide whether a step is kept, and its residuals "
+        f"have no loss scale; received {train.precision}, expected float32"))]
 
 
 def refusal(ir: Any, beside: str) -> str | None:
@@ -68,7 +82,7 @@ SETTING = FeatureDef(
     doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
     spec_keys=("train.precision",),
     enabled=lambda ir: ir.training.train.precision != "float32",
-    ir="specgen.ir.training.precision.check",
+    ir="specgen.ir.training.build._train (TrainIR.precision)",
     state=("specgen.kinds.features.precision.KEYS",),
     partial="tf/features/precision.py.j2",
     hooks=("init", "before_update", "methods", "state"),
@@ -79,4 +93,6 @@ SETTING = FeatureDef(
     plan=plan,
     variables=variables,
     refusal=refusal,
+    check=check,
+    report="specgen.report.precision.precision_table",
 )

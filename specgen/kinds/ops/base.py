@@ -233,10 +233,10 @@ class OpDef:
       the bound of a named one (runtime/lengths.py).
     - `keras`: the Keras classes (keras.layers) the Keras importer turns into this op (importers/keras).
     - `xla_refusal`: why train.jit_compile cannot compile its training step with XLA, '' when it can
-      (ir/training/precision.py).
+      (ir/training/jit_compile.py).
     - `stateful`: (layer) -> whether a training call draws random numbers or changes state (dropout with a rate,
       batch_norm's moving statistics), which Levenberg-Marquardt refuses by the compat row of the op's name
-      (ir/training/levenberg_marquardt.py, kinds/features/compat.py).
+      (kinds/features/levenberg_marquardt.py, compat.py).
     """
 
     name: str

@@ -91,7 +91,7 @@ def global_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, An
 
 
 # Why train.jit_compile refuses max pools (TensorFlow 2.x: "GPU MaxPool gradient ops do not yet have a deterministic
-# XLA implementation", raised on CPU too; ir/training/precision.py).
+# XLA implementation", raised on CPU too; ir/training/jit_compile.py).
 MAX_POOL_XLA = "its gradient (MaxPoolGrad) has no deterministic XLA implementation in TensorFlow"
 
 OPS = (

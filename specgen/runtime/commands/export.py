@@ -28,7 +28,7 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
-from specgen.ir.training import keys
+from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
 from specgen.progress import Phases
 from specgen.render.files import render_files
@@ -64,7 +64,7 @@ def scaled_diff(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) 
 
 def checkpoint_keys(ir: ModelIR, weights: str) -> dict[str, str]:
     """Model variable path -> the checkpoint key its exported value comes from."""
-    return {v.path: (keys.ema(v.path) if weights == "ema" and "trainable" in v.collections else v.path)
+    return {v.path: (shadow(v.path) if weights == "ema" and "trainable" in v.collections else v.path)
             for v in ir.model_variables}
 
 
