@@ -230,3 +230,17 @@ def test_feature_checks_run_in_pipeline_order() -> None:
     text += "export: {onnx: {weights: ema}}\n" if "\nexport:" not in text else ""
     problems = features.checks(load_spec_text(text, "lm.yaml"))
     assert [p.message.split(" ")[0] for p in problems] == ["levenberg_marquardt", "export"]
+
+
+def test_every_training_state_key_sits_under_a_reserved_root() -> None:
+    """A layer may not be named under a root that training state uses (ir/naming.py STATE_ROOTS, built from
+    FeatureDef.roots): with every feature on, each state variable's first path part is one of them. A feature
+    whose keys start elsewhere (the loss scale's `loss_scale/...` once did) lets a layer named like it pass
+    validate and share its checkpoint keys."""
+    from specgen.ir.naming import STATE_ROOTS
+
+    for ir in _specs():
+        model = {v.path for v in ir.model_variables}
+        state = [v.path for v in ir.variables if v.path not in model]
+        assert state, ir.name
+        assert sorted({p.split("/")[0] for p in state} - set(STATE_ROOTS)) == [], ir.name

@@ -199,11 +199,16 @@ NAME_CASES = [
      "generated ONNX graph; rename one of them"),
     ("layer_under_ema", ("name: hidden,", "name: ema/hidden,"),
      "8:12: error: layer name 'ema/hidden' starts with 'ema', which specgen keeps for training-state variable "
-     "paths (ema/..., optimizers/..., accumulators/..., metrics/..., pruning/..., global_step); rename the layer"),
+     "paths (accumulators/..., loss_scale/..., ema/..., optimizers/..., metrics/..., pruning/..., global_step); "
+     "rename the layer"),
+    ("layer_under_the_loss_scale", ("name: hidden,", "name: loss_scale,"),
+     "8:12: error: layer name 'loss_scale' starts with 'loss_scale', which specgen keeps for training-state "
+     "variable paths (accumulators/..., loss_scale/..., ema/..., optimizers/..., metrics/..., pruning/..., "
+     "global_step); rename the layer"),
     ("layer_like_a_slot", ("name: hidden,", "name: optimizers/all/momentum/out,"),
      "8:12: error: layer name 'optimizers/all/momentum/out' starts with 'optimizers', which specgen keeps for "
-     "training-state variable paths (ema/..., optimizers/..., accumulators/..., metrics/..., pruning/..., "
-     "global_step); "
+     "training-state variable paths (accumulators/..., loss_scale/..., ema/..., optimizers/..., metrics/..., "
+     "pruning/..., global_step); "
      "rename the layer"),
     ("output_named_like_another_layer", ("  logits: out\n", "  logits: out\n  hidden: out\n"),
      "7:11: error: output 'hidden' and layer 'hidden' both become 'hidden' in the generated ONNX graph; "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keyword
 
 from specgen.ir.training import keys
-from specgen.kinds.features import accumulate, ema
+from specgen.kinds import features
 
 # Parameters of the generated __init__/__call__ and the module names their bodies read
 # (templates/tf/model.py.j2 and ops/*.py.j2): a layer or input local named like one would
@@ -29,9 +29,11 @@ MODULE_NAMES = {
 MODULE_ATTRIBUTES = {"name", "name_scope", "variables", "trainable_variables", "non_trainable_variables",
                      "submodules", "with_name_scope", "variables_by_path", "layer_outputs", "masks"}
 # First parts of the variable paths that training state uses (ir/collections.py, training_state):
-# a layer under one could collide with a slot, an accumulator or an EMA shadow, and restore maps
-# read 'ema/...' keys as shadows.
-STATE_ROOTS = (ema.ROOT, keys.OPTIMIZERS, accumulate.ROOT, keys.METRICS, keys.PRUNING, keys.STEP)
+# a layer under one could collide with a slot, an accumulator, the loss scale or an EMA shadow, and
+# restore maps read 'ema/...' keys as shadows. The features' come from their FeatureDef.roots, so a
+# new feature's state is reserved with it; the global step (one variable, no folder) comes last.
+STATE_ROOTS = (*dict.fromkeys(r for f in features.PIPELINE_DEFS for r in f.roots), keys.OPTIMIZERS, keys.METRICS,
+               keys.PRUNING, keys.STEP)
 
 
 def py_name(name: str) -> str:

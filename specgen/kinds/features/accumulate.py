@@ -55,4 +55,5 @@ FEATURE = FeatureDef(
     after=("levenberg_marquardt",),  # its step sums micro-batches; apply() then sees the summed gradients
     plan=plan,
     variables=variables,
+    roots=(ROOT,),
 )

@@ -79,6 +79,9 @@ class FeatureDef:
     # The training state it adds to the IR's collections: a function of (TrainingIR, trainable paths,
     # shapes by path) returning (key, shape, dtype, collections) rows, in pipeline order after the optimizers'.
     variables: Callable[[Any, list[str], dict[str, tuple[int, ...]]], list[StateRow]] | None = None
+    # The first parts of its state keys' paths (`ema` of `ema/dense/kernel`): no layer may be named under one, or
+    # its variables would share the state's checkpoint keys (ir/naming.py STATE_ROOTS is built from these).
+    roots: tuple[str, ...] = ()
     # Runtime points (specgen/runtime/hooks.py RUNTIME_POINTS) -> dotted names of its functions there.
     runtime_hooks: tuple[tuple[str, str], ...] = ()
     # Why it does not combine with `beside`, a feature a command adds (settings: their own refusals,

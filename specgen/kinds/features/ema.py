@@ -63,6 +63,7 @@ FEATURE = FeatureDef(
     after=("weight_decay",),  # averages the weights after every update
     plan=plan,
     variables=variables,
+    roots=(ROOT,),
     check=check,
     runtime_hooks=(("after_restore", "specgen.runtime.lib.ema.after_restore"),
                    ("evaluation_weights", "specgen.runtime.lib.ema.evaluation_weights")),

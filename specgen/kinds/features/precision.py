@@ -92,6 +92,7 @@ SETTING = FeatureDef(
     after=("accumulate",),  # unscales the accumulated gradients once, before any stage reads them
     plan=plan,
     variables=variables,
+    roots=(KEYS[0].split("/")[0],),
     refusal=refusal,
     check=check,
     report="specgen.report.precision.precision_table",
