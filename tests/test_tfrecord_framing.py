@@ -17,10 +17,11 @@ import pytest
 from tfrecord_helpers import digits, write_shards
 
 from specgen.diagnostics import SpecError
+from specgen.framing import masked_crc32c
 from specgen.ir.resolve import build_ir
 from specgen.runtime import data
 from specgen.runtime.sources import tfrecord
-from specgen.runtime.sources.framing import Frames, FramingError, masked_crc32c, walk
+from specgen.runtime.sources.framing import Frames, FramingError, walk
 from specgen.spec.load import load_spec
 
 SPEC = """\

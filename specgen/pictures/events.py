@@ -25,11 +25,13 @@ import os
 import stat
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from specgen import framing
+from specgen.framing import FOOTER, HEADER
 from specgen.paths import shown
 
 if TYPE_CHECKING:
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
 # record, so a few MiB stay readable. A larger record is stepped over unread: at most this much is held.
 MAX_RECORD = 4 * 2**20
 MAX_TAG = 256  # characters; a longer tag's values are skipped (each tag is a panel title or a legend entry)
-HEADER, FOOTER = 12, 4
 
 # Why something was skipped, as the run's note line counts it.
 NOT_EVENT = ("record", "not an Event")
@@ -85,12 +86,10 @@ def frames(path: Path, reading: FileReading) -> Iterator[bytes]:
         os.close(fd)
         reading.stopped = "not a regular file: not read"
         return
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c  # pure Python, like the reader's
-
     with os.fdopen(fd, "rb") as file:
         offset, size = 0, info.st_size
         while offset < size:
-            data, step = _frame(file, offset, size - offset, reading, masked_crc32c)
+            data, step = _frame(file, offset, size - offset, reading)
             if step == 0:
                 return
             if data is not None:
@@ -99,31 +98,31 @@ def frames(path: Path, reading: FileReading) -> Iterator[bytes]:
             reading.records += 1
 
 
-def _frame(file: BinaryIO, offset: int, left: int, reading: FileReading,
-           crc: Callable[[bytes], int]) -> tuple[bytes | None, int]:
+def _frame(file: BinaryIO, offset: int, left: int, reading: FileReading) -> tuple[bytes | None, int]:
     """One record at `offset`: (its data or None when skipped, the bytes it takes); 0 bytes ends the file."""
     where = f"record {reading.records} at byte {offset:,}"
-    header = file.read(HEADER)
-    if len(header) < HEADER:
-        return _stop(reading, f"ends early: {where} has {len(header)} of a record's {HEADER} header bytes")
-    if crc(header[:8]) != struct.unpack("<I", header[8:])[0]:
+    raw = file.read(HEADER)
+    header = framing.header(raw)
+    if header is None:
+        return _stop(reading, f"ends early: {where} has {len(raw)} of a record's {HEADER} header bytes")
+    if not header.intact:
         return _stop(reading, f"{where}: its length fails its CRC (the file is damaged): the {left:,} bytes from "
                      "there are not read")
-    length = struct.unpack("<Q", header[:8])[0]
+    length = header.length
     if length > left - HEADER - FOOTER:
         return _stop(reading, f"ends early: {where} declares {length:,} bytes of data and a 4-byte CRC, "
                      f"{left - HEADER:,} bytes are left")
     if length > MAX_RECORD:
         file.seek(length + FOOTER, os.SEEK_CUR)
         reading.oversized += 1
-        return None, HEADER + length + FOOTER
+        return None, framing.size(length)
     data, footer = file.read(length), file.read(FOOTER)
     if len(data) < length or len(footer) < FOOTER:  # the file shrank while it was read
         return _stop(reading, f"ends early: {where} was cut short while it was read")
-    if crc(data) != struct.unpack("<I", footer)[0]:
+    if not framing.data_intact(data, footer):
         reading.bad_crc.append((reading.records, offset))
-        return None, HEADER + length + FOOTER
-    return data, HEADER + length + FOOTER
+        return None, framing.size(length)
+    return data, framing.size(length)
 
 
 def _stop(reading: FileReading, why: str) -> tuple[None, int]:

@@ -1,6 +1,6 @@
 """A running trial's scalars, read as its `specgen train` writes them: new records only, each poll.
 
-The records are the TFRecord framing of pictures/events.py (length, its CRC, data, its CRC); each file is read
+The records are TFRecord frames (specgen/framing.py: length, its CRC, data, its CRC); each file is read
 from where the last poll stopped, and only whole records are taken: a record still being written (its length or
 data not all there yet) is left for the next poll. A record whose CRC fails is stepped over, as
 pictures/events.py does; a length that fails its CRC ends that file for good. Values come from
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import stat
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgen.pictures.events import FOOTER, HEADER, MAX_RECORD, scalar
+from specgen import framing
+from specgen.framing import FOOTER, HEADER
+from specgen.pictures.events import MAX_RECORD, scalar
 
 
 @dataclass
@@ -51,7 +52,6 @@ class Follower:
     def _read(self, path: Path, state: _File) -> list[tuple[int, float]]:
         from google.protobuf.message import DecodeError
         from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -65,20 +65,22 @@ class Follower:
                 return []
             file.seek(state.offset)
             while info.st_size - state.offset >= HEADER + FOOTER:
-                header = file.read(HEADER)
-                if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+                header = framing.header(file.read(HEADER))
+                if header is None:  # the file shrank while it was read
+                    break
+                if not header.intact:
                     state.broken = True  # the framing is lost: nothing after it can be found
                     break
-                length = struct.unpack("<Q", header[:8])[0]
+                length = header.length
                 if length > info.st_size - state.offset - HEADER - FOOTER:
                     break  # not all written yet
                 if length > MAX_RECORD:
                     file.seek(length + FOOTER, os.SEEK_CUR)
-                    state.offset += HEADER + length + FOOTER
+                    state.offset += framing.size(length)
                     continue
                 data, footer = file.read(length), file.read(FOOTER)
-                state.offset += HEADER + length + FOOTER
-                if len(footer) < FOOTER or masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+                state.offset += framing.size(length)
+                if not framing.data_intact(data, footer):
                     continue
                 try:
                     event = Event.FromString(data)

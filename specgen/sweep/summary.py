@@ -218,24 +218,19 @@ def hparams_config(plan: Plan, folder: Path) -> None:
 
 
 def write_events(folder: Path, summaries: list[Any]) -> Path:
-    """An event file of `summaries` at step 0, framed by hand (pictures/events.py's framing): tensorboard's own
-    writer goes through `tf.io.gfile`, which imports TensorFlow whenever it is installed, and the sweep process
-    never imports it."""
+    """An event file of `summaries` at step 0, framed by specgen/framing.py: tensorboard's own writer goes through
+    `tf.io.gfile`, which imports TensorFlow whenever it is installed, and the sweep process never imports it."""
     import os
     import socket
-    import struct
 
     from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from specgen.framing import frame
 
     now = time.time()
     events = [Event(wall_time=now, file_version="brain.Event:2"),
               *(Event(wall_time=now, step=0, summary=summary) for summary in summaries)]
-    records = b""
-    for event in events:
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        records += header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
+    records = b"".join(frame(event.SerializeToString()) for event in events)
     path = folder / f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}.0"
     from specgen.atomic import write_atomic
 

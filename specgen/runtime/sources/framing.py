@@ -18,16 +18,13 @@ next frame starts, so nothing after it can be read.
 
 from __future__ import annotations
 
-import functools
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from specgen import framing
 from specgen.runtime.sources.base import DataError, open_regular
 
-HEADER = struct.Struct("<QI")  # the record's length, the masked CRC-32C of the length's 8 bytes
-FOOTER = 4  # the masked CRC-32C of the record's bytes
 READ_BUFFER = 1 << 20  # bytes read at once: the headers of small records come in together, large ones are seeked over
 
 
@@ -72,29 +69,21 @@ def _frames(path: str | os.PathLike[str]) -> Iterator[tuple[int, int]]:
         size = os.fstat(file.fileno()).st_size
         offset = index = 0
         while offset < size:
-            length = _length(file.read(HEADER.size), index, offset, size)
+            length = _length(file.read(framing.HEADER), index, offset, size)
             yield offset, length
-            file.seek(length + FOOTER, os.SEEK_CUR)
-            offset, index = offset + HEADER.size + length + FOOTER, index + 1
+            file.seek(length + framing.FOOTER, os.SEEK_CUR)
+            offset, index = offset + framing.size(length), index + 1
 
 
-def _length(header: bytes, index: int, offset: int, size: int) -> int:
+def _length(raw: bytes, index: int, offset: int, size: int) -> int:
     """The record length a frame's header declares, or FramingError when it cannot be the length."""
-    if len(header) < HEADER.size:
-        raise FramingError(index, offset, f"the file ends inside its 12-byte header ({len(header)} bytes)")
-    length, checksum = HEADER.unpack(header)
-    if masked_crc32c(header[:8]) != checksum:
+    header = framing.header(raw)
+    if header is None:
+        raise FramingError(index, offset, f"the file ends inside its 12-byte header ({len(raw)} bytes)")
+    if not header.intact:
         raise FramingError(index, offset, "the checksum of its length does not match")
-    after = size - offset - HEADER.size
-    if length + FOOTER > after:
-        raise FramingError(index, offset, f"it declares {length:,} bytes, but the file has {after:,} after its "
-                           "header, fewer than the record and its 4-byte checksum")
-    return length
-
-
-@functools.lru_cache(maxsize=4096)  # records of one size share a header: most shards check a handful of lengths
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C (the checksum TensorFlow writes): TensorBoard's implementation, pure Python."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as masked
-
-    return int(masked(data))
+    after = size - offset - framing.HEADER
+    if header.length + framing.FOOTER > after:
+        raise FramingError(index, offset, f"it declares {header.length:,} bytes, but the file has {after:,} after "
+                           "its header, fewer than the record and its 4-byte checksum")
+    return header.length
