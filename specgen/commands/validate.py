@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgen.errors import AbstractSpec
     from specgen.ir.lints import init_scale_warnings
     from specgen.ir.resolve import build_ir
-    from specgen.spec.load import AbstractSpec
     from specgen.spec.overrides import load_with_overrides
 
     if args.resolved:

@@ -51,21 +51,28 @@ def _bounded(value: int) -> int:
     return value
 
 
-def number(tp: type[int] | type[float], **bounds: float) -> Any:
-    """`tp` with bounds that refuses booleans; validators come after the bounds so that the
-    JSON Schema keeps its plain `minimum` / `exclusiveMaximum` keywords.
+def bounds(tp: type[int] | type[float], **limits: float) -> tuple[Any, ...]:
+    """The metadata that makes `Annotated[tp, *bounds(tp, ...)]` a bounded `tp` that refuses booleans; validators
+    come after the bounds so that the JSON Schema keeps its plain `minimum` / `exclusiveMaximum` keywords.
 
     A float is also held to float32's finite range (the schema says so too), and must keep its
     bounds once rounded to float32: `epsilon: 1e-50` (> 0) is 0 in float32, `momentum: 0.999999999`
     (< 1) is 1, and those are the values training and inference would run with.
+    Written inside `Annotated[...]` (not returned as one) so that type checkers see the field as a plain `tp`.
     """
+    constraints: dict[str, Any] = dict(limits)  # Field's overloads take each bound by name, typed per keyword
     if tp is int:
-        return Annotated[int, Field(**bounds), BeforeValidator(not_bool), AfterValidator(_bounded)]
-    if "gt" not in bounds and "ge" not in bounds:
-        bounds["ge"] = -FLOAT32_MAX
-    if "lt" not in bounds and "le" not in bounds:
-        bounds["le"] = FLOAT32_MAX
-    return Annotated[float, Field(**bounds), BeforeValidator(not_bool), AfterValidator(_in_float32(bounds))]
+        return Field(**constraints), BeforeValidator(not_bool), AfterValidator(_bounded)
+    if "gt" not in limits and "ge" not in limits:
+        limits["ge"] = constraints["ge"] = -FLOAT32_MAX
+    if "lt" not in limits and "le" not in limits:
+        limits["le"] = constraints["le"] = FLOAT32_MAX
+    return Field(**constraints), BeforeValidator(not_bool), AfterValidator(_in_float32(limits))
+
+
+def number(tp: type[int] | type[float], **limits: float) -> Any:
+    """`Annotated[tp, *bounds(tp, **limits)]` as a value, for code that builds a field type at run time."""
+    return Annotated[tp, *bounds(tp, **limits)]
 
 
 def as_float32(value: float) -> float:
@@ -88,13 +95,13 @@ def _in_float32(bounds: dict[str, float]) -> Any:
     return check
 
 
-Int = number(int)
-Float = number(float)
-PositiveInt = number(int, gt=0)
-NonNegativeInt = number(int, ge=0)
-PositiveFloat = number(float, gt=0)
-NonNegativeFloat = number(float, ge=0)
-UnitInterval = number(float, gt=0, lt=1)
+Int = Annotated[int, *bounds(int)]
+Float = Annotated[float, *bounds(float)]
+PositiveInt = Annotated[int, *bounds(int, gt=0)]
+NonNegativeInt = Annotated[int, *bounds(int, ge=0)]
+PositiveFloat = Annotated[float, *bounds(float, gt=0)]
+NonNegativeFloat = Annotated[float, *bounds(float, ge=0)]
+UnitInterval = Annotated[float, *bounds(float, gt=0, lt=1)]
 
 
 class SpecModel(BaseModel):

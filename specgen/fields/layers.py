@@ -7,7 +7,7 @@ come from their own registry, specgen/kinds/initializers/.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
@@ -38,8 +38,14 @@ class LayerBase(SpecModel):
     input: LayerName | None = Field(None, description="Input layer or spec input; defaults to the previous layer.")
     share: LayerName | None = Field(None, description=SHARE_DESCRIPTION)
 
+    if TYPE_CHECKING:  # each op's model declares its own `op: Literal[...]`, the union's tag; not a field here
+        op: str
+
 
 class MultiInputBase(SpecModel):
     name: LayerName
     inputs: Annotated[list[LayerName], Field(min_length=2)]
     share: LayerName | None = Field(None, description=SHARE_DESCRIPTION)
+
+    if TYPE_CHECKING:  # each op's model declares its own `op: Literal[...]`, the union's tag; not a field here
+        op: str

@@ -150,7 +150,7 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     known_problems = len(members.problems)
     rest = [name for name, optimizer in spec.optimizers.items() if takes_the_rest(optimizer.variables)]
     for name, optimizer in spec.optimizers.items():
-        if name in rest:
+        if name in rest or optimizer.variables is None:  # None takes the rest: always in `rest`
             continue
         claimed = [p for p in resolver.selection(optimizer.variables, ("optimizers", name, "variables"))
                    if p in weights]

@@ -16,7 +16,7 @@ from specgen.spec.load import LoadedSpec
 
 def unknown_output(loaded: LoadedSpec, i: int, source: str, known: dict[str, tuple[Shape, str]]) -> Diagnostic:
     """`source` is `<layer>/<output>` of an inferred layer that has no such output."""
-    layer = loaded.spec.layers[i]
+    layer = loaded.layers[i]
     sources, key = layer_inputs(layer)
     loc = ("layers", i, key, sources.index(source)) if key == "inputs" and source in sources else (
         ("layers", i, key) if source in sources else ("layers", i))

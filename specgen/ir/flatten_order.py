@@ -66,6 +66,7 @@ def reorder_flattened_kernels(nodes: list[Node], variables: list[Variable],
         if not readers or any(r.name in shared for r in readers):
             continue  # a shared kernel is also read by a call that may not sit behind this flatten
         h, w, c = shape[1:]
+        assert isinstance(h, int) and isinstance(w, int) and isinstance(c, int)  # flatten refuses named dimensions
         flattens.add(node.name)
         for reader in readers:
             kernel = reader.variables["kernel"]

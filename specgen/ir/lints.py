@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 
 from specgen.diagnostics import Diagnostic
 from specgen.fields.base import FLOAT32_MAX
-from specgen.ir.gains import Moments, activation, describe_init, init_moments, mean_std, saturated
+from specgen.ir.gains import activation, describe_init, init_moments, mean_std, saturated
 from specgen.ir.model import ModelIR, Node
 from specgen.kinds.ops import REGISTRY, op_def
-from specgen.kinds.ops.base import MomentRule, Pointwise, Weighted
+from specgen.kinds.ops.base import MomentRule, Moments, Pointwise, Weighted
 from specgen.spec.load import LoadedSpec
 
 BAND = (0.1, 10.0)  # the std ratio to the input outside which a layer is flagged
@@ -64,7 +64,8 @@ def _fan(node: Node, weighted: Weighted, role: str) -> float:
     shape = node.variables[role].shape
     if weighted.fan == "strided":  # each output meets about kh*kw / (sh*sw) positions of each input channel
         sh, sw = node.params["strides"]
-        return shape[0] * shape[1] * shape[3] / (sh * sw)
+        terms: float = shape[0] * shape[1] * shape[3] / (sh * sw)
+        return terms
     if role == "depthwise_kernel" or weighted.fan == "window":
         return shape[0] * shape[1]  # one input channel per output, though TensorFlow's fan-in counts all
     return math.prod(shape[:-1])
@@ -140,7 +141,7 @@ def propagate(ir: ModelIR) -> dict[str, Scale]:
             known[node.name] = Scale(OVERFLOW, reference=reference)
             continue
         scale = _overflowed(_layer(node, [m for m in ins if m is not None], inputs))
-        if node.activation and scale.moments not in (None, OVERFLOW):
+        if node.activation and scale.moments is not None and scale.moments != OVERFLOW:
             scale = replace(scale, moments=activation(node.activation, scale.moments, {}), pre=scale.moments)
         if op_def(node.op).moments == "lookup":  # indices have no scale: the embedding's own is what follows it
             std = scale.std
@@ -232,13 +233,16 @@ def _message(node: Node, scale: Scale, after: list[Node]) -> str:
 def _saturation(node: Node, scales: dict[str, Scale], nodes: dict[str, Node]) -> str | None:
     """The message for a saturating activation (its own `activation:`, or an activation op) whose
     input puts most units where its slope is nearly 0 at initialization; None if it does not."""
+    weighted: Node | None
     if node.activation is not None:
         name, pre, weighted = node.activation, scales[node.name].pre, node
     elif len(node.inputs) == 1:
         name, pre, weighted = node.op, scales[node.inputs[0]].moments, nodes.get(node.inputs[0])
     else:
         return None
-    found = saturated(name, pre) if pre not in (None, OVERFLOW) else None
+    if pre is None or pre == OVERFLOW:
+        return None
+    found = saturated(name, pre)
     if found is None or found[1] <= SATURATED:  # most units, not the tails every Gaussian has
         return None
     (threshold, share, where), (mean, std) = found, mean_std(pre)
@@ -263,7 +267,7 @@ def init_scale_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
     """`specgen validate`'s warnings, each at its layer (at the kernel initializer when written)."""
     warnings = []
     for node, message in init_scale_findings(ir):
-        layer = loaded.spec.layers[node.index]
+        layer = loaded.layers[node.index]
         keys = [k for k in ("kernel_init", "depthwise_init", "pointwise_init") if k in layer.model_fields_set]
         diagnostic = loaded.diagnostic(("layers", node.index, keys[-1]) if keys else ("layers", node.index), message)
         warnings.append(replace(diagnostic, severity="warning"))

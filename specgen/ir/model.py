@@ -63,7 +63,8 @@ class PruneScheduleIR:
             return self.final_sparsity
         assert self.end_step is not None
         p = min(1.0, max(0.0, (step - self.begin_step) / (self.end_step - self.begin_step)))
-        return self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
+        sparsity: float = self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * (1.0 - p) ** self.power
+        return sparsity
 
     @property
     def last_step(self) -> int | None:

@@ -125,12 +125,12 @@ class _Inferred:
 
 def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[int], owners: dict[str, str],
                   problems: list[Diagnostic]) -> list[_Inferred]:
-    spec = loaded.spec
-    by_name = {layer.name: layer for layer in spec.layers} if owners else {}
+    spec, layers = loaded.spec, loaded.layers
+    by_name = {layer.name: layer for layer in layers} if owners else {}
     known: dict[str, tuple[Shape, str]] = {n: ((None, *i.shape), value_dtype(i.dtype)) for n, i in spec.inputs.items()}
     inferred: list[_Inferred] = []
     for i in order:
-        layer = spec.layers[i]
+        layer = layers[i]
         sources = edges[layer.name]
         if unknown := [s for s in sources if s not in known and producer(s, known) is not None]:
             problems.append(unknown_output(loaded, i, unknown[0], known))
@@ -240,7 +240,7 @@ def _generated_names(loaded: LoadedSpec, layers: list[_Inferred]) -> list[tuple[
     spec = loaded.spec
     locals_, onnx = Namer("generated Python code"), Namer("generated ONNX graph")
     attributes = Namer("generated Python code", {a: f"tf.Module's own attribute '{a}'" for a in MODULE_ATTRIBUTES})
-    entries = [(("inputs", n), f"input '{n}'", namer, mangle(n))
+    entries: list[tuple[tuple[str | int, ...], str, Namer, str]] = [(("inputs", n), f"input '{n}'", namer, mangle(n))
                for n in spec.inputs for namer, mangle in ((locals_, py_name), (onnx, onnx_name))]
     # Variables come before layers, so that a layer named like another layer's variable path
     # ('conv1/kernel') is the one reported.
@@ -296,8 +296,9 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
 
 def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     spec, problems = loaded.spec, []
-    source = getattr(spec.data, stage) if spec.data else None
-    if source is None:
+    data = spec.data
+    source = getattr(data, stage) if data else None
+    if data is None or source is None:
         return []
     for name in source.features:
         if name not in spec.inputs:
@@ -307,7 +308,7 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
         if name not in source.features:
             problems.append(loaded.diagnostic(("data", stage, "features"), f"input '{name}' has no feature in data.{stage}"))
     # What the kind itself refuses (none of today's kinds refuses more than its model does).
-    fed = augment.as_fed(source, stage, spec.data.train)  # eval images reach the model at train's crop size
+    fed = augment.as_fed(source, stage, data.train)  # eval images reach the model at train's crop size
     problems += [loaded.diagnostic(("data", stage, *loc), message)
                  for loc, message in sources.kind_of(source).refuse(fed, spec.inputs)]
     problems += [loaded.diagnostic(("data", stage, *loc), message)  # specgen/kinds/augment

@@ -30,8 +30,8 @@ def share_owners(loaded: LoadedSpec) -> tuple[dict[str, str], list[Diagnostic]]:
     """Sharing layer -> root owner, and the problems of every `share:` key."""
     owners: dict[str, str] = {}
     problems: list[Diagnostic] = []
-    sharing = [(i, layer) for i, layer in enumerate(loaded.spec.layers) if layer.share is not None]
-    layers = {layer.name: (i, layer) for i, layer in enumerate(loaded.spec.layers)} if sharing else {}
+    sharing = [(i, layer) for i, layer in enumerate(loaded.layers) if layer.share is not None]
+    layers = {layer.name: (i, layer) for i, layer in enumerate(loaded.layers)} if sharing else {}
     for i, layer in sharing:
         root, problem = _root(layer.name, layers)
         if problem:
@@ -106,7 +106,7 @@ def check_shapes(loaded: LoadedSpec, inferred: Sequence[Any]) -> list[Diagnostic
             continue  # not shared, or the owner already failed
         why = _shape_problem(x.layer.name, x.shapes, x.result, owner.layer.name, owner.shapes, owner.result)
         if why:
-            written = loaded.spec.layers[x.index]
+            written = loaded.layers[x.index]
             key = "inputs" if "inputs" in type(written).model_fields else "input"
             loc = ("layers", x.index, key) if key in written.model_fields_set else ("layers", x.index)
             problems.append(loaded.diagnostic(loc, why))

@@ -41,6 +41,19 @@ def nominal(dim: int | str | None) -> int:
     return dim if isinstance(dim, int) else 1
 
 
+def count(dim: int | str | None) -> int:
+    """A dimension in an element or FLOP count: a symbol counts 1 (per position, as `nominal`), the batch (None) 0."""
+    return 1 if isinstance(dim, str) else dim or 0
+
+
+def fixed(dim: int | str | None) -> int:
+    """The size of a dimension in the rule of an op without `symbolic` (kinds/ops/__init__.py refuses named dimensions
+    before such a rule runs); the batch (None) is 0."""
+    if isinstance(dim, str):
+        raise AssertionError(f"the named dimension '{dim}' reached a rule that needs fixed sizes")
+    return dim or 0
+
+
 def _split(dim: str) -> tuple[str, int]:
     """`height-2` -> ('height', -2); an expression without a trailing offset -> (dim, 0)."""
     match = _OFFSET.fullmatch(dim)

@@ -98,7 +98,8 @@ def yaml_literal(value: Any) -> str:
     """A YAML flow scalar or list: JSON's double-quoted form is valid YAML and never ambiguous."""
     kind = type(value)
     if kind is str and _PLAIN.match(value):
-        return '"' + value + '"'  # what json.dumps gives for these characters, without its overhead
+        plain: str = value
+        return '"' + plain + '"'  # what json.dumps gives for these characters, without its overhead
     if kind is list or kind is tuple:
         if all(type(v) is int for v in value):
             return "[" + ", ".join(map(repr, value)) + "]"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -72,12 +73,19 @@ def _step(features: tuple[FeatureDef, ...]) -> str:
     return steps[0].step if steps and steps[0].step else GRADIENT_STEP
 
 
-def skeleton_context(ir: ModelIR) -> dict[str, Any]:
-    """`hooks` (hook -> feature contexts), `step` (the step kind's template), `lib_modules` and
-    `gradient_options` (what the features add to the step's tape.gradient call, in pipeline order)."""
+@dataclass(frozen=True)
+class SkeletonPlan:
+    """What the registry's active features give the trainer skeleton (part of render/train_plan.py's TrainPlan)."""
+
+    hooks: Fields  # hook -> the contexts of the features that render there, in registry order
+    step: str  # the step kind's template
+    lib_modules: list[str]  # the runtime modules train.py imports
+    gradient_options: str  # what the features add to the step's tape.gradient call, in pipeline order
+
+
+def skeleton_plan(ir: ModelIR) -> SkeletonPlan:
     features = rendered(ir)
     contexts = _contexts(ir, features)
     hooks = Fields({hook: [contexts[f.name] for f in features if hook in f.hooks] for hook in HOOKS})
-    return {"hooks": hooks, "step": _step(features),
-            "lib_modules": sorted({*LIB, *(m for f in features for m in f.lib)}),
-            "gradient_options": "".join(str(c.get("gradient_options", "")) for c in contexts.values())}
+    return SkeletonPlan(hooks, _step(features), sorted({*LIB, *(m for f in features for m in f.lib)}),
+                        "".join(str(c.get("gradient_options", "")) for c in contexts.values()))

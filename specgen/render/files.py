@@ -16,7 +16,7 @@ from specgen.render.errors import RenderError
 from specgen.render.onnx_plan import onnx_plan
 from specgen.render.prune_plan import mask_plans
 from specgen.render.tf_plan import tf_steps, tf_variables
-from specgen.render.train_plan import train_context
+from specgen.render.train_plan import train_plan
 from specgen.text import header as text_header
 
 
@@ -89,10 +89,10 @@ def onnx_model(text: str, ir: ModelIR) -> onnx.ModelProto:
 
 
 def render_train_py(ir: ModelIR) -> str:
-    context = train_context(ir)
-    names = ", ".join(f"'{o.name}' ({o.kind})" for o in context["optimizers"])
+    plan = train_plan(ir)
+    names = ", ".join(f"'{o.name}' ({o.kind})" for o in plan.optimizers)
     text = environment().get_template("tf/train.py.j2").render(
-        **context, header=_header(ir),
+        **plan.names(), header=_header(ir),
         module_doc=(f"Training state and steps for the spec '{ir.name}'.\n\nEvery variable here is named by its "
                     "path in collections.yaml: the global step, each optimizer's\nlearning rate, iteration count "
                     "and slots, gradient accumulators and EMA shadows.\n"),

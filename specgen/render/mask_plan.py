@@ -7,12 +7,30 @@ non-zero is true) and, for recurrent nodes, into the in-graph reordering that fe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from specgen.ir.model import Node
 from specgen.kinds.ops import op_def
 from specgen.kinds.ops.attention import empty_rows
 from specgen.kinds.ops.base import MaskRender
+
+
+@dataclass(frozen=True)
+class MaskConstants:
+    """The constants templates/onnx/masks.onnx.j2 reads as `m.<name>`, each a tensor name; only those the chosen
+    nodes read are made (onnxruntime warns about unused initializers), the rest stay None and are never read."""
+
+    axis0: str | None = None
+    axis1: str | None = None
+    axis2: str | None = None
+    zero: str | None = None  # int64 scalars: Range's bounds, CumSum's axis
+    one: str | None = None
+    fzero: str | None = None  # float 0.0
+    flip: tuple[str, ...] | None = None  # Slice's starts, ends, axes and steps: a backward layer's outputs reversed
+    axes_index: str | None = None
+    axes_query: str | None = None
+    axes_key: str | None = None
 
 
 def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
@@ -57,40 +75,42 @@ def onnx_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any
     """Template attributes for templates/onnx/masks.onnx.j2: only the constants the chosen nodes read
     (onnxruntime warns about unused initializers); `attrs` are the op's own (multi_head_attention's)."""
     n, p, consumes = node.onnx_name, node.params, _consumes(node)
+    # Each constant is made in the order the calls below run: that order is the model's initializer order.
     if consumes == "recurrent":
-        found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
-                 "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
+        axis1, axis2 = ctx.constant(f"{n}___mask_axis1", [1]), ctx.constant(f"{n}___mask_axis2", [2])
+        zero, one = _scalar(ctx, f"{n}___mask_zero", 0), _scalar(ctx, f"{n}___mask_one", 1)
+        flip = fzero = None
         if p["return_sequences"] and p["go_backwards"]:
-            found["flip"] = [ctx.constant(f"{n}___mask_{k}", [v]) for k, v in
-                             (("starts", -1), ("ends", -(2**63)), ("flip_axes", 1), ("steps", -1))]
+            flip = tuple(ctx.constant(f"{n}___mask_{k}", [v]) for k, v in
+                         (("starts", -1), ("ends", -(2**63)), ("flip_axes", 1), ("steps", -1)))
         elif p["return_sequences"]:
-            found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
-        return {"masks": found}
+            fzero = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+        return {"masks": MaskConstants(axis1=axis1, axis2=axis2, zero=zero, one=one, flip=flip, fzero=fzero)}
     if consumes == "both_directions":
-        found = {"axis1": ctx.constant(f"{n}___mask_axis1", [1]), "axis2": ctx.constant(f"{n}___mask_axis2", [2]),
-                 "zero": _scalar(ctx, f"{n}___mask_zero", 0), "one": _scalar(ctx, f"{n}___mask_one", 1)}
+        axis1, axis2 = ctx.constant(f"{n}___mask_axis1", [1]), ctx.constant(f"{n}___mask_axis2", [2])
+        zero, one = _scalar(ctx, f"{n}___mask_zero", 0), _scalar(ctx, f"{n}___mask_one", 1)
+        axes_index = fzero = axis0 = None
         if p["return_sequences"]:
-            found["axes_index"] = ctx.constant(f"{n}___mask_axes_index", [0, 3])
-            found["fzero"] = ctx.float_constant(f"{n}___mask_fzero", 0.0)
+            axes_index = ctx.constant(f"{n}___mask_axes_index", [0, 3])
+            fzero = ctx.float_constant(f"{n}___mask_fzero", 0.0)
             if p["merge_mode"] != "concat":
-                found["axis0"] = ctx.constant(f"{n}___mask_axis0", [0])
-        return {"masks": found}
+                axis0 = ctx.constant(f"{n}___mask_axis0", [0])
+        return {"masks": MaskConstants(axis0=axis0, axis1=axis1, axis2=axis2, zero=zero, one=one, fzero=fzero,
+                                       axes_index=axes_index)}
     if consumes == "masked_mean":  # global_avg_pool
-        return {"masks": {"axis1": ctx.constant(f"{n}___mask_axis1", [1]),
-                          "fzero": ctx.float_constant(f"{n}___mask_fzero", 0.0)}}
+        axis1 = ctx.constant(f"{n}___mask_axis1", [1])
+        return {"masks": MaskConstants(axis1=axis1, fzero=ctx.float_constant(f"{n}___mask_fzero", 0.0))}
     return _attention_constants(node, ctx, attrs)
 
 
 def _attention_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     n, by_role = node.onnx_name, _by_role(node)
-    found: dict[str, Any] = {"axis1": ctx.constant(f"{n}___mask_axis1", [1])}
-    if "query" in by_role:
-        found["axes_query"] = ctx.constant(f"{n}___mask_axes_query", [1, 3])
-    if by_role.keys() - {"query"}:
-        found["axes_key"] = ctx.constant(f"{n}___mask_axes_key", [1, 2])
+    axis1 = ctx.constant(f"{n}___mask_axis1", [1])
+    axes_query = ctx.constant(f"{n}___mask_axes_query", [1, 3]) if "query" in by_role else None
+    axes_key = ctx.constant(f"{n}___mask_axes_key", [1, 2]) if by_role.keys() - {"query"} else None
     # The op declared these only for its own masks; a padding mask needs them too. With is_causal (the fused
     # node's causal flag) and a padding mask, the causal mask is built and and-ed like an explicit one.
-    extra: dict[str, Any] = {"masks": found}
+    extra: dict[str, Any] = {"masks": MaskConstants(axis1=axis1, axes_query=axes_query, axes_key=axes_key)}
     if attrs["empty_rows"] is None:  # a padded query step may have no allowed key
         extra |= empty_rows(n, attrs["fused"], node.params["dropout"], ctx)
     if "masked" not in attrs:

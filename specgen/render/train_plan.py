@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from specgen.ir.model import ModelIR
@@ -13,7 +13,7 @@ from specgen.kinds.pointers import call_name
 from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.kinds.schedules import WARMUP
 from specgen.render.environment import py_literal
-from specgen.render.features_plan import skeleton_context
+from specgen.render.features_plan import SkeletonPlan, skeleton_plan
 from specgen.render.loss_plan import single_loss_call
 
 
@@ -82,7 +82,35 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
     return plans
 
 
-def train_context(ir: ModelIR) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrainPlan:
+    """What templates/tf/train.py.j2 reads. render/files.py renders it with `**plan.names()`, so the template and the
+    feature partials it includes read each field by its bare name (`optimizers`, `hooks`), as they always have."""
+
+    ir: ModelIR
+    optimizers: list[OptimizerPlan]
+    accumulate: int | None
+    batch_size: int | None
+    seed: int | None
+    loss_kind: str | None
+    label: str | None
+    output: str | None
+    target: str | None
+    metrics: list[Any]  # train.metrics as written (names or keyed mappings)
+    loss_call: str | None
+    ema_eval: bool
+    trainable: list[str]
+    keys: dict[str, str]
+    jit: bool  # the step functions compiled with XLA
+    skeleton: SkeletonPlan  # what the active features add (render/features_plan.py)
+
+    def names(self) -> dict[str, Any]:
+        """The template's names: the fields, with the skeleton's spread beside them (hooks, step, ...)."""
+        names = {field.name: getattr(self, field.name) for field in fields(self) if field.name != "skeleton"}
+        return names | vars(self.skeleton)
+
+
+def train_plan(ir: ModelIR) -> TrainPlan:
     training = ir.training
     assert training is not None and training.can_train
     train, loss = training.train, training.loss
@@ -91,13 +119,10 @@ def train_context(ir: ModelIR) -> dict[str, Any]:
     # Without a term that reads data labels (targets computed from outputs only), OUTPUT is the first
     # term's output and no metric reads it (ir/resolve.py refuses metrics then).
     output = loss.output if loss else next(t.output for t in training.terms if t.output)
-    return {
-        "ir": ir, "optimizers": plans, "accumulate": train.accumulate, "batch_size": train.batch_size,
-        "seed": train.seed, "loss_kind": loss.kind if loss else None, "label": loss.labels if loss else None,
-        "output": output, "target": loss.target if loss else None, "metrics": list(train.metrics),
-        "loss_call": single_loss_call(training), "ema_eval": bool(train.ema and train.ema.eval),
-        "trainable": [p for plan in plans for p in plan.paths], "keys": {"step": keys.STEP},
-        "jit": train.jit_compile,  # the step functions compiled with XLA
-        **skeleton_context(ir),
-    }
+    return TrainPlan(
+        ir=ir, optimizers=plans, accumulate=train.accumulate, batch_size=train.batch_size, seed=train.seed,
+        loss_kind=loss.kind if loss else None, label=loss.labels if loss else None, output=output,
+        target=loss.target if loss else None, metrics=list(train.metrics), loss_call=single_loss_call(training),
+        ema_eval=bool(train.ema and train.ema.eval), trainable=[p for plan in plans for p in plan.paths],
+        keys={"step": keys.STEP}, jit=train.jit_compile, skeleton=skeleton_plan(ir))
 

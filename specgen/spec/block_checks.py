@@ -243,8 +243,8 @@ class _Checker:
         for start in uses:
             cycle = _find_cycle(start, uses, done)
             if cycle is not None:
-                names, at = cycle
-                self.report(at, f"block '{names[0]}' uses itself: {' -> '.join(names)}; blocks cannot be recursive")
+                names, where = cycle
+                self.report(where, f"block '{names[0]}' uses itself: {' -> '.join(names)}; blocks cannot be recursive")
                 return
 
 

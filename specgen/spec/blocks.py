@@ -78,6 +78,6 @@ def _layer_or_instance(value: Any) -> str:
 
 
 LayerOrInstance = Annotated[
-    Annotated[Layer, Tag("layer")] | Annotated[Instance, Tag("instance")],  # type: ignore[valid-type]
+    Annotated[Layer, Tag("layer")] | Annotated[Instance, Tag("instance")],
     Discriminator(_layer_or_instance),
 ]

@@ -18,7 +18,7 @@ definitions are checked first (block_checks.py); origins.py keeps the positions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -85,7 +85,7 @@ def _layer_adapter() -> TypeAdapter[Any]:
 
 def _reads(layer: Any) -> list[str]:
     """The names an op layer (a model or, from a block, a mapping) reads, as written."""
-    get = layer.get if isinstance(layer, dict) else lambda key: getattr(layer, key, None)
+    get: Callable[[str], Any] = layer.get if isinstance(layer, dict) else lambda key: getattr(layer, key, None)
     if isinstance(layer, dict) or "inputs" in type(layer).model_fields:
         inputs = get("inputs")
         if isinstance(inputs, list):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -30,8 +30,11 @@ def _symbol(value: str) -> str:
 Symbol = Annotated[str, AfterValidator(_symbol),
                    Field(max_length=64, json_schema_extra={"pattern": f"^{SYMBOL.pattern}$"},
                          description="A named dynamic dimension, e.g. seq or height.")]
-Dim = by_shape(lambda v: "symbol" if isinstance(v, str) else "size",
-               "a positive integer or a lowercase name", size=PositiveInt, symbol=Symbol)
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Dim: TypeAlias = int | str
+else:
+    Dim = by_shape(lambda v: "symbol" if isinstance(v, str) else "size",
+                   "a positive integer or a lowercase name", size=PositiveInt, symbol=Symbol)
 
 
 class InputSpec(SpecModel):
@@ -90,8 +93,11 @@ def _rename_kind(value: object) -> str | None:
     return {"from": "rename", "pattern": "regex"}.get(key) if key else None
 
 
-Rename = by_shape(_rename_kind, "a mapping with 'from', 'pattern', or 'strip_prefix'/'add_prefix'",
-                  rename=RenameKey, regex=RenamePattern, prefix=RenamePrefix)
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Rename: TypeAlias = RenameKey | RenamePattern | RenamePrefix
+else:
+    Rename = by_shape(_rename_kind, "a mapping with 'from', 'pattern', or 'strip_prefix'/'add_prefix'",
+                      rename=RenameKey, regex=RenamePattern, prefix=RenamePrefix)
 
 
 class RestoreSource(SpecModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -16,6 +16,7 @@ from specgen.diagnostics import (
 )
 from specgen.errors import AbstractSpec
 from specgen.kinds import sources
+from specgen.kinds.ops import Layer
 from specgen.spec.blocks import Instance
 from specgen.spec.compose import load_composed
 from specgen.spec.messages import validation_diagnostics
@@ -40,6 +41,11 @@ class LoadedSpec:
     @property
     def folder(self) -> Path:
         return self.path.parent
+
+    @property
+    def layers(self) -> list[Layer]:
+        """`spec.layers`, expanded: loading replaced every block instance with its layers (spec/expand.py)."""
+        return cast(list[Layer], self.spec.layers)  # the model's type still admits instances; none is left
 
     def position(self, *loc: str | int, key: bool = False) -> Any:
         return self._locate(loc, key)[0]

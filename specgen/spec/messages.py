@@ -179,7 +179,8 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
     if kind == "string_too_long":
         return f"received a string of {len(received)} characters, expected at most {ctx['max_length']}"
     if kind == "value_error":
-        return error["msg"].removeprefix("Value error, ")
+        message: str = error["msg"]
+        return message.removeprefix("Value error, ")
     if kind == "wrong_shape":
         return f"{error['msg']}, received {describe(received)}"
     return f"{error['msg']}; received {describe(received)}"

@@ -7,12 +7,14 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from specgen.fields.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
+from specgen.kinds.losses import Loss
+from specgen.kinds.optimizers import Optimizer
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.lints import Lints
 from specgen.spec.pruning import Prune
 from specgen.spec.targets import Target
-from specgen.spec.training import Loss, Optimizer, Train
+from specgen.spec.training import Train
 from specgen.sweep.spec import Sweep
 
 SPEC_VERSION = 1

@@ -55,7 +55,7 @@ class Origins:
         if self._shipped(origin.loc) and origin.sites:
             site = origin.sites[0]  # the instance of the shipped block (shipped blocks use no other block)
             ref = self._param_at(origin.loc, rest)
-            value_at = site.args[ref][1] if ref in site.args else None
+            value_at = site.args[ref][1] if ref is not None and ref in site.args else None
             if value_at is not None and not self._shipped(value_at):
                 return self.source.locate(value_at, self.data, key=key), self.note(origin, rest)
             return self.source.locate(site.loc, self.data), self.note(origin, rest)

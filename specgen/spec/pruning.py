@@ -6,11 +6,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specgen.fields.base import NonNegativeInt, PositiveFloat, PositiveInt, SpecModel, number
-from specgen.spec.training import Selection
+from specgen.fields.base import NonNegativeInt, PositiveFloat, PositiveInt, SpecModel, bounds
+from specgen.fields.losses import Selection
 
 # TFMOT refuses a sparsity of 1 (every weight pruned): [0, 1), as its schedules validate.
-Sparsity = number(float, ge=0, lt=1)
+Sparsity = Annotated[float, *bounds(float, ge=0, lt=1)]
 
 
 class ConstantSparsity(SpecModel):

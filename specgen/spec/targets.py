@@ -9,9 +9,11 @@ Checks across sections (the patterns match, paths pair up, shapes agree) are in 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from specgen.fields.base import Pattern, PositiveInt, SpecModel, number
+from specgen.fields.base import Pattern, PositiveInt, SpecModel, bounds
 from specgen.fields.unions import by_key, by_shape
 
 PREFIX = "A prefix ending in '*' (e.g. 'qnet/*'); paths pair up by their part after the prefix."
@@ -23,7 +25,8 @@ class TargetBase(SpecModel):
 
 
 class SoftTarget(TargetBase):
-    tau: number(float, gt=0, le=1) = Field(description="After every update: target <- (1 - tau) * target + tau * online.")
+    tau: Annotated[float, *bounds(float, gt=0, le=1)] = Field(
+        description="After every update: target <- (1 - tau) * target + tau * online.")
 
 
 class HardTarget(TargetBase):

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from difflib import get_close_matches
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from pydantic import Field
 
 from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel, UnitInterval
-from specgen.fields.losses import Selection  # noqa: F401 (spec/pruning.py's selection type)
 from specgen.fields.unions import by_shape
-from specgen.kinds.losses import Loss  # noqa: F401 (the section spec/model.py reads)
 from specgen.kinds.metrics import Metric
-from specgen.kinds.optimizers import Clip, Optimizer  # noqa: F401 (Optimizer: the section spec/model.py reads)
+from specgen.kinds.optimizers import Clip
 from specgen.spec.distribute import Distribute
 
 # The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
@@ -32,7 +30,10 @@ def _batch_size_shape(value: object) -> str | None:
 
 
 # `full`: the whole training set is one batch (levenberg_marquardt needs it; any optimizer may use it).
-BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    BatchSize: TypeAlias = int | Literal["full"]
+else:
+    BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
 
 
 class Train(SpecModel):

@@ -154,7 +154,9 @@ def _constructor_problem(node: yaml.Node, exc: Exception) -> str:
 
 
 def _position(node: yaml.Node | yaml.Event) -> Position:
-    return Position(node.start_mark.line + 1, node.start_mark.column + 1)
+    mark = node.start_mark
+    assert mark is not None  # the loader marks every node and event it makes (PyYAML types the mark optional)
+    return Position(mark.line + 1, mark.column + 1)
 
 
 class _Converter:
@@ -327,8 +329,10 @@ class _TagCache:
     LONGEST = 64  # characters: names and numbers repeat, long text does not (and would be kept alive)
 
     def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        # The ignores below (misc): a mixin, whose super() is the loader's Resolver (PyYAML's stubs leave it untyped)
         if kind is not yaml.ScalarNode:
-            return super().resolve(kind, value, implicit)  # type: ignore[misc]
+            resolved: str = super().resolve(kind, value, implicit)  # type: ignore[misc]
+            return resolved
         key = (value, implicit)
         tag = _SCALAR_TAGS.get(key)
         if tag is None:

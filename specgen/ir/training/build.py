@@ -73,14 +73,15 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
     kind = OPTIMIZERS[opt.kind]
     hyper = kind.hyper(opt)
     slots = tuple(SlotIR(s, keys.slot_prefix(name, s), initial) for s, initial in kind.slots(hyper))
-    damping = {"damping_key": keys.damping(name), "step_bound_key": keys.step_bound(name)} if kind.damping else {}
+    damping_key, step_bound_key = (keys.damping(name), keys.step_bound(name)) if kind.damping else ("", "")
     if not kind.learning_rate:  # levenberg_marquardt: the damping sets the step; no decay or clip
         return OptimizerIR(name, opt.kind, paths, 0.0, None, tuple(hyper.items()), slots,
-                           iterations_key=keys.iterations(name), **damping)
+                           iterations_key=keys.iterations(name), damping_key=damping_key, step_bound_key=step_bound_key)
     first, schedule = _schedule(opt.learning_rate)
     decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
     return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded, **damping)
+                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
+                       damping_key=damping_key, step_bound_key=step_bound_key)
 
 
 def _source(loaded: LoadedSpec, stage: str, source: Any) -> DataSourceIR:
@@ -111,8 +112,9 @@ def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms
     """`claims`: optimizer name -> the weights it trains (resolved with the collections); `terms`: the
     loss terms (ir/loss_terms.py); `decay_excluded`: optimizer name -> weights without weight decay."""
     spec = loaded.spec
-    first = primary(terms)
-    loss = LossIR(first.kind, first.output, first.field, first.labels) if first and first.output and first.field else None
+    first = primary(terms)  # a term with data labels: its `labels` is set
+    loss = (LossIR(first.kind, first.output, first.field, first.labels)
+            if first and first.output and first.field and first.labels is not None else None)
     excluded = decay_excluded or {}
     onnx = spec.export.onnx
     data = {stage: _source(loaded, stage, s) for stage in ("train", "eval")

@@ -24,7 +24,7 @@ def check(loaded: LoadedSpec) -> list[Diagnostic]:
         problems.append(loaded.diagnostic(("train", "jit_compile"), (
             f"levenberg_marquardt optimizer '{lm}' runs its damped trial steps from Python between graph calls, "
             "which XLA cannot compile as one step; received true, expected false")))
-    for i, layer in enumerate(loaded.spec.layers):
+    for i, layer in enumerate(loaded.layers):
         op = REGISTRY.get(getattr(layer, "op", ""))
         if op is not None and (why := op.xla_refusal):
             problems.append(loaded.diagnostic(("layers", i, "op"), (

@@ -14,19 +14,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.fields.base import SpecModel, number
+from specgen.fields.base import SpecModel, bounds
 from specgen.fields.unions import by_shape, scalar_or_mapping
 
 Size = tuple[int, int]  # [height, width]
 # A fraction as Keras' factors take it: a scalar x means the range [-x, x] (rotation: of a full turn).
-Fraction = number(float, ge=0, le=1)
+Fraction = Annotated[float, *bounds(float, ge=0, le=1)]
 FillMode = Literal["reflect", "wrap", "constant", "nearest"]
 
 
 class ValueRange(SpecModel):
     """The pixel range brightness and contrast keep images in (Keras' default: 0..255)."""
 
-    value_range: Annotated[list[number(float)], Field(min_length=2, max_length=2)] = Field(  # type: ignore[valid-type]
+    value_range: Annotated[list[Annotated[float, *bounds(float)]], Field(min_length=2, max_length=2)] = Field(
         [0.0, 255.0], description="[low, high] of the pixel values (Keras' default [0, 255]).")
 
 

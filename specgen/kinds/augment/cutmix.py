@@ -9,15 +9,18 @@ training step."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from specgen.fields.base import SpecModel, number
+from specgen.fields.base import SpecModel, bounds
 from specgen.kinds.augment.base import AugmentDef
 
 
 class CutMix(SpecModel):
-    cutmix: number(float, gt=0, le=1) = Field(  # type: ignore[valid-type]
+    cutmix: Annotated[float, *bounds(float, gt=0, le=1)] = Field(
         description="The Beta(factor, factor) of the pasted area, in (0, 1] as Keras takes it (Keras' default 1.0).")
+
 
 KINDS = (AugmentDef(
     name="cutmix",

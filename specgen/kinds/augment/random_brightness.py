@@ -3,7 +3,7 @@ drawn in [-f, f] x (high - low) per image, the result clipped to value_range."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import Field
 
@@ -15,8 +15,14 @@ class BrightnessArgs(ValueRange):
     factor: Fraction = Field(description="Shift drawn in [-factor, factor] of the value range.")
 
 
+if TYPE_CHECKING:  # factor_or picks a branch at run time; statically, the union of its branches
+    Brightness: TypeAlias = float | BrightnessArgs
+else:
+    Brightness = factor_or(BrightnessArgs, "a fraction in [0, 1] or {factor, value_range}")
+
+
 class RandomBrightness(SpecModel):
-    random_brightness: factor_or(BrightnessArgs, "a fraction in [0, 1] or {factor, value_range}")
+    random_brightness: Brightness
 
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:

@@ -5,7 +5,7 @@ scalar's lower bound at 0, contrary to its own docstring)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import Field
 
@@ -17,8 +17,14 @@ class ContrastArgs(ValueRange):
     factor: Fraction = Field(description="Contrast scale drawn in [1 - factor, 1 + factor].")
 
 
+if TYPE_CHECKING:  # factor_or picks a branch at run time; statically, the union of its branches
+    Contrast: TypeAlias = float | ContrastArgs
+else:
+    Contrast = factor_or(ContrastArgs, "a fraction in [0, 1] or {factor, value_range}")
+
+
 class RandomContrast(SpecModel):
-    random_contrast: factor_or(ContrastArgs, "a fraction in [0, 1] or {factor, value_range}")
+    random_contrast: Contrast
 
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:

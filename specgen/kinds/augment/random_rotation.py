@@ -3,7 +3,7 @@ uniformly in [-f, f] of a full turn per image."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import Field
 
@@ -16,8 +16,14 @@ class RotationArgs(SpecModel):
     fill_mode: FillMode = "reflect"
 
 
+if TYPE_CHECKING:  # factor_or picks a branch at run time; statically, the union of its branches
+    Rotation: TypeAlias = float | RotationArgs
+else:
+    Rotation = factor_or(RotationArgs, "a fraction of a full turn in [0, 1] or {factor, fill_mode}")
+
+
 class RandomRotation(SpecModel):
-    random_rotation: factor_or(RotationArgs, "a fraction of a full turn in [0, 1] or {factor, fill_mode}")
+    random_rotation: Rotation
 
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:

@@ -3,7 +3,7 @@ a shift drawn in [-f, f] of the height (and [-g, g] of the width; default g = f)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import Field
 
@@ -17,8 +17,14 @@ class TranslationArgs(SpecModel):
     fill_mode: FillMode = "reflect"
 
 
+if TYPE_CHECKING:  # factor_or picks a branch at run time; statically, the union of its branches
+    Translation: TypeAlias = float | TranslationArgs
+else:
+    Translation = factor_or(TranslationArgs, "a fraction in [0, 1] or {factor, width, fill_mode}")
+
+
 class RandomTranslation(SpecModel):
-    random_translation: factor_or(TranslationArgs, "a fraction in [0, 1] or {factor, width, fill_mode}")
+    random_translation: Translation
 
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:

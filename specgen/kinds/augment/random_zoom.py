@@ -3,7 +3,7 @@ drawn in [-f, f] per image (positive zooms out); without `width` the aspect rati
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import Field
 
@@ -17,8 +17,14 @@ class ZoomArgs(SpecModel):
     fill_mode: FillMode = "reflect"
 
 
+if TYPE_CHECKING:  # factor_or picks a branch at run time; statically, the union of its branches
+    Zoom: TypeAlias = float | ZoomArgs
+else:
+    Zoom = factor_or(ZoomArgs, "a fraction in [0, 1] or {factor, width, fill_mode}")
+
+
 class RandomZoom(SpecModel):
-    random_zoom: factor_or(ZoomArgs, "a fraction in [0, 1] or {factor, width, fill_mode}")
+    random_zoom: Zoom
 
 
 def _keras(value: Any) -> tuple[str, dict[str, Any]]:

@@ -108,7 +108,7 @@ def refusal(ir: Any, beside: str) -> str | None:
     for name, feature in compat.FEATURE_OF.items():
         if feature in names and not compat.allowed(name, beside):
             return compat.message(name, beside)
-    for feature in PIPELINE_DEFS:  # settings keep their own refusals (not rows of the table)
-        if feature.refusal and feature.enabled(ir) and (why := feature.refusal(ir, beside)) is not None:
+    for definition in PIPELINE_DEFS:  # settings keep their own refusals (not rows of the table)
+        if definition.refusal and definition.enabled(ir) and (why := definition.refusal(ir, beside)) is not None:
             return why
     return None

@@ -28,6 +28,7 @@ def plan(ir: Any) -> PrunePlan:
     """The render plan of a spec with a prune section (ir: its ModelIR)."""
     pruning, s = ir.pruning, ir.pruning.schedule
     steps = (("begin_step", s.begin_step), ("end_step", s.end_step), ("frequency", s.frequency))
+    arguments: tuple[tuple[str, Any], ...]
     if s.kind == "constant_sparsity":
         arguments = (("sparsity", s.final_sparsity), *steps)
     else:

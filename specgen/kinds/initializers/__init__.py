@@ -10,10 +10,11 @@ docs/extending.md says what else a new initializer needs; tests/test_initializer
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
 from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.collect import collect, module_names
 from specgen.kinds.initializers.base import InitializerDef, Moments, fans
@@ -38,8 +39,14 @@ SHORTHANDS = tuple(sorted((k for k in REGISTRY.values() if k.shorthand),
                           key=lambda k: _NAME_MODULES.index(_module(k))))  # stable: a family keeps its order
 _MODELS = tuple(dict.fromkeys(k.spec for k in REGISTRY.values() if k.spec is not None))
 
-InitializerName = Literal[tuple(k.name for k in SHORTHANDS)]  # type: ignore[valid-type] (built from the registry)
-Initializer = Annotated[Union[_MODELS], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # the registry's names, known at run time
+    InitializerName: TypeAlias = str
+else:
+    InitializerName = Literal[tuple(k.name for k in SHORTHANDS)]
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    Initializer: TypeAlias = SpecModel
+else:
+    Initializer = Annotated[Union[_MODELS], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
 # `kernel_init: he_normal` is short for `kernel_init: {kind: he_normal}`.
 InitializerSpec = by_shape(scalar_or_mapping, "an initializer name or a mapping with 'kind'",
                            scalar=InitializerName, mapping=Initializer)

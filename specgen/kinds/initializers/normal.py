@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from specgen.fields.base import Float, PositiveFloat, SpecModel
@@ -19,7 +19,7 @@ class Normal(SpecModel):
     stddev: PositiveFloat = 0.05
 
 
-def _moments(factor: float):
+def _moments(factor: float) -> Callable[[Mapping[str, float], Shape], Moments]:
     def moments(args: Mapping[str, float], shape: Shape) -> Moments:
         mean, std = args.get("mean", 0.0), args.get("stddev", 0.05)
         return mean, factor * std * std + mean * mean

@@ -9,10 +9,11 @@ docs/extending.md says what else a new loss needs; tests/test_loss_registry.py n
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import TYPE_CHECKING, Annotated, TypeAlias, Union
 
 from pydantic import Field
 
+from specgen.fields.base import SpecModel
 from specgen.fields.unions import by_shape
 from specgen.kinds.collect import collect, models
 from specgen.kinds.losses.base import LossDef, Target
@@ -24,7 +25,10 @@ SCHEMA_ORDER = ("cross_entropy", "regression", "huber", "regularizers")
 
 REGISTRY: dict[str, LossDef] = collect(__name__, __path__, SCHEMA_ORDER)
 
-LossTerm = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    LossTerm: TypeAlias = SpecModel
+else:
+    LossTerm = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
 
 
 def _term_or_list(value: object) -> str:

@@ -11,7 +11,7 @@ names what one lacks.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import Field
 
@@ -27,8 +27,14 @@ SCHEMA_ORDER = ("accuracy", "mean_loss", "auc", "precision", "recall")
 
 REGISTRY: dict[str, MetricDef] = collect(__name__, __path__, SCHEMA_ORDER)
 
-MetricName = Literal[tuple(REGISTRY)]  # type: ignore[valid-type]  # built from the registry
-MetricKeys = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # the registry's names, known at run time
+    MetricName: TypeAlias = str
+else:
+    MetricName = Literal[tuple(REGISTRY)]
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    MetricKeys: TypeAlias = SpecModel
+else:
+    MetricKeys = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
 
 
 def _name_or_mapping(value: object) -> str:

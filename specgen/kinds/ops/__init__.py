@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
 
 from pydantic import Field
 
 from specgen import text
 from specgen.fields.base import MAX_INT
+from specgen.fields.layers import LayerBase, MultiInputBase
 from specgen.kinds import dims
 from specgen.kinds.ops.base import EXTRA_OUTPUT, EXTRA_OUTPUT_DEF, AsActivation, OpDef, OpError, OpResult, VarDecl, prod
 from specgen.kinds.ops.nodes import Shape
@@ -63,7 +64,10 @@ REGISTRY: dict[str, OpDef] = _collect()
 
 # One member per model (families share one, e.g. max_pool/avg_pool), in registry order.
 _MODELS = tuple(dict.fromkeys(op.spec for op in REGISTRY.values()))
-Layer = Annotated[Union[_MODELS], Field(discriminator="op")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    Layer: TypeAlias = LayerBase | MultiInputBase
+else:
+    Layer = Annotated[Union[_MODELS], Field(discriminator="op")]  # noqa: UP007 (built from a tuple)
 
 
 def op_def(name: str) -> OpDef:
@@ -79,7 +83,8 @@ def activation_of(layer: Any) -> str | None:
     """
     if "activation" not in type(layer).model_fields or not REGISTRY[layer.op].activation_after:
         return None  # a recurrent layer's `activation:` is its cell's (specgen/kinds/ops/recurrent.py)
-    return layer.activation
+    activation: str | None = layer.activation
+    return activation
 
 
 def as_activation(name: str) -> AsActivation:
@@ -101,7 +106,7 @@ def infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult:
         raise OpError(f"its output would be {text.shape(result.shape)}, {prod(result.shape)} values per example; the limit "
                       f"is {MAX_INT}, as for an input (smaller strides, sizes or factors)")
     act = activation_of(layer)
-    if act not in (None, "linear"):
+    if act is not None and act != "linear":
         result.flops += as_activation(act).flops * prod(result.shape)
     return result
 

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
@@ -47,7 +47,7 @@ class Rotary(SpecModel):
     """KerasHub's RotaryEmbedding (rope_type linear) on the projected query and key of every head."""
 
     max_wavelength: PositiveFloat = 10000.0
-    scaling_factor: number(float, ge=1) = Field(1.0, description="Divides the frequencies (linear scaling).")
+    scaling_factor: Annotated[float, *bounds(float, ge=1)] = Field(1.0, description="Divides the frequencies (linear scaling).")
 
 
 class MultiHeadAttention(LayerBase):
@@ -62,7 +62,8 @@ class MultiHeadAttention(LayerBase):
     key_dim: PositiveInt = Field(description="Size of each head's query and key.")
     value_dim: PositiveInt | None = Field(None, description="Size of each head's value; defaults to key_dim.")
     use_bias: bool = True
-    dropout: number(float, ge=0, lt=1) = Field(0.0, description="Dropout on the attention weights, in training only.")
+    dropout: Annotated[float, *bounds(float, ge=0, lt=1)] = Field(
+        0.0, description="Dropout on the attention weights, in training only.")
     causal: bool = Field(False, description="Each step attends to itself and earlier steps only (Keras' "
                                             "use_causal_mask).")
     rotary: Rotary | None = Field(None, description="Rotary position embedding of query and key (needs an even "
@@ -137,6 +138,7 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
     dims = {role: _sequence(layer, role, shapes[at[role]], dtypes[at[role]]) for role in ("query", "value", "key")}
     query, value, key = (shapes[at[r]] for r in ("query", "value", "key"))
     if _differ(key[1], value[1]):
+        assert layer.inputs is not None  # a separate key is one of `inputs` (self-attention: key = value = query)
         raise OpError(f"inputs: received key '{layer.inputs[2]}' {text.shape(key)} and value '{layer.inputs[1]}' "
                       f"{text.shape(value)}; expected the same number of steps (each key step goes with a value step)",
                       "inputs")

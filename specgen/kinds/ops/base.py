@@ -379,8 +379,9 @@ def spatial(shape: Shape, kernel: tuple[int, int], strides: tuple[int, int], dil
     """Output (height, width) of a 2-D window op and its ONNX pads (None: SAME_UPPER at run time)."""
     h_out, top, bottom = window(kernel[0], strides[0], dilation[0], padding, _extent(shape[1]), key)
     w_out, left, right = window(kernel[1], strides[1], dilation[1], padding, _extent(shape[2]), key)
-    pads = [top, left, bottom, right]
-    return (h_out, w_out), None if None in pads else pads  # ONNX order: begins, then ends
+    if top is None or left is None or bottom is None or right is None:
+        return (h_out, w_out), None
+    return (h_out, w_out), [top, left, bottom, right]  # ONNX order: begins, then ends
 
 
 def _extent(dim: int | str | None) -> int | str:

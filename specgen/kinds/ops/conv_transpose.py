@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
 from specgen.fields.base import NonNegativeInt, PositiveInt
 from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.fields.unions import by_shape, scalar_or_list
+from specgen.kinds.dims import fixed
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     FLOAT,
@@ -27,8 +28,11 @@ from specgen.kinds.ops.base import (
 from specgen.kinds.ops.nodes import Node, Shape
 
 # output_padding may be 0 (Keras' None, leaving it out, is a different rule: see _output_extent)
-Padding2 = by_shape(scalar_or_list, "an integer or a list of 2 integers",
-                    scalar=NonNegativeInt, list=Annotated[list[NonNegativeInt], Field(min_length=2, max_length=2)])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Padding2: TypeAlias = int | list[int]
+else:
+    Padding2 = by_shape(scalar_or_list, "an integer or a list of 2 integers",
+                        scalar=NonNegativeInt, list=Annotated[list[NonNegativeInt], Field(min_length=2, max_length=2)])
 
 
 class Conv2DTranspose(LayerBase):
@@ -76,10 +80,10 @@ def conv2d_transpose(layer: Conv2DTranspose, shapes: list[Shape], dtypes: list[s
     if extra is not None and any(e >= s for e, s in zip(extra, strides, strict=True)):
         raise OpError(f"output_padding: received {layer.output_padding}, expected values below strides "
                       f"({layer.strides}), as Keras requires", "output_padding")
-    in_channels = shape[-1] or 0
+    in_channels = fixed(shape[-1])
     out, pads, out_pad = [], [0, 0, 0, 0], [0, 0]
     for axis in range(2):
-        extent = shape[1 + axis] or 0
+        extent = fixed(shape[1 + axis])
         size = _output_extent(extent, kernel[axis], strides[axis], layer.padding, None if extra is None else extra[axis])
         if layer.padding == "same" and -(-size // strides[axis]) != extent:
             # TensorFlow's conv_transpose needs the forward SAME conv of the output to give the input back
@@ -93,7 +97,7 @@ def conv2d_transpose(layer: Conv2DTranspose, shapes: list[Shape], dtypes: list[s
     params = {"kernel": kernel, "strides": strides, "padding": layer.padding, "pads": pads,
               "output_padding": out_pad, "out_hwc": [h, w, layer.filters]}
     # every input value meets every kernel tap once: in_h * in_w * in * kh * kw * filters multiply-adds
-    macs = (shape[1] or 0) * (shape[2] or 0) * in_channels * kh * kw * layer.filters
+    macs = fixed(shape[1]) * fixed(shape[2]) * in_channels * kh * kw * layer.filters
     result = OpResult((None, h, w, layer.filters), FLOAT, params,
                       flops=2 * macs + (h * w * layer.filters if layer.use_bias else 0))
     result.variables.append(VarDecl("kernel", (kh, kw, layer.filters, in_channels), resolve_init(layer.kernel_init),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import zlib
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from specgen.fields.base import number
+from specgen.fields.base import bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult, require_float
 from specgen.kinds.ops.nodes import Node, Shape
@@ -13,7 +13,7 @@ from specgen.kinds.ops.nodes import Node, Shape
 
 class Dropout(LayerBase):
     op: Literal["dropout"]
-    rate: number(float, ge=0, lt=1)
+    rate: Annotated[float, *bounds(float, ge=0, lt=1)]
 
 
 def infer(layer: Dropout, shapes: list[Shape], dtypes: list[str]) -> OpResult:

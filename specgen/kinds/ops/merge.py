@@ -16,6 +16,7 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import Int, LayerName
 from specgen.fields.layers import MultiInputBase
+from specgen.kinds.dims import fixed
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
 
@@ -50,7 +51,7 @@ def broadcast(layer: Elementwise | Subtract, shapes: list[Shape]) -> Shape:
     return tuple(out)
 
 
-def _symbols_differ(a: list, b: Shape) -> str:
+def _symbols_differ(a: list[int | str | None], b: Shape) -> str:
     """The hint for named dynamic dimensions (kinds/dims.py) that do not line up, else ''."""
     pairs = [(x, y) for x, y in zip(a, b, strict=True) if x != y and isinstance(x, str) | isinstance(y, str)]
     if not pairs:
@@ -78,7 +79,7 @@ def concat(layer: Concat, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     if len(set(dtypes)) > 1:
         raise OpError(f"concat needs inputs of one dtype; received {', '.join(dtypes)}", "inputs")
     out = list(first)
-    out[axis] = sum(s[axis] or 0 for s in shapes)
+    out[axis] = sum(fixed(s[axis]) for s in shapes)
     return OpResult(tuple(out), dtypes[0], {"axis": axis})
 
 

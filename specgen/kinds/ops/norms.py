@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import PositiveFloat, number
+from specgen.fields.base import PositiveFloat, bounds
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.ops.base import (
     PASSES_MASK,
@@ -26,7 +26,7 @@ from specgen.kinds.ops.nodes import Init, Node, Shape
 
 class BatchNorm(LayerBase):
     op: Literal["batch_norm"]
-    momentum: number(float, gt=0, lt=1) = 0.99
+    momentum: Annotated[float, *bounds(float, gt=0, lt=1)] = 0.99
     epsilon: PositiveFloat = 1e-3
     center: bool = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
     scale: bool = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "

@@ -8,7 +8,7 @@ the held height and width axes, so no Transpose is added around them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
@@ -16,6 +16,7 @@ from specgen import text
 from specgen.fields.base import NonNegativeInt
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape
+from specgen.kinds.dims import fixed
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
 from specgen.kinds.ops.nodes import Node, Shape
 
@@ -32,8 +33,11 @@ def _pick(value: Any) -> str | None:
 
 
 Two = Annotated[list[NonNegativeInt], Field(min_length=2, max_length=2)]
-Sides = by_shape(_pick, "an integer, [h, w] or [[top, bottom], [left, right]]", scalar=NonNegativeInt, list=Two,
-                 pairs=Annotated[list[Two], Field(min_length=2, max_length=2)])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Sides: TypeAlias = int | list[int] | list[list[int]]
+else:
+    Sides = by_shape(_pick, "an integer, [h, w] or [[top, bottom], [left, right]]", scalar=NonNegativeInt, list=Two,
+                     pairs=Annotated[list[Two], Field(min_length=2, max_length=2)])
 
 
 class Pad(LayerBase):
@@ -61,7 +65,7 @@ def pad(layer: Pad, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     require_rank(shape, 4, "pad")
     (top, bottom), (left, right) = sides = pairs(layer.padding)
-    out = (None, (shape[1] or 0) + top + bottom, (shape[2] or 0) + left + right, shape[3])
+    out = (None, fixed(shape[1]) + top + bottom, fixed(shape[2]) + left + right, shape[3])
     return OpResult(out, dtype, {"sides": sides})  # no arithmetic: 0 FLOPs, like reshape
 
 
@@ -69,7 +73,7 @@ def crop(layer: Crop, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     (shape,), (dtype,) = shapes, dtypes
     require_rank(shape, 4, "crop")
     (top, bottom), (left, right) = sides = pairs(layer.cropping)
-    height, width = shape[1] or 0, shape[2] or 0
+    height, width = fixed(shape[1]), fixed(shape[2])
     if top + bottom >= height or left + right >= width:
         raise OpError(f"cropping: received {layer.cropping!r} ({top + bottom} rows and {left + right} columns off), "
                       f"expected at most {height - 1} rows (top + bottom) and {width - 1} columns (left + right) "

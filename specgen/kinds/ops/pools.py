@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specgen.fields.layers import LayerBase, Padding, Size2
-from specgen.kinds.dims import nominal
+from specgen.kinds.dims import count, nominal
 from specgen.kinds.ops.base import (
     MaskRule,
     OnnxContext,
@@ -48,7 +48,7 @@ def pool(layer: Pool, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     strides = pair(layer.strides if layer.strides is not None else layer.size)
     (h, w), pads = spatial(shape, size, strides, (1, 1), layer.padding, "size")
     params = {"size": size, "strides": strides, "padding": layer.padding, "pads": pads}
-    flops = nominal(h) * nominal(w) * (shape[3] or 0) * size[0] * size[1]  # per position of a named dimension
+    flops = nominal(h) * nominal(w) * count(shape[3]) * size[0] * size[1]  # per position of a named dimension
     return OpResult((None, h, w, shape[3]), params=params, flops=flops)
 
 

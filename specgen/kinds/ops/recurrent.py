@@ -11,7 +11,7 @@ The time dimension is copied through as the input shape holds it (a symbol once 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -38,6 +38,9 @@ LSTM_TO_ONNX = (0, 3, 1, 2)  # Keras i, f, c, o -> ONNX i, o, f, c
 
 class RecurrentFields(SpecModel):
     """A recurrent layer's own keys; bidirectional.py takes them without name/input (the wrapped `layer:`)."""
+
+    if TYPE_CHECKING:  # each recurrent model declares its own `op: Literal[...]`; not a field here
+        op: str
 
     units: PositiveInt
     return_sequences: bool = Field(False, description="Output every step [batch, time, units], not the last.")

@@ -6,7 +6,7 @@ specgen writes (18-21) every ONNX Reduce* operator takes its axes as an int64 in
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
@@ -16,8 +16,11 @@ from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
 from specgen.kinds.ops.nodes import Node, Shape
 
-Axes = by_shape(scalar_or_list, "an axis or a list of axes", scalar=Int,
-                list=Annotated[list[Int], Field(min_length=1)])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Axes: TypeAlias = int | list[int]
+else:
+    Axes = by_shape(scalar_or_list, "an axis or a list of axes", scalar=Int,
+                    list=Annotated[list[Int], Field(min_length=1)])
 TF_CALLS = {"max": "tf.reduce_max", "min": "tf.reduce_min", "mean": "tf.reduce_mean", "sum": "tf.reduce_sum"}
 ONNX_OPS = {"max": "ReduceMax", "min": "ReduceMin", "mean": "ReduceMean", "sum": "ReduceSum"}
 

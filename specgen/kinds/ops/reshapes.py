@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import number
+from specgen.fields.base import bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, prod
 from specgen.kinds.ops.nodes import Node, Shape
@@ -20,7 +20,7 @@ class Flatten(LayerBase):
 
 class Reshape(LayerBase):
     op: Literal["reshape"]
-    shape: Annotated[list[number(int, ge=-1)],
+    shape: Annotated[list[Annotated[int, *bounds(int, ge=-1)]],
                      Field(min_length=1, description="Without the batch dimension; one -1 allowed.")]
 
 

@@ -7,7 +7,7 @@ conv stack pays no transpose for them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
@@ -18,10 +18,16 @@ from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
 from specgen.kinds.ops.nodes import Init, Node, Shape
 
-ChannelValues = by_shape(scalar_or_list, "a number or a list of one number per channel",
-                         scalar=Float, list=Annotated[list[Float], Field(min_length=1)])
-Variances = by_shape(scalar_or_list, "a non-negative number or a list of one per channel",
-                     scalar=NonNegativeFloat, list=Annotated[list[NonNegativeFloat], Field(min_length=1)])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    ChannelValues: TypeAlias = float | list[float]
+else:
+    ChannelValues = by_shape(scalar_or_list, "a number or a list of one number per channel",
+                             scalar=Float, list=Annotated[list[Float], Field(min_length=1)])
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Variances: TypeAlias = float | list[float]
+else:
+    Variances = by_shape(scalar_or_list, "a non-negative number or a list of one per channel",
+                         scalar=NonNegativeFloat, list=Annotated[list[NonNegativeFloat], Field(min_length=1)])
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(): Normalization divides by max(sqrt(variance), this)
 
 
@@ -88,6 +94,7 @@ def normalize(layer: Normalize, shapes: list[Shape], dtypes: list[str]) -> OpRes
         result.variables += [VarDecl("mean", (channels,), Init("zeros"), "constant"),
                              VarDecl("variance", (channels,), Init("ones"), "constant")]
     else:
+        assert layer.variance is not None  # given together with mean (checked above)
         result.params |= {"mean": _fixed(layer.mean, channels, "mean"),
                           "variance": _fixed(layer.variance, channels, "variance")}
     return result

@@ -103,7 +103,7 @@ def pool1d(layer: Pool1D, shapes: list[Shape], dtypes: list[str]) -> OpResult:
     out, pads = _steps(layer.size, strides, 1, layer.padding, steps, "size")
     params = {"size": layer.size, "strides": strides, "padding": layer.padding, "pads": pads}
     return OpResult((None, out, shape[2]), params=params,
-                    flops=dims.nominal(out) * (shape[2] or 0) * layer.size)
+                    flops=dims.nominal(out) * dims.count(shape[2]) * layer.size)
 
 
 def conv_tf_attrs(node: Node) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen.fields.layers import LayerBase, Size2
-from specgen.kinds.dims import nominal, scaled
+from specgen.kinds.dims import count, nominal, scaled
 from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
 from specgen.kinds.ops.nodes import Node, Shape
 
@@ -26,7 +26,7 @@ def upsample(layer: Upsample, shapes: list[Shape], dtypes: list[str]) -> OpResul
     sh, sw = pair(layer.size)
     out = (None, scaled(shape[1] or 0, sh), scaled(shape[2] or 0, sw), shape[3])
     params = {"size": (sh, sw), "interpolation": layer.interpolation}
-    values = nominal(out[1]) * nominal(out[2]) * (out[3] or 0)  # per position of a named dimension
+    values = nominal(out[1]) * nominal(out[2]) * count(out[3])  # per position of a named dimension
     return OpResult(out, FLOAT, params, flops=FLOPS_PER_VALUE[layer.interpolation] * values)
 
 

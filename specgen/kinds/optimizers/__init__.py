@@ -9,7 +9,7 @@ says what else a new optimizer needs; tests/test_optimizer_registry.py names wha
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import TYPE_CHECKING, Annotated, TypeAlias, Union
 
 from pydantic import Field
 
@@ -23,4 +23,7 @@ SCHEMA_ORDER = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "levenberg_marquar
 
 REGISTRY: dict[str, OptimizerDef] = collect(__name__, __path__, SCHEMA_ORDER)
 
-Optimizer = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    Optimizer: TypeAlias = OptimizerBase
+else:
+    Optimizer = Annotated[Union[models(REGISTRY)], Field(discriminator="kind")]  # noqa: UP007 (built from a tuple)

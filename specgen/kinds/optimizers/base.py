@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from pydantic import Field
 
@@ -31,8 +31,11 @@ class ClipValue(SpecModel):
 
 
 # An optimizer's `clip:` (its own gradients) and `train.clip:` (every gradient) take the same mapping.
-Clip = by_shape(by_key("global_norm", "value"), "a mapping with exactly one of 'global_norm' or 'value'",
-                global_norm=ClipGlobalNorm, value=ClipValue)
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Clip: TypeAlias = ClipGlobalNorm | ClipValue
+else:
+    Clip = by_shape(by_key("global_norm", "value"), "a mapping with exactly one of 'global_norm' or 'value'",
+                    global_norm=ClipGlobalNorm, value=ClipValue)
 
 
 class WeightDecay(SpecModel):
@@ -43,8 +46,11 @@ class WeightDecay(SpecModel):
         "Collection names or glob patterns over this optimizer's weights that get no decay; each must match one."))]
 
 
-Decay = by_shape(scalar_or_mapping, "a number or a mapping {rate, exclude}", scalar=NonNegativeFloat,
-                 mapping=WeightDecay)
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Decay: TypeAlias = float | WeightDecay
+else:
+    Decay = by_shape(scalar_or_mapping, "a number or a mapping {rate, exclude}", scalar=NonNegativeFloat,
+                     mapping=WeightDecay)
 
 
 class OptimizerBase(SpecModel):
@@ -115,4 +121,5 @@ class OptimizerDef:
 
     def hyper(self, opt: Any) -> dict[str, Any]:
         """The kind's own keys of a spec entry, in spec order."""
-        return opt.model_dump(exclude=set(COMMON_KEYS))
+        hyper: dict[str, Any] = opt.model_dump(exclude=set(COMMON_KEYS))
+        return hyper

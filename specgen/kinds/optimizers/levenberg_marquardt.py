@@ -8,12 +8,12 @@ specgen/runtime/lib/levenberg_marquardt.py and templates/tf/train_levenberg_marq
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from specgen.fields.base import PositiveFloat, SpecModel, number
+from specgen.fields.base import PositiveFloat, SpecModel, bounds
 from specgen.fields.losses import Selection
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
@@ -48,7 +48,7 @@ class LevenbergMarquardtKeys(SpecModel):
     initial_damping: PositiveFloat | None = Field(None, description=(
         "The damping λ of the first step tried (its length becomes the first step bound); by default the first "
         "step bound is 100·‖D·w‖, as MINPACK's lmder with factor 100 (scipy's least_squares(method='lm'))."))
-    max_tries: number(int, gt=0, le=MAX_TRIES) = Field(10, description=(
+    max_tries: Annotated[int, *bounds(int, gt=0, le=MAX_TRIES)] = Field(10, description=(
         "Steps tried per iteration before it keeps the weights; each rejected try at least halves the step bound."))
     learning_rate: SkipJsonSchema[Any] = None
     weight_decay: SkipJsonSchema[Any] = None

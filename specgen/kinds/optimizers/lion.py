@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.fields.base import UnitInterval, number
+from specgen.fields.base import UnitInterval, bounds
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
 
@@ -16,7 +16,7 @@ class Lion(OptimizerBase):
     Every step moves each weight by exactly the learning rate, so Lion wants a rate 3-10x below Adam's."""
 
     kind: Literal["lion"]
-    beta_1: number(float, gt=0, le=1) = Field(0.9, description="Interpolation between momentum and gradient "
+    beta_1: Annotated[float, *bounds(float, gt=0, le=1)] = Field(0.9, description="Interpolation between momentum and gradient "
                                                                 "for the step's sign (Keras: 0 < beta_1 <= 1).")
     beta_2: UnitInterval = Field(0.99, description="Decay of the momentum.")
 

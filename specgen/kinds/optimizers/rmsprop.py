@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from specgen.fields.base import PositiveFloat, UnitInterval, number
+from specgen.fields.base import PositiveFloat, UnitInterval, bounds
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
 
 class RmsProp(OptimizerBase):
     kind: Literal["rmsprop"]
     rho: UnitInterval = 0.9
-    momentum: number(float, ge=0, lt=1) = 0.0
+    momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.0
     epsilon: PositiveFloat = 1e-7
     centered: bool = False
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from specgen.fields.base import number
+from specgen.fields.base import bounds
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
 
 class Sgd(OptimizerBase):
     kind: Literal["sgd"]
-    momentum: number(float, ge=0, lt=1) = 0.0
+    momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.0
     nesterov: bool = False
 
 

@@ -9,7 +9,7 @@ specgen/runtime/precision/__init__.py derives its registry of `PrecisionDef`s fr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from specgen.kinds.collect import collect
 from specgen.kinds.precisions.base import PrecisionKind
@@ -22,4 +22,7 @@ FLOAT32 = "fp32"  # no variant: model.onnx itself
 
 REGISTRY: dict[str, PrecisionKind] = collect(__name__, __path__, SCHEMA_ORDER)
 NAMES = (FLOAT32, *REGISTRY)
-PrecisionName = Literal[NAMES]  # type: ignore[valid-type] (built from the registry)
+if TYPE_CHECKING:  # the registry's names, known at run time
+    PrecisionName: TypeAlias = str
+else:
+    PrecisionName = Literal[NAMES]

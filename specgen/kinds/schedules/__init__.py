@@ -9,7 +9,7 @@ schedule needs; tests/test_schedule_registry.py names what one lacks.
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import TYPE_CHECKING, Annotated, TypeAlias, Union
 
 from pydantic import Field
 
@@ -25,5 +25,8 @@ SCHEMA_ORDER = ("constant", "exponential_decay", "cosine_decay", "piecewise_cons
 
 REGISTRY: dict[str, ScheduleDef] = collect(__name__, __path__, SCHEMA_ORDER)
 
-Schedule = Annotated[Union[models(REGISTRY)], Field(discriminator="schedule")]  # noqa: UP007 (built from a tuple)
+if TYPE_CHECKING:  # pydantic's discriminated union of the registry's models, built at run time; statically, their base
+    Schedule: TypeAlias = ScheduleBase
+else:
+    Schedule = Annotated[Union[models(REGISTRY)], Field(discriminator="schedule")]  # noqa: UP007 (built from a tuple)
 LearningRate = by_shape(scalar_or_mapping, "a number or a schedule mapping", scalar=NonNegativeFloat, mapping=Schedule)

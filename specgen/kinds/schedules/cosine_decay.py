@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from specgen.fields.base import NonNegativeFloat, PositiveInt, number
+from specgen.fields.base import NonNegativeFloat, PositiveInt, bounds
 from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
 
 
@@ -12,7 +12,7 @@ class CosineDecay(ScheduleBase):
     schedule: Literal["cosine_decay"]
     initial: NonNegativeFloat
     decay_steps: PositiveInt
-    alpha: number(float, ge=0, le=1) = 0.0
+    alpha: Annotated[float, *bounds(float, ge=0, le=1)] = 0.0
 
 
 KINDS = (ScheduleDef("cosine_decay", CosineDecay, "specgen.runtime.lib.schedules.cosine_decay"),)

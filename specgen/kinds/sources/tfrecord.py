@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -47,8 +47,11 @@ class ImageFeature(SpecModel):
 
 
 # A feature: a key (a number array) or an encoded image, picked by the value's shape so an error names one form.
-Feature = by_shape(scalar_or_mapping, "a feature key or {key: <feature key>, decode: image, size: [<height>, "
-                   "<width>]}", scalar=FeatureKey, mapping=ImageFeature)
+if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
+    Feature: TypeAlias = str | ImageFeature
+else:
+    Feature = by_shape(scalar_or_mapping, "a feature key or {key: <feature key>, decode: image, size: [<height>, "
+                       "<width>]}", scalar=FeatureKey, mapping=ImageFeature)
 
 
 class TfRecordSource(SourceSpec):
