@@ -30,11 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cannot check it here (fp16 without CUDA): `specgen serve` then gates it at load")
     parser.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                         help="where the variant is checked and timed: the provider that will run it")
+    parser.add_argument("--register", metavar="NAME", help="register the export as a version of the MLflow model "
+                        "NAME, in the tracking store of the --checkpoint run (docs/tracking.md)")
+    parser.add_argument("--alias", metavar="ALIAS", help="the alias --register points at the new version "
+                        "(default: candidate)")
 
 
 def run(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
+    tracked = _tracked_run(args)  # --register/--alias mistakes: one line, before the spec is read
     loaded = load_spec(args.spec)
     from specgen.runtime.commands.export import export  # imports TensorFlow: only now
     from specgen.runtime.precision.step import PrecisionRequest
@@ -60,4 +65,29 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(variant_lines(shown(args.output), report["precision"])))
     if "triton" in report:
         print(f"triton model repository: {shown(report['triton'])}")
+    if tracked is not None:  # the run is tracked: its MLflow run gets the export (and a registered version)
+        from specgen.tracking import DEFAULT_ALIAS
+        from specgen.tracking.export import Registration, log_export
+
+        registration = Registration(args.register, args.alias or DEFAULT_ALIAS) if args.register else None
+        log_export(loaded, tracked, args.output, report, registration)
     return 0
+
+
+def _tracked_run(args: argparse.Namespace) -> Path | None:
+    """The --checkpoint run folder that records an MLflow run, or None; refuses --register/--alias that cannot work."""
+    from specgen.diagnostics import Diagnostic, SpecError
+    from specgen.tracking import RUN_FILE, check_alias, check_model_name, run_folder_of
+
+    if args.alias is not None and args.register is None:
+        raise SpecError([Diagnostic(f"--alias {args.alias}", None, "--alias names the alias of --register's version; "
+                                    "expected --register NAME with it")])
+    if args.register is not None:
+        check_model_name(args.register)
+        check_alias(args.alias if args.alias is not None else "candidate")
+    folder = run_folder_of(args.checkpoint) if args.checkpoint is not None else None
+    if args.register is not None and folder is None:
+        where = f"{shown(args.checkpoint)} has no {RUN_FILE}" if args.checkpoint else "there is no --checkpoint run"
+        raise SpecError([Diagnostic(f"--register {args.register}", None, f"{where}: only a run trained with MLflow "
+                                    "tracking (--track mlflow:URI or train.tracking.mlflow) can be registered")])
+    return folder

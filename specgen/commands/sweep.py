@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "SQLite in the sweep folder)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value in every trial (repeatable)")
+    parser.add_argument("--track", metavar="mlflow:URI", help="log every trial to MLflow at URI, each trial a run "
+                        "(docs/tracking.md)")
     katib = parser.add_argument_group("--emit katib", "write a Kubeflow Katib Experiment for the sweep instead of "
                                       "running it; each trial is the TFJob of `specgen train --emit tfjob`")
     katib.add_argument("--emit", choices=["katib"])

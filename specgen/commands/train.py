@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=["default", "mirrored", "multi_worker"],
                         help="run under this tf.distribute strategy (replaces train.distribute.strategy; "
                              "docs/distributed.md)")
+    parser.add_argument("--track", metavar="mlflow:URI", help="log params, metrics and exports to MLflow at URI "
+                        "(replaces train.tracking.mlflow.uri; docs/tracking.md)")
     emit = parser.add_argument_group("--emit tfjob", "write a Kubeflow TFJob manifest for the spec instead of training")
     emit.add_argument("--emit", choices=["tfjob"])
     emit.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
@@ -60,9 +62,20 @@ def run(args: argparse.Namespace) -> int:
         print("specgen train: error: --probe runs one batch and trains nothing: it takes no --epochs, --steps "
               "or --fresh", file=sys.stderr)
         return 2
+    track = None
+    if args.track is not None and args.emit == "tfjob":  # the manifest's workers run `specgen train SPEC`
+        raise SpecError([Diagnostic(f"--track {args.track}", None, "--emit tfjob writes the workers' command, which "
+                                    "takes no --track: put train.tracking.mlflow in the spec (docs/tracking.md)")])
+    if args.track is not None:
+        from specgen.tracking import parse_track
+
+        track = parse_track(args.track)  # one line naming the flag, before the spec is read
     loaded = load_with_overrides(args.spec, args.set)
     if args.emit == "tfjob":
         return _emit_tfjob(args, loaded)
+    from specgen.tracking import check_target
+
+    check_target(loaded, track)  # a store MLflow refuses whatever happens: one line, before TensorFlow starts
     if args.probe:
         from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
 
@@ -77,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
                           fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
-                          strategy=args.strategy, resume_or_start=args.resume_or_start), ir)
+                          strategy=args.strategy, resume_or_start=args.resume_or_start, track=track), ir)
     return 0
 
 

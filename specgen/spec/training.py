@@ -12,6 +12,7 @@ from specgen.fields.unions import by_shape
 from specgen.kinds.metrics import Metric
 from specgen.kinds.optimizers import Clip
 from specgen.spec.distribute import Distribute
+from specgen.spec.tracking import Tracking
 
 # The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
 Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
@@ -50,3 +51,4 @@ class Train(SpecModel):
     precision: Precision = Field("float32", description="Keras' policy names: variables, slots, EMA shadows and "
                                  "checkpoints stay float32; mixed_* compute in float16 or bfloat16 (docs/training.md).")
     jit_compile: bool = Field(False, description="Compile the training step with XLA (tf.function(jit_compile=True)).")
+    tracking: Tracking | None = Field(None, description="Experiment tracking besides TensorBoard (docs/tracking.md).")

@@ -39,6 +39,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SpecError([Diagnostic(loaded.display, None, "a sweep trains the spec: it needs the 'loss', "
                                     "'optimizers', 'train' and 'data.train' sections")])
     check_metric(loaded, sweep, ir)
+    if args.emit == "katib" and args.track is not None:
+        raise SweepUsageError("sweep: --track goes with a local sweep; a Katib trial runs in its pod: track it with "
+                              "train.tracking.mlflow in the spec (docs/tracking.md)")
     if args.emit == "katib":
         from specgen.sweep.katib import emit
 
@@ -56,6 +59,14 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     from specgen.sweep.driver import Plan, Runner, _quiet_optuna, open_study, retry
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
+    track = None
+    if args.track is not None:
+        from specgen.tracking import parse_track
+
+        track = parse_track(args.track)  # one line naming the flag, before any trial
+    from specgen.tracking import check_target
+
+    check_target(loaded, track)
     need_optuna()
     _quiet_optuna()
     sweep = loaded.spec.sweep
@@ -71,7 +82,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     if args.storage is None:
         storage = stores.open_storage(url, retry)
     trials = args.trials if args.trials is not None else sweep.trials
-    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set))
+    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track)
     study = open_study(plan, storage)
     print(_header(plan, len(study.get_trials(deepcopy=False))))
     hparams_config(plan, folder)

@@ -64,6 +64,7 @@ class Plan:
     trials: int
     parallel: int
     base: list[str] = field(default_factory=list)  # the sweep's own --set overrides, given to every trial
+    track: str | None = None  # --track mlflow:URI's URI, given to every trial (docs/tracking.md)
 
     @property
     def study_name(self) -> str:
@@ -267,6 +268,8 @@ class Runner:
         plan = self.plan
         sets = [arg for text in [*plan.base, f"checkpoint.dir={folder}", *overrides] for arg in ("--set", text)]
         command = [sys.executable, "-m", "specgen", "train", str(plan.loaded.path), "--quiet", *sets]
+        if plan.track is not None:  # each trial its own MLflow run, named after its folder (trial-NNNN)
+            command += ["--track", f"mlflow:{plan.track}"]
         wrapper = [sys.executable, "-m", "specgen.sweep.child", str(os.getpid())]
         env = os.environ | {"PYTHONUNBUFFERED": "1"}
         if env.get("TF_CPP_MIN_LOG_LEVEL") == native_logs.DEFAULT_LEVEL:  # this process's quiet() set it: the

@@ -41,6 +41,7 @@ class Options:
     quiet: bool = False
     strategy: str | None = None  # --strategy: replaces train.distribute.strategy for this command
     resume_or_start: bool = False  # --resume when the run folder holds a checkpoint, a new run otherwise
+    track: str | None = None  # --track mlflow:URI's URI: replaces train.tracking.mlflow.uri (docs/tracking.md)
 
 
 @dataclass

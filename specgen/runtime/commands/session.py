@@ -32,6 +32,7 @@ from specgen.runtime.placement.default import Distribution
 from specgen.runtime.placement.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
+from specgen.tracking import Tracker
 
 __all__ = ["Session"]
 
@@ -90,6 +91,7 @@ class Session:
         self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
         self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
                         for stage in ("train", "eval")}
+        self.tracker = Tracker()  # off until train.py starts one: it gets every scalar TensorBoard gets
         self.read_step()
 
     def _load_code(self) -> None:
@@ -259,6 +261,7 @@ class Session:
         with self.writers[stage].as_default(step=self.step):
             for name, value in values.items():
                 tf.summary.scalar(name, value)
+        self.tracker.scalars(stage, self.step, values)
 
     def flush_summaries(self) -> None:
         for writer in self.writers.values():

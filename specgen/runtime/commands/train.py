@@ -33,6 +33,7 @@ from specgen.runtime.interrupt import Interrupts
 from specgen.runtime.placement import replicas as distribute
 from specgen.runtime.placement.default import Distribution
 from specgen.spec.load import LoadedSpec
+from specgen.tracking import start as start_tracking
 
 __all__ = ["Options", "Session", "run_folder", "train"]
 
@@ -162,6 +163,20 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
     print(session.start())
     if session.writes == session.folder:  # the chief: the run's --set values for TensorBoard's HParams tab
         hparams.write(session.folder, begin.overrides)
+    # MLflow (when asked): after the start, so a resume continues the MLflow run that the run folder records
+    session.tracker = start_tracking(begin.loaded, options.track, session.folder, begin.overrides,
+                                     begin.checkpoint is not None, session.writes == session.folder)
+    try:
+        summary = _loop(session)
+    except BaseException as exc:  # Ctrl-C (SystemExit 130) is KILLED; a divergence or any error, FAILED
+        session.tracker.finish("KILLED" if isinstance(exc, SystemExit) else "FAILED")
+        raise
+    session.tracker.finish("FINISHED")
+    return summary
+
+
+def _loop(session: Session) -> dict[str, Any]:
+    """From the first update to the last save and the summary line."""
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
     # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
@@ -173,7 +188,7 @@ def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Dist
     session.reset_metrics()
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
-    progress = TrainProgress(first, stop, options.quiet)  # after the lines above: a bar starts drawing at once
+    progress = TrainProgress(first, stop, session.options.quiet)  # after the lines above: a bar starts drawing at once
     try:
         with Interrupts() as interrupts:  # Ctrl-C is noted and acted on between TensorFlow calls (interrupt.py)
             while session.step < stop:

@@ -1,0 +1,103 @@
+"""What `specgen export --checkpoint RUN` adds to RUN's MLflow run (docs/tracking.md).
+
+The files of the export (model.onnx, a precision variant when made, export.json) and the HTML report of the spec
+and run (`specgen report --html --run RUN`'s page: no TensorFlow; it needs matplotlib for the curves and is left
+out, saying so, without it) go under the artifact folder `export/`. `--register NAME` makes that folder a version of
+the registered model NAME and points `--alias` (default `candidate`) at it: MLflow's aliases, not its deprecated
+stages. Logging the files is best effort (one warning when the tracker fails, the export stands); a registration
+that was asked for and failed is an error, after the export was written.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
+from specgen.spec.load import LoadedSpec
+from specgen.tracking.base import Target, shown_uri
+from specgen.tracking.mlflow import MlflowRun, client, read_record, reason
+
+ARTIFACTS = "export"
+
+
+@dataclass(frozen=True)
+class Registration:
+    name: str
+    alias: str
+
+
+def report_page(loaded: LoadedSpec, run_folder: Path) -> str | None:
+    """`specgen report SPEC --html --run RUN`'s page, or None (with a note) where matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("note: the HTML report is not logged to MLflow: it needs matplotlib (the pictures extra)", file=sys.stderr)
+        return None
+    from specgen.ir.resolve import build_ir
+    from specgen.report.html import page
+
+    return page(loaded, build_ir(loaded), shown(loaded.path), run_folder)
+
+
+def log_export(loaded: LoadedSpec, run_folder: Path, out: Path, report: dict[str, Any],
+               registration: Registration | None) -> str | None:
+    """Log the export in `out` to the MLflow run of `run_folder`; register it when asked. The version registered
+    (as text), or None."""
+    record = read_record(run_folder)
+    if record is None:
+        return None
+    target = Target(str(record["uri"]), str(record.get("experiment", "")))
+    run = MlflowRun(target, "export")
+    run.client = run.call(lambda: client(target.uri))
+    run.run_id = str(record["run_id"])
+    files = [out / "model.onnx", out / "export.json"]
+    variant = report.get("precision", {}).get("file")
+    if isinstance(variant, str) and (out / variant).is_file():
+        files.append(out / variant)
+    for file in files:
+        run.call(lambda file=file: run.client.log_artifact(run.run_id, str(file), ARTIFACTS))
+    page = report_page(loaded, run_folder) if not run.dead else None
+    if page is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "report.html"
+            path.write_text(page, encoding="utf-8")
+            run.call(lambda: run.client.log_artifact(run.run_id, str(path), ARTIFACTS))
+    if not run.dead:
+        print(f"tracking: logged {', '.join(f.name for f in files)}{', report.html' if page else ''} to MLflow run "
+              f"{run.run_id} at {shown_uri(target.uri)}")
+    if registration is None:
+        return None
+    if run.dead:
+        raise _not_registered(registration, target, out, "the tracker failed above")
+    try:
+        return _register(run, registration, loaded, report)
+    except Exception as exc:  # the export is written; the registration that was asked for is not
+        raise _not_registered(registration, target, out, reason(exc)) from None
+
+
+def _register(run: MlflowRun, registration: Registration, loaded: LoadedSpec, report: dict[str, Any]) -> str:
+    from mlflow.exceptions import MlflowException
+
+    mlflow = run.client
+    try:
+        mlflow.create_registered_model(registration.name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    source = f"{mlflow.get_run(run.run_id).info.artifact_uri}/{ARTIFACTS}"
+    tags = {"specgen.spec": loaded.spec.name, "specgen.checkpoint": str(report.get("checkpoint")),
+            "specgen.parity_max_abs_diff": str(report.get("parity_max_abs_diff"))}
+    version = mlflow.create_model_version(registration.name, source, run_id=run.run_id, tags=tags)
+    mlflow.set_registered_model_alias(registration.name, registration.alias, version.version)
+    print(f"registered {registration.name} version {version.version} with alias {registration.alias!r}")
+    return str(version.version)
+
+
+def _not_registered(registration: Registration, target: Target, out: Path, why: str) -> SpecError:
+    return SpecError([Diagnostic(f"--register {registration.name}", None, f"not registered at "
+                                 f"{shown_uri(target.uri)} ({why}); the export in {shown(out)} is written")])

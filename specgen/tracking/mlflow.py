@@ -1,0 +1,181 @@
+"""An MLflow run of `specgen train`, and what `specgen export` adds to it (docs/tracking.md).
+
+Through `MlflowClient` (never the fluent `mlflow.start_run`: no process-wide active run, so a notebook's own runs
+are left alone). The run's ids go into the run folder's mlflow.json at its start: `--resume` continues that MLflow
+run (same URI), `export --checkpoint RUN` attaches its files to it.
+
+HTTP: MLflow's client retries a failed request 7 times with a growing backoff (about 4 minutes) and waits 120 s
+for an answer. Unless the user set them, specgen asks for 2 retries, a backoff factor of 1 and a 10 s timeout:
+a tracker that is down costs a run a few seconds, once (measured in docs/tracking.md), then tracking is off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from specgen.atomic import write_atomic
+from specgen.paths import shown
+from specgen.spec.load import LoadedSpec
+from specgen.tracking.base import RUN_FILE, Target, Tracker, shown_uri
+from specgen.tracking.params import METRICS_PER_BATCH, PARAMS_PER_BATCH, batches, metric_key, resolved_params
+
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_LOGGING_LEVEL": "WARNING",
+                 "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # the run's start line gives the URL
+T = TypeVar("T")
+
+
+def client(uri: str) -> Any:
+    """MLflow's client for `uri` (tracking and registry), with specgen's HTTP defaults where the user set none."""
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    # urllib3 logs each retry as a WARNING through Python's last-resort handler: the one warning line is specgen's.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a new sqlite store's migrations, line by line
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def reason(exc: BaseException) -> str:
+    """The cause in a few words: `[Errno 111] Connection refused` rather than MLflow's request dump."""
+    text = " ".join(str(exc).split())
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return errno.group(0).strip()
+    if "timed out" in text.lower():
+        return "the request timed out"
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+class MlflowRun(Tracker):
+    """One MLflow run; `dead` once a call failed (the command warned and goes on without it)."""
+
+    def __init__(self, target: Target, what: str):
+        self.target, self.what = target, what
+        self.client: Any = None
+        self.run_id: str | None = None
+        self.dead = False
+
+    def call(self, action: Callable[[], T]) -> T | None:
+        """`action`, or None and (the first time) one warning line when it fails: the run goes on."""
+        if self.dead:
+            return None
+        try:
+            return action()
+        except Exception as exc:  # any failure of the tracker (HTTP, database, disk): tracking must never stop a run
+            self.dead = True
+            print(f"specgen {self.what}: warning: MLflow tracking at {shown_uri(self.target.uri)} failed "
+                  f"({reason(exc)}); going on without it", file=sys.stderr)
+            return None
+
+    def scalars(self, stage: str, step: int, values: dict[str, float]) -> None:
+        """As TensorBoard stores them: float32 (tf.summary.scalar's dtype), so both show the same numbers."""
+        if self.run_id is None or self.dead or not values:
+            return
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        metrics = [Metric(metric_key(stage, name), float(np.float32(value)), stamp, step) for name, value in values.items()]
+        for part in batches(metrics, METRICS_PER_BATCH):
+            self.call(lambda part=part: self.client.log_batch(self.run_id, metrics=part, synchronous=True))
+
+    def finish(self, status: str) -> None:
+        if self.run_id is not None:
+            self.call(lambda: self.client.set_terminated(self.run_id, status))
+
+
+def open_run(target: Target, loaded: LoadedSpec, folder: Path, overrides: list[str], resumed: bool) -> MlflowRun:
+    """A new MLflow run with the resolved spec's params, or (`resumed`, same URI) the one mlflow.json names."""
+    run = MlflowRun(target, "train")
+    run.client = run.call(lambda: client(target.uri))
+    if run.client is None:
+        return run
+    saved = read_record(folder)
+    if resumed and saved and saved.get("uri") == target.uri:
+        run.run_id = run.call(lambda: _reopen(run.client, str(saved["run_id"])))
+    else:
+        run.run_id = run.call(lambda: _create(run.client, target, loaded, folder))
+    if run.run_id is None:
+        return run
+    write_atomic(folder / RUN_FILE, json.dumps({"uri": target.uri, "experiment": target.experiment,
+                                                "run_id": run.run_id}, indent=2) + "\n")
+    run.call(lambda: _log_params(run.client, str(run.run_id), resolved_params(loaded.path, overrides)))
+    resolved = folder / "spec.resolved.yaml"
+    if resolved.is_file():
+        run.call(lambda: run.client.log_artifact(run.run_id, str(resolved)))
+    if not run.dead:
+        print(f"tracking: MLflow run {run.run_id} in experiment {target.experiment!r} at {_run_page(run)}")
+    return run
+
+
+def _run_page(run: MlflowRun) -> str:
+    """The URI as shown; for an `mlflow server`, the run's page in its UI."""
+    uri = shown_uri(run.target.uri)
+    if not uri.lower().startswith(("http://", "https://")):
+        return uri
+    found = run.call(lambda: run.client.get_run(run.run_id).info.experiment_id)
+    return f"{uri.rstrip('/')}/#/experiments/{found}/runs/{run.run_id}" if found is not None else uri
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("run_id"), str) else None
+
+
+def _experiment(client: Any, target: Target) -> str:
+    found = client.get_experiment_by_name(target.experiment)
+    if found is not None:
+        return str(found.experiment_id)
+    location = None
+    if target.uri.startswith("sqlite:///"):  # MLflow's default is ./mlruns in whatever folder the run started from
+        database = Path(target.uri.removeprefix("sqlite:///").partition("?")[0])
+        location = (database.absolute().parent / "mlartifacts").as_uri()
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.create_experiment(target.experiment, artifact_location=location))
+    except MlflowException as exc:  # another run (a sweep's parallel trial) made it first
+        found = client.get_experiment_by_name(target.experiment) if exc.error_code == "RESOURCE_ALREADY_EXISTS" else None
+        if found is None:
+            raise
+        return str(found.experiment_id)
+
+
+def _create(client: Any, target: Target, loaded: LoadedSpec, folder: Path) -> str:
+    tags = {"specgen.run_folder": shown(folder), "specgen.spec": shown(loaded.path), "mlflow.source.name": "specgen train",
+            "mlflow.source.type": "LOCAL"}
+    run = client.create_run(_experiment(client, target), run_name=folder.name or None, tags=tags)
+    return str(run.info.run_id)
+
+
+def _reopen(client: Any, run_id: str) -> str:
+    client.update_run(run_id, status="RUNNING")
+    return run_id
+
+
+def _log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
+    """New keys as params; on a resume, a key whose value changed (a new `--set`) as the tag `specgen.resumed.KEY`:
+    MLflow refuses to change a param."""
+    from mlflow.entities import Param, RunTag
+
+    logged = client.get_run(run_id).data.params
+    fresh = [Param(k, v) for k, v in params.items() if k not in logged]
+    changed = [RunTag(f"specgen.resumed.{k}"[:250], v) for k, v in params.items() if k in logged and logged[k] != v]
+    for part in batches(fresh, PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=part, synchronous=True)
+    for part in batches(changed, PARAMS_PER_BATCH):
+        client.log_batch(run_id, tags=part, synchronous=True)
