@@ -53,3 +53,15 @@ def test_the_checker_finds_a_broken_link(tmp_path: Path) -> None:
     page.write_text("# Top\n## Two words, here\n```\n# not a heading\n```\n[x](a.md#two-words-here) [y](b.md)\n")
     assert anchors(page) == {"top", "two-words-here"}
     assert links(page) == ["a.md#two-words-here", "b.md"]
+
+
+# Where the project's own machines keep checkouts, scratch runs and virtualenvs: output pasted from one of them
+# into the docs shows a reader a path that means nothing on theirs (a sweep's study printed as sqlite:////tmp/...).
+MACHINE_PATHS = re.compile(r"(?<![\w.])(/work/|/tmp/scratch|/tmp/pytest-of-|/root/|/home/runner/|\.venv/lib/python)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_machine_paths_in_the_docs(page: Path) -> None:
+    found = [f"{n}: {line.strip()[:120]}" for n, line in enumerate(page.read_text().splitlines(), 1)
+             if MACHINE_PATHS.search(line)]
+    assert found == [], f"{page.relative_to(ROOT)} shows paths of the machine the output was made on"
