@@ -40,6 +40,7 @@ def export_one(name: str, folder: Path) -> onnx.ModelProto:
     import keras
 
     from specgen.importers.keras import import_keras
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 
@@ -49,7 +50,7 @@ def export_one(name: str, folder: Path) -> onnx.ModelProto:
     net = keras.models.load_model(imported.weights_written, compile=False)
     randomize_statistics(net)
     net.save(imported.weights_written)
-    report = export(load_spec(spec), None, folder / name)
+    report = export(build(load_spec(spec)), None, folder / name)
     print(f"{name}: exported, parity scaled difference {report['parity_scaled_diff']:.1e}", flush=True)
     return onnx.load(folder / name / "model.onnx")
 

@@ -44,7 +44,7 @@ ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 def worker(args: argparse.Namespace) -> None:
     """One process of one configuration: prints a JSON line with its timings."""
 
-    from specgen.ir.resolve import build_ir
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.resume import Options
     from specgen.runtime.commands.session import Session
     from specgen.runtime.placement import replicas as distribute
@@ -53,9 +53,9 @@ def worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         overrides = [f"checkpoint.dir={folder}", "train.distribute.cpu_devices=2"]
         loaded = load_with_overrides(SPECS[args.model], overrides)
-        ir = build_ir(loaded)
-        distribution = distribute.start(loaded, ir, args.strategy)
-        session = Session(loaded, Options(overrides=overrides, quiet=True), None, distribution, ir)
+        built = build(loaded)
+        distribution = distribute.start(loaded, built.ir, args.strategy)
+        session = Session(built, Options(overrides=overrides, quiet=True), None, distribution)
         float(session.updates(args.warmup))
         runs = []
         for _ in range(args.repeats):

@@ -53,6 +53,7 @@ def _make_zoo(folder: Path, name: str, size: int) -> None:
     from zoo import randomize_statistics
 
     from specgen.importers.keras import import_keras
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 
@@ -62,7 +63,7 @@ def _make_zoo(folder: Path, name: str, size: int) -> None:
     net = keras.models.load_model(imported.weights_written, compile=False)
     randomize_statistics(net)
     net.save(imported.weights_written)
-    export(load_spec(spec), None, folder)
+    export(build(load_spec(spec)), None, folder)
     x = np.random.default_rng(0).standard_normal((ZOO_CALIBRATION, size, size, 3)).astype(np.float32)
     np.savez(folder / "data.npz", x=x)
 

@@ -188,12 +188,13 @@ class Trainer:
     """A `specgen train` session on a fit's spec (the real generated code and data path), driven epoch by epoch."""
 
     def __init__(self, spec: Path, fit: Fit):
+        from specgen.render.pipeline import build
         from specgen.runtime.commands.resume import Options
         from specgen.runtime.commands.session import Session
         from specgen.spec.load import load_spec
 
         self.fit = fit
-        self.session = Session(load_spec(spec), Options(fresh=True, quiet=True))
+        self.session = Session(build(load_spec(spec)), Options(fresh=True, quiet=True))
         self.session.start()
         self.epochs = 0
 

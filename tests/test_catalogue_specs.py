@@ -62,6 +62,7 @@ def test_a_catalogue_model_trains_at_small_resolution(tmp_path: Path, capsys: py
     batch-norm statistics must move away from their initial values (the update ops run)."""
     import numpy as np
 
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.train import Options, train
     from specgen.spec.load import load_spec_text
 
@@ -75,7 +76,7 @@ def test_a_catalogue_model_trains_at_small_resolution(tmp_path: Path, capsys: py
              "checkpoint: {dir: run, every_steps: 1000}\n")
     (tmp_path / "spec.yaml").write_text(text)
     loaded = load_spec_text(text, "spec.yaml", tmp_path / "spec.yaml")
-    summary = train(loaded, Options(steps=12))
+    summary = train(build(loaded), Options(steps=12))
     losses = [float(x) for x in re.findall(r"loss (\d+\.\d+)", capsys.readouterr().out)]
     assert len(losses) >= 2 and all(np.isfinite(losses))
     assert losses[-1] < losses[0], losses

@@ -284,12 +284,13 @@ def test_export_refuses_non_finite_outputs(exported: dict[str, Path], tmp_path: 
 
 def test_export_parity_gate_fails_on_nan(exported: dict[str, Path], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from specgen.render.pipeline import build
     from specgen.runtime.commands import export as exporter
 
     monkeypatch.setattr(exporter, "max_abs_diff", lambda a, b: math.nan)
     loaded = load_spec_text(exported["spec"].read_text(), str(exported["spec"]), exported["spec"])
     with pytest.raises(SpecError) as info:
-        exporter.export(loaded, exported["good"], tmp_path)
+        exporter.export(build(loaded), exported["good"], tmp_path)
     assert str(info.value) == (f"{tmp_path}: error: onnxruntime and TensorFlow disagree by nan (that is nan relative "
                                "to max(1, max |TensorFlow output|); limit 0.0001); nothing was written. Please report "
                                "this with the spec.")

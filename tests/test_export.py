@@ -37,6 +37,7 @@ def write_checkpoint(prefix: Path, ir: ModelIR, rng: np.random.Generator) -> dic
 
 @pytest.mark.parametrize(("name", "weights"), CASES)
 def test_export_parity_and_weights(name: str, weights: str, tmp_path: Path) -> None:
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
 
     overrides = [f"export.onnx.weights={weights}"]
@@ -45,7 +46,7 @@ def test_export_parity_and_weights(name: str, weights: str, tmp_path: Path) -> N
     loaded = load_with_overrides(EXAMPLES / f"{name}.yaml", overrides)
     ir = build_ir(loaded)
     values = write_checkpoint(tmp_path / "ckpt", ir, np.random.default_rng(1))
-    report = export(loaded, tmp_path / "ckpt", tmp_path / "out")
+    report = export(build(loaded), tmp_path / "ckpt", tmp_path / "out")
     assert report["parity_max_abs_diff"] <= 1e-5
     model = onnx.load(str(tmp_path / "out" / "model.onnx"))
     onnx.checker.check_model(model, full_check=True)

@@ -85,6 +85,7 @@ def test_tanh_net_stays_within_5_percent_of_scipy_at_equal_jacobian_evaluations(
 
 
 def test_damping_step_bound_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.resume import Options, prepare
     from specgen.runtime.commands.session import Session
     from specgen.spec.load import load_spec
@@ -99,7 +100,7 @@ def test_damping_step_bound_and_scales_are_checkpointed_and_resumed(tmp_path: Pa
     straight = first.train(3)
     options = Options(resume=True, quiet=True)
     begin = prepare(load_spec(spec), options)
-    resumed = Session(begin.loaded, options, begin)
+    resumed = Session(build(begin.loaded), options, begin)
     resumed.start()
     state = resumed.trainer.state_by_path()
     assert set(state) == set(saved)

@@ -192,6 +192,7 @@ def logged_scalars(folder: Path) -> dict[str, dict[int, float]]:
 @pytest.mark.parametrize("accumulate", [1, 2], ids=["in-graph chunks", "accumulate 2"])
 def test_tensorboard_logs_each_term_beside_the_total(tmp_path: Path, accumulate: int) -> None:
     """`specgen train` writes loss/<term> for every term; the weighted terms add up to the logged total."""
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.train import Options, train
     from specgen.spec.load import load_spec_text
 
@@ -205,7 +206,7 @@ def test_tensorboard_logs_each_term_beside_the_total(tmp_path: Path, accumulate:
     document["train"] = {"batch_size": BATCH, "accumulate": accumulate}
     text = yaml.safe_dump(document, sort_keys=False)
     (tmp_path / "spec.yaml").write_text(text)
-    train(load_spec_text(text, "spec.yaml", tmp_path / "spec.yaml"), Options(steps=4))
+    train(build(load_spec_text(text, "spec.yaml", tmp_path / "spec.yaml")), Options(steps=4))
     scalars = logged_scalars(tmp_path / "run" / "tensorboard" / "train")
     assert {"loss", "loss/logits", "loss/td", "loss/l2_backbone"} <= set(scalars)
     for step, total in scalars["loss"].items():

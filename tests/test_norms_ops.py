@@ -91,6 +91,7 @@ def test_export_folds_batch_norm_without_gamma_and_keeps_the_statistics(tmp_path
     import tensorflow as tf
     from onnx import numpy_helper
 
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.runtime.parity import random_weights
 
@@ -102,7 +103,7 @@ def test_export_folds_batch_norm_without_gamma_and_keeps_the_statistics(tmp_path
     names = sorted(values)
     tf.raw_ops.SaveV2(prefix=str(tmp_path / "ckpt"), tensor_names=names, shape_and_slices=[""] * len(names),
                       tensors=[tf.constant(values[n]) for n in names])
-    result = export(loaded, tmp_path / "ckpt", tmp_path / "out")
+    result = export(build(loaded), tmp_path / "ckpt", tmp_path / "out")
     assert result["parity_max_abs_diff"] <= 1e-5
     model = onnx.load(str(tmp_path / "out" / "model.onnx"))
     ops = {node.op_type for node in model.graph.node}

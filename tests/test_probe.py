@@ -21,6 +21,7 @@ keras = pytest.importorskip("keras")
 from specgen.cli import main  # noqa: E402
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
+from specgen.render.pipeline import build  # noqa: E402
 from specgen.runtime.commands import probe as probing  # noqa: E402
 from specgen.runtime.lib.generated import load_generated  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
@@ -60,7 +61,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def result(folder: Path) -> probing.Probe:
-    return probing.probe(load_spec(folder / "spec.yaml"))
+    return probing.probe(build(load_spec(folder / "spec.yaml")))
 
 
 @pytest.fixture(scope="module")

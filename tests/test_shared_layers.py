@@ -203,11 +203,12 @@ def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path)
 def test_export_of_the_shared_model(tmp_path: Path) -> None:
     from test_export import write_checkpoint
 
+    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
 
     loaded = load_spec_text(SPEC, str(tmp_path / "s.yaml"), tmp_path / "s.yaml")
     values = write_checkpoint(tmp_path / "ckpt", build_ir(loaded), np.random.default_rng(3))
-    result = export(loaded, tmp_path / "ckpt", tmp_path / "out")
+    result = export(build(loaded), tmp_path / "ckpt", tmp_path / "out")
     assert result["parity_max_abs_diff"] <= TOLERANCE
     model = onnx.load(str(tmp_path / "out" / "model.onnx"))
     names = [i.name for i in model.graph.initializer]

@@ -134,3 +134,43 @@ def test_import_keras_writes_a_spec_that_validates(tmp_path: Path, capsys: pytes
     code, _, err = cli(["import", "keras", "tiny.keras", "-o", "tiny.yaml"], capsys, tmp_path)
     assert code == 0, err
     assert cli(["validate", "tiny.yaml"], capsys, tmp_path)[0] == 0
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, functions: dict[str, str]) -> dict[str, int]:
+    """Count the calls of each `module:function` wherever specgen reaches it: the function in its module and
+    every specgen module that imported it by name (a lazy `from ... import` inside a function reads the module)."""
+    import importlib
+
+    counts = dict.fromkeys(functions.values(), 0)
+    for where, name in functions.items():
+        original = getattr(importlib.import_module(where), name)
+
+        def counted(*args: object, _original: object = original, _name: str = name, **kwargs: object) -> object:
+            counts[_name] += 1
+            return _original(*args, **kwargs)  # type: ignore[operator]
+
+        for module in [m for n, m in sys.modules.items() if n.startswith("specgen") and m is not None]:
+            if getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, counted)
+    return counts
+
+
+PIPELINE_COMMANDS = {  # after the spec path; the run folder is the fixture's (checkpoint.dir counts from the spec)
+    "train": ["train", "--steps", "1", "--resume", "--quiet", "--set", "checkpoint.dir=../run"],
+    "probe": ["train", "--probe", "--set", "checkpoint.dir=../run"],
+    "export": ["export", "--checkpoint", "run", "-o", "export-again"],
+}
+
+
+@pytest.mark.parametrize("name", PIPELINE_COMMANDS)
+def test_each_command_builds_the_pipeline_once(work: Path, name: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """spec -> IR -> generated code runs once per command (issue 31): the command builds it and passes it down;
+    nothing below resolves the IR or renders the code again."""
+    import specgen.render.pipeline  # noqa: F401 (loaded, so its names are counted too)
+
+    counts = _count_calls(monkeypatch, {"specgen.ir.resolve": "build_ir", "specgen.render.files": "render_files"})
+    command, *flags = PIPELINE_COMMANDS[name]
+    code, _, err = cli([command, f"specs/{SPEC}", *flags], capsys, work)
+    assert code == 0, err
+    assert counts == {"build_ir": 1, "render_files": 1}

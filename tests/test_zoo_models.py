@@ -18,6 +18,7 @@ import pytest
 keras = pytest.importorskip("keras")
 
 from specgen.importers.keras import import_keras  # noqa: E402
+from specgen.render.pipeline import build  # noqa: E402
 from specgen.runtime.commands.export import export, scaled_diff  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
@@ -43,7 +44,7 @@ def end_to_end(name: str, folder: Path, size: int = 32, scale: float = 0.2) -> t
     net = keras.models.load_model(result.weights_written, compile=False)  # Keras' own file, written by the import
     randomize(net, scale)
     net.save(result.weights_written)
-    report = export(load_spec(spec), None, folder / "out")
+    report = export(build(load_spec(spec)), None, folder / "out")
     x = np.random.default_rng(0).standard_normal((2, size, size, 3)).astype(np.float32)
     expected = net(x, training=False).numpy()
     (actual,) = Predictor(str(folder / "out" / "model.onnx"), provider="cpu")({"input_layer": x}).values()
@@ -80,7 +81,7 @@ def test_custom_scale_layer_is_bitwise(tmp_path: Path) -> None:
     text = spec.read_text()
     assert "{name: mix_scaled, op: rescale, input: b, scale: 0.17}" in text
     assert "{name: mix, op: add, inputs: [a, mix_scaled]}" in text and "Renamed" not in text
-    export(load_spec(spec), None, tmp_path / "out")
+    export(build(load_spec(spec)), None, tmp_path / "out")
     rng = np.random.default_rng(0)
     feeds = {k: rng.standard_normal((3, 4, 4, 3)).astype(np.float32) for k in ("a", "b")}
     (actual,) = Predictor(str(tmp_path / "out" / "model.onnx"), provider="cpu")(feeds).values()

@@ -41,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
 
     tracked = _tracked_run(args)  # --register/--alias mistakes: one line, before the spec is read
     loaded = load_spec(args.spec)
+    from specgen.render.pipeline import build
+
+    built = build(loaded)  # spec -> IR -> generated code, once for the command
     from specgen.runtime.commands.export import export  # imports TensorFlow: only now
     from specgen.runtime.precision.step import PrecisionRequest
 
     request = PrecisionRequest(args.precision, args.calibration, args.force, args.provider)
-    report = export(loaded, args.checkpoint, args.output, triton=args.triton, precision=request)
+    report = export(built, args.checkpoint, args.output, triton=args.triton, precision=request)
     nodes = sum(report["nodes"].values())
     if report["restore"] is None:
         print(f"exported {shown(args.output / 'model.onnx')}: {nodes} nodes, opset {report['opset']}, "

@@ -76,21 +76,26 @@ def run(args: argparse.Namespace) -> int:
     from specgen.tracking import check_target
 
     check_target(loaded, track)  # a store MLflow refuses whatever happens: one line, before TensorFlow starts
+    from specgen.render.pipeline import build
+
     if args.probe:
-        from specgen.runtime.commands.probe import run_probe  # imports TensorFlow: only now
+        from specgen.runtime.commands.probe import checked_resume_from, run_probe  # imports TensorFlow: only now
 
-        return int(run_probe(loaded, args.resume, args.resume_from))
-    from specgen.ir.resolve import build_ir
-    from specgen.runtime.placement.cluster import check_early
+        checkpoint = checked_resume_from(args.resume_from)  # its error before the spec's IR errors
+        return run_probe(build(loaded), args.resume, checkpoint)
+    from specgen.runtime.placement.cluster import check_early, spec_strategy
 
-    # The IR is built once for the command; with --strategy given, TF_CONFIG is checked before it (its errors first).
-    ir = build_ir(loaded) if args.strategy is None else None
-    check_early(loaded, args.strategy, ir)  # a bad TF_CONFIG is refused before TensorFlow starts
+    # A bad TF_CONFIG is refused before TensorFlow starts; with --strategy given, before the spec's IR errors too.
+    if args.strategy is not None:
+        check_early(args.strategy)
+    built = build(loaded)  # spec -> IR -> generated code, once for the command
+    if args.strategy is None:
+        check_early(spec_strategy(built.ir))
     from specgen.runtime.commands.train import Options, train  # imports TensorFlow: only now
 
-    train(loaded, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
-                          fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
-                          strategy=args.strategy, resume_or_start=args.resume_or_start, track=track), ir)
+    train(built, Options(epochs=args.epochs, steps=args.steps, resume=args.resume, resume_from=args.resume_from,
+                         fresh=args.fresh, overrides=list(args.set), quiet=args.quiet,
+                         strategy=args.strategy, resume_or_start=args.resume_or_start, track=track))
     return 0
 
 
@@ -105,7 +110,8 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
     from specgen.runtime.placement.cluster import check_replicas
 
-    training = build_ir(loaded).training  # the spec validates first: the errors of `specgen validate`
+    ir = build_ir(loaded)  # the spec validates first: the errors of `specgen validate`
+    training = ir.training
     if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
         raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
@@ -116,7 +122,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
               list(args.set))
     check(job)
     cpus = training.train.distribute.cpu_devices if training.train is not None else 1
-    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus))  # a GPU per replica, else a CPU
+    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus), ir)  # a GPU per replica, else a CPU
     text = render(job, loaded.spec.name)
     if args.output is None:
         print(text, end="")

@@ -45,7 +45,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.emit == "katib":
         from specgen.sweep.katib import emit
 
-        return emit(args, loaded, params)
+        return emit(args, loaded, ir, params)
     for flag in KATIB_FLAGS:
         if getattr(args, flag) is not None:
             raise SweepUsageError(f"sweep: --{flag} goes with --emit katib; a local sweep takes -o, --trials, "

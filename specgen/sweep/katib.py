@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from specgen import text
+from specgen.ir.model import ModelIR
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 from specgen.spec.load import LoadedSpec
@@ -68,9 +69,9 @@ REQUIRED = {
 ALGORITHMS = {"tpe": "tpe", "random": "random", "grid": "grid"}
 
 
-def emit(args: argparse.Namespace, loaded: LoadedSpec, params: list[Param]) -> int:
+def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list[Param]) -> int:
+    """`ir`: the sweep command's own, built once."""
     from specgen.atomic import write_atomic
-    from specgen.ir.resolve import build_ir
     from specgen.runtime.commands.tfjob import Job, check
     from specgen.runtime.placement.cluster import check_replicas
     from specgen.sweep.errors import SweepUsageError
@@ -86,9 +87,9 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, params: list[Param]) -> i
             *(f"{p.key}=${{trialParameters.{names[p.key]}}}" for p in params)]
     job = Job(args.spec.as_posix(), args.image, workers, args.cpu, args.memory, args.gpus or 0, None, sets)
     check(job)
-    training = build_ir(loaded).training
+    training = ir.training
     cpus = training.train.distribute.cpu_devices if training is not None and training.train is not None else 1
-    check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus))
+    check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus), ir)
     trials = args.trials if args.trials is not None else sweep.trials
     manifest = experiment(loaded.spec.name, sweep, params, job, trials, args.parallel or 1, args.namespace)
     problems = check_manifest(manifest)

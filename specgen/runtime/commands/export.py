@@ -27,11 +27,10 @@ from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
-from specgen.ir.resolve import build_ir
 from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
 from specgen.progress import Phases
-from specgen.render.files import render_files
+from specgen.render.pipeline import Built
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
 from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line
@@ -155,35 +154,38 @@ def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[d
     return values, {"summary": summary_line(plan), "variables": origin}
 
 
-def export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool = False,
+def export(built: Built, checkpoint: Path | None, out: Path, triton: bool = False,
            precision: PrecisionRequest | None = None) -> dict[str, Any]:
-    """Export, or change nothing: a failed export also removes the output folder it created (while empty)."""
+    """Export, or change nothing: a failed export also removes the output folder it created (while empty).
+    `built`: the spec, its IR and its generated code (model.py computes TensorFlow's outputs, model.onnx gets the
+    weights), built once by the command.
+
+    The result is export.json's record (docs/export.md documents its keys), returned as the dict that is written:
+    it is a document users and `specgen serve` read, so it has one schema, not a dataclass beside a JSON copy."""
     created = not out.exists()
     try:
-        return _export(loaded, checkpoint, out, triton, precision or PrecisionRequest())
+        return _export(built, checkpoint, out, triton, precision or PrecisionRequest())
     except BaseException:
         if created and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
             out.rmdir()
         raise
 
 
-STEPS = ("render", "weights", "TensorFlow outputs", "onnxruntime outputs", "precision", "write")
+STEPS = ("weights", "TensorFlow outputs", "onnxruntime outputs", "precision", "write")
 
 
-def _export(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool,
+def _export(built: Built, checkpoint: Path | None, out: Path, triton: bool,
             precision: PrecisionRequest) -> dict[str, Any]:
     with Phases("export", STEPS) as phases:
-        return _export_steps(loaded, checkpoint, out, triton, precision, phases)
+        return _export_steps(built, checkpoint, out, triton, precision, phases)
 
 
-def _export_steps(loaded: LoadedSpec, checkpoint: Path | None, out: Path, triton: bool,
+def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool,
                   precision: PrecisionRequest, phases: Phases) -> dict[str, Any]:
-    phases.start("render")
-    ir = build_ir(loaded)
+    loaded, ir, files = built.loaded, built.ir, built.files
     training = ir.training
     assert training is not None
     _check_output(out)
-    files = render_files(ir)
     restore: dict[str, Any] | None = None
     phases.start("weights")
     if checkpoint is None:  # `export.onnx.weights` picks among a checkpoint's keys: the plan already chose

@@ -24,9 +24,8 @@ import tensorflow as tf
 from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
-from specgen.ir.resolve import build_ir
 from specgen.paths import shown
-from specgen.render.files import render_files
+from specgen.render.pipeline import Built
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
@@ -85,10 +84,10 @@ class Probe:
     layers: tuple[LayerRow, ...]
 
 
-def _load(ir: ModelIR, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer, int]:
-    for name, content in render_files(ir).items():
-        if name.endswith(".py"):
-            (folder / name).write_bytes(content)
+def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer, int]:
+    ir = built.ir
+    for name, content in built.training_files.items():
+        (folder / name).write_bytes(content)
     assert ir.training is not None and ir.training.train is not None
     seed = ir.training.train.seed
     model: GeneratedModel = load_generated(folder / "model.py").__dict__[ir.class_name](seed=seed)
@@ -127,10 +126,9 @@ def _norm(value: tf.Tensor | tf.IndexedSlices) -> float:
     return float(np.linalg.norm(np.asarray(tf.convert_to_tensor(value), dtype=np.float64).ravel()))
 
 
-def probe(loaded: LoadedSpec, checkpoint: Path | None = None, ir: ModelIR | None = None) -> Probe:
-    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update.
-    `ir`: the IR of `loaded`, when the command has built it already."""
-    ir = ir if ir is not None else build_ir(loaded)
+def probe(built: Built, checkpoint: Path | None = None) -> Probe:
+    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update."""
+    loaded, ir = built.loaded, built.ir
     training = ir.training
     assert training is not None
     if not training.can_train or "train" not in training.data or training.train is None:
@@ -143,7 +141,7 @@ def probe(loaded: LoadedSpec, checkpoint: Path | None = None, ir: ModelIR | None
     assert source is not None
     batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
     with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
-        model, trainer, seed = _load(ir, Path(folder))
+        model, trainer, seed = _load(built, Path(folder))
         origin = _start(loaded, ir, model, trainer, checkpoint)
         features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
         step_seed = tf.constant([int(trainer.global_step.numpy()) * train.accumulate, seed], tf.int64)
@@ -207,16 +205,22 @@ def format_probe(result: Probe) -> str:
     return "\n".join([*lines, "", *_table(["layer", "op", "shape", "mean", "std"], layers, {3, 4})])
 
 
-def run_probe(loaded: LoadedSpec, resume: bool = False, resume_from: Path | None = None) -> int:
-    """`specgen train --probe [--resume | --resume-from CKPT]`: print the tables; exit 0 (flags are findings)."""
+def checked_resume_from(resume_from: Path | None) -> Path | None:
+    """`--probe --resume-from CKPT`: the checkpoint folder, resolved, or one line when it is not one (checked
+    before the spec is built: its error comes first)."""
     checkpoint = resume_from.resolve() if resume_from is not None else None
     if checkpoint is not None and not (checkpoint / "variables.index").is_file():
         raise SpecError([Diagnostic(shown(resume_from or checkpoint), None, "--resume-from: not a checkpoint folder "
                                     "(expected a ckpt-* folder holding meta.json and variables.*)")])
-    ir = build_ir(loaded)  # once for the command, after the --resume-from check (its error comes first)
+    return checkpoint
+
+
+def run_probe(built: Built, resume: bool = False, checkpoint: Path | None = None) -> int:
+    """`specgen train --probe [--resume | --resume-from CKPT]`: print the tables; exit 0 (flags are findings).
+    `checkpoint`: --resume-from's, as `checked_resume_from` returned it."""
     if resume:
-        checkpoint = newest_checkpoint(loaded, ir)
+        checkpoint = newest_checkpoint(built.loaded, built.ir)
     if checkpoint is not None:  # the checks --resume makes: it reads back whole and belongs to this spec
-        verified_meta(checkpoint, loaded)
-    print(format_probe(probe(loaded, checkpoint, ir)))
+        verified_meta(checkpoint, built.loaded)
+    print(format_probe(probe(built, checkpoint)))
     return 0

@@ -18,10 +18,8 @@ import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.ir.model import ModelIR
-from specgen.ir.resolve import build_ir
 from specgen.paths import shown
-from specgen.render.files import render_files
+from specgen.render.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
@@ -30,7 +28,6 @@ from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
 from specgen.runtime.placement.default import Distribution
 from specgen.runtime.placement.positions import position_prefix
-from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import overridden_learning_rates
 from specgen.tracking import Tracker
 
@@ -44,10 +41,10 @@ class Session:
     runtime/hooks.py and the devices through one `Distribution`, so it names no feature and no strategy.
     """
 
-    def __init__(self, loaded: LoadedSpec, options: Options, begin: Start | None = None,
-                 distribution: Distribution | None = None, ir: ModelIR | None = None):
-        """`ir`: the IR of `loaded` when the command has built it already (it is built once per command)."""
-        self.ir = ir if ir is not None else build_ir(loaded)
+    def __init__(self, built: Built, options: Options, begin: Start | None = None,
+                 distribution: Distribution | None = None):
+        """`built`: the spec, its IR and its generated code (built once by the command)."""
+        loaded, self.ir, self.built = built.loaded, built.ir, built
         training = self.ir.training
         assert training is not None
         if not training.can_train or "train" not in training.data:
@@ -97,9 +94,8 @@ class Session:
     def _load_code(self) -> None:
         code = self.writes / "code"
         code.mkdir(parents=True, exist_ok=True)
-        for name, content in render_files(self.ir).items():
-            if name.endswith(".py"):
-                write_atomic(code / name, content)
+        for name, content in self.built.training_files.items():
+            write_atomic(code / name, content)
         self.model_module = load_generated(code / "model.py")
         self.train_module = load_generated(code / "train.py")
 

@@ -20,10 +20,9 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.ir.lints import momentum_warnings
-from specgen.ir.model import ModelIR
-from specgen.ir.resolve import build_ir
 from specgen.paths import shown
 from specgen.progress import TrainProgress
+from specgen.render.pipeline import Built, build
 from specgen.runtime import data, hooks, hparams
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder
@@ -32,7 +31,6 @@ from specgen.runtime.disk import os_error
 from specgen.runtime.interrupt import Interrupts
 from specgen.runtime.placement import replicas as distribute
 from specgen.runtime.placement.default import Distribution
-from specgen.spec.load import LoadedSpec
 from specgen.tracking import start as start_tracking
 
 __all__ = ["Options", "Session", "run_folder", "train"]
@@ -79,13 +77,13 @@ def _interrupted(session: Session) -> SystemExit:
     return SystemExit(130)
 
 
-def train(loaded: LoadedSpec, options: Options, ir: ModelIR | None = None) -> dict[str, Any]:
-    """`ir`: the IR of `loaded`, when the caller has built it (the command builds it once and passes it down)."""
-    ir = ir if ir is not None else build_ir(loaded)
+def train(built: Built, options: Options) -> dict[str, Any]:
+    """`built`: the spec, its IR and its generated code, built once by the command."""
+    loaded, ir = built.loaded, built.ir
     distribution = distribute.start(loaded, ir, options.strategy)  # first: it configures TensorFlow
     try:
         with _without_global_seed():
-            return _train(loaded, ir, options, distribution)
+            return _train(built, options, distribution)
     except tf.errors.DataLossError as exc:  # a data file damaged after its checks (runtime/data.py)
         raise data.unreadable_mid_run(loaded, ir, exc.message.splitlines()[0][:200]) from None
     except tf.errors.OpError as exc:
@@ -152,10 +150,10 @@ def _written(error: OSError, folder: Path) -> str:
     return f"TensorBoard events ({shown(name)})" if "tensorboard" in name.parts else shown(name)
 
 
-def _train(loaded: LoadedSpec, ir: ModelIR, options: Options, distribution: Distribution) -> dict[str, Any]:
-    begin = prepare(loaded, options, chief=distribution.chief)
-    # Overrides kept from a resumed checkpoint change the spec, and so its IR: only then is it built again.
-    session = Session(begin.loaded, options, begin, distribution, ir if begin.loaded is loaded else None)
+def _train(built: Built, options: Options, distribution: Distribution) -> dict[str, Any]:
+    begin = prepare(built.loaded, options, chief=distribution.chief)
+    # Overrides kept from a resumed checkpoint change the spec, and so its IR and code: only then is it built again.
+    session = Session(built if begin.loaded is built.loaded else build(begin.loaded), options, begin, distribution)
     for note in begin.notes:  # after the Session: its checks come before the run folder's first write
         print(f"note: {note}")
     for line in distribution.describe():

@@ -19,7 +19,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr
 
 from specgen.diagnostics import Diagnostic, SpecError, describe, one_of, safe_repr
 from specgen.ir.model import ModelIR
-from specgen.ir.resolve import build_ir
 from specgen.kinds import features
 from specgen.kinds.features import compat
 from specgen.spec.load import LoadedSpec
@@ -178,22 +177,23 @@ def _check(config: TfConfig) -> None:
                       f"{task.type!r} job lists {len(tasks)} address(es))")
 
 
-def check_early(loaded: LoadedSpec, strategy: str | None, ir: ModelIR | None = None) -> None:
+def spec_strategy(ir: ModelIR) -> str:
+    """The strategy the spec declares (train.distribute.strategy; default without a train section)."""
+    training = ir.training
+    train = training.train if training is not None else None
+    return train.distribute.strategy if train is not None else "default"
+
+
+def check_early(strategy: str) -> None:
     """TF_CONFIG read before TensorFlow starts, when the run is multi-worker: a refusal costs no TensorFlow
-    start and happens before anything is written (`distribute.start` reads it again for the run).
-    `ir`: the command's IR when it has built it (needed only without --strategy, to read the spec's)."""
-    if strategy is None:
-        training = (ir if ir is not None else build_ir(loaded)).training
-        train = training.train if training is not None else None
-        strategy = train.distribute.strategy if train is not None else "default"
+    start and happens before anything is written (`distribute.start` reads it again for the run)."""
     if strategy == "multi_worker":
         read_role()
 
 
-def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR | None = None) -> None:
+def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR) -> None:
     """What a distributed run of the spec needs, checked without TensorFlow (by `specgen train` once its
     strategy knows `count`, and by `--emit tfjob` before it writes a job that could only fail)."""
-    ir = ir if ir is not None else build_ir(loaded)  # `ir`: the command's own, built once
     training = ir.training
     if training is None or training.train is None:
         return
