@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specgen.commands.common import positive_int
 from specgen.paths import shown
+
+if TYPE_CHECKING:
+    from specgen.render.pipeline import Built
 
 NAME = "export"
 ORDER = 90
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         from specgen.tracking.export import Registration, log_export
 
         registration = Registration(args.register, args.alias or DEFAULT_ALIAS) if args.register else None
-        log_export(loaded, tracked, args.output, report, registration)
+        log_export(loaded, tracked, args.output, report, registration, lambda: _report_page(built, tracked))
     return 0
 
 
@@ -94,3 +99,15 @@ def _tracked_run(args: argparse.Namespace) -> Path | None:
         raise SpecError([Diagnostic(f"--register {args.register}", None, f"{where}: only a run trained with MLflow "
                                     "tracking (--track mlflow:URI or train.tracking.mlflow) can be registered")])
     return folder
+
+
+def _report_page(built: Built, run_folder: Path) -> str | None:
+    """`specgen report SPEC --html --run RUN`'s page for the tracked run, or None (with a note) without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("note: the HTML report is not logged to MLflow: it needs matplotlib (the pictures extra)", file=sys.stderr)
+        return None
+    from specgen.report.html import page
+
+    return page(built.loaded, built.ir, shown(built.loaded.path), run_folder)

@@ -10,8 +10,8 @@ that was asked for and failed is an error, after the export was written.
 
 from __future__ import annotations
 
-import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,23 +31,11 @@ class Registration:
     alias: str
 
 
-def report_page(loaded: LoadedSpec, run_folder: Path) -> str | None:
-    """`specgen report SPEC --html --run RUN`'s page, or None (with a note) where matplotlib is missing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("note: the HTML report is not logged to MLflow: it needs matplotlib (the pictures extra)", file=sys.stderr)
-        return None
-    from specgen.ir.resolve import build_ir
-    from specgen.report.html import page
-
-    return page(loaded, build_ir(loaded), shown(loaded.path), run_folder)
-
-
 def log_export(loaded: LoadedSpec, run_folder: Path, out: Path, report: dict[str, Any],
-               registration: Registration | None) -> str | None:
+               registration: Registration | None, report_page: Callable[[], str | None]) -> str | None:
     """Log the export in `out` to the MLflow run of `run_folder`; register it when asked. The version registered
-    (as text), or None."""
+    (as text), or None. `report_page`: the HTML report's page (None where it cannot be made), asked for only
+    while the tracker answers: the command makes it, from the IR it built."""
     record = read_record(run_folder)
     if record is None:
         return None
@@ -61,7 +49,7 @@ def log_export(loaded: LoadedSpec, run_folder: Path, out: Path, report: dict[str
         files.append(out / variant)
     for file in files:
         run.call(lambda file=file: run.client.log_artifact(run.run_id, str(file), ARTIFACTS))
-    page = report_page(loaded, run_folder) if not run.dead else None
+    page = report_page() if not run.dead else None
     if page is not None:
         with tempfile.TemporaryDirectory() as scratch:
             path = Path(scratch) / "report.html"
