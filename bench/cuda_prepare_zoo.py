@@ -40,7 +40,7 @@ def export_one(name: str, folder: Path) -> onnx.ModelProto:
     import keras
 
     from specgen.importers.keras import import_keras
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 

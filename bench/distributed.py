@@ -44,7 +44,7 @@ ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 def worker(args: argparse.Namespace) -> None:
     """One process of one configuration: prints a JSON line with its timings."""
 
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.resume import Options
     from specgen.runtime.commands.session import Session
     from specgen.runtime.placement import replicas as distribute

@@ -53,7 +53,7 @@ def _make_zoo(folder: Path, name: str, size: int) -> None:
     from zoo import randomize_statistics
 
     from specgen.importers.keras import import_keras
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 

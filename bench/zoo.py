@@ -137,8 +137,8 @@ def one(name: str, size: int, result: Path, repeats: int, seconds: float) -> Non
 
     from specgen.importers.keras import import_keras
     from specgen.ir.resolve import build_ir
+    from specgen.pipeline import build
     from specgen.render.files import render_files
-    from specgen.render.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.spec.load import load_spec
 

@@ -188,7 +188,7 @@ class Trainer:
     """A `specgen train` session on a fit's spec (the real generated code and data path), driven epoch by epoch."""
 
     def __init__(self, spec: Path, fit: Fit):
-        from specgen.render.pipeline import build
+        from specgen.pipeline import build
         from specgen.runtime.commands.resume import Options
         from specgen.runtime.commands.session import Session
         from specgen.spec.load import load_spec

@@ -62,7 +62,7 @@ def test_a_catalogue_model_trains_at_small_resolution(tmp_path: Path, capsys: py
     batch-norm statistics must move away from their initial values (the update ops run)."""
     import numpy as np
 
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.train import Options, train
     from specgen.spec.load import load_spec_text
 

@@ -284,7 +284,7 @@ def test_export_refuses_non_finite_outputs(exported: dict[str, Path], tmp_path: 
 
 def test_export_parity_gate_fails_on_nan(exported: dict[str, Path], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands import export as exporter
 
     monkeypatch.setattr(exporter, "max_abs_diff", lambda a, b: math.nan)

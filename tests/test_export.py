@@ -37,7 +37,7 @@ def write_checkpoint(prefix: Path, ir: ModelIR, rng: np.random.Generator) -> dic
 
 @pytest.mark.parametrize(("name", "weights"), CASES)
 def test_export_parity_and_weights(name: str, weights: str, tmp_path: Path) -> None:
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.export import export
 
     overrides = [f"export.onnx.weights={weights}"]

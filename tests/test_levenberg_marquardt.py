@@ -85,7 +85,7 @@ def test_tanh_net_stays_within_5_percent_of_scipy_at_equal_jacobian_evaluations(
 
 
 def test_damping_step_bound_and_scales_are_checkpointed_and_resumed(tmp_path: Path) -> None:
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.resume import Options, prepare
     from specgen.runtime.commands.session import Session
     from specgen.spec.load import load_spec

@@ -192,7 +192,7 @@ def logged_scalars(folder: Path) -> dict[str, dict[int, float]]:
 @pytest.mark.parametrize("accumulate", [1, 2], ids=["in-graph chunks", "accumulate 2"])
 def test_tensorboard_logs_each_term_beside_the_total(tmp_path: Path, accumulate: int) -> None:
     """`specgen train` writes loss/<term> for every term; the weighted terms add up to the logged total."""
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.train import Options, train
     from specgen.spec.load import load_spec_text
 

@@ -91,7 +91,7 @@ def test_export_folds_batch_norm_without_gamma_and_keeps_the_statistics(tmp_path
     import tensorflow as tf
     from onnx import numpy_helper
 
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.export import export
     from specgen.runtime.parity import random_weights
 

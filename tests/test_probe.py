@@ -20,8 +20,8 @@ keras = pytest.importorskip("keras")
 
 from specgen.cli import main  # noqa: E402
 from specgen.ir.resolve import build_ir  # noqa: E402
+from specgen.pipeline import build  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
-from specgen.render.pipeline import build  # noqa: E402
 from specgen.runtime.commands import probe as probing  # noqa: E402
 from specgen.runtime.lib.generated import load_generated  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402

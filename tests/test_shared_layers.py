@@ -203,7 +203,7 @@ def test_batch_norm_after_one_use_of_a_shared_conv_is_not_folded(tmp_path: Path)
 def test_export_of_the_shared_model(tmp_path: Path) -> None:
     from test_export import write_checkpoint
 
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
     from specgen.runtime.commands.export import export
 
     loaded = load_spec_text(SPEC, str(tmp_path / "s.yaml"), tmp_path / "s.yaml")

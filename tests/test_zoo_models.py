@@ -18,7 +18,7 @@ import pytest
 keras = pytest.importorskip("keras")
 
 from specgen.importers.keras import import_keras  # noqa: E402
-from specgen.render.pipeline import build  # noqa: E402
+from specgen.pipeline import build  # noqa: E402
 from specgen.runtime.commands.export import export, scaled_diff  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402

@@ -11,7 +11,7 @@ from specgen.commands.common import positive_int
 from specgen.paths import shown
 
 if TYPE_CHECKING:
-    from specgen.render.pipeline import Built
+    from specgen.pipeline import Built
 
 NAME = "export"
 ORDER = 90
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     tracked = _tracked_run(args)  # --register/--alias mistakes: one line, before the spec is read
     loaded = load_spec(args.spec)
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
 
     built = build(loaded)  # spec -> IR -> generated code, once for the command
     from specgen.runtime.commands.export import export  # imports TensorFlow: only now

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from specgen.tracking import check_target
 
     check_target(loaded, track)  # a store MLflow refuses whatever happens: one line, before TensorFlow starts
-    from specgen.render.pipeline import build
+    from specgen.pipeline import build
 
     if args.probe:
         from specgen.runtime.commands.probe import checked_resume_from, run_probe  # imports TensorFlow: only now

@@ -29,8 +29,8 @@ from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
+from specgen.pipeline import Built
 from specgen.progress import Phases
-from specgen.render.pipeline import Built
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
 from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line

@@ -25,7 +25,7 @@ from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.paths import shown
-from specgen.render.pipeline import Built
+from specgen.pipeline import Built
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore

@@ -19,7 +19,7 @@ import tensorflow as tf
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
-from specgen.render.pipeline import Built
+from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line

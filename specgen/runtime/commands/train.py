@@ -21,8 +21,8 @@ import tensorflow as tf
 
 from specgen.ir.lints import momentum_warnings
 from specgen.paths import shown
+from specgen.pipeline import Built, build
 from specgen.progress import TrainProgress
-from specgen.render.pipeline import Built, build
 from specgen.runtime import data, hooks, hparams
 from specgen.runtime.checkpoint import write_failure
 from specgen.runtime.commands.resume import Options, prepare, run_folder

@@ -1,5 +1,8 @@
 """A spec as a command uses it, built once: the loaded spec, its IR and its generated files.
 
+It sits above spec/, ir/ and render/ (render/ works from the IR alone and imports nothing of spec/) and below
+the commands and runtime/commands/, which receive it.
+
 The commands that run a spec (`train`, `train --probe`, `export`) build one `Built` after reading and checking
 the spec and pass it down as a required argument: the IR is resolved and the code rendered once per command, and
 what TensorFlow trains or exports is exactly what `specgen build` would write for that spec (the same
