@@ -123,3 +123,18 @@ def test_every_command_is_one_module_the_parser_loops_over() -> None:
     sub = next(a for a in parser()._actions if a.dest == "command")
     assert list(sub.choices) == names  # in ORDER: `specgen --help` lists them as the pipeline runs
     assert names[:3] == ["validate", "explain", "diff"] and "train" in names and "serve" in names
+
+
+def test_docs_cli_lists_every_command_and_shows_the_real_usage() -> None:
+    """docs/cli.md opens with `specgen --help`'s usage lines and has a table row per command: a command added
+    to specgen/commands/ shows up in the docs or this fails."""
+    import re
+
+    from specgen.cli import parser
+    from specgen.commands import discover
+
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    usage = " ".join(parser().format_usage().split())  # argparse wraps to the terminal's width: compare words
+    assert usage in " ".join(text.split()), usage
+    rows = set(re.findall(r"^\| `specgen ([a-z-]+)", text, re.M))
+    assert sorted({c.NAME for c in discover()} - rows) == []
