@@ -174,3 +174,14 @@ def test_each_command_builds_the_pipeline_once(work: Path, name: str, monkeypatc
     code, _, err = cli([command, f"specs/{SPEC}", *flags], capsys, work)
     assert code == 0, err
     assert counts == {"build_ir": 1, "render_files": 1}
+
+
+def test_tracking_is_checked_before_anything_runs(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The tracking package in the quick tier (the MLflow runs themselves: tests/test_tracking_mlflow.py, slow):
+    `train.tracking` validates with the spec, and a `--track` that names no tracker is one line before training."""
+    text = (work / "specs" / SPEC).read_text().replace("train:\n", "train:\n  tracking: {mlflow: {uri: 'htp://x'}}\n", 1)
+    (work / "specs" / "tracked.yaml").write_text(text)
+    code, _, err = cli(["validate", "specs/tracked.yaml"], capsys, work)
+    assert code == 1 and "unknown scheme 'htp:'; did you mean 'http'?" in err
+    code, _, err = cli(["train", f"specs/{SPEC}", "--track", "http://host:5000", "--steps", "1"], capsys, work)
+    assert code == 1 and err.startswith("--track http://host:5000: error: expected TRACKER:URI")
