@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
-from specgen.serve.protocol import InferRequest, RequestedOutput, check_shape
+from specgen.serve.protocol import InferRequest, RequestedOutput, check_complete, check_shape, input_tensor, place
 from specgen.serve.repository import DATATYPES, ModelConfig
 from specgen.serve.values import show
 
@@ -113,14 +113,7 @@ def decode_infer(request: Any, config: ModelConfig) -> InferRequest:
     batch: tuple[str, int] | None = None
     for position, item in enumerate(request.inputs):
         name = item.name
-        if name not in tensors:
-            raise ProtocolError(f"received an input named {show(name)}; model '{config.name}' expects inputs "
-                                f"{sorted(tensors)}")
-        if name in arrays:
-            raise ProtocolError(f"input '{name}' appears twice in 'inputs'")
-        tensor = tensors[name]
-        if item.datatype != tensor.datatype:
-            raise ProtocolError(f"input '{name}': received datatype {show(item.datatype)}, expected \"{tensor.datatype}\"")
+        tensor = input_tensor(name, item.datatype, config, arrays)
         shape = check_shape(list(item.shape), config, tensor)
         count = math.prod(shape)
         if raw:
@@ -130,16 +123,8 @@ def decode_infer(request: Any, config: ModelConfig) -> InferRequest:
             values = _raw(name, tensor.datatype, raw[position], count, shape)
         else:
             values = _typed(name, tensor.datatype, item.contents, count, shape)
-        rows = shape[0] if config.batched else 1
-        if batch is not None and rows != batch[1]:
-            raise ProtocolError(f"input '{name}': received batch size {rows}, expected {batch[1]} like input '{batch[0]}'")
-        batch = batch or (name, rows)
-        model_shape = (rows, *tensor.model_dims) if config.batched else tensor.model_dims
-        arrays[name] = values.reshape(shape if tensor.reshape is None else model_shape)
-    missing = sorted(set(tensors) - set(arrays))
-    if missing:
-        raise ProtocolError(f"missing input{'s' if len(missing) > 1 else ''} {missing}: received inputs {list(arrays)}, "
-                            f"model '{config.name}' expects {sorted(tensors)}")
+        batch = place(arrays, tensor, values, shape, config, batch)
+    check_complete(arrays, config)
     return InferRequest(id=request.id or None, inputs=arrays, rows=batch[1] if batch else 1,
                         outputs=_outputs(request, config))
 

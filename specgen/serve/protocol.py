@@ -104,6 +104,43 @@ def _expected_shape(config: ModelConfig, tensor: TensorConfig) -> str:
     return f"{shape}{note}"
 
 
+def input_tensor(name: object, datatype: object, config: ModelConfig, arrays: Arrays) -> TensorConfig:
+    """The model input a request's entry names (HTTP's JSON or gRPC's message): known to the model, not given
+    before in this request (`arrays`), and of the model's datatype."""
+    tensors = {t.name: t for t in config.inputs}
+    if not isinstance(name, str) or name not in tensors:
+        raise ProtocolError(f"received an input named {show(name)}; model '{config.name}' expects inputs "
+                            f"{sorted(tensors)}")
+    if name in arrays:
+        raise ProtocolError(f"input '{name}' appears twice in 'inputs'")
+    tensor = tensors[name]
+    if datatype != tensor.datatype:
+        raise ProtocolError(f"input '{name}': received datatype {show(datatype)}, expected \"{tensor.datatype}\"")
+    return tensor
+
+
+def place(arrays: Arrays, tensor: TensorConfig, values: np.ndarray, shape: tuple[int, ...], config: ModelConfig,
+          batch: tuple[str, int] | None) -> tuple[str, int]:
+    """Put one input's values into `arrays`, shaped as the model takes them; its batch size must be that of the
+    inputs before it (`batch`: the first input's name and rows). Returns the batch for the next input."""
+    rows = shape[0] if config.batched else 1
+    if batch is not None and rows != batch[1]:
+        raise ProtocolError(f"input '{tensor.name}': received batch size {rows}, expected {batch[1]} like input "
+                            f"'{batch[0]}'")
+    model_shape = (rows, *tensor.model_dims) if config.batched else tensor.model_dims
+    arrays[tensor.name] = values.reshape(shape if tensor.reshape is None else model_shape)
+    return batch or (tensor.name, rows)
+
+
+def check_complete(arrays: Arrays, config: ModelConfig) -> None:
+    """Every input of the model was given."""
+    expected = sorted(t.name for t in config.inputs)
+    missing = sorted(set(expected) - set(arrays))
+    if missing:
+        raise ProtocolError(f"missing input{'s' if len(missing) > 1 else ''} {missing}: received inputs {list(arrays)}, "
+                            f"model '{config.name}' expects {expected}")
+
+
 def check_shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[int, ...]:
     """The request's shape for `tensor`, checked against the config (batch size within max_batch_size)."""
     name = tensor.name
@@ -181,15 +218,8 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
     for item in raw_inputs:
         item = _object(item, "each entry of 'inputs'")
         name = item.get("name")
-        if not isinstance(name, str) or name not in tensors:
-            raise ProtocolError(f"received an input named {show(name)}; model '{config.name}' expects inputs "
-                                f"{sorted(tensors)}")
-        if name in arrays:
-            raise ProtocolError(f"input '{name}' appears twice in 'inputs'")
-        tensor = tensors[name]
-        datatype = item.get("datatype")
-        if datatype != tensor.datatype:
-            raise ProtocolError(f"input '{name}': received datatype {show(datatype)}, expected \"{tensor.datatype}\"")
+        tensor = input_tensor(name, item.get("datatype"), config, arrays)
+        datatype = tensor.datatype
         shape = check_shape(item.get("shape"), config, tensor)
         count = math.prod(shape)
         options = _object(item.get("parameters", {}), f"the parameters of input '{name}'")
@@ -202,16 +232,8 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
         else:
             raise ProtocolError(f"input '{name}': received no 'data', expected {count} {datatype} values for shape "
                                 f"{list(shape)} (or binary_data_size with binary tensor data)")
-        rows = shape[0] if config.batched else 1
-        if batch is not None and rows != batch[1]:
-            raise ProtocolError(f"input '{name}': received batch size {rows}, expected {batch[1]} like input '{batch[0]}'")
-        batch = batch or (name, rows)
-        model_shape = (rows, *tensor.model_dims) if config.batched else tensor.model_dims
-        arrays[name] = values.reshape(shape if tensor.reshape is None else model_shape)
-    missing = sorted(set(tensors) - set(arrays))
-    if missing:
-        raise ProtocolError(f"missing input{'s' if len(missing) > 1 else ''} {missing}: received inputs {list(arrays)}, "
-                            f"model '{config.name}' expects {sorted(tensors)}")
+        batch = place(arrays, tensor, values, shape, config, batch)
+    check_complete(arrays, config)
     if offset != len(binary):
         raise ProtocolError(f"received {len(binary)} bytes of binary data after the JSON header, expected {offset} "
                             "(the sum of the inputs' binary_data_size)")
