@@ -73,20 +73,21 @@ def worker_threads(threads: int, workers: int) -> int:
     return max(1, total // workers)
 
 
-def _address(host: str, port: int) -> tuple[Any, ...]:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    return family, kind, proto, address
+def _bound(host: str, port: int, option: int, what: str) -> socket.socket:
+    """A TCP socket with `option` (SO_REUSEADDR or SO_REUSEPORT) set, bound to host:port; one line when it cannot."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, option, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise WorkersError(f"{what} on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
 
 
 def listen(host: str, port: int) -> socket.socket:
     """The HTTP socket every worker accepts from, listening and inheritable."""
-    try:
-        family, kind, proto, address = _address(host, port)
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise WorkersError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock = _bound(host, port, socket.SO_REUSEADDR, "cannot listen")
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -94,14 +95,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def reserve(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: holds the gRPC port for the workers (which bind it the same way)."""
-    try:
-        family, kind, proto, address = _address(host, port)
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise WorkersError(f"gRPC cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
+    return _bound(host, port, socket.SO_REUSEPORT, "gRPC cannot listen")
 
 
 class Supervisor:
