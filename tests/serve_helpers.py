@@ -59,15 +59,21 @@ class Served:
         self.thread.join(30)
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """One sample of the Prometheus text exposition (0 when the series does not exist yet)."""
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """One sample of the Prometheus text exposition; None when the series does not exist."""
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
-            sample, value = line.rsplit(" ", 1)
-            found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-            if sample.split("{")[0] == name and all(found.get(k) == v for k, v in labels.items()):
+            head, value = line.rsplit(" ", 1)
+            found = dict(re.findall(r'(\w+)="([^"]*)"', head))
+            if head.split("{")[0] == name and all(found.get(k) == v for k, v in labels.items()):
                 return float(value)
-    return 0.0
+    return None
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """One sample of the Prometheus text exposition (0 when the series does not exist yet)."""
+    found = sample(text, name, **labels)
+    return 0.0 if found is None else found
 
 
 def events(records: list[Any], event: str) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from serve_helpers import sample
 
 pytest.importorskip("onnxruntime")
 httpx = pytest.importorskip("httpx")
@@ -147,14 +148,12 @@ def logits(response: Any) -> np.ndarray:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """One sample of the Prometheus text exposition."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            sample, value = line.rsplit(" ", 1)
-            found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-            if sample.split("{")[0] == name and all(found.get(k) == v for k, v in labels.items()):
-                return float(value)
-    raise AssertionError(f"no sample {name} {labels} in /metrics")
+    """One sample of the Prometheus text exposition; the series must exist (serve_helpers.metric reads 0 for one
+    not made yet)."""
+    found = sample(text, name, **labels)
+    if found is None:
+        raise AssertionError(f"no sample {name} {labels} in /metrics")
+    return found
 
 
 # Repository and config
