@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -145,9 +146,9 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, functions: dict[str, str]) -> 
     for where, name in functions.items():
         original = getattr(importlib.import_module(where), name)
 
-        def counted(*args: object, _original: object = original, _name: str = name, **kwargs: object) -> object:
+        def counted(*args: object, _original: Callable[..., object] = original, _name: str = name, **kwargs: object) -> object:
             counts[_name] += 1
-            return _original(*args, **kwargs)  # type: ignore[operator]
+            return _original(*args, **kwargs)
 
         for module in [m for n, m in sys.modules.items() if n.startswith("specgen") and m is not None]:
             if getattr(module, name, None) is original:

@@ -18,4 +18,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.runtime.commands.data import run_data  # imports TensorFlow (it reads the data): only now
 
-    return int(run_data(args.spec, args.stage))
+    return run_data(args.spec, args.stage)

@@ -23,4 +23,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.runtime.commands.infer import infer
 
-    return int(infer(args.model, args.input, args.output, args.provider, args.feed, args.labels))
+    return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels)

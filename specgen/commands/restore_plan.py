@@ -20,4 +20,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.runtime.commands.restore import run_restore_plan  # imports TensorFlow: only now
 
-    return int(run_restore_plan(args.spec, args.from_))
+    return run_restore_plan(args.spec, args.from_)

@@ -43,9 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.serve import run_server
 
-    return int(run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
-                          batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
-                          header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                          max_connections=args.max_connections, grpc_port=args.grpc_port,
-                          model_control=args.model_control, poll_seconds=args.poll_seconds, workers=args.workers,
-                          cuda_graphs=args.cuda_graphs))
+    return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
+                      batching=not args.no_batching, threads=args.threads, log_level=args.log_level,
+                      header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                      max_connections=args.max_connections, grpc_port=args.grpc_port,
+                      model_control=args.model_control, poll_seconds=args.poll_seconds, workers=args.workers,
+                      cuda_graphs=args.cuda_graphs)
