@@ -16,8 +16,8 @@ from precision_train_cases import spec_text
 
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
-from specgen.kinds import features
-from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, REPLACING, compat
+from specgen.kinds import compat, features
+from specgen.kinds.features import HOOKS, INTERACTIONS, REGISTRY, REPLACING
 from specgen.render.environment import environment, templates_dir
 from specgen.render.features_plan import placement
 from specgen.spec.load import load_spec, load_spec_text
@@ -244,3 +244,22 @@ def test_every_training_state_key_sits_under_a_reserved_root() -> None:
         state = [v.path for v in ir.variables if v.path not in model]
         assert state, ir.name
         assert sorted({p.split("/")[0] for p in state} - set(STATE_ROOTS)) == [], ir.name
+
+
+def test_each_train_key_is_a_spec_key_and_an_ir_field_that_the_shared_files_do_not_name() -> None:
+    """A feature's `train.<key>` comes from its TrainKey alone: spec/training.py and ir/training/ build `Train` and
+    `TrainIR` from the registry (tests/test_feature_plugin.py adds a feature to a copy of the tree and runs it)."""
+    from specgen.ir.training.model import TrainIR, TrainShared
+    from specgen.spec.training import Train
+    from specgen.spec.training import TrainShared as SpecShared
+
+    names = [k.name for k in features.TRAIN_KEYS]
+    assert names == ["accumulate", "precision", "clip", "ema", "distribute"]  # pipeline order
+    assert list(Train.model_fields) == features.place_keys(list(SpecShared.model_fields))
+    assert [f.name for f in dataclasses.fields(TrainIR)] == [*(f.name for f in dataclasses.fields(TrainShared)), *names]
+    build = (ROOT / "specgen/ir/training/build.py").read_text(encoding="utf-8")
+    train = next(n for n in ast.parse(build).body if isinstance(n, ast.FunctionDef) and n.name == "_train")
+    # build.py's other functions read export.onnx.precision and an optimizer's own clip: other senses.
+    for where, text in (("specgen/spec/training.py", (ROOT / "specgen/spec/training.py").read_text(encoding="utf-8")),
+                        ("build.py's _train", ast.get_source_segment(build, train) or "")):
+        assert [n for n in names if re.search(rf"\b{n}\b", text)] == [], f"{where} names a feature's train key"

@@ -113,9 +113,11 @@ OTHER_SENSES: dict[str, tuple[frozenset[str], str]] = {
     "specgen/importers/keras/bidirectional.py": (frozenset({"concat"}), "Bidirectional's merge_mode"),
     "specgen/render/mask_plan.py": (frozenset({"concat"}), "Bidirectional's merge_mode"),
     "templates/onnx/masks.onnx.j2": (frozenset({"concat"}), "Bidirectional's merge_mode"),
-    "specgen/kinds/features/compat.py": (frozenset({"batch_norm", "dropout"}), (
+    "specgen/kinds/compat.py": (frozenset({"batch_norm", "dropout"}), (
         "rows of the feature-compatibility table, named after the layers they refuse; Levenberg-Marquardt finds a "
         "layer's row by its op's name when OpDef.stateful says so")),
+    "specgen/kinds/features/levenberg_marquardt.py": (frozenset({"batch_norm", "dropout"}), (
+        "its refusals beside those table rows, by the rows' names (the layer's op name when OpDef.stateful says so)")),
 }
 JINJA = re.compile(r"{%.*?%}|{{.*?}}", re.S)
 QUOTED = re.compile(r"""["']([a-z0-9_]+)["']""")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from specgen.ir.resolve import build_ir
-from specgen.kinds.features import REGISTRY, compat
+from specgen.kinds import compat
+from specgen.kinds.features import REGISTRY
 from specgen.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -107,6 +107,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     """
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
+    from specgen.kinds.features import distribute
     from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
     from specgen.runtime.placement.cluster import check_replicas
 
@@ -121,7 +122,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
               list(args.set))
     check(job)
-    cpus = training.train.distribute.cpu_devices if training.train is not None else 1
+    cpus = distribute.of(training.train).cpu_devices if training.train is not None else 1
     check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus), ir)  # a GPU per replica, else a CPU
     text = render(job, loaded.spec.name)
     if args.output is None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from specgen.ir.model import ModelIR
 from specgen.ir.training import ClipIR, OptimizerIR, ScheduleIR, TrainingIR, keys
+from specgen.kinds.features import accumulate, ema
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.optimizers import UpdateCall
 from specgen.kinds.pointers import call_name
@@ -120,9 +121,9 @@ def train_plan(ir: ModelIR) -> TrainPlan:
     # term's output and no metric reads it (ir/resolve.py refuses metrics then).
     output = loss.output if loss else next(t.output for t in training.terms if t.output)
     return TrainPlan(
-        ir=ir, optimizers=plans, accumulate=train.accumulate, batch_size=train.batch_size, seed=train.seed,
+        ir=ir, optimizers=plans, accumulate=accumulate.of(train), batch_size=train.batch_size, seed=train.seed,
         loss_kind=loss.kind if loss else None, label=loss.labels if loss else None, output=output,
         target=loss.target if loss else None, metrics=list(train.metrics), loss_call=single_loss_call(training),
-        ema_eval=bool(train.ema and train.ema.eval), trainable=[p for plan in plans for p in plan.paths],
+        ema_eval=bool((shadows := ema.of(train)) and shadows.eval), trainable=[p for plan in plans for p in plan.paths],
         keys={"step": keys.STEP}, jit=train.jit_compile, skeleton=skeleton_plan(ir))
 

@@ -18,7 +18,7 @@ from typing import Any
 from specgen.ir.model import ModelIR
 from specgen.ir.training.model import TrainIR
 from specgen.ir.training.terms import LossTermIR
-from specgen.kinds import features
+from specgen.kinds import compat, features
 from specgen.runtime.lib.interface import (
     GeneratedModel,
     GeneratedTrainer,
@@ -134,5 +134,5 @@ def notes(trainer: GeneratedTrainer) -> list[str]:
 
 
 def refusal(ir: ModelIR, beside: str) -> str | None:
-    """Why the spec's features do not combine with `beside` (kinds/features: the compatibility table)."""
-    return features.refusal(ir, beside)
+    """Why the spec's features do not combine with `beside` (specgen/kinds/compat.py: the compatibility table)."""
+    return compat.refusal(ir, beside)

@@ -1,26 +1,22 @@
-"""The `train` section; the `loss` and `optimizers` unions come from the registries (specgen/kinds/)."""
+"""The `train` section: its shared keys here, each training feature's key from its module (specgen/kinds/features/).
+
+`Train` is built from `TrainShared` and every feature's `TrainKey`, in the order `features.place_keys` gives (the
+JSON schema's and `specgen validate --resolved`'s), so adding a feature adds no field here. Statically `Train` is
+`TrainShared`: code outside a feature's module reads the feature's value through the IR and its typed accessor.
+"""
 
 from __future__ import annotations
 
 from difflib import get_close_matches
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pydantic import Field
+from pydantic import Field, create_model
 
-from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel, UnitInterval
+from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel
 from specgen.fields.unions import by_shape
+from specgen.kinds.features import TRAIN_KEYS, place_keys
 from specgen.kinds.metrics import Metric
-from specgen.kinds.optimizers import Clip
-from specgen.spec.distribute import Distribute
 from specgen.spec.tracking import Tracking
-
-# The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
-Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
-
-
-class Ema(SpecModel):
-    decay: UnitInterval
-    eval: bool = Field(True, description="Evaluate with the shadow weights.")
 
 
 def _batch_size_shape(value: object) -> str | None:
@@ -37,18 +33,31 @@ else:
     BatchSize = by_shape(_batch_size_shape, "a positive integer or 'full'", count=PositiveInt, full=Literal["full"])
 
 
-class Train(SpecModel):
+class TrainShared(SpecModel):
+    """The keys of `train` that are no feature's: the features' keys join them in `Train`."""
+
     batch_size: BatchSize = Field(description="Examples per micro-batch, or 'full': the whole training set.")
     epochs: NonNegativeInt = 1
-    accumulate: PositiveInt = Field(1, description="Micro-batches per optimizer update.")
-    clip: Clip | None = None
-    ema: Ema | None = None
     metrics: list[Metric] = Field(default_factory=list)
     seed: NonNegativeInt = 0
     shuffle_buffer: PositiveInt = 10_000
-    distribute: Distribute = Field(default_factory=Distribute, description="Training under tf.distribute "
-                                   "(docs/distributed.md); batch_size is the global batch.")
-    precision: Precision = Field("float32", description="Keras' policy names: variables, slots, EMA shadows and "
-                                 "checkpoints stay float32; mixed_* compute in float16 or bfloat16 (docs/training.md).")
     jit_compile: bool = Field(False, description="Compile the training step with XLA (tf.function(jit_compile=True)).")
     tracking: Tracking | None = Field(None, description="Experiment tracking besides TensorBoard (docs/tracking.md).")
+
+
+def _train_model() -> type[SpecModel]:
+    """TrainShared's fields and every feature's key, as one model named `Train` (its schema's title)."""
+    shared = TrainShared.model_fields
+    taken = [k.name for k in TRAIN_KEYS if k.name in shared]
+    if taken:
+        raise RuntimeError(f"training features add train keys that are shared keys: {taken}")
+    fields = {name: (info.annotation, info) for name, info in shared.items()}
+    fields |= {k.name: (k.annotation, k.field) for k in TRAIN_KEYS}
+    ordered: dict[str, Any] = {name: fields[name] for name in place_keys(list(shared))}
+    return create_model("Train", __base__=SpecModel, __module__=__name__, **ordered)
+
+
+if TYPE_CHECKING:
+    Train: TypeAlias = TrainShared
+else:
+    Train = _train_model()

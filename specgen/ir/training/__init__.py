@@ -2,9 +2,7 @@
 
 from specgen.ir.training.model import (
     CheckpointIR,
-    ClipIR,
     DataSourceIR,
-    EmaIR,
     ExportIR,
     LossIR,
     OptimizerIR,
@@ -14,6 +12,7 @@ from specgen.ir.training.model import (
     TrainingIR,
     TrainIR,
 )
+from specgen.kinds.features.clip import ClipIR
 
-__all__ = ["CheckpointIR", "ClipIR", "DataSourceIR", "EmaIR", "ExportIR", "LossIR", "OptimizerIR", "RestoreIR",
+__all__ = ["CheckpointIR", "ClipIR", "DataSourceIR", "ExportIR", "LossIR", "OptimizerIR", "RestoreIR",
            "ScheduleIR", "SlotIR", "TrainIR", "TrainingIR"]

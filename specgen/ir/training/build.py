@@ -10,12 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from specgen.ir.training import keys
-from specgen.ir.training.distribute import build_distribute
 from specgen.ir.training.model import (
     CheckpointIR,
-    ClipIR,
     DataSourceIR,
-    EmaIR,
     ExportIR,
     LossIR,
     MetricIR,
@@ -28,6 +25,8 @@ from specgen.ir.training.model import (
 )
 from specgen.ir.training.terms import LossTermIR, primary
 from specgen.kinds import sources
+from specgen.kinds.features import TRAIN_KEYS
+from specgen.kinds.features.clip import resolve as clip_ir
 from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.schedules import REGISTRY as SCHEDULES
@@ -54,12 +53,6 @@ def checkpoint_of(loaded: LoadedSpec) -> CheckpointIR:
     return CheckpointIR((loaded.folder / section.dir).resolve(), section.every_steps, section.keep, restore)
 
 
-def _clip(clip: Any) -> ClipIR | None:
-    if clip is None:
-        return None
-    return ClipIR("global_norm", clip.global_norm) if hasattr(clip, "global_norm") else ClipIR("value", clip.value)
-
-
 def _schedule(rate: Any) -> tuple[float, ScheduleIR | None]:
     """The first learning rate, and the schedule that moves it (None for a constant number)."""
     if isinstance(rate, int | float):
@@ -80,7 +73,7 @@ def _optimizer(name: str, opt: Any, paths: tuple[str, ...], excluded: tuple[str,
     first, schedule = _schedule(opt.learning_rate)
     decay = float(getattr(opt.weight_decay, "rate", opt.weight_decay))  # a number, or {rate, exclude}
     return OptimizerIR(name, opt.kind, paths, first, schedule, tuple(hyper.items()), slots, decay,
-                       _clip(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
+                       clip_ir(opt.clip), keys.learning_rate(name), keys.iterations(name), excluded,
                        damping_key=damping_key, step_bound_key=step_bound_key)
 
 
@@ -98,13 +91,13 @@ def _metrics(items: list[Any]) -> tuple[MetricIR, ...]:
 
 
 def _train(train: Any) -> TrainIR | None:
+    """The shared settings, and each feature's key resolved by its TrainKey (kinds/features/<name>.py)."""
     if train is None:
         return None
-    ema = EmaIR(train.ema.decay, train.ema.eval) if train.ema else None
     batch_size = None if train.batch_size == "full" else train.batch_size  # None: the whole training set
-    return TrainIR(batch_size, train.epochs, train.accumulate, train.seed, train.shuffle_buffer,
-                   _metrics(train.metrics), _clip(train.clip), ema, build_distribute(train.distribute),
-                   train.precision, train.jit_compile)
+    features = {k.name: k.resolve(getattr(train, k.name)) for k in TRAIN_KEYS}
+    return TrainIR(batch_size, train.epochs, train.seed, train.shuffle_buffer, _metrics(train.metrics),
+                   train.jit_compile, **features)
 
 
 def build_training(loaded: LoadedSpec, claims: dict[str, tuple[str, ...]], terms: tuple[LossTermIR, ...] = (),

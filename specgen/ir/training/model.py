@@ -6,12 +6,13 @@ Built once from the spec next to the model IR (specgen/ir/training/build.py); `r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.terms import LossTermIR
+from specgen.kinds.features import TRAIN_KEYS
+from specgen.kinds.features.clip import ClipIR
 from specgen.kinds.losses import REGISTRY as LOSSES
 
 
@@ -38,12 +39,6 @@ class ScheduleIR:
     kind: str  # a specgen.runtime schedules function name
     args: tuple[tuple[str, Any], ...]  # its keyword arguments, in spec order
     warmup_steps: int = 0
-
-
-@dataclass(frozen=True)
-class ClipIR:
-    kind: str  # 'global_norm' or 'value'
-    value: float
 
 
 @dataclass(frozen=True)
@@ -79,12 +74,6 @@ class OptimizerIR:
 
 
 @dataclass(frozen=True)
-class EmaIR:
-    decay: float
-    eval: bool  # evaluate with the shadows
-
-
-@dataclass(frozen=True)
 class MetricIR:
     """One metric of `train.metrics` (specgen/kinds/metrics/<name>.py) and its keys."""
 
@@ -93,18 +82,31 @@ class MetricIR:
 
 
 @dataclass(frozen=True)
-class TrainIR:
+class TrainShared:
+    """The `train` settings that are no feature's (spec/training.py TrainShared); `TrainIR` adds each feature's."""
+
     batch_size: int | None  # None: the whole training set is one batch (`batch_size: full`)
     epochs: int
-    accumulate: int
     seed: int
     shuffle_buffer: int
     metrics: tuple[MetricIR, ...]  # without repeats, in spec order
-    clip: ClipIR | None = None
-    ema: EmaIR | None = None
-    distribute: DistributeIR = field(default_factory=DistributeIR)
-    precision: str = "float32"  # train.precision: float32, mixed_float16 or mixed_bfloat16
     jit_compile: bool = False  # train.jit_compile: the training step compiled with XLA
+
+
+def _train_ir() -> type[TrainShared]:
+    """TrainShared and one field per feature key (kinds/features/<name>.py TRAIN_KEY), in pipeline order: templates
+    and the runtime read `train.ema`, `train.precision`, ... as attributes; typed code asks the feature (`ema.of`)."""
+    extra = [(k.name, k.ir_type, field(default_factory=k.ir_default)) for k in TRAIN_KEYS]
+    made = make_dataclass("TrainIR", extra, bases=(TrainShared,), frozen=True)
+    made.__module__ = __name__  # pickles and prints as specgen.ir.training.model.TrainIR
+    made.__doc__ = "Every `train` setting of a spec, resolved: the shared ones and each feature's."
+    return made
+
+
+if TYPE_CHECKING:
+    TrainIR: TypeAlias = TrainShared
+else:
+    TrainIR = _train_ir()
 
 
 @dataclass(frozen=True)

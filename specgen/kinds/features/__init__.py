@@ -5,7 +5,8 @@ comes `after`, and `PIPELINE` is that partial order made total (ties broken by n
 the skeleton (templates/tf/train.py.j2) renders features at a shared hook point, and the runtime calls
 their hooks (specgen/runtime/hooks.py). Like Keras' optimizer apply(): gradients accumulated, then
 unscaled (precision), clipped, decayed, applied; then EMA shadows, target copies and pruning masks follow.
-Which features combine, and why not where they do not: compat.py; how two combine: interactions.py.
+Which features combine, and why not where they do not: specgen/kinds/compat.py (gathered from each
+feature's `table` and `refuses`); how two combine: interactions.py.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import pkgutil
 from typing import Any
 
 from specgen.diagnostics import Diagnostic
-from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction, StateRow
+from specgen.kinds.features.base import HOOKS, REPLACING, FeatureDef, Interaction, StateRow, TrainKey
 from specgen.kinds.features.interactions import INTERACTIONS
 
-__all__ = ["HOOKS", "INTERACTIONS", "ORDER", "PIPELINE", "REGISTRY", "REPLACING", "FeatureDef", "Interaction",
-           "StateRow", "active", "checks"]
+__all__ = ["HOOKS", "INTERACTIONS", "ORDER", "PIPELINE", "REGISTRY", "REPLACING", "TRAIN_KEYS", "FeatureDef",
+           "Interaction", "StateRow", "TrainKey", "active", "checks", "place_keys"]
 
-NOT_FEATURES = ("base", "compat", "interactions")
+NOT_FEATURES = ("base", "interactions")
 
 
 def _load() -> dict[str, FeatureDef]:
@@ -64,6 +65,22 @@ SETTINGS = tuple(name for name in PIPELINE
 # The rows of compat.py's table, in pipeline order.
 ORDER = tuple(name for name in PIPELINE if name not in SETTINGS)
 REGISTRY: dict[str, FeatureDef] = {name: _DEFS[name] for name in ORDER}
+# The keys the features add to the spec's `train` section (and TrainIR's fields of the same names), in pipeline order.
+TRAIN_KEYS: tuple[TrainKey, ...] = tuple(f.train_key for f in PIPELINE_DEFS if f.train_key is not None)
+
+
+def place_keys(shared: list[str]) -> list[str]:
+    """The `train` section's keys in schema order: the shared ones with each feature's key placed right after the
+    key it names in `TrainKey.after` (spec/training.py builds the model in this order)."""
+    keys, pending = list(shared), list(TRAIN_KEYS)
+    while pending:
+        ready = [k for k in pending if k.after in keys]
+        if not ready:
+            raise RuntimeError(f"train keys placed after unknown keys: {sorted((k.name, k.after) for k in pending)}")
+        for key in ready:
+            keys.insert(keys.index(key.after) + 1, key.name)
+            pending.remove(key)
+    return keys
 
 
 def state_rows(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
@@ -92,23 +109,3 @@ def markdown() -> str:
     rows += [f"| `{f.name}` | {', '.join(f'`{k}`' for k in f.spec_keys)} | {f.doc} | "
              f"{', '.join(f.hooks) or '(runtime only)'} | {f.step or ''} |" for f in REGISTRY.values()]
     return "\n".join(rows) + "\n"
-
-
-def refusal(ir: Any, beside: str) -> str | None:
-    """Why one of the spec's active features does not combine with `beside`, a feature the command adds
-    (`distribute` under a strategy, `probe`), from the compatibility table; None when they all do.
-
-    A feature counts with each of its table names (clip: train.clip and an optimizer's own clip); the
-    refusals made here take no facts from the code site (the table's for these pairs have none).
-    No TensorFlow: `--emit tfjob` asks it before writing a job.
-    """
-    from specgen.kinds.features import compat
-
-    names = {feature.name for feature in active(ir)}
-    for name, feature in compat.FEATURE_OF.items():
-        if feature in names and not compat.allowed(name, beside):
-            return compat.message(name, beside)
-    for definition in PIPELINE_DEFS:  # settings keep their own refusals (not rows of the table)
-        if definition.refusal and definition.enabled(ir) and (why := definition.refusal(ir, beside)) is not None:
-            return why
-    return None

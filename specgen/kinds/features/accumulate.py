@@ -2,7 +2,7 @@
 
 A step kind: the skeleton's gradient step becomes `accumulate_step` + `apply_accumulated`
 (templates/tf/steps/accumulate.py.j2); the runtime drives them (specgen/runtime/placement/replicas.py).
-Its checkpoint keys, training state and render plan live here.
+Its spec key and IR field (`TRAIN_KEY`), checkpoint keys, training state and render plan live here.
 """
 
 from __future__ import annotations
@@ -10,10 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specgen.kinds.features.base import FeatureDef, StateRow
+from pydantic import Field
+
+from specgen.fields.base import PositiveInt
+from specgen.kinds.features.base import FeatureDef, StateRow, TrainKey
 
 ROOT = "accumulators"  # first part of every accumulator's checkpoint key
 MICRO_BATCHES = f"{ROOT}/micro_batches"  # the count of micro-batches summed since the last update
+
+
+TRAIN_KEY = TrainKey("accumulate", PositiveInt, Field(1, description="Micro-batches per optimizer update."),
+                     after="epochs", ir_type=int, ir_default=lambda: 1)
+
+
+def of(train: Any) -> int:
+    """train.accumulate of a TrainIR: micro-batches per update (1: no accumulation)."""
+    return int(train.accumulate)
 
 
 def accumulator(path: str) -> str:
@@ -46,7 +58,8 @@ FEATURE = FeatureDef(
     doc="micro-batches per optimizer update: their gradients are summed, the update uses the mean",
     spec_keys=("train.accumulate",),
     enabled=lambda ir: ir.training.train.accumulate > 1,
-    ir="specgen.ir.training.build._train (TrainIR.accumulate)",
+    train_key=TRAIN_KEY,
+    table=(("accumulate", "`train.accumulate` > 1"),),
     state=("specgen.kinds.features.accumulate.accumulator", "specgen.kinds.features.accumulate.MICRO_BATCHES"),
     partial="tf/features/accumulate.py.j2",
     hooks=("init", "state"),

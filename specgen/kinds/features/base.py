@@ -44,6 +44,39 @@ REPLACING = ("loss", "apply", "learning_rate", "ema_variables")
 StateRow = tuple[str, tuple[int, ...], str, tuple[str, ...]]
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class TrainKey:
+    """A key a feature adds to the spec's `train` section, and the `TrainIR` field of the same name it becomes.
+
+    spec/training.py builds the `Train` model from its shared keys and every feature's TrainKey, and
+    ir/training/model.py builds `TrainIR` the same way, so neither names a feature. Their static types are
+    the shared part only: code outside the feature's module reads its value through the feature's own typed
+    accessor (`ema.of(train)`), inside it through `Any`.
+    """
+
+    name: str
+    annotation: Any  # the spec field's type
+    field: Any  # its pydantic FieldInfo (`Field(default, description=...)`): the schema's default and text
+    # The key of `train` it comes after: the order of the JSON schema and of `specgen validate --resolved`
+    # (features anchored on one key: the later in the pipeline is placed first, next to the key).
+    after: str
+    ir_type: Any  # the TrainIR field's type
+    ir_default: Callable[[], Any]  # a factory of its TrainIR default (the IR of the spec field's default)
+    resolve: Callable[[Any], Any] = _same  # the validated spec value -> its frozen IR value
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused pair of the compatibility table (specgen/kinds/compat.py), declared by the feature that refuses it."""
+
+    where: str  # the command that refuses it, and the spec key it points at
+    message: str  # str.format template over the code site's facts
+
+
 @dataclass(frozen=True)
 class FeatureDef:
     """One training feature: where each of its pieces lives.
@@ -57,7 +90,15 @@ class FeatureDef:
     spec_keys: tuple[str, ...]  # the spec keys that turn it on
     # Whether a spec uses it, read from its specgen.ir.model.ModelIR (typed Any: kinds/ sits below ir/).
     enabled: Callable[[Any], bool]
-    ir: str  # where its IR resolution lives
+    # Where its IR resolution lives, when it is not its `train_key` (a section of its own, an optimizer's key).
+    ir: str = ""
+    # Its key of the `train` section, and the TrainIR field it resolves to (both built from the registry).
+    train_key: TrainKey | None = None
+    # Its names in compat.py's pairwise table, each with what a spec has when it uses it (`clip`: train.clip and
+    # an optimizer's own clip are refused differently); empty for a SETTING, which keeps its own `refusal`.
+    table: tuple[tuple[str, str], ...] = ()
+    # The pairs it refuses: (its table name, the other name, why); compat.REFUSED gathers every feature's.
+    refuses: tuple[tuple[str, str, Refusal], ...] = ()
     # Dotted names of what spells its checkpoint keys: its own module's (kinds/features/<name>.py) or the
     # shared scheme's (specgen/ir/training/keys.py); target copies are model variables: their keys are their paths.
     state: tuple[str, ...] = ()

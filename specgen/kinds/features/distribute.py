@@ -1,13 +1,67 @@
-"""`train.distribute`: a mirrored or multi-worker strategy. Nothing in train.py: the runtime places the steps."""
+"""`train.distribute`: a mirrored or multi-worker strategy. Nothing in train.py: the runtime places the steps.
 
-from specgen.kinds.features.base import FeatureDef
+Its spec key (`Distribute`), its IR (`DistributeIR`) and its refusal beside `batch_size: full` live here; the
+runtime that places the steps is specgen/runtime/placement/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from specgen.fields.base import PositiveInt, SpecModel
+from specgen.kinds.features.base import FeatureDef, Refusal, TrainKey
+
+Strategy = Literal["default", "mirrored", "multi_worker"]
+
+
+class Distribute(SpecModel):
+    strategy: Strategy = Field("default", description="default: one device; mirrored: every GPU of this machine "
+                               "(or its CPU); multi_worker: the workers TF_CONFIG names, each with its GPUs or CPU.")
+    sync_batch_norm: bool = Field(False, description="Batch-norm statistics over the global batch (an all-reduce per "
+                                  "layer and step) instead of each replica's slice.")
+    cpu_devices: PositiveInt = Field(1, le=64, description="On a machine without GPUs, split the CPU into this many "
+                                     "logical devices, one replica each (to try a strategy out; it is not faster).")
+
+
+@dataclass(frozen=True)
+class DistributeIR:
+    strategy: str = "default"  # one of Strategy
+    sync_batch_norm: bool = False  # batch-norm moments all-reduced over the global batch
+    cpu_devices: int = 1  # logical CPU devices (one replica each) when there is no GPU
+
+    @property
+    def distributed(self) -> bool:
+        return self.strategy != "default"
+
+
+def resolve(section: Distribute) -> DistributeIR:
+    """From the spec's `train.distribute` (always present: pydantic fills the defaults)."""
+    return DistributeIR(section.strategy, section.sync_batch_norm, section.cpu_devices)
+
+
+def of(train: Any) -> DistributeIR:
+    """train.distribute of a TrainIR."""
+    settings: DistributeIR = train.distribute
+    return settings
+
+
+TRAIN_KEY = TrainKey("distribute", Distribute, Field(default_factory=Distribute, description=(
+    "Training under tf.distribute (docs/distributed.md); batch_size is the global batch.")),
+    after="shuffle_buffer", ir_type=DistributeIR, ir_default=DistributeIR, resolve=resolve)
 
 FEATURE = FeatureDef(
     name="distribute",
     doc="data-parallel replicas (mirrored, multi_worker) with all-reduced gradients",
     spec_keys=("train.distribute.strategy", "train.distribute.sync_batch_norm"),
     enabled=lambda ir: ir.training.train.distribute.distributed,
-    ir="specgen.ir.training.distribute.build_distribute (DistributeIR)",
+    train_key=TRAIN_KEY,
+    table=(("distribute", "`train.distribute.strategy`: mirrored or multi_worker"),),
+    refuses=(("distribute", "full_batch", Refusal("specgen train, at train.batch_size", (
+        "batch_size: full under the {strategy} strategy: give the global batch as a number that splits evenly "
+        "among the {replicas} replicas"))),),
     runtime=("specgen.runtime.placement.replicas", "specgen.runtime.lib.optimizers.all_reduce"),
     after=("loss_terms",),  # runtime placement around the whole step
 )

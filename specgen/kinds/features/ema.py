@@ -1,7 +1,7 @@
 """`train.ema`: moving-average shadows of every trainable weight, updated after each optimizer update.
 
-Everything of it but its spec key (spec/training.py), its IR entry (EmaIR) and its runtime library lives
-here: its checkpoint keys, its training state, its render plan. `specgen export` (export.onnx.weights: ema)
+Everything of it but its runtime library lives here: its spec key and IR entry (`Ema`, `EmaIR`, `TRAIN_KEY`),
+its checkpoint keys, its training state, its render plan. `specgen export` (export.onnx.weights: ema)
 and restore maps read the shadows by `shadow(path)`.
 """
 
@@ -10,10 +10,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import Field
+
 from specgen.diagnostics import Diagnostic
-from specgen.kinds.features.base import FeatureDef, StateRow
+from specgen.fields.base import SpecModel, UnitInterval
+from specgen.kinds.features.base import FeatureDef, StateRow, TrainKey
 
 ROOT = "ema"  # first part of every shadow's checkpoint key, and its collection
+
+
+class Ema(SpecModel):
+    decay: UnitInterval
+    eval: bool = Field(True, description="Evaluate with the shadow weights.")
+
+
+@dataclass(frozen=True)
+class EmaIR:
+    decay: float
+    eval: bool  # evaluate with the shadows
+
+
+def resolve(ema: Ema | None) -> EmaIR | None:
+    return EmaIR(ema.decay, ema.eval) if ema else None
+
+
+def of(train: Any) -> EmaIR | None:
+    """train.ema of a TrainIR (None: no shadows)."""
+    ema: EmaIR | None = train.ema
+    return ema
+
+
+TRAIN_KEY = TrainKey("ema", Ema | None, Field(None), after="clip", ir_type=EmaIR | None, ir_default=lambda: None,
+                     resolve=resolve)
 
 
 def shadow(path: str) -> str:
@@ -55,7 +83,8 @@ FEATURE = FeatureDef(
     doc="moving-average shadows of the trainable weights, for evaluation and export",
     spec_keys=("train.ema", "export.onnx.weights: ema"),
     enabled=lambda ir: ir.training.train.ema is not None,
-    ir="specgen.ir.training.build._train (EmaIR)",
+    train_key=TRAIN_KEY,
+    table=(("ema", "`train.ema`"),),
     state=("specgen.kinds.features.ema.shadow",),
     partial="tf/features/ema.py.j2",
     hooks=("init", "after_step", "ema_variables", "state"),

@@ -4,8 +4,9 @@ Its step (templates/tf/train_levenberg_marquardt.py.j2) replaces the gradient st
 across sections are below (FeatureDef.check). Levenberg-Marquardt solves (JᵀJ + λ·DᵀD) δ = -Jᵀr for the
 residual vector r of a squared-error loss over one fixed set of examples, then keeps the step only if the loss
 falls enough (MINPACK's lmder: specgen/runtime/lib/levenberg_marquardt.py). That shape of step sets what a spec
-may combine it with; the pairs it refuses, and why, are rows of compat.py, whose messages the checks below
-raise at their own positions (its refused keys: specgen/kinds/optimizers/levenberg_marquardt.py, while parsing).
+may combine it with: the pairs it refuses, and why, are declared below (`REFUSED`, rows of compat.py's table),
+and the checks below raise their messages at their own positions (its refused keys:
+specgen/kinds/optimizers/levenberg_marquardt.py, while parsing).
 """
 
 from __future__ import annotations
@@ -13,11 +14,57 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.diagnostics import Diagnostic
-from specgen.kinds.features import compat
-from specgen.kinds.features.base import FeatureDef
+from specgen.kinds.features.base import FeatureDef, Refusal
 from specgen.kinds.ops import REGISTRY
+from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.kinds.optimizers.levenberg_marquardt import REFUSED as LM_KEYS
 
 KIND = "levenberg_marquardt"
+_THIS = "levenberg_marquardt optimizer '{this}'"
+_BESIDE = Refusal("specgen validate, at optimizers.<other>", (
+    "optimizer '{other}' cannot train beside " + _THIS + ": each of its iterations tries damped steps until the "
+    "loss falls, which another update in the same step would confound; train those weights in another run, or "
+    "freeze them"))
+_LAYER = ("layer '{layer}': " + _THIS + " cannot train through {op}: {why}; remove the layer or choose another "
+          "optimizer")
+# What it refuses beside it, by the other's name in compat.py's table (`opt_<kind>`: every other optimizer kind).
+REFUSED: dict[str, Refusal] = {
+    "accumulate": Refusal("specgen validate, at train.accumulate", (
+        _THIS + " takes no accumulation: with 'batch_size: full' every iteration already sees the whole training "
+        "set; received {received}, expected 1 (or leave it out)")),
+    "clip": Refusal("specgen validate, at train.clip", (
+        _THIS + " takes no clip: its step is a damped Gauss-Newton solve, not a gradient step, and a larger "
+        "damping already shortens it; remove train.clip")),
+    "optimizer_clip": Refusal("specgen validate, at optimizers.<name>.clip", LM_KEYS["clip"]),
+    "weight_decay": Refusal("specgen validate, at optimizers.<name>.weight_decay", LM_KEYS["weight_decay"]),
+    "loss_terms": Refusal("specgen validate, at loss", (
+        _THIS + " needs one squared-error loss term: its step solves for one residual vector (predictions - "
+        "labels); received {count} terms")),
+    "targets": Refusal("specgen validate, at targets", (
+        _THIS + " takes no target networks: they follow the weights after each gradient update, which its "
+        "iterations do not make")),
+    "prune": Refusal("specgen validate, at prune", (
+        _THIS + " cannot prune: the masks are applied around each gradient update, and its trial steps would "
+        "move masked weights; prune in another run")),
+    "multi_optimizer": _BESIDE,
+    "schedule": Refusal("specgen validate, at optimizers.<name>.learning_rate", LM_KEYS["learning_rate"]),
+    "batch_norm": Refusal("specgen validate, at layers.<i>.op", _LAYER.replace(
+        "{why}", "training mode normalizes with batch statistics and moves its moving statistics on every trial "
+        "evaluation")),
+    "dropout": Refusal("specgen validate, at layers.<i>.op", _LAYER.replace(
+        "{why}", "its random mask changes the function between the trial evaluations")),
+    **{f"opt_{kind}": _BESIDE for kind in OPTIMIZERS if kind != KIND},
+    "distribute": Refusal("specgen train, at train.distribute.strategy", (
+        "levenberg_marquardt solves on the whole batch in one process; train it with the default strategy")),
+    "probe": Refusal("specgen train --probe, at the spec", (
+        "--probe shows one gradient update; a levenberg_marquardt iteration is a damped solve over the whole "
+        "training set: train a few epochs and read the loss instead")),
+}
+
+
+def _message(beside: str, /, **facts: object) -> str:
+    """The refusal beside `beside`, filled with the facts of the spec at hand."""
+    return REFUSED[beside].message.format(**facts)
 
 
 def _check_loss(loaded: Any, name: str) -> list[Diagnostic]:
@@ -25,7 +72,7 @@ def _check_loss(loaded: Any, name: str) -> list[Diagnostic]:
     loss, this = loaded.spec.loss, f"levenberg_marquardt optimizer '{name}'"
     terms = loss if isinstance(loss, list) else [] if loss is None else [loss]
     if len(terms) > 1:
-        return [loaded.diagnostic(("loss",), compat.message(KIND, "loss_terms", this=name, count=len(terms)),
+        return [loaded.diagnostic(("loss",), _message("loss_terms", this=name, count=len(terms)),
                                   key=True)]
     if not terms:
         return []
@@ -58,8 +105,8 @@ def check(loaded: Any) -> list[Diagnostic]:
     if name is None:
         return []
     this = f"levenberg_marquardt optimizer '{name}'"
-    problems = [loaded.diagnostic(("optimizers", other), compat.message(KIND, "multi_optimizer", this=name,
-                                                                        other=other), key=True)
+    problems = [loaded.diagnostic(("optimizers", other), _message("multi_optimizer", this=name, other=other),
+                                  key=True)
                 for other in spec.optimizers if other != name]
     problems += _check_loss(loaded, name)
     train = spec.train
@@ -69,22 +116,22 @@ def check(loaded: Any) -> list[Diagnostic]:
                 f"{this} needs 'batch_size: full': a Gauss-Newton step is solved for one fixed set of residuals, and "
                 f"keeping it or not compares the loss on those same examples; received {train.batch_size}")))
         if train.accumulate != 1:
-            problems.append(loaded.diagnostic(("train", "accumulate"), compat.message(
-                KIND, "accumulate", this=name, received=train.accumulate)))
+            problems.append(loaded.diagnostic(("train", "accumulate"), _message(
+                "accumulate", this=name, received=train.accumulate)))
         if train.clip is not None:
-            problems.append(loaded.diagnostic(("train", "clip"), compat.message(KIND, "clip", this=name), key=True))
+            problems.append(loaded.diagnostic(("train", "clip"), _message("clip", this=name), key=True))
     if getattr(spec, "prune", None) is not None:
-        problems.append(loaded.diagnostic(("prune",), compat.message(KIND, "prune", this=name), key=True))
+        problems.append(loaded.diagnostic(("prune",), _message("prune", this=name), key=True))
     if getattr(spec, "targets", None):
-        problems.append(loaded.diagnostic(("targets",), compat.message(KIND, "targets", this=name), key=True))
+        problems.append(loaded.diagnostic(("targets",), _message("targets", this=name), key=True))
     # Layers whose output differs between two calls with the same weights (dropout's mask) or whose calls change
     # state (batch-norm moving statistics), OpDef.stateful: the accept/reject test compares two evaluations of one
-    # function. Why each is refused: the row of its op's name in specgen/kinds/features/compat.py.
+    # function. Why each is refused: REFUSED at its op's name.
     for i, layer in enumerate(spec.layers):
         op = getattr(layer, "op", None)
         if op in REGISTRY and REGISTRY[op].stateful(layer):
-            problems.append(loaded.diagnostic(("layers", i, "op"), compat.message(
-                KIND, op, this=name, layer=layer.name, op=op)))
+            problems.append(loaded.diagnostic(("layers", i, "op"), _message(
+                op, this=name, layer=layer.name, op=op)))
     return problems
 
 
@@ -102,4 +149,6 @@ FEATURE = FeatureDef(
     lib=("levenberg_marquardt",),
     runtime=("specgen.runtime.lib.levenberg_marquardt.step", "specgen.runtime.lib.levenberg_marquardt.residuals"),
     check=check,
+    table=((KIND, "an optimizer of kind `levenberg_marquardt`"),),
+    refuses=tuple((KIND, other, why) for other, why in REFUSED.items()),
 )

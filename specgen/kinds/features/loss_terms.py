@@ -15,6 +15,7 @@ FEATURE = FeatureDef(
     name="loss_terms",
     doc="a weighted sum of loss terms: data terms, computed targets and l1/l2 regularizers",
     spec_keys=("loss: [list]", "loss.weight", "loss.kind: l1 or l2", "loss.labels: <output>"),
+    table=(("loss_terms", "a loss that is not one data term of weight 1"),),
     enabled=lambda ir: not single(ir.training),
     ir="specgen.ir.loss_terms (LossTermIR, specgen/ir/training/terms.py)",
     partial="tf/features/loss_terms.py.j2",

@@ -2,8 +2,9 @@
 
 A setting, not a row of the pairwise feature table (kinds/features/__init__.py SETTINGS): it renders at the
 skeleton's hooks like a feature and combines with every feature but levenberg_marquardt. Everything of it
-but its spec key (spec/training.py), its IR field (TrainIR.precision) and its runtime library lives here: its
-validate refusal, its checkpoint keys, its training state, its render plan.
+but its runtime library (specgen/runtime/lib/precision.py: TensorFlow code, which validate and build never
+import) lives here: its spec key and IR field (`TRAIN_KEY`), its validate refusal, its checkpoint keys, its
+training state, its render plan.
 
 The model is called through specgen.runtime.lib.precision.CastModel (float32 variables read as casts,
 normalizations in float32, outputs back in float32 for the losses); under mixed_float16 the step scales the
@@ -13,12 +14,26 @@ loss, apply() unscales once and skips the whole update on non-finite gradients (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from specgen.diagnostics import Diagnostic
-from specgen.kinds.features.base import FeatureDef, StateRow
+from specgen.kinds.features.base import FeatureDef, StateRow, TrainKey
 from specgen.kinds.features.levenberg_marquardt import optimizer_name
 from specgen.kinds.ops import op_def
+
+# The compute precisions of training (Keras' mixed-precision policy names); float32 is the default.
+Precision = Literal["float32", "mixed_float16", "mixed_bfloat16"]
+TRAIN_KEY = TrainKey("precision", Precision, Field("float32", description=(
+    "Keras' policy names: variables, slots, EMA shadows and checkpoints stay float32; mixed_* compute in float16 or "
+    "bfloat16 (docs/training.md).")), after="distribute", ir_type=str, ir_default=lambda: "float32")
+
+
+def of(train: Any) -> str:
+    """train.precision of a TrainIR: float32, mixed_float16 or mixed_bfloat16."""
+    return str(train.precision)
+
 
 # mixed_float16's dynamic loss scale, its run of finite updates and its count of skipped ones.
 KEYS = ("loss_scale/scale", "loss_scale/good_steps", "loss_scale/skipped_updates")
@@ -82,7 +97,7 @@ SETTING = FeatureDef(
     doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
     spec_keys=("train.precision",),
     enabled=lambda ir: ir.training.train.precision != "float32",
-    ir="specgen.ir.training.build._train (TrainIR.precision)",
+    train_key=TRAIN_KEY,
     state=("specgen.kinds.features.precision.KEYS",),
     partial="tf/features/precision.py.j2",
     hooks=("init", "before_update", "methods", "state"),

@@ -6,6 +6,7 @@ FEATURE = FeatureDef(
     name="probe",
     doc="`specgen train --probe`: one batch's gradients and one update, weight by weight",
     spec_keys=("(command line) specgen train --probe",),
+    table=(("probe", "`specgen train --probe`"),),
     enabled=lambda ir: True,
     ir="(none: it reads the training IR)",
     partial="tf/features/probe.py.j2",

@@ -41,6 +41,7 @@ FEATURE = FeatureDef(
     name="pruning",
     doc="magnitude pruning: masks recomputed on a schedule, re-applied after every update",
     spec_keys=("prune",),
+    table=(("prune", "a `prune` section"),),
     enabled=lambda ir: ir.pruning is not None,
     ir="specgen.ir.pruning (PruningIR)",
     state=("specgen.ir.training.keys.mask",),

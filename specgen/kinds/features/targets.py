@@ -55,6 +55,7 @@ FEATURE = FeatureDef(
     name="targets",
     doc="target networks: copies that follow their online weights (soft or hard updates)",
     spec_keys=("targets",),
+    table=(("targets", "a `targets` section"),),
     enabled=lambda ir: bool(ir.training.targets),
     ir="specgen.ir.targets (TargetIR)",
     partial="tf/features/targets.py.j2",

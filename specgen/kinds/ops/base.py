@@ -236,7 +236,7 @@ class OpDef:
       (ir/training/jit_compile.py).
     - `stateful`: (layer) -> whether a training call draws random numbers or changes state (dropout with a rate,
       batch_norm's moving statistics), which Levenberg-Marquardt refuses by the compat row of the op's name
-      (kinds/features/levenberg_marquardt.py, compat.py).
+      (kinds/features/levenberg_marquardt.py REFUSED).
     """
 
     name: str

@@ -17,10 +17,10 @@ from specgen.fields.base import PositiveFloat, SpecModel, bounds
 from specgen.fields.losses import Selection
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
-# Why each optimizer key that LM does without is refused (rather than as an unknown key). The compatibility
-# table (specgen/kinds/features/compat.py) holds these as the refusals of the pairs levenberg_marquardt +
-# schedule, weight_decay and optimizer_clip, and imports them from here: the table imports the optimizer
-# registry (its opt_<kind> names) anyway, so the other way round would be a cycle.
+# Why each optimizer key that LM does without is refused (rather than as an unknown key). The feature's
+# refusals (kinds/features/levenberg_marquardt.py REFUSED, rows of specgen/kinds/compat.py's table) hold these as
+# the pairs levenberg_marquardt + schedule, weight_decay and optimizer_clip, and import them from here: the feature
+# imports the optimizer registry (its opt_<kind> names) anyway, so the other way round would be a cycle.
 REFUSED = {
     "learning_rate": (
         "levenberg_marquardt takes no learning rate: the damping sets the step length (the trust-region rule moves "

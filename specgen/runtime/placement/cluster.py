@@ -19,8 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr
 
 from specgen.diagnostics import Diagnostic, SpecError, describe, one_of, safe_repr
 from specgen.ir.model import ModelIR
-from specgen.kinds import features
-from specgen.kinds.features import compat
+from specgen.kinds import compat
 from specgen.spec.load import LoadedSpec
 
 # Linux refuses a single environment string over MAX_ARG_STRLEN (32 pages, 128 KiB) at exec, so no
@@ -197,7 +196,7 @@ def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR) -
     training = ir.training
     if training is None or training.train is None:
         return
-    if (why := features.refusal(ir, "distribute")) is not None:
+    if (why := compat.refusal(ir, "distribute")) is not None:
         raise SpecError([loaded.diagnostic(("train", "distribute", "strategy"), why)])
     batch = training.train.batch_size
     if batch is None:

@@ -42,8 +42,8 @@ import tensorflow as tf
 from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
-from specgen.ir.training.distribute import DistributeIR
 from specgen.ir.training.model import TrainIR
+from specgen.kinds.features.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
