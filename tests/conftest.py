@@ -61,6 +61,7 @@ LONGEST_FIRST = (
     "test_yaml_bounds.py",  # 21 s
     "test_distributed_shards.py",  # 20 s
     "test_levenberg_marquardt_minpack.py",  # 18 s
+    "test_feature_plugin.py",  # 15 s
     "test_masks_keras.py",  # 18 s
 )
 

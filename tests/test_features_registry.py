@@ -263,3 +263,19 @@ def test_each_train_key_is_a_spec_key_and_an_ir_field_that_the_shared_files_do_n
     for where, text in (("specgen/spec/training.py", (ROOT / "specgen/spec/training.py").read_text(encoding="utf-8")),
                         ("build.py's _train", ast.get_source_segment(build, train) or "")):
         assert [n for n in names if re.search(rf"\b{n}\b", text)] == [], f"{where} names a feature's train key"
+
+
+@pytest.mark.parametrize("name", ["optimizer", "ema", "target", "pruning"])
+def test_a_built_in_collection_name_is_refused_for_a_user_collection(name: str) -> None:
+    """The features' collections (FeatureDef.collections) are reserved like the shared ones."""
+    from specgen.diagnostics import SpecError
+    from specgen.ir.collections import BUILTIN
+
+    assert BUILTIN == ("trainable", "frozen", "model", "update", "optimizer", "step", "metrics", "ema", "target",
+                       "pruning")
+    text = spec_text().replace('  head: ["head/*"]\n', f'  head: ["head/*"]\n  {name}: ["conv1/*"]\n', 1)
+    with pytest.raises(SpecError) as raised:
+        build_ir(load_spec_text(text, "digits_cnn.yaml"))
+    assert [d.message for d in raised.value.diagnostics] == [
+        f"collection name '{name}' is built in (trainable, frozen, model, update, optimizer, step, metrics, ema, "
+        "target, pruning); choose another name"]

@@ -19,7 +19,9 @@ from specgen.kinds import features
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.spec.load import LoadedSpec
 
-BUILTIN = ("trainable", "frozen", "model", "update", "optimizer", "ema", "step", "metrics", "target", "pruning")
+# The built-in collection names: the shared ones, then those the training features fill (FeatureDef.collections).
+SHARED = ("trainable", "frozen", "model", "update", "optimizer", "step", "metrics")
+BUILTIN = (*SHARED, *(name for f in features.PIPELINE_DEFS for name in f.collections))
 
 
 # What each VarDecl.kind (specgen/kinds/ops/base.py) puts a variable in before user collections:

@@ -123,6 +123,9 @@ class FeatureDef:
     # The first parts of its state keys' paths (`ema` of `ema/dense/kernel`): no layer may be named under one, or
     # its variables would share the state's checkpoint keys (ir/naming.py STATE_ROOTS is built from these).
     roots: tuple[str, ...] = ()
+    # The built-in collections it fills (`ema`: the shadows): no user collection may take their names
+    # (ir/collections.py BUILTIN is the shared ones and these).
+    collections: tuple[str, ...] = ()
     # Runtime points (specgen/runtime/hooks.py RUNTIME_POINTS) -> dotted names of its functions there.
     runtime_hooks: tuple[tuple[str, str], ...] = ()
     # Why it does not combine with `beside`, a feature a command adds (settings: their own refusals,

@@ -93,6 +93,7 @@ FEATURE = FeatureDef(
     plan=plan,
     variables=variables,
     roots=(ROOT,),
+    collections=(ROOT,),
     check=check,
     runtime_hooks=(("after_restore", "specgen.runtime.lib.ema.after_restore"),
                    ("evaluation_weights", "specgen.runtime.lib.ema.evaluation_weights")),

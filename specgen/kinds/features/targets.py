@@ -64,6 +64,7 @@ FEATURE = FeatureDef(
              "specgen.runtime.lib.target_networks.hard"),
     report="specgen.report.targets.targets_table",
     after=("ema",),  # copies follow the updated weights
+    collections=("target",),  # the copies (ir/collections.py)
     runtime_hooks=(("after_restore", "specgen.runtime.lib.target_networks.after_restore"),
                    ("checkpoint_meta", "specgen.runtime.lib.target_networks.checkpoint_meta")),
     plan=plan,
