@@ -35,7 +35,7 @@ def accumulator(path: str) -> str:
 
 def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
     """One float32 accumulator per trainable weight and the micro-batch count, in the optimizer collection."""
-    if training.train is None or training.train.accumulate <= 1:
+    if training.train is None or of(training.train) <= 1:
         return []
     rows: list[StateRow] = [(accumulator(p), shapes[p], "float32", ("optimizer",)) for p in trainable]
     return [*rows, (MICRO_BATCHES, (), "int64", ("optimizer",))]
@@ -57,7 +57,7 @@ FEATURE = FeatureDef(
     name="accumulate",
     doc="micro-batches per optimizer update: their gradients are summed, the update uses the mean",
     spec_keys=("train.accumulate",),
-    enabled=lambda ir: ir.training.train.accumulate > 1,
+    enabled=lambda ir: of(ir.training.train) > 1,
     train_key=TRAIN_KEY,
     table=(("accumulate", "`train.accumulate` > 1"),),
     state=("specgen.kinds.features.accumulate.accumulator", "specgen.kinds.features.accumulate.MICRO_BATCHES"),

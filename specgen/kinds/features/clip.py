@@ -48,7 +48,7 @@ class ClipPlan:
 
 
 def plan(ir: Any) -> ClipPlan:
-    clip = ir.training.train.clip
+    clip = of(ir.training.train)
     return ClipPlan(None, None) if clip is None else ClipPlan(clip.kind, clip.value)
 
 
@@ -56,7 +56,7 @@ FEATURE = FeatureDef(
     name="clip",
     doc="gradient clipping by global norm or value, over all gradients and per optimizer",
     spec_keys=("train.clip", "optimizers.<name>.clip"),
-    enabled=lambda ir: ir.training.train.clip is not None or any(o.clip for o in ir.training.optimizers),
+    enabled=lambda ir: of(ir.training.train) is not None or any(o.clip for o in ir.training.optimizers),
     train_key=TRAIN_KEY,
     table=(("clip", "`train.clip`"), ("optimizer_clip", "an optimizer's own `clip`")),
     partial="tf/features/clip.py.j2",

@@ -60,7 +60,7 @@ def check(loaded: Any) -> list[Diagnostic]:
 
 def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
     """One float32 shadow per trainable weight, in the `ema` collection (training: TrainingIR)."""
-    if training.train is None or training.train.ema is None:
+    if training.train is None or of(training.train) is None:
         return []
     return [(shadow(p), shapes[p], "float32", (ROOT,)) for p in trainable]
 
@@ -75,14 +75,16 @@ class EmaPlan:
 
 def plan(ir: Any) -> EmaPlan:
     """The render plan of a spec with train.ema (ir: its ModelIR)."""
-    return EmaPlan(ROOT, ir.training.train.ema.decay)
+    shadows = of(ir.training.train)
+    assert shadows is not None  # rendered only when enabled
+    return EmaPlan(ROOT, shadows.decay)
 
 
 FEATURE = FeatureDef(
     name="ema",
     doc="moving-average shadows of the trainable weights, for evaluation and export",
     spec_keys=("train.ema", "export.onnx.weights: ema"),
-    enabled=lambda ir: ir.training.train.ema is not None,
+    enabled=lambda ir: of(ir.training.train) is not None,
     train_key=TRAIN_KEY,
     table=(("ema", "`train.ema`"),),
     state=("specgen.kinds.features.ema.shadow",),

@@ -54,7 +54,7 @@ def check(loaded: Any) -> list[Diagnostic]:
 
 def refusal(ir: Any, beside: str) -> str | None:
     """Why train.precision does not combine with `beside`, a feature a command adds; None when it does."""
-    if beside == "probe" and ir.training.train.precision == "mixed_float16":
+    if beside == "probe" and of(ir.training.train) == "mixed_float16":
         return ("--probe shows unscaled gradients and applies them as one update, and mixed_float16's update "
                 "expects the loss-scaled ones: probe this spec with train.precision: float32 (its checkpoints "
                 "are interchangeable)")
@@ -63,7 +63,7 @@ def refusal(ir: Any, beside: str) -> str | None:
 
 def variables(training: Any, trainable: list[str], shapes: dict[str, tuple[int, ...]]) -> list[StateRow]:
     """The loss scale's state (mixed_float16 only), in the optimizer collection."""
-    if training.train is None or training.train.precision != "mixed_float16":
+    if training.train is None or of(training.train) != "mixed_float16":
         return []
     return [(key, (), dtype, ("optimizer",)) for key, dtype in zip(KEYS, DTYPES, strict=True)]
 
@@ -84,7 +84,7 @@ class PrecisionPlan:
 
 def plan(ir: Any) -> PrecisionPlan:
     """The render plan of a spec under a mixed policy (ir: its ModelIR)."""
-    precision = ir.training.train.precision
+    precision = of(ir.training.train)
     scaling = precision == "mixed_float16"
     # Layers that compute in float32 under a mixed policy (OpDef.compute_dtype; runtime/lib/layers.py's in_float32).
     keep = tuple(v.path for n in ir.nodes if op_def(n.op).compute_dtype == "float32" for v in n.variables.values())
@@ -96,7 +96,7 @@ SETTING = FeatureDef(
     name="precision",
     doc="mixed precision: compute in float16 or bfloat16, float32 variables; dynamic loss scaling for float16",
     spec_keys=("train.precision",),
-    enabled=lambda ir: ir.training.train.precision != "float32",
+    enabled=lambda ir: of(ir.training.train) != "float32",
     train_key=TRAIN_KEY,
     state=("specgen.kinds.features.precision.KEYS",),
     partial="tf/features/precision.py.j2",
