@@ -197,28 +197,6 @@ def compare(repo: Path, model: str, servers: list[str], protocols: list[str], cl
     return {k: v for k, v in results.items()}
 
 
-def mobilenet_repo(temp: Path) -> Path:
-    """MobileNetV3-small of examples/specs (64x64 there, for fast tests) at 224x224x3, random weights, seed 0."""
-    import onnx
-
-    from specgen.ir.resolve import build_ir
-    from specgen.render.files import render_files
-    from specgen.runtime.onnx_export import with_weights
-    from specgen.runtime.parity import random_weights
-    from specgen.runtime.triton import write_repository
-    from specgen.spec.load import load_spec
-
-    root = Path(__file__).resolve().parents[1]
-    text = (root / "examples" / "specs" / "mobilenet_v3_small.yaml").read_text()
-    spec = temp / "mobilenet_v3_small.yaml"
-    spec.write_text(text.replace("image: {shape: [64, 64, 3]}", "image: {shape: [224, 224, 3]}"))
-    ir = build_ir(load_spec(spec))
-    model = with_weights(onnx.load_from_string(render_files(ir)["model.onnx"]), ir,
-                         random_weights(ir, np.random.default_rng(0)))
-    write_repository(temp / "repo", ir, model.SerializeToString())
-    return temp / "repo"
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
@@ -235,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="cnn", choices=["cnn", "mlp", "mobilenet"],
                         help="mobilenet: examples/specs/mobilenet_v3_small.yaml at a 224x224x3 input")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from serve_load import SPECS, write_repo
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_repo, when imported from elsewhere
+    from serve_repo import SPECS, example_repo, mobilenet_repo
 
     with tempfile.TemporaryDirectory(prefix="serve_compare_") as temp:
         if args.model == "mobilenet":
@@ -244,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             repo = mobilenet_repo(Path(temp))
         else:
             name, shape = SPECS[args.model], (1, 8, 8, 1)
-            repo = write_repo(Path(temp) / "repo", name)
+            repo = example_repo(Path(temp) / "repo", name)
         print(f"side by side: {name}, servers {args.servers}, {args.warmup:g} + {args.seconds:g} s per cell, "
               f"{os.cpu_count()} CPUs shared by clients and servers, onnxruntime threads {args.threads}", flush=True)
         compare(repo, name, args.servers.split(","), args.protocols.split(","),

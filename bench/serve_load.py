@@ -81,31 +81,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from serve_repo import SPECS, example_repo
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = {"cnn": "digits_cnn", "mlp": "digits_mlp"}
 TARGET_RATIO, RSS_TOLERANCE, CHECK_EVERY = 3.0, 0.10, 20
 OVERSIZED_BYTES, OVERSIZED_CLIENTS, SLOW_CONNECTIONS, SLOW_BYTE_EVERY = 60_000_000, 4, 1000, 0.5
 PIPELINE_CLIENTS, HEADER_STREAMS, HEADER_LINE_EVERY, HUGE_HEADER_BYTES = 2, 8, 0.01, 8_000_000
 SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_server; "
           "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), sys.argv[3], batching=sys.argv[4] == 'on', "
           "threads=int(sys.argv[5]), log_level=sys.argv[6]))")
-
-
-def write_repo(folder: Path, name: str) -> Path:
-    import onnx
-
-    from specgen.ir.resolve import build_ir
-    from specgen.render.files import render_files
-    from specgen.runtime.onnx_export import with_weights
-    from specgen.runtime.parity import random_weights
-    from specgen.runtime.triton import write_repository
-    from specgen.spec.load import load_spec
-
-    ir = build_ir(load_spec(ROOT / "examples" / "specs" / f"{name}.yaml"))
-    model = with_weights(onnx.load_from_string(render_files(ir)["model.onnx"]), ir, random_weights(ir, np.random.default_rng(0)))
-    write_repository(folder, ir, model.SerializeToString())
-    return folder
 
 
 def free_port() -> int:
@@ -461,7 +445,6 @@ def checks(r: dict) -> list[str]:
 
 def main() -> int:
     if sys.argv[1:2] == ["--compare"]:  # side by side with KServe and with --workers 2: bench/serve_compare.py
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from serve_compare import main as compare
 
         return compare(sys.argv[2:])
@@ -489,7 +472,7 @@ def main() -> int:
 
     name = SPECS[args.model]
     with tempfile.TemporaryDirectory(prefix="serve_load_") as temp:
-        repo = args.repo or write_repo(Path(temp) / "repo", name)
+        repo = args.repo or example_repo(Path(temp) / "repo", name)
         predictor = Predictor(repo / name / "1" / "model.onnx", provider="cpu")
         rng = np.random.default_rng(1)
         valid = []
