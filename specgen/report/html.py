@@ -135,7 +135,7 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: Run
         "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(scan)),
         "export": ("Export: parity, accuracy and precision", export_section(run)),
     }
-    sections = SECTIONS
+    sections: tuple[str, ...] = SECTIONS
     if sweep is not None:
         folder, summary, svg = sweep
         bodies["sweep"] = (f"Sweep ({folder})", _pre(summary) + "\n" + inline_svg(svg))

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from specgen import text
 from specgen.ir.model import ModelIR
 from specgen.ir.training.model import ExportIR
+from specgen.kinds.features import precision
 from specgen.report.export_lines import variant_lines
 
 # Keras' LossScaleOptimizer defaults, as specgen/runtime/lib/precision.py (INITIAL_SCALE, GROWTH_INTERVAL) uses
@@ -30,12 +31,16 @@ SCALE_TAG, SKIPPED_TAG = "loss_scale", "skipped_updates"
 
 
 class Scalars(Protocol):
-    """One logged scalar of a run (specgen/pictures/curves.py's Series)."""
+    """One logged scalar of a run (specgen/pictures/curves.py's Series, a frozen dataclass: read-only here too)."""
 
-    stage: str
-    tag: str
-    steps: tuple[int, ...]
-    values: tuple[float, ...]
+    @property
+    def stage(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def steps(self) -> tuple[int, ...]: ...
+    @property
+    def values(self) -> tuple[float, ...]: ...
 
 
 def _export(export: ExportIR) -> str:
@@ -55,12 +60,12 @@ def precision_table(ir: ModelIR, logged: Sequence[Scalars] = ()) -> str | None:
     if training is None:
         return None
     train, export = training.train, training.export
-    if train is None or (train.precision == "float32" and not train.jit_compile and export.precision == "fp32"):
+    policy = precision.of(train) if train is not None else "float32"
+    if train is None or (policy == "float32" and not train.jit_compile and export.precision == "fp32"):
         return None
-    rows = [("train.precision", f"{train.precision}: {COMPUTE[train.precision]}"
-             + ("" if train.precision == "float32" else KEPT)),
+    rows = [("train.precision", f"{policy}: {COMPUTE[policy]}" + ("" if policy == "float32" else KEPT)),
             ("train.jit_compile", "true: the training step compiled with XLA" if train.jit_compile else "false")]
-    if train.precision == "mixed_float16":
+    if policy == "mixed_float16":
         rows.append(("loss scale", f"dynamic: starts at {INITIAL_SCALE}, halved on an update with non-finite "
                      f"gradients (the update is skipped), doubled after {GROWTH_INTERVAL} finite ones in a row"))
         rows += _logged_scale(logged)

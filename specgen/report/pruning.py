@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specgen import text
-from specgen.ir.model import ModelIR
-from specgen.ir.pruning import PruningIR, pruned_count
+from specgen.ir.model import ModelIR, PruningIR
+from specgen.ir.pruning import pruned_count
 
 
 def _when(pruning: PruningIR) -> str:

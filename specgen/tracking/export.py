@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ ARTIFACTS = "export"
 class Registration:
     name: str
     alias: str
+
+
+def _log_artifact(run: MlflowRun, file: Path) -> None:
+    """One file into the run's export folder (called through MlflowRun.call: a failure is one warning)."""
+    run.client.log_artifact(run.run_id, str(file), ARTIFACTS)
 
 
 def log_export(loaded: LoadedSpec, run_folder: Path, out: Path, report: dict[str, Any],
@@ -48,7 +54,7 @@ def log_export(loaded: LoadedSpec, run_folder: Path, out: Path, report: dict[str
     if isinstance(variant, str) and (out / variant).is_file():
         files.append(out / variant)
     for file in files:
-        run.call(lambda file=file: run.client.log_artifact(run.run_id, str(file), ARTIFACTS))
+        run.call(partial(_log_artifact, run, file))
     page = report_page() if not run.dead else None
     if page is not None:
         with tempfile.TemporaryDirectory() as scratch:

@@ -18,6 +18,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,7 +89,10 @@ class MlflowRun(Tracker):
         stamp = int(time.time() * 1000)
         metrics = [Metric(metric_key(stage, name), float(np.float32(value)), stamp, step) for name, value in values.items()]
         for part in batches(metrics, METRICS_PER_BATCH):
-            self.call(lambda part=part: self.client.log_batch(self.run_id, metrics=part, synchronous=True))
+            self.call(partial(self._log_batch, part))
+
+    def _log_batch(self, metrics: list[Any]) -> None:
+        self.client.log_batch(self.run_id, metrics=metrics, synchronous=True)
 
     def finish(self, status: str) -> None:
         if self.run_id is not None:
