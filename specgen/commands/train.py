@@ -122,7 +122,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
               list(args.set))
     check(job)
-    cpus = distribute.of(training.train).cpu_devices if training.train is not None else 1
+    cpus = distribute.cpu_devices(training.train)
     check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus), ir)  # a GPU per replica, else a CPU
     text = render(job, loaded.spec.name)
     if args.output is None:

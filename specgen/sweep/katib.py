@@ -32,6 +32,7 @@ import yaml
 
 from specgen import text
 from specgen.ir.model import ModelIR
+from specgen.kinds.features import distribute
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 from specgen.spec.load import LoadedSpec
@@ -87,8 +88,7 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
             *(f"{p.key}=${{trialParameters.{names[p.key]}}}" for p in params)]
     job = Job(args.spec.as_posix(), args.image, workers, args.cpu, args.memory, args.gpus or 0, None, sets)
     check(job)
-    training = ir.training
-    cpus = training.train.distribute.cpu_devices if training is not None and training.train is not None else 1
+    cpus = distribute.cpu_devices(ir.training.train if ir.training is not None else None)
     check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus), ir)
     trials = args.trials if args.trials is not None else sweep.trials
     manifest = experiment(loaded.spec.name, sweep, params, job, trials, args.parallel or 1, args.namespace)

@@ -48,6 +48,11 @@ def of(train: Any) -> DistributeIR:
     return settings
 
 
+def cpu_devices(train: Any | None) -> int:
+    """The logical CPU devices a run splits a GPU-less machine into (TrainIR, or None without a train section)."""
+    return 1 if train is None else of(train).cpu_devices
+
+
 TRAIN_KEY = TrainKey("distribute", Distribute, Field(default_factory=Distribute, description=(
     "Training under tf.distribute (docs/distributed.md); batch_size is the global batch.")),
     after="shuffle_buffer", ir_type=DistributeIR, ir_default=DistributeIR, resolve=resolve)
