@@ -60,8 +60,10 @@ def precision_table(ir: ModelIR, logged: Sequence[Scalars] = ()) -> str | None:
     if training is None:
         return None
     train, export = training.train, training.export
-    policy = precision.of(train) if train is not None else "float32"
-    if train is None or (policy == "float32" and not train.jit_compile and export.precision == "fp32"):
+    if train is None:
+        return None
+    policy = precision.of(train)
+    if policy == "float32" and not train.jit_compile and export.precision == "fp32":
         return None
     rows = [("train.precision", f"{policy}: {COMPUTE[policy]}" + ("" if policy == "float32" else KEPT)),
             ("train.jit_compile", "true: the training step compiled with XLA" if train.jit_compile else "false")]
