@@ -36,15 +36,6 @@ from specgen.spec.load import LoadedSpec
 IR_VERSION = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11}  # the IR version that introduced each opset
 
 
-def loss_output(loss: Any) -> tuple[str, str] | None:
-    """(spec key, output name) of the first loss term that reads an output; every term's: ir/loss_terms.py."""
-    for term in loss if isinstance(loss, list) else [] if loss is None else [loss]:
-        for field in ("logits", "predictions"):
-            if hasattr(term, field):
-                return field, getattr(term, field)
-    return None
-
-
 def checkpoint_of(loaded: LoadedSpec) -> CheckpointIR:
     """The checkpoint section with its defaults (the pydantic model's: written nowhere else)."""
     spec = loaded.spec
