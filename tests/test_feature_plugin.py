@@ -109,16 +109,12 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "specgen" / "kinds" / "features" / "update_count.py").write_text(MODULE, encoding="utf-8")
     (root / "templates" / "tf" / "features" / "update_count.py.j2").write_text(PARTIAL, encoding="utf-8")
     (root / "spec.yaml").write_text(SPEC, encoding="utf-8")
+    _only_the_two_files_differ(root)
     return root
 
 
-def specgen(tree: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-m", "specgen", *args], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
-def test_only_the_two_files_differ(tree: Path) -> None:
+def _only_the_two_files_differ(tree: Path) -> None:
+    """The copy is the checkout plus the feature's module and partial: nothing else is edited for it."""
     def listing(folder: Path) -> set[str]:
         return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
@@ -127,6 +123,12 @@ def test_only_the_two_files_differ(tree: Path) -> None:
     assert added == {"specgen/kinds/features/update_count.py", "templates/tf/features/update_count.py.j2"}
     assert all((tree / "specgen" / p).read_bytes() == (ROOT / "specgen" / p).read_bytes()
                for p in listing(ROOT / "specgen"))
+
+
+def specgen(tree: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tree)}
+    return subprocess.run([sys.executable, "-m", "specgen", *args], cwd=tree, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def test_its_key_is_in_the_schema_and_the_resolved_spec(tree: Path) -> None:
