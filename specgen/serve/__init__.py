@@ -47,7 +47,7 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     server processes on the same ports (workers.py), onnxruntime's threads split between them. `cuda_graphs`:
     on the CUDA provider, one captured CUDA graph per batch bucket (runtime/predictor.py).
     """
-    from specgen.serve.app import ServeOptions
+    from specgen.serve.options import ServeOptions
 
     options = ServeOptions(queue_size=queue_size, batching=batching, header_timeout=header_timeout,
                            body_timeout=body_timeout, max_connections=max_connections, send_timeout=send_timeout,

@@ -26,7 +26,7 @@ def config_json(model: ServedModel) -> dict[str, Any]:
                 | ({"reshape": {"shape": list(t.reshape)}} if t.reshape is not None else {}) for t in items]
 
     policy = config.version_policy
-    choice = ({"latest": {"num_versions": policy.num_versions}} if policy.kind == "latest"
+    choice: dict[str, Any] = ({"latest": {"num_versions": policy.num_versions}} if policy.kind == "latest"
               else {"all": {}} if policy.kind == "all" else {"specific": {"versions": list(policy.versions)}})
     result: dict[str, Any] = {"name": model.name, "platform": "onnxruntime_onnx", "backend": "onnxruntime",
                               "version_policy": choice, "max_batch_size": config.max_batch_size,

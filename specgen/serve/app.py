@@ -34,7 +34,6 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,51 +50,13 @@ from specgen.serve.errors import ProtocolError
 from specgen.serve.limits import ENVELOPE_BYTES, ByteBudget, DecodeGate, check_declared, declared_length, decompress, read_body
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.models import ServedModel
+from specgen.serve.options import ServeOptions
 from specgen.serve.protocol import HEADER_LENGTH, JSON_TYPE, InferRequest, decode_request, dumps, encode_response, error_body
 from specgen.serve.registry import Registry, Version
 from specgen.serve.stats import VersionStats
 
 log = logging.getLogger("specgen.serve")
 CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left mid-body
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Server-wide settings; `queue_size` None: the config's default_queue_policy.max_queue_size, else 4 x max_batch_size.
-
-    `max_body_bytes` caps every model's body bound (see limits.py); `buffer_bytes` bounds the bytes
-    of all bodies being read or decoded at once; `decode_threads` the large bodies decoded at once.
-    `header_timeout` / `max_connections`, `max_header_bytes` / `max_headers` (request line and headers; 431
-    past them) and `send_timeout` (a client that reads none of its answers for that long is disconnected)
-    are enforced by the connection protocol (connection.py, server.py).
-
-    `model_control` / `poll_seconds`: the live repository (control.py). `grpc_port` (None: no gRPC; 0: any
-    free port) and the `grpc_*` bounds: the gRPC server (grpc_server.py), which also takes `max_connections`,
-    `max_header_bytes` (metadata), `header_timeout` (handshake), `send_timeout` (keepalive ping answers)
-    and `graceful_timeout` (in-flight calls on shutdown).
-    """
-
-    queue_size: int | None = None
-    batching: bool = True
-    max_body_bytes: int = 64 << 20
-    buffer_bytes: int = 256 << 20
-    decode_threads: int = 2
-    body_timeout: float = 30.0
-    header_timeout: float = 10.0
-    max_connections: int = 1000
-    max_header_bytes: int = 16 << 10
-    max_headers: int = 100
-    send_timeout: float = 10.0
-    model_control: str = "none"
-    poll_seconds: float = 15.0
-    grpc_port: int | None = None
-    grpc_host: str = "127.0.0.1"
-    grpc_max_streams: int = 100
-    grpc_max_rpcs: int | None = None
-    grpc_max_message_bytes: int | None = None
-    grpc_keepalive: float = 30.0
-    grpc_reuse_port: bool = False  # SO_REUSEPORT: for several worker processes serving one gRPC port
-    graceful_timeout: float | None = 30.0
 
 
 def _json(value: Any, status: int = 200) -> Response:

@@ -48,7 +48,7 @@ import logging
 import math
 import socket
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from google.protobuf import json_format
@@ -62,6 +62,14 @@ from specgen.serve.errors import ProtocolError
 from specgen.serve.grpc_protocol import decode_infer, encode_infer
 from specgen.serve.limits import ENVELOPE_BYTES
 
+if TYPE_CHECKING:
+    from specgen.serve.control import ModelControl
+    from specgen.serve.limits import ByteBudget, DecodeGate
+    from specgen.serve.metrics import ServerMetrics
+    from specgen.serve.options import ServeOptions
+    from specgen.serve.registry import Registry, Version
+    from specgen.serve.stats import VersionStats
+
 log = logging.getLogger("specgen.serve")
 SERVICE = "inference.GRPCInferenceService"
 
@@ -70,16 +78,25 @@ class Service(Protocol):
     """What gRPC uses of the server's one Service (serve/app.py), which HTTP shares: typed here by its shape, so
     this module needs nothing of the HTTP application (app.py starts this module's server, not the reverse)."""
 
-    options: Any
-    metrics: Any
     ready: bool
-    budget: Any
-    registry: Any
-    control: Any
-    gate: Any
-    models: Any
-    metadata: Any
-    statistics: Any
+
+    @property
+    def options(self) -> ServeOptions: ...
+    @property
+    def metrics(self) -> ServerMetrics: ...
+    @property
+    def budget(self) -> ByteBudget: ...
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def control(self) -> ModelControl: ...
+    @property
+    def gate(self) -> DecodeGate: ...
+    @property
+    def models(self) -> dict[str, dict[int, Version]]: ...
+    def metadata(self, name: str, version: str | None) -> dict[str, Any]: ...
+    def statistics(self, name: str | None, version: str | None) -> list[VersionStats]: ...
+
 
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 408: grpc.StatusCode.DEADLINE_EXCEEDED,
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
@@ -204,7 +221,7 @@ class Servicer:
     @staticmethod
     def _guarded(fn: Any, response: Any) -> Any:
         """A method that answers a ProtocolError with its status code and a bug with INTERNAL: it never raises."""
-        async def method(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def method(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 return await fn(request, context)
             except ProtocolError as exc:
@@ -286,7 +303,7 @@ class Servicer:
 
     # inference
 
-    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started = time.perf_counter_ns()
         series = self.service.metrics.model(request.model_name)
         outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": request.id or None,
@@ -306,7 +323,7 @@ class Servicer:
         finally:
             finished(series, outcome, time.perf_counter_ns() - started, "grpc")
 
-    async def _infer(self, request: Any, context: grpc.aio.ServicerContext, outcome: dict[str, Any]) -> Any:
+    async def _infer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any], outcome: dict[str, Any]) -> Any:
         service = self.service
         code = grpc.StatusCode.INTERNAL
         try:

@@ -153,7 +153,7 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     the config's max_batch_size (runtime/predictor.py, runtime/buckets.py); elsewhere the Predictor says why not
     in one line, logged here, and runs as without it."""
     stamp = file_stamp(path)
-    graphs = {"cuda_graphs": cuda_graphs, "max_batch_size": config.max_batch_size} if cuda_graphs else {}
+    graphs: dict[str, Any] = {"cuda_graphs": True, "max_batch_size": config.max_batch_size} if cuda_graphs else {}
     try:
         gated = _gated(name, version, path, provider, threads, graphs)
         predictor, served = gated if gated is not None else (

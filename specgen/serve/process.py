@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+
+from specgen.serve.options import ServeOptions
 
 log = logging.getLogger("specgen.serve")
 
@@ -53,7 +54,7 @@ class ServerSettings:
     threads: int = 0
     log_level: str = "info"
     graceful_timeout: float | None = 30.0
-    options: Any = None  # ServeOptions (None: the defaults); imported lazily, it needs the serve extra
+    options: ServeOptions | None = None  # None: the defaults
     listen_fd: int | None = None  # a worker of --workers N: the parent's listening HTTP socket (host / port unused)
     ready_fd: int | None = None  # a worker: "1" is written there once it serves
     worker: int | None = None  # a worker's index, in every log line
@@ -66,7 +67,7 @@ def serve(settings: ServerSettings) -> int:
 
     from specgen.runtime.predictor import InputError
     from specgen.serve import logs
-    from specgen.serve.app import ServeOptions, create_app
+    from specgen.serve.app import create_app
     from specgen.serve.control import ModelSource
     from specgen.serve.models import load_repository
     from specgen.serve.repository import RepositoryError

@@ -136,7 +136,7 @@ def read_message(text: str, source: str = "config.pbtxt") -> Any:
 
 
 def _datatype(value: int, where: str, pb2: Any) -> str:
-    name = pb2.DataType.Name(value)
+    name: str = pb2.DataType.Name(value)
     datatype = name.removeprefix("TYPE_")
     if datatype not in DATATYPES:
         raise RepositoryError(f"{where}: data_type {name} is not served; expected one of "

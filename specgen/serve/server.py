@@ -27,11 +27,14 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import uvicorn
 
 from specgen.serve.connection import READ_BYTES, BoundedProtocol, Guard
+
+if TYPE_CHECKING:
+    from specgen.serve.app import Service
 
 log = logging.getLogger("specgen.serve")
 FD_RESERVE = 64  # descriptors beyond the connections: listening socket, logs, the accept that precedes an eviction
@@ -125,7 +128,8 @@ class ReadBounded(asyncio.BufferedProtocol):
         self.http.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
-        return self.http.eof_received()  # type: ignore[func-returns-value]
+        self.http.eof_received()
+        return None  # uvicorn's protocols return None here too: the transport closes, never half-open
 
     def pause_writing(self) -> None:
         self.http.pause_writing()
@@ -182,7 +186,9 @@ def server_config(app: Any, host: str, port: int, **settings: Any) -> uvicorn.Co
     guard = Guard(options.header_timeout, connection_limit(options.max_connections), options.max_header_bytes,
                   options.max_headers, options.send_timeout, service.metrics)
     settings = {"log_config": None, "access_log": False, "lifespan": "on", "server_header": False, **settings}
-    return uvicorn.Config(app, host=host, port=port, http=read_bounded(guarded_protocol(guard)), ws="none", **settings)
+    # uvicorn annotates `http` as an asyncio.Protocol class; ours is a BufferedProtocol on purpose (see ReadBounded)
+    protocol: Any = read_bounded(guarded_protocol(guard))
+    return uvicorn.Config(app, host=host, port=port, http=protocol, ws="none", **settings)
 
 
 class Server(uvicorn.Server):
@@ -194,9 +200,15 @@ class Server(uvicorn.Server):
     grpc_failed = False
     ready_fd: int | None = None  # a worker process: "1" written there once HTTP and gRPC serve (workers.py)
 
+    @property
+    def service(self) -> Service:
+        app: Any = self.config.app  # create_app's application; uvicorn types it as any ASGI callable
+        service: Service = app.state.service
+        return service
+
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)  # the lifespan starts the batchers, then HTTP is bound (exit 1 if it cannot be)
-        service = self.config.app.state.service
+        service = self.service
         if service.options.grpc_port is None:
             return
         from specgen.serve.grpc_server import GrpcStartError
@@ -218,5 +230,5 @@ class Server(uvicorn.Server):
         await super().main_loop()
 
     async def shutdown(self, sockets: Any = None) -> None:
-        self.config.app.state.service.begin_shutdown()  # gRPC drains while HTTP does
+        self.service.begin_shutdown()  # gRPC drains while HTTP does
         await super().shutdown(sockets)

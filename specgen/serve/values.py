@@ -85,7 +85,7 @@ def _leaves(name: str, data: list[Any], shape: tuple[int, ...], expected: str) -
 def _refuse_types(name: str, leaves: list[Any], dtype: np.dtype, datatype: str) -> None:
     """Only numbers, and only integers for integer datatypes: one pass over the leaves' types."""
     integer = dtype.kind in "iu"
-    allowed = {int} if integer else {int, float}
+    allowed: set[type] = {int} if integer else {int, float}
     if set(map(type, leaves)) <= allowed:
         return
     value = next(v for v in leaves if type(v) not in allowed)

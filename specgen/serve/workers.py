@@ -43,6 +43,7 @@ from types import FrameType
 from typing import Any
 
 from specgen.errors import SpecgenError
+from specgen.serve.options import ServeOptions
 from specgen.serve.process import ServerSettings, serve
 
 log = logging.getLogger("specgen.serve")
@@ -102,7 +103,6 @@ class Supervisor:
     """Starts, watches, restarts and stops the worker processes of one `specgen serve --workers N`."""
 
     def __init__(self, settings: ServerSettings, workers: int):
-        from specgen.serve.app import ServeOptions
 
         options = settings.options or ServeOptions()
         if workers > 1 and options.model_control == "explicit":
@@ -114,6 +114,7 @@ class Supervisor:
         if options.grpc_port is not None:
             self.grpc = reserve(options.grpc_host, options.grpc_port)
             options = replace(options, grpc_port=self.grpc.getsockname()[1], grpc_reuse_port=True)
+        self.options = options
         self.settings = replace(settings, options=options, threads=worker_threads(settings.threads, workers))
         self.metrics_dir = tempfile.mkdtemp(prefix="specgen-metrics-")
         self.workers: dict[int, Worker] = {}
@@ -171,7 +172,7 @@ class Supervisor:
         fields: dict[str, Any] = {"event": "workers", "workers": self.count, "threads": self.settings.threads,
                                   "http": http, "pids": [w.process.pid for w in self.workers.values()]}
         if self.grpc is not None:
-            fields["grpc"] = f"{self.settings.options.grpc_host}:{self.grpc.getsockname()[1]}"
+            fields["grpc"] = f"{self.options.grpc_host}:{self.grpc.getsockname()[1]}"
         log.info("workers started", extra={"fields": fields})
         return None
 
