@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
@@ -23,6 +23,7 @@ from specgen.text import printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.typing import RcKeyType
 
 LR_PREFIX = "learning_rate/"  # one scalar per optimizer (specgen train): drawn together in one panel
 LR_PANEL = "learning rate"
@@ -189,7 +190,7 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
 
 
 # usetex off whatever the user's matplotlibrc says: a tag must never reach LaTeX.
-_RC = {"svg.hashsalt": "specgen", "svg.fonttype": "path", "text.usetex": False}
+_RC: dict[RcKeyType, Any] = {"svg.hashsalt": "specgen", "svg.fonttype": "path", "text.usetex": False}
 
 
 def render(runs: Sequence[list[Series]], fmt: str = "svg") -> bytes:

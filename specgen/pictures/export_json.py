@@ -102,7 +102,8 @@ def read_export(path: Path) -> dict[str, Any]:
         raise _refused(path, "", f"JSON that Python does not read back ({type(exc).__name__})",
                        f"JSON text {EXPECTED_AS}") from None
     _check(path, report)
-    return report
+    checked: dict[str, Any] = report  # _check refuses a document that is not an object
+    return checked
 
 
 def _check(path: Path, report: Any) -> None:

@@ -100,10 +100,10 @@ def _restored(path: str, source: Any) -> bool:
 def _written(entry: Any) -> str:
     """The paths a map entry writes, as a glob: a pattern's group references and a prefix's rest become '*'."""
     if hasattr(entry, "pattern"):
-        return re.sub(r"\\(\d+|g<\w+>)", "*", entry.to)
+        return re.sub(r"\\(\d+|g<\w+>)", "*", str(entry.to))
     if hasattr(entry, "from_"):
-        return glob_escape(entry.to)
-    return glob_escape(entry.add_prefix or "") + "*"
+        return glob_escape(str(entry.to))
+    return glob_escape(str(entry.add_prefix or "")) + "*"
 
 
 def _targets(paths: list[str], ir: ModelIR) -> str:

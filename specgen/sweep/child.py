@@ -25,8 +25,7 @@ def main(argv: list[str]) -> int:
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:
             return 143  # the sweep is gone already: as if the signal had come
-    os.execv(command[0], command)
-    return 127  # execv does not return
+    os.execv(command[0], command)  # does not return: the command replaces this process (an OSError if it cannot)
 
 
 if __name__ == "__main__":

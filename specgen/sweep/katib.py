@@ -46,7 +46,7 @@ FAILED = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # Katib's webhook: an Experiment's name, at most 40 characters
 # Values Katib's Go types allow (pkg/apis/controller/{common,experiments}/v1beta1), by schema and field.
-ENUMS = {
+ENUMS: dict[str, dict[str, list[str]]] = {
     "v1beta1.ObjectiveSpec": {"type": ["minimize", "maximize"]},
     "v1beta1.ParameterSpec": {"parameterType": ["double", "int", "discrete", "categorical"]},
     "v1beta1.FeasibleSpace": {"distribution": ["uniform", "logUniform", "normal", "logNormal"]},
@@ -56,7 +56,7 @@ ENUMS = {
     "v1beta1.MetricStrategy": {"value": ["min", "max", "latest"]},
 }
 # Fields Katib's webhook (pkg/webhook/v1beta1/experiment/validator) refuses to go without.
-REQUIRED = {
+REQUIRED: dict[str, list[str]] = {
     "v1beta1.Experiment": ["apiVersion", "kind", "metadata", "spec"],
     "v1beta1.ExperimentSpec": ["objective", "algorithm", "parameters", "trialTemplate"],
     "v1beta1.ObjectiveSpec": ["type", "objectiveMetricName"],
@@ -216,8 +216,8 @@ def strict_schema() -> dict[str, Any]:
     for name, fields in ENUMS.items():
         for field, values in fields.items():
             schemas[name]["properties"][field]["enum"] = values
-    for name, fields in REQUIRED.items():
-        schemas[name]["required"] = fields
+    for name, required in REQUIRED.items():
+        schemas[name]["required"] = required
     experiment = schemas["v1beta1.Experiment"]["properties"]
     experiment["apiVersion"]["const"] = "kubeflow.org/v1beta1"
     experiment["kind"]["const"] = "Experiment"

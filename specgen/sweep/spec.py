@@ -8,7 +8,7 @@ in the spec and takes each value is checked by `specgen sweep` (sweep/space.py),
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
 
@@ -20,7 +20,10 @@ MAX_KEYS = 64  # searched keys: each is a --set of every trial and a panel of th
 MAX_CHOICES = 256  # values of one choice (each one is validated against the spec before the first trial)
 MAX_GRID = 100_000  # points of a grid: the product of every key's values
 
-Trials = number(int, gt=0, le=MAX_TRIALS)
+if TYPE_CHECKING:  # number() and by_shape() build field types at run time; statically, what they hold
+    Trials: TypeAlias = int
+else:
+    Trials = number(int, gt=0, le=MAX_TRIALS)
 Bound = Annotated[list[Float], Field(min_length=2, max_length=2)]
 IntBound = Annotated[list[Int], Field(min_length=2, max_length=2)]
 # A float choice is held to float32's finite range like every float of a spec (the schema says so too).
@@ -28,7 +31,8 @@ Choice = (StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT
           | Annotated[StrictStr, Field(max_length=256)])
 
 
-def _range(low: float, high: float, log: bool) -> None:
+def _range(bounds: list[float] | list[int], log: bool) -> None:
+    low, high = bounds
     if not low < high:
         raise ValueError(f"the range is empty: received [{low!r}, {high!r}]; expected the low end below the high end")
     if log and low <= 0:
@@ -43,7 +47,7 @@ class UniformRange(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> UniformRange:
-        _range(*self.uniform, log=False)
+        _range(self.uniform, log=False)
         return self
 
 
@@ -54,7 +58,7 @@ class LogUniformRange(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> LogUniformRange:
-        _range(*self.log_uniform, log=True)
+        _range(self.log_uniform, log=True)
         return self
 
 
@@ -66,7 +70,7 @@ class IntRange(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> IntRange:
-        _range(*self.int, log=False)
+        _range(self.int, log=False)
         return self
 
 
@@ -77,7 +81,7 @@ class LogIntRange(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> LogIntRange:
-        _range(*self.log_int, log=True)
+        _range(self.log_int, log=True)
         return self
 
 
@@ -97,8 +101,12 @@ class ChoiceOf(SpecModel):
 
 
 KINDS = ("uniform", "log_uniform", "int", "log_int", "choice")
-Distribution = by_shape(by_key(*KINDS), "a mapping with one of 'uniform', 'log_uniform', 'int', 'log_int' or 'choice'",
-                        uniform=UniformRange, log_uniform=LogUniformRange, int=IntRange, log_int=LogIntRange, choice=ChoiceOf)
+if TYPE_CHECKING:
+    Distribution: TypeAlias = UniformRange | LogUniformRange | IntRange | LogIntRange | ChoiceOf
+else:
+    Distribution = by_shape(by_key(*KINDS), "a mapping with one of 'uniform', 'log_uniform', 'int', 'log_int' or "
+                            "'choice'", uniform=UniformRange, log_uniform=LogUniformRange, int=IntRange,
+                            log_int=LogIntRange, choice=ChoiceOf)
 
 
 class MedianPruner(SpecModel):
@@ -113,8 +121,11 @@ def _pruner_shape(value: object) -> str | None:
     return "mapping" if isinstance(value, dict) else "name"
 
 
-Pruner = by_shape(_pruner_shape, "'median', 'none' or a mapping with kind: median", name=Literal["median", "none"],
-                  mapping=MedianPruner)
+if TYPE_CHECKING:
+    Pruner: TypeAlias = Literal["median", "none"] | MedianPruner
+else:
+    Pruner = by_shape(_pruner_shape, "'median', 'none' or a mapping with kind: median", name=Literal["median", "none"],
+                      mapping=MedianPruner)
 Metric = Annotated[str, Field(min_length=3, max_length=256, pattern=r"^(train|eval)/[^\x00-\x1f\x7f]+$",
                               description="<stage>/<tag>: a scalar the run logs to TensorBoard (eval/accuracy).")]
 
@@ -126,7 +137,7 @@ class Sweep(SpecModel):
     direction: Literal["maximize", "minimize"]
     trials: Trials = 10
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    pruner: Pruner = "none"  # type: ignore[assignment]  # a name or a MedianPruner
+    pruner: Pruner = "none"  # a name or a MedianPruner
     seed: NonNegativeInt = Field(0, description="The sampler's seed: the same sweep draws the same values.")
     space: Annotated[dict[Pattern, Distribution], Field(min_length=1, max_length=MAX_KEYS, description=(
         "Key (as in --set, layers[NAME].KEY for a layer) -> the values to search."))]
@@ -156,7 +167,7 @@ def grid_values(item: object) -> list[object]:
         low, high = item.int
         return list(range(low, min(high, low + (MAX_GRID + 1) * (item.step or 1)) + 1, item.step or 1))
     if isinstance(item, UniformRange) and item.step:
-        low, high = item.uniform
-        count = min(int((high - low) / item.step + 1e-9) + 1, MAX_GRID + 1)
-        return [low + i * item.step for i in range(count)]
+        start, end = item.uniform
+        count = min(int((end - start) / item.step + 1e-9) + 1, MAX_GRID + 1)
+        return [start + i * item.step for i in range(count)]
     raise TypeError(f"not a finite set of values: {item!r}")

@@ -128,13 +128,13 @@ def figure(plan: Plan, found: list[Row]) -> Figure:
                    label="pruned (last value)", zorder=3)
     if done:
         pick = max if plan.sweep.direction == "maximize" else min
-        steps, so_far, current = [], [], None
-        for r in sorted(done, key=lambda r: r.number):
-            current = r.value if current is None else pick(current, r.value)
-            steps.append(r.number)
-            so_far.append(current)
+        steps: list[int] = []
+        so_far: list[float] = []
+        for number, value in sorted((r.number, r.value) for r in done if r.value is not None):  # Optuna: one each
+            so_far.append(value if not so_far else pick(so_far[-1], value))
+            steps.append(number)
         last = max(r.number for r in found)
-        if last > steps[-1]:  # the line runs on to the last trial, pruned or failed ones included
+        if steps and last > steps[-1]:  # the line runs on to the last trial, pruned or failed ones included
             steps, so_far = [*steps, last], [*so_far, so_far[-1]]
         ax.step(steps, so_far, where="post", color="C2", label="best so far")
     ax.set_title(drawn(f"{metric} over trials"), fontsize=11, parse_math=False)
