@@ -52,7 +52,7 @@ class Imported:
     inferred: list[Inferred] = field(default_factory=list)  # each layer as checked, for the masks (masks.py)
 
 
-_LAYER = TypeAdapter(Layer)
+_LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
 
 
 def _converter(layer: KLayer) -> Converter | None:

@@ -11,7 +11,7 @@ recursion, so that nothing after it (pydantic, repr, comparisons) can recurse de
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError
 
@@ -84,11 +84,15 @@ T = TypeVar("T")
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
 
-def checked(kind: type[T] | Any, value: Any, where: str) -> T:
+@overload
+def checked(kind: type[T], value: Any, where: str) -> T: ...
+@overload
+def checked(kind: Any, value: Any, where: str) -> Any: ...  # a union or an Annotated type: a form, not a class
+def checked(kind: Any, value: Any, where: str) -> Any:
     """`value` as `kind`, or ImportProblem naming `where` and the first wrong value in it."""
     adapter = _ADAPTERS.get(kind) or _ADAPTERS.setdefault(kind, TypeAdapter(kind))
     try:
-        return adapter.validate_python(value)  # type: ignore[no-any-return]
+        return adapter.validate_python(value)
     except ValidationError as exc:
         error = exc.errors()[0]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"] if not _union_tag(p))

@@ -156,7 +156,7 @@ class _Flattener:
         out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
         for entry in checked(Keras2Node, node, where):
             if len(entry) > 3:
-                self._check_kwargs(name, cls, entry[3])  # type: ignore[misc]
+                self._check_kwargs(name, cls, entry[3])
             out.append(Ref(_key(scope, entry)))
         return out, {}, None
 
@@ -283,8 +283,8 @@ class _Flattener:
             else:  # Keras 2 keeps the input shape on the first layer; Keras 3 in build_input_shape
                 shape = checked(Shape | None, first.config.get("batch_input_shape"),
                                 f"{where}.layers[0].config.batch_input_shape") or model.build_input_shape
-                dtype, name = first.config.get("dtype"), "input"
-                dtype = dtype if isinstance(dtype, str) else "float32"
+                recorded, name = first.config.get("dtype"), "input"
+                dtype = recorded if isinstance(recorded, str) else "float32"
             if not shape:
                 raise ImportProblem(f"{where}: the Sequential model has no input shape (it was never built)")
             self.inputs.append(KInput(name, list(shape[1:]), dtype))
@@ -294,7 +294,7 @@ class _Flattener:
             raise ImportProblem(f"{where}: a Sequential model called on {len(bound)} tensors (it takes one)")
         else:
             previous = bound[0]
-        last, seen = previous.rsplit(":", 2)[0].rsplit("/", 1)[-1], set()
+        last, seen = previous.rsplit(":", 2)[0].rsplit("/", 1)[-1], set[str]()
         for index, raw in enumerate(entries, start):
             entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
             if entry.class_name == INPUT:

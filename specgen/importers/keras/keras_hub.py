@@ -154,7 +154,8 @@ class _Layers:
     """The spec layers of one backbone, appended in order; `x` is the latest tensor."""
 
     def __init__(self, args: Args, init: dict[str, Any]):
-        self.args, self.init, self.layers, self.x = args, init, [], ""
+        self.args, self.init, self.x = args, init, ""
+        self.layers: list[dict[str, Any]] = []
 
     def add(self, name: str, op: str, source: str | None = None, **keys: Any) -> str:
         wiring = {"inputs": keys.pop("inputs")} if "inputs" in keys else {"input": source or self.x}
@@ -176,10 +177,11 @@ class _Layers:
         causal), as GPT-2 builds it (normalize_first=True)."""
         a, p, residual = self.args, f"transformer_layer_{i}/", self.x
         attention = p + ("self_attention" if decoder else "self_attention_layer")
+        causal: dict[str, Any] = {"causal": True} if decoder else {}
         if decoder:
             self.add(p + "self_attention_layer_norm", "layer_norm", epsilon=epsilon)
         self.add(attention, "multi_head_attention", num_heads=a.num_heads, key_dim=a.hidden_dim // a.num_heads,
-                 attention_mask=MASK, dropout=a.dropout, **({"causal": True} if decoder else {}), kernel_init=self.init)
+                 attention_mask=MASK, dropout=a.dropout, **causal, kernel_init=self.init)
         self.add(p + "self_attention_dropout", "dropout", rate=a.dropout)
         residual = self.add(p + "self_attention_residual", "add", inputs=[self.x, residual])
         if not decoder:

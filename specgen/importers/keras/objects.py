@@ -85,11 +85,11 @@ def _window(value: Any) -> bool:
     return value is None or isinstance(value, str) or (isinstance(value, list) and all(map(_number, value)))
 
 
-EXPECTED = {_number: "a finite number within float32's range", _at_least_zero: "a number from 0",
+EXPECTED: dict[Check, str] = {_number: "a finite number within float32's range", _at_least_zero: "a number from 0",
             _positive: "a number above 0", _seed: "an integer or null", _axes: "an axis, a list of axes, or null",
             _flag: "true or false", _window: "a window name, a list of numbers, or null"}
-_FAN = {"seed": _seed, "input_axes": _axes, "output_axes": _axes}
-_NORMAL = {"seed": _seed, "mean": _number, "stddev": _at_least_zero}
+_FAN: dict[str, Check] = {"seed": _seed, "input_axes": _axes, "output_axes": _axes}
+_NORMAL: dict[str, Check] = {"seed": _seed, "mean": _number, "stddev": _at_least_zero}
 INITIALIZERS: dict[str, dict[str, Check]] = {
     "Zeros": {}, "Ones": {}, "Constant": {"value": _number},
     "Identity": {"gain": _number}, "IdentityInitializer": {"gain": _number},
