@@ -22,6 +22,7 @@ from specgen.atomic import kind as path_kind
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 from specgen.paths import shown
+from specgen.serve.repository import version_number
 
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8"}
 ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64,
@@ -129,8 +130,8 @@ def _existing_versions(root: Path, folder: Path) -> list[int]:
     real = checked_folder(root, folder, create=False)
     if not real.is_dir():
         return []
-    return sorted(int(p.name) for p in real.iterdir() if p.name.isascii() and p.name.isdigit() and int(p.name) > 0
-                  and path_kind(p, folder / p.name) == "folder"
+    found = {version_number(p.name): p for p in real.iterdir()}  # the names a server reads as versions (serve/)
+    return sorted(v for v, p in found.items() if v is not None and path_kind(p, folder / p.name) == "folder"
                   and path_kind(p / "model.onnx", folder / p.name / "model.onnx") == "file")
 
 

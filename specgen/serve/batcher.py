@@ -100,6 +100,7 @@ class Batcher:
         self._gathered = 0  # jobs taken from the queue into the batch being formed
         self._wakeup = asyncio.Event()
         self._closing = False
+        self._hurried = False  # a retired version: batches form from what is queued, without waiting for more
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -125,6 +126,12 @@ class Batcher:
         self._report_depth()
         self._wakeup.set()
         return job.future
+
+    def hurry(self) -> None:
+        """Stop waiting out `max_delay` for company: the version is retired, and the requests it holds (each one a
+        user keeping it open, registry.py) run with what is queued now. It still takes requests already routed here."""
+        self._hurried = True
+        self._wakeup.set()
 
     async def close(self) -> None:
         """Take no new requests, finish every admitted one, then stop the worker thread."""
@@ -172,7 +179,7 @@ class Batcher:
                 rows += jobs[-1].rows
                 continue
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closing or not await self._wait(remaining):
+            if remaining <= 0 or self._closing or self._hurried or not await self._wait(remaining):
                 break
         return jobs
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,11 +38,20 @@ from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
 from specgen.serve.models import load_version
 from specgen.serve.registry import Registry, Version
-from specgen.serve.repository import ModelConfig, RepositoryError, _versions, file_stamp, model_folders, read_config
-from specgen.serve.values import show
+from specgen.serve.repository import (
+    ModelConfig,
+    RepositoryError,
+    available_versions,
+    file_stamp,
+    model_folders,
+    read_config,
+    version_folders,
+)
+from specgen.serve.values import cut, show
 
 log = logging.getLogger("specgen.serve")
 MODES = ("none", "poll", "explicit")
+NAME_MAX = 255  # bytes of one file name on Linux, macOS and Windows file systems
 T = TypeVar("T")
 Snapshot = tuple[Any, ...]
 
@@ -59,16 +69,16 @@ class ModelSource:
 def snapshot(folder: Path) -> Snapshot:
     """What says a model folder changed: config.pbtxt's and every version folder's files' stat()."""
     try:
-        versions = sorted((p.name, tuple(sorted((f.name, file_stamp(f)) for f in p.iterdir())))
-                          for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
-    except OSError:
+        versions = [(number, tuple(sorted((f.name, file_stamp(f)) for f in p.iterdir())))
+                    for number, p in version_folders(folder).items()]
+    except (OSError, RepositoryError):  # unreadable now: compared as such, and read (and refused) by _load
         return ()
     return file_stamp(folder / "config.pbtxt"), tuple(versions)
 
 
 def _read(folder: Path) -> tuple[ModelConfig, list[int]]:
     config = read_config(folder)
-    return config, _versions(folder, config.model_filename)
+    return config, available_versions(folder, config.model_filename)
 
 
 class ModelControl:
@@ -85,6 +95,7 @@ class ModelControl:
         self.seen: dict[str, Snapshot] = {}
         self.refused: dict[tuple[str, int], tuple[Any, str]] = {}  # (model, version) -> (what was refused, why)
         self.problems: dict[str, str] = {}  # model -> why it is not served
+        self.unreadable: str | None = None  # why the last poll could not list the repository (logged once)
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
@@ -130,11 +141,22 @@ class ModelControl:
             raise ProtocolError(f"model load and unload need --model-control explicit; this server's repository is "
                                 f"{how} (--model-control {self.mode})", 400, grpc_code="FAILED_PRECONDITION")
 
+    @property
+    def _source(self) -> ModelSource:
+        assert self.source is not None  # every mode but none has one (__init__ refuses it otherwise)
+        return self.source
+
+    @property
+    def repo(self) -> Path:
+        return self._source.repo
+
     def _folder(self, name: str) -> Path:
-        assert self.source is not None
         if not name or name.startswith(".") or "/" in name or "\\" in name or "\0" in name:
             raise ProtocolError(f"{show(name)} cannot name a model folder of the repository", 400)
-        return self.source.repo / name
+        if len(os.fsencode(name)) > NAME_MAX:  # the OS refuses such a name (ENAMETOOLONG) before any lookup
+            raise ProtocolError(f"a model name of {len(os.fsencode(name)):,} bytes cannot name a model folder of the "
+                                f"repository (at most {NAME_MAX} bytes)", 400)
+        return self.repo / name
 
     async def load(self, name: str) -> None:
         """Explicit load (or reload) of one model; a ProtocolError (400) says what was refused."""
@@ -143,30 +165,54 @@ class ModelControl:
         assert self._lock is not None
         async with self._lock:
             if not folder.is_dir():
-                raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.source.repo)}", 400)  # type: ignore[union-attr]
+                raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.repo)}", 400)
             problems = await self._load(name, folder, explicit=True)
         if problems:
             raise ProtocolError("; ".join(problems), 400)
 
     async def unload(self, name: str) -> None:
+        """Explicit unload of a served model, or of one the repository holds (a no-op then); 404 for any other name."""
         self._explicit()
+        folder = self._folder(name)
         assert self._lock is not None
         async with self._lock:
+            if name not in self.registry.models and name not in self.problems and not folder.is_dir():
+                raise ProtocolError(f"unknown model '{cut(name)}': it is neither served nor in the repository "
+                                    f"(served: {sorted(self.registry.models)})", 404)
             self._unload(name, "unloaded")
 
     async def scan(self) -> None:
         """One poll: load what changed or appeared, unload what disappeared."""
-        assert self.source is not None and self._lock is not None
+        assert self._lock is not None
+        repo = self.repo
         async with self._lock:
-            found = await self._run(lambda: {f.name: (f, snapshot(f)) for f in model_folders(self.source.repo)})  # type: ignore[union-attr]
+            try:
+                found = await self._run(lambda: {f.name: (f, snapshot(f)) for f in model_folders(repo)})
+            except OSError as exc:  # moved away, unmounted: the models served keep serving until it is back
+                self._unreadable_now(f"{shown(repo)}: cannot be listed: {exc.strerror or exc}")
+                return
+            self._unreadable_now(None)
             for name, (folder, snap) in found.items():
                 if self.seen.get(name) != snap:
                     self.seen[name] = snap
-                    await self._load(name, folder, explicit=False)
+                    try:
+                        await self._load(name, folder, explicit=False)
+                    except Exception:  # a bug: logged with its traceback; the other models are still scanned
+                        log.error("model load failed", exc_info=True,
+                                  extra={"fields": {"event": "error", "model": name}})
             for name in [n for n in self.seen if n not in found]:
                 del self.seen[name]
                 self.problems.pop(name, None)
                 self._unload(name, "removed from the repository")
+
+    def _unreadable_now(self, why: str | None) -> None:
+        """Log once when the repository cannot be listed, and once when it can again."""
+        if why is not None and self.unreadable is None:
+            log.warning("repository unreadable; the models served keep serving",
+                        extra={"fields": {"event": "repository_unreadable", "error": why}})
+        elif why is None and self.unreadable is not None:
+            log.info("repository readable again", extra={"fields": {"event": "repository_readable"}})
+        self.unreadable = why
 
     def _unload(self, name: str, why: str) -> None:
         self.registry.install(name, {}, reason=why)  # each version logs model_unloaded once its requests are answered
@@ -199,8 +245,9 @@ class ModelControl:
                     candidates.remove(version)  # refused before and unchanged: absent, and not logged again
                     continue
                 try:
-                    model = await self._run(load_version, name, version, path, config, self.source.provider,  # type: ignore[union-attr]
-                                            self.source.threads, True, self.source.cuda_graphs)  # type: ignore[union-attr]
+                    source = self._source
+                    model = await self._run(load_version, name, version, path, config, source.provider,
+                                            source.threads, True, source.cuda_graphs)
                 except (RepositoryError, InputError) as exc:
                     self.refused[name, version] = ((stamp, config), str(exc))
                     self._refuse(name, version, str(exc))

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from specgen import __version__
@@ -213,15 +214,27 @@ class Servicer:
             "RepositoryModelUnload": (self.repository_unload, s.RepositoryModelUnloadRequest,
                                       s.RepositoryModelUnloadResponse),
         }
+        # No request_deserializer: a message that does not parse would fail inside gRPC (UNKNOWN, and a traceback
+        # in the log); the method parses the bytes itself and answers INVALID_ARGUMENT.
         return grpc.method_handlers_generic_handler(SERVICE, {
-            name: grpc.unary_unary_rpc_method_handler(self._guarded(fn, response), request_deserializer=request.FromString,
+            name: grpc.unary_unary_rpc_method_handler(self._guarded(name, fn, request, response),
                                                       response_serializer=response.SerializeToString)
             for name, (fn, request, response) in methods.items()})
 
     @staticmethod
-    def _guarded(fn: Any, response: Any) -> Any:
-        """A method that answers a ProtocolError with its status code and a bug with INTERNAL: it never raises."""
-        async def method(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    def _guarded(name: str, fn: Any, request_type: Any, response: Any) -> Any:
+        """A method that parses its request, answers a ProtocolError with its status code and a bug with INTERNAL:
+        it never raises."""
+        async def method(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                request = request_type.FromString(raw)
+            except DecodeError as exc:
+                message = f"{name}: the request is not an inference.{request_type.__name__} message ({exc})"
+                log.info("gRPC message refused", extra={"fields": {"event": "invalid_message", "protocol": "grpc",
+                                                                   "method": name, "error": message}})
+                context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+                context.set_details(message)
+                return response()
             try:
                 return await fn(request, context)
             except ProtocolError as exc:

@@ -26,6 +26,7 @@ import numpy as np
 
 from specgen.paths import shown
 from specgen.runtime.predictor import DTYPES, InputError, Predictor
+from specgen.serve.errors import ProtocolError
 from specgen.serve.repository import (
     DATATYPES,
     ModelConfig,
@@ -167,11 +168,29 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
                                                     "reason": predictor.graph_note}})
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
     check_signature(shown(served), config, predictor.inputs, outputs)
-    model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=predictor,
+    model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=values_checked(predictor),
                         too_long=predictor.too_long, path=served, stamp=stamp)
     if warm:
         warm_up(model)
     return model
+
+
+def values_checked(predictor: Predictor) -> Callable[[Arrays], Arrays]:
+    """`predictor` as a served model's run. onnxruntime's INVALID_ARGUMENT, raised past every check of a request's
+    names, datatypes and shapes, is about its values (a token id past the vocabulary) or a length the model's
+    kernels refuse (a sequence shorter than a convolution's kernel): the client's to mend, so a ProtocolError (400,
+    INVALID_ARGUMENT over gRPC) for that request. A batch that raises it is retried one request at a time
+    (batcher.py), so only the request that holds such values gets it."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    def run(arrays: Arrays) -> Arrays:
+        try:
+            return predictor(arrays)
+        except InvalidArgument as exc:
+            reason = str(exc).removeprefix("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ")
+            raise ProtocolError(f"the model refused this request's values: {reason}") from None
+
+    return run
 
 
 def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False

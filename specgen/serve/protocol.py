@@ -155,6 +155,11 @@ def check_shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[in
     if config.batched and not 1 <= shape[0] <= config.max_batch_size:
         raise ProtocolError(f"input '{name}': received batch size {shape[0]} (shape {list(shape)}), expected 1.."
                             f"{config.max_batch_size} (the model's max_batch_size)")
+    # A variable dimension (-1) of length 0 is an empty tensor, which kernels refuse (a convolution over no steps)
+    # or answer with nothing: refused here, as a client's mistake, not left to fail in onnxruntime.
+    if 0 in shape:
+        raise ProtocolError(f"input '{name}': received shape {list(shape)} with a dimension of 0, expected "
+                            f"{_expected_shape(config, tensor)}, each -1 a length of 1 or more")
     return shape
 
 

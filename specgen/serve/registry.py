@@ -23,7 +23,9 @@ from specgen.serve.errors import ProtocolError
 from specgen.serve.limits import BodyLimit, ByteBudget, body_limit
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.models import ServedModel
+from specgen.serve.repository import version_number
 from specgen.serve.stats import VersionStats
+from specgen.serve.values import cut
 
 log = logging.getLogger("specgen.serve")
 
@@ -89,14 +91,15 @@ class Registry:
         """The version a request names (the highest when None), or a 404 ProtocolError."""
         versions = self.models.get(name)
         if not versions:
-            raise ProtocolError(f"unknown model '{name}'; this server serves {sorted(self.models)}", 404)
+            raise ProtocolError(f"unknown model '{cut(name)}'; this server serves {sorted(self.models)}", 404)
         if version is None or version == "":
             return versions[max(versions)]
-        found = versions.get(int(version)) if version.isascii() and version.isdigit() else None
+        number = version_number(version)
+        found = versions.get(number) if number is not None else None
         if found is None:
             served = [str(v) for v in sorted(versions)]
             which = f"the served version is '{served[0]}'" if len(served) == 1 else f"the served versions are {served}"
-            raise ProtocolError(f"model '{name}' has no version '{version}'; {which}", 404)
+            raise ProtocolError(f"model '{name}' has no version '{cut(version)}'; {which}", 404)
         return found
 
     def use(self, name: str, version: str | None) -> Use:
@@ -128,6 +131,7 @@ class Registry:
 
     def retire(self, served: Version, reason: str) -> None:
         served.retired = reason
+        served.batcher.hurry()  # its waiting requests would otherwise wait out the delay, holding it open
         self.metrics.model_unloaded(served.model.name, served.model.version, served.model.provider)
         self.metrics.load_result(served.model.name, "unloaded")
         if served.users == 0:

@@ -25,6 +25,10 @@ from specgen.paths import shown
 DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
 ONNX_PLATFORMS = {"onnxruntime_onnx"}
 ONNX_BACKENDS = {"onnxruntime"}
+MAX_VERSION = 2**63 - 1  # Triton's model versions are int64
+# A request waits at most this long for company in its batch. Triton takes any uint64; a delay beyond a client's
+# usual deadline serves no one, and a retired version's queue must drain in bounded time (registry.py).
+MAX_QUEUE_DELAY_US = 10_000_000
 
 
 class RepositoryError(SpecgenError, ValueError):
@@ -116,6 +120,16 @@ class ModelEntry:
         return self.versions[self.version]
 
 
+def version_number(text: str) -> int | None:
+    """The version a folder name or a request's version string names, or None: a positive decimal number in ASCII
+    digits without a leading zero, within int64. Triton ignores version folders named otherwise ('0', '01', 'v2');
+    '²' and '١' are digits to str.isdigit() but name no version (int() refuses '²')."""
+    if not (text.isascii() and text.isdigit()) or text.startswith("0") or len(text) > len(str(MAX_VERSION)):
+        return None
+    number = int(text)
+    return number if number <= MAX_VERSION else None
+
+
 def _pb2() -> Any:
     try:
         from tritonclient.grpc import model_config_pb2
@@ -178,6 +192,26 @@ def _policy(message: Any, source: str) -> VersionPolicy:
     return VersionPolicy()
 
 
+def _filename(message: Any, source: str) -> str:
+    """default_model_filename: a file of the version folder, so one plain name (never a path out of the folder)."""
+    name = message.default_model_filename or "model.onnx"
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise RepositoryError(f"{source}: default_model_filename {name!r} is not a plain file name; expected the "
+                              "name of the model file inside each version folder (model.onnx)")
+    return str(name)
+
+
+def _queue_delay(batching: Any, source: str) -> int:
+    if batching is None:
+        return 0
+    delay = int(batching.max_queue_delay_microseconds)
+    if delay > MAX_QUEUE_DELAY_US:
+        raise RepositoryError(f"{source}: dynamic_batching max_queue_delay_microseconds {delay} is more than "
+                              f"{MAX_QUEUE_DELAY_US:,} (10 s); expected at most that (a few hundred to a few "
+                              "thousand is usual)")
+    return delay
+
+
 def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     """A `ModelConfig` from `config.pbtxt` text, or a RepositoryError naming `source` and the field."""
     pb2 = _pb2()
@@ -200,18 +234,31 @@ def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
         inputs=inputs,
         outputs=outputs,
         dynamic_batching=batching is not None and message.max_batch_size > 0,
-        max_queue_delay_us=batching.max_queue_delay_microseconds if batching is not None else 0,
+        max_queue_delay_us=_queue_delay(batching, source),
         preferred_batch_sizes=tuple(batching.preferred_batch_size) if batching is not None else (),
         max_queue_size=batching.default_queue_policy.max_queue_size if batching is not None else 0,
-        model_filename=message.default_model_filename or "model.onnx",
+        model_filename=_filename(message, source),
         version_policy=_policy(message, source),
         message=message,
     )
 
 
-def _versions(folder: Path, filename: str) -> list[int]:
-    return sorted(int(p.name) for p in folder.iterdir()
-                  if p.is_dir() and p.name.isdigit() and int(p.name) > 0 and (p / filename).is_file())
+def version_folders(folder: Path) -> dict[int, Path]:
+    """A model folder's version folders by number (sub-folders named by version_number); a RepositoryError if the
+    folder cannot be listed."""
+    found: dict[int, Path] = {}
+    try:
+        for path in folder.iterdir():
+            number = version_number(path.name)
+            if number is not None and path.is_dir():
+                found[number] = path
+    except OSError as exc:
+        raise RepositoryError(f"{shown(folder)}: cannot be listed: {exc.strerror or exc}") from None
+    return dict(sorted(found.items()))
+
+
+def available_versions(folder: Path, filename: str) -> list[int]:
+    return [number for number, path in version_folders(folder).items() if (path / filename).is_file()]
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -236,7 +283,7 @@ def read_config(folder: Path) -> ModelConfig:
 def read_model(folder: Path) -> ModelEntry:
     """The model in `folder`: its config and the version folders its version_policy serves."""
     config = read_config(folder)
-    available = _versions(folder, config.model_filename)
+    available = available_versions(folder, config.model_filename)
     if not available:
         raise RepositoryError(f"{shown(folder)}: no version folder holds {config.model_filename} "
                               f"(expected {shown(folder / '1' / config.model_filename)})")

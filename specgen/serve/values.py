@@ -47,6 +47,11 @@ def kind(value: Any) -> str:
     return "a list" if isinstance(value, list) else "an object"
 
 
+def cut(text: str) -> str:
+    """A name from a request (a model, a version) for a message, cut short like `show`: a URL may carry 16 KiB."""
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
 def show(value: Any) -> str:
     """A request value as JSON for a message, cut short: requests may hold anything, of any size."""
     try:  # a HugeInt shows unquoted, as its description: [an integer of 5000 digits, 2]
