@@ -8,8 +8,10 @@ never a traceback, and the versions served keep serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +45,7 @@ from specgen.serve.repository import (  # noqa: E402
     read_repository,
     version_number,
 )
+from specgen.serve.server import Server, server_config  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
 
 CNN = "digits_cnn"
@@ -294,3 +297,42 @@ def test_a_swap_runs_the_old_versions_queued_requests_at_once(tmp_path: Path, cn
     quiet(caplog.records)
     assert waited < 7, f"the queued requests waited {waited:.1f} s: the retired version's delay (9 s) ran out"
     assert [e["version"] for e in events(caplog.records, "model_unloaded")] == [1]
+
+
+# shutdown
+
+
+def test_a_request_cut_off_by_the_graceful_timeout_is_503_without_a_traceback(
+        tmp_path: Path, cnn: tuple[Any, bytes], caplog: pytest.LogCaptureFixture) -> None:
+    write_repository(tmp_path, *cnn)
+    entered, gate = threading.Event(), threading.Event()
+    [model] = load_repository(tmp_path, provider="cpu")
+    held = dataclasses.replace(model, run=lambda inputs: (entered.set(), gate.wait(60), model.run(inputs))[2])
+    caplog.set_level(logging.INFO)
+    served = Served([held], ServeOptions(grpc_port=None))
+    served.server = Server(server_config(served.app, "127.0.0.1", 0, timeout_graceful_shutdown=0.3))
+    served.thread = threading.Thread(target=served.server.run, daemon=True)
+    try:
+        with served, ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(httpx.post, f"http://{served.http}/v2/models/{CNN}/infer", content=image_body(),
+                                 timeout=30)
+            assert entered.wait(10), "the request never reached the model"
+            served.server.should_exit = True  # the request is running: the graceful timeout cuts it off
+            result = answer.result()
+            gate.set()  # the batchers drain before the server exits: the held run may finish now
+    finally:
+        gate.set()
+    assert (result.status_code, result.json()) == (
+        503, {"error": "the server stopped before answering: its graceful timeout passed"})
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    [line] = events(caplog.records, "infer")
+    assert (line["status"], line["error"]) == (503, "the server stopped before answering: its graceful timeout passed")
+
+
+def test_a_repository_request_too_large_names_no_model(tmp_path: Path, cnn: tuple[Any, bytes]) -> None:
+    write_repository(tmp_path, *cnn)
+    options = ServeOptions(grpc_port=None, model_control="explicit")
+    with Served(load_repository(tmp_path, provider="cpu"), options, tmp_path) as served:
+        answer = httpx.post(f"http://{served.http}/v2/repository/index", content=b" " * 100_000)
+    assert (answer.status_code, answer.json()) == (
+        413, {"error": "the request body exceeds 65536 bytes, the most a repository request accepts"})

@@ -182,7 +182,7 @@ class Service:
         """The optional JSON object body of a repository request (at most 64 KiB, within the body deadline)."""
         try:
             async with asyncio.timeout(self.options.body_timeout):
-                body = await read_body(request.stream(), ENVELOPE_BYTES)
+                body = await read_body(request.stream(), ENVELOPE_BYTES, "a repository request")
         except TimeoutError:
             raise ProtocolError(f"the request body did not arrive within {self.options.body_timeout:g} s", 408,
                                 close=True) from None
@@ -270,7 +270,7 @@ class Service:
         except (QueueFull, ShuttingDown) as exc:
             reason = "queue_full" if isinstance(exc, QueueFull) else "shutting_down"
             outcome.update(status=503, reason=reason, message=str(exc))
-        except Exception as exc:  # onnxruntime refused this request's values
+        except Exception as exc:  # onnxruntime failed (values it refuses are a ProtocolError: models.py)
             outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
         return _error(min(outcome["status"], 503), outcome["message"])
 
@@ -284,6 +284,13 @@ class Service:
             series.in_flight.inc()
         try:
             return await self._answer(request, outcome)
+        except asyncio.CancelledError:
+            # Only uvicorn cancels a request's task: at shutdown, once --graceful-timeout has passed (a client that
+            # leaves is a disconnect event, not a cancellation). Answered 503 like a draining server's requests,
+            # and one line, where re-raising would print a traceback per request.
+            outcome.update(status=503, reason="shutting_down",
+                           message="the server stopped before answering: its graceful timeout passed")
+            return _error(503, outcome["message"], close=True)
         finally:
             ns = time.perf_counter_ns() - started
             finished(series, outcome, ns, "http")

@@ -364,7 +364,7 @@ class Servicer:
             code = grpc.StatusCode.UNAVAILABLE
             outcome.update(status=503, reason="queue_full" if isinstance(exc, QueueFull) else "shutting_down",
                            message=str(exc))
-        except Exception as exc:  # onnxruntime refused this request's values
+        except Exception as exc:  # onnxruntime failed (values it refuses are a ProtocolError: models.py)
             outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
         outcome["code"] = code.name
         context.set_code(code)

@@ -97,20 +97,21 @@ def check_declared(declared: int | None, header_length: str | None, limit: BodyL
     return bound
 
 
-async def read_body(chunks: AsyncIterator[bytes], bound: int) -> bytes | bytearray:
-    """The body in one buffer, refusing (413) at the first chunk past `bound` (chunked bodies stop there)."""
+async def read_body(chunks: AsyncIterator[bytes], bound: int, taker: str = "this model") -> bytes | bytearray:
+    """The body in one buffer, refusing (413) at the first chunk past `bound` (chunked bodies stop there); `taker`
+    names what the bound is for in the message."""
     buffer: bytearray | None = None
     first = b""
     async for chunk in chunks:
         if buffer is None and not first:
             first = chunk  # the common case, a body in one chunk, is not copied
             if len(first) > bound:
-                raise ProtocolError(f"the request body exceeds {bound} bytes, the most this model accepts", 413, close=True)
+                raise ProtocolError(f"the request body exceeds {bound} bytes, the most {taker} accepts", 413, close=True)
             continue
         if buffer is None:
             buffer = bytearray(first)
         if len(buffer) + len(chunk) > bound:
-            raise ProtocolError(f"the request body exceeds {bound} bytes, the most this model accepts", 413, close=True)
+            raise ProtocolError(f"the request body exceeds {bound} bytes, the most {taker} accepts", 413, close=True)
         buffer += chunk
     return first if buffer is None else buffer
 
