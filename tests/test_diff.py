@@ -55,11 +55,12 @@ def write(folder: Path, **files: str) -> None:
 
 def test_an_unchanged_spec_says_so_in_one_line_per_section(tmp_path: Path, capsys) -> None:
     write(tmp_path, **{"a.yaml": OLD, "b.yaml": OLD})
-    code, out, err = run(["diff", "a.yaml", "b.yaml", "--fail-on", "interface,checkpoint"], capsys, tmp_path)
+    code, out, err = run(["diff", "a.yaml", "b.yaml", "--fail-on", "interface,checkpoint,layers"], capsys, tmp_path)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         "specgen diff: OLD a.yaml (small) -> NEW b.yaml (small)", "",
         "interface: unchanged", "",
+        "layers: unchanged", "",
         "variables: unchanged", "",
         "checkpoint: a checkpoint of OLD restored into NEW: restored 6, initialized 0, unused 0, mismatched 0", "",
         "training: unchanged", "",

@@ -17,9 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["text", "json"], default="text")
     parser.add_argument("--map", action="store_true",
                         help="print the checkpoint map entries that make OLD's checkpoints restore into NEW")
-    parser.add_argument("--fail-on", type=parse_gates, default=(), metavar="interface,checkpoint",
-                        help="exit 1 when the change breaks served clients (interface) or old checkpoints "
-                             "(checkpoint)")
+    parser.add_argument("--fail-on", type=parse_gates, default=(), metavar="interface,checkpoint,layers",
+                        help="exit 1 when the change breaks served clients (interface), old checkpoints "
+                             "(checkpoint) or what the model computes (layers)")
 
 
 def run(args: argparse.Namespace) -> int:

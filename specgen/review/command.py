@@ -2,8 +2,9 @@
 
 Text output is one table per section (an unchanged section is one line); `--format json` prints the same as one
 JSON document (its schema in docs/review.md); `--map` prints the checkpoint map that makes OLD's checkpoints
-restore into NEW; `--fail-on interface,checkpoint` exits 1 when the change breaks served clients or old
-checkpoints, with one line per reason on stderr: the gate for a pull request.
+restore into NEW; `--fail-on interface,checkpoint,layers` exits 1 when the change breaks served clients, old
+checkpoints or what the model computes (each gate on its own), with one line per reason on stderr: the gate for a
+pull request.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from specgen import text
+from specgen.review.layers import layers
 from specgen.review.renames import Renames, find_renames
 from specgen.review.sections import (
     TRAINING_SECTIONS,
@@ -29,7 +31,7 @@ from specgen.review.sections import (
 )
 from specgen.review.sides import Side, open_side
 
-GATES = ("interface", "checkpoint")
+GATES = ("interface", "checkpoint", "layers")
 FORMAT_VERSION = 1  # of the JSON document: bumped when a field changes meaning
 
 
@@ -47,6 +49,7 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     renames = find_renames(old.ir, new.ir)
     sections = [
         interface(old.ir, new.ir),
+        layers(old.loaded, old.ir, new.loaded, new.ir, renames),
         variables(old.ir, new.ir, renames),
         checkpoint(old.ir, new.ir, renames, "OLD", declared_map(new)),
         settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS),
@@ -97,7 +100,7 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
         lines += ["  " + line for line in text.table_lines(["change", "what", "old", "new"], rows)]
         if section.name == "checkpoint" and after_map is not None:
             lines.append(f"  with the map of `specgen diff --map`: {after_map.summary.split(': ', 1)[1]}")
-        lines += [f"  breaks: {reason}" for reason in section.breaks]
+        lines += [f"  breaks: {reason}" for reason in section.breaks if section.echo_breaks]
     if renames.layers:
         lines += ["", "renamed layers: " + ", ".join(f"{a} -> {b}" for a, b in sorted(renames.layers.items()))]
     for layer, fits in sorted(renames.ambiguous.items()):

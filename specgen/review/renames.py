@@ -4,6 +4,12 @@ A layer of OLD missing from NEW and a layer of NEW missing from OLD are a rename
 (name within the layer, shape, dtype) are equal. When several fit, the place in the graph decides: the layer whose
 inputs are the other's inputs (read through the renames found so far) wins. Where two candidates still fit
 equally, both are reported and none is guessed: `Renames.ambiguous`.
+
+Names that stay can still move: two same-shaped layers that swap names (`a` <-> `b`), or a chain that shifts by
+one, keep every name, yet a checkpoint restored by name puts each layer's weights into the other. So each layer of
+OLD is also placed in NEW from the inputs forward (the same op and variables, reading the places of its own
+inputs), and where that explains NEW with fewer misfits (layers rewired, reshaped, unmatched; outputs naming
+another layer) than the names do, the place wins: `_by_place`.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specgen.ir.model import ModelIR
+from specgen.kinds.ops.base import EXTRA_OUTPUT
 from specgen.kinds.ops.nodes import Node
+
+Place = tuple[object, ...]
 
 
 @dataclass
@@ -61,6 +70,7 @@ def find_renames(old: ModelIR, new: ModelIR) -> Renames:
                 result.ambiguous[node.name] = sorted(c.name for c in (placed or fits))
         if not settled:
             break
+    _by_place(old, new, result)
     return result
 
 
@@ -73,3 +83,88 @@ def _unique_for(candidate: Node, node: Node, gone: list[Node], found: Renames) -
     mapped = tuple(found.layers.get(i, i) for i in node.inputs)
     return mapped == tuple(candidate.inputs) and all(tuple(found.layers.get(i, i) for i in g.inputs) != tuple(candidate.inputs)
                                                 for g in rivals)
+
+
+def _by_place(old: ModelIR, new: ModelIR, found: Renames) -> None:
+    """Re-pair layers by their place in the graph where that fits NEW better than their names do (swaps, shifts).
+
+    Group by group (the names one re-pairing touches), so an unrelated change elsewhere cannot veto a swap; a group
+    is taken only when it pairs every layer it names on both sides, so no name ends up both kept and moved."""
+    new_names = {n.name for n in new.nodes}
+    current = {n.name: found.layers.get(n.name, n.name) for n in old.nodes
+               if n.name in found.layers or n.name in new_names}
+    placed = _placed(old, new, current)
+    for group in _groups(old, current, placed):
+        trial = current | {n.name: placed[n.name] for n in old.nodes if n.name in group and n.name in placed}
+        olds_paired = all(n.name in placed for n in old.nodes if n.name in group)
+        news_paired = {n.name for n in new.nodes if n.name in group} <= set(trial.values())
+        if olds_paired and news_paired and _misfits(old, new, trial) < _misfits(old, new, current):
+            current = trial
+    found.layers = {a: b for a, b in current.items() if a != b}
+    for layer in found.layers:
+        found.ambiguous.pop(layer, None)
+
+
+def _place(node: Node, inputs: tuple[str, ...]) -> Place:
+    # An extra output (an LSTM's state_h) is told from its siblings by which output it is, not by its name.
+    extra = node.params.get("output") if node.op == EXTRA_OUTPUT else None
+    return (_signature(node), extra, inputs)
+
+
+def _placed(old: ModelIR, new: ModelIR, by_name: dict[str, str]) -> dict[str, str]:
+    """OLD layer -> the NEW layer at its place: the one layer of its op and variables that reads the places of its
+    inputs (its own name where several do). Nodes are in graph order, so inputs are placed first."""
+    spots: dict[Place, list[str]] = {}
+    for n in new.nodes:
+        spots.setdefault(_place(n, n.inputs), []).append(n.name)
+    spec_inputs = {i.name for i in old.inputs}
+    placed: dict[str, str] = {}
+    taken: set[str] = set()
+    for node in old.nodes:
+        inputs = tuple(i if i in spec_inputs else placed.get(i, "") for i in node.inputs)
+        if "" in inputs:
+            continue  # an input has no place in NEW: neither has this layer
+        fits = [c for c in spots.get(_place(node, inputs), []) if c not in taken]
+        pick = by_name.get(node.name) if by_name.get(node.name) in fits else fits[0] if len(fits) == 1 else None
+        if pick is not None:
+            placed[node.name] = pick
+            taken.add(pick)
+    return placed
+
+
+def _groups(old: ModelIR, current: dict[str, str], placed: dict[str, str]) -> list[set[str]]:
+    """The names each re-pairing touches, joined: a layer, its place, and what each is paired with now."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    def join(a: str, b: str) -> None:
+        parent[root(a)] = root(b)
+
+    for a, b in current.items():
+        if a != b:
+            join(a, b)
+    moved = [n.name for n in old.nodes if n.name in placed and placed[n.name] != current.get(n.name)]
+    for name in moved:
+        join(name, placed[name])
+    groups: dict[str, set[str]] = {}
+    for name in parent:
+        groups.setdefault(root(name), set()).add(name)
+    return [groups[r] for r in dict.fromkeys(root(name) for name in moved)]  # in OLD's layer order
+
+
+def _misfits(old: ModelIR, new: ModelIR, pairs: dict[str, str]) -> int:
+    """What NEW does not explain of OLD under `pairs` (OLD layer -> NEW layer): layers unpaired on either side, of
+    another op or variables, or reading other layers; outputs that name another layer."""
+    nodes = {n.name: n for n in new.nodes}
+    count = len(nodes) - len(set(pairs.values()))
+    for node in old.nodes:
+        to = nodes.get(pairs.get(node.name, ""))
+        if to is None:
+            count += 1
+            continue
+        count += (_signature(node) != _signature(to)) + (tuple(pairs.get(i, i) for i in node.inputs) != to.inputs)
+    return count + sum(pairs.get(layer, layer) != new.outputs.get(name) for name, layer in old.outputs.items())

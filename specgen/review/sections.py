@@ -1,22 +1,24 @@
-"""What changed between two specs, section by section: interface, variables, checkpoint, training, export.
+"""What changed between two specs, section by section: interface, variables, checkpoint, training, export (and
+`layers`, in review/layers.py).
 
-Each section is a list of `Change` rows (what, which, old, new); an empty section is unchanged. Two sections can
+Each section is a list of `Change` rows (what, which, old, new); an empty section is unchanged. Three sections can
 break what already exists, and say why in one line each: `interface` (a served client's request or response no
-longer fits: an input or output removed, renamed, re-typed or reshaped, or a new input it does not send) and
-`checkpoint` (a checkpoint of OLD no longer restores every variable of NEW that OLD had: mismatched, or left to its
-initializer for want of a map entry). The checkpoint section runs the restore plan's own rules
-(ir/restore_rules.py) on the keys a checkpoint of OLD holds.
-"""
+longer fits: an input or output removed, renamed, re-typed or reshaped, or a new input it does not send),
+`checkpoint` (a checkpoint of OLD no longer restores every variable of NEW that OLD had: mismatched, left to its
+initializer for want of a map entry, or restored by name from a layer that moved: crossed) and `layers` (what the
+model computes changed). The checkpoint section runs the restore plan's own rules (ir/restore_rules.py) on the keys
+a checkpoint of OLD holds."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_rules import Entry, plan_source
+from specgen.ir.restore_rules import Entry, Row, plan_source
 from specgen.review.renames import Renames
 from specgen.spec.io import RestoreSource
 from specgen.spec.model import Spec
@@ -38,6 +40,7 @@ class Section:
     changes: list[Change] = field(default_factory=list)
     breaks: list[str] = field(default_factory=list)  # one line per way it breaks what exists
     summary: str = ""  # one line of counts, where the section has them (checkpoint)
+    echo_breaks: bool = True  # False where each row is its own break (layers): the text does not say it twice
 
 
 def _shape(dims: Any) -> str:
@@ -89,12 +92,14 @@ def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:
 def variables(old: ModelIR, new: ModelIR, renames: Renames) -> Section:
     section = Section("variables")
     before, after = _facts(old), _facts(new)
-    moved = {p: q for p in before if (q := renames.variable(p, old)) is not None and q in after and p not in after}
-    for path in sorted(before.keys() - after.keys() - moved.keys()):
+    # A moved variable's old name may still exist in NEW (layers that swapped names): it pairs only by the move.
+    moved = {p: q for p in before if (q := renames.variable(p, old)) is not None and q in after}
+    kept = sorted(before.keys() & after.keys() - moved.keys() - set(moved.values()))
+    for path in sorted(before.keys() - moved.keys() - set(kept)):
         section.changes.append(Change("removed", path, before[path]["shape"]))
-    for path in sorted(after.keys() - before.keys() - set(moved.values())):
+    for path in sorted(after.keys() - set(moved.values()) - set(kept)):
         section.changes.append(Change("added", path, "", after[path]["shape"]))
-    pairs = [(p, p) for p in sorted(before.keys() & after.keys())] + sorted(moved.items())
+    pairs = [(p, p) for p in kept] + sorted(moved.items())
     for old_path, new_path in pairs:
         if old_path != new_path:
             section.changes.append(Change("renamed", new_path, old_path, new_path))
@@ -127,6 +132,7 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, label: str,
     mismatched = {t: row for t, row in plan.rows.items() if row.status == "mismatched"}
     lost = {renames.variable(p, old) or p for p in entries}  # what NEW should have received from OLD
     initialized = sorted(t for t in targets if t not in plan.rows and t not in plan.sticky)
+    crossed = _crossed(old, renames, plan.rows.values())
     for path, row in sorted(mismatched.items()):
         assert row.found is not None
         section.changes.append(Change("mismatched", path, text.shape(row.found.shape), text.shape(row.shape)))
@@ -138,10 +144,28 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, label: str,
         if had:
             section.breaks.append(f"'{path}' existed in OLD under another name and would start from its initializer; "
                                   "`specgen diff --map` prints the checkpoint map that restores it")
+    for path, moved in crossed:
+        section.changes.append(Change("crossed", path, "", f"OLD's '{path}' is '{moved}' here: needs a map entry"))
+        section.breaks.append(f"'{path}' would be restored from OLD's '{path}', which is '{moved}' here (layers "
+                              "moved); `specgen diff --map` prints the checkpoint map that restores each layer's own "
+                              "weights")
     section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in plan.unused]
-    section.summary = (f"a checkpoint of OLD restored into NEW: restored {len(restored)}, initialized {len(initialized)}, "
-                       f"unused {len(plan.unused)}, mismatched {len(mismatched)}")
+    # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
+    crossing = f" ({len(crossed)} of them from another layer)" if crossed else ""
+    section.summary = (f"a checkpoint of OLD restored into NEW: restored {len(restored)}{crossing}, initialized "
+                       f"{len(initialized)}, unused {len(plan.unused)}, mismatched {len(mismatched)}")
     return section
+
+
+def _crossed(old: ModelIR, renames: Renames, rows: Iterable[Row]) -> list[tuple[str, str]]:
+    """Variables restored by their own name from a layer that moved (`a` and `b` swapped names): (path, where
+    OLD's variable of that name is in NEW). A key that a map entry sent here is the spec's own choice."""
+    crossed = []
+    for row in rows:
+        moved = renames.variable(row.path, old) if row.status == "restored" and row.key == row.path else None
+        if moved is not None and moved != row.path:
+            crossed.append((row.path, moved))
+    return sorted(crossed)
 
 
 def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -152,14 +176,14 @@ def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dic
     found = []
     for v in old.model_variables:
         to = renames.variable(v.path, old)
-        if to is not None and to in targets and v.path not in targets and v.path not in mapped:
+        if to is not None and to in targets and to != v.path and v.path not in mapped:
             found.append({"from": v.path, "to": to})
     return found
 
 
 def settings(name: str, old: Spec, new: Spec, keys: tuple[str, ...]) -> Section:
     """Every leaf of the named sections that differs (added, removed or changed), by dotted key."""
-    before, after = ({k: v for key in keys for k, v in _leaves(key, _dump(spec, key))} for spec in (old, new))
+    before, after = ({k: v for key in keys for k, v in leaves(key, _dump(spec, key))} for spec in (old, new))
     return settings_of(name, before, after)
 
 
@@ -167,11 +191,11 @@ def _dump(spec: Spec, key: str) -> Any:
     return spec.model_dump(mode="json", by_alias=True, warnings=False, include={key}).get(key)
 
 
-def _leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
+def leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict):
-        return [leaf for k, v in value.items() for leaf in _leaves(f"{prefix}.{k}", v)]
+        return [leaf for k, v in value.items() for leaf in leaves(f"{prefix}.{k}", v)]
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        return [leaf for i, v in enumerate(value) for leaf in _leaves(f"{prefix}[{v.get('name', i)}]", v)]
+        return [leaf for i, v in enumerate(value) for leaf in leaves(f"{prefix}[{v.get('name', i)}]", v)]
     return [(prefix, _compact(value))]
 
 
@@ -185,18 +209,18 @@ def run(old: dict[str, Any], new: dict[str, Any]) -> Section:
 
 
 def _run_leaves(record: dict[str, Any]) -> dict[str, str]:
-    leaves: dict[str, str] = {}
+    table: dict[str, str] = {}
     for stage, found in sorted((record.get("data") or {}).items()):
         if not isinstance(found, dict):
             continue
         for item in found.get("list") or []:
             if isinstance(item, dict):
-                leaves[f"data.{stage}.{item.get('file')}"] = f"sha256 {str(item.get('sha256'))[:12]}, {item.get('bytes')} bytes"
+                table[f"data.{stage}.{item.get('file')}"] = f"sha256 {str(item.get('sha256'))[:12]}, {item.get('bytes')} bytes"
         if "sha256_of_list" in found:
-            leaves[f"data.{stage}"] = f"{found.get('files')} files, list sha256 {str(found['sha256_of_list'])[:12]}"
+            table[f"data.{stage}"] = f"{found.get('files')} files, list sha256 {str(found['sha256_of_list'])[:12]}"
     for key in ("seed", "overrides", "versions", "machine"):
-        leaves |= dict(_leaves(key, record.get(key)))
-    return leaves
+        table |= dict(leaves(key, record.get(key)))
+    return table
 
 
 def settings_of(name: str, before: dict[str, str], after: dict[str, str]) -> Section:

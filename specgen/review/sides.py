@@ -107,29 +107,43 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
     relative = os.path.normpath(prefix + inner) if inner.startswith(("./", "../")) else os.path.normpath(inner)
     if relative.startswith(".."):
         raise _refused(label, f"{quoted(inner)} is outside the repository")
-    names = [n for n in _git(["ls-tree", "--full-tree", "-r", "-z", "--name-only", commit], label).decode().split("\0")
-             if n.endswith((".yaml", ".yml"))]
-    if relative not in names:
+    blobs = _spec_blobs(commit, label)
+    if relative not in blobs:
         raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
-    if len(names) > MAX_GIT_FILES:
-        raise _refused(label, f"{rev} holds {len(names)} spec files; at most {MAX_GIT_FILES} are read")
-    _write_blobs(commit, names, into, label)
+    if len(blobs) > MAX_GIT_FILES:
+        raise _refused(label, f"{rev} holds {len(blobs)} spec files; at most {MAX_GIT_FILES} are read")
+    _write_blobs(commit, blobs, into, label)
     (into / ".git").mkdir()  # the repository's top: `extends` stays inside it
     return into / relative
 
 
-def _write_blobs(commit: str, names: list[str], into: Path, label: str) -> None:
-    """Every named file of `commit`, read in one `git cat-file --batch` (one process, not one per file)."""
-    out = _git(["cat-file", "--batch"], label, "".join(f"{commit}:{n}\n" for n in names).encode())
-    if len(out) > MAX_GIT_BYTES + 100 * len(names):
+def _spec_blobs(commit: str, label: str) -> dict[str, str]:
+    """Each spec file of `commit` (a regular file: not a link, not a submodule) -> its blob's object id. From
+    `ls-tree -z`, so a name may hold any byte git allows, a newline included."""
+    found = {}
+    for record in _git(["ls-tree", "--full-tree", "-r", "-z", commit], label).split(b"\0"):
+        meta, _, name = record.partition(b"\t")
+        fields = meta.split()
+        path = os.fsdecode(name)
+        if len(fields) == 3 and fields[0] in (b"100644", b"100755") and path.endswith((".yaml", ".yml")):
+            found[path] = fields[2].decode()
+    return found
+
+
+def _write_blobs(commit: str, blobs: dict[str, str], into: Path, label: str) -> None:
+    """Every named blob, read in one `git cat-file --batch` (one process, not one per file). Requests are object
+    ids, one a line, never names: a name holding a newline would split its request and shift every later file."""
+    out = _git(["cat-file", "--batch"], label, "".join(f"{oid}\n" for oid in blobs.values()).encode())
+    if len(out) > MAX_GIT_BYTES + 100 * len(blobs):
         raise _refused(label, f"the spec files of {commit[:12]} hold more than {MAX_GIT_BYTES} bytes")
     at = 0
-    for name in names:
+    for name, oid in blobs.items():
         header_end = out.index(b"\n", at)
-        fields = out[at:header_end].split()
+        header = out[at:header_end].decode(errors="replace")
         at = header_end + 1
-        if len(fields) != 3 or fields[1] != b"blob":  # a submodule or a link: not a spec file
-            continue
+        fields = header.split()
+        if len(fields) != 3 or fields[:2] != [oid, "blob"]:  # the answer to another request: never guess
+            raise _refused(label, f"git cat-file answered {header!r} for {quoted(name)} ({oid})")
         size = int(fields[2])
         target = into / name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,77 @@
+"""The `layers` section of `specgen diff`: what each layer computes and what it reads, weights or none.
+
+Variables and checkpoints see only layers that hold weights, and only their shapes: an activation, a stride, a
+dropout rate or a layer reading another input changes what the model computes and leaves them as they were. This
+section pairs OLD's layers with NEW's (by name, through the renames found: review/renames.py) and lists, in
+NEW's layer order, every layer renamed, added or removed, every setting that differs (the spec's keys with the
+defaults filled in) and every change of wiring (the layers each reads, as the IR resolved them, implicit inputs
+included), then outputs that name another layer. Under `--fail-on layers` each of those but a rename breaks: the
+model with OLD's weights computes something else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specgen.ir.graph import SIDE_INPUTS
+from specgen.ir.model import ModelIR
+from specgen.kinds.ops import EXTRA_OUTPUT
+from specgen.kinds.ops.nodes import Node
+from specgen.review.renames import Renames
+from specgen.review.sections import Change, Section, leaves
+from specgen.spec.load import LoadedSpec
+
+WIRING = ("name", "input", "inputs", *SIDE_INPUTS)  # compared as the IR resolved them, not as written
+
+
+def layers(old: LoadedSpec, old_ir: ModelIR, new: LoadedSpec, new_ir: ModelIR, renames: Renames) -> Section:
+    section = Section("layers", echo_breaks=False)
+    before = {n.name: n for n in old_ir.nodes if n.op != EXTRA_OUTPUT}  # extra outputs follow their layer
+    back = {b: a for a, b in renames.layers.items()}
+    paired: set[str] = set()
+    for node in (n for n in new_ir.nodes if n.op != EXTRA_OUTPUT):
+        was = before.get(back.get(node.name, "" if node.name in renames.layers else node.name))
+        if was is None:
+            _add(section, Change("added", node.name, "", node.op), f"layer '{node.name}' ({node.op}) is new")
+            continue
+        paired.add(was.name)
+        if was.name != node.name:
+            section.changes.append(Change("renamed", node.name, was.name, node.name))
+        _compare(section, (old, was), (new, node), renames)
+    for node in (n for n in before.values() if n.name not in paired):
+        _add(section, Change("removed", node.name, node.op), f"layer '{node.name}' ({node.op}) was removed")
+    for name in sorted(old_ir.outputs.keys() & new_ir.outputs.keys()):
+        a, b = old_ir.outputs[name], new_ir.outputs[name]
+        if renames.layers.get(a, a) != b:
+            _add(section, Change("rewired", f"output {name}", a, b), f"output '{name}' is layer '{b}', was '{a}'")
+    return section
+
+
+def _add(section: Section, change: Change, reason: str) -> None:
+    section.changes.append(change)
+    section.breaks.append(reason)
+
+
+def _compare(section: Section, old: tuple[LoadedSpec, Node], new: tuple[LoadedSpec, Node], renames: Renames) -> None:
+    """One pair of layers: each setting, then the layers it reads (OLD's read through the renames)."""
+    (old_spec, a), (new_spec, b) = old, new
+    before, after = _settings(old_spec, a, renames), _settings(new_spec, b, Renames())
+    for key in sorted(before.keys() | after.keys()):
+        x, y = before.get(key, "-"), after.get(key, "-")
+        if x != y:
+            _add(section, Change("changed", f"{b.name}.{key}", x, y), f"layer '{b.name}': {key} changed from {x} to {y}")
+    if tuple(renames.layers.get(i, i) for i in a.inputs) != b.inputs:
+        x, y = ", ".join(a.inputs) or "-", ", ".join(b.inputs) or "-"
+        _add(section, Change("rewired", f"{b.name}.inputs", x, y), f"layer '{b.name}' reads {y}, was {x}")
+
+
+def _settings(loaded: LoadedSpec, node: Node, renames: Renames) -> dict[str, str]:
+    """A layer's spec keys with defaults filled in, as dotted leaves, less its wiring; its activation as resolved
+    (`linear` whether written or left out), and `share` through the renames (a rename is not a change)."""
+    dump: dict[str, Any] = loaded.layers[node.index].model_dump(mode="json", by_alias=True, warnings=False)
+    found = {k: v for key, value in dump.items() if key not in WIRING for k, v in leaves(key, value)}
+    if "activation" in found:
+        found["activation"] = node.activation or "linear"
+    if dump.get("share") is not None:
+        found["share"] = renames.layers.get(dump["share"], dump["share"])
+    return found
