@@ -85,7 +85,44 @@ def test_a_value_the_key_cannot_take_is_named(tmp_path: Path, capsys: pytest.Cap
         f"spec.yaml:22:5: error: 'layers[hidden].units' cannot take {inside!r} (a value of its range): units: "
         f"expected an integer, received {inside!r} (float) (in layer 'hidden')",
         "spec.yaml:23:5: error: 'checkpoint.dir' cannot be searched: the sweep gives every trial its own run folder "
-        "(checkpoint.dir) and its own settings (sweep)",
+        "(SWEEP/trial-NNNN); expected a key that changes how a trial trains",
+        "3 errors found"]
+
+
+def test_two_keys_naming_one_value_are_refused_at_the_second(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`layers.1.units`, `layers[hidden].units` and `layers.01.units` are one value, found as --set finds it: a trial
+    would train with the last and Optuna record the others' values too."""
+    spec = write(tmp_path, "    layers.1.units: {choice: [8, 16]}\n    train.batch_size: {choice: [32, 64]}\n"
+                           "    layers[hidden].units: {choice: [16, 32]}\n    layers.01.units: {int: [4, 8]}")
+    same = ("a trial would train with one of them and record both; expected each value searched by one key")
+    assert refused(tmp_path, capsys, spec) == [
+        f"spec.yaml:23:5: error: 'layers[hidden].units' names the same value as 'layers.1.units' (line 21): {same}",
+        f"spec.yaml:24:5: error: 'layers.01.units' names the same value as 'layers.1.units' (line 21): {same}",
+        "2 errors found"]
+
+
+def test_a_fixed_set_of_a_searched_value_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path)
+    assert refused(tmp_path, capsys, spec, "--set", "layers.1.units=8", "--set", "train.batch_size=32") == [
+        "--set layers.1.units=8: error: the sweep searches this value ('layers[hidden].units' of sweep.space), so "
+        "every trial would replace it; expected a --set of a key the sweep does not search",
+        "1 error found"]
+
+
+def test_keys_that_are_not_hyperparameters_cannot_be_searched(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The spec's name (the study's and the trials' MLflow experiment) and where a trial is tracked are the sweep's
+    to decide, for all its trials (docs/sweeps.md)."""
+    base = BASE.replace("seed: 1}", "seed: 1, tracking: {mlflow: {uri: 'sqlite:///a.db'}}}")
+    spec = write(tmp_path, "    name: {choice: [a, b]}\n    train.tracking.mlflow.uri: {choice: ['sqlite:///b.db']}\n"
+                           "    train.tracking: {choice: [x]}", base=base)
+    tracking = ("it says where a trial is logged, and every trial is logged where the sweep says (--track or the "
+                "spec); expected a key that changes how a trial trains")
+    assert refused(tmp_path, capsys, spec) == [
+        "spec.yaml:21:5: error: 'name' cannot be searched: the spec's name names the study and every trial's MLflow "
+        "experiment, one for the whole sweep; expected a key that changes how a trial trains",
+        f"spec.yaml:22:5: error: 'train.tracking.mlflow.uri' cannot be searched: {tracking}",
+        f"spec.yaml:23:5: error: 'train.tracking' cannot be searched: {tracking}",
         "3 errors found"]
 
 
@@ -151,6 +188,34 @@ def test_a_storage_that_cannot_be_opened(tmp_path: Path, capsys: pytest.CaptureF
     assert refused(tmp_path, capsys, spec, "-o", "out", "--storage", storage) == [
         f"--storage {storage}: error: cannot open the storage: {why}; expected an Optuna storage: an RDB URL "
         "(sqlite:///study.db, postgresql://user@host/db) or journal:PATH (a journal file on a shared filesystem)",
+        "1 error found"]
+
+
+@pytest.mark.parametrize(("storage", "shown"), [
+    ("sqlite://", "sqlite://"), ("sqlite:///:memory:", "sqlite:///:memory:"),
+    ("sqlite+pysqlite://", "sqlite+pysqlite://"),
+    ("sqlite:///file::memory:?cache=shared", "sqlite:///file::memory:?cache=shared"),
+    ("sqlite:///file:x?mode=memory&uri=true", "sqlite:///file:x?mode=memory&uri=true"),
+])
+def test_an_in_memory_storage_is_refused_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   storage: str, shown: str) -> None:
+    """Each worker thread's connection would find its own empty database (Optuna's traceback, 'no such table')."""
+    spec = write(tmp_path)
+    assert refused(tmp_path, capsys, spec, "-o", "out", "--storage", storage) == [
+        f"--storage {shown}: error: an in-memory SQLite database is private to one connection and gone when the "
+        "sweep ends, so the sweep's worker threads, a later run that continues the sweep and other sweep processes "
+        "cannot share the study; expected a database file (sqlite:///study.db), an RDB server "
+        "(postgresql://user@host/db) or journal:PATH",
+        "1 error found"]
+
+
+@pytest.mark.parametrize(("storage", "shown"), [("", "''"), ("  ", "'  '")])
+def test_an_empty_storage_is_refused_not_read_as_the_default(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             storage: str, shown: str) -> None:
+    spec = write(tmp_path)
+    assert refused(tmp_path, capsys, spec, "--storage", storage) == [
+        f"--storage {shown}: error: the URL is empty; expected an Optuna storage: an RDB URL (sqlite:///study.db, "
+        "postgresql://user@host/db) or journal:PATH (a journal file on a shared filesystem)",
         "1 error found"]
 
 

@@ -285,3 +285,21 @@ def test_tracker_lost_mid_run_warns_once(capsys: pytest.CaptureFixture[str], mon
     assert time.monotonic() - started < 0.1 and run.dead
     assert capsys.readouterr().err.splitlines() == [f"specgen train: warning: MLflow tracking at {dead} failed "
                                                     "([Errno 111] Connection refused); going on without it"]
+
+
+def test_two_processes_opening_a_new_sqlite_store_at_once_both_succeed(tmp_path: Path) -> None:
+    """Opening a new SQLite store runs MLflow's migrations; two processes doing it at the same moment broke each
+    other (`duplicate column name`, `_alembic_tmp_... already exists`) and one went untracked. specgen's client()
+    holds a lock on the database's folder while MLflow opens it. Two plain `specgen train` runs started together
+    meet this; the processes here start MLflow's client at one instant, without TensorFlow's start to spread them."""
+    uri = f"sqlite:///{tmp_path / 'ml.db'}"
+    at = time.time() + 8  # both imported MLflow by then
+    code = ("import sys, time; from specgen.tracking.mlflow import client, reason; import mlflow\n"
+            "while time.time() < float(sys.argv[2]): time.sleep(0.005)\n"
+            "try: client(sys.argv[1]).search_experiments(); print('ok')\n"
+            "except Exception as exc: print(reason(exc))\n")
+    processes = [subprocess.Popen([sys.executable, "-c", code, uri, str(at)], stdout=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    assert [p.communicate(timeout=120)[0] for p in processes] == ["ok\n", "ok\n"]
+    assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ml.db"]  # the lock added no file

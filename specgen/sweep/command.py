@@ -4,7 +4,8 @@
 Everything a user can get wrong is checked before the sweep folder is made or a trial starts, in this order:
 the spec (with the sweep's own `--set`s), its `sweep` section, the searched keys and values (space.py), that
 the spec trains and logs the metric, the flags, and the storage. Then the study is opened (made on first use)
-and the trials run; a sweep that was stopped continues where it stopped when the same command runs again.
+and, when trials are tracked, the MLflow store and experiment (once, here: _prepare_tracking); then the trials run.
+A sweep that was stopped continues where it stopped when the same command runs again.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     assert sweep is not None
     given = args.output if args.output is not None else Path(f"{run_folder(loaded)}-sweep")
     folder = given.absolute()
-    url = args.storage or stores.default_url(folder)
+    url = stores.checked_url(args.storage, folder)
     if args.storage is not None:  # a storage elsewhere opens before the sweep folder is made
         storage = stores.open_storage(url, retry)
     from specgen.atomic import checked_folder
@@ -85,6 +86,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track)
     study = open_study(plan, storage)
     print(_header(plan, len(study.get_trials(deepcopy=False))))
+    _prepare_tracking(loaded, track)
     hparams_config(plan, folder)
     finished = Runner(plan, storage, print).sweep(study)
     found = rows(study)
@@ -99,6 +101,23 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
               f"sweep (study '{plan.study_name}' in {stores.masked(url)})", file=sys.stderr)
         return 130
     return 0 if any(r.state == "finished" for r in found) else 1
+
+
+def _prepare_tracking(loaded: LoadedSpec, track: str | None) -> None:
+    """Open the MLflow store and the trials' experiment here, once, before any trial: parallel trials that each
+    opened a new SQLite store would run MLflow's migrations at the same moment and break each other. The trials
+    take the same target: `name` and `train.tracking` cannot be searched (space.py RESERVED)."""
+    from specgen.tracking import shown_uri, target
+
+    where = target(loaded, track)
+    if where is None:
+        return
+    from specgen.tracking.mlflow import prepare
+
+    problem = prepare(where)
+    if problem is not None:  # tracking never stops a run: each trial tries again, and the sweep shows its warning
+        print(f"specgen sweep: warning: MLflow tracking at {shown_uri(where.uri)} failed ({problem}); the trials "
+              "try it again, each on its own", file=sys.stderr)
 
 
 def _header(plan: Any, existing: int) -> str:

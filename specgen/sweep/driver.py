@@ -5,7 +5,7 @@ A worker thread (`--parallel P` of them) takes a trial from the study (ask), run
 the run's TensorBoard events as they are written; the pruner sees each value as it comes (`trial.report`), and a
 trial it prunes is stopped with SIGINT, as Ctrl-C stops `specgen train` (between updates). When the run ends,
 the metric's last value is the trial's (tell). A run that fails is a failed trial with its error line; the sweep
-goes on.
+goes on. A run whose tracker failed (it warns in its log and trains on) is said by the sweep and noted on the trial.
 
 The budget: a trial is asked for only while the finished trials (complete, pruned, failed) and the running ones
 are fewer than the sweep's `trials`, checked under one lock per process; processes sharing a study each check
@@ -262,7 +262,16 @@ class Runner:
         outcome = self.follow(trial, self.spawn(folder, log, overrides))
         seconds = time.monotonic() - started
         trial.set_user_attr("seconds", round(seconds, 3))
+        self.untracked(trial, log)
         self.finish(study, trial, outcome, seconds, log)
+
+    def untracked(self, trial: optuna.Trial, log: Path) -> None:
+        """A trial whose tracker failed went on without it, and said so only in its log: the sweep says it too, and
+        the summary notes the trial (else a sweep with every trial untracked would look tracked)."""
+        warning = tracking_warning(log)
+        if warning is not None:
+            trial.set_user_attr("untracked", warning)
+            self.say(f"trial {trial.number} {warning}; it went on without it (log: {shown(log)})")
 
     def spawn(self, folder: Path, log: Path, overrides: list[str]) -> subprocess.Popen[bytes]:
         plan = self.plan
@@ -399,6 +408,22 @@ def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
         return process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         return None
+
+
+def tracking_warning(log: Path) -> str | None:
+    """The first tracking warning in a trial's log (`warning: MLflow tracking at URI failed (REASON)`), or None."""
+    from specgen.diagnostics import one_line
+    from specgen.tracking.base import FAILED, GOING_ON
+
+    try:
+        with open(log, "rb") as file:
+            while line := file.readline(1 << 16):  # bounded: a line without an end is read in pieces
+                text = line.decode("utf-8", "replace")
+                if FAILED in text:
+                    return one_line(text[text.index(FAILED):].strip().removesuffix(GOING_ON))[:500]
+    except OSError:
+        return None
+    return None
 
 
 def _last_line(log: Path) -> str:

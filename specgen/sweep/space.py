@@ -5,7 +5,10 @@ name a key of the resolved spec (else one line at the key with a did-you-mean ov
 knows), or one the spec leaves unset that takes the values; and every value a trial could get at the edges
 (each choice, both ends of a range) is applied as a `--set` and must validate and resolve like the spec itself.
 A wrong type (`units: {uniform: [16, 64]}` gives 16.0 to an integer) or a value the spec refuses is one line at
-the key, naming the value. The metric must be a scalar the run logs (`eval/<metric>` needs `data.eval`).
+the key, naming the value. Two keys that name one value (`layers.1.units` and `layers[hidden].units`, found as
+`--set` finds them) are one line at the second, and so is a sweep's own `--set` of a searched value; keys that are
+not hyperparameters (RESERVED) cannot be searched. The metric must be a scalar the run logs (`eval/<metric>` needs
+`data.eval`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.errors import SpecgenError
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
-from specgen.spec.overrides import apply, key_parts
+from specgen.spec.overrides import apply, key_parts, named_item
 from specgen.spec.provenance import find, keys, load_resolved
 from specgen.spec.yaml_source import parse_value
 from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, Sweep, UniformRange
@@ -30,9 +33,18 @@ if TYPE_CHECKING:
 
     from specgen.ir.model import ModelIR
 
-# Keys a trial must not take from the search: the sweep gives each trial its own run folder, and the
-# `sweep` section only steers the sweep itself.
-RESERVED = (("checkpoint", "dir"), ("sweep",))
+# Keys that are not hyperparameters, with why a trial must not take them from the search (docs/sweeps.md, "What
+# is checked"): each names where a trial's results go or what they are called, which the sweep decides for all its
+# trials. A searched `name` would give the trials experiments other than the one the sweep prepared and a study name
+# that no longer matches; a searched `train.tracking` would log trials to stores the sweep never prepared (or
+# nowhere). Keys that are merely useless to search (`doc`, `export.*`) stay allowed: they harm no bookkeeping.
+RESERVED = {
+    ("checkpoint", "dir"): "the sweep gives every trial its own run folder (SWEEP/trial-NNNN)",
+    ("sweep",): "the sweep section steers the sweep itself, not a trial",
+    ("name",): "the spec's name names the study and every trial's MLflow experiment, one for the whole sweep",
+    ("train", "tracking"): "it says where a trial is logged, and every trial is logged where the sweep says "
+                           "(--track or the spec)",
+}
 
 
 @dataclass(frozen=True)
@@ -128,16 +140,74 @@ def parameters(loaded: LoadedSpec, base: list[str]) -> list[Param]:
     data, source = load_composed(loaded.path, loaded.display)
     _, tree = load_resolved(loaded.path, base)
     known = list(keys(tree))
+    fixed = apply(data, base)  # what a trial's own --set's walk: the sweep's --set's come first
     problems: list[Diagnostic] = []
-    params = []
+    params: list[Param] = []
+    targets: dict[str, tuple[str | int, ...]] = {}
     for key, item in sweep.space.items():
         param = Param(key, item)
-        found = [_problem(loaded, data, source, base, param, tree, known)]
-        problems += [d for d in found if d is not None]
+        found = _problem(loaded, data, source, base, param, tree, known)
+        found = found or _same_value(loaded, key, target(fixed, key_parts(key)), targets)
+        problems += [found] if found is not None else []
+        targets[key] = target(fixed, key_parts(key))
         params.append(param)
+    problems += _fixed_and_searched(base, fixed, targets)
     if problems:
         raise SpecError(problems)
     return params
+
+
+def target(data: Any, parts: list[str | int]) -> tuple[str | int, ...]:
+    """The value a key names, found as `--set` finds it (spec/overrides.py apply): a `[NAME]` and a list index both
+    become the item's index, so `layers[hidden].units` and `layers.1.units` give one target."""
+    node, found = data, list[str | int]()
+    for part in parts:
+        item = named_item(node, part)
+        if item is not None:
+            found.append(next(i for i, each in enumerate(node) if each is item))
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            item = node[part]
+            found.append(part)
+        else:  # a key the spec leaves unset: named as written
+            item = node.get(part) if isinstance(node, dict) else None
+            found.append(part)
+        node = item
+    return tuple(found)
+
+
+def _within(one: tuple[str | int, ...], other: tuple[str | int, ...]) -> bool:
+    """Whether one target is the other or lies inside it (a later --set of either undoes the other)."""
+    return one[: len(other)] == other or other[: len(one)] == one
+
+
+def _same_value(loaded: LoadedSpec, key: str, at: tuple[str | int, ...],
+                targets: dict[str, tuple[str | int, ...]]) -> Diagnostic | None:
+    """Two keys of `space` that name one value: a trial would get both `--set`s and train with the last, while
+    Optuna and the summary record the other's value too. One line at the second key, naming the first."""
+    for other, there in targets.items():
+        if not _within(at, there):
+            continue
+        how = "the same value as" if at == there else "a value inside" if len(at) > len(there) else "a value holding"
+        position = loaded.diagnostic(("sweep", "space", other), "", key=True).position
+        line = "" if position is None else f" ({position.file + ':' if position.file else 'line '}{position.line})"
+        return loaded.diagnostic(("sweep", "space", key), f"{quoted(key)} names {how} {quoted(other)}{line}: a "
+                                 "trial would train with one of them and record both; expected each value searched "
+                                 "by one key", key=True)
+    return None
+
+
+def _fixed_and_searched(base: list[str], fixed: Any, targets: dict[str, tuple[str | int, ...]]) -> list[Diagnostic]:
+    """A sweep's own `--set` of a value that `space` searches, or of one inside it: every trial's search value would
+    replace it (a `--set` holding a searched value, `optimizers.all={...}`, keeps its other values: allowed)."""
+    found = []
+    for text in base:
+        at = target(fixed, key_parts(text.partition("=")[0].strip()))
+        searched = next((key for key, there in targets.items() if at[: len(there)] == there), None)
+        if searched is not None:
+            found.append(Diagnostic(f"--set {text}", None, f"the sweep searches this value ({quoted(searched)} of "
+                                    "sweep.space), so every trial would replace it; expected a --set of a key the "
+                                    "sweep does not search"))
+    return found
 
 
 def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param: Param, tree: Any,
@@ -145,9 +215,10 @@ def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param:
     key = param.key
     parts = key_parts(key)
     where = ("sweep", "space", key)
-    if not parts or any(tuple(parts[: len(r)]) == r for r in RESERVED):
-        return loaded.diagnostic(where, f"{quoted(key)} cannot be searched: the sweep gives every trial its own "
-                                 "run folder (checkpoint.dir) and its own settings (sweep)", key=True)
+    reserved = next((why for r, why in RESERVED.items() if _within(tuple(parts), r)), None) if parts else None
+    if not parts or reserved is not None:
+        return loaded.diagnostic(where, f"{quoted(key)} cannot be searched: {reserved or 'the key is empty'}; "
+                                 "expected a key that changes how a trial trains", key=True)
     exists = find(tree, parts) is not None
     for value in param.edges():
         problem = _refusal(data, source, loaded.path, [*base, param.override(value)])

@@ -3,7 +3,7 @@
 `--storage` takes an RDB URL (`sqlite:///shared/study.db`, `postgresql://...`, `mysql://...`; the driver must be
 installed) or `journal:PATH`, Optuna's journal file on a shared filesystem. Processes on several machines that
 open one storage work on one study. A storage that cannot be opened is one line naming it (a password in the
-URL is masked), before any trial starts.
+URL is masked), before any trial starts; so is SQLite in memory (IN_MEMORY) and an empty `--storage ''`.
 
 Dead trial processes: every trial records its owner (host, boot, process id and start time); a sweep that starts
 marks the running trials of owners gone from its own machine as interrupted at once. RDB storages also keep
@@ -15,6 +15,7 @@ trial lost with its machine stays running until a sweep on that machine starts a
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +33,41 @@ RACES = 5  # tries to open a new RDB storage that another process is making at t
 SQLITE_TIMEOUT = 60  # seconds a SQLite writer waits for another process's transaction (sqlite3's default: 5)
 EXPECTED = ("expected an Optuna storage: an RDB URL (sqlite:///study.db, postgresql://user@host/db) or "
             "journal:PATH (a journal file on a shared filesystem)")
+# SQLite in memory is one database per connection, gone with the process: the sweep's worker threads (each its own
+# connection), a sweep that continues later and other sweep processes would each find an empty one (no study).
+IN_MEMORY = ("an in-memory SQLite database is private to one connection and gone when the sweep ends, so the "
+             "sweep's worker threads, a later run that continues the sweep and other sweep processes cannot share "
+             "the study; expected a database file (sqlite:///study.db), an RDB server (postgresql://user@host/db) "
+             "or journal:PATH")
 
 
 def default_url(folder: Path) -> str:
     return f"sqlite:///{folder.resolve() / 'study.db'}"
+
+
+def checked_url(given: str | None, folder: Path) -> str:
+    """`--storage`'s URL, or the default in the sweep folder when the flag is absent. An empty `--storage ''` is
+    refused rather than read as absent: a script whose variable came out empty meant some storage, not the default."""
+    if given is None:
+        return default_url(folder)
+    if not given.strip():
+        raise SpecError([Diagnostic(f"--storage {shlex.quote(given)}", None, f"the URL is empty; {EXPECTED}")])
+    return given
+
+
+def in_memory(url: str) -> bool:
+    """Whether `url` is SQLite in memory: `sqlite://`, `sqlite:///:memory:`, `file::memory:` or `mode=memory`."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: opening it says so
+        return False
+    if parsed.get_backend_name().lower() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or database.startswith("file::memory:") or \
+        parsed.query.get("mode") == "memory"
 
 
 def masked(url: str) -> str:
@@ -56,6 +88,8 @@ def open_storage(url: str, on_stale: Callable[[Any, Any], None]) -> BaseStorage:
     """The storage `url` names, opened (its tables made); one line naming it when it cannot be."""
     import optuna
 
+    if in_memory(url):  # it opens, and every other connection then finds no study: refused before any is made
+        raise SpecError([Diagnostic(f"--storage {masked(url)}", None, IN_MEMORY)])
     try:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend, JournalStorage

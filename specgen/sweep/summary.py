@@ -43,7 +43,8 @@ class Row:
     values: dict[str, Any]
     folder: str | None
     overrides: tuple[str, ...]
-    note: str = ""  # why a trial failed, or which trial it runs again
+    note: str = ""  # why a trial failed, or which trial it runs again, or that MLflow did not track it
+    untracked: bool = False  # its tracker failed (driver.py Runner.untracked): the run is missing from MLflow
 
 
 def rows(study: optuna.Study) -> list[Row]:
@@ -54,9 +55,11 @@ def rows(study: optuna.Study) -> list[Row]:
         value = trial.value if trial.state.name == "COMPLETE" else (
             trial.intermediate_values[max(trial.intermediate_values)] if trial.intermediate_values
             and trial.state.name == "PRUNED" else None)
-        note = str(attrs.get("error", "")) or (f"runs trial {attrs['retry_of']} again" if "retry_of" in attrs else "")
+        note = "; ".join(filter(None, [
+            str(attrs.get("error", "")), f"runs trial {attrs['retry_of']} again" if "retry_of" in attrs else "",
+            "not tracked: MLflow failed" if "untracked" in attrs else ""]))
         found.append(Row(trial.number, state, value, attrs.get("seconds"), dict(trial.params), attrs.get("folder"),
-                         tuple(attrs.get("overrides", ())), note))
+                         tuple(attrs.get("overrides", ())), note, "untracked" in attrs))
     return found
 
 
@@ -95,6 +98,9 @@ def lines(plan: Plan, found: list[Row]) -> list[str]:
     counts = {state: sum(1 for r in found if r.state == state) for state in dict.fromkeys(r.state for r in found)}
     said = ", ".join(f"{n} {state}" for state, n in counts.items()) or "no trials yet"
     out = [trials_table(plan, found), "", f"{len(found)} trial(s): {said}"]
+    untracked = [str(r.number) for r in found if r.untracked]
+    if untracked:
+        out.append(f"not tracked in MLflow: trial(s) {', '.join(untracked)} (the tracker failed; see each trial's log)")
     top = best(plan, found)
     if top is None:
         out.append(f"no trial finished with a value of {plan.sweep.metric}")

@@ -9,6 +9,9 @@ import re
 from dataclasses import dataclass
 
 RUN_FILE = "mlflow.json"  # in the run folder: the MLflow run that --resume continues and export attaches to
+# How the one warning of a failed tracker begins (after `specgen train: `); a sweep finds it in a trial's log
+FAILED = "warning: MLflow tracking at "
+GOING_ON = "; going on without it"
 
 
 class Tracker:

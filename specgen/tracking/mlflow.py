@@ -17,7 +17,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,13 +28,19 @@ import numpy as np
 from specgen.atomic import write_atomic
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
-from specgen.tracking.base import RUN_FILE, Target, Tracker, shown_uri
+from specgen.tracking.base import FAILED, GOING_ON, RUN_FILE, Target, Tracker, shown_uri
 from specgen.tracking.params import METRICS_PER_BATCH, PARAMS_PER_BATCH, batches, metric_key, resolved_params
 
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_LOGGING_LEVEL": "WARNING",
                  "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # the run's start line gives the URL
+LOCK_WAIT = 120  # seconds a process waits for another that is opening (migrating) the same SQLite store
 T = TypeVar("T")
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (see _store_lock)
+    fcntl = None  # type: ignore[assignment]
 
 
 def client(uri: str) -> Any:
@@ -45,7 +52,59 @@ def client(uri: str) -> Any:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a new sqlite store's migrations, line by line
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    with _store_lock(uri):  # the client opens the store at once: a new or older SQLite store is migrated here
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """For a `sqlite:///PATH` store, an exclusive flock on the database's folder while MLflow opens the store.
+
+    Opening a new (or older) store runs MLflow's schema migrations, and two processes migrating one file at once
+    break each other (`duplicate column name`, `table _alembic_tmp_... already exists`): one of them, or both, then
+    goes untracked (two `specgen train` runs started together, a sweep's parallel trials). The lock makes the second
+    wait until the first has migrated; it then finds the schema current. The folder is locked, not a lock file, so
+    nothing is added beside the database. Where flock is missing (another OS, some network filesystems), or another
+    process holds the lock for over LOCK_WAIT seconds (stuck), MLflow opens the store unlocked, as before.
+    """
+    if fcntl is None or not uri.lower().startswith("sqlite:///"):
+        yield
+        return
+    folder = Path(uri[len("sqlite:///"):].partition("?")[0]).absolute().parent
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # no such folder: MLflow says so in its own words
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while not _locked(fd) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _locked(fd: int) -> bool:
+    """Took the lock now, or cannot lock here at all (then waiting is pointless): True; held elsewhere: False."""
+    assert fcntl is not None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def prepare(target: Target) -> str | None:
+    """Open the store and its experiment once, in a sweep's own process before any trial starts, so its parallel
+    trials find both made (no migration, no experiment race among them); the reason when it fails, else None."""
+    try:
+        _experiment(client(target.uri), target)
+    except Exception as exc:  # any failure of the tracker: the sweep warns and its trials still try
+        return reason(exc)
+    return None
 
 
 def reason(exc: BaseException) -> str:
@@ -76,8 +135,8 @@ class MlflowRun(Tracker):
             return action()
         except Exception as exc:  # any failure of the tracker (HTTP, database, disk): tracking must never stop a run
             self.dead = True
-            print(f"specgen {self.what}: warning: MLflow tracking at {shown_uri(self.target.uri)} failed "
-                  f"({reason(exc)}); going on without it", file=sys.stderr)
+            print(f"specgen {self.what}: {FAILED}{shown_uri(self.target.uri)} failed ({reason(exc)}){GOING_ON}",
+                  file=sys.stderr)
             return None
 
     def scalars(self, stage: str, step: int, values: dict[str, float]) -> None:
