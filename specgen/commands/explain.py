@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 NAME = "explain"
@@ -17,8 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specgen.spec.provenance import explain, load_resolved
+    from specgen.diagnostics import one_line
+    from specgen.spec.provenance import explain, key_problem, load_resolved
 
+    problem = key_problem(args.key)
+    if problem is not None:  # a command-line mistake, as argparse's: exit 2, before the spec is read
+        print(f"specgen explain: error: {one_line(problem)}", file=sys.stderr)
+        return 2
     loaded, tree = load_resolved(args.spec, args.set)
     print("\n".join(explain(tree, args.key, loaded.display)))
     return 0

@@ -1,194 +1,34 @@
 """`extends`: a spec built on other spec files, with the origin of every value kept (docs/spec.md, "Composing specs").
 
 `extends: base.yaml` or `extends: [a.yaml, b.yaml]` at the top of a spec names files (relative to the file that
-names them) whose merged content the file's own keys then change. The merge rules, in one place:
+names them) whose merged content the file's own keys then change; merge.py holds the merge rules and the trees
+whose values remember where they were written (`via variants/small.yaml:2:10` in a diagnostic, every place in
+`specgen explain`).
 
-- mappings merge key by key; `key: null` in a file that extends removes the key its bases gave (Helm's rule for
-  values files; a null that removes nothing stays a null, as in a plain spec);
-- a list whose items are all mappings with a `name` (`layers`, a block's `layers`) merges by name: an item naming
-  an existing one changes only the fields it gives, a new one is appended or placed with `after: NAME` /
-  `before: NAME`, and `{name: X, remove: true}` removes one;
-- every other value, lists included, is replaced whole.
+Refusals (a cycle, a missing or unreadable file, one that is not a spec mapping, a file outside the repository, a
+chain deeper than MAX_DEPTH, a base listed twice) are one positioned line each at the `extends` entry that names the
+file; the refused file's content is never echoed.
 
-Each value of the merged data keeps the list of `Setting`s that wrote it, in order (the last one won), so a
-diagnostic points at the file, line and column where the winning value was written, with the chain of `extends`
-that brought it in (`via variants/small.yaml:2:10`), and `specgen explain` can list every place that set a key.
-Refusals (a cycle, a missing file, a file outside the repository, a chain deeper than MAX_DEPTH) are one
-positioned line each at the `extends` entry that names the file; the refused file's content is never echoed.
+The work is bounded by the files, not by the paths through them: each file is read and merged once (a base that
+several files extend is merged from its cached tree).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specgen.diagnostics import Diagnostic, Position, SpecError, describe, quoted
+from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
+from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
-from specgen.spec.yaml_source import PathKey, SourceMap, load_yaml
+from specgen.spec.merge import ComposedSourceMap, Node, Setting, error_at, merge, node, received
+from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document, read_spec_text
 
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3
 MAX_FILES = 64  # distinct files one spec may be composed of
-CONTROL = ("remove", "after", "before")  # the keys of a named item that steer the merge; never in the result
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One place that wrote a value: a file position (`source`, `loc`), an override, or a default."""
-
-    label: str  # the file as printed, `--set` or `default`
-    source: SourceMap | None = None
-    loc: PathKey = ()
-    via: str = ""  # 'b.yaml:1:10, via top.yaml:1:10': the `extends` entries that brought the file in
-    top: bool = True  # written in the spec file itself (not a base)
-    value: Any = field(default=None, compare=False)  # what a leaf's setting wrote (for `specgen explain`)
-
-    def position(self, key: bool = False) -> Position | None:
-        if self.source is None:
-            return None
-        found = self.source.position(self.loc, key=key)
-        if found is None or self.top:
-            return found
-        return Position(found.line, found.col, file=self.label, via=self.via)
-
-    def where(self) -> str:
-        """`base.yaml:12:5`, `--set train.batch_size=32` or `default`."""
-        found = self.source.position(self.loc) if self.source is not None else None
-        return f"{self.label}:{found.line}:{found.col}" if found else self.label
-
-
-@dataclass
-class Node:
-    """A merged value with the settings that wrote it: a leaf's value, or a mapping's or list's children."""
-
-    settings: list[Setting]
-    value: Any = None
-    mapping: dict[Any, Node] | None = None
-    items: list[Node] | None = None
-
-    def data(self) -> Any:
-        if self.mapping is not None:
-            return {k: v.data() for k, v in self.mapping.items()}
-        if self.items is not None:
-            return [v.data() for v in self.items]
-        return self.value
-
-    def flat(self, at: PathKey = ()) -> Iterator[tuple[PathKey, list[Setting]]]:
-        yield at, self.settings
-        children = self.mapping.items() if self.mapping is not None else enumerate(self.items or [])
-        for key, child in children:
-            yield from child.flat((*at, key))
-
-    def name(self) -> Any:
-        return self.mapping["name"].value if self.mapping is not None and "name" in self.mapping else None
-
-
-def node(value: Any, setting: Setting) -> Node:
-    """The tree of `value` as written at `setting` (its children at their own locations in the same file)."""
-    def at(part: Any) -> Setting:
-        return Setting(setting.label, setting.source, (*setting.loc, part), setting.via, setting.top)
-
-    if isinstance(value, dict):
-        return Node([setting], mapping={k: node(v, at(k)) for k, v in value.items()})
-    if isinstance(value, list):
-        return Node([setting], items=[node(v, at(i)) for i, v in enumerate(value)])
-    return Node([replace(setting, value=value)], value=value)
-
-
-class ComposedSourceMap(SourceMap):
-    """A SourceMap over merged data: each path's position is where its winning value was written."""
-
-    def __init__(self, path: str, tree: Node):
-        super().__init__(path)
-        self.tree = tree
-        self.settings: dict[PathKey, list[Setting]] = dict(tree.flat())
-
-    def position(self, path: PathKey, *, key: bool = False) -> Position | None:
-        for n in range(len(path), -1, -1):
-            found = self.settings.get(tuple(path[:n]))
-            if found:
-                return found[-1].position(key=key and n == len(path))
-        return None
-
-
-# --- merging ---------------------------------------------------------------------------------------------------
-
-
-def merge(base: Node, child: Node) -> Node:
-    """`child` written over `base` by the rules of the module docstring."""
-    if base.mapping is not None and child.mapping is not None:
-        merged = dict(base.mapping)
-        for key, value in child.mapping.items():
-            if value.mapping is None and value.items is None and value.value is None and key in merged:
-                del merged[key]  # `key: null` removes what the bases gave
-            else:
-                merged[key] = merge(merged[key], value) if key in merged else value
-        return Node(base.settings + child.settings, mapping=merged)
-    if base.items is not None and child.items is not None and _named(base.items) and _named(child.items):
-        return Node(base.settings + child.settings, items=_merge_named(base.items, child.items))
-    if child.mapping is None and child.items is None and base.mapping is None and base.items is None:
-        return Node(base.settings + child.settings, value=child.value)  # a leaf keeps its history for `explain`
-    return child
-
-
-def _named(items: list[Node]) -> bool:
-    """Every item a mapping with a string `name` (a child's item may be only `{name, remove}`)."""
-    return bool(items) and all(isinstance(i.name(), str) for i in items)
-
-
-def _merge_named(base: list[Node], child: list[Node]) -> list[Node]:
-    result = list(base)
-    for item in child:
-        assert item.mapping is not None
-        name = item.name()
-        steer = {k: item.mapping[k] for k in CONTROL if k in item.mapping}
-        body = Node(item.settings, mapping={k: v for k, v in item.mapping.items() if k not in CONTROL})
-        names = [n.name() for n in result]
-        if steer.get("remove") is not None and steer["remove"].value is not False:
-            _check_remove(steer["remove"], name, names)
-            del result[names.index(name)]
-            continue
-        if name in names:
-            index = names.index(name)
-            merged = merge(result.pop(index), body)
-            names.pop(index)
-        else:
-            index, merged = len(result), body
-        result.insert(_place(steer, names, index), merged)
-    return result
-
-
-def _check_remove(flag: Node, name: str, names: list[Any]) -> None:
-    if flag.value is not True:
-        raise _at(flag.settings[-1], f"remove: expected true; received {describe(flag.value)}")
-    if name not in names:
-        raise _at(flag.settings[-1], f"remove: no base defines an item named {quoted(name)}; "
-                                     f"{_choices(names)}")
-
-
-def _place(steer: dict[str, Node], names: list[Any], index: int) -> int:
-    """Where an item goes: after/before a named one, else where it was (a new one: at the end)."""
-    for key, offset in (("after", 1), ("before", 0)):
-        if key in steer:
-            target = steer[key]
-            if target.value not in names:
-                raise _at(target.settings[-1], f"{key}: no item named {quoted(target.value)} to place it "
-                                               f"{key}; {_choices(names)}")
-            return names.index(target.value) + offset
-    return index
-
-
-def _choices(names: list[Any]) -> str:
-    shown_names = ", ".join(str(n) for n in names[:12]) + (", ..." if len(names) > 12 else "")
-    return f"expected one of {shown_names}" if names else "the list is empty"
-
-
-def _at(setting: Setting, message: str) -> SpecError:
-    position = setting.position()
-    path = position.file if position is not None and position.file else setting.label
-    return SpecError([Diagnostic(path, position, message)])
+MAX_BASES = 16  # entries of one `extends` list; real families use 1 to 3
 
 
 # --- loading ---------------------------------------------------------------------------------------------------
@@ -196,60 +36,121 @@ def _at(setting: Setting, message: str) -> SpecError:
 
 @dataclass
 class _Loader:
-    """Loads one top spec and every file it extends, each once, within the repository."""
+    """Loads one top spec and every file it extends, each read and merged once, within the repository."""
 
     root: Path  # the resolved folder every file must lie under
     files: dict[Path, tuple[Any, SourceMap]] = field(default_factory=dict)
+    # Each file's merged tree and the files in its longest chain (itself included): a base that several files
+    # extend is merged once, so the work grows with the files, not with the paths through them.
+    trees: dict[Path, tuple[Node, int]] = field(default_factory=dict)
 
-    def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> Node:
+    def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> tuple[Node, int]:
         real = path.resolve()
-        if real not in self.files:
-            self.files[real] = load_yaml(path, display)
         data, source = self.files[real]
-        top = not chain
-        setting = Setting(display, source, (), via, top)
-        if not isinstance(data, dict) or "extends" not in data:
-            return node(data, setting)
+        setting = Setting(display, source, (), via, not chain)
+        if "extends" not in data:
+            return node(data, setting), 1
         own = node({k: v for k, v in data.items() if k != "extends"}, setting)
         merged: Node | None = None
-        for ref, where in self._refs(data["extends"], setting):
-            base = self._base(path, ref, where, (*chain, real))
+        height = 0
+        for ref, where in self._refs(path, data["extends"], setting):
+            base, below = self._base(path, ref, where, (*chain, real))
             merged = base if merged is None else merge(merged, base)
-        if merged is None:
-            return own
-        if merged.mapping is not None:
-            merged.mapping.pop("abstract", None)  # a base's `abstract` is its own: the child is concrete
-        return merge(merged, own)
+            height = max(height, below)
+        assert merged is not None  # _refs refuses an empty list
+        if merged.mapping is not None:  # a base's `abstract` is its own: the child is concrete (the tree is cached)
+            merged = Node(merged.settings, mapping={k: v for k, v in merged.mapping.items() if k != "abstract"})
+        return merge(merged, own), height + 1
 
-    def _refs(self, value: Any, setting: Setting) -> list[tuple[str, Setting]]:
+    def _refs(self, path: Path, value: Any, setting: Setting) -> list[tuple[str, Setting]]:
         at = Setting(setting.label, setting.source, ("extends",), setting.via, setting.top)
-        refs = value if isinstance(value, list) else [value]
-        if not all(isinstance(r, str) and r for r in refs):
-            raise _at(at, f"extends: expected a spec file (a path relative to this file) or a list of them; "
-                          f"received {describe(value)}")
-        if isinstance(value, list):
-            return [(r, Setting(at.label, at.source, ("extends", i), at.via, at.top)) for i, r in enumerate(refs)]
-        return [(value, at)]
+        if not isinstance(value, list):
+            _check_ref(value, value, at)
+            return [(value, at)]
+        if not value:  # most likely a list emptied by an edit; leaving `extends` out says "no base" plainly
+            raise error_at(at, "extends: the list is empty; expected at least one spec file (leave `extends` out for a "
+                          "spec with no base)")
+        if len(value) > MAX_BASES:
+            raise error_at(at, f"extends: {len(value)} bases in one list; at most {MAX_BASES}")
+        for ref in value:
+            _check_ref(ref, value, at)
+        refs = [(r, Setting(at.label, at.source, ("extends", i), at.via, at.top)) for i, r in enumerate(value)]
+        first: dict[str, Setting] = {}
+        for ref, where in refs:  # a base applied twice changes nothing the first did not, and doubles the work
+            target = os.path.normpath(path.parent / ref)
+            if target in first:
+                raise error_at(where, f"extends: {quoted(ref)} is already listed (at {first[target].where()}); each base "
+                                 "applies once: list it once")
+            first[target] = where
+        return refs
 
-    def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Node:
+    def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> tuple[Node, int]:
         path = Path(os.path.normpath(child.parent / ref))
-        if len(chain) >= MAX_DEPTH:
-            raise _at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
         if path.suffix not in (".yaml", ".yml"):
-            raise _at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
+            raise error_at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
+        try:
+            real = self._find(path, ref, where, chain)
+        except OSError as exc:  # a name too long for the file system, a permission on a folder, ...
+            raise error_at(where, f"extends: {quoted(ref)} is refused: {exc.strerror or type(exc).__name__}") from None
+        cached = self.trees.get(real)
+        if cached is None:
+            via = where.where() + (f", via {where.via}" if where.via else "")
+            cached = self.trees[real] = self.load(path, _shown(path), chain, via)
+        if len(chain) + cached[1] > MAX_DEPTH:  # the files above this base, then its own longest chain
+            raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
+        return cached
+
+    def _find(self, path: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
+        """The resolved path of a base that may be read, read into `files`; else a refusal at `where`."""
+        if len(chain) >= MAX_DEPTH:
+            raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
         if not path.exists():
-            raise _at(where, f"extends: {quoted(ref)} does not exist (looked for {shown(path)})")
+            raise error_at(where, f"extends: {quoted(ref)} does not exist (looked for {_shown(path)})")
         real = path.resolve()
         if not real.is_relative_to(self.root):
-            raise _at(where, f"extends: {quoted(ref)} is outside the repository ({shown(self.root)}); a spec "
+            raise error_at(where, f"extends: {quoted(ref)} is outside the repository ({_shown(self.root)}); a spec "
                              "extends only files of its own repository")
         if real in chain:
-            cycle = " -> ".join(shown(p) for p in (*chain[chain.index(real):], real))
-            raise _at(where, f"extends: {quoted(ref)} closes a cycle ({cycle})")
-        if real not in self.files and len(self.files) >= MAX_FILES:
-            raise _at(where, f"extends: the spec is composed of more than {MAX_FILES} files")
+            cycle = " -> ".join(_shown(p) for p in (*chain[chain.index(real):], real))
+            raise error_at(where, f"extends: {quoted(ref)} closes a cycle ({cycle})")
+        if real not in self.files:
+            if len(self.files) >= MAX_FILES:
+                raise error_at(where, f"extends: the spec is composed of more than {MAX_FILES} files")
+            self.files[real] = _read_base(path, ref, where)
+        return real
+
+
+def _check_ref(ref: Any, value: Any, at: Setting) -> None:
+    if not isinstance(ref, str) or not ref:
+        raise error_at(at, f"extends: expected a spec file (a path relative to this file) or a list of them; "
+                      f"received {received(value)}")
+
+
+def _read_base(path: Path, ref: str, where: Setting) -> tuple[dict[str, Any], SourceMap]:
+    """A base's data and source map. What keeps it from being read at all is refused at the `extends` entry; a
+    problem inside it (a YAML syntax error, a duplicate key) stays at its line in the base, with the chain."""
+    try:
+        data, source = parse_document(read_spec_text(path, _shown(path)), _shown(path))
+    except SpecError as exc:
         via = where.where() + (f", via {where.via}" if where.via else "")
-        return self.load(path, shown(path), chain, via)
+        raise SpecError([_in_base(d, ref, where, via) for d in exc.diagnostics]) from None
+    if not isinstance(data, dict):
+        kind = "is empty" if data is None else \
+            f"is not a spec mapping (the file holds {'a list' if isinstance(data, list) else 'a single value'})"
+        raise error_at(where, f"extends: {quoted(ref)} {kind}; expected a mapping of spec sections")
+    return data, source
+
+
+def _in_base(diagnostic: Diagnostic, ref: str, where: Setting, via: str) -> Diagnostic:
+    found = diagnostic.position
+    if found is None:  # about the whole file: not a regular file, too large, not UTF-8
+        return error_at(where, f"extends: {quoted(ref)} is refused: {diagnostic.message}").diagnostics[0]
+    return replace(diagnostic, position=Position(found.line, found.col, file=diagnostic.path, via=via))
+
+
+def _shown(path: Path) -> str:
+    """A path as messages print it: relative where it can be, escaped, and cut when absurdly long."""
+    return shown_text(shown(path), 1024)  # the longest path a spec may name; a longer one only in a refusal
 
 
 def repository_root(spec: Path) -> Path:
@@ -268,5 +169,5 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
     if not isinstance(data, dict) or "extends" not in data:
         return data, source
     loader = _Loader(repository_root(path), {path.resolve(): (data, source)})
-    tree = loader.load(path, shown_path, (), "")
+    tree = loader.load(path, shown_path, (), "")[0]
     return tree.data(), ComposedSourceMap(shown_path, tree)

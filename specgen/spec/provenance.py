@@ -9,6 +9,7 @@ Keys are written as in `--set`, with `[NAME]` selecting a list item by its name:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 import yaml
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
-from specgen.spec.compose import ComposedSourceMap, Node, Setting, load_composed, node
+from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec
+from specgen.spec.merge import ComposedSourceMap, Node, Setting, node
 from specgen.spec.overrides import key_parts, load_with_overrides, parse_override
 from specgen.spec.yaml_source import SourceMap
 
@@ -53,6 +55,8 @@ def _child(at: Node, part: str | int, create: bool = False) -> Node:
         return next(item for item in at.items if item.name() == part[1:-1])  # the loader checked it exists
     if at.mapping is None:
         at.mapping, at.value = {}, None
+    if create and part in at.mapping and at.mapping[part].removed:
+        del at.mapping[part]  # `--set` under a removed key: a new mapping, last, as in the data `--set` changed
     if part not in at.mapping and create:
         at.mapping[part] = Node([], mapping={})
     return at.mapping[part]
@@ -63,9 +67,11 @@ def _assign(at: Node, part: str | int, value: Node) -> None:
         old = at.items[part]
         at.items[part] = value
     else:
-        _child(at, part, create=True)
+        if at.mapping is not None and part in at.mapping and at.mapping[part].removed:
+            old = at.mapping.pop(part)  # a removed key set again comes last, as in the data `--set` changed
+        else:
+            old = _child(at, part, create=True)
         assert at.mapping is not None
-        old = at.mapping[part]
         at.mapping[part] = value
     if old.mapping is None and old.items is None and value.mapping is None and value.items is None:
         value.settings[:0] = old.settings  # a leaf keeps its history
@@ -75,10 +81,12 @@ def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True) -
     """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out)."""
     if tree.mapping is not None and isinstance(dumped, dict):
         for key, value in dumped.items():
-            if key in tree.mapping:  # a spec's own blocks get their defaults, but no shipped block is added beside them
-                with_defaults(tree.mapping[key], value, top=False, add=not (top and key in SHIPPED))
+            found = tree.mapping.get(key)
+            if found is not None and not found.removed:  # a spec's own blocks get their defaults, no shipped ones
+                with_defaults(found, value, top=False, add=not (top and key in SHIPPED))
             elif add and value is not None and value != {} and value != [] and not (top and key in SHIPPED):
-                tree.mapping[key] = node(value, DEFAULT)
+                tree.mapping.pop(key, None)  # a removed key's default comes last, as one no file wrote
+                tree.mapping[key] = _default(value, found)
         if top:  # sections in the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each first
             order = {key: n for n, key in enumerate(dumped)}
             tree.mapping = dict(sorted(tree.mapping.items(), key=lambda item: order.get(item[0], len(order))))
@@ -87,6 +95,14 @@ def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True) -
             if isinstance(value, dict) and item.name() in (None, value.get("name")):
                 with_defaults(item, value, top=False)
     return tree
+
+
+def _default(value: Any, removed: Node | None) -> Node:
+    """A default's tree; where a `key: null` removed the bases' value, after that history (explain lists both)."""
+    fresh = node(value, DEFAULT)
+    if removed is not None:
+        fresh.settings[:0] = removed.settings
+    return fresh
 
 
 # --- printing ---------------------------------------------------------------------------------------------------
@@ -114,6 +130,8 @@ def _lines(at: Node, indent: int) -> Iterator[str]:
     pad = " " * indent
     if at.mapping is not None:
         for key, child in at.mapping.items():
+            if child.removed:  # removed by a `key: null`, without a default to print instead
+                continue
             if _leaf(child):
                 yield f"{pad}{_scalar(key)}: {_scalar(child.data())}{_origin(child)}"
             else:
@@ -161,20 +179,42 @@ def keys(tree: Node, prefix: str = "") -> Iterator[str]:
         yield from keys(child, here)
 
 
+# `layers[head/out].units`, `train.batch_size`, `layers.3.units`: keys joined by dots, `[NAME]` after a key
+KEY = re.compile(r"[^.\[\]]+(?:\.[^.\[\]]+|\[[^\[\]]+\])*")
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` is not a key path (`key_parts` would skip what it cannot read, and `layers[` would name `layers`),
+    or None."""
+    if KEY.fullmatch(key):
+        return None
+    return (f"KEY {quoted(key)} is not a key path; expected keys joined by '.', with [NAME] selecting a named list "
+            "item: train.batch_size, layers[conv1].filters, layers.0.units")
+
+
 def explain(tree: Node, key: str, display: str) -> list[str]:
     """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
     found = find(tree, parse_key(key))
     if found is None:
         raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec"
                                     f"{did_you_mean(key, keys(tree))}")])
-    lines = [f"{key} = {_scalar(found.data())}"]
+    value = "(unset: removed, and it has no default)" if found.removed else _scalar(found.data())
+    lines = [f"{key} = {value}"]
     settings = found.settings or [DEFAULT]
     leaf = found.mapping is None and found.items is None
     for n, setting in enumerate(settings, 1):
-        value = f"  {_scalar(setting.value)}" if leaf else ""
-        mark = "  <- wins" if n == len(settings) else ""
-        lines.append(f"  {n}. {setting.where()}{value}{mark}")
+        mark = "  <- wins" if n == len(settings) and not found.removed else ""
+        lines.append(f"  {n}. {setting.where()}{_written(setting, leaf, found.removed)}{mark}")
     return lines
+
+
+def _written(setting: Setting, leaf: bool, removed: bool) -> str:
+    """What one setting wrote, as `explain` prints it after the place."""
+    if setting.removes:
+        return "  null (removes the bases' value)"
+    if leaf and not (removed and setting.value is None):  # a removed mapping's own setting holds no value to print
+        return f"  {_scalar(setting.value)}"
+    return ""
 
 
 def load_resolved(path: Path, overrides: list[str]) -> tuple[LoadedSpec, Node]:

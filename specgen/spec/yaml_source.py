@@ -432,6 +432,11 @@ def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
     return data, source
 
 
+def parse_document(text: str, display: str) -> tuple[Any, SourceMap]:
+    """A file's data and source map, None for a file without a document (a base's caller says what it expected)."""
+    return _parse(text, display)
+
+
 def parse_value(text: str, display: str) -> Any:
     """One YAML value (a `--set` override), under the same bounds as a spec file; empty is None."""
     return _parse(text, display)[0]

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from specgen.spec.compose import Node
+from specgen.spec.merge import Node
 
 MAX_KEY, MAX_VALUE = 250, 6000  # mlflow/utils/validation.py: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000  # MAX_PARAMS_TAGS_PER_BATCH, MAX_METRICS_PER_BATCH
