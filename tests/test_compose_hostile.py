@@ -241,3 +241,15 @@ def test_a_removed_key_written_again_comes_last_as_before_removals_were_kept(tmp
     lines = run(["validate", "examples/specs/family/folder.yaml", "--resolved"], capsys, ROOT)[1].splitlines()
     train = lines.index("  train:  # examples/specs/family/folder.yaml:10:10")  # `npz: null` and the like removed
     assert lines[train + 1] == "    images: ../../data/digits_folder/train  # examples/specs/family/folder.yaml:10:19"
+
+
+@pytest.mark.parametrize("key", ["layers[", "", "layers..units", "layers[]", "a]b", ".train"])
+def test_set_refuses_a_malformed_key_instead_of_setting_its_readable_part(tmp_path: Path, capsys, key: str) -> None:
+    """`--set 'layers[=3'` read the readable part of its key, `layers`, and replaced every layer with 3."""
+    write(tmp_path, {"base.yaml": BASE})
+    code, out, err = run(["validate", "base.yaml", "--set", f"{key}=3"], capsys, tmp_path)
+    assert (code, out) == (1, "")
+    expected = ("expected KEY.PATH=VALUE, e.g. train.batch_size=32" if not key else
+                f"KEY '{key}' is not a key path; expected keys joined by '.', with [NAME] selecting a named list item: "
+                "train.batch_size, layers[conv1].filters, layers.0.units")
+    assert err.splitlines() == [f"--set {key}=3: error: {expected}", "1 error found"]

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specgen.diagnostics import one_line
-    from specgen.spec.provenance import explain, key_problem, load_resolved
+    from specgen.spec.overrides import key_problem
+    from specgen.spec.provenance import explain, load_resolved
 
     problem = key_problem(args.key)
     if problem is not None:  # a command-line mistake, as argparse's: exit 2, before the spec is read

@@ -30,10 +30,26 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         value = parse_value(raw, shown) if raw.strip() else ""
     except SpecError as exc:  # positions are within the value, which has no file: say where in it
         raise SpecError([Diagnostic(shown, None, _in_value(d)) for d in exc.diagnostics]) from None
+    problem = key_problem(key.strip())
+    if problem is not None:
+        raise SpecError([Diagnostic(shown, None, problem)])
     return key_parts(key.strip()), value
 
 
 _KEY_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+KEY = re.compile(r"[^.\[\]]+(?:\.[^.\[\]]+|\[[^\[\]]+\])*")
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` is not a key path (`key_parts` would skip what it cannot read: `layers[` would name `layers`, and
+    `--set layers[=3` would replace every layer with 3),
+    or None."""
+    if KEY.fullmatch(key):
+        return None
+    return (f"KEY {quoted(key)} is not a key path; expected keys joined by '.', with [NAME] selecting a named list "
+            "item: train.batch_size, layers[conv1].filters, layers.0.units")
+
+
 
 
 def key_parts(key: str) -> list[str | int]:

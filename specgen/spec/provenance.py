@@ -9,7 +9,6 @@ Keys are written as in `--set`, with `[NAME]` selecting a list item by its name:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,18 +179,6 @@ def keys(tree: Node, prefix: str = "") -> Iterator[str]:
 
 
 # `layers[head/out].units`, `train.batch_size`, `layers.3.units`: keys joined by dots, `[NAME]` after a key
-KEY = re.compile(r"[^.\[\]]+(?:\.[^.\[\]]+|\[[^\[\]]+\])*")
-
-
-def key_problem(key: str) -> str | None:
-    """Why `key` is not a key path (`key_parts` would skip what it cannot read, and `layers[` would name `layers`),
-    or None."""
-    if KEY.fullmatch(key):
-        return None
-    return (f"KEY {quoted(key)} is not a key path; expected keys joined by '.', with [NAME] selecting a named list "
-            "item: train.batch_size, layers[conv1].filters, layers.0.units")
-
-
 def explain(tree: Node, key: str, display: str) -> list[str]:
     """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
     found = find(tree, parse_key(key))
