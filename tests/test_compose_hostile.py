@@ -181,6 +181,39 @@ def test_a_removal_that_rewires_nothing_silently_is_accepted(tmp_path: Path, cap
     assert (code, err) == (0, "") and out.startswith("ok: v.yaml (v: ")
 
 
+@pytest.mark.parametrize("top", [
+    "layers: [{name: out, input: fc1}]",  # the fix the error names, given by the file that extends the remover
+    "layers: [{name: fc3, op: dense, units: 4, after: fc1}]",  # a layer of its own put in the removed one's place
+])
+def test_a_removal_in_a_mixin_is_judged_on_the_whole_spec(tmp_path: Path, capsys, top: str) -> None:
+    """The remover is one base of several; the file that extends them mends the wiring: no error (it was one, raised
+    while the mixin was merged, before the file's own keys applied). Without the mend the error stands."""
+    files = {"base.yaml": BASE, "noflat.yaml": "abstract: true\nlayers: [{name: fc2, remove: true}]\n",
+             "v.yaml": f"extends: [base.yaml, noflat.yaml]\nname: v\n{top}\n"}
+    write(tmp_path, files)
+    code, out, err = run(["validate", "v.yaml"], capsys, tmp_path)
+    assert (code, err) == (0, "") and out.startswith("ok: v.yaml (v: ")
+    files["v.yaml"] = "extends: [base.yaml, noflat.yaml]\nname: v\n"
+    assert refused(tmp_path, capsys, files)[0] == (
+        "base.yaml:10:12: error: layer 'out' reads 'fc2' implicitly (as the layer before it), and noflat.yaml:2:30 "
+        "removes 'fc2'; give 'out' an explicit `input:` (the layer before it is now 'fc1') (via v.yaml:1:11)")
+
+
+def test_a_base_reached_through_a_link_and_directly_is_merged_for_each_route(tmp_path: Path, capsys) -> None:
+    """A linked base reads its own `extends` beside the link: the same file reached two ways makes two trees, and
+    the cache (by resolved path) once handed the first route's tree to the second."""
+    seed = BASE.split("seed: ")[1].split("}")[0]
+    write(tmp_path, {"common/inner.yaml": BASE.replace(f"seed: {seed}}}", "seed: 111}"),
+                     "v/inner.yaml": BASE.replace(f"seed: {seed}}}", "seed: 222}"),
+                     "common/base.yaml": "abstract: true\nextends: inner.yaml\n",
+                     "a.yaml": "extends: [common/base.yaml, v/base.yaml]\nname: a\n",
+                     "b.yaml": "extends: [v/base.yaml, common/base.yaml]\nname: b\n"})
+    (tmp_path / "v" / "base.yaml").symlink_to(tmp_path / "common" / "base.yaml")
+    for spec, seed_wins in (("a.yaml", "222"), ("b.yaml", "111")):  # the last base wins
+        code, out, _ = run(["explain", spec, "train.seed"], capsys, tmp_path)
+        assert (code, out.splitlines()[0]) == (0, f"train.seed = {seed_wins}")
+
+
 # --- explain ------------------------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
-from specgen.spec.merge import ComposedSourceMap, Node, Setting, error_at, merge, node, received
+from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_orphans, error_at, merge, node, received
 from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document, read_spec_text
 
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3
@@ -40,8 +40,8 @@ class _Loader:
 
     root: Path  # the resolved folder every file must lie under
     files: dict[Path, tuple[Any, SourceMap]] = field(default_factory=dict)
-    # Each file's merged tree and the files in its longest chain (itself included): a base that several files
-    # extend is merged once, so the work grows with the files, not with the paths through them.
+    # Each base's merged tree, by its path as named, and the files in its longest chain (itself included): a base
+    # that several files extend is merged once, so the work grows with the files, not with the paths through them.
     trees: dict[Path, tuple[Node, int]] = field(default_factory=dict)
 
     def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> tuple[Node, int]:
@@ -89,13 +89,16 @@ class _Loader:
         if path.suffix not in (".yaml", ".yml"):
             raise error_at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
         try:
-            real = self._find(path, ref, where, chain)
+            self._find(path, ref, where, chain)  # refuses what may not be read; reads it into `files`
         except OSError as exc:  # a name too long for the file system, a permission on a folder, ...
             raise error_at(where, f"extends: {quoted(ref)} is refused: {exc.strerror or type(exc).__name__}") from None
-        cached = self.trees.get(real)
+        # Cached by the path as named, not as resolved: a base reached through a link reads its own `extends`
+        # beside the link, so the same file reached two ways may make two trees.
+        key = Path(os.path.abspath(path))
+        cached = self.trees.get(key)
         if cached is None:
             via = where.where() + (f", via {where.via}" if where.via else "")
-            cached = self.trees[real] = self.load(path, _shown(path), chain, via)
+            cached = self.trees[key] = self.load(path, _shown(path), chain, via)
         if len(chain) + cached[1] > MAX_DEPTH:  # the files above this base, then its own longest chain
             raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
         return cached
@@ -170,4 +173,5 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
         return data, source
     loader = _Loader(repository_root(path), {path.resolve(): (data, source)})
     tree = loader.load(path, shown_path, (), "")[0]
+    check_orphans(tree)  # once every file is merged: a later file may give the orphaned layer its input
     return tree.data(), ComposedSourceMap(shown_path, tree)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, describe, quoted
 from specgen.spec.yaml_source import PathKey, SourceMap
@@ -59,6 +59,16 @@ class Setting:
         return f"{self.label}:{found.line}:{found.col}" if found else self.label
 
 
+class Orphan(NamedTuple):
+    """A layer that read a removed one implicitly: the reader, the removed layer, the `remove: true` that removed
+    it, and the layer the reader reads once the list that removed it is merged (None: it is first)."""
+
+    reader: str
+    removed: str
+    flag: Setting
+    now_reads: str | None
+
+
 @dataclass
 class Node:
     """A merged value with the settings that wrote it: a leaf's value, or a mapping's or list's children."""
@@ -69,6 +79,9 @@ class Node:
     items: list[Node] | None = None
     # A key a `key: null` removed: kept (out of `data()`) so that `explain` still lists who set and who removed it.
     removed: bool = False
+    # A named list's removals that left the next layer reading another one implicitly: judged once the whole spec
+    # is merged (check_orphans), as a file that extends the one removing may give that layer its input.
+    orphans: tuple[Orphan, ...] = ()
 
     def data(self) -> Any:
         if self.mapping is not None:
@@ -137,7 +150,9 @@ def merge(base: Node, child: Node) -> Node:
                 merged[key] = merge(old, value)
         return Node(_history(base.settings, child.settings), mapping=merged)
     if base.items is not None and child.items is not None and _named(base.items) and _named(child.items):
-        return Node(_history(base.settings, child.settings), items=_merge_named(base.items, child.items))
+        items, orphans = _merge_named(base.items, child.items)
+        return Node(_history(base.settings, child.settings), items=items,
+                    orphans=(*base.orphans, *child.orphans, *orphans))
     if child.mapping is None and child.items is None and base.mapping is None and base.items is None:
         return Node(_history(base.settings, child.settings), value=child.value)  # a leaf keeps its history
     return child
@@ -166,11 +181,7 @@ def _named(items: list[Node]) -> bool:
     return bool(items) and all(isinstance(i.name(), str) for i in items)
 
 
-# (the layer that read a removed one implicitly, the removed layer, the `remove: true` that removed it)
-Orphan = tuple[str, str, Setting]
-
-
-def _merge_named(base: list[Node], child: list[Node]) -> list[Node]:
+def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[Orphan]]:
     result = list(base)
     seen: dict[str, Setting] = {}
     placed: set[str] = set()  # new items and items moved with after/before: where this list put them is deliberate
@@ -195,8 +206,7 @@ def _merge_named(base: list[Node], child: list[Node]) -> list[Node]:
         if "after" in steer or "before" in steer:
             placed.add(name)
         result.insert(_place(steer, names, index), merged)
-    _check_orphans(result, orphans, placed)
-    return result
+    return result, _orphaned(result, orphans, placed)
 
 
 def _check_once(item: Node, name: str, seen: dict[str, Setting]) -> None:
@@ -215,13 +225,14 @@ def _name_at(item: Node) -> Setting:
 
 
 def _remove(result: list[Node], item: Node, flag: Node, names: list[Any]) -> list[Orphan]:
-    """Remove `item`'s namesake from `result`; the layer after it, when it read it implicitly, as an orphan."""
+    """Remove `item`'s namesake from `result`; the layer after it, when it read it implicitly, as an orphan (its
+    new predecessor is filled in once the list is merged: _orphaned)."""
     name = item.name()
     _check_remove(item, flag, name, names)
     index = names.index(name)
     del result[index]
     if index < len(result) and _reads_previous(result[index]):
-        return [(result[index].name(), name, flag.settings[-1])]
+        return [Orphan(result[index].name(), name, flag.settings[-1], None)]
     return []
 
 
@@ -248,22 +259,44 @@ def _reads_previous(item: Node) -> bool:
     return (_given(item, "op") or _given(item, "block")) and not (_given(item, "input") or _given(item, "inputs"))
 
 
-def _check_orphans(result: list[Node], orphans: list[Orphan], placed: set[str]) -> None:
-    """A layer that read a removed layer implicitly would silently read the one before that: an error at the reader
-    (docs/spec.md), unless this list gave it an input or put a layer of its own right before it (as an insertion
-    does, on purpose)."""
+def _orphaned(result: list[Node], orphans: list[Orphan], placed: set[str]) -> list[Orphan]:
+    """The orphans this list leaves, each with the layer it now reads: not those this list gave an input or a
+    layer of its own right before them (as an insertion does, on purpose), nor those removed as well."""
     names = [n.name() for n in result]
-    for reader, removed, flag in orphans:
-        if reader not in names:
+    left = []
+    for orphan in orphans:
+        if orphan.reader not in names:
             continue  # removed as well: the layer after it was checked when it was
-        index = names.index(reader)
+        index = names.index(orphan.reader)
         before = names[index - 1] if index else None
-        if not _reads_previous(result[index]) or reader in placed or before in placed:
-            continue
-        now = f"the layer before it is now {quoted(before)}" if before is not None else "it is now the first layer"
-        raise error_at(_name_at(result[index]), f"layer {quoted(reader)} reads {quoted(removed)} implicitly (as the layer "
-                                           f"before it), and {flag.where()} removes {quoted(removed)}; give "
-                                           f"{quoted(reader)} an explicit `input:` ({now})")
+        if _reads_previous(result[index]) and orphan.reader not in placed and before not in placed:
+            left.append(orphan._replace(now_reads=before))
+    return left
+
+
+def check_orphans(tree: Node) -> None:
+    """After the whole spec is merged: a layer that read a removed layer implicitly and would now silently read the
+    one before that is an error at the reader (docs/spec.md), unless a later file gave it an input or changed the
+    layer before it (an insertion, a move: on purpose)."""
+    if tree.items is not None:
+        names = [n.name() for n in tree.items]
+        for orphan in tree.orphans:
+            index = names.index(orphan.reader) if orphan.reader in names else None
+            if index is None or not _reads_previous(tree.items[index]):
+                continue
+            if (names[index - 1] if index else None) == orphan.now_reads:
+                raise _orphan_error(tree.items[index], orphan)
+    children = tree.mapping.values() if tree.mapping is not None else tree.items or []
+    for child in children:
+        check_orphans(child)
+
+
+def _orphan_error(reader: Node, orphan: Orphan) -> SpecError:
+    before = orphan.now_reads
+    now = f"the layer before it is now {quoted(before)}" if before is not None else "it is now the first layer"
+    return error_at(_name_at(reader), f"layer {quoted(orphan.reader)} reads {quoted(orphan.removed)} implicitly (as the "
+                                      f"layer before it), and {orphan.flag.where()} removes {quoted(orphan.removed)}; "
+                                      f"give {quoted(orphan.reader)} an explicit `input:` ({now})")
 
 
 def _place(steer: dict[str, Node], names: list[Any], index: int) -> int:
