@@ -134,6 +134,35 @@ def test_a_chain_shifted_by_one_is_renamed_by_place_and_an_inserted_layer_is_not
     assert section(out, "layers")[3:] == ["  added    n              dense", "  rewired  b.inputs  a    n"]
 
 
+PARALLEL = """\
+specgen: 1
+name: par
+inputs: {x1: {shape: [16], dtype: float32}, x2: {shape: [16], dtype: float32}}
+outputs: {y: cat}
+layers:
+  - {name: a, op: dense, input: x1, units: 16}
+  - {name: b, op: dense, input: x2, units: 16}
+  - {name: cat, op: concat, inputs: [a, b]}
+"""
+
+
+def test_parallel_layers_that_swap_inputs_are_rewired_not_renamed(tmp_path: Path, capsys) -> None:
+    """Only `input:` changed: their reader still reads [a, b], so the names stand (the place in the graph matched
+    the swapped names, one misfit against two, and a reader that moved nothing outvoted two edits)."""
+    inputs_swapped = PARALLEL.replace("input: x1,", "input: TMP,").replace("input: x2,", "input: x1,") \
+        .replace("input: TMP,", "input: x2,")
+    names_swapped = PARALLEL.replace("name: a,", "name: TMP,").replace("name: b,", "name: a,") \
+        .replace("name: TMP,", "name: b,").replace("inputs: [a, b]", "inputs: [b, a]")
+    write(tmp_path, **{"a.yaml": PARALLEL, "b.yaml": inputs_swapped, "c.yaml": names_swapped})
+    code, out, err = run(["diff", "a.yaml", "b.yaml", "--fail-on", "checkpoint,layers"], capsys, tmp_path)
+    assert code == 1 and "renamed layers" not in out
+    assert section(out, "layers")[3:] == ["  rewired  a.inputs  x1   x2", "  rewired  b.inputs  x2   x1"]
+    assert err.splitlines() == ["specgen diff: breaks layers: layer 'a' reads x2, was x1",
+                                "specgen diff: breaks layers: layer 'b' reads x1, was x2"]
+    code, out, _ = run(["diff", "a.yaml", "c.yaml", "--fail-on", "layers"], capsys, tmp_path)
+    assert code == 0 and "renamed layers: a -> b, b -> a" in out  # the reader moved with the names: a rename
+
+
 def test_rev_path_reads_each_file_whatever_the_names_of_the_others(tmp_path: Path, capsys) -> None:
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,

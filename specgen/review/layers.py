@@ -60,8 +60,9 @@ def _compare(section: Section, old: tuple[LoadedSpec, Node], new: tuple[LoadedSp
         x, y = before.get(key, "-"), after.get(key, "-")
         if x != y:
             _add(section, Change("changed", f"{b.name}.{key}", x, y), f"layer '{b.name}': {key} changed from {x} to {y}")
-    if tuple(renames.layers.get(i, i) for i in a.inputs) != b.inputs:
-        x, y = ", ".join(a.inputs) or "-", ", ".join(b.inputs) or "-"
+    read = tuple(renames.layers.get(i, i) for i in a.inputs)  # OLD's inputs by their names in NEW
+    if read != b.inputs:
+        x, y = ", ".join(read) or "-", ", ".join(b.inputs) or "-"
         _add(section, Change("rewired", f"{b.name}.inputs", x, y), f"layer '{b.name}' reads {y}, was {x}")
 
 

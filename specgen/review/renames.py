@@ -133,7 +133,10 @@ def _placed(old: ModelIR, new: ModelIR, by_name: dict[str, str]) -> dict[str, st
 
 
 def _groups(old: ModelIR, current: dict[str, str], placed: dict[str, str]) -> list[set[str]]:
-    """The names each re-pairing touches, joined: a layer, its place, and what each is paired with now."""
+    """The names each re-pairing touches, joined: a layer, its place, what each is paired with now, and the layers
+    that read it. The readers are the evidence: names that swap move their readers' inputs too (`cat: [b, a]`),
+    inputs that swap leave them as they were (`cat: [a, b]`), and a group is taken only when its readers are placed
+    as well (_by_place)."""
     parent: dict[str, str] = {}
 
     def root(name: str) -> str:
@@ -148,8 +151,14 @@ def _groups(old: ModelIR, current: dict[str, str], placed: dict[str, str]) -> li
         if a != b:
             join(a, b)
     moved = [n.name for n in old.nodes if n.name in placed and placed[n.name] != current.get(n.name)]
+    readers: dict[str, list[str]] = {}
+    for n in old.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n.name)
     for name in moved:
         join(name, placed[name])
+        for reader in readers.get(name, []):
+            join(name, reader)
     groups: dict[str, set[str]] = {}
     for name in parent:
         groups.setdefault(root(name), set()).add(name)
