@@ -14,7 +14,7 @@ exercise padding, slicing, the lock and the copy-out (tests/test_predictor_bucke
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -157,8 +157,8 @@ class Slot:
     onnxruntime's `gpu_graph_id` run option (one captured graph per id in one session); None runs without it.
     """
 
-    def __init__(self, session: ort.InferenceSession, bucket: int, inputs: dict[str, tuple[tuple[int, ...], type]],
-                 outputs: dict[str, tuple[tuple[int, ...], type]], device: str, graph_id: int | None = None):
+    def __init__(self, session: ort.InferenceSession, bucket: int, inputs: Mapping[str, tuple[tuple[int, ...], type]],
+                 outputs: Mapping[str, tuple[tuple[int, ...], type]], device: str, graph_id: int | None = None):
         self.bucket, self.session, self.lock = bucket, session, threading.Lock()
         self.binding = session.io_binding()
         self.inputs = {name: ort.OrtValue.ortvalue_from_shape_and_type([bucket, *tail], dtype, device, 0)

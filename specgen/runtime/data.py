@@ -45,11 +45,12 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
     context = SourceContext(loaded, ir, stage)
     source = reader(context.kind)(context)
     context.enough(source.examples)
+    data = loaded.spec.data
     if stage == "train":
         from specgen.runtime.augment.source import for_source  # imports Keras: only where data is read
 
         source.augment = for_source(context, source)
-    elif augment.at_eval(getattr(loaded.spec.data.train, "augment", None)):  # a train random_crop acts at eval too
+    elif data is not None and augment.at_eval(getattr(data.train, "augment", None)):  # train's random_crop acts at eval
         from specgen.runtime.augment.source import for_eval
 
         source.dataset = for_eval(context, source)

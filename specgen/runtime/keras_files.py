@@ -28,11 +28,14 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import h5py
 
 from specgen.errors import SpecgenError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 CHUNK = 2**20  # bytes decompressed per read: what one member costs in memory at most while it is copied
 MAX_CONFIG = 16 * 2**20  # config.json; the largest keras.applications config (NASNetLarge) is 1.07 MB
@@ -87,7 +90,7 @@ def open_zip(path: os.PathLike[str] | str) -> zipfile.ZipFile:
     return archive
 
 
-def copy_member(archive: zipfile.ZipFile, name: str, cap: int, target: IO[bytes], why: str = "") -> int:
+def copy_member(archive: zipfile.ZipFile, name: str, cap: int, target: SupportsWrite[bytes], why: str = "") -> int:
     """Copy member `name` into `target` in CHUNK pieces; refuse it once more than `cap` bytes come out."""
     total = 0
     with archive.open(name) as member:

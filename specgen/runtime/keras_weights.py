@@ -311,7 +311,7 @@ def _children(layers: h5py.Group, config: dict[str, Any] | None, where: str
         base = snake(str(e.get("class_name", "")))
         used[base] = used.get(base, -1) + 1
         by_name.setdefault("\0" + (base if used[base] == 0 else f"{base}_{used[base]}"), e)
-    out = []
+    out: list[tuple[h5py.Group, dict[str, Any] | None]] = []
     for group in groups:
         name = _name(group)
         entry = by_name.get(name) or by_name.get("\0" + group.name.rsplit("/", 1)[-1])

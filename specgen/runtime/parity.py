@@ -43,12 +43,20 @@ def random_weights(ir: ModelIR, rng: np.random.Generator) -> dict[str, np.ndarra
 SYMBOL_SIZE = 11  # a named dynamic dimension's size where the caller names none: odd, as asymmetric SAME pads need
 
 
+def _size(dim: int | str | None, sizes: Mapping[str, int] | None) -> int:
+    """One example dimension's size: a named dynamic one's from `sizes` (SYMBOL_SIZE where they name none)."""
+    if isinstance(dim, str):
+        return (sizes or {}).get(dim, SYMBOL_SIZE)
+    assert dim is not None  # only index 0, the batch, is None (kinds/ops/nodes.py Shape)
+    return dim
+
+
 def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
                   sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Random inputs; `sizes` gives named dynamic dimensions (kinds/dims.py) their run-time sizes."""
     inputs = {}
     for node_input in ir.inputs:
-        shape = (batch, *((sizes or {}).get(d, SYMBOL_SIZE) if isinstance(d, str) else d for d in node_input.shape[1:]))
+        shape = (batch, *(_size(d, sizes) for d in node_input.shape[1:]))
         if node_input.dtype == "uint8":  # raw pixels
             inputs[node_input.name] = rng.integers(0, 256, shape).astype(np.uint8)
         elif node_input.dtype.startswith("int"):

@@ -117,7 +117,8 @@ def versions() -> dict[str, str]:
 
 def machine(devices: list[str]) -> dict[str, Any]:
     """The CPU model and the instruction sets oneDNN picks kernels by (AVX-512, VNNI, BF16 change last bits)."""
-    model, flags = "", set()
+    model = ""
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")

@@ -121,7 +121,7 @@ def check_model_matches(ir: ModelIR, model_bytes: bytes) -> None:
                              f"{_describe(expected[kind])}{hint}")
 
 
-def _describe(tensors: dict[str, int]) -> str:
+def _describe(tensors: Mapping[str, int]) -> str:
     return "[" + ", ".join(f"{name}: {onnx.TensorProto.DataType.Name(t)}" for name, t in tensors.items()) + "]"
 
 

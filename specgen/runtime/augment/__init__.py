@@ -22,7 +22,7 @@ from keras.random import SeedGenerator
 from specgen.kinds.augment import kind_of
 
 
-class StatelessSeeds(SeedGenerator):
+class StatelessSeeds(SeedGenerator):  # type: ignore[misc]  # keras ships no types: SeedGenerator is Any
     """A SeedGenerator without a variable: its n-th draw is `base + [0, n]`, as a Keras SeedGenerator whose
     state is `base` draws (Keras' draw_seed accepts only SeedGenerator instances, hence the subclass)."""
 
@@ -77,17 +77,17 @@ def apply(items: Sequence[Any], seed: int, image: str, label: str | None, classe
           ) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
     """A transformation of a repeated dataset of (features, labels) batches into augmented batches."""
     layers = steps(items)
-    mixes = any(s.mixes_labels for s in layers)
+    mixed = label if any(s.mixes_labels for s in layers) else None  # the label mixup/cutmix mix (for_source's)
 
     def one(index: tf.Tensor, batch: tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]) -> Any:
         features, labels = dict(batch[0]), dict(batch[1])
         images = tf.cast(features[image], tf.float32)
-        soft = tf.one_hot(tf.reshape(tf.cast(labels[label], tf.int32), [-1]), classes) if mixes else None
+        soft = tf.one_hot(tf.reshape(tf.cast(labels[mixed], tf.int32), [-1]), classes) if mixed is not None else None
         for j, step in enumerate(layers):
             images, soft = step(images, soft, batch_seed(seed, index, j))
         features[image] = tf.cast(images, features[image].dtype)
-        if mixes:
-            labels[label] = soft
+        if mixed is not None:
+            labels[mixed] = soft
         return features, labels
 
     return lambda batches: batches.enumerate().map(one)
@@ -99,6 +99,8 @@ def inference(items: Sequence[Any], image: str) -> Callable[[tf.data.Dataset], t
     layers = []
     for item in items:
         kind = kind_of(item)
+        if kind.inference is None:  # no layer at inference (at_eval leaves such entries out)
+            continue
         name, kwargs = kind.inference(kind.value(item))
         layers.append(getattr(keras.layers, name)(**kwargs))
 

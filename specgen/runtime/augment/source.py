@@ -7,6 +7,7 @@ tfrecord image smaller than a crop) is checked here, before the first step, agai
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -32,17 +33,20 @@ def for_source(context: SourceContext, source: Source) -> Pipeline | None:
 def for_eval(context: SourceContext, source: Source) -> tf.data.Dataset:
     """The eval examples as the model sees them: each image through the inference of train's entries that act
     there (random_crop: Keras' centered window resized to the crop), unless it is the crop's size already."""
-    train = context.loaded.spec.data.train
+    data = context.loaded.spec.data
+    train = data.train if data is not None else None
     items = at_eval(getattr(train, "augment", None))
+    if train is None or not items:  # read_stage calls this only when some entry of data.train acts at eval
+        return source.dataset
     image = image_inputs(train.features, context.loaded.spec.inputs)[0]  # validate: exactly one
     shape = source.dataset.element_spec[0][image].shape
     wanted = context.loaded.spec.inputs[image].shape[:2]
-    if not items or (shape.rank == 3 and [shape[0], shape[1]] == list(wanted)):
+    if shape.rank == 3 and [shape[0], shape[1]] == list(wanted):
         return source.dataset  # already the model's size: Keras' transform would only cast it
     return inference(items, image)(source.dataset)
 
 
-def _check_sizes(context: SourceContext, items: list, image: str, shape: tf.TensorShape) -> None:
+def _check_sizes(context: SourceContext, items: list[Any], image: str, shape: tf.TensorShape) -> None:
     if shape.rank != 3 or shape[0] is None or shape[1] is None:
         return  # a size known per image only: Keras' layer center-crops what is smaller
     size = (int(shape[0]), int(shape[1]))
@@ -64,4 +68,7 @@ def _mixed_label(context: SourceContext) -> tuple[str, int]:
         raise context.fail(("augment",), "mixup and cutmix mix class labels; expected a "
                            "sparse_softmax_cross_entropy or softmax_cross_entropy loss reading a data label")
     classes = ir.node(ir.outputs[loss.output]).shape[-1]
-    return loss.labels, int(classes)
+    if not isinstance(classes, int):  # a named dynamic dimension: the one-hot depth is unknown before run time
+        raise context.fail(("augment",), f"mixup and cutmix mix one-hot labels over the classes of output "
+                           f"'{loss.output}', whose last dimension is dynamic ({classes}); expected a fixed size")
+    return loss.labels, classes

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from specgen.paths import shown
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
 from specgen.runtime.sources.base import DataError
-from specgen.runtime.sources.npz import npz_array, open_npz
+from specgen.runtime.sources.npz import npz_array, npz_bytes, open_npz
 
 
 def _feeds(npz: np.lib.npyio.NpzFile, names: list[str], mapping: list[str], path: Path) -> dict[str, np.ndarray]:
@@ -74,9 +73,7 @@ def npz_target(output: Path) -> Path:
 
 def _save(target: Path, outputs: dict[str, np.ndarray]) -> None:
     """The .npz built in memory, then written atomically (np.savez itself would follow a link)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **outputs)
-    write_atomic(target, buffer.getvalue())
+    write_atomic(target, npz_bytes(outputs))  # not np.savez(**outputs): outputs named `file`, `allow_pickle` clash
 
 
 def infer(model: Path, input_path: Path, output: Path | None, provider: str, feed: list[str],

@@ -24,6 +24,7 @@ import tensorflow as tf
 from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
+from specgen.kinds.features import accumulate
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks
@@ -144,7 +145,7 @@ def probe(built: Built, checkpoint: Path | None = None) -> Probe:
         model, trainer, seed = _load(built, Path(folder))
         origin = _start(loaded, ir, model, trainer, checkpoint)
         features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
-        step_seed = tf.constant([int(trainer.global_step.numpy()) * train.accumulate, seed], tf.int64)
+        step_seed = tf.constant([int(trainer.global_step.numpy()) * accumulate.of(train), seed], tf.int64)
         loss, gradients = trainer.gradients(features, labels, step_seed)
         values = model.layer_outputs(features, training=True, seed=step_seed)
         updates = first_update(model, trainer, gradients)

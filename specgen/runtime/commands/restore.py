@@ -81,11 +81,11 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
             sticky.setdefault(target, row)
         excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
         strict.update(dict.fromkeys(part.lacking, f"strict: {source.from_} has no key for it"))
-    for path, (shape, dtype) in targets.items():
-        if path in sticky and path in final:
-            drop(final.pop(path), f"not restored: the row of '{path}' is '{sticky[path].status}'")
-        note = strict.get(path) or excluded.get(path, "no checkpoint key maps here")
-        plan.rows.append(sticky.get(path) or final.get(path) or Row(path, "initialized", shape, dtype, note=note))
+    for weight, (shape, dtype) in targets.items():
+        if weight in sticky and weight in final:
+            drop(final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
+        note = strict.get(weight) or excluded.get(weight, "no checkpoint key maps here")
+        plan.rows.append(sticky.get(weight) or final.get(weight) or Row(weight, "initialized", shape, dtype, note=note))
     return plan
 
 

@@ -109,10 +109,10 @@ def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]
             raise SpecError([Diagnostic(printed(options.resume_from), None, "--resume-from: not a checkpoint folder "
                                         "(expected a ckpt-* folder holding meta.json and variables.*)")])
         return path, ""
-    path, note = checkpoints.newest()
-    if path is None:
+    newest, note = checkpoints.newest()
+    if newest is None:
         raise SpecError([Diagnostic(printed(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
-    return path, note
+    return newest, note
 
 
 class DataSettings(BaseModel):

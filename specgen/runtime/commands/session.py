@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.kinds.features import accumulate
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
@@ -75,7 +76,7 @@ class Session:
         self.train_source, self.worker_batch = self.distribution.training_data(
             train_source, self.batch_size, train, self.folder, training.data["train"].path.name)
         self.checkpoints.positions = self.distribution.positions
-        self.updates_per_epoch = max(self.examples // (self.batch_size * train.accumulate), 1)
+        self.updates_per_epoch = max(self.examples // (self.batch_size * accumulate.of(train)), 1)
         self._load_code()
         if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
             provenance.record(self.folder, loaded, self.begin.overrides, _devices())

@@ -20,12 +20,14 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.ir.lints import momentum_warnings
+from specgen.ir.training.build import run_folder
+from specgen.kinds.features import accumulate
 from specgen.paths import shown
 from specgen.pipeline import Built, build
 from specgen.progress import TrainProgress
 from specgen.runtime import data, hooks, hparams
 from specgen.runtime.checkpoint import write_failure
-from specgen.runtime.commands.resume import Options, prepare, run_folder
+from specgen.runtime.commands.resume import Options, prepare
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
 from specgen.runtime.interrupt import Interrupts
@@ -179,7 +181,7 @@ def _loop(session: Session) -> dict[str, Any]:
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
     # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
     skip = "bn_momentum" in session.ir.skip_lints
-    for line in [] if skip else momentum_warnings(session.ir, stop * session.train_ir.accumulate):
+    for line in [] if skip else momentum_warnings(session.ir, stop * accumulate.of(session.train_ir)):
         print(line, file=sys.stderr)
     started, first = time.monotonic(), session.step
     evaluated: dict[str, float] = {}

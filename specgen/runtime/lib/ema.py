@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from specgen.ir.training.model import TrainIR
+from specgen.kinds.features import ema
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer, Tensor
 
 
@@ -26,7 +27,8 @@ def after_restore(model: GeneratedModel, trainer: GeneratedTrainer, variables: M
 def evaluation_weights(trainer: GeneratedTrainer, train: TrainIR) -> Iterator[None]:
     """With train.ema.eval, the shadows stand in for the trained weights inside the block, and the trained
     weights are put back after it, whatever happens in it."""
-    swap = bool(train.ema and train.ema.eval)
+    shadows = ema.of(train)
+    swap = shadows is not None and shadows.eval
     saved: list[Any] = [v.read_value() for v in trainer.trainable] if swap else []
     if swap:
         for var, shadow in zip(trainer.trainable, trainer.ema_variables(), strict=True):

@@ -34,7 +34,8 @@ def _moments(x: tf.Tensor, axes: Sequence[int], synchronized: bool) -> tuple[tf.
     the mean squared deviation from it), so the statistics are those of one process on the whole batch."""
     context = tf.distribute.get_replica_context()
     if not (synchronized or _SYNC_BATCH_NORM[0]) or context is None or context.num_replicas_in_sync == 1:
-        return tf.nn.moments(x, axes=list(axes))
+        moments: tuple[tf.Tensor, tf.Tensor] = tf.nn.moments(x, axes=list(axes))
+        return moments
     count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), list(axes))), x.dtype)
     total, count = context.all_reduce(tf.distribute.ReduceOp.SUM, [tf.reduce_sum(x, axis=list(axes)), count])
     mean = total / count

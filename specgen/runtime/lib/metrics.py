@@ -22,7 +22,7 @@ def _variable(path: str, shape: tuple[int, ...] = ()) -> tf.Variable:
     return tf.Variable(tf.zeros(shape, tf.float32), trainable=False, name=path)
 
 
-class Metric(tf.Module):
+class Metric(tf.Module):  # type: ignore[misc]  # tensorflow ships no types: tf.Module is Any
     accumulators: tuple[str, ...] = ("total", "count")
 
     def __init__(self, name: str, target: str) -> None:
@@ -145,4 +145,5 @@ class TopKAccuracy(Metric):
 def make(name: str, target: str, **args: Any) -> Metric:
     """The metric `name`: the class its kind module points to (specgen/kinds/metrics/<name>.py), with
     the keys of its mapping form in `train.metrics` (every one written out by the generated trainer)."""
-    return resolve(REGISTRY[name].runtime)(name, target, **args)
+    metric: Metric = resolve(REGISTRY[name].runtime)(name, target, **args)
+    return metric

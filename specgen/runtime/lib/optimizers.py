@@ -26,6 +26,7 @@ def slots(prefix: str, paths: Sequence[str], variables: Vars, initial: float = 0
 
 def clip(gradients: Grads, *, global_norm: float | None = None, value: float | None = None) -> list[tf.Tensor]:
     if global_norm is not None:
+        clipped: list[tf.Tensor]
         clipped, _ = tf.clip_by_global_norm(list(gradients), global_norm)
         return clipped
     if value is not None:
@@ -119,4 +120,5 @@ def all_reduce(gradients: Grads) -> list[tf.Tensor]:
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return list(gradients)
-    return context.all_reduce(tf.distribute.ReduceOp.MEAN, list(gradients))
+    reduced: list[tf.Tensor] = context.all_reduce(tf.distribute.ReduceOp.MEAN, list(gradients))
+    return reduced

@@ -28,7 +28,7 @@ def _cast(value: Any, dtype: tf.DType) -> Any:
     return tf.cast(value, dtype) if value.dtype == tf.float32 else value
 
 
-class CastModel(tf.Module):
+class CastModel(tf.Module):  # type: ignore[misc]  # tensorflow ships no types: tf.Module is Any
     """A generated model called in `compute`: float inputs and weights cast down, float outputs cast back to
     float32 (losses and metrics compute in float32, as under Keras' policy). `keep`: variable paths read as
     they are (normalization layers, which compute in float32: runtime/lib/layers.py)."""

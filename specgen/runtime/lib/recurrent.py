@@ -13,12 +13,14 @@ previous value, so the output there repeats the last real one (zeros before the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import tensorflow as tf
 
 Activation = Callable[[tf.Tensor], tf.Tensor]
-Result = tf.Tensor | tuple[tf.Tensor, ...]  # the output, or with return_state (output, *states)
+Result: TypeAlias = tf.Tensor | tuple[tf.Tensor, ...]  # the output, or with return_state (output, *states)
 States = tuple[tf.Tensor, ...]
+Step = Callable[[States, tf.Tensor], States]  # a cell: (states, projected input) -> new states
 ACTIVATIONS: dict[str, Activation] = {
     "tanh": tf.tanh, "sigmoid": tf.sigmoid, "relu": tf.nn.relu,
     "hard_sigmoid": lambda x: tf.nn.relu6(x + 3.0) / 6.0,  # Keras 3's definition
@@ -35,7 +37,7 @@ def _keep(new: tuple[tf.Tensor, ...], old: tuple[tf.Tensor, ...], keep: tf.Tenso
     return tuple(tf.where(keep[:, None], n, o) for n, o in zip(new, old, strict=True))
 
 
-def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
+def _unrolled(step: Step, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
               return_sequences: bool) -> tuple[tf.Tensor, States]:
     """Short fixed lengths as straight-line ops: no loop frame, TensorArray or per-iteration bookkeeping,
     which at 8 steps of a small layer cost more than the cell math (forward and gradient alike)."""
@@ -47,7 +49,7 @@ def _unrolled(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial:
     return (tf.stack(outputs, axis=1) if return_sequences else state[0]), state
 
 
-def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
+def _looped(step: Step, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
             return_sequences: bool, project: Callable[[tf.Tensor], tf.Tensor]) -> tuple[tf.Tensor, States]:
     """Any length: a tf.while_loop over TensorArrays as Keras' backend.rnn runs it (parallel_iterations 32,
     swap_memory). Unlike tf.scan it stores only the output, not every state, and none when only the last
@@ -59,7 +61,7 @@ def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: t
     masks = tf.TensorArray(tf.bool, size=steps).unstack(mask) if mask is not None else None
     outputs = tf.TensorArray(elems.dtype, size=steps if return_sequences else 1)
 
-    def body(t: tf.Tensor, outputs: tf.TensorArray, *state: tf.Tensor) -> tuple:
+    def body(t: tf.Tensor, outputs: tf.TensorArray, *state: tf.Tensor) -> tuple[tf.Tensor | tf.TensorArray, ...]:
         new = _keep(step(state, project(inputs.read(t))), state, masks.read(t) if masks is not None else None)
         return (t + 1, outputs.write(t, new[0]) if return_sequences else outputs, *new)
 
@@ -68,7 +70,7 @@ def _looped(step: Callable, elems: tf.Tensor, mask: tf.Tensor | None, initial: t
     return (tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else state[0]), tuple(state)
 
 
-def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Callable, initial: tuple[tf.Tensor, ...],
+def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Step, initial: tuple[tf.Tensor, ...],
          *, return_sequences: bool, go_backwards: bool, mask: tf.Tensor | None = None,
          return_state: bool = False) -> Result:
     """Project each step's input, run `step` over time, return the last output or all of them

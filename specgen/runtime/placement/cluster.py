@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr
 from specgen.diagnostics import Diagnostic, SpecError, describe, one_of, safe_repr
 from specgen.ir.model import ModelIR
 from specgen.kinds import compat
+from specgen.kinds.features import distribute
 from specgen.spec.load import LoadedSpec
 
 # Linux refuses a single environment string over MAX_ARG_STRLEN (32 pages, 128 KiB) at exec, so no
@@ -180,7 +181,7 @@ def spec_strategy(ir: ModelIR) -> str:
     """The strategy the spec declares (train.distribute.strategy; default without a train section)."""
     training = ir.training
     train = training.train if training is not None else None
-    return train.distribute.strategy if train is not None else "default"
+    return distribute.of(train).strategy if train is not None else "default"
 
 
 def check_early(strategy: str) -> None:

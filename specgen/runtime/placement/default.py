@@ -16,6 +16,7 @@ from typing import Any, cast
 import tensorflow as tf
 
 from specgen.ir.training.model import TrainIR
+from specgen.kinds.features import accumulate
 from specgen.runtime.lib.interface import AccumulatingTrainer, SteppingTrainer
 from specgen.runtime.placement.positions import Positions
 from specgen.runtime.sources.base import Source
@@ -69,7 +70,7 @@ class Distribution:
         [global_step * K + micro-batch, seed].
         """
         if isinstance(trainer, AccumulatingTrainer):
-            return self.accumulated_updates(trainer, iterator, step, count, train.accumulate, train.seed)
+            return self.accumulated_updates(trainer, iterator, step, count, accumulate.of(train), train.seed)
         return self.train_steps(cast(SteppingTrainer, trainer), iterator, tf.constant(step, tf.int64),
                                 tf.constant(count, tf.int64), train.seed)
 

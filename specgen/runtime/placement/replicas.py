@@ -43,6 +43,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.model import TrainIR
+from specgen.kinds.features import distribute
 from specgen.kinds.features.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime import data
@@ -155,12 +156,11 @@ class Replicas(Distribution):
         if self._sync is None:
             strategy = self.strategy
 
-            @tf.function
             def sync() -> tf.Tensor:
                 context = tf.distribute.get_replica_context
                 return strategy.run(lambda: context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0)))
 
-            self._sync = sync
+            self._sync = tf.function(sync)  # called, not a decorator: tensorflow ships no types (an untyped decorator)
         self._sync()
 
     def describe(self) -> list[str]:
@@ -218,14 +218,13 @@ class Replicas(Distribution):
                 step_seed = tf.stack([counter + i, tf.constant(seed, tf.int64)])
                 return strategy.run(replica_step, args=(features, labels, step_seed))
 
-            @tf.function
             def run(iterator: Any, counter: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
                 for i in tf.range(steps - 1):
                     step_at(i, counter)
                 # Only the last loss is reported: one cross-replica reduce per chunk, not per update.
                 return strategy.reduce(tf.distribute.ReduceOp.MEAN, step_at(steps - 1, counter), axis=None)
 
-            self._steps = run
+            self._steps = tf.function(run)
         return self._steps(iterator, counter, steps)
 
     def run(self, name: str, step: Callable[..., Any], *args: Any) -> Any:
@@ -242,12 +241,11 @@ class Replicas(Distribution):
                 extra = [replica_seed(values[2])] if len(values) > 2 else []
                 return step(*sliced, *extra)
 
-            @tf.function
             def run(*values: Any) -> Any:
                 result = strategy.run(replica, args=values)
                 return None if result is None else strategy.reduce(tf.distribute.ReduceOp.MEAN, result, axis=None)
 
-            cache[name] = run
+            cache[name] = tf.function(run)
         return cache[name](*args)
 
     def lost_worker(self, loaded: LoadedSpec, exc: Exception) -> SystemExit:
@@ -285,7 +283,7 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
 def settings_of(ir: ModelIR) -> DistributeIR:
     """The spec's `train.distribute`, resolved (the default strategy without a train section)."""
     training = ir.training
-    return training.train.distribute if training is not None and training.train is not None else DistributeIR()
+    return distribute.of(training.train) if training is not None and training.train is not None else DistributeIR()
 
 
 def _reason(exc: Exception) -> str:

@@ -35,7 +35,7 @@ def accuracy_gate(name: str, budget: float, fp32: Arrays, variant: Arrays, label
         figures = f"float32 {before:.4f}, {name} {after:.4f} on {rows} examples"
         report = {"fp32_accuracy": before, "accuracy": after, "lost_points": lost}
     else:
-        lost = max(100 * float(np.linalg.norm(variant[k] - fp32[k]) / max(np.linalg.norm(fp32[k]), 1e-30))
+        lost = max(100 * float(np.linalg.norm(variant[k] - fp32[k]) / max(float(np.linalg.norm(fp32[k])), 1e-30))
                    for k in fp32)
         unit, figures = "percent relative error", f"largest over outputs, {rows} examples"
         report = {"relative_error_percent": lost}

@@ -61,7 +61,7 @@ def has_vnni() -> bool:
     return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
-class _Reader(CalibrationDataReader):
+class _Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime.quantization ships no types
     """Equal-sized batches: the entropy and percentile collectors stack them and fail on a short last one."""
 
     def __init__(self, inputs: dict[str, np.ndarray]):

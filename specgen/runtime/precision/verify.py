@@ -23,7 +23,6 @@ It never raises for a variant that fails: the result says why in one line and na
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import zipfile
@@ -39,6 +38,7 @@ from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
 from specgen.runtime.predictor import CUDA, Predictor
+from specgen.runtime.sources.npz import npz_bytes
 
 REFERENCE_FILE, SAMPLE_FILE, INFO_FILE = "model.fp32.onnx", "sample.npz", "variant.json"
 PARAMETER_PRECISION, PARAMETER_VERIFIED = "specgen_precision", "specgen_verified"
@@ -98,9 +98,7 @@ def sample_bytes(inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> by
     arrays = {f"input_{k}": np.ascontiguousarray(a[:rows]) for k, a in enumerate(inputs.values())}
     if labels is not None:
         arrays["labels"] = np.ascontiguousarray(labels[:rows])
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
+    return npz_bytes(arrays)
 
 
 def info_bytes(info: VariantInfo) -> bytes:

@@ -103,7 +103,10 @@ class SourceContext:
             output = self.ir.node(self.ir.outputs[term.output])
             if term.target == "sparse":  # class indices (specgen/kinds/losses/)
                 classes = output.shape[-1]
-                wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
+                if isinstance(classes, int):
+                    wanted[term.labels] = Wanted((), "int", classes, f"output '{term.output}' has {classes} classes")
+                else:  # a named dynamic class count: known only at run time, so no range to check the indices against
+                    wanted[term.labels] = Wanted((), "int")
             else:
                 wanted[term.labels] = Wanted(output.shape[1:], "float")
         return wanted
@@ -203,8 +206,9 @@ class SourceContext:
         if example == (1,) and shape == ():
             array, example = array.reshape(-1), ()
         self.refuse_named_dims(name, shape)  # a CSV row has no length of its own
-        if flat_rows and np.prod(example, dtype=int) == np.prod(shape, dtype=int):
-            array, example = array.reshape((len(array), *shape)), tuple(shape)
+        fixed = tuple(d for d in shape if isinstance(d, int))  # all of it where flat_rows (named dims refused above)
+        if flat_rows and len(fixed) == len(shape) and np.prod(example, dtype=int) == np.prod(fixed, dtype=int):
+            array, example = array.reshape((len(array), *fixed)), fixed
         if name == self.cropped and not flat_rows:
             return self._fit_cropped(name, array, shape)
         if len(example) != len(shape) or any(d != e for d, e in zip(shape, example, strict=True) if not isinstance(d, str)):

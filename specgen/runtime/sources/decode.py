@@ -30,6 +30,8 @@ from specgen.runtime.sources.base import DataError
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from specgen.ir.model import Input
+
 # Pillow's names for the formats tf.io.decode_image reads; MPO is a camera JPEG with extra pictures after it.
 FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "BMP": "BMP", "GIF": "GIF"}
 READ_BACK = 1024  # decoded indexes read back together
@@ -104,6 +106,13 @@ def _within(header: Header, max_pixels: int) -> None:
 def _opened(file: Path | IO[bytes]) -> AbstractContextManager[IO[bytes]]:
     """A binary stream of `file` for a `with`: a path opened here (and closed), a stream as given (left open)."""
     return open(file, "rb") if isinstance(file, Path) else nullcontext(file)
+
+
+def channels_of(node_input: Input) -> int:
+    """An image input's channels: its last dimension, which validate holds to 1 or 3 (kinds/sources)."""
+    channels = node_input.shape[-1]
+    assert isinstance(channels, int)  # never a named dynamic dimension (validate refuses it)
+    return channels
 
 
 def decode_image(encoded: tf.Tensor, size: Sequence[int], channels: int) -> tf.Tensor:

@@ -34,6 +34,7 @@ from specgen.runtime.sources.decode import (
     EXTENSIONS,
     OverBound,
     as_input,
+    channels_of,
     check_header,
     decode_error,
     decode_image,
@@ -93,7 +94,7 @@ def _spec(context: SourceContext, stage: str) -> Any:
 
 def _channels(context: SourceContext) -> int:
     (name,) = context.source.features  # the spec checks refuse more than one image input (kinds/sources/images.py)
-    return int(next(i for i in context.ir.inputs if i.name == name).shape[-1])
+    return channels_of(next(i for i in context.ir.inputs if i.name == name))
 
 
 def _example(context: SourceContext, spec: Any) -> Any:
@@ -159,11 +160,11 @@ def _classes(context: SourceContext, spec: Any) -> list[str]:
         raise context.fail(("classes",), f"class '{missing[0]}' has no folder {context.path / missing[0]}")
     wanted = context.expected()
     label = next(iter(context.source.labels), None)
-    bound = wanted[label].bound if label in wanted else None
-    if bound is not None and len(classes) > bound:
+    want = wanted[label] if label is not None and label in wanted else None
+    if want is not None and want.bound is not None and len(classes) > want.bound:
         listed = ", ".join(classes[:SHOWN]) + (", ..." if len(classes) > SHOWN else "")
         raise context.fail((context.kind,), f"{len(classes)} classes ({listed}) but "
-                           f"{wanted[label].why}; the output needs one unit per class")
+                           f"{want.why}; the output needs one unit per class")
     return classes
 
 
@@ -205,7 +206,7 @@ def _walk(context: SourceContext, root: str, folder: str, name: str) -> tuple[li
     as left out. The listing is os.scandir's, whose entry types come without following links."""
     images: list[tuple[tuple[str, ...], str]] = []
     ignored: list[tuple[tuple[str, ...], str]] = []
-    stack = [(folder, (name,))]
+    stack: list[tuple[str, tuple[str, ...]]] = [(folder, (name,))]
     while stack:  # each folder's entries in name order, then its subfolders in order: the first problem is stable
         directory, parts = stack.pop()
         subfolders: list[tuple[str, tuple[str, ...]]] = []

@@ -6,8 +6,10 @@ this module imports TensorFlow only through `context.from_arrays`, so infer does
 
 from __future__ import annotations
 
+import io
 import zipfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,17 @@ NPY_MAGIC = b"\x93NUMPY"
 DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
 
 
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """`arrays` as the .npz np.savez writes (stored members `<name>.npy`, zip64), whatever their names:
+    np.savez(file, **arrays) takes an array named `file` or `allow_pickle` for its own parameter."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=True)
+    return buffer.getvalue()
+
+
 def open_npz(path: Path) -> np.lib.npyio.NpzFile:
     """The archive at `path`, or DataError saying why it is not a readable .npz (never loads pickles)."""
     with open_regular(path) as handle:  # a FIFO is refused, not waited on (specgen infer --input too)
@@ -35,7 +48,8 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
     try:
         with zipfile.ZipFile(path):  # read the zip directory first: np.load leaks its file handle when that fails
             pass
-        return np.load(path, allow_pickle=False)
+        archive: np.lib.npyio.NpzFile = np.load(path, allow_pickle=False)
+        return archive
     except DAMAGED as exc:
         raise DataError(f"damaged or truncated .npz file ({exc}); write it again with numpy.savez") from None
 

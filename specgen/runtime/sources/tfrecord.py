@@ -30,7 +30,15 @@ from specgen.kinds.sources.tfrecord import entries, images
 from specgen.paths import shown
 from specgen.runtime.sources.base import MISSING, REGULAR, DataError, Source, Wanted, WorkerShare, file_kind
 from specgen.runtime.sources.context import SourceContext
-from specgen.runtime.sources.decode import OverBound, as_input, check_header, decode_error, decode_image, undecodable
+from specgen.runtime.sources.decode import (
+    OverBound,
+    as_input,
+    channels_of,
+    check_header,
+    decode_error,
+    decode_image,
+    undecodable,
+)
 from specgen.runtime.sources.framing import FramingError, offset_of, walk
 
 if TYPE_CHECKING:
@@ -61,11 +69,12 @@ def read(context: SourceContext) -> Source:
         counts.append(scan.count - before)
     scan.say_skipped()
     files = tf.data.Dataset.from_tensor_slices(_names(shards))
-    if _shuffles_files(context, model, shards):
+    train = context.training.train
+    if train is not None and _shuffles_files(context, model, shards):
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
-        files = files.shuffle(len(shards), seed=context.training.train.seed, reshuffle_each_iteration=False)
+        files = files.shuffle(len(shards), seed=train.seed, reshuffle_each_iteration=False)
     opener = _opener(scan.skipped, shards)
     records = files.interleave(opener, cycle_length=min(model.cycle_length, len(shards)),
                                block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -183,7 +192,7 @@ def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
     def value(name: str, parsed: tf.Tensor) -> tf.Tensor:
         if name not in pictures:
             return tf.cast(parsed, inputs[name].dtype)
-        size, channels = pictures[name].size, int(inputs[name].shape[-1])  # validate: 1 or 3 (kinds/sources)
+        size, channels = pictures[name].size, channels_of(inputs[name])  # validate: 1 or 3 (kinds/sources)
         return as_input(decode_image(parsed, size, channels), inputs[name].dtype)
 
     def parse(record: tf.Tensor) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]:
@@ -240,7 +249,7 @@ class Scan:
     def __init__(self, context: SourceContext, model: Any, spec: dict[str, Any], wanted: dict[str, Wanted]):
         self.context, self.model, self.spec, self.wanted = context, model, spec, wanted
         self.pictures = {name: ref for name, (_, ref) in context.names().items() if name in images(model)}
-        self.channels = {i.name: int(i.shape[-1]) for i in context.ir.inputs if i.name in self.pictures}
+        self.channels = {i.name: channels_of(i) for i in context.ir.inputs if i.name in self.pictures}
         self.count = self.total = 0
         self.skipped: dict[Path, list[int]] = {}
 
@@ -289,16 +298,20 @@ class Scan:
         parsed, kept = self._parse(shard, records, start, where)
         good = np.ones(len(kept), bool)
         for name, ref in self.pictures.items():
-            good &= self._images(parsed[ref], self.channels[name],
-                                 lambda i, ref=ref: f"{where}record {kept[i]}, key '{ref}'")
+            def image_at(i: int, ref: str = ref) -> str:
+                return f"{where}record {kept[i]}, key '{ref}'"
+
+            good &= self._images(parsed[ref], self.channels[name], image_at)
         for shard_index in kept[~good]:
             self._skip(shard, int(shard_index))
         kept = kept[good]
         for name, (_, ref) in self.context.names().items():
             if name in self.wanted and name not in self.pictures:
-                self.context.check_values(name, parsed[ref].numpy()[good], self.wanted[name],
-                                          lambda n, index, flat, ref=ref: f"{where}record {kept[index[0]]}, key "
-                                          f"'{ref}'" + (f" (element {list(index[1:])})" if len(index) > 1 else ""))
+                def value_at(n: str, index: tuple[int, ...], flat: int, ref: str = ref) -> str:
+                    return f"{where}record {kept[index[0]]}, key '{ref}'" + (
+                        f" (element {list(index[1:])})" if len(index) > 1 else "")
+
+                self.context.check_values(name, parsed[ref].numpy()[good], self.wanted[name], value_at)
         self.count += len(kept)
 
     def _parse(self, shard: Path, records: tf.Tensor, start: int, where: str) -> tuple[dict[str, Any], np.ndarray]:
