@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -189,3 +190,22 @@ def test_cuda_asked_where_it_cannot_start(trained: dict[str, Any], capsys: pytes
     assert line.startswith(f"{trained['spec']}: error: --precision fp16: the CUDA provider ")
     assert line.endswith("; pass --force to write it unverified (`specgen serve` runs its gates at load, on the "
                          "provider it gets); nothing was written")
+
+
+def test_a_repository_export_refuses_is_one_line_and_writes_nothing(trained: dict[str, Any], tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Into a repository whose config.pbtxt serves another file name: refused before the export writes its own
+    files (it wrote model.onnx and export.json first, then raised a ValueError the CLI printed as a traceback)."""
+    out = tmp_path / "out"
+    shutil.copytree(trained["out"], out)
+    config = out / "digits_cnn" / "config.pbtxt"
+    config.write_text(config.read_text() + 'default_model_filename: "net.onnx"\n')
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    code = main(["export", str(trained["spec"]), "--checkpoint", str(trained["folder"] / "run"), "-o", str(out),
+                 "--triton"])
+    err = capsys.readouterr().err
+    assert (code, err) == (1, f"specgen: error: {config} serves default_model_filename 'net.onnx'; specgen export "
+                              "writes model.onnx, which the server would not read: export into another repository, "
+                              'or set default_model_filename to "model.onnx" (or remove it) first\n')
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -336,3 +336,32 @@ def test_a_repository_request_too_large_names_no_model(tmp_path: Path, cnn: tupl
         answer = httpx.post(f"http://{served.http}/v2/repository/index", content=b" " * 100_000)
     assert (answer.status_code, answer.json()) == (
         413, {"error": "the request body exceeds 65536 bytes, the most a repository request accepts"})
+
+
+# export --triton into a repository the server reads
+
+
+def test_export_refuses_what_the_server_would_not_read(tmp_path: Path, cnn: tuple[Any, bytes]) -> None:
+    """export and serve agree on the versions: no version past int64's largest (the server ignores such a folder),
+    and no model.onnx into a model whose config.pbtxt serves another file name (a second, unread model in 1/)."""
+    ir, data = cnn
+    folder = write_repository(tmp_path / "a", ir, data, version=2**63 - 1)
+    with pytest.raises(ValueError) as caught:
+        write_repository(tmp_path / "a", ir, data)
+    assert str(caught.value) == (f"{folder} holds version 9223372036854775807, the largest Triton's int64 versions "
+                                 "allow: there is no next version; export into another repository")
+    with pytest.raises(ValueError, match=r"^version must be an integer from 1 to 9223372036854775807 "):
+        write_repository(tmp_path / "a", ir, data, version=2**63)
+    folder = write_repository(tmp_path / "b", ir, data, version=1)
+    (folder / "1" / "model.onnx").rename(folder / "1" / "m.onnx")
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text() + "default_model_filename: 'm.onnx'  # hand-written\n")
+    before = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError) as caught:
+        write_repository(tmp_path / "b", ir, data)
+    assert str(caught.value) == (f"{config} serves default_model_filename 'm.onnx'; specgen export writes model.onnx, "
+                                 "which the server would not read: export into another repository, or set "
+                                 'default_model_filename to "model.onnx" (or remove it) first')
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    [entry] = read_repository(tmp_path / "b")
+    assert entry.versions == {1: folder / "1" / "m.onnx"}

@@ -10,7 +10,9 @@ full dims and no dynamic batching, since Triton cannot batch requests into it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,17 @@ import onnx
 from specgen import text
 from specgen.atomic import checked_folder, read_regular, refuse_links, write_atomic
 from specgen.atomic import kind as path_kind
+from specgen.errors import SpecgenError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 from specgen.paths import shown
-from specgen.serve.repository import version_number
+from specgen.serve.repository import MAX_VERSION, version_number
+
+
+class RepositoryRefused(SpecgenError, ValueError):
+    """What `specgen export --triton` will not write into a model repository (the message says why and what to do);
+    raised before anything is written. A ValueError too, for callers that caught that before."""
+
 
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8"}
 ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64,
@@ -44,7 +53,7 @@ def _tensor(name: str, dtype: str, shape: Shape, batch: int | None, last: bool) 
     A per-example scalar under batching becomes dims [1] reshaped to [], as Triton asks.
     """
     if dtype not in TRITON_DTYPES:
-        raise ValueError(f"tensor '{name}' has dtype {dtype}; Triton configs are written for "
+        raise RepositoryRefused(f"tensor '{name}' has dtype {dtype}; Triton configs are written for "
                          f"{', '.join(TRITON_DTYPES)}")
     # -1: open, the batch and named dynamic dimensions (kinds/dims.py) alike
     dims = [d if isinstance(d, int) else -1 for d in (shape[1:] if batch is None else (batch, *shape[1:]))]
@@ -59,12 +68,12 @@ def _tensor(name: str, dtype: str, shape: Shape, batch: int | None, last: bool) 
 
 def _check_batching(max_batch_size: int, max_queue_delay_us: int, preferred: tuple[int, ...]) -> None:
     if max_batch_size < 0:
-        raise ValueError(f"max_batch_size must be 0 (no batching) or positive; received {max_batch_size}")
+        raise RepositoryRefused(f"max_batch_size must be 0 (no batching) or positive; received {max_batch_size}")
     if max_queue_delay_us < 0:
-        raise ValueError(f"max_queue_delay_us must be 0 or more microseconds; received {max_queue_delay_us}")
+        raise RepositoryRefused(f"max_queue_delay_us must be 0 or more microseconds; received {max_queue_delay_us}")
     bad = [p for p in preferred if not 1 <= p <= max_batch_size]
     if bad:
-        raise ValueError(f"preferred batch sizes must lie in 1..max_batch_size ({max_batch_size}); received {bad}")
+        raise RepositoryRefused(f"preferred batch sizes must lie in 1..max_batch_size ({max_batch_size}); received {bad}")
 
 
 def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int = 1000,
@@ -117,12 +126,34 @@ def check_model_matches(ir: ModelIR, model_bytes: bytes) -> None:
         if actual[kind] != expected[kind]:
             hint = (" (weights are graph inputs: this looks like the built model.onnx; pass the one "
                     "`specgen export` writes)" if kind == "input" and len(actual[kind]) > len(expected[kind]) else "")
-            raise ValueError(f"model.onnx {kind}s are {_describe(actual[kind])}; the spec '{ir.name}' declares "
+            raise RepositoryRefused(f"model.onnx {kind}s are {_describe(actual[kind])}; the spec '{ir.name}' declares "
                              f"{_describe(expected[kind])}{hint}")
 
 
 def _describe(tensors: Mapping[str, int]) -> str:
     return "[" + ", ".join(f"{name}: {onnx.TensorProto.DataType.Name(t)}" for name, t in tensors.items()) + "]"
+
+
+# `default_model_filename: "NAME"` outside a comment (protobuf's text format also takes single quotes).
+_FILENAME = re.compile(r"""^[^#\n]*\bdefault_model_filename\s*:\s*(?:"([^"\n]*)"|'([^'\n]*)')""", re.MULTILINE)
+
+
+def _check_model_filename(root: Path, config_file: Path) -> None:
+    """Refuse a model whose hand-written config.pbtxt serves another file name than the model.onnx export writes: a
+    new version would hold a file the server does not read, and version 1 a second model beside the served one."""
+    real = checked_folder(root, config_file.parent, create=False) / config_file.name
+    if path_kind(real, config_file) != "file":
+        return
+    text = (read_regular(real, config_file) or b"").decode("utf-8", "replace")
+    if "default_model_filename" not in text:
+        return
+    found = _FILENAME.search(text)
+    name = next((g for g in found.groups() if g is not None), None) if found else None
+    if name not in ("", "model.onnx"):
+        shown_name = repr(name) if name is not None else "(a value this reader cannot read)"
+        raise RepositoryRefused(f"{shown(config_file)} serves default_model_filename {shown_name}; specgen export writes "
+                         "model.onnx, which the server would not read: export into another repository, or set "
+                         "default_model_filename to \"model.onnx\" (or remove it) first")
 
 
 def _existing_versions(root: Path, folder: Path) -> list[int]:
@@ -161,18 +192,39 @@ def _check_next_version(root: Path, folder: Path, newest: int, model_bytes: byte
     try:
         before = _signature(existing or b"")
     except Exception as exc:  # onnx's own error types for a damaged file
-        raise ValueError(f"{shown(path)} cannot be read to compare it with the new version: {exc}") from None
+        raise RepositoryRefused(f"{shown(path)} cannot be read to compare it with the new version: {exc}") from None
     after = _signature(model_bytes)
     if before != after:
-        raise ValueError(f"{shown(folder)} serves version {newest} with {_describe_signature(before)}; this model has "
+        raise RepositoryRefused(f"{shown(folder)} serves version {newest} with {_describe_signature(before)}; this model has "
                          f"{_describe_signature(after)}. Versions of one model share its config.pbtxt, so they must "
                          "have the same inputs and outputs: export into another repository, or remove "
                          f"{shown(folder)} first")
 
 
+@dataclass(frozen=True)
+class RepositoryWrite:
+    """The files one `write_repository` writes, in order, every check passed: `write()` writes them."""
+
+    root: Path
+    folder: Path
+    files: tuple[tuple[Path, bytes], ...]
+
+    def write(self) -> Path:
+        for target, data in self.files:
+            write_atomic(target, data, root=self.root)
+        return self.folder
+
+
 def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | None = None,
                      files: Mapping[str, bytes] | None = None, **config: Any) -> Path:
-    """Write `root/<name>/<version>/model.onnx` (and `root/<name>/config.pbtxt`); return `root/<name>`.
+    """`plan_repository(...).write()`: the model's version folder (and config.pbtxt) written; `root/<name>`."""
+    return plan_repository(root, ir, model_bytes, version, files, **config).write()
+
+
+def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | None = None,
+                    files: Mapping[str, bytes] | None = None, **config: Any) -> RepositoryWrite:
+    """What writing `root/<name>/<version>/model.onnx` (and `root/<name>/config.pbtxt`) takes, every check made
+    and nothing written yet: `specgen export` checks this before it writes its own files.
 
     `version` None (what `specgen export --triton` passes): the next version of the model folder, 1 in a
     new one. A folder that already holds versions gets the next number beside them, after a check that
@@ -187,17 +239,23 @@ def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int |
     other version folders are left alone. `files` (name -> bytes) go into the version folder before the
     model: a precision variant's float32 reference, gate sample and variant.json (runtime/precision/verify.py).
     """
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        raise ValueError(f"version must be a positive integer (Triton's version folders are numbers); received {version!r}")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or not
+                                1 <= version <= MAX_VERSION):
+        raise RepositoryRefused(f"version must be an integer from 1 to {MAX_VERSION} (Triton's version folders are int64 "
+                         f"numbers); received {version!r}")
     if not ir.name or ir.name in (".", "..") or "/" in ir.name or "\\" in ir.name:
-        raise ValueError(f"the spec name '{ir.name}' cannot name a model folder")
+        raise RepositoryRefused(f"the spec name '{ir.name}' cannot name a model folder")
     text = config_text(ir, **config)  # checks the arguments before anything is written
     check_model_matches(ir, model_bytes)
     folder = Path(root) / ir.name
     config_file = folder / "config.pbtxt"
     keep_config = False
+    _check_model_filename(root, config_file)
     if version is None:
         existing = _existing_versions(root, folder)
+        if existing and existing[-1] >= MAX_VERSION:
+            raise RepositoryRefused(f"{shown(folder)} holds version {existing[-1]}, the largest Triton's int64 versions "
+                             "allow: there is no next version; export into another repository")
         version = existing[-1] + 1 if existing else 1
         if existing:
             _check_next_version(root, folder, existing[-1], model_bytes)
@@ -205,13 +263,10 @@ def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int |
     model = folder / str(version) / "model.onnx"
     extra = {folder / str(version) / name: data for name, data in (files or {}).items()}
     if any(not name or name in (".", "..", "model.onnx") or "/" in name or "\\" in name for name in files or {}):
-        raise ValueError(f"files {sorted(files or {})} cannot all be written beside model.onnx; expected plain file names")
+        raise RepositoryRefused(f"files {sorted(files or {})} cannot all be written beside model.onnx; expected plain file names")
     targets = (*extra, model) if keep_config else (*extra, model, config_file)
     for target in targets:  # checked before the first write: no link below root
         refuse_links(checked_folder(root, target.parent, create=False) / target.name, target)
-    for target, data in extra.items():  # before the model: a polling server never sees a variant without them
-        write_atomic(target, data, root=root)
-    write_atomic(model, model_bytes, root=root)
-    if not keep_config:
-        write_atomic(config_file, text.encode(), root=root)
-    return folder
+    # the extra files before the model (a polling server never sees a variant without them), the config last
+    writes = (*extra.items(), (model, model_bytes), *(() if keep_config else ((config_file, text.encode()),)))
+    return RepositoryWrite(Path(root), folder, writes)

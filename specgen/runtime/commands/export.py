@@ -235,16 +235,19 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     # a variant's Triton version folder also holds its float32 reference and gate sample, so the server can
     # gate it on the provider it gets (runtime/precision/verify.py); made here, so a refusal writes nothing
     triton_extra = _variant_extra(loaded, variant, model_bytes, model_inputs, labels) if triton and variant else {}
+    repository = None
+    if triton:  # the repository serves what was asked for: the variant (float32 IO, so the config is the same);
+        # checked before anything is written, so a refused next version leaves the export's own files as they were
+        from specgen.runtime.triton import plan_repository
+
+        repository = plan_repository(out, ir, variant.model_bytes if variant else model_bytes, **triton_extra)
     phases.start("write")
     write_atomic(out / "model.onnx", model_bytes)
     if variant:
         write_atomic(out / variant.file_name, variant.model_bytes)
     write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
-    if triton:  # the repository serves what was asked for: the variant (float32 IO, so the config is the same)
-        from specgen.runtime.triton import write_repository
-
-        report["triton"] = str(write_repository(out, ir, variant.model_bytes if variant else model_bytes,
-                                                **triton_extra))
+    if repository is not None:
+        report["triton"] = str(repository.write())
     return report
 
 
