@@ -54,6 +54,7 @@ LONGEST_FIRST = (
     "test_return_state_bidirectional.py",  # 41 s
     "test_sweep_tracking.py",  # 45 s
     "test_diff.py",  # 31 s
+    "test_diff_graph.py",  # 30 s
     "test_levenberg_marquardt.py",  # 26 s
     "test_tfrecord_resume.py",  # 25 s
     "test_return_state.py",  # 23 s
