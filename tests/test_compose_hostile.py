@@ -286,3 +286,15 @@ def test_set_refuses_a_malformed_key_instead_of_setting_its_readable_part(tmp_pa
                 f"KEY '{key}' is not a key path; expected keys joined by '.', with [NAME] selecting a named list item: "
                 "train.batch_size, layers[conv1].filters, layers.0.units")
     assert err.splitlines() == [f"--set {key}=3: error: {expected}", "1 error found"]
+
+
+def test_set_refuses_a_named_item_selector_on_a_mapping(tmp_path: Path, capsys) -> None:
+    """`optimizers[all]` made a key named '[all]' in the optimizers mapping (then two unrelated schema errors)."""
+    write(tmp_path, {"base.yaml": BASE})
+    code, out, err = run(["validate", "base.yaml", "--set", "optimizers[all].learning_rate=0.1"], capsys, tmp_path)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == ["--set optimizers[all].learning_rate=0.1: error: 'optimizers' is a mapping, not a list "
+                                "of named items: write optimizers.all, not optimizers[all]", "1 error found"]
+    code, _, err = run(["validate", "base.yaml", "--set", "train[seed]=1"], capsys, tmp_path)
+    assert (code, err.splitlines()[0]) == (1, "--set train[seed]=1: error: 'train' is a mapping, not a list of named "
+                                              "items: write train.seed, not train[seed]")

@@ -97,7 +97,10 @@ def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for text in overrides:
         parts, value = parse_override(text)
         node: Any = result
-        for i, part in enumerate(parts[:-1]):
+        for i, part in enumerate(parts):
+            _check_selector(text, parts, i, node)
+            if i == len(parts) - 1:
+                break
             if named_item(node, part) is not None:
                 node = named_item(node, part)
             elif isinstance(node, list) and isinstance(part, int) and part < len(node):
@@ -118,6 +121,16 @@ def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         else:
             raise SpecError([Diagnostic(f"--set {text}", None, "cannot set a value there")])
     return result
+
+
+def _check_selector(text: str, parts: list[str | int], i: int, node: Any) -> None:
+    """`[NAME]` selects an item of a named list; on a mapping it would become a key named '[NAME]'."""
+    part = parts[i]
+    if isinstance(part, str) and part.startswith("[") and isinstance(node, dict):
+        where = _joined(parts[:i]) or "the spec"
+        key = _joined([*parts[:i], part[1:-1]])
+        raise SpecError([Diagnostic(f"--set {text}", None, f"'{where}' is a mapping, not a list of named items: "
+                                    f"write {key}, not {_joined(parts[: i + 1])}")])
 
 
 def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
