@@ -187,6 +187,30 @@ def test_rev_path_reads_each_file_whatever_the_names_of_the_others(tmp_path: Pat
     assert code == 1 and err.startswith("HEAD:link.yaml: error: 'link.yaml' is not a spec file (.yaml, .yml) in HEAD (")
 
 
+def test_rev_path_refuses_specs_above_the_byte_bound_before_reading_them(tmp_path: Path, capsys,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound on a revision's spec bytes is checked on the tree's sizes, before `git cat-file` reads any blob
+    (it was checked on what cat-file had already read into memory). The bound lowered to fit a small test."""
+    from specgen.review import sides
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    write(tmp_path, **{"m.yaml": MLP, "big.yaml": MLP + "# " + "x" * 4000 + "\n"})
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "one"], cwd=tmp_path, check=True, env=env)
+    monkeypatch.setattr(sides, "MAX_GIT_BYTES", 4000)
+    read: list[list[str]] = []
+    real_git = sides._git
+    monkeypatch.setattr(sides, "_git", lambda args, *rest: (read.append(args), real_git(args, *rest))[1])
+    code, out, err = run(["diff", "HEAD:m.yaml", "m.yaml"], capsys, tmp_path)
+    assert (code, out) == (1, "")
+    [line, count] = err.splitlines()
+    assert line.startswith("HEAD:m.yaml: error: the spec files of ") and line.endswith(" hold more than 4000 bytes")
+    assert count == "1 error found"
+    assert [args[0] for args in read] == ["rev-parse", "rev-parse", "ls-tree"]  # no cat-file
+
+
 @pytest.mark.slow
 def test_swapped_layers_restore_bitwise_only_through_the_printed_map(tmp_path: Path) -> None:
     """Train a model with two same-shaped layers, swap their names: restored by name, the export computes something

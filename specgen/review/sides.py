@@ -112,21 +112,23 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
         raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
     if len(blobs) > MAX_GIT_FILES:
         raise _refused(label, f"{rev} holds {len(blobs)} spec files; at most {MAX_GIT_FILES} are read")
-    _write_blobs(commit, blobs, into, label)
+    if sum(size for _, size in blobs.values()) > MAX_GIT_BYTES:  # from the tree: refused before a byte is read
+        raise _refused(label, f"the spec files of {commit[:12]} hold more than {MAX_GIT_BYTES} bytes")
+    _write_blobs(commit, {name: oid for name, (oid, _) in blobs.items()}, into, label)
     (into / ".git").mkdir()  # the repository's top: `extends` stays inside it
     return into / relative
 
 
-def _spec_blobs(commit: str, label: str) -> dict[str, str]:
-    """Each spec file of `commit` (a regular file: not a link, not a submodule) -> its blob's object id. From
-    `ls-tree -z`, so a name may hold any byte git allows, a newline included."""
+def _spec_blobs(commit: str, label: str) -> dict[str, tuple[str, int]]:
+    """Each spec file of `commit` (a regular file: not a link, not a submodule) -> its blob's object id and size.
+    From `ls-tree -l -z`, so a name may hold any byte git allows, a newline included."""
     found = {}
-    for record in _git(["ls-tree", "--full-tree", "-r", "-z", commit], label).split(b"\0"):
+    for record in _git(["ls-tree", "--full-tree", "-r", "-l", "-z", commit], label).split(b"\0"):
         meta, _, name = record.partition(b"\t")
         fields = meta.split()
         path = os.fsdecode(name)
-        if len(fields) == 3 and fields[0] in (b"100644", b"100755") and path.endswith((".yaml", ".yml")):
-            found[path] = fields[2].decode()
+        if len(fields) == 4 and fields[0] in (b"100644", b"100755") and path.endswith((".yaml", ".yml")):
+            found[path] = (fields[2].decode(), int(fields[3]))
     return found
 
 
