@@ -72,6 +72,13 @@ def test_an_unknown_key_is_one_line_at_the_key_with_a_did_you_mean(tmp_path: Pat
         "spec.yaml:21:5: error: no key 'layers[hiden].units' in the resolved spec; did you mean 'layers[hidden].units'?",
         "spec.yaml:22:5: error: no key 'train.batch_sise' in the resolved spec; did you mean 'train.batch_size'?",
         "2 errors found"]
+    # The suggestion is a key of the model, never the sweep's own key: with long layer names the closest key to
+    # 'layers.6.units' was 'sweep.space.layers.6.units', itself.
+    long = BASE.replace("name: hidden,", "name: hidden_projection_of_the_pixels,").replace(
+        "name: out,", "name: class_scores_before_softmax,").replace("logits: out}", "logits: class_scores_before_softmax}")
+    spec = write(tmp_path, "    layers.6.units: {choice: [16, 32]}", base=long)
+    assert refused(tmp_path, capsys, spec)[0] == ("spec.yaml:21:5: error: no key 'layers.6.units' in the resolved "
+                                                  "spec; did you mean 'layers'?")
 
 
 def test_a_value_the_key_cannot_take_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

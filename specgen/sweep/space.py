@@ -139,7 +139,7 @@ def parameters(loaded: LoadedSpec, base: list[str]) -> list[Param]:
     assert sweep is not None
     data, source = load_composed(loaded.path, loaded.display)
     _, tree = load_resolved(loaded.path, base)
-    known = list(keys(tree))
+    known = [k for k in keys(tree) if not k.startswith("sweep.")]  # suggestions: never a key of the sweep itself
     fixed = apply(data, base)  # what a trial's own --set's walk: the sweep's --set's come first
     problems: list[Diagnostic] = []
     params: list[Param] = []
