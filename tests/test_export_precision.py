@@ -56,6 +56,9 @@ def test_int8_written_fused_and_within_budget(trained: dict[str, Any], capsys: p
     assert accuracy["lost_points"] == round((accuracy["fp32_accuracy"] - accuracy["accuracy"]) * 100, 6)
     speed = report["speed"]
     assert ("warning" in speed) == (speed["variant_ms"] >= speed["fp32_ms"])  # --force records why it was needed
+    # A gate --force overrode leaves the variant unverified, so the server runs the gates where it serves it.
+    info = json.loads((out / "digits_cnn" / "1" / "variant.json").read_text())
+    assert report["verified"] == info["verified"] == ("warning" not in speed)
     assert report["bytes"] == (out / "model.int8.onnx").stat().st_size < report["fp32_bytes"] / 2  # 8-bit weights
     model = onnx.load(str(out / "model.int8.onnx"))
     io = [v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)]
@@ -85,14 +88,20 @@ def test_serve_the_int8_repository(trained: dict[str, Any]) -> None:
     from specgen.serve.server import server_config
 
     x = np.load(DIGITS)["x_test"][:5].astype(np.float32)
-    server = uvicorn.Server(server_config(create_app(load_repository(trained["out"], provider="cpu")), "127.0.0.1", 0))
+    [model] = load_repository(trained["out"], provider="cpu")
+    # A variant the export verified is served as is; one written with --force past its speed gate (int8 slower
+    # than float32 on this CPU) is unverified and gated again at load, where its float32 reference may win.
+    report = json.loads((trained["out"] / "export.json").read_text())["precision"]
+    assert model.path is not None and model.path.name in (("model.onnx",) if report["verified"] else
+                                                          ("model.onnx", "model.fp32.onnx"))
+    server = uvicorn.Server(server_config(create_app([model]), "127.0.0.1", 0))
     with _running(server) as url:
         body = {"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
         response = httpx.post(f"{url}/v2/models/digits_cnn/infer", json=body, timeout=30)
     assert response.status_code == 200, response.text
     output = response.json()["outputs"][0]
     assert output["datatype"] == "FP32"
-    expected = Predictor(trained["out"] / "model.int8.onnx", provider="cpu")({"image": x})["logits"]
+    expected = Predictor(model.path, provider="cpu")({"image": x})["logits"]
     np.testing.assert_array_equal(np.asarray(output["data"], np.float32).reshape(output["shape"]), expected)
 
 

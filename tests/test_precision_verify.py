@@ -58,6 +58,20 @@ def _classifier(weight: np.ndarray, heavy: int = 0) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString()
 
 
+def _quantized(weight: np.ndarray) -> bytes:
+    """`_classifier(weight)` with onnxruntime's dynamic int8 quantization: one integer kernel
+    (DynamicQuantizeMatMul), so the int8 kernel gate has something to count."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder) / "float.onnx", Path(folder) / "int8.onnx"
+        source.write_bytes(_classifier(weight))
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+        return target.read_bytes()
+
+
 WEIGHT = np.random.default_rng(1).standard_normal((64, 4))
 X = np.random.default_rng(2).standard_normal((ROWS, 64)).astype(np.float32)
 LABELS = np.argmax(X @ WEIGHT, axis=1).astype(np.int64)  # the float32 model is right on every example
@@ -104,18 +118,18 @@ def test_the_sample_is_bounded() -> None:
 def test_a_faster_variant_within_budget_is_served(tmp_path: Path) -> None:
     # The "variant" computes the same logits without the reference's dead work: the gates' pass path, on figures
     # this machine cannot make ambiguous (the reference runs 24 extra 256x256 products per row).
-    folder = _write(tmp_path / "1", _classifier(WEIGHT), _classifier(WEIGHT, heavy=24))
+    folder = _write(tmp_path / "1", _quantized(WEIGHT), _classifier(WEIGHT, heavy=24))
     check = check_version(folder, provider="cpu")
     assert check is not None and check.passed and check.serve == folder / "model.onnx" and check.provider == CPU
     assert check.report["accuracy"]["lost_points"] == 0.0 and check.report["speed"]["speedup"] > 1
-    assert check.report["kernels"]["integer_kernels"] == 0
+    assert check.report["kernels"]["integer_kernels"] == 1
     assert check.line.startswith(f"{folder / 'model.onnx'}: int8 variant verified on CPUExecutionProvider: 0.00 points "
                                  f"of accuracy lost on {ROWS} examples (budget 1), ")
     assert check.predictor is not None and np.array_equal(check.predictor({"x": X})["logits"].argmax(1), LABELS)
 
 
 def test_a_variant_over_budget_is_refused_for_the_float32_model(tmp_path: Path) -> None:
-    folder = _write(tmp_path / "1", _classifier(-WEIGHT), _classifier(WEIGHT))  # wrong on every example
+    folder = _write(tmp_path / "1", _quantized(-WEIGHT), _classifier(WEIGHT))  # wrong on every example
     check = check_version(folder, provider="cpu")
     assert check is not None and not check.passed and check.serve == folder / REFERENCE_FILE
     assert check.line == (f"{folder / 'model.onnx'}: int8 variant refused on CPUExecutionProvider: int8 loses 100.00 "

@@ -364,7 +364,7 @@ def test_a_precision_variant_is_gated_at_load(tmp_path: Path, caplog: pytest.Log
     """A version folder holding a precision variant and its gate files (as `specgen export --precision ... --force
     --triton` writes them): one whose accuracy fails is not served, its float32 reference is; one that passes
     (as accurate, faster) is served. The graphs and files are those of tests/test_precision_verify.py."""
-    from test_precision_verify import WEIGHT, X, _classifier, _write
+    from test_precision_verify import WEIGHT, X, _classifier, _quantized, _write
 
     from specgen.runtime.precision import verify
     from specgen.serve import models
@@ -385,7 +385,7 @@ def test_a_precision_variant_is_gated_at_load(tmp_path: Path, caplog: pytest.Log
     assert (line["version"], line["passed"]) == (1, False)
     assert line["line"].startswith(f"{tmp_path / 'clf' / '1' / 'model.onnx'}: int8 variant refused on CPUExecutionProvider")
     caplog.clear()
-    _write(tmp_path / "clf" / "2", _classifier(WEIGHT), _classifier(WEIGHT, heavy=2))  # as accurate, faster: served
+    _write(tmp_path / "clf" / "2", _quantized(WEIGHT), _classifier(WEIGHT, heavy=2))  # as accurate, faster: served
     with caplog.at_level(logging.INFO):
         [passed] = load_repository(tmp_path, provider="cpu")
     assert (passed.version, passed.path) == (2, tmp_path / "clf" / "2" / "model.onnx")

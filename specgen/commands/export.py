@@ -12,6 +12,7 @@ from specgen.paths import shown
 
 if TYPE_CHECKING:
     from specgen.pipeline import Built
+    from specgen.tracking.base import Record
 
 NAME = "export"
 ORDER = 90
@@ -77,15 +78,19 @@ def run(args: argparse.Namespace) -> int:
         from specgen.tracking import DEFAULT_ALIAS
         from specgen.tracking.export import Registration, log_export
 
+        folder, record = tracked
         registration = Registration(args.register, args.alias or DEFAULT_ALIAS) if args.register else None
-        log_export(loaded, tracked, args.output, report, registration, lambda: _report_page(built, tracked))
+        log_export(loaded, record, args.output, report, registration, lambda: _report_page(built, folder))
     return 0
 
 
-def _tracked_run(args: argparse.Namespace) -> Path | None:
-    """The --checkpoint run folder that records an MLflow run, or None; refuses --register/--alias that cannot work."""
+def _tracked_run(args: argparse.Namespace) -> tuple[Path, Record] | None:
+    """The --checkpoint run folder that records an MLflow run, with its record (mlflow.json), or None; refuses
+    --register/--alias that cannot work, a damaged mlflow.json among them (without --register, it is one warning
+    and the export is not logged: tracking never stops a command)."""
     from specgen.diagnostics import Diagnostic, SpecError
     from specgen.tracking import RUN_FILE, check_alias, check_model_name, run_folder_of
+    from specgen.tracking.base import RecordError, read_record
 
     if args.alias is not None and args.register is None:
         raise SpecError([Diagnostic(f"--alias {args.alias}", None, "--alias names the alias of --register's version; "
@@ -98,7 +103,17 @@ def _tracked_run(args: argparse.Namespace) -> Path | None:
         where = f"{shown(args.checkpoint)} has no {RUN_FILE}" if args.checkpoint else "there is no --checkpoint run"
         raise SpecError([Diagnostic(f"--register {args.register}", None, f"{where}: only a run trained with MLflow "
                                     "tracking (--track mlflow:URI or train.tracking.mlflow) can be registered")])
-    return folder
+    if folder is None:
+        return None
+    try:
+        record = read_record(folder)
+    except RecordError as exc:
+        if args.register is not None:
+            raise SpecError([Diagnostic(f"--register {args.register}", None, f"the MLflow run to register is "
+                                        f"unknown: {exc}")]) from None
+        print(f"specgen export: warning: {exc}; the export is not logged to MLflow", file=sys.stderr)
+        return None
+    return (folder, record) if record is not None else None
 
 
 def _report_page(built: Built, run_folder: Path) -> str | None:

@@ -19,7 +19,8 @@ A version that fails any check is refused: one log line (`model_refused`, with t
 count in `specgen_model_loads_total{result="refused"}`, and it is served as if it were absent,
 so under `latest 1` the version served before keeps serving. A config.pbtxt that cannot be read
 refuses the whole change and the versions served keep serving. A refusal is not retried (nor
-logged again) until its files change, or an explicit load asks again.
+logged again) until a file of its version folder changes (the model, or a precision variant's
+sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ class ModelSource:
     provider: str = "auto"
     threads: int = 0
     cuda_graphs: bool = False
+
+
+def folder_stamp(folder: Path) -> tuple[tuple[str, Any], ...] | None:
+    """What says a version folder changed: every file's name and stat() (the model, and a precision variant's
+    variant.json, sample.npz and model.fp32.onnx); None when it cannot be listed."""
+    try:
+        return tuple(sorted((f.name, file_stamp(f)) for f in folder.iterdir()))
+    except OSError:
+        return None
 
 
 def snapshot(folder: Path) -> Snapshot:
@@ -240,8 +250,10 @@ class ModelControl:
                 if same_config and existing is not None and existing.model.stamp == stamp:
                     chosen[version] = existing
                     continue
+                # A refusal stands until any file of the version folder changes (a repaired sample.npz too)
+                files = await self._run(folder_stamp, path.parent)
                 refused = self.refused.get((name, version))
-                if refused is not None and refused[0] == (stamp, config) and not explicit:
+                if refused is not None and refused[0] == (files, config) and not explicit:
                     candidates.remove(version)  # refused before and unchanged: absent, and not logged again
                     continue
                 try:
@@ -249,7 +261,7 @@ class ModelControl:
                     model = await self._run(load_version, name, version, path, config, source.provider,
                                             source.threads, True, source.cuda_graphs)
                 except (RepositoryError, InputError) as exc:
-                    self.refused[name, version] = ((stamp, config), str(exc))
+                    self.refused[name, version] = ((files, config), str(exc))
                     self._refuse(name, version, str(exc))
                     problems.append(str(exc))
                     candidates.remove(version)

@@ -26,6 +26,7 @@ import numpy as np
 
 from specgen.paths import shown
 from specgen.runtime.predictor import DTYPES, InputError, Predictor
+from specgen.runtime.sources.base import MISSING, file_kind
 from specgen.serve.errors import ProtocolError
 from specgen.serve.repository import (
     DATATYPES,
@@ -129,7 +130,7 @@ def warm_up(model: ServedModel) -> None:
 def _gated(name: str, version: int, path: Path, provider: str, threads: int, graphs: dict[str, Any]
            ) -> tuple[Predictor, Path] | None:
     """A precision variant's gates (None where the folder holds no variant): the file to serve, loaded."""
-    if not (path.parent / VARIANT_INFO).is_file():
+    if file_kind(path.parent / VARIANT_INFO) == MISSING:  # a FIFO or folder there is refused by read_info
         return None
     from specgen.runtime.precision.verify import VariantFileError, check_version
 

@@ -81,9 +81,10 @@ def start(loaded: LoadedSpec, track: str | None, folder: Path, overrides: list[s
 
 def run_folder_of(checkpoint: Path) -> Path | None:
     """The run folder of `export --checkpoint` (the run folder itself or one of its ckpt-* folders) when it records
-    an MLflow run, else None."""
+    an MLflow run, else None. Only found here: its fields are checked where it is read (base.read_record), so a
+    damaged one (not JSON, a field missing, a folder) is one line naming it, not a run that seems untracked."""
     for folder in (checkpoint, checkpoint.parent):
-        if (folder / RUN_FILE).is_file():
+        if (folder / RUN_FILE).exists():
             return folder
     return None
 

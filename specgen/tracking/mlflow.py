@@ -28,12 +28,13 @@ import numpy as np
 from specgen.atomic import write_atomic
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
-from specgen.tracking.base import FAILED, GOING_ON, RUN_FILE, Target, Tracker, shown_uri
+from specgen.tracking.base import FAILED, GOING_ON, RUN_FILE, RecordError, Target, Tracker, read_record, shown_uri
 from specgen.tracking.params import METRICS_PER_BATCH, PARAMS_PER_BATCH, batches, metric_key, resolved_params
 
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_LOGGING_LEVEL": "WARNING",
                  "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # the run's start line gives the URL
+REASON_CHARS = 200  # of an exception's first line in a warning or error line
 LOCK_WAIT = 120  # seconds a process waits for another that is opening (migrating) the same SQLite store
 T = TypeVar("T")
 
@@ -45,12 +46,16 @@ except ImportError:  # not POSIX: no lock (see _store_lock)
 
 def client(uri: str) -> Any:
     """MLflow's client for `uri` (tracking and registry), with specgen's HTTP defaults where the user set none."""
-    for name, value in HTTP_DEFAULTS.items():
-        os.environ.setdefault(name, value)
     # urllib3 logs each retry as a WARNING through Python's last-resort handler: the one warning line is specgen's.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a new sqlite store's migrations, line by line
+    quiet = "MLFLOW_LOGGING_LEVEL" not in os.environ  # before the default below: a level the user set is kept
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     from mlflow import MlflowClient
+
+    if quiet:  # MLflow logs a failed store call (ERROR, two tracebacks) and raises it: specgen's one line says it
+        logging.getLogger("mlflow").setLevel(logging.CRITICAL)
 
     with _store_lock(uri):  # the client opens the store at once: a new or older SQLite store is migrated here
         return MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -108,14 +113,20 @@ def prepare(target: Target) -> str | None:
 
 
 def reason(exc: BaseException) -> str:
-    """The cause in a few words: `[Errno 111] Connection refused` rather than MLflow's request dump."""
+    """The cause in a few words: `[Errno 111] Connection refused` rather than MLflow's request dump, and of a
+    database error its first line (`(sqlite3.OperationalError) attempt to write a readonly database`), not the SQL
+    statement and parameters SQLAlchemy appends; cut, saying so, past REASON_CHARS."""
     text = " ".join(str(exc).split())
     errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
     if errno:
         return errno.group(0).strip()
     if "timed out" in text.lower():
         return "the request timed out"
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+    first = next((" ".join(line.split()) for line in str(exc).splitlines() if line.strip()), "")
+    first = re.sub(r"\s*\[SQL: .*", "", first)  # SQLAlchemy's statement, where it shares the first line
+    if len(first) > REASON_CHARS:
+        first = first[:REASON_CHARS].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class MlflowRun(Tracker):
@@ -164,9 +175,14 @@ def open_run(target: Target, loaded: LoadedSpec, folder: Path, overrides: list[s
     run.client = run.call(lambda: client(target.uri))
     if run.client is None:
         return run
-    saved = read_record(folder)
-    if resumed and saved and saved.get("uri") == target.uri:
-        run.run_id = run.call(lambda: _reopen(run.client, str(saved["run_id"])))
+    saved = None
+    if resumed:
+        try:
+            saved = read_record(folder)
+        except RecordError as exc:  # its MLflow run is unknown: a new one, whose ids replace the damaged file
+            print(f"specgen train: warning: {exc}; starting a new MLflow run", file=sys.stderr)
+    if saved is not None and saved.uri == target.uri:
+        run.run_id = run.call(lambda: _reopen(run.client, saved.run_id))
     else:
         run.run_id = run.call(lambda: _create(run.client, target, loaded, folder))
     if run.run_id is None:
@@ -189,14 +205,6 @@ def _run_page(run: MlflowRun) -> str:
         return uri
     found = run.call(lambda: run.client.get_run(run.run_id).info.experiment_id)
     return f"{uri.rstrip('/')}/#/experiments/{found}/runs/{run.run_id}" if found is not None else uri
-
-
-def read_record(folder: Path) -> dict[str, Any] | None:
-    try:
-        found = json.loads((folder / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) and isinstance(found.get("run_id"), str) else None
 
 
 def _experiment(client: Any, target: Target) -> str:

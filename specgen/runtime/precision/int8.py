@@ -143,6 +143,9 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
         raise PrecisionRefusal(f"int8: {len(left)} quantized node(s) have no integer kernel on the {provider} provider "
                                f"and would run in float32 between Dequantize/Quantize pairs: {', '.join(left[:5])}"
                                f"{' ...' if len(left) > 5 else ''}")
+    if integer == 0:  # nothing quantized (a float32 graph labelled int8): int8 would gain nothing, so refused
+        raise PrecisionRefusal(f"int8: the graph has no integer kernel on the {provider} provider after onnxruntime's "
+                               "fusion (no quantized Conv, Gemm, MatMul or recurrent node): it would run as float32")
     # Nodes the quantizer did not touch (an LSTM whose weights are computed, not stored) stay float32:
     # not a refusal, since no Dequantize/Quantize pair was paid for them, but reported
     unquantized = [label(n) for n in graph.node if n.op_type in FLOAT_COMPUTE]

@@ -99,6 +99,8 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
             speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), *times, request.force)
     except PrecisionRefusal as exc:
         raise where(str(exc)) from None
+    if speed is not None and "warning" in speed:  # a gate overridden with --force: the server gates it again
+        unverified = f"{name} {speed['warning']}"
     report = {"precision": name, "file": definition.file_name, "bytes": len(variant_bytes),
               "fp32_bytes": len(model_bytes), **converted, **kernels, "verified": unverified is None,
               "accuracy": gated | ({"provider": CPU} if unverified else {}), "speed": speed}

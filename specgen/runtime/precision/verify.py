@@ -23,6 +23,7 @@ It never raises for a variant that fails: the result says why in one line and na
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import zipfile
@@ -37,7 +38,8 @@ from specgen.paths import shown
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
-from specgen.runtime.predictor import CUDA, Predictor
+from specgen.runtime.predictor import CUDA, InputError, Predictor
+from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
 from specgen.runtime.sources.npz import npz_bytes
 
 REFERENCE_FILE, SAMPLE_FILE, INFO_FILE = "model.fp32.onnx", "sample.npz", "variant.json"
@@ -129,6 +131,31 @@ def _refused(path: Path, what: str) -> VariantFileError:
     return VariantFileError(f"{shown(path)}: {what}")
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _regular(path: Path, expected: str) -> None:
+    """VariantFileError unless `path` is a regular file (checked without opening it: a FIFO would block the open)."""
+    what = file_kind(path)
+    if what == MISSING:
+        raise _refused(path, f"is missing; expected {expected}, as `specgen export --triton` writes it")
+    if what != REGULAR:
+        raise _refused(path, f"is {what}, not a regular file; expected {expected}, as `specgen export --triton` "
+                       "writes it")
+
+
+def _read_bytes(path: Path, limit: int, expected: str) -> bytes:
+    """At most `limit` + 1 bytes of a regular file (never blocking on a FIFO), or VariantFileError naming it."""
+    _regular(path, expected)
+    try:
+        with open_regular(path) as handle:
+            return handle.read(limit + 1)
+    except (OSError, DataError) as exc:
+        raise _refused(path, f"cannot be read ({exc}); expected {expected}") from None
+
+
 def _field(path: Path, raw: dict[str, Any], key: str, kinds: tuple[type, ...], expected: str) -> Any:
     value = raw.get(key)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
@@ -141,10 +168,9 @@ def _field(path: Path, raw: dict[str, Any], key: str, kinds: tuple[type, ...], e
 def read_info(folder: Path) -> VariantInfo | None:
     """variant.json of a version folder; None where there is none (a float32 export, or one made before)."""
     path = Path(folder) / INFO_FILE
-    if not path.is_file():
+    if file_kind(path) == MISSING:
         return None
-    with open(path, "rb") as handle:
-        raw_bytes = handle.read(MAX_INFO_BYTES + 1)
+    raw_bytes = _read_bytes(path, MAX_INFO_BYTES, "the variant's description, a JSON object")
     if len(raw_bytes) > MAX_INFO_BYTES:
         raise _refused(path, f"more than {MAX_INFO_BYTES:,} bytes; expected a few hundred, as `specgen export` writes it")
     try:
@@ -160,46 +186,64 @@ def read_info(folder: Path) -> VariantInfo | None:
     if not inputs or not all(isinstance(n, str) for n in inputs):
         raise _refused(path, f"'inputs' is {inputs!r}; expected a non-empty list of input names")
     budget = _field(path, raw, "budget", (int, float), "a finite number")
+    try:
+        budget = float(budget)
+    except OverflowError:  # an integer past float's range (1e308): json reads it as an int
+        raise _refused(path, f"'budget' is an integer of {len(str(budget))} digits; expected a finite number, as "
+                       "`specgen export` writes it") from None
     digest = _field(path, raw, "model_sha256", (str,), "the variant's SHA-256, 64 hex digits")
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise _refused(path, f"'model_sha256' is {digest[:80]!r}; expected 64 lowercase hex digits")
     return VariantInfo(precision=precision, verified=_field(path, raw, "verified", (bool,), "true or false"),
                        verified_on=_field(path, raw, "verified_on", (str, type(None)), "a provider name or null"),
                        reason=_field(path, raw, "reason", (str, type(None)), "a string or null"),
-                       budget=float(budget), logits=_field(path, raw, "logits", (str, type(None)), "an output name or null"),
+                       budget=budget, logits=_field(path, raw, "logits", (str, type(None)), "an output name or null"),
                        inputs=tuple(inputs), model_sha256=digest)
 
 
 def file_sha256(path: Path) -> str:
+    """The SHA-256 of a regular file (DataError for anything else: a FIFO is refused, not waited on)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         for block in iter(lambda: handle.read(2**20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
 def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    """sample.npz as the model's inputs (by name) and labels; sizes checked from the zip directory before any read."""
-    from specgen.runtime.sources.base import DataError
-    from specgen.runtime.sources.npz import npz_array, open_npz
+    """sample.npz as the model's inputs (by name) and labels: a regular file, read once (never blocking on a
+    FIFO), its sizes checked from the zip directory before any array is inflated, at most SAMPLE_EXAMPLES rows."""
+    from specgen.runtime.sources.npz import ZIP_MAGICS, npz_array
 
     expected = [f"input_{k}" for k in range(len(info.inputs))]
+    data = _read_bytes(path, SAMPLE_BYTES + 2**16, "the gate's sample (an .npz archive)")
+    if len(data) > SAMPLE_BYTES + 2**16:  # stored uncompressed: never larger than its arrays and headers
+        raise _refused(path, f"is more than {SAMPLE_BYTES + 2**16:,} bytes; expected at most {SAMPLE_BYTES:,}")
+    if data[:4] not in ZIP_MAGICS:
+        raise _refused(path, "not a readable sample (it does not start with a zip header); expected the .npz "
+                       "`specgen export` writes")
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
             declared = sum(i.file_size for i in archive.infolist())
         if declared > SAMPLE_BYTES + 2**16:  # the .npy headers: 128 bytes or so each
             raise _refused(path, f"holds {declared:,} bytes uncompressed; expected at most {SAMPLE_BYTES:,}")
-        with open_npz(path) as npz:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             missing = [n for n in expected if n not in npz.files]
             if missing:
                 raise _refused(path, f"has arrays {sorted(npz.files)}; expected {expected} (and 'labels')")
             arrays = {name: npz_array(npz, key) for name, key in zip(info.inputs, expected, strict=True)}
             labels = npz_array(npz, "labels") if "labels" in npz.files else None
-    except (OSError, zipfile.BadZipFile, DataError) as exc:
-        raise _refused(path, f"not a readable sample ({exc})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, DataError) as exc:
+        if isinstance(exc, VariantFileError):
+            raise
+        raise _refused(path, f"not a readable sample ({_first_line(exc)})") from None
     rows = {len(a) if a.ndim else None for a in arrays.values()} | ({len(labels)} if labels is not None else set())
     if len(rows) != 1 or None in rows or 0 in rows:
         raise _refused(path, "arrays of different or zero lengths; expected one row per example in each")
+    count = rows.pop()
+    if count is not None and count > SAMPLE_EXAMPLES:
+        raise _refused(path, f"holds {count:,} examples; expected at most {SAMPLE_EXAMPLES}, as `specgen export` "
+                       "writes it")
     return arrays, labels
 
 
@@ -208,24 +252,37 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     """The variant's gates on `provider` (what the server runs with): kernels, accuracy on the sample, speed.
 
     `options` go to both Predictors (`cuda_graphs`, `max_batch_size`, `threads`...), so the speed gate times
-    them as they will be served; `variant`, when given, is the variant already loaded so. A variant that fails
-    (or cannot load or run) is refused: `serve` is then `reference_path`, and `line` says why, in one line. A
-    damaged sample or variant.json raises VariantFileError, and a reference that cannot load raises the
-    Predictor's error: the version cannot be served either way.
+    them as they will be served; `variant`, when given, is the variant already loaded so (closed here unless it
+    is returned). A variant that fails (or cannot load or run) is refused: `serve` is then `reference_path`,
+    and `line` says why, in one line.
+
+    The files the gates read (variant.json, sample.npz, model.fp32.onnx) are checked first, against the
+    float32 reference: a damaged one raises VariantFileError naming the file (and the key), and the version
+    cannot be served (there is nothing sound to fall back to). Only the variant's own failures fall back.
     """
     variant_path, reference_path = Path(variant_path), Path(reference_path)
-    info = info or read_info(variant_path.parent)
-    if info is None:
-        raise _refused(variant_path.parent / INFO_FILE, "is missing; expected the file `specgen export --triton` "
-                       "writes beside a precision variant")
-    inputs, labels = read_sample(Path(sample), info)
-    reference = Predictor(reference_path, provider, **options)
+    try:
+        info = info or read_info(variant_path.parent)
+        if info is None:
+            raise _refused(variant_path.parent / INFO_FILE, "is missing; expected the file `specgen export --triton` "
+                           "writes beside a precision variant")
+        inputs, labels = read_sample(Path(sample), info)
+        reference, expected = _reference(reference_path, provider, options)
+        try:
+            fp32 = _checked_sidecars(info, reference, Path(sample), expected, inputs, labels)
+        except BaseException:
+            reference.close()
+            raise
+    except BaseException:
+        if variant is not None:
+            variant.close()
+        raise
     report: dict[str, Any] = {"examples": len(next(iter(inputs.values())))}
     try:
         variant = variant or Predictor(variant_path, provider, **options)
         report["kernels"] = REGISTRY[info.precision].check(variant_path.read_bytes(),
                                                             "cuda" if variant.provider == CUDA else "cpu")
-        report["accuracy"] = accuracy_gate(info.precision, info.budget, reference(inputs), variant(inputs), labels,
+        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, variant(inputs), labels,
                                            info.logits if labels is not None else None)
         batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
         times = interleaved_medians(lambda: reference(batch), lambda: variant(batch))
@@ -243,6 +300,55 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     line = (f"{shown(variant_path)}: {info.precision} variant verified on {variant.provider}: {figure} on "
             f"{report['examples']} examples (budget {info.budget:g}), {speed['speedup']:.2f}x float32's speed")
     return VariantCheck(True, line, variant_path, variant.provider, report, variant)
+
+
+def _reference(path: Path, provider: str, options: dict[str, Any]) -> tuple[Predictor, str]:
+    """The float32 reference loaded, and how messages describe what it takes; VariantFileError when it cannot
+    load (InputError, about the provider, passes through)."""
+    expected = "the float32 export the variant is gated against"
+    _regular(path, expected)
+    try:
+        return Predictor(path, provider, **options), expected
+    except InputError:
+        raise
+    except Exception as exc:  # onnxruntime's own exception types for a model it cannot load
+        raise _refused(path, f"onnxruntime cannot load it ({_first_line(exc)}); expected {expected}") from None
+
+
+def _checked_sidecars(info: VariantInfo, reference: Predictor, sample: Path, expected: str,
+                      inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> dict[str, np.ndarray]:
+    """variant.json's names and sample.npz's arrays checked against the float32 reference, which then runs on the
+    sample: its outputs (the accuracy gate's baseline), or VariantFileError naming the file and the key."""
+    info_path, ref = sample.parent / INFO_FILE, REFERENCE_FILE
+    if sorted(info.inputs) != sorted(reference.inputs) or len(set(info.inputs)) != len(info.inputs):
+        raise _refused(info_path, f"'inputs' is {list(info.inputs)!r}; expected {ref}'s inputs, "
+                       f"{sorted(reference.inputs)!r}")
+    if info.logits is not None and info.logits not in reference.outputs:
+        raise _refused(info_path, f"'logits' is {info.logits!r}; expected one of {ref}'s outputs, "
+                       f"{reference.outputs!r}")
+    for k, name in enumerate(info.inputs):
+        shape, dtype = reference.inputs[name]
+        array = inputs[name]
+        fixed = [d if isinstance(d, int) else -1 for d in shape]
+        fits = array.ndim == len(shape) and all(d < 0 or d == a for d, a in zip(fixed, array.shape, strict=True))
+        if not fits or array.dtype != np.dtype(dtype):
+            raise _refused(sample, f"'input_{k}' is {array.dtype} {list(array.shape)}; expected {ref}'s input "
+                           f"'{name}', {np.dtype(dtype).name} {fixed} (-1: any size)")
+    try:
+        outputs = reference(inputs)
+    except Exception as exc:  # the values (onnxruntime's INVALID_ARGUMENT), or a length the model refuses
+        raise _refused(sample, f"the float32 reference fails on it ({_first_line(exc)}); expected examples "
+                       f"{ref} runs on") from None
+    if labels is not None and info.logits is not None:
+        classes = outputs[info.logits].shape[-1] if outputs[info.logits].ndim else 0
+        if labels.ndim != 1 or labels.dtype.kind not in "iu":
+            raise _refused(sample, f"'labels' is {labels.dtype} {list(labels.shape)}; expected one integer class "
+                           "per example")
+        bad = np.flatnonzero((labels < 0) | (labels >= classes))
+        if bad.size:
+            raise _refused(sample, f"'labels' holds {labels[bad[0]]} at row {bad[0]}; expected classes of "
+                           f"'{info.logits}', integers in [0, {classes})")
+    return outputs
 
 
 def _refuse(info: VariantInfo, variant_path: Path, reference_path: Path, reference: Predictor, why: str,
@@ -269,7 +375,11 @@ def check_version(folder: Path, model_filename: str = "model.onnx", provider: st
     if info is None:
         return None
     model = folder / model_filename
-    if file_sha256(model) != info.model_sha256:
+    try:
+        digest = file_sha256(model)
+    except (OSError, DataError) as exc:
+        raise _refused(model, f"cannot be read ({exc})") from None
+    if digest != info.model_sha256:
         return None
     try:
         variant: Predictor | None = Predictor(model, provider, **options)
