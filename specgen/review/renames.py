@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specgen.ir.model import ModelIR
-from specgen.kinds.ops.base import EXTRA_OUTPUT
+from specgen.kinds.ops import EXTRA_OUTPUT
 from specgen.kinds.ops.nodes import Node
 
 Place = tuple[object, ...]

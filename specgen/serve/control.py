@@ -67,11 +67,16 @@ class ModelSource:
     cuda_graphs: bool = False
 
 
+def _files(folder: Path) -> tuple[tuple[str, Any], ...]:
+    """Every file's name and stat() in `folder`, by name (OSError when it cannot be listed)."""
+    return tuple(sorted((f.name, file_stamp(f)) for f in folder.iterdir()))
+
+
 def folder_stamp(folder: Path) -> tuple[tuple[str, Any], ...] | None:
-    """What says a version folder changed: every file's name and stat() (the model, and a precision variant's
-    variant.json, sample.npz and model.fp32.onnx); None when it cannot be listed."""
+    """What says a version folder changed: its files (the model, and a precision variant's variant.json,
+    sample.npz and model.fp32.onnx); None when it cannot be listed."""
     try:
-        return tuple(sorted((f.name, file_stamp(f)) for f in folder.iterdir()))
+        return _files(folder)
     except OSError:
         return None
 
@@ -79,8 +84,7 @@ def folder_stamp(folder: Path) -> tuple[tuple[str, Any], ...] | None:
 def snapshot(folder: Path) -> Snapshot:
     """What says a model folder changed: config.pbtxt's and every version folder's files' stat()."""
     try:
-        versions = [(number, tuple(sorted((f.name, file_stamp(f)) for f in p.iterdir())))
-                    for number, p in version_folders(folder).items()]
+        versions = [(number, _files(p)) for number, p in version_folders(folder).items()]
     except (OSError, RepositoryError):  # unreadable now: compared as such, and read (and refused) by _load
         return ()
     return file_stamp(folder / "config.pbtxt"), tuple(versions)

@@ -146,10 +146,10 @@ def parameters(loaded: LoadedSpec, base: list[str]) -> list[Param]:
     targets: dict[str, tuple[str | int, ...]] = {}
     for key, item in sweep.space.items():
         param = Param(key, item)
-        found = _problem(loaded, data, source, base, param, tree, known)
-        found = found or _same_value(loaded, key, target(fixed, key_parts(key)), targets)
+        at = target(fixed, key_parts(key))
+        found = _problem(loaded, data, source, base, param, tree, known) or _same_value(loaded, key, at, targets)
         problems += [found] if found is not None else []
-        targets[key] = target(fixed, key_parts(key))
+        targets[key] = at
         params.append(param)
     problems += _fixed_and_searched(base, fixed, targets)
     if problems:

@@ -83,7 +83,6 @@ def read_record(folder: Path) -> Record | None:
     return Record(found["uri"], experiment, found["run_id"])
 
 
-
 def shown_uri(uri: str) -> str:
     """A URI as messages print it: a password in it (https://user:secret@host) is never printed."""
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", uri)

@@ -27,6 +27,7 @@ import io
 import json
 import math
 import zipfile
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,9 +234,9 @@ def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], n
                 raise _refused(path, f"has arrays {sorted(npz.files)}; expected {expected} (and 'labels')")
             arrays = {name: npz_array(npz, key) for name, key in zip(info.inputs, expected, strict=True)}
             labels = npz_array(npz, "labels") if "labels" in npz.files else None
+    except VariantFileError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, DataError) as exc:
-        if isinstance(exc, VariantFileError):
-            raise
         raise _refused(path, f"not a readable sample ({_first_line(exc)})") from None
     rows = {len(a) if a.ndim else None for a in arrays.values()} | ({len(labels)} if labels is not None else set())
     if len(rows) != 1 or None in rows or 0 in rows:
@@ -261,22 +262,18 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     cannot be served (there is nothing sound to fall back to). Only the variant's own failures fall back.
     """
     variant_path, reference_path = Path(variant_path), Path(reference_path)
-    try:
+    with ExitStack() as on_refusal:  # closes what was loaded when a file is refused; emptied once all are sound
+        if variant is not None:
+            on_refusal.callback(variant.close)
         info = info or read_info(variant_path.parent)
         if info is None:
             raise _refused(variant_path.parent / INFO_FILE, "is missing; expected the file `specgen export --triton` "
                            "writes beside a precision variant")
         inputs, labels = read_sample(Path(sample), info)
         reference, expected = _reference(reference_path, provider, options)
-        try:
-            fp32 = _checked_sidecars(info, reference, Path(sample), expected, inputs, labels)
-        except BaseException:
-            reference.close()
-            raise
-    except BaseException:
-        if variant is not None:
-            variant.close()
-        raise
+        on_refusal.callback(reference.close)
+        fp32 = _checked_sidecars(info, reference, Path(sample), expected, inputs, labels)
+        on_refusal.pop_all()
     report: dict[str, Any] = {"examples": len(next(iter(inputs.values())))}
     try:
         variant = variant or Predictor(variant_path, provider, **options)
