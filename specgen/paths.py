@@ -14,6 +14,12 @@ from pathlib import Path
 from specgen.text import printable
 
 
+def plain_name(name: str) -> bool:
+    """Whether `name` is one path component on every OS, so a folder joined with it stays that folder's child: not
+    empty, not `.` or `..`, no `/`, `\\` or NUL (a model folder, a version folder's file, a file beside a model)."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
 def _bases() -> list[Path]:
     """The working directory as the shell names it and with links resolved (run folders are resolved)."""
     try:

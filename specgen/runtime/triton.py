@@ -24,7 +24,7 @@ from specgen.atomic import kind as path_kind
 from specgen.errors import SpecgenError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
-from specgen.paths import shown
+from specgen.paths import plain_name, shown
 from specgen.serve.repository import MAX_VERSION, version_number
 
 
@@ -54,7 +54,7 @@ def _tensor(name: str, dtype: str, shape: Shape, batch: int | None, last: bool) 
     """
     if dtype not in TRITON_DTYPES:
         raise RepositoryRefused(f"tensor '{name}' has dtype {dtype}; Triton configs are written for "
-                         f"{', '.join(TRITON_DTYPES)}")
+                                f"{', '.join(TRITON_DTYPES)}")
     # -1: open, the batch and named dynamic dimensions (kinds/dims.py) alike
     dims = [d if isinstance(d, int) else -1 for d in (shape[1:] if batch is None else (batch, *shape[1:]))]
     lines = ["  {", f"    name: {_quote(name)}", f"    data_type: {TRITON_DTYPES[dtype]}"]
@@ -127,7 +127,7 @@ def check_model_matches(ir: ModelIR, model_bytes: bytes) -> None:
             hint = (" (weights are graph inputs: this looks like the built model.onnx; pass the one "
                     "`specgen export` writes)" if kind == "input" and len(actual[kind]) > len(expected[kind]) else "")
             raise RepositoryRefused(f"model.onnx {kind}s are {_describe(actual[kind])}; the spec '{ir.name}' declares "
-                             f"{_describe(expected[kind])}{hint}")
+                                    f"{_describe(expected[kind])}{hint}")
 
 
 def _describe(tensors: Mapping[str, int]) -> str:
@@ -152,8 +152,8 @@ def _check_model_filename(root: Path, config_file: Path) -> None:
     if name not in ("", "model.onnx"):
         shown_name = repr(name) if name is not None else "(a value this reader cannot read)"
         raise RepositoryRefused(f"{shown(config_file)} serves default_model_filename {shown_name}; specgen export writes "
-                         "model.onnx, which the server would not read: export into another repository, or set "
-                         "default_model_filename to \"model.onnx\" (or remove it) first")
+                                "model.onnx, which the server would not read: export into another repository, or set "
+                                "default_model_filename to \"model.onnx\" (or remove it) first")
 
 
 def _existing_versions(root: Path, folder: Path) -> list[int]:
@@ -196,9 +196,9 @@ def _check_next_version(root: Path, folder: Path, newest: int, model_bytes: byte
     after = _signature(model_bytes)
     if before != after:
         raise RepositoryRefused(f"{shown(folder)} serves version {newest} with {_describe_signature(before)}; this model has "
-                         f"{_describe_signature(after)}. Versions of one model share its config.pbtxt, so they must "
-                         "have the same inputs and outputs: export into another repository, or remove "
-                         f"{shown(folder)} first")
+                                f"{_describe_signature(after)}. Versions of one model share its config.pbtxt, so they must "
+                                "have the same inputs and outputs: export into another repository, or remove "
+                                f"{shown(folder)} first")
 
 
 @dataclass(frozen=True)
@@ -241,9 +241,9 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
     """
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or not
                                 1 <= version <= MAX_VERSION):
-        raise RepositoryRefused(f"version must be an integer from 1 to {MAX_VERSION} (Triton's version folders are int64 "
-                         f"numbers); received {version!r}")
-    if not ir.name or ir.name in (".", "..") or "/" in ir.name or "\\" in ir.name:
+        raise RepositoryRefused(f"version must be an integer from 1 to {MAX_VERSION} (Triton's version folders "
+                                f"are int64 numbers); received {version!r}")
+    if not plain_name(ir.name):
         raise RepositoryRefused(f"the spec name '{ir.name}' cannot name a model folder")
     text = config_text(ir, **config)  # checks the arguments before anything is written
     check_model_matches(ir, model_bytes)
@@ -255,14 +255,14 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
         existing = _existing_versions(root, folder)
         if existing and existing[-1] >= MAX_VERSION:
             raise RepositoryRefused(f"{shown(folder)} holds version {existing[-1]}, the largest Triton's int64 versions "
-                             "allow: there is no next version; export into another repository")
+                                    "allow: there is no next version; export into another repository")
         version = existing[-1] + 1 if existing else 1
         if existing:
             _check_next_version(root, folder, existing[-1], model_bytes)
             keep_config = path_kind(checked_folder(root, folder, create=False) / "config.pbtxt", config_file) == "file"
     model = folder / str(version) / "model.onnx"
     extra = {folder / str(version) / name: data for name, data in (files or {}).items()}
-    if any(not name or name in (".", "..", "model.onnx") or "/" in name or "\\" in name for name in files or {}):
+    if any(not plain_name(name) or name == "model.onnx" for name in files or {}):
         raise RepositoryRefused(f"files {sorted(files or {})} cannot all be written beside model.onnx; expected plain file names")
     targets = (*extra, model) if keep_config else (*extra, model, config_file)
     for target in targets:  # checked before the first write: no link below root

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specgen.paths import shown
+from specgen.paths import plain_name, shown
 from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
 from specgen.serve.models import load_version
@@ -165,7 +165,7 @@ class ModelControl:
         return self._source.repo
 
     def _folder(self, name: str) -> Path:
-        if not name or name.startswith(".") or "/" in name or "\\" in name or "\0" in name:
+        if not plain_name(name) or name.startswith("."):  # a hidden folder is none of the repository's models
             raise ProtocolError(f"{show(name)} cannot name a model folder of the repository", 400)
         if len(os.fsencode(name)) > NAME_MAX:  # the OS refuses such a name (ENAMETOOLONG) before any lookup
             raise ProtocolError(f"a model name of {len(os.fsencode(name)):,} bytes cannot name a model folder of the "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specgen.errors import SpecgenError
-from specgen.paths import shown
+from specgen.paths import plain_name, shown
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
 DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
@@ -195,7 +195,7 @@ def _policy(message: Any, source: str) -> VersionPolicy:
 def _filename(message: Any, source: str) -> str:
     """default_model_filename: a file of the version folder, so one plain name (never a path out of the folder)."""
     name = message.default_model_filename or "model.onnx"
-    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+    if not plain_name(name):
         raise RepositoryError(f"{source}: default_model_filename {name!r} is not a plain file name; expected the "
                               "name of the model file inside each version folder (model.onnx)")
     return str(name)
