@@ -94,7 +94,7 @@ def variables(old: ModelIR, new: ModelIR, renames: Renames) -> Section:
     before, after = _facts(old), _facts(new)
     # A moved variable's old name may still exist in NEW (layers that swapped names): it pairs only by the move.
     moved = {p: q for p in before if (q := renames.variable(p, old)) is not None and q in after}
-    kept = sorted(before.keys() & after.keys() - moved.keys() - set(moved.values()))
+    kept = sorted((before.keys() & after.keys()) - moved.keys() - set(moved.values()))
     for path in sorted(before.keys() - moved.keys() - set(kept)):
         section.changes.append(Change("removed", path, before[path]["shape"]))
     for path in sorted(after.keys() - set(moved.values()) - set(kept)):

@@ -178,7 +178,6 @@ def keys(tree: Node, prefix: str = "") -> Iterator[str]:
         yield from keys(child, here)
 
 
-# `layers[head/out].units`, `train.batch_size`, `layers.3.units`: keys joined by dots, `[NAME]` after a key
 def explain(tree: Node, key: str, display: str) -> list[str]:
     """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
     found = find(tree, parse_key(key))
