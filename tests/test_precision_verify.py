@@ -73,7 +73,22 @@ def _quantized(weight: np.ndarray) -> bytes:
 
 
 WEIGHT = np.random.default_rng(1).standard_normal((64, 4))
-X = np.random.default_rng(2).standard_normal((ROWS, 64)).astype(np.float32)
+# Rows whose top two float32 logits differ by at least MARGIN, so int8's error cannot flip a label on any CPU.
+# Dynamic quantization rounds each of the 64 weights (step max|w| / 127, about 0.02 here) and activations (step
+# range / 255, about 0.03) to half a step: a logit's error is a sum of 64 such terms, a standard deviation near
+# 0.08 for unit-scale inputs and weights, so a difference of two logits has one near 0.11; MARGIN is 9 of those.
+# (Drawn at random, the 16 rows had a margin of 0.11 where the int8 logits were 0.22 off: right only by luck,
+# and MLAS rounds differently with and without AVX-512 VNNI.)
+MARGIN = 1.0
+
+
+def _rows(count: int) -> np.ndarray:
+    drawn = np.random.default_rng(2).standard_normal((64 * count, 64)).astype(np.float32)
+    top = np.sort(drawn @ WEIGHT, axis=1)
+    return drawn[top[:, -1] - top[:, -2] >= MARGIN][:count]
+
+
+X = _rows(ROWS)
 LABELS = np.argmax(X @ WEIGHT, axis=1).astype(np.int64)  # the float32 model is right on every example
 
 
