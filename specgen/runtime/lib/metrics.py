@@ -48,6 +48,8 @@ def _predicted_and_true(target: str, labels: tf.Tensor, logits: tf.Tensor) -> tu
         return tf.argmax(logits, axis=-1), tf.argmax(labels, axis=-1)
     if target == "onehot":
         return tf.argmax(logits, axis=-1), tf.argmax(labels, axis=-1)
+    if target != "binary":  # validate refuses the metric for other losses (specgen/kinds/metrics/accuracy.py)
+        raise ValueError(f"accuracy cannot read a {target!r} loss's labels")
     labels = tf.reshape(tf.cast(labels, tf.float32), tf.shape(logits))
     return tf.cast(logits > 0, tf.int64), tf.cast(labels > 0.5, tf.int64)
 
