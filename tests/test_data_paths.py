@@ -122,7 +122,8 @@ def test_a_shard_named_in_no_encoding_streams_and_skips_what_is_not_an_example(
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == ("data.train: skipped 2 of 10 records that do not parse or whose image does not decode "
-                        r"(skip_bad): caf\udce9.tfrecord record 3; caf\udce9.tfrecord record 7")
+                        r"(skip_bad): caf\udce9.tfrecord record 3; caf\udce9.tfrecord record 7 "
+                        "(the first: it is not a tf.train.Example)")
     assert r"files     1: caf\udce9.tfrecord" in lines
     assert "examples  8" in lines
     counts = np.bincount(np.delete(y, [3, 7]), minlength=10)  # the labels streamed: every kept record, once
@@ -137,6 +138,59 @@ def test_a_record_that_is_not_an_example_is_one_line(tmp_path: Path, capsys: pyt
     code, _, err = run_data(tmp_path, SOURCES["tfrecord"].replace("PATH", "s.tfrecord"), capsys)
     assert (code, err) == (1, "spec.yaml:12:21: error: data.train (s.tfrecord): cannot parse record 4: it is not a "
                               "tf.train.Example\n1 error found\n")
+
+
+def test_a_shard_of_bad_records_only_is_skipped_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every record of a read chunk bad (a whole shard of them, beside a good one): the chunk's kept records were an
+    empty list, which TensorFlow took for float indices (a traceback); now all three are skipped and counted."""
+    x, y = digits(10)
+    write_records(tmp_path / "r-0.tfrecord", [example(x[k], int(y[k])) for k in range(10)])
+    write_records(tmp_path / "r-1.tfrecord", [b"not an Example %d" % k for k in range(3)])
+    code, out, err = run_data(tmp_path, SOURCES["tfrecord"].replace("PATH", "'r-*.tfrecord'").replace(
+        "}}", "}, skip_bad: true}"), capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == ("data.train: skipped 3 of 13 records that do not parse or whose image does not decode "
+                        "(skip_bad): r-1.tfrecord record 0; r-1.tfrecord record 1; r-1.tfrecord record 2 (the first: "
+                        "it is not a tf.train.Example)")
+    assert "examples  10" in lines
+
+
+def _feature(values: list[Any]) -> Any:
+    import tensorflow as tf
+
+    if values and isinstance(values[0], int):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+
+@pytest.mark.parametrize(("x", "y", "why"), [
+    ([3] * 64, [1], "key 'x' holds an int64_list, and the spec reads it as a float_list: write the key as a "
+                    "float_list (tf.train.FloatList), or declare the input or label with an integer dtype"),
+    ([0.5] * 64, [1.0], "key 'y' holds a float_list, and the spec reads it as an int64_list: write the key as an "
+                        "int64_list (tf.train.Int64List), or declare the input or label float32"),
+    ([0.5] * 63, [1], "key 'x' holds 63 value(s), and the spec reads 64 (shape [8, 8, 1])"),
+    (None, [1], "it has no key 'x'"),
+])
+def test_a_key_the_spec_reads_otherwise_is_named_with_the_fix(tmp_path: Path, x: list[Any] | None, y: list[Any],
+                                                              why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Read from the record itself (its tf.train.Example), not TensorFlow's message: which key, what it holds, what
+    the spec reads, what to change. With skip_bad the first skipped record's reason is said with the count."""
+    import tensorflow as tf
+
+    a, b = digits(8)
+    good = [example(a[k], int(b[k])) for k in range(8)]
+    feature = {"y": _feature(y), **({} if x is None else {"x": _feature(x)})}
+    bad = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    write_records(tmp_path / "s.tfrecord", [*good[:2], bad, *good[2:]])
+    code, out, err = run_data(tmp_path, SOURCES["tfrecord"].replace("PATH", "s.tfrecord"), capsys)
+    assert (code, out, err) == (1, "", f"spec.yaml:12:21: error: data.train (s.tfrecord): cannot parse record 2: "
+                                       f"{why}\n1 error found\n")
+    code, out, err = run_data(tmp_path, SOURCES["tfrecord"].replace("PATH", "s.tfrecord").replace(
+        "}}", "}, skip_bad: true}"), capsys)
+    assert code == 0, err
+    assert out.splitlines()[0] == ("data.train: skipped 1 of 9 records that do not parse or whose image does not "
+                                   f"decode (skip_bad): s.tfrecord record 2 (the first: {why})")
 
 
 @pytest.mark.parametrize("kind", ["csv", "npz"])

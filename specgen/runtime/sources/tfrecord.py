@@ -204,11 +204,47 @@ def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
     return spec, parse
 
 
-def _unparsed(exc: Exception) -> str:
-    """Why a record does not parse: TensorFlow's reason, or that it is not a tf.train.Example at all."""
-    if isinstance(exc, UnicodeDecodeError) or "Could not parse example input" in str(exc):
-        return "it is not a tf.train.Example"  # TensorFlow's message goes on to quote the record's bytes
+def _unparsed(exc: Exception, record: bytes, spec: dict[str, Any]) -> str:
+    """Why a record does not parse: read from the record itself where it is a tf.train.Example (the key
+    missing, of the other list kind, of another length), else TensorFlow's reason."""
+    import tensorflow as tf
+
+    try:
+        example = tf.train.Example.FromString(record)
+    except Exception:  # protobuf's DecodeError: TensorFlow's message would quote the record's bytes
+        return "it is not a tf.train.Example"
+    for key, feature in spec.items():
+        if (why := _feature_problem(example, key, feature)) is not None:
+            return why
     return _reason(exc)
+
+
+# The tf.train.Example list each parsed dtype reads. A float input reads a float_list only: TensorFlow's
+# parser takes one list kind per key, and a writer that stored a float input as int64 disagrees with the spec
+# on every record, which skip_bad would otherwise take for damage one record at a time.
+_LISTS = {"float32": "float_list", "int64": "int64_list", "string": "bytes_list"}
+_FIX = {"float_list": "write the key as a float_list (tf.train.FloatList), or declare the input or label with an "
+                      "integer dtype",
+        "int64_list": "write the key as an int64_list (tf.train.Int64List), or declare the input or label float32",
+        "bytes_list": "write the encoded image as a bytes_list"}
+
+
+def _a(held: str | None) -> str:
+    return "no list" if held is None else f"{'an' if held[0] in 'aeiou' else 'a'} {held}"
+
+
+def _feature_problem(example: Any, key: str, feature: Any) -> str | None:
+    """What is wrong with one key of a parsed Example against the FixedLenFeature the spec reads it as."""
+    want = _LISTS[feature.dtype.name]
+    if key not in example.features.feature:
+        return f"it has no key '{key}'"
+    held = example.features.feature[key].WhichOneof("kind")
+    if held != want:
+        return f"key '{key}' holds {_a(held)}, and the spec reads it as {_a(want)}: {_FIX[want]}"
+    values, size = len(getattr(example.features.feature[key], held).value), int(np.prod(feature.shape))
+    if values != size:
+        return f"key '{key}' holds {values} value(s), and the spec reads {size} (shape {list(feature.shape)})"
+    return None
 
 
 def _reason(exc: Any) -> str:
@@ -252,6 +288,7 @@ class Scan:
         self.channels = {i.name: channels_of(i) for i in context.ir.inputs if i.name in self.pictures}
         self.count = self.total = 0
         self.skipped: dict[Path, list[int]] = {}
+        self.first_reason = ""  # why the first skipped record was skipped, said with the count
 
     def shard(self, shard: Path, where: str) -> None:
         """Frame one shard (framing.walk: no header may declare more than the file holds), then read it once
@@ -288,7 +325,8 @@ class Scan:
         if shown:
             skipped = sum(len(i) for i in self.skipped.values())
             print(f"data.{self.context.stage}: skipped {skipped} of {self.total} records that do not parse or whose "
-                  f"image does not decode (skip_bad): {'; '.join(shown)}{'; ...' if skipped > SHOWN else ''}")
+                  f"image does not decode (skip_bad): {'; '.join(shown)}{'; ...' if skipped > SHOWN else ''}"
+                  f"{self.first_reason}")
 
     def _skip(self, shard: Path, index: int) -> None:
         if index not in self.skipped.setdefault(shard, []):
@@ -331,16 +369,22 @@ class Scan:
             try:
                 tf.io.parse_single_example(records[offset], self.spec)
             except unparsed as exc:
+                if not self.model.skip_bad or not self.first_reason:
+                    why = _unparsed(exc, records[offset].numpy(), self.spec)
                 if not self.model.skip_bad:
                     raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
-                                            f"{_unparsed(exc)}") from None
+                                            f"{why}") from None
+                if not self.first_reason:
+                    self.first_reason = f" (the first: {why})"
                 bad.append(offset)
                 self._skip(shard, start + offset)
         if not bad:
             raise self.context.fail((self.context.kind,), f"{where}cannot parse records {start} to "
                                     f"{start + count - 1}") from None
         keep = [o for o in range(count) if o not in bad]
-        return tf.io.parse_example(tf.gather(records, keep), self.spec), start + np.array(keep, np.int64)
+        # int64 indices: an empty list (every record of the chunk bad) would otherwise become float32 ones
+        kept = tf.gather(records, tf.constant(keep, tf.int64))
+        return tf.io.parse_example(kept, self.spec), start + np.array(keep, np.int64)
 
     def _images(self, encoded: tf.Tensor, channels: int, where: Callable[[int], str]) -> np.ndarray:
         """Which encoded images pass their header check and decode; the others are an error, or skipped."""
