@@ -16,7 +16,7 @@ from specgen.cli import main
 from specgen.kinds.ops import REGISTRY
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.paths import shown
-from specgen.spec.yaml_source import MAX_FILE_BYTES
+from specgen.spec.yaml_compose import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from specgen.cli import main
 from specgen.diagnostics import MAX_ECHO, MAX_MESSAGE, MAX_PER_FILE, Diagnostic, SpecError, describe, quoted
-from specgen.spec import yaml_source
+from specgen.spec import yaml_compose, yaml_source
 from specgen.spec.load import load_spec, load_spec_text
 from specgen.spec.overrides import parse_override
-from specgen.spec.yaml_source import MAX_DEPTH, MAX_FILE_BYTES, max_nesting, offset_position, parse_yaml
+from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, max_nesting
+from specgen.spec.yaml_source import offset_position, parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "specgen: 1\nname: deep\ndoc: "  # the nested value starts at 3:6
@@ -74,7 +75,7 @@ def test_the_depth_limit_is_exact_and_the_same_on_both_paths(monkeypatch: pytest
     for text in cases:
         results = []
         for gate in (10**9, 0):  # never / always check the events before composing
-            monkeypatch.setattr(yaml_source, "C_SAFE_DEPTH", gate)
+            monkeypatch.setattr(yaml_compose, "C_SAFE_DEPTH", gate)
             try:
                 parse_yaml(text, "t.yaml")
                 results.append("ok")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import yaml
 
 from specgen.diagnostics import Position
-from specgen.spec.yaml_source import FAST_LOADER, _compose, parse_yaml
+from specgen.spec.yaml_compose import FAST_LOADER, compose
+from specgen.spec.yaml_source import parse_yaml
 
 # YAML 1.1 scalars whose tag depends on their exact text and quoting.
 SCALARS = ["yes", "No", "on", "~", "null", "1e-3", "1.0e-3", "0x1F", "0o17", "017", "1_000", ".inf", "-.Inf",
@@ -27,7 +28,7 @@ def test_cached_tags_equal_pyyaml_safe_loader() -> None:
     expected = _tags(yaml.compose(text, Loader=yaml.SafeLoader))
     assert FAST_LOADER is not None  # the wheel of PyYAML on every supported platform ships libyaml
     for _ in range(2):
-        assert _tags(_compose(text)) == expected
+        assert _tags(compose(text)) == expected
     data, _ = parse_yaml(text, "t.yaml")
     assert data == yaml.load(text, Loader=yaml.SafeLoader)
 

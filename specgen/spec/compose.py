@@ -24,7 +24,8 @@ from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_orphans, error_at, merge, node, received
-from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document, read_spec_text
+from specgen.spec.spec_file import read_spec_text
+from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document
 
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3
 MAX_FILES = 64  # distinct files one spec may be composed of

@@ -10,28 +10,22 @@ alias bombs.
 Every bound holds before the work it limits: the file is checked to be a regular file and
 read only up to the size limit; nesting is checked before libyaml's composer (which recurses
 in C and would overflow the stack, killing the process) ever sees a deep document; aliases
-are counted while they are expanded. `--set` values go through the same code (`parse_value`).
+are counted while they are expanded (the file: spec_file.py; the composer's bounds: yaml_compose.py).
+`--set` values go through the same code (`parse_value`).
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml import events
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
+from specgen.spec.spec_file import read_spec_text
+from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
 
-MAX_FILE_BYTES = 1 << 20  # a spec is a few kilobytes; a megabyte is already absurd
 MAX_NODES = 100_000  # values visited after alias expansion
-MAX_DEPTH = 64  # nesting of mappings and lists (and `<<` merges); a spec needs about 5
-# libyaml's composer recurses in C, about 370 bytes of stack a level (an 8 MiB stack overflows
-# near 22,000 levels). A text that provably nests less than this is composed directly; any
-# other is first checked level by level on the parser's (iterative) event stream.
-C_SAFE_DEPTH = 1000
 # Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
 STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
                                                     "timestamp", "binary", "merge")}
@@ -85,7 +79,7 @@ class SourceMap:
                 return None
             value, key_node = self._child(value, part)
         target = key_node if key and key_node is not None else value
-        return None if target is None else _position(target)
+        return None if target is None else mark_position(target)
 
     def _child(self, node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node | None]:
         """(value node, key node) of one step."""
@@ -153,12 +147,6 @@ def _constructor_problem(node: yaml.Node, exc: Exception) -> str:
     return f"invalid YAML value: {quoted(node.value)} is not a valid {tag}"
 
 
-def _position(node: yaml.Node | yaml.Event) -> Position:
-    mark = node.start_mark
-    assert mark is not None  # the loader marks every node and event it makes (PyYAML types the mark optional)
-    return Position(mark.line + 1, mark.column + 1)
-
-
 class _Converter:
     """Turns a composed node tree into Python values, bounding alias expansion and depth."""
 
@@ -172,7 +160,7 @@ class _Converter:
     def convert(self, node: yaml.Node, depth: int = 0) -> Any:
         self.visited += 1
         if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
-            raise SpecError([Diagnostic(self.source.path, _position(self.top or node),
+            raise SpecError([Diagnostic(self.source.path, mark_position(self.top or node),
                                         f"the document expands to more than {MAX_NODES} values through aliases "
                                         "(a YAML alias bomb?); write the values out or use fewer aliases")])
         if depth > MAX_DEPTH:
@@ -241,187 +229,13 @@ class _Converter:
                 result.setdefault(key, value)
 
     def _error(self, node: yaml.Node, message: str) -> Diagnostic:
-        return Diagnostic(self.source.path, _position(node), message)
+        return Diagnostic(self.source.path, mark_position(node), message)
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
     """Parse one YAML file into plain values and its source map, or raise SpecError."""
     shown = display or str(path)
     return parse_yaml(read_spec_text(path, shown), shown)
-
-
-def read_spec_text(path: Path, shown: str) -> str:
-    """The text of a regular file of at most MAX_FILE_BYTES, or SpecError.
-
-    `stat` then `read_text` would read `/dev/zero` until memory runs out and block forever on a
-    FIFO: open without blocking, require a regular file on the open descriptor (no race with a
-    rename), and read at most one byte past the limit whatever the file claims its size is.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _file_error(shown, f"cannot read the spec: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        kind = _file_kind(info.st_mode)
-        if kind is not None:
-            raise _file_error(shown, f"the spec path is {kind}, not a regular file")
-        data = _read_at_most(fd, MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise _file_error(shown, f"cannot read the spec: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise _file_error(shown, f"the file is {max(info.st_size, len(data))} bytes; specs are limited to "
-                          f"{MAX_FILE_BYTES} bytes (is this really a spec?)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _file_error(shown, f"the file is not UTF-8 text: {exc.reason}") from None
-    # Universal newlines, as `read_text` gave: values never hold a '\r' from Windows line ends.
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
-def _file_kind(mode: int) -> str | None:
-    """None for a regular file, else what the path is, for the message."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def _file_error(shown: str, message: str) -> SpecError:
-    return SpecError([Diagnostic(shown, None, message)])
-
-
-_SCALAR_TAGS: dict[tuple[str, tuple[bool, bool]], str] = {}
-
-
-class _TagCache:
-    """Resolver shortcuts for the safe loaders; the composed nodes are the same.
-
-    PyYAML resolves each plain scalar's tag with a handful of regular expressions, in Python,
-    called back from libyaml; specs repeat the same scalars (op names, `same`, sizes), so the
-    tag of each (value, style) is kept. Path resolvers are never registered, so descending and
-    ascending them is a no-op. Together this halves composing a spec.
-    """
-
-    LIMIT = 4096  # distinct scalars remembered per process
-    LONGEST = 64  # characters: names and numbers repeat, long text does not (and would be kept alive)
-
-    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        # The ignores below (misc): a mixin, whose super() is the loader's Resolver (PyYAML's stubs leave it untyped)
-        if kind is not yaml.ScalarNode:
-            resolved: str = super().resolve(kind, value, implicit)  # type: ignore[misc]
-            return resolved
-        key = (value, implicit)
-        tag = _SCALAR_TAGS.get(key)
-        if tag is None:
-            tag = super().resolve(kind, value, implicit)  # type: ignore[misc]
-            if len(_SCALAR_TAGS) < self.LIMIT and len(value) <= self.LONGEST:
-                _SCALAR_TAGS[key] = tag
-        return tag
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        pass
-
-    def ascend_resolver(self) -> None:
-        pass
-
-
-class _SafeLoader(_TagCache, yaml.SafeLoader):
-    pass
-
-
-FAST_LOADER: type | None = None  # libyaml: the same nodes and marks, 5-7x faster than PyYAML's parser
-if hasattr(yaml, "CSafeLoader"):
-    class _CSafeLoader(_TagCache, yaml.CSafeLoader):
-        pass
-
-    FAST_LOADER = _CSafeLoader
-
-
-def _compose(text: str, display: str = "<yaml>") -> yaml.Node | None:
-    """Compose with libyaml when present; on a syntax error, again in Python for PyYAML's messages.
-
-    Nesting is bounded first: libyaml's composer recurses in C and a deep enough document
-    kills the process; PyYAML's recurses in Python and ends in RecursionError without a position.
-    """
-    if FAST_LOADER is not None:
-        try:
-            if max_nesting(text) > C_SAFE_DEPTH:
-                check_depth(text, display, FAST_LOADER)
-            return yaml.compose(text, Loader=FAST_LOADER)
-        except yaml.YAMLError:
-            pass
-    try:
-        return yaml.compose(text, Loader=_SafeLoader)
-    except RecursionError:
-        pass
-    check_depth(text, display, _SafeLoader)  # raises at the first node too deep, with its position
-    raise SpecError([Diagnostic(display, None, f"the document nests more than {MAX_DEPTH} levels deep")])
-
-
-def max_nesting(text: str) -> int:
-    """An upper bound on how deeply `text` can nest collections, from a few C-speed string scans.
-
-    Flow collections nest only through '[' and '{' (a flow sequence adds at most one implicit
-    mapping per '['); block collections only by indenting further, at most two levels (a mapping
-    and a sequence inside it) per column. Normal specs stay far below C_SAFE_DEPTH; a text that
-    does not gets the exact check.
-    """
-    brackets = text.count("[") + text.count("{")
-    longest_line = max(map(len, text.split("\n")))  # only '\n': other breaks make lines shorter
-    return 2 * brackets + 2 * (longest_line + 1)
-
-
-_OPEN = (events.MappingStartEvent, events.SequenceStartEvent)
-_CLOSE = (events.MappingEndEvent, events.SequenceEndEvent)
-_NODE = (events.ScalarEvent, events.AliasEvent, *_OPEN)
-
-
-def check_depth(text: str, display: str, loader: type) -> None:
-    """Raise SpecError at the first node nested more than MAX_DEPTH levels, reading the parser's
-    events, which needs no recursion. Levels count as in `_Converter` (the top-level node is
-    level 0; scalar mapping keys are not checked), so both report the same node."""
-    parser = loader(text)
-    try:
-        open_items: list[int] = []  # per open collection: -1 for a sequence, else nodes read in the mapping
-        while parser.check_event():
-            event = parser.get_event()
-            if isinstance(event, _CLOSE):
-                open_items.pop()
-            elif isinstance(event, _NODE):
-                in_mapping = bool(open_items) and open_items[-1] >= 0
-                scalar_key = in_mapping and open_items[-1] % 2 == 0 and isinstance(event, events.ScalarEvent)
-                if len(open_items) > MAX_DEPTH and not scalar_key:
-                    raise SpecError([Diagnostic(display, _position(event),
-                                                f"the document nests more than {MAX_DEPTH} levels deep")])
-                if in_mapping:
-                    open_items[-1] += 1
-                if isinstance(event, _OPEN):
-                    open_items.append(0 if isinstance(event, events.MappingStartEvent) else -1)
-    finally:
-        parser.dispose()
 
 
 def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
@@ -447,7 +261,7 @@ def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
         raise SpecError([Diagnostic(display, None, f"the text is {len(text)} characters; specs are limited "
                                     f"to {MAX_FILE_BYTES} (is this really a spec?)")])
     try:
-        root = _compose(text, display)
+        root = compose(text, display)
     except yaml.YAMLError as exc:
         raise SpecError([Diagnostic(display, _error_position(exc, text), f"invalid YAML: {_problem(exc)}")]) from None
     source = SourceMap(display, root)

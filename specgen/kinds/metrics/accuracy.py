@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from specgen.kinds.metrics.base import MetricDef
 
-
 # The label forms accuracy can read: specgen/runtime/lib/metrics.py `_predicted_and_true` compares the
 # arg-max for a softmax (integer or one-hot labels) and logit > 0 against label > 0.5 for sigmoid logits.
 # A regression loss (huber included) has neither classes nor logits: its predictions are values, and
