@@ -6,8 +6,10 @@ unrolled (one input projection for every step, then straight-line cell math); an
 included, runs in a tf.while_loop as Keras' backend.rnn does, so the graph does not grow with the sequence.
 Both were chosen by measurement (bench/recurrent_step.py; bench/RESULTS.md "Sequence models").
 go_backwards reads the sequence reversed and returns outputs in reading order (Keras').
-A mask ([batch, time] bool, runtime/lib/masks.py) works as in Keras: at a masked step every state keeps its
-previous value, so the output there repeats the last real one (zeros before the first).
+A mask ([batch, time] bool, runtime/lib/masks.py) works as in Keras' backend.rnn: at a masked step every state
+keeps its previous value and the output repeats the previous step's output, carried apart from the states and
+starting at zeros: before the first real step it is zeros even when initial_state is not (the states hold it
+there), and a row with no real step returns zeros as its output and its initial states as its states.
 """
 
 from __future__ import annotations
@@ -37,16 +39,25 @@ def _keep(new: tuple[tf.Tensor, ...], old: tuple[tf.Tensor, ...], keep: tf.Tenso
     return tuple(tf.where(keep[:, None], n, o) for n, o in zip(new, old, strict=True))
 
 
+def _output(new: tuple[tf.Tensor, ...], previous: tf.Tensor, keep: tf.Tensor | None) -> tf.Tensor:
+    """A step's output: the cell's (its new h) at a real step, the previous step's output at a masked one;
+    not the kept state, which holds initial_state until the first real step, where Keras' output is zeros."""
+    return new[0] if keep is None else tf.where(keep[:, None], new[0], previous)
+
+
 def _unrolled(step: Step, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
               return_sequences: bool) -> tuple[tf.Tensor, States]:
     """Short fixed lengths as straight-line ops: no loop frame, TensorArray or per-iteration bookkeeping,
     which at 8 steps of a small layer cost more than the cell math (forward and gradient alike)."""
     state, outputs = initial, []
+    # The previous step's output: masked, Keras' zeros before the first step; unmasked, every step sets it.
+    output = tf.zeros_like(initial[0]) if mask is not None else initial[0]
     keeps = tf.unstack(mask) if mask is not None else [None] * elems.shape[1]
     for z, keep in zip(tf.unstack(elems, axis=1), keeps, strict=True):  # batch-major: no transpose copy
-        state = _keep(step(state, z), state, keep)
-        outputs.append(state[0])
-    return (tf.stack(outputs, axis=1) if return_sequences else state[0]), state
+        new = step(state, z)
+        output, state = _output(new, output, keep), _keep(new, state, keep)
+        outputs.append(output)
+    return (tf.stack(outputs, axis=1) if return_sequences else output), state
 
 
 def _looped(step: Step, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple[tf.Tensor, ...],
@@ -55,19 +66,28 @@ def _looped(step: Step, elems: tf.Tensor, mask: tf.Tensor | None, initial: tuple
     swap_memory). Unlike tf.scan it stores only the output, not every state, and none when only the last
     output is returned. Each step projects its own input inside the loop (Keras' implementation 2): measured
     faster, forward and gradient, than one projection before the loop, whose [time, batch, gates*units]
-    result (4x the units wide) has to be copied into and, for the gradient, out of TensorArrays."""
+    result (4x the units wide) has to be copied into and, for the gradient, out of TensorArrays.
+    Masked, the loop also carries the previous step's output (starting at zeros) ahead of the states;
+    unmasked, the output is the new h, states[0]."""
     steps = tf.shape(elems)[0]
     inputs = tf.TensorArray(elems.dtype, size=steps).unstack(elems)
     masks = tf.TensorArray(tf.bool, size=steps).unstack(mask) if mask is not None else None
     outputs = tf.TensorArray(elems.dtype, size=steps if return_sequences else 1)
+    previous = (tf.zeros_like(initial[0]),) if masks is not None else ()
 
-    def body(t: tf.Tensor, outputs: tf.TensorArray, *state: tf.Tensor) -> tuple[tf.Tensor | tf.TensorArray, ...]:
-        new = _keep(step(state, project(inputs.read(t))), state, masks.read(t) if masks is not None else None)
-        return (t + 1, outputs.write(t, new[0]) if return_sequences else outputs, *new)
+    def body(t: tf.Tensor, outputs: tf.TensorArray, *carried: tf.Tensor) -> tuple[tf.Tensor | tf.TensorArray, ...]:
+        state = carried[len(previous):]
+        keep = masks.read(t) if masks is not None else None
+        new = step(state, project(inputs.read(t)))
+        output = _output(new, carried[0], keep)
+        kept = (output, *_keep(new, state, keep)) if keep is not None else new
+        return (t + 1, outputs.write(t, output) if return_sequences else outputs, *kept)
 
-    _, outputs, *state = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), outputs, *initial),
-                                       maximum_iterations=steps, parallel_iterations=32, swap_memory=True)
-    return (tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else state[0]), tuple(state)
+    start = (tf.constant(0), outputs, *previous, *initial)
+    _, outputs, *carried = tf.while_loop(lambda t, *_: t < steps, body, start, maximum_iterations=steps,
+                                         parallel_iterations=32, swap_memory=True)
+    last = carried[0]  # the last output, masked or not (unmasked, it is h: the first state)
+    return (tf.transpose(outputs.stack(), [1, 0, 2]) if return_sequences else last), tuple(carried[len(previous):])
 
 
 def _run(x: tf.Tensor, kernel: tf.Variable, bias: tf.Tensor | None, step: Step, initial: tuple[tf.Tensor, ...],
