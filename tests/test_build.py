@@ -196,3 +196,24 @@ def test_parallel_build_with_one_bad_spec_writes_nothing(tmp_path: Path, capsys:
     assert not (tmp_path / "out").exists()
     err = capsys.readouterr().err
     assert f"{bad}:" in err and "unknown op 'flaten'; did you mean 'flatten'?" in err
+
+
+
+# `one` is read only inside the If's then-branch, `axes` by no node; `flag` decides the branch.
+UNREAD = """g (float[2] x, bool flag) => (float[2] y)
+<int64[1] axes = {0}, float[1] one = {1.0}>
+{
+  y = If (flag) <then_branch = t () => (float[2] z) {z = Add (x, one)}, else_branch = e () => (float[2] w) {w = Identity (x)}>
+}
+"""
+
+
+@pytest.mark.parametrize(("text", "unread"), [(UNREAD, ["axes"]),
+                                              (UNREAD.replace("int64[1] axes = {0}, ", ""), [])])
+def test_an_initializer_no_node_reads_is_found_through_subgraphs(text: str, unread: list[str]) -> None:
+    """Each op's plan makes only the constants its chosen nodes read (onnxruntime warns about each other one at
+    every session start, and they are bytes for nothing): render/files.py refuses a generated graph with one, so
+    every build and every op case checks it. A read inside a subgraph counts."""
+    from specgen.render.files import _unread_initializers
+
+    assert _unread_initializers(onnx.parser.parse_graph(text)) == unread

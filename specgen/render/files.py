@@ -85,7 +85,27 @@ def onnx_model(text: str, ir: ModelIR) -> onnx.ModelProto:
         onnx.checker.check_model(model, full_check=True)
     except onnx.checker.ValidationError as exc:
         raise RenderError(f"generated ONNX graph fails onnx.checker: {exc}") from exc
+    if unread := _unread_initializers(model.graph):
+        raise RenderError(f"generated ONNX graph holds initializers no node reads: {', '.join(unread[:5])}")
     return model
+
+
+def _unread_initializers(graph: onnx.GraphProto) -> list[str]:
+    """Initializers neither a node (or a subgraph's node) nor a graph output reads. The checker allows them, but
+    onnxruntime warns about each at every session start and they are bytes for nothing: each op's plan makes only
+    the constants its chosen nodes read, and this holds it to that."""
+    read = {name for node in _nodes(graph) for name in node.input} | {o.name for o in graph.output}
+    return [i.name for i in graph.initializer if i.name not in read]
+
+
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attribute in node.attribute:
+            for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                found.extend(_nodes(sub))
+    return found
 
 
 def render_train_py(ir: ModelIR) -> str:

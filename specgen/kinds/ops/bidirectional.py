@@ -108,12 +108,14 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     if p["return_state"]:  # Y_h / Y_c [2, batch, units] split into the halves' states
         found["states"] = recurrent.ONNX_STATE
         found["state_axes"] = ctx.constant(f"{name}___state_axes", [0])
-    if p["return_sequences"]:  # Y [time, 2, batch, units]
-        found["axes"] = ctx.constant(f"{name}___axes", [1])
-        found["concat_shape"] = ctx.constant(f"{name}___shape", [0, 0, -1])
-    else:  # Y_h [2, batch, units]
-        found["axes"] = ctx.constant(f"{name}___axes", [0])
-        found["concat_shape"] = ctx.constant(f"{name}___shape", [0, -1])
+    # Only the constants the template's chosen nodes read (render/files.py refuses unread initializers): the
+    # direction axis for merge none and the reductions, the flat shape for concat; masked sequences are merged
+    # by templates/onnx/masks.onnx.j2 on their own axis.
+    merge, masked_sequences = p["merge_mode"], p["return_sequences"] and any(node.input_masks)
+    if merge == "none" or (merge != "concat" and not masked_sequences):
+        found["axes"] = ctx.constant(f"{name}___axes", [1 if p["return_sequences"] else 0])  # Y [time, 2, ...]
+    if merge == "concat":  # Y_h [2, batch, units]
+        found["concat_shape"] = ctx.constant(f"{name}___shape", [0, 0, -1] if p["return_sequences"] else [0, -1])
     return found
 
 

@@ -216,7 +216,9 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
         found["pads"] = ctx.constant(f"{name}___pads", [0, 0, 0, gates * p["units"]])
     if p["return_sequences"]:
         found["squeeze"] = ctx.constant(f"{name}___axes", [1])  # Y [time, 1, batch, units]
-        if p["go_backwards"]:  # ONNX's reverse direction writes Y in input order; Keras in reading order
+        # ONNX's reverse direction writes Y in input order; Keras in reading order. Masked, the mask's own
+        # placing of the outputs flips them (render/mask_plan.py), and unused constants make onnxruntime warn.
+        if p["go_backwards"] and not any(node.input_masks):
             found["flip"] = [ctx.constant(f"{name}___{k}", [v]) for k, v in
                              (("starts", -1), ("ends", -(2**63)), ("flip_axes", 0), ("steps", -1))]
     else:
