@@ -343,3 +343,69 @@ def test_weights_the_file_lacks_are_refused_and_the_restore_is_strict(tmp_path: 
     assert "lacking.keras (strict): no key for 1 of the model's variables ('emb/embeddings'); restore them from it, " \
            "or name them in this entry's exclude to keep their initializers" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_normalization_over_no_axis_imports_its_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Normalization(axis=None, mean=, variance=): one mean and one variance for every element, the spec's scalar
+    normalize (the import said "argument axis: received []"); the export equals model.predict. An adapted one keeps
+    them as weights of shape (), which per-channel variables cannot restore: refused, saying so."""
+    import onnxruntime as ort
+
+    layers = keras.layers
+    x = keras.Input((4, 3), name="x")
+    model = keras.Model(x, layers.Normalization(axis=None, mean=0.3, variance=2.0, name="norm")(x))
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    assert yaml.safe_load(spec.read_text())["layers"] == [{"name": "norm", "op": "normalize", "mean": 0.3,
+                                                           "variance": 2.0}]
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 0
+    feeds = {"x": np.random.default_rng(0).standard_normal((5, 4, 3)).astype(np.float32) * 3}
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours, theirs = session.run(None, feeds)[0], model.predict(feeds["x"], verbose=0)
+    assert float(np.abs(ours - theirs).max() / np.abs(theirs).max()) < RTOL
+
+    adapted = layers.Normalization(axis=None, name="norm")
+    adapted.adapt(feeds["x"])
+    err = refusal(tmp_path, keras.Model(x, adapted(x)), capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'norm' (Normalization): argument axis=[] cannot be expressed in "
+        "a spec (axis=None (one mean and variance for every element) imports only with fixed mean= and variance= "
+        "numbers; an adapted layer keeps them as scalar weights, which the spec's per-channel variables cannot "
+        "restore: adapt it with axis=-1, or pass the adapted values as mean= and variance=)", "1 error found"]
+
+
+def test_batch_norm_momentum_zero_imports(tmp_path: Path) -> None:
+    """Keras takes BatchNormalization(momentum=0) (the moving statistics become the last batch's); the spec's
+    batch_norm refused it ("expected a value > 0.0"). tests/test_norms_ops.py checks a training step."""
+    layers = keras.layers
+    x = keras.Input((5,), name="x")
+    model = keras.Model(x, layers.BatchNormalization(momentum=0.0, name="bn")(layers.Dense(4, name="fc")(x)))
+    randomize(model)
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    assert yaml.safe_load(spec.read_text())["layers"][1]["momentum"] == 0.0
+    feeds = {"x": np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)}
+    assert compare(spec, tmp_path, model, feeds) < RTOL
+
+
+def test_tensor_call_arguments_are_named_by_their_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused call argument that holds tensors names the layers that make them, not a truncated dict of Keras'
+    tensor reference ("call argument 'initial_state' ([{'class_name': '__keras_tensor__', 'config': {'shape': ...")."""
+    layers = keras.layers
+    ids, context = keras.Input((None,), dtype="int32", name="ids"), keras.Input((3,), name="context")
+    seq, start = layers.Embedding(9, 4, name="emb")(ids), layers.Dense(3, name="start")(context)
+    bad = tmp_path / "bad.keras"
+    err = refusal(tmp_path, keras.Model({"ids": ids, "context": context},
+                                        layers.Bidirectional(layers.GRU(3), name="bi")(seq, initial_state=[start, start])),
+                  capsys)
+    assert err.splitlines() == [
+        f"{bad}: error: Keras layer 'bi' (Bidirectional): call argument 'initial_state' ([the output of 'start' "
+        "(Dense), the output of 'start' (Dense)]) cannot be expressed", "1 error found"]
+    err = refusal(tmp_path, keras.Model({"ids": ids, "context": context},
+                                        layers.GRU(3, name="gru")(seq, initial_state=[start, start, start])), capsys)
+    assert err.splitlines() == [
+        f"{bad}: error: Keras layer 'gru' (GRU): call argument 'initial_state' is [the output of 'start' (Dense), the "
+        "output of 'start' (Dense), the output of 'start' (Dense)]: a recurrent layer starts from one or two states "
+        "(LSTM's state_h and state_c)", "1 error found"]

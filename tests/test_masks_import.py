@@ -162,3 +162,105 @@ def test_a_mask_specgen_would_not_make_is_refused(tmp_path: Path, capsys: pytest
         f"{tmp_path / 'bad.keras'}: error: Keras layer 'enc' (LSTM): Keras hands it the mask argument 'mask' made "
         "from the ids 'other', where the spec's mask rules give no mask: a mask specgen would not make cannot be "
         "imported (docs/spec.md, Masks)", "1 error found"]
+
+
+def onnx_against_predict(spec: Path, tmp_path: Path, model: Any, feeds: dict[str, np.ndarray]) -> float:
+    """`specgen export` of the imported spec (restored from the .keras file), run by onnxruntime: the largest
+    difference from `model.predict` over every output, relative to that output's largest value."""
+    import onnxruntime as ort
+
+    from specgen.cli import main
+
+    assert main(["export", str(spec), "-o", str(tmp_path / "out")]) == 0
+    session = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    theirs = model.predict(feeds, verbose=0)
+    theirs = theirs if isinstance(theirs, dict) else dict(zip(model.output_names, theirs, strict=True))
+    return max(float(np.abs(ours - theirs[name]).max() / np.abs(theirs[name]).max())
+               for name, ours in zip(names, session.run(names, feeds), strict=True))
+
+
+def initial_state_model(explicit_mask: bool = False) -> Any:
+    """A masked embedding read by a GRU and an LSTM that start from states made of another input."""
+    layers = keras.layers
+    ids, context = masked_input(), keras.Input((4,), name="context")
+    h = layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
+    mask = {"mask": keras.ops.not_equal(ids, 0)} if explicit_mask else {}
+    start = layers.Dense(3, activation="tanh", name="start")(context)
+    cell = layers.Dense(3, name="cell")(context)
+    outputs = {"gru": layers.GRU(3, name="gru")(h, initial_state=[start], **mask),
+               "lstm": layers.LSTM(3, name="lstm")(h, initial_state=[start, cell], **mask)}
+    model = keras.Model({"ids": ids, "context": context}, outputs)
+    randomize(model)
+    return model
+
+
+def test_a_recurrent_call_with_initial_state_runs_unmasked_as_in_keras(tmp_path: Path) -> None:
+    """Keras 3 fills in a layer's mask= only for a call with one tensor argument (Layer.__call__), so a GRU or
+    LSTM called with initial_state= runs over the padded steps as data. The import wrote mask_zero: true and the
+    spec masked them (0.7 off on trailing padding); the mask reaches no other layer, so the spec is written
+    without it, the header says why, and the export equals model.predict on every padding."""
+    model = initial_state_model()
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    text = spec.read_text()
+    assert "mask_zero" not in yaml.safe_load(text)["layers"][0]
+    assert "#   Embedding mask_zero=True (Keras runs 'gru' (GRU) without it, as that call passes initial_state too; " \
+           "Keras runs 'lstm' (LSTM) without it, as that call passes initial_state too; Keras 3 fills in mask= only " \
+           "for a call with one tensor argument, and no other layer uses the mask, so it changes no output): emb\n" \
+           in text
+    feeds = {"ids": PADDED, "context": np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)}
+    assert onnx_against_predict(spec, tmp_path, model, feeds) < RTOL
+
+
+def test_a_mask_passed_with_initial_state_is_imported(tmp_path: Path) -> None:
+    """The refusal's first fix: the mask passed in the call (`mask=keras.ops.not_equal(ids, 0)`) is recorded,
+    Keras masks the layer, and the spec's mask_zero gives the same steps."""
+    model = initial_state_model(explicit_mask=True)
+    model.save(tmp_path / "m.keras")
+    spec = tmp_path / "m.yaml"
+    assert run_import(tmp_path / "m.keras", "-o", spec) == 0
+    assert yaml.safe_load(spec.read_text())["layers"][0]["mask_zero"] is True
+    feeds = {"ids": PADDED, "context": np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)}
+    assert compare(spec, tmp_path, model, feeds) < RTOL
+
+
+def test_a_recurrent_call_with_initial_state_whose_mask_another_layer_uses_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With return_sequences Keras still passes the mask on (the output mask is computed from the first input's),
+    so the pooling after the unmasked GRU is masked: a spec cannot mask one and not the other."""
+    layers = keras.layers
+    ids, context = masked_input(), keras.Input((4,), name="context")
+    h = layers.Embedding(12, 5, mask_zero=True, name="emb")(ids)
+    seq = layers.GRU(3, return_sequences=True, name="gru")(h, initial_state=[layers.Dense(3, name="start")(context)])
+    err = refusal(tmp_path, keras.Model({"ids": ids, "context": context}, layers.GlobalAveragePooling1D(name="pool")(seq)),
+                  capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'gru' (GRU): Keras 3 runs this call without the padding mask "
+        "(mask_zero=True) of its input, made from the ids 'ids': it fills in mask= only for a call with one tensor "
+        "argument, and this call passes initial_state too; the spec's gru would read the mask, and it cannot be left "
+        "out of the spec since 'pool' (GlobalAveragePooling1D) uses it (docs/import.md, Masks): pass the mask in the "
+        "Keras call (mask=keras.ops.not_equal(ids, 0)) to mask this layer in Keras too, or feed it a tensor without "
+        "the mask (an Embedding of its own without mask_zero)", "1 error found"]
+
+
+def test_masks_of_other_kinds_are_refused_by_the_layer_that_makes_them(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Masking layer is refused by its own name, and a mask the model computes itself names the layer that makes
+    it, not a truncated dict of the tensor reference."""
+    layers = keras.layers
+    x = keras.Input((6, 2), name="x")
+    err = refusal(tmp_path, keras.Model(x, layers.LSTM(2, name="enc")(layers.Masking(0.0, name="pad")(x))), capsys)
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'pad' (Masking): refused: its mask (the steps whose features all "
+        "equal mask_value) is not an Embedding(mask_zero=True)'s padding mask, the only mask specgen imports "
+        "(docs/import.md, Masks); remove the Masking layer, or feed token ids through Embedding(mask_zero=True)",
+        "1 error found"]
+    mask = keras.ops.any(keras.ops.not_equal(x, 0.0), axis=-1)
+    err = refusal(tmp_path, keras.Model(x, layers.LSTM(2, name="enc")(x, mask=mask)), capsys)
+    any_layer = err.split("the output of '")[1].split("'")[0]  # Keras numbers its operation layers: any, any_1, ...
+    assert err.splitlines() == [
+        f"{tmp_path / 'bad.keras'}: error: Keras layer 'enc' (LSTM): call argument 'mask' is the output of "
+        f"'{any_layer}' (Any), a mask other than an Embedding(mask_zero=True)'s: specgen imports only those padding "
+        "masks and their merges, which it derives itself (docs/import.md, Masks)", "1 error found"]

@@ -174,3 +174,36 @@ def test_positioned_errors(layer: str, expected: str, tmp_path: Path, capsys: py
     assert main(["validate", str(path)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].endswith(f"spec.yaml:{expected}"), err
+
+
+def test_momentum_zero_keeps_the_last_batch_statistics_as_keras(tmp_path: Path) -> None:
+    """batch_norm momentum: 0 (Keras' BatchNormalization(momentum=0), refused before): after one training step the
+    moving statistics are that batch's mean and (biased) variance, as Keras' after one step in training mode."""
+    keras = pytest.importorskip("keras")
+    from test_training_numerics import build, train_step  # sibling module, by bare name as CI runs it
+
+    layers = [{"name": "fc", "op": "dense", "input": "x", "units": 4},
+              {"name": "bn", "op": "batch_norm", "momentum": 0.0, "epsilon": 0.001},
+              {"name": "out", "op": "dense", "units": 3}]
+    doc = {"specgen": 1, "name": "bn0", "inputs": {"x": {"shape": [6]}}, "outputs": {"logits": "out"},
+           "layers": layers, "optimizers": {"all": {"kind": "sgd", "learning_rate": 0.1}}, "train": {"batch_size": 8},
+           "loss": {"kind": "sparse_softmax_cross_entropy", "logits": "logits", "labels": "label"}}
+    built = build(tmp_path, doc)
+    ours = built.model.variables_by_path()
+    fc, bn = keras.layers.Dense(4, name="fc"), keras.layers.BatchNormalization(momentum=0.0, epsilon=0.001, name="bn")
+    inputs = keras.Input((6,))
+    keras_model = keras.Model(inputs, keras.layers.Dense(3, name="out")(bn(fc(inputs))))
+    theirs = {w.path: w for w in keras_model.weights}
+    rng = np.random.default_rng(0)
+    for path, variable in ours.items():  # statistics far from their initial values: a momentum > 0 would show
+        value = rng.standard_normal(tuple(variable.shape)).astype(np.float32)
+        value = np.abs(value) + 0.5 if "variance" in path else value
+        variable.assign(value)
+        theirs[path].assign(value)
+    x = rng.standard_normal((8, 6)).astype(np.float32) * 2 + 1
+    hidden = keras_model.get_layer("fc")(x).numpy()  # the batch the statistics come from (fc before the step)
+    keras_model(x, training=True)  # Keras' update: one forward pass in training mode
+    train_step(built.trainer, x, rng.integers(0, 3, 8).astype(np.int64))
+    for name, want in (("moving_mean", hidden.mean(axis=0)), ("moving_variance", hidden.var(axis=0))):
+        np.testing.assert_allclose(ours[f"bn/{name}"].numpy(), theirs[f"bn/{name}"].numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(ours[f"bn/{name}"].numpy(), want, rtol=1e-5, atol=1e-6)

@@ -142,9 +142,24 @@ def rescale(a: Args, shapes: Shapes) -> dict[str, Any]:
 
 
 def normalize(a: Args, shapes: Shapes) -> dict[str, Any]:
-    _last_axis(a, "axis", len(shapes[0]))
+    """Keras' Normalization over the last axis, or over none (axis=None, saved as []: one mean and one variance
+    for every element). axis=None with fixed mean= and variance= (numbers: Keras refuses more for no axis) is the
+    spec's scalar mean / variance, the same (x - mean) / max(sqrt(variance), 1e-7); an adapted axis=None layer
+    keeps them as weights of shape (), which the spec's per-channel `mean` / `variance` variables cannot restore."""
     a.expect("invert", False, None, why="no spec form for the inverse")
-    if a.get("mean") is None or a.get("variance") is None:  # adapted: the statistics are weights, set by the restore
+    fixed = a.get("mean") is not None and a.get("variance") is not None
+    if a.get("axis", -1) in ([], ()):
+        if not fixed:
+            raise a.refuse("axis", "axis=None (one mean and variance for every element) imports only with fixed "
+                           "mean= and variance= numbers; an adapted layer keeps them as scalar weights, which the "
+                           "spec's per-channel variables cannot restore: adapt it with axis=-1, or pass the adapted "
+                           "values as mean= and variance=")
+        for key in ("mean", "variance"):
+            if isinstance(a.get(key), list | tuple):
+                raise a.wrong(key, "one number (axis=None)")
+    else:
+        _last_axis(a, "axis", len(shapes[0]))
+    if not fixed:  # adapted: the statistics are weights, set by the restore
         return {"op": "normalize"}
     return {"op": "normalize", "mean": a.numbers("mean"), "variance": a.numbers("variance")}
 

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from specgen.diagnostics import quoted
+from specgen.diagnostics import quoted, safe_repr, shown
 from specgen.importers.keras.entries import (
     FunctionalConfig,
     InputConfig,
@@ -38,7 +38,14 @@ from specgen.importers.keras.entries import (
     refs,
 )
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.importers.keras.masks import mask_ids, reads_zero_mask, tensor_layer
+from specgen.importers.keras.masks import (
+    MASK_ARGUMENTS,
+    OTHER_MASKS,
+    mask_ids,
+    reads_zero_mask,
+    tensor_history,
+    tensor_layer,
+)
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
@@ -119,6 +126,7 @@ class _Flattener:
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
         # Keras' mask_zero mask layers, left to specgen (masks.py): path -> the keys of the id tensors it is made from
         self.zero_masks: dict[str, list[str]] = {}
+        self.classes: dict[str, str] = {}  # path -> Keras class of each layer walked so far, for messages
 
     # --- one entry, one call of a layer --------------------------------------------------
 
@@ -146,7 +154,7 @@ class _Flattener:
             # A recorded `training` gives way to the flag the model is called with (functional.py's
             # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
             self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept
-                                           and not reads_zero_mask(k, v, scope, self.zero_masks)})
+                                           and not reads_zero_mask(k, v, scope, self.zero_masks)}, scope)
             masks = {k: self.zero_masks[scope + str(tensor_layer(v))] for k, v in call.kwargs.items()
                      if reads_zero_mask(k, v, scope, self.zero_masks)}
             args = call.args
@@ -156,7 +164,7 @@ class _Flattener:
         out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
         for entry in checked(Keras2Node, node, where):
             if len(entry) > 3:
-                self._check_kwargs(name, cls, entry[3])
+                self._check_kwargs(name, cls, entry[3], scope)
             out.append(Ref(_key(scope, entry)))
         return out, {}, None
 
@@ -166,8 +174,12 @@ class _Flattener:
         if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
             return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
         if not isinstance(arg, bool):
-            raise layer_problem(name, cls, f"call argument {where.rsplit('.', 1)[-1]!r} {str(arg)[:80]!r} is neither "
-                                "a tensor nor true/false")
+            key = where.rsplit(".", 1)[-1]
+            if cls in STATEFUL and isinstance(arg, list):
+                raise layer_problem(name, cls, f"call argument '{key}' is {self._said(arg, scope)}: a recurrent "
+                                    "layer starts from one or two states (LSTM's state_h and state_c)")
+            raise layer_problem(name, cls, f"call argument '{key}' is {self._said(arg, scope)}, neither a tensor "
+                                "nor true/false")
         return arg
 
     def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
@@ -176,18 +188,36 @@ class _Flattener:
         if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: take.py reads it
             return arg
         if isinstance(arg, bool) or not isinstance(arg, int | float):
-            raise layer_problem(name, cls, f"a call argument {str(arg)[:80]!r} is neither a tensor nor a number")
+            raise layer_problem(name, cls, f"a call argument, {self._said(arg, scope)}, is neither a tensor nor a "
+                                "number")
         return arg
 
-    @staticmethod
-    def _check_kwargs(name: str, cls: str, kwargs: dict[str, Any]) -> None:
+    def _check_kwargs(self, name: str, cls: str, kwargs: dict[str, Any], scope: str) -> None:
         for key, value in kwargs.items():
             if value is None:
                 continue
+            said = self._said(value, scope)
             if key == "training":  # Keras 2 honours it over the model's flag (frozen-BN fine-tuning)
-                raise layer_problem(name, cls, f"called with training={str(value)[:80]}: specgen layers follow the "
+                raise layer_problem(name, cls, f"called with training={said}: specgen layers follow the "
                                     "step's training flag (a fixed training mode cannot be expressed)")
-            raise layer_problem(name, cls, f"call argument '{key}' ({str(value)[:80]}) cannot be expressed")
+            if key in MASK_ARGUMENTS:  # not a mask_zero one (those are left out before this check)
+                raise layer_problem(name, cls, f"call argument '{key}' is {said}, a mask other than an "
+                                    "Embedding(mask_zero=True)'s: specgen imports only those padding masks and their "
+                                    "merges, which it derives itself (docs/import.md, Masks)")
+            raise layer_problem(name, cls, f"call argument '{key}' ({said}) cannot be expressed")
+
+    def _said(self, value: Any, scope: str, depth: int = 0) -> str:
+        """A call argument as a message shows it: a tensor as the layer that makes it (`the output of 'dense'
+        (Dense)`), a list item by item, anything else as a bounded repr; never a tensor reference's raw config."""
+        history = tensor_history(value)
+        if history is not None:
+            cls = self.classes.get(scope + history[0])
+            return f"the output of {quoted(history[0])}" + (f" ({cls})" if cls else "")
+        if isinstance(value, list | tuple) and depth < 2:
+            items = [self._said(v, scope, depth + 1) for v in value[:3]]
+            more = f", ... ({len(value)} items)" if len(value) > 3 else ""
+            return "[" + ", ".join(items) + more + "]"
+        return shown(safe_repr(value), 80)
 
     # --- models --------------------------------------------------------------------------
 
@@ -198,6 +228,7 @@ class _Flattener:
         seen: set[str] = set()
         for index, raw in enumerate(model.layers):
             entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
+            self.classes[scope + name] = entry.class_name
             if entry.class_name == INPUT:
                 self._input(entry, name, scope, bound, input_names, inputs)
                 continue
@@ -236,6 +267,8 @@ class _Flattener:
                         keras2: bool, where: str, named: dict[str, Any] | None = None,
                         masks: dict[str, list[str]] | None = None) -> Walk:
         own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
+        if cls in OTHER_MASKS:  # refused here, before a layer after it names its mask as a call argument
+            raise layer_problem(scope + name, cls, OTHER_MASKS[cls])
         if cls in MODELS:
             tensors = [a.key for a in args if isinstance(a, Ref)]
             if len(tensors) != len(args):

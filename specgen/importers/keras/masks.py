@@ -7,7 +7,8 @@ merging/base_merge.py's compute_mask), and passes a mask to each layer that take
 (`mask`, or MultiHeadAttention's `query_mask` / `value_mask` / `key_mask`). specgen derives the same masks from
 the spec (`mask_zero: true`, ir/masks.py with Keras' propagation rules), so the import drops the mask layers and
 the call arguments that read them. Anything else named like a mask (a mask the user computed another way) is
-still refused as a call argument.
+still refused as a call argument, named by the layer that makes it (graph.py), and a Masking layer by its own
+name (OTHER_MASKS).
 
 `settle` then runs ir/masks.py's rules on the converted layers and compares them with Keras:
 - A layer whose class does not support masking destroys the mask in Keras (keras/src/layers/layer.py warns
@@ -18,6 +19,22 @@ still refused as a call argument.
   only: refused, naming the layer and what to change.
 - Every mask Keras recorded for a call must be the mask specgen gives that input (the same id tensors), so a
   mask argument is never dropped for a mask specgen would not make.
+- The other way round: a layer specgen's rules give a mask that Keras runs without. Keras 3 fills in a layer's
+  mask itself only for a call with one tensor argument (`mask=`), or, for a call with more, for the arguments
+  the layer has a `<argument>_mask=` for (MultiHeadAttention's query, value and key): keras/src/layers/layer.py,
+  Layer.__call__, "Populate mask argument(s)". So `GRU(...)(x, initial_state=[h])` runs unmasked in Keras,
+  while a spec recurrent layer always reads its input's mask (and, with return_sequences, Keras still passes
+  the mask on to the layers after it: Layer.__call__ computes the output mask from the first input's). A spec
+  has no key that makes one layer ignore the mask its input carries (docs/spec.md, Masks), and the import does
+  not add one: it would be a spec-language feature (validation, both renderings, their parity tests) for one
+  Keras 3 call-site rule, while these two cases cover it with no wrong answer. Where no layer Keras does give
+  the mask uses it, the import writes
+  `mask_zero: false` (exact: the mask then changes no output in Keras, and none in the spec), and says so in
+  the spec's header, as for a mask Keras drops; where another layer uses it, refused by the layer's name, with
+  what Keras does and the two ways to change the Keras model (pass the mask in the call, or an input without
+  it). Sequential models and Keras 2 files have no such record (`masks` None) and need none: a Sequential's
+  calls have one tensor argument each, and a Keras 2 recurrent call on initial_state tensors is refused before
+  (its node lists them as inputs: "called on 2 tensors").
 """
 
 from __future__ import annotations
@@ -34,6 +51,11 @@ from specgen.kinds.ops import REGISTRY
 from specgen.kinds.ops.attention import roles
 
 MASK_ARGUMENTS = ("mask", "query_mask", "value_mask", "key_mask")
+# Keras layers that make a mask of another kind than mask_zero's, refused by name where the walk meets them
+# (graph.py), before a layer after them names that mask as a call argument.
+OTHER_MASKS = {"Masking": "refused: its mask (the steps whose features all equal mask_value) is not an "
+                          "Embedding(mask_zero=True)'s padding mask, the only mask specgen imports (docs/import.md, "
+                          "Masks); remove the Masking layer, or feed token ids through Embedding(mask_zero=True)"}
 MASK_ROLE = {"query_mask": "query", "value_mask": "value", "key_mask": "key"}  # MultiHeadAttention's
 
 
@@ -48,7 +70,7 @@ def mask_ids(entry: LayerEntry, scope: str, masks: dict[str, list[str]]) -> list
     if not isinstance(args, list) or len(args) != 2 or node.get("kwargs"):
         return None
     if entry.class_name == "NotEqual":
-        ids = _history(args[0])
+        ids = tensor_history(args[0])
         zero = args[1] == 0 and not isinstance(args[1], bool)
         return [f"{scope}{ids[0]}:{ids[1]}:{ids[2]}"] if ids is not None and zero else None
     parts = [masks.get(scope + (tensor_layer(a) or "\0")) for a in args]
@@ -62,11 +84,11 @@ def reads_zero_mask(key: str, value: Any, scope: str, masks: dict[str, list[str]
 
 def tensor_layer(value: Any) -> str | None:
     """The producing layer's name of a Keras 3 tensor reference, or None."""
-    history = _history(value)
+    history = tensor_history(value)
     return history[0] if history is not None else None
 
 
-def _history(value: Any) -> list[Any] | None:
+def tensor_history(value: Any) -> list[Any] | None:
     """A Keras 3 tensor reference's [layer, node, tensor], or None."""
     if not isinstance(value, dict) or value.get("class_name") != "__keras_tensor__":
         return None
@@ -110,25 +132,43 @@ def _resolve(layers: list[Inferred]) -> tuple[dict[str, tuple[tuple[str, ...], .
 
 
 def settle(layers: list[Inferred], entries: list[dict[str, Any]], notes: list[tuple[str, str]]) -> None:
-    """Turn off the masks Keras drops before any layer uses them; refuse what a spec cannot express; check that
-    every mask Keras recorded is specgen's."""
+    """Turn off the masks Keras drops, or runs every layer without, before any layer uses them; refuse what a spec
+    cannot express; check that every mask Keras recorded is specgen's."""
     consumed, refused = _resolve(layers)
-    used = {i for masks in consumed.values() for ids in masks for i in ids}
+    unfilled = _unfilled(layers, consumed)
+    # The ids of the masks a layer reads in Keras too: a mask Keras hands no layer changes no output there.
+    skip = {(x.layer.name, p) for x, p in unfilled}
+    used = {i for name, masks in consumed.items() for p, ids in enumerate(masks) if (name, p) not in skip for i in ids}
     unused = [x for x in layers if getattr(x.layer, "mask_zero", False) and x.sources[0] not in used]
     # Only where Keras drops the mask at every refusal is the spec's `consumed` all Keras uses (a layer Keras gives
     # the mask and passes it on, BatchNormalization, would hide the layers after it from `used`).
-    if refused and unused and all(_dropped_by(x) for x in refused):
+    if (refused or unfilled) and unused and all(_dropped_by(x) for x in refused):
         for x in unused:
             entries[x.index].pop("mask_zero", None)
             x.layer = x.layer.model_copy(update={"mask_zero": False})
-            after = _after(layers, x.layer.name)
-            where = ", ".join(f"'{d.keras}' ({d.cls})" for d in refused if d.layer.name in after) or "no layer"
-            notes.append((x.keras, f"{x.cls} mask_zero=True (Keras drops the mask at {where} before any layer "
-                                   "uses it, so it changes no output)"))
+            notes.append((x.keras, f"{x.cls} mask_zero=True ({_unused_because(layers, x, refused, unfilled)}, so "
+                                   "it changes no output)"))
         consumed, refused = _resolve(layers)
+        unfilled = _unfilled(layers, consumed)
     if refused:  # a layer Keras uses the mask in says more than one where it drops it
         raise _cannot_express(next((x for x in refused if not _dropped_by(x)), refused[0]))
+    if unfilled:
+        raise _not_filled(layers, unfilled, consumed)
     _check_recorded(layers, consumed)
+
+
+def _unused_because(layers: list[Inferred], x: Inferred, refused: list[Inferred],
+                    unfilled: list[tuple[Inferred, int]]) -> str:
+    """Why an embedding's mask changes no Keras output: where Keras drops it, which layers Keras runs without it."""
+    after = _after(layers, x.layer.name)
+    dropped = ", ".join(f"'{d.keras}' ({d.cls})" for d in refused if d.layer.name in after)
+    unmasked = {u.keras: u for u, _ in unfilled if u.layer.name in after}
+    if not unmasked:
+        return f"Keras drops the mask at {dropped or 'no layer'} before any layer uses it"
+    runs = "; ".join(f"Keras runs '{u.keras}' ({u.cls}) without it, as that call {_more_tensors(u)}"
+                     for u in unmasked.values())
+    return (f"Keras drops the mask at {dropped}; " if dropped else "") + runs + "; Keras 3 fills in mask= only " \
+        "for a call with one tensor argument, and no other layer uses the mask"
 
 
 def _after(layers: list[Inferred], start: str) -> set[str]:
@@ -159,11 +199,62 @@ def _cannot_express(x: Inferred) -> ImportProblem:
                          "time axis before this layer")
 
 
+def _position(x: Inferred, argument: str) -> int:
+    """The layer input a Keras mask argument masks: `mask` the first, MultiHeadAttention's by role."""
+    return roles(x.layer)[MASK_ROLE[argument]] if argument in MASK_ROLE else 0
+
+
+def _filled(x: Inferred, position: int) -> bool:
+    """Whether Keras 3 fills in the mask of this input itself when the call passes none (Layer.__call__'s
+    "Populate mask argument(s)"): `mask=` for a call with one tensor argument (the spec layer's one input),
+    `<argument>_mask=` for a call with more where the layer has one (MultiHeadAttention's query, value, key)."""
+    if len(x.sources) == 1:
+        return True
+    return x.layer.op == "multi_head_attention" and position in {roles(x.layer)[r] for r in MASK_ROLE.values()}
+
+
+def _unfilled(layers: list[Inferred], consumed: dict[str, tuple[tuple[str, ...], ...]]) -> list[tuple[Inferred, int]]:
+    """(layer, input) where specgen's rules give the layer a mask and Keras runs it without one: no mask recorded
+    for that input, and none Keras fills in (a Keras 3 functional call only: `masks` None has no record)."""
+    found = []
+    for x in layers:
+        if x.masks is None:
+            continue
+        recorded = {_position(x, argument) for argument in x.masks}
+        found += [(x, p) for p, ids in enumerate(consumed.get(x.layer.name, ()))
+                  if ids and p not in recorded and not _filled(x, p)]
+    return found
+
+
+def _more_tensors(x: Inferred) -> str:
+    """What makes a call one Keras 3 fills in no mask for: its tensor arguments beside the input."""
+    return "passes initial_state too" if getattr(x.layer, "initial_state", None) else \
+        f"has {len(x.sources)} tensor arguments"
+
+
+def _not_filled(layers: list[Inferred], unfilled: list[tuple[Inferred, int]],
+                consumed: dict[str, tuple[tuple[str, ...], ...]]) -> ImportProblem:
+    """The refusal of the first layer Keras runs without the mask its input carries, naming a layer that uses it."""
+    x, position = unfilled[0]
+    ids = consumed[x.layer.name][position]
+    skip = {(u.layer.name, p) for u, p in unfilled}
+    user = next((u for u in layers for p, m in enumerate(consumed.get(u.layer.name, ()))
+                 if set(m) & set(ids) and (u.layer.name, p) not in skip), None)
+    uses = f"'{user.keras}' ({user.cls}) uses it" if user else "another layer uses it"
+    own = f"mask=keras.ops.not_equal({ids[0]}, 0)" if len(ids) == 1 else "mask=<the mask of its input>"
+    return layer_problem(x.keras, x.cls, f"Keras 3 runs this call without the padding mask (mask_zero=True) of its input, "
+                         f"made from {_ids(list(ids))}: it fills in mask= only for a call with one tensor argument, "
+                         f"and this call {_more_tensors(x)}; the spec's {x.layer.op} would read the mask, and it "
+                         f"cannot be left out of the spec since {uses} (docs/import.md, Masks): pass the mask in the "
+                         f"Keras call ({own}) to mask this layer in Keras too, or feed it a tensor without the mask "
+                         "(an Embedding of its own without mask_zero)")
+
+
 def _check_recorded(layers: list[Inferred], consumed: dict[str, tuple[tuple[str, ...], ...]]) -> None:
     """Each mask Keras recorded for a call, against the mask specgen gives that input."""
     for x in layers:
         for argument, ids in (x.masks or {}).items():
-            position = roles(x.layer)[MASK_ROLE[argument]] if argument in MASK_ROLE else 0
+            position = _position(x, argument)
             found = consumed.get(x.layer.name, ())
             ours = sorted(found[position]) if position < len(found) else []
             if ours != sorted(ids):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, get_args
 
+from specgen.diagnostics import safe_repr
 from specgen.importers.keras.args import Args, keras2_differs
 from specgen.importers.keras.base import KERAS_OPS, Shapes, _init
 from specgen.importers.keras.errors import layer_problem
@@ -37,7 +38,9 @@ def _initial_state(a: Args) -> dict[str, Any]:
         return {}
     states = [states] if isinstance(states, Ref) else states  # Keras records one state as the tensor itself
     if not isinstance(states, list) or not all(isinstance(s, Ref) for s in states):
-        raise layer_problem(a.layer.name, a.layer.cls, f"initial_state {str(states)[:80]} is not a list of tensors")
+        shown = [f"the output of '{s.key.rsplit(':', 2)[0]}'" if isinstance(s, Ref) else safe_repr(s) for s in
+                 (states if isinstance(states, list) else [states])]
+        raise layer_problem(a.layer.name, a.layer.cls, f"initial_state [{', '.join(shown)}] is not a list of tensors")
     return {INITIAL_STATES: len(states)}
 
 

@@ -26,7 +26,8 @@ from specgen.kinds.ops.nodes import Init, Node, Shape
 
 class BatchNorm(LayerBase):
     op: Literal["batch_norm"]
-    momentum: Annotated[float, *bounds(float, gt=0, lt=1)] = 0.99
+    # 0 is Keras' momentum=0: the moving statistics become the last training batch's (moving * 0 + batch * 1).
+    momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.99
     epsilon: PositiveFloat = 1e-3
     center: bool = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
     scale: bool = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "
