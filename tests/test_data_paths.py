@@ -123,7 +123,8 @@ def test_a_shard_named_in_no_encoding_streams_and_skips_what_is_not_an_example(
     lines = out.splitlines()
     assert lines[0] == ("data.train: skipped 2 of 10 records that do not parse or whose image does not decode "
                         r"(skip_bad): caf\udce9.tfrecord record 3; caf\udce9.tfrecord record 7 "
-                        "(the first: it is not a tf.train.Example)")
+                        r"(the first found: shard caf\udce9.tfrecord, record 3 does not parse: it is not a "
+                        "tf.train.Example)")
     assert r"files     1: caf\udce9.tfrecord" in lines
     assert "examples  8" in lines
     counts = np.bincount(np.delete(y, [3, 7]), minlength=10)  # the labels streamed: every kept record, once
@@ -151,8 +152,8 @@ def test_a_shard_of_bad_records_only_is_skipped_whole(tmp_path: Path, capsys: py
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == ("data.train: skipped 3 of 13 records that do not parse or whose image does not decode "
-                        "(skip_bad): r-1.tfrecord record 0; r-1.tfrecord record 1; r-1.tfrecord record 2 (the first: "
-                        "it is not a tf.train.Example)")
+                        "(skip_bad): r-1.tfrecord record 0; r-1.tfrecord record 1; r-1.tfrecord record 2 (the first "
+                        "found: shard r-1.tfrecord, record 0 does not parse: it is not a tf.train.Example)")
     assert "examples  10" in lines
 
 
@@ -190,7 +191,8 @@ def test_a_key_the_spec_reads_otherwise_is_named_with_the_fix(tmp_path: Path, x:
         "}}", "}, skip_bad: true}"), capsys)
     assert code == 0, err
     assert out.splitlines()[0] == ("data.train: skipped 1 of 9 records that do not parse or whose image does not "
-                                   f"decode (skip_bad): s.tfrecord record 2 (the first: {why})")
+                                   f"decode (skip_bad): s.tfrecord record 2 (the first found: record 2 does not parse: "
+                                   f"{why})")
 
 
 @pytest.mark.parametrize("kind", ["csv", "npz"])

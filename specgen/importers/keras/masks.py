@@ -210,7 +210,9 @@ def _filled(x: Inferred, position: int) -> bool:
     `<argument>_mask=` for a call with more where the layer has one (MultiHeadAttention's query, value, key)."""
     if len(x.sources) == 1:
         return True
-    return x.layer.op == "multi_head_attention" and position in {roles(x.layer)[r] for r in MASK_ROLE.values()}
+    rule = REGISTRY[x.layer.op].mask  # the ops whose renderings take a mask per role (query, value, key)
+    return rule is not None and rule.consumes == "attention" and position in {
+        roles(x.layer)[r] for r in MASK_ROLE.values()}
 
 
 def _unfilled(layers: list[Inferred], consumed: dict[str, tuple[tuple[str, ...], ...]]) -> list[tuple[Inferred, int]]:

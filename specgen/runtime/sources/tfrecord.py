@@ -288,7 +288,7 @@ class Scan:
         self.channels = {i.name: channels_of(i) for i in context.ir.inputs if i.name in self.pictures}
         self.count = self.total = 0
         self.skipped: dict[Path, list[int]] = {}
-        self.first_reason = ""  # why the first skipped record was skipped, said with the count
+        self.first_reason = ""  # which record skip_bad set aside first and why, said with the count
 
     def shard(self, shard: Path, where: str) -> None:
         """Frame one shard (framing.walk: no header may declare more than the file holds), then read it once
@@ -375,7 +375,7 @@ class Scan:
                     raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
                                             f"{why}") from None
                 if not self.first_reason:
-                    self.first_reason = f" (the first: {why})"
+                    self._first(f"{where}record {start + offset} does not parse: {why}")
                 bad.append(offset)
                 self._skip(shard, start + offset)
         if not bad:
@@ -398,12 +398,22 @@ class Scan:
             except DataError as exc:
                 if not self.model.skip_bad or isinstance(exc, OverBound):  # an image over the bound: never skipped
                     raise self.context.fail((self.context.kind,), f"{where(i)} {exc}") from None
+                if not self.first_reason:
+                    self._first(f"{where(i)} {exc}")
                 good[i] = False
         checked = np.flatnonzero(good)
         for i in (checked[j] for j in undecodable(tf.gather(encoded, checked), channels)):
-            if not self.model.skip_bad:
+            if not self.model.skip_bad or not self.first_reason:
                 why = decode_error(blobs[i], channels) or "does not decode"
+            if not self.model.skip_bad:
                 raise self.context.fail((self.context.kind,), f"{where(i)} does not decode: {why}; "
                                         "replace or drop the record (or set skip_bad: true on the source)")
+            if not self.first_reason:
+                self._first(f"{where(i)} does not decode: {why}")
             good[i] = False
         return good
+
+    def _first(self, reason: str) -> None:
+        """The first record set aside, with its reason: said after the count, so a whole source skipped for one
+        cause (a key of the other list kind in every record) says the cause."""
+        self.first_reason = f" (the first found: {reason})"
