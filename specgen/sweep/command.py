@@ -57,7 +57,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int:
     from specgen.ir.training.build import run_folder
     from specgen.sweep import storage as stores
-    from specgen.sweep.driver import Plan, Runner, _quiet_optuna, open_study, retry
+    from specgen.sweep.driver import Runner
+    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
     track = None
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
 
     check_target(loaded, track)
     need_optuna()
-    _quiet_optuna()
+    quiet_optuna()
     sweep = loaded.spec.sweep
     assert sweep is not None
     given = args.output if args.output is not None else Path(f"{run_folder(loaded)}-sweep")

@@ -14,9 +14,7 @@ trial more per such process). Interrupted trials do not count: a trial whose swe
 Ctrl-C) is marked failed with `interrupted` and a new trial with the same values is queued (Optuna's
 enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
 
-Each worker thread has its own Study object: its sampler is made anew for each trial with `seed + n`, n the
-trial's place among the trials that were not interrupted (`ordinal`), so a sweep draws the same values whether
-it ran in one go or was resumed, and processes sharing a study do not draw the same values from one seed.
+The study itself (the plan, its sampler and pruner, what counts toward the budget) is study.py's.
 """
 
 from __future__ import annotations
@@ -27,166 +25,25 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen import native_logs
-from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
-from specgen.spec.load import LoadedSpec
 from specgen.sweep import storage as stores
 from specgen.sweep.follow import Follower
-from specgen.sweep.space import Param, overrides_of
-from specgen.sweep.spec import MedianPruner, Sweep, grid_values
+from specgen.sweep.space import overrides_of
+from specgen.sweep.study import Plan, counted, pruner, seeded
+from specgen.sweep.study import retry as queue_again
 
 if TYPE_CHECKING:
     import optuna
-    from optuna.samplers import BaseSampler
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
 
 POLL = 0.5  # seconds between reads of a running trial's events
 INTERRUPTED = 130  # `specgen train`'s exit status after SIGINT
-
-
-@dataclass
-class Plan:
-    """A checked sweep: the spec, its searched keys and where the study and the trials live."""
-
-    loaded: LoadedSpec
-    sweep: Sweep
-    params: list[Param]
-    folder: Path  # the sweep folder: trial-NNNN run folders, their logs, the summary
-    url: str  # the Optuna storage
-    trials: int
-    parallel: int
-    base: list[str] = field(default_factory=list)  # the sweep's own --set overrides, given to every trial
-    track: str | None = None  # --track mlflow:URI's URI, given to every trial (docs/tracking.md)
-
-    @property
-    def study_name(self) -> str:
-        return self.loaded.spec.name
-
-    def definition(self) -> dict[str, Any]:
-        """What makes two sweeps one study: a study made by another definition is refused."""
-        sweep = self.sweep.model_dump(mode="json", warnings=False)
-        return {"metric": sweep["metric"], "direction": sweep["direction"], "space": sweep["space"],
-                "base": self.base}
-
-    def budget(self) -> int:
-        if self.sweep.sampler != "grid":
-            return self.trials
-        points = 1
-        for param in self.params:
-            points *= len(grid_values(param.item))
-        return min(self.trials, points)
-
-
-def _quiet_optuna() -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-
-
-def _sampler(plan: Plan, seed: int) -> BaseSampler:
-    import optuna
-
-    if plan.sweep.sampler == "grid":
-        from specgen.sweep.space import grid_space
-
-        return optuna.samplers.GridSampler(grid_space(plan.params), seed=seed)
-    if plan.sweep.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    # constant_liar: trials still running count as bad guesses, so parallel workers spread out
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
-
-
-def _pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
-    import optuna
-
-    if sweep.pruner == "none":
-        return optuna.pruners.NopPruner()
-    settings = sweep.pruner if isinstance(sweep.pruner, MedianPruner) else MedianPruner(kind="median")
-    return optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=settings.warmup_steps)
-
-
-def _seeded(plan: Plan) -> BaseSampler:
-    from optuna.samplers import BaseSampler
-
-    class Seeded(BaseSampler):
-        """The sweep's sampler made anew for each trial with seed + trial number (see the module's docstring)."""
-
-        def __init__(self) -> None:
-            self.inner = _sampler(plan, plan.sweep.seed)
-
-        def before_trial(self, study: Any, trial: Any) -> None:
-            if plan.sweep.sampler != "grid":  # GridSampler's order is its seed's shuffle of the grid: kept
-                self.inner = _sampler(plan, plan.sweep.seed + ordinal(study.get_trials(deepcopy=False), trial.number))
-            self.inner.before_trial(study, trial)
-
-        def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
-            return self.inner.infer_relative_search_space(study, trial)
-
-        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
-            return self.inner.sample_relative(study, trial, search_space)
-
-        def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
-            return self.inner.sample_independent(study, trial, name, distribution)
-
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            try:
-                self.inner.after_trial(study, trial, state, values)
-            except RuntimeError:  # GridSampler stops an optimize() loop when the grid is done: there is none here
-                pass
-
-    return Seeded()
-
-
-def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
-    """The study, made on first use with the sweep's definition; a study of another definition is refused."""
-    import optuna
-
-    study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
-                                load_if_exists=True, sampler=_seeded(plan), pruner=_pruner(plan.sweep))
-    stored = study.user_attrs.get("specgen")
-    if stored is None:
-        study.set_user_attr("specgen", plan.definition())
-    elif stored != plan.definition():
-        differ = [k for k in plan.definition() if stored.get(k) != plan.definition()[k]]
-        raise SpecError([Diagnostic(f"--storage {stores.masked(plan.url)}", None, (
-            f"the study '{plan.study_name}' there belongs to another sweep (its {', '.join(differ)} "
-            "differ from this spec's): give this sweep its own folder (-o) or storage (--storage), or restore "
-            "the spec's sweep section"))])
-    return study
-
-
-def ordinal(trials: list[FrozenTrial], number: int) -> int:
-    """The trial's place among the study's trials that were not interrupted: its number in a sweep that ran in one
-    go, so a resumed sweep draws what an uninterrupted one would have."""
-    lost = interrupted(trials)
-    return sum(1 for t in trials if t.number < number and t.number not in lost)
-
-
-def interrupted(trials: list[FrozenTrial]) -> set[int]:
-    """The trials marked by a sweep (its process gone, or stopped), or failed by Optuna's heartbeat check and
-    queued again."""
-    return {t.number for t in trials if "interrupted" in t.user_attrs} | {
-        t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
-
-
-def counted(trials: list[FrozenTrial]) -> tuple[int, list[FrozenTrial]]:
-    """(finished trials that count toward the budget, running trials): an interrupted trial does not count."""
-    from optuna.trial import TrialState
-
-    lost = interrupted(trials)
-    done = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-               or (t.state == TrialState.FAIL and t.number not in lost))
-    return done, [t for t in trials if t.state == TrialState.RUNNING]
 
 
 class Runner:
@@ -223,7 +80,7 @@ class Runner:
         fail_stale_trials(study)
 
     def retry(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        retry(study, trial)
+        queue_again(study, trial)
 
     def ask(self, study: optuna.Study) -> optuna.Trial | None:
         with self.budget_lock:
@@ -243,8 +100,8 @@ class Runner:
     def work(self) -> None:
         import optuna
 
-        study = optuna.load_study(study_name=self.plan.study_name, storage=self.storage, sampler=_seeded(self.plan),
-                                  pruner=_pruner(self.plan.sweep))
+        study = optuna.load_study(study_name=self.plan.study_name, storage=self.storage, sampler=seeded(self.plan),
+                                  pruner=pruner(self.plan.sweep))
         while (trial := self.ask(study)) is not None:
             self.run(study, trial)
 
@@ -396,11 +253,6 @@ class Runner:
 
         threading.Thread(target=work, daemon=True).start()
         return end
-
-
-def retry(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue an interrupted trial's values again (also Optuna's callback for a trial whose heartbeat stopped)."""
-    study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number})
 
 
 def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import optuna
     from matplotlib.figure import Figure
 
-    from specgen.sweep.driver import Plan
+    from specgen.sweep.study import Plan
 
 STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
 
@@ -249,12 +249,12 @@ def report_parts(loaded: Any, folder: Path) -> tuple[str, str, str]:
     --sweep`: read from its study (the SQLite file `specgen sweep` keeps there), drawn here, never taken from the
     folder's own files."""
     from specgen.sweep import storage as stores
-    from specgen.sweep.driver import Plan, _quiet_optuna, retry
     from specgen.sweep.errors import SweepUsageError, need_optuna
     from specgen.sweep.space import parameters
+    from specgen.sweep.study import Plan, quiet_optuna, retry
 
     need_optuna()
-    _quiet_optuna()
+    quiet_optuna()
     import optuna
 
     if loaded.spec.sweep is None:
