@@ -18,7 +18,7 @@ from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
 from specgen.kinds.dims import SYMBOL
 from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
-from specgen.kinds.ops.base import to_first, to_last
+from specgen.kinds.ops.shapes import to_first, to_last
 from specgen.render.environment import Fields
 from specgen.render.mask_plan import onnx_mask
 from specgen.render.tf_plan import extra_outputs

@@ -30,8 +30,9 @@ from specgen import text
 from specgen.fields.base import MAX_INT
 from specgen.fields.layers import LayerBase, MultiInputBase
 from specgen.kinds import dims
-from specgen.kinds.ops.base import EXTRA_OUTPUT, EXTRA_OUTPUT_DEF, AsActivation, OpDef, OpError, OpResult, VarDecl, prod
+from specgen.kinds.ops.base import EXTRA_OUTPUT, EXTRA_OUTPUT_DEF, AsActivation, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Shape
+from specgen.kinds.ops.shapes import prod
 
 __all__ = ["EXTRA_OUTPUT", "REGISTRY", "Layer", "OpDef", "OpError", "OpResult", "VarDecl", "activation_of", "as_activation",
            "backward_flops", "infer", "op_def"]
@@ -40,7 +41,7 @@ __all__ = ["EXTRA_OUTPUT", "REGISTRY", "Layer", "OpDef", "OpError", "OpResult", 
 # (schemas/specgen.schema.json lists the union's members in registry order). Every other module
 # follows in alphabetical order, so a new op needs no entry here.
 SCHEMA_ORDER = ("dense", "convs", "pools", "reshapes", "norms", "dropout", "embedding", "activations", "merge")
-NOT_OPS = ("base", "nodes", "moments")  # modules here that define no ops
+NOT_OPS = ("base", "nodes", "moments", "shapes")  # modules here that define no ops
 
 
 def _module_names() -> list[str]:

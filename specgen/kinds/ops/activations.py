@@ -16,22 +16,10 @@ from pydantic import Field
 
 from specgen.fields.base import Int, NonNegativeFloat
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import (
-    PASSES_MASK,
-    AsActivation,
-    MaskRule,
-    Moments,
-    OnnxContext,
-    OpDef,
-    OpResult,
-    Pointwise,
-    axis_in,
-    held_axis,
-    prod,
-    require_float,
-)
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, MaskRule, Moments, OnnxContext, OpDef, OpResult, Pointwise
 from specgen.kinds.ops.moments import TANH_EDGE, cdf, integrated, rectified, relu_max, sigmoid, simpson
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import axis_in, held_axis, prod, require_float
 
 
 class ActivationLayer(LayerBase):

@@ -35,8 +35,9 @@ from specgen import text
 from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import fixed
 
 MASKED = -1e9  # Keras' large negative number for float32 masked scores (keras Softmax layer)
 FUSED_OPSET = 23  # the first opset with the Attention node (specgen/ir/training/build.py pins its IR version)

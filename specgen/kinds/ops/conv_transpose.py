@@ -12,20 +12,9 @@ from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.dims import fixed
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import (
-    FLOAT,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    VarDecl,
-    Weighted,
-    pair,
-    require_float,
-    require_rank,
-    resolve_init,
-)
+from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import pair, require_float, require_rank
 
 # output_padding may be 0 (Keras' None, leaving it out, is a different rule: see _output_extent)
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches

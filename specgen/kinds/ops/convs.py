@@ -9,22 +9,9 @@ from specgen.fields.base import PositiveInt
 from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import (
-    FLOAT,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    VarDecl,
-    Weighted,
-    fixed,
-    pair,
-    require_float,
-    require_rank,
-    resolve_init,
-    spatial,
-)
+from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import fixed, pair, require_float, require_rank, spatial
 
 
 class WindowBase(LayerBase):

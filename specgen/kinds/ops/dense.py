@@ -8,20 +8,9 @@ from specgen import text
 from specgen.fields.base import PositiveInt
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import (
-    PASSES_MASK,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    VarDecl,
-    Weighted,
-    fixed,
-    prod,
-    require_float,
-    resolve_init,
-)
+from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import fixed, prod, require_float
 
 
 class Dense(LayerBase):

@@ -7,8 +7,9 @@ from typing import Annotated, Any, Literal
 
 from specgen.fields.base import bounds
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult, require_float
+from specgen.kinds.ops.base import PASSES_MASK, OpDef, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import require_float
 
 
 class Dropout(LayerBase):

@@ -16,8 +16,9 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import Int, LayerName
 from specgen.fields.layers import MultiInputBase
-from specgen.kinds.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult, axis_in, prod
+from specgen.kinds.ops.base import INTEGER, OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import axis_in, prod
 
 
 class Gather(MultiInputBase):

@@ -12,8 +12,9 @@ import math
 from typing import Any, Literal
 
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, prod, require_float
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import prod, require_float
 
 CUBIC = 0.044715
 FLOPS = 9  # per element in the formula: cube (2), scale and add (2), scale, tanh, add, two multiplies

@@ -17,8 +17,9 @@ from specgen import text
 from specgen.fields.base import Int, LayerName
 from specgen.fields.layers import MultiInputBase
 from specgen.kinds.dims import fixed
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, axis_in, held_axis, prod, require_float
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import axis_in, held_axis, prod, require_float
 
 
 class Elementwise(MultiInputBase):

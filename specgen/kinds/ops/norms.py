@@ -9,19 +9,9 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import PositiveFloat, bounds
 from specgen.fields.layers import Activation, LayerBase
-from specgen.kinds.ops.base import (
-    PASSES_MASK,
-    MaskRule,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    VarDecl,
-    fixed,
-    prod,
-    require_float,
-)
+from specgen.kinds.ops.base import PASSES_MASK, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.kinds.ops.shapes import fixed, prod, require_float
 
 
 class BatchNorm(LayerBase):

@@ -17,8 +17,9 @@ from specgen.fields.base import NonNegativeInt
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape
 from specgen.kinds.dims import fixed
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, held_axis, require_rank
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import held_axis, require_rank
 
 Pairs = tuple[tuple[int, int], tuple[int, int]]  # ((top, bottom), (left, right))
 

@@ -11,19 +11,9 @@ from pydantic import Field
 
 from specgen.fields.layers import LayerBase, Padding, Size2
 from specgen.kinds.dims import count, nominal
-from specgen.kinds.ops.base import (
-    MaskRule,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    pair,
-    prod,
-    require_float,
-    require_rank,
-    spatial,
-)
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import pair, prod, require_float, require_rank, spatial
 from specgen.text import shape as show
 
 

@@ -23,8 +23,9 @@ from specgen import text
 from specgen.fields.base import PositiveInt
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, require_float, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import fixed, require_float
 
 
 class PositionalEmbedding(LayerBase):

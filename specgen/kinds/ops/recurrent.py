@@ -19,8 +19,9 @@ from specgen import text
 from specgen.fields.base import PositiveInt, SpecModel
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, require_float, resolve_init
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.kinds.ops.shapes import require_float
 
 # The activations both renderings implement (ONNX names and alpha/beta where ONNX's function takes them).
 # hard_sigmoid is Keras 3's: relu6(x + 3) / 6, ONNX HardSigmoid(alpha 1/6, beta 0.5).

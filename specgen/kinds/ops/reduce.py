@@ -13,8 +13,9 @@ from pydantic import Field
 from specgen.fields.base import Int
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape, scalar_or_list
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import axis_in, prod, require_float
 
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
     Axes: TypeAlias = int | list[int]

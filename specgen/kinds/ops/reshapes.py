@@ -10,8 +10,9 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import bounds
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, prod
+from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import prod
 
 
 class Flatten(LayerBase):

@@ -14,8 +14,9 @@ from pydantic import Field
 from specgen.fields.base import PositiveInt
 from specgen.fields.layers import LayerBase
 from specgen.kinds.dims import nominal
-from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, require_float, require_rank
+from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import require_float, require_rank
 
 # Per output value: nearest copies; bilinear weighs 4 taps (a multiply-add each, counted 2), as upsample counts.
 FLOPS_PER_VALUE = {"nearest": 0, "bilinear": 8}

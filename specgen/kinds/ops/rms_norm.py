@@ -15,8 +15,9 @@ from typing import Any, Literal
 from specgen import text
 from specgen.fields.base import PositiveFloat
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.kinds.ops.shapes import fixed, prod, require_float
 
 KERAS_EPSILON = 1e-6  # keras.layers.RMSNormalization's default
 

@@ -15,8 +15,9 @@ from specgen import text
 from specgen.fields.base import Float, NonNegativeFloat
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape, scalar_or_list
-from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, fixed, prod, require_float
+from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Init, Node, Shape
+from specgen.kinds.ops.shapes import fixed, prod, require_float
 
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
     ChannelValues: TypeAlias = float | list[float]

@@ -16,21 +16,10 @@ from specgen.fields.base import PositiveInt
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds import dims
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import (
-    FLOAT,
-    MaskRule,
-    OnnxContext,
-    OpDef,
-    OpError,
-    OpResult,
-    VarDecl,
-    fixed,
-    require_float,
-    resolve_init,
-    window,
-)
+from specgen.kinds.ops.base import FLOAT, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.pools import MAX_POOL_XLA
+from specgen.kinds.ops.shapes import fixed, require_float, window
 from specgen.text import shape as show
 
 

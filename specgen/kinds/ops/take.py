@@ -19,8 +19,9 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import Int
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult, axis_in
+from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import axis_in
 
 
 class Take(LayerBase):

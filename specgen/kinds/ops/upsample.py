@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from specgen.fields.layers import LayerBase, Size2
 from specgen.kinds.dims import count, nominal, scaled
-from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult, pair, require_float, require_rank
+from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
+from specgen.kinds.ops.shapes import pair, require_float, require_rank
 
 # Per output value: nearest copies; bilinear weighs 4 taps (a multiply-add each, counted 2).
 FLOPS_PER_VALUE = {"nearest": 0, "bilinear": 8}
