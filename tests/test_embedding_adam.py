@@ -80,3 +80,29 @@ def test_specgen_adam_on_an_embedding_is_keras_adam_on_the_densified_gradient(tm
     apart = np.abs(after["emb/embeddings"] - sliced["emb/embeddings"].numpy()).max(axis=1)
     assert apart[:5].min() > 1e-4 and apart.max() > 1e-3, apart
     assert np.array_equal(after["emb/embeddings"][5], start["emb/embeddings"][5])  # id 5 never occurs: m, v stay 0
+
+
+@pytest.mark.parametrize("clip", [{"value": 0.002}, {"global_norm": 0.05}])
+def test_clipping_an_embedding_s_gradient_clips_the_summed_gradient(tmp_path: Path, clip: dict[str, float]) -> None:
+    """Clipping sees the gradient the loss defines (each id's slices summed), as the dense accumulators of
+    `train.accumulate` do: on the slices, `value` bounded each occurrence (a row moved by 4x the bound for an id
+    seen 4 times) and `global_norm` measured the occurrences. Reference: tf's own clip on the dense gradient, then
+    Keras' SGD (one update of values of order 1e-2: a few float32 roundings)."""
+    spec = {**SPEC, "optimizers": {"all": {"variables": ["*"], "kind": "sgd", "learning_rate": 1.0, "clip": clip}}}
+    loaded = load_spec_text(yaml.safe_dump(spec, sort_keys=False), "emb_clip.yaml")
+    ir = build_ir(loaded)
+    for name, content in render_files(ir).items():
+        if name in ("model.py", "train.py"):
+            (tmp_path / name).write_bytes(content)
+    model = getattr(load_generated(tmp_path / "model.py"), ir.class_name)(seed=0)
+    trainer = getattr(load_generated(tmp_path / "train.py"), f"{ir.class_name}Training")(model)
+    reference = {path: tf.Variable(v.numpy()) for path, v in model.variables_by_path().items()}
+    ids, labels = BATCHES[0], LABELS[0]
+    trainer.train_step({"ids": tf.constant(ids)}, {"label": tf.constant(labels)}, tf.constant([0, 0], tf.int64))
+    dense = [tf.convert_to_tensor(g) for g in gradients(reference, ids, labels)]
+    clipped = (tf.clip_by_global_norm(dense, clip["global_norm"])[0] if "global_norm" in clip
+               else [tf.clip_by_value(g, -clip["value"], clip["value"]) for g in dense])
+    keras.optimizers.SGD(1.0).apply_gradients(zip(clipped, reference.values(), strict=True))
+    after = model.variables_by_path()
+    for path, var in reference.items():
+        np.testing.assert_allclose(after[path].numpy(), var.numpy(), rtol=0, atol=1e-7, err_msg=path)

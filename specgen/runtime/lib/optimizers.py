@@ -24,7 +24,21 @@ def slots(prefix: str, paths: Sequence[str], variables: Vars, initial: float = 0
             for p, v in zip(paths, variables, strict=True)]
 
 
+def summed(gradient: tf.Tensor | tf.IndexedSlices | None) -> tf.Tensor | tf.IndexedSlices | None:
+    """A sparse gradient (an embedding's IndexedSlices: one slice per occurrence of an id) with the slices of each id
+    summed: the gradient the loss defines. Clipping must see that one, as it sees the dense accumulators of
+    `train.accumulate`: on the occurrences, clip_by_value bounds each occurrence (a row moved by 12 x the bound for
+    an id seen 12 times) and clip_by_global_norm measures a norm the gradient does not have. Kept sparse (only the
+    ids seen), as Keras' optimizers deduplicate before a sparse update."""
+    if not isinstance(gradient, tf.IndexedSlices):
+        return gradient
+    ids, position = tf.unique(gradient.indices)
+    values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(ids)[0])
+    return tf.IndexedSlices(values, ids, gradient.dense_shape)
+
+
 def clip(gradients: Grads, *, global_norm: float | None = None, value: float | None = None) -> list[tf.Tensor]:
+    gradients = [summed(g) for g in gradients]
     if global_norm is not None:
         clipped: list[tf.Tensor]
         clipped, _ = tf.clip_by_global_norm(list(gradients), global_norm)
