@@ -20,6 +20,11 @@ INTERACTIONS: tuple[Interaction, ...] = (
         "one update sees the same masks",
         context=(("pruning", "when", ", when=self.micro_batches == 0"),)),
     Interaction(
+        ("pruning", "probe"),
+        "the probe's batch runs after the masks are recomputed, as train_step's does at a pruning step; before, "
+        "--probe printed the unpruned model's loss, gradients and update",
+        partial="tf/interactions/pruning_probe.py.j2", hooks=("step_methods",)),
+    Interaction(
         ("accumulate", "targets"),
         "targets follow the weights in apply(), once per optimizer update: no code (apply_accumulated calls it)"),
     Interaction(

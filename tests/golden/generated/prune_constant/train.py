@@ -86,6 +86,8 @@ class PruneConstantTraining(tf.Module):
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
         """One batch's training-mode loss and each trainable weight's gradient (None: the loss ignores it); nothing is applied."""
+        # At a pruning step train_step recomputes the masks before its forward pass: the probe's batch does too.
+        pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step)
         with tf.GradientTape() as tape:
             loss, _ = self.loss(features, labels, True, seed)
         return loss, tape.gradient(loss, self.trainable)
