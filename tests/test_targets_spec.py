@@ -148,10 +148,36 @@ def test_target_batch_norm_runs_in_inference_mode() -> None:
                   "      - {name: bn, op: batch_norm}\n      - {name: out, op: dense, units: 3}")
     text = text.replace("tau: 0.01}", "every_steps: 100}")
     ir = ir_of(text)
-    assert [n.name for n in ir.nodes if n.inference_mode] == ["copy/bn"]
+    assert [n.name for n in ir.nodes if n.inference_mode] == ["copy/fc", "copy/bn", "copy/out"]  # the whole copy
     assert ir.collections["update"] == ("online/bn/moving_mean", "online/bn/moving_variance")
     assert ir.collections["target"][2:4] == ("copy/bn/gamma", "copy/bn/beta")
     assert ("online/bn/moving_mean", "copy/bn/moving_mean") in ir.training.targets[0].pairs
+
+
+def test_target_dropout_is_off_in_training_as_target_model_training_false(tmp_path: Path) -> None:
+    """The held TD target must not be redrawn by each step's dropout seed: a hand-written DQN calls its target model
+    with Keras' default training=False. The online network's dropout stays on. Both forward passes of one training
+    step's model, at two seeds: the target branch bitwise the same and equal to inference mode; the online one not."""
+    tf = pytest.importorskip("tensorflow")
+    import numpy as np
+
+    from specgen.render.files import render_files
+    from specgen.runtime.lib.generated import load_generated
+
+    text = mutate("      - {name: out, op: dense, units: 3}",
+                  "      - {name: drop, op: dropout, rate: 0.5}\n      - {name: out, op: dense, units: 3}")
+    text = text.replace("  q: online\n", "  q: online\n  best: best\n")
+    ir = ir_of(text)
+    assert [n.name for n in ir.nodes if n.inference_mode] == ["copy/fc", "copy/drop", "copy/out"]
+    (tmp_path / "model.py").write_bytes(render_files(ir)["model.py"])
+    model = getattr(load_generated(tmp_path / "model.py"), ir.class_name)(seed=0)
+    rng = np.random.default_rng(0)
+    features = {"s": rng.normal(size=(8, 4)), "a": np.zeros((8, 1), np.int32), "s2": rng.normal(size=(8, 4))}
+    features = {k: tf.constant(v, tf.int32 if k == "a" else tf.float32) for k, v in features.items()}
+    runs = [model(features, training=True, seed=tf.constant([step, 0], tf.int64)) for step in (0, 1)]
+    still = model(features, training=False)
+    assert runs[0]["best"].numpy().tobytes() == runs[1]["best"].numpy().tobytes() == still["best"].numpy().tobytes()
+    assert not np.array_equal(runs[0]["q"].numpy(), runs[1]["q"].numpy())  # the online dropout draws per step
 
 
 def test_report_and_collections_show_each_target_beside_its_online_variable() -> None:

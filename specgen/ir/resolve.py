@@ -85,7 +85,12 @@ def build_ir(loaded: LoadedSpec) -> ModelIR:
     # Variables are created once, with their final collections; a sharing layer's node holds its owner's.
     made = {path: _variable(path, d, index.get(path, ()), path in members.held) for x in layers
             for path, d in x.variables}
-    nodes = [n for x in layers for node in [replace(_node(x, made, members.held), input_masks=masks.get(x.layer.name, ()))]
+    # A target network's layers run as a hand-written DQN runs its target model, `target(x, training=False)`: its
+    # batch norms already do (their weights are held copies), and so do its dropouts and attention dropouts,
+    # which have no weights to say so. The TD target the step holds constant is then not redrawn by a seed.
+    copies = tuple(t.target.removesuffix("*") for t in (spec.targets or {}).values())
+    nodes = [n for x in layers
+             for node in [replace(_node(x, made, members.held, copies), input_masks=masks.get(x.layer.name, ()))]
              for n in (node, *extra_nodes(node, x.result))]
     nodes, model_vars, nchw_flattens = reorder_flattened_kernels(nodes, list(made.values()), set(spec.outputs.values()))
     training = replace(build_training(loaded, {k: tuple(v) for k, v in members.optimizers.items()}, terms, excluded),
@@ -165,7 +170,7 @@ def _layer_weights(layers: list[_Inferred]) -> dict[str, tuple[str, ...]]:
     return table
 
 
-def _node(x: _Inferred, made: dict[str, Variable], held: set[str]) -> Node:
+def _node(x: _Inferred, made: dict[str, Variable], held: set[str], copies: tuple[str, ...]) -> Node:
     layer, result = x.layer, x.result
     act = ops.activation_of(layer)
     variables = {d.role: made[f"{x.shares or layer.name}/{d.role}"] for d in result.variables}
@@ -175,7 +180,7 @@ def _node(x: _Inferred, made: dict[str, Variable], held: set[str]) -> Node:
         variables=variables, activation=None if act == "linear" else act, py_name=py_name(layer.name),
         onnx_name=onnx_name(layer.name), flops=result.flops, index=x.index, shares=x.shares,
         # By variable path, so a sharing layer follows its owner.
-        inference_mode=any(v.path in held for v in variables.values()),
+        inference_mode=any(v.path in held for v in variables.values()) or layer.name.startswith(copies),
     )
 
 

@@ -176,7 +176,8 @@ def tf_attrs(node: Node) -> dict[str, Any]:
     # The salt (layer name, 20 bits) gives the layer's dropout its own stream, as the dropout op does.
     return {"key_dim": p["key_dim"], "causal": p["causal"], "dropout": p["dropout"],
             "salt": zlib.crc32(node.name.encode()) & 0xFFFFF, "roles": p["roles"],
-            "rotary": inverse_frequencies(p["key_dim"], p["rotary"]) if p["rotary"] else None}
+            "rotary": inverse_frequencies(p["key_dim"], p["rotary"]) if p["rotary"] else None,
+            "inference_mode": node.inference_mode}  # a target network's: no dropout in training (ir/resolve.py)
 
 
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:

@@ -25,7 +25,8 @@ def infer(layer: Dropout, shapes: list[Shape], dtypes: list[str]) -> OpResult:
 
 def tf_attrs(node: Node) -> dict[str, Any]:
     # The salt (layer name, 20 bits) gives each dropout layer its own stream under one seed.
-    return {"rate": node.params["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF}
+    return {"rate": node.params["rate"], "salt": zlib.crc32(node.name.encode()) & 0xFFFFF,
+            "inference_mode": node.inference_mode}  # a target network's: off in training too (ir/resolve.py)
 
 
 OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", symbolic=True, onnx_template=None, mask=PASSES_MASK,
