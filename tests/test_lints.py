@@ -215,6 +215,20 @@ checkpoint: {{dir: run}}
     assert main(["train", str(tmp_path / "quiet.yaml"), "--steps", "4", "--quiet"]) == 0
     assert "batch-norm momentum" not in capsys.readouterr().err
 
+    # Fine-tuning: statistics the restore plan sets did not start at 0 and 1, so 'bn' is left out; 'bn2', which the
+    # restore leaves to its initializer, is still warned about. A resumed run of such a spec says nothing (its
+    # statistics began from the restore when it started).
+    tuned = (tmp_path / "s.yaml").read_text().replace(
+        "  - {name: out, op: dense, units: 10}", "  - {name: bn2, op: batch_norm, momentum: 0.99}\n"
+        "  - {name: out, op: dense, units: 10}").replace(
+        "dir: run}", f"dir: run3, restore: [{{from: {tmp_path / 'run'}}}]}}")
+    (tmp_path / "tuned.yaml").write_text(tuned)
+    assert main(["train", str(tmp_path / "tuned.yaml"), "--steps", "4", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "batch-norm momentum 0.99 ('bn2'): after the 4 planned updates" in err and "'bn'" not in err, err
+    assert main(["train", str(tmp_path / "tuned.yaml"), "--steps", "2", "--resume", "--quiet"]) == 0
+    assert "batch-norm momentum" not in capsys.readouterr().err
+
 
 # --- saturation (issue 17): the pre-activation scale of tanh, sigmoid and hard_sigmoid ----------------
 

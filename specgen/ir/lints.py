@@ -283,21 +283,25 @@ def held_share(momentum: float, updates: int) -> float:
     return momentum ** max(updates, 0)
 
 
-def momenta(ir: ModelIR) -> dict[float, list[str]]:
+def momenta(ir: ModelIR, restored: frozenset[str] = frozenset()) -> dict[float, list[str]]:
     """Batch norms (the layers whose params carry the momentum of their moving statistics) whose statistics
-    training updates, by momentum."""
+    training updates, by momentum; without those whose statistics a fine-tuning restore set (`restored`: paths)."""
     table: dict[float, list[str]] = {}
     for node in ir.nodes:
+        moving = [v.path for role, v in node.variables.items() if role.startswith("moving_")]
+        if moving and all(path in restored for path in moving):
+            continue
         if "momentum" in node.params and not node.inference_mode and not node.shares:
             table.setdefault(float(node.params["momentum"]), []).append(node.name)
     return table
 
 
-def momentum_warnings(ir: ModelIR, updates: int) -> list[str]:
+def momentum_warnings(ir: ModelIR, updates: int, restored: frozenset[str] = frozenset()) -> list[str]:
     """Lines for `specgen train` to print before training when the planned `updates` (optimizer
-    steps that update batch-norm statistics) leave them mostly at their initial values."""
+    steps that update batch-norm statistics) leave them mostly at their initial values. Statistics a
+    fine-tuning restore set (`restored`) did not start there: they are left out."""
     lines = []
-    for momentum, names in momenta(ir).items():
+    for momentum, names in momenta(ir, restored).items():
         share = held_share(momentum, updates)
         if share > MOST:
             fit = 0.05 ** (1 / updates) if updates > 0 else 0.0  # the momentum that leaves 5%

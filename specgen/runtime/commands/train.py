@@ -180,8 +180,12 @@ def _loop(session: Session) -> dict[str, Any]:
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
     # for the momentum to leave the initial values behind (issue 12's lints; validate cannot know the count).
-    skip = "bn_momentum" in session.ir.skip_lints
-    for line in [] if skip else momentum_warnings(session.ir, stop * accumulate.of(session.train_ir)):
+    # A fine-tuning restore's statistics did not start at 0 and 1: a new run leaves out those its plan restored,
+    # and a resumed one of such a spec says nothing (its statistics began from the restore when it started).
+    plan, resumed = session.restore_plan, session.begin.checkpoint is not None
+    skip = "bn_momentum" in session.ir.skip_lints or (resumed and bool(session.training.checkpoint.restore))
+    restored = frozenset(row.path for row in plan.rows if row.status == "restored") if plan else frozenset()
+    for line in [] if skip else momentum_warnings(session.ir, stop * accumulate.of(session.train_ir), restored):
         print(line, file=sys.stderr)
     started, first = time.monotonic(), session.step
     evaluated: dict[str, float] = {}
