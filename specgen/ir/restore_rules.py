@@ -116,12 +116,23 @@ class SourcePlan:
     lacking: list[str] = field(default_factory=list)  # a strict source: the variables it has no key for
 
 
+# The checkpoint keys of training state (docs/collections.md, "Variable names"), which a restore never sets.
+TRAINING_STATE = ("optimizers/", "accumulators/", "metrics/", "pruning/")
+
+
+def _training_state(key: str) -> bool:
+    return key == "global_step" or key.startswith(TRAINING_STATE)
+
+
 def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targets: Targets) -> str:
     if entry.hint:
         return entry.hint
     base = ema_base(key)
     if base is not None and not source.ema_to_model and rename(base, source.map) in targets:
         return f"EMA shadow of '{rename(base, source.map)}'; restored only with ema_to_model: true"
+    if target == key and _training_state(key):
+        return "training state (the step, an optimizer's slots and counters, accumulators, masks): a fine-tuning " \
+               "restore sets model variables only; --resume continues a run with all of it"
     if target == key:
         return "no variable with this name here"
     return f"maps to '{target}', not a variable here{did_you_mean(target, targets)}"
