@@ -10,6 +10,7 @@ values), so rows whose id repeats in a batch get sum(g_i^2) where Adam's definit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,8 +43,8 @@ LABELS = [np.array([0, 1, 2, 1]), np.array([2, 0, 1, 1]), np.array([1, 2, 0, 0])
 TOLERANCE = 1e-6
 
 
-def generated(tmp_path: Path) -> tuple[object, object]:
-    loaded = load_spec_text(yaml.safe_dump(SPEC, sort_keys=False), "emb_adam.yaml")
+def generated(tmp_path: Path, spec: dict[str, object] = SPEC) -> tuple[Any, Any]:
+    loaded = load_spec_text(yaml.safe_dump(spec, sort_keys=False), "emb_adam.yaml")
     ir = build_ir(loaded)
     for name, content in render_files(ir).items():
         if name in ("model.py", "train.py"):
@@ -89,13 +90,7 @@ def test_clipping_an_embedding_s_gradient_clips_the_summed_gradient(tmp_path: Pa
     seen 4 times) and `global_norm` measured the occurrences. Reference: tf's own clip on the dense gradient, then
     Keras' SGD (one update of values of order 1e-2: a few float32 roundings)."""
     spec = {**SPEC, "optimizers": {"all": {"variables": ["*"], "kind": "sgd", "learning_rate": 1.0, "clip": clip}}}
-    loaded = load_spec_text(yaml.safe_dump(spec, sort_keys=False), "emb_clip.yaml")
-    ir = build_ir(loaded)
-    for name, content in render_files(ir).items():
-        if name in ("model.py", "train.py"):
-            (tmp_path / name).write_bytes(content)
-    model = getattr(load_generated(tmp_path / "model.py"), ir.class_name)(seed=0)
-    trainer = getattr(load_generated(tmp_path / "train.py"), f"{ir.class_name}Training")(model)
+    model, trainer = generated(tmp_path, spec)
     reference = {path: tf.Variable(v.numpy()) for path, v in model.variables_by_path().items()}
     ids, labels = BATCHES[0], LABELS[0]
     trainer.train_step({"ids": tf.constant(ids)}, {"label": tf.constant(labels)}, tf.constant([0, 0], tf.int64))
