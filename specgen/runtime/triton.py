@@ -25,6 +25,7 @@ from specgen.errors import SpecgenError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 from specgen.paths import plain_name, shown
+from specgen.serve.coupling import rows_coupled
 from specgen.serve.repository import MAX_VERSION, version_number
 
 
@@ -33,6 +34,8 @@ class RepositoryRefused(SpecgenError, ValueError):
     raised before anything is written. A ValueError too, for callers that caught that before."""
 
 
+# config.pbtxt parameter saying why a model is written without dynamic_batching (config_text's `rows_coupled`)
+BATCHING_PARAMETER = "specgen_dynamic_batching"
 TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint8": "TYPE_UINT8"}
 ONNX_ELEM_TYPES = {"float32": onnx.TensorProto.FLOAT, "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64,
                    "uint8": onnx.TensorProto.UINT8}
@@ -77,11 +80,16 @@ def _check_batching(max_batch_size: int, max_queue_delay_us: int, preferred: tup
 
 
 def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int = 1000,
-                preferred: tuple[int, ...] = (), parameters: Mapping[str, str] | None = None) -> str:
+                preferred: tuple[int, ...] = (), parameters: Mapping[str, str] | None = None,
+                rows_coupled: str | None = None) -> str:
     """A deterministic `config.pbtxt` serving the exported `model.onnx` with onnxruntime.
 
     `parameters`: Triton's free-form `parameters` map (specgen_precision / specgen_verified mark a precision
     variant, runtime/precision/verify.py); Triton shows the ones its backend does not know and ignores them.
+    `rows_coupled`: why the rows of one run of the model depend on each other (serve/coupling.py: a dynamically
+    quantized int8 variant computes one activation scale over the whole batch), or None. Such a model keeps
+    `max_batch_size` (a request may hold that many rows) but gets no `dynamic_batching`, so neither Triton nor
+    `specgen serve` joins unrelated requests in one run; the parameter `specgen_dynamic_batching` says why.
     """
     _check_batching(max_batch_size, max_queue_delay_us, preferred)
     lines = [text.header(ir.source, "specgen export --triton")]  # a file name can hold a newline
@@ -89,6 +97,11 @@ def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int =
         lines.append("# The graph has a fixed batch of 1 (export.onnx.dynamic_batch: false), so Triton does not batch it.")
         max_batch_size, preferred = 0, ()
     batched = max_batch_size > 0
+    joined = batched and rows_coupled is None
+    if batched and rows_coupled is not None:
+        lines.append("# No dynamic_batching: requests joined in one run would change each other's answers "
+                     "(parameter specgen_dynamic_batching).")
+        parameters = {**(parameters or {}), BATCHING_PARAMETER: f"off: {rows_coupled}"}
     batch = None if batched else (-1 if ir.dynamic_batch else 1)
     view = exported(ir)  # the model.onnx tensors: export.onnx.outputs and the inputs they read
     inputs = [(i.onnx_name, i.dtype, i.shape) for i in view.inputs]
@@ -99,7 +112,7 @@ def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int =
         for k, (name, dtype, shape) in enumerate(tensors):
             lines += _tensor(name, dtype, shape, batch, last=k == len(tensors) - 1)
         lines.append("]")
-    if batched:
+    if joined:
         lines.append("dynamic_batching {")
         if preferred:
             lines.append(f"  preferred_batch_size: {_ints(sorted(set(preferred)))}")
@@ -234,7 +247,10 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
     then loads the new version and swaps it in (docs/serve.md). An explicit `version` writes that folder
     and rewrites config.pbtxt.
 
-    `config` goes to `config_text` (max_batch_size, max_queue_delay_us, preferred, parameters). Each file is
+    `config` goes to `config_text` (max_batch_size, max_queue_delay_us, preferred, parameters), with
+    `rows_coupled` read from the model's graph (serve/coupling.py): a dynamically quantized variant's config has
+    no dynamic_batching. A kept config.pbtxt is not rewritten for it (it serves the other versions too);
+    `specgen serve` reads each version's graph and runs such a version's requests one at a time. Each file is
     replaced atomically, the model first so a polling server never sees a config without it;
     other version folders are left alone. `files` (name -> bytes) go into the version folder before the
     model: a precision variant's float32 reference, gate sample and variant.json (runtime/precision/verify.py).
@@ -245,7 +261,8 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
                                 f"are int64 numbers); received {version!r}")
     if not plain_name(ir.name):
         raise RepositoryRefused(f"the spec name '{ir.name}' cannot name a model folder")
-    text = config_text(ir, **config)  # checks the arguments before anything is written
+    # a graph whose rows depend on each other (dynamic quantization) is written without dynamic_batching
+    text = config_text(ir, **{"rows_coupled": rows_coupled(model_bytes), **config})  # checks the arguments first
     check_model_matches(ir, model_bytes)
     folder = Path(root) / ir.name
     config_file = folder / "config.pbtxt"

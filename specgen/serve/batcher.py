@@ -9,7 +9,11 @@ wait (queued or gathered, not yet running): beyond that `submit` raises QueueFul
 
 A batch that fails in onnxruntime is retried one request at a time, so a request can only fail
 itself, never the requests it was batched with. A request whose caller has gone (a gRPC deadline
-passed, the call was cancelled) is dropped from the queue instead of run.
+passed, the call was cancelled, an HTTP client closed its connection: app.py) is dropped from the queue
+instead of run.
+
+Joining relies on the model's rows being independent; a version whose graph couples them (a dynamically
+quantized int8 variant, coupling.py) gets `batching=False` from registry.py: one request per run.
 
 Each run is timed in the worker thread (joining the inputs, the onnxruntime run, splitting the
 outputs) and reported with each request's time in the queue to the version's statistics (stats.py).

@@ -116,6 +116,9 @@ class BoundedProtocol(HttpToolsProtocol):
         if self._send_timer is not None:
             self._send_timer.cancel()
         self._stash = b""
+        # uvicorn tells only its newest cycle, which may be a pipelined one queued behind the request being
+        # answered: that one's handler watches for the disconnect too (app.py `_unless_gone`)
+        self._abandon()
         super().connection_lost(exc)
 
     # Reading: bounded reads, parsed in slices, stopped when the connection holds enough

@@ -12,6 +12,10 @@ A version folder holding a precision variant with its gate files (`variant.json`
 `specgen export --precision ... --triton`) is gated first, on the provider onnxruntime actually gives
 (runtime/precision/verify.py `check_version`): a variant that fails its kernel, accuracy or speed gate
 is not served, its float32 reference beside it is, with one warning line (`variant_checked`).
+
+The file served is also read for nodes that couple the rows of a run (coupling.py: a dynamically quantized
+int8 variant computes one activation scale over every row): such a version's `rows_coupled` says why, and its
+batcher runs each request alone whatever the config asks (registry.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 from specgen.paths import shown
 from specgen.runtime.predictor import DTYPES, InputError, Predictor
 from specgen.runtime.sources.base import MISSING, file_kind
+from specgen.serve import coupling
 from specgen.serve.errors import ProtocolError
 from specgen.serve.repository import (
     DATATYPES,
@@ -58,6 +63,8 @@ class ServedModel:
     too_long: Callable[[Arrays], str | None] = lambda arrays: None
     path: Path | None = None  # the model file, and what said it changed (file_stamp) when it was loaded
     stamp: tuple[int, int, int] | None = None
+    # Why the rows of one run are not independent (coupling.py), or None: then requests are never joined.
+    rows_coupled: str | None = None
 
     def metadata(self, versions: Sequence[int] | None = None) -> dict[str, Any]:
         """The Open Inference Protocol model metadata (`versions`: those served), plus the onnxruntime provider."""
@@ -170,7 +177,7 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
     check_signature(shown(served), config, predictor.inputs, outputs)
     model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=values_checked(predictor),
-                        too_long=predictor.too_long, path=served, stamp=stamp)
+                        too_long=predictor.too_long, path=served, stamp=stamp, rows_coupled=coupling.rows_coupled(served))
     if warm:
         warm_up(model)
     return model

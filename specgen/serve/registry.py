@@ -9,6 +9,10 @@ and holds it until answered. Between that lookup and `batcher.submit` the reques
 body arriving, a decode in a thread), so a version swapped out is not closed at once: it is
 `retired`, takes no new lookups, and its batcher is closed (the admitted requests run first) only
 when the last request holding it has been answered.
+
+A version batches when the server does (no --no-batching) and its config asks (`dynamic_batching`), unless its
+graph's rows depend on each other (`ServedModel.rows_coupled`, coupling.py): then each request runs alone and
+one warning line (`batching_off`) says why.
 """
 
 from __future__ import annotations
@@ -79,10 +83,17 @@ class Registry:
         queue_size = self.queue_size if self.queue_size is not None else (
             config.max_queue_size or 4 * max(config.max_batch_size, 1))
         stats = VersionStats(model.name, model.version)
+        batching = self.batching and config.dynamic_batching
+        if batching and model.rows_coupled is not None:
+            # The graph's rows depend on each other (a dynamically quantized int8 variant: coupling.py), so joined
+            # requests would change each other's answers: each runs alone, whatever the config asks.
+            batching = False
+            log.warning("dynamic batching off for this version", extra={"fields": {
+                "event": "batching_off", "model": model.name, "version": model.version,
+                "reason": model.rows_coupled}})
         batcher = Batcher(model.name, model.run, max_batch_size=config.max_batch_size,
                           max_delay=config.max_queue_delay_us / 1e6, queue_size=queue_size,
-                          batching=self.batching and config.dynamic_batching, observer=self.metrics.observer(),
-                          stats=stats, version=model.version)
+                          batching=batching, observer=self.metrics.observer(), stats=stats, version=model.version)
         limit = body_limit(config, self.max_body_bytes)
         self.budget.total = max(self.budget.total, limit.bound(True))  # one largest body always fits
         return Version(model, batcher, limit, stats)

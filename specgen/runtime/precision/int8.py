@@ -7,7 +7,10 @@ kernels (QLinearConv, QGemm) cover; with int8 activations it left 20 of ResNet50
 no dropout) leaves each Conv/Gemm between a DequantizeLinear and a QuantizeLinear, which is what
 onnxruntime's optimizer fuses into an integer kernel; `check` reads the optimized graph to prove it did.
 Dynamic (weights int8, activations quantized per batch at run time) is for recurrent graphs, whose
-activations vary too much per step for fixed ranges.
+activations vary too much per step for fixed ranges. Its DynamicQuantizeLinear / DynamicQuantizeLSTM nodes take
+one scale from the min and max of a whole run, so the rows of a run set each other's precision: its Triton
+config gets no dynamic_batching and the server never joins requests into it (serve/coupling.py); a static
+variant's rows stay independent (fixed ranges; bitwise equal alone and batched on the digits models).
 """
 
 from __future__ import annotations
