@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "specgen"
 HEAVY = ("tensorflow", "onnxruntime")
 LEAVES = {"specgen", "specgen.diagnostics", "specgen.errors", "specgen.text"}
-# Exceptions that are signals, not messages for a person: the server's queue is full / it is draining.
-SIGNALS = {"QueueFull", "ShuttingDown"}
+# Exceptions that are signals, not messages for a person: the server's queue is full / it is draining / an HTTP
+# client left before its answer.
+SIGNALS = {"QueueFull", "ShuttingDown", "ClientGone"}
 
 
 def module_name(path: Path) -> str:
