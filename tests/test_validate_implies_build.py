@@ -109,9 +109,10 @@ def test_whatever_validate_accepts_builds_and_reports() -> None:
         seen[outcome(spec)] += 1
 
     run()
-    # The generator must reach build often enough to test something: a share measured with this
-    # generator (a change to the schema moves it; it fails only if most drawn specs stop validating).
-    assert seen["built"] >= 0.15 * sum(seen.values()), seen
+    # The generator must reach build often enough to test something. Measured: 90 of 600 (15.0%) run alone; 88
+    # when other modules ran first in the same xdist worker (hypothesis' draws also read process state), so the
+    # floor sits at 10%: it fails when most drawn specs stop validating, not on a draw's noise.
+    assert seen["built"] >= 0.10 * sum(seen.values()), seen
 
 
 # --- the cases that escaped: each ended in a traceback in build or report, or in validate --------
