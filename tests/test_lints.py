@@ -15,6 +15,7 @@ import pytest
 
 from specgen.cli import main
 from specgen.ir import gains, lints
+from specgen.ir import scales as scale_model
 from specgen.ir.gains import activation
 from specgen.ir.resolve import build_ir
 from specgen.kinds.initializers.normal import TRUNCATED_VARIANCE
@@ -35,8 +36,8 @@ def chain(count: int, units: int, init: str, act: str) -> str:
     return spec("\n".join(lines) + "\n  - {name: last, op: dense, units: 4}\n", f"[{units}]")
 
 
-def scales(text: str) -> dict[str, lints.Scale]:
-    return lints.propagate(build_ir(load_spec_text(text)))
+def scales(text: str) -> dict[str, scale_model.Scale]:
+    return scale_model.propagate(build_ir(load_spec_text(text)))
 
 
 def draw(kind: str, fan_in: int, fan_out: int, rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from specgen import text
-from specgen.ir.lints import ratio_column
 from specgen.ir.model import ModelIR
+from specgen.ir.scales import ratio_column, unmodelled_note
 from specgen.kinds import dims
 from specgen.kinds.ops import backward_flops
 
 NOTE = ("FLOPs are per example (batch 1); a multiply-add counts 2. The backward estimate is 2x the forward FLOPs "
         "for layers with trainable weights (input and weight gradients) and 1x otherwise. The activation std is "
-        "each output's at initialization over the input's, for unit-variance inputs (docs/spec.md#lints; '-': "
-        "not measured, after a softmax).")
+        "each output's at initialization over the input's, for unit-variance inputs, as the model of "
+        "docs/spec.md#lints estimates it: weights, inputs and units independent; the positions that pools, resizes "
+        "and attention combine taken as equal, as in images (over n independent positions an average has 1/sqrt(n) "
+        "of the std shown); a recurrent layer's input steps taken as independent (smooth ones give it up to 2x the "
+        "std shown).")
 
 
 def flops_table(ir: ModelIR) -> str:
@@ -28,7 +31,13 @@ def flops_table(ir: ModelIR) -> str:
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
     rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))
     return text.table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)",
-                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE + _symbols_note(ir)
+                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE + _unmodelled(ir) + _symbols_note(ir)
+
+
+def _unmodelled(ir: ModelIR) -> str:
+    """Why the column shows '-' where it does (ir/lints.py), for specs with such layers."""
+    note = unmodelled_note(ir)
+    return " " + note if note else ""
 
 
 def _symbols_note(ir: ModelIR) -> str:

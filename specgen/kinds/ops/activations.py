@@ -16,7 +16,17 @@ from pydantic import Field
 
 from specgen.fields.base import Int, NonNegativeFloat
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import PASSES_MASK, AsActivation, MaskRule, Moments, OnnxContext, OpDef, OpResult, Pointwise
+from specgen.kinds.ops.base import (
+    PASSES_MASK,
+    AsActivation,
+    MaskRule,
+    Moments,
+    OnnxContext,
+    OpDef,
+    OpResult,
+    Pointwise,
+    Unmodelled,
+)
 from specgen.kinds.ops.moments import TANH_EDGE, cdf, integrated, rectified, relu_max, sigmoid, simpson
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import axis_in, held_axis, prod, require_float
@@ -151,26 +161,32 @@ GELU = Pointwise(simpson(lambda x, p: x * cdf(x)), he=True)
 # sigmoid's slope s(1 - s) < 0.025 is tanh's condition twice as far out (tanh(x) = 2 sigmoid(2x) - 1).
 SIGMOID = Pointwise(simpson(lambda x, p: sigmoid(x)), saturates=(2 * TANH_EDGE, _slope_words("sigmoid")))
 TANH = Pointwise(simpson(lambda x, p: math.tanh(x)), saturates=(TANH_EDGE, _slope_words("tanh")))
+# A softmax's outputs are probabilities along its axis: their mean is 1 / size, and their spread is set by how unequal
+# the logits are, through a normalizing sum of exponentials that the logits' mean and variance do not fix in closed
+# form (from 0 for equal logits to about 1 / sqrt(size) for one-hot outputs).
+SOFTMAX_MOMENTS = Unmodelled("a softmax's outputs are probabilities along its axis (mean 1/size), whose spread depends "
+                             "on the logits through a normalizing sum of exponentials with no closed form in their "
+                             "mean and variance (from 0 for equal logits to about 1/sqrt(size) when one-hot)")
 SOFTMAX_MASK = MaskRule(reason="Keras' Softmax layer applies the [batch, time] mask to its own axis, not to the steps")
 
 OPS = (
     OpDef("relu", Relu, relu, relu_tf_attrs, relu_onnx_attrs, layout="any", symbolic=True, onnx_variant=relu_onnx_variant,
-          onnx_variants=("clip",), as_activation=AsActivation(1), mask=PASSES_MASK, pointwise=RELU, non_negative=True,
-          keras=("ReLU",)),
+          onnx_variants=("clip",), as_activation=AsActivation(1), mask=PASSES_MASK, moments="pointwise", pointwise=RELU,
+          non_negative=True, keras=("ReLU",)),
     OpDef("relu6", ActivationLayer, relu6, onnx_attrs=relu6_onnx_attrs, layout="any", symbolic=True, onnx_template="clip",
           as_activation=AsActivation(2, {}, lambda first, ctx, out: clip_constants(ctx, out, 6.0)), mask=PASSES_MASK,
-          pointwise=RELU6, non_negative=True),
+          moments="pointwise", pointwise=RELU6, non_negative=True),
     OpDef("leaky_relu", LeakyRelu, leaky_relu, alpha_tf_attrs, alpha_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(2, {"alpha": 0.2}, lambda first, ctx, out: {"alpha": 0.2}), mask=PASSES_MASK,
-          pointwise=LEAKY_RELU, keras=("LeakyReLU",)),
+          moments="pointwise", pointwise=LEAKY_RELU, keras=("LeakyReLU",)),
     OpDef("gelu", ActivationLayer, infer, onnx_attrs=gelu_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(8, {}, lambda first, ctx, out: gelu_formula(ctx, out)), mask=PASSES_MASK,
-          pointwise=GELU),
+          moments="pointwise", pointwise=GELU),
     OpDef("sigmoid", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4),
-          mask=PASSES_MASK, pointwise=SIGMOID),
+          mask=PASSES_MASK, moments="pointwise", pointwise=SIGMOID),
     OpDef("tanh", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4), mask=PASSES_MASK,
-          pointwise=TANH),
+          moments="pointwise", pointwise=TANH),
     OpDef("softmax", Softmax, softmax, axis_tf_attrs, axis_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(5, {"axis": -1}, lambda first, ctx, out: {"axis": 1 if first else -1}),
-          mask=SOFTMAX_MASK, keras=("Softmax",)),
+          mask=SOFTMAX_MASK, moments=SOFTMAX_MOMENTS, keras=("Softmax",)),
 )

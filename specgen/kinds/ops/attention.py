@@ -35,7 +35,21 @@ from specgen import text
 from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.base import (
+    ActivationMoments,
+    Derived,
+    MaskRule,
+    Moments,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    Outputs,
+    VarDecl,
+    WeightMoments,
+    resolve_init,
+)
+from specgen.kinds.ops.moments import plus, weighted
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import fixed
 
@@ -250,7 +264,27 @@ def mask_check(layer: MultiHeadAttention, masked: tuple[bool, ...], rank: int) -
     return ""
 
 
+def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activation: ActivationMoments) -> Outputs:
+    """The value projection (a weighted sum over the value's features, plus its bias), then the attention's
+    weighted average over the keys, taken to keep those moments: its weights are non-negative and sum to 1, which
+    keeps the mean exactly, and the second moment too where the values are equal along the keys (the positions
+    assumption of the pools, docs/spec.md#lints) or the weights one-hot (uniform weights over S independent values
+    would leave 1/S of the variance); then the output projection over heads * value_dim, plus its bias. The query
+    and key set only the weights, so their scale does not enter."""
+    value = ins[node.params["roles"]["value"]]
+    assert value is not None  # reads()
+    out = value
+    for part in ("value", "attention_output"):
+        kernel = node.variables[f"{part}/kernel"].shape
+        fan = kernel[0] if part == "value" else kernel[0] * kernel[1]  # [d, heads, v]; [heads, v, d]
+        out = weighted(out, fan, weight(f"{part}/kernel"))
+        if f"{part}/bias" in node.variables:
+            out = plus(out, weight(f"{part}/bias"))
+    return {"": out}
+
+
 # The query's mask as rows, the value's and a distinct key's as columns of the attention mask; the output keeps the
 # query's mask, as Keras sets it.
 OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True,
-             mask=MaskRule("first", check=mask_check, consumes="attention"), keras=("MultiHeadAttention",)),)
+             mask=MaskRule("first", check=mask_check, consumes="attention"),
+             moments=Derived(moments, lambda node: (node.params["roles"]["value"],)), keras=("MultiHeadAttention",)),)

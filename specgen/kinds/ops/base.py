@@ -139,8 +139,56 @@ PASSES_MASK = MaskRule("first")  # element-wise ops, dense, dropout, ...: Keras 
 
 
 Moments = tuple[float, float]  # (mean, second moment E[x^2]) of a value's distribution
-MomentRule = Literal["affine", "standardize", "normalized", "gain", "lookup", "sum", "difference", "product",
-                     "joined", "same"]
+# How an op moves the moments (OpDef.moments), each rule's math in ir/lints.py (docs/spec.md#lints):
+# - "same": its first input's (an identity, a copy or selection of values, a pool or resize: positions along the
+#   spatial and time axes are taken as equal, as neighbouring pixels of an image nearly are);
+# - "pointwise": an element-wise function of its input, by OpDef.pointwise;
+# - "affine" (rescale's x * scale + offset), "standardize" ((x - mean) / sqrt(variance)), "gain" (a constant gamma);
+# - "normalized": gamma * (x - mean) / sqrt(variance + epsilon) + beta over the example's own values (layer_norm),
+#   whose scale does not depend on its input's but through epsilon: the propagation restarts there (after an
+#   unmodelled input, that input's variance is taken as far above epsilon); "batch_normalized": the same over the
+#   batch in training, while in inference mode (Node.inference_mode) its moving statistics, mean 0 and variance 1 at
+#   initialization, leave gamma * x / sqrt(1 + epsilon) + beta; "rms_normalized": x / sqrt(mean(x^2) + epsilon) *
+#   scale, restarting too (E[y^2] is E[scale^2]; after an unmodelled input its mean is taken as 0);
+# - "lookup": a table's rows (an embedding's): the initializer's moments, whatever the input (only its shape or
+#   indices are read), and the reference the layers after it are compared with;
+# - "sum", "difference", "product", "joined" (concatenated, weighted by each input's size along the axis);
+# - "extra": one of its producer's extra outputs (EXTRA_OUTPUT), whose moments the producer's Derived rule gives.
+MomentRule = Literal["same", "pointwise", "affine", "standardize", "gain", "normalized", "batch_normalized",
+                     "rms_normalized", "lookup", "sum", "difference", "product", "joined", "extra"]
+WeightMoments = Callable[[str], Moments]  # a variable role of the node -> the mean and E[w^2] of one initial weight
+ActivationMoments = Callable[[str, Moments], Moments]  # (element-wise op, a Gaussian's moments) -> its output's
+Outputs = dict[str, Moments]  # "": the main output; then each extra output (OpResult.extra_outputs) by name
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An op whose own module computes its outputs' moments (a recurrent layer, attention, a reduction).
+
+    - `moments`: (node, its inputs' moments, its weights' moments, the element-wise ops' moments) -> Outputs, or a
+      str saying why this node's cannot be modelled. The inputs it `reads` are never None; the others may be (not
+      modelled).
+    - `reads`: (node) -> the input positions its output's scale depends on (an attention's value input, not its
+      query, key or mask): the lint marks the output not modelled only when one of these is.
+
+    - `bounded`: its outputs are held within +-1 by its own gates (a recurrent layer): a small spread at
+      initialization is the layer's design (Keras' defaults give a stacked LSTM 0.05), not an initializer's
+      mistake, so the lint does not warn that it shrinks (it still warns about saturation: ir/lints.py).
+
+    Each module's docstring of the function says what it assumes (docs/spec.md#lints lists them).
+    """
+
+    moments: Callable[[Node, list[Moments | None], WeightMoments, ActivationMoments], Outputs | str]
+    reads: Callable[[Node], tuple[int, ...]]
+    bounded: bool = False
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """An op whose output scale the lint cannot model from its input's mean and variance: `reason` says why
+    (`specgen report` prints it under its table, for the '-' of the op and of the layers after it)."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -209,11 +257,11 @@ class OpDef:
     - `mask`: how it treats a Keras padding mask (MaskRule; ir/masks.py, render/mask_plan.py); the default refuses one.
     - `compute_dtype`: "float32" when it computes in float32 under a mixed-precision policy (normalizations; its
       variables are then read uncast: render/train_plan.py, runtime/lib/layers.py's in_float32); "policy" otherwise.
-    - `moments`: how the initialization-scale lint (ir/lints.py) takes its output's moments from its inputs':
-      Weighted (a kernel's weighted sum), or "affine" (rescale's x * scale + offset), "standardize" ((x - mean) /
-      sqrt(variance)), "normalized" (a normalization's beta and gamma, in training), "gain" (a constant gamma),
-      "lookup" (an embedding's table: the scale the layers after it are compared with), "sum", "difference",
-      "product", "joined" (inputs concatenated) or "same" (its input's). None: through `pointwise`, else not measured.
+    - `moments`: how the initialization-scale lint (ir/lints.py) takes its output's moments from its inputs': every
+      op declares one (tests/test_init_scale_ops.py): Weighted (a kernel's weighted sum), a MomentRule (above:
+      "same", "pointwise", "normalized", ...), Derived (its module computes them: recurrent layers, attention) or
+      Unmodelled (softmax: the reason the report prints for its '-'). None: undeclared, which the lint reports as
+      not modelled.
     - `pointwise`: an element-wise op's moments on a Gaussian, and what the lint says of it (Pointwise).
     - `non_negative`: its output is never below 0 (relu, relu6): a max_pool after it may take a zero pad into its
       own pads (ir/pad_folding.py).
@@ -254,7 +302,7 @@ class OpDef:
     symbolic: bool = False
     mask: MaskRule = MaskRule()
     compute_dtype: Literal["policy", "float32"] = "policy"
-    moments: Weighted | MomentRule | None = None
+    moments: Weighted | MomentRule | Derived | Unmodelled | None = None
     pointwise: Pointwise | None = None
     non_negative: bool = False
     pad_folding: PadFolding | None = None
@@ -306,4 +354,4 @@ def _extra_infer(layer: Any, shapes: list[Shape], dtypes: list[str]) -> OpResult
     raise AssertionError("extra outputs are made by their producer's rule")  # never called: see EXTRA_OUTPUT
 
 
-EXTRA_OUTPUT_DEF = OpDef(EXTRA_OUTPUT, SpecModel, _extra_infer, onnx_template=EXTRA_OUTPUT)
+EXTRA_OUTPUT_DEF = OpDef(EXTRA_OUTPUT, SpecModel, _extra_infer, onnx_template=EXTRA_OUTPUT, moments="extra")

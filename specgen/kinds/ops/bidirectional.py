@@ -25,7 +25,20 @@ from pydantic import Field
 
 from specgen.fields.layers import LayerBase
 from specgen.kinds.ops import recurrent
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl
+from specgen.kinds.ops.base import (
+    ActivationMoments,
+    Derived,
+    MaskRule,
+    Moments,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    Outputs,
+    VarDecl,
+    WeightMoments,
+)
+from specgen.kinds.ops.moments import plus, times
 from specgen.kinds.ops.nodes import Node, Shape
 
 MergeMode = Literal["concat", "sum", "mul", "ave", "none"]
@@ -125,7 +138,22 @@ def mask_check(layer: Bidirectional, masked: tuple[bool, ...], rank: int) -> str
     return ""
 
 
+def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activation: ActivationMoments) -> Outputs:
+    """Both halves have the moments of the wrapped layer (recurrent.cell_moments: reading the sequence backwards
+    changes none), independent of each other; the merge combines them: concat keeps them, sum adds, ave halves the
+    sum, mul multiplies."""
+    cell = node.params["op"]
+    half = {h: recurrent.cell_moments(node, ins, weight, activation, cell, f"{h}/") for h in ("forward", "backward")}
+    one = half["forward"][""]
+    merge = node.params["merge_mode"]
+    both = plus(one, half["backward"][""])
+    main = {"sum": both, "ave": (both[0] / 2, both[1] / 4), "mul": times(one, half["backward"][""])}.get(merge, one)
+    found: Outputs = {"": main, "forward": one, "backward": half["backward"][""]}
+    found |= {f"{h}_{k}": m for h, outs in half.items() for k, m in outs.items() if k}
+    return found
+
+
 # Keras' Bidirectional: its wrapped layer's return_sequences keeps the mask, and masked outputs are zeros.
 MASK = MaskRule("first", keeps=lambda layer: layer.layer.return_sequences, check=mask_check, consumes="both_directions")
 OPS = (OpDef("bidirectional", Bidirectional, infer, tf_attrs, onnx_attrs, activation_after=False, symbolic=True,
-             mask=MASK, keras=("Bidirectional",)),)
+             mask=MASK, moments=Derived(moments, lambda node: (0,), bounded=True), keras=("Bidirectional",)),)

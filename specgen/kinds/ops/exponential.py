@@ -59,9 +59,9 @@ SOFTPLUS = Pointwise(simpson(lambda x, p: softplus(x)), he=True)
 OPS = (
     OpDef("elu", Elu, elu, elu_tf_attrs, elu_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(4, {"alpha": 1.0}, lambda first, ctx, out: {"alpha": 1.0}), mask=PASSES_MASK,
-          pointwise=ELU, keras=("ELU",)),
+          moments="pointwise", pointwise=ELU, keras=("ELU",)),
     OpDef("selu", ExpActivation, per_element(5), layout="any", symbolic=True, as_activation=AsActivation(5),
-          mask=PASSES_MASK, pointwise=SELU),
+          mask=PASSES_MASK, moments="pointwise", pointwise=SELU),
     OpDef("softplus", ExpActivation, per_element(3), layout="any", symbolic=True, as_activation=AsActivation(3),
-          mask=PASSES_MASK, pointwise=SOFTPLUS),
+          mask=PASSES_MASK, moments="pointwise", pointwise=SOFTPLUS),
 )

@@ -59,4 +59,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (OpDef("gather", Gather, infer, tf_attrs, onnx_attrs, gradient=(True, False),  # no gradient to indices
-              id_limit="index_limit"),)
+              id_limit="index_limit", moments="same"),)  # values picked from its first input

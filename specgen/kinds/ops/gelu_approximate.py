@@ -12,7 +12,8 @@ import math
 from typing import Any, Literal
 
 from specgen.fields.layers import LayerBase
-from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult
+from specgen.kinds.ops.base import PASSES_MASK, AsActivation, OnnxContext, OpDef, OpResult, Pointwise
+from specgen.kinds.ops.moments import simpson
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import prod, require_float
 
@@ -42,6 +43,11 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return formula(ctx, node.onnx_name)
 
 
+def gelu_approximate(x: float) -> float:
+    return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + CUBIC * x * x * x)))
+
+
+POINTWISE = Pointwise(simpson(lambda x, p: gelu_approximate(x)), he=True)  # relu-like, as gelu
 OPS = (OpDef("gelu_approximate", GeluApproximate, infer, onnx_attrs=onnx_attrs, layout="any", symbolic=True,
              as_activation=AsActivation(FLOPS, {}, lambda first, ctx, out: formula(ctx, out), keras=False),
-             mask=PASSES_MASK),)  # no Keras activation of this name (KerasHub's); no Pointwise: the lint measures none
+             mask=PASSES_MASK, moments="pointwise", pointwise=POINTWISE),)  # no Keras activation of this name (KerasHub's)

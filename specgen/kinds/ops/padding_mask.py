@@ -42,4 +42,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 # gradient: a mask selects, it carries none (as gather's indices).
 OPS = (OpDef("padding_attention_mask", PaddingAttentionMask, infer, onnx_attrs=onnx_attrs, symbolic=True,
-             gradient=False),)
+             gradient=False, moments="same"),)  # its input's values, broadcast

@@ -11,6 +11,7 @@ The time dimension is copied through as the input shape holds it (a symbol once 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -19,7 +20,21 @@ from specgen import text
 from specgen.fields.base import PositiveInt, SpecModel
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.base import (
+    ActivationMoments,
+    Derived,
+    MaskRule,
+    Moments,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    Outputs,
+    VarDecl,
+    WeightMoments,
+    resolve_init,
+)
+from specgen.kinds.ops.moments import plus, times, weighted
 from specgen.kinds.ops.nodes import Init, Node, Shape
 from specgen.kinds.ops.shapes import require_float
 
@@ -233,8 +248,102 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
+# --- the initialization-scale lint (ir/lints.py; docs/spec.md#lints) ----------------------------------------------
+
+ZERO: Moments = (0.0, 0.0)
+LIMIT_STEPS = 1000  # a named time dimension: the moments after this many steps, or where they stop changing
+SETTLED = 1e-9  # relative change of both moments under which a step's moments are taken as the fixed point's
+
+
+def cell_moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activation: ActivationMoments,
+                 cell: str, prefix: str = "") -> Outputs:
+    """The moments of a recurrent layer's outputs at initialization, by mean field: each step's pre-activations are
+    Gaussian, with the moments of sums of independent products (kernel times input, recurrent kernel times the
+    previous state, plus the bias; an lstm's cell state c too where its activation reads it), and the gates, the
+    candidate and the states they combine are independent of each other, and of the input's other steps; the states
+    start at zeros (or at initial_state's moments), and a padding mask is not looked at. With a
+    fixed time axis the output with return_sequences pools its steps' moments, and without it (as the states) is the
+    last step's; with a named one, each is the fixed point the steps reach, a long sequence's (after at most
+    LIMIT_STEPS steps). `cell`: lstm, gru or simple_rnn; `prefix`: the variables' (a bidirectional half's
+    "forward/")."""
+    p, x = node.params, ins[0]
+    assert x is not None  # reads(): the sequence is read
+    kernel, recurrent = node.variables[f"{prefix}kernel"].shape, node.variables[f"{prefix}recurrent_kernel"].shape
+    w, u = weight(f"{prefix}kernel"), weight(f"{prefix}recurrent_kernel")
+    act, rec = p["activation"], p["recurrent_activation"]
+    gates = ("i", "f", "c", "o") if cell == "lstm" else ("z", "r", "h") if cell == "gru" else ("h",)
+    biases = _biases(node, weight, prefix, gates)
+    entering = {g: weighted(x, kernel[0], w) for g in gates}  # the input's part, the same at every step
+
+    def gate(name: str, h: Moments, fn: str) -> Moments:
+        return activation(fn, plus(plus(entering[name], weighted(h, recurrent[0], u)), biases[name][0]))
+
+    def step(h: Moments, c: Moments) -> tuple[Moments, Moments]:
+        if cell == "lstm":
+            i, f, g, o = gate("i", h, rec), gate("f", h, rec), gate("c", h, act), gate("o", h, rec)
+            c = plus(times(f, c), times(i, g))
+            return times(o, activation(act, c)), c
+        if cell == "gru":
+            z, r = gate("z", h, rec), gate("r", h, rec)
+            if p["reset_after"]:  # act(x W_h + b_x + r * (h U_h + b_r))
+                inner = times(r, plus(weighted(h, recurrent[0], u), biases["h"][1]))
+            else:  # act(x W_h + (r * h) U_h + b)
+                inner = weighted(times(r, h), recurrent[0], u)
+            candidate = activation(act, plus(plus(entering["h"], inner), biases["h"][0]))
+            # z * h + (1 - z) * candidate with z independent of both: E[z (1 - z)] = E[z] - E[z^2] in the cross term.
+            mean = z[0] * h[0] + (1 - z[0]) * candidate[0]
+            square = z[1] * h[1] + 2 * (z[0] - z[1]) * h[0] * candidate[0] + (1 - 2 * z[0] + z[1]) * candidate[1]
+            return (mean, square), c
+        return gate("h", h, act), c
+
+    states = [m for m in ins[1:] if m is not None]
+    h, c = (states[0], states[1] if len(states) > 1 else ZERO) if states else (ZERO, ZERO)
+    steps = node.input_shapes[0][1]
+    count = steps if isinstance(steps, int) else LIMIT_STEPS
+    total, done = ZERO, 0
+    while done < count:
+        after = step(h, c)
+        done += 1
+        total = (total[0] + after[0][0], total[1] + after[0][1])
+        settled = all(abs(a - b) <= SETTLED * max(abs(a), abs(b)) for a, b in zip((*after[0], *after[1]), (*h, *c),
+                                                                                  strict=True))
+        h, c = after
+        if settled or not all(math.isfinite(v) for v in (*h, *c)):
+            break
+    rest = count - done  # the steps left repeat the fixed point
+    pooled = ((total[0] + (rest * h[0] if rest else 0.0)) / count, (total[1] + (rest * h[1] if rest else 0.0)) / count)
+    main = pooled if p["return_sequences"] and isinstance(steps, int) else h
+    return {"": main, "state_h": h, "state_c": c, "state": h}
+
+
+def _biases(node: Node, weight: WeightMoments, prefix: str, gates: tuple[str, ...]) -> dict[str, tuple[Moments, Moments]]:
+    """Each gate's (input bias, recurrent bias) moments: zeros without a bias; Keras' unit_forget_bias sets the
+    forget gate's to 1 and the others to `value`; a GRU with reset_after has both halves of its [2, 3 units] bias."""
+    role = f"{prefix}bias"
+    if role not in node.variables:
+        return {g: (ZERO, ZERO) for g in gates}
+    init = node.variables[role].init
+    if init is not None and init.kind == "unit_forget_bias":
+        value = dict(init.args).get("value", 0.0)
+        return {g: ((1.0, 1.0) if g == "f" else (value, value * value), ZERO) for g in gates}
+    one = weight(role)
+    return {g: (one, one if len(node.variables[role].shape) == 2 else ZERO) for g in gates}
+
+
+def recurrent_moments(node: Node, ins: list[Moments | None], weight: WeightMoments,
+                      activation: ActivationMoments) -> Outputs:
+    return cell_moments(node, ins, weight, activation, node.op)
+
+
+def _reads(node: Node) -> tuple[int, ...]:
+    return tuple(range(len(node.inputs)))  # the sequence, and initial_state's tensors
+
+
+MOMENTS = Derived(recurrent_moments, _reads, bounded=True)
+
+
 # Masked steps leave the state unchanged; with return_sequences the mask goes on (Keras' RNN.compute_mask).
 RECURRENT_MASK = MaskRule("first", keeps=lambda layer: layer.return_sequences, consumes="recurrent")
 OPS = tuple(OpDef(name, model, infer, tf_attrs, onnx_attrs, tf_template="recurrent", onnx_template="recurrent",
-                  activation_after=False, symbolic=True, mask=RECURRENT_MASK, keras=(keras,))
+                  activation_after=False, symbolic=True, mask=RECURRENT_MASK, moments=MOMENTS, keras=(keras,))
             for name, model, keras in (("lstm", LSTM, "LSTM"), ("gru", GRU, "GRU"), ("simple_rnn", SimpleRNN, "SimpleRNN")))

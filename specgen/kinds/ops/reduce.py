@@ -6,6 +6,7 @@ specgen writes (18-21) every ONNX Reduce* operator takes its axes as an int64 in
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
@@ -13,7 +14,18 @@ from pydantic import Field
 from specgen.fields.base import Int
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape, scalar_or_list
-from specgen.kinds.ops.base import OnnxContext, OpDef, OpError, OpResult
+from specgen.kinds.ops.base import (
+    ActivationMoments,
+    Derived,
+    Moments,
+    OnnxContext,
+    OpDef,
+    OpError,
+    OpResult,
+    Outputs,
+    WeightMoments,
+)
+from specgen.kinds.ops.moments import largest, variance
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import axis_in, prod, require_float
 
@@ -62,4 +74,31 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "axes": ctx.constant(f"{node.onnx_name}___axes", list(node.params["axes"]))}
 
 
-OPS = (OpDef("reduce", Reduce, infer, tf_attrs, onnx_attrs),)
+def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activation: ActivationMoments) -> Outputs | str:
+    """Over the last axis (a layer's units, features or channels) the values are independent Gaussians (the max or
+    min of n of them by their order statistics; the mean keeps the mean and has 1/n of the variance; the sum n times
+    the mean and n times the variance); over the other axes (positions) they are equal, as the pools take them (the
+    mean, max and min keep the moments; the sum multiplies the values by the count)."""
+    x, shape, p = ins[0], node.input_shapes[0], node.params
+    assert x is not None  # reads()
+    last = len(shape) - 1
+    units = shape[last] if last in p["axes"] else 1
+    positions = [shape[a] for a in p["axes"] if a != last]
+    if not isinstance(units, int) or (p["kind"] == "sum" and not all(isinstance(n, int) for n in positions)):
+        named = next(n for n in (units, *positions) if not isinstance(n, int))
+        return (f"its {p['kind']} runs over the named dimension '{named}', whose size (known only at run time) sets "
+                "its scale")
+    kind, count = p["kind"], int(units)
+    if kind in ("max", "min"):
+        out = largest(x, count, 1.0 if kind == "max" else -1.0)
+    elif kind == "mean":
+        out = x[0], x[0] * x[0] + variance(x) / count
+    else:
+        out = count * x[0], count * variance(x) + count * count * x[0] * x[0]
+    if kind == "sum":
+        times = math.prod(int(n) for n in positions if isinstance(n, int))
+        out = times * out[0], times * times * out[1]
+    return {"": out}
+
+
+OPS = (OpDef("reduce", Reduce, infer, tf_attrs, onnx_attrs, moments=Derived(moments, lambda node: (0,))),)

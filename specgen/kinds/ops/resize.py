@@ -55,4 +55,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "hw": ctx.constant(f"{node.onnx_name}___hw", list(node.params["size"]))}
 
 
-OPS = (OpDef("resize", Resize, resize, tf_attrs, onnx_attrs, layout="first", symbolic=True),)
+# moments: its taps are neighbours, taken as equal (the pools' assumption, docs/spec.md#lints).
+OPS = (OpDef("resize", Resize, resize, tf_attrs, onnx_attrs, layout="first", symbolic=True, moments="same"),)

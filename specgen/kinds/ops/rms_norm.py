@@ -54,4 +54,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
             "axes": ctx.constant(f"{name}___axes", [-1])}
 
 
-OPS = (OpDef("rms_norm", RmsNorm, infer, tf_attrs, onnx_attrs, symbolic=True, compute_dtype="float32"),)
+OPS = (OpDef("rms_norm", RmsNorm, infer, tf_attrs, onnx_attrs, symbolic=True, compute_dtype="float32",
+             moments="rms_normalized"),)

@@ -16,7 +16,7 @@ from specgen.fields.base import PositiveInt
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds import dims
 from specgen.kinds.initializers import InitializerSpec
-from specgen.kinds.ops.base import FLOAT, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, resolve_init
+from specgen.kinds.ops.base import FLOAT, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.pools import MAX_POOL_XLA
 from specgen.kinds.ops.shapes import fixed, require_float, window
@@ -128,10 +128,11 @@ def _drops_mask(keras: str) -> MaskRule:
 
 OPS = (
     OpDef("conv1d", Conv1D, conv1d, conv_tf_attrs, conv_onnx_attrs, layout="first", onnx_template="conv2d",
-          symbolic=True, mask=_drops_mask("Conv1D"), keras=("Conv1D",)),
+          symbolic=True, mask=_drops_mask("Conv1D"), moments=Weighted(), keras=("Conv1D",)),
     OpDef("max_pool1d", Pool1D, pool1d, pool_tf_attrs, pool_onnx_attrs, layout="first", tf_template="pool1d",
-          onnx_template="max_pool", symbolic=True, mask=_drops_mask("MaxPooling1D"), keras=("MaxPooling1D",),
+          onnx_template="max_pool", symbolic=True, mask=_drops_mask("MaxPooling1D"), moments="same", keras=("MaxPooling1D",),
           xla_refusal=MAX_POOL_XLA),
     OpDef("avg_pool1d", Pool1D, pool1d, pool_tf_attrs, pool_onnx_attrs, layout="first", tf_template="pool1d",
-          onnx_template="avg_pool", symbolic=True, mask=_drops_mask("AveragePooling1D"), keras=("AveragePooling1D",)),
+          onnx_template="avg_pool", symbolic=True, mask=_drops_mask("AveragePooling1D"), moments="same",
+          keras=("AveragePooling1D",)),
 )

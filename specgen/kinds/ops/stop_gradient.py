@@ -22,4 +22,4 @@ def infer(layer: StopGradient, shapes: list[Shape], dtypes: list[str]) -> OpResu
 
 
 OPS = (OpDef("stop_gradient", StopGradient, infer, layout="any", symbolic=True, onnx_template=None, gradient=False,
-              mask=PASSES_MASK),)
+              mask=PASSES_MASK, moments="same"),)

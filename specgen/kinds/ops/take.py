@@ -55,4 +55,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return {"axis": node.params["axis"], "index": node.params["index"]}
 
 
-OPS = (OpDef("take", Take, infer, tf_attrs, onnx_attrs, symbolic=True),)
+OPS = (OpDef("take", Take, infer, tf_attrs, onnx_attrs, symbolic=True, moments="same"),)
