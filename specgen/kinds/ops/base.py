@@ -139,7 +139,7 @@ PASSES_MASK = MaskRule("first")  # element-wise ops, dense, dropout, ...: Keras 
 
 
 Moments = tuple[float, float]  # (mean, second moment E[x^2]) of a value's distribution
-# How an op moves the moments (OpDef.moments), each rule's math in ir/lints.py (docs/spec.md#lints):
+# How an op moves the moments (OpDef.moments), each rule's math in ir/scales.py (docs/spec.md#lints):
 # - "same": its first input's (an identity, a copy or selection of values, a pool or resize: positions along the
 #   spatial and time axes are taken as equal, as neighbouring pixels of an image nearly are);
 # - "pointwise": an element-wise function of its input, by OpDef.pointwise;
@@ -193,7 +193,7 @@ class Unmodelled:
 
 @dataclass(frozen=True)
 class Weighted:
-    """An op whose output is a weighted sum of its input's values (the initialization-scale lint, ir/lints.py).
+    """An op whose output is a weighted sum of its input's values (the initialization-scale lint, ir/scales.py).
 
     - `kernels`: the roles of its kernels, applied in this order (separable_conv2d: depthwise, then pointwise).
     - `fan`: the terms each output sums per kernel: "all" (every input value the kernel reads: a dense layer,
@@ -209,7 +209,7 @@ class Weighted:
 
 @dataclass(frozen=True)
 class Pointwise:
-    """An element-wise op as the initialization-scale lint sees it (ir/gains.py, ir/lints.py; docs/spec.md#lints).
+    """An element-wise op as the initialization-scale lint sees it (ir/gains.py, ir/scales.py; docs/spec.md#lints).
 
     - `moments`: (mean, std, the node's params) -> the mean and E[y^2] of the op's output for a Gaussian input
       (kinds/ops/moments.py: in closed form, or by Simpson's rule).
@@ -257,7 +257,7 @@ class OpDef:
     - `mask`: how it treats a Keras padding mask (MaskRule; ir/masks.py, render/mask_plan.py); the default refuses one.
     - `compute_dtype`: "float32" when it computes in float32 under a mixed-precision policy (normalizations; its
       variables are then read uncast: render/train_plan.py, runtime/lib/layers.py's in_float32); "policy" otherwise.
-    - `moments`: how the initialization-scale lint (ir/lints.py) takes its output's moments from its inputs': every
+    - `moments`: how the initialization-scale lint (ir/scales.py) takes its output's moments from its inputs': every
       op declares one (tests/test_init_scale_ops.py): Weighted (a kernel's weighted sum), a MomentRule (above:
       "same", "pointwise", "normalized", ...), Derived (its module computes them: recurrent layers, attention) or
       Unmodelled (softmax: the reason the report prints for its '-'). None: undeclared, which the lint reports as

@@ -1,5 +1,5 @@
 """The moments of an element-wise op's output for a Gaussian input: the math each op's `Pointwise` names; and the
-moments of sums, products and extremes that ir/lints.py and the ops' Derived rules (OpDef.moments) combine.
+moments of sums, products and extremes that ir/scales.py and the ops' Derived rules (OpDef.moments) combine.
 
 Pure Python (no numpy, no TensorFlow): `specgen validate` runs the initialization-scale lint (ir/lints.py,
 ir/gains.py), which asks each op for these. relu-like ops in closed form, the others by Simpson's rule.

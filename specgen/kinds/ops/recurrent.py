@@ -248,7 +248,7 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
-# --- the initialization-scale lint (ir/lints.py; docs/spec.md#lints) ----------------------------------------------
+# --- the initialization-scale lint (ir/scales.py; docs/spec.md#lints) ----------------------------------------------
 
 ZERO: Moments = (0.0, 0.0)
 LIMIT_STEPS = 1000  # a named time dimension: the moments after this many steps, or where they stop changing
