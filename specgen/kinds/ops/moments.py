@@ -81,7 +81,7 @@ def simpson(f: Function) -> MomentsOf:
     return lambda mean, std, params: integrated(f, float(params.get("alpha", 1.0)), mean, std)
 
 
-# --- sums, and the rules of ops that combine values (ir/lints.py and the Derived rules use these) -------------------
+# --- sums, and the rules of ops that combine values (ir/scales.py and the Derived rules use these) -------------------
 
 
 def weighted(moments: Moments, n: float, weight: Moments) -> Moments:
