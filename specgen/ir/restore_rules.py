@@ -17,6 +17,7 @@ from typing import Literal
 from specgen import text
 from specgen.diagnostics import Position, did_you_mean
 from specgen.ir.training import keys
+from specgen.kinds.features import accumulate
 from specgen.kinds.features.ema import shadow
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
@@ -117,11 +118,11 @@ class SourcePlan:
 
 
 # The checkpoint keys of training state (docs/collections.md, "Variable names"), which a restore never sets.
-TRAINING_STATE = ("optimizers/", "accumulators/", "metrics/", "pruning/")
+TRAINING_STATE = tuple(f"{root}/" for root in (keys.OPTIMIZERS, accumulate.ROOT, keys.METRICS, keys.PRUNING))
 
 
 def _training_state(key: str) -> bool:
-    return key == "global_step" or key.startswith(TRAINING_STATE)
+    return key == keys.STEP or key.startswith(TRAINING_STATE)
 
 
 def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targets: Targets) -> str:
