@@ -252,7 +252,8 @@ def test_column_matches_the_generated_model(case: Case, tmp_path: Path) -> None:
 
     text = spec_text(case)
     ir = build_ir(load_spec_text(text, f"{case.name}.yaml"))
-    column, scales = scale_model.ratio_column(ir), scale_model.propagate(ir)
+    scales = scale_model.propagate(ir)
+    column = scale_model.ratio_column(scales)
     model = generated_model(text, tmp_path)
     x = feeds(case, np.random.default_rng(0))
     runs = {False: model(x, training=False)}
@@ -276,10 +277,11 @@ def test_softmax_is_not_modelled_and_a_normalization_restarts() -> None:
     """softmax is Unmodelled: its '-' and that of the dense reading it come with the reason under the report's
     table; the layer_norm after it restarts (its std measured in test_column_matches_the_generated_model)."""
     ir = build_ir(load_spec_text(spec_text(UNITS)))
-    column = scale_model.ratio_column(ir)
+    scales = scale_model.propagate(ir)
+    column = scale_model.ratio_column(scales)
     assert column["probs"] == column["after_probs"] == "-" and column["ln_after_probs"] == "1"
     assert column["rms"] != "-" and column["bn"] == "1"
-    note = scale_model.unmodelled_note(ir)
+    note = scale_model.unmodelled_note(ir, scales)
     assert note.startswith("'-': not modelled at 'probs' (softmax): a softmax's outputs are probabilities")
     assert note.endswith("; nor is the layer that reads it.")
 
@@ -302,7 +304,7 @@ def test_conv1d_with_a_large_kernel_is_warned_about_as_conv2d_is() -> None:
     for text in (one, two):
         loaded = load_spec_text(text, "c1d.yaml")
         ir = build_ir(loaded)
-        assert scale_model.ratio_column(ir)["c"] == "1.39e+03"
+        assert scale_model.ratio_column(scale_model.propagate(ir))["c"] == "1.39e+03"
         (warning,) = lints.init_scale_warnings(loaded, ir)
         assert "grows to 1.39e+03x the input's" in str(warning) and "over fan-in 48" in str(warning)
 
@@ -314,5 +316,5 @@ def test_preprocessing_after_a_resize_is_still_preprocessing() -> None:
             "  - {name: big, op: resize, height: 16, width: 16}\n"
             "  - {name: unit, op: rescale, scale: 0.00784313725490196, offset: -1.0}\n"
             "  - {name: c, op: conv2d, filters: 4, kernel: 3}\n")
-    column = scale_model.ratio_column(build_ir(load_spec_text(text)))
+    column = scale_model.ratio_column(scale_model.propagate(build_ir(load_spec_text(text))))
     assert column["unit"] == "1" and column["c"] == "0.632"  # glorot, fans 9 and 36: sqrt(9 * 2 / (9 + 36))

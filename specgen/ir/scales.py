@@ -84,8 +84,8 @@ def _reads(node: Node) -> tuple[int, ...]:
 
 def resets(node: Node) -> bool:
     """Whether the node normalizes its input whatever its scale (a spread before it is harmless)."""
-    return op_def(node.op).moments in ("normalized", "rms_normalized", "batch_normalized") and not (
-        op_def(node.op).moments == "batch_normalized" and node.inference_mode)
+    rule = op_def(node.op).moments
+    return rule in ("normalized", "rms_normalized") or (rule == "batch_normalized" and not node.inference_mode)
 
 
 def _unmodelled(op: str) -> str:
@@ -230,15 +230,16 @@ def _overflowed(scale: Scale) -> Scale:
     return replace(scale, moments=OVERFLOW)
 
 
-def ratio_column(ir: ModelIR) -> dict[str, str]:
-    """`specgen report`'s `activation std (init)` cell of each layer: its std over the input's ('-': not modelled)."""
-    return {name: "-" if s.std is None else f"{s.std:.3g}" for name, s in propagate(ir).items()}
+def ratio_column(scales: dict[str, Scale]) -> dict[str, str]:
+    """`specgen report`'s `activation std (init)` cell of each layer (`scales`: propagate's): its std over the
+    input's ('-': not modelled)."""
+    return {name: "-" if s.std is None else f"{s.std:.3g}" for name, s in scales.items()}
 
 
-def unmodelled_note(ir: ModelIR) -> str:
-    """`specgen report`'s words for the column's '-' cells: each layer where the propagation stopped, why, and how
-    many layers after it inherit that; '' when every layer is modelled."""
-    scales, nodes = propagate(ir), {node.name: node for node in ir.nodes}
+def unmodelled_note(ir: ModelIR, scales: dict[str, Scale]) -> str:
+    """`specgen report`'s words for the column's '-' cells (`scales`: propagate's): each layer where the
+    propagation stopped, why, and how many layers after it inherit that; '' when every layer is modelled."""
+    nodes = {node.name: node for node in ir.nodes}
     after: dict[str, int] = {}
     for name, scale in scales.items():
         if scale.moments is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.ir.scales import ratio_column, unmodelled_note
+from specgen.ir.scales import Scale, propagate, ratio_column, unmodelled_note
 from specgen.kinds import dims
 from specgen.kinds.ops import backward_flops
 
@@ -18,7 +18,8 @@ NOTE = ("FLOPs are per example (batch 1); a multiply-add counts 2. The backward 
 
 
 def flops_table(ir: ModelIR) -> str:
-    std = ratio_column(ir)
+    scales = propagate(ir)  # once: the column and its note read the same propagation
+    std = ratio_column(scales)
     rows, total_f, total_b, total_p = [], 0, 0, 0
     for node in ir.nodes:
         # A shared layer's weights are counted once, under their owner; its FLOPs (and the weight
@@ -31,12 +32,13 @@ def flops_table(ir: ModelIR) -> str:
         total_f, total_b, total_p = total_f + node.flops, total_b + backward, total_p + params
     rows.append(("total", "", "", f"{total_p:,}", f"{total_f:,}", f"{total_b:,}", ""))
     return text.table(("layer", "op", "output", "params", "forward FLOPs", "backward FLOPs (est.)",
-                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE + _unmodelled(ir) + _symbols_note(ir)
+                       "activation std (init)"), rows, right={3, 4, 5, 6}) + "\n" + NOTE + _unmodelled(ir, scales) + \
+        _symbols_note(ir)
 
 
-def _unmodelled(ir: ModelIR) -> str:
-    """Why the column shows '-' where it does (ir/lints.py), for specs with such layers."""
-    note = unmodelled_note(ir)
+def _unmodelled(ir: ModelIR, scales: dict[str, Scale]) -> str:
+    """Why the column shows '-' where it does (ir/scales.py), for specs with such layers."""
+    note = unmodelled_note(ir, scales)
     return " " + note if note else ""
 
 

@@ -98,7 +98,7 @@ def config_text(ir: ModelIR, max_batch_size: int = 64, max_queue_delay_us: int =
         max_batch_size, preferred = 0, ()
     batched = max_batch_size > 0
     joined = batched and rows_coupled is None
-    if batched and rows_coupled is not None:
+    if batched and not joined:
         lines.append("# No dynamic_batching: requests joined in one run would change each other's answers "
                      "(parameter specgen_dynamic_batching).")
         parameters = {**(parameters or {}), BATCHING_PARAMETER: f"off: {rows_coupled}"}
@@ -262,7 +262,7 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
     if not plain_name(ir.name):
         raise RepositoryRefused(f"the spec name '{ir.name}' cannot name a model folder")
     # a graph whose rows depend on each other (dynamic quantization) is written without dynamic_batching
-    text = config_text(ir, **{"rows_coupled": rows_coupled(model_bytes), **config})  # checks the arguments first
+    text = config_text(ir, rows_coupled=rows_coupled(model_bytes), **config)  # checks the arguments first
     check_model_matches(ir, model_bytes)
     folder = Path(root) / ir.name
     config_file = folder / "config.pbtxt"

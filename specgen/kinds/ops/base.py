@@ -170,7 +170,6 @@ class Derived:
       modelled).
     - `reads`: (node) -> the input positions its output's scale depends on (an attention's value input, not its
       query, key or mask): the lint marks the output not modelled only when one of these is.
-
     - `bounded`: its outputs are held within +-1 by its own gates (a recurrent layer): a small spread at
       initialization is the layer's design (Keras' defaults give a stacked LSTM 0.05), not an initializer's
       mistake, so the lint does not warn that it shrinks (it still warns about saturation: ir/lints.py).
@@ -333,9 +332,6 @@ class OpDef:
         if isinstance(self.gradient, bool):
             return self.gradient
         return position < len(self.gradient) and self.gradient[position]
-
-
-# --- helpers the shape rules share --------------------------------------------------------------
 
 
 def resolve_init(spec: Any) -> Init:
