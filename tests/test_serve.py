@@ -358,8 +358,9 @@ def _bad_cases() -> list[tuple[str, str, Any, int, str]]:
                                                               f"expected {expected_shape}"),
         ("wrong dim", CNN, with_input(shape=[1, 8, 7, 1]), 400, f"input 'image': received shape [1, 8, 7, 1], "
                                                                f"expected {expected_shape}"),
-        ("negative batch", CNN, with_input(shape=[-1, 8, 8, 1]), 400, f"input 'image': received shape [-1, 8, 8, 1], "
-                                                                     f"expected {expected_shape}"),
+        ("negative batch", CNN, with_input(shape=[-1, 8, 8, 1]), 400,
+         "input 'image': received shape [-1, 8, 8, 1] with a negative dimension; a request gives each -1 of the model's "
+         "shape [-1, 8, 8, 1] its actual size (a batch size of 1..64 for the first), such as [1, 8, 8, 1]"),
         ("batch too large", CNN, with_input(shape=[65, 8, 8, 1], data=data * 65), 400,
          "input 'image': received batch size 65 (shape [65, 8, 8, 1]), expected 1..64 (the model's max_batch_size)"),
         ("wrong data length", CNN, with_input(data=data[:-1]), 400, "input 'image': received 63 data elements, "

@@ -17,7 +17,8 @@ Endpoints (KServe v2 over HTTP/JSON, as Triton serves them):
 
 A request without a version gets the model's highest served version. Errors are `{"error": message}`
 with 400 (bad request), 404 (unknown model, version or path), 408 (the body did not arrive in time),
-413 (body larger than the model can accept), 415, 503 (queue full, body budget full, or draining) or
+413 (body larger than the model can accept), 415, 503 (queue full, body budget full, draining, or the request's
+`timeout` passed while it was queued) or
 500 (onnxruntime failed on this request). A client that leaves before sending its whole body, or closes
 its connection while its request waits for its answer, is counted with status 499 (`cancelled`), as gRPC
 counts a call its client cancels; a request whose client has gone is dropped from the queue unrun.
@@ -35,7 +36,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -44,20 +45,30 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from specgen import __version__
-from specgen.serve.answers import EXTENSIONS, REASONS, config_json, finished
-from specgen.serve.batcher import QueueFull, ShuttingDown
+from specgen.serve.answers import EXTENSIONS, REASONS, finished, unavailable_reason
+from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
+from specgen.serve.client_watch import ClientGone, unless_gone
+from specgen.serve.configs import config_json
 from specgen.serve.control import ModelControl, ModelSource
 from specgen.serve.errors import ProtocolError
 from specgen.serve.limits import ENVELOPE_BYTES, ByteBudget, DecodeGate, check_declared, declared_length, decompress, read_body
 from specgen.serve.metrics import ServerMetrics
 from specgen.serve.models import ServedModel
 from specgen.serve.options import ServeOptions
-from specgen.serve.protocol import HEADER_LENGTH, JSON_TYPE, InferRequest, decode_request, dumps, encode_response, error_body
+from specgen.serve.protocol import (
+    HEADER_LENGTH,
+    JSON_TYPE,
+    InferRequest,
+    decode_request,
+    dumps,
+    encode_response,
+    error_body,
+    json_only,
+)
 from specgen.serve.registry import Registry, Version
 from specgen.serve.stats import VersionStats
 
 log = logging.getLogger("specgen.serve")
-T = TypeVar("T")
 CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left
 
 
@@ -70,40 +81,6 @@ def _error(status: int, message: str, close: bool = False) -> Response:
     if close:  # the body is left unread: closing beats reading and discarding up to 64 MiB
         headers["connection"] = "close"
     return Response(error_body(message), status, headers=headers, media_type=JSON_TYPE)
-
-
-class ClientGone(Exception):
-    """The client of an HTTP request closed its connection while the request waited for its answer."""
-
-
-async def _disconnected(receive: Any) -> None:
-    """Return when the client has gone: once the body is read, the next ASGI message is `http.disconnect`, sent
-    when the connection closes (uvicorn; connection.py tells the request being answered too)."""
-    try:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-    except Exception:  # nothing to watch with: the request is answered as if its client stayed
-        await asyncio.Event().wait()
-
-
-async def _unless_gone(request: Request, job: asyncio.Future[T]) -> T:
-    """The batcher's answer to `job`, or ClientGone when the client closes its connection first.
-
-    A gRPC call whose client leaves is cancelled by grpc.aio, and its job with it, so the batcher drops it unrun
-    (batcher.py `_drop_abandoned`); over HTTP nothing cancels the handler, so the connection is watched here
-    and the job cancelled the same way: a request whose client has gone is not run (unless its batch already
-    runs) and is counted as a failure (`cancelled`, 499), never as a success nobody received."""
-    watch = asyncio.ensure_future(_disconnected(request.receive))
-    try:
-        await asyncio.wait((job, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:  # also when this handler is cancelled (a shutdown past its graceful timeout)
-        job.cancel()  # a no-op once answered
-        watch.cancel()
-    if watch.done() and not watch.cancelled():
-        if not job.cancelled():
-            job.exception()  # its batch ran (and may have failed) as the client left: read, so never logged
-        raise ClientGone
-    return job.result()
 
 
 class Service:
@@ -262,7 +239,7 @@ class Service:
 
     async def _decoded(self, request: Request, served: Version) -> InferRequest:
         """Read the body within its bound, budget and deadline, then decode it (large bodies in a thread)."""
-        header_length = request.headers.get(HEADER_LENGTH)
+        header_length = json_only(request.headers.get(HEADER_LENGTH))  # 0: a JSON body, bounded as one
         declared = declared_length(request.headers.get("content-length"))
         encoding = request.headers.get("content-encoding", "").strip().lower()
         bound = check_declared(declared, header_length, served.limit)
@@ -294,7 +271,9 @@ class Service:
                 model = served.model
                 if (too_long := model.too_long(checked.inputs)) is not None:
                     raise ProtocolError(too_long)
-                outputs = await _unless_gone(request, served.batcher.submit(checked.inputs, checked.rows, checked.id))
+                job = served.batcher.submit(checked.inputs, checked.rows, checked.id, checked.timeout_us)
+                outcome["admitted"] = True  # from here on it counts in the version's statistics (answers.py)
+                outputs = await unless_gone(request, job)
                 content, headers = encode_response(model.config, model.version, checked, outputs)
             outcome.update(status=200, reason=None)
             return Response(content, 200, headers=headers)
@@ -306,9 +285,8 @@ class Service:
         except ClientGone:  # as a gRPC call cancelled by its client: dropped unrun if still queued, a failure
             outcome.update(status=CANCELLED, reason="cancelled",
                            message="the client closed its connection before its answer")
-        except (QueueFull, ShuttingDown) as exc:
-            reason = "queue_full" if isinstance(exc, QueueFull) else "shutting_down"
-            outcome.update(status=503, reason=reason, message=str(exc))
+        except (QueueFull, ShuttingDown, QueueTimeout) as exc:
+            outcome.update(status=503, reason=unavailable_reason(exc), message=str(exc))
         except Exception as exc:  # onnxruntime failed (values it refuses are a ProtocolError: models.py)
             outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
         return _error(min(outcome["status"], 503), outcome["message"])

@@ -10,7 +10,9 @@ wait (queued or gathered, not yet running): beyond that `submit` raises QueueFul
 A batch that fails in onnxruntime is retried one request at a time, so a request can only fail
 itself, never the requests it was batched with. A request whose caller has gone (a gRPC deadline
 passed, the call was cancelled, an HTTP client closed its connection: app.py) is dropped from the queue
-instead of run.
+instead of run. So is a request whose own `timeout` (the protocol parameter, microseconds, parameters.py) passes
+while it waits: it is answered QueueTimeout, as Triton's dynamic batcher rejects a request whose timeout expired in
+its queue ("Request timeout expired", UNAVAILABLE). A request whose batch has started runs to its end either way.
 
 Joining relies on the model's rows being independent; a version whose graph couples them (a dynamically
 quantized int8 variant, coupling.py) gets `batching=False` from registry.py: one request per run.
@@ -32,6 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specgen.errors import SpecgenError
 from specgen.serve.stats import BatchTimes, VersionStats
 
 Arrays = dict[str, np.ndarray]
@@ -46,6 +49,14 @@ class ShuttingDown(Exception):
     """The server is draining: no new requests join."""
 
 
+class QueueTimeout(SpecgenError):
+    """The request's `timeout` passed while it waited in the queue: it was dropped unrun."""
+
+
+# A timer this far off never fires in practice; capping it keeps a uint64 timeout within what event loops accept.
+LONGEST_TIMER_S = 1e9
+
+
 class BatchObserver(Protocol):
     def queue_depth(self, model: str, depth: int) -> None: ...
     def batch(self, model: str, requests: int, rows: int, seconds: float) -> None: ...
@@ -58,6 +69,8 @@ class _Job:
     future: asyncio.Future[Arrays]
     id: str | None = None
     enqueued: float = field(default_factory=time.monotonic)
+    started: bool = False  # its batch runs: past the point where a timeout drops it
+    timer: asyncio.TimerHandle | None = None  # fires at its timeout, if it has one
 
 
 def _joinable(first: _Job, other: _Job) -> bool:
@@ -118,18 +131,34 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"onnxruntime-{self.model}")
         self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batcher-{self.model}")
 
-    def submit(self, inputs: Arrays, rows: int, request_id: str | None = None) -> asyncio.Future[Arrays]:
-        """Queue checked inputs; the future gets this request's rows of every output."""
+    def submit(self, inputs: Arrays, rows: int, request_id: str | None = None,
+               timeout_us: int = 0) -> asyncio.Future[Arrays]:
+        """Queue checked inputs; the future gets this request's rows of every output, or QueueTimeout when
+        `timeout_us` (0: none) passes before its batch starts."""
         if self._closing:
             raise ShuttingDown(f"the server is shutting down; model '{self.model}' takes no new requests")
         if self.waiting >= self.queue_size:
             raise QueueFull(f"the queue of model '{self.model}' is full ({self.waiting} requests waiting, "
                             f"queue size {self.queue_size}); retry later")
-        job = _Job(inputs, rows, asyncio.get_running_loop().create_future(), request_id)
+        loop = asyncio.get_running_loop()
+        job = _Job(inputs, rows, loop.create_future(), request_id)
+        if timeout_us:
+            job.timer = loop.call_later(min(timeout_us / 1e6, LONGEST_TIMER_S), self._expire, job, timeout_us)
         self._queue.append(job)
         self._report_depth()
         self._wakeup.set()
         return job.future
+
+    def _expire(self, job: _Job, timeout_us: int) -> None:
+        """A request's timeout passed: unless its batch has started, it is answered now and left to
+        `_drop_abandoned` (and the gathering's filter) like a request whose caller has gone."""
+        if job.started or job.future.done():
+            return
+        waited_ms = (time.monotonic() - job.enqueued) * 1000
+        job.future.set_exception(QueueTimeout(
+            f"request timeout expired: the request waited {waited_ms:.1f} ms in the queue of model '{self.model}', "
+            f"past its timeout of {timeout_us} microseconds, and was not run"))
+        self._wakeup.set()  # the collector may be waiting on this very request for company
 
     def hurry(self) -> None:
         """Stop waiting out `max_delay` for company: the version is retired, and the requests it holds (each one a
@@ -198,7 +227,11 @@ class Batcher:
             jobs = await self._gather()
             self._gathered = 0
             self._report_depth()
-            jobs = [job for job in jobs if not job.future.done()]  # gone while the batch was gathered
+            jobs = [job for job in jobs if not job.future.done()]  # gone (or timed out) while the batch was gathered
+            for job in jobs:  # no await until the run is handed to the worker: no timer fires in between
+                job.started = True
+                if job.timer is not None:
+                    job.timer.cancel()
             if jobs:
                 await self._run(jobs)
 

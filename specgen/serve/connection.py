@@ -117,7 +117,7 @@ class BoundedProtocol(HttpToolsProtocol):
             self._send_timer.cancel()
         self._stash = b""
         # uvicorn tells only its newest cycle, which may be a pipelined one queued behind the request being
-        # answered: that one's handler watches for the disconnect too (app.py `_unless_gone`)
+        # answered: that one's handler watches for the disconnect too (client_watch.py `unless_gone`)
         self._abandon()
         super().connection_lost(exc)
 

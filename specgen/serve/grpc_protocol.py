@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
+from specgen.serve.parameters import check_parameters, from_grpc, named
 from specgen.serve.protocol import InferRequest, RequestedOutput, check_complete, check_shape, input_tensor, place
 from specgen.serve.repository import DATATYPES, ModelConfig
 from specgen.serve.values import show
@@ -83,6 +84,7 @@ def _raw(name: str, datatype: str, data: bytes, count: int, shape: tuple[int, ..
 
 
 def _outputs(request: Any, config: ModelConfig) -> tuple[RequestedOutput, ...]:
+    """The outputs to return (none named: every output, as over HTTP); always raw, as Triton answers gRPC."""
     names = [t.name for t in config.outputs]
     if not request.outputs:
         return tuple(RequestedOutput(n, True) for n in names)
@@ -93,18 +95,19 @@ def _outputs(request: Any, config: ModelConfig) -> tuple[RequestedOutput, ...]:
                                 f"expected one of {names}")
         if item.name in requested:
             raise ProtocolError(f"output '{item.name}' is requested twice")
-        if "classification" in item.parameters:
-            raise ProtocolError(f"output '{item.name}': the classification extension is not supported; "
-                                "request the raw output instead")
+        check_parameters(from_grpc(item.parameters), "output", f"output '{item.name}'")
         requested[item.name] = RequestedOutput(item.name, True)
     return tuple(requested.values())
 
 
 def decode_infer(request: Any, config: ModelConfig) -> InferRequest:
     """A checked InferRequest from a ModelInferRequest, or a ProtocolError naming what is wrong."""
+    parameters = check_parameters(from_grpc(request.parameters), "request", "the request")
     tensors = {t.name: t for t in config.inputs}
     if not request.inputs:
         raise ProtocolError(f"'inputs': received none, expected input tensors named {sorted(tensors)}")
+    for item in request.inputs:  # before the data: a refused parameter (shared memory) says why the data is missing
+        check_parameters(from_grpc(item.parameters), "input", named("input", item.name))
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise ProtocolError(f"received {len(raw)} raw_input_contents for {len(request.inputs)} inputs; expected one per "
@@ -126,7 +129,7 @@ def decode_infer(request: Any, config: ModelConfig) -> InferRequest:
         batch = place(arrays, tensor, values, shape, config, batch)
     check_complete(arrays, config)
     return InferRequest(id=request.id or None, inputs=arrays, rows=batch[1] if batch else 1,
-                        outputs=_outputs(request, config))
+                        outputs=_outputs(request, config), timeout_us=parameters.get("timeout", 0))
 
 
 def encode_infer(response_type: Any, config: ModelConfig, version: int, request: InferRequest, outputs: Arrays) -> Any:

@@ -36,7 +36,8 @@ same body budget as HTTP.
 
 **Status codes.** INVALID_ARGUMENT for a bad request (HTTP 400), NOT_FOUND for an unknown model or
 version (404), RESOURCE_EXHAUSTED for a message too large or the body budget full (413, 503),
-UNAVAILABLE for a full queue or a draining server (503, retryable, as Triton answers them), INTERNAL
+UNAVAILABLE for a full queue, a draining server or a request whose `timeout` passed in the queue (503, retryable,
+as Triton answers them), INTERNAL
 when onnxruntime fails on the request (500), DEADLINE_EXCEEDED; each failed call is one log line,
 never a traceback.
 """
@@ -53,12 +54,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
-from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.grpc import service_pb2
 
 from specgen import __version__
 from specgen.errors import SpecgenError
-from specgen.serve.answers import EXTENSIONS, REASONS, config_json, finished
-from specgen.serve.batcher import QueueFull, ShuttingDown
+from specgen.serve.answers import EXTENSIONS, REASONS, finished, unavailable_reason
+from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
+from specgen.serve.configs import config_message
 from specgen.serve.errors import ProtocolError
 from specgen.serve.grpc_protocol import decode_infer, encode_infer
 from specgen.serve.limits import ENVELOPE_BYTES
@@ -281,13 +283,7 @@ class Servicer:
 
     async def model_config(self, request: Any, context: Any) -> Any:
         model = self.service.registry.lookup(request.name, request.version).model
-        config = model_config_pb2.ModelConfig()
-        if model.config.message is not None:
-            config.CopyFrom(model.config.message)
-        else:  # a config built in code (tests): the fields served
-            json_format.ParseDict(config_json(model), config)
-        config.name = model.name
-        return service_pb2.ModelConfigResponse(config=config)
+        return service_pb2.ModelConfigResponse(config=config_message(model))
 
     async def model_statistics(self, request: Any, context: Any) -> Any:
         found = self.service.statistics(request.name or None, request.version or None)
@@ -352,7 +348,9 @@ class Servicer:
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     raise ProtocolError("the call's deadline passed before its request could be queued", 504)
-                outputs = await served.batcher.submit(checked.inputs, checked.rows, checked.id)
+                job = served.batcher.submit(checked.inputs, checked.rows, checked.id, checked.timeout_us)
+                outcome["admitted"] = True  # from here on it counts in the version's statistics (answers.py)
+                outputs = await job
                 response = encode_infer(service_pb2.ModelInferResponse, model.config, model.version, checked, outputs)
             outcome.update(status=200, reason=None)
             return response
@@ -360,10 +358,9 @@ class Servicer:
             code = getattr(grpc.StatusCode, exc.grpc_code) if exc.grpc_code else CODES.get(exc.status, code)
             reason = "deadline" if exc.status == 504 else REASONS.get(exc.status, "invalid")
             outcome.update(status=exc.status, reason=reason, message=exc.message)
-        except (QueueFull, ShuttingDown) as exc:
+        except (QueueFull, ShuttingDown, QueueTimeout) as exc:  # UNAVAILABLE, as Triton answers all three
             code = grpc.StatusCode.UNAVAILABLE
-            outcome.update(status=503, reason="queue_full" if isinstance(exc, QueueFull) else "shutting_down",
-                           message=str(exc))
+            outcome.update(status=503, reason=unavailable_reason(exc), message=str(exc))
         except Exception as exc:  # onnxruntime failed (values it refuses are a ProtocolError: models.py)
             outcome.update(status=500, reason="inference", message=f"inference failed: {exc}")
         outcome["code"] = code.name

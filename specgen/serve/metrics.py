@@ -64,7 +64,8 @@ class ServerMetrics:
                                 ["model", "protocol", "status"], registry=r)
         self.failures = Counter("specgen_request_failures", "Inference requests not answered with 200, by model and "
                                 "reason (not_found, invalid, too_large, timeout, overloaded, queue_full, "
-                                "shutting_down, inference, internal, cancelled, deadline).",
+                                "shutting_down, inference, internal, cancelled, deadline: a gRPC deadline or the "
+                                "request's timeout parameter).",
                                 ["model", "reason"], registry=r)
         self.batch_rows = Histogram("specgen_batch_size", "Rows (examples) per onnxruntime run.", ["model"],
                                     buckets=BATCH_BUCKETS, registry=r)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
+from specgen.serve.parameters import check_parameters, named
 from specgen.serve.repository import DATATYPES, ModelConfig, TensorConfig
 from specgen.serve.values import HugeInt, json_array, kind, show
 
@@ -50,6 +51,7 @@ class InferRequest:
     inputs: Arrays
     rows: int
     outputs: tuple[RequestedOutput, ...]
+    timeout_us: int = 0  # the request parameter `timeout`: how long it may wait in the queue (0: no limit)
 
 
 def dumps(value: Any) -> bytes:
@@ -67,8 +69,17 @@ def _object(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+def json_only(header_length: str | None) -> str | None:
+    """The Inference-Header-Content-Length header as the body's reading takes it: None where it says 0, which Triton
+    reads as "the whole body is the JSON header" (its `header_length != 0` test), so 0 means what no header means."""
+    if header_length is not None and header_length.strip().isdigit() and int(header_length) == 0:
+        return None
+    return header_length
+
+
 def _split_body(body: bytes | bytearray, header_length: str | None) -> tuple[bytes | bytearray, memoryview]:
     """The JSON header and the binary tensor data that follows it (empty without the extension), not copied."""
+    header_length = json_only(header_length)
     if header_length is None:
         return body, memoryview(b"")
     try:
@@ -77,7 +88,7 @@ def _split_body(body: bytes | bytearray, header_length: str | None) -> tuple[byt
         length = -1
     if not 0 < length <= len(body):
         raise ProtocolError(f"header Inference-Header-Content-Length: received '{header_length[:40]}', expected the "
-                            f"byte length of the JSON part of the body (1..{len(body)})")
+                            f"byte length of the JSON part of the body (0..{len(body)}; 0: all of it)")
     view = memoryview(body)
     return view[:length].tobytes(), view[length:]
 
@@ -88,12 +99,36 @@ def _integer(text: str) -> int | HugeInt:
     return HugeInt(text) if limit and len(text.lstrip("-")) > limit else int(text)
 
 
-def _parse_json(text: bytes | bytearray) -> Any:
+def _binary_without_header(text: bytes | bytearray) -> ProtocolError | None:
+    """The error for binary tensor data sent without its header, or None: the body starts with a whole JSON object
+    one of whose inputs declares binary_data_size, and bytes follow it (the error path only)."""
+    decoded = bytes(text).decode("utf-8", errors="surrogateescape")
+    start = len(decoded) - len(decoded.lstrip())
+    try:
+        value, end = json.JSONDecoder().raw_decode(decoded, start)
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        return None
+    inputs = value.get("inputs") if isinstance(value, dict) else None
+    declaring = [item.get("name") for item in inputs if isinstance(item, dict) and isinstance(item.get("parameters"), dict)
+                 and "binary_data_size" in item["parameters"]] if isinstance(inputs, list) else []
+    if not declaring:
+        return None
+    json_bytes = len(decoded[:end].encode("utf-8", errors="surrogateescape"))
+    return ProtocolError(f"the request body has {len(text) - json_bytes} bytes after its JSON and "
+                         f"{named('input', declaring[0])} declares binary_data_size, but no header "
+                         "Inference-Header-Content-Length says where the JSON ends: binary tensor data needs that header, "
+                         f"giving the byte length of the JSON part ({json_bytes} here)")
+
+
+def _parse_json(text: bytes | bytearray, header_length: str | None = None) -> Any:
     try:
         return json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProtocolError(f"malformed JSON in the request body: {exc}; expected an inference request "
-                            f"{EXAMPLE}") from None
+        # Bytes after the JSON (or bytes that are not UTF-8) where an input declares binary data: the header that
+        # says where the JSON ends is missing, which a parser's "Extra data" does not say.
+        missing = _binary_without_header(text) if header_length is None else None
+        raise missing or ProtocolError(f"malformed JSON in the request body: {exc}; expected an inference request "
+                                       f"{EXAMPLE}") from None
     except ValueError:  # an integer literal beyond the int-string limit: read again, keeping it as a HugeInt
         return json.loads(text, parse_int=_integer)
 
@@ -149,6 +184,11 @@ def check_shape(raw: Any, config: ModelConfig, tensor: TensorConfig) -> tuple[in
                             f"{_expected_shape(config, tensor)}")
     shape = tuple(raw)
     expected = config.wire_shape(tensor)
+    if any(d < 0 for d in shape):  # the model's -1 copied into a request: printed alike, so said apart
+        example = [1 if e < 0 else e for e in expected]
+        note = f" (a batch size of 1..{config.max_batch_size} for the first)" if config.batched else ""
+        raise ProtocolError(f"input '{name}': received shape {list(shape)} with a negative dimension; a request gives "
+                            f"each -1 of the model's shape {expected} its actual size{note}, such as {example}")
     fits = len(shape) == len(expected) and all(d >= 0 and e in (-1, d) for d, e in zip(shape, expected, strict=True))
     if not fits:
         raise ProtocolError(f"input '{name}': received shape {show(list(shape))}, expected {_expected_shape(config, tensor)}")
@@ -179,12 +219,14 @@ def _binary_array(name: str, datatype: str, size: Any, binary: memoryview, offse
 
 
 def requested_outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConfig) -> tuple[RequestedOutput, ...]:
+    """The outputs to return. None or an empty list asks for every output, as Triton (which adds no requested output
+    then) and this server's gRPC (an empty repeated field) read it."""
     names = [t.name for t in config.outputs]
     default_binary = parameters.get("binary_data_output") is True
-    if raw is None:
+    if raw is None or raw == []:
         return tuple(RequestedOutput(n, default_binary) for n in names)
-    if not isinstance(raw, list) or not raw:
-        raise ProtocolError(f"'outputs': received {kind(raw)}, expected a non-empty list of "
+    if not isinstance(raw, list):
+        raise ProtocolError(f"'outputs': received {kind(raw)}, expected a list of "
                             f"{{\"name\": ...}} objects naming outputs of {names}")
     requested: dict[str, RequestedOutput] = {}
     for item in raw:
@@ -195,20 +237,44 @@ def requested_outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConf
                                 f"expected one of {names}")
         if name in requested:
             raise ProtocolError(f"output '{name}' is requested twice")
-        options = _object(item.get("parameters", {}), f"the parameters of output '{name}'")
-        if options.get("classification"):
-            raise ProtocolError(f"output '{name}': the classification extension is not supported; "
-                                "request the raw output instead")
+        options = check_parameters(_object(item.get("parameters", {}), f"the parameters of output '{name}'"), "output",
+                                   f"output '{name}'")
         binary = options.get("binary_data", default_binary)
         requested[name] = RequestedOutput(name, binary is True)
     return tuple(requested.values())
 
 
+def _input_parameters(raw_inputs: list[Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """Each entry of 'inputs' with its parameters, checked first (as gRPC checks them, grpc_protocol.py): a refused
+    parameter (shared memory) says why before any complaint about the data it replaces."""
+    entries = []
+    for item in raw_inputs:
+        item = _object(item, "each entry of 'inputs'")
+        name = item.get("name")
+        options = _object(item.get("parameters", {}), f"the parameters of {named('input', name)}")
+        entries.append((item, check_parameters(options, "input", named("input", name))))
+    return entries
+
+
+def _input_values(item: Mapping[str, Any], options: Mapping[str, Any], tensor: TensorConfig, shape: tuple[int, ...],
+                  binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+    """One input's values, from its JSON `data` or from the binary part at `offset`; and the next offset."""
+    name, datatype, count = tensor.name, tensor.datatype, math.prod(shape)
+    if "binary_data_size" in options:
+        if "data" in item:
+            raise ProtocolError(f"input '{name}': received both 'data' and binary_data_size, expected one of them")
+        return _binary_array(name, datatype, options["binary_data_size"], binary, offset, count, shape)
+    if "data" in item:
+        return json_array(name, datatype, np.dtype(DATATYPES[datatype]), item["data"], shape), offset
+    raise ProtocolError(f"input '{name}': received no 'data', expected {count} {datatype} values for shape "
+                        f"{list(shape)} (or binary_data_size with binary tensor data)")
+
+
 def decode_request(body: bytes | bytearray, header_length: str | None, config: ModelConfig) -> InferRequest:
     """A checked InferRequest from an HTTP body, or a ProtocolError naming what is wrong."""
     text, binary = _split_body(body, header_length)
-    request = _object(_parse_json(text), "the request body")
-    parameters = _object(request.get("parameters", {}), "'parameters'")
+    request = _object(_parse_json(text, json_only(header_length)), "the request body")
+    parameters = check_parameters(_object(request.get("parameters", {}), "'parameters'"), "request", "the request")
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise ProtocolError(f"'id': received {kind(request_id)}, expected a string")
@@ -220,30 +286,19 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
     arrays: Arrays = {}
     batch: tuple[str, int] | None = None
     offset = 0
-    for item in raw_inputs:
-        item = _object(item, "each entry of 'inputs'")
-        name = item.get("name")
-        tensor = input_tensor(name, item.get("datatype"), config, arrays)
-        datatype = tensor.datatype
+    for item, options in _input_parameters(raw_inputs):
+        tensor = input_tensor(item.get("name"), item.get("datatype"), config, arrays)
         shape = check_shape(item.get("shape"), config, tensor)
-        count = math.prod(shape)
-        options = _object(item.get("parameters", {}), f"the parameters of input '{name}'")
-        if "binary_data_size" in options:
-            if "data" in item:
-                raise ProtocolError(f"input '{name}': received both 'data' and binary_data_size, expected one of them")
-            values, offset = _binary_array(name, datatype, options["binary_data_size"], binary, offset, count, shape)
-        elif "data" in item:
-            values = json_array(name, datatype, np.dtype(DATATYPES[datatype]), item["data"], shape)
-        else:
-            raise ProtocolError(f"input '{name}': received no 'data', expected {count} {datatype} values for shape "
-                                f"{list(shape)} (or binary_data_size with binary tensor data)")
+        values, offset = _input_values(item, options, tensor, shape, binary, offset)
         batch = place(arrays, tensor, values, shape, config, batch)
     check_complete(arrays, config)
     if offset != len(binary):
         raise ProtocolError(f"received {len(binary)} bytes of binary data after the JSON header, expected {offset} "
                             "(the sum of the inputs' binary_data_size)")
     outputs = requested_outputs(request.get("outputs"), parameters, config)
-    return InferRequest(id=request_id, inputs=arrays, rows=batch[1] if batch else 1, outputs=outputs)
+    # An empty id is no id: Triton leaves it out of the response (FinalizeResponse), as gRPC's empty string does here.
+    return InferRequest(id=request_id or None, inputs=arrays, rows=batch[1] if batch else 1, outputs=outputs,
+                        timeout_us=parameters.get("timeout", 0))
 
 
 def encode_response(config: ModelConfig, version: int, request: InferRequest, outputs: Arrays) -> tuple[bytes, dict[str, str]]:

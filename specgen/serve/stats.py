@@ -2,7 +2,10 @@
 
 The counts and durations mean what Triton's mean (docs/protocol/extension_statistics.md):
 
-- `success` / `fail`: requests answered, and their cumulative duration from receipt to answer;
+- `success` / `fail`: requests admitted to the version's queue that were answered / not (a timeout or deadline
+  passed in the queue, the client left, onnxruntime failed), and their cumulative duration from receipt to answer.
+  A request refused before it is admitted (a bad request, a full queue) counts in none of them, as in Triton
+  (answers.py `finished`);
 - `queue`: per successful request, the time from joining the model's queue to its batch starting;
 - `compute_input` / `compute_infer` / `compute_output`: per successful request, the durations of the batch
   it ran in: joining the requests' inputs into one batch, the onnxruntime run, splitting the outputs back

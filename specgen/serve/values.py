@@ -44,7 +44,9 @@ def kind(value: Any) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
-    return "a list" if isinstance(value, list) else "an object"
+    if isinstance(value, list):  # "received a list, expected a non-empty list" would contradict itself
+        return "a list" if value else "an empty list"
+    return "an object"
 
 
 def cut(text: str) -> str:
