@@ -1,26 +1,32 @@
 """Turn the built ONNX graph (weights as graph inputs) into a servable model with weights.
 
 No TensorFlow here: values arrive as numpy arrays in TensorFlow's layout, keyed by
-spec path. Batch norm after a Conv or Gemm whose output nothing else reads, and whose
-weights no other node reads (a shared layer's are read by each call), is
-folded into that layer's weights (W' = W * s, b' = (b - mean) * s + beta, with
-s = gamma / sqrt(var + eps)); the rest stay BatchNormalization in inference form.
+spec path. Batch norm after a layer with a kernel (Conv of any rank, grouped and depthwise
+included; ConvTranspose; Gemm; a dense layer's MatMul on a rank > 2 input, read through its
+layout Transpose) whose output nothing else reads, and whose weights no other node reads (a
+shared layer's are read by each call), is folded into that layer's weights (W' = W * s per
+output channel, b' = (b - mean) * s + beta, with s = gamma / sqrt(var + eps)); the rest stay
+BatchNormalization in inference form.
 A batch norm without gamma or beta (`scale: false` / `center: false`) reads a
 ConstantOfShape filler (ones / zeros) there; folding reads its value and drops it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from specgen.ir.model import ModelIR
+from specgen.render.errors import RenderError
 from specgen.runtime import lengths
 from specgen.runtime.lib.onnx_layout import onnx_feeds
 
 
-def _attribute(node: onnx.NodeProto, name: str, default: float) -> float:
+def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
@@ -58,35 +64,149 @@ def _drop_unread_fillers(graph: onnx.GraphProto) -> None:
     graph.initializer.extend(initializers)
 
 
+# Where a producer's kernel keeps its output channels, so that the scale multiplies each channel's weights.
+# Conv: [out, in/group, *window] at any rank (conv1d's 3-D kernel, conv2d's 4-D), grouped or depthwise alike.
+# ConvTranspose: [in, out/group, *window]: group g's output channels are columns of group g's rows.
+# Gemm / MatMul (dense): [in, out] (Gemm with transB: [out, in]).
+DIRECT = ("Conv", "ConvTranspose", "Gemm")  # their output is channels-first already: batch norm reads it as is
+DENSE_ND = ("MatMul", "Add")  # dense on a rank > 2 input; its output reaches batch norm through a Transpose
+
+
+@dataclass
+class _Chain:
+    """What one batch norm folds into: `op` reads the kernel (and `bias`, when it has one); `last` writes what the
+    batch norm read and writes the batch norm's output once it is folded; `transpose` is the layout Transpose
+    between a dense layer on a rank > 2 input and the batch norm (channels-last to channels-first)."""
+
+    op: onnx.NodeProto
+    kernel: str
+    bias: str | None
+    last: onnx.NodeProto
+    transpose: onnx.NodeProto | None = None
+
+
+def _channels_to_axis_1(node: onnx.NodeProto) -> bool:
+    """A Transpose that moves the last axis to axis 1 and keeps the others in order (the layout pass's NHWC->NCHW)."""
+    perm = list(_attribute(node, "perm", []))
+    return len(perm) > 2 and perm == [0, len(perm) - 1, *range(1, len(perm) - 1)]
+
+
+def _dense_chain(add_or_matmul: onnx.NodeProto | None, producers: dict[str, onnx.NodeProto],
+                 weights: dict[str, np.ndarray]) -> tuple[onnx.NodeProto, str | None] | None:
+    """The MatMul of a dense layer on a rank > 2 input (MatMul, or MatMul then Add of the bias) and its bias."""
+    if add_or_matmul is None or add_or_matmul.op_type not in DENSE_ND:
+        return None
+    if add_or_matmul.op_type == "MatMul":
+        return add_or_matmul, None
+    first, second = add_or_matmul.input
+    matmul = producers.get(first)
+    if matmul is None or matmul.op_type != "MatMul" or second not in weights:
+        return None
+    return matmul, second
+
+
+def _chain(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto], consumers: dict[str, int],
+           weights: dict[str, np.ndarray]) -> _Chain | None:
+    """The layer a batch norm folds into, or None: nothing but the batch norm may read what lies between them."""
+    producer = producers.get(node.input[0])
+    if producer is None or consumers[node.input[0]] != 1:
+        return None
+    if producer.op_type in DIRECT:
+        chain = _Chain(producer, producer.input[1], producer.input[2] if len(producer.input) > 2 else None, producer)
+    elif producer.op_type == "Transpose" and _channels_to_axis_1(producer) and consumers[producer.input[0]] == 1:
+        found = _dense_chain(producers.get(producer.input[0]), producers, weights)
+        if found is None or (found[1] is not None and consumers[found[0].output[0]] != 1):
+            return None
+        chain = _Chain(found[0], found[0].input[1], found[1], producer, producer)
+    else:
+        return None
+    if chain.kernel not in weights or weights[chain.kernel].ndim < 2:  # a MatMul of two activations (attention)
+        return None
+    # A shared layer's kernel or bias, read by another node too: scaling it would apply this batch norm to
+    # the other call as well (and two folds would scale it twice).
+    if any(consumers.get(w, 0) > 1 for w in (chain.kernel, chain.bias) if w is not None):
+        return None
+    return chain
+
+
+def _bn_operands(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
+                 weights: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(scale, mean, beta) of a batch norm in inference form; None for a form specgen does not write."""
+    mean, var = weights.get(node.input[3]), weights.get(node.input[4])
+    if mean is None or var is None:
+        return None
+    gamma, beta = (_operand(n, producers, weights, mean) for n in node.input[1:3])
+    if gamma is None or beta is None:
+        return None
+    scale = (gamma / np.sqrt(var + _attribute(node, "epsilon", 1e-5))).astype(np.float32)
+    return scale, mean, beta
+
+
+def _scaled_kernel(chain: _Chain, kernel: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The kernel with each output channel's weights times that channel's scale, on the kernel's own rank."""
+    op = chain.op.op_type
+    if op == "Conv":  # [out, in/group, *window]
+        return np.asarray(kernel * scale.reshape(-1, *[1] * (kernel.ndim - 1)))
+    if op == "ConvTranspose":  # [in, out/group, *window]: group g's rows hold its outputs g*out/group.. on axis 1
+        group = int(_attribute(chain.op, "group", 1))
+        grouped = kernel.reshape(group, kernel.shape[0] // group, *kernel.shape[1:])
+        return np.asarray(grouped * scale.reshape(group, 1, -1, *[1] * (kernel.ndim - 2))).reshape(kernel.shape)
+    if op == "Gemm" and _attribute(chain.op, "transB", 0):  # [out, in]
+        return np.asarray(kernel * scale.reshape(-1, 1))
+    return np.asarray(kernel * scale)  # Gemm, MatMul: [in, out], one column per output channel
+
+
+def _fold(node: onnx.NodeProto, chain: _Chain, operands: tuple[np.ndarray, np.ndarray, np.ndarray],
+          weights: dict[str, np.ndarray], keep: list[onnx.NodeProto]) -> None:
+    """Scale the kernel, fold the statistics into the bias (adding one where there is none), rewire the outputs."""
+    scale, mean, beta = operands
+    kept = {name: weights[name].shape for name in (chain.kernel, chain.bias) if name is not None}
+    try:
+        weights[chain.kernel] = _scaled_kernel(chain, weights[chain.kernel], scale).astype(np.float32)
+    except ValueError as exc:  # a scale that does not fit the kernel's channels: refuse, never export it
+        raise _fold_error(node, chain, f"{chain.kernel} {list(weights[chain.kernel].shape)}: {exc}") from None
+    bias_name = chain.bias or f"{chain.op.output[0]}___folded_bias"
+    bias = weights.get(bias_name, np.zeros_like(mean))
+    weights[bias_name] = ((bias - mean) * scale + beta).astype(np.float32)
+    if chain.bias is None:
+        _add_bias(chain, bias_name, keep)
+    for name, shape in ({bias_name: mean.shape} | kept).items():
+        if weights[name].shape != shape:
+            raise _fold_error(node, chain, f"'{name}' became {list(weights[name].shape)}, expected {list(shape)}")
+    chain.last.output[0] = node.output[0]  # the layer (or its Transpose) now writes what batch norm wrote
+
+
+def _add_bias(chain: _Chain, bias_name: str, keep: list[onnx.NodeProto]) -> None:
+    """A layer without bias gets the folded one: a Conv/Gemm input, or an Add after a MatMul (before its Transpose)."""
+    if chain.transpose is None:
+        chain.op.input.append(bias_name)
+        return
+    biased = f"{chain.op.output[0]}___folded"
+    add = onnx.helper.make_node("Add", [chain.op.output[0], bias_name], [biased], name=biased)
+    chain.transpose.input[0] = biased
+    keep.insert(keep.index(chain.transpose), add)
+
+
+def _fold_error(node: onnx.NodeProto, chain: _Chain, what: str) -> RenderError:
+    return RenderError(f"folding BatchNormalization '{node.output[0]}' into {chain.op.op_type} '{chain.op.output[0]}' "
+                       f"would change the weights' shapes ({what})")
+
+
 def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> int:
-    """Fold each foldable BatchNormalization into its producer; returns how many were folded."""
+    """Fold each foldable BatchNormalization into its producer; returns how many were folded.
+
+    Every kernel and bias it rewrites keeps its shape, or a RenderError names the node: a scale broadcast to
+    the wrong rank gives a graph that onnx.checker (even with full_check) accepts and onnxruntime refuses.
+    """
     producers = {out: node for node in graph.node for out in node.output}
     consumers, folded, keep = _consumers(graph), 0, []
     for node in graph.node:
-        producer = producers.get(node.input[0]) if node.op_type == "BatchNormalization" else None
-        if producer is None or producer.op_type not in ("Conv", "Gemm") or consumers[node.input[0]] != 1:
+        chain = _chain(node, producers, consumers, weights) if node.op_type == "BatchNormalization" else None
+        operands = _bn_operands(node, producers, weights) if chain is not None else None
+        if chain is None or operands is None:
             keep.append(node)
             continue
-        if any(consumers.get(w, 0) > 1 for w in producer.input[1:]):
-            # A shared layer's kernel or bias, read by another node too: scaling it would apply this
-            # batch norm to the other call as well (and two folds would scale it twice).
-            keep.append(node)
-            continue
-        mean, var = weights[node.input[3]], weights[node.input[4]]
-        gamma, beta = (_operand(n, producers, weights, mean) for n in node.input[1:3])
-        if gamma is None or beta is None:  # not a form specgen writes: leave it unfolded
-            keep.append(node)
-            continue
-        scale = gamma / np.sqrt(var + _attribute(node, "epsilon", 1e-5))
-        kernel_name = producer.input[1]
-        kernel = weights[kernel_name]
-        weights[kernel_name] = (kernel * scale.reshape(-1, 1, 1, 1) if producer.op_type == "Conv" else kernel * scale)
-        bias_name = producer.input[2] if len(producer.input) > 2 else f"{producer.output[0]}___folded_bias"
-        bias = weights.get(bias_name, np.zeros_like(mean))
-        weights[bias_name] = ((bias - mean) * scale + beta).astype(np.float32)
-        if len(producer.input) < 3:
-            producer.input.append(bias_name)
-        producer.output[0] = node.output[0]  # the producer now writes what batch norm wrote
+        _fold(node, chain, operands, weights, keep)
         folded += 1
     del graph.node[:]
     graph.node.extend(keep)
@@ -102,6 +222,8 @@ def with_weights(built: onnx.ModelProto, ir: ModelIR, values: dict[str, np.ndarr
     weights = {k: v.astype(np.float32) for k, v in onnx_feeds(ir.model_variables, values).items()}
     if fold:
         fold_batch_norms(graph, weights)
+    for node in graph.node:  # onnxruntime's errors and profiles (and Netron) name a node by its name: the tensor it writes
+        node.name = node.name or node.output[0]
     used = {name for node in graph.node for name in node.input}
     data_inputs = [i for i in graph.input if i.name not in weights]
     del graph.input[:]

@@ -8,7 +8,9 @@ new training run would start; they are put into the built graph, and the result
 is compared with the generated TensorFlow module on the same inputs. Nothing is
 written unless every weight read and every output of both sides is finite and
 the max abs diff is within 1e-4 of each output's magnitude (at least 1): a NaN weight can give finite outputs on the
-sample (relu hides it), and a NaN difference passes a plain `diff > limit` test.
+sample (relu hides it), and a NaN difference passes a plain `diff > limit` test. onnxruntime runs the sample in
+chunks of the graph's batch where `export.onnx.dynamic_batch: false` fixes it (runtime/graph_runs.py), and its
+failures are one line at the spec (`_graph_failures`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from specgen.progress import Phases
 from specgen.runtime import data
 from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
 from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line
+from specgen.runtime.graph_runs import GraphRunError, reported, run_rows
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
 from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
@@ -122,6 +127,17 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
                                         "negative batch-norm moving_variance)")])
 
 
+@contextmanager
+def _graph_failures(loaded: LoadedSpec, what: str) -> Iterator[None]:
+    """onnxruntime failing on the graph just exported (which onnx.checker passed) is a specgen bug: one error line
+    at the spec, naming what ran and the node, never a traceback. It happens before any write."""
+    try:
+        with reported(what):
+            yield
+    except GraphRunError as exc:
+        raise SpecError([Diagnostic(loaded.display, None, str(exc))]) from None
+
+
 def _check_output(out: Path) -> None:
     """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work."""
     for name in ("model.onnx", "export.json", *(d.file_name for d in PRECISIONS.values())):
@@ -208,8 +224,8 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     phases.start("TensorFlow outputs")
     expected = {k: v for k, v in _tf_outputs(ir, files["model.py"], values, inputs).items() if k in view.outputs}
     phases.start("onnxruntime outputs")
-    predictor = Predictor(model_bytes, provider="cpu")
-    actual = predictor({i.name: inputs[i.name] for i in view.inputs})
+    with _graph_failures(loaded, "the parity check against TensorFlow"):
+        actual = run_rows(Predictor(model_bytes, provider="cpu"), {i.name: inputs[i.name] for i in view.inputs})
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
     diff, scaled = max_abs_diff(expected, actual), scaled_diff(expected, actual)
     loss = training.loss
@@ -230,7 +246,9 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
     phases.start("precision")
     model_inputs = {i.name: inputs[i.name] for i in view.inputs}
-    variant = make_variant(loaded, ir, model_bytes, model_inputs, labels, sample, precision)
+    asked = precision.precision or training.export.precision
+    with _graph_failures(loaded, f"the {asked} variant's calibration and gates"):
+        variant = make_variant(loaded, ir, model_bytes, model_inputs, labels, sample, precision)
     report["precision"] = variant.report if variant else {"precision": "fp32"}
     # a variant's Triton version folder also holds its float32 reference and gate sample, so the server can
     # gate it on the provider it gets (runtime/precision/verify.py); made here, so a refusal writes nothing

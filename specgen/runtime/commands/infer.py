@@ -9,6 +9,7 @@ import numpy as np
 from specgen.atomic import refuse_links, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
+from specgen.runtime.graph_runs import ORT_ERRORS, failure_detail, predictor_batch, run_rows
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
 from specgen.runtime.sources.base import DataError
@@ -76,6 +77,19 @@ def _save(target: Path, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(target, npz_bytes(outputs))  # not np.savez(**outputs): outputs named `file`, `allow_pickle` clash
 
 
+def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
+    """The model on every row of the .npz: a model with a fixed batch (export.onnx.dynamic_batch: false) takes
+    them in chunks of it, as export's checks ran it. An input the model refuses is one line at the .npz, whether
+    Predictor's check or onnxruntime refuses it (an id past an embedding's vocabulary: docs/serve.md)."""
+    try:
+        return run_rows(predictor, feeds)
+    except InputError as exc:
+        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
+    except ORT_ERRORS as exc:
+        detail = failure_detail(exc)
+        raise SpecError([Diagnostic(shown(path), None, f"onnxruntime refused these inputs: {detail}")]) from None
+
+
 def infer(model: Path, input_path: Path, output: Path | None, provider: str, feed: list[str],
           labels: str | None) -> int:
     target = npz_target(output) if output is not None else None
@@ -86,12 +100,13 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
         raise SpecError([Diagnostic(shown(model), None, f"cannot load the model: {exc}")]) from None
     feeds, label_values = _read_input(input_path, list(predictor.inputs), feed, labels)
-    try:
-        outputs = predictor(feeds)
-    except InputError as exc:
-        raise SpecError([Diagnostic(shown(input_path), None, str(exc))]) from None
+    outputs = _run(predictor, feeds, input_path)
     note = " (CUDA was asked for but could not start: CUDA/cuDNN libraries missing?)" if predictor.fell_back else ""
     print(f"provider: {predictor.provider}{note}")
+    batch, rows = predictor_batch(predictor), len(next(iter(feeds.values())))
+    if batch is not None and rows != batch:
+        print(f"batch: the model's batch is fixed to {batch} (export.onnx.dynamic_batch: false); ran the {rows} rows "
+              f"{'one at a time' if batch == 1 else f'{batch} at a time'}")
     for name, value in outputs.items():
         print(f"output {name}: shape {list(value.shape)}, dtype {value.dtype}")
     if labels is not None and label_values is not None:

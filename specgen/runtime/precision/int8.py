@@ -38,6 +38,7 @@ from onnxruntime.quantization import (
 )
 
 from specgen.kinds.precisions import REGISTRY
+from specgen.runtime.graph_runs import graph_batch
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model
 
@@ -65,11 +66,12 @@ def has_vnni() -> bool:
 
 
 class _Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime.quantization ships no types
-    """Equal-sized batches: the entropy and percentile collectors stack them and fail on a short last one."""
+    """Equal-sized batches: the entropy and percentile collectors stack them and fail on a short last one.
+    A graph with a fixed batch (export.onnx.dynamic_batch: false) takes batches of exactly that many rows."""
 
-    def __init__(self, inputs: dict[str, np.ndarray]):
+    def __init__(self, inputs: dict[str, np.ndarray], batch: int | None = None):
         rows = len(next(iter(inputs.values())))
-        step = math.gcd(rows, 32)
+        step = batch if batch is not None and rows % batch == 0 else math.gcd(rows, 32)
         self.batches = iter([{k: v[i:i + step] for k, v in inputs.items()} for i in range(0, rows, step)])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
@@ -125,7 +127,8 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
         if dynamic:
             quantize_dynamic(source, target, per_channel=True, weight_type=QuantType.QInt8)
         else:
-            quantize_static(source, target, _Reader(calibration.inputs), quant_format=QuantFormat.QDQ,
+            reader = _Reader(calibration.inputs, graph_batch(model))
+            quantize_static(source, target, reader, quant_format=QuantFormat.QDQ,
                             per_channel=True, reduce_range=not has_vnni(), activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8, calibrate_method=METHODS[calibration.method])
         data = onnx.load(str(target))

@@ -17,6 +17,7 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
+from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
@@ -91,10 +92,11 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         variant_bytes, converted = definition.convert(model_bytes, calibration)
         fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
         variant = Predictor(variant_bytes, "cpu" if unverified else request.provider)
-        gated = accuracy_gate(name, export.budget, fp32(inputs), variant(inputs), labels, logits)
+        # a graph with a fixed batch (export.onnx.dynamic_batch: false) runs the eval set in chunks of it
+        gated = accuracy_gate(name, export.budget, run_rows(fp32, inputs), run_rows(variant, inputs), labels, logits)
         speed = None
-        if not unverified:
-            batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
+        if not unverified:  # timed at the batch the graph takes: its fixed one, else SPEED_BATCH rows
+            batch = {k: v[:predictor_batch(fp32) or SPEED_BATCH] for k, v in inputs.items()}
             times = interleaved_medians(lambda: fp32(batch), lambda: variant(batch))
             speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), *times, request.force)
     except PrecisionRefusal as exc:

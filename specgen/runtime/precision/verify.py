@@ -36,6 +36,7 @@ import numpy as np
 
 from specgen.errors import SpecgenError
 from specgen.paths import shown
+from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
@@ -279,9 +280,9 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
         variant = variant or Predictor(variant_path, provider, **options)
         report["kernels"] = REGISTRY[info.precision].check(variant_path.read_bytes(),
                                                             "cuda" if variant.provider == CUDA else "cpu")
-        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, variant(inputs), labels,
+        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, run_rows(variant, inputs), labels,
                                            info.logits if labels is not None else None)
-        batch = {k: v[:SPEED_BATCH] for k, v in inputs.items()}
+        batch = {k: v[:predictor_batch(reference) or SPEED_BATCH] for k, v in inputs.items()}  # as the export times
         times = interleaved_medians(lambda: reference(batch), lambda: variant(batch))
         report["speed"] = speed_verdict(info.precision, variant.provider, len(next(iter(batch.values()))), *times,
                                         force=False)
@@ -327,12 +328,13 @@ def _checked_sidecars(info: VariantInfo, reference: Predictor, sample: Path, exp
         shape, dtype = reference.inputs[name]
         array = inputs[name]
         fixed = [d if isinstance(d, int) else -1 for d in shape]
+        fixed[:1] = [-1] if fixed else []  # any number of rows: a fixed batch runs the sample in chunks of it
         fits = array.ndim == len(shape) and all(d < 0 or d == a for d, a in zip(fixed, array.shape, strict=True))
         if not fits or array.dtype != np.dtype(dtype):
             raise _refused(sample, f"'input_{k}' is {array.dtype} {list(array.shape)}; expected {ref}'s input "
                            f"'{name}', {np.dtype(dtype).name} {fixed} (-1: any size)")
     try:
-        outputs = reference(inputs)
+        outputs = run_rows(reference, inputs)
     except Exception as exc:  # the values (onnxruntime's INVALID_ARGUMENT), or a length the model refuses
         raise _refused(sample, f"the float32 reference fails on it ({_first_line(exc)}); expected examples "
                        f"{ref} runs on") from None
