@@ -9,7 +9,7 @@ its first argument, so a gate built from them lets a broken model through.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.kinds.ops import op_def
+from specgen.runtime import sample_sizes
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.onnx_layout import onnx_feeds
 
@@ -40,23 +41,28 @@ def random_weights(ir: ModelIR, rng: np.random.Generator) -> dict[str, np.ndarra
     return values
 
 
-SYMBOL_SIZE = 11  # a named dynamic dimension's size where the caller names none: odd, as asymmetric SAME pads need
+SYMBOL_SIZE = sample_sizes.PREFERRED  # a named dimension's size where the caller names none and the model takes it
 
 
-def _size(dim: int | str | None, sizes: Mapping[str, int] | None) -> int:
-    """One example dimension's size: a named dynamic one's from `sizes` (SYMBOL_SIZE where they name none)."""
+def _size(dim: int | str | None, sizes: Mapping[str, int]) -> int:
+    """One example dimension's size: a named dynamic one's from `sizes`."""
     if isinstance(dim, str):
-        return (sizes or {}).get(dim, SYMBOL_SIZE)
+        return sizes[dim]
     assert dim is not None  # only index 0, the batch, is None (kinds/ops/nodes.py Shape)
     return dim
 
 
 def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
                   sizes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Random inputs; `sizes` gives named dynamic dimensions (kinds/dims.py) their run-time sizes."""
+    """Random inputs; `sizes` gives named dynamic dimensions (kinds/dims.py) their run-time sizes, which default
+    to the first of runtime/sample_sizes.py's: SYMBOL_SIZE where the model runs at it, else the nearest size it
+    does (NoSizeFits, one line, where a dimension has none)."""
+    chosen = dict(sizes or {})
+    if any(d not in chosen for d in sample_sizes.symbols(ir)):
+        chosen = sample_sizes.size_sets(ir)[0] | chosen
     inputs = {}
     for node_input in ir.inputs:
-        shape = (batch, *(_size(d, sizes) for d in node_input.shape[1:]))
+        shape = (batch, *(_size(d, chosen) for d in node_input.shape[1:]))
         if node_input.dtype == "uint8":  # raw pixels
             inputs[node_input.name] = rng.integers(0, 256, shape).astype(np.uint8)
         elif node_input.dtype.startswith("int"):
@@ -68,6 +74,58 @@ def random_inputs(ir: ModelIR, batch: int, rng: np.random.Generator,
         else:
             inputs[node_input.name] = rng.standard_normal(shape).astype(np.float32)
     return inputs
+
+
+Outputs = dict[str, np.ndarray]
+Runner = Callable[[dict[str, np.ndarray]], Outputs]
+SWEEP_BATCH = 2  # examples per further size: the main sample has checked the batch
+
+
+def check_sizes(ir: ModelIR, tensorflow: Runner, onnx: Runner, limit: float,
+                rng: np.random.Generator) -> str | None:
+    """Run both sides at each further size set of runtime/sample_sizes.py (the main sample ran the first) and
+    return the first disagreement as one line, or None. Where the graph is right at one size and wrong at
+    another (a strided SAME window's pads move with the size) only such a run shows it.
+
+    `onnx` returns the exported outputs, `tensorflow` at least those; each output's largest |difference| is taken
+    over max(1, max |TensorFlow output|), as export's gate, with a non-finite value at the same place on both
+    sides counted equal (a fully masked step at a short length is NaN in Keras too). An exception from either
+    side becomes the line: onnxruntime refusing a size that TensorFlow runs is the finding, not a traceback.
+    """
+    for sizes in sample_sizes.size_sets(ir)[1:]:
+        inputs = random_inputs(ir, SWEEP_BATCH, rng, sizes)
+        at = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        try:
+            expected = tensorflow(inputs)
+        except Exception as exc:  # any failure of either side is the finding: one line
+            return f"TensorFlow failed at {at}: {_first_line(exc)}"
+        try:
+            actual = onnx(inputs)
+        except Exception as exc:
+            return f"onnxruntime failed at {at} (TensorFlow ran): {_first_line(exc)}"
+        for name, value in actual.items():
+            diff = _scaled(expected[name], value)
+            if not within(diff, limit):
+                return (f"output '{name}' at {at}: max |TensorFlow - onnxruntime| {diff:.3g} of its magnitude "
+                        f"(limit {limit:g})")
+    return None
+
+
+def _scaled(expected: np.ndarray, actual: np.ndarray) -> float:
+    """max |expected - actual| / max(1, max |expected|) over the finite places; inf where shapes or the
+    places of non-finite values differ."""
+    if expected.shape != actual.shape:
+        return math.inf
+    finite = np.isfinite(expected)
+    if not np.array_equal(finite, np.isfinite(actual)) or not np.array_equal(expected[~finite], actual[~finite]):
+        return math.inf
+    a, b = expected[finite].astype(np.float64), actual[finite].astype(np.float64)
+    return float(np.max(np.abs(a - b), initial=0.0) / max(1.0, float(np.max(np.abs(a), initial=0.0))))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[-1][:300] if lines else type(exc).__name__
 
 
 def assign(model: Any, values: dict[str, np.ndarray]) -> None:

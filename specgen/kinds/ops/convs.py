@@ -11,7 +11,7 @@ from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.kinds.ops.shapes import fixed, pair, require_float, require_rank, spatial
+from specgen.kinds.ops.shapes import fixed, pair, require_float, require_rank, same_pads_attrs, spatial
 
 
 class WindowBase(LayerBase):
@@ -155,9 +155,10 @@ def tf_attrs(node: Node) -> dict[str, Any]:
 
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     p = node.params
-    return {"kernel_shape": list(p["kernel"]), "strides": list(p["strides"]), "pads": p["pads"],
-            "dilations": list(p["dilation"]), "group": p.get("group", 1),
-            "depthwise": f"{node.onnx_name}___depthwise"}  # separable_conv2d's intermediate tensor
+    kernel, strides, dilation = list(p["kernel"]), list(p["strides"]), list(p["dilation"])
+    return {"kernel_shape": kernel, "strides": strides, "dilations": dilation, "group": p.get("group", 1),
+            "depthwise": f"{node.onnx_name}___depthwise",  # separable_conv2d's intermediate tensor
+            **same_pads_attrs(node, ctx, kernel, strides, dilation)}
 
 
 OPS = (

@@ -5,6 +5,7 @@ The global pools take [batch, h, w, c] images and [batch, steps, c] sequences (K
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field
@@ -13,7 +14,7 @@ from specgen.fields.layers import LayerBase, Padding, Size2
 from specgen.kinds.dims import count, nominal
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult
 from specgen.kinds.ops.nodes import Node, Shape
-from specgen.kinds.ops.shapes import pair, prod, require_float, require_rank, spatial
+from specgen.kinds.ops.shapes import pair, prod, require_float, require_rank, same_pads_attrs, spatial
 from specgen.text import shape as show
 
 
@@ -66,8 +67,12 @@ def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]
     # -inf, not zeros: wrong wherever a window's real values are all negative (measured: ResNet50V2's
     # pool1_pad -> pool1_pool off by 17% with every optimization on, exact with them off). A Max(x, x)
     # between them is exact, cheap, and keeps the Pad from being fused; it is emitted only after a Pad.
-    guard = node.op == "max_pool" and ctx.zero_padded(node.inputs[0])
-    return {"kernel_shape": list(p["size"]), "strides": list(p["strides"]), "pads": p["pads"], "guard": guard}
+    maximum = node.op == "max_pool"
+    guard = maximum and ctx.zero_padded(node.inputs[0])
+    kernel, strides = list(p["size"]), list(p["strides"])
+    return {"kernel_shape": kernel, "strides": strides, "guard": guard,
+            **same_pads_attrs(node, ctx, kernel, strides, [1] * len(kernel), fill=-math.inf if maximum else 0.0,
+                              counts=not maximum)}
 
 
 def global_tf_attrs(node: Node) -> dict[str, Any]:

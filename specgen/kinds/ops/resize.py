@@ -47,12 +47,26 @@ def tf_attrs(node: Node) -> dict[str, Any]:
 
 
 def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
-    # tf.image.resize maps output pixel x to source (x + 0.5) * in/out - 0.5 (half_pixel), bilinear clamped at
-    # the edges, and nearest takes floor((x + 0.5) * in/out): half_pixel rounded half up (round_prefer_ceil).
-    # `sizes` for all four axes, the first two read from the input (any batch, any channels): onnxruntime's
-    # transpose optimizer mis-permutes a two-element `sizes` with `axes` (measured with 1.31, upsample.py).
-    return {"interpolation": node.params["interpolation"],
-            "hw": ctx.constant(f"{node.onnx_name}___hw", list(node.params["size"]))}
+    # Bilinear: tf.image.resize maps output pixel x to source (x + 0.5) * in/out - 0.5 (half_pixel), clamped at the
+    # edges, as ONNX Resize `linear`, `half_pixel` does (equal at every size pair). `sizes` for all four axes, the
+    # first two read from the input (any batch, any channels): onnxruntime's transpose optimizer mis-permutes a
+    # two-element `sizes` with `axes` (measured with 1.31, upsample.py).
+    name, (height, width) = node.onnx_name, node.params["size"]
+    if node.params["interpolation"] == "bilinear":
+        return {"interpolation": "bilinear", "hw": ctx.constant(f"{name}___hw", [height, width])}
+    return {"interpolation": "nearest", "axes": [_nearest_axis(ctx, name, "h", 2, height),
+                                                 _nearest_axis(ctx, name, "w", 3, width)],
+            "half": ctx.float_constant(f"{name}___half", 0.5), "one": ctx.float_constant(f"{name}___one", 1.0),
+            "step": ctx.constant(f"{name}___step", [1])}
+
+
+def _nearest_axis(ctx: OnnxContext, name: str, axis_name: str, axis: int, out: int) -> dict[str, Any]:
+    """One axis of a nearest resize (templates/onnx/ops/resize.onnx.j2): TensorFlow's kernel takes source pixel
+    min(floor((x + 0.5f) * (in / (float)out)), in - 1) in float32. ONNX Resize `nearest` computes
+    (x + 0.5) / (out / in) - 0.5 and rounds: the same real number, rounded otherwise, so at some size pairs
+    (30 -> 9, 6 -> 37) it reads the neighbouring pixel. The graph spells TensorFlow's arithmetic out instead."""
+    return {"name": axis_name, "axis": axis, "out": ctx.float_constant(f"{name}___{axis_name}_out", float(out)),
+            "end": ctx.float_constant(f"{name}___{axis_name}_end", out + 0.5)}
 
 
 # moments: its taps are neighbours, taken as equal (the pools' assumption, docs/spec.md#lints).

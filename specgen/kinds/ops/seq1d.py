@@ -8,6 +8,7 @@ reuses the 2-D ops' templates (their attributes are lists of any length).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field
@@ -19,7 +20,7 @@ from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import FLOAT, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.pools import MAX_POOL_XLA
-from specgen.kinds.ops.shapes import fixed, require_float, window
+from specgen.kinds.ops.shapes import Pads, fixed, require_float, run_time_pads, same_pads_attrs, window
 from specgen.text import shape as show
 
 
@@ -50,14 +51,14 @@ def _rank3(shape: Shape, dtype: str, op: str) -> None:
     require_float(dtype, op)
 
 
-def _steps(size: int, stride: int, dilation: int, padding: str, steps: int | str, key: str) -> tuple[Any, Any]:
-    """Output steps and ONNX pads [begin, end] (None: SAME_UPPER at run time, kinds/ops/base.py)."""
+def _steps(size: int, stride: int, dilation: int, padding: str, steps: int | str, key: str) -> tuple[Any, Pads]:
+    """Output steps and ONNX pads [begin, end] (or how they are found at run time: kinds/ops/shapes.py)."""
     if padding == "causal":  # left padding of the dilated window, then a valid window
         left = (size - 1) * dilation
-        out, _, _ = window(size, stride, dilation, "valid", dims.offset(steps, left), key)
+        out, _ = window(size, stride, dilation, "valid", dims.offset(steps, left), key)
         return out, [left, 0]
-    out, begin, end = window(size, stride, dilation, padding, steps, key)
-    return out, None if begin is None else [begin, end]
+    out, pads = window(size, stride, dilation, padding, steps, key)
+    return out, run_time_pads([(size, stride, dilation, steps)]) if pads is None else list(pads)
 
 
 def conv1d(layer: Conv1D, shapes: list[Shape], dtypes: list[str]) -> OpResult:
@@ -105,8 +106,9 @@ def conv_tf_attrs(node: Node) -> dict[str, Any]:
 
 def conv_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     p = node.params
-    return {"kernel_shape": [p["kernel"]], "strides": [p["strides"]], "pads": p["pads"],
-            "dilations": [p["dilation"]], "group": p["groups"]}
+    kernel, strides, dilation = [p["kernel"]], [p["strides"]], [p["dilation"]]
+    return {"kernel_shape": kernel, "strides": strides, "dilations": dilation, "group": p["groups"],
+            **same_pads_attrs(node, ctx, kernel, strides, dilation)}
 
 
 def pool_tf_attrs(node: Node) -> dict[str, Any]:
@@ -117,7 +119,9 @@ def pool_tf_attrs(node: Node) -> dict[str, Any]:
 
 def pool_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     p = node.params
-    return {"kernel_shape": [p["size"]], "strides": [p["strides"]], "pads": p["pads"], "guard": False}
+    kernel, strides, maximum = [p["size"]], [p["strides"]], node.op == "max_pool1d"
+    return {"kernel_shape": kernel, "strides": strides, "guard": False,
+            **same_pads_attrs(node, ctx, kernel, strides, [1], fill=-math.inf if maximum else 0.0, counts=not maximum)}
 
 
 def _drops_mask(keras: str) -> MaskRule:
