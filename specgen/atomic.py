@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +71,9 @@ def kind(path: Path, shown: Path | None = None) -> str | None:
         return "folder"
     if stat.S_ISREG(info.st_mode):
         return "file"
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/null, a disk: never advise removing it
+        raise UnsafePathError(shown or path, "is a device, not a regular file; specgen reads and writes only "
+                              "regular files", "choose a regular file path and run again")
     raise UnsafePathError(shown or path, "is a device, pipe or socket, not a regular file; specgen reads and "
                           "writes only regular files")
 
@@ -165,6 +170,7 @@ def write_atomic(target: Path, content: bytes | str, *, mode: int = 0o666, fsync
 
 
 def _replace(target: Path, data: bytes, mode: int, fsync: bool) -> None:
+    remove_stale_temps(target)
     temp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
@@ -179,6 +185,52 @@ def _replace(target: Path, data: bytes, mode: int, fsync: bool) -> None:
         raise
     if fsync:
         fsync_folder(target.parent)
+
+
+# A temporary file is `.NAME.<pid>.<8 hex>.tmp`; one left by a killed writer is removed by the next write of NAME
+# once its writer is gone and it has not changed for STALE_AFTER seconds. The age is for a folder that several
+# machines share (NFS): a pid that is not alive here may be a live writer there, still appending to its file.
+STALE_AFTER = 60.0
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files of `target` that a writer killed between create and rename left (kill -9,
+    OOM, power loss); returns them. Only files of exactly this target's pattern, not changed for STALE_AFTER
+    seconds, whose pid is not a live process, and only regular files (never through a link)."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and now - info.st_mtime > STALE_AFTER:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:  # gone already (another writer cleaned it), or not ours to remove
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running process here (signal 0 checks without sending anything)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    except (OverflowError, ValueError):  # a number no process here can have
+        return False
+    return True
 
 
 def fsync_folder(folder: Path) -> None:

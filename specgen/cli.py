@@ -12,13 +12,15 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any, TextIO, cast
 
 from specgen import __version__, native_logs
 from specgen.commands import discover
 from specgen.diagnostics import SpecError, one_line, report_lines
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, UsageError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 
@@ -52,21 +54,93 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
     try:
-        with native_logs.quiet(args.verbose):
+        args = parser().parse_args(argv)  # imports every command module: a Ctrl-C may land here too
+        gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
+        if sys.stdout is None:  # fd 1 closed at start (`>&-`): Python sets sys.stdout to None
+            return _stdout_closed()
+        with native_logs.quiet(args.verbose), _marked_stdout():
             code = int(args.run(args))
-            sys.stdout.flush()  # a closed pipe shows up here, inside the handlers, not at exit
+            sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the handlers, not at exit
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except (SpecgenError, OSError) as exc:  # the one place: every error meant for a person, never a traceback
         return _refused(exc)
+    except KeyboardInterrupt:
+        return _interrupted(argv)
+
+
+def _interrupted(argv: Sequence[str] | None) -> int:
+    """Ctrl-C, for every command and at any moment (imports, reading, TensorFlow's start): one line and the
+    status a shell gives for SIGINT, never a traceback. A command that knows more about what it leaves on disk
+    says so itself and exits 130 on its own (`specgen train` names the checkpoint to continue from); here the
+    command had not got that far, or writes its files atomically (whole or not at all)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), "")
+    print(f"\nspecgen{' ' + command if command else ''}: interrupted (Ctrl-C); it stopped before it finished",
+          file=sys.stderr)
+    return 130
+
+
+def _stdout_closed() -> int:
+    """Refuse before any work: every command prints its results to stdout, and a command that wrote its files and
+    then failed to say so (or drew a picture to nowhere) would leave the caller unable to tell what happened."""
+    print("specgen: error: standard output is closed (the command was started with >&-); specgen prints its "
+          "results there, so it did nothing: redirect it to a file or to /dev/null instead", file=sys.stderr)
+    return 1
+
+
+class _MarkedStream:
+    """Standard output while a command runs: what its write or flush raises is marked as standard output's, so
+    `_refused` can say so (an OSError from print() names no file). Everything else is the stream's own."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, data: Any) -> Any:
+        try:
+            return self._stream.write(data)
+        except OSError as exc:
+            exc.specgen_stdout = True  # type: ignore[attr-defined]
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            exc.specgen_stdout = True  # type: ignore[attr-defined]
+            raise
+
+    @property
+    def buffer(self) -> _MarkedStream:  # `specgen curves` writes its PNG bytes there
+        return _MarkedStream(self._stream.buffer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def _marked_stdout() -> Iterator[None]:
+    stream, marked = sys.stdout, _MarkedStream(sys.stdout)
+    sys.stdout = cast(TextIO, marked)
+    try:
+        yield
+    finally:
+        if cast(Any, sys.stdout) is marked:  # a command that replaced it keeps its own
+            sys.stdout = stream
+
+
+def _stdout_broken(exc: OSError) -> bool:
+    return bool(getattr(exc, "specgen_stdout", False))
 
 
 def _refused(exc: SpecgenError | OSError) -> int:
-    """Print why the command stopped, one line each; the exit status (3 for a specgen bug, else 1)."""
+    """Print why the command stopped, one line each; the exit status (2 for a command-line mistake, 3 for a
+    specgen bug, else 1)."""
+    if isinstance(exc, UsageError):  # as argparse prints its own usage errors
+        print(f"specgen {exc.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
     if isinstance(exc, RenderError):
         print(f"specgen: internal error, nothing was written: {exc}\nPlease report it with the spec that "
               "caused it.", file=sys.stderr)
@@ -78,6 +152,11 @@ def _refused(exc: SpecgenError | OSError) -> int:
             print(line, file=sys.stderr)
         count = len(exc.diagnostics)
         print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
+        return 1
+    if isinstance(exc, OSError) and _stdout_broken(exc):
+        _quiet_broken_pipe()  # the unwritten rest goes to /dev/null at exit, not into a second error
+        print(f"specgen: error: cannot write standard output: {one_line(exc.strerror or str(exc)).lower()}; what "
+              "it printed is incomplete (files it wrote are whole: each is written atomically)", file=sys.stderr)
         return 1
     if isinstance(exc, OSError):
         # A user's environment (read-only or full disk, a link where a file goes, a missing

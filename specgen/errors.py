@@ -28,3 +28,13 @@ class AbstractSpec(SpecgenError):
         self.display, self.keys = display, keys
         super().__init__(f"{display} is abstract (abstract: true): it exists only to be extended by other specs; "
                          "use a spec that extends it")
+
+
+class UsageError(SpecgenError, ValueError):
+    """A command-line mistake found after argparse (flags that contradict each other, an output name whose format
+    cannot be told): printed as `specgen COMMAND: error: message` and exit status 2, as argparse's own usage
+    errors, so a script can tell "the command line is wrong" from "the spec has errors" (1)."""
+
+    def __init__(self, command: str, message: str):
+        self.command = command
+        super().__init__(message)

@@ -96,6 +96,6 @@ def test_a_folder_without_events_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert err == (f"{tmp_path}: error: no TensorBoard scalars; expected a run folder of `specgen train` holding "
                    "tensorboard/<stage>/events.out.tfevents.* (train the spec first)\n1 error found\n")
     assert list(tmp_path.iterdir()) == []
-    assert main(["curves", str(tmp_path), "-o", str(tmp_path / "c.pdf")]) == 1
-    assert capsys.readouterr().err == (f"specgen: error: cannot write curves to -o {tmp_path / 'c.pdf'}: got '.pdf', "
+    assert main(["curves", str(tmp_path), "-o", str(tmp_path / "c.pdf")]) == 2  # a command-line mistake
+    assert capsys.readouterr().err == (f"specgen curves: error: cannot write curves to -o {tmp_path / 'c.pdf'}: got '.pdf', "
                                        "expected a name ending in .svg or .png\n")

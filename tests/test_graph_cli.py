@@ -39,14 +39,14 @@ def test_graph_does_not_import_tensorflow(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["-o", "{out}/g.png"], "specgen: error: cannot tell the format of -o {out}/g.png from '.png'; expected a name "
+    (["-o", "{out}/g.png"], "specgen graph: error: cannot tell the format of -o {out}/g.png from '.png'; expected a name "
      "ending in .svg, .html, .htm, .dot, .gv, .mmd, .mermaid, or --format svg|html|dot|mermaid"),
-    (["-o", "{out}/g.svg", "--format", "dot"], "specgen: error: -o {out}/g.svg ends in '.svg' (format svg) but "
+    (["-o", "{out}/g.svg", "--format", "dot"], "specgen graph: error: -o {out}/g.svg ends in '.svg' (format svg) but "
      "--format is dot; expected them to agree: drop --format or change the file name"),
 ])
 def test_a_usage_mistake_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         args: list[str], message: str) -> None:
-    assert main(["graph", str(RESNET), *(a.format(out=tmp_path) for a in args)]) == 1
+    assert main(["graph", str(RESNET), *(a.format(out=tmp_path) for a in args)]) == 2  # as argparse's mistakes
     assert capsys.readouterr().err == message.format(out=tmp_path) + "\n"
     assert list(tmp_path.iterdir()) == []
 

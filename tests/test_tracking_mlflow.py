@@ -233,14 +233,22 @@ def test_tracker_down_warns_once_and_trains(tmp_path: Path) -> None:
      "train.tracking.mlflow in the spec (docs/tracking.md)"),
     ("", ["export", "--checkpoint", "runs/x", "-o", "out", "--register", "m", "--alias", "v2"],
      "--alias v2: error: MLflow reserves 'latest' and 'v<number>' (they name versions); pick another, e.g. 'candidate'"),
-    ("", ["export", "-o", "out", "--alias", "prod"],
-     "--alias prod: error: --alias names the alias of --register's version; expected --register NAME with it"),
 ])
 def test_bad_input_is_one_line_before_training(tmp_path: Path, tracking: str, args: list[str], line: str) -> None:
     spec = write_spec(tmp_path, tracking)
     result = specgen(args[0], spec.name, *args[1:], cwd=tmp_path)
     assert (result.returncode, result.stderr.splitlines(), result.stdout) == (1, [line, "1 error found"], "")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+
+
+def test_alias_without_register_is_a_usage_error(tmp_path: Path) -> None:
+    """A command-line mistake: exit 2 as argparse's own (docs/cli.md), before the spec is read."""
+    spec = write_spec(tmp_path, "")
+    result = specgen("export", spec.name, "-o", "out", "--alias", "prod", cwd=tmp_path)
+    assert (result.returncode, result.stderr.splitlines(), result.stdout) == (2, [
+        "specgen export: error: --alias prod: --alias names the alias of --register's version; expected --register "
+        "NAME with it"], "")
+    assert not (tmp_path / "out").exists()
 
 
 def test_validate_imports_no_mlflow(tmp_path: Path) -> None:

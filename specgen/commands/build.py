@@ -47,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
         return 0
-    written = write(outputs, out)
+    written, removed = write(outputs, out)
     for path in written:
         print(f"wrote {shown(path)}")
-    print(f"built {len(outputs)} spec(s) into {shown(out)}: {len(written)} file(s) changed")
+    for path in removed:  # what --check calls `stale:`
+        print(f"removed {shown(path)} (no longer generated)")
+    changed = len(written) + len(removed)
+    print(f"built {len(outputs)} spec(s) into {shown(out)}: {changed} file(s) changed"
+          + (f" ({len(removed)} removed)" if removed else ""))
     return 0

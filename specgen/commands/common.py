@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import SpecgenError
 from specgen.paths import shown
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -35,15 +36,36 @@ def shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+class NoSpecs(SpecgenError):
+    """A folder argument holding no spec file: a typo or an unpopulated folder, never a silent success."""
+
+
 def expand(paths: Sequence[Path]) -> list[Path]:
-    """Files as given; folders contribute their *.yaml / *.yml files, sorted."""
+    """Files as given; folders contribute their *.yaml / *.yml files, sorted. A folder without any is an error
+    (one line per such folder), so `specgen report specs/` on an empty or mistyped folder does not pass CI."""
     found: list[Path] = []
+    empty: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+            specs = sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+            found += specs
+            empty += [] if specs else [path]
         else:
             found.append(path)
+    if empty:
+        raise NoSpecs("\n".join(f"no spec files (*.yaml, *.yml) in {shown(p)}" for p in empty))
     return found
+
+
+def require_regular(path: Path, what: str) -> None:
+    """A path a command hands to a foreign reader (onnxruntime, TensorFlow) is a regular file, or it is one line:
+    a FIFO would block that reader forever and a folder gets a misleading parse error. A missing path is left to
+    the reader, whose message names it."""
+    from specgen.runtime.sources.base import MISSING, REGULAR, file_kind
+
+    kind = file_kind(path)
+    if kind not in (MISSING, REGULAR):
+        raise SpecError([Diagnostic(shown(path), None, f"{what} is {kind}, not a regular file")])
 
 
 def spec_paths(given: Sequence[Path]) -> list[Path]:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from specgen.pictures.needs import PicturesUsageError, need_matplotlib, need_tensorboard
+from specgen.errors import UsageError
+from specgen.pictures.needs import need_matplotlib, need_tensorboard
 
 FORMATS = {".svg": "svg", ".png": "png"}
 NAME = "curves"
@@ -19,7 +20,7 @@ def curves_format(output: Path | None) -> str:
         return "svg"
     fmt = FORMATS.get(output.suffix.lower())
     if fmt is None:
-        raise PicturesUsageError(f"cannot write curves to -o {output}: got '{output.suffix or '(no suffix)'}', "
+        raise UsageError(NAME, f"cannot write curves to -o {output}: got '{output.suffix or '(no suffix)'}', "
                                  "expected a name ending in .svg or .png")
     return fmt
 

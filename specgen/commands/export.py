@@ -89,12 +89,13 @@ def _tracked_run(args: argparse.Namespace) -> tuple[Path, Record] | None:
     --register/--alias that cannot work, a damaged mlflow.json among them (without --register, it is one warning
     and the export is not logged: tracking never stops a command)."""
     from specgen.diagnostics import Diagnostic, SpecError
+    from specgen.errors import UsageError
     from specgen.tracking import RUN_FILE, check_alias, check_model_name, run_folder_of
     from specgen.tracking.base import RecordError, read_record
 
-    if args.alias is not None and args.register is None:
-        raise SpecError([Diagnostic(f"--alias {args.alias}", None, "--alias names the alias of --register's version; "
-                                    "expected --register NAME with it")])
+    if args.alias is not None and args.register is None:  # a command-line mistake: exit 2, as argparse's
+        raise UsageError(NAME, f"--alias {args.alias}: --alias names the alias of --register's version; expected "
+                         "--register NAME with it")
     if args.register is not None:
         check_model_name(args.register)
         check_alias(args.alias if args.alias is not None else "candidate")

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specgen.errors import SpecgenError
+from specgen.errors import UsageError
 
 NAME = "graph"
 ORDER = 130
@@ -19,8 +19,11 @@ SUFFIXES = {".svg": "svg", ".html": "html", ".htm": "html", ".dot": "dot", ".gv"
             ".mermaid": "mermaid"}
 
 
-class GraphUsageError(SpecgenError, ValueError):
-    """`-o` and `--format` that disagree, or an output name whose format cannot be told."""
+class GraphUsageError(UsageError):
+    """`-o` and `--format` that disagree, or an output name whose format cannot be told (exit 2)."""
+
+    def __init__(self, message: str):
+        super().__init__(NAME, message)
 
 
 def output_format(output: Path | None, fmt: str | None) -> str:
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     ir = build_ir(load_spec(args.spec))
     picture = render(ir, fmt, args.depth)
     if args.output is None:
-        sys.stdout.write(picture)
+        sys.stdout.write(picture)  # cli.py refuses a closed stdout before any command runs
         return 0
     write_atomic(args.output, picture, fsync=False)
     print(f"wrote {shown(args.output)} ({fmt}: {ir.layer_count} layers)")

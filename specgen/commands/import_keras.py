@@ -24,9 +24,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
 
 
+def _usage(args: argparse.Namespace) -> None:
+    """Flags that contradict the source or the output's name: exit 2 before anything is read."""
+    from specgen.errors import UsageError
+    from specgen.importers.keras import MODEL_SUFFIXES
+
+    if Path(args.source).suffix.lower() in MODEL_SUFFIXES and (args.input_shape is not None or args.classes is not None):
+        raise UsageError("import", f"--input-shape and --classes apply to constructor names only, not to model "
+                         f"files (received {args.source})")
+    if args.output.suffix.lower() in MODEL_SUFFIXES:
+        raise UsageError("import", f"-o {args.output}: a spec is a YAML file, not a Keras model file "
+                         f"({args.output.suffix}); choose a path ending in .yaml")
+
+
 def run(args: argparse.Namespace) -> int:
     from specgen.importers.keras import import_keras  # TensorFlow only for constructor names
 
+    _usage(args)
     result = import_keras(args.source, args.output, weights=args.weights, input_shape=args.input_shape,
                           classes=args.classes, collections=args.collections)
     if result.weights_written is not None:

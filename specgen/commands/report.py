@@ -27,22 +27,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specgen.ir.resolve import build_ir
-    from specgen.report import report
-    from specgen.spec.load import load_spec
+    from specgen.diagnostics import Diagnostic, SpecError
 
     if args.html or args.run_folder is not None or args.output is not None or args.sweep is not None:
         from specgen.report.html_cli import run_html_report
 
         return run_html_report(args)
     paths = expand(args.paths)
-    for path in paths:
-        loaded = load_spec(path)
-        ir = build_ir(loaded)
-        measured = None
-        if args.checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
-            from specgen.runtime.pruning_state import checkpoint_sparsity
-
-            measured = checkpoint_sparsity(loaded, ir, args.checkpoint, len(paths))
-        print(report(ir, shown(path), loaded.spec.optimizers, measured))
+    problems: list[Diagnostic] = []
+    for path in paths:  # every spec's report or errors, as validate does: one broken spec hides no other's
+        try:
+            print(_one(path, args.checkpoint, len(paths)))
+        except SpecError as exc:
+            problems += exc.diagnostics
+    if problems:
+        raise SpecError(problems)
     return 0
+
+
+def _one(path: Path, checkpoint: Path | None, specs: int) -> str:
+    from specgen.ir.resolve import build_ir
+    from specgen.report import report
+    from specgen.spec.load import load_spec
+
+    loaded = load_spec(path)
+    ir = build_ir(loaded)
+    measured = None
+    if checkpoint is not None:  # only then TensorFlow (to read the checkpoint's masks)
+        from specgen.runtime.pruning_state import checkpoint_sparsity
+
+        measured = checkpoint_sparsity(loaded, ir, checkpoint, specs)
+    return report(ir, shown(path), loaded.spec.optimizers, measured)

@@ -147,8 +147,9 @@ def _make_folder(disk: _OnDisk) -> None:
             kind(Path(disk.real), disk.shown)  # still a folder, not a link raced into its place
 
 
-def write(outputs: list[Output], root: Path) -> list[Path]:
+def write(outputs: list[Output], root: Path) -> tuple[list[Path], list[Path]]:
     """Write every changed file through a temporary file and a rename; remove files no longer generated.
+    Returns (files written, files removed), as the user spelled the root.
 
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
     any spec writes nothing; likewise every output folder is surveyed (no links, nothing but
@@ -158,7 +159,8 @@ def write(outputs: list[Output], root: Path) -> list[Path]:
     with writing(root):
         real_root = _real_root(root)
     found = [_survey(out, root, real_root) for out in outputs]
-    written = []
+    written: list[Path] = []
+    removed: list[Path] = []
     for out, disk in zip(outputs, found, strict=True):
         _make_folder(disk)
         for name, content in out.files.items():
@@ -171,8 +173,8 @@ def write(outputs: list[Output], root: Path) -> list[Path]:
         for name in disk.stale:
             with writing(disk.shown / name):
                 os.unlink(os.path.join(disk.real, name))  # a regular file (surveyed); unlink never follows a link
-            written.append(disk.shown / name)
-    return written
+            removed.append(disk.shown / name)
+    return written, removed
 
 
 def check(outputs: list[Output], root: Path) -> list[str]:

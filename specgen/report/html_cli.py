@@ -5,20 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specgen.pictures.needs import PicturesUsageError, need_matplotlib, need_tensorboard
+from specgen.errors import UsageError
+from specgen.pictures.needs import need_matplotlib, need_tensorboard
 
 
 def _usage(args: argparse.Namespace) -> None:
-    """Mistakes in the flags, before any spec is read."""
+    """Mistakes in the flags, before any spec is read: exit 2, as argparse's own."""
     if not args.html:
         flag = "--run" if args.run_folder is not None else "--sweep" if args.sweep is not None else "-o"
-        raise PicturesUsageError(f"report: got {flag} without --html; expected --html with them "
+        raise UsageError("report", f"got {flag} without --html; expected --html with them "
                                  "(the text report prints to stdout)")
     if len(args.paths) != 1 or args.paths[0].is_dir():
-        raise PicturesUsageError(f"report --html: got {len(args.paths)} path(s) "
+        raise UsageError("report", f"--html: got {len(args.paths)} path(s) "
                                  f"({', '.join(map(str, args.paths))}); expected one spec file")
     if args.output is None or args.output.suffix.lower() not in (".html", ".htm"):
-        raise PicturesUsageError(f"report --html: got -o {args.output or '(none)'}; expected -o FILE.html")
+        raise UsageError("report", f"--html: got -o {args.output or '(none)'}; expected -o FILE.html")
 
 
 def run_html_report(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ import onnxruntime as ort
 from specgen.errors import SpecgenError
 from specgen.runtime import lengths
 from specgen.runtime.buckets import CUDA_WORK, Slot, batch_buckets, bucket_for, chunks, pad_rows, take_rows
+from specgen.runtime.sources.base import lossy_cast
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64,
@@ -224,8 +225,13 @@ class Predictor:
         checked = {}
         for name, (shape, dtype) in self.inputs.items():
             array = np.asarray(inputs[name])
-            if array.dtype != dtype and not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            if array.dtype != dtype and (array.dtype.kind == "b" or not np.can_cast(array.dtype, dtype, "same_kind")):
                 raise InputError(f"input '{name}': received dtype {array.dtype}, expected {np.dtype(dtype).name}")
+            lost = lossy_cast(array, np.dtype(dtype))  # same_kind lets int64 16777217 become float32 16777216
+            if lost is not None:
+                raise InputError(f"input '{name}': the value {array[lost]} at {list(lost)} has no exact "
+                                 f"{np.dtype(dtype).name}; received dtype {array.dtype}: send it as "
+                                 f"{np.dtype(dtype).name} or within its exact range")
             _check_range(name, array, np.dtype(dtype))
             fixed = [d if isinstance(d, int) else None for d in shape]
             if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):

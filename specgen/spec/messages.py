@@ -7,6 +7,7 @@ it builds, can use it without importing the loader that imports them.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import types
 import typing
@@ -172,7 +173,7 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
     if kind in BOUNDS:
         return f"received {safe_repr(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:
-        return f"expected {TYPE_WORDS[kind]}, received {describe(received)}"
+        return f"expected {TYPE_WORDS[kind]}, received {_received(received)}"
     if kind in ("too_short", "too_long"):
         return (f"expected {'at least' if kind == 'too_short' else 'at most'} "
                 f"{ctx.get('min_length', ctx.get('max_length'))} item(s), received {ctx['actual_length']}")
@@ -182,8 +183,21 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
         message: str = error["msg"]
         return message.removeprefix("Value error, ")
     if kind == "wrong_shape":
-        return f"{error['msg']}, received {describe(received)}"
-    return f"{error['msg']}; received {describe(received)}"
+        return f"{error['msg']}, received {_received(received)}"
+    return f"{error['msg']}; received {_received(received)}"
+
+
+def _received(value: Any) -> str:
+    """A received value as the spec spells it, not as Python does: `true (a boolean)`, `null`, not `True (bool)`."""
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'} (a boolean)"
+    if value is None:
+        return "null"
+    if isinstance(value, bytes):  # only an explicit `!!binary` gives bytes
+        return f"binary data of {len(value)} bytes (!!binary)"
+    if isinstance(value, datetime.date):  # only an explicit `!!timestamp` gives a date (plain ones are refused)
+        return f"{value.isoformat()} (a date)"
+    return describe(value)
 
 
 def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:

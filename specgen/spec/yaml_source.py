@@ -21,9 +21,10 @@ from typing import Any
 
 import yaml
 
-from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
+from specgen.diagnostics import Diagnostic, Position, SpecError, quoted, shown
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
+from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key
 
 MAX_NODES = 100_000  # values visited after alias expansion
 # Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
@@ -33,6 +34,7 @@ STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool
 PathKey = tuple[str | int, ...]
 STR_TAG = "tag:yaml.org,2002:str"
 MERGE_TAG = "tag:yaml.org,2002:merge"
+VALUE_TAG = "tag:yaml.org,2002:value"  # YAML 1.1's `=`: refused as a dialect difference (yaml_dialect.py)
 
 
 class SourceMap:
@@ -150,14 +152,17 @@ def _constructor_problem(node: yaml.Node, exc: Exception) -> str:
 class _Converter:
     """Turns a composed node tree into Python values, bounding alias expansion and depth."""
 
-    def __init__(self, source: SourceMap):
+    def __init__(self, source: SourceMap, text: str):
         self.source = source
+        self.text = text
+        self._lines: list[str] | None = None  # split only when a dialect difference is found
         self.visited = 0
         self.top: yaml.Node | None = None  # the top-level value being converted (alias-bomb messages)
         self.scalars = yaml.SafeLoader("")  # only its scalar constructors are used
         self.problems: list[Diagnostic] = []
 
-    def convert(self, node: yaml.Node, depth: int = 0) -> Any:
+    def convert(self, node: yaml.Node, depth: int = 0, label: str = "") -> Any:
+        """`node` as plain values; `label` names it in messages (`units`, `shape[1]`)."""
         self.visited += 1
         if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
             raise SpecError([Diagnostic(self.source.path, mark_position(self.top or node),
@@ -168,14 +173,24 @@ class _Converter:
         tag = node.tag
         if tag == STR_TAG:  # most scalars in a spec: skip the general constructor's bookkeeping
             return node.value
+        if isinstance(node, yaml.ScalarNode) and not self._same_in_yaml12(node, label):
+            return None  # reported; the spec is refused once conversion ends
         if tag not in STANDARD_TAGS:
             shown = quoted(tag.replace("tag:yaml.org,2002:", "!!", 1))
             raise SpecError([self._error(node, f"unsupported YAML tag {shown}; specs hold plain data")])
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, depth)
         if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, depth + 1) for item in node.value]
+            return [self.convert(item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
         return self._scalar(node)
+
+    def _same_in_yaml12(self, node: yaml.ScalarNode, label: str) -> bool:
+        """False (and a problem noted) for a plain scalar YAML 1.2 reads differently (`010`, `no`, `1:30`)."""
+        problem = dialect_problem(node)
+        if problem is None or self._tagged(node):  # `!!timestamp 2020-01-01` asks for its reading explicitly
+            return True
+        self.problems.append(self._error(node, f"{shown(label)}: {problem}" if label else problem))
+        return False
 
     def _scalar(self, node: yaml.Node) -> Any:
         if node.tag == STR_TAG:
@@ -188,12 +203,19 @@ class _Converter:
         except _CONSTRUCTOR_ERRORS as exc:  # PyYAML's constructors assume well-formed text
             raise SpecError([self._error(node, _constructor_problem(node, exc))]) from None
 
+    def _tagged(self, node: yaml.Node) -> bool:
+        if self._lines is None:
+            self._lines = self.text.split("\n")  # the lines PyYAML counted: other breaks are refused first
+        return explicitly_tagged(self._lines, node)
+
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
         merges: list[yaml.Node] = []
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
                 merges.append(value_node)
+                continue
+            if isinstance(key_node, yaml.ScalarNode) and not self._same_in_yaml12(key_node, "a mapping key"):
                 continue
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in STANDARD_TAGS:
                 self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
@@ -208,7 +230,7 @@ class _Converter:
                 continue
             if depth == 0:
                 self.top = value_node
-            result[key] = self.convert(value_node, depth + 1)
+            result[key] = self.convert(value_node, depth + 1, key if isinstance(key, str) else str(key))
         for value_node in merges:  # after the mapping's own keys: those win wherever `<<` is written
             self._merge(result, value_node, depth)
         return result
@@ -260,14 +282,20 @@ def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
     if len(text) > MAX_FILE_BYTES:  # characters: a file was already held to the byte limit
         raise SpecError([Diagnostic(display, None, f"the text is {len(text)} characters; specs are limited "
                                     f"to {MAX_FILE_BYTES} (is this really a spec?)")])
+    hidden = hidden_break(text)  # before PyYAML, which would count it as a line break
+    if hidden is not None:
+        raise SpecError([Diagnostic(display, *hidden)])
     try:
         root = compose(text, display)
     except yaml.YAMLError as exc:
-        raise SpecError([Diagnostic(display, _error_position(exc, text), f"invalid YAML: {_problem(exc)}")]) from None
+        position = _error_position(exc, text)
+        too_long = long_key(text, position)  # PyYAML's own words name a ':' it did not expect, not the key
+        message = too_long[1] if too_long else f"invalid YAML: {_problem(exc)}"
+        raise SpecError([Diagnostic(display, too_long[0] if too_long else position, message)]) from None
     source = SourceMap(display, root)
     if root is None:
         return None, source
-    converter = _Converter(source)
+    converter = _Converter(source, text)
     data = converter.convert(root)
     if converter.problems:
         raise SpecError(converter.problems)

@@ -107,14 +107,25 @@ def build_constructor(name: str, input_shape: tuple[int, ...] | None, classes: i
     return Source(config, keras2=False, weights=None, weights_bytes=data, label=f"keras.applications.{name}")
 
 
+def _require_file(path: Path) -> None:
+    """A model file is a regular file: a FIFO would block the reader, a folder is no model (the message is printed
+    after the source's name, so it does not repeat it)."""
+    from specgen.runtime.sources.base import MISSING, REGULAR, file_kind
+
+    kind = file_kind(path)
+    if kind == MISSING:
+        raise ImportProblem("no such file")
+    if kind != REGULAR:
+        raise ImportProblem(f"the path is {kind}, not a regular file; expected a .keras or .h5 model file")
+
+
 def read_source(source: str, input_shape: tuple[int, ...] | None, classes: int | None) -> Source:
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix in (".keras", ".h5", ".hdf5"):
         if input_shape is not None or classes is not None:
             raise ImportProblem("--input-shape and --classes apply to constructor names only, not to model files")
-        if not path.is_file():
-            raise ImportProblem(f"{source}: no such file")
+        _require_file(path)
         return read_keras_zip(path) if suffix == ".keras" else read_h5(path)
     if path.exists():
         raise ImportProblem(f"{source}: expected a .keras or .h5 model file")

@@ -9,14 +9,15 @@ docs/extending.md says what a new source needs; tests/test_source_registry.py na
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.collect import collect
 from specgen.kinds.sources.base import Refs, Refusal, Resolved, SourceDef
 
-__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "complete", "kind_of",
-           "markdown"]
+__all__ = ["REGISTRY", "SCHEMA_ORDER", "DataSource", "Refs", "Refusal", "Resolved", "SourceDef", "clashes", "complete",
+           "kind_of", "markdown"]
 
 # The first kinds, in the order the published JSON schema lists the union's branches; later ones follow
 # alphabetically (kinds/collect.py), so a new source edits no list and moves no schema byte.
@@ -39,6 +40,19 @@ DataSource = by_shape(by_key(*REGISTRY), f"a data source with exactly one of the
 def kind_of(source: Any) -> SourceDef:
     """The kind of a validated source (an instance of one registered spec model)."""
     return next(s for s in REGISTRY.values() if isinstance(source, s.spec))
+
+
+def clashes(data: Any) -> list[Refusal]:
+    """What the two stages' sources may not share, placed from the spec's root (("data", "eval", ...)): a file
+    cache path (a copy-paste), where each stage would read the other's examples, or each start remove the other's
+    cache as made from other files. For validate (ir/resolve.py) and each reader (a spec built in code reaches it
+    unvalidated)."""
+    train, eval_ = (getattr(getattr(data, stage, None), "cache", None) for stage in ("train", "eval"))
+    if train is None or eval_ is None or "memory" in (train, eval_) or os.path.normpath(train) != os.path.normpath(eval_):
+        return []
+    return [(("data", "eval", "cache"), f"cache '{eval_}' is also data.train's cache path; each stage's examples "
+             f"need their own cache files (one path would serve one stage the other's examples): give data.eval "
+             f"another path, such as '{eval_}-eval'")]
 
 
 def complete(spec: Any) -> Any:

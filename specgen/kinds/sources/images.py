@@ -47,8 +47,8 @@ def complete(source: ImagesSource, inputs: Mapping[str, Any], labels: list[str])
 
 
 def refuse(source: ImagesSource, inputs: Mapping[str, Any]) -> list[Refusal]:
-    """The image input must be [height, width, 1 or 3] at `image_size` (or dynamic there)."""
-    problems: list[Refusal] = []
+    """The image input must be [height, width, 1 or 3] at `image_size` (or dynamic there); a class is listed once."""
+    problems: list[Refusal] = _repeated_classes(source.classes or [])
     if len(source.features) > 1:
         problems.append((("features",), f"an images source feeds one input; received {len(source.features)} "
                          f"({', '.join(source.features)})"))
@@ -64,6 +64,18 @@ def refuse(source: ImagesSource, inputs: Mapping[str, Any]) -> list[Refusal]:
             problems.append((("image_size",), f"input '{name}' has shape {list(shape)}; an images source with "
                              f"image_size {source.image_size}{after} feeds [{fed[0]}, {fed[1]}, "
                              "1 or 3] (channels: 1 grayscale, 3 RGB)"))
+    return problems
+
+
+def _repeated_classes(classes: list[str]) -> list[Refusal]:
+    """A class folder listed twice would feed each of its images twice, under two class ids: refused at the second."""
+    first: dict[str, int] = {}
+    problems: list[Refusal] = []
+    for index, name in enumerate(classes):
+        if name in first:
+            problems.append((("classes", index), f"class '{name}' is listed twice (classes[{first[name]}] and "
+                             f"classes[{index}]); each class folder is one class id: list it once"))
+        first.setdefault(name, index)
     return problems
 
 

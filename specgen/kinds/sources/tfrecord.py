@@ -1,10 +1,11 @@
 """`tfrecord`: `tf.train.Example` records in one file, a glob or a list of shards, streamed (never read whole).
 
 Shards are interleaved (`cycle_length` read at once), shuffled with `train.shuffle_buffer` and prefetched
-with autotuning (runtime/sources/tfrecord.py, runtime/data.py); `cache` keeps the parsed examples after
-the first pass, in memory or in files at a path. A feature is a number array (`features: {x: key}`) or an
-encoded image (`features: {image: {key: image/encoded, decode: image, size: [h, w]}}`), decoded and resized
-as the `images` source does (runtime/sources/decode.py).
+with autotuning (runtime/sources/tfrecord.py, runtime/data.py); `compression` says how the files were written
+(none, gzip, zlib); `cache` keeps the parsed examples after the first pass, in memory or in files at a path
+(keyed to the shards and settings they come from: runtime/sources/tfrecord_cache.py). A feature is a number
+array (`features: {x: key}`) or an encoded image (`features: {image: {key: image/encoded, decode: image,
+size: [h, w]}}`), decoded and resized as the `images` source does (runtime/sources/decode.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ class TfRecordSource(SourceSpec):
     labels: dict[Identifier, FeatureKey] = Field(default_factory=dict)
     cycle_length: PositiveInt = Field(CYCLE_LENGTH, description="Shards read at once (interleaved).")
     cache: FilePath | None = Field(None, description="`memory`, or a path: the parsed examples kept after the "
-                                                     "first pass (a path writes TensorFlow cache files there).")
+                                                     "first pass (a path writes TensorFlow cache files there, keyed "
+                                                     "to the shards and settings they come from).")
+    compression: Literal["none", "gzip", "zlib"] = Field(
+        "none", description="How the files were written: none, gzip or zlib (TFRecordWriter's options).")
     skip_bad: bool = Field(False, description="Skip records that do not parse or whose image does not decode (and "
                                               "say which) instead of stopping; a damaged shard still stops.")
     max_pixels: PositiveInt = Field(MAX_PIXELS, description="Largest decoded image (height x width) accepted.")
@@ -105,7 +109,8 @@ def refuse(source: TfRecordSource, inputs: Mapping[str, Any]) -> list[Refusal]:
 def describe(source: Any) -> list[str]:
     """`specgen data`'s lines for this kind's own keys."""
     cache = source.cache or "none"
-    lines = [f"streamed, up to {source.cycle_length} shard(s) read at once (cycle_length), cache {cache}"]
+    packed = "" if source.compression == "none" else f", {source.compression}-compressed"
+    lines = [f"streamed, up to {source.cycle_length} shard(s) read at once (cycle_length), cache {cache}{packed}"]
     lines += [f"{name} <- {f.key}: decoded (JPEG, PNG, BMP, GIF's first frame), resized to {f.size} (bilinear), "
               f"at most {source.max_pixels:,} pixels" for name, f in images(source).items()]
     if source.skip_bad:
@@ -119,7 +124,8 @@ KINDS = (SourceDef(
     doc="`tfrecord: <path, glob or list>`, `features: {<input name>: <feature key> or {key: <feature key>, "
         "decode: image, size: [<height>, <width>]}}` (required), "
         f"`labels: {{<label name>: <feature key>}}` (default `{{}}`), `cycle_length` (default {CYCLE_LENGTH}), "
-        f"`cache` (`memory` or a path; default none), `skip_bad` (default false), `max_pixels` (default {MAX_PIXELS:,})",
+        f"`cache` (`memory` or a path; default none), `compression` (`none`, `gzip` or `zlib`; default none), "
+        f"`skip_bad` (default false), `max_pixels` (default {MAX_PIXELS:,})",
     expects="a .tfrecord file, a glob of shards or a list of them",
     example={"tfrecord": "data.tfrecord", "features": {"x": "x"}, "labels": {"label": "y"}},
     reader="specgen.runtime.sources.tfrecord.read",

@@ -3,6 +3,7 @@ and Keras weight files (keras_weights.py), told apart by suffix and content, bot
 
 from __future__ import annotations
 
+import glob
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from specgen.ir.restore_rules import Entry
 from specgen.paths import shown
 from specgen.runtime import keras_weights
 from specgen.runtime.checkpoint import resolve_prefix
+from specgen.runtime.sources.base import MISSING, REGULAR, file_kind
 
 OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
@@ -27,6 +29,7 @@ def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str
         found = keras_weights.read_weights(path, declared)
         return path, {key: Entry(w.dataset, w.shape, w.dtype, w.hint) for key, w in found.items()}
     prefix = resolve_prefix(path)
+    require_checkpoint_files(prefix)
     try:
         reader = tf.train.load_checkpoint(str(prefix))
     except (tf.errors.OpError, ValueError) as exc:
@@ -39,6 +42,20 @@ def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str
             continue
         entries[key] = Entry(raw, tuple(int(d) for d in shapes[raw]), dtypes[raw].name)
     return prefix, entries
+
+
+def require_checkpoint_files(prefix: Path) -> None:
+    """The checkpoint's `.index` and every `.data-*` shard that exists are regular files, or ValueError naming the
+    first that is not: TensorFlow's reader blocks forever on a FIFO and reads a device without end. Missing files
+    are left to TensorFlow, whose message names them."""
+    try:
+        shards = sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))
+    except OSError:
+        shards = []
+    for path in [prefix.with_name(prefix.name + ".index"), *shards]:
+        kind = file_kind(path)
+        if kind not in (MISSING, REGULAR):
+            raise ValueError(f"cannot read checkpoint {shown(prefix)}: {shown(path)} is {kind}, not a regular file")
 
 
 def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

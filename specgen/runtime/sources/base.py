@@ -105,6 +105,9 @@ class Wanted:
     kind: str  # 'float' or 'int'
     bound: int | None = None  # integers must be in [0, bound)
     why: str = ""  # what sets the bound, for messages
+    # 'int': the integer dtype every value must fit exactly (an int32 input's; labels and uint8 pixels, whose
+    # bound is tighter, read as int64): a value outside is an error, never wrapped by a cast
+    dtype: str = "int64"
 
 
 def shape_text(shape: tuple[int | str | None, ...]) -> str:
@@ -134,3 +137,21 @@ def describe(value: Any) -> str:
             return "infinite" if value > 0 else "-infinite"
         return f"{float(value):g}"
     return str(value)
+
+
+def lossy_cast(raw: np.ndarray, dtype: np.dtype | type) -> tuple[int, ...] | None:
+    """The index of the first value of `raw` that casting to `dtype` would change, or None when every value survives.
+
+    numpy's `can_cast(..., 'same_kind')` allows int64 -> float32 although float32 holds integers exactly only up
+    to 2**24 (16777217 becomes 16777216; uint64 2**64-1 becomes 2**64), and bool -> anything: a value is checked by
+    casting it there and back. Booleans are not numbers here: the caller refuses their dtype first."""
+    target = np.dtype(dtype)
+    if raw.dtype.kind not in INT_KINDS or target.kind not in FLOAT_KINDS or not raw.size:
+        return None
+    if raw.dtype.itemsize * 8 <= np.finfo(target).nmant + 1:  # int8/int16 into float32: always exact
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):  # out-of-range casts back are what we look for
+        lost = raw.astype(target).astype(raw.dtype) != raw
+    if not lost.any():
+        return None
+    return tuple(int(i) for i in np.argwhere(lost)[0])

@@ -9,6 +9,7 @@ to an export.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from specgen.runtime.sources.base import (
     dtype_text,
     file_kind,
     first,
+    lossy_cast,
     shape_text,
 )
 from specgen.spec.load import LoadedSpec
@@ -37,7 +39,9 @@ from specgen.spec.load import LoadedSpec
 def _wanted(node_input: Input) -> Wanted:
     if node_input.dtype == "uint8":  # raw pixels: an integer 0..255 or a data error, never wrapped or rounded
         return Wanted(node_input.shape[1:], "int", 256, f"input '{node_input.name}' is declared uint8 (raw pixels)")
-    return Wanted(node_input.shape[1:], "int" if node_input.dtype.startswith("int") else "float")
+    if node_input.dtype.startswith("int"):  # int32 or int64: every value must fit it (never wrapped)
+        return Wanted(node_input.shape[1:], "int", dtype=node_input.dtype)
+    return Wanted(node_input.shape[1:], "float")
 
 
 def _cropped(loaded: LoadedSpec, features: Any) -> str | None:
@@ -95,8 +99,8 @@ class SourceContext:
             op = op_def(node.op)
             if op.ids_checked and node.inputs[0] in wanted:  # an embedding's ids (OpDef.id_limit: vocab_size)
                 vocab = node.params[op.id_limit]
-                wanted[node.inputs[0]] = Wanted(wanted[node.inputs[0]].shape, "int", vocab,
-                                                f"{node.op} '{node.name}' has {op.id_limit} {vocab}")
+                wanted[node.inputs[0]] = replace(wanted[node.inputs[0]], kind="int", bound=vocab,
+                                                 why=f"{node.op} '{node.name}' has {op.id_limit} {vocab}")
         for term in self.training.terms:  # each term with data labels (in spec order: the first wins)
             if not term.data_labels or term.labels in wanted or term.output is None or term.labels is None:
                 continue
@@ -141,6 +145,12 @@ class SourceContext:
         with np.errstate(over="ignore"):  # an overflow becomes inf, which _finite reports with the value
             values = raw.astype(np.float32)
         self._finite(name, raw, values, locate)
+        lost = lossy_cast(raw, np.float32)
+        if lost is not None:  # an id or a count past 2**24 would silently become another number
+            flat = int(np.ravel_multi_index(lost[1:], raw.shape[1:])) if raw.ndim > 1 else 0
+            raise self.fail(self.loc(name), f"'{name}' is {raw[lost]} at {locate(name, lost, flat)}, which float32 "
+                            f"cannot hold exactly (it would be {int(values[lost])}); a float input takes integers "
+                            "up to 16777216 in magnitude exactly: scale them, or store them as floats yourself")
         return values
 
     def _finite(self, name: str, raw: np.ndarray, values: np.ndarray, locate: Locate) -> None:
@@ -156,6 +166,8 @@ class SourceContext:
                         "must be finite numbers (fill in or drop those rows)")
 
     def _integers(self, name: str, raw: np.ndarray, want: Wanted, locate: Locate) -> np.ndarray:
+        """`raw` as int64, every value an integer that fits `want.dtype` (and its bound) exactly; else a SpecError
+        at the first that is not: a cast would wrap it (2**32 -> 0 in int32) into a valid-looking index."""
         if raw.dtype.kind == FLOAT_KINDS:
             self._finite(name, raw, raw, locate)
             fractional = raw != np.round(raw)
@@ -172,21 +184,55 @@ class SourceContext:
                 raise self.fail(self.loc(name), f"'{name}' is {describe(raw[index].item())} at "
                                 f"{locate(name, index, flat)}, but {want.why}: values must be integers in "
                                 f"[0, {want.bound})")
+        low, high = self.integer_range(want)
+        wide = raw.astype(np.float64) if raw.dtype.kind == FLOAT_KINDS else raw  # float16 cannot hold the bounds
+        outside = (wide < low) | (wide > high)
+        if outside.any():
+            index, flat = first(outside)
+            raise self.out_of_range(name, describe(raw[index].item()), locate(name, index, flat), want)
+        if raw.dtype.kind == FLOAT_KINDS:
+            self._exact(name, raw, locate)
         return raw.astype(np.int64)
+
+    @staticmethod
+    def integer_range(want: Wanted) -> tuple[int, int]:
+        """The smallest and largest value `want.dtype` holds."""
+        info = np.iinfo(want.dtype)
+        return int(info.min), int(info.max)
+
+    def out_of_range(self, name: str, value: str, where: str, want: Wanted) -> SpecError:
+        """A value that does not fit the integer dtype it is read as (a cast would wrap it silently)."""
+        low, high = self.integer_range(want)
+        is_input = any(i.name == name for i in self.ir.inputs)
+        who = f"input '{name}' is declared {want.dtype}" if is_input else f"labels are read as {want.dtype}"
+        wider = ", or declare the input int64" if is_input and want.dtype != "int64" else ""
+        return self.fail(self.loc(name), f"'{name}' is {value} at {where}, outside {want.dtype}'s range [{low}, "
+                         f"{high}]: {who}, and a value that does not fit is never wrapped; fix the value{wider}")
+
+    def _exact(self, name: str, raw: np.ndarray, locate: Locate) -> None:
+        """Integers read through a float array: beyond 2**(mantissa bits + 1) (2**53 for float64, 2**24 for float32)
+        a float no longer holds every integer, so the one it stands for is not known (2**53 + 1 reads as 2**53)."""
+        limit = 2 ** (np.finfo(raw.dtype).nmant + 1)
+        beyond = np.abs(raw) > limit
+        if beyond.any():
+            index, flat = first(beyond)
+            raise self.fail(self.loc(name), f"'{name}' is {describe(raw[index])} at {locate(name, index, flat)}, "
+                            f"beyond 2**{np.finfo(raw.dtype).nmant + 1} ({limit:,}) in a {raw.dtype} array, where a "
+                            "float no longer holds every integer, so the integer it stood for is not known; store "
+                            "integers as integers (an integer array; CSV digits without a '.' or exponent)")
 
     def from_arrays(self, arrays: dict[str, np.ndarray], locate: Locate, flat_rows: bool = False) -> Source:
         """A Source from in-memory arrays, one row per example, each checked against what the spec expects.
 
         `flat_rows`: each row is the example's values flattened (CSV columns), reshaped to the input's shape.
         """
-        import tensorflow as tf
-
         wanted, counts = self.expected(), {}
         for name, array in arrays.items():
-            if name not in wanted:
-                continue
-            array = self._fit(name, array, wanted[name].shape, flat_rows)
-            arrays[name] = self.check_values(name, array, wanted[name], locate)
+            # A label no loss term reads is still data the spec names: numbers, one row per example (it would
+            # otherwise reach tf.data unchecked, where another length is a traceback).
+            want = wanted.get(name) or Wanted(tuple(array.shape[1:]) if array.ndim else (), "float")
+            array = self._fit(name, array, want.shape, flat_rows)
+            arrays[name] = self.check_values(name, array, want, locate)
             counts[name] = len(array)
         if len(set(counts.values())) > 1:
             shown = ", ".join(f"'{n}' {c}" for n, c in counts.items())
@@ -196,6 +242,8 @@ class SourceContext:
         features = {n: a.astype(inputs[n]) for n, a in arrays.items() if n in inputs}
         labels = {n: a for n, a in arrays.items() if n not in inputs}
         examples = next(iter(counts.values()), 0)
+        import tensorflow as tf  # after the checks: a bad array is reported before TensorFlow starts
+
         return Source(tf.data.Dataset.from_tensor_slices((features, labels)), examples)
 
     def _fit(self, name: str, array: np.ndarray, shape: tuple[int | str | None, ...], flat_rows: bool) -> np.ndarray:

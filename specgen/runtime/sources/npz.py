@@ -2,6 +2,12 @@
 
 `open_npz` and `npz_array` are also `specgen infer`'s (its --input is an .npz checked like a source);
 this module imports TensorFlow only through `context.from_arrays`, so infer does not pay for it.
+
+Nothing in the file is trusted before it is checked (docs/security.md): the zip directory is read first and a
+member name written twice is refused (zipfile would keep the last one, so two readers could see different
+arrays); each array's .npy header is parsed on its own (npy_header.py) and its declared size checked against
+what the member holds and against the machine's memory before numpy allocates anything; only the arrays the
+spec (or infer's --feed) names are read.
 """
 
 from __future__ import annotations
@@ -9,14 +15,16 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from specgen.diagnostics import did_you_mean
 from specgen.runtime.sources.base import DataError, Source, open_regular
 from specgen.runtime.sources.context import SourceContext
+from specgen.runtime.sources.npy_header import NpyHeader, check_total, read_header
 
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members; an empty zip
 NPY_MAGIC = b"\x93NUMPY"
@@ -36,7 +44,63 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def open_npz(path: Path) -> np.lib.npyio.NpzFile:
+class CheckedNpz(np.lib.npyio.NpzFile):
+    """numpy's NpzFile whose members are read only through a checked header (`npz[name]` as numpy's):
+    `check(names)` reads the headers of several arrays before any data, so the first bad one is named first."""
+
+    def __init__(self, path: Path):
+        handle = open_regular(path)  # checked again on the descriptor zipfile reads: a swapped-in FIFO never blocks
+        try:
+            super().__init__(handle, own_fid=True, allow_pickle=False)  # reads the zip directory only
+        except BaseException:
+            handle.close()
+            raise
+        self._headers: dict[str, NpyHeader] = {}
+        members = self._archive.namelist()
+        # numpy's lookup: `x` or `x.npy` names the member x.npy
+        self._members = {**{m.removesuffix(".npy"): m for m in members}, **{m: m for m in members}}
+        try:
+            _refuse_duplicates(members)
+        except DataError:
+            self.close()
+            raise
+
+    @property
+    def _archive(self) -> zipfile.ZipFile:
+        assert self.zip is not None, "read after close"
+        return self.zip
+
+    def header(self, name: str) -> NpyHeader:
+        if name not in self._headers:
+            self._headers[name] = read_header(self._archive, self._archive.getinfo(self._member(name)), name)
+        return self._headers[name]
+
+    def check(self, names: Iterable[str]) -> None:
+        """Every named array's header checked, and their total size, before any array's data is read."""
+        check_total([self.header(name) for name in names])
+
+    def __getitem__(self, key: str) -> Any:
+        header = self.header(key)
+        with self._archive.open(self._member(key)) as member:
+            member.seek(header.offset)
+            return header.read(member)
+
+    def _member(self, name: str) -> str:
+        return self._members[name]  # KeyError for an unknown name, as numpy's
+
+
+def _refuse_duplicates(members: list[str]) -> None:
+    """Two members of one name (or `x` and `x.npy`): zipfile reads the last, another tool may read the first."""
+    seen: set[str] = set()
+    for member in members:
+        name = member.removesuffix(".npy")
+        if name in seen:
+            raise DataError(f"the archive holds two members named '{name}' (a crafted or damaged .npz: readers "
+                            "disagree on which one counts); write the file again with numpy.savez")
+        seen.add(name)
+
+
+def open_npz(path: Path) -> CheckedNpz:
     """The archive at `path`, or DataError saying why it is not a readable .npz (never loads pickles)."""
     with open_regular(path) as handle:  # a FIFO is refused, not waited on (specgen infer --input too)
         magic = handle.read(6)
@@ -46,10 +110,9 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
     if magic[:4] not in ZIP_MAGICS:
         raise DataError("not an .npz file (it does not start with a zip header); save the arrays with numpy.savez")
     try:
-        with zipfile.ZipFile(path):  # read the zip directory first: np.load leaks its file handle when that fails
-            pass
-        archive: np.lib.npyio.NpzFile = np.load(path, allow_pickle=False)
-        return archive
+        return CheckedNpz(path)
+    except DataError:
+        raise
     except DAMAGED as exc:
         raise DataError(f"damaged or truncated .npz file ({exc}); write it again with numpy.savez") from None
 
@@ -57,7 +120,12 @@ def open_npz(path: Path) -> np.lib.npyio.NpzFile:
 def npz_array(npz: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
     """One array of an open archive, or DataError: object arrays are refused, since loading them runs pickle."""
     try:
-        return npz[name]
+        if isinstance(npz, CheckedNpz):
+            npz.check([name])
+        array: np.ndarray = npz[name]
+        return array
+    except DataError:
+        raise
     except DAMAGED as exc:
         if "allow_pickle" in str(exc):  # numpy's only signal that the member is an object (pickled) array
             raise DataError(f"array '{name}' holds Python objects (dtype object), which specgen does not load "
@@ -84,11 +152,21 @@ def _arrays(context: SourceContext) -> dict[str, np.ndarray]:
         raise context.fail((context.kind,), str(exc)) from None
     with npz:
         available = list(npz.files)
-        arrays = {}
-        for name, (section, ref) in context.names().items():
+        refs = context.names()
+        for name, (section, ref) in refs.items():  # every header before any data: a bad one costs no reading
             if ref not in available:
                 raise context.fail((section, name), f"array '{ref}' not found{did_you_mean(ref, available)} "
                                    f"(arrays: {', '.join(available)})")
+            try:
+                npz.header(ref)
+            except DataError as exc:
+                raise context.fail((section, name), str(exc)) from None
+        try:
+            npz.check(ref for _, ref in refs.values())
+        except DataError as exc:
+            raise context.fail((context.kind,), str(exc)) from None
+        arrays = {}
+        for name, (section, ref) in refs.items():
             try:
                 arrays[name] = npz_array(npz, ref)
             except DataError as exc:

@@ -10,25 +10,29 @@ holds one batch of records at a time, bounded in bytes (SCAN_BYTES): memory stay
 data and of its records (bench/data.py measures the first; tests/test_tfrecord_framing.py the second).
 Training then streams the shards: interleaved `cycle_length` at a time in a fixed order (the checkpointed
 iterator resumes it exactly), parsed (images decoded and resized) in parallel, skipped records
-filtered out by their number in their shard; runtime/data.py shuffles and batches.
+filtered out by their number in their shard; runtime/data.py shuffles and batches. Every read passes the
+source's `compression` (none, gzip, zlib) to TensorFlow's reader and to the framing walk; a file `cache` is
+keyed to the shards and these settings and written whole before the first step (tfrecord_cache.py).
+
+Beside it: tfrecord_files.py (the shards the entries name, and the opener that skips records),
+record_problems.py (why a record does not parse), framing.py.
 """
 
 from __future__ import annotations
 
 import functools
-import glob
 import io
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen.kinds.sources import clashes
 from specgen.kinds.sources.tfrecord import entries, images
-from specgen.paths import shown
-from specgen.runtime.sources.base import MISSING, REGULAR, DataError, Source, Wanted, WorkerShare, file_kind
+from specgen.runtime.sources import record_problems
+from specgen.runtime.sources.base import DataError, Source, Wanted, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.decode import (
     OverBound,
@@ -39,7 +43,9 @@ from specgen.runtime.sources.decode import (
     decode_image,
     undecodable,
 )
-from specgen.runtime.sources.framing import FramingError, offset_of, walk
+from specgen.runtime.sources.framing import FramingError, compressed_as, offset_of, walk
+from specgen.runtime.sources.tfrecord_cache import cached
+from specgen.runtime.sources.tfrecord_files import GLOB, file_names, find_shards, opener, records, shard_name
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -50,7 +56,6 @@ if TYPE_CHECKING:
 # pass holds about 64 MiB above one record, whatever the records' size.
 SCAN_BYTES = 16 << 20
 SCAN_RECORDS = 1024
-GLOB = "*?["  # characters that make an entry a glob
 SHOWN = 5  # skipped records named in the message
 
 
@@ -58,6 +63,9 @@ def read(context: SourceContext) -> Source:
     import tensorflow as tf
 
     model = getattr(context.loaded.spec.data, context.stage)
+    for loc, message in clashes(context.loaded.spec.data):  # validate says it too; a spec built in code reaches here
+        if loc[1] == context.stage:
+            raise context.fail(loc[2:], message)
     shards = find_shards(context, model)
     spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
@@ -65,24 +73,39 @@ def read(context: SourceContext) -> Source:
     counts = []  # records kept in each shard (for multi_worker's shares: worker_share)
     for shard in shards:
         before = scan.count
-        scan.shard(shard, f"shard {_name(context, shard)}, " if named else "")
+        scan.shard(shard, f"shard {shard_name(context, shard)}, " if named else "")
         counts.append(scan.count - before)
     scan.say_skipped()
-    files = tf.data.Dataset.from_tensor_slices(_names(shards))
+    files = tf.data.Dataset.from_tensor_slices(file_names(shards))
     train = context.training.train
     if train is not None and _shuffles_files(context, model, shards):
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
         files = files.shuffle(len(shards), seed=train.seed, reshuffle_each_iteration=False)
-    opener = _opener(scan.skipped, shards)
-    records = files.interleave(opener, cycle_length=min(model.cycle_length, len(shards)),
-                               block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
-    if model.cache is not None:
-        dataset = dataset.cache("" if model.cache == "memory" else os.fsencode(context.loaded.folder / model.cache))
-    split = functools.partial(worker_share, context, model, (shards, counts), files, opener, parse)
+    read_shard = opener(scan.skipped, shards, model.compression)
+    dataset = files.interleave(read_shard, cycle_length=min(model.cycle_length, len(shards)), block_length=1,
+                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
+    settings = _settings(context, model, spec, scan.skipped)
+    if model.cache == "memory":
+        dataset = dataset.cache()
+    elif model.cache is not None:
+        dataset = cached(context, dataset, shards, settings, scan.count)
+    split = functools.partial(worker_share, context, model, (shards, counts), files, read_shard, parse, settings)
     return Source(dataset, scan.count, tuple(shards), split=split)
+
+
+def _settings(context: SourceContext, model: Any, spec: dict[str, Any], skipped: dict[Path, list[int]]) -> dict[str, Any]:
+    """What the parsed examples depend on beyond the shards' bytes: a file cache is keyed to it (tfrecord_cache)."""
+    inputs = {i.name: i for i in context.ir.inputs}
+    return {"parse": {ref: [f.dtype.name, list(f.shape)] for ref, f in spec.items()},
+            "names": {n: [section, ref if isinstance(ref, str) else list(ref)]
+                      for n, (section, ref) in context.names().items()},
+            "dtypes": {n: str(i.dtype) for n, i in inputs.items()},
+            "images": {n: [f.size, channels_of(inputs[n])] for n, f in images(model).items() if n in inputs},
+            "compression": model.compression, "cycle_length": model.cycle_length,
+            "skipped": {os.fsdecode(s): sorted(i) for s, i in skipped.items() if i}}
 
 
 def _shuffles_files(context: SourceContext, model: Any, shards: list[Path]) -> bool:
@@ -90,7 +113,7 @@ def _shuffles_files(context: SourceContext, model: Any, shards: list[Path]) -> b
 
 
 def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], list[int]], files: tf.data.Dataset,
-                 opener: Any, parse: Any, index: int, workers: int) -> WorkerShare:
+                 read_shard: Any, parse: Any, settings: dict[str, Any], index: int, workers: int) -> WorkerShare:
     """Worker `index` of `workers` (under multi_worker): shards index, index + workers, ... of the seeded file order
     (the same on every worker), streamed like the whole source with cycle_length / workers shards open at once, so
     that with equal shards each global batch holds the one-process examples (docs/training.md says when).
@@ -100,80 +123,16 @@ def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], l
     order = [Path(os.fsdecode(p)) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
     mine, size = order[index::workers], dict(zip(*shards, strict=True))
     cycle = min(model.cycle_length, len(size))
-    records = tf.data.Dataset.from_tensor_slices(_names(mine)).interleave(
-        opener, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True)
-    dataset = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    if model.cache is not None:  # one cache per worker: workers sharing a cache file would clash
-        where = "" if model.cache == "memory" else f"{context.loaded.folder / model.cache}.w{index}-of-{workers}"
-        dataset = dataset.cache(os.fsencode(where))
-    return WorkerShare(dataset, sum(size[s] for s in mine), tuple(mine), len(size), cycle, len(set(size.values())) == 1)
-
-
-def _names(paths: list[Path]) -> list[bytes]:
-    """File names as TensorFlow takes them: the bytes on disk (a str with bytes that are not UTF-8, as Python
-    holds such a name, does not convert to a tf.string)."""
-    return [os.fsencode(p) for p in paths]
-
-
-def _opener(skipped: dict[Path, list[int]], shards: list[Path]) -> Any:
-    """Shard path -> its records, less the records the checks skipped (skip_bad): each record is numbered in
-    its shard (as the checks numbered it) and dropped when (shard, number) is in one sorted table of keys.
-    enumerate and filter keep their positions in a saved iterator, so resuming stays exact."""
-    import tensorflow as tf
-
-    if not any(skipped.values()):
-        return tf.data.TFRecordDataset
-    paths = tf.constant(_names(shards))  # a shard's number: its position here (stateless ops only, so
-    # the pipeline serializes into a checkpoint, which a lookup table's resource would not)
-    keys = tf.constant(sorted(i * 2**32 + r for i, s in enumerate(shards) for r in skipped.get(s, [])), tf.int64)
-
-    def open_shard(path: tf.Tensor) -> tf.data.Dataset:
-        shard = tf.argmax(tf.cast(tf.equal(paths, path), tf.int64)) * 2**32
-
-        def kept(index: tf.Tensor, _: tf.Tensor) -> tf.Tensor:
-            at = tf.minimum(tf.searchsorted(keys, tf.reshape(shard + index, [1]))[0], len(keys) - 1)
-            return tf.not_equal(keys[at], shard + index)
-
-        return tf.data.TFRecordDataset(path).enumerate().filter(kept).map(lambda _, record: record)
-
-    return open_shard
-
-
-def find_shards(context: SourceContext, model: Any) -> list[Path]:
-    """Every file the entries name, in order (a glob's matches sorted), each once; a positioned error for an
-    entry that names no file, or names something that is not a regular file (a FIFO, a device, a folder: each
-    refused by what it is, found without opening it)."""
-    listed = isinstance(model.tfrecord, list)
-    shards: list[Path] = []
-    for index, entry in enumerate(entries(model)):
-        loc = (context.kind, index) if listed else (context.kind,)
-        path = context.loaded.folder / entry
-        if any(c in entry for c in GLOB):
-            found = sorted(Path(p) for p in glob.glob(str(path)))
-            if not found:
-                raise context.fail(loc, f"the glob '{entry}' matches no file; expected .tfrecord shards relative to "
-                                   "the spec's folder")
-            for match in found:
-                if (what := file_kind(match)) != REGULAR:
-                    raise context.fail(loc, f"the glob '{entry}' matches {_name(context, match)}, which is {what}, "
-                                       "not a regular file; expected .tfrecord shards (narrow the glob)")
-        elif (what := file_kind(path)) == MISSING:
-            raise context.fail(loc, f"no such file: '{entry}'; expected a .tfrecord file relative to the spec's folder")
-        elif what != REGULAR:
-            raise context.fail(loc, f"'{entry}' is {what}, not a regular file; expected a .tfrecord file")
-        else:
-            found = [path]
-        shards += [f for f in found if f not in shards]
-    return shards
-
-
-def _name(context: SourceContext, shard: Path) -> str:
-    """A shard as messages show it: relative to the spec's folder when under it, escaped (paths.shown)."""
-    try:
-        return shown(shard.relative_to(context.loaded.folder))
-    except ValueError:
-        return shown(shard)
+    dataset = tf.data.Dataset.from_tensor_slices(file_names(mine)).interleave(
+        read_shard, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    examples = sum(size[s] for s in mine)
+    if model.cache == "memory":
+        dataset = dataset.cache()
+    elif model.cache is not None:  # one cache per worker: workers sharing cache files would clash
+        share = {**settings, "worker": [index, workers]}
+        dataset = cached(context, dataset, mine, share, examples, tag=f"w{index}-of-{workers}.")
+    return WorkerShare(dataset, examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1)
 
 
 def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
@@ -204,67 +163,28 @@ def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
     return spec, parse
 
 
-def _unparsed(exc: Exception, record: bytes, spec: dict[str, Any]) -> str:
-    """Why a record does not parse: read from the record itself where it is a tf.train.Example (the key
-    missing, of the other list kind, of another length), else TensorFlow's reason."""
-    import tensorflow as tf
-
-    try:
-        example = tf.train.Example.FromString(record)
-    except Exception:  # protobuf's DecodeError: TensorFlow's message would quote the record's bytes
-        return "it is not a tf.train.Example"
-    for key, feature in spec.items():
-        if (why := _feature_problem(example, key, feature)) is not None:
-            return why
-    return _reason(exc)
-
-
-# The tf.train.Example list each parsed dtype reads. A float input reads a float_list only: TensorFlow's
-# parser takes one list kind per key, and a writer that stored a float input as int64 disagrees with the spec
-# on every record, which skip_bad would otherwise take for damage one record at a time.
-_LISTS = {"float32": "float_list", "int64": "int64_list", "string": "bytes_list"}
-_FIX = {"float_list": "write the key as a float_list (tf.train.FloatList), or declare the input or label with an "
-                      "integer dtype",
-        "int64_list": "write the key as an int64_list (tf.train.Int64List), or declare the input or label float32",
-        "bytes_list": "write the encoded image as a bytes_list"}
-
-
-def _a(held: str | None) -> str:
-    return "no list" if held is None else f"{'an' if held[0] in 'aeiou' else 'a'} {held}"
-
-
-def _feature_problem(example: Any, key: str, feature: Any) -> str | None:
-    """What is wrong with one key of a parsed Example against the FixedLenFeature the spec reads it as."""
-    want = _LISTS[feature.dtype.name]
-    if key not in example.features.feature:
-        return f"it has no key '{key}'"
-    held = example.features.feature[key].WhichOneof("kind")
-    if held != want:
-        return f"key '{key}' holds {_a(held)}, and the spec reads it as {_a(want)}: {_FIX[want]}"
-    values, size = len(getattr(example.features.feature[key], held).value), int(np.prod(feature.shape))
-    if values != size:
-        return f"key '{key}' holds {values} value(s), and the spec reads {size} (shape {list(feature.shape)})"
-    return None
-
-
-def _reason(exc: Any) -> str:
-    """TensorFlow's reason without the op and function names it wraps around it."""
-    line = re.sub(r"\{\{[^}]*\}\}\s*", "", exc.message.splitlines()[0])
-    return re.sub(r"\s*\[Op:.*$", "", line).strip()
-
-
 def scan_batch(largest: int) -> int:
     """Records the checking pass reads back together when the largest record holds `largest` bytes."""
     return max(1, min(SCAN_RECORDS, SCAN_BYTES // max(largest, 1)))
 
 
-def _readable(shard: Path, start: int) -> int:
+def _not_framed(shard: Path, exc: FramingError, compression: str) -> str:
+    """What a frame that does not read says: the file is compressed (a first frame; with the key to set), or
+    damaged."""
+    found = compressed_as(shard) if compression == "none" and exc.index == 0 else None
+    if found is None:
+        return f"{exc}; the file is damaged or not a TFRecord file"
+    return (f"the file is {found.upper()}-compressed (it starts with the {found} header) and the source reads it "
+            f"uncompressed; set `compression: {found}` on the source")
+
+
+def _readable(shard: Path, start: int, compression: str) -> int:
     """How many records after `start` read whole (the index of the bad one, for the message; error path only)."""
     import tensorflow as tf
 
     readable = 0
     try:
-        for _ in tf.data.TFRecordDataset(os.fsencode(shard)).skip(start):
+        for _ in records(compression)(os.fsencode(shard)).skip(start):
             readable += 1
     except tf.errors.DataLossError:
         pass
@@ -296,14 +216,15 @@ class Scan:
         record's size beyond one record)."""
         import tensorflow as tf
 
+        compression = self.model.compression
         try:
-            frames = walk(shard)
+            frames = walk(shard, compression)
         except FramingError as exc:  # never skipped: after a bad frame nothing can be found (framing.py)
-            raise self.context.fail((self.context.kind,), f"{where}{exc}; the file is damaged or not a TFRecord "
-                                    "file") from None
-        except DataError as exc:  # no longer a regular file (replaced since find_shards looked)
+            raise self.context.fail((self.context.kind,), f"{where}{_not_framed(shard, exc, compression)}") from None
+        except DataError as exc:  # compressed data that does not inflate; not a regular file any more
             raise self.context.fail((self.context.kind,), f"{where}{exc}") from None
-        start, batches = 0, iter(tf.data.TFRecordDataset(os.fsencode(shard)).batch(scan_batch(frames.largest)))
+        read = records(compression)(os.fsencode(shard)).batch(scan_batch(frames.largest))
+        start, batches = 0, iter(read)
         while True:
             try:
                 chunk = next(batches)
@@ -311,16 +232,17 @@ class Scan:
                 self.total += start
                 return
             except tf.errors.DataLossError as exc:  # a record's checksum (framing.py leaves it to TensorFlow)
-                index = start + _readable(shard, start)
-                at = "" if (offset := offset_of(shard, index)) is None else f" (at byte {offset:,})"
+                index = start + _readable(shard, start, compression)
+                offset = offset_of(shard, index, compression)
+                at = "" if offset is None else f" (at byte {offset:,}{'' if compression == 'none' else ' inflated'})"
                 raise self.context.fail((self.context.kind,), f"{where}cannot read record {index}{at}: "
-                                        f"{_reason(exc)}; the file is damaged or not a TFRecord file") from None
+                                        f"{record_problems.reason(exc)}; the file is damaged or not a TFRecord file") from None
             self._chunk(shard, chunk, start, where)
             start += int(chunk.shape[0])
 
     def say_skipped(self) -> None:
         """How many records skip_bad left out, and the first few (said, never silent)."""
-        shown = [f"{_name(self.context, shard)} record {index}" for shard, indexes in self.skipped.items()
+        shown = [f"{shard_name(self.context, shard)} record {index}" for shard, indexes in self.skipped.items()
                  for index in sorted(indexes)][:SHOWN]
         if shown:
             skipped = sum(len(i) for i in self.skipped.values())
@@ -370,7 +292,7 @@ class Scan:
                 tf.io.parse_single_example(records[offset], self.spec)
             except unparsed as exc:
                 if not self.model.skip_bad or not self.first_reason:
-                    why = _unparsed(exc, records[offset].numpy(), self.spec)
+                    why = record_problems.unparsed(exc, records[offset].numpy(), self.spec)
                 if not self.model.skip_bad:
                     raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
                                             f"{why}") from None

@@ -1,0 +1,139 @@
+"""What YAML 1.1 (PyYAML, specgen's reader) and YAML 1.2 (editors, yaml-language-server, most libraries) read
+differently in a spec's text, refused with one positioned line each instead of silently read one way.
+
+A reviewer reads a spec with YAML 1.2 tools; specgen reads it with PyYAML, which follows YAML 1.1. Where the two
+disagree, the reviewer would approve one spec and specgen would run another, so those forms are errors:
+
+- the characters U+0085, U+2028 and U+2029, which YAML 1.1 counts as line breaks and YAML 1.2 as ordinary
+  characters (a comment pasted with one hides a live key from every editor and `git diff`), anywhere in the text;
+- plain scalars that YAML 1.1 reads as a number, boolean or date and YAML 1.2 as another number or as text:
+  `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`.
+
+Every other plain scalar means the same in both (specgen's own reading of `1e-3` as a number, docs/spec.md
+"Numbers", is YAML 1.2's). Messages quote the text as written, never Python's rendering of it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from specgen.diagnostics import Position, safe_repr
+
+# YAML 1.1 line breaks that YAML 1.2 reads as ordinary characters (and their names for the message).
+BREAKS_11 = {"\x85": "NEXT LINE (NEL)", "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
+_BREAK = re.compile("[\x85\u2028\u2029]")
+
+_TAG = "tag:yaml.org,2002:"
+_DECIMAL_12 = re.compile(r"[-+]?[0-9]+")  # YAML 1.2 core schema: a decimal integer
+_OCTAL_11 = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1: a leading zero means octal
+# Python refuses to turn more decimal digits than this into an int (sys.get_int_max_str_digits' default):
+# a spec's numbers have at most ten, so a longer one is a mistake to name, not Python's advice to echo.
+MAX_INT_DIGITS = 4300
+
+
+def hidden_break(text: str) -> tuple[Position, str] | None:
+    """The first YAML-1.1-only line break in `text`, at its line:col counted on '\\n' only (as editors count),
+    with the message; None when there is none."""
+    found = _BREAK.search(text)
+    if found is None:
+        return None
+    offset = found.start()
+    line_start = text.rfind("\n", 0, offset) + 1
+    char = found.group()
+    message = (f"the character U+{ord(char):04X} ({BREAKS_11[char]}) is a line break for YAML 1.1 readers "
+               "(specgen's) and an ordinary character for YAML 1.2 ones (editors, yaml-language-server, git diff), "
+               "so they would read different specs; delete it, or write a newline")
+    return Position(text.count("\n", 0, offset) + 1, offset - line_start + 1), message
+
+
+def dialect_problem(node: yaml.ScalarNode) -> str | None:
+    """Why a scalar that PyYAML resolved to `node.tag` means something else in YAML 1.2, with what to write instead;
+    None when both read it alike. Only plain (unquoted) scalars are resolved by the dialect's rules."""
+    if node.style:  # quoted or block: text in both dialects
+        return None
+    kind, text = node.tag.removeprefix(_TAG), node.value
+    if kind == "int":
+        return _integer(text)
+    if kind == "float" and ("_" in text or ":" in text):
+        return _both(text, f"the number {_number(text)}", f"write {_number(text)}")
+    if kind == "bool":  # PyYAML's booleans beyond true/false: yes, no, on, off in three spellings
+        if text.lower() in ("true", "false"):
+            return None
+        value = "true" if text.lower() in ("yes", "on") else "false"
+        return _both(text, value, f"write {value}, or quote it ('{text}') for the text")
+    if kind == "timestamp":
+        return _both(text, "a date", f"quote it ('{text}'); a spec holds no dates")
+    if kind == "value":  # YAML 1.1's "default value" key `=`
+        return _both(text, "the default-value key", f"quote it ('{text}')")
+    return None
+
+
+def explicitly_tagged(lines: list[str], node: yaml.Node) -> bool:
+    """Whether a scalar was written with an explicit tag (after its anchor, if any: its mark is at either), which
+    asks for that reading. The node does not record it, and only untagged scalars are resolved by the dialect."""
+    mark = node.start_mark
+    if mark is None or mark.line >= len(lines):
+        return False
+    written = lines[mark.line][mark.column:]
+    if written.startswith("&"):
+        written = written.partition(" ")[2].lstrip()
+    return written.startswith("!")
+
+
+def _integer(text: str) -> str | None:
+    unsigned = text.lstrip("+-")
+    if len(text) > MAX_INT_DIGITS and unsigned[:2] not in ("0x", "0b"):  # decimal (or octal) digits: Python
+        digits = sum(ch.isdigit() for ch in text)  # refuses to convert more of them, and is slow to try
+        return (f"received an integer of {digits} digits, expected at most {MAX_INT_DIGITS} digits (sizes, counts and "
+                "steps are at most 2147483647)")
+    if _OCTAL_11.fullmatch(text) and len(unsigned) > 1:
+        octal = _number(text)
+        if _DECIMAL_12.fullmatch(text):
+            decimal = int(text)
+            if str(decimal) == octal:  # 07: 7 in both
+                return None
+            return (f"received {text}: YAML 1.1 reads {octal} (octal) and YAML 1.2 reads {decimal}; "
+                    f"write {decimal}, or {octal} for the octal value")
+        return _both(text, f"{octal} (octal)", f"write {octal}")
+    if unsigned.startswith("0b") or "_" in text or ":" in text:
+        return _both(text, _number(text), f"write {_number(text)}, or quote it ('{text}') for the text")
+    return None
+
+
+def _both(text: str, reading_11: str, advice: str) -> str:
+    """The message for text that YAML 1.2 reads as itself."""
+    return f"received {text}: YAML 1.1 reads {reading_11} and YAML 1.2 reads the text '{text}'; {advice}"
+
+
+def _number(text: str) -> str:
+    """PyYAML's (YAML 1.1) value of an int or float form, as decimal text."""
+    loader = yaml.SafeLoader("")
+    is_float = "." in text or text.lstrip("+-").startswith(".")
+    node = yaml.ScalarNode(f"{_TAG}{'float' if is_float else 'int'}", text)
+    value = loader.construct_yaml_float(node) if is_float else loader.construct_yaml_int(node)
+    return repr(value) if isinstance(value, float) else safe_repr(value)  # bounded: 0b and 0x have no digit limit
+
+
+MAX_KEY = 1024  # characters: PyYAML's (and YAML's) bound on a key written without `? `
+
+
+def long_key(text: str, position: Position | None) -> tuple[Position, str] | None:
+    """A key over MAX_KEY characters where PyYAML's syntax error points (at or just before the ':' after it): its
+    start and a message naming it, since PyYAML only says it did not expect that ':'. None for any other error."""
+    lines = text.split("\n")
+    if position is None or not 0 < position.line <= len(lines):
+        return None
+    line = lines[position.line - 1]
+    colon = line.find(":", max(position.col - 2, 0))
+    if colon < 0:
+        return None
+    start = max(line.rfind(mark, 0, colon) for mark in "{[,") + 1  # a flow key starts after one of these
+    key = line[start:colon]
+    written = key.strip().removeprefix("- ").strip()
+    if len(written) <= MAX_KEY:
+        return None
+    return (Position(position.line, start + key.index(written[0]) + 1),
+            f"a mapping key of {len(written)} characters; YAML reads keys of at most {MAX_KEY} characters "
+            "(specgen's names are at most 64), so shorten it")
