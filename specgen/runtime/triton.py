@@ -25,6 +25,7 @@ from specgen.errors import SpecgenError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 from specgen.paths import plain_name, shown
+from specgen.runtime.file_set import write_set
 from specgen.serve.coupling import rows_coupled
 from specgen.serve.repository import MAX_VERSION, version_number
 
@@ -216,15 +217,24 @@ def _check_next_version(root: Path, folder: Path, newest: int, model_bytes: byte
 
 @dataclass(frozen=True)
 class RepositoryWrite:
-    """The files one `write_repository` writes, in order, every check passed: `write()` writes them."""
+    """What one `write_repository` writes, every check passed: `write()` writes it.
+
+    `version` holds the version folder's files (name -> bytes, model.onnx among them), written as one set with
+    model.onnx last and removed first (runtime/file_set.py): after a kill the folder holds the old version, the
+    new one, or no model.onnx (no version: Triton and `specgen serve` skip it), never a variant.json, sample or
+    reference beside a model they do not describe. `config`, when written, comes after the version: a polling
+    server never sees a config without its model."""
 
     root: Path
     folder: Path
-    files: tuple[tuple[Path, bytes], ...]
+    version: Path
+    files: Mapping[str, bytes]
+    config: bytes | None
 
     def write(self) -> Path:
-        for target, data in self.files:
-            write_atomic(target, data, root=self.root)
+        write_set(self.version, self.files, last="model.onnx", root=self.root)
+        if self.config is not None:
+            write_atomic(self.folder / "config.pbtxt", self.config, root=self.root)
         return self.folder
 
 
@@ -251,9 +261,10 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
     `rows_coupled` read from the model's graph (serve/coupling.py): a dynamically quantized variant's config has
     no dynamic_batching. A kept config.pbtxt is not rewritten for it (it serves the other versions too);
     `specgen serve` reads each version's graph and runs such a version's requests one at a time. Each file is
-    replaced atomically, the model first so a polling server never sees a config without it;
-    other version folders are left alone. `files` (name -> bytes) go into the version folder before the
-    model: a precision variant's float32 reference, gate sample and variant.json (runtime/precision/verify.py).
+    written as one set with the model last (RepositoryWrite), then the config, so a polling server never sees a
+    config without its model; other version folders are left alone. `files` (name -> bytes) go into the version
+    folder beside the model: a precision variant's float32 reference, gate sample and variant.json
+    (runtime/precision/verify.py).
     """
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or not
                                 1 <= version <= MAX_VERSION):
@@ -284,6 +295,5 @@ def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | 
     targets = (*extra, model) if keep_config else (*extra, model, config_file)
     for target in targets:  # checked before the first write: no link below root
         refuse_links(checked_folder(root, target.parent, create=False) / target.name, target)
-    # the extra files before the model (a polling server never sees a variant without them), the config last
-    writes = (*extra.items(), (model, model_bytes), *(() if keep_config else ((config_file, text.encode()),)))
-    return RepositoryWrite(Path(root), folder, writes)
+    version_files = {**(files or {}), "model.onnx": model_bytes}
+    return RepositoryWrite(Path(root), folder, model.parent, version_files, None if keep_config else text.encode())

@@ -11,6 +11,11 @@ the max abs diff is within 1e-4 of each output's magnitude (at least 1): a NaN w
 sample (relu hides it), and a NaN difference passes a plain `diff > limit` test. onnxruntime runs the sample in
 chunks of the graph's batch where `export.onnx.dynamic_batch: false` fixes it (runtime/graph_runs.py), and its
 failures are one line at the spec (`_graph_failures`).
+
+TensorFlow (the generated module, the checkpoint reader, the restore plan) is imported only once the command
+line and the spec have been checked: `export` without a weight source says so at once, not after TensorFlow's
+import (about 12 s). The files are written as one set (runtime/file_set.py): export.json, which describes
+model.onnx, goes last, and is removed before model.onnx is replaced.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import tensorflow as tf
 
 from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
@@ -36,12 +40,11 @@ from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.progress import Phases
 from specgen.runtime import data
-from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays
-from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line
+from specgen.runtime.file_set import write_set
 from specgen.runtime.graph_runs import GraphRunError, reported, run_rows
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.onnx_export import node_counts, with_weights
-from specgen.runtime.parity import accuracy, first_non_finite, max_abs_diff, random_inputs, within
+from specgen.runtime.parity import accuracy, check_sizes, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.precision import REGISTRY as PRECISIONS
 from specgen.runtime.precision.step import PrecisionRequest, make_variant
 from specgen.runtime.predictor import Predictor
@@ -99,6 +102,8 @@ def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, target: 
 
 def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
                 inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import tensorflow as tf  # here, not at the top: see the module's docstring
+
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.py"
         path.write_bytes(model_py)
@@ -127,6 +132,22 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
                                         "negative batch-norm moving_variance)")])
 
 
+def _check_other_sizes(loaded: LoadedSpec, ir: ModelIR, module: bytes, values: dict[str, np.ndarray],
+                       model_bytes: bytes) -> None:
+    """Named dimensions: a graph can be right at the sample's sizes and wrong at others (a strided SAME window's pads
+    move with the size), so both sides also run at up to 3 more size sets the model accepts (runtime/sample_sizes.py).
+    A model without named dimensions runs nothing more."""
+    view = exported(ir)
+    sweep = Predictor(model_bytes, provider="cpu")
+    with _graph_failures(loaded, "the parity check at other sizes of the named dimensions"):
+        problem = check_sizes(ir, lambda x: _tf_outputs(ir, module, values, x),
+                              lambda x: run_rows(sweep, {i.name: x[i.name] for i in view.inputs}),
+                              PARITY_LIMIT, np.random.default_rng(1))
+    if problem is not None:
+        raise SpecError([Diagnostic(loaded.display, None, f"parity at other sizes of the named dimensions: {problem}; "
+                                    "nothing was written; please report this with the spec")])
+
+
 @contextmanager
 def _graph_failures(loaded: LoadedSpec, what: str) -> Iterator[None]:
     """onnxruntime failing on the graph just exported (which onnx.checker passed) is a specgen bug: one error line
@@ -151,11 +172,10 @@ def _check_output(out: Path) -> None:
 def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Fresh variables (the spec's initializers, seeded as `specgen train` seeds them) with the restore plan applied;
     and, for export.json, where each one came from."""
+    from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line  # TensorFlow
+
     training = ir.training
     assert training is not None
-    if not training.checkpoint.restore:
-        raise SpecError([Diagnostic(loaded.display, None, "nothing to export from: pass --checkpoint, or give the "
-                                    "spec a 'checkpoint.restore' section to export its restore plan")])
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.py"
         path.write_bytes(model_py)
@@ -178,6 +198,7 @@ def export(built: Built, checkpoint: Path | None, out: Path, triton: bool = Fals
 
     The result is export.json's record (docs/export.md documents its keys), returned as the dict that is written:
     it is a document users and `specgen serve` read, so it has one schema, not a dataclass beside a JSON copy."""
+    _refuse_no_source(built, checkpoint)  # before any folder is made or TensorFlow imported
     created = not out.exists()
     try:
         return _export(built, checkpoint, out, triton, precision or PrecisionRequest())
@@ -185,6 +206,15 @@ def export(built: Built, checkpoint: Path | None, out: Path, triton: bool = Fals
         if created and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
             out.rmdir()
         raise
+
+
+def _refuse_no_source(built: Built, checkpoint: Path | None) -> None:
+    """No --checkpoint and no `checkpoint.restore`: nothing to take weights from (bare initializers are never what
+    was meant). A check of the command line and the spec alone, so it comes before TensorFlow's import."""
+    training = built.ir.training
+    if checkpoint is None and (training is None or not training.checkpoint.restore):
+        raise SpecError([Diagnostic(built.loaded.display, None, "nothing to export from: pass --checkpoint, or give "
+                                    "the spec a 'checkpoint.restore' section to export its restore plan")])
 
 
 STEPS = ("weights", "TensorFlow outputs", "onnxruntime outputs", "precision", "write")
@@ -209,6 +239,8 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
         values, restore = _planned_values(loaded, ir, files["model.py"])
         keys = {p: p if o == "initialized" else f"{p} (from {o})" for p, o in restore["variables"].items()}
     else:
+        from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays  # TensorFlow's checkpoint reader
+
         weights = training.export.weights
         keys = checkpoint_keys(ir, weights)
         shapes = {v.path: (v.shape, v.dtype) for v in ir.model_variables}
@@ -243,6 +275,7 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
         nudge = nudged(inputs) if np.isfinite(scaled) else None
         moved = None if nudge is None else scaled_diff(expected, _tf_outputs(ir, files["model.py"], values, nudge))
         raise SpecError([Diagnostic(shown(out), None, refusal(diff, scaled, PARITY_LIMIT, moved))])
+    _check_other_sizes(loaded, ir, files["model.py"], values, model_bytes)
     # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
     phases.start("precision")
     model_inputs = {i.name: inputs[i.name] for i in view.inputs}
@@ -260,10 +293,9 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
 
         repository = plan_repository(out, ir, variant.model_bytes if variant else model_bytes, **triton_extra)
     phases.start("write")
-    write_atomic(out / "model.onnx", model_bytes)
-    if variant:
-        write_atomic(out / variant.file_name, variant.model_bytes)
-    write_atomic(out / "export.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    files = {"model.onnx": model_bytes, **({variant.file_name: variant.model_bytes} if variant else {}),
+             "export.json": (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()}
+    write_set(out, files, last="export.json")  # one set: never a new model.onnx beside an old export.json
     if repository is not None:
         report["triton"] = str(repository.write())
     return report

@@ -1,7 +1,15 @@
-"""`specgen infer`: an exported model on arrays from an .npz, with onnxruntime."""
+"""`specgen infer`: an exported model on arrays from an .npz, with onnxruntime, in chunks of rows.
+
+The input is run in chunks (`chunk_rows`), never as one batch: onnxruntime holds every intermediate activation of
+a run, tens of times the input's size (a 1 GiB input of 8x8 digits reached 22.9 GB in one run), so one run of a
+large file could exhaust the machine. The outputs are kept for the whole input (the accuracy and --output read
+them), so their size is bounded too: over MAX_OUTPUT_BYTES the command refuses before the input is run.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -77,12 +85,19 @@ def _save(target: Path, outputs: dict[str, np.ndarray]) -> None:
     write_atomic(target, npz_bytes(outputs))  # not np.savez(**outputs): outputs named `file`, `allow_pickle` clash
 
 
-def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
-    """The model on every row of the .npz: a model with a fixed batch (export.onnx.dynamic_batch: false) takes
-    them in chunks of it, as export's checks ran it. An input the model refuses is one line at the .npz, whether
-    Predictor's check or onnxruntime refuses it (an id past an embedding's vocabulary: docs/serve.md)."""
+# A chunk holds at most CHUNK_ROWS rows and CHUNK_BYTES of inputs and outputs (at least one row): onnxruntime's
+# intermediate activations grow with the rows of a run. 1024 rows: the export's checks and `specgen serve` run
+# batches of that order; 16 MiB: 27 ResNet50 images at 224, whose activations are about 20x the input.
+CHUNK_ROWS, CHUNK_BYTES = 1024, 16 * 2**20
+MAX_OUTPUT_BYTES = 2**30  # the outputs of the whole input, held in memory (twice, with --output)
+
+
+@contextmanager
+def _refusing(path: Path) -> Iterator[None]:
+    """An input the model refuses is one line at the .npz, whether Predictor's check or onnxruntime refuses it (an id
+    past an embedding's vocabulary: docs/serve.md)."""
     try:
-        return run_rows(predictor, feeds)
+        yield
     except InputError as exc:
         raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
     except ORT_ERRORS as exc:
@@ -90,8 +105,64 @@ def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path) -> dict
         raise SpecError([Diagnostic(shown(path), None, f"onnxruntime refused these inputs: {detail}")]) from None
 
 
+def _row_bytes(outputs: dict[str, np.ndarray], path: Path) -> int:
+    """Bytes of one row of every output (from a run of one row); an output that is not one row per input row
+    cannot be joined from chunks: refused."""
+    for name, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != 1:
+            raise SpecError([Diagnostic(shown(path), None, f"output '{name}' has shape {list(value.shape)} for one "
+                                        "row: not one row per input row, so specgen infer cannot run the input in "
+                                        "chunks; run it with Predictor from Python")])
+    return sum(value.nbytes for value in outputs.values())
+
+
+def _size(count: int) -> str:
+    """A byte count as people read it: 1.5 GiB, 60.0 KiB, 12 bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def chunk_rows(rows: int, in_row: int, out_row: int, batch: int | None, asked: int | None = None) -> int:
+    """Rows per run: `asked`, else the most of CHUNK_ROWS whose inputs and outputs fit CHUNK_BYTES (at least one);
+    a multiple of a fixed batch (export.onnx.dynamic_batch: false), which runs in pieces of it anyway."""
+    chunk = asked or max(1, min(CHUNK_ROWS, CHUNK_BYTES // max(in_row + out_row, 1)))
+    if batch is not None:
+        chunk = max(batch, chunk // batch * batch)
+    return min(chunk, max(rows, 1))
+
+
+def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path,
+         asked: int | None = None) -> tuple[dict[str, np.ndarray], int]:
+    """The model on every row of the .npz, in chunks (`chunk_rows`), and the chunk used. The outputs' size is known
+    from one row before the input runs: over MAX_OUTPUT_BYTES is refused in one line."""
+    batch = predictor_batch(predictor)
+    with _refusing(path):
+        if batch is None:  # the whole input checked as one run would check it (a fixed batch: in each piece)
+            feeds = predictor.check(feeds)
+        rows = len(next(iter(feeds.values())))
+        out_row = _row_bytes(run_rows(predictor, {k: v[:1] for k, v in feeds.items()}), path) if rows else 0
+    if out_row * rows > MAX_OUTPUT_BYTES:
+        raise SpecError([Diagnostic(shown(path), None, f"the outputs of its {rows:,} rows would take "
+                                    f"{_size(out_row * rows)} ({out_row:,} bytes a row), over the "
+                                    f"{_size(MAX_OUTPUT_BYTES)} specgen infer holds in memory; split the input into "
+                                    f"files of at most {MAX_OUTPUT_BYTES // out_row:,} rows")])
+    chunk = chunk_rows(rows, sum(v[:1].nbytes for v in feeds.values()), out_row, batch, asked)
+    outputs: dict[str, np.ndarray] = {}
+    with _refusing(path):
+        for start in range(0, max(rows, 1), chunk):  # 0 rows: one empty run; a fixed batch: in pieces of it
+            part = run_rows(predictor, {k: v[start:start + chunk] for k, v in feeds.items()})
+            if not outputs:  # filled in place: never the chunks and their concatenation at once
+                outputs = {n: np.empty((rows, *v.shape[1:]), v.dtype) for n, v in part.items()}
+            for name, value in part.items():
+                outputs[name][start:start + len(value)] = value
+    return outputs, chunk
+
+
 def infer(model: Path, input_path: Path, output: Path | None, provider: str, feed: list[str],
-          labels: str | None) -> int:
+          labels: str | None, chunk: int | None = None) -> int:
+    """`chunk`: rows per run (--chunk), else `chunk_rows`'s choice."""
     target = npz_target(output) if output is not None else None
     try:
         predictor = Predictor(model, provider=provider)
@@ -100,13 +171,15 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
         raise SpecError([Diagnostic(shown(model), None, f"cannot load the model: {exc}")]) from None
     feeds, label_values = _read_input(input_path, list(predictor.inputs), feed, labels)
-    outputs = _run(predictor, feeds, input_path)
+    outputs, chunk = _run(predictor, feeds, input_path, chunk)
     note = " (CUDA was asked for but could not start: CUDA/cuDNN libraries missing?)" if predictor.fell_back else ""
     print(f"provider: {predictor.provider}{note}")
     batch, rows = predictor_batch(predictor), len(next(iter(feeds.values())))
     if batch is not None and rows != batch:
         print(f"batch: the model's batch is fixed to {batch} (export.onnx.dynamic_batch: false); ran the {rows} rows "
               f"{'one at a time' if batch == 1 else f'{batch} at a time'}")
+    elif rows > chunk:
+        print(f"chunks: ran the {rows:,} rows in runs of {chunk:,}")
     for name, value in outputs.items():
         print(f"output {name}: shape {list(value.shape)}, dtype {value.dtype}")
     if labels is not None and label_values is not None:

@@ -16,6 +16,7 @@ from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_floa
 
 from specgen.kinds.precisions import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
+from specgen.runtime.precision.fp16_emulation import emulate
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
 
 # float16's 10-bit mantissa and 65504 ceiling lose the sums of squares and exponentials these compute
@@ -45,4 +46,4 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
     return {"optimized_ops": op_counts(graph)}
 
 
-DEF = PrecisionDef(REGISTRY["fp16"], convert, check)
+DEF = PrecisionDef(REGISTRY["fp16"], convert, check, emulate)  # emulate: the CPU gate's float16 arithmetic

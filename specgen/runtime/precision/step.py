@@ -1,9 +1,10 @@
 """The precision step of `specgen export`: make the variant, check its kernels, gate it; all before any write.
 
 Where the provider the variant is for cannot run it here (no CUDA on this machine, or no float16 kernels
-on the CPU), `--force` writes it *unverified*: the accuracy gate still runs, on the CPU (float16 weights and
-activations, computed through the Casts onnxruntime inserts), but kernels and speed are left to the server,
-which gates it at load on the provider it gets (verify.py). Without `--force` that is a refusal saying so.
+on the CPU), `--force` writes it *unverified*: the accuracy gate still runs, on the CPU (for fp16 with its
+float16 arithmetic emulated, fp16_emulation.py: the CPU provider itself would compute in float32), but kernels
+and speed are left to the server, which gates it at load on the provider it gets (verify.py). Without `--force`
+that is a refusal saying so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY
-from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
+from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal, spread_rows
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
 from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
 from specgen.runtime.predictor import CPU, InputError, Predictor
@@ -69,7 +70,8 @@ def _calibration(loaded: LoadedSpec, ir: ModelIR, request: PrecisionRequest, inp
         where = _where(loaded, request, "--calibration", "calibration_examples", asked)
         raise where(f"int8 calibration asks for {asked} examples; the eval set has {rows}: ask for {rows} or fewer")
     count = asked or min(DEFAULT_CALIBRATION, rows)
-    return Calibration(export.calibration if export else "minmax", {k: v[:count] for k, v in inputs.items()})
+    chosen = spread_rows(rows, count)  # over the whole eval set: its first rows may be one class (base.spread_rows)
+    return Calibration(export.calibration if export else "minmax", {k: v[chosen] for k, v in inputs.items()})
 
 
 def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: dict[str, np.ndarray],
@@ -92,8 +94,9 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         variant_bytes, converted = definition.convert(model_bytes, calibration)
         fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
         variant = Predictor(variant_bytes, "cpu" if unverified else request.provider)
+        outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unverified is not None)
         # a graph with a fixed batch (export.onnx.dynamic_batch: false) runs the eval set in chunks of it
-        gated = accuracy_gate(name, export.budget, run_rows(fp32, inputs), run_rows(variant, inputs), labels, logits)
+        gated = accuracy_gate(name, export.budget, run_rows(fp32, inputs), outputs, labels, logits) | measured
         speed = None
         if not unverified:  # timed at the batch the graph takes: its fixed one, else SPEED_BATCH rows
             batch = {k: v[:predictor_batch(fp32) or SPEED_BATCH] for k, v in inputs.items()}
@@ -113,6 +116,18 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
                        budget=export.budget, logits=logits, inputs=tuple(inputs),
                        model_sha256=hashlib.sha256(variant_bytes).hexdigest())
     return Variant(name, definition.file_name, variant_bytes, report, info)
+
+
+def _variant_outputs(definition: PrecisionDef, variant: Predictor, variant_bytes: bytes, inputs: dict[str, np.ndarray],
+                     unverified: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The variant's outputs on the eval set for the accuracy gate, and how they were computed (for the report).
+
+    Where its provider checked it, the variant itself. Unverified, it runs on the CPU, which lacks the kernels of
+    a GPU precision: onnxruntime would run an fp16 variant there in float32 (float16 weights only), so the gate
+    runs its emulated arithmetic instead (fp16_emulation.py), which also refuses a float16 overflow."""
+    if unverified and definition.emulate is not None:
+        return definition.emulate(variant_bytes, inputs)
+    return run_rows(variant, inputs), {}
 
 
 def _checked(definition: PrecisionDef, model_bytes: bytes, variant_bytes: bytes,
