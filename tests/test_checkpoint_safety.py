@@ -146,18 +146,19 @@ def test_the_end_of_a_run_does_not_save_its_step_twice(run: Path) -> None:
     assert json.loads((run / CKPT8 / "meta.json").read_text())["serial"] == 2  # ckpt-4 was 1: one save of 8
 
 
-@pytest.mark.parametrize("pointer", [None, "", "garbage\n", "ckpt-00000099\n"],
-                         ids=["missing", "empty", "garbage", "dangling"])
+@pytest.mark.parametrize(("pointer", "why"), [
+    (None, "is missing"), (b"", "is empty"), (b"garbage\n", "is damaged (it holds 'garbage', not a ckpt-* name)"),
+    (b"\xff\xfe\x00\x01", "is damaged (not text)"), (b"ckpt-00000099\n", "names 'ckpt-00000099', which does not exist"),
+], ids=["missing", "empty", "garbage", "not text", "dangling"])
 def test_resume_falls_back_to_the_newest_checkpoint_when_latest_is_broken(
-        run: Path, pointer: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+        run: Path, pointer: bytes | None, why: str, capsys: pytest.CaptureFixture[str]) -> None:
     (run / "latest").unlink()
     if pointer is not None:
-        (run / "latest").write_text(pointer)
+        (run / "latest").write_bytes(pointer)  # a garbled file is told apart from a missing one (was: "is missing")
     (run / ".ckpt-00000012.4242.tmp").mkdir()  # what a kill during a save leaves
     (run / ".ckpt-00000012.4242.tmp" / "variables.index").write_bytes(b"half")
     code, out, err = cli(["train", spec_of(run), "--resume", "--steps", "0", "--quiet"], capsys)
     assert code == 0, err
-    why = "is missing" if not pointer else f"names '{pointer.strip()}', which does not exist"
     assert f"note: {run}/latest {why}; using {CKPT8}, the newest checkpoint there" in out
     assert f"note: removed what an interrupted save left in {run}: .ckpt-00000012.4242.tmp" in out
     assert f"resumed from {run / CKPT8} at step 8" in out

@@ -222,7 +222,8 @@ def test_a_full_disk_under_tensorboard_events_is_one_line_and_resume_continues(
 # ---- --resume and meta.json ---------------------------------------------------------------------------------------
 
 COMPLETE = {"data": {"batch_size": 16, "examples": 1437, "seed": 3, "shuffle_buffer": 16}, "overrides": [], "serial": 1,
-            "spec": "fault_mlp", "step": 5}
+            "spec": "fault_mlp", "step": 5, "optimizers": {"all": "adam"}, "accumulate": 1}  # added last: the line
+# numbers below stay (`optimizers`: each optimizer's kind, which --resume checks; `accumulate`: the cut of each pass)
 REMEDY = "as specgen writes it. Resume from another checkpoint (--resume-from) or start over with --fresh"
 
 

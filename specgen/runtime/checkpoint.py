@@ -77,33 +77,62 @@ class CheckpointFolder:
             return []
         return sorted(p.name for p in self.directory.iterdir() if p.name.startswith("ckpt-") or p.name in (LATEST, STATE))
 
-    def pointer(self) -> str | None:
-        """What `latest` names, None when it is missing or unreadable."""
+    def pointer(self) -> tuple[str | None, str]:
+        """What `latest` names, or None and why not: missing, empty, or damaged (bytes that are not a checkpoint's
+        name: a garbled file is told apart from a missing one, the two call for different looks at the disk)."""
         try:
-            return (self.directory / LATEST).read_text().strip() or None
-        except (OSError, UnicodeDecodeError):
-            return None
+            raw = (self.directory / LATEST).read_bytes()
+        except FileNotFoundError:
+            return None, "is missing"
+        except OSError as exc:
+            return None, f"is unreadable ({exc.strerror or exc})"
+        try:
+            name = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            return None, "is damaged (not text)"
+        if not name:
+            return None, "is empty"
+        if not _is_ckpt_name(name) or not name.isprintable():
+            return None, f"is damaged (it holds {name[:40]!r}, not a ckpt-* name)"
+        return name, ""
 
     def newest(self) -> tuple[Path | None, str]:
         """The checkpoint to continue from, the newest in save order, and a note when `latest` says otherwise.
 
         A folder `latest` names that has no readable meta.json is returned as it is: reading it
-        fails with the damage named, rather than a silent step back to an older checkpoint.
+        fails with the damage named, rather than a silent step back to an older checkpoint
+        (and `damaged_after` finds one that `latest` does not name).
         """
-        name, found = self.pointer(), self.saved()
-        named = self.directory / name if name is not None and _is_ckpt_name(name) else None
+        (name, broken), found = self.pointer(), self.saved()
+        named = self.directory / name if name is not None else None
         named = named if named is not None and named.is_dir() else None
         if named is not None and named not in [s.path for s in found]:
             return named, ""
         if not found or named == found[-1].path:
             return (found[-1].path if found else None), ""
         newest = found[-1].path
-        why = ("is missing" if name is None else f"names '{name}', which does not exist" if named is None
+        why = (broken if name is None else f"names '{name}', which does not exist" if named is None
                else f"names {name}, saved before {newest.name}")
         return newest, f"{shown(self.directory / LATEST)} {why}; using {newest.name}, the newest checkpoint there"
 
+    def damaged_after(self, chosen: Path | None) -> Path | None:
+        """A ckpt-* folder without a readable meta.json that may be newer than `chosen` (by the step and count in
+        its name: its save order is what cannot be read), the newest such; None when there is none.
+
+        Continuing from `chosen` past it would silently step back from the run's newest checkpoint, so --resume
+        refuses, naming it (finding 7 of the faults check: `latest` gone and the newest meta.json damaged).
+        """
+        readable = {s.path for s in self.saved()}
+        after = (-1, 0) if chosen is None else _name_order(chosen.name)
+        damaged = [p for p in self.directory.glob("ckpt-*") if p.is_dir() and p not in readable
+                   and _name_order(p.name) > after]
+        return max(damaged, key=lambda p: _name_order(p.name)) if damaged else None
+
     def remove_temporaries(self) -> list[str]:
-        """Remove what an interrupted save or prune left (`.ckpt-*.tmp`, `.latest.*.tmp`); their names."""
+        """Remove what an interrupted save or prune left (`.ckpt-*.tmp`, `.latest.*.tmp`); their names.
+
+        Whatever pid a name holds, it is a dead process's: this runs under the run folder's lock (run_lock.py), so
+        no other `specgen train` is writing here."""
         if not self.directory.is_dir():
             return []
         removed = []
@@ -212,6 +241,12 @@ def _is_ckpt_name(name: str) -> bool:
     return name.startswith("ckpt-") and "/" not in name and "\\" not in name
 
 
+def _name_order(name: str) -> tuple[int, int]:
+    """(step, count) of `ckpt-<step>` or `ckpt-<step>-<count>`; (-1, 0) for another name."""
+    found = re.fullmatch(r"ckpt-(\d+)(?:-(\d+))?", name)
+    return (int(found.group(1)), int(found.group(2) or 1)) if found else (-1, 0)
+
+
 def _use_elsewhere(path: Path) -> str:
     return f"pass --checkpoint {shown(path)} (export, restore-plan) or --resume-from {shown(path)} (train)"
 
@@ -306,6 +341,13 @@ def read_arrays(prefix: Path, expected: dict[str, tuple[tuple[int, ...], str]]) 
 def checkpoint_keys(prefix: Path) -> set[str]:
     """Every key a checkpoint holds."""
     return set(_reader(prefix).get_variable_to_shape_map())
+
+
+def key_shapes(prefix: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every key a checkpoint holds, with its shape and dtype name."""
+    reader = _reader(prefix)
+    dtypes = reader.get_variable_to_dtype_map()
+    return {key: (tuple(shape), dtypes[key].name) for key, shape in reader.get_variable_to_shape_map().items()}
 
 
 def read_values(prefix: Path, variables: dict[str, tf.Variable]) -> dict[str, np.ndarray]:

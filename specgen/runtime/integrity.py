@@ -85,13 +85,28 @@ def saved(folder: Path) -> Saved | None:
 
 
 def damaged_file(prefix: Path, message: str) -> Path:
-    """The file of a checkpoint prefix that a reader error is about: a missing one, else index or data."""
+    """The file of a checkpoint prefix that a reader error is about: a missing one, else the one the message names.
+
+    By what TensorFlow says, most specific first, so every kind of file is named by its own failure: a file the
+    message names by path or name ("Unable to read file (<prefix>.index)" for an index whose block is garbled
+    mid-file); a data shard by number ("TensorBundle at <prefix> shard 1 (...): Checksum does not match"); the
+    index for sstable errors ("not an sstable (bad magic number)", "file is too short to be an sstable"); else
+    the first data shard, whose reads fail without a name ("Read less bytes than requested", a variant's checksum).
+    """
     index = Path(f"{prefix}.index")
     data = sorted(prefix.parent.glob(f"{prefix.name}.data-*"))
     if not index.is_file():
         return index
     if not data:
         return Path(f"{prefix}.data-00000-of-00001")
+    named = [file for file in (index, *data) if str(file) in message or re.search(
+        rf"(^|[\s(/'\"]){re.escape(file.name)}($|[\s)'\":,.])", message)]
+    if named:
+        return named[0]
+    if shard := re.search(rf"{re.escape(prefix.name)} shard (\d+)\b", message):
+        numbered = [file for file in data if re.search(rf"\.data-0*{int(shard.group(1))}-of-", file.name)]
+        if numbered:
+            return numbered[0]
     return index if re.search(r"sstable|magic", message) else data[0]
 
 

@@ -7,6 +7,12 @@ structure no longer matches), a tf.function's tracing state, a `__del__` (where 
 and the run goes on). The run then died with a traceback or did not stop at all (the quarantined Ctrl-C test).
 Here the handler only notes the signal; the training loop calls `check()` where no TensorFlow call is half done
 (between updates, eval batches and saves), which raises KeyboardInterrupt there.
+
+`specgen train` enters it for the whole command, not only the loop (commands/train.py): a Ctrl-C during start-up
+(reading the data, building and restoring the model) is acted on between those phases, and one during the checks
+before the run folder's first write stops there, with nothing written. Where Python raises KeyboardInterrupt
+itself (before this is entered: imports, reading the spec; other commands), cli.main turns it into one line and
+exit status 130.
 """
 
 from __future__ import annotations

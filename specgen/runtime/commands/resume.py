@@ -1,17 +1,20 @@
 """What a `specgen train` run starts from, decided before the model is built (so a refusal costs no training).
 
-In order: the run folder must be writable (checked with a probe file, nothing left behind); a new run
+In order: the run folder is locked for this process (run_lock.py: a second `specgen train` on it is refused at
+once), it must be writable (checked with a probe file, nothing left behind); a new run
 (unless `--fresh`, which moves an earlier run aside once the data is checked) refuses a folder that holds
 checkpoints; a resumed run picks its checkpoint (the newest in save order, saying so when
 `latest` names another), reads every byte of it back, checks meta.json against it and the
 spec, and applies the `--set` overrides saved with it before this command's own. Nothing here writes:
 `open_run_folder` makes the run's first writes (the folder, removing an interrupted save's files, the
---fresh move) after the data and the restore sources have been read and checked, so bad input changes nothing.
+--fresh move) after the data, the restore sources and the checkpoint's fit to the spec (resume_fit.py) have been
+read and checked, so bad input changes nothing.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,7 +26,8 @@ from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
 from specgen.runtime.checkpoint import CheckpointFolder
-from specgen.runtime.integrity import META, Unreadable, key_position, unreadable_error, verify
+from specgen.runtime.integrity import META, Unreadable, key_position, read_meta, unreadable_error, verify
+from specgen.runtime.run_lock import RunLock
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import load_with_overrides, merge_overrides
 
@@ -54,6 +58,14 @@ class Start:
     overrides: list[str] = field(default_factory=list)  # in effect; saved with every checkpoint of the run
     kept: list[str] = field(default_factory=list)  # of those, the ones that came from the checkpoint
     notes: list[str] = field(default_factory=list)
+    lock: RunLock | None = None  # the run folder's, held until the command ends (train.py releases it)
+    # Called just before the run folder's first write: a Ctrl-C noted during start-up stops there (train.py), so
+    # nothing is written for a run that was stopped before it began.
+    before_writes: Callable[[], None] = lambda: None
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def check_writable(folder: Path) -> None:
@@ -83,10 +95,16 @@ def open_run_folder(start: Start, folder: Path, fresh: bool) -> None:
     """The first writes of a run, once every check on the spec, the data and the restore sources has passed:
     create the folder, remove what an interrupted save left, and move an earlier run aside for --fresh."""
     checkpoints = CheckpointFolder(folder, 1)
+    start.before_writes()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _unwritable(exc, folder) from None
+    if start.lock is not None and not start.lock.held:  # a new folder, made just now: locked before any other write
+        start.lock.acquire()
+        # Another run may have made it and saved into it between `prepare` and here (two new runs at once).
+        if start.checkpoint is None and not fresh and (held := checkpoints.holds_checkpoints()):
+            raise _refuse_new_run(folder, held)
     if removed := checkpoints.remove_temporaries():
         start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
     if fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
@@ -102,7 +120,7 @@ def _refuse_new_run(folder: Path, held: list[str]) -> SpecError:
                                  f"{folder.name}/previous-<n>, nothing is deleted)")])
 
 
-def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]:
+def _chosen(options: Options, checkpoints: CheckpointFolder, display: str) -> tuple[Path, str]:
     if options.resume_from is not None:
         path = options.resume_from.resolve()
         if not path.is_dir():
@@ -110,9 +128,25 @@ def _chosen(options: Options, checkpoints: CheckpointFolder) -> tuple[Path, str]
                                         "(expected a ckpt-* folder holding meta.json and variables.*)")])
         return path, ""
     newest, note = checkpoints.newest()
+    if (damaged := checkpoints.damaged_after(newest)) is not None:
+        raise _damaged_newer(damaged, display)
     if newest is None:
         raise SpecError([Diagnostic(printed(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
     return newest, note
+
+
+def _damaged_newer(damaged: Path, display: str) -> SpecError:
+    """--resume never steps back silently past a damaged newer checkpoint (its meta.json does not read, so its save
+    order is unknown and its name says it is newer): refused at its meta.json, naming the intact one to use
+    instead (--resume-from; or move the damaged folder out of the run folder, and --resume takes the intact one)."""
+    try:
+        read_meta(damaged)
+        exc = Unreadable(damaged / META, "its meta.json does not read")  # not reached: `saved()` could not read it
+    except Unreadable as unreadable:
+        exc = unreadable
+    return unreadable_error(exc, damaged, lambda p: f"specgen train {display} --resume-from {printed(p)} (or move "
+                            f"{damaged.name} out of the run folder, then --resume)",
+                            "start over with --fresh (it moves this run aside, deleting nothing)")
 
 
 class DataSettings(BaseModel):
@@ -136,6 +170,7 @@ class Meta(BaseModel):
     overrides: list[StrictStr] = []
     data: DataSettings | None = None
     targets: dict[StrictStr, StrictStr] | None = None
+    optimizers: dict[StrictStr, StrictStr] | None = None  # name -> kind (resume_fit.py); older checkpoints lack it
 
 
 def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
@@ -161,7 +196,8 @@ def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
 _EXPECTED = {"step": "an integer, 0 or more", "spec": "the name of the spec that wrote it (a string)",
              "serial": "an integer, 1 or more (the save order)", "overrides": "a list of --set texts (strings)",
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
-             "targets": "an object of target variable path to online variable path (strings)"}
+             "targets": "an object of target variable path to online variable path (strings)",
+             "optimizers": "an object of optimizer name to its kind (strings)"}
 
 
 def verified_meta(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
@@ -192,10 +228,23 @@ def _with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> 
 
 
 def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
-    """`chief`: this process writes the run folder (the other workers of a multi-worker run only read it)."""
+    """`chief`: this process writes the run folder (the other workers of a multi-worker run only read it).
+    The chief's Start holds the run folder's lock: `release()` it when the command ends (a refusal here does)."""
+    start = Start(loaded, overrides=list(options.overrides))
+    if chief:  # first, before any of the folder is read: a run another process holds is refused, nothing written
+        start.lock = RunLock(run_folder(loaded))
+        start.lock.acquire()
+    try:
+        return _prepare(start, options, chief)
+    except BaseException:
+        start.release()
+        raise
+
+
+def _prepare(start: Start, options: Options, chief: bool) -> Start:
+    loaded = start.loaded
     folder = run_folder(loaded)
     checkpoints = CheckpointFolder(folder, 1)
-    start = Start(loaded, overrides=list(options.overrides))
     if chief:  # checks only: open_run_folder writes, after the data and restore sources are checked too
         check_writable(folder)
     # --fresh moves the folder's run aside (open_run_folder), so neither resumes nor collides with it
@@ -204,7 +253,7 @@ def prepare(loaded: LoadedSpec, options: Options, chief: bool = True) -> Start:
         if not options.fresh and (held := checkpoints.holds_checkpoints()):
             raise _refuse_new_run(folder, held)
         return start
-    start.checkpoint, note = _chosen(options, checkpoints)
+    start.checkpoint, note = _chosen(options, checkpoints, loaded.display)
     if note:
         start.notes.append(note)
     start.meta = verified_meta(start.checkpoint, loaded)

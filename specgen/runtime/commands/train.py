@@ -5,6 +5,10 @@ generated modules are written to `<run>/code/` and imported from there (see
 `session.py`), and the loop below drives them: micro-batches, updates, an eval stage
 per epoch, TensorBoard summaries (one writer per stage), checkpoints every
 `checkpoint.every_steps` updates, and a final summary.
+
+Ctrl-C, at any moment of the command (runtime/interrupt.py notes it, the checks below act on it): one line, exit
+status 130, never a traceback; the line says what --resume would continue from, or, before the first checkpoint,
+that the run must be started again (a --resume there has nothing to continue).
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from specgen.paths import shown
 from specgen.pipeline import Built, build
 from specgen.progress import TrainProgress
 from specgen.runtime import data, hooks, hparams
-from specgen.runtime.checkpoint import write_failure
-from specgen.runtime.commands.resume import Options, prepare
+from specgen.runtime.checkpoint import CheckpointFolder, write_failure
+from specgen.runtime.commands.resume import Options, Start, prepare
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
 from specgen.runtime.interrupt import Interrupts
@@ -67,25 +71,47 @@ def _updates(session: Session, count: int, interrupts: Interrupts) -> tf.Tensor:
     return loss
 
 
-def _interrupted(session: Session) -> SystemExit:
+def _interrupted(built: Built, options: Options, when: str) -> SystemExit:
     """Ctrl-C: one line, no traceback, exit status 130 (a shell's for SIGINT). Nothing is saved then: a save
     could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on.
     It is read from the folder, as --resume reads it: a Ctrl-C inside a save can land after the checkpoint was
-    published and before the session noted it (`last_path` would name the one before)."""
-    path = session.checkpoints.newest()[0]
-    newest = f"the newest checkpoint is {shown(path)}" if path else "no checkpoint was saved"
-    print(f"\nspecgen train: interrupted at step {session.read_step()}; {newest}: continue with --resume",
-          file=sys.stderr)
+    published and before the session noted it (`last_path` would name the one before). With none there, the
+    advice is to start the run again: --resume would only say that the folder holds no checkpoint."""
+    path = CheckpointFolder(run_folder(built.loaded), 1).newest()[0]
+    if path is not None:
+        advice = f"the newest checkpoint is {shown(path)}: continue with --resume"
+    else:
+        again = " ".join(["specgen train", built.loaded.display, *(f"--set {t}" for t in options.overrides)])
+        advice = f"no checkpoint was saved yet: start the run again with {again} (without --resume)"
+    print(f"\nspecgen train: interrupted {when}; {advice}", file=sys.stderr)
     return SystemExit(130)
 
 
 def train(built: Built, options: Options) -> dict[str, Any]:
     """`built`: the spec, its IR and its generated code, built once by the command."""
-    loaded, ir = built.loaded, built.ir
-    distribution = distribute.start(loaded, ir, options.strategy)  # first: it configures TensorFlow
+    # Ctrl-C is noted for the whole command, start-up included, and acted on at `check()`s: between start-up
+    # phases (where nothing of the run folder has been written yet, see resume.Start.before_writes) and between
+    # TensorFlow calls in the loop. A KeyboardInterrupt raised inside TensorFlow's Python code could leave a
+    # traced function half built or be swallowed (interrupt.py), and one raised anywhere else was a traceback.
+    # The strategy's start stays interruptible at once: under multi_worker it waits for the other workers.
     try:
+        distribution = distribute.start(built.loaded, built.ir, options.strategy)  # first: it configures TensorFlow
+    except KeyboardInterrupt:
+        raise _interrupted(built, options, "before training started") from None
+    with Interrupts() as interrupts:
+        try:
+            return _guarded(built, options, distribution, interrupts)
+        except KeyboardInterrupt:  # a check() outside the loop (the loop words its own line, with the step)
+            raise _interrupted(built, options, "before training started") from None
+
+
+def _guarded(built: Built, options: Options, distribution: Distribution, interrupts: Interrupts) -> dict[str, Any]:
+    """`_train` with its TensorFlow errors turned into one-line reports."""
+    loaded, ir = built.loaded, built.ir
+    try:
+        interrupts.check()
         with _without_global_seed():
-            return _train(built, options, distribution)
+            return _train(built, options, distribution, interrupts)
     except tf.errors.DataLossError as exc:  # a data file damaged after its checks (runtime/data.py)
         raise data.unreadable_mid_run(loaded, ir, exc.message.splitlines()[0][:200]) from None
     except tf.errors.OpError as exc:
@@ -152,22 +178,33 @@ def _written(error: OSError, folder: Path) -> str:
     return f"TensorBoard events ({shown(name)})" if "tensorboard" in name.parts else shown(name)
 
 
-def _train(built: Built, options: Options, distribution: Distribution) -> dict[str, Any]:
-    begin = prepare(built.loaded, options, chief=distribution.chief)
+def _train(built: Built, options: Options, distribution: Distribution, interrupts: Interrupts) -> dict[str, Any]:
+    begin = prepare(built.loaded, options, chief=distribution.chief)  # holds the run folder's lock (run_lock.py)
+    try:
+        return _run(built, options, distribution, interrupts, begin)
+    finally:
+        begin.release()  # the lock, once the last checkpoint was saved (or the run stopped)
+
+
+def _run(built: Built, options: Options, distribution: Distribution, interrupts: Interrupts,
+         begin: Start) -> dict[str, Any]:
+    begin.before_writes = interrupts.check  # a Ctrl-C during the checks stops before the run folder's first write
     # Overrides kept from a resumed checkpoint change the spec, and so its IR and code: only then is it built again.
     session = Session(built if begin.loaded is built.loaded else build(begin.loaded), options, begin, distribution)
+    interrupts.check()
     for note in begin.notes:  # after the Session: its checks come before the run folder's first write
         print(f"note: {note}")
     for line in distribution.describe():
         print(line)
     print(session.start())
+    interrupts.check()
     if session.writes == session.folder:  # the chief: the run's --set values for TensorBoard's HParams tab
         hparams.write(session.folder, begin.overrides)
     # MLflow (when asked): after the start, so a resume continues the MLflow run that the run folder records
     session.tracker = start_tracking(begin.loaded, options.track, session.folder, begin.overrides,
                                      begin.checkpoint is not None, session.writes == session.folder)
     try:
-        summary = _loop(session)
+        summary = _loop(session, built, interrupts)
     except BaseException as exc:  # Ctrl-C (SystemExit 130) is KILLED; a divergence or any error, FAILED
         session.tracker.finish("KILLED" if isinstance(exc, SystemExit) else "FAILED")
         raise
@@ -175,7 +212,7 @@ def _train(built: Built, options: Options, distribution: Distribution) -> dict[s
     return summary
 
 
-def _loop(session: Session) -> dict[str, Any]:
+def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, Any]:
     """From the first update to the last save and the summary line."""
     stop = session.target_step()
     # Batch-norm statistics move once per micro-batch since initialization: warn when the run is too short
@@ -193,17 +230,16 @@ def _loop(session: Session) -> dict[str, Any]:
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
           f"{session.examples} examples)")
     progress = TrainProgress(first, stop, session.options.quiet)  # after the lines above: a bar starts drawing at once
-    try:
-        with Interrupts() as interrupts:  # Ctrl-C is noted and acted on between TensorFlow calls (interrupt.py)
-            while session.step < stop:
-                evaluated = _round(session, stop, first, started, progress, interrupts) or evaluated
+    try:  # Ctrl-C is noted (train's Interrupts) and acted on between TensorFlow calls (interrupt.py)
+        interrupts.check()  # one noted while the model was built and restored: before the first update
+        while session.step < stop:
+            evaluated = _round(session, stop, first, started, progress, interrupts) or evaluated
     except KeyboardInterrupt:  # raised by interrupts.check(), or by Python where no handler could be installed
         progress.close()  # before the message, which would otherwise land on the bar's line
-        raise _interrupted(session) from None
+        raise _interrupted(built, session.options, f"at step {session.read_step()}") from None
     finally:
         progress.close()  # closing twice is nothing
-    with Interrupts():  # a Ctrl-C during the last save is noted and let go: the save completes, the run is done
-        path = session.save()
+    path = session.save()  # a Ctrl-C during the last save is noted and let go: the save completes, the run is done
     elapsed = time.monotonic() - started
     summary = {"step": session.step, "updates": session.step - first, "seconds": elapsed, "checkpoint": str(path),
                "eval": evaluated}
