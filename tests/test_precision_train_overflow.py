@@ -3,6 +3,7 @@ update (two optimizers, accumulation 2, clip, EMA), halves the scale and counts 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,3 +72,36 @@ def test_unscaling_checks_every_gradient_of_every_optimizer() -> None:
     _, finite = precision.unscale([tf.constant([2.0]), tf.constant([np.inf])], scale)
     assert not bool(finite)
 
+
+
+FORWARD_OVERFLOW = """\
+specgen: 1
+name: big
+inputs: {x: {shape: [4]}}
+outputs: {logits: d2}
+layers:
+  - {name: d1, op: dense, units: 8, input: x, kernel_init: {kind: random_normal, stddev: 3000.0}}
+  - {name: d2, op: dense, units: 3, kernel_init: {kind: random_normal, stddev: 0.001}}
+loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}
+optimizers: {all: {variables: "*", kind: sgd, learning_rate: 0.0001}}
+train: {batch_size: 4, precision: mixed_float16}
+data:
+  train: {npz: d.npz, features: {x: x}, labels: {label: y}}
+checkpoint: {dir: run, every_steps: 1, keep: 1}
+"""
+
+
+def test_a_forward_overflow_in_float16_gets_advice_that_can_help(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs of std 10 through a kernel of std 3000: activations of ~1e5 pass float16's 65504 in the forward pass,
+    so the loss is NaN at step 0 whatever the learning rate (loss scaling covers gradients only). Old: 'Lower the
+    learning rate, add train.clip, or check the data'."""
+    from cli_helpers import run_cli
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=(rng.standard_normal((64, 4)) * 10).astype(np.float32), y=rng.integers(0, 3, 64))
+    (tmp_path / "big.yaml").write_text(FORWARD_OVERFLOW)
+    code, _, err = run_cli(["train", "big.yaml", "--steps", "3"], capsys, tmp_path)
+    assert code == 1, err
+    assert "The forward pass overflowed float16 (train.precision mixed_float16)" in err
+    assert "Train with precision mixed_bfloat16 (float32's range) or float32" in err
+    assert "Lower the learning rate" not in err

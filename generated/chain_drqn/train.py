@@ -129,7 +129,8 @@ class ChainDrqnTraining(tf.Module):
 
     def update_metrics(self, loss: tf.Tensor, labels: Mapping[str, tf.Tensor], output: tf.Tensor) -> None:
         for metric in self.metrics:
-            metric.update(loss, labels[LABEL], output)
+            # No loss term reads labels from the data: only label-free metrics (mean_loss) are allowed here.
+            metric.update(loss, None, output)
 
     def learning_rate(self, name: str) -> tf.Variable:
         """Optimizer `name`'s learning-rate variable."""

@@ -271,6 +271,7 @@ def _check_sections(loaded: LoadedSpec) -> list[Diagnostic]:
     if spec.data is not None:
         for stage in ("train", "eval"):
             problems += _check_source(loaded, stage)
+        problems += [loaded.diagnostic(loc, message) for loc, message in sources.clashes(spec.data)]
     problems += _check_metrics(loaded)
     problems += features.checks(loaded)  # each feature's refusals across sections (FeatureDef.check)
     problems += jit_compile.check(loaded)
@@ -285,18 +286,23 @@ def _check_metrics(loaded: LoadedSpec) -> list[Diagnostic]:
     kind = primary_kind(spec)  # metrics read the primary term: the first with data labels
     target = LOSSES[kind].target if kind else None
     problems = []
-    if kind is None and spec.loss is not None and spec.train.metrics:
-        return [loaded.diagnostic(("train", "metrics"), (
-            "metrics read the first loss term with labels from the data section, and no term has them "
-            "(each reads its labels from an output); remove train.metrics"))]
+    unlabelled = kind is None and spec.loss is not None  # every term reads its labels from an output
     seen: dict[str, Args] = {}
     for i, item in enumerate(spec.train.metrics):
         name, args = name_of(item), args_of(item)
-        if (why := METRICS[name].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<name>.py
+        if unlabelled and METRICS[name].labels:  # mean_loss needs none (MetricDef.labels)
+            problems.append(loaded.diagnostic(("train", "metrics", i), (
+                f"metric '{name}' reads the first loss term with labels from the data section, and no term has "
+                f"them (each reads its labels from an output); metrics without labels: {_label_free()}")))
+        elif (why := METRICS[name].refuse(kind, target)) is not None:  # specgen/kinds/metrics/<name>.py
             problems.append(loaded.diagnostic(("train", "metrics", i), why))
         elif seen.setdefault(name, args) != args:  # one set of variables metrics/<name>/* per metric
             problems.append(loaded.diagnostic(("train", "metrics", i), relisted(name, args, seen[name])))
     return problems
+
+
+def _label_free() -> str:
+    return ", ".join(name for name, metric in METRICS.items() if not metric.labels)
 
 
 def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:

@@ -8,6 +8,13 @@ the spec's seed and repeated into the iterator that checkpoints save (so a resum
 bit-identically). Distribution slices the global batches this builds (runtime/placement/replicas.py); under
 `multi_worker` a sharded source gives each worker its own files instead (`for_worker`).
 
+An epoch is one pass over the training data, defined here once (`updates_per_pass`) and built into the
+pipeline: a pass is shuffled, cut into full batches (the rows of a partial last batch are left out of that
+pass) and, with `train.accumulate: K`, cut again into whole updates of K micro-batches (the micro-batches that
+fill no whole update are left out of that pass the same way). The next pass reshuffles, so with a shuffle
+other rows are left out each pass. An update therefore never reads a row twice nor mixes two passes, and the
+loop's epoch ends (Session.updates_per_epoch) fall on pass ends.
+
 TensorFlow is imported only where a dataset is built.
 """
 
@@ -20,6 +27,7 @@ from typing import TYPE_CHECKING
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds import augment, pointers
+from specgen.kinds.features import accumulate
 from specgen.kinds.sources import REGISTRY
 from specgen.runtime.sources.base import DataError, Source, WorkerShare
 from specgen.runtime.sources.context import SourceContext
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 __all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "read_stage", "training_batches",
-           "unreadable_mid_run"]
+           "unreadable_mid_run", "updates_per_pass"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -45,6 +53,8 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
     context = SourceContext(loaded, ir, stage)
     source = reader(context.kind)(context)
     context.enough(source.examples)
+    if stage == "train":
+        _refuse_empty_pass(loaded, ir, source.examples)
     data = loaded.spec.data
     if stage == "train":
         from specgen.runtime.augment.source import for_source  # imports Keras: only where data is read
@@ -57,13 +67,39 @@ def read_stage(loaded: LoadedSpec, ir: ModelIR, stage: str) -> Source | None:
     return source
 
 
-def training_batches(source: Source, batch: int, seed: int, buffer: int) -> tf.data.Dataset:
-    """Shuffled with the spec's seed, full batches only, repeated, augmented when declared (its draws count
-    the batches after `repeat`, so they are part of the iterator that checkpoints save)."""
+def updates_per_pass(examples: int, batch: int, micro_batches: int = 1) -> int:
+    """The updates of one pass (an epoch): its full batches cut into whole updates of `micro_batches` each."""
+    return examples // batch // micro_batches
+
+
+def _refuse_empty_pass(loaded: LoadedSpec, ir: ModelIR, examples: int) -> None:
+    """A pass must hold one whole update: with fewer full batches than train.accumulate an epoch would be none."""
+    assert ir.training is not None and ir.training.train is not None
+    train = ir.training.train
+    micro, batch = accumulate.of(train), train.batch_size or examples
+    if updates_per_pass(examples, batch, micro) == 0:
+        size = f"{batch}" if train.batch_size else f"full ({batch})"
+        raise SpecError([loaded.diagnostic(("train", "accumulate"), (
+            f"train.accumulate {micro} x train.batch_size {size} = {micro * batch} examples per update, more than "
+            f"the {examples} training examples: an epoch (one pass) holds no whole update; lower train.accumulate "
+            "or train.batch_size"))])
+
+
+def training_batches(source: Source, batch: int, seed: int, buffer: int, micro_batches: int = 1) -> tf.data.Dataset:
+    """Shuffled with the spec's seed, full batches only, each pass cut to whole updates of `micro_batches`
+    (train.accumulate; see the module docstring), repeated, augmented when declared (its draws count the batches
+    after `repeat`, so they are part of the iterator that checkpoints save)."""
     import tensorflow as tf
 
     batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-               .batch(batch, drop_remainder=True).repeat())
+               .batch(batch, drop_remainder=True))
+    full = source.examples // batch
+    # Cut only where a pass ends mid-update: every other pipeline, and the iterators saved from it, stays as it was.
+    # A multi_worker share of unequal shards may hold less than one update where the whole set holds one (read_stage
+    # checked the whole set): that worker's updates read on into its next pass, as every update did before the cut.
+    if full % micro_batches and full >= micro_batches:
+        batches = batches.take(updates_per_pass(source.examples, batch, micro_batches) * micro_batches)
+    batches = batches.repeat()
     return (source.augment(batches) if source.augment else batches).prefetch(tf.data.AUTOTUNE)
 
 

@@ -37,6 +37,10 @@ class LoadedSpec:
     # With blocks, `spec.layers` is the expanded list; `("layers", i, ...)` locations go through this
     # to where each layer is written (spec/expand.py). None for a spec without blocks.
     origins: Origins | None = None
+    # `--set` overrides applied to `data` (spec/overrides.py): (the key path each set, resolved to `data`'s list
+    # indices, and its text). A value an override set has no line in the file, so a problem found at or below
+    # that key (by validate's cross-section checks, or by `specgen train` at the data) names the override.
+    overrides: tuple[tuple[PathKey, str], ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -51,8 +55,18 @@ class LoadedSpec:
         return self._locate(loc, key)[0]
 
     def diagnostic(self, loc: PathKey, message: str, *, key: bool = False) -> Diagnostic:
+        if (override := self._override_at(loc)) is not None:
+            return Diagnostic(f"--set {override}", None, message)
         position, note = self._locate(loc, key)
         return Diagnostic(self.display, position, message + note)
+
+    def _override_at(self, loc: PathKey) -> str | None:
+        """The last override that set `loc` or a key above it. Not for layers of a spec with blocks: `loc`
+        counts the expanded layers there, an override the written ones (the file's position is used)."""
+        for path, text in reversed(self.overrides):
+            if tuple(loc[: len(path)]) == path and not (self.origins is not None and path[:1] == ("layers",)):
+                return text
+        return None
 
     def _locate(self, loc: PathKey, key: bool) -> tuple[Position | None, str]:
         if self.origins is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,11 +140,35 @@ def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
         return validate_data(data, source, path)
     changed = apply(data, overrides)
     try:
-        return validate_data(changed, source, path)
+        loaded = validate_data(changed, source, path)
     except SpecError as exc:
         validate_data(data, source, path)  # the file's own problems come first
         shown = "--set " + " --set ".join(overrides)
         raise SpecError([Diagnostic(shown, None, d.message) for d in exc.diagnostics]) from None
+    # Later checks (validate's across sections, train's of the data) name the override that set their key.
+    return replace(loaded, overrides=tuple((_data_path(changed, key_parts(text.partition("=")[0].strip())), text)
+                                           for text in overrides))
+
+
+def _data_path(data: Any, parts: list[str | int]) -> tuple[str | int, ...]:
+    """An override's key path as a location in the spec data: each `[NAME]` becomes its item's list index."""
+    path: list[str | int] = []
+    node = data
+    for part in parts:
+        item = named_item(node, part)
+        if item is not None:
+            part = [id(entry) for entry in node].index(id(item))  # that very item (two may be equal)
+        path.append(part)
+        node = _child(node, part)
+    return tuple(path)
+
+
+def _child(node: Any, part: str | int) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return None
 
 
 def overridden_learning_rates(overrides: list[str]) -> set[str]:

@@ -38,6 +38,9 @@ class MetricDef:
     - `spec`: the model of its mapping form `{kind: <name>, <key>: ...}`; every key but `kind` is a
       keyword argument of the runtime class. None (a metric without keys): `{kind: <name>}` only.
       A plain name in `train.metrics` means the mapping with every key at its default.
+    - `labels`: whether it reads the primary loss term's labels from the data. A spec whose every term
+      reads its labels from an output (a DQN's computed TD target) has none to give, and validate refuses
+      such a metric there; one that needs none (mean_loss: the loss value itself) is allowed.
     """
 
     name: str
@@ -45,6 +48,7 @@ class MetricDef:
     state: State = SCALAR_MEAN
     refuse: Callable[[str | None, str | None], str | None] = fits_any_loss
     spec: type[SpecModel] | None = None
+    labels: bool = True
 
     def __post_init__(self) -> None:
         if self.spec is None:  # a generated model keeps the union uniform: every metric has a mapping form

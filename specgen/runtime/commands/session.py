@@ -18,13 +18,14 @@ import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.kinds.features import accumulate
+from specgen.kinds.features import accumulate, precision
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
+from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
 from specgen.runtime.placement.default import Distribution
@@ -68,6 +69,9 @@ class Session:
         assert train_source is not None
         # A fine-tuning run's restore sources are read and matched before the run folder's first write too.
         self.restore_plan = self._plan_restore() if self.begin.checkpoint is None else None
+        # A resumed checkpoint must hold exactly the state this spec saves (resume_fit.py): checked from the IR,
+        # before the run folder's first write, so a refused --resume leaves the folder byte for byte as it was.
+        self.begin.notes += check_fit(self.ir, self.begin)
         if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
             open_run_folder(self.begin, self.folder, options.fresh)
         self.examples = train_source.examples
@@ -76,19 +80,17 @@ class Session:
         self.train_source, self.worker_batch = self.distribution.training_data(
             train_source, self.batch_size, train, self.folder, training.data["train"].path.name)
         self.checkpoints.positions = self.distribution.positions
-        self.updates_per_epoch = max(self.examples // (self.batch_size * accumulate.of(train)), 1)
+        # An epoch is one pass: its full batches cut into whole updates (runtime/data.py builds the same cut into the
+        # pipeline, so epoch ends fall on pass ends; a spec whose pass holds no whole update is refused there).
+        self.updates_per_epoch = data.updates_per_pass(self.examples, self.batch_size, accumulate.of(train))
         self._load_code()
-        if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
-            provenance.record(self.folder, loaded, self.begin.overrides, _devices())
         tf.config.experimental.enable_op_determinism()
         with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
             self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        batches = data.training_batches(self.train_source, self.worker_batch, train.seed, train.shuffle_buffer)
-        self.iterator = iter(batches)
+        self.iterator = iter(self._training_batches(train.seed))
         self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
-        self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
-                        for stage in ("train", "eval")}
+        self.writers: dict[str, tf.summary.SummaryWriter] = {}  # opened by `start`, once the restore succeeded
         self.tracker = Tracker()  # off until train.py starts one: it gets every scalar TensorBoard gets
         self.read_step()
 
@@ -113,7 +115,8 @@ class Session:
         path = self.begin.checkpoint
         if path is None:
             restored = self._restore_for_fine_tuning()
-            return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "")
+            notes = self._open_records()
+            return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "") + notes
         kept = self._rates()
         variables = self.saved_variables()
         absent = hooks.absent_optional(self.trainer, checkpoint_keys(path / "variables"))
@@ -125,7 +128,20 @@ class Session:
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
             self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
-        return f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}" + (f"\nnote: {note}" if note else "")
+        return (f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}"
+                + (f"\nnote: {note}" if note else "") + self._open_records())
+
+    def _open_records(self) -> str:
+        """The run's record (provenance.py) and TensorBoard's writers, once the start succeeded: a start refused on
+        the way (a checkpoint that does not restore) leaves the record of the run as it was, and adds no event
+        files. The notes of the record (training data that differs from the run's previous start), as lines."""
+        notes = []
+        if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
+            resumed = self.step if self.begin.checkpoint is not None else None
+            notes = provenance.record(self.folder, self.loaded, self.begin.overrides, _devices(), resumed)
+        self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
+                        for stage in ("train", "eval")}
+        return "".join(f"\nnote: {note}" for note in notes)
 
     def _overrides_shown(self) -> str:
         begin = self.begin
@@ -146,21 +162,33 @@ class Session:
             changed = [f"{k} {saved.get(k)} -> {v}" for k, v in now.items() if saved.get(k) != v]
         else:  # written before data settings were saved: find a batch-size change by reading one batch
             changed = [] if self._position_fits(path) else ["batch_size"]
+        changed += self._accumulate_changed()
         position = position_prefix(path, self.begin.meta, self.distribution.positions, self.distribution.workers)
         if not changed:
-            tf.train.Checkpoint(iterator=self.iterator).read(str(position)).assert_consumed()
-            return ""
+            try:
+                tf.train.Checkpoint(iterator=self.iterator).read(str(position)).assert_consumed()
+                return ""
+            except tf.errors.NotFoundError:  # a pipeline without data.py's cut of each pass (an older specgen)
+                changed = ["each pass is now cut into whole updates of train.accumulate micro-batches"]
         seed = self.train_ir.seed + int(self.begin.meta["step"])
-        batches = data.training_batches(self.train_source, self.worker_batch, seed,
-                                        self.train_ir.shuffle_buffer)
-        self.iterator = iter(batches)
+        self.iterator = iter(self._training_batches(seed))
         return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
                 f"does not apply: the training data starts a new pass here, shuffled with seed {seed} "
                 "(train.seed + step)")
 
+    def _training_batches(self, seed: int) -> tf.data.Dataset:
+        """This process's training pipeline, each pass cut into whole updates (runtime/data.py)."""
+        return data.training_batches(self.train_source, self.worker_batch, seed, self.train_ir.shuffle_buffer,
+                                     accumulate.of(self.train_ir))
+
+    def _accumulate_changed(self) -> list[str]:
+        """train.accumulate cuts each pass (runtime/data.py): under another value the saved position would leave
+        an update that reads two passes. Recorded in meta.json since passes were cut; unknown before."""
+        saved, now = self.begin.meta.get("accumulate"), accumulate.of(self.train_ir)
+        return [f"accumulate {saved} -> {now}"] if isinstance(saved, int) and saved != now else []
+
     def _position_fits(self, path: Path) -> bool:
-        probe = iter(data.training_batches(self.train_source, self.worker_batch, self.train_ir.seed,
-                                           self.train_ir.shuffle_buffer))
+        probe = iter(self._training_batches(self.train_ir.seed))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
         try:
             next(probe)
@@ -277,9 +305,21 @@ class Session:
         kept = self.last_path or self.checkpoints.newest()[0]
         newest = f"the newest checkpoint, {kept.name}, is left as it was" if kept else "no checkpoint was written"
         raise SpecError([Diagnostic(str(self.loaded.display), None, f"training diverged by step {self.step}: "
-                                    f"{'; '.join(bad)}. Nothing was saved for it; {newest}. Lower the learning rate, "
-                                    "add train.clip, or check the data, then train again (--resume continues from "
-                                    "the newest checkpoint)")])
+                                    f"{'; '.join(bad)}. Nothing was saved for it; {newest}. {self._advice(loss)}, "
+                                    "then train again (--resume continues from the newest checkpoint)")])
+
+    def _advice(self, loss: float) -> str:
+        """What can help. Under mixed_float16 a non-finite loss comes from the forward pass: an update whose
+        gradients overflow is skipped by the loss scale, so only an activation past float16's 65504 (inf, then
+        NaN) makes the loss itself non-finite, which no learning rate changes at step 0."""
+        if precision.of(self.train_ir) != "mixed_float16" or math.isfinite(loss):
+            return "Lower the learning rate, add train.clip, or check the data"
+        grown = "" if self.step == 0 else (" (after finite steps the weights may have grown too: a lower learning "
+                                           "rate or train.clip helps there)")
+        return ("The forward pass overflowed float16 (train.precision mixed_float16): an activation beyond 65504 "
+                f"becomes inf and the loss NaN, and loss scaling protects only the gradients{grown}. Train with "
+                "precision mixed_bfloat16 (float32's range) or float32, or scale the inputs down (normalize them) so "
+                "the activations stay within float16")
 
     def save(self) -> Path:
         """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""
@@ -289,8 +329,11 @@ class Session:
         # on disk at a save is the same every run (a full disk fails at the same file) and the event files hold
         # every point up to the checkpoint's step. A failed flush is an OpError, reported by train.py.
         self.flush_summaries()
+        # `optimizers`: each one's kind, which --resume must find unchanged (resume_fit.py: adam and adamw save the
+        # same slots, and only this record tells them apart).
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings(),
-                **hooks.checkpoint_meta(self.trainer)}
+                "accumulate": accumulate.of(self.train_ir),  # the cut of each pass (_accumulate_changed)
+                "optimizers": {o.name: o.kind for o in self.training.optimizers}, **hooks.checkpoint_meta(self.trainer)}
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)

@@ -1,6 +1,9 @@
 """Metrics whose accumulators are variables named `metrics/<metric>/<accumulator>` (collection `metrics`).
 
 `reset()` zeroes them at the start of each stage, so train and eval never mix.
+Every metric accumulates sums and counts (hits and rows, confusion counts), never a mean: under replicas
+each replica adds its slice of the batch and reading sums the replicas' copies (replicas.py), so a slice
+of 0 rows must add 0 to every accumulator. tests/test_epochs_replicas.py feeds each metric an empty slice.
 Classification targets: `sparse` (integer labels, softmax logits), `onehot`
 (probability labels) and `binary` (sigmoid logits, threshold 0).
 """
@@ -63,12 +66,21 @@ class Accuracy(Metric):
 
 
 class MeanLoss(Metric):
-    """Mean of the per-batch mean loss, weighted by batch size."""
+    """Mean of the per-batch mean loss, weighted by batch size (Keras' `loss` in History and `evaluate`).
 
-    def update(self, loss: tf.Tensor, labels: tf.Tensor, logits: tf.Tensor) -> None:
-        batch = tf.cast(tf.shape(logits)[0], tf.float32)
-        self.state[0].assign_add(loss * batch)
-        self.state[1].assign_add(batch)
+    Its accumulators are a sum and a row count like every metric here. The generated step hands over the
+    loss as its slice's mean (the loss terms reduce inside the loss: a masked sequence loss is a mean over
+    tokens, an `l2` term is added once), so the slice's sum is that mean times its rows, taken only for a
+    slice that has rows: under replicas an eval batch of fewer rows than replicas leaves some replica 0
+    rows (runtime/placement/replicas.py's `own_slice`), whose mean is 0/0 = NaN, and NaN * 0 would make the
+    whole stage NaN. Such a slice adds 0 to both accumulators. Needs no labels: `labels` may be None (a loss
+    that reads only computed targets, such as a DQN's TD target).
+    """
+
+    def update(self, loss: tf.Tensor, labels: tf.Tensor | None, logits: tf.Tensor) -> None:
+        rows = tf.cast(tf.shape(logits)[0], tf.float32)
+        self.state[0].assign_add(tf.where(rows > 0, tf.cast(loss, tf.float32) * rows, 0.0))
+        self.state[1].assign_add(rows)
 
 
 class Precision(Metric):

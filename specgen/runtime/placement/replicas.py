@@ -18,6 +18,14 @@ How the spec's semantics survive replicas (docs/distributed.md says the same for
   learning rates, counters, the global step, accumulators, EMA shadows, anything a later issue adds),
   SUM for metric accumulators (sync-on-read, as Keras' metrics: no communication per step, and the
   printed metrics are global) and MEAN for batch-norm moving statistics.
+- Batch-norm moving statistics: the mean over replicas of each replica's update, tf.keras 2's rule (its
+  moving variables are ON_READ with MEAN). Keras 3 differs and is not followed: its BatchNormalization makes
+  them with `add_weight`'s default aggregation "none" (keras/src/layers/normalization/batch_normalization.py,
+  keras/src/layers/layer.py), and its MirroredStrategy fit keeps replica 0's statistics only. The mean uses
+  every replica's slice; docs/distributed.md gives the consequence and a measured difference.
+- An eval batch need not divide among the replicas: `own_slice` may give a replica 0 rows (a last batch of
+  fewer rows than replicas). Every metric accumulates sums and counts (lib/metrics.py), so such a slice adds
+  nothing; the loss it returns (0/0) is never read.
 - The generated steps run on every replica through `strategy.run`, their Python bodies traced into one
   outer tf.function (see `python_body`); the default strategy never comes here and pays nothing.
 
@@ -63,9 +71,13 @@ LOST = (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.C
 
 
 def _split_cpu(devices: int) -> None:
-    """`cpu_devices` logical CPUs (before TensorFlow starts its runtime): replicas on a machine without GPUs."""
+    """`cpu_devices` logical CPUs (before TensorFlow starts its runtime): replicas on a machine without GPUs.
+    A second run in the same process (a notebook, a test driver) with the same count finds the split made:
+    TensorFlow refuses to set it again once its runtime has started, even to the same value."""
     if devices > 1 and not tf.config.list_physical_devices("GPU"):
         cpu = tf.config.list_physical_devices("CPU")[0]
+        if len(tf.config.get_logical_device_configuration(cpu) or ()) == devices:
+            return
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
 
 
@@ -95,7 +107,8 @@ def aggregation(name: str, update_paths: frozenset[str]) -> tf.VariableAggregati
 
 
 def own_slice(tensor: tf.Tensor, workers: int = 1) -> tf.Tensor:
-    """This replica's contiguous share of a global batch (the first rows to replica 0; uneven eval batches too).
+    """This replica's contiguous share of a global batch (the first rows to replica 0; uneven eval batches too,
+    where a replica may get 0 rows: see the module docstring).
     `workers` > 1: the batch is this worker's own (file-sharded data), shared among its local replicas only
     (replica ids run worker by worker: worker w's are w * local ... w * local + local - 1)."""
     context = tf.distribute.get_replica_context()
