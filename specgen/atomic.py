@@ -170,6 +170,19 @@ def write_atomic(target: Path, content: bytes | str, *, mode: int = 0o666, fsync
 
 
 def _replace(target: Path, data: bytes, mode: int, fsync: bool) -> None:
+    temp = staged(target, data, mode, fsync)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fsync_folder(target.parent)
+
+
+def staged(target: Path, data: bytes, mode: int, fsync: bool = True) -> Path:
+    """`data` in a new temporary file beside `target` (`.NAME.<pid>.<8 hex>.tmp`, fsynced unless told not to), for
+    the caller to rename into place; stale temporaries of `target` removed first. Nothing is left on a failure."""
     remove_stale_temps(target)
     temp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
@@ -179,12 +192,10 @@ def _replace(target: Path, data: bytes, mode: int, fsync: bool) -> None:
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
-        os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    if fsync:
-        fsync_folder(target.parent)
+    return temp
 
 
 # A temporary file is `.NAME.<pid>.<8 hex>.tmp`; one left by a killed writer is removed by the next write of NAME

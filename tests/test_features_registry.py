@@ -124,7 +124,9 @@ def test_the_skeleton_branches_on_no_feature() -> None:
     branches = re.findall(r"{%-? *(?:if|elif) (.*?)-?%}", text)
     named = [(n, b) for b in branches for n in (*REGISTRY, "prune", "ema_decay", "terms") if n in b]
     assert named == [], f"train.py.j2 branches on features: {named}"
-    assert len(branches) == 7  # 35 before the skeleton; these test settings (batch size, rates, schedules)
+    # 35 before the skeleton; these test settings (batch size, rates, schedules, whether a loss term reads data
+    # labels: metrics get None where none does)
+    assert len(branches) == 8
 
 
 @pytest.mark.parametrize(("spec", "expected"), [

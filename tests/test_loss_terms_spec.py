@@ -125,10 +125,14 @@ def test_labels_naming_both_an_output_and_a_data_label_are_refused() -> None:
 
 
 def test_metrics_need_a_term_with_data_labels() -> None:
+    """A metric reading labels needs a term with data labels; mean_loss reads none (the loss value itself)."""
     found = errors("loss: {kind: huber, predictions: q, labels: target}\n",
-                   TAIL.replace("train: {batch_size: 2}", "train: {batch_size: 2, metrics: [mean_loss]}"))
-    assert any("net.yaml:16:33: error: metrics read the first loss term with labels from the data section, and no "
-               "term has them" in line for line in found), found
+                   TAIL.replace("train: {batch_size: 2}", "train: {batch_size: 2, metrics: [precision]}"))
+    assert found == ["net.yaml:16:34: error: metric 'precision' reads the first loss term with labels from the data "
+                     "section, and no term has them (each reads its labels from an output); metrics without labels: "
+                     "mean_loss"], found
+    build("loss: {kind: huber, predictions: q, labels: target}\n",
+          TAIL.replace("train: {batch_size: 2}", "train: {batch_size: 2, metrics: [mean_loss]}"))
 
 
 def test_weight_decay_exclude_resolves_and_refuses_patterns_that_match_nothing() -> None:

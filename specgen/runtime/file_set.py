@@ -17,11 +17,10 @@ removed by the next write of that file (specgen.atomic.remove_stale_temps).
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from specgen.atomic import checked_folder, fsync_folder, refuse_links, remove_stale_temps, writing
+from specgen.atomic import checked_folder, fsync_folder, refuse_links, staged, writing
 
 
 def write_set(folder: Path, files: Mapping[str, bytes], last: str, *, root: Path | None = None,
@@ -61,16 +60,5 @@ def _real_folder(folder: Path, root: Path | None) -> Path:
 
 
 def _stage(target: Path, data: bytes, mode: int) -> Path:
-    """`data` in a new temporary file beside `target`, fsynced; its path."""
-    remove_stale_temps(target)
-    temp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return temp
+    """`data` in a new temporary file beside `target`, fsynced; its path (atomic.py's temporaries and their cleanup)."""
+    return staged(target, data, mode)
