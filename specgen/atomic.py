@@ -217,7 +217,7 @@ def remove_stale_temps(target: Path) -> list[Path]:
     now = time.time()
     for entry in entries:
         found = pattern.fullmatch(entry.name)
-        if found is None or _alive(int(found.group(1))):
+        if found is None or pid_alive(int(found.group(1))):
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -229,7 +229,7 @@ def remove_stale_temps(target: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether `pid` is a running process here (signal 0 checks without sending anything)."""
     if pid == os.getpid():
         return True

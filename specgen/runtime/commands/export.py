@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from specgen.runtime.rounding import nudged, refusal
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4  # of each output's magnitude, max(1, max |TensorFlow output|): see scaled_diff
+Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]  # inputs to outputs, one side of the check
 
 
 def scaled_diff(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -> float:
@@ -100,8 +101,9 @@ def _accuracy(out: Path, logits: np.ndarray, labels: np.ndarray | None, target: 
         raise SpecError([Diagnostic(shown(out), None, f"eval accuracy: {exc}; nothing was written")]) from None
 
 
-def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
-                inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _tf_model(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray]) -> Run:
+    """The generated TensorFlow module holding `values`, loaded once, as a function of inputs to outputs
+    (inference mode): the parity check, its nudge and its other sizes all call the one model."""
     import tensorflow as tf  # here, not at the top: see the module's docstring
 
     with tempfile.TemporaryDirectory() as folder:
@@ -110,8 +112,12 @@ def _tf_outputs(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray],
         model = getattr(load_generated(path), ir.class_name)()
     for path_key, variable in model.variables_by_path().items():
         variable.assign(values[path_key])
-    outputs = model({k: tf.constant(v) for k, v in inputs.items()}, training=False)
-    return {k: v.numpy() for k, v in outputs.items()}
+
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = model({k: tf.constant(v) for k, v in inputs.items()}, training=False)
+        return {k: v.numpy() for k, v in outputs.items()}
+
+    return run
 
 
 def _refuse_non_finite_weights(prefix: Path, keys: dict[str, str], values: dict[str, np.ndarray]) -> None:
@@ -132,16 +138,13 @@ def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[s
                                         "negative batch-norm moving_variance)")])
 
 
-def _check_other_sizes(loaded: LoadedSpec, ir: ModelIR, module: bytes, values: dict[str, np.ndarray],
-                       model_bytes: bytes) -> None:
+def _check_other_sizes(loaded: LoadedSpec, ir: ModelIR, tensorflow: Run, onnxruntime: Predictor) -> None:
     """Named dimensions: a graph can be right at the sample's sizes and wrong at others (a strided SAME window's pads
     move with the size), so both sides also run at up to 3 more size sets the model accepts (runtime/sample_sizes.py).
     A model without named dimensions runs nothing more."""
     view = exported(ir)
-    sweep = Predictor(model_bytes, provider="cpu")
     with _graph_failures(loaded, "the parity check at other sizes of the named dimensions"):
-        problem = check_sizes(ir, lambda x: _tf_outputs(ir, module, values, x),
-                              lambda x: run_rows(sweep, {i.name: x[i.name] for i in view.inputs}),
+        problem = check_sizes(ir, tensorflow, lambda x: run_rows(onnxruntime, {i.name: x[i.name] for i in view.inputs}),
                               PARITY_LIMIT, np.random.default_rng(1))
     if problem is not None:
         raise SpecError([Diagnostic(loaded.display, None, f"parity at other sizes of the named dimensions: {problem}; "
@@ -254,10 +257,12 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     inputs, labels, sample = _sample_inputs(loaded, ir)
     view = exported(ir)  # TensorFlow computes every output; model.onnx those of export.onnx.outputs
     phases.start("TensorFlow outputs")
-    expected = {k: v for k, v in _tf_outputs(ir, files["model.py"], values, inputs).items() if k in view.outputs}
+    tensorflow = _tf_model(ir, files["model.py"], values)
+    expected = {k: v for k, v in tensorflow(inputs).items() if k in view.outputs}
     phases.start("onnxruntime outputs")
+    onnxruntime = Predictor(model_bytes, provider="cpu")
     with _graph_failures(loaded, "the parity check against TensorFlow"):
-        actual = run_rows(Predictor(model_bytes, provider="cpu"), {i.name: inputs[i.name] for i in view.inputs})
+        actual = run_rows(onnxruntime, {i.name: inputs[i.name] for i in view.inputs})
     _refuse_non_finite_outputs(out, sample, {"TensorFlow": expected, "onnxruntime": actual})
     diff, scaled = max_abs_diff(expected, actual), scaled_diff(expected, actual)
     loss = training.loss
@@ -273,9 +278,9 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     }
     if not within(scaled, PARITY_LIMIT):  # a chaotic model misses the limit against itself: say which it is
         nudge = nudged(inputs) if np.isfinite(scaled) else None
-        moved = None if nudge is None else scaled_diff(expected, _tf_outputs(ir, files["model.py"], values, nudge))
+        moved = None if nudge is None else scaled_diff(expected, tensorflow(nudge))
         raise SpecError([Diagnostic(shown(out), None, refusal(diff, scaled, PARITY_LIMIT, moved))])
-    _check_other_sizes(loaded, ir, files["model.py"], values, model_bytes)
+    _check_other_sizes(loaded, ir, tensorflow, onnxruntime)
     # the float32 graph is the variant's reference: gated here, in memory, so a refusal writes nothing
     phases.start("precision")
     model_inputs = {i.name: inputs[i.name] for i in view.inputs}

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen.atomic import pid_alive
 from specgen.paths import shown
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.record_problems import reason
@@ -131,7 +132,7 @@ def _clean(context: SourceContext, family: Family, key: str, record: dict[str, A
 def _why_stale(match: re.Match[str], key: str, family: Family, record: dict[str, Any]) -> str | None:
     """Why one keyed file goes, or None when it stays (the complete cache of `key`, a live process's partial)."""
     if match["pid"] is not None:
-        if match["host"] != _host() or (int(match["pid"]) != os.getpid() and _alive(int(match["pid"]))):
+        if match["host"] != _host() or (int(match["pid"]) != os.getpid() and pid_alive(int(match["pid"]))):
             return None  # being written by another process now
         return "a cache left unfinished by a process that stopped while writing it"
     if match["key"] != key:
@@ -213,13 +214,3 @@ def _remove(context: SourceContext, path: Path) -> None:
 def _host() -> str:
     """This machine's name as a file name part (a partial cache's owner is a process on a host)."""
     return re.sub(r"[^A-Za-z0-9]", "-", socket.gethostname()) or "host"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: alive
-        return True
-    return True
