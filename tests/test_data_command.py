@@ -65,3 +65,14 @@ def test_a_missing_stage_and_an_empty_glob_are_one_line(spec: Path, capsys: pyte
     assert capsys.readouterr().err == (
         f"{other}:12:21: error: data.train ({spec.parent}/shards/val-*.tfrecord): the glob 'shards/val-*.tfrecord' "
         "matches no file; expected .tfrecord shards relative to the spec's folder\n1 error found\n")
+
+
+def test_accumulation_shows_the_updates_a_pass_is_cut_into(spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """40 examples in batches of 8 are 5 micro-batches; accumulate 2 cuts them into 2 updates and leaves 1 out of
+    the pass (runtime/data.py's cut, which training runs): the line says so instead of a bare batch count."""
+    other = spec.parent / "accumulate.yaml"
+    other.write_text(SPEC.replace("train: {batch_size: 16,", "train: {batch_size: 8, accumulate: 2,"))
+    assert main(["data", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert ("batches   8 examples, full batches only, shuffled (buffer 32, seed 5): 5 a pass, 2 updates of 2 "
+            "(train.accumulate; 1 left out of the pass)\n") in out

@@ -21,6 +21,7 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
 from specgen.kinds import augment
+from specgen.kinds.features import accumulate
 from specgen.kinds.sources import kind_of
 from specgen.paths import shown
 from specgen.runtime import data
@@ -102,6 +103,17 @@ def augment_lines(model: Any, stage: str) -> list[str]:
     return [f"{i}. {augment.describe(entry)}" for i, entry in enumerate(entries, 1)]
 
 
+def _updates(examples: int, size: int, train: Any) -> str:
+    """With train.accumulate K the pass is cut into whole updates of K micro-batches (runtime/data.py): how
+    many, and the micro-batches left out of the pass; nothing to add when every batch is its own update."""
+    micro = accumulate.of(train)
+    if micro == 1:
+        return ""
+    updates = data.updates_per_pass(examples, size, micro)
+    left = examples // size - updates * micro
+    return f", {updates:,} updates of {micro} (train.accumulate; {left:,} left out of the pass)"
+
+
 def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:
     """Each tensor of a batch: its name, shape (batch first) and dtype, from the pipeline itself."""
     train = ir.training.train if ir.training is not None else None
@@ -109,7 +121,7 @@ def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:
     if stage == "train" and train is not None:
         batches = data.training_batches(source, size, train.seed, train.shuffle_buffer)
         how = (f"{size} examples, full batches only, shuffled (buffer {min(train.shuffle_buffer, source.examples):,}"
-               f", seed {train.seed}): {source.examples // size:,} a pass")
+               f", seed {train.seed}): {source.examples // size:,} a pass{_updates(source.examples, size, train)}")
     else:
         batches = data.eval_batches(source, size)
         smaller = ", the last one smaller" if source.examples % size else ""
