@@ -85,7 +85,9 @@ def _restores(paths: list[str], ir: ModelIR) -> list[str]:
     glob); one without restores every weight under its own name; `exclude` drops paths either way.
     """
     restore = ir.training.checkpoint.restore if ir.training else ()
-    return [PurePosixPath(r.source.from_).name or str(r.source.from_) for r in restore
+    # A path is the one label text the spec's checks do not hold to names' characters: a bidi override written
+    # as a `\u202e` escape would reorder the picture a reviewer reads, so it is drawn escaped, as curves does.
+    return [text.printable(PurePosixPath(r.source.from_).name or str(r.source.from_)) for r in restore
             if any(_restored(p, r.source) for p in paths)]
 
 

@@ -9,6 +9,15 @@ disagree, the reviewer would approve one spec and specgen would run another, so 
 - plain scalars that YAML 1.1 reads as a number, boolean or date and YAML 1.2 as another number or as text:
   `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`.
 
+Not a dialect difference but refused the same way, anywhere in the text (values and comments): the bidirectional
+embedding, override and isolate controls U+202A-U+202E and U+2066-U+2069. An editor, `git diff` or a review page
+obeys them and shows the text around them reordered, so the spec a reviewer reads is not the one specgen runs
+("Trojan Source", CVE-2021-42574). These nine are the ones compilers warn of (GCC's -Wbidi-chars, rustc's
+text_direction_codepoint_in_literal). The marks U+200E, U+200F and U+061C stay allowed: each is one invisible
+strong character that can move neutral characters (punctuation) next to right-to-left text but not reorder runs
+of text across it, and right-to-left prose in a `doc` needs them. A `\u202e` escape in a double-quoted value is
+visible as written and allowed; pictures escape such characters when they draw that value (text.printable).
+
 Every other plain scalar means the same in both (specgen's own reading of `1e-3` as a number, docs/spec.md
 "Numbers", is YAML 1.2's). Messages quote the text as written, never Python's rendering of it.
 """
@@ -23,7 +32,11 @@ from specgen.diagnostics import Position, safe_repr
 
 # YAML 1.1 line breaks that YAML 1.2 reads as ordinary characters (and their names for the message).
 BREAKS_11 = {"\x85": "NEXT LINE (NEL)", "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
-_BREAK = re.compile("[\x85\u2028\u2029]")
+# Bidirectional controls that reorder the text around them on screen (the module docstring says why these nine).
+BIDI = {"\u202a": "LEFT-TO-RIGHT EMBEDDING", "\u202b": "RIGHT-TO-LEFT EMBEDDING", "\u202c": "POP DIRECTIONAL FORMATTING",
+        "\u202d": "LEFT-TO-RIGHT OVERRIDE", "\u202e": "RIGHT-TO-LEFT OVERRIDE", "\u2066": "LEFT-TO-RIGHT ISOLATE",
+        "\u2067": "RIGHT-TO-LEFT ISOLATE", "\u2068": "FIRST STRONG ISOLATE", "\u2069": "POP DIRECTIONAL ISOLATE"}
+_HIDDEN = re.compile("[\x85\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 _TAG = "tag:yaml.org,2002:"
 _DECIMAL_12 = re.compile(r"[-+]?[0-9]+")  # YAML 1.2 core schema: a decimal integer
@@ -34,18 +47,23 @@ MAX_INT_DIGITS = 4300
 
 
 def hidden_break(text: str) -> tuple[Position, str] | None:
-    """The first YAML-1.1-only line break in `text`, at its line:col counted on '\\n' only (as editors count),
-    with the message; None when there is none."""
-    found = _BREAK.search(text)
+    """The first YAML-1.1-only line break or bidirectional control in `text`, at its line:col counted on '\\n'
+    only (as editors count), with the message; None when there is none."""
+    found = _HIDDEN.search(text)
     if found is None:
         return None
     offset = found.start()
     line_start = text.rfind("\n", 0, offset) + 1
     char = found.group()
+    position = Position(text.count("\n", 0, offset) + 1, offset - line_start + 1)
+    if char in BIDI:
+        return position, (f"the character U+{ord(char):04X} ({BIDI[char]}) makes editors, git diff and review pages "
+                          "show the text around it reordered, so a reviewer would read another spec than the one "
+                          "specgen runs (Trojan Source); delete it")
     message = (f"the character U+{ord(char):04X} ({BREAKS_11[char]}) is a line break for YAML 1.1 readers "
                "(specgen's) and an ordinary character for YAML 1.2 ones (editors, yaml-language-server, git diff), "
                "so they would read different specs; delete it, or write a newline")
-    return Position(text.count("\n", 0, offset) + 1, offset - line_start + 1), message
+    return position, message
 
 
 def dialect_problem(node: yaml.ScalarNode) -> str | None:
