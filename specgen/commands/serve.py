@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 NAME = "serve"
 ORDER = 110
 HELP = "serve a Triton-layout model repository over the Open Inference Protocol"
+
+
+def positive_seconds(text: str) -> float:
+    """A positive finite number of seconds: nan would stop the poll task at its first sleep and inf never wake it,
+    so either would leave the repository unpolled, silently."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive finite number of seconds")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-control", choices=["none", "poll", "explicit"], default="none",
                         help="none: the models found at start; poll: rescan the repository every --poll-seconds; "
                         "explicit: load and unload through the repository API")
-    parser.add_argument("--poll-seconds", type=float, default=15.0, metavar="S",
+    parser.add_argument("--poll-seconds", type=positive_seconds, default=15.0, metavar="S",
                         help="seconds between scans with --model-control poll")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="server processes on the same ports, onnxruntime's threads split between them")

@@ -4,7 +4,10 @@
 - `poll`: every `--poll-seconds` the repository is scanned; a model folder whose files changed
   (config.pbtxt, or a version folder's files: added, replaced, removed) is loaded again, a new
   folder is loaded, a removed one unloaded. A scan reads only names and stat() results until
-  something changed, so polling an unchanged repository costs next to nothing.
+  something changed, so polling an unchanged repository costs next to nothing. A change is loaded
+  once the folder's stamps held still over one poll interval and at least SETTLE_SECONDS (settled: a
+  file still being written is not read), and the load is thrown away, and tried at the next poll,
+  when the files changed while it read them (stamps.py says why).
 - `explicit`: every model is loaded at start (as Triton's `--load-model=*`), then Triton's
   repository extension loads and unloads them: `POST /v2/repository/models/{name}/load`,
   `/unload`, and the gRPC RepositoryModelLoad / RepositoryModelUnload.
@@ -20,14 +23,21 @@ count in `specgen_model_loads_total{result="refused"}`, and it is served as if i
 so under `latest 1` the version served before keeps serving. A config.pbtxt that cannot be read
 refuses the whole change and the versions served keep serving. A refusal is not retried (nor
 logged again) until a file of its version folder changes (the model, or a precision variant's
-sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again.
+sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again. A refusal of a version
+whose folder (or model file) is gone is dropped at the next scan or load: the index lists what the
+repository holds.
+
+With `--workers N` each worker scans and loads on its own: every load, refusal and unload is logged
+(each worker's lines carry its index) and counted once per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,22 +49,15 @@ from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
 from specgen.serve.models import load_version
 from specgen.serve.registry import Registry, Version
-from specgen.serve.repository import (
-    ModelConfig,
-    RepositoryError,
-    available_versions,
-    file_stamp,
-    model_folders,
-    read_config,
-    version_folders,
-)
+from specgen.serve.repository import ModelConfig, RepositoryError, available_versions, model_folders, read_config
+from specgen.serve.stamps import EXPLICIT_SETTLE_SECONDS, SETTLE_SECONDS, Snapshot, file_stamp, folder_stamp, snapshot
 from specgen.serve.values import cut, show
 
 log = logging.getLogger("specgen.serve")
 MODES = ("none", "poll", "explicit")
 NAME_MAX = 255  # bytes of one file name on Linux, macOS and Windows file systems
 T = TypeVar("T")
-Snapshot = tuple[Any, ...]
+__all__ = ["MODES", "ModelControl", "ModelSource", "folder_stamp", "snapshot"]
 
 
 @dataclass(frozen=True)
@@ -65,29 +68,6 @@ class ModelSource:
     provider: str = "auto"
     threads: int = 0
     cuda_graphs: bool = False
-
-
-def _files(folder: Path) -> tuple[tuple[str, Any], ...]:
-    """Every file's name and stat() in `folder`, by name (OSError when it cannot be listed)."""
-    return tuple(sorted((f.name, file_stamp(f)) for f in folder.iterdir()))
-
-
-def folder_stamp(folder: Path) -> tuple[tuple[str, Any], ...] | None:
-    """What says a version folder changed: its files (the model, and a precision variant's variant.json,
-    sample.npz and model.fp32.onnx); None when it cannot be listed."""
-    try:
-        return _files(folder)
-    except OSError:
-        return None
-
-
-def snapshot(folder: Path) -> Snapshot:
-    """What says a model folder changed: config.pbtxt's and every version folder's files' stat()."""
-    try:
-        versions = [(number, _files(p)) for number, p in version_folders(folder).items()]
-    except (OSError, RepositoryError):  # unreadable now: compared as such, and read (and refused) by _load
-        return ()
-    return file_stamp(folder / "config.pbtxt"), tuple(versions)
 
 
 def _read(folder: Path) -> tuple[ModelConfig, list[int]]:
@@ -103,10 +83,13 @@ class ModelControl:
             raise ValueError(f"model control '{mode}' is not one of {', '.join(MODES)}")
         if mode != "none" and source is None:
             raise ValueError(f"model control '{mode}' needs the repository the models come from")
-        if poll_seconds <= 0:
-            raise ValueError(f"poll seconds must be positive; received {poll_seconds}")
+        if not (math.isfinite(poll_seconds) and poll_seconds > 0):  # nan would kill the poll task, inf never poll
+            raise ValueError(f"poll seconds must be a positive finite number; received {poll_seconds}")
         self.registry, self.source, self.mode, self.poll_seconds = registry, source, mode, poll_seconds
-        self.seen: dict[str, Snapshot] = {}
+        self.seen: dict[str, Snapshot] = {}  # what was loaded (or refused), per model folder
+        # a change not loaded yet, and when it was first seen (time.monotonic): loaded once it held still that long
+        self.pending: dict[str, tuple[Snapshot, float]] = {}
+        self.settle_seconds = max(SETTLE_SECONDS, poll_seconds)
         self.refused: dict[tuple[str, int], tuple[Any, str]] = {}  # (model, version) -> (what was refused, why)
         self.problems: dict[str, str] = {}  # model -> why it is not served
         self.unreadable: str | None = None  # why the last poll could not list the repository (logged once)
@@ -180,7 +163,16 @@ class ModelControl:
         async with self._lock:
             if not folder.is_dir():
                 raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.repo)}", 400)
-            problems = await self._load(name, folder, explicit=True)
+            before = await self._run(snapshot, folder)
+            await asyncio.sleep(EXPLICIT_SETTLE_SECONDS)  # a writer at work moves a stamp meanwhile (stamps.py)
+            settled = await self._run(snapshot, folder)
+            problems = (await self._load(name, folder, explicit=True, expected=settled) if settled == before
+                        else None)
+            if problems is None:
+                raise ProtocolError(f"model '{name}': files of {shown(folder)} changed while they were read (still "
+                                    "being written?); nothing was loaded, load again once they are written", 409,
+                                    grpc_code="ABORTED")
+            self.seen[name] = settled
         if problems:
             raise ProtocolError("; ".join(problems), 400)
 
@@ -207,16 +199,25 @@ class ModelControl:
                 return
             self._unreadable_now(None)
             for name, (folder, snap) in found.items():
-                if self.seen.get(name) != snap:
-                    self.seen[name] = snap
+                first = self.pending.get(name)
+                if self.seen.get(name) == snap:
+                    self.pending.pop(name, None)
+                elif first is None or first[0] != snap:  # changed since the last poll: a writer may be at work
+                    self.pending[name] = (snap, time.monotonic())
+                elif time.monotonic() - first[1] >= self.settle_seconds:  # the change held still: settled
                     try:
-                        await self._load(name, folder, explicit=False)
+                        if await self._load(name, folder, explicit=False, expected=snap) is not None:
+                            self.seen[name] = snap
+                            del self.pending[name]
                     except Exception:  # a bug: logged with its traceback; the other models are still scanned
+                        self.seen[name] = snap
                         log.error("model load failed", exc_info=True,
                                   extra={"fields": {"event": "error", "model": name}})
             for name in [n for n in self.seen if n not in found]:
                 del self.seen[name]
+                self.pending.pop(name, None)
                 self.problems.pop(name, None)
+                self._forget_refusals(name, set())
                 self._unload(name, "removed from the repository")
 
     def _unreadable_now(self, why: str | None) -> None:
@@ -232,18 +233,28 @@ class ModelControl:
         self.registry.install(name, {}, reason=why)  # each version logs model_unloaded once its requests are answered
         self.problems[name] = why
 
+    def _forget_refusals(self, name: str, present: set[int]) -> None:
+        """Drop the refusals of `name`'s versions that the repository no longer holds."""
+        for key in [k for k in self.refused if k[0] == name and k[1] not in present]:
+            del self.refused[key]
+
     def _refuse(self, name: str, version: int | None, why: str) -> None:
         self.registry.metrics.load_result(name, "refused")
         log.warning("model version refused", extra={"fields": {"event": "model_refused", "model": name,
                                                                "version": version, "error": why}})
 
-    async def _load(self, name: str, folder: Path, explicit: bool) -> list[str]:
-        """Load what changed of one model and swap it in; the refusals' messages (each logged once)."""
+    async def _load(self, name: str, folder: Path, explicit: bool, expected: Snapshot) -> list[str] | None:
+        """Load what changed of one model and swap it in; the refusals' messages (each logged once). None, with
+        nothing swapped, logged or recorded, when the folder's stamps are no longer `expected` once it was read."""
         current = self.registry.models.get(name, {})
         try:
             config, available = await self._run(_read, folder)
         except RepositoryError as exc:
+            if await self._run(snapshot, folder) != expected:
+                return None
             return self._nothing_loaded(name, current, [str(exc)], refuse=str(exc))
+        self._forget_refusals(name, set(available))
+        refusals: list[tuple[int, Any, str]] = []  # recorded and logged only once the read proves whole
         same_config = bool(current) and next(iter(current.values())).model.config == config
         candidates, chosen, problems = list(available), dict[int, Version](), []
         while missing := [v for v in config.version_policy.select(candidates) if v not in chosen]:
@@ -265,13 +276,21 @@ class ModelControl:
                     model = await self._run(load_version, name, version, path, config, source.provider,
                                             source.threads, True, source.cuda_graphs)
                 except (RepositoryError, InputError) as exc:
-                    self.refused[name, version] = ((files, config), str(exc))
-                    self._refuse(name, version, str(exc))
+                    refusals.append((version, (files, config), str(exc)))
                     problems.append(str(exc))
                     candidates.remove(version)
                     continue
-                self.refused.pop((name, version), None)
                 chosen[version] = self.registry.version(model)
+        if await self._run(snapshot, folder) != expected:  # written to while read: this session may mix two files
+            for version, served in chosen.items():
+                if current.get(version) is not served:
+                    self.registry.close_later(served)
+            return None
+        for version, stamp, reason in refusals:
+            self.refused[name, version] = (stamp, reason)
+            self._refuse(name, version, reason)
+        for version in chosen:
+            self.refused.pop((name, version), None)
         if not chosen:
             why = problems or [f"{shown(folder)}: no version folder holds {config.model_filename}, or version_policy "
                                f"{config.version_policy.describe()} selects none of {available}"]

@@ -139,7 +139,13 @@ def grpc_options(service: Service, limit: int) -> list[tuple[str, Any]]:
         # A port in use is an error, not silently shared with another server; worker processes of one server share it.
         ("grpc.so_reuseport", int(options.grpc_reuse_port)),
         ("grpc.max_receive_message_length", limit),
+        # Not lowered below the calls at once: gRPC clients of one process share one connection per server (grpc's
+        # subchannel pool), so a per-connection cap would throttle them; _bound_send frees calls a peer holds.
         ("grpc.max_concurrent_streams", options.grpc_max_streams),
+        # A connection without a call for header_timeout is closed (GOAWAY; a client's channel reconnects on its next
+        # call): gRPC refuses newcomers at max_connections and evicts no one, so idle connections must not hold it
+        # longer than one that never finishes its handshake does.
+        ("grpc.max_connection_idle_ms", int(options.header_timeout * 1000)),
         ("grpc.max_allowed_incoming_connections", options.max_connections),
         ("grpc.max_metadata_size", options.max_header_bytes),
         ("grpc.server_handshake_timeout_ms", int(options.header_timeout * 1000)),
@@ -194,6 +200,29 @@ def _at_deadline(budget: float, remaining: float | None) -> bool:
     return remaining is None or remaining <= max(0.05, budget / 10)
 
 
+def _bound_send(seconds: float) -> None:
+    """Cancel the running call if its answer is not sent within `seconds` from now.
+
+    grpc.aio sends a unary call's answer in the same task that ran the method, after it returns, and counts the
+    call against maximum_concurrent_rpcs until that task ends. A client that grants no HTTP/2 flow-control window
+    (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE) while answering keepalive pings lets no answer out, so its
+    calls would hold their slots, and every other client would be refused RESOURCE_EXHAUSTED, for as long as it
+    stays connected. Cancelling the task cancels the call (measured: the slot stays taken while the connection is
+    open), which leaves the connection without a live call, so grpc.max_connection_idle_ms closes it and gRPC frees
+    its slots: a peer holds them at most send_timeout + header_timeout."""
+    task = asyncio.current_task()
+    if task is None:
+        return
+    timer = asyncio.get_running_loop().call_later(seconds, _cancel_unsent, task)
+    task.add_done_callback(lambda _: timer.cancel())
+
+
+def _cancel_unsent(task: asyncio.Task[Any]) -> None:
+    if not task.done():
+        log.info("gRPC answer not sent in time", extra={"fields": {"event": "send_timeout", "protocol": "grpc"}})
+        task.cancel()
+
+
 class Servicer:
     """The GRPCInferenceService methods over a Service."""
 
@@ -223,11 +252,17 @@ class Servicer:
                                                       response_serializer=response.SerializeToString)
             for name, (fn, request, response) in methods.items()})
 
-    @staticmethod
-    def _guarded(name: str, fn: Any, request_type: Any, response: Any) -> Any:
+    def _guarded(self, name: str, fn: Any, request_type: Any, response: Any) -> Any:
         """A method that parses its request, answers a ProtocolError with its status code and a bug with INTERNAL:
-        it never raises."""
+        it never raises. Its answer must be sent within send_timeout (_bound_send)."""
+        send_timeout = self.service.options.send_timeout
         async def method(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                return await answer(raw, context)
+            finally:
+                _bound_send(send_timeout)
+
+        async def answer(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 request = request_type.FromString(raw)
             except DecodeError as exc:

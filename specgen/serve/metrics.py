@@ -6,18 +6,25 @@ statistics extension (stats.py). gRPC requests are counted with the HTTP status 
 (INVALID_ARGUMENT 400, NOT_FOUND 404, ...) and `protocol="grpc"`.
 
 With `--workers N`, prometheus_client's multiprocess mode: every worker writes its values into the folder
-named by PROMETHEUS_MULTIPROC_DIR, and /metrics of any worker renders the sum of all.
+named by PROMETHEUS_MULTIPROC_DIR, and /metrics of any worker renders the sum of all. Each worker loads the
+live repository's models itself, so `specgen_model_loads_total` counts each version once per worker (N per
+version): it counts loads, the work each process did, and a dashboard divides by N for versions.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from specgen.atomic import pid_alive
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by `--workers N` (workers.py) in each worker's environment
+METRICS_PREFIX = "specgen-metrics-"  # `--workers`' folder: + the parent's pid + "-" + mkdtemp's random part
 UNKNOWN_MODEL = "_unknown"  # the model label of requests for models the server does not have
 
 
@@ -149,3 +156,30 @@ class VersionObserver:
 
     def batch(self, model: str, requests: int, rows: int, seconds: float) -> None:
         self.metrics.batch(model, requests, rows, seconds)
+
+
+def remove_stale_metrics(folder: Path) -> list[Path]:
+    """Remove the metrics folders in `folder` whose parent process is gone (killed before it could remove them)."""
+    removed = []
+    for path in folder.glob(f"{METRICS_PREFIX}*-*"):
+        pid = path.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and path.is_dir() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def remove_orphaned_metrics() -> None:
+    """The parent died without removing the metrics folder: remove this worker's files, and the folder once no other
+    live process has files in it (prometheus_client names them <kind>_<pid>.db), so the last worker out removes it."""
+    folder = os.environ.get(MULTIPROC_ENV)
+    if not folder:
+        return
+    for path in Path(folder).glob("*.db"):
+        pid = path.stem.rsplit("_", 1)[-1]
+        if not pid.isdigit() or int(pid) == os.getpid() or not pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+    try:
+        os.rmdir(folder)
+    except OSError:  # another worker still has files there: the last one out removes it
+        pass

@@ -62,7 +62,7 @@ class ServedModel:
     # checked before batching, so one such request gets a 400 and never fails a batch.
     too_long: Callable[[Arrays], str | None] = lambda arrays: None
     path: Path | None = None  # the model file, and what said it changed (file_stamp) when it was loaded
-    stamp: tuple[int, int, int] | None = None
+    stamp: tuple[int, int, int, int] | None = None
     # Why the rows of one run are not independent (coupling.py), or None: then requests are never joined.
     rows_coupled: str | None = None
 

@@ -325,10 +325,11 @@ def read_repository(repo: Path) -> list[ModelEntry]:
     return entries
 
 
-def file_stamp(path: Path) -> tuple[int, int, int] | None:
-    """What says a file changed (inode, size, modification time in ns); None when it is gone."""
+def file_stamp(path: Path) -> tuple[int, int, int, int] | None:
+    """What says a file changed: (inode, size, mtime, ctime in ns), None when it is gone; see stamps.py (the
+    ctime moves on every write, and no user tool can set it, unlike the mtime)."""
     try:
         stat = os.stat(path)
     except OSError:
         return None
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns

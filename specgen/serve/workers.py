@@ -14,6 +14,8 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
   split between them (`--threads`, or the CPUs this process may use, divided by N, at least 1).
 - Metrics: prometheus_client's multiprocess mode (a fresh folder per run, removed at exit); /metrics
   of any worker sums the counters and histograms of all, live and dead, and the gauges of the live.
+  The folder is named by the parent's pid: should the parent be killed (kill -9), the last worker to
+  exit removes it, and a later `--workers` run removes any whose parent is gone (`stale_metrics`).
 - Workers start one after another, each once the previous is ready: a repository that cannot be served
   is then reported once, by the first, and the parent exits with its status.
 - SIGTERM / SIGINT to the parent: SIGTERM to every worker (each drains: in-flight requests answered,
@@ -39,10 +41,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from specgen.errors import SpecgenError
+from specgen.serve.metrics import METRICS_PREFIX, remove_orphaned_metrics, remove_stale_metrics
 from specgen.serve.options import ServeOptions
 from specgen.serve.process import ServerSettings, serve
 
@@ -116,7 +120,8 @@ class Supervisor:
             options = replace(options, grpc_port=self.grpc.getsockname()[1], grpc_reuse_port=True)
         self.options = options
         self.settings = replace(settings, options=options, threads=worker_threads(settings.threads, workers))
-        self.metrics_dir = tempfile.mkdtemp(prefix="specgen-metrics-")
+        remove_stale_metrics(Path(tempfile.gettempdir()))
+        self.metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
         self.workers: dict[int, Worker] = {}
         self.backoff: dict[int, float] = {}
         self.stopping = 0
@@ -287,9 +292,14 @@ def _die_with_parent(parent: int) -> None:
 
 def worker_main() -> int:
     """A worker: the settings come pickled on stdin from the parent (its own child: trusted)."""
-    _die_with_parent(int(sys.argv[1]))
+    parent = int(sys.argv[1])
+    _die_with_parent(parent)
     settings: ServerSettings = pickle.load(sys.stdin.buffer)
-    return serve(settings)
+    try:
+        return serve(settings)
+    finally:
+        if os.getppid() != parent:  # the parent was killed: no one else will remove the metrics folder
+            remove_orphaned_metrics()
 
 
 if __name__ == "__main__":
