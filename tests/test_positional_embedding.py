@@ -109,7 +109,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, bytes
     ir = build_ir(load_spec_text(tokens_spec(), "pe.yaml"))
     values = parity.random_weights(ir, np.random.default_rng(0))
     model = with_weights(onnx.load_from_string(render_files(ir)["model.onnx"]), ir, values)
-    assert {p.key: p.value for p in model.metadata_props} == {"specgen.max_lengths": '{"seq": [10, "pos"]}'}
+    assert {p.key: p.value for p in model.metadata_props} == {"specgen.max_lengths": '{"seq": [10, "pos"]}',
+                                                              "specgen.id_ranges": '{"ids": [0, 13, "tok", "embedding"]}'}
     path = tmp_path_factory.mktemp("pe") / "model.onnx"
     path.write_bytes(model.SerializeToString())
     return path, ir, model.SerializeToString()

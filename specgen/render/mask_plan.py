@@ -52,6 +52,9 @@ def tf_mask(node: Node, local: dict[str, str]) -> dict[str, Any]:
     if _consumes(node) == "attention":
         return {"padding": {role: f"layers.token_mask({', '.join(local[s] for s in ids)})"
                             for role, ids in _by_role(node).items()}}
+    if _consumes(node) == "product":  # multiply: each input's own mask, "None" for an unmasked one
+        return {"factors": [f"layers.token_mask({', '.join(local[s] for s in ids)})" if ids else "None"
+                            for ids in node.input_masks]}
     return {"mask": f"layers.token_mask({', '.join(local[s] for s in node.mask)})"}
 
 
@@ -62,7 +65,21 @@ def onnx_mask(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     if _consumes(node) == "attention":
         padding = {role: [ctx.tensor[s] for s in ids] for role, ids in _by_role(node).items()}
         return {"padding": padding} | onnx_constants(node, ctx, attrs)
+    if _consumes(node) == "product":
+        return _product(node, ctx, attrs)
     return {"mask": [ctx.tensor[s] for s in node.mask]} | onnx_constants(node, ctx, attrs)
+
+
+def _product(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
+    """multiply (templates/onnx/ops/multiply.onnx.j2): each input's id tensors ([] when unmasked), where its mask
+    goes in, the 1 a masked step counts as and, when every input is masked, the 0 the output takes there."""
+    n = node.onnx_name
+    found = {"factors": [[ctx.tensor[s] for s in ids] for ids in node.input_masks],
+             "axes": ctx.constant(f"{n}___mask_axes", [attrs["mask_axis"]]),
+             "one": ctx.float_constant(f"{n}___mask_one", 1.0)}
+    if all(node.input_masks):
+        found["zero"] = ctx.float_constant(f"{n}___mask_zero", 0.0)
+    return found
 
 
 def _scalar(ctx: Any, name: str, value: int) -> str:

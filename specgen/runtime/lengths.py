@@ -1,11 +1,21 @@
-"""Run-time bounds of named dimensions: a positional_embedding takes at most `max_length` time steps.
+"""Run-time limits of an exported model's inputs, which ONNX cannot declare and onnxruntime does not all enforce.
 
-ONNX has no way to declare a bound on a dim_param, and a graph that sliced would clip a longer
-sequence into a wrong answer. `specgen export` writes each bounded symbol into the model's metadata
-(`specgen.max_lengths`: {"seq": [16, "pos"]}, the smallest max_length reading that symbol, and its
-layer); `Predictor.check` (so `specgen infer` and `specgen serve`) reads it back and refuses a longer
-input before onnxruntime runs. A time dimension that is an expression of a symbol (after a strided
-conv1d) is not recorded: the graph's Gather then refuses it (kinds/ops/positional_embedding.py).
+- Upper bounds of named dimensions: a positional_embedding takes at most `max_length` time steps, and a graph
+  that sliced would clip a longer sequence into a wrong answer. `specgen.max_lengths`: {"seq": [16, "pos"]}, the
+  smallest max_length reading that symbol, and its layer. A time dimension that is an expression of a symbol
+  (after a strided conv1d) is not recorded: the graph's Gather then refuses it (kinds/ops/positional_embedding.py).
+- Lower bounds: `valid` windows shrink an axis, so a conv1d of kernel 4 then a max_pool1d of 5 need t >= 8
+  (runtime/sample_sizes.py). TensorFlow refuses a shorter input, but onnxruntime answers some of them (a pool whose
+  window no longer fits gives one step). `specgen.min_lengths`: {"t": [8, "p", "max_pool1d"]}: the smallest size
+  of a symbol that alone decides a lower bound, and the layer that needs it. A stride product (the `period` of
+  sample_sizes.py) is no constraint: every size from the smallest on runs, SAME windows just pad differently.
+- Id ranges: an embedding's ids (and a gather's indices) must be in [0, rows). onnxruntime's Gather reads a
+  negative id as counted from the end, where TensorFlow refuses it. `specgen.id_ranges`: {"ids": [0, 20, "emb",
+  "embedding"]}, for each graph input read directly as ids, the tightest range over the layers reading it.
+
+`specgen export` writes them into the model's metadata; `Predictor.too_long` (so `specgen infer` and `specgen
+serve`) reads them back and refuses an input outside them before onnxruntime runs, in one line. A model exported
+before a key existed has no such entry and runs as before.
 """
 
 from __future__ import annotations
@@ -17,7 +27,11 @@ from typing import Any
 from specgen.kinds.dims import SYMBOL
 
 KEY = "specgen.max_lengths"
+MIN_KEY = "specgen.min_lengths"
+IDS_KEY = "specgen.id_ranges"
 Bounds = dict[str, tuple[int, str]]  # symbol -> (largest size, the layer that bounds it)
+Minima = dict[str, tuple[int, str, str]]  # symbol -> (smallest size, the layer that needs it, its op)
+IdRanges = dict[str, tuple[int, int, str, str]]  # input -> (lowest id, one past the highest, layer, op)
 
 
 def bounds(ir: Any) -> Bounds:
@@ -35,12 +49,35 @@ def bounds(ir: Any) -> Bounds:
     return found
 
 
+def minima(ir: Any) -> Minima:
+    """The symbols of a ModelIR that must be above 1 (runtime/sample_sizes.py's lower bounds)."""
+    from specgen.runtime.sample_sizes import lower_bounds
+
+    return {symbol: (size, layer, ir.node(layer).op) for symbol, (size, layer) in lower_bounds(ir).items()}
+
+
+def id_ranges(ir: Any) -> IdRanges:
+    """Graph inputs an op reads as row indices (OpDef.id_limit with a fixed size): an embedding's one input, a
+    gather's indices (its last input, kinds/ops/gather.py). Ids reaching them through other layers are not checked."""
+    from specgen.kinds.ops import op_def
+
+    graph_inputs = {i.name for i in ir.inputs}
+    found: IdRanges = {}
+    for node in ir.nodes:
+        op = op_def(node.op)
+        limit = node.params.get(op.id_limit) if op.id_limit else None
+        source = node.inputs[0] if op.ids_checked else node.inputs[-1]
+        if type(limit) is int and source in graph_inputs and limit < found.get(source, (0, limit + 1))[1]:
+            found[source] = (0, limit, node.name, node.op)
+    return found
+
+
 def stamp(model: Any, ir: Any) -> None:
-    """Write the bounds into an onnx.ModelProto's metadata (nothing when there are none)."""
-    found = bounds(ir)
-    if found:
-        entry = model.metadata_props.add()
-        entry.key, entry.value = KEY, json.dumps({k: list(v) for k, v in sorted(found.items())})
+    """Write the limits into an onnx.ModelProto's metadata (no entry for a kind there is none of)."""
+    for key, found in ((KEY, bounds(ir)), (MIN_KEY, minima(ir)), (IDS_KEY, id_ranges(ir))):
+        if found:
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, json.dumps({k: list(v) for k, v in sorted(found.items())})
 
 
 def read(metadata: Mapping[str, str]) -> Bounds:
@@ -64,4 +101,52 @@ def violation(found: Bounds, declared: Mapping[str, tuple[Any, ...]], shapes: Ma
                 return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
                         f"{list(shapes[name])}), expected at most {limit}: the max_length of layer '{layer}' "
                         "(positional_embedding)")
+    return None
+
+
+def _entries(metadata: Mapping[str, str], key: str, kinds: tuple[type, ...]) -> dict[str, tuple[Any, ...]]:
+    """A metadata entry's lists whose items have exactly these types; anything else (a hand-edited file) ignored."""
+    try:
+        raw = json.loads(metadata.get(key, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: tuple(v) for k, v in raw.items() if isinstance(v, list) and len(v) == len(kinds)
+            and all(type(item) is kind for item, kind in zip(v, kinds, strict=True))}
+
+
+def read_minima(metadata: Mapping[str, str]) -> Minima:
+    return _entries(metadata, MIN_KEY, (int, str, str))
+
+
+def read_ids(metadata: Mapping[str, str]) -> IdRanges:
+    return _entries(metadata, IDS_KEY, (int, int, str, str))
+
+
+def too_short(found: Minima, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """The first input whose size along a symbol is below the smallest the model takes, as an error message."""
+    for name, dims in declared.items():
+        for axis, dim in enumerate(dims):
+            if dim in found and axis < len(shapes[name]) and shapes[name][axis] < found[dim][0]:
+                limit, layer, op = found[dim]
+                return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
+                        f"{list(shapes[name])}), expected at least {limit}: layer '{layer}' ({op}) needs at least "
+                        f"{limit}")
+    return None
+
+
+def bad_id(found: IdRanges, arrays: Mapping[str, Any]) -> str | None:
+    """The first input holding an id outside its range (the first such value in reading order), as an error."""
+    import numpy as np
+
+    for name, (low, high, layer, op) in found.items():
+        array = arrays.get(name)
+        if array is None or not np.size(array) or np.asarray(array).dtype.kind not in "iu":
+            continue
+        outside = (array < low) | (array >= high)
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            return (f"input '{name}': received id {array[at]} at {list(at)}, expected ids in [{low}, {high - 1}]: "
+                    f"layer '{layer}' ({op}) takes ids below {high}")
     return None

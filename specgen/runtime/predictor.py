@@ -120,7 +120,9 @@ class Predictor:
                              "onnxruntime fell back to the CPU. Use --provider cpu or auto to accept that.")
         self.inputs = {i.name: (tuple(i.shape), DTYPES.get(i.type, np.float32)) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
-        self.bounds = lengths.read(self.session.get_modelmeta().custom_metadata_map)
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        self.bounds = lengths.read(metadata)
+        self.minima, self.id_ranges = lengths.read_minima(metadata), lengths.read_ids(metadata)
         self.graphs = cuda_graphs and self.graph_note is None
         if cuda_graphs and self.provider != CUDA and self.graph_note is None:
             self.graph_note = f"CUDA graphs need the CUDA provider; {self.provider} runs this model"
@@ -244,9 +246,12 @@ class Predictor:
         return checked
 
     def too_long(self, inputs: dict[str, np.ndarray]) -> str | None:
-        """Why an input is longer than a named dimension's bound (runtime/lengths.py), or None."""
+        """Why an input is outside the limits the export recorded (runtime/lengths.py), or None: longer or shorter
+        than a named dimension takes, or an id outside an embedding's rows. `specgen serve` asks it too."""
         shapes = {n: np.shape(inputs[n]) for n in self.inputs if n in inputs}
-        return lengths.violation(self.bounds, {n: s for n, (s, _) in self.inputs.items() if n in shapes}, shapes)
+        declared = {n: s for n, (s, _) in self.inputs.items() if n in shapes}
+        return (lengths.violation(self.bounds, declared, shapes) or lengths.too_short(self.minima, declared, shapes)
+                or lengths.bad_id(self.id_ranges, {n: inputs[n] for n in shapes}))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = self.check(inputs)

@@ -144,6 +144,21 @@ def ranges(ir: ModelIR) -> list[Range]:
     return found
 
 
+def lower_bounds(ir: ModelIR) -> dict[str, tuple[int, str]]:
+    """Each input symbol's smallest size above 1 and the first layer that needs it, from the lower bounds on that
+    symbol alone (runtime/lengths.py stamps them into exports). A bound on an expression of several symbols
+    (`t+s`) limits none of them alone: left out, so the graph itself is then the only check."""
+    found: dict[str, tuple[int, str]] = {}
+    for test in constraints(ir):
+        names = dims.names(test.dim)
+        if test.upper or len(names) != 1:
+            continue
+        smallest = _smallest(test)
+        if smallest > found.get(names[0], (1, ""))[0]:
+            found[names[0]] = (smallest, test.layer)
+    return {symbol: found[symbol] for symbol in symbols(ir) if symbol in found}
+
+
 def _describe(r: Range, ir: ModelIR) -> str:
     need = f"layer '{r.lower_layer}' ({ir.node(r.lower_layer).op}) needs at least {r.smallest}" if r.lower_layer else ""
     cap = f"layer '{r.upper_layer}' ({ir.node(r.upper_layer).op}) takes at most {r.largest}"

@@ -210,7 +210,9 @@ def _filled(x: Inferred, position: int) -> bool:
     `<argument>_mask=` for a call with more where the layer has one (MultiHeadAttention's query, value, key)."""
     if len(x.sources) == 1:
         return True
-    rule = REGISTRY[x.layer.op].mask  # the ops whose renderings take a mask per role (query, value, key)
+    rule = REGISTRY[x.layer.op].mask
+    if rule is not None and rule.consumes == "product":  # Keras' Multiply reads each input tensor's own mask
+        return True  # the ops whose renderings take a mask per role (query, value, key)
     return rule is not None and rule.consumes == "attention" and position in {
         roles(x.layer)[r] for r in MASK_ROLE.values()}
 

@@ -105,7 +105,7 @@ class AsActivation:
 
 MaskAfter = Literal["first", "union", "none"]
 MaskCheck = Callable[[Any, tuple[bool, ...], int], str]  # (layer, which inputs carry a mask, output rank) -> why not
-MaskRender = Literal["recurrent", "both_directions", "masked_mean", "attention"]
+MaskRender = Literal["recurrent", "both_directions", "masked_mean", "attention", "product"]
 
 
 @dataclass(frozen=True)

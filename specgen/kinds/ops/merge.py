@@ -101,12 +101,23 @@ def concat_mask(layer: Concat, masked: tuple[bool, ...], rank: int) -> str:
 
 
 MERGE_MASK = MaskRule("union")  # Keras' Merge.compute_mask: the OR of the masks, none when an input has none
+# Keras 3's Multiply (keras/src/layers/merging/multiply.py, _merge_function) also reads the masks for its values:
+# each masked input counts as 1 at its masked steps, and where every input is masked (only when all carry one)
+# the product is 0. Add, Subtract and Concatenate use the raw values (Average, Maximum and Minimum, which treat
+# masked values specially too, are not specgen ops). render/mask_plan.py hands the masks to the templates.
+PRODUCT_MASK = MaskRule("union", consumes="product")
+
+
+def multiply_onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
+    """Where a [batch, time] mask meets the product: Keras expands it on the last axis (channels-last), which a
+    channels-first [batch, channels, time] tensor holds at axis 1."""
+    return {"mask_axis": 1 if first else -1} if any(node.input_masks) else {}
 
 OPS = (
     OpDef("add", Elementwise, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="sum",
           keras=("Add",)),
-    OpDef("multiply", Elementwise, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="product",
-          keras=("Multiply",)),
+    OpDef("multiply", Elementwise, elementwise, onnx_attrs=multiply_onnx_attrs, layout="any", symbolic=True,
+          mask=PRODUCT_MASK, moments="product", keras=("Multiply",)),
     OpDef("subtract", Subtract, elementwise, layout="any", symbolic=True, mask=MERGE_MASK, moments="difference",
           keras=("Subtract",)),
     OpDef("concat", Concat, concat, concat_tf_attrs, concat_onnx_attrs, layout="any",

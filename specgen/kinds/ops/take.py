@@ -6,8 +6,8 @@ scalar index (it takes negative indices the same way). FLOPs 0: a copy, no arith
 
 An index outside a fixed axis is a validate error. On a named dynamic axis the size is known only at
 run time: the graph refuses a sequence too short for the index (TensorFlow's strided slice and
-onnxruntime's Gather both raise, naming the index and the bound), never a wrong answer. specgen does
-not stamp a minimum length into the export (runtime/lengths.py records maxima only).
+onnxruntime's Gather both raise, naming the index and the bound), never a wrong answer. So take adds no
+minimum length to the export's metadata (runtime/lengths.py stamps those of shrinking windows).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import tensorflow as tf
 from specgen.runtime.lib.attention import multi_head_attention as multi_head_attention
 from specgen.runtime.lib.dropout import dropout as dropout
 from specgen.runtime.lib.masks import masked_mean as masked_mean
+from specgen.runtime.lib.masks import masked_product as masked_product
 from specgen.runtime.lib.masks import token_mask as token_mask
 from specgen.runtime.lib.norms import rms_norm as rms_norm
 from specgen.runtime.lib.positional_embedding import positional_embedding as positional_embedding
