@@ -162,8 +162,9 @@ class Specgen:
     def __init__(self, loaded: LoadedSpec, folder: Path):
         import tensorflow as tf
 
+        from specgen.progress import TrainProgress
         from specgen.runtime import data
-        from specgen.runtime.commands.train import Progress, Session
+        from specgen.runtime.commands.train import Session
         from specgen.runtime.lib.generated import load_generated
         from specgen.runtime.placement.default import Distribution
 
@@ -188,12 +189,12 @@ class Specgen:
         # the real updates/metrics/_summaries methods over this trainer; no checkpoints or epochs.
         session = Session.__new__(Session)
         session.trainer, session.train_spec, session.iterator = self.trainer, train, iter(batches())
-        session.step, session.every, session.updates_per_epoch = 0, 10**9, 10**9
+        session.step, session.attempts, session.every, session.updates_per_epoch = 0, 0, 10**9, 10**9
         # Session.updates runs through the one-device Distribution over the IR's train section (as __init__ sets)
         session.distribution, session.train_ir = Distribution(), ir.training.train
         session.writers = {stage: tf.summary.create_file_writer(str(folder / "tensorboard" / stage))
                            for stage in ("train", "eval")}
-        self.session, self.progress, self.losses = session, Progress(quiet=True), []
+        self.session, self.progress, self.losses = session, TrainProgress(0, 10**9, quiet=True), []
         self.started, self.first = time.monotonic(), 0
 
     def loop(self, steps: int) -> None:
@@ -209,15 +210,16 @@ class Specgen:
 
     def train_loop(self, steps: int) -> None:
         """The body of specgen.runtime.commands.train.train, without checkpoint saves and eval."""
-        from specgen.runtime.commands.train import _format, _next_stop
+        from specgen.runtime.commands.train import _chunk, _format
 
         session, progress = self.session, self.progress
         stop = session.step + steps
         while session.step < stop:
-            loss = float(session.updates(_next_stop(session, stop) - session.step))
+            loss = float(session.updates(_chunk(session, stop, None)))
             step, rate = session.step, (session.step - self.first) / max(time.monotonic() - self.started, 1e-9)
             train_metrics = session.metrics()
-            progress.show(f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}")
+            progress.show(step, f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}",
+                          f"loss {loss:.4f}")
             session._summaries("train", {"loss": loss, **train_metrics})
 
     def graph(self, k: int) -> Callable[[int], None]:

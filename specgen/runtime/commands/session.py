@@ -22,7 +22,7 @@ from specgen.kinds.features import accumulate, precision
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
-from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
+from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
 from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.commands.resume_fit import check_fit
@@ -93,6 +93,9 @@ class Session:
         self.writers: dict[str, tf.summary.SummaryWriter] = {}  # opened by `start`, once the restore succeeded
         self.tracker = Tracker()  # off until train.py starts one: it gets every scalar TensorBoard gets
         self.read_step()
+        # Updates attempted, made or skipped (mixed_float16's loss scale skips some without advancing the global
+        # step): each reads its micro-batches, so this is the position in the data that epochs count (train.py).
+        self.attempts = self.step
 
     def _load_code(self) -> None:
         code = self.writes / "code"
@@ -119,7 +122,8 @@ class Session:
             return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "") + notes
         kept = self._rates()
         variables = self.saved_variables()
-        absent = hooks.absent_optional(self.trainer, checkpoint_keys(path / "variables"))
+        saved = checkpoint_keys(path / "variables")
+        absent = hooks.absent_optional(self.trainer, saved)
         variables = {k: v for k, v in variables.items() if k not in absent}
         values = read_values(path / "variables", variables)
         note = self._restore_data(path)
@@ -128,6 +132,7 @@ class Session:
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
             self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
+        self.attempts = self.step + _skipped(path / "variables", saved)
         return (f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}"
                 + (f"\nnote: {note}" if note else "") + self._open_records())
 
@@ -225,6 +230,8 @@ class Session:
                 for name in overridden_learning_rates(self.begin.overrides)}
 
     def target_step(self) -> int:
+        """The step the run ends at: --steps N made updates from here; or its epochs' passes, `updates_per_epoch`
+        attempts each (train.py), which end that many steps short when updates are skipped (mixed_float16)."""
         if self.options.steps is not None:
             return self.step + self.options.steps
         epochs = self.options.epochs if self.options.epochs is not None else self.train_ir.epochs
@@ -240,10 +247,12 @@ class Session:
             steps, tf.types.experimental.GenericFunction)
 
     def updates(self, count: int) -> tf.Tensor:
-        """Run `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step)."""
-        loss = self.distribution.updates(self.trainer, self.iterator, self.step, count, self.train_ir)
+        """Attempt `count` updates; returns the last micro-batch's loss (a tensor: no host sync per step). Seeded by
+        attempt (the global step unless updates were skipped), so a resume draws as the uninterrupted run did."""
+        loss = self.distribution.updates(self.trainer, self.iterator, self.attempts, count, self.train_ir)
         # The global step, not `count`: under train.precision mixed_float16 a skipped update does not advance it.
         self.read_step()
+        self.attempts += count
         for line in hooks.notes(self.trainer):  # generated code keeps its log lines; printing is the command's
             print(line, file=sys.stderr)
         return loss
@@ -348,6 +357,13 @@ class Session:
             raise write_failure(exc, self.folder, what) from None
         self.saved_at, self.last_path = self.step, path
         return path
+
+
+def _skipped(prefix: Path, saved: set[str]) -> int:
+    """The updates skipped before a checkpoint (mixed_float16's count, `saved`: its keys), read from the checkpoint
+    whatever this run's precision: its data position counts them, so the loop's position in a pass does too."""
+    key, dtype = precision.KEYS[2], precision.DTYPES[2]
+    return int(read_arrays(prefix, {key: ((), dtype)})[key]) if key in saved else 0
 
 
 def _devices() -> list[str]:

@@ -49,12 +49,25 @@ def _format(values: dict[str, float]) -> str:
 LOG_EVERY = 20  # updates between progress lines and TensorBoard points (and at epoch ends)
 
 
-def _next_stop(session: Session, stop: int) -> int:
-    """The next step at which the loop must look up: a log, a checkpoint, an epoch end or the end."""
-    step = session.step
-    marks = [stop, (step // LOG_EVERY + 1) * LOG_EVERY, (step // session.every + 1) * session.every,
-             (step // session.updates_per_epoch + 1) * session.updates_per_epoch]
-    return min(m for m in marks if m > step)
+def _end(session: Session, stop: int) -> int | None:
+    """Where the run's epochs end, in attempted updates (Session.attempts: made or skipped, each reads its
+    micro-batches, so E passes are E x updates_per_epoch attempts); None under --steps N, which ends at `stop`,
+    the global step N made updates on."""
+    return None if session.options.steps is not None else session.attempts + stop - session.step
+
+
+def _left(session: Session, stop: int, end: int | None) -> int:
+    """Updates still to attempt at least: up to `stop` made ones under --steps, else up to `end` attempted."""
+    return stop - session.step if end is None else end - session.attempts
+
+
+def _chunk(session: Session, stop: int, end: int | None) -> int:
+    """How many updates to attempt before the loop must look up: the end, a log, a checkpoint or an epoch end.
+    Logs, checkpoints and --steps count made updates (the global step); epochs count attempted ones, so that each
+    ends at its pass's end even when mixed_float16 skips updates. An attempt advances each count by at most 1:
+    the nearest mark of either is never passed (a chunk that skips some stops short of a step mark instead)."""
+    step, tried, every, per = session.step, session.attempts, session.every, session.updates_per_epoch
+    return min(_left(session, stop, end), LOG_EVERY - step % LOG_EVERY, every - step % every, per - tried % per)
 
 
 def _updates(session: Session, count: int, interrupts: Interrupts) -> tf.Tensor:
@@ -146,11 +159,11 @@ def _without_global_seed() -> Iterator[None]:
             tf.random.set_seed(saved)
 
 
-def _round(session: Session, stop: int, first: int, started: float, progress: TrainProgress,
+def _round(session: Session, stop: int, end: int | None, first: int, started: float, progress: TrainProgress,
            interrupts: Interrupts) -> dict[str, float]:
-    """One chunk of updates up to the next log, checkpoint or epoch end, and what follows it; the eval
+    """One chunk of updates up to the next log, checkpoint or epoch end (`_chunk`), and what follows it; the eval
     results when an epoch ended (else empty)."""
-    loss = float(_updates(session, _next_stop(session, stop) - session.step, interrupts))
+    loss = float(_updates(session, _chunk(session, stop, end), interrupts))
     if not math.isfinite(loss):
         session.refuse_non_finite(loss)
     step, rate = session.step, (session.step - first) / max(time.monotonic() - started, 1e-9)
@@ -161,8 +174,10 @@ def _round(session: Session, stop: int, first: int, started: float, progress: Tr
     if step % session.every == 0 and step != first:  # skipped updates (mixed_float16) leave step at first
         session.save()
     interrupts.check()  # a Ctrl-C during the save stops after it: the checkpoint is whole
-    epoch_end = step % session.updates_per_epoch == 0 or step == stop
-    progress.show(step, line, f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
+    left = _left(session, stop, end)
+    epoch_end = session.attempts % session.updates_per_epoch == 0 or left == 0  # a pass's end, or the run's
+    progress.show(stop - left, line,  # attempts under epochs: the bar fills at the end, skipped updates or not
+                  f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
     evaluated: dict[str, float] = {}
     if epoch_end:
         evaluated = session.evaluate(between=interrupts.check)
@@ -224,7 +239,8 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
     restored = frozenset(row.path for row in plan.rows if row.status == "restored") if plan else frozenset()
     for line in [] if skip else momentum_warnings(session.ir, stop * accumulate.of(session.train_ir), restored):
         print(line, file=sys.stderr)
-    started, first = time.monotonic(), session.step
+    started, first, tried = time.monotonic(), session.step, session.attempts
+    end = _end(session, stop)
     evaluated: dict[str, float] = {}
     session.reset_metrics()
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "
@@ -232,8 +248,8 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
     progress = TrainProgress(first, stop, session.options.quiet)  # after the lines above: a bar starts drawing at once
     try:  # Ctrl-C is noted (train's Interrupts) and acted on between TensorFlow calls (interrupt.py)
         interrupts.check()  # one noted while the model was built and restored: before the first update
-        while session.step < stop:
-            evaluated = _round(session, stop, first, started, progress, interrupts) or evaluated
+        while _left(session, stop, end) > 0:
+            evaluated = _round(session, stop, end, first, started, progress, interrupts) or evaluated
     except KeyboardInterrupt:  # raised by interrupts.check(), or by Python where no handler could be installed
         progress.close()  # before the message, which would otherwise land on the bar's line
         raise _interrupted(built, session.options, f"at step {session.read_step()}") from None
@@ -245,5 +261,7 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
                "eval": evaluated}
     chief = session.writes == session.folder
     saved = shown(path) if chief else f"{shown(session.folder / path.name)} (written by the chief)"
-    print(f"done: {summary['updates']} updates in {elapsed:.1f} s, step {session.step}, checkpoint {saved}")
+    skipped = session.attempts - tried - (session.step - first)  # mixed_float16's loss scale: counted, not made
+    made = f"{summary['updates']} updates" + (f", {skipped} skipped," if skipped else "")
+    print(f"done: {made} in {elapsed:.1f} s, step {session.step}, checkpoint {saved}")
     return summary

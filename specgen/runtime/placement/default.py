@@ -62,12 +62,13 @@ class Distribution:
         """A checkpoint this process just wrote in its `write_folder` (the run's: kept)."""
 
     def updates(self, trainer: Any, iterator: Any, step: int, count: int, train: TrainIR) -> tf.Tensor:
-        """`count` updates from global step `step`; the last micro-batch's loss (a tensor: no host sync per step).
+        """`count` updates from update `step` (Session.attempts: the global step plus the updates mixed_float16
+        skipped); the last micro-batch's loss (a tensor: no host sync per step).
 
         An accumulating trainer (AccumulatingTrainer) is called per micro-batch; every other step kind runs
         whole chunks through its own `train_steps` (the gradient step: one graph; Levenberg-Marquardt: one
         graph call an iteration, so that Ctrl-C stops it between two). Seeds are the same either way:
-        [global_step * K + micro-batch, seed].
+        [update * K + micro-batch, seed].
         """
         if isinstance(trainer, AccumulatingTrainer):
             return self.accumulated_updates(trainer, iterator, step, count, accumulate.of(train), train.seed)
