@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -204,3 +204,43 @@ def _strict(label: str, source: RestoreSource, targets: Targets, out: SourcePlan
         named = ", ".join(f"'{p}'" for p in out.lacking[:MAX_LISTED])
         out.errors.append(f"{label} (strict): no key for {len(out.lacking)} of the model's variables ({named}{more}); "
                           "restore them from it, or name them in this entry's exclude to keep their initializers")
+
+
+def combine(parts: Sequence[tuple[RestoreSource, SourcePlan]], targets: Targets, plan: RestorePlan) -> RestorePlan:
+    """The sources' plans, in spec order, as one: a later source overrides an earlier one for the same variable
+    (the earlier key becomes unused); a `missing` or `conflict` row stays whatever a later source says, since the
+    spec itself is wrong; a variable no source restores is `initialized`, with why (excluded, a strict source)."""
+    final: dict[str, Row] = {}
+    sticky: dict[str, Row] = {}
+    excluded: dict[str, str] = {}
+    strict: dict[str, str] = {}  # variable -> the strict source that lacks it
+
+    def drop(row: Row, reason: str) -> None:
+        if row.found is not None:
+            plan.unused.append(Unused(row.source, row.key, row.found, reason))
+
+    for source, part in parts:
+        plan.unused += part.unused
+        plan.errors += part.errors
+        for target, row in part.rows.items():
+            if target in final:
+                drop(final[target], f"superseded by {row.source}:{row.key}")
+                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target].source}"])))
+            final[target] = row
+        for target, row in part.sticky.items():
+            sticky.setdefault(target, row)
+        excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
+        strict.update(dict.fromkeys(part.lacking, f"strict: {source.from_} has no key for it"))
+    for weight, (shape, dtype) in targets.items():
+        if weight in sticky and weight in final:
+            drop(final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
+        note = strict.get(weight) or excluded.get(weight, "no checkpoint key maps here")
+        plan.rows.append(sticky.get(weight) or final.get(weight) or Row(weight, "initialized", shape, dtype, note=note))
+    return plan
+
+
+def summary_line(plan: RestorePlan) -> str:
+    counts = [f"restored {plan.count('restored')}", f"initialized {plan.count('initialized')}",
+              f"unused {len(plan.unused)}", f"mismatched {plan.count('mismatched')}"]
+    extra = [(plan.count("missing"), "missing"), (plan.count("conflict"), "conflicts"), (len(plan.errors), "errors")]
+    return ", ".join(counts + [f"{name} {n}" for n, name in extra if n])

@@ -17,18 +17,10 @@ from typing import Any
 import yaml
 
 from specgen import text
+from specgen.review.checkpoint import checkpoint, declared_map, map_entries, restore_sources
 from specgen.review.layers import layers
 from specgen.review.renames import Renames, find_renames
-from specgen.review.sections import (
-    TRAINING_SECTIONS,
-    Section,
-    checkpoint,
-    interface,
-    map_entries,
-    run,
-    settings,
-    variables,
-)
+from specgen.review.sections import TRAINING_SECTIONS, Section, interface, run, settings, variables
 from specgen.review.sides import Side, open_side
 
 GATES = ("interface", "checkpoint", "layers")
@@ -51,7 +43,7 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
         interface(old.ir, new.ir),
         layers(old.loaded, old.ir, new.loaded, new.ir, renames),
         variables(old.ir, new.ir, renames),
-        checkpoint(old.ir, new.ir, renames, "OLD", declared_map(new)),
+        checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec)),
         settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS),
         settings("export", old.loaded.spec, new.loaded.spec, ("export",)),
     ]
@@ -60,19 +52,11 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     return sections, renames
 
 
-def declared_map(side: Side) -> list[dict[str, str]]:
-    """The `map` entries NEW's own `checkpoint.restore` declares (all sources, in order): once the map that
-    `--map` printed is in the spec, OLD's checkpoints restore and the checkpoint gate passes."""
-    section = side.loaded.spec.checkpoint
-    sources = section.restore if section is not None else []
-    return [m.model_dump(by_alias=True, exclude_none=True) for source in sources for m in source.map]
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
     with open_side(args.old) as old, open_side(args.new) as new:
         sections, renames = compare(old, new)
-        mapping = map_entries(old.ir, new.ir, renames, declared_map(new))
-        after_map = checkpoint(old.ir, new.ir, renames, "OLD", declared_map(new) + mapping) if mapping else None
+        mapping = map_entries(old.ir, new.ir, renames, declared_map(new.loaded.spec))
+        after_map = checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec, mapping)) if mapping else None
     if args.format == "json":
         print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))
     else:

@@ -9,7 +9,9 @@ Names that stay can still move: two same-shaped layers that swap names (`a` <-> 
 one, keep every name, yet a checkpoint restored by name puts each layer's weights into the other. So each layer of
 OLD is also placed in NEW from the inputs forward (the same op and variables, reading the places of its own
 inputs), and where that explains NEW with fewer misfits (layers rewired, reshaped, unmatched; outputs naming
-another layer) than the names do, the place wins: `_by_place`.
+another layer) than the names do, the place wins: `_by_place`. Unless the place needs settings to change that the
+names keep (a relu layer moved with `before:` past a tanh one: each name keeps its activation, the places would
+swap them): then the layers moved, each with its own weights, and the names stand.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def _by_place(old: ModelIR, new: ModelIR, found: Renames) -> None:
         trial = current | {n.name: placed[n.name] for n in old.nodes if n.name in group and n.name in placed}
         olds_paired = all(n.name in placed for n in old.nodes if n.name in group)
         news_paired = {n.name for n in new.nodes if n.name in group} <= set(trial.values())
-        if olds_paired and news_paired and _misfits(old, new, trial) < _misfits(old, new, current):
+        if (olds_paired and news_paired and _misfits(old, new, trial) < _misfits(old, new, current)
+                and _settings_changed(old, new, trial) <= _settings_changed(old, new, current)):
             current = trial
     found.layers = {a: b for a, b in current.items() if a != b}
     for layer in found.layers:
@@ -177,3 +180,11 @@ def _misfits(old: ModelIR, new: ModelIR, pairs: dict[str, str]) -> int:
             continue
         count += (_signature(node) != _signature(to)) + (tuple(pairs.get(i, i) for i in node.inputs) != to.inputs)
     return count + sum(pairs.get(layer, layer) != new.outputs.get(name) for name, layer in old.outputs.items())
+
+
+def _settings_changed(old: ModelIR, new: ModelIR, pairs: dict[str, str]) -> int:
+    """Pairs (OLD layer -> NEW layer) whose activation or op settings differ: a pairing that needs more of them
+    than the names do explains NEW by changing layers, not by moving them."""
+    nodes = {n.name: n for n in new.nodes}
+    return sum((node.activation, node.params) != (to.activation, to.params) for node in old.nodes
+               if (to := nodes.get(pairs.get(node.name, ""))) is not None)

@@ -4,23 +4,19 @@
 Each section is a list of `Change` rows (what, which, old, new); an empty section is unchanged. Three sections can
 break what already exists, and say why in one line each: `interface` (a served client's request or response no
 longer fits: an input or output removed, renamed, re-typed or reshaped, or a new input it does not send),
-`checkpoint` (a checkpoint of OLD no longer restores every variable of NEW that OLD had: mismatched, left to its
-initializer for want of a map entry, or restored by name from a layer that moved: crossed) and `layers` (what the
-model computes changed). The checkpoint section runs the restore plan's own rules (ir/restore_rules.py) on the keys
-a checkpoint of OLD holds."""
+`checkpoint` (review/checkpoint.py: NEW's restore plan refuses a checkpoint of OLD, or leaves a variable OLD had
+without OLD's weights) and `layers` (review/layers.py: what the model computes changed)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specgen import text
+from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_rules import Entry, Row, plan_source
 from specgen.review.renames import Renames
-from specgen.spec.io import RestoreSource
 from specgen.spec.model import Spec
 
 TRAINING_SECTIONS = ("loss", "optimizers", "train", "data", "collections", "frozen", "targets", "prune")
@@ -43,12 +39,13 @@ class Section:
     echo_breaks: bool = True  # False where each row is its own break (layers): the text does not say it twice
 
 
-def _shape(dims: Any) -> str:
-    return text.shape(dims, unknown="batch")
-
-
 def interface(old: ModelIR, new: ModelIR) -> Section:
+    """The served signature, as model.onnx declares it (render/onnx_plan.py): the inputs and outputs that
+    `export.onnx.outputs` keeps, their dtypes, and their unknown dimensions as `batch`, or 1 where
+    `export.onnx.dynamic_batch: false` fixes them. Precision variants keep it (float32 at the IO); the opset does not
+    change it."""
     section = Section("interface")
+    old, new = exported(old), exported(new)
     for kind, before, after in (("input", _inputs(old), _inputs(new)), ("output", _outputs(old), _outputs(new))):
         for name in sorted(before.keys() | after.keys()):
             if name not in after:
@@ -69,12 +66,16 @@ def _use(kind: str) -> str:
     return "send" if kind == "input" else "read"
 
 
+def _served(ir: ModelIR, dtype: str, dims: Any) -> str:
+    return f"{dtype}{text.shape(dims, unknown='batch' if ir.dynamic_batch else '1')}"  # as onnx_plan.Lowering
+
+
 def _inputs(ir: ModelIR) -> dict[str, str]:
-    return {i.name: f"{i.dtype}{_shape(i.shape)}" for i in ir.inputs}
+    return {i.name: _served(ir, i.dtype, i.shape) for i in ir.inputs}
 
 
 def _outputs(ir: ModelIR) -> dict[str, str]:
-    return {name: f"{ir.node(layer).dtype}{_shape(ir.node(layer).shape)}" for name, layer in ir.outputs.items()}
+    return {name: _served(ir, ir.node(layer).dtype, ir.node(layer).shape) for name, layer in ir.outputs.items()}
 
 
 def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:
@@ -118,67 +119,6 @@ def _variable_changes(path: str, a: dict[str, str], b: dict[str, str]) -> list[C
     if a["state"] != b["state"] and a["state"] and b["state"]:
         changes.append(Change("frozen" if b["state"] == "frozen" else "unfrozen", path, a["state"], b["state"]))
     return changes
-
-
-def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, label: str,
-               mapping: list[dict[str, str]] | None = None) -> Section:
-    """A checkpoint of OLD restored into NEW by the restore plan's rules (with `mapping` as its `map`)."""
-    section = Section("checkpoint")
-    entries = {v.path: Entry(v.path, v.shape, v.dtype) for v in old.model_variables}
-    targets = {v.path: (v.shape, v.dtype) for v in new.model_variables}
-    source = RestoreSource.model_validate({"from": label, "map": mapping or []})
-    plan = plan_source(label, None, entries, source, targets)  # type: ignore[arg-type]
-    restored = {t for t, row in plan.rows.items() if row.status == "restored"}
-    mismatched = {t: row for t, row in plan.rows.items() if row.status == "mismatched"}
-    lost = {renames.variable(p, old) or p for p in entries}  # what NEW should have received from OLD
-    initialized = sorted(t for t in targets if t not in plan.rows and t not in plan.sticky)
-    crossed = _crossed(old, renames, plan.rows.values())
-    for path, row in sorted(mismatched.items()):
-        assert row.found is not None
-        section.changes.append(Change("mismatched", path, text.shape(row.found.shape), text.shape(row.shape)))
-        section.breaks.append(f"'{path}' is {text.shape(row.found.shape)} in OLD's checkpoints and "
-                              f"{text.shape(row.shape)} here: it cannot be restored")
-    for path in initialized:
-        had = path in lost
-        section.changes.append(Change("initialized", path, "", "from OLD's weights: needs a map entry" if had else "new"))
-        if had:
-            section.breaks.append(f"'{path}' existed in OLD under another name and would start from its initializer; "
-                                  "`specgen diff --map` prints the checkpoint map that restores it")
-    for path, moved in crossed:
-        section.changes.append(Change("crossed", path, "", f"OLD's '{path}' is '{moved}' here: needs a map entry"))
-        section.breaks.append(f"'{path}' would be restored from OLD's '{path}', which is '{moved}' here (layers "
-                              "moved); `specgen diff --map` prints the checkpoint map that restores each layer's own "
-                              "weights")
-    section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in plan.unused]
-    # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
-    crossing = f" ({len(crossed)} of them from another layer)" if crossed else ""
-    section.summary = (f"a checkpoint of OLD restored into NEW: restored {len(restored)}{crossing}, initialized "
-                       f"{len(initialized)}, unused {len(plan.unused)}, mismatched {len(mismatched)}")
-    return section
-
-
-def _crossed(old: ModelIR, renames: Renames, rows: Iterable[Row]) -> list[tuple[str, str]]:
-    """Variables restored by their own name from a layer that moved (`a` and `b` swapped names): (path, where
-    OLD's variable of that name is in NEW). A key that a map entry sent here is the spec's own choice."""
-    crossed = []
-    for row in rows:
-        moved = renames.variable(row.path, old) if row.status == "restored" and row.key == row.path else None
-        if moved is not None and moved != row.path:
-            crossed.append((row.path, moved))
-    return sorted(crossed)
-
-
-def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys), less the
-    keys NEW's spec maps already (`declared`)."""
-    targets = {v.path for v in new.model_variables}
-    mapped = {m.get("from") for m in declared}
-    found = []
-    for v in old.model_variables:
-        to = renames.variable(v.path, old)
-        if to is not None and to in targets and to != v.path and v.path not in mapped:
-            found.append({"from": v.path, "to": to})
-    return found
 
 
 def settings(name: str, old: Spec, new: Spec, keys: tuple[str, ...]) -> Section:
@@ -227,9 +167,17 @@ def settings_of(name: str, before: dict[str, str], after: dict[str, str]) -> Sec
     section = Section(name)
     for key in sorted(before.keys() | after.keys()):
         if key not in after:
-            section.changes.append(Change("removed", key, before[key]))
+            if not _unset_container(key, before, after):
+                section.changes.append(Change("removed", key, before[key]))
         elif key not in before:
-            section.changes.append(Change("added", key, "", after[key]))
+            if not _unset_container(key, after, before):
+                section.changes.append(Change("added", key, "", after[key]))
         elif before[key] != after[key]:
             section.changes.append(Change("changed", key, before[key], after[key]))
     return section
+
+
+def _unset_container(key: str, side: dict[str, str], other: dict[str, str]) -> bool:
+    """`key` is null on one side and a mapping or list on the other (`train.ema: null` -> `{decay: ...}`): its
+    leaves are the addition (or removal); the null is no row of its own."""
+    return side[key] == "null" and any(k.startswith((key + ".", key + "[")) for k in other)
