@@ -20,19 +20,7 @@ server is started by `server.Server` on uvicorn's loop after HTTP is bound: a gR
 with a loop of its own would have needed every submit and answer handed across loops, and two
 loops to drain on shutdown.
 
-**Limits** (ServeOptions): messages at most `grpc_max_message_bytes` (default: the largest request any
-model served at start accepts, raw or typed, plus 64 KiB, at most `max_body_bytes` (64 MiB); with a live
-repository at least gRPC's own default of 4 MiB, room for models loaded later, whose larger requests get
-RESOURCE_EXHAUSTED over gRPC: the limit is fixed when gRPC starts), larger ones refused by gRPC with RESOURCE_EXHAUSTED
-before our code sees them; at most `grpc_max_rpcs` calls at once (default: `buffer_bytes` / the
-message limit, within 64..`max_connections`, so the messages held at once stay near the HTTP body budget),
-more refused with RESOURCE_EXHAUSTED; `grpc_max_streams` (100) concurrent streams per connection
-(HTTP/2 SETTINGS: a client queues the rest); `max_connections` connections; `max_header_bytes` of
-metadata; a connection must finish its handshake within `header_timeout`; a keepalive ping every
-`grpc_keepalive` seconds that must be answered within `send_timeout`, so a client that stops reading
-its connection is disconnected; deadlines are honoured (a call past its deadline is cancelled, its
-queued request dropped unrun, DEADLINE_EXCEEDED). Decoding holds the request's bytes against the
-same body budget as HTTP.
+**Limits**: grpc_limits.py.
 
 **Status codes.** INVALID_ARGUMENT for a bad request (HTTP 400), NOT_FOUND for an unknown model or
 version (404), RESOURCE_EXHAUSTED for a message too large or the body budget full (413, 503),
@@ -46,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import socket
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,8 +49,8 @@ from specgen.serve.answers import EXTENSIONS, REASONS, finished, unavailable_rea
 from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
 from specgen.serve.configs import config_message
 from specgen.serve.errors import ProtocolError
+from specgen.serve.grpc_limits import MIN_RPCS, bound_send, grpc_options, message_limit
 from specgen.serve.grpc_protocol import decode_infer, encode_infer
-from specgen.serve.limits import ENVELOPE_BYTES
 
 if TYPE_CHECKING:
     from specgen.serve.control import ModelControl
@@ -104,57 +91,10 @@ class Service(Protocol):
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 408: grpc.StatusCode.DEADLINE_EXCEEDED,
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 415: grpc.StatusCode.INVALID_ARGUMENT,
          500: grpc.StatusCode.INTERNAL, 503: grpc.StatusCode.RESOURCE_EXHAUSTED, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
-# Bytes per element of a valid request's largest encoding: raw little-endian, or packed typed contents (an INT32 or
-# INT64 varint takes up to 10 bytes; UINT8 travels as uint32, 2 bytes for 128..255).
-ELEMENT_BYTES = {"FP32": 4, "FP64": 8, "INT32": 10, "INT64": 10, "UINT8": 2}
-MIN_RPCS = 64
-GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own default receive limit
 
 
 class GrpcStartError(SpecgenError, OSError):
     """The gRPC server could not start (its address cannot be bound); the message says why."""
-
-
-def message_limit(service: Service) -> int:
-    """The largest gRPC message accepted; see the module docstring."""
-    options = service.options
-    if options.grpc_max_message_bytes is not None:
-        return options.grpc_max_message_bytes
-    largest = GRPC_DEFAULT_MESSAGE_BYTES if options.model_control != "none" else ENVELOPE_BYTES
-    for versions in service.models.values():
-        for served in versions.values():
-            config = served.model.config
-            dims = [t.dims for t in config.inputs]
-            if any(d < 0 for shape in dims for d in shape):  # a variable dimension: nothing bounds it but the cap
-                return options.max_body_bytes
-            elements = [max(config.max_batch_size, 1) * math.prod(shape) for shape in dims]
-            size = ENVELOPE_BYTES + sum(n * ELEMENT_BYTES[t.datatype] for n, t in zip(elements, config.inputs, strict=True))
-            largest = max(largest, size)
-    return min(largest, options.max_body_bytes)
-
-
-def grpc_options(service: Service, limit: int) -> list[tuple[str, Any]]:
-    options = service.options
-    return [
-        # A port in use is an error, not silently shared with another server; worker processes of one server share it.
-        ("grpc.so_reuseport", int(options.grpc_reuse_port)),
-        ("grpc.max_receive_message_length", limit),
-        # Not lowered below the calls at once: gRPC clients of one process share one connection per server (grpc's
-        # subchannel pool), so a per-connection cap would throttle them; _bound_send frees calls a peer holds.
-        ("grpc.max_concurrent_streams", options.grpc_max_streams),
-        # A connection without a call for header_timeout is closed (GOAWAY; a client's channel reconnects on its next
-        # call): gRPC refuses newcomers at max_connections and evicts no one, so idle connections must not hold it
-        # longer than one that never finishes its handshake does.
-        ("grpc.max_connection_idle_ms", int(options.header_timeout * 1000)),
-        ("grpc.max_allowed_incoming_connections", options.max_connections),
-        ("grpc.max_metadata_size", options.max_header_bytes),
-        ("grpc.server_handshake_timeout_ms", int(options.header_timeout * 1000)),
-        ("grpc.keepalive_time_ms", int(options.grpc_keepalive * 1000)),
-        ("grpc.keepalive_timeout_ms", int(options.send_timeout * 1000)),
-        ("grpc.http2.ping_timeout_ms", int(options.send_timeout * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    ]
 
 
 def _check_bindable(host: str, port: int) -> None:
@@ -200,29 +140,6 @@ def _at_deadline(budget: float, remaining: float | None) -> bool:
     return remaining is None or remaining <= max(0.05, budget / 10)
 
 
-def _bound_send(seconds: float) -> None:
-    """Cancel the running call if its answer is not sent within `seconds` from now.
-
-    grpc.aio sends a unary call's answer in the same task that ran the method, after it returns, and counts the
-    call against maximum_concurrent_rpcs until that task ends. A client that grants no HTTP/2 flow-control window
-    (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE) while answering keepalive pings lets no answer out, so its
-    calls would hold their slots, and every other client would be refused RESOURCE_EXHAUSTED, for as long as it
-    stays connected. Cancelling the task cancels the call (measured: the slot stays taken while the connection is
-    open), which leaves the connection without a live call, so grpc.max_connection_idle_ms closes it and gRPC frees
-    its slots: a peer holds them at most send_timeout + header_timeout."""
-    task = asyncio.current_task()
-    if task is None:
-        return
-    timer = asyncio.get_running_loop().call_later(seconds, _cancel_unsent, task)
-    task.add_done_callback(lambda _: timer.cancel())
-
-
-def _cancel_unsent(task: asyncio.Task[Any]) -> None:
-    if not task.done():
-        log.info("gRPC answer not sent in time", extra={"fields": {"event": "send_timeout", "protocol": "grpc"}})
-        task.cancel()
-
-
 class Servicer:
     """The GRPCInferenceService methods over a Service."""
 
@@ -254,13 +171,13 @@ class Servicer:
 
     def _guarded(self, name: str, fn: Any, request_type: Any, response: Any) -> Any:
         """A method that parses its request, answers a ProtocolError with its status code and a bug with INTERNAL:
-        it never raises. Its answer must be sent within send_timeout (_bound_send)."""
+        it never raises. Its answer must be sent within send_timeout (grpc_limits.bound_send)."""
         send_timeout = self.service.options.send_timeout
         async def method(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 return await answer(raw, context)
             finally:
-                _bound_send(send_timeout)
+                bound_send(send_timeout)
 
         async def answer(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
