@@ -151,7 +151,7 @@ def test_an_error_in_a_base_points_at_the_base_and_names_the_chain(tmp_path: Pat
      "v.yaml:1:10: error: extends: expected a spec file (a path relative to this file) or a list of them; received 3 (int)"),
     ({"v.yaml": "extends: [base.yaml, {a: 1}]\n", "base.yaml": BASE},
      "v.yaml:1:10: error: extends: expected a spec file (a path relative to this file) or a list of them; received "
-     "['base.yaml', {'a': 1}] (list)"),
+     "[base.yaml, {a: 1}] (a list)"),
     ({"v.yaml": "extends: base.yaml\nname: v\nlayers: [{name: nope, remove: true}]\n", "base.yaml": BASE},
      "v.yaml:3:31: error: remove: no base defines an item named 'nope'; expected one of fc1, fc2, out"),
     ({"v.yaml": "extends: base.yaml\nname: v\nlayers: [{name: n, op: relu, after: nope}]\n", "base.yaml": BASE},

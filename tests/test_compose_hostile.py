@@ -200,14 +200,16 @@ def test_a_removal_in_a_mixin_is_judged_on_the_whole_spec(tmp_path: Path, capsys
 
 
 def test_a_base_reached_through_a_link_and_directly_is_merged_for_each_route(tmp_path: Path, capsys) -> None:
-    """A linked base reads its own `extends` beside the link: the same file reached two ways makes two trees, and
-    the cache (by resolved path) once handed the first route's tree to the second."""
+    """A linked base reads its own `extends` beside the link: the same file reached two ways (here through two
+    lists: one list naming a file and a link to it is refused) is two entries of the order, and the cache (by
+    resolved path) once handed the first route's tree to the second."""
     seed = BASE.split("seed: ")[1].split("}")[0]
     write(tmp_path, {"common/inner.yaml": BASE.replace(f"seed: {seed}}}", "seed: 111}"),
                      "v/inner.yaml": BASE.replace(f"seed: {seed}}}", "seed: 222}"),
                      "common/base.yaml": "abstract: true\nextends: inner.yaml\n",
-                     "a.yaml": "extends: [common/base.yaml, v/base.yaml]\nname: a\n",
-                     "b.yaml": "extends: [v/base.yaml, common/base.yaml]\nname: b\n"})
+                     "mid.yaml": "abstract: true\nextends: v/base.yaml\n",
+                     "a.yaml": "extends: [common/base.yaml, mid.yaml]\nname: a\n",
+                     "b.yaml": "extends: [mid.yaml, common/base.yaml]\nname: b\n"})
     (tmp_path / "v" / "base.yaml").symlink_to(tmp_path / "common" / "base.yaml")
     for spec, seed_wins in (("a.yaml", "222"), ("b.yaml", "111")):  # the last base wins
         code, out, _ = run(["explain", spec, "train.seed"], capsys, tmp_path)
@@ -245,20 +247,24 @@ def test_explain_of_a_removed_key_without_default(tmp_path: Path, capsys) -> Non
                      "v.yaml": "extends: base.yaml\nname: v\ntrain: {ema: null}\n"})
     code, out, _ = run(["explain", "v.yaml", "train.ema"], capsys, tmp_path)
     assert (code, out.splitlines()) == (0, ["train.ema = (unset: removed, and it has no default)",
-                                            "  1. base.yaml:14:70", "  2. v.yaml:3:14  null (removes the bases' value)"])
+                                            "  1. base.yaml:14:70  {decay: 0.9}",
+                                            "  2. v.yaml:3:14  null (removes the bases' value)"])
     code, out, _ = run(["validate", "v.yaml", "--resolved"], capsys, tmp_path)
     assert code == 0 and "ema" not in out
 
 
-def test_a_key_a_base_removed_does_not_remove_an_earlier_bases_value(tmp_path: Path, capsys) -> None:
-    """`extends: [a, b]` applies b's merged spec over a's: b's own base set keep and b removed it, so b gives no
-    keep and a's stays."""
+def test_a_key_a_later_base_removes_is_removed_whoever_set_it(tmp_path: Path, capsys) -> None:
+    """`extends: [base, a, b]` applies the files in one order, each once: base, a, then b's own base d, then b.
+    b's `keep: null` comes after a's 7 and removes it, as `keep: 9` there would replace it (b once applied as its
+    own merged tree, which had no keep, and a's 7 stayed)."""
     write(tmp_path, {"base.yaml": BASE, "d.yaml": "abstract: true\ncheckpoint: {dir: r, keep: 2}\n",
                      "b.yaml": "abstract: true\nextends: d.yaml\ncheckpoint: {keep: null}\n",
                      "a.yaml": "abstract: true\ncheckpoint: {keep: 7}\n",
                      "v.yaml": "extends: [base.yaml, a.yaml, b.yaml]\nname: v\n"})
     code, out, _ = run(["explain", "v.yaml", "checkpoint.keep"], capsys, tmp_path)
-    assert (code, out.splitlines()) == (0, ["checkpoint.keep = 7", "  1. a.yaml:2:20  7  <- wins"])
+    assert (code, out.splitlines()) == (0, ["checkpoint.keep = 3", "  1. a.yaml:2:20  7", "  2. d.yaml:2:28  2",
+                                            "  3. b.yaml:3:20  null (removes the bases' value)",
+                                            "  4. default  3  <- wins"])
 
 
 def test_a_removed_key_written_again_comes_last_as_before_removals_were_kept(tmp_path: Path, capsys) -> None:

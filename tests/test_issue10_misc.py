@@ -43,7 +43,7 @@ def messages(text: str) -> list[str]:
     ("name: small", "name: 2small", "s.yaml:2:7: error: name: invalid name '2small': expected a letter, then "
                                     "letters and digits with single '_' between them"),
     ("op: flatten}", "op: flatten, input: [image]}", "s.yaml:6:38: error: input: expected a string, received "
-                                                     "['image'] (list) (in layer 'flat')"),
+                                                     "[image] (a list) (in layer 'flat')"),
 ], ids=["bound", "type", "list_item", "name", "wrong_type_in_layer"])
 def test_a_value_error_names_its_key_and_keeps_its_position(old: str, new: str, expected: str) -> None:
     assert messages(SMALL.replace(old, new)) == [expected]

@@ -146,7 +146,7 @@ CASES = [
     ("empty_file", "", ["1:1: error: the file is empty; expected a spec mapping"]),
     ("comments_only", "# nothing here\n", ["1:1: error: the file is empty; expected a spec mapping"]),
     ("yaml_list_not_mapping", "- specgen: 1\n- name: tiny\n",
-     ["1:1: error: a spec is a mapping of sections; received [{'specgen': 1}, {'name': 'tiny'}] (list)"]),
+     ["1:1: error: a spec is a mapping of sections; received [{specgen: 1}, {name: tiny}] (a list)"]),
     ("oversized_file", OVERSIZED,
      [f"error: the file is {OVERSIZED_BYTES} bytes; specs are limited to {MAX_FILE_BYTES} bytes "
       "(is this really a spec?)"]),

@@ -43,7 +43,7 @@ CASES = [
      ["9:42: error: padding[1]: expected a list, received 3 (int) (in layer 'p')"]),
     ("padding_mapping", mutate("padding: [[1, 2], [0, 3]]", "padding: {top: 1}"),
      ["9:33: error: padding: expected an integer, [h, w] or [[top, bottom], [left, right]], received "
-      "{'top': 1} (dict) (in layer 'p')"]),
+      "{top: 1} (a mapping) (in layer 'p')"]),
     ("cropping_larger_than_input", mutate("cropping: [1, 2]", "cropping: [6, 2]"),
      ["12:35: error: layer 'k' (crop): cropping: received [6, 2] (12 rows and 4 columns off), expected at most "
       "11 rows (top + bottom) and 9 columns (left + right) off a [batch, 12, 10, 4] input, leaving at least one"]),

@@ -79,7 +79,7 @@ CASES = [
       "prefixes must not overlap"]),
     ("both_rules", mutate("tau: 0.01}", "tau: 0.01, every_steps: 10}"),
      ["28:11: error: follow: expected a mapping with 'online', 'target' and exactly one of 'tau' or 'every_steps', "
-      "received {'every_steps': 10, 'online': 'online/*', 'target': 'copy/*', 'tau': 0.01} (dict)"]),
+      "received {online: 'online/*', target: 'copy/*', tau: 0.01, every_steps: 10} (a mapping)"]),
     ("tau_above_one", mutate("tau: 0.01}", "tau: 1.5}"),
      ["28:55: error: tau: received 1.5, expected a value <= 1.0"]),
     ("written_twice", mutate("  follow: {", '  again: {online: "online/*", target: "copy/*", every_steps: 5}\n  follow: {'),

@@ -222,7 +222,7 @@ def test_a_damaged_shard_is_not_skipped(tmp_path: Path, good: tuple[list[bytes],
      "image`; received the keys key, size; a number-array feature is the key alone (x: some/key)"),
     ("{key: image/encoded, decode: image, size: [8]}", "12:93", "size: expected at least 2 item(s), received 1"),
     ("[image/encoded]", "12:51", "image: expected a feature key or {key: <feature key>, decode: image, size: "
-     "[<height>, <width>]}, received ['image/encoded'] (list)"),
+     "[<height>, <width>]}, received [image/encoded] (a list)"),
 ])
 def test_a_bad_image_feature_is_refused_at_its_position(tmp_path: Path, feature: str, position: str,
                                                         message: str) -> None:

@@ -18,6 +18,10 @@ from pydantic import Discriminator, Field, Tag, WithJsonSchema
 from specgen.fields.base import IDENT, Doc, Identifier, LayerName, PositiveInt, SpecModel
 from specgen.kinds.ops import Layer
 
+# Layers in one spec after block expansion (docs/security.md): checked for every spec, with or without blocks
+# (spec/load.py; spec/expand.py while expanding). EfficientNetB7, among the largest, has 813.
+MAX_LAYERS = 10_000
+
 # A parameter reference is a whole string value `$name`; there is no templating inside strings.
 PARAM_REF = re.compile("^\\$" + IDENT[1:])
 MAX_REPEAT = 1000  # instances from one `repeat`; the total of expanded layers is bounded in expand.py

@@ -1,21 +1,26 @@
 """`extends`: a spec built on other spec files, with the origin of every value kept (docs/spec.md, "Composing specs").
 
 `extends: base.yaml` or `extends: [a.yaml, b.yaml]` at the top of a spec names files (relative to the file that
-names them) whose merged content the file's own keys then change; merge.py holds the merge rules and the trees
-whose values remember where they were written (`via variants/small.yaml:2:10` in a diagnostic, every place in
+names them) whose content the file's own keys then change; merge.py holds the merge rules and the trees whose
+values remember where they were written (`via variants/small.yaml:2:10` in a diagnostic, every place in
 `specgen explain`).
 
-Refusals (a cycle, a missing or unreadable file, one that is not a spec mapping, a file outside the repository, a
-chain deeper than MAX_DEPTH, a base listed twice) are one positioned line each at the `extends` entry that names the
-file; the refused file's content is never echoed.
+The files apply in one order, each once (C3, Python's order of base classes, with each list read from its end):
+every file after all of its bases, each list left to right. A base that two listed files share applies once,
+before both: applying each listed base as its own merged tree would let the second one's copy of the shared base
+write the base's values again over the first one's changes. Lists that order two files both ways are refused.
 
-The work is bounded by the files, not by the paths through them: each file is read and merged once (a base that
-several files extend is merged from its cached tree).
+Refusals (a cycle, a missing or unreadable file, one that is not a spec mapping, a file outside the repository, a
+chain deeper than MAX_DEPTH, a base listed twice, also as a link to it, lists that order two files both ways) are one
+positioned line each at the `extends` entry that names the file; the refused file's content is never echoed.
+
+The work is bounded by the files, not by the paths through them: each file is read, ordered and merged once.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,32 +41,75 @@ MAX_BASES = 16  # entries of one `extends` list; real families use 1 to 3
 
 
 @dataclass
+class _File:
+    """One file as composition uses it: its own keys, and the files to apply for it, its bases first (C3)."""
+
+    own: Node  # the file's keys but `extends`, each value with its place
+    order: list[Path]  # every file it is composed of, each once, in the order they apply; itself last
+    height: int  # the files in its longest chain of `extends`, itself included
+
+
+@dataclass
 class _Loader:
-    """Loads one top spec and every file it extends, each read and merged once, within the repository."""
+    """Loads one top spec and every file it extends, each read once, within the repository."""
 
     root: Path  # the resolved folder every file must lie under
     files: dict[Path, tuple[Any, SourceMap]] = field(default_factory=dict)
-    # Each base's merged tree, by its path as named, and the files in its longest chain (itself included): a base
-    # that several files extend is merged once, so the work grows with the files, not with the paths through them.
-    trees: dict[Path, tuple[Node, int]] = field(default_factory=dict)
+    # Each file by its path as named: a base that several files extend is read and linearized once, so the work
+    # grows with the files, not with the paths through them.
+    loaded: dict[Path, _File] = field(default_factory=dict)
+    labels: dict[Path, str] = field(default_factory=dict)  # each file's path as messages print it
 
-    def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> tuple[Node, int]:
+    def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> _File:
         real = path.resolve()
         data, source = self.files[real]
         setting = Setting(display, source, (), via, not chain)
+        key = Path(os.path.abspath(path))
+        self.labels[key] = display
         if "extends" not in data:
-            return node(data, setting), 1
+            return _File(node(data, setting), [key], 1)
         own = node({k: v for k, v in data.items() if k != "extends"}, setting)
-        merged: Node | None = None
-        height = 0
-        for ref, where in self._refs(path, data["extends"], setting):
-            base, below = self._base(path, ref, where, (*chain, real))
-            merged = base if merged is None else merge(merged, base)
-            height = max(height, below)
-        assert merged is not None  # _refs refuses an empty list
-        if merged.mapping is not None:  # a base's `abstract` is its own: the child is concrete (the tree is cached)
-            merged = Node(merged.settings, mapping={k: v for k, v in merged.mapping.items() if k != "abstract"})
-        return merge(merged, own), height + 1
+        bases = [self._base(path, ref, where, (*chain, real)) for ref, where in self._refs(path, data["extends"], setting)]
+        at = Setting(setting.label, setting.source, ("extends",), setting.via, setting.top)
+        order = self._linearize(key, [(base, self.loaded[base].order) for base in bases], at)
+        return _File(own, order, max(self.loaded[base].height for base in bases) + 1)
+
+    def _linearize(self, key: Path, bases: list[tuple[Path, list[Path]]], at: Setting) -> list[Path]:
+        """The files to apply, each once: every file after all of its bases, each `extends` list in its order, and
+        a base shared by several files once, before the first of them (Python's C3 order of base classes, with
+        the list read from its end: the last base applies last and wins, as `extends` applies left to right)."""
+        seqs = [order[::-1] for _, order in reversed(bases)] + [[base for base, _ in reversed(bases)]]
+        pos = [0] * len(seqs)
+        tails = Counter(item for seq in seqs for item in seq[1:])  # a file still due after another: not yet
+        found = [key]
+        while True:
+            heads = [seq[pos[i]] for i, seq in enumerate(seqs) if pos[i] < len(seq)]
+            if not heads:
+                return found[::-1]
+            head = next((h for h in heads if not tails[h]), None)
+            if head is None:
+                blocked = ", ".join(dict.fromkeys(quoted(self.labels[h]) for h in heads))
+                raise error_at(at, f"extends: no order of the bases applies each file after its own bases and keeps "
+                                   f"every `extends` list's order: {blocked} are listed in conflicting orders; list "
+                                   "them in one order everywhere")
+            found.append(head)
+            for i, seq in enumerate(seqs):
+                if pos[i] < len(seq) and seq[pos[i]] == head:
+                    pos[i] += 1
+                    if pos[i] < len(seq):
+                        tails[seq[pos[i]]] -= 1
+
+    def compose(self, key: Path) -> Node:
+        """The merged tree: each file's own keys over the ones before, in the top file's order."""
+        order = self.loaded[key].order
+        tree: Node | None = None
+        for file in order:
+            own = self.loaded[file].own
+            if file != key and own.mapping is not None and "abstract" in own.mapping:  # a base's `abstract` is its own
+                own = Node(own.settings, mapping={k: v for k, v in own.mapping.items() if k != "abstract"})
+            tree = own if tree is None else merge(tree, own)
+        assert tree is not None
+        return tree
 
     def _refs(self, path: Path, value: Any, setting: Setting) -> list[tuple[str, Setting]]:
         at = Setting(setting.label, setting.source, ("extends",), setting.via, setting.top)
@@ -76,16 +124,19 @@ class _Loader:
         for ref in value:
             _check_ref(ref, value, at)
         refs = [(r, Setting(at.label, at.source, ("extends", i), at.via, at.top)) for i, r in enumerate(value)]
-        first: dict[str, Setting] = {}
+        first: dict[str, tuple[str, Setting]] = {}
         for ref, where in refs:  # a base applied twice changes nothing the first did not, and doubles the work
-            target = os.path.normpath(path.parent / ref)
+            target = _identity(path.parent / ref)
             if target in first:
-                raise error_at(where, f"extends: {quoted(ref)} is already listed (at {first[target].where()}); each base "
-                                 "applies once: list it once")
-            first[target] = where
+                named, at = first[target]
+                same = "is already listed" if os.path.normpath(named) == os.path.normpath(ref) else \
+                    f"is the same file as {quoted(named)}"
+                raise error_at(where, f"extends: {quoted(ref)} {same} (at {at.where()}); each base applies once: list "
+                                      "it once")
+            first[target] = (ref, where)
         return refs
 
-    def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> tuple[Node, int]:
+    def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
         path = Path(os.path.normpath(child.parent / ref))
         if path.suffix not in (".yaml", ".yml"):
             raise error_at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
@@ -93,16 +144,16 @@ class _Loader:
             self._find(path, ref, where, chain)  # refuses what may not be read; reads it into `files`
         except OSError as exc:  # a name too long for the file system, a permission on a folder, ...
             raise error_at(where, f"extends: {quoted(ref)} is refused: {exc.strerror or type(exc).__name__}") from None
-        # Cached by the path as named, not as resolved: a base reached through a link reads its own `extends`
-        # beside the link, so the same file reached two ways may make two trees.
+        # Known by the path as named, not as resolved: a base reached through a link reads its own `extends`
+        # beside the link, so the same file reached two ways may be two entries of the order.
         key = Path(os.path.abspath(path))
-        cached = self.trees.get(key)
+        cached = self.loaded.get(key)
         if cached is None:
             via = where.where() + (f", via {where.via}" if where.via else "")
-            cached = self.trees[key] = self.load(path, _shown(path), chain, via)
-        if len(chain) + cached[1] > MAX_DEPTH:  # the files above this base, then its own longest chain
+            cached = self.loaded[key] = self.load(path, _shown(path), chain, via)
+        if len(chain) + cached.height > MAX_DEPTH:  # the files above this base, then its own longest chain
             raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
-        return cached
+        return key
 
     def _find(self, path: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
         """The resolved path of a base that may be read, read into `files`; else a refusal at `where`."""
@@ -122,6 +173,15 @@ class _Loader:
                 raise error_at(where, f"extends: the spec is composed of more than {MAX_FILES} files")
             self.files[real] = _read_base(path, ref, where)
         return real
+
+
+def _identity(path: Path) -> str:
+    """What makes two entries of one list the same base: the file they resolve to (a link and its target are one
+    file); a path that cannot be resolved is compared as written, and refused when it is read."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a loop of links, a name too long
+        return os.path.normpath(path)
 
 
 def _check_ref(ref: Any, value: Any, at: Setting) -> None:
@@ -173,6 +233,8 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
     if not isinstance(data, dict) or "extends" not in data:
         return data, source
     loader = _Loader(repository_root(path), {path.resolve(): (data, source)})
-    tree = loader.load(path, shown_path, (), "")[0]
+    key = Path(os.path.abspath(path))
+    loader.loaded[key] = loader.load(path, shown_path, (), "")
+    tree = loader.compose(key)
     check_orphans(tree)  # once every file is merged: a later file may give the orphaned layer its input
     return tree.data(), ComposedSourceMap(shown_path, tree)

@@ -29,14 +29,15 @@ from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.fields.base import MAX_NAME_PARTS
 from specgen.kinds.ops import REGISTRY, Layer
 from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
-from specgen.spec.blocks import PARAM_REF, Instance
+from specgen.spec.blocks import MAX_LAYERS, PARAM_REF, Instance
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins, Site
 from specgen.spec.shipped import merged, prepare
 from specgen.spec.yaml_source import PathKey, SourceMap
 
-MAX_LAYERS = 10_000  # expanded layers in one spec; EfficientNetB7, among the largest, has 813
+__all__ = ["MAX_LAYERS", "expand"]
+
 
 
 @dataclass(frozen=True)

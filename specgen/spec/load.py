@@ -8,20 +8,16 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from specgen.diagnostics import (
-    Diagnostic,
-    Position,
-    SpecError,
-    describe,
-)
+from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.errors import AbstractSpec
 from specgen.kinds import sources
 from specgen.kinds.ops import Layer
-from specgen.spec.blocks import Instance
+from specgen.spec.blocks import MAX_LAYERS, Instance
 from specgen.spec.compose import load_composed
 from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
+from specgen.spec.received import received
 from specgen.spec.yaml_source import PathKey, SourceMap, parse_yaml
 
 
@@ -91,7 +87,7 @@ def _concrete(data: dict[str, Any], source: SourceMap) -> dict[str, Any]:
     flag = data["abstract"]
     if not isinstance(flag, bool):
         raise SpecError([Diagnostic(source.path, source.locate(("abstract",), data),
-                                    f"abstract: expected true or false; received {describe(flag)}")])
+                                    f"abstract: expected true or false; received {received(flag)}")])
     rest = {k: v for k, v in data.items() if k != "abstract"}
     if not flag:
         return rest
@@ -111,7 +107,12 @@ def load_spec_text(text: str, display: str = "<spec>", path: Path | None = None)
 def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
     if not isinstance(data, dict):
         raise SpecError([Diagnostic(source.path, source.position(()),
-                                    f"a spec is a mapping of sections; received {describe(data)}")])
+                                    f"a spec is a mapping of sections; received {received(data)}")])
+    layers = data.get("layers")
+    if isinstance(layers, list) and len(layers) > MAX_LAYERS:  # before the schema reads them all
+        raise SpecError([Diagnostic(source.path, source.locate(("layers", MAX_LAYERS), data, key=False),
+                                    f"layers: {len(layers)} layers; a spec holds at most {MAX_LAYERS} (this one is "
+                                    "the first past it)")])
     if "abstract" in data:
         data = _concrete(data, source)
     try:

@@ -7,7 +7,6 @@ it builds, can use it without importing the loader that imports them.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import types
 import typing
@@ -20,7 +19,6 @@ from specgen.diagnostics import (
     Diagnostic,
     Position,
     closest,
-    describe,
     did_you_mean,
     one_of,
     quoted,
@@ -29,6 +27,8 @@ from specgen.diagnostics import (
 )
 from specgen.fields.base import FLOAT32_MAX, IDENT
 from specgen.spec.model import SPEC_VERSION, Spec
+from specgen.spec.received import flow
+from specgen.spec.received import received as as_received
 from specgen.spec.yaml_source import PathKey, SourceMap, tag_named_like_its_key
 
 TYPE_WORDS = {
@@ -151,7 +151,7 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
     if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
         return _literal_message(loc, received, ctx)
     if kind == "finite_number":
-        return f"expected a finite number, received {safe_repr(received)}"
+        return f"expected a finite number, received {_echo(received)}"
     if kind == "extra_forbidden":
         allowed = allowed_keys(loc[:-1])
         hint = f"; did you mean '{suggestion}'?" if suggestion else ""
@@ -169,9 +169,9 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
         return _name_message(received, ctx)
     if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
         # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not just the bound.
-        return f"received {safe_repr(received)}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
+        return f"received {_echo(received)}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind in BOUNDS:
-        return f"received {safe_repr(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
+        return f"received {_echo(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:
         return f"expected {TYPE_WORDS[kind]}, received {_received(received)}"
     if kind in ("too_short", "too_long"):
@@ -188,24 +188,22 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
 
 
 def _received(value: Any) -> str:
-    """A received value as the spec spells it, not as Python does: `true (a boolean)`, `null`, not `True (bool)`."""
-    if isinstance(value, bool):
-        return f"{'true' if value else 'false'} (a boolean)"
-    if value is None:
-        return "null"
-    if isinstance(value, bytes):  # only an explicit `!!binary` gives bytes
-        return f"binary data of {len(value)} bytes (!!binary)"
-    if isinstance(value, datetime.date):  # only an explicit `!!timestamp` gives a date (plain ones are refused)
-        return f"{value.isoformat()} (a date)"
-    return describe(value)
+    """A received value as the spec spells it, not as Python does: `true (a boolean)`, `null`, `{a: b} (a mapping)`,
+    not `True (bool)` or `{'a': 'b'} (dict)` (spec/received.py)."""
+    return as_received(value)
+
+
+def _echo(value: Any) -> str:
+    """A received value without its kind: a container in YAML flow style (`[a]`), a scalar as safe_repr has it."""
+    return flow(value) if isinstance(value, dict | list) else safe_repr(value)
 
 
 def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
     if loc == ("specgen",):
-        return (f"unsupported spec format version {safe_repr(received)}; "
+        return (f"unsupported spec format version {_echo(received)}; "
                 f"this specgen reads version {SPEC_VERSION}")
     expected = [e.strip().strip("'") for e in ctx["expected"].replace(" or ", ",").split(",")]
-    return f"received {safe_repr(received)}, expected {one_of(expected)}" + did_you_mean(_text(received), expected)
+    return f"received {_echo(received)}, expected {one_of(expected)}" + did_you_mean(_text(received), expected)
 
 
 def _name_message(received: Any, ctx: dict[str, Any]) -> str:

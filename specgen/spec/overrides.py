@@ -3,6 +3,8 @@
 Values are parsed as YAML scalars (`--set train.batch_size=32`, `--set
 optimizers.head.learning_rate=1e-4`) and the result is validated like the spec
 itself. A mistake in an override is reported against the override, not the file.
+`--set KEY=null` removes the key (its default applies), as `key: null` in a file that
+extends another does; a null that removes nothing stays a null.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
                                             "list index in the spec")])
         if isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node):
             node[parts[-1]] = value
+        elif isinstance(node, dict) and value is None and parts[-1] in node:
+            del node[parts[-1]]  # `--set KEY=null` removes the key, as `key: null` over a base does: its default applies
         elif isinstance(node, dict):
             node[parts[-1]] = value
         else:

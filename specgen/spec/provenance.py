@@ -20,6 +20,8 @@ from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, node
 from specgen.spec.overrides import key_parts, load_with_overrides, parse_override
+from specgen.spec.received import flow
+from specgen.spec.tree import Gone
 from specgen.spec.yaml_source import SourceMap
 
 DEFAULT = Setting("default")
@@ -36,13 +38,18 @@ def tree_of(data: Any, source: SourceMap) -> Node:
 
 
 def with_overrides(tree: Node, overrides: list[str]) -> Node:
-    """Each `--set` written into the tree as a setting of its own (the values were checked by the loader)."""
+    """Each `--set` written into the tree as a setting of its own (the values were checked by the loader); a
+    `--set KEY=null` removes the key, as `key: null` in a file does (spec/overrides.py)."""
     for text in overrides:
         parts, value = parse_override(text)
         label = f"--set {text.partition('=')[0].strip()}"
         at = tree
         for part in parts[:-1]:
             at = _child(at, part, create=True)
+        if value is None and at.mapping is not None and parts[-1] in at.mapping and not at.mapping[parts[-1]].removed:
+            old = at.mapping[parts[-1]]
+            at.mapping[parts[-1]] = Node([*old.settings, Setting(label, removes=True)], removed=True)
+            continue
         _assign(at, parts[-1], node(value, Setting(label)))
     return tree
 
@@ -72,8 +79,7 @@ def _assign(at: Node, part: str | int, value: Node) -> None:
             old = _child(at, part, create=True)
         assert at.mapping is not None
         at.mapping[part] = value
-    if old.mapping is None and old.items is None and value.mapping is None and value.items is None:
-        value.settings[:0] = old.settings  # a leaf keeps its history
+    value.settings[:0] = old.settings  # a value keeps its history, a list or mapping replaced whole too
 
 
 def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True) -> Node:
@@ -155,17 +161,29 @@ def parse_key(text: str) -> list[str | int]:
 
 
 def find(tree: Node, parts: list[str | int]) -> Node | None:
+    """The node at `parts` in the resolved spec (not in an item a `remove: true` removed)."""
+    found, gone = find_any(tree, parts)
+    return found if gone is None else None
+
+
+def find_any(tree: Node, parts: list[str | int]) -> tuple[Node | None, Gone | None]:
+    """The node at `parts`, and the removal (`remove: true`) of the list item it lies in, if one removed it."""
     at: Node | None = tree
+    gone: Gone | None = None
     for part in parts:
         if at is None:
-            return None
+            return None, None
         if isinstance(part, str) and part.startswith("[") and at.items is not None:
-            at = next((i for i in at.items if i.name() == part[1:-1]), None)
+            found = next((i for i in at.items if i.name() == part[1:-1]), None)
+            if found is None and gone is None and part[1:-1] in at.gone:  # removed: its history, and where
+                gone = at.gone[part[1:-1]]
+                found = gone.item
+            at = found
         elif isinstance(part, int) and at.items is not None:
             at = at.items[part] if 0 <= part < len(at.items) else None
         else:
             at = at.mapping.get(part) if at.mapping is not None else None
-    return at
+    return at, gone
 
 
 def keys(tree: Node, prefix: str = "") -> Iterator[str]:
@@ -178,26 +196,45 @@ def keys(tree: Node, prefix: str = "") -> Iterator[str]:
         yield from keys(child, here)
 
 
+# What a key some values leave unset means: a layer without an activation is linear (`specgen diff` says so too).
+UNSET_MEANS = {"activation": "linear"}
+
+
 def explain(tree: Node, key: str, display: str) -> list[str]:
     """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
-    found = find(tree, parse_key(key))
+    parts = parse_key(key)
+    found, gone = find_any(tree, parts)
     if found is None:
         raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec"
                                     f"{did_you_mean(key, keys(tree))}")])
-    value = "(unset: removed, and it has no default)" if found.removed else _scalar(found.data())
-    lines = [f"{key} = {value}"]
     settings = found.settings or [DEFAULT]
     leaf = found.mapping is None and found.items is None
+    means = UNSET_MEANS.get(parts[-1]) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") \
+        else None
+    if gone is not None:
+        value = f"(unset: the item was removed at {gone.flag.where()})"
+    elif means is not None:
+        value = means
+    else:
+        value = "(unset: removed, and it has no default)" if found.removed else _scalar(found.data())
+    lines = [f"{key} = {value}"]
+    wins = gone is None and not found.removed
     for n, setting in enumerate(settings, 1):
-        mark = "  <- wins" if n == len(settings) and not found.removed else ""
+        mark = "  <- wins" if n == len(settings) and wins else ""
         lines.append(f"  {n}. {setting.where()}{_written(setting, leaf, found.removed)}{mark}")
+    if gone is not None:
+        lines.append(f"  {len(settings) + 1}. {gone.flag.where()}  remove: true (removes the item)")
+    elif means is not None:
+        lines.append(f"  {len(settings) + 1}. default  {means} (no {parts[-1]})  <- wins")
     return lines
 
 
 def _written(setting: Setting, leaf: bool, removed: bool) -> str:
-    """What one setting wrote, as `explain` prints it after the place."""
+    """What one setting wrote, as `explain` prints it after the place (a list or mapping in flow style, cut)."""
     if setting.removes:
         return "  null (removes the bases' value)"
+    if isinstance(setting.value, dict | list):
+        return f"  {flow(setting.value)}"
     if leaf and not (removed and setting.value is None):  # a removed mapping's own setting holds no value to print
         return f"  {_scalar(setting.value)}"
     return ""
