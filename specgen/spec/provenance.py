@@ -209,7 +209,7 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
                                     f"{did_you_mean(key, keys(tree))}")])
     settings = found.settings or [DEFAULT]
     leaf = found.mapping is None and found.items is None
-    means = UNSET_MEANS.get(parts[-1]) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") \
+    means = UNSET_MEANS.get(str(parts[-1])) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") \
         else None
     if gone is not None:
         value = f"(unset: the item was removed at {gone.flag.where()})"

@@ -61,7 +61,7 @@ def _flow(value: Any, level: int) -> str:
 
 
 def _first(items: Any) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for item in items:  # never the whole of a huge container
         if len(out) == ITEMS:
             break
