@@ -9,6 +9,7 @@ every tensor once finds zeroed or garbled data; sstable magic numbers catch brok
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 from collections.abc import Callable
@@ -21,8 +22,10 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.errors import SpecgenError
 from specgen.ir.training import keys
+from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
 
 META = "meta.json"
+META_LIMIT = 1 << 20  # step, serial, overrides, data settings, target names: a few KiB in practice
 # What TensorFlow's checkpoint readers raise on damaged files: OpError (bad magic number, CRC
 # mismatch, missing file), IndexError ("Read less bytes than requested" on a truncated data file).
 READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
@@ -57,15 +60,48 @@ def key_position(text: str, key: str) -> Position | None:
     return None
 
 
+def file_problem(path: Path) -> str | None:
+    """None for a regular file (links followed); else what it is, as a message goes on after the path: 'is
+    missing', 'is a FIFO (named pipe), not a regular file', 'is a symbolic link loop, not a regular file'."""
+    kind = file_kind(path)
+    if kind == REGULAR:
+        return None
+    if kind == MISSING:
+        return "is missing"
+    return f"is {kind}, not a regular file"
+
+
+def read_small(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of a file every checkpoint reader here goes through (`latest`, meta.json, an
+    index): a regular file, or Unreadable saying what it is. A FIFO is never waited on and a device never read
+    (/dev/zero behind a link would fill memory); open_regular checks the opened descriptor again, so a swap
+    after the check is refused too. The caller says what more than `limit` bytes means."""
+    if (problem := file_problem(path)) is not None:
+        raise Unreadable(path, f"the file {problem}")
+    try:
+        with open_regular(path) as handle:
+            return handle.read(limit + 1)
+    except (OSError, DataError) as exc:
+        raise Unreadable(path, f"cannot be read ({exc})") from None
+
+
+def meta_text(folder: Path) -> str:
+    """meta.json's text (bounded: META_LIMIT); Unreadable when it is not a regular file or not UTF-8."""
+    path = folder / META
+    raw = read_small(path, META_LIMIT)
+    if len(raw) > META_LIMIT:
+        raise Unreadable(path, f"the file is over {META_LIMIT // 2**20} MiB, far more than a checkpoint's "
+                         "meta.json holds")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(path, f"cannot be read ({exc})") from None
+
+
 def read_meta(folder: Path) -> dict[str, Any]:
     """A checkpoint's meta.json: a JSON object with an integer `step`; Unreadable otherwise."""
     path = folder / META
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise Unreadable(path, "the file is missing") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Unreadable(path, f"cannot be read ({exc})") from None
+    text = meta_text(folder)
     if not text.strip():
         raise Unreadable(path, "the file is empty")
     try:
@@ -119,8 +155,22 @@ def reader_failure(prefix: Path, exc: BaseException) -> Unreadable:
     return Unreadable(file, problem)
 
 
+def check_kinds(prefix: Path) -> None:
+    """The `.index` and every `.data-*` shard of a prefix that exist are regular files, or Unreadable naming the
+    first that is not: TensorFlow's reader, which opens them itself, blocks forever on a FIFO and reads a device
+    without end. Missing files are left to the reader, whose message names them."""
+    try:
+        shards = sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))
+    except OSError:
+        shards = []
+    for path in [Path(f"{prefix}.index"), *shards]:
+        if (problem := file_problem(path)) not in (None, "is missing"):
+            raise Unreadable(path, f"the file {problem}")
+
+
 def read_all(prefix: Path) -> dict[str, Any]:
     """Every tensor under a prefix (each CRC-checked by the reader); Unreadable names the damaged file."""
+    check_kinds(prefix)
     try:
         dtypes = tf.train.load_checkpoint(str(prefix)).get_variable_to_dtype_map()
         names = sorted(dtypes)
@@ -145,7 +195,7 @@ def verify(folder: Path, need_data: bool = True) -> dict[str, Any]:
         read_all(folder / name)
     step = values.get(keys.STEP)
     if step is not None and int(step.numpy()) != meta["step"]:
-        text = (folder / META).read_text()
+        text = meta_text(folder)
         raise Unreadable(folder / META, f"'step' is {meta['step']}, but the checkpoint's global_step is "
                          f"{int(step.numpy())}", key_position(text, "step"))
     return meta
@@ -157,7 +207,7 @@ def _positions(folder: Path, meta: dict[str, Any]) -> list[str]:
     if workers is None:
         return ["data"]
     if type(workers) is not int or workers < 2:
-        text = (folder / META).read_text()
+        text = meta_text(folder)
         raise Unreadable(folder / META, f"'data_workers' is {workers!r}; expected the number of workers (2 or more) "
                          "whose data positions it holds", key_position(text, "data_workers"))
     return [f"data-w{i}" for i in range(workers)]

@@ -32,6 +32,7 @@ from specgen.errors import SpecgenError
 from specgen.paths import shown
 from specgen.runtime import keras_files
 from specgen.runtime.keras_files import READ_ERRORS
+from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
 
 SUFFIXES = (".h5", ".hdf5", ".keras")
 HDF5_MAGIC, ZIP_MAGIC = keras_files.HDF5_MAGIC, b"PK\x03\x04"
@@ -99,9 +100,9 @@ def is_keras_file(path: Path) -> bool:
     if not path.is_file():  # a FIFO or device would block the read below
         return False
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:  # checked again as opened: a FIFO swapped in is refused, not waited on
             return handle.read(8).startswith((HDF5_MAGIC, ZIP_MAGIC))
-    except OSError:
+    except (OSError, DataError):
         return False
 
 
@@ -118,8 +119,8 @@ def open_h5(path: Path, declared: int | None = None) -> Iterator[tuple[h5py.File
     """The weights' HDF5 file, checked by keras_files (nothing stored or linked outside it), and, for a
     `.keras` archive, its config.json as plain JSON. `declared`: the bytes of the variables the spec
     declares, which bound what model.weights.h5 may inflate to (IMPORT_WEIGHTS_CAP without a spec)."""
-    if not path.is_file():
-        raise _fail(path, "no such file" if not path.exists() else "not a regular file")
+    if (kind := file_kind(path)) != REGULAR:  # checked when the values are read too (Reader)
+        raise _fail(path, "no such file" if kind == MISSING else f"the path is {kind}, not a regular file")
     if declared is None:
         cap, why = keras_files.IMPORT_WEIGHTS_CAP, " (the cap without a spec)"
     else:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,17 @@ import tensorflow as tf
 from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
-from specgen.ir.restore_rules import Entry, RestorePlan, Row, Targets, Unused, plan_source
+from specgen.ir.restore_rules import Entry, RestorePlan, Row, Targets, Unused, combine, plan_source, summary_line
 from specgen.ir.restore_rules import shape_text as _shape
 from specgen.ir.training.build import checkpoint_of
 from specgen.paths import shown
-from specgen.runtime.commands.restore_sources import list_checkpoint, open_reader, read_source
+from specgen.runtime.commands.restore_sources import list_checkpoint, open_reader, read_source, require_restorable
 from specgen.runtime.pruning_state import restore_targets
 from specgen.spec.io import RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
 
 __all__ = ["Entry", "RestorePlan", "Row", "Unused", "apply_plan", "format_plan", "list_checkpoint", "plan_restore",
-           "run_restore_plan", "summary_line"]
+           "read_plan", "run_restore_plan", "summary_line"]
 
 def _source_error(loaded: LoadedSpec, index: int | None, path: Path, message: str) -> SpecError:
     if index is None:
@@ -52,48 +51,21 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     spec_sources = sources is None
     if sources is None:
         sources = [(r.path, r.source) for r in checkpoint_of(loaded).restore]
-    final: dict[str, Row] = {}
-    sticky: dict[str, Row] = {}
-    excluded: dict[str, str] = {}
-    strict: dict[str, str] = {}  # variable -> the strict source that lacks it
-    plan = RestorePlan([], display=loaded.display,
-                       position=loaded.position("checkpoint", "restore") if spec_sources else None)
-
-    def drop(row: Row, reason: str) -> None:
-        if row.found is not None:
-            plan.unused.append(Unused(row.source, row.key, row.found, reason))
-
     declared = sum(int(np.prod(shape)) * tf.as_dtype(dtype).size for shape, dtype in targets.values())
+    parts = []
     for i, (path, source) in enumerate(sources):
         try:
             prefix, entries = read_source(path, declared)
             part = plan_source(source.from_, prefix, entries, source, targets)
+            # the bytes of what it restores are there (the index's byte ranges against the shards' sizes)
+            require_restorable(prefix, {r.found.raw_key for r in part.rows.values() if r.status == "restored"
+                                        and r.found is not None})
+            parts.append((source, part))
         except ValueError as exc:
             raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
-        plan.unused += part.unused
-        plan.errors += part.errors
-        for target, row in part.rows.items():
-            if target in final:
-                drop(final[target], f"superseded by {row.source}:{row.key}")
-                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target].source}"])))
-            final[target] = row
-        for target, row in part.sticky.items():
-            sticky.setdefault(target, row)
-        excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
-        strict.update(dict.fromkeys(part.lacking, f"strict: {source.from_} has no key for it"))
-    for weight, (shape, dtype) in targets.items():
-        if weight in sticky and weight in final:
-            drop(final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
-        note = strict.get(weight) or excluded.get(weight, "no checkpoint key maps here")
-        plan.rows.append(sticky.get(weight) or final.get(weight) or Row(weight, "initialized", shape, dtype, note=note))
-    return plan
-
-
-def summary_line(plan: RestorePlan) -> str:
-    counts = [f"restored {plan.count('restored')}", f"initialized {plan.count('initialized')}",
-              f"unused {len(plan.unused)}", f"mismatched {plan.count('mismatched')}"]
-    extra = [(plan.count("missing"), "missing"), (plan.count("conflict"), "conflicts"), (len(plan.errors), "errors")]
-    return ", ".join(counts + [f"{name} {n}" for n, name in extra if n])
+    # the sources' plans joined by the rules `specgen diff` runs too (ir/restore_rules.py)
+    return combine(parts, targets, RestorePlan([], display=loaded.display, position=loaded.position(
+        "checkpoint", "restore") if spec_sources else None))
 
 
 def _cells(row: Row) -> list[str]:
@@ -116,29 +88,40 @@ def format_plan(plan: RestorePlan) -> str:
     return "\n".join([*lines, "", summary_line(plan)])
 
 
-def _read_restored(plan: RestorePlan, variables: dict[str, tf.Variable], stack: ExitStack
-                   ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Every restored row's value, checked against its variable; and the problems found."""
+Expected = dict[str, tuple[tuple[int, ...], str]]  # variable path -> (shape, dtype name) a value must have
+
+
+def _read_restored(plan: RestorePlan, expected: Expected, stack: ExitStack) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Every restored row's value, checked against what its variable holds; and the problems found, one per
+    source that cannot be read (its first failure and how many keys it would have given), one per bad value."""
     readers: dict[Path, Any] = {}
-    declared = sum(v.shape.num_elements() * v.dtype.size for v in variables.values())  # bounds a .keras' inflation
+    declared = sum(int(np.prod(shape)) * tf.as_dtype(dtype).size for shape, dtype in expected.values())  # bounds a .keras
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []
+    failed: dict[Path, list[Any]] = {}  # prefix -> [problem index, keys it failed for]
     for row in (r for r in plan.rows if r.status == "restored"):
         assert row.prefix is not None and row.found is not None
-        if (var := variables.get(row.path)) is None:
+        if (want := expected.get(row.path)) is None:
             problems.append(f"'{row.path}' is not among the variables to restore into")
+            continue
+        if row.prefix in failed:  # the same reason again for every key: said once, counted
+            failed[row.prefix][1] += 1
             continue
         try:
             if row.prefix not in readers:
                 readers[row.prefix] = open_reader(row.prefix, stack, declared)
             value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
+            failed[row.prefix] = [len(problems), 1]
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
             continue
-        if value.shape != tuple(var.shape) or tf.as_dtype(value.dtype) != var.dtype:
+        if value.shape != tuple(want[0]) or tf.as_dtype(value.dtype).name != want[1]:
             problems.append(f"'{row.path}' is {_shape(value.shape, tf.as_dtype(value.dtype).name)} in {row.source} "
-                            f"but {_shape(tuple(var.shape), var.dtype.name)} here")
+                            f"but {_shape(tuple(want[0]), want[1])} here")
         values[row.path] = value
+    for at, count in failed.values():
+        if count > 1:
+            problems[at] += f" (and {count - 1} more {'key' if count == 2 else 'keys'} from it)"
     return values, problems
 
 
@@ -150,14 +133,38 @@ def refuse_problems(plan: RestorePlan) -> None:
                                     f"({summary_line(plan)}); nothing was restored")])
 
 
-def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable]) -> None:
-    """Read and check every restored value, then assign them all; assign nothing when anything is wrong."""
+def read_plan(plan: RestorePlan) -> dict[str, np.ndarray]:
+    """Every restored value, read and checked against the plan's own shapes: `specgen train` can read them before
+    its first write to the run folder, so that a source that fails only now (changed since the plan) leaves nothing
+    behind; `apply_plan(plan, variables, values)` then assigns them."""
     refuse_problems(plan)
     with ExitStack() as stack:  # Keras files stay open while their values are read, then close
-        values, problems = _read_restored(plan, variables, stack)
+        values, problems = _read_restored(plan, {r.path: (r.shape, r.dtype) for r in plan.rows}, stack)
+    _refuse_reads(plan, problems)
+    return values
+
+
+def _refuse_reads(plan: RestorePlan, problems: list[str]) -> None:
     if problems:
         raise SpecError([Diagnostic(plan.display, plan.position, "cannot restore: " + "; ".join(problems)
                                     + ". Nothing was restored.")])
+
+
+def apply_plan(plan: RestorePlan, variables: dict[str, tf.Variable], values: dict[str, np.ndarray] | None = None
+               ) -> None:
+    """Read and check every restored value (or take those `read_plan` read), then assign them all; assign nothing
+    when anything is wrong."""
+    refuse_problems(plan)
+    expected = {path: (tuple(v.shape), v.dtype.name) for path, v in variables.items()}
+    if values is None:
+        with ExitStack() as stack:
+            values, problems = _read_restored(plan, expected, stack)
+    else:
+        problems = [f"'{path}' is not among the variables to restore into" if path not in expected else
+                    f"'{path}' is {_shape(value.shape, tf.as_dtype(value.dtype).name)} as read but "
+                    f"{_shape(*expected[path])} here" for path, value in values.items()
+                    if path not in expected or (value.shape, tf.as_dtype(value.dtype).name) != expected[path]]
+    _refuse_reads(plan, problems)
     for path, value in values.items():
         variables[path].assign(value)
 

@@ -3,7 +3,6 @@ and Keras weight files (keras_weights.py), told apart by suffix and content, bot
 
 from __future__ import annotations
 
-import glob
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,9 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.restore_rules import Entry
 from specgen.paths import shown
 from specgen.runtime import keras_weights
+from specgen.runtime.bundle_index import short_shard
 from specgen.runtime.checkpoint import resolve_prefix
-from specgen.runtime.sources.base import MISSING, REGULAR, file_kind
+from specgen.runtime.integrity import Unreadable, check_kinds
 
 OBJECT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 BOOKKEEPING = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter")
@@ -46,16 +46,12 @@ def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str
 
 def require_checkpoint_files(prefix: Path) -> None:
     """The checkpoint's `.index` and every `.data-*` shard that exists are regular files, or ValueError naming the
-    first that is not: TensorFlow's reader blocks forever on a FIFO and reads a device without end. Missing files
-    are left to TensorFlow, whose message names them."""
+    first that is not (integrity.check_kinds); run again right before TensorFlow opens them (open_reader)."""
     try:
-        shards = sorted(prefix.parent.glob(f"{glob.escape(prefix.name)}.data-*"))
-    except OSError:
-        shards = []
-    for path in [prefix.with_name(prefix.name + ".index"), *shards]:
-        kind = file_kind(path)
-        if kind not in (MISSING, REGULAR):
-            raise ValueError(f"cannot read checkpoint {shown(prefix)}: {shown(path)} is {kind}, not a regular file")
+        check_kinds(prefix)
+    except Unreadable as exc:
+        raise ValueError(f"cannot read checkpoint {shown(prefix)}: {shown(exc.file)} "
+                         f"{exc.problem.removeprefix('the file ')}") from None
 
 
 def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -68,8 +64,18 @@ def list_checkpoint(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {key: (e.shape, e.dtype) for key, e in entries.items()}
 
 
+def require_restorable(prefix: Path, raw_keys: set[str]) -> None:
+    """ValueError, one line, when a data shard of a TensorFlow checkpoint is too short for the bytes the index
+    places there for `raw_keys` (a truncated copy): a plan that read the index alone would promise values the
+    restore cannot read. Keras weight files are read whole when planned (keras_weights.py)."""
+    if raw_keys and not keras_weights.is_keras_file(prefix) and (why := short_shard(prefix, raw_keys)):
+        raise ValueError(f"cannot restore from checkpoint {shown(prefix)}: {why}")
+
+
 def open_reader(prefix: Path, stack: ExitStack, declared: int | None = None) -> Any:
-    """A reader with `get_tensor(raw_key)`; a Keras file stays open until `stack` closes."""
+    """A reader with `get_tensor(raw_key)`; a Keras file stays open until `stack` closes. The files' kinds are
+    checked again here, when the values are read: one swapped for a FIFO since the plan is refused, never waited on."""
     if keras_weights.is_keras_file(prefix):
         return stack.enter_context(keras_weights.Reader(prefix, declared))
+    require_checkpoint_files(prefix)
     return tf.train.load_checkpoint(str(prefix))

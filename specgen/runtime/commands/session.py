@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
@@ -23,7 +24,7 @@ from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
-from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, refuse_problems, summary_line
+from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, read_plan, summary_line
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
@@ -68,6 +69,7 @@ class Session:
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
         # A fine-tuning run's restore sources are read and matched before the run folder's first write too.
+        self.restore_values: dict[str, Any] = {}  # the plan's values, read with it (_plan_restore)
         self.restore_plan = self._plan_restore() if self.begin.checkpoint is None else None
         # A resumed checkpoint must hold exactly the state this spec saves (resume_fit.py): checked from the IR,
         # before the run folder's first write, so a refused --resume leaves the folder byte for byte as it was.
@@ -212,7 +214,8 @@ class Session:
         if plan is None:
             return ""
         variables = hooks.fine_tuning_variables(self.ir, self.model)
-        apply_plan(plan, variables)
+        apply_plan(plan, variables, self.restore_values)
+        self.restore_values = {}  # assigned: the arrays need not live as long as the run
         restored = frozenset(row.path for row in plan.rows if row.status == "restored")
         hooks.after_restore(self.model, self.trainer, variables, restored)
         return summary_line(plan) + _initialized_lines(plan)
@@ -222,7 +225,9 @@ class Session:
         if not self.training.checkpoint.restore:
             return None
         plan = plan_restore(self.loaded, hooks.fine_tuning_targets(self.ir))
-        refuse_problems(plan)
+        # Every value is read now, before the run folder's first write: a source that fails only when its values
+        # are read (a shard changed or swapped since the plan) is refused with nothing of the run written.
+        self.restore_values = read_plan(plan)
         return plan
 
     def _rates(self) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -42,7 +43,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     except (FileNotFoundError, NotADirectoryError):
         return MISSING
     except OSError as exc:  # a folder on the way that may not be searched, a loop of links
-        return f"a path that cannot be examined ({exc.strerror})"
+        return "a symbolic link loop" if exc.errno == errno.ELOOP else f"a path that cannot be examined ({exc.strerror})"
     return _what(mode)
 
 
