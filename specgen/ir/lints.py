@@ -4,11 +4,13 @@ Pure Python, no TensorFlow: `specgen validate` and `specgen report` run these; `
 does not (it renders the IR and never needs them).
 
 Initialization scale: the model of each layer's output scale at initialization is scales.py's; the lint
-flags the first layer on each path whose std leaves BAND, or whose activation saturates.
+flags the first layer on each path whose std leaves BAND, or whose activation saturates. Layers whose scale a
+strict restore sets (`restored_scales`) are not judged: their initializers never run.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import replace
 
 from specgen.diagnostics import Diagnostic
@@ -37,12 +39,34 @@ def _outside(std: float | None) -> bool:
     return std is not None and not BAND[0] <= std <= BAND[1]
 
 
+def strictly_restored(ir: ModelIR) -> frozenset[str]:
+    """The model variables a `strict: true` restore entry holds a key for, known from the spec alone: a strict
+    entry covers every variable its `exclude` does not name, or the run stops before training (restore_rules.py's
+    `_strict`). A non-strict entry restores what its file happens to hold, which validate never reads."""
+    strict = [r.source for r in ir.training.checkpoint.restore if r.source.strict] if ir.training else []
+    return frozenset(v.path for node in ir.nodes for v in node.variables.values()
+                     if any(not any(fnmatch.fnmatchcase(v.path, p) for p in s.exclude) for s in strict))
+
+
+def restored_scales(ir: ModelIR) -> set[str]:
+    """The layers whose output scale at the first step a strict restore sets rather than the initializers: one
+    with a restored variable, and every layer after such a one (its input's scale is the checkpoint's, which
+    validate cannot know), so a new head on a restored backbone is not judged either."""
+    restored, settled = strictly_restored(ir), set[str]()
+    for node in ir.nodes:
+        if any(v.path in restored for v in node.variables.values()) or any(s in settled for s in node.inputs):
+            settled.add(node.name)
+    return settled
+
+
 def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
     """(layer, message) where the std leaves the band: the first such layer on each path."""
     scales, readers, outputs = propagate(ir), _consumers(ir), set(ir.outputs.values())
-    nodes = {node.name: node for node in ir.nodes}
+    nodes, settled = {node.name: node for node in ir.nodes}, restored_scales(ir)
     found = []
     for node in ir.nodes:
+        if node.name in settled:  # its initializers never run, or its input is a checkpoint's: nothing to judge
+            continue
         std = scales[node.name].std
         if any(_outside(scales[s].std) for s in node.inputs):
             continue

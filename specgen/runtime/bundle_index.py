@@ -17,6 +17,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from tensorflow.core.protobuf import tensor_bundle_pb2
 
+from specgen.errors import SpecgenError
 from specgen.runtime.integrity import Unreadable, read_small
 
 MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the footer's last 8 bytes
@@ -24,8 +25,9 @@ FOOTER = 48
 INDEX_LIMIT = 1 << 30  # an index lists keys and byte ranges: 1 GiB is millions of tensors
 
 
-class IndexFormat(ValueError):
-    """An index this reader does not follow (compressed blocks, a layout of another version)."""
+class IndexFormat(SpecgenError, ValueError):
+    """An index this reader does not follow (compressed blocks, a layout of another version): caught here, the size
+    check is then skipped and TensorFlow's reader judges the shard when the values are read."""
 
 
 @dataclass(frozen=True)

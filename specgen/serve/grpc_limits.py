@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from specgen.serve.limits import ENVELOPE_BYTES
 
 if TYPE_CHECKING:
-    from specgen.serve.grpc_server import Service
+    from specgen.serve.options import ServeOptions
+    from specgen.serve.registry import Version
 
 log = logging.getLogger("specgen.serve")
 
@@ -37,13 +38,12 @@ MIN_RPCS = 64
 GRPC_DEFAULT_MESSAGE_BYTES = 4 << 20  # gRPC's own default receive limit
 
 
-def message_limit(service: Service) -> int:
-    """The largest gRPC message accepted (the module docstring says how it is chosen)."""
-    options = service.options
+def message_limit(options: ServeOptions, models: dict[str, dict[int, Version]]) -> int:
+    """The largest gRPC message accepted for the models served at start (the module docstring says how)."""
     if options.grpc_max_message_bytes is not None:
         return options.grpc_max_message_bytes
     largest = GRPC_DEFAULT_MESSAGE_BYTES if options.model_control != "none" else ENVELOPE_BYTES
-    for versions in service.models.values():
+    for versions in models.values():
         for served in versions.values():
             config = served.model.config
             dims = [t.dims for t in config.inputs]
@@ -55,8 +55,7 @@ def message_limit(service: Service) -> int:
     return min(largest, options.max_body_bytes)
 
 
-def grpc_options(service: Service, limit: int) -> list[tuple[str, Any]]:
-    options = service.options
+def grpc_options(options: ServeOptions, limit: int) -> list[tuple[str, Any]]:
     return [
         # A port in use is an error, not silently shared with another server; worker processes of one server share it.
         ("grpc.so_reuseport", int(options.grpc_reuse_port)),

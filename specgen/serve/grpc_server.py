@@ -118,9 +118,9 @@ async def start_grpc(service: Service) -> tuple[Any, int]:
     host, port = options.grpc_host, options.grpc_port or 0
     if port and not options.grpc_reuse_port:
         _check_bindable(host, port)
-    limit = message_limit(service)
+    limit = message_limit(options, service.models)
     rpcs = options.grpc_max_rpcs or max(MIN_RPCS, min(options.buffer_bytes // limit, options.max_connections))
-    server = grpc.aio.server(options=grpc_options(service, limit), maximum_concurrent_rpcs=rpcs)
+    server = grpc.aio.server(options=grpc_options(options, limit), maximum_concurrent_rpcs=rpcs)
     server.add_generic_rpc_handlers((Servicer(service).handler(),))
     try:
         bound = server.add_insecure_port(f"{host}:{port}")

@@ -15,7 +15,7 @@ from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import READS, key_lengths, wiring
 from specgen.importers.keras.base import Converter, Part
-from specgen.importers.keras.errors import ImportProblem, layer_problem
+from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
 from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
 from specgen.importers.keras.masks import Inferred, settle
@@ -62,9 +62,7 @@ def _converter(layer: KLayer) -> Converter | None:
     if known is not None:
         return known
     if layer.module.startswith("keras_hub."):
-        raise layer_problem(layer.name, layer.cls, "a KerasHub layer inside a model is not imported yet; KerasHub "
-                            "backbones saved whole (BertBackbone, GPT2Backbone, RobertaBackbone) are, and their "
-                            "layers as spec ops are in docs/import.md (KerasHub backbones)")
+        raise keras_hub_problem(layer.name, layer.cls, layer.module)
     if layer.module not in ("keras.layers", "keras", "") and not layer.module.startswith("keras.src.layers"):
         raise layer_problem(layer.name, layer.cls, f"a custom class from module '{layer.module}': specgen never "
                             "imports a model's own code; write the layer as spec ops by hand")

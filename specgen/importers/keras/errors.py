@@ -19,6 +19,15 @@ def layer_problem(name: str, cls: str, message: str) -> ImportProblem:
     return ImportProblem(f"Keras layer '{name}' ({cls}): {message}")
 
 
+def keras_hub_problem(name: str, cls: str, module: str) -> ImportProblem:
+    """A KerasHub class inside a saved model (a layer such as TransformerEncoder, or a whole backbone called as a
+    layer): refused by name, before its call arguments are read (a backbone's dict input is no mask)."""
+    what = "model used as a layer" if ".models." in module else "layer"
+    return layer_problem(name, cls, f"a KerasHub {what} inside a model is not imported yet; KerasHub backbones saved "
+                         "whole (BertBackbone, GPT2Backbone, RobertaBackbone) are, and their layers as spec ops are in "
+                         "docs/import.md (KerasHub backbones)")
+
+
 MAX_LISTED = 5  # names a refusal lists; the rest are counted
 
 

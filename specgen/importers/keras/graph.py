@@ -37,7 +37,7 @@ from specgen.importers.keras.entries import (
     checked,
     refs,
 )
-from specgen.importers.keras.errors import ImportProblem, layer_problem
+from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
 from specgen.importers.keras.masks import (
     MASK_ARGUMENTS,
     OTHER_MASKS,
@@ -232,6 +232,8 @@ class _Flattener:
             if entry.class_name == INPUT:
                 self._input(entry, name, scope, bound, input_names, inputs)
                 continue
+            if (entry.module or "").startswith("keras_hub."):  # before its call arguments: a dict input is no mask
+                raise keras_hub_problem(scope + name, entry.class_name, entry.module or "")
             ids = mask_ids(entry, scope, self.zero_masks)
             if ids is not None:  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
                 self.zero_masks[scope + name] = ids

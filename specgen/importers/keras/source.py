@@ -11,6 +11,7 @@ that runs Keras' own code only, and its weights are drawn with a fixed seed.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,13 +79,14 @@ def read_h5(path: Path) -> Source:
 
 def build_constructor(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> Source:
     """keras.applications.<name>(weights=None, ...): its config and seeded weights as bytes."""
+    if not name[:1].isupper():  # no constructor starts lower-case: refused before Keras loads
+        raise _unknown(name)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
     build = getattr(keras.applications, name, None)
-    if not name[:1].isupper() or not callable(build):
-        raise ImportProblem(f"'{name}' is neither a .keras/.h5 file nor a keras.applications constructor "
-                            "(e.g. ResNet50, MobileNetV3Small, EfficientNetB0)")
+    if not callable(build):
+        raise _unknown(name)
     kwargs: dict[str, Any] = {"weights": None}
     if input_shape is not None:
         kwargs["input_shape"] = input_shape
@@ -105,6 +107,20 @@ def build_constructor(name: str, input_shape: tuple[int, ...] | None, classes: i
         data = target.read_bytes()
     config = {"class_name": "Functional", "config": model.get_config()}
     return Source(config, keras2=False, weights=None, weights_bytes=data, label=f"keras.applications.{name}")
+
+
+# A KerasHub preset name (bert_base_en) or handle (kaggle://..., hf://...): what from_preset downloads.
+PRESET = re.compile(r"(kaggle|hf)://[\w./-]{1,200}|[a-z][a-z0-9_]{0,99}")
+
+
+def _unknown(name: str) -> ImportProblem:
+    """Neither a file nor a constructor; a preset-like name is told that presets are not fetched, and what to do."""
+    hint = ""
+    if PRESET.fullmatch(name):
+        hint = (f"; KerasHub presets are not downloaded: save the backbone with model.save() first "
+                f"(keras_hub.models.Backbone.from_preset('{name}').save('backbone.keras')) and import that file")
+    return ImportProblem(f"'{name}' is neither a .keras/.h5 file nor a keras.applications constructor "
+                         f"(e.g. ResNet50, MobileNetV3Small, EfficientNetB0){hint}")
 
 
 def _require_file(path: Path) -> None:
