@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from specgen.commands.common import positive_int
@@ -10,15 +11,31 @@ from specgen.commands.common import positive_int
 NAME = "sweep"
 ORDER = 75
 HELP = "search the spec's sweep space with Optuna, each trial an ordinary run (docs/sweeps.md)"
+# At most this many trials at a time in one process: each is a `specgen train` process with TensorFlow (hundreds of
+# MB and a thread pool of its own), so more outruns any one machine; more machines share a study (--storage).
+MAX_PARALLEL = 64
+MAX_TRIALS = 100_000  # sweep.trials' bound (sweep/spec.py, not imported: every command's flags load at start)
+
+
+def _at_most(limit: int, why: str) -> Callable[[str], int]:  # a positive integer up to `limit`: one usage line past it
+    def check(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"received {text!r}; expected at most {limit:,} ({why})")
+        return value
+
+    return check
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)
     parser.add_argument("-o", "--output", type=Path, help="the sweep folder (default: the spec's run folder with "
                         "-sweep added); with --emit katib: the manifest (default: stdout)")
-    parser.add_argument("--trials", type=positive_int, metavar="N", help="trials in all (default: sweep.trials)")
-    parser.add_argument("--parallel", type=positive_int, default=1, metavar="P",
-                        help="trials at a time, each its own `specgen train` process (default 1)")
+    parser.add_argument("--trials", type=_at_most(MAX_TRIALS, "the bound of sweep.trials"), metavar="N",
+                        help=f"trials in all, at most {MAX_TRIALS:,} (default: sweep.trials)")
+    parser.add_argument("--parallel", type=_at_most(MAX_PARALLEL, "each is a TensorFlow process"), default=1,
+                        metavar="P", help=f"trials at a time, each its own `specgen train` process, at most "
+                        f"{MAX_PARALLEL} (default 1)")
     parser.add_argument("--storage", metavar="URL", help="the Optuna storage: an RDB URL (sqlite:///study.db, "
                         "postgresql://...) or journal:PATH; processes that share it share the study (default: "
                         "SQLite in the sweep folder)")

@@ -4,15 +4,16 @@ A worker thread (`--parallel P` of them) takes a trial from the study (ask), run
 `specgen train SPEC --quiet --set checkpoint.dir=SWEEP/trial-NNNN --set KEY=VALUE ...` and follows the metric in
 the run's TensorBoard events as they are written; the pruner sees each value as it comes (`trial.report`), and a
 trial it prunes is stopped with SIGINT, as Ctrl-C stops `specgen train` (between updates). When the run ends,
-the metric's last value is the trial's (tell). A run that fails is a failed trial with its error line; the sweep
-goes on. A run whose tracker failed (it warns in its log and trains on) is said by the sweep and noted on the trial.
+the metric's last value is the trial's (tell). A run that fails is a failed trial with its error line (or the
+signal that ended it, notes.py); the sweep goes on. A run whose tracker failed (it warns in its log and trains on)
+is said by the sweep and noted on the trial.
 
 The budget: a trial is asked for only while the finished trials (complete, pruned, failed) and the running ones
 are fewer than the sweep's `trials`, checked under one lock per process; processes sharing a study each check
 before they ask, so two asking at the same moment can each take the last place (the study then ends with one
 trial more per such process). Interrupted trials do not count: a trial whose sweep process is gone (killed, or
-Ctrl-C) is marked failed with `interrupted` and a new trial with the same values is queued (Optuna's
-enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
+Ctrl-C; claim.py tells a lost trial) is marked failed with `interrupted` and a new trial with the same values is
+queued (Optuna's enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
 
 The study itself (the plan, its sampler and pruner, what counts toward the budget) is study.py's.
 """
@@ -32,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 from specgen import native_logs
 from specgen.paths import shown
 from specgen.sweep import storage as stores
+from specgen.sweep.claim import claim, lost
 from specgen.sweep.follow import Follower
+from specgen.sweep.notes import killed, last_line, tracking_warning
 from specgen.sweep.space import overrides_of
 from specgen.sweep.study import Plan, counted, pruner, seeded
 from specgen.sweep.study import retry as queue_again
@@ -64,19 +67,26 @@ class Runner:
     # --- the budget and the dead ----------------------------------------------------------------------------
 
     def reap(self, study: optuna.Study) -> None:
-        """Trials whose owner is a process of this machine that is gone: failed as interrupted, and queued
-        again; on RDB storages also those whose heartbeat stopped (Optuna's fail_stale_trials)."""
+        """Running trials that are lost (claim.lost: their owner gone from this machine, or no owner and no
+        heartbeat past a grace period): failed as interrupted, and queued again; on RDB storages also those whose
+        heartbeat stopped (Optuna's fail_stale_trials)."""
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.storages import fail_stale_trials
         from optuna.trial import TrialState
 
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if trial.number in self.started or not stores.gone(trial.user_attrs.get("owner")):
+            why = lost(trial, self.storage, self.me, self.started)
+            if why is None:
                 continue
             trial_id = trial._trial_id  # Optuna's storage API names trials by id
-            self.storage.set_trial_user_attr(trial_id, "interrupted", "its sweep process was gone")
-            if self.storage.set_trial_state_values(trial_id, TrialState.FAIL):
+            try:
+                self.storage.set_trial_user_attr(trial_id, "interrupted", why)
+                failed = self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            except UpdateFinishedTrialError:  # it ended meanwhile (another process reaped it, or it finished)
+                continue
+            if failed:
                 self.retry(study, trial)
-                self.say(f"trial {trial.number} was interrupted (its sweep process is gone): queued again")
+                self.say(f"trial {trial.number} was interrupted ({why}): queued again")
         fail_stale_trials(study)
 
     def retry(self, study: optuna.Study, trial: FrozenTrial) -> None:
@@ -90,8 +100,7 @@ class Runner:
             done, running = counted(study.get_trials(deepcopy=False))
             if done + len(running) >= self.plan.budget():
                 return None
-            trial = study.ask(self.distributions)
-            trial.set_user_attr("owner", self.me)
+            trial = claim(study, self.me, self.distributions)  # its owner written with it
             self.started.append(trial.number)
             return trial
 
@@ -191,8 +200,8 @@ class Runner:
             study.tell(trial, state=TrialState.FAIL)
             self.retry(study, study.trials[number])
             self.say(f"trial {number} interrupted: it runs again when the sweep continues")
-        elif code != 0:
-            error = _last_line(log) or f"exit status {code}"
+        elif code != 0:  # a signal (the OOM killer's SIGKILL) ends a run with no error line: its last line misleads
+            error = killed(code) if code < 0 else last_line(log) or f"exit status {code}"
             trial.set_user_attr("error", error)
             study.tell(trial, state=TrialState.FAIL)
             self.say(f"trial {number} failed ({seconds:.1f} s): {error} (log: {shown(log)})")
@@ -214,17 +223,21 @@ class Runner:
         waited, ended = False, []
         try:
             while True:
-                ended = [self._start_worker() for _ in range(self.plan.parallel)]
+                with self.budget_lock:  # no more workers than trials left to ask for: each opens the study
+                    done, running = counted(study.get_trials(deepcopy=False))
+                    asked = len(self.started)
+                ended = [self._start_worker() for _ in range(min(self.plan.parallel,
+                                                                  self.plan.budget() - done - len(running)))]
                 for end in ended:
                     while not end.wait(POLL):  # Ctrl-C is raised here, in the main thread
                         pass
                 with self.budget_lock:
                     self.reap(study)
                     done, running = counted(study.get_trials(deepcopy=False))
+                if done + len(running) < self.plan.budget() and (not ended or len(self.started) > asked):
+                    continue  # a place came free (a trial elsewhere was lost, or reaped just now): take it
                 if not running:  # this process's trials are done, and no other process runs one
                     return True
-                if done + len(running) < self.plan.budget():
-                    continue  # a place came free (a trial elsewhere was lost): take it
                 if not waited:
                     names = ", ".join(str(t.number) for t in running)
                     self.say(f"waiting for {len(running)} trial(s) running in other processes: {names}")
@@ -260,33 +273,3 @@ def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
         return process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         return None
-
-
-def tracking_warning(log: Path) -> str | None:
-    """The first tracking warning in a trial's log (`warning: MLflow tracking at URI failed (REASON)`), or None."""
-    from specgen.diagnostics import one_line
-    from specgen.tracking.base import FAILED, GOING_ON
-
-    try:
-        with open(log, "rb") as file:
-            while line := file.readline(1 << 16):  # bounded: a line without an end is read in pieces
-                text = line.decode("utf-8", "replace")
-                if FAILED in text:
-                    return one_line(text[text.index(FAILED):].strip().removesuffix(GOING_ON))[:500]
-    except OSError:
-        return None
-    return None
-
-
-def _last_line(log: Path) -> str:
-    """The last line the run printed (its error line), escaped and cut to one line."""
-    from specgen.diagnostics import one_line
-
-    try:
-        with open(log, "rb") as file:
-            file.seek(max(0, os.fstat(file.fileno()).st_size - 4096))
-            lines = [line for line in file.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return one_line(lines[-2] if lines and lines[-1].endswith(" found") and len(lines) > 1 else
-                    lines[-1] if lines else "")[:500]

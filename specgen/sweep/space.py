@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.errors import SpecgenError
+from specgen.ir.resolve import build_ir
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
 from specgen.spec.overrides import apply, key_parts, named_item
@@ -44,6 +45,9 @@ RESERVED = {
     ("name",): "the spec's name names the study and every trial's MLflow experiment, one for the whole sweep",
     ("train", "tracking"): "it says where a trial is logged, and every trial is logged where the sweep says "
                            "(--track or the spec)",
+    # docs/sweeps.md "What is checked": trials are compared on one data set, and the sweep process reads no data
+    ("data",): "it says what a trial trains and is judged on: trials on other data are not compared on one "
+               "metric, and a data file is read only when its trial starts",
 }
 
 
@@ -144,10 +148,11 @@ def parameters(loaded: LoadedSpec, base: list[str]) -> list[Param]:
     problems: list[Diagnostic] = []
     params: list[Param] = []
     targets: dict[str, tuple[str | int, ...]] = {}
+    ends = interface(build_ir(loaded))
     for key, item in sweep.space.items():
         param = Param(key, item)
         at = target(fixed, key_parts(key))
-        found = _problem(loaded, data, source, base, param, tree, known) or _same_value(loaded, key, at, targets)
+        found = _problem(loaded, data, source, base, param, tree, known, ends) or _same_value(loaded, key, at, targets)
         problems += [found] if found is not None else []
         targets[key] = at
         params.append(param)
@@ -211,7 +216,7 @@ def _fixed_and_searched(base: list[str], fixed: Any, targets: dict[str, tuple[st
 
 
 def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param: Param, tree: Any,
-             known: list[str]) -> Diagnostic | None:
+             known: list[str], ends: dict[str, str]) -> Diagnostic | None:
     key = param.key
     parts = key_parts(key)
     where = ("sweep", "space", key)
@@ -221,7 +226,7 @@ def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param:
                                  "expected a key that changes how a trial trains", key=True)
     exists = find(tree, parts) is not None
     for value in param.edges():
-        problem = _refusal(data, source, loaded.path, [*base, param.override(value)])
+        problem = _refusal(data, source, loaded.path, [*base, param.override(value)], ends)
         if problem is None:
             continue
         if not exists:  # not in the resolved spec, and not a key the spec leaves unset: a misspelt key
@@ -232,17 +237,33 @@ def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param:
     return None
 
 
-def _refusal(data: Any, source: Any, path: Path, overrides: list[str]) -> str | None:
-    """Why the spec with `overrides` does not validate or resolve (the first problem), or None."""
-    from specgen.ir.resolve import build_ir
-
+def _refusal(data: Any, source: Any, path: Path, overrides: list[str], ends: dict[str, str]) -> str | None:
+    """Why the spec with `overrides` does not validate or resolve (the first problem), or changes the model's inputs
+    or outputs (`ends`: the spec's), or None."""
     try:
-        build_ir(validate_data(apply(data, overrides), source, path))
+        ir = build_ir(validate_data(apply(data, overrides), source, path))
     except SpecError as exc:
         return exc.diagnostics[0].message
     except SpecgenError as exc:
         return str(exc).split("\n")[0]
-    return None
+    changed = next(((end, was) for end, was in ends.items() if interface(ir).get(end) != was), None)
+    if changed is None:
+        return None
+    end, was = changed
+    now = interface(ir).get(end, "none")
+    return (f"it changes {end} from {was} to {now}; a sweep searches how the model trains, not the inputs and "
+            "outputs its data must fit (the data are read only when a trial starts)")
+
+
+def interface(ir: ModelIR) -> dict[str, str]:
+    """The model's inputs and outputs as the data meet them: `input 'image'` -> `[N, 8, 8, 1] float32`."""
+    from specgen.text import shape
+
+    ends = {f"input '{i.name}'": f"{shape(i.shape, unknown='N')} {i.dtype}" for i in ir.inputs}
+    for name, layer in ir.outputs.items():
+        node = ir.node(layer)
+        ends[f"output '{name}'"] = f"{shape(node.shape, unknown='N')} {node.dtype}"
+    return ends
 
 
 def logged_scalars(ir: ModelIR) -> list[str]:

@@ -8,10 +8,13 @@ in the spec and takes each value is checked by `specgen sweep` (sweep/space.py),
 
 from __future__ import annotations
 
+import math
+import re
 from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from specgen.diagnostics import MAX_ECHO, safe_repr
 from specgen.fields.base import FLOAT32_MAX, Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
 from specgen.fields.unions import by_key, by_shape
 
@@ -19,16 +22,68 @@ MAX_TRIALS = 100_000  # Optuna keeps every trial in its storage; more is a study
 MAX_KEYS = 64  # searched keys: each is a --set of every trial and a panel of the summary's picture
 MAX_CHOICES = 256  # values of one choice (each one is validated against the spec before the first trial)
 MAX_GRID = 100_000  # points of a grid: the product of every key's values
+_NONE = object()
 
+MAX_CHOICE_TEXT = 256  # characters of a choice string: it is a `--set` value and a table cell
+# YAML 1.1 (PyYAML) reads `1e-3` (no dot) as a string; the spec reads it as the number YAML 1.2 does (docs/spec.md)
+_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+
+
+def _written_float(value: object) -> object:
+    """A sweep's numbers are strict: `uniform: ['0.1', '0.2']` is a quoted string, a mistake the lax reading of the
+    rest of the spec would turn into a number. Only `1e-3` (see _EXPONENT) stays allowed."""
+    if isinstance(value, str) and not _EXPONENT.fullmatch(value.strip()):
+        raise ValueError(f"expected a number, received {safe_repr(value)} (a quoted string); write the number "
+                         "without quotes")
+    return value
+
+
+def _written_int(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError(f"expected an integer, received {safe_repr(value)} (a quoted string); write the number "
+                         "without quotes")
+    if isinstance(value, float):
+        raise ValueError(f"expected an integer, received {value!r} (float)")
+    return value
+
+
+StrictNumber = BeforeValidator(_written_float)
+StrictInteger = BeforeValidator(_written_int)
 if TYPE_CHECKING:  # number() and by_shape() build field types at run time; statically, what they hold
     Trials: TypeAlias = int
 else:
-    Trials = number(int, gt=0, le=MAX_TRIALS)
-Bound = Annotated[list[Float], Field(min_length=2, max_length=2)]
-IntBound = Annotated[list[Int], Field(min_length=2, max_length=2)]
+    Trials = Annotated[number(int, gt=0, le=MAX_TRIALS), StrictInteger]
+Bound = Annotated[list[Annotated[Float, StrictNumber]], Field(min_length=2, max_length=2)]
+IntBound = Annotated[list[Annotated[Int, StrictInteger]], Field(min_length=2, max_length=2)]
+
+
+def _one_choice(value: object) -> object:
+    """One line for a value no member of Choice takes (the union would give one per member), naming what a choice
+    may be; a value of the right kind is left to the members (their bounds)."""
+    given = "null" if value is None else safe_repr(value)
+    what = f"expected a number, true or false, or a string of at most {MAX_CHOICE_TEXT} characters, received {given}"
+    if isinstance(value, str) and len(value) > MAX_CHOICE_TEXT:
+        raise ValueError(what if len(value) > MAX_ECHO else f"{what} ({len(value)} characters)")
+    if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        raise ValueError(f"{what} (a float32 value is at most {FLOAT32_MAX:.8g} in magnitude)")
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise ValueError(f"{what} ({type(value).__name__})")
+    if value is None:
+        raise ValueError(what)
+    return value
+
+
 # A float choice is held to float32's finite range like every float of a spec (the schema says so too).
-Choice = (StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
-          | Annotated[StrictStr, Field(max_length=256)])
+Choice = Annotated[StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+                   | Annotated[StrictStr, Field(max_length=MAX_CHOICE_TEXT)], BeforeValidator(_one_choice)]
+
+
+def _one_point(bounds: list[float] | list[int], step: float | None) -> None:
+    """A step past the range leaves one value in it: a 'range' that searches nothing (low == high is refused)."""
+    low, high = bounds
+    if step is not None and (high - low) / step + 1e-9 < 1:  # the tolerance of grid_values: [0.1, 0.3] by 0.2
+        raise ValueError(f"the step {step!r} is larger than the range [{low!r}, {high!r}], which then holds one "
+                         f"value ({low!r}); expected a step of at most {high - low:.6g}")
 
 
 def _range(bounds: list[float] | list[int], log: bool) -> None:
@@ -43,11 +98,12 @@ class UniformRange(SpecModel):
     """A float drawn uniformly from [low, high] (on a grid of `step` when given)."""
 
     uniform: Bound
-    step: PositiveFloat | None = None
+    step: Annotated[PositiveFloat, StrictNumber] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> UniformRange:
         _range(self.uniform, log=False)
+        _one_point(self.uniform, self.step)
         return self
 
 
@@ -66,11 +122,12 @@ class IntRange(SpecModel):
     """An integer from [low, high], both included (every `step`-th from low when given)."""
 
     int: IntBound
-    step: PositiveInt | None = None
+    step: Annotated[PositiveInt, StrictInteger] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> IntRange:
         _range(self.int, log=False)
+        _one_point(self.int, self.step)
         return self
 
 
@@ -85,6 +142,11 @@ class LogIntRange(SpecModel):
         return self
 
 
+def value_repr(value: object) -> str:
+    """A choice as YAML writes it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else safe_repr(value)
+
+
 class ChoiceOf(SpecModel):
     """One of the listed values (numbers, strings, booleans)."""
 
@@ -92,11 +154,16 @@ class ChoiceOf(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> ChoiceOf:
-        seen: list[tuple[type, object]] = []
-        for value in self.choice:
-            if (type(value), value) in seen:
-                raise ValueError(f"the value {value!r} is listed twice; list each value once")
-            seen.append((type(value), value))
+        # Equal as values is a repeat: Optuna finds a drawn value by == (1 and 1.0, 1 and true are one to it),
+        # and Katib's list would hold both.
+        for index, value in enumerate(self.choice):
+            same = next((other for other in self.choice[:index] if other == value), _NONE)
+            if same is _NONE:
+                continue
+            if type(same) is type(value):
+                raise ValueError(f"the value {value_repr(value)} is listed twice; list each value once")
+            raise ValueError(f"the values {value_repr(same)} and {value_repr(value)} are equal as values (Optuna "
+                             "cannot tell them apart); list each value once")
         return self
 
 
@@ -113,8 +180,8 @@ class MedianPruner(SpecModel):
     """Optuna's MedianPruner: stop a trial whose metric at a step trails the median of the earlier trials' there."""
 
     kind: Literal["median"]
-    startup_trials: NonNegativeInt = Field(5, description="Trials that finish before any is pruned.")
-    warmup_steps: NonNegativeInt = Field(0, description="Steps of a trial before it can be pruned.")
+    startup_trials: Annotated[NonNegativeInt, StrictInteger] = Field(5, description="Trials that finish before any is pruned.")
+    warmup_steps: Annotated[NonNegativeInt, StrictInteger] = Field(0, description="Steps of a trial before it can be pruned.")
 
 
 def _pruner_shape(value: object) -> str | None:
@@ -138,7 +205,8 @@ class Sweep(SpecModel):
     trials: Trials = 10
     sampler: Literal["tpe", "random", "grid"] = "tpe"
     pruner: Pruner = "none"  # a name or a MedianPruner
-    seed: NonNegativeInt = Field(0, description="The sampler's seed: the same sweep draws the same values.")
+    seed: Annotated[NonNegativeInt, StrictInteger] = Field(
+        0, description="The sampler's seed: the same sweep draws the same values.")
     space: Annotated[dict[Pattern, Distribution], Field(min_length=1, max_length=MAX_KEYS, description=(
         "Key (as in --set, layers[NAME].KEY for a layer) -> the values to search."))]
 

@@ -11,6 +11,7 @@ a tracker that is down costs a run a few seconds, once (measured in docs/trackin
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -57,8 +58,22 @@ def client(uri: str) -> Any:
     if quiet:  # MLflow logs a failed store call (ERROR, two tracebacks) and raises it: specgen's one line says it
         logging.getLogger("mlflow").setLevel(logging.CRITICAL)
 
+    _store_folder(uri)
     with _store_lock(uri):  # the client opens the store at once: a new or older SQLite store is migrated here
         return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _store_folder(uri: str) -> None:
+    """A `sqlite:///PATH` store below a file: MLflow makes the missing folders and fails with `[Errno 17] File
+    exists` (the file is in the way, not a folder that exists); said as what it is, naming the file."""
+    if not uri.lower().startswith("sqlite:///"):
+        return
+    folder = Path(uri[len("sqlite:///"):].partition("?")[0]).absolute().parent
+    for above in (folder, *folder.parents):
+        if above.exists() or above.is_symlink():
+            if not above.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(above))
+            return
 
 
 @contextmanager
@@ -116,10 +131,13 @@ def reason(exc: BaseException) -> str:
     """The cause in a few words: `[Errno 111] Connection refused` rather than MLflow's request dump, and of a
     database error its first line (`(sqlite3.OperationalError) attempt to write a readonly database`), not the SQL
     statement and parameters SQLAlchemy appends; cut, saying so, past REASON_CHARS."""
+    if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:  # the path too: `File exists:` alone
+        where = f": {shown(exc.filename)}" if isinstance(exc.filename, str) else ""  # says nothing of which
+        return f"[Errno {exc.errno}] {exc.strerror}{where}"
     text = " ".join(str(exc).split())
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-    if errno:
-        return errno.group(0).strip()
+    code = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if code:
+        return code.group(0).strip()
     if "timed out" in text.lower():
         return "the request timed out"
     first = next((" ".join(line.split()) for line in str(exc).splitlines() if line.strip()), "")
