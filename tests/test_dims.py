@@ -150,9 +150,11 @@ def test_report_states_how_flops_count_symbols(tmp_path: Path, capsys: pytest.Ca
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
     assert "d      conv1d           [batch, ceil(seq/2), 4]" in out
-    assert out.rstrip().endswith("Named dynamic dimensions (seq) count as size 1: a layer that reads or makes one "
-                                 "(or an expression of one, e.g. ceil(seq/2)) reports FLOPs per position along it; "
-                                 "multiply by the run-time size.")
+    assert out.rstrip().endswith("Named dynamic dimensions (seq): a plain figure on a row whose output has them is "
+                                 "per position (multiply by the run-time sizes of the named dimensions in its output); "
+                                 "a cost that grows otherwise (attention's scores with the square of the length, a layer "
+                                 "that reduces one away) is a formula in them (a long one under the table), as is the "
+                                 "total.")
 
 
 def test_csv_cannot_fill_a_named_dimension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

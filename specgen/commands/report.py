@@ -57,4 +57,4 @@ def _one(path: Path, checkpoint: Path | None, specs: int) -> str:
         from specgen.runtime.pruning_state import checkpoint_sparsity
 
         measured = checkpoint_sparsity(loaded, ir, checkpoint, specs)
-    return report(ir, shown(path), loaded.spec.optimizers, measured)
+    return report(ir, shown(path), loaded.spec.optimizers, measured, layers=loaded.layers)

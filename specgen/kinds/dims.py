@@ -9,17 +9,23 @@ prints it. Hand-written rather than sympy: four forms cover every rule (offsets,
 integer scaling), and the strings must be stable byte for byte in generated files.
 
 FLOPs count a symbolic dimension as 1 (`nominal`): the figures are per position of each symbol.
+`sizes` sets other counts for a while, so specgen/report/formulas.py can rerun a rule to recover its
+FLOPs as a polynomial in the dimensions (attention's scores are quadratic in the length).
 No specgen import here: spec/io.py and every op module use it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 SYMBOL = re.compile(r"[a-z][a-z0-9_]*")
 _ATOM = re.compile(r"[a-z][a-z0-9_]*|ceil\(.*\)|\d+\*[a-z][a-z0-9_]*")
 _OFFSET = re.compile(r"(?P<base>.*?)(?P<off>[+-]\d+)")
 SYMBOL_HINT = "a lowercase identifier such as seq or height (a named dynamic dimension)"
+_SIZES: ContextVar[Mapping[str, int]] = ContextVar("specgen_dim_sizes", default={})  # noqa: B039 (never mutated)
 
 
 def is_symbolic(dim: object) -> bool:
@@ -37,13 +43,26 @@ def names(dim: str) -> list[str]:
 
 
 def nominal(dim: int | str | None) -> int:
-    """The size FLOPs and element counts assume: a symbol counts 1 (per position), the batch 1."""
+    """The size FLOPs and element counts assume: a symbol counts 1 (per position; within `sizes`, its size
+    there), the batch 1."""
+    if isinstance(dim, str):
+        return _SIZES.get().get(dim, 1)
     return dim if isinstance(dim, int) else 1
 
 
 def count(dim: int | str | None) -> int:
     """A dimension in an element or FLOP count: a symbol counts 1 (per position, as `nominal`), the batch (None) 0."""
-    return 1 if isinstance(dim, str) else dim or 0
+    return nominal(dim) if isinstance(dim, str) else dim or 0
+
+
+@contextmanager
+def sizes(values: Mapping[str, int]) -> Iterator[None]:
+    """Within it, `nominal` and `count` take each dimension expression in `values` at that size (others 1)."""
+    token = _SIZES.set(dict(values))
+    try:
+        yield
+    finally:
+        _SIZES.reset(token)
 
 
 def fixed(dim: int | str | None) -> int:

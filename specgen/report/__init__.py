@@ -24,10 +24,12 @@ from specgen.report.variables import collections_table, variables_table
 
 
 def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
-           measured: Mapping[str, int] | None = None, logged: Sequence[Scalars] = ()) -> str:
+           measured: Mapping[str, int] | None = None, logged: Sequence[Scalars] = (),
+           layers: Sequence[Any] | None = None) -> str:
     """The report; `optimizers` (the spec's section) adds which weights each optimizer took and why;
     `measured` (pruned weight path -> zeros in its mask in a checkpoint) adds a column to the pruning table;
-    `logged` (a run's TensorBoard scalars, pictures/curves.read_run) the loss scale the run logged last."""
+    `logged` (a run's TensorBoard scalars, pictures/curves.read_run) the loss scale the run logged last;
+    `layers` (LoadedSpec.layers) exact FLOPs formulas in named dynamic dimensions (report/formulas.py)."""
     sections = [
         f"{ir.name} ({path}): {ir.layer_count} layers, {len(ir.variables)} variables",
         variables_table(ir),
@@ -38,7 +40,7 @@ def report(ir: ModelIR, path: str, optimizers: Mapping[str, Any] | None = None,
         loss_table(ir),
         augment_table(ir),
         pruning_table(ir, measured),
-        flops_table(ir),
+        flops_table(ir, layers),
         masks_table(ir),
         momentum_note(ir),
     ]

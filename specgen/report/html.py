@@ -130,7 +130,7 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: Run
         "optimizers": ("Optimizers", _pre(optimizers_table(ir, optimizers)) if optimizers and ir.optimizers
                        else _none("no optimizers")),
         "precision": ("Precision", precision_section(ir, scan)),
-        "flops": ("FLOPs", _pre(flops_table(ir))),
+        "flops": ("FLOPs", _pre(flops_table(ir, loaded.layers))),
         "restore": ("Restore plan", restore_section(loaded, ir)),
         "curves": ("Training curves" + (f" ({shown(run)})" if run else ""), curves_section(scan)),
         "export": ("Export: parity, accuracy and precision", export_section(run)),

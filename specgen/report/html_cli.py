@@ -15,6 +15,9 @@ def _usage(args: argparse.Namespace) -> None:
         flag = "--run" if args.run_folder is not None else "--sweep" if args.sweep is not None else "-o"
         raise UsageError("report", f"got {flag} without --html; expected --html with them "
                                  "(the text report prints to stdout)")
+    if args.checkpoint is not None:  # the page has no pruning table: refused, never silently ignored
+        raise UsageError("report", "--html: got --checkpoint; the page does not show a checkpoint's mask sparsity "
+                                 "(specgen report SPEC --checkpoint CKPT prints it)")
     if len(args.paths) != 1 or args.paths[0].is_dir():
         raise UsageError("report", f"--html: got {len(args.paths)} path(s) "
                                  f"({', '.join(map(str, args.paths))}); expected one spec file")

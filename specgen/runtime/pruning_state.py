@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.ir.model import ModelIR
+from specgen.paths import shown
 from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
 from specgen.spec.load import LoadedSpec
+from specgen.text import printable
 
 
 def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -52,5 +55,23 @@ def checkpoint_sparsity(loaded: LoadedSpec, ir: ModelIR, checkpoint: Path, specs
         raise SpecError([Diagnostic(loaded.display, None, f"report --checkpoint reads pruning masks: it takes {why}")])
     from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays  # imports TensorFlow
 
-    arrays = read_arrays(checkpoint_prefix(checkpoint), mask_targets(ir))
+    prefix = checkpoint_prefix(checkpoint)
+    arrays = read_arrays(prefix, mask_targets(ir))
+    _note_other_spec(prefix, ir.name)
     return {w.path: int(np.count_nonzero(arrays[w.mask_key] == 0)) for w in ir.pruning.weights}
+
+
+def _note_other_spec(prefix: Path, name: str) -> None:
+    """A note when the checkpoint's meta.json names another spec: its masks fit (names and shapes were checked),
+    so a variant's or a fine-tuned run's checkpoint is read, but its sparsity is not this spec's run's."""
+    from specgen.runtime.integrity import META, Unreadable, read_meta  # imports TensorFlow, as the caller did
+
+    if prefix.name != "variables" or not (prefix.parent / META).is_file():
+        return  # a bare TensorFlow checkpoint: no meta.json to say whose it is
+    try:
+        wrote = read_meta(prefix.parent).get("spec")
+    except (Unreadable, OSError):
+        return  # its masks were read whole; a damaged meta.json is train --resume's concern
+    if isinstance(wrote, str) and wrote != name:
+        print(printable(f"note: {shown(prefix.parent / META)}: this checkpoint was saved by spec {quoted(wrote)}, "
+                        f"not {quoted(name)}; the checkpoint sparsity column is that run's masks"), file=sys.stderr)

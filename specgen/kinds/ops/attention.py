@@ -34,6 +34,7 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
 from specgen.fields.layers import LayerBase
+from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     ActivationMoments,
@@ -166,7 +167,7 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
     params = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim or layer.key_dim,
               "use_bias": layer.use_bias, "dropout": layer.dropout, "causal": layer.causal, "roles": at,
               "rotary": layer.rotary.model_dump() if layer.rotary else None}
-    steps = (query[1] if isinstance(query[1], int) else 1, key[1] if isinstance(key[1], int) else 1)
+    steps = (nominal(query[1]), nominal(key[1]))  # a named step counts 1 (kinds/dims.py)
     return OpResult(query, params=params, variables=_variables(layer, dims), flops=flops(layer, steps, dims))
 
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field
 
 from specgen.fields.layers import LayerBase
+from specgen.kinds.dims import nominal
 from specgen.kinds.ops import recurrent
 from specgen.kinds.ops.base import (
     ActivationMoments,
@@ -89,7 +90,7 @@ def infer(layer: Bidirectional, shapes: list[Shape], dtypes: list[str]) -> OpRes
     result = OpResult((*one.shape[:-1], width), params={**one.params, "op": inner.op,
                                                        "merge_mode": layer.merge_mode}, variables=variables,
                       extra_outputs={**halves, **states})
-    steps = one.shape[1] if inner.return_sequences and isinstance(one.shape[1], int) else 1
+    steps = nominal(one.shape[1]) if inner.return_sequences else 1  # a named step counts 1 (kinds/dims.py)
     # Two copies of the layer; the merge is one operation per output element (ave: a sum and a scale).
     merge = 0 if layer.merge_mode in ("concat", "none") else (2 if layer.merge_mode == "ave" else 1) * steps * inner.units
     result.flops = 2 * one.flops + merge

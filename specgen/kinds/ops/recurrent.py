@@ -19,6 +19,7 @@ from pydantic import Field
 from specgen import text
 from specgen.fields.base import PositiveInt, SpecModel
 from specgen.fields.layers import LayerBase
+from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import (
     ActivationMoments,
@@ -162,7 +163,7 @@ def infer(layer: RecurrentFields, shapes: list[Shape], dtypes: list[str]) -> OpR
     result = OpResult(out, params=params, variables=_variables(layer, features),
                       extra_outputs={k: ((None, layer.units), dtype) for k in STATES[layer.op]} if layer.return_state else {})
     # Per example: one step's FLOPs times the steps; a named time dimension counts 1 (FLOPs per position of it).
-    result.flops = (steps if isinstance(steps, int) else 1) * _step_flops(layer, features)
+    result.flops = nominal(steps) * _step_flops(layer, features)
     return result
 
 
