@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Annotated, Any
 
+import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from specgen.diagnostics import safe_repr
@@ -45,6 +46,28 @@ def not_bool(value: object) -> object:
     return value
 
 
+# PyYAML's (YAML 1.1) implicit resolvers: which plain scalars it reads as numbers. Only fields/ asks, and only for
+# text that reached a number field.
+_YAML11 = yaml.resolver.Resolver()
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def not_text(value: object) -> object:
+    """A number field's first check: no boolean (not_bool), and no text that is a number only once unquoted.
+
+    Lax pydantic would read `sparsity: '0.5'` as 0.5, but a quoted scalar is text in YAML 1.1 and 1.2 alike, and
+    the JSON Schema (so yaml-language-server) says number: text that PyYAML would read as a number if written plain
+    can only be text because it was quoted (or tagged `!!str`, or a block scalar). Text PyYAML keeps as text when
+    plain (`1e-3`, YAML 1.2's number, docs/spec.md "Numbers") still goes on to lax pydantic, quoted or not: the
+    loader hands over values, not how they were written.
+    """
+    not_bool(value)
+    if isinstance(value, str) and _YAML11.resolve(yaml.ScalarNode, value, (True, False)) in _NUMBER_TAGS:  # type: ignore[no-untyped-call]
+        advice = f"write {value}" if len(value) <= 40 else "remove the quotes"  # every echo is bounded
+        raise ValueError(f"expected a number, received {safe_repr(value)} (a quoted string: {advice})")
+    return value
+
+
 def _bounded(value: int) -> int:
     if value > MAX_INT:
         raise ValueError(f"received {safe_repr(value)}, expected a value <= {MAX_INT}")  # bounded echo
@@ -62,12 +85,12 @@ def bounds(tp: type[int] | type[float], **limits: float) -> tuple[Any, ...]:
     """
     constraints: dict[str, Any] = dict(limits)  # Field's overloads take each bound by name, typed per keyword
     if tp is int:
-        return Field(**constraints), BeforeValidator(not_bool), AfterValidator(_bounded)
+        return Field(**constraints), BeforeValidator(not_text), AfterValidator(_bounded)
     if "gt" not in limits and "ge" not in limits:
         limits["ge"] = constraints["ge"] = -FLOAT32_MAX
     if "lt" not in limits and "le" not in limits:
         limits["le"] = constraints["le"] = FLOAT32_MAX
-    return Field(**constraints), BeforeValidator(not_bool), AfterValidator(_in_float32(limits))
+    return Field(**constraints), BeforeValidator(not_text), AfterValidator(_in_float32(limits))
 
 
 def number(tp: type[int] | type[float], **limits: float) -> Any:

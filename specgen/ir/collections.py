@@ -104,7 +104,8 @@ class Resolver:
             return self.collection(entry)
         if entry in BUILTIN:
             rest = " (an optimizer's 'variables: trainable' alone takes every weight left)" if entry == REST else ""
-            self._problem(loc, f"collection '{entry}' is resolved from the optimizers and cannot be "
+            what = BUILTIN_WHAT.get(entry, "is resolved from the optimizers")
+            self._problem(loc, f"collection '{entry}' {what} and cannot be "
                                f"used here; name the variables or a user collection instead{rest}")
             return []
         matches = [p for p in self.order if fnmatch.fnmatchcase(p, entry)]
@@ -183,6 +184,16 @@ def _held(members: Membership, frozen: set[str]) -> set[str]:
     """Statistics of layers that have weights, all of them frozen: those layers run in inference mode."""
     return {p for p, ws in members.layer_weights.items() if ws and all(w in frozen for w in ws)}
 
+
+# Why a built-in collection cannot be selected, by what it really holds (docs/collections.md); the rest
+# (`trainable`, `frozen`) are resolved from the optimizers.
+BUILTIN_WHAT = {
+    "optimizer": "holds optimizer state (slots, learning rates, counters), not model variables,",
+    "step": "holds the global step, not a model variable,", "metrics": "holds metric accumulators, not model variables,",
+    "ema": "holds EMA shadows (training state that follows the trainable weights), not model variables,",
+    "pruning": "holds pruning masks, not model variables,",
+    "target": "is resolved from 'targets' (target-network copies, which follow their online weights)",
+}
 
 REST = "trainable"  # what users of tf.trainable_variables() write for "every weight left"
 

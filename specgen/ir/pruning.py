@@ -51,7 +51,12 @@ def resolve_pruning(loaded: LoadedSpec, members: Membership, shapes: dict[str, t
     selected = resolver.selection(prune.variables, ("prune", "variables"))
     problems = list(probe.problems)
     weights, trainable = set(members.weights), set(members.collections.get("trainable", []))
-    held = [p for p in selected if p in weights and p not in trainable]
+    # A target network's statistics are dropped as every statistic is; its weights are refused as copies.
+    targets = set(members.targets)
+    copies = [p for p in selected if p in weights and p in targets]
+    if copies:
+        problems.append(_copies_selected(loaded, copies))
+    held = [p for p in selected if p in weights and p not in trainable and p not in copies]
     if held:
         problems.append(loaded.diagnostic(("prune", "variables"), (
             f"prune selects frozen {variable_list(held)}; no optimizer updates frozen weights and pruning would "
@@ -65,3 +70,22 @@ def resolve_pruning(loaded: LoadedSpec, members: Membership, shapes: dict[str, t
         return None, problems
     pruned = tuple(PrunedWeight(p, keys.mask(p), shapes[p], owners[p]) for p in paths)
     return PruningIR(pruned, _schedule(prune.schedule)), []
+
+
+def _copies_selected(loaded: LoadedSpec, copies: list[str]) -> Diagnostic:
+    """Target-network copies are in no optimizer and not in `frozen` either (docs/targets.md): say what they are,
+    and name the online weights that pruning should select instead."""
+    prefixes = {name: (e.online[:-1], e.target[:-1]) for name, e in loaded.spec.targets.items()}  # 'net/*' -> 'net/'
+    online, names = [], []
+    for path in copies:
+        name, (source, prefix) = next((n, pair) for n, pair in prefixes.items() if path.startswith(pair[1]))
+        online.append(f"'{source}{path[len(prefix):]}'")
+        names += [] if f"targets.{name}" in names else [f"targets.{name}"]
+    one = len(copies) == 1
+    shown = ", ".join(f"'{p}'" for p in copies[:4]) + (f" and {len(copies) - 4} more" if len(copies) > 4 else "")
+    return loaded.diagnostic(("prune", "variables"), (
+        f"prune selects target-network {'copy' if one else 'copies'} {shown} ({', '.join(names)}); a target copy is "
+        "trained by no optimizer and follows its online weights, so its next update would undo a mask of its own, "
+        "and pruning the online weights already reaches it (a hard copy takes their zeros, a soft one decays toward "
+        f"them): prune {', '.join(online[:4])}{' ...' if len(online) > 4 else ''} and remove the "
+        f"{'copy' if one else 'copies'} from 'prune.variables'"))

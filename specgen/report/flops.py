@@ -33,7 +33,11 @@ def flops_table(ir: ModelIR, layers: Sequence[Any] | None = None) -> str:
     polys = flops_polys(ir, layers) if layers is not None and _declared(ir) else {}
     rank = {n: i for i, n in enumerate(dict.fromkeys(
         d for node in ir.nodes for s in (*node.input_shapes, node.shape) for d in s if isinstance(d, str)))}
-    rows, total_p, forward, backward, long = [], 0, [], [], []
+    rows: list[tuple[str, ...]] = []
+    forward: list[Poly] = []
+    backward: list[Poly] = []
+    long: list[str] = []
+    total_p = 0
     for node in ir.nodes:
         # A shared layer's weights are counted once, under their owner; its FLOPs (and the weight
         # gradients of its call, which add to the owner's) count like any layer's.

@@ -11,6 +11,7 @@ specgen/kinds/optimizers/levenberg_marquardt.py, while parsing).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from specgen.diagnostics import Diagnostic
@@ -18,6 +19,7 @@ from specgen.kinds.features.base import FeatureDef, Refusal
 from specgen.kinds.ops import REGISTRY
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
 from specgen.kinds.optimizers.levenberg_marquardt import REFUSED as LM_KEYS
+from specgen.kinds.optimizers.levenberg_marquardt import size_problem
 
 KIND = "levenberg_marquardt"
 _THIS = "levenberg_marquardt optimizer '{this}'"
@@ -133,6 +135,22 @@ def check(loaded: Any) -> list[Diagnostic]:
             problems.append(loaded.diagnostic(("layers", i, "op"), _message(
                 op, this=name, layer=layer.name, op=op)))
     return problems
+
+
+def size_check(loaded: Any, ir: Any, examples: int) -> list[Diagnostic]:
+    """At train start, once the data says how many examples there are, before the run folder's first write: a
+    Jacobian too large to solve on (kinds/optimizers/levenberg_marquardt.MAX_BYTES), at the optimizer's kind.
+    A named (dynamic) dimension of the output counts 1, so the estimate never exceeds what the step will need."""
+    training = ir.training
+    lm = next((o for o in training.optimizers if o.levenberg_marquardt), None) if training else None
+    term = next((t for t in training.terms if t.output), None) if lm else None
+    if lm is None or term is None:
+        return []
+    sizes = {v.path: math.prod(v.shape) for v in ir.variables}
+    node = next(n for n in ir.nodes if n.name == ir.outputs[term.output])
+    outputs = math.prod(d for d in node.shape if isinstance(d, int))
+    problem = size_problem(lm.name, examples, outputs, sum(sizes[p] for p in lm.paths))
+    return [loaded.diagnostic(("optimizers", lm.name, "kind"), problem)] if problem else []
 
 
 FEATURE = FeatureDef(

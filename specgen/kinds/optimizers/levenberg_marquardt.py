@@ -42,6 +42,35 @@ REFUSED = {
 MAX_TRIES = 100
 
 
+# The most memory one iteration may be estimated to take (solve_bytes). Why 1 GiB: a fixed number (not the machine's
+# free memory) so that a spec trains or is refused alike everywhere, and one that an iteration's SVD, O(rows ·
+# weights²) float64 work, still finishes in about a minute on two cores at (the docs' fits take kilobytes:
+# the sine fit's 200 x 49 Jacobian is 0.2 MB). Past it, a gradient optimizer's memory does not grow with the data.
+MAX_BYTES = 2**30
+
+
+def solve_bytes(rows: int, weights: int) -> int:
+    """Estimated peak memory of one iteration (runtime/lib/levenberg_marquardt.step) for a Jacobian of `rows`
+    residuals by `weights`: J as GradientTape.jacobian returns it (float32, 4 bytes an entry), its float64 copy and
+    J·D⁻¹ (8 + 8), and the SVD's U (rows x k) and V (weights x k) in float64, k = min(rows, weights)."""
+    k = min(rows, weights)
+    return rows * weights * (4 + 8 + 8) + 8 * k * (rows + weights)
+
+
+def size_problem(name: str, examples: int, outputs: int, weights: int) -> str | None:
+    """Why optimizer `name` cannot solve on `examples` examples of `outputs` residuals each for `weights` weights,
+    or None when the estimate is within MAX_BYTES."""
+    rows = examples * outputs
+    needed = solve_bytes(rows, weights)
+    if needed <= MAX_BYTES:
+        return None
+    return (f"levenberg_marquardt optimizer '{name}': its Jacobian is {rows:,} residuals ({examples:,} examples x "
+            f"{outputs:,} outputs) by {weights:,} weights, {rows * weights:,} entries; with its float64 copies and "
+            f"SVD an iteration needs about {needed / 2**30:.1f} GiB, past the {MAX_BYTES // 2**30} GiB bound for "
+            "this optimizer: train on fewer examples (batch_size: full solves on all of them), use fewer weights, "
+            "or choose a gradient optimizer (adam)")
+
+
 class LevenbergMarquardtKeys(SpecModel):
     """The keys of `kind: levenberg_marquardt` besides `kind` and `variables` (LevenbergMarquardt adds those)."""
 

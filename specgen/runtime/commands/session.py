@@ -20,6 +20,7 @@ import tensorflow as tf
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.kinds.features import accumulate, precision
+from specgen.kinds.features.levenberg_marquardt import size_check
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
@@ -74,6 +75,9 @@ class Session:
         # A resumed checkpoint must hold exactly the state this spec saves (resume_fit.py): checked from the IR,
         # before the run folder's first write, so a refused --resume leaves the folder byte for byte as it was.
         self.begin.notes += check_fit(self.ir, self.begin)
+        too_large = size_check(loaded, self.ir, train_source.examples)  # a levenberg_marquardt Jacobian past its bound
+        if too_large:
+            raise SpecError(too_large)
         if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
             open_run_folder(self.begin, self.folder, options.fresh)
         self.examples = train_source.examples

@@ -28,12 +28,22 @@ def soft(copies: list[tf.Variable], online: list[tf.Variable], tau: float) -> No
 def hard(copies: list[tf.Variable], online: list[tf.Variable], step: tf.Variable, every_steps: int) -> None:
     """target <- online after the update that makes `step` a multiple of `every_steps`."""
 
+    due = step % every_steps == 0
+
     def assign() -> tf.Tensor:
         copy(copies, online)
         return tf.constant(True)
 
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        # Under replicas an assign is a synchronization point, which tf.cond may not hold (merge_call inside a
+        # branch): assign on every update, the online value when due and the copy's own value otherwise. tf.where
+        # selects, so both are bitwise what a one-device copy (or no copy) gives; pruning.update_masks does the same.
+        for target, source in zip(copies, online, strict=True):
+            target.assign(tf.where(due, source, target))
+        return
     # tf.cond rather than a Python `if`: `step` is a tensor inside the train step's tf.function.
-    tf.cond(step % every_steps == 0, assign, lambda: tf.constant(False))
+    tf.cond(due, assign, lambda: tf.constant(False))
 
 
 def after_restore(model: GeneratedModel, trainer: GeneratedTrainer, variables: Mapping[str, Tensor],
