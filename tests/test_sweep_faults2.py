@@ -1,6 +1,7 @@
-"""`specgen sweep`'s second round of faults: a trial left running with no owner, a trial killed by a signal, the
-bounds of --trials and --parallel, the sweep section's strict numbers and distinct choices, keys that change the
-model's interface or data, one line per bad choice, and a tracking store below a file.
+"""`specgen sweep`'s second round of faults: a trial left running with no owner, two sweeps racing for a queued
+trial, a trial killed by a signal, the bounds of --trials and --parallel, the sweep section's strict numbers and
+distinct choices, keys that change the model's interface or data, one line per bad choice, and a tracking store
+below a file.
 
 Most drive the sweep's own parts (its Runner, a real Optuna study in SQLite, real processes) without TensorFlow;
 one runs a 1-trial sweep end to end (slow), since only a real sweep shows that it no longer waits forever.
@@ -8,6 +9,7 @@ one runs a 1-trial sweep end to end (slow), since only a real sweep shows that i
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -49,26 +51,129 @@ def runner(tmp_path: Path, trials: int = 2, parallel: int = 1) -> tuple[Any, Any
 
 def test_a_running_trial_without_an_owner_is_reaped_after_the_grace(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sweep killed between Optuna's ask() and writing the owner leaves this (made here as the checker did: an
-    ask() whose process writes nothing more); old sweeps waited for it forever."""
+    """An older specgen killed between Optuna's ask() and writing the owner leaves this (made here as the checker
+    did: an ask() whose process writes nothing more), and so does a live plain Optuna ask(): the sweep names it
+    with the time left, and counts it as lost only after the grace (minutes) on its own clock."""
     from optuna.trial import TrialState
 
     from specgen.sweep import claim
 
+    assert claim.OWNERLESS == 600
+    monkeypatch.setenv("SPECGEN_SWEEP_OWNERLESS", "0.2")  # the grace, shortened: the test waits it out for real
     run, study, said = runner(tmp_path)
+    assert run.grace == 0.2
     other = optuna.load_study(study_name=study.study_name, storage=run.plan.url)
     left = other.ask()  # RUNNING, no owner, no heartbeat
     run.reap(study)
-    assert study.trials[left.number].state == TrialState.RUNNING  # within the grace: may be mid-write
-    assert claim.OWNERLESS == 5
-    monkeypatch.setattr(claim, "OWNERLESS", 0.2)  # the grace, shortened: the test waits it out for real
-    time.sleep(0.4)
+    assert study.trials[left.number].state == TrialState.RUNNING  # first seen now: a live one is not failed at once
+    run.waiting(study.get_trials(states=(TrialState.RUNNING,)), False)
+    run.waiting(study.get_trials(states=(TrialState.RUNNING,)), True)  # said once
+    assert said == ["waiting for 1 trial(s) running in other processes: 0; trial 0 has no owner and no heartbeat "
+                    "(another program's, or an older specgen's), and counts as lost if it still has none in 1 s"]
+    time.sleep(0.3)
     run.reap(study)
     trials = study.get_trials()
     assert trials[left.number].state == TrialState.FAIL
-    assert trials[left.number].user_attrs["interrupted"] == "it has no owner and no heartbeat after 0.2 s"
+    assert trials[left.number].user_attrs["interrupted"] == "it had no owner and no heartbeat for 0.2 s"
     assert [(t.number, t.state, t.user_attrs) for t in trials[1:]] == [(1, TrialState.WAITING, {"retry_of": 0})]
-    assert said == ["trial 0 was interrupted (it has no owner and no heartbeat after 0.2 s): queued again"]
+    assert said[1:] == ["trial 0 was interrupted (it had no owner and no heartbeat for 0.2 s): queued again"]
+
+
+def test_the_grace_is_counted_from_when_this_process_saw_the_trial(tmp_path: Path) -> None:
+    """Not from the trial's start, which is the clock (and time zone) of the machine that made it: a trial that
+    started long ago is waited for the whole grace all the same, and two of them are named together."""
+    from datetime import datetime, timedelta
+
+    from optuna.trial import FrozenTrial, TrialState
+
+    run, study, said = runner(tmp_path, trials=5)
+    run.grace = 30.0
+    for hours in (30, -5):  # its start a day ago, or five hours ahead (another machine's clock or time zone)
+        made = FrozenTrial(number=-1, state=TrialState.RUNNING, value=None, params={}, distributions={},
+                           datetime_start=datetime.now() - timedelta(hours=hours), datetime_complete=None,
+                           user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=-1)
+        run.storage.create_new_trial(study._study_id, template_trial=made)
+    run.unowned[study.trials[0]._trial_id] = time.monotonic() - 29.5  # seen 29.5 s ago
+    run.reap(study)
+    assert [t.state for t in study.trials] == [TrialState.RUNNING] * 2
+    run.waiting(study.get_trials(states=(TrialState.RUNNING,)), False)
+    assert said == ["waiting for 2 trial(s) running in other processes: 0, 1; trials 0, 1 have no owner and no "
+                    "heartbeat (another program's, or an older specgen's), and count as lost if they still have none "
+                    "in 30 s"]
+    time.sleep(0.6)
+    run.reap(study)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING]
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "1e9"])
+def test_a_bad_grace_in_the_environment_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from specgen.sweep.claim import ownerless_grace
+
+    spec = write(tmp_path)
+    monkeypatch.setenv("SPECGEN_SWEEP_OWNERLESS", value)
+    code, out, err = run_cli(["sweep", spec.name, "-o", "s"], capsys, tmp_path)
+    assert (code, out) == (2, "")
+    assert err == (f"specgen sweep: error: SPECGEN_SWEEP_OWNERLESS: received {value!r}; expected seconds from 0 to "
+                   "10,000,000 (how long a running trial without an owner is waited for)\n")
+    assert not (tmp_path / "s").exists()  # refused before the sweep folder is made
+    monkeypatch.setenv("SPECGEN_SWEEP_OWNERLESS", "90")
+    assert ownerless_grace() == 90.0
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_the_loser_of_a_race_for_a_queued_trial_never_owns_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             journal: bool) -> None:
+    """The reviewer's interleaving, run deterministically: sweep B reads the queue, sweep A claims the queued
+    trial completely, then B goes on with what it read. B used to write itself in as the owner before trying the
+    claim, and its next reap failed A's live trial as "its sweep process died while taking it"."""
+    from optuna.trial import TrialState
+
+    from specgen.sweep import storage as stores
+    from specgen.sweep.driver import Runner
+    from specgen.sweep.study import open_study, retry
+
+    run_a, study_a, said_a = runner(tmp_path, trials=3)
+    if journal:  # the same race on the journal storage: a second study in its own file
+        url = f"journal:{tmp_path / 'study.log'}"
+        run_a.plan.url, run_a.storage = url, stores.open_storage(url, retry)
+        study_a = open_study(run_a.plan, run_a.storage)
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # B: a live process
+    try:
+        said_b: list[str] = []
+        run_b = Runner(run_a.plan, run_a.storage, said_b.append)
+        run_b.me = dict(run_a.me, pid=sibling.pid, start=stores._start(sibling.pid))
+        assert not stores.gone(run_b.me)
+        study_b = optuna.load_study(study_name=study_a.study_name, storage=run_a.storage)
+        study_a.enqueue_trial({"layers[hidden].units": 16}, user_attrs={"retry_of": 9})
+        waiting = (TrialState.WAITING,)
+        read = study_b._storage.get_all_trials(study_b._study_id, deepcopy=False, states=waiting)
+        assert [t.number for t in read] == [0]
+        won = run_a.ask(study_a)
+        assert won is not None and won.number == 0
+        reading = study_b._storage.get_all_trials
+        monkeypatch.setattr(study_b._storage, "get_all_trials",
+                            lambda *a, **k: read if k.get("states") == waiting else reading(*a, **k))
+        other = run_b.ask(study_b)  # B's claim of trial 0 fails; it makes a trial of its own
+        monkeypatch.undo()
+        assert other is not None and other.number == 1
+        trials = study_a.get_trials()
+        assert [(t.number, t.state, t.user_attrs["owner"]["pid"]) for t in trials] == [
+            (0, TrialState.RUNNING, run_a.me["pid"]), (1, TrialState.RUNNING, sibling.pid)]
+        run_b.reap(study_b)
+        run_a.reap(study_a)
+        assert [t.state for t in study_a.get_trials()] == [TrialState.RUNNING] * 2
+        assert said_a == said_b == []
+        # B's reap in the gap between A's claim and A's owner (one write later): the trial is ownerless, and is
+        # waited for, not failed
+        study_a.enqueue_trial({"layers[hidden].units": 32})
+        queued = study_a.get_trials(states=waiting)[0]
+        assert run_a.storage.set_trial_state_values(queued._trial_id, TrialState.RUNNING)
+        run_b.reap(study_b)
+        assert study_a.trials[queued.number].state == TrialState.RUNNING and said_b == []
+    finally:
+        sibling.kill()
+        sibling.wait()
 
 
 def test_a_trial_is_made_with_its_owner_and_a_queued_one_gets_it(tmp_path: Path) -> None:
@@ -85,12 +190,12 @@ def test_a_trial_is_made_with_its_owner_and_a_queued_one_gets_it(tmp_path: Path)
     assert second is not None
     stored = study.trials[second.number]
     assert stored.user_attrs == {"owner": run.me, "retry_of": 7} and stored.params["layers[hidden].units"] == 16
-    # A trial "this process owns" that it never started: another process claimed it after this one wrote itself in,
-    # then died before writing its own owner. It is lost, not waited for.
+    # A trial this process owns that it never started: only the winner of a claim writes itself in, so this
+    # process won it and then failed before running it (the worker's error ended it). It is lost, not waited for.
     lost = optuna.load_study(study_name=study.study_name, storage=run.plan.url).ask()
     run.storage.set_trial_user_attr(lost._trial_id, "owner", run.me)
     run.reap(study)
-    assert study.trials[lost.number].user_attrs["interrupted"] == "its sweep process died while taking it"
+    assert study.trials[lost.number].user_attrs["interrupted"] == "its sweep process failed while taking it"
     assert [t.state for t in study.trials[: lost.number]] == [TrialState.RUNNING, TrialState.RUNNING]
 
 
@@ -252,11 +357,14 @@ def test_a_sweep_no_longer_waits_forever_for_an_ownerless_trial(tmp_path: Path) 
                                 direction="maximize")
     study.ask()
     done = subprocess.run([sys.executable, "-m", "specgen", "sweep", "spec.yaml", "-o", "out"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"SPECGEN_SWEEP_OWNERLESS": "3"})  # the grace (600 s), shortened
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1:3] == ["waiting for 1 trial(s) running in other processes: 0",
-                          "trial 0 was interrupted (it has no owner and no heartbeat after 5 s): queued again"]
+    assert lines[1:3] == ["waiting for 1 trial(s) running in other processes: 0; trial 0 has no owner and no "
+                          "heartbeat (another program's, or an older specgen's), and counts as lost if it still has "
+                          "none in 3 s",
+                          "trial 0 was interrupted (it had no owner and no heartbeat for 3 s): queued again"]
     assert lines[3].startswith("trial 1 started (trial 0 again): optimizers.all.learning_rate=")
     assert lines[4].startswith("trial 1 finished: eval/accuracy ")
     assert "\n2 trial(s): 1 interrupted, 1 finished\n" in done.stdout

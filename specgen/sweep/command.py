@@ -57,6 +57,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int:
     from specgen.ir.training.build import run_folder
     from specgen.sweep import storage as stores
+    from specgen.sweep.claim import ownerless_grace
     from specgen.sweep.driver import Runner
     from specgen.sweep.study import Plan, open_study, quiet_optuna, retry
     from specgen.sweep.summary import hparams_config, lines, render, rows
@@ -70,6 +71,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
 
     check_target(loaded, track)
     need_optuna()
+    ownerless_grace()  # a bad SPECGEN_SWEEP_OWNERLESS: one line before the sweep folder is made
     quiet_optuna()
     sweep = loaded.spec.sweep
     assert sweep is not None

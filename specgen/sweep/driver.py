@@ -20,6 +20,7 @@ The study itself (the plan, its sampler and pruner, what counts toward the budge
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from specgen import native_logs
 from specgen.paths import shown
 from specgen.sweep import storage as stores
-from specgen.sweep.claim import claim, lost
+from specgen.sweep.claim import claim, left, lost, ownerless_grace
 from specgen.sweep.follow import Follower
 from specgen.sweep.notes import killed, last_line, tracking_warning
 from specgen.sweep.space import overrides_of
@@ -58,6 +59,9 @@ class Runner:
         self.stop = threading.Event()
         self.me = stores.owner()
         self.started: list[int] = []  # numbers of the trials this process started
+        self.grace = ownerless_grace()  # seconds an ownerless running trial is waited for (claim.py)
+        self.unowned: dict[int, float] = {}  # trial id -> when this process first saw it running with no owner
+        self.announced: set[int] = set()  # numbers of the ownerless trials the waiting line named
         self.distributions = {p.key: p.distribution() for p in plan.params}
 
     def say(self, line: str) -> None:
@@ -68,14 +72,17 @@ class Runner:
 
     def reap(self, study: optuna.Study) -> None:
         """Running trials that are lost (claim.lost: their owner gone from this machine, or no owner and no
-        heartbeat past a grace period): failed as interrupted, and queued again; on RDB storages also those whose
-        heartbeat stopped (Optuna's fail_stale_trials)."""
+        heartbeat for self.grace seconds): failed as interrupted, and queued again; on RDB storages also those
+        whose heartbeat stopped (Optuna's fail_stale_trials)."""
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.storages import fail_stale_trials
         from optuna.trial import TrialState
 
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            why = lost(trial, self.storage, self.me, self.started)
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        ids = {t._trial_id for t in running}
+        self.unowned = {i: seen for i, seen in self.unowned.items() if i in ids}  # only trials still running
+        for trial in running:
+            why = lost(trial, self.storage, self.me, self.started, self.unowned, self.grace)
             if why is None:
                 continue
             trial_id = trial._trial_id  # Optuna's storage API names trials by id
@@ -238,10 +245,8 @@ class Runner:
                     continue  # a place came free (a trial elsewhere was lost, or reaped just now): take it
                 if not running:  # this process's trials are done, and no other process runs one
                     return True
-                if not waited:
-                    names = ", ".join(str(t.number) for t in running)
-                    self.say(f"waiting for {len(running)} trial(s) running in other processes: {names}")
-                    waited = True
+                self.waiting(running, waited)
+                waited = True
                 time.sleep(POLL * 4)
         except KeyboardInterrupt:
             self.stop.set()
@@ -252,6 +257,23 @@ class Runner:
                     except KeyboardInterrupt:  # a second Ctrl-C: the trials are being stopped already
                         continue
             return False
+
+    def waiting(self, running: list[FrozenTrial], waited: bool) -> None:
+        """Say which trials the sweep waits for, once, and again when a trial without an owner appears: those
+        are named with the time left before they count as lost, so a sweep never waits in silence."""
+        ownerless = {t.number: s for t in running if (s := left(t._trial_id, self.unowned, self.grace)) is not None}
+        if waited and set(ownerless) <= self.announced:
+            return
+        self.announced |= set(ownerless)
+        line = f"waiting for {len(running)} trial(s) running in other processes: {', '.join(str(t.number) for t in running)}"
+        if ownerless:
+            names = ", ".join(str(n) for n in ownerless)
+            seconds = math.ceil(max(ownerless.values()))
+            line += (f"; trial {names} has no owner and no heartbeat (another program's, or an older specgen's), and "
+                     f"counts as lost if it still has none in {seconds} s" if len(ownerless) == 1 else
+                     f"; trials {names} have no owner and no heartbeat (another program's, or an older specgen's), "
+                     f"and count as lost if they still have none in {seconds} s")
+        self.say(line)
 
     def _start_worker(self) -> threading.Event:
         """A worker thread; the event is set when it ends (Thread.join, cut by Ctrl-C, can report a live thread

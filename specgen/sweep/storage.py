@@ -10,7 +10,7 @@ marks the running trials of owners gone from its own machine as interrupted at o
 Optuna's heartbeat (every HEARTBEAT seconds while a trial runs), so a trial whose machine died is marked after
 GRACE seconds by whichever sweep process looks next; the journal storage has no heartbeat in Optuna, so there a
 trial lost with its machine stays running until a sweep on that machine starts again. A trial is made with its
-owner in one storage call, and one without an owner is lost after a short grace (claim.py).
+owner in one storage call, and one without an owner is lost after a grace of minutes (claim.py).
 """
 
 from __future__ import annotations
