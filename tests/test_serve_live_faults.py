@@ -1,11 +1,14 @@
 """`specgen serve` with a live repository and hostile gRPC peers: files still being written are never served,
-the change stamp sees a same-size same-mtime replacement, refusals of removed versions leave the index, gRPC
-clients that grant no flow-control window or sit idle do not lock others out, `--poll-seconds` is checked, and
-a killed `--workers` parent's metrics folder is removed. Real servers (serve_helpers.Served), real onnxruntime.
+the change stamp sees a same-size same-mtime replacement, a load thrown away for a change while read and a folder
+gone before it settled leave no trace, refusals of removed versions leave the index, gRPC clients that grant no
+flow-control window or sit idle do not lock others out (and an idle client is not cut off at the handshake
+timeout), `--poll-seconds` is checked, and a killed `--workers` parent's metrics folder is removed. Real servers
+(serve_helpers.Served), real onnxruntime.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -34,7 +37,11 @@ from specgen.cli import main  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions  # noqa: E402
+from specgen.serve.control import ModelControl, ModelSource, snapshot  # noqa: E402
+from specgen.serve.limits import ByteBudget  # noqa: E402
+from specgen.serve.metrics import ServerMetrics  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
+from specgen.serve.registry import Registry  # noqa: E402
 
 CNN = "digits_cnn"
 X = np.random.default_rng(5).standard_normal((1, 8, 8, 1)).astype(np.float32)
@@ -144,6 +151,73 @@ def test_a_same_size_same_mtime_replacement_is_reloaded_by_an_explicit_load(
     assert [(e["version"], e["replaced"]) for e in events(caplog.records, "model_loaded")] == [(1, True)]
 
 
+# loads thrown away
+
+
+def control_of(repo: Path) -> ModelControl:
+    """A polling ModelControl with nothing served, a 1-byte body budget (each Version raises it to its own bound),
+    and no poll of its own: the test scans and loads."""
+    registry = Registry(ServerMetrics(), None, True, 64 << 20, ByteBudget(1))
+    return ModelControl(registry, ModelSource(repo, "cpu"), "poll", poll_seconds=3600)
+
+
+def test_a_load_thrown_away_for_a_change_while_read_leaves_no_trace(
+        tmp_path: Path, versions: dict[int, tuple[Any, bytes]], caplog: pytest.LogCaptureFixture) -> None:
+    folder = write_repository(tmp_path, *versions[1])
+    config = folder / "config.pbtxt"
+    (folder / "7").mkdir()
+    (folder / "7" / "model.onnx").write_bytes(b"not a model")
+    control = control_of(tmp_path)
+    budget = control.registry.budget
+
+    async def run() -> None:
+        control.start()
+        try:
+            assert (await control._load(CNN, folder, False, snapshot(folder)))[-1] == (
+                "model 'digits_cnn' serves version(s) [1]")  # 7 refused, 1 served
+            served, total = control.registry.models[CNN][1], budget.total
+            assert list(control.refused) == [(CNN, 7)] and total > 1
+            settled = snapshot(folder)  # what the poll saw hold still; then a writer: a larger batch, 7 removed
+            config.write_text(config.read_text().replace("max_batch_size: 64", "max_batch_size: 128"))
+            shutil.rmtree(folder / "7")
+            caplog.clear()
+            assert await control._load(CNN, folder, False, settled) is None
+            await asyncio.sleep(0.3)  # a version closed in the background would log its unload by now
+            assert control.registry.models == {CNN: {1: served}} and budget.total == total
+            assert list(control.refused) == [(CNN, 7)]
+            assert [r.fields for r in caplog.records] == [{
+                "event": "model_load_discarded", "model": CNN,
+                "retry": "at the next poll once the files hold still"}]
+            assert await control._load(CNN, folder, False, snapshot(folder)) == []  # the retry: kept
+            assert control.registry.models[CNN][1] is not served and budget.total > total and control.refused == {}
+            assert [(e["version"], e["replaced"]) for e in events(caplog.records, "model_loaded")] == [(1, True)]
+        finally:
+            await control.stop()
+
+    with caplog.at_level(logging.INFO, logger="specgen.serve"):
+        asyncio.run(run())
+
+
+def test_a_new_folder_gone_before_it_settled_is_not_pending(
+        tmp_path: Path, versions: dict[int, tuple[Any, bytes]]) -> None:
+    write_repository(tmp_path, *versions[1])
+    control = control_of(tmp_path)
+
+    async def run() -> tuple[list[str], list[str]]:
+        control.start()
+        try:
+            await control.scan()  # new: stamped, loaded once it holds still
+            first = list(control.pending)
+            shutil.rmtree(tmp_path / CNN)
+            await control.scan()
+            return first, list(control.pending)
+        finally:
+            await control.stop()
+
+    assert asyncio.run(run()) == ([CNN], [])
+    assert control.seen == {} and control.registry.models == {}
+
+
 # the index
 
 
@@ -241,7 +315,8 @@ def grpc_probe(address: str) -> str:
 def small_grpc(tmp_path: Path, versions: dict[int, tuple[Any, bytes]]) -> Iterator[Served]:
     """8 gRPC calls at once, answers sent within 1 s, 12 connections, idle ones closed after 1 s."""
     write_repository(tmp_path, *versions[1])
-    options = ServeOptions(grpc_port=0, grpc_max_rpcs=8, send_timeout=1.0, max_connections=12, header_timeout=1.0)
+    options = ServeOptions(grpc_port=0, grpc_max_rpcs=8, send_timeout=1.0, max_connections=12, header_timeout=1.0,
+                           grpc_idle_timeout=1.0)
     with Served(load_repository(tmp_path, provider="cpu"), options) as served:
         yield served
 
@@ -251,7 +326,7 @@ def test_a_grpc_peer_that_opens_no_window_does_not_hold_every_call(small_grpc: S
     time.sleep(0.3)
     assert grpc_probe(small_grpc.grpc) == "StatusCode.RESOURCE_EXHAUSTED"
     # past send_timeout the calls whose answers could not be sent are cancelled; the connection, left without a call,
-    # is closed after header_timeout, and its calls' slots freed
+    # is closed after grpc_idle_timeout, and its calls' slots freed
     wait_until(peer.closed.is_set, "the connection holding unsent answers was never closed", seconds=5)
     wait_until(lambda: grpc_probe(small_grpc.grpc) == "ok", "other clients still refused", seconds=3)
     peer.close()
@@ -262,6 +337,17 @@ def test_idle_grpc_connections_are_closed_and_new_clients_served(small_grpc: Ser
     wait_until(lambda: all(p.closed.is_set() for p in peers), "idle gRPC connections were never closed", seconds=5)
     assert grpc_probe(small_grpc.grpc) == "ok"
     for peer in peers:
+        peer.close()
+
+
+def test_an_idle_grpc_client_is_not_closed_at_the_handshake_timeout(
+        tmp_path: Path, versions: dict[int, tuple[Any, bytes]]) -> None:
+    write_repository(tmp_path, *versions[1])
+    options = ServeOptions(grpc_port=0, header_timeout=0.3)  # grpc_idle_timeout: 300 s
+    with Served(load_repository(tmp_path, provider="cpu"), options) as served:
+        peer = Peer(served.grpc)  # finishes its handshake, then sends no call
+        time.sleep(1.5)
+        assert not peer.closed.is_set()  # a call it sent now would not race a GOAWAY
         peer.close()
 
 

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 from specgen.paths import plain_name, shown
 from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
-from specgen.serve.models import load_version
+from specgen.serve.models import ServedModel, load_version
 from specgen.serve.registry import Registry, Version
 from specgen.serve.repository import ModelConfig, RepositoryError, available_versions, model_folders, read_config
 from specgen.serve.stamps import EXPLICIT_SETTLE_SECONDS, SETTLE_SECONDS, Snapshot, file_stamp, folder_stamp, snapshot
@@ -213,9 +213,10 @@ class ModelControl:
                         self.seen[name] = snap
                         log.error("model load failed", exc_info=True,
                                   extra={"fields": {"event": "error", "model": name}})
+            for name in [n for n in self.pending if n not in found]:  # gone before it settled (or while read)
+                del self.pending[name]
             for name in [n for n in self.seen if n not in found]:
                 del self.seen[name]
-                self.pending.pop(name, None)
                 self.problems.pop(name, None)
                 self._forget_refusals(name, set())
                 self._unload(name, "removed from the repository")
@@ -244,19 +245,22 @@ class ModelControl:
                                                                "version": version, "error": why}})
 
     async def _load(self, name: str, folder: Path, explicit: bool, expected: Snapshot) -> list[str] | None:
-        """Load what changed of one model and swap it in; the refusals' messages (each logged once). None, with
-        nothing swapped, logged or recorded, when the folder's stamps are no longer `expected` once it was read."""
+        """Load what changed of one model and swap it in; the refusals' messages (each logged once). None when the
+        folder's stamps are no longer `expected` once it was read: nothing swapped, refused or recorded, and one
+        info line says it is retried."""
         current = self.registry.models.get(name, {})
         try:
             config, available = await self._run(_read, folder)
         except RepositoryError as exc:
             if await self._run(snapshot, folder) != expected:
+                self._discarded(name, explicit)
                 return None
             return self._nothing_loaded(name, current, [str(exc)], refuse=str(exc))
-        self._forget_refusals(name, set(available))
         refusals: list[tuple[int, Any, str]] = []  # recorded and logged only once the read proves whole
         same_config = bool(current) and next(iter(current.values())).model.config == config
-        candidates, chosen, problems = list(available), dict[int, Version](), []
+        # A newly loaded model becomes a Version (a batcher, the body budget raised for it) only once the read proves
+        # whole: a discarded load leaves nothing to close or log as unloaded.
+        candidates, chosen, problems = list(available), dict[int, Version | ServedModel](), []
         while missing := [v for v in config.version_policy.select(candidates) if v not in chosen]:
             for version in missing:
                 path = folder / str(version) / config.model_filename
@@ -280,26 +284,32 @@ class ModelControl:
                     problems.append(str(exc))
                     candidates.remove(version)
                     continue
-                chosen[version] = self.registry.version(model)
+                chosen[version] = model
         if await self._run(snapshot, folder) != expected:  # written to while read: this session may mix two files
-            for version, served in chosen.items():
-                if current.get(version) is not served:
-                    self.registry.close_later(served)
+            self._discarded(name, explicit)
             return None
+        self._forget_refusals(name, set(available))
+        versions = {v: m if isinstance(m, Version) else self.registry.version(m) for v, m in chosen.items()}
         for version, stamp, reason in refusals:
             self.refused[name, version] = (stamp, reason)
             self._refuse(name, version, reason)
-        for version in chosen:
+        for version in versions:
             self.refused.pop((name, version), None)
-        if not chosen:
+        if not versions:
             why = problems or [f"{shown(folder)}: no version folder holds {config.model_filename}, or version_policy "
                                f"{config.version_policy.describe()} selects none of {available}"]
             return self._nothing_loaded(name, current, why, refuse=None if problems else why[0])
-        kept = all(current.get(v) is served for v, served in chosen.items()) and set(chosen) == set(current)
-        self._swap(name, current, chosen)
+        kept = all(current.get(v) is served for v, served in versions.items()) and set(versions) == set(current)
+        self._swap(name, current, versions)
         if problems:
-            problems.append(f"model '{name}' {'keeps serving' if kept else 'serves'} version(s) {sorted(chosen)}")
+            problems.append(f"model '{name}' {'keeps serving' if kept else 'serves'} version(s) {sorted(versions)}")
         return problems
+
+    def _discarded(self, name: str, explicit: bool) -> None:
+        """A load that raced a writer: nothing of it is kept; one line says when it is tried again."""
+        log.info("model load discarded: its files changed while they were read", extra={"fields": {
+            "event": "model_load_discarded", "model": name,
+            "retry": "when loaded again" if explicit else "at the next poll once the files hold still"}})
 
     def _nothing_loaded(self, name: str, current: dict[int, Version], why: list[str], refuse: str | None) -> list[str]:
         if refuse is not None:

@@ -19,7 +19,8 @@ class ServeOptions:
     `model_control` / `poll_seconds`: the live repository (control.py). `grpc_port` (None: no gRPC; 0: any
     free port) and the `grpc_*` bounds: the gRPC server (grpc_server.py), which also takes `max_connections`,
     `max_header_bytes` (metadata), `header_timeout` (handshake), `send_timeout` (keepalive ping answers)
-    and `graceful_timeout` (in-flight calls on shutdown).
+    and `graceful_timeout` (in-flight calls on shutdown). `grpc_idle_timeout`: a gRPC connection without a call
+    for that long is closed (grpc_limits.py says why it is not `header_timeout`).
     """
 
     queue_size: int | None = None
@@ -41,5 +42,6 @@ class ServeOptions:
     grpc_max_rpcs: int | None = None
     grpc_max_message_bytes: int | None = None
     grpc_keepalive: float = 30.0
+    grpc_idle_timeout: float = 300.0
     grpc_reuse_port: bool = False  # SO_REUSEPORT: for several worker processes serving one gRPC port
     graceful_timeout: float | None = 30.0
