@@ -23,6 +23,7 @@ from specgen.diagnostics import SpecError, one_line, report_lines
 from specgen.errors import SpecgenError, UsageError
 from specgen.paths import shown
 from specgen.render.errors import RenderError
+from specgen.runtime.interrupt import pending, raising_interrupts
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,8 +55,15 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with raising_interrupts():  # a Ctrl-C Python swallows (a weakref callback, a __del__) is not lost
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parser().parse_args(argv)  # imports every command module: a Ctrl-C may land here too
+        if pending():  # one Python swallowed while importing
+            raise KeyboardInterrupt
         gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
         if sys.stdout is None:  # fd 1 closed at start (`>&-`): Python sets sys.stdout to None
             return _stdout_closed()

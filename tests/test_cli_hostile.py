@@ -426,3 +426,27 @@ def test_a_ctrl_c_caught_after_a_string_exec_still_exits_130_under_python_m(tmp_
                           timeout=60)
     assert (done.returncode, done.stderr) == (130, "\nspecgen train: interrupted (Ctrl-C); it stopped before it "
                                                    "finished\n")
+
+
+def test_a_ctrl_c_python_swallows_is_not_lost(tmp_path: Path) -> None:
+    """A SIGINT handled inside a weakref callback (importlib's module-lock callback while TensorFlow imports) raised
+    KeyboardInterrupt where Python swallows it: "Exception ignored in ..." on stderr, and `specgen train` ran to its
+    end with exit 0 (a fresh clone's CI caught it). raising_interrupts notes it first and keeps the report quiet;
+    Interrupts starts from the note, so the command stops at its first check with one line."""
+    (tmp_path / "swallowed.py").write_text(
+        "import os, signal, sys, weakref\n"
+        "from specgen.runtime.interrupt import Interrupts, pending, raising_interrupts\n"
+        "class Held: pass\n"
+        "with raising_interrupts():\n"
+        "    held = Held()\n"
+        "    ref = weakref.ref(held, lambda _: os.kill(os.getpid(), signal.SIGINT))\n"
+        "    del held  # the callback runs here; the handler raises inside it, where Python swallows it\n"
+        "    print('swallowed, noted:', pending(), flush=True)\n"
+        "    with Interrupts() as interrupts:\n"
+        "        try:\n            interrupts.check()\n"
+        "        except KeyboardInterrupt:\n            sys.exit(130)\n"
+        "sys.exit(0)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
+    done = subprocess.run([sys.executable, "-m", "swallowed"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "swallowed, noted: True\n", "")

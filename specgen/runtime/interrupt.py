@@ -13,14 +13,61 @@ Here the handler only notes the signal; the training loop calls `check()` where 
 before the run folder's first write stops there, with nothing written. Where Python raises KeyboardInterrupt
 itself (before this is entered: imports, reading the spec; other commands), cli.main turns it into one line and
 exit status 130.
+
+Python can also raise it where it is swallowed: inside a weakref callback or a `__del__` (importlib's module-lock
+callback while TensorFlow imports), which prints "Exception ignored in ..." and goes on, so the Ctrl-C was lost
+and the command ran to its end (exit 0; the full suite caught it). `raising_interrupts` (cli.main, for every
+command) keeps Python's behaviour but notes each Ctrl-C first and keeps a swallowed one's report quiet; `pending()`
+tells whether one came, and `Interrupts` starts from it, so its first `check()` stops there.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
+
+_noted = threading.Event()  # a Ctrl-C came during this command (raising_interrupts), raised or not
+
+
+def pending() -> bool:
+    """Whether a Ctrl-C came since the command started, even one Python raised where it was swallowed."""
+    return _noted.is_set()
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    _noted.set()
+    raise KeyboardInterrupt
+
+
+def _quiet_interrupt(hook: Any) -> Any:
+    def unraisable(report: Any) -> None:  # a swallowed Ctrl-C was noted: its "Exception ignored" report is noise
+        if not (isinstance(report.exc_value, KeyboardInterrupt) and _noted.is_set()):
+            hook(report)
+    return unraisable
+
+
+@contextmanager
+def raising_interrupts() -> Iterator[None]:
+    """For one command in the main thread: Python's KeyboardInterrupt, noted first (see the module docstring);
+    the caller's handler and unraisable hook are put back after (tests call cli.main many times)."""
+    _noted.clear()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # not ours to change: a thread, or a caller that set its own handler (or ignores SIGINT)
+        return
+    hook, previous = sys.unraisablehook, signal.signal(signal.SIGINT, _raise)
+    sys.unraisablehook = _quiet_interrupt(hook)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
+        _noted.clear()  # the note is the command's: an Interrupts entered later starts clean
 
 
 class Interrupts:
@@ -30,7 +77,7 @@ class Interrupts:
     """
 
     def __init__(self) -> None:
-        self.received, self._installed = False, False
+        self.received, self._installed = pending(), False  # one swallowed before it was entered stops at check()
         self._previous: Any = None  # what signal.signal returned: a handler, SIG_DFL/SIG_IGN, or None (set in C)
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
