@@ -60,10 +60,13 @@ LONGEST_FIRST = (
     "test_tfrecord_resume.py",  # 25 s
     "test_return_state.py",  # 23 s
     "test_fuzz_specs.py",  # 23 s
+    "test_restore_sources_hostile.py",  # 23 s
     "test_images_resume.py",  # 22 s
     "test_yaml_bounds.py",  # 21 s
     "test_distributed_shards.py",  # 20 s
     "test_levenberg_marquardt_minpack.py",  # 18 s
+    "test_sweep_faults2.py",  # 17 s
+    "test_levenberg_marquardt_size.py",  # 15 s
     "test_feature_plugin.py",  # 15 s
     "test_masks_keras.py",  # 18 s
 )
