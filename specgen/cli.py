@@ -88,23 +88,7 @@ def _interrupted(argv: Sequence[str] | None) -> int:
     command = next((w for w in words if not w.startswith("-")), "")
     print(f"\nspecgen{' ' + command if command else ''}: interrupted (Ctrl-C); it stopped before it finished",
           file=sys.stderr)
-    _forget_unhandled_interrupt()
     return 130
-
-
-def _forget_unhandled_interrupt() -> None:
-    """Clear CPython's note that a KeyboardInterrupt went unhandled, which this one did not.
-
-    CPython notes it when a KeyboardInterrupt leaves code run from a string (`exec` of a str, `PyRun_String`:
-    pybind11's `py::exec`, which TensorFlow's extension modules run while they import) and, under `python -m`,
-    kills the process with SIGINT at exit whatever status `sys.exit` gave (`Py_RunMain`; the `specgen` console
-    script exits through another path). A Ctrl-C that landed there ended in -2 instead of 130 now and then
-    (measured: 1 in 8 interrupts 3.3-3.6 s into `python -m specgen train`; 0 in 14 with this). Running any string
-    through the same entry point clears the note, as the next `py::exec` would have.
-    """
-    import ctypes  # here: only an interrupted command pays for the import
-
-    ctypes.pythonapi.PyRun_SimpleString(b"")
 
 
 def _stdout_closed() -> int:

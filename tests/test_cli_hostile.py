@@ -416,11 +416,14 @@ def test_a_ctrl_c_caught_after_a_string_exec_still_exits_130_under_python_m(tmp_
     """CPython notes a KeyboardInterrupt that leaves code run from a string (exec of a str, PyRun_String: pybind11's
     py::exec inside TensorFlow's imports) and, under `python -m`, kills the process with SIGINT at exit even when
     the interrupt was caught: `python -m specgen train` then and then ended -2 instead of 130 (the full suite caught
-    it once). cli._interrupted clears the note; the module below reproduces the state without TensorFlow."""
+    it once). raising_interrupts clears the note when its command saw a Ctrl-C, however the command ended; the
+    module below reproduces the state without TensorFlow: a real SIGINT raised inside a string exec."""
     (tmp_path / "interrupted.py").write_text(
-        "import sys\nfrom specgen.cli import _interrupted\n"
-        "try:\n    exec('raise KeyboardInterrupt', {})\nexcept KeyboardInterrupt:\n"
-        "    sys.exit(_interrupted(['train']))\n")
+        "import sys\nfrom specgen.cli import _interrupted\nfrom specgen.runtime.interrupt import raising_interrupts\n"
+        "with raising_interrupts():\n"
+        "    try:\n        exec('import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nsum(range(10**6))', {})\n"
+        "    except KeyboardInterrupt:\n        code = _interrupted(['train'])\n"
+        "sys.exit(code)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
     done = subprocess.run([sys.executable, "-m", "interrupted"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)

@@ -67,7 +67,24 @@ def raising_interrupts() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = hook
+        if _noted.is_set():  # however the command ended: cli's one line, or train's own SystemExit(130)
+            _forget_unhandled_interrupt()
         _noted.clear()  # the note is the command's: an Interrupts entered later starts clean
+
+
+def _forget_unhandled_interrupt() -> None:
+    """Clear CPython's note that a KeyboardInterrupt went unhandled, which this one did not.
+
+    CPython notes it when a KeyboardInterrupt leaves code run from a string (`exec` of a str, `PyRun_String`:
+    pybind11's `py::exec`, which TensorFlow's extension modules run while they import) and, under `python -m`,
+    kills the process with SIGINT at exit whatever status `sys.exit` gave (`Py_RunMain`; the `specgen` console
+    script exits through another path). A Ctrl-C that landed there ended in -2 instead of 130 now and then
+    (measured: 1 in 8 interrupts 3.3-3.6 s into `python -m specgen train`; 0 in 14 with this). Running any string
+    through the same entry point clears the note, as the next `py::exec` would have.
+    """
+    import ctypes  # here: only an interrupted command pays for the import
+
+    ctypes.pythonapi.PyRun_SimpleString(b"")
 
 
 class Interrupts:
