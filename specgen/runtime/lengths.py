@@ -82,14 +82,7 @@ def stamp(model: Any, ir: Any) -> None:
 
 def read(metadata: Mapping[str, str]) -> Bounds:
     """The bounds of a loaded model's metadata; entries of another shape (a hand-edited file) are ignored."""
-    try:
-        raw = json.loads(metadata.get(KEY, "{}"))
-    except ValueError:
-        return {}
-    if not isinstance(raw, dict):
-        return {}
-    return {k: (v[0], v[1]) for k, v in raw.items()
-            if isinstance(v, list) and len(v) == 2 and type(v[0]) is int and isinstance(v[1], str)}
+    return _entries(metadata, KEY, (int, str))  # _entries checks the item types
 
 
 def violation(found: Bounds, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
