@@ -70,6 +70,7 @@ class RestorePlan:
     errors: list[str] = field(default_factory=list)  # map entries that name no variable here
     display: str = "<spec>"
     position: Position | None = None
+    excluded: set[str] = field(default_factory=set)  # initialized because an entry's `exclude` names them
 
     @property
     def ok(self) -> bool:
@@ -234,8 +235,13 @@ def combine(parts: Sequence[tuple[RestoreSource, SourcePlan]], targets: Targets,
     for weight, (shape, dtype) in targets.items():
         if weight in sticky and weight in final:
             drop(final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
-        note = strict.get(weight) or excluded.get(weight, "no checkpoint key maps here")
-        plan.rows.append(sticky.get(weight) or final.get(weight) or Row(weight, "initialized", shape, dtype, note=note))
+        chosen = sticky.get(weight) or final.get(weight)
+        if chosen is None:
+            if weight not in strict and weight in excluded:
+                plan.excluded.add(weight)
+            chosen = Row(weight, "initialized", shape, dtype,
+                         note=strict.get(weight) or excluded.get(weight, "no checkpoint key maps here"))
+        plan.rows.append(chosen)
     return plan
 
 

@@ -51,7 +51,7 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
     section = Section("checkpoint")
     found = plan(old, new, sources)
     lost = {renames.variable(p, old) or p for p in (v.path for v in old.model_variables)}  # NEW's share of OLD
-    excluded = {r.path for r in found.rows if r.status == "initialized" and r.note.startswith("excluded by ")}
+    excluded = found.excluded
     rows = sorted(found.rows, key=lambda r: r.path)
     for row in rows:
         if row.status == "mismatched" and row.found is not None:
