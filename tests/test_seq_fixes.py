@@ -108,7 +108,7 @@ def test_export_refuses_lengths_below_the_smallest() -> None:
             "input 'x': received 5 steps along 't' (shape [2, 5, 6]), expected at least 8: layer 'p' (max_pool1d) "
             "needs at least 8")):
         predictor({"x": x})
-    assert predictor.too_long({"x": x[:, :4]}) is not None
+    assert predictor.out_of_range({"x": x[:, :4]}) is not None
     assert predictor({"x": np.zeros((2, 8, 6), np.float32)})["logits"].shape == (2, 2)
     assert predictor({"x": np.zeros((1, 13, 6), np.float32)})["logits"].shape == (1, 2)
     old = Predictor(_without(model_bytes, "specgen.min_lengths"), "cpu")  # an older export: answered as before

@@ -13,7 +13,7 @@
   negative id as counted from the end, where TensorFlow refuses it. `specgen.id_ranges`: {"ids": [0, 20, "emb",
   "embedding"]}, for each graph input read directly as ids, the tightest range over the layers reading it.
 
-`specgen export` writes them into the model's metadata; `Predictor.too_long` (so `specgen infer` and `specgen
+`specgen export` writes them into the model's metadata; `Predictor.out_of_range` (so `specgen infer` and `specgen
 serve`) reads them back and refuses an input outside them before onnxruntime runs, in one line. A model exported
 before a key existed has no such entry and runs as before.
 """

@@ -240,12 +240,12 @@ class Predictor:
                 shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
                 raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
             checked[name] = np.ascontiguousarray(array, dtype=dtype)
-        too_long = self.too_long(checked)
-        if too_long:
-            raise InputError(too_long)
+        problem = self.out_of_range(checked)
+        if problem:
+            raise InputError(problem)
         return checked
 
-    def too_long(self, inputs: dict[str, np.ndarray]) -> str | None:
+    def out_of_range(self, inputs: dict[str, np.ndarray]) -> str | None:
         """Why an input is outside the limits the export recorded (runtime/lengths.py), or None: longer or shorter
         than a named dimension takes, or an id outside an embedding's rows. `specgen serve` asks it too."""
         shapes = {n: np.shape(inputs[n]) for n in self.inputs if n in inputs}

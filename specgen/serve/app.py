@@ -269,8 +269,8 @@ class Service:
                 checked = await self._decoded(request, served)
                 outcome.update(id=checked.id, rows=checked.rows)
                 model = served.model
-                if (too_long := model.too_long(checked.inputs)) is not None:
-                    raise ProtocolError(too_long)
+                if (problem := model.out_of_range(checked.inputs)) is not None:
+                    raise ProtocolError(problem)
                 job = served.batcher.submit(checked.inputs, checked.rows, checked.id, checked.timeout_us)
                 outcome["admitted"] = True  # from here on it counts in the version's statistics (answers.py)
                 outputs = await unless_gone(request, job)

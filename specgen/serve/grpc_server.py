@@ -295,8 +295,8 @@ class Servicer:
                     checked = await service.gate.run(size, decode_infer, request, served.model.config)
                 outcome.update(id=checked.id, rows=checked.rows)
                 model = served.model
-                if (too_long := model.too_long(checked.inputs)) is not None:
-                    raise ProtocolError(too_long)
+                if (problem := model.out_of_range(checked.inputs)) is not None:
+                    raise ProtocolError(problem)
                 remaining = context.time_remaining()
                 if remaining is not None and remaining <= 0:
                     raise ProtocolError("the call's deadline passed before its request could be queued", 504)

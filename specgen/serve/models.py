@@ -60,7 +60,7 @@ class ServedModel:
     run: Callable[[Arrays], Arrays]
     # Why a request's input is longer than a positional embedding's max_length (runtime/lengths.py), or None:
     # checked before batching, so one such request gets a 400 and never fails a batch.
-    too_long: Callable[[Arrays], str | None] = lambda arrays: None
+    out_of_range: Callable[[Arrays], str | None] = lambda arrays: None
     path: Path | None = None  # the model file, and what said it changed (file_stamp) when it was loaded
     stamp: tuple[int, int, int, int] | None = None
     # Why the rows of one run are not independent (coupling.py), or None: then requests are never joined.
@@ -177,7 +177,7 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     outputs = {o.name: (tuple(o.shape), DTYPES.get(o.type, np.void)) for o in predictor.session.get_outputs()}
     check_signature(shown(served), config, predictor.inputs, outputs)
     model = ServedModel(name=name, version=version, config=config, provider=predictor.provider, run=values_checked(predictor),
-                        too_long=predictor.too_long, path=served, stamp=stamp, rows_coupled=coupling.rows_coupled(served))
+                        out_of_range=predictor.out_of_range, path=served, stamp=stamp, rows_coupled=coupling.rows_coupled(served))
     if warm:
         warm_up(model)
     return model
