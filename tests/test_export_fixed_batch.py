@@ -74,11 +74,14 @@ def test_infer_runs_a_batch_one_model_row_by_row(batch_one: dict[str, Any], tmp_
 
 
 def test_the_server_gates_a_batch_one_variant(batch_one: dict[str, Any]) -> None:
-    """The unverified (--force) variant is gated at load on its 360-example sample, in rows of 1."""
-    from specgen.runtime.precision.verify import check_version
+    """The variant's gates, as the server runs them at load, take its 360-example sample in rows of 1.
 
-    check = check_version(batch_one["out"] / "digits_cnn" / "1", provider="cpu")
-    assert check is not None
+    verify_variant itself, not check_version: whether the export already verified the variant (and check_version
+    then runs no gate) turns on the speed gate's timing at batch 1, which a busy CI machine decides either way."""
+    from specgen.runtime.precision.verify import REFERENCE_FILE, SAMPLE_FILE, verify_variant
+
+    folder = batch_one["out"] / "digits_cnn" / "1"
+    check = verify_variant(folder / "model.onnx", folder / REFERENCE_FILE, folder / SAMPLE_FILE, provider="cpu")
     assert check.report["examples"] == 360 and "accuracy" in check.report, check.line
     if check.predictor is not None:
         check.predictor.close()
