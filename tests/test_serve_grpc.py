@@ -270,8 +270,10 @@ def test_a_message_above_the_limit_is_refused_by_grpc(stub: Any, server: Served)
 
 def test_http_and_grpc_requests_share_one_batch(tmp_path: Path, predictor: Predictor,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """One model, one batcher: with a 300 ms queue delay, an HTTP and a gRPC request sent together run as one batch."""
-    write_repository(tmp_path, *model_bytes(CNN), max_queue_delay_us=300_000)
+    """One model, one batcher: an HTTP and a gRPC request sent together run as one batch. The batch is full at
+    3 rows (1 + 2), so it runs as soon as both are queued; the 10 s queue delay (the most a config may say) only
+    has to outlast a loaded machine's scheduling (a 300 ms delay split them with other jobs on the two cores)."""
+    write_repository(tmp_path, *model_bytes(CNN), max_batch_size=3, max_queue_delay_us=10_000_000)
     x, y = images(1, seed=3), images(2, seed=4)
     with Served(load_repository(tmp_path, provider="cpu")) as served, caplog.at_level(logging.INFO):
         client = tg.InferenceServerClient(served.grpc)

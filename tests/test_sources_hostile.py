@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +128,14 @@ def test_a_cache_left_by_a_run_stopped_mid_pass_is_removed(tmp_path: Path, capsy
         "tfcache_0.data-00000-of-00001", "tfcache_0.index", "tfcache_0.lockfile"]
     assert values(read(tmp_path, spec_text(TFRECORD))) == [2.0] * 8
     note = capsys.readouterr().out
-    assert ("removed 4 cache file(s) at" in note and "TensorFlow cache files with no record of what they hold (an "
+    # At least the 3 files listed above and the dead lockfile; TensorFlow's writer (its iterator still alive) may
+    # have added temporary files of its own meanwhile on a loaded machine (6 were removed in one such run).
+    removed = re.search(r"removed (\d+) cache file\(s\) at", note)
+    assert removed is not None and int(removed.group(1)) >= 4, note
+    assert ("TensorFlow cache files with no record of what they hold (an "
             "earlier specgen wrote them); a cache left unfinished by a process that stopped while writing it" in note)
     assert not (tmp_path / dead).exists() and (tmp_path / "tfcache.0123456789abcdef.partial-elsewhere-1.lockfile").exists()
+    assert not list(tmp_path.glob("tfcache_0*"))
 
 
 def _host() -> str:
