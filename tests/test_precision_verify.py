@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from specgen.runtime.precision import fp16
+from specgen.runtime.precision import fp16, int8
 from specgen.runtime.precision.base import Calibration, PrecisionRefusal
 from specgen.runtime.precision.verify import (
     INFO_FILE,
@@ -96,7 +96,8 @@ def _write(folder: Path, variant: bytes, reference: bytes, precision: str = "int
            verified_on: str | None = None, labels: np.ndarray | None = LABELS) -> Path:
     info = VariantInfo(precision=precision, verified=verified, verified_on=verified_on,
                        reason=None if verified else "no CUDA here", budget=1.0, logits="logits", inputs=("x",),
-                       model_sha256=hashlib.sha256(variant).hexdigest())
+                       model_sha256=hashlib.sha256(variant).hexdigest(),
+                       vnni=int8.has_vnni() if precision == "int8" else None)  # as the export records it
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.onnx").write_bytes(variant)
     for name, data in version_files(info, reference, {"x": X}, labels).items():

@@ -1,5 +1,10 @@
 """fp16: the graph in float16 with float32 inputs and outputs, normalizations and softmax kept in float32.
 
+Softmax inside an ONNX `Attention` node (opset 23 and later: `multi_head_attention` at `export.onnx.opset: 23`)
+is kept in float32 through the node's `softmax_precision` attribute (1, FLOAT): without it ONNX computes it in
+the precision of Q and K, float16 after conversion. Not by blocking the node, which would keep its two matmuls,
+a transformer's largest, in float32 too: Keras' mixed_float16 keeps only the softmax.
+
 The converter is onnxruntime's own (`onnxruntime.transformers.float16`), not onnxconverter-common's:
 it ships in the onnxruntime package specgen already needs (no new dependency, no second protobuf/onnx
 pin), it is the copy onnxruntime maintains and uses in its transformer optimizer, and it keeps the
@@ -18,6 +23,7 @@ from specgen.kinds.precisions import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.fp16_emulation import emulate
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
+from specgen.runtime.precision.valid import sort_graph
 
 # float16's 10-bit mantissa and 65504 ceiling lose the sums of squares and exponentials these compute
 # (Keras' mixed_float16 policy keeps them in float32 for the same reason).
@@ -26,10 +32,37 @@ KEEP_FLOAT32 = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormal
 INSERTED_CAST = "InsertedPrecisionFreeCast_"  # onnxruntime's name for a Cast it adds around a node with no fp16 kernel
 
 
+ATTENTION_DOMAINS = ("", "ai.onnx")  # the standard Attention (onnxruntime's com.microsoft ones have no such attribute)
+
+
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes and its subgraphs' (If, Loop, Scan bodies)."""
+    found = list(graph.node)
+    for node in graph.node:
+        for attribute in node.attribute:
+            for inner in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                found += _nodes(inner)
+    return found
+
+
+def _float32_softmax(node: onnx.NodeProto) -> None:
+    """An Attention node's softmax in float32 (`softmax_precision` = FLOAT), whatever the converter left."""
+    for k, attribute in enumerate(node.attribute):
+        if attribute.name == "softmax_precision":
+            del node.attribute[k]
+            break
+    node.attribute.append(onnx.helper.make_attribute("softmax_precision", onnx.TensorProto.FLOAT))
+
+
 def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[str, Any]]:
     model = convert_float_to_float16(onnx.load_from_string(model_bytes), keep_io_types=True,
                                      op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(KEEP_FLOAT32)))
-    kept = sorted({n.op_type for n in model.graph.node if n.op_type in KEEP_FLOAT32})
+    nodes = _nodes(model.graph)
+    attention = [n for n in nodes if n.op_type == "Attention" and n.domain in ATTENTION_DOMAINS]
+    for node in attention:
+        _float32_softmax(node)
+    sort_graph(model.graph)  # the converter appends its Casts at the end of the node list (valid.py)
+    kept = sorted({n.op_type for n in nodes if n.op_type in KEEP_FLOAT32} | ({"Attention"} if attention else set()))
     return model.SerializeToString(deterministic=True), {"kept_float32": kept}
 
 

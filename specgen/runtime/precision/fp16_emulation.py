@@ -30,6 +30,7 @@ from specgen.runtime.buckets import Arrays, pad_rows
 from specgen.runtime.graph_runs import graph_batch
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.optimized import CPU, label
+from specgen.runtime.precision.valid import topological
 
 # onnxruntime's input type names (predictor.py's DTYPES, not imported: the precision package runs where only onnx
 # and onnxruntime are installed, bench/precision.py --onnx-only)
@@ -78,30 +79,14 @@ def _float_attributes(node: onnx.NodeProto) -> None:
 
 
 def _labels(graph: onnx.GraphProto) -> dict[str, str]:
-    """How messages name each node's outputs: `Gemm 'd1'`; a node whose output the converter renamed for the Cast
-    to a float32 graph output (`graph_output_cast_0`) by that output's name, as the float32 export names it."""
+    """How messages name each node's outputs: `Gemm 'd1'`, by the node's name (optimized.label), which the
+    converter keeps where it renames the tensor (`graph_output_cast_0` for the Cast to a float32 graph output,
+    `<name>_cast_to_fp16` after a node kept in float32). A node with several outputs (an LSTM) by each output,
+    one renamed for a graph output's Cast by that graph output's name, as the float32 export names it."""
     outputs = {o.name for o in graph.output}
     alias = {n.input[0]: n.output[0] for n in graph.node if n.op_type == "Cast" and n.input and n.output[0] in outputs}
-    return {out: f"{node.op_type} '{alias.get(out, out)}'" for node in graph.node for out in node.output}
-
-
-def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes in an order that computes each input first: the converter appends its input Casts at the end."""
-    ready = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}  # "": an omitted input
-    nodes = list(graph.node)
-    pending, ordered = list(range(len(nodes))), []
-    while pending:
-        rest = []
-        for k in pending:
-            if all(i in ready for i in nodes[k].input):
-                ordered.append(nodes[k])
-                ready.update(nodes[k].output)
-            else:
-                rest.append(k)
-        if len(rest) == len(pending):  # an input nothing computes: left as written, onnxruntime will say why
-            return ordered + [nodes[k] for k in rest]
-        pending = rest
-    return ordered
+    return {out: label(node) if len(node.output) == 1 else f"{node.op_type} '{alias.get(out, out)}'"
+            for node in graph.node for out in node.output}
 
 
 def _described(node: onnx.NodeProto, output: str, labels: dict[str, str]) -> str:
@@ -121,7 +106,7 @@ def emulated(variant_bytes: bytes) -> Emulation:
     labels = _labels(graph)
     nodes: list[onnx.NodeProto] = []
     watched: dict[str, str] = {}  # in topological order: the first overflow named is where it starts
-    for original in _topological(graph):
+    for original in topological(graph.node):  # sorted by the export already; any graph here
         node = onnx.NodeProto()
         node.CopyFrom(original)
         _float_attributes(node)

@@ -47,5 +47,10 @@ def op_counts(graph: onnx.GraphProto) -> dict[str, int]:
 
 
 def label(node: onnx.NodeProto) -> str:
-    """A node as messages show it: its op and the tensor it writes (specgen names tensors after layers)."""
-    return f"{node.op_type} '{node.output[0]}'"
+    """A node as messages show it: its op and its name, which the export gives after the layer's tensor.
+
+    The name, not the tensor it writes: converters rename tensors but keep node names (the float16 converter
+    writes the output layer's result to `graph_output_cast_0` and its Cast back to float32 to `logits`; a node
+    kept in float32 writes `<name>_cast_to_fp16`; onnxruntime's inserted Casts prefix theirs). A node with no
+    name (one onnxruntime or a converter adds) by the tensor it writes."""
+    return f"{node.op_type} '{node.name or (node.output[0] if node.output else '')}'"

@@ -52,6 +52,10 @@ class VariantInfo:
     logits: str | None  # a classifier's logits output: the gate counts points of accuracy on it
     inputs: tuple[str, ...]
     model_sha256: str  # the variant this describes: a variant.json left beside another model is ignored
+    # int8 only (None otherwise, and for a variant.json written before): whether the CPU the export made and gated
+    # the variant on had VNNI, and whether its weights are 7-bit for a CPU without (int8.py's has_vnni)
+    vnni: bool | None = None
+    reduce_range: bool | None = None
 
 
 def sample_rows(inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> int:
@@ -77,10 +81,12 @@ def sample_bytes(inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> by
 
 
 def info_bytes(info: VariantInfo) -> bytes:
+    cpu = {key: value for key, value in (("vnni", info.vnni), ("reduce_range", info.reduce_range))
+           if value is not None}  # int8's: an fp16 variant.json stays as before
     return (json.dumps({"precision": info.precision, "verified": info.verified, "verified_on": info.verified_on,
                         "reason": info.reason, "budget": info.budget, "logits": info.logits,
                         "inputs": list(info.inputs), "model_sha256": info.model_sha256, "reference": REFERENCE_FILE,
-                        "sample": SAMPLE_FILE},
+                        "sample": SAMPLE_FILE, **cpu},
                        indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -161,7 +167,10 @@ def read_info(folder: Path) -> VariantInfo | None:
                        verified_on=_field(path, raw, "verified_on", (str, type(None)), "a provider name or null"),
                        reason=_field(path, raw, "reason", (str, type(None)), "a string or null"),
                        budget=budget, logits=_field(path, raw, "logits", (str, type(None)), "an output name or null"),
-                       inputs=tuple(inputs), model_sha256=digest)
+                       inputs=tuple(inputs), model_sha256=digest,
+                       # absent from a variant.json written before they were recorded: unknown (None)
+                       vnni=_field(path, raw, "vnni", (bool, type(None)), "true, false or null"),
+                       reduce_range=_field(path, raw, "reduce_range", (bool, type(None)), "true, false or null"))
 
 
 def file_sha256(path: Path) -> str:

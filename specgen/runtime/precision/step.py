@@ -19,9 +19,10 @@ import numpy as np
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.runtime.graph_runs import predictor_batch, run_rows
-from specgen.runtime.precision import REGISTRY
+from specgen.runtime.precision import REGISTRY, int8
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal, spread_rows
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
+from specgen.runtime.precision.valid import checked_variant
 from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
 from specgen.runtime.predictor import CPU, InputError, Predictor
 from specgen.spec.load import LoadedSpec
@@ -92,6 +93,7 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
     logits = loss.logits if loss and loss.target == "sparse" and labels is not None else None
     try:
         variant_bytes, converted = definition.convert(model_bytes, calibration)
+        variant_bytes = checked_variant(variant_bytes, name)  # sorted, onnx.checker's full check: as model.onnx
         fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
         variant = Predictor(variant_bytes, "cpu" if unverified else request.provider)
         outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unverified is not None)
@@ -114,7 +116,11 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
     info = VariantInfo(precision=name, verified=unverified is None,
                        verified_on=None if unverified else variant.provider, reason=unverified,
                        budget=export.budget, logits=logits, inputs=tuple(inputs),
-                       model_sha256=hashlib.sha256(variant_bytes).hexdigest())
+                       model_sha256=hashlib.sha256(variant_bytes).hexdigest(),
+                       # int8's numbers depend on the CPU's integer kernels (VNNI or not): the server gates a
+                       # variant again on a CPU of the other kind (verify.needs_check)
+                       vnni=int8.has_vnni() if name == "int8" else None,
+                       reduce_range=converted.get("reduce_range") if name == "int8" else None)
     return Variant(name, definition.file_name, variant_bytes, report, info)
 
 

@@ -13,7 +13,8 @@ CI machines usually have no GPU, and an fp16 variant pays off only on one. `spec
 
 `config.pbtxt` carries two parameters Triton shows but ignores, `specgen_precision` and `specgen_verified`
 ("true"/"false"). Every variant written with `--triton` gets these files, a verified one included: the server
-checks again when it runs on another provider than the one the export measured (`needs_check`).
+checks again when it runs on another provider than the one the export measured, and an int8 variant on a CPU
+whose VNNI differs from the export's (`needs_check`).
 
 `verify_variant` is what the server runs at load: onnxruntime's kernel check, the accuracy gate against the
 float32 model on the sample, and the speed gate, on the provider it actually gets (gates.py, as the export).
@@ -31,7 +32,7 @@ import numpy as np
 
 from specgen.paths import shown
 from specgen.runtime.graph_runs import predictor_batch, run_rows
-from specgen.runtime.precision import REGISTRY
+from specgen.runtime.precision import REGISTRY, int8
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
 from specgen.runtime.precision.sidecars import (
@@ -54,7 +55,7 @@ from specgen.runtime.precision.sidecars import (
     sample_rows,
     version_files,
 )
-from specgen.runtime.predictor import CUDA, InputError, Predictor
+from specgen.runtime.predictor import CPU, CUDA, InputError, Predictor
 from specgen.runtime.sources.base import DataError
 
 PARAMETER_PRECISION, PARAMETER_VERIFIED = "specgen_precision", "specgen_verified"
@@ -86,8 +87,20 @@ def config_parameters(info: VariantInfo) -> dict[str, str]:
 
 
 def needs_check(info: VariantInfo, provider: str) -> bool:
-    """Whether the server must gate the variant: unverified, or verified on another provider than `provider`."""
-    return not info.verified or info.verified_on != provider
+    """Whether the server must gate the variant: unverified, verified on another provider than `provider`, or an
+    int8 variant on a CPU of another kind than the export's.
+
+    int8's integer kernels differ with VNNI: without it (AVX2 only) they add pairs of uint8 x int8 products in
+    int16, which can saturate where the export's VNNI CPU summed in int32 (a static variant's 8-bit weights made
+    there lost 1.39 points on an AVX2 CPU, docs/export.md), and the reverse CPU computes other numbers too. So the
+    export records its CPU's VNNI (`vnni`) and a CPU that differs gates the variant again. A variant.json from
+    before that record: gated again where this CPU lacks VNNI (the saturating case), not where it has it."""
+    if not info.verified or info.verified_on != provider:
+        return True
+    if info.precision != "int8" or provider != CPU:
+        return False
+    here = int8.has_vnni()  # looked up on the module: tests play the other CPU kind by replacing it
+    return info.vnni != here if info.vnni is not None else not here
 
 
 def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provider: str = "auto",
