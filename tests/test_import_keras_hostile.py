@@ -54,7 +54,7 @@ from specgen.diagnostics import MAX_MESSAGE, SpecError, one_line
 from specgen.fields.base import LAYER
 from specgen.importers.keras import import_keras
 from specgen.importers.keras.convert import _order
-from specgen.importers.keras.graph import KGraph, KInput, KLayer
+from specgen.importers.keras.dag import KGraph, KInput, KLayer
 from specgen.importers.keras.names import Namer
 from specgen.ir.resolve import build_ir
 from specgen.spec.load import load_spec_text

@@ -111,7 +111,7 @@ def test_keras_class_is_the_same_distribution_and_imports_as_the_kind(name: str,
     import keras
 
     from specgen.importers.keras.args import Args
-    from specgen.importers.keras.graph import KLayer
+    from specgen.importers.keras.dag import KLayer
 
     kind, args = REGISTRY[name], EXAMPLES[name]
     drawn = keras.ops.convert_to_numpy(getattr(keras.initializers, cls)(**args, **(
@@ -125,7 +125,7 @@ def test_keras_class_is_the_same_distribution_and_imports_as_the_kind(name: str,
 @pytest.mark.parametrize("name", [n for n in KINDS if REGISTRY[n].scaling is not None])
 def test_variance_scaling_arguments_import_as_the_kind(name: str) -> None:
     from specgen.importers.keras.args import Args
-    from specgen.importers.keras.graph import KLayer
+    from specgen.importers.keras.dag import KLayer
 
     scale, mode, distribution = REGISTRY[name].scaling
     config = {"scale": scale, "mode": mode, "distribution": distribution}

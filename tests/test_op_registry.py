@@ -200,7 +200,7 @@ def test_keras_class_imports_as_its_op(name: str, cls: str) -> None:
     """OpDef.keras: the importer has a converter for the class, and it makes this op (the converters a family shares
     read their op from these declarations: importers/keras/base.py's KERAS_OPS)."""
     from specgen.importers.keras.args import Args
-    from specgen.importers.keras.graph import KLayer, Ref
+    from specgen.importers.keras.dag import KLayer, Ref
     from specgen.importers.keras.layers import CONVERTERS
 
     declared = [c for op in REGISTRY.values() for c in op.keras]

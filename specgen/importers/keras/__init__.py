@@ -1,6 +1,6 @@
 """`specgen import keras`: a Keras model (file or keras.applications constructor) as a spec.
 
-source.py reads the structure as data, graph.py flattens it to a DAG, convert.py maps each
+source.py reads the structure as data, graph.py flattens it to a DAG (dag.py), convert.py maps each
 layer through layers.py's table (checked with specgen's own rules), write.py writes the YAML.
 The spec is validated and built in memory before anything is written; on any refusal nothing is.
 """

@@ -13,8 +13,8 @@ from typing import Any
 
 from specgen.diagnostics import safe_repr, shown
 from specgen.fields.base import MAX_INT
+from specgen.importers.keras.dag import KLayer
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.importers.keras.graph import KLayer
 from specgen.importers.keras.objects import finite, is_integer, kind_of, known, problem
 from specgen.kinds.initializers import REGISTRY as INITIALIZER_KINDS
 from specgen.kinds.ops import REGISTRY

@@ -1,7 +1,7 @@
 """Keras' MultiHeadAttention as a spec multi_head_attention layer: self- and cross-attention, the mask input.
 
 Keras calls it mha(query, value, key=None, attention_mask=None, use_causal_mask=False); a saved model's
-config records the tensors positionally or by name (graph.py keeps the named ones, CALL_KWARGS). The spec
+config records the tensors positionally or by name (calls.py keeps the named ones, CALL_KWARGS). The spec
 reads `input` (query = value = key), or `inputs: [query, value]` / `[query, value, key]`, and
 `attention_mask`: `wiring` turns the call's tensors into those keys (convert.py places them). The weights
 are Keras' own names and layouts (specgen/kinds/ops/attention.py), so the restore maps them by identity.
@@ -13,8 +13,8 @@ from typing import Any
 
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.base import Converter, Shapes, _init
+from specgen.importers.keras.dag import CALL_KWARGS, KGraph, KLayer, Ref
 from specgen.importers.keras.errors import layer_problem
-from specgen.importers.keras.graph import CALL_KWARGS, KGraph, KLayer, Ref
 
 ROLES = ("query", "value", "key")
 READS = "_reads"  # the key a converter's result names its inputs' roles under; convert.py pops it

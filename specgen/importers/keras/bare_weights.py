@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specgen.importers.keras.dag import KGraph
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.importers.keras.graph import KGraph
 from specgen.runtime.keras_weights import OPTIONS, VARIABLES, KerasFileError, is_keras_file, read_weights
 
 __all__ = ["indexed_map"]

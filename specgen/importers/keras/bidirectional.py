@@ -16,7 +16,7 @@ from typing import Any
 
 from specgen.importers.keras.args import Args, short
 from specgen.importers.keras.base import Converter, Shapes
-from specgen.importers.keras.graph import KLayer
+from specgen.importers.keras.dag import KLayer
 from specgen.importers.keras.recurrent import RECURRENT_CLASSES, recurrent
 
 MERGE_MODES = ("concat", "sum", "mul", "ave")

@@ -15,8 +15,8 @@ from specgen.diagnostics import quoted
 from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import READS, key_lengths, wiring
 from specgen.importers.keras.base import Converter, Part
+from specgen.importers.keras.dag import KGraph, KLayer
 from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
-from specgen.importers.keras.graph import KGraph, KLayer
 from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
 from specgen.importers.keras.masks import Inferred, settle
 from specgen.importers.keras.names import Namer

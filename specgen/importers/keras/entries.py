@@ -1,4 +1,4 @@
-"""The parts of a Keras model config that graph.py reads, checked before they are used.
+"""The parts of a Keras model config that graph.py and calls.py read, checked before they are used.
 
 A config is untrusted JSON: any value may have any type, any key may be missing. graph.py reads
 it only through these pydantic models, one model or layer entry at a time as its walk reaches

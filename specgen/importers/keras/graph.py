@@ -1,4 +1,4 @@
-"""A Keras model config (plain JSON) as a flat DAG of layers.
+"""A Keras model config (plain JSON) as a flat DAG of layers (dag.py).
 
 Reads both config formats: Keras 3 (`.keras` config.json, `model.get_config()`: inbound nodes
 are `{"args": [...], "kwargs": {...}}` with `__keras_tensor__` references) and Keras 2 (legacy
@@ -9,6 +9,7 @@ are `{"args": [...], "kwargs": {...}}` with `__keras_tensor__` references) and K
 The config is untrusted: every part is checked (entries.py) as the walk reaches it, and the walk
 iterates: each model is a generator that yields the nested models it meets to `_Flattener.run`,
 which keeps them on a stack of at most MAX_NESTED, so no config can make Python recurse deeply.
+Each layer call's arguments are read by calls.py.
 
 Tensors are keyed `<scope><layer>:<node>:<tensor>`; an alias table sends the keys of input
 layers and nested-model outputs on to the layer (or model input) that really produces them.
@@ -19,16 +20,14 @@ A layer or nested model called k > 1 times gives a layer per call: later calls a
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any
 
-from specgen.diagnostics import quoted, safe_repr, shown
+from specgen.diagnostics import quoted
+from specgen.importers.keras.calls import CallReader, layer_entry
+from specgen.importers.keras.dag import CALL_KWARGS, KGraph, KInput, KLayer, Ref, tensor_key
 from specgen.importers.keras.entries import (
     FunctionalConfig,
     InputConfig,
-    Keras2Node,
-    Keras3Node,
-    Keras3Tensor,
     LayerEntry,
     SequentialConfig,
     Shape,
@@ -38,23 +37,10 @@ from specgen.importers.keras.entries import (
     refs,
 )
 from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
-from specgen.importers.keras.masks import (
-    MASK_ARGUMENTS,
-    OTHER_MASKS,
-    mask_ids,
-    reads_zero_mask,
-    tensor_history,
-    tensor_layer,
-)
+from specgen.importers.keras.masks import OTHER_MASKS, mask_ids
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
-# Call arguments by name that a class's converter reads (importers/keras/attention.py): kept, not refused.
-# Tensors among them follow the positional ones in KLayer.inputs, in this order.
-STATEFUL = ("LSTM", "GRU", "SimpleRNN")
-CALL_KWARGS = {"MultiHeadAttention": ("value", "key", "attention_mask", "use_causal_mask"),
-               # a list of tensors, the states to start from: the spec's initial_state (recurrent.py's recurrent)
-               **{cls: ("initial_state",) for cls in STATEFUL}}
 INPUT = "InputLayer"
 MAX_NESTED = 7  # models inside models: layer names then have at most 8 parts, as spec layer names do
 TOO_MANY = (f"the model has more than {MAX_LAYERS} layers (each call of a shared layer counts); a spec holds at "
@@ -64,52 +50,6 @@ MAX_HOPS = 4 * (MAX_NESTED + 1)  # aliases a tensor passes through: into and out
 # A model's walk: yields (nested model entry, its scope, the tensors it is called on, where), receives that
 # model's outputs, returns its own outputs [(output name, tensor key)].
 Walk = Generator[tuple[LayerEntry, str, list[str], str], list[tuple[str, str]], list[tuple[str, str]]]
-
-
-@dataclass
-class Ref:
-    """A tensor argument of a layer call, before aliases are resolved."""
-
-    key: str
-
-
-@dataclass
-class KLayer:
-    name: str  # Keras path: "dense", or "inner/dense" inside the nested model "inner"
-    cls: str
-    module: str
-    config: dict[str, Any]
-    args: list[Any]  # Ref for tensors, plain values for constants (operations like `x + 3.0`)
-    # Named call arguments a converter reads (CALL_KWARGS): a Ref for a tensor, else the plain value.
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    inputs: list[str] = field(default_factory=list)  # producers (layer paths or input names), resolved
-    shares: str | None = None  # a later call of a shared layer: the path of the first call, whose weights it uses
-    # The mask_zero masks Keras hands this call (`mask`, `query_mask`, ...: masks.py), as the id tensors they are
-    # made from: tensor keys while flattening, producers once resolved. None: no record (Sequential, Keras 2).
-    masks: dict[str, list[str]] | None = None
-
-    @property
-    def constants(self) -> list[Any]:
-        return [a for a in self.args if not isinstance(a, Ref)]
-
-
-@dataclass
-class KInput:
-    name: str
-    shape: list[Any]  # without the batch dimension; None where Keras leaves a size open
-    dtype: str
-
-
-@dataclass
-class KGraph:
-    name: str
-    inputs: list[KInput]
-    layers: list[KLayer]
-    outputs: list[tuple[str, str]]  # (output name, producer)
-
-
-def _key(scope: str, ref: tuple[Any, ...] | list[Any]) -> str:
-    return f"{scope}{ref[0]}:{ref[1]}:{ref[2]}"
 
 
 def _starts_with_input(config: dict[str, Any]) -> bool:
@@ -124,100 +64,7 @@ class _Flattener:
         self.inputs: list[KInput] = []
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
-        # Keras' mask_zero mask layers, left to specgen (masks.py): path -> the keys of the id tensors it is made from
-        self.zero_masks: dict[str, list[str]] = {}
-        self.classes: dict[str, str] = {}  # path -> Keras class of each layer walked so far, for messages
-
-    # --- one entry, one call of a layer --------------------------------------------------
-
-    @staticmethod
-    def _entry(raw: Any, where: str, seen: set[str]) -> tuple[LayerEntry, str]:
-        entry = checked(LayerEntry, raw, where)
-        name = entry.name or entry.config.get("name")
-        if not isinstance(name, str) or not name:
-            raise ImportProblem(f"{where}: the layer has no name (expected a string in 'name' or 'config.name')")
-        if "/" in name:  # specgen's (and the weight files') separator between a nested model and its layers
-            raise ImportProblem(f"{where}: layer name {quoted(name)} holds '/', which Keras names never hold")
-        if name in seen:
-            raise ImportProblem(f"{where}: a second layer named {quoted(name)} (names in one Keras model are unique)")
-        seen.add(name)
-        return entry, name
-
-    def _call_args(self, name: str, cls: str, node: Any, scope: str, where: str
-                   ) -> tuple[list[Any], dict[str, Any], dict[str, list[str]] | None]:
-        """The call's tensors and constants, the named arguments a converter reads, and the masks Keras hands it."""
-        if isinstance(node, dict):  # Keras 3
-            call = checked(Keras3Node, node, where)
-            kept = CALL_KWARGS.get(cls, ())
-            named = {k: self._k3_kwarg(name, cls, v, scope, f"{where}.kwargs.{k}") for k, v in call.kwargs.items()
-                     if k in kept and v is not None}
-            # A recorded `training` gives way to the flag the model is called with (functional.py's
-            # operation_fn), as specgen layers follow the step's flag: nothing to refuse.
-            self._check_kwargs(name, cls, {k: v for k, v in call.kwargs.items() if k != "training" and k not in kept
-                                           and not reads_zero_mask(k, v, scope, self.zero_masks)}, scope)
-            masks = {k: self.zero_masks[scope + str(tensor_layer(v))] for k, v in call.kwargs.items()
-                     if reads_zero_mask(k, v, scope, self.zero_masks)}
-            args = call.args
-            if len(args) == 1 and isinstance(args[0], list):  # Add, Concatenate, ...: one list of tensors
-                args = args[0]
-            return [self._k3_arg(name, cls, a, scope, f"{where}.args[{i}]") for i, a in enumerate(args)], named, masks
-        out: list[Any] = []  # Keras 2: [[layer, node, tensor, kwargs], ...]
-        for entry in checked(Keras2Node, node, where):
-            if len(entry) > 3:
-                self._check_kwargs(name, cls, entry[3], scope)
-            out.append(Ref(_key(scope, entry)))
-        return out, {}, None
-
-    def _k3_kwarg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
-        if cls in STATEFUL and isinstance(arg, list) and 0 < len(arg) <= 2:  # initial_state: one or two tensors
-            return [self._k3_arg(name, cls, a, scope, f"{where}[{i}]") for i, a in enumerate(arg)]
-        if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
-            return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
-        if not isinstance(arg, bool):
-            key = where.rsplit(".", 1)[-1]
-            if cls in STATEFUL and isinstance(arg, list):
-                raise layer_problem(name, cls, f"call argument '{key}' is {self._said(arg, scope)}: a recurrent "
-                                    "layer starts from one or two states (LSTM's state_h and state_c)")
-            raise layer_problem(name, cls, f"call argument '{key}' is {self._said(arg, scope)}, neither a tensor "
-                                "nor true/false")
-        return arg
-
-    def _k3_arg(self, name: str, cls: str, arg: Any, scope: str, where: str) -> Any:
-        if isinstance(arg, dict) and arg.get("class_name") == "__keras_tensor__":
-            return Ref(_key(scope, checked(Keras3Tensor, arg, where).config.keras_history))
-        if cls == "GetItem" and isinstance(arg, list | dict):  # `x[:, 0]`'s key: take.py reads it
-            return arg
-        if isinstance(arg, bool) or not isinstance(arg, int | float):
-            raise layer_problem(name, cls, f"a call argument, {self._said(arg, scope)}, is neither a tensor nor a "
-                                "number")
-        return arg
-
-    def _check_kwargs(self, name: str, cls: str, kwargs: dict[str, Any], scope: str) -> None:
-        for key, value in kwargs.items():
-            if value is None:
-                continue
-            said = self._said(value, scope)
-            if key == "training":  # Keras 2 honours it over the model's flag (frozen-BN fine-tuning)
-                raise layer_problem(name, cls, f"called with training={said}: specgen layers follow the "
-                                    "step's training flag (a fixed training mode cannot be expressed)")
-            if key in MASK_ARGUMENTS:  # not a mask_zero one (those are left out before this check)
-                raise layer_problem(name, cls, f"call argument '{key}' is {said}, a mask other than an "
-                                    "Embedding(mask_zero=True)'s: specgen imports only those padding masks and their "
-                                    "merges, which it derives itself (docs/import.md, Masks)")
-            raise layer_problem(name, cls, f"call argument '{key}' ({said}) cannot be expressed")
-
-    def _said(self, value: Any, scope: str, depth: int = 0) -> str:
-        """A call argument as a message shows it: a tensor as the layer that makes it (`the output of 'dense'
-        (Dense)`), a list item by item, anything else as a bounded repr; never a tensor reference's raw config."""
-        history = tensor_history(value)
-        if history is not None:
-            cls = self.classes.get(scope + history[0])
-            return f"the output of {quoted(history[0])}" + (f" ({cls})" if cls else "")
-        if isinstance(value, list | tuple) and depth < 2:
-            items = [self._said(v, scope, depth + 1) for v in value[:3]]
-            more = f", ... ({len(value)} items)" if len(value) > 3 else ""
-            return "[" + ", ".join(items) + more + "]"
-        return shown(safe_repr(value), 80)
+        self.calls = CallReader()  # reads each layer call; holds the mask_zero masks and classes met so far
 
     # --- models --------------------------------------------------------------------------
 
@@ -227,27 +74,27 @@ class _Flattener:
         input_names = [ref[0] for _, ref in inputs]
         seen: set[str] = set()
         for index, raw in enumerate(model.layers):
-            entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
-            self.classes[scope + name] = entry.class_name
+            entry, name = layer_entry(raw, f"{where}.layers[{index}]", seen)
+            self.calls.classes[scope + name] = entry.class_name
             if entry.class_name == INPUT:
                 self._input(entry, name, scope, bound, input_names, inputs)
                 continue
             if (entry.module or "").startswith("keras_hub."):  # before its call arguments: a dict input is no mask
                 raise keras_hub_problem(scope + name, entry.class_name, entry.module or "")
-            ids = mask_ids(entry, scope, self.zero_masks)
+            ids = mask_ids(entry, scope, self.calls.zero_masks)
             if ids is not None:  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
-                self.zero_masks[scope + name] = ids
+                self.calls.zero_masks[scope + name] = ids
                 continue
             # Layers not called in this model have no nodes (Keras keeps them in the config). A layer called
             # several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec layer with
             # `share:` the first call. No other path is `<name>/...`: names hold no '/' and are unique here.
             for call, node in enumerate(entry.inbound_nodes):
                 node_where = f"{where}.layers[{index}].inbound_nodes[{call}]"
-                args, named, masks = self._call_args(scope + name, entry.class_name, node, scope, node_where)
+                args, named, masks = self.calls.call_args(scope + name, entry.class_name, node, scope, node_where)
                 yield from self._layer_or_model(entry, name, scope, args, call, isinstance(node, list),
                                                 f"{where}.layers[{index}]", named, masks)
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
-        return [(out or ref[0], _key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
+        return [(out or ref[0], tensor_key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
 
     def _input(self, entry: LayerEntry, name: str, scope: str, bound: list[str] | None, names: list[str],
                refs: list[tuple[str | None, tuple[str, int, int]]]) -> None:
@@ -331,7 +178,7 @@ class _Flattener:
             previous = bound[0]
         last, seen = previous.rsplit(":", 2)[0].rsplit("/", 1)[-1], set[str]()
         for index, raw in enumerate(entries, start):
-            entry, name = self._entry(raw, f"{where}.layers[{index}]", seen)
+            entry, name = layer_entry(raw, f"{where}.layers[{index}]", seen)
             if entry.class_name == INPUT:
                 continue
             yield from self._layer_or_model(entry, name, scope, [Ref(previous)], 0, False, f"{where}.layers[{index}]")
@@ -374,7 +221,6 @@ class _Flattener:
             if not target:
                 break
         raise ImportProblem(f"the model config refers to tensor {quoted(key)}, which no layer in it produces")
-
 
     def _later_output(self, key: str) -> str:
         """Output k > 0 of a layer call (an LSTM's states: `lstm:0:1`) as `=<layer>#<k>`; the converter maps

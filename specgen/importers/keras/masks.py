@@ -7,7 +7,7 @@ merging/base_merge.py's compute_mask), and passes a mask to each layer that take
 (`mask`, or MultiHeadAttention's `query_mask` / `value_mask` / `key_mask`). specgen derives the same masks from
 the spec (`mask_zero: true`, ir/masks.py with Keras' propagation rules), so the import drops the mask layers and
 the call arguments that read them. Anything else named like a mask (a mask the user computed another way) is
-still refused as a call argument, named by the layer that makes it (graph.py), and a Masking layer by its own
+still refused as a call argument, named by the layer that makes it (calls.py), and a Masking layer by its own
 name (OTHER_MASKS).
 
 `settle` then runs ir/masks.py's rules on the converted layers and compares them with Keras:

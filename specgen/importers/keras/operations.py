@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from specgen.importers.keras.base import KERAS_OPS
+from specgen.importers.keras.dag import KLayer
 from specgen.importers.keras.errors import layer_problem
-from specgen.importers.keras.graph import KLayer
 from specgen.importers.keras.objects import finite
 from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
 from specgen.importers.keras.take import take

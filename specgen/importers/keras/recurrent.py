@@ -9,8 +9,8 @@ from typing import Any, get_args
 from specgen.diagnostics import safe_repr
 from specgen.importers.keras.args import Args, keras2_differs
 from specgen.importers.keras.base import KERAS_OPS, Shapes, _init
+from specgen.importers.keras.dag import Ref
 from specgen.importers.keras.errors import layer_problem
-from specgen.importers.keras.graph import Ref
 from specgen.kinds.ops import REGISTRY
 from specgen.kinds.ops.recurrent import RecurrentActivation
 
@@ -32,7 +32,7 @@ INITIAL_STATES = "_initial_states"  # how many of the layer's inputs (the last o
 
 
 def _initial_state(a: Args) -> dict[str, Any]:
-    """Keras' `layer(x, initial_state=[...])`: the tensors follow x in KLayer.inputs (graph.py's CALL_KWARGS)."""
+    """Keras' `layer(x, initial_state=[...])`: the tensors follow x in KLayer.inputs (dag.py's CALL_KWARGS)."""
     states = a.layer.kwargs.get("initial_state")
     if states is None:
         return {}

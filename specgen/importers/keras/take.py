@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgen.importers.keras.dag import KLayer
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.importers.keras.graph import KLayer
 
 CLASSES = ("GetItem", "Take")
 
