@@ -1,9 +1,10 @@
-"""The `specgen` command line: the parser, built by looping over specgen/commands/, and the one place
+"""The `specgen` command line: the parser, built from specgen/commands/'s table, and the one place
 where errors become what a person reads.
 
 Spec mistakes print `path:line:col: error: message` lines and exit 1; they never print a traceback.
 Each command is one module of specgen/commands/ (its flags and its `run`); this module only assembles
-them and turns errors into lines and exit statuses.
+them and turns errors into lines and exit statuses. Only the module of the command that runs is imported:
+`specgen --version`, `--help` and a pre-commit hook's start pay for argparse, not for the spec and IR stack.
 """
 
 from __future__ import annotations
@@ -14,29 +15,49 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, TextIO, cast
 
 from specgen import __version__, native_logs
-from specgen.commands import discover
-from specgen.diagnostics import SpecError, one_line, report_lines
+from specgen.commands import COMMANDS, load
 from specgen.errors import SpecgenError, UsageError
-from specgen.paths import shown
-from specgen.render.errors import RenderError
+from specgen.extras import from_missing
 from specgen.runtime.interrupt import pending, raising_interrupts
 
 
-def parser() -> argparse.ArgumentParser:
+class _CommandParser(argparse.ArgumentParser):
+    """One command's parser, whose module is imported (and its flags added) when first needed: argparse hands a
+    command's words to its own parser, so `specgen train ...` imports commands/train.py alone and `specgen --help`
+    (the command list, from COMMANDS) imports none."""
+
+    def __init__(self, *args: Any, module: str = "", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._module = module  # "" once loaded, and for the parsers a command adds itself (`import keras`)
+
+    def load(self) -> _CommandParser:
+        if self._module:
+            command, self._module = load(self._module), ""
+            command.add_arguments(self)
+            self.set_defaults(run=command.run)
+        return self
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.load()
+        return super().parse_known_args(args, namespace)
+
+
+def parser(lazy: bool = False) -> argparse.ArgumentParser:
+    """`specgen`'s parser; every command's flags are there, unless `lazy` (main): then a command's module is
+    imported only when the command line names it."""
     top = argparse.ArgumentParser(prog="specgen", description="Declarative TensorFlow training specs.")
     top.add_argument("--version", action="version", version=f"specgen {__version__}")
     top.add_argument("--verbose", action="store_true",
                      help="show TensorFlow's own start-up and INFO logs (hidden by default; so does setting "
                           "TF_CPP_MIN_LOG_LEVEL yourself)")
-    sub = top.add_subparsers(dest="command", required=True)
-    for command in discover():
-        parser = sub.add_parser(command.NAME, help=command.HELP)
-        command.add_arguments(parser)
-        parser.set_defaults(run=command.run)
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
+    for name, module, help_text in COMMANDS:
+        command = sub.add_parser(name, help=help_text, module=module)
+        if not lazy:
+            command.load()
     return top
 
 
@@ -61,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        args = parser().parse_args(argv)  # imports every command module: a Ctrl-C may land here too
+        args = parser(lazy=True).parse_args(argv)  # imports the command's module: a Ctrl-C may land here too
         if pending():  # one Python swallowed while importing
             raise KeyboardInterrupt
         gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
@@ -73,6 +94,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return code
     except BrokenPipeError:
         return _quiet_broken_pipe()
+    except ModuleNotFoundError as exc:  # an optional extra's package, on a path no `extras.need()` checked first
+        missing = from_missing(exc, f"specgen {_command_word(argv)}".rstrip())
+        if missing is None:  # specgen's own module, or a broken install: a bug to see whole
+            raise
+        return _refused(missing)
     except (SpecgenError, OSError) as exc:  # the one place: every error meant for a person, never a traceback
         return _refused(exc)
     except KeyboardInterrupt:
@@ -84,11 +110,16 @@ def _interrupted(argv: Sequence[str] | None) -> int:
     status a shell gives for SIGINT, never a traceback. A command that knows more about what it leaves on disk
     says so itself and exits 130 on its own (`specgen train` names the checkpoint to continue from); here the
     command had not got that far, or writes its files atomically (whole or not at all)."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    command = next((w for w in words if not w.startswith("-")), "")
+    command = _command_word(argv)
     print(f"\nspecgen{' ' + command if command else ''}: interrupted (Ctrl-C); it stopped before it finished",
           file=sys.stderr)
     return 130
+
+
+def _command_word(argv: Sequence[str] | None) -> str:
+    """The command the line names (`train`), or "" (read from the words: the parser may not have finished)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    return next((w for w in words if not w.startswith("-")), "")
 
 
 def _stdout_closed() -> int:
@@ -108,7 +139,12 @@ class _MarkedStream:
 
     def write(self, data: Any) -> Any:
         try:
-            return self._stream.write(data)
+            try:
+                return self._stream.write(data)
+            except UnicodeEncodeError:  # a path the stream's encoding cannot spell (PYTHONIOENCODING=ascii, a cp1252
+                # console): escaped as Python escapes it on stderr, not a traceback after the files were written
+                encoding = getattr(self._stream, "encoding", None) or "utf-8"
+                return self._stream.write(data.encode(encoding, "backslashreplace").decode(encoding))
         except OSError as exc:
             exc.specgen_stdout = True  # type: ignore[attr-defined]
             raise
@@ -146,6 +182,12 @@ def _stdout_broken(exc: OSError) -> bool:
 def _refused(exc: SpecgenError | OSError) -> int:
     """Print why the command stopped, one line each; the exit status (2 for a command-line mistake, 3 for a
     specgen bug, else 1)."""
+    from dataclasses import replace  # here: the error path alone pays for the diagnostics' imports
+
+    from specgen.diagnostics import SpecError, one_line, report_lines
+    from specgen.paths import shown
+    from specgen.render.errors import RenderError
+
     if isinstance(exc, UsageError):  # as argparse prints its own usage errors
         print(f"specgen {exc.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2

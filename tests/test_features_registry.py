@@ -189,7 +189,7 @@ def test_the_plans_hold_the_spec_s_values() -> None:
     assert plans["pruning"].when == ""  # set by the accumulate + pruning interaction at render time
     precision = features.PIPELINE_DEFS[features.PIPELINE.index("precision")].plan(cnn)  # type: ignore[misc]
     assert (precision.compute, precision.scaling) == ("float16", True)
-    assert precision.gradient_options == ", output_gradients=self.loss_scale.read_value()"
+    assert precision.gradient_options == ", scale=self.loss_scale.read_value()"
 
 
 def test_feature_state_comes_in_pipeline_order() -> None:

@@ -62,7 +62,7 @@ def test_validate_and_build_of_a_mixed_spec_import_no_tensorflow(tmp_path: Path)
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     train_py = (tmp_path / "g" / "digits_cnn" / "train.py").read_text()
-    assert "jit_compile=True" in train_py and "output_gradients=self.loss_scale.read_value()" in train_py
+    assert "jit_compile=True" in train_py and "self.trainable, scale=self.loss_scale.read_value())" in train_py
 
 
 def test_probe_of_a_mixed_float16_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

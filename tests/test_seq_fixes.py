@@ -116,14 +116,15 @@ def test_export_refuses_lengths_below_the_smallest() -> None:
 
 
 def test_min_lengths_only_where_one_symbol_decides() -> None:
-    """A plain dense model records no minimum; a strided same conv (a period, not a bound) records none either."""
+    """A plain dense model records only 1 (no empty axis); a strided same conv (a period, not a bound) neither."""
     from specgen.runtime import lengths
 
     plain = {"name": "plain", "inputs": {"x": {"shape": ["t", 3]}}, "outputs": {"y": "d"},
              "layers": [{"name": "d", "op": "dense", "units": 2}]}
     strided = {"name": "strided", "inputs": {"x": {"shape": ["t", 3]}}, "outputs": {"y": "c"},
                "layers": [{"name": "c", "op": "conv1d", "filters": 2, "kernel": 3, "strides": 2, "padding": "same"}]}
-    assert lengths.minima(_ir(plain)) == {} and lengths.minima(_ir(strided)) == {}
+    assert lengths.minima(_ir(plain)) == {"t": (1, "d", "dense")}
+    assert lengths.minima(_ir(strided)) == {"t": (1, "c", "conv1d")}
     assert lengths.minima(_ir(SHORT)) == {"t": (8, "p", "max_pool1d")}
 
 
@@ -137,7 +138,8 @@ def test_export_refuses_ids_outside_the_table() -> None:
     negative id and one >= vocab_size with the same one line; 0 (padding) and vocab_size - 1 run."""
     model_bytes = _export(_ir(IDS))
     meta = {p.key: p.value for p in onnx.load_from_string(model_bytes).metadata_props}
-    assert meta == {"specgen.id_ranges": '{"ids": [0, 5, "emb", "embedding"]}'}
+    assert meta == {"specgen.min_lengths": '{"t": [1, "emb", "embedding"]}',
+                    "specgen.id_ranges": '{"ids": [0, 5, "emb", "embedding"]}'}
     predictor = Predictor(model_bytes, "cpu")
     for bad, at in ((-1, "[0, 1]"), (5, "[0, 1]"), (-5, "[0, 1]")):
         with pytest.raises(InputError, match=re.escape(

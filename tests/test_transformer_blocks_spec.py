@@ -129,9 +129,9 @@ ERRORS = [
     ("normalize_first_not_bool", ENCODER % ", normalize_first: 1",
      "8:121: error: normalize_first: received 1, expected true or false (in instance 'enc')"),
     ("hidden_is_not_the_input_size", ENCODER.replace("hidden_dim: 16", "hidden_dim: 32") % "",
-     "8:5: error: layer 'enc/feedforward_residual' (add): inputs: received 'enc/feedforward_dropout' [batch, 10, 32] "
-     "and 'enc/self_attention_layer_norm' [batch, 10, 16], which do not broadcast; expected inputs of one rank whose "
-     "axes are equal or 1 in one of them (in instance 'enc' of block 'transformer_encoder' at spec.yaml:8:5)"),
+     "8:64: error: hidden_dim: received 32, expected the input's 16 features: block 'transformer_encoder' adds its "
+     "input [batch, 10, 16] to outputs of hidden_dim features, so hidden_dim is the input's feature size (in instance "
+     "'enc' of block 'transformer_encoder' at spec.yaml:8:5)"),
     ("bad_epsilon_at_its_value", ENCODER % ", layer_norm_epsilon: 0",
      "8:124: error: epsilon: received 0, expected a value > 0.0 (in layer 'enc/self_attention_layer_norm') "
      "(in instance 'enc' of block 'transformer_encoder' at spec.yaml:8:5; $layer_norm_epsilon is 0, set at "

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
 from specgen.runtime.lib import initializers as init
 from specgen.runtime.lib import layers
 

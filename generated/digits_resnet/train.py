@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
 from specgen.runtime.lib import losses, metrics, optimizers, schedules
 
 ACCUMULATE = 2  # micro-batches per optimizer update
@@ -75,7 +74,7 @@ class DigitsResnetTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)

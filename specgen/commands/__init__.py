@@ -2,12 +2,16 @@
 
 A command module defines `NAME` (the word after `specgen`), `ORDER` (its place in `specgen --help`: the
 pipeline's order, spec -> IR -> render -> runtime), `HELP`, `add_arguments(parser)` and `run(args) -> int`.
-specgen/cli.py builds its parser by looping over `discover()`: adding a command is adding a module here.
+`COMMANDS` below repeats each one's NAME, module and HELP in ORDER, so specgen/cli.py builds `specgen --help`
+without importing any command module and imports only the one that runs (`specgen --version` and `--help`
+import neither the spec nor the IR stack; tests/test_base_install.py checks the table against the modules).
+Adding a command is adding a module here and its row to COMMANDS; `discover()` imports them all (tests, docs).
 
-Every module is imported to build the parser, so a module's top level imports nothing heavy: TensorFlow,
-onnxruntime, Optuna and matplotlib are imported inside `run`, after the spec is read and checked, so a spec
-mistake is reported before TensorFlow starts and `validate`, `build`, `schema`, `report`, `graph`, `curves`,
-`diff` and `train --emit tfjob` never import it (tests/test_build.py and tests/test_distributed_launch.py check).
+A module's top level imports nothing heavy: TensorFlow, onnxruntime, Optuna and matplotlib are imported inside
+`run`, after the spec is read and checked, so a spec mistake is reported before TensorFlow starts and `validate`,
+`build`, `schema`, `report`, `graph`, `curves`, `diff` and `train --emit tfjob` never import it
+(tests/test_build.py and tests/test_distributed_launch.py check). A command that needs an extra calls
+`specgen.extras.need` first: one line naming the extra when it is not installed.
 The work itself lives in the pipeline's packages (spec/, ir/, render/, runtime/, serve/, sweep/, review/,
 pictures/, report/, importers/); these modules map flags onto it.
 """
@@ -16,10 +20,29 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 from collections.abc import Callable
 from types import ModuleType
 from typing import Protocol, cast
+
+# (NAME, module under specgen/commands/, HELP), in ORDER: what `specgen --help` lists, without importing the modules.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("validate", "validate", "check spec files and report every problem"),
+    ("explain", "explain", "print a key's final value and every place that set it"),
+    ("diff", "diff", "what a change to a spec breaks and changes (no TensorFlow)"),
+    ("build", "build", "render specs into generated/<name>/"),
+    ("schema", "schema", "write the JSON Schema for spec files"),
+    ("report", "report", "print variables, collections and FLOPs of specs"),
+    ("data", "data", "print a spec's input pipeline as training runs it (reads the data)"),
+    ("train", "train", "train a spec with the generated TensorFlow code"),
+    ("sweep", "sweep", "search the spec's sweep space with Optuna, each trial an ordinary run (docs/sweeps.md)"),
+    ("restore-plan", "restore_plan", "show where each model variable would be restored from"),
+    ("export", "export", "write model.onnx with trained weights from a checkpoint"),
+    ("infer", "infer", "run an exported model with onnxruntime on arrays from an .npz"),
+    ("serve", "serve", "serve a Triton-layout model repository over the Open Inference Protocol"),
+    ("import", "import_keras", "write a spec from another framework's model"),
+    ("graph", "graph", "draw the model graph with collections, optimizers and restore sources"),
+    ("curves", "curves", "draw a run's training curves from its TensorBoard events"),
+)
 
 
 class Command(Protocol):
@@ -32,8 +55,15 @@ class Command(Protocol):
     run: Callable[[argparse.Namespace], int]
 
 
+def load(module: str) -> Command:
+    """The command module `specgen/commands/<module>.py`, imported now."""
+    return cast(Command, importlib.import_module(f"{__name__}.{module}"))
+
+
 def discover() -> list[Command]:
     """Every command module of this package, in ORDER (modules without NAME, such as `common`, are helpers)."""
+    import pkgutil
+
     found: list[ModuleType] = []
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")

@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgen.extras import need
+
+    need("specgen data", "tensorflow")  # one line naming the extra, not an ImportError's traceback
     from specgen.runtime.commands.data import run_data  # imports TensorFlow (it reads the data): only now
 
     return run_data(args.spec, args.stage)

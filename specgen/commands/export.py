@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specgen.commands.common import positive_int
+from specgen.extras import need
 from specgen.paths import shown
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
     tracked = _tracked_run(args)  # --register/--alias mistakes: one line, before the spec is read
+    need("specgen export", "tensorflow", "onnxruntime")  # both at once, not one traceback after the other
     loaded = load_spec(args.spec)
     from specgen.pipeline import build
 

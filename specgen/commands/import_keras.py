@@ -38,6 +38,9 @@ def _usage(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgen.extras import need
+
+    need("specgen import keras", "h5py")  # the importer reads Keras files with it (keras, for names, is the same extra)
     from specgen.importers.keras import import_keras  # TensorFlow only for constructor names
 
     _usage(args)

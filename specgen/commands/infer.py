@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from specgen.commands.common import positive_int
+from specgen.extras import need
 
 NAME = "infer"
 ORDER = 100
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from specgen.commands.common import require_regular
 
     require_regular(args.model, "the model")  # onnxruntime would wait forever on a FIFO
+    need("specgen infer", "onnxruntime")  # one line naming the extra, not an ImportError's traceback
     from specgen.runtime.commands.infer import infer  # onnxruntime: only now
 
     return infer(args.model, args.input, args.output, args.provider, args.feed, args.labels, chunk=args.chunk)

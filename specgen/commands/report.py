@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
         from specgen.report.html_cli import run_html_report
 
         return run_html_report(args)
+    if args.checkpoint is not None:  # reading its masks takes TensorFlow: one line naming the extra, not a traceback
+        from specgen.extras import need
+
+        need("specgen report --checkpoint", "tensorflow")
     paths = expand(args.paths)
     problems: list[Diagnostic] = []
     for path in paths:  # every spec's report or errors, as validate does: one broken spec hides no other's

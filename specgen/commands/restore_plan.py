@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgen.extras import need
+
+    need("specgen restore-plan", "tensorflow")  # one line naming the extra, not an ImportError's traceback
     from specgen.runtime.commands.restore import run_restore_plan  # imports TensorFlow: only now
 
     return run_restore_plan(args.spec, args.from_)

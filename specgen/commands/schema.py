@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from specgen.atomic import write_atomic
     from specgen.schema import schema_text
 
-    target = args.output or load_config().schema or Path("schemas/specgen.schema.json")
+    target = args.output or load_config().schema_target
     text = schema_text()
     if args.check:
         drift = schema_drift(target, text)

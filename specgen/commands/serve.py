@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specgen.extras import need
+
+    # every package the server imports (the serve extra, which brings the runtime's onnxruntime): one line
+    need("specgen serve", "onnxruntime", "starlette", "uvicorn", "httptools", "prometheus_client", "tritonclient", "grpc")
     from specgen.serve import run_server
 
     return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,

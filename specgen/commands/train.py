@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.extras import need
 from specgen.paths import shown
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_with_overrides(args.spec, args.set)
     if args.emit == "tfjob":
         return _emit_tfjob(args, loaded)
+    need("specgen train", "tensorflow")  # one line naming the extra, not an ImportError's traceback after the build
     from specgen.tracking import check_target
 
     check_target(loaded, track)  # a store MLflow refuses whatever happens: one line, before TensorFlow starts

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specgen.errors import AbstractSpec
-    from specgen.ir.lints import init_scale_warnings
+    from specgen.ir.lints import init_scale_warnings, top_k_warnings
     from specgen.ir.resolve import build_ir
     from specgen.spec.overrides import load_with_overrides
 
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
         found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
+        found += top_k_warnings(loaded, ir)  # a metric that can only read 1.0: no reason to keep it, no lint name
         warnings += found
         if not (found and args.strict):
             print(f"ok: {shown(path)} ({ir.name}: {ir.layer_count} layers, {len(ir.variables)} variables)")

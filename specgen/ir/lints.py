@@ -1,4 +1,5 @@
-"""Static lints on a resolved model: initialization scale and batch-norm momentum (docs/spec.md#lints).
+"""Static lints on a resolved model: initialization scale, batch-norm momentum and a metric that cannot vary
+(docs/spec.md#lints).
 
 Pure Python, no TensorFlow: `specgen validate` and `specgen report` run these; `specgen build`
 does not (it renders the IR and never needs them).
@@ -18,6 +19,7 @@ from specgen.fields.base import FLOAT32_MAX
 from specgen.ir.gains import describe_init, mean_std, saturated
 from specgen.ir.model import ModelIR, Node
 from specgen.ir.scales import OVERFLOW, Scale, kernels_of, propagate, resets
+from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.ops import REGISTRY, op_def
 from specgen.kinds.ops.base import Derived, MomentRule, Pointwise, Unmodelled, Weighted
 from specgen.spec.load import LoadedSpec
@@ -212,3 +214,30 @@ def momentum_note(ir: ModelIR, counts: tuple[int, ...] = (100, 1000)) -> str:
 def _names(names: list[str]) -> str:
     shown = ", ".join(f"'{n}'" for n in names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def top_k_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
+    """`specgen validate`'s warning for a `top_k_accuracy` whose k is at least the primary term's class count:
+    every label is then among the k largest logits, so the metric reads 1.0 whatever the model does (Keras'
+    in_top_k does the same: a constant, not a wrong number, so a warning rather than an error)."""
+    training, spec = ir.training, loaded.spec
+    if training is None or training.loss is None or spec.train is None:
+        return []
+    output = training.loss.output
+    classes = ir.node(ir.outputs[output]).shape[-1] if output in ir.outputs else None
+    if type(classes) is not int:  # a named class axis: its size is known only at run time
+        return []
+    warnings = []
+    for i, item in enumerate(spec.train.metrics):
+        k = dict(args_of(item)).get("k") if name_of(item) == "top_k_accuracy" else None
+        if type(k) is int and k >= classes:
+            written = not isinstance(item, str) and "k" in item.model_fields_set
+            message = (f"metric 'top_k_accuracy': k {k}{'' if written else ' (the default)'} is at least the "
+                       f"{classes} classes of output '{output}', so every label is among the top {k} and the metric "
+                       f"always reads 1.0; set k below {classes}")
+            diagnostic = loaded.diagnostic(("train", "metrics", i, "k") if written else ("train", "metrics", i), message)
+            warnings.append(replace(diagnostic, severity="warning"))
+    return warnings

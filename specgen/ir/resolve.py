@@ -42,6 +42,7 @@ from specgen.kinds.losses import REGISTRY as LOSSES
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.kinds.metrics import Args, args_of, name_of, relisted
 from specgen.spec.load import LoadedSpec, load_spec
+from specgen.spec.shipped import features_problem
 
 
 def ir_from_file(path: Path) -> ModelIR:
@@ -143,6 +144,9 @@ def _infer_layers(loaded: LoadedSpec, edges: dict[str, list[str]], order: list[i
         if any(s not in known for s in sources):
             continue  # an input already failed; do not pile errors on top of it
         shapes = [known[s][0] for s in sources]
+        if (wrong := features_problem(loaded.origins, i, shapes)) is not None:  # a shipped block's hidden_dim
+            problems.append(wrong)
+            continue
         owner = owners.get(layer.name)
         try:
             config = shares.effective(layer, by_name[owner]) if owner else layer

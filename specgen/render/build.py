@@ -195,9 +195,18 @@ def check(outputs: list[Output], root: Path) -> list[str]:
             if old is None:
                 reports.append(f"missing: {target} (run `specgen build`)")
             elif old != content:
-                reports.append(_diff(target, old, content))
+                reports.append(_line_endings(target, old, content, root) or _diff(target, old, content))
         reports += [f"stale: {disk.shown / name} is no longer generated" for name in disk.stale]
     return reports
+
+
+def _line_endings(target: Path, old: bytes, content: bytes, root: Path) -> str | None:
+    """One line when only CRLF vs LF differs (git's core.autocrlf on Windows): a whole-file diff of lines that look
+    the same on screen would hide the cause. Generated files are written with LF on every system."""
+    if b"\r\n" not in old or old.replace(b"\r\n", b"\n") != content:
+        return None
+    return (f"drifted: {target} (line endings: CRLF on disk, LF expected; add "
+            f"`{root.as_posix().rstrip('/')}/** text eol=lf` to .gitattributes)")
 
 
 def _diff(target: Path, old_bytes: bytes, content: bytes) -> str:

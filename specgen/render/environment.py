@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2.bccache import Bucket
 
 _PACKAGED = Path(__file__).resolve().parent.parent / "templates"  # wheels: specgen/templates
 _SOURCE_TREE = Path(__file__).resolve().parents[2] / "templates"  # checkouts and editable installs
@@ -129,23 +130,58 @@ class Fields(dict[str, Any]):
 FILTERS = {"py": py_literal, "onnx": onnx_literal, "yaml": yaml_literal}
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates kept per user and specgen version: each build process skips compiling them.
+class _QuietCache(jinja2.FileSystemBytecodeCache):
+    """Jinja's file cache, where any failure to read or write an entry means "no cache" for that template.
 
-    Only Jinja's compiled code is cached (keyed by template source), never rendered output.
-    Set SPECGEN_NO_CACHE=1, or have an unwritable cache folder, to compile every time.
+    The cache only saves compile time: a full disk, a file-size limit, a read-only or vanished folder, or a
+    corrupted entry must never fail a command (`build --check` itself writes nothing else). Jinja raises those.
     """
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # OSError, or an entry another version or a crash left half-written (pickle, EOFError)
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)  # removes its own temporary file on failure
+        except Exception:
+            pass
+
+
+def cache_folder() -> Path | None:
+    """Where compiled templates are kept: $XDG_CACHE_HOME/specgen/jinja-<version>, else ~/.cache/specgen/...;
+    None with SPECGEN_NO_CACHE set. A relative $XDG_CACHE_HOME is ignored, as the XDG spec says."""
     from specgen import __version__
 
     if os.environ.get("SPECGEN_NO_CACHE"):
         return None
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = root / "specgen" / f"jinja-{__version__}"
+    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
+    if os.path.isabs(xdg):
+        return Path(xdg, "specgen", f"jinja-{__version__}")
+    return Path(home, ".cache", "specgen", f"jinja-{__version__}") if os.path.isabs(home) else None
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept per user and specgen version: each build process skips compiling them.
+
+    Only Jinja's compiled code is cached (keyed by template source), never rendered output; docs/cli.md
+    ("The template cache") says where and how to turn it off. The folder holding the cache root ($HOME, or
+    $XDG_CACHE_HOME's parent) must exist: specgen never creates a home folder (Debian's system users have
+    HOME=/nonexistent, at the filesystem root). Any failure to create the folder means no cache.
+    """
+    folder = cache_folder()
+    if folder is None:
+        return None
+    base = folder.parent.parent.parent  # $HOME for ~/.cache/specgen/jinja-x, the parent of $XDG_CACHE_HOME
     try:
+        if not base.is_dir():
+            return None
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
-    return jinja2.FileSystemBytecodeCache(str(folder)) if os.access(folder, os.W_OK) else None
+    return _QuietCache(str(folder)) if os.access(folder, os.W_OK) else None
 
 
 @cache

@@ -80,7 +80,7 @@ class SkeletonPlan:
     hooks: Fields  # hook -> the contexts of the features that render there, in registry order
     step: str  # the step kind's template
     lib_modules: list[str]  # the runtime modules train.py imports
-    gradient_options: str  # what the features add to the step's tape.gradient call, in pipeline order
+    gradient_options: str  # what the features add to the step's optimizers.global_gradients call, in pipeline order
 
 
 def skeleton_plan(ir: ModelIR) -> SkeletonPlan:

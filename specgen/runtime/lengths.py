@@ -9,6 +9,10 @@
   window no longer fits gives one step). `specgen.min_lengths`: {"t": [8, "p", "max_pool1d"]}: the smallest size
   of a symbol that alone decides a lower bound, and the layer that needs it. A stride product (the `period` of
   sample_sizes.py) is no constraint: every size from the smallest on runs, SAME windows just pad differently.
+  Every other named dimension of an input gets 1, with the first layer reading it: an empty axis is refused
+  before onnxruntime runs, where its ops disagree (opset 21's attention nodes answer an empty sequence with an
+  empty output, opset 23's fused Attention node fails with an internal message, a pool or a recurrent node
+  differs again), so one model answers the same at every opset and on every provider.
 - Id ranges: an embedding's ids (and a gather's indices) must be in [0, rows). onnxruntime's Gather reads a
   negative id as counted from the end, where TensorFlow refuses it. `specgen.id_ranges`: {"ids": [0, 20, "emb",
   "embedding"]}, for each graph input read directly as ids, the tightest range over the layers reading it.
@@ -50,10 +54,17 @@ def bounds(ir: Any) -> Bounds:
 
 
 def minima(ir: Any) -> Minima:
-    """The symbols of a ModelIR that must be above 1 (runtime/sample_sizes.py's lower bounds)."""
-    from specgen.runtime.sample_sizes import lower_bounds
+    """Each named dimension of the ModelIR's inputs and its smallest size: runtime/sample_sizes.py's lower bound
+    above 1 where a window needs one, else 1 (no empty axis), with the first layer reading an input that has it."""
+    from specgen.runtime.sample_sizes import lower_bounds, symbols
 
-    return {symbol: (size, layer, ir.node(layer).op) for symbol, (size, layer) in lower_bounds(ir).items()}
+    found = {symbol: (size, layer, ir.node(layer).op) for symbol, (size, layer) in lower_bounds(ir).items()}
+    holders = {i.name: set(i.shape[1:]) for i in ir.inputs}
+    for symbol in symbols(ir):
+        reader = next((n for n in ir.nodes if any(symbol in holders.get(s, ()) for s in n.inputs)), None)
+        if symbol not in found and reader is not None:
+            found[symbol] = (1, reader.name, reader.op)
+    return {symbol: found[symbol] for symbol in symbols(ir) if symbol in found}
 
 
 def id_ranges(ir: Any) -> IdRanges:
@@ -123,9 +134,10 @@ def too_short(found: Minima, declared: Mapping[str, tuple[Any, ...]], shapes: Ma
         for axis, dim in enumerate(dims):
             if dim in found and axis < len(shapes[name]) and shapes[name][axis] < found[dim][0]:
                 limit, layer, op = found[dim]
+                why = (f"layer '{layer}' ({op}) needs at least {limit}" if limit > 1
+                       else f"the model takes no empty '{dim}' axis")
                 return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
-                        f"{list(shapes[name])}), expected at least {limit}: layer '{layer}' ({op}) needs at least "
-                        f"{limit}")
+                        f"{list(shapes[name])}), expected at least {limit}: {why}")
     return None
 
 

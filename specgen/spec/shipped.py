@@ -10,6 +10,11 @@ applied per instance when its arguments are known (`prepare`, called by expand.p
 - `normalize_first: true` expands the block `<name>_normalize_first` (the pre-norm graph);
 - `key_dim` is `hidden_dim / num_heads` (KerasHub's rule); a hidden size that `num_heads` does not
   divide is an error at the value, and an instance may not set `key_dim` itself.
+
+One rule needs the shapes, so the IR build asks it (`features_problem`, called by ir/resolve.py at the first
+layer reading the block's input): `hidden_dim` is the input's feature size (KerasHub reads it from the input),
+and a different value is refused at the value, naming hidden_dim, the block and both sizes, rather than by
+the residual `add` deep inside the block whose two inputs then fail to broadcast.
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ from typing import Any
 
 import yaml
 
+from specgen import text
+from specgen.diagnostics import Diagnostic
 from specgen.spec.blocks import Block, Instance
 from specgen.spec.model import Spec
+from specgen.spec.origins import Origins
 from specgen.spec.yaml_source import PathKey
 
 VARIANT = "_normalize_first"  # suffix of the pre-norm graph of a shipped block with `normalize_first`
 DERIVED = "key_dim"  # computed per instance; never written
+FEATURES = "hidden_dim"  # a shipped block parameter that must equal its first input's last axis
 
 
 @cache
@@ -111,3 +120,29 @@ def _key_dim(block: str, found: dict[str, tuple[Any, PathKey]], instance: str) -
                           f"divides it (in instance '{instance}')")
     found[DERIVED] = (hidden // heads, at_heads)
     return None
+
+
+def features_problem(origins: Origins | None, index: int, shapes: list[Any]) -> Diagnostic | None:
+    """Why expanded layer `index` (input shapes `shapes`) contradicts its shipped block instance's `hidden_dim`:
+    checked where the layer reads the block's first input, whose last axis hidden_dim must equal."""
+    if origins is None or not 0 <= index < len(origins.items):
+        return None
+    origin = origins.items[index]
+    loc = origin.loc  # ("blocks", <shipped block>, "layers", j) for a layer written in a shipped block
+    if not origin.sites or len(loc) != 4 or loc[0] != "blocks" or not isinstance(loc[1], str) \
+            or loc[1] not in origins.shipped:
+        return None
+    raw, site = origins.shipped[loc[1]], origin.sites[0]
+    reads = raw["layers"][loc[3]].get("input")
+    if FEATURES not in site.args or not shapes or reads != raw["inputs"][0]:
+        return None
+    (hidden, where), features = site.args[FEATURES], shapes[0][-1]
+    if type(hidden) is not int or type(features) is not int or hidden == features:
+        return None
+    shipped_value = len(where) >= 2 and where[0] == "blocks" and where[1] in origins.shipped
+    position = origins.source.locate(site.loc if shipped_value else where, origins.data)
+    written = site.block.removesuffix(VARIANT)  # the name the instance wrote (normalize_first picks the variant)
+    message = (f"{FEATURES}: received {hidden}, expected the input's {features} features: block '{written}' "
+               f"adds its input {text.shape(shapes[0])} to outputs of {FEATURES} features, so {FEATURES} is the "
+               "input's feature size")
+    return Diagnostic(origins.source.path, position, message + origins.note(origin))

@@ -115,7 +115,7 @@ class FeatureDef:
     # after, at every shared hook of the skeleton and every runtime point (ties: by name).
     after: tuple[str, ...] = ()
     # Its typed render plan: a function of the ModelIR returning a frozen dataclass whose fields are its
-    # partial's context; a `gradient_options` field is added to the step's tape call.
+    # partial's context; a `gradient_options` field is added to the step's optimizers.global_gradients call.
     plan: Callable[[Any], Any] | None = None
     # The training state it adds to the IR's collections: a function of (TrainingIR, trainable paths,
     # shapes by path) returning (key, shape, dtype, collections) rows, in pipeline order after the optimizers'.

@@ -53,6 +53,20 @@ def cpu_devices(train: Any | None) -> int:
     return 1 if train is None else of(train).cpu_devices
 
 
+# train.distribute keys that act only under a strategy (one device has no CPU to split and no replicas' moments to
+# sync). A --set of them is kept with the run (meta.json) while --strategy is per command, so a run started with
+# `--strategy mirrored --set train.distribute.cpu_devices=2` and resumed with a plain --resume trains on one
+# device. The resume line says so (`without_strategy`) rather than dropping the kept --set: dropped, a later
+# `--resume --strategy mirrored` would lose the run's replica count without a word.
+STRATEGY_ONLY = ("train.distribute.cpu_devices", "train.distribute.sync_batch_norm")
+IDLE = "no effect without --strategy mirrored or multi_worker"
+
+
+def without_strategy(override: str) -> bool:
+    """Whether `--set KEY=VALUE` sets a key that does nothing in a run without a strategy."""
+    return override.split("=", 1)[0].strip() in STRATEGY_ONLY
+
+
 TRAIN_KEY = TrainKey("distribute", Distribute, Field(default_factory=Distribute, description=(
     "Training under tf.distribute (docs/distributed.md); batch_size is the global batch.")),
     after="shuffle_buffer", ir_type=DistributeIR, ir_default=DistributeIR, resolve=resolve)
@@ -67,6 +81,6 @@ FEATURE = FeatureDef(
     refuses=(("distribute", "full_batch", Refusal("specgen train, at train.batch_size", (
         "batch_size: full under the {strategy} strategy: give the global batch as a number that splits evenly "
         "among the {replicas} replicas"))),),
-    runtime=("specgen.runtime.placement.replicas", "specgen.runtime.lib.optimizers.all_reduce"),
+    runtime=("specgen.runtime.placement.replicas", "specgen.runtime.lib.optimizers.global_gradients"),
     after=("loss_terms",),  # runtime placement around the whole step
 )

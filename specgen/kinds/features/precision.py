@@ -77,8 +77,9 @@ class PrecisionPlan:
     keep: tuple[str, ...]  # variables read as they are, not cast: their layers compute in float32
     scaling: bool  # mixed_float16: dynamic loss scaling
     scale_keys: tuple[str, ...]
-    # mixed_float16: the tape starts the backward pass from the loss scale instead of 1 (the scaled loss's
-    # gradients); added to the step's tape.gradient call.
+    # mixed_float16: the backward pass starts from the loss scale instead of 1 (the scaled loss's gradients),
+    # divided by the replica count under a strategy (runtime/lib/optimizers.py global_gradients says why); added
+    # to the step's optimizers.global_gradients call.
     gradient_options: str
 
 
@@ -89,7 +90,7 @@ def plan(ir: Any) -> PrecisionPlan:
     # Layers that compute in float32 under a mixed policy (OpDef.compute_dtype; runtime/lib/layers.py's in_float32).
     keep = tuple(v.path for n in ir.nodes if op_def(n.op).compute_dtype == "float32" for v in n.variables.values())
     return PrecisionPlan(precision, precision.removeprefix("mixed_"), keep, scaling, KEYS,
-                         ", output_gradients=self.loss_scale.read_value()" if scaling else "")
+                         ", scale=self.loss_scale.read_value()" if scaling else "")
 
 
 SETTING = FeatureDef(

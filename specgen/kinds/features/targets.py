@@ -59,7 +59,8 @@ FEATURE = FeatureDef(
     enabled=lambda ir: bool(ir.training.targets),
     ir="specgen.ir.targets (TargetIR)",
     partial="tf/features/targets.py.j2",
-    hooks=("imports", "init", "after_step", "methods"),
+    hooks=("init", "after_step", "methods"),
+    lib=("target_networks",),  # on train.py's one `from specgen.runtime.lib import` line (isort's layout)
     runtime=("specgen.runtime.lib.target_networks.copy", "specgen.runtime.lib.target_networks.soft",
              "specgen.runtime.lib.target_networks.hard"),
     report="specgen.report.targets.targets_table",

@@ -1,4 +1,8 @@
-"""`auc`: ROC AUC from confusion counts at 200 thresholds, as Keras' AUC (binary classification)."""
+"""`auc`: ROC AUC from confusion counts at 200 thresholds (binary classification), Keras' AUC with from_logits.
+
+A score counts at a threshold when `sigmoid(logit) > threshold` exactly; Keras' evenly-spaced fast path
+buckets it as ceil(score * 199) - 1 in float32, which can differ for a score equal to a threshold (training.md).
+"""
 
 from __future__ import annotations
 

@@ -6,11 +6,14 @@ shape. Follow it with `add` to add them to token embeddings, as KerasHub's Token
 does. The input gives only the length and the feature size, so no gradient flows back to it.
 
 One graph runs at any time length up to `max_length`: TensorFlow checks the length and slices; ONNX
-gathers rows Range(0, time) (Shape, Range, Gather, Expand), so a longer sequence fails in the graph
-rather than being clipped as a bare Slice would (onnxruntime rewrites the Gather into a Slice, and then
-Expand refuses max_length rows for a longer time axis; only max_length 1 would broadcast). `specgen export`
-also records the bound of a named time dimension in the model's metadata (runtime/lengths.py), so
-`specgen infer` and `specgen serve` refuse a longer sequence with a clear error before running.
+gathers rows Range(0, time) (Shape, Range, Gather, Reshape, Expand), so a longer sequence fails in the graph
+rather than being clipped as a bare Slice would. Without optimizations Gather's bounds check refuses row
+max_length; onnxruntime's optimizer rewrites that Gather into a Slice, which clips, and the Reshape of the
+rows to the input's [time, features] then refuses the missing rows. The Reshape is there for every
+max_length: Expand alone refused a clipped table only where it had 2 or more rows (a 1-row table
+broadcasts, so max_length 1 answered every step with row 0). `specgen export` also records the bound of a
+named time dimension in the model's metadata (runtime/lengths.py), so `specgen infer` and `specgen serve`
+refuse a longer sequence in one line naming the input and the layer before running.
 """
 
 from __future__ import annotations

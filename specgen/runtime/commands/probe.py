@@ -2,7 +2,8 @@
 
 For each trained weight: its norm, its gradient's norm and the first update's size relative to
 the weight (the trainer's own `apply`: clipping, weight decay and each optimizer's formula at the
-current step, applied and then undone), with zero and missing (None) gradients flagged; then the mean
+current step, applied and then undone), with zero and missing (None) gradients flagged, and a note for an
+optimizer whose learning rate is 0 at that step (a warm-up's step 0): its updates are zero steps; then the mean
 and standard deviation of every layer's output on that batch, in training mode (dropout on,
 batch norms on batch statistics), as the gradient saw them.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +85,9 @@ class Probe:
     loss: float
     variables: tuple[VariableRow, ...]
     layers: tuple[LayerRow, ...]
+    step: int = 0  # the global step the update was measured at
+    # Optimizers whose learning rate was exactly 0 at that step: (name, its warmup_steps, how many weights it updates).
+    zero_rates: tuple[tuple[str, int, int], ...] = ()
 
 
 def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer, int]:
@@ -148,24 +153,31 @@ def probe(built: Built, checkpoint: Path | None = None) -> Probe:
         step_seed = tf.constant([int(trainer.global_step.numpy()) * accumulate.of(train), seed], tf.int64)
         loss, gradients = trainer.gradients(features, labels, step_seed)
         values = model.layer_outputs(features, training=True, seed=step_seed)
-        updates = first_update(model, trainer, gradients)
+        step, rates = int(trainer.global_step.numpy()), dict[str, float]()
+        updates = first_update(model, trainer, gradients, rates, [o.name for o in training.optimizers
+                                                                   if o.learning_rate_key])
     rows = tuple(VariableRow(path, tuple(var.shape), _norm(var), None if g is None else _norm(g), updates[path])
                  for path, var, g in zip(trainer.trainable_paths, trainer.trainable, gradients, strict=True))
     layers = tuple(_layer_row(node.name, node.op, values[node.name]) for node in ir.nodes
                    if values[node.name].dtype.is_floating)
-    return Probe(origin, batch, float(loss), rows, layers)
+    zero = tuple((o.name, o.schedule.warmup_steps if o.schedule else 0, len(o.paths)) for o in training.optimizers
+                 if rates.get(o.name) == 0)
+    return Probe(origin, batch, float(loss), rows, layers, step, zero)
 
 
-def first_update(model: GeneratedModel, trainer: GeneratedTrainer,
-                 gradients: list[tf.Tensor | None]) -> dict[str, float]:
+def first_update(model: GeneratedModel, trainer: GeneratedTrainer, gradients: list[tf.Tensor | None],
+                 rates: dict[str, float] | None = None, optimizers: Sequence[str] = ()) -> dict[str, float]:
     """|w_after - w_before| of the optimizers' step on these gradients (None as zeros); then every variable
-    (weights, slots, step, EMA shadows, batch-norm statistics) gets its value back."""
+    (weights, slots, step, EMA shadows, batch-norm statistics) gets its value back. `rates` receives the learning
+    rate each of `optimizers` ran that step at (the schedule's value, read before it is put back)."""
     everything = model.variables_by_path() | trainer.state_by_path()
     saved = {name: var.read_value() for name, var in everything.items()}
     before = [w.read_value() for w in trainer.trainable]
     trainer.apply([tf.zeros_like(w) if g is None else g for w, g in zip(trainer.trainable, gradients, strict=True)])
     moved = {path: _norm(w.read_value() - b)
              for path, w, b in zip(trainer.trainable_paths, trainer.trainable, before, strict=True)}
+    if rates is not None:
+        rates.update({name: float(trainer.learning_rate(name).numpy()) for name in optimizers})
     for name, var in everything.items():
         var.assign(saved[name])
     return moved
@@ -202,8 +214,16 @@ def format_probe(result: Probe) -> str:
                     {2, 3, 4, 5})
     lines.append(f"{count} of {len(rows)} trained variables flagged" if count
                  else f"all {len(rows)} trained variables have a non-zero gradient")
+    lines += [_zero_rate(name, warmup, weights, result.step) for name, warmup, weights in result.zero_rates]
     layers = [[x.name, x.op, _shape(x.shape, batch=True), f"{x.mean:.3e}", f"{x.std:.3e}"] for x in result.layers]
     return "\n".join([*lines, "", *_table(["layer", "op", "shape", "mean", "std"], layers, {3, 4})])
+
+
+def _zero_rate(name: str, warmup: int, weights: int, step: int) -> str:
+    """Why an optimizer's |update| column is all zeros although its gradients are not."""
+    why = f" (its warm-up of {warmup} steps starts from 0)" if warmup and step == 0 else ""
+    return (f"note: optimizer '{name}' runs at learning rate 0 at step {step}{why}, so the |update| of its "
+            f"{weights} weight{'s' if weights != 1 else ''} is a zero step, not the size of a training update")
 
 
 def checked_resume_from(resume_from: Path | None) -> Path | None:

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.kinds.features import accumulate, precision
+from specgen.kinds.features import accumulate, distribute, precision
 from specgen.kinds.features.levenberg_marquardt import size_check
 from specgen.paths import shown
 from specgen.pipeline import Built
@@ -157,8 +157,16 @@ class Session:
     def _overrides_shown(self) -> str:
         begin = self.begin
         new = begin.overrides[len(begin.kept):]
-        shown = [f"--set {t} (kept from the run)" for t in begin.kept] + [f"--set {t}" for t in new]
+        shown = [self._override_shown(t, True) for t in begin.kept] + [self._override_shown(t, False) for t in new]
         return " with " + ", ".join(shown) if shown else ""
+
+    def _override_shown(self, text: str, kept: bool) -> str:
+        """`--set KEY=VALUE`, with whether the run kept it and whether it acts in this command (a kept
+        train.distribute.cpu_devices without --strategy does not: kinds/features/distribute.py STRATEGY_ONLY)."""
+        remarks = ["kept from the run"] if kept else []
+        if not self.distribution.distributed and distribute.without_strategy(text):
+            remarks.append(distribute.IDLE)
+        return f"--set {text}" + (f" ({'; '.join(remarks)})" if remarks else "")
 
     def data_settings(self) -> dict[str, int]:
         """What the saved data position depends on: restoring it under other values would misfit or mislead."""

@@ -112,7 +112,8 @@ class Recall(Metric):
 
 
 class Auc(Metric):
-    """ROC AUC from confusion counts at 200 thresholds (trapezoid rule), as Keras' AUC."""
+    """ROC AUC from confusion counts at 200 thresholds (trapezoid rule), Keras' AUC's definition: a score counts
+    where `score > threshold` exactly (Keras' bucketing can differ for a score equal to a threshold)."""
 
     accumulators = ("true_positives", "false_positives", "true_negatives", "false_negatives")
     shape = (AUC_THRESHOLDS,)

@@ -124,15 +124,30 @@ def ema(shadows: Vars, variables: Vars, decay: float, step: tf.Tensor) -> None:
         shadow.assign(d * shadow + (1 - d) * var)
 
 
-def all_reduce(gradients: Grads) -> list[tf.Tensor]:
-    """The mean of every replica's gradients, so that each replica applies the global batch's gradient.
+def global_gradients(tape: tf.GradientTape, loss: tf.Tensor, variables: Vars,
+                     scale: tf.Tensor | None = None) -> list[tf.Tensor]:
+    """The global batch's gradients of `loss` (times the loss scale `scale` under mixed_float16), the same on every
+    replica: what one process computes on the whole batch. Clipping and the updates come after it.
 
-    Each replica's loss is the mean over its slice of the global batch, so the mean over replicas is the
-    gradient of the global batch's mean loss: what one process computes on the whole batch. Clipping and
-    the updates come after it. Outside a tf.distribute strategy (one replica) the gradients pass as they are.
+    Under R replicas each replica's loss is the mean over its slice (batch_size / R rows). TensorFlow's convention
+    for custom loops under a strategy is followed (tf.nn.compute_average_loss over the global batch, gradients
+    all-reduced with SUM): each replica's backward pass starts from `scale / R` (1 / R in float32), the gradient
+    of its rows' share of the global batch's mean loss, and the SUM over replicas is the global gradient. The loss
+    value itself stays the slice's mean (the progress line and the metrics average it over replicas), and terms
+    that are the same on every replica (weight penalties) come out once, as the seed is linear.
+    Why not start from `scale` and all-reduce with MEAN, equal in exact arithmetic: every intermediate float16
+    gradient of a replica's backward pass would be R times one process's (per row, d loss / d logits is
+    scale / (batch_size / R) instead of scale / batch_size), so a replica overflows float16 at an R times smaller
+    loss scale and skips updates one process makes. With the seed divided by R a replica's float16 magnitudes are
+    one process's, and so is the skip decision. For a power-of-two R the division is exact and float32 results
+    are bitwise those of the MEAN; otherwise they differ in the last bit. One replica (or no strategy): the
+    backward pass starts from `scale` (from 1 without one) and the gradients pass as they are.
     """
     context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return list(gradients)
-    reduced: list[tf.Tensor] = context.all_reduce(tf.distribute.ReduceOp.MEAN, list(gradients))
+    replicas = 1 if context is None else context.num_replicas_in_sync
+    if replicas == 1:
+        return list(tape.gradient(loss, variables, output_gradients=scale))
+    seed = (tf.constant(1.0, loss.dtype) if scale is None else scale) / replicas
+    gradients = tape.gradient(loss, variables, output_gradients=seed)
+    reduced: list[tf.Tensor] = context.all_reduce(tf.distribute.ReduceOp.SUM, list(gradients))
     return reduced

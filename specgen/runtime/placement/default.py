@@ -34,6 +34,7 @@ class Distribution:
 
     chief = True  # this process writes the run folder
     count = 1  # replicas in sync
+    distributed = False  # under a tf.distribute strategy (Replicas), even of one replica
     workers = 1  # processes that train together
     lost: tuple[type[Exception], ...] = ()
     positions: Positions | None = None  # set when each worker saves its own data position (file-sharded data)

@@ -133,6 +133,8 @@ def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
 class Replicas(Distribution):
     """The strategy of one run: the generated steps run on every replica, variables mirrored."""
 
+    distributed = True
+
     def __init__(self, strategy: tf.distribute.Strategy, role: Role, settings: DistributeIR):
         self.strategy, self.role, self.settings = strategy, role, settings
         self.count, self.workers = strategy.num_replicas_in_sync, role.workers

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, metrics, optimizers
 
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -72,7 +71,7 @@ class AccumulateClipValueTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
@@ -98,7 +97,6 @@ class AccumulateClipValueTraining(tf.Module):
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         gradients = optimizers.clip(gradients, value=1.0)
-        step = self.global_step
 
         opt_body_gradients = gradients[0:4]
         lr = self.opt_body_learning_rate.read_value()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, metrics, optimizers
 
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 8  # examples per micro-batch
@@ -58,7 +57,7 @@ class AdagradCsvOnehotTraining(tf.Module):
         """One update from one batch: gradients, optimizers, global step, EMA, metrics."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        self.apply(optimizers.all_reduce(tape.gradient(loss, self.trainable)))  # the global batch's, under replicas
+        self.apply(optimizers.global_gradients(tape, loss, self.trainable))  # the global batch's, under replicas
         self.update_metrics(loss, labels, output)
         return loss
 
@@ -81,7 +80,6 @@ class AdagradCsvOnehotTraining(tf.Module):
 
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
-        step = self.global_step
 
         opt_all_gradients = gradients[0:4]
         lr = self.opt_all_learning_rate.read_value()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, optimizers
 
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -67,7 +66,7 @@ class DistributeMultiWorkerTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
@@ -93,7 +92,6 @@ class DistributeMultiWorkerTraining(tf.Module):
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         gradients = optimizers.clip(gradients, global_norm=5.0)
-        step = self.global_step
 
         opt_all_gradients = optimizers.clip(gradients[0:4], global_norm=2.0)
         lr = self.opt_all_learning_rate.read_value()

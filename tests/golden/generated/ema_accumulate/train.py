@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, optimizers
 
 ACCUMULATE = 4  # micro-batches per optimizer update
 BATCH_SIZE = 16  # examples per micro-batch
@@ -66,7 +65,7 @@ class EmaAccumulateTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
@@ -91,7 +90,6 @@ class EmaAccumulateTraining(tf.Module):
 
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
-        step = self.global_step
 
         opt_all_gradients = gradients[0:4]
         lr = self.opt_all_learning_rate.read_value()

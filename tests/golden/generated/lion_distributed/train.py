@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, pruning, schedules
-from specgen.runtime.lib import target_networks
+from specgen.runtime.lib import (
+    losses,
+    metrics,
+    optimizers,
+    pruning,
+    schedules,
+    target_networks,
+)
 
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -169,7 +174,7 @@ class LionDistributedTraining(tf.Module):
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step, when=self.micro_batches == 0)
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import levenberg_marquardt, losses, metrics, optimizers, schedules
+from specgen.runtime.lib import levenberg_marquardt, losses, metrics, optimizers
 
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = None  # the whole training set is one batch

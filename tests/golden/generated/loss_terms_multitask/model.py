@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
 from specgen.runtime.lib import initializers as init
-from specgen.runtime.lib import layers
 
 # Input name -> (shape with a dynamic batch dimension, dtype).
 INPUTS = {
@@ -58,7 +56,6 @@ class LossTermsMultitask(tf.Module):
     ) -> dict[str, tf.Tensor]:
         """Every layer's output by layer name, in graph order (`specgen train --probe` reads them all)."""
         image = inputs["image"]
-        score = inputs["score"]
         # flat: flatten -> [batch, 64]
         flat = tf.reshape(image, [-1, 64])
         # body: dense -> [batch, 32]

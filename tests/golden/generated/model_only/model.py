@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
 from specgen.runtime.lib import initializers as init
-from specgen.runtime.lib import layers
 
 # Input name -> (shape with a dynamic batch dimension, dtype).
 INPUTS = {

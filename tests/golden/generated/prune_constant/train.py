@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, pruning, schedules
+from specgen.runtime.lib import losses, metrics, optimizers, pruning
 
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -69,7 +68,7 @@ class PruneConstantTraining(tf.Module):
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step)
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        self.apply(optimizers.all_reduce(tape.gradient(loss, self.trainable)))  # the global batch's, under replicas
+        self.apply(optimizers.global_gradients(tape, loss, self.trainable))  # the global batch's, under replicas
         self.update_metrics(loss, labels, output)
         return loss
 
@@ -94,7 +93,6 @@ class PruneConstantTraining(tf.Module):
 
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
-        step = self.global_step
 
         opt_all_gradients = gradients[0:4]
         lr = self.opt_all_learning_rate.read_value()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, pruning, schedules
+from specgen.runtime.lib import losses, metrics, optimizers, pruning
 
 ACCUMULATE = 3  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -89,7 +88,7 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step, when=self.micro_batches == 0)
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
@@ -116,7 +115,6 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
 
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
-        step = self.global_step
 
         opt_body_gradients = gradients[0:4]
         lr = self.opt_body_learning_rate.read_value()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
+from specgen.runtime.lib import losses, optimizers, schedules
 
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 16  # examples per micro-batch
@@ -61,7 +60,7 @@ class RmspropCenteredTraining(tf.Module):
         """One update from one batch: gradients, optimizers, global step, EMA, metrics."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        self.apply(optimizers.all_reduce(tape.gradient(loss, self.trainable)))  # the global batch's, under replicas
+        self.apply(optimizers.global_gradients(tape, loss, self.trainable))  # the global batch's, under replicas
         self.update_metrics(loss, labels, output)
         return loss
 

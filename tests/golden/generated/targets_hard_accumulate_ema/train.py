@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import tensorflow as tf
-
-from specgen.runtime.lib import losses, metrics, optimizers, schedules
-from specgen.runtime.lib import target_networks
+from specgen.runtime.lib import losses, optimizers, target_networks
 
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
@@ -94,7 +92,7 @@ class TargetsHardAccumulateEmaTraining(tf.Module):
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
-        gradients = optimizers.all_reduce(tape.gradient(loss, self.trainable))  # the global batch's, under replicas
+        gradients = optimizers.global_gradients(tape, loss, self.trainable)  # the global batch's, under replicas
         for accumulator, gradient in zip(self.accumulators, gradients, strict=True):
             accumulator.assign_add(gradient)
         self.micro_batches.assign_add(1)
@@ -120,7 +118,6 @@ class TargetsHardAccumulateEmaTraining(tf.Module):
     def apply(self, gradients: list[tf.Tensor]) -> None:
         """Each optimizer updates its own variables; the global step advances once."""
         gradients = optimizers.clip(gradients, value=5.0)
-        step = self.global_step
 
         opt_q_gradients = optimizers.clip(gradients[0:4], global_norm=10.0)
         lr = self.opt_q_learning_rate.read_value()
