@@ -135,12 +135,12 @@ def test_an_http_request_refused_after_its_json_parsed_is_logged_with_its_id(
     with Served(_repo(tmp_path), ServeOptions(grpc_port=0)) as served:
         url = f"http://{served.http}/v2/models/{MLP}/infer"
         for body in (_body(1, "shape-1", shape=[1, 8, 8]), _body(1, "param-1", parameters={"timeout": "soon"}),
-                     _body(1, ""), b'{"id": "torn", "inputs": ['):
+                     _body(1, "", shape=[1, 8, 8]), b'{"id": "torn", "inputs": ['):
             assert httpx.post(url, content=body).status_code == 400
+        wrong = tg.InferInput("image", [1, 8, 8], "FP32")
+        wrong.set_data_from_numpy(np.zeros((1, 8, 8), np.float32))
         with pytest.raises(tg.InferenceServerException):
-            tg.InferenceServerClient(served.grpc).infer(MLP, [tg.InferInput("image", [1, 8, 8], "FP32")
-                                                              .set_data_from_numpy(np.zeros((1, 8, 8), np.float32))],
-                                                        request_id="shape-2")
+            tg.InferenceServerClient(served.grpc).infer(MLP, [wrong], request_id="shape-2")
         time.sleep(0.1)
     # The empty id is no id (as gRPC's empty string); the torn JSON never parsed, so it had none to log.
     assert [(line["protocol"], line["id"]) for line in events(caplog.records, "infer")] == [
@@ -163,7 +163,7 @@ def test_deadline_or_cancel_guess_follows_the_grpc_timeout_precision(budget: flo
 @pytest.fixture
 def saved_logging() -> Iterator[None]:
     """logs.configure changes process-wide logging: put back what pytest and uvicorn had."""
-    names = ["", "uvicorn", "uvicorn.error", "uvicorn.access", logs.GRPC_AIO_LOGGER]
+    names = ["", "uvicorn", "uvicorn.error", "uvicorn.access", "grpc._cython.cygrpc"]
     saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
              for n in names}
     yield

@@ -34,8 +34,10 @@ def finished(series: Any, outcome: dict[str, Any], ns: int, protocol: str) -> No
     # Statistics count the requests admitted to a version's queue, as Triton's do: one refused before (a bad request,
     # a full queue, a draining server) never reached the model, and Triton reports no statistics for it (a request
     # that fails InferenceRequest::Run's enqueue records none). The metrics above still count every failure.
-    if served is not None and outcome.get("admitted"):
-        served.stats.answered(status == 200, ns)
+    # An admitted request's part of its run (its ticket's `run`) is counted only if it is answered 200 (stats.py).
+    ticket = outcome.get("ticket")
+    if served is not None and ticket is not None:
+        served.stats.answered(status == 200, ns, ticket.run)
     level = logging.DEBUG if status == 200 else logging.ERROR if status == 500 else logging.INFO
     if log.isEnabledFor(level):  # one line per failed request; answered ones are in their batch's line, or at debug
         fields = {"event": "infer", "protocol": protocol, "model": series.model,

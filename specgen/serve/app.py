@@ -272,13 +272,15 @@ class Service:
                 if (problem := model.out_of_range(checked.inputs)) is not None:
                     raise ProtocolError(problem)
                 job = served.batcher.submit(checked.inputs, checked.rows, checked.id, checked.timeout_us)
-                outcome["admitted"] = True  # from here on it counts in the version's statistics (answers.py)
+                outcome["ticket"] = job  # admitted: from here on it counts in the version's statistics (answers.py)
                 outputs = await unless_gone(request, job)
                 content, headers = encode_response(model.config, model.version, checked, outputs)
             outcome.update(status=200, reason=None)
             return Response(content, 200, headers=headers)
         except ProtocolError as exc:
             outcome.update(status=exc.status, reason=REASONS.get(exc.status, "invalid"), message=exc.message)
+            if exc.request_id is not None:  # refused by decode_request once its JSON parsed: logged with its id
+                outcome["id"] = exc.request_id
             return _error(exc.status, exc.message, exc.close)
         except ClientDisconnect:  # nobody to answer: counted and logged, never a 500
             outcome.update(status=CANCELLED, reason="cancelled", message="the client left before sending the whole body")

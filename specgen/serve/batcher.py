@@ -18,7 +18,9 @@ Joining relies on the model's rows being independent; a version whose graph coup
 quantized int8 variant, coupling.py) gets `batching=False` from registry.py: one request per run.
 
 Each run is timed in the worker thread (joining the inputs, the onnxruntime run, splitting the
-outputs) and reported with each request's time in the queue to the version's statistics (stats.py).
+outputs) and reported to the version's statistics (stats.py) once per run; each request's part (its rows, its time
+in the queue, the run's durations) goes on its Ticket, for its handler to count once it knows whether the request
+was answered (a client may leave while its batch runs: then it is a failure, as in Triton).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Protocol
 import numpy as np
 
 from specgen.errors import SpecgenError
-from specgen.serve.stats import BatchTimes, VersionStats
+from specgen.serve.stats import BatchTimes, RunTimes, VersionStats
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("specgen.serve")
@@ -62,11 +64,21 @@ class BatchObserver(Protocol):
     def batch(self, model: str, requests: int, rows: int, seconds: float) -> None: ...
 
 
+class Ticket(asyncio.Future[Arrays]):
+    """The future of a submitted request: its outputs, and once its batch has run, `run`, its part of that run."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop=loop)
+        self.run: RunTimes | None = None
+
+
 @dataclass
 class _Job:
     inputs: Arrays
     rows: int
-    future: asyncio.Future[Arrays]
+    future: Ticket
     id: str | None = None
     enqueued: float = field(default_factory=time.monotonic)
     started: bool = False  # its batch runs: past the point where a timeout drops it
@@ -132,7 +144,7 @@ class Batcher:
         self._task = asyncio.get_running_loop().create_task(self._collect(), name=f"batcher-{self.model}")
 
     def submit(self, inputs: Arrays, rows: int, request_id: str | None = None,
-               timeout_us: int = 0) -> asyncio.Future[Arrays]:
+               timeout_us: int = 0) -> Ticket:
         """Queue checked inputs; the future gets this request's rows of every output, or QueueTimeout when
         `timeout_us` (0: none) passes before its batch starts."""
         if self._closing:
@@ -141,7 +153,7 @@ class Batcher:
             raise QueueFull(f"the queue of model '{self.model}' is full ({self.waiting} requests waiting, "
                             f"queue size {self.queue_size}); retry later")
         loop = asyncio.get_running_loop()
-        job = _Job(inputs, rows, loop.create_future(), request_id)
+        job = _Job(inputs, rows, Ticket(loop), request_id)
         if timeout_us:
             job.timer = loop.call_later(min(timeout_us / 1e6, LONGEST_TIMER_S), self._expire, job, timeout_us)
         self._queue.append(job)
@@ -267,7 +279,9 @@ class Batcher:
         if self.observer is not None:
             self.observer.batch(self.model, len(jobs), rows, seconds)
         if self.stats is not None:
-            self.stats.executed(times, [int((began - job.enqueued) * 1e9) for job in jobs])
+            self.stats.executed(times)
+        for job in jobs:  # counted by the request's handler, in the statistics only if it is answered (stats.py)
+            job.future.run = RunTimes(job.rows, int((began - job.enqueued) * 1e9), times)
         if log.isEnabledFor(logging.INFO):
             log.info("batch", extra={"fields": {"event": "batch", "model": self.model, "version": self.version,
                                                 "requests": len(jobs), "rows": rows, "run_ms": round(seconds * 1000, 3),

@@ -21,6 +21,14 @@ holds a header value until it ends, with no limit. Here, per connection:
 
 uvicorn's own calls to resume reading (every `receive()` and response) go through `GatedFlow`,
 which resumes only when none of these reasons to pause holds.
+
+A response that closes the connection while the request's body is still arriving (413 for a body above
+what the model accepts, 503 when the body budget is full) lingers before closing, as nginx's
+`lingering_close` and Apache do: closing a socket with unread bytes makes the kernel answer RST, which
+destroys the answer before a client that writes its whole body before reading (Python's http.client,
+requests) can read it. So the answer is sent, then FIN, and the rest of the body is read and dropped
+for at most `LINGER_SECONDS` and `LINGER_BYTES` (the body's declared length when smaller), then the
+connection closes.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -45,6 +53,8 @@ HEADER_SLICE = 256  # header bytes parsed at a time: the smallest request is 16 
 PIPELINE_DEPTH = 8  # requests parsed ahead, waiting behind the one being answered
 PIPELINE_BODY_BYTES = 64 << 10  # body bytes those waiting requests may hold together
 WRITE_HIGH_BYTES = 64 << 10  # the transport's write buffer above which reading (and the app's sends) pause
+LINGER_SECONDS = 2.0  # a refused body may keep arriving this long after its answer: ~200 MB on a 1 Gbit/s link
+LINGER_BYTES = 256 << 20  # and this many of its bytes are read and dropped, at most
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,19 @@ def raw_response(status: bytes, message: str) -> bytes:
             + str(len(body)).encode() + b"\r\nconnection: close\r\n" + extra + b"\r\n" + body)
 
 
+class ClosingTransport:
+    """The transport as a request cycle sees it: its `close()` lets a request body still arriving finish first."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedProtocol):
+        self._transport, self._protocol = transport, protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        self._protocol.close_after_body()
+
+
 class GatedFlow(FlowControl):
     """uvicorn's flow control, whose `resume_reading` asks the protocol first."""
 
@@ -105,6 +128,7 @@ class BoundedProtocol(HttpToolsProtocol):
     _body_left: int | None = None  # of a Content-Length body being parsed
     _send_timer: asyncio.TimerHandle | None = None
     _running: Any = None  # the RequestResponseCycle being answered
+    _linger_left: int | None = None  # bytes of a refused body still to read and drop; None: not lingering
     stalled_since: float | None = None  # when its writes paused (the client stopped reading); None while they flow
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -125,6 +149,11 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        if self._linger_left is not None:  # the rest of a refused body: dropped
+            self._linger_left -= len(data)
+            if self._linger_left <= 0:
+                self.transport.close()
+            return
         if self._stash:  # bytes wait unparsed (reading is paused): these come after them
             self._stash += data
             return
@@ -245,6 +274,8 @@ class BoundedProtocol(HttpToolsProtocol):
         self._in_headers = False
         self._body_left = self._content_length or None
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = cast(asyncio.Transport, ClosingTransport(self.transport, self))  # duck-typed
 
     def on_body(self, body: bytes) -> None:
         if self._body_left:
@@ -256,6 +287,8 @@ class BoundedProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        if self._linger_left is not None:  # that answer closes the connection: requests queued behind it go unanswered
+            self.pipeline.clear()
         super().on_response_complete()
         if not self.transport.is_closing():
             self._unblock()
@@ -287,11 +320,30 @@ class BoundedProtocol(HttpToolsProtocol):
     def _idle(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
+    def close_after_body(self) -> None:
+        """Close, or, while the request's body is still arriving, linger (module docstring): the answer is written, FIN
+        follows it, and the body's remaining bytes are read and dropped until they end or a bound is reached."""
+        cycle = self.cycle
+        if self.transport.is_closing() or self._linger_left is not None or cycle is None or not cycle.more_body:
+            self.transport.close()
+            return
+        left = LINGER_BYTES if self._body_left is None else self._body_left - len(self._stash)  # None: chunked
+        self._stash = b""
+        if left <= 0:
+            self.transport.close()
+            return
+        self._linger_left = min(left, LINGER_BYTES)
+        self.transport.write_eof()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)  # a no-op once the connection is closed
+        FlowControl.resume_reading(self.flow)  # whatever paused reading, the dropped bytes must flow
+
     def close_with(self, reason: str, status: bytes, message: str) -> None:
         """Answer `status` when no request cycle owns the transport, then close; abort when writes cannot drain."""
         if self.transport.is_closing():
             return
-        if self.flow.write_paused:  # the client reads nothing: close() would wait for ever to flush
+        if self._linger_left is not None:  # answered, and FIN sent: nothing more may be written
+            self.transport.close()
+        elif self.flow.write_paused:  # the client reads nothing: close() would wait for ever to flush
             self._abandon()
             self.transport.abort()
         else:

@@ -11,8 +11,11 @@ class ProtocolError(SpecgenError):
     `close`: the body was not read (refused on its headers, too large, too slow), so the
     connection is closed after the answer rather than reading and discarding the rest.
     `grpc_code`: the gRPC status code name where it is not the one `status` maps to (grpc_server.py).
+    `request_id`: the id of the refused request, where its body parsed far enough to carry one, for its log line
+    (HTTP; a gRPC request's id is read from its message before any check).
     """
 
     def __init__(self, message: str, status: int = 400, *, close: bool = False, grpc_code: str | None = None):
         super().__init__(message)
         self.message, self.status, self.close, self.grpc_code = message, status, close, grpc_code
+        self.request_id: str | None = None

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+GRPC_AIO_LOGGER = "grpc._cython.cygrpc"  # the logger of grpc.aio's server and call machinery
+
 
 class JsonFormatter(logging.Formatter):
     """`{"time": ..., "level": ..., "logger": ..., "message": ..., <fields>}` on one line."""
@@ -49,6 +51,10 @@ def configure(level: str = "info", fields: dict[str, Any] | None = None) -> None
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    # grpc.aio's Cython layer logs at debug once per call ("[_cygrpc] Loaded running loop", "RPC cancelled for
+    # servicer method"): at --log-level debug a health probe every few seconds would fill the log with lines that
+    # say nothing. Its warnings and errors still come through; specgen's own debug lines are untouched.
+    logging.getLogger(GRPC_AIO_LOGGER).setLevel(max(logging.INFO, root.level))
 
 
 def _with_fields(record: logging.LogRecord, fields: dict[str, Any]) -> bool:

@@ -16,24 +16,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from specgen.serve.options import ServeOptions
+
+if TYPE_CHECKING:
+    from specgen.serve.server import Server
 
 log = logging.getLogger("specgen.serve")
 
 
 @contextmanager
-def _signals_noted() -> Iterator[list[int]]:
-    """While uvicorn runs: SIGTERM / SIGINT handlers that only note the signal.
+def _signals_noted(server: Server) -> Iterator[list[int]]:
+    """While uvicorn runs: SIGTERM / SIGINT handlers that note the signal and ask `server` to exit.
 
     uvicorn shuts down gracefully on these signals, restores the handlers it found and raises the
     signal again; with these handlers in place that second delivery is noted instead of killing
-    the process, so a graceful shutdown exits with status 0.
+    the process, so a graceful shutdown exits with status 0. A signal that comes before uvicorn has
+    installed its own handlers (while the event loop starts) would otherwise be noted and forgotten,
+    and the server would serve on: `should_exit` makes uvicorn stop as soon as it has started.
     """
     received: list[int] = []
 
     def note(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
+        server.should_exit = True
 
     previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -87,7 +94,7 @@ def serve(settings: ServerSettings) -> int:
     server = Server(config)
     server.ready_fd = settings.ready_fd
     sockets = None if settings.listen_fd is None else [socket.socket(fileno=settings.listen_fd)]
-    with _signals_noted() as received:
+    with _signals_noted(server) as received:
         try:
             server.run(sockets=sockets)
         except SystemExit as exc:  # uvicorn exits 1 when it cannot bind the address

@@ -274,8 +274,16 @@ def decode_request(body: bytes | bytearray, header_length: str | None, config: M
     """A checked InferRequest from an HTTP body, or a ProtocolError naming what is wrong."""
     text, binary = _split_body(body, header_length)
     request = _object(_parse_json(text, json_only(header_length)), "the request body")
-    parameters = check_parameters(_object(request.get("parameters", {}), "'parameters'"), "request", "the request")
     request_id = request.get("id")
+    try:
+        return _checked(request, request_id, binary, config)
+    except ProtocolError as exc:  # its log line names the request, as a refused gRPC request's does
+        exc.request_id = request_id if isinstance(request_id, str) and request_id else None
+        raise
+
+
+def _checked(request: Mapping[str, Any], request_id: Any, binary: memoryview, config: ModelConfig) -> InferRequest:
+    parameters = check_parameters(_object(request.get("parameters", {}), "'parameters'"), "request", "the request")
     if request_id is not None and not isinstance(request_id, str):
         raise ProtocolError(f"'id': received {kind(request_id)}, expected a string")
     tensors = {t.name: t for t in config.inputs}

@@ -130,7 +130,7 @@ class Registry:
             if served not in old.values():
                 if self.started:
                     served.batcher.start()
-                self.metrics.model_loaded(name, served.model.version, served.model.provider)
+                self.metrics.model_loaded(name, served.model.version, served.model.provider, served)
         if versions:
             self.models = {**self.models, name: dict(sorted(versions.items()))}
         else:
@@ -143,7 +143,7 @@ class Registry:
     def retire(self, served: Version, reason: str) -> None:
         served.retired = reason
         served.batcher.hurry()  # its waiting requests would otherwise wait out the delay, holding it open
-        self.metrics.model_unloaded(served.model.name, served.model.version, served.model.provider)
+        self.metrics.model_unloaded(served.model.name, served.model.version, served.model.provider, served)
         self.metrics.load_result(served.model.name, "unloaded")
         if served.users == 0:
             self.close_later(served)

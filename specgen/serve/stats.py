@@ -10,9 +10,17 @@ The counts and durations mean what Triton's mean (docs/protocol/extension_statis
 - `compute_input` / `compute_infer` / `compute_output`: per successful request, the durations of the batch
   it ran in: joining the requests' inputs into one batch, the onnxruntime run, splitting the outputs back
   (each request of a batch is charged the whole batch's durations, as Triton charges them);
-- `inference_count`: rows (examples) inferred, `execution_count`: onnxruntime runs (batches);
+- `inference_count`: rows (examples) of successful requests, `execution_count`: onnxruntime runs (batches);
 - `batch_stats`: per batch size in rows, the runs of that size and their compute durations, once per run;
-- `last_inference`: milliseconds since the epoch of the last successful batch.
+- `last_inference`: milliseconds since the epoch of the last batch run.
+
+A request whose batch ran but whose answer nobody received (its client left or its deadline passed while the batch
+ran) is a `fail` and adds nothing to `queue`, `compute_*` or `inference_count`: Triton adds those in
+`InferenceStatsAggregator::UpdateSuccess`, for requests reported successful only, while a run counts in
+`execution_count` and `batch_stats` (`UpdateInferBatchStats`, once per run) whatever became of its requests. So
+`queue.count` and `compute_*.count` equal `success.count`, and the rows of `batch_stats` can exceed
+`inference_count` by the rows of such requests. The batcher hands each request its part of the run (`RunTimes`, on
+its `Ticket`); the handler passes it to `answered` with the request's outcome, the one place success is decided.
 
 Counters are plain integers changed on the event loop only (the batcher reports a finished batch from
 its collector task, requests report their answer from their handler), so no lock is needed.
@@ -48,6 +56,15 @@ class BatchTimes:
     output_ns: int
 
 
+@dataclass(frozen=True)
+class RunTimes:
+    """One request's part in a run: its rows, its nanoseconds in the queue, and the run's durations."""
+
+    rows: int
+    queue_ns: int
+    batch: BatchTimes
+
+
 @dataclass
 class VersionStats:
     """The statistics of one served version of one model."""
@@ -65,24 +82,30 @@ class VersionStats:
     last_inference: int = 0
     batches: dict[int, tuple[Duration, Duration, Duration]] = field(default_factory=dict)
 
-    def executed(self, times: BatchTimes, queue_ns: list[int]) -> None:
-        """A batch ran: `queue_ns` holds each of its requests' time in the queue."""
-        requests = len(queue_ns)
-        self.inference_count += times.rows
+    def executed(self, times: BatchTimes) -> None:
+        """A batch ran (whatever becomes of its requests: their part is counted by `answered`)."""
         self.execution_count += 1
         self.last_inference = time.time_ns() // 1_000_000
-        self.queue.add(sum(queue_ns), requests)
-        self.compute_input.add(times.input_ns * requests, requests)
-        self.compute_infer.add(times.infer_ns * requests, requests)
-        self.compute_output.add(times.output_ns * requests, requests)
         per_size = self.batches.get(times.rows)
         if per_size is None:
             per_size = self.batches[times.rows] = (Duration(), Duration(), Duration())
         for duration, ns in zip(per_size, (times.input_ns, times.infer_ns, times.output_ns), strict=True):
             duration.add(ns)
 
-    def answered(self, ok: bool, ns: int) -> None:
-        (self.success if ok else self.fail).add(ns)
+    def answered(self, ok: bool, ns: int, run: RunTimes | None = None) -> None:
+        """A request admitted to the queue was answered (`ok`: with its outputs) after `ns`; `run`: its part of the run
+        it was in. Only a successful request adds its queue and compute durations and its rows (module docstring)."""
+        if not ok:
+            self.fail.add(ns)
+            return
+        self.success.add(ns)
+        if run is None:  # never for a 200 (each one ran in a batch); its count is kept true regardless
+            return
+        self.inference_count += run.rows
+        self.queue.add(run.queue_ns)
+        self.compute_input.add(run.batch.input_ns)
+        self.compute_infer.add(run.batch.infer_ns)
+        self.compute_output.add(run.batch.output_ns)
 
     def as_json(self) -> dict[str, Any]:
         """Triton's JSON for this version (integers, not the strings protobuf's JSON mapping makes of uint64)."""

@@ -13,14 +13,17 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
 - Each worker loads its own sessions, batchers and statistics; onnxruntime's intra-op threads are
   split between them (`--threads`, or the CPUs this process may use, divided by N, at least 1).
 - Metrics: prometheus_client's multiprocess mode (a fresh folder per run, removed at exit); /metrics
-  of any worker sums the counters and histograms of all, live and dead, and the gauges of the live.
+  of any worker sums the counters and histograms of all, live and dead, and the gauges of the live. A dead
+  worker's counter and histogram files are folded into one per kind (metrics.py `fold_dead`).
   The folder is named by the parent's pid: should the parent be killed (kill -9), the last worker to
   exit removes it, and a later `--workers` run removes any whose parent is gone (`stale_metrics`).
 - Workers start one after another, each once the previous is ready: a repository that cannot be served
   is then reported once, by the first, and the parent exits with its status.
 - SIGTERM / SIGINT to the parent: SIGTERM to every worker (each drains: in-flight requests answered,
-  batchers emptied), exit 0 when every worker stopped cleanly. Workers run in their own process group,
-  so a terminal's Ctrl-C reaches only the parent, and they get SIGTERM should the parent die.
+  batchers emptied), exit 0 when every worker stopped cleanly (one still starting has nothing to drain: its
+  death by that SIGTERM is clean). The handler only notes the signal and the main loop forwards it, so no
+  restart follows it. Workers run in their own process group, so a terminal's Ctrl-C reaches only the
+  parent, and they get SIGTERM should the parent die.
 - A worker that dies otherwise is restarted (at once, then after 1, 2, 4 ... 30 s while it keeps dying
   within 10 s of starting); the others keep serving meanwhile.
 
@@ -46,7 +49,7 @@ from types import FrameType
 from typing import Any
 
 from specgen.errors import SpecgenError
-from specgen.serve.metrics import METRICS_PREFIX, remove_orphaned_metrics, remove_stale_metrics
+from specgen.serve.metrics import METRICS_PREFIX, fold_dead, remove_orphaned_metrics, remove_stale_metrics
 from specgen.serve.options import ServeOptions
 from specgen.serve.process import ServerSettings, serve
 
@@ -131,10 +134,21 @@ class Supervisor:
         return int(self.http.getsockname()[1])
 
     def _signal(self, signum: int, frame: FrameType | None) -> None:
+        """Note the signal, for `stop()` to forward (forwarded here, mid-pass, `watch()` saw the worker it had signalled
+        die and logged a restart); a second signal is forwarded at once."""
+        if self.stopping:
+            self._forward()
         self.stopping = signum
-        for worker in self.workers.values():  # a second signal is forwarded too: uvicorn then stops at once
-            if worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGTERM)
+
+    def signalled(self) -> bool:
+        """Whether a signal asked the parent to stop (a call: a signal handler may set it at any point of a pass)."""
+        return self.stopping != 0
+
+    def _forward(self) -> list[Worker]:
+        live = [w for w in self.workers.values() if w.process.poll() is None]
+        for worker in live:
+            worker.process.send_signal(signal.SIGTERM)
+        return live
 
     def spawn(self, index: int) -> Worker:
         ready_r, ready_w = os.pipe()
@@ -182,13 +196,15 @@ class Supervisor:
         return None
 
     def watch(self) -> None:
-        """Restart workers that die, until a signal asks the parent to stop."""
+        """Restart workers that die, until a signal asks the parent to stop (checked before every decision)."""
         restart_at: dict[int, float] = {}
         while not self.stopping:
             time.sleep(POLL_SECONDS)
             now = time.monotonic()
             self._note_ready()
             for index, worker in list(self.workers.items()):
+                if self.signalled():
+                    return
                 if index in restart_at or worker.process.poll() is None:
                     continue
                 self._buried(worker)
@@ -200,7 +216,9 @@ class Supervisor:
                     "event": "worker_exited", "worker": index, "pid": worker.process.pid,
                     "status": _status(worker.process.returncode), "restart_in_s": delay}})
             for index, when in list(restart_at.items()):
-                if now >= when and not self.stopping:
+                if self.signalled():
+                    return
+                if now >= when:
                     del restart_at[index]
                     new = self.spawn(index)
                     log.info("worker restarted", extra={"fields": {"event": "worker_restarted", "worker": index,
@@ -208,18 +226,21 @@ class Supervisor:
 
     def _note_ready(self) -> None:
         """Log restarted workers that have become ready (without waiting: the others keep being watched)."""
+        for worker in self._became_ready():
+            log.info("worker ready", extra={"fields": {"event": "worker_ready", "worker": worker.index,
+                                                       "pid": worker.process.pid}})
+
+    def _became_ready(self) -> list[Worker]:
+        """The live workers that reported ready since last asked (their ready pipes read without waiting)."""
         waiting = [w for w in self.workers.values() if not w.ready and w.process.poll() is None]
         readable, _, _ = select.select([w.ready_fd for w in waiting], [], [], 0) if waiting else ([], [], [])
-        for worker in waiting:
-            if worker.ready_fd in readable and os.read(worker.ready_fd, 1) == b"1":
-                worker.ready = True
-                log.info("worker ready", extra={"fields": {"event": "worker_ready", "worker": worker.index,
-                                                           "pid": worker.process.pid}})
+        ready = [w for w in waiting if w.ready_fd in readable and os.read(w.ready_fd, 1) == b"1"]
+        for worker in ready:
+            worker.ready = True
+        return ready
 
     def _buried(self, worker: Worker) -> None:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(worker.process.pid, self.metrics_dir)  # its live gauges leave the sums
+        fold_dead(worker.process.pid, self.metrics_dir)  # its live gauges leave the sums, its counters stay in them
         os.close(worker.ready_fd)
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -227,19 +248,25 @@ class Supervisor:
         self.http.close()  # the workers hold their copies until they have drained
         if self.grpc is not None:
             self.grpc.close()
-        live = [w for w in self.workers.values() if w.process.poll() is None]
-        for worker in live:
-            worker.process.send_signal(signal.SIGTERM)
+        self._became_ready()  # which of them serve (and so have requests to drain), before they are told to stop
+        live = self._forward()
         deadline = None if timeout is None else time.monotonic() + timeout
         clean = True
         for worker in live:
             try:
                 left = None if deadline is None else max(deadline - time.monotonic(), 0.1)
-                clean &= worker.process.wait(left) == 0
+                status: int | None = worker.process.wait(left)
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
-                clean = False
+                status = None
+            # one not yet serving (importing, loading) dies of it, with nothing to drain: clean
+            if status == 0 or (status == -signal.SIGTERM and not worker.ready):
+                continue
+            clean = False
+            log.warning("worker did not stop cleanly", extra={"fields": {
+                "event": "worker_unclean", "worker": worker.index, "pid": worker.process.pid,
+                "status": "killed after the timeout" if status is None else _status(status)}})
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
         return clean
 

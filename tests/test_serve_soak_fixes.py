@@ -1,0 +1,212 @@
+"""What the soak check of `specgen serve` found, fixed: a SIGTERM while a worker restarts, a dead worker's metrics
+files, prometheus_client's warning on unload, and a 413 lost to the reset of an oversized body still being sent.
+
+In process and cheap: the supervisor's own methods with real worker processes (killed while they import), real
+prometheus_client value files, the real server in a thread.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+uvicorn = pytest.importorskip("uvicorn")
+
+from prometheus_client import values  # noqa: E402
+from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
+
+from specgen.runtime.triton import write_repository  # noqa: E402
+from specgen.serve import connection  # noqa: E402
+from specgen.serve.metrics import MULTIPROC_ENV, ServerMetrics  # noqa: E402
+from specgen.serve.models import load_repository  # noqa: E402
+from specgen.serve.options import ServeOptions  # noqa: E402
+from specgen.serve.process import ServerSettings, _signals_noted  # noqa: E402
+from specgen.serve.workers import Supervisor, Worker  # noqa: E402
+
+CNN = "digits_cnn"
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Supervisor]:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its metrics folder, and the stale ones it removes
+    sup = Supervisor(ServerSettings(tmp_path / "repo", port=0), 2)
+    yield sup
+    for worker in sup.workers.values():
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+    sup.http.close()
+
+
+# Finding 1: SIGTERM while a worker is starting
+
+
+def test_a_sigterm_while_a_worker_starts_is_a_clean_stop_with_no_restart_logged(
+        supervisor: Supervisor, caplog: pytest.LogCaptureFixture) -> None:
+    """The restarted worker is still importing when the parent gets SIGTERM. It used to be forwarded at once, inside a
+    pass of watch(), which then saw the worker die and logged `worker_exited ... restarting it`; or stop() saw it die
+    of the signal and the parent exited 1."""
+    previous = signal.signal(signal.SIGTERM, supervisor._signal)
+    try:
+        worker = supervisor.spawn(0)
+        worker.started -= 60  # it lived long: a death is restarted at once
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        caplog.set_level(logging.INFO, "specgen.serve")
+        supervisor.watch()
+        assert supervisor.stopping == signal.SIGTERM and worker.process.poll() is None  # not signalled by the handler
+        assert supervisor.stop(10) is True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert worker.process.returncode == -signal.SIGTERM  # killed while importing: nothing to drain
+    assert [r.getMessage() for r in caplog.records] == []  # no worker_exited, no restart, no unclean worker
+    assert not Path(supervisor.metrics_dir).exists()
+
+
+def test_a_serving_worker_killed_by_the_sigterm_is_reported(supervisor: Supervisor,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    worker = supervisor.spawn(1)
+    worker.ready = True  # as if it had reported ready: it must drain, so dying of the signal is not clean
+    caplog.set_level(logging.INFO, "specgen.serve")
+    assert supervisor.stop(10) is False
+    assert events(caplog.records, "worker_unclean") == [
+        {"event": "worker_unclean", "worker": 1, "pid": worker.process.pid, "status": "SIGTERM"}]
+
+
+def test_a_signal_before_uvicorn_handles_signals_still_stops_the_server() -> None:
+    """A worker's own handlers, in place before uvicorn's: a SIGTERM there used to be noted and forgotten, and the
+    worker served on until the parent killed it."""
+    server = uvicorn.Server(uvicorn.Config(app=None))
+    with _signals_noted(server) as received:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # the handler runs between bytecodes of this thread
+    assert received == [signal.SIGTERM] and server.should_exit is True
+
+
+# Findings 3 and 2 (the warning): a dead worker's metrics files, unloading in multiprocess mode
+
+
+def worker_values(monkeypatch: pytest.MonkeyPatch, pid: int, requests: int) -> ServerMetrics:
+    """The metrics of a worker whose pid is `pid` (prometheus_client's own way of testing multiprocess mode)."""
+    monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue(lambda: pid))
+    metrics = ServerMetrics()
+    metrics.model_loaded(CNN, 1, "CPUExecutionProvider", object())
+    for _ in range(requests):
+        metrics.model(CNN).answered(200, 0.25, None)
+        metrics.batch(CNN, 1, 2, 0.5)
+    metrics.connections.inc()
+    return metrics
+
+
+def test_dead_workers_metrics_files_are_folded_and_the_sums_kept(
+        supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = supervisor.metrics_dir
+    monkeypatch.setenv(MULTIPROC_ENV, folder)
+    dead = [subprocess.Popen([sys.executable, "-c", ""]) for _ in range(3)]  # real pids, real exits
+    for process in dead:
+        process.wait()
+    live = worker_values(monkeypatch, os.getpid(), 1)
+    for n, process in enumerate(dead):
+        worker_values(monkeypatch, process.pid, 10 ** n)
+
+    def sums() -> list[float]:
+        text = live.render().decode()
+        return [metric(text, "specgen_requests_total", model=CNN, protocol="http", status="200"),
+                metric(text, "specgen_request_duration_seconds_count", model=CNN),
+                metric(text, "specgen_request_duration_seconds_sum", model=CNN),
+                metric(text, "specgen_batch_size_bucket", model=CNN, le="2.0"),
+                metric(text, "specgen_connections")]
+
+    assert sums() == [112, 112, 28.0, 112, 4]
+    for process in dead:
+        r, w = os.pipe()
+        os.close(w)
+        supervisor._buried(Worker(0, process, r))  # type: ignore[arg-type]
+        assert sums()[:4] == [112, 112, 28.0, 112]  # counters and histograms never go back
+    assert sums()[4] == 1  # the dead workers' connections left the live gauge
+    assert sorted(os.listdir(folder)) == sorted(
+        ["counter_dead.db", "histogram_dead.db", "fold.lock"]
+        + [f"{kind}_{os.getpid()}.db" for kind in ("counter", "histogram", "gauge_livesum", "gauge_livemax")])
+
+
+def test_unloading_a_version_in_multiprocess_mode_prints_no_warning(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    metrics = worker_values(monkeypatch, os.getpid(), 0)
+    version = object()
+    metrics.model_loaded(CNN, 2, "CPUExecutionProvider", version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # prometheus_client's "Removal of labels has not been implemented" UserWarning
+        metrics.model_unloaded(CNN, 2, "CPUExecutionProvider", version)
+    text = metrics.render().decode()
+    assert metric(text, "specgen_model_info", model=CNN, version="2") == 0
+    assert metric(text, "specgen_model_info", model=CNN, version="1") == 1
+
+
+# Finding 5: a 413 for a body the client sends in full before reading
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    repo = tmp_path_factory.mktemp("soak_repo")
+    write_repository(repo, *model_bytes(CNN))
+    with Served(load_repository(repo, provider="cpu"), ServeOptions()) as served:
+        yield served
+
+
+def post(address: str, body: Any, **headers: str) -> tuple[int, dict[str, Any], bool]:
+    host, port = address.split(":")
+    client = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        client.request("POST", f"/v2/models/{CNN}/infer", body, headers, encode_chunked=not isinstance(body, bytes))
+        answer = client.getresponse()
+        return answer.status, json.loads(answer.read()), answer.will_close
+    finally:
+        client.close()
+
+
+def test_an_oversized_body_sent_in_full_gets_its_413(served: Served) -> None:
+    """http.client (and requests, over it) writes the whole body before reading: the server's close with the body
+    unread used to make the kernel reset the connection, and the client saw ConnectionResetError, never the 413."""
+    huge = b'{"inputs": [{"name": "image", "data": [' + b"0.0, " * 3_200_000 + b"0.0]}]}"  # 16 MB, above 458,752
+    status, answer, closes = post(served.http, huge, **{"Content-Type": "application/json"})
+    assert (status, closes) == (413, True)
+    assert answer["error"] == f"the request body has {len(huge)} bytes; this model accepts at most 458752 (its " \
+                              "largest batch)"
+    chunks = (huge[i:i + (1 << 16)] for i in range(0, len(huge), 1 << 16))  # chunked: refused at the bound
+    assert post(served.http, chunks)[0] == 413
+    assert post(served.http, json.dumps({"inputs": []}).encode())[0] == 400  # the server serves on
+
+
+def test_a_refused_body_that_stops_coming_is_closed_after_the_linger(served: Served,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "LINGER_SECONDS", 0.2)
+    host, port = served.http.split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"POST /v2/models/{CNN}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000\r\n\r\n".encode()
+                     + b"0" * 100_000)  # then nothing more, the connection left open
+        sock.settimeout(5)
+        data = b""
+        while chunk := sock.recv(65536):  # the answer, then FIN at once
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 413 ")
+        gauge = served.service.metrics.connections
+        deadline = time.monotonic() + 3
+        while gauge._value.get() > 0:  # the server's side closed after 0.2 s, not when the client leaves
+            assert time.monotonic() < deadline, "the lingering connection was never closed"
+            time.sleep(0.05)
