@@ -2,7 +2,9 @@
 
 Every key is checked for its type, and an unknown key is refused: a mistake in this table is one line naming
 pyproject.toml, the key, what it holds and what was expected, never a traceback, a string read one character at a
-time (`specs = "specs"`) or a misspelled key (`spec = [...]`) ignored while the defaults apply.
+time (`specs = "specs"`) or a misspelled key (`spec = [...]`) ignored while the defaults apply. Only the commands
+that use the table read it (`validate` without paths, `build`, `schema` without -o; commands/common.py spec_paths),
+so a key specgen does not know never fails `specgen validate FILE`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ import resource
 import shutil
 from pathlib import Path
 
+import numpy as np
+import onnx
+import onnx.numpy_helper
 import pytest
 from jinja2.bccache import Bucket, FileSystemBytecodeCache, bc_magic
 
@@ -19,7 +22,8 @@ from specgen.commands.common import expand, spec_paths
 from specgen.config import load_config
 from specgen.diagnostics import SpecError
 from specgen.render import environment
-from specgen.render.build import Output, check
+from specgen.render.build import Output, check, render_one
+from specgen.render.stale_folders import BUILT, unclaimed
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "examples" / "specs" / "digits_mlp.yaml"
@@ -30,6 +34,12 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def _rendered(spec: Path, pictures: bool) -> dict[str, bytes]:
+    output = render_one(spec, pictures)
+    assert isinstance(output, Output)
+    return output.files
 
 
 @pytest.fixture
@@ -56,8 +66,8 @@ def test_a_folder_no_spec_names_is_stale_and_build_removes_it(repo: Path, capsys
     (gen / "assets" / "logo.txt").write_text("no header\n")  # the user's own folder: not specgen's, not reported
     kept = ("stale: generated/notes_kept/ (no spec names it; it also holds notes.txt, which specgen did not write: "
             "remove it by hand)\n")
-    assert _run(capsys, "build", "--check") == (1, "stale: generated/old_name/ (no spec names it)\n" + kept,
-                                                "specgen build --check: 2 file(s) out of date; run `specgen build` "
+    assert _run(capsys, "build", "--check") == (1, kept + "stale: generated/old_name/ (no spec names it)\n",
+                                                "specgen build --check: 2 folder(s) out of date; run `specgen build` "
                                                 "and remove the folder(s) named by hand\n")
     assert _run(capsys, "build", "specs/digits_mlp.yaml", "--check")[0] == 0  # with paths: other specs' folders
     assert _run(capsys, "build") == (0, "removed generated/old_name/ (no spec names it)\n"
@@ -68,20 +78,112 @@ def test_a_folder_no_spec_names_is_stale_and_build_removes_it(repo: Path, capsys
     assert _run(capsys, "build", "--check") == (0, "ok: 5 generated files in generated are up to date\n", "")
 
 
+def test_only_the_files_build_writes_count_and_an_exported_model_is_never_deleted(
+        repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 1: `specgen export` names the same ONNX producer, so only build's own names, each with its
+    mark, count; model.onnx must be exactly what its model.onnx.txt parses to (a trained one never is)."""
+    assert set(_rendered(MLP, pictures=True)) == set(BUILT)  # BUILT is every name build writes into a spec folder
+    assert _run(capsys, "build")[0] == 0
+    gen, graph = repo / "generated", repo / "generated" / "digits_mlp" / "model.onnx"
+    (gen / "release").mkdir()  # exported models kept under `out`: not build's names, so not specgen's folder
+    for name in ("digits_cnn_trained.onnx", "model.int8.onnx", "model.onnx"):
+        shutil.copy(graph, gen / "release" / name)
+    shutil.copytree(gen / "digits_mlp", gen / "trained")  # a trained model.onnx over the generated one
+    model = onnx.load(str(graph))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(10, np.float32), "out__bias"))
+    (gen / "trained" / "model.onnx").write_bytes(model.SerializeToString())
+    shutil.copytree(gen / "digits_mlp", gen / "variant")
+    shutil.copy(graph, gen / "variant" / "model.fp16.onnx")
+    note = "(no spec names it; it also holds {}, which specgen did not write: remove it by hand)"
+    expected = [f"stale: generated/trained/ {note.format('model.onnx')}",
+                f"stale: generated/variant/ {note.format('model.fp16.onnx')}"]
+    assert _run(capsys, "build", "--check")[:2] == (1, "\n".join(expected) + "\n")
+    assert _run(capsys, "build")[2] == "".join(f"specgen build: kept {e[7:]}\n" for e in expected)
+    assert sorted(p.name for p in (gen / "release").iterdir()) == ["digits_cnn_trained.onnx", "model.int8.onnx",
+                                                                  "model.onnx"]
+    assert (gen / "trained" / "model.onnx").read_bytes() == model.SerializeToString()
+    shutil.rmtree(gen / "variant")
+    (gen / "trained" / "model.onnx").write_bytes(graph.read_bytes())  # the generated graph again: build's own
+    assert _run(capsys, "build")[1] == "removed generated/trained/ (no spec names it)\n" \
+                                       "built 1 spec(s) into generated: 5 file(s) changed (5 removed)\n"
+
+
+def test_only_the_configured_set_into_the_configured_out_prunes(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 2: `build --out DIR` without paths is not the owner of DIR's other folders."""
+    assert _run(capsys, "build", "--out", "golden")[0] == 0
+    shutil.copytree(repo / "golden" / "digits_mlp", repo / "golden" / "other_set")  # built by another spec set
+    assert _run(capsys, "build", "--out", "golden", "--check") == (
+        0, "ok: 5 generated files in golden are up to date\n", "")
+    assert _run(capsys, "build", "--out", "golden")[0] == 0
+    assert (repo / "golden" / "other_set" / "model.py").is_file()
+    assert _run(capsys, "build")[0] == 0
+    shutil.copytree(repo / "generated" / "digits_mlp", repo / "generated" / "old")
+    (repo / "generated" / "digits_mlp" / "collections.yaml").unlink()
+    # --out naming the configured folder (another spelling) is the configured build: one file and one folder (7)
+    assert _run(capsys, "build", "--out", "./generated/", "--check") == (
+        1, "missing: generated/digits_mlp/collections.yaml (run `specgen build`)\n"
+           "stale: generated/old/ (no spec names it)\n",
+        "specgen build --check: 1 file(s) and 1 folder(s) out of date; run `specgen build`\n")
+    assert _run(capsys, "build", "specs", "--check")[1] == (
+        "missing: generated/digits_mlp/collections.yaml (run `specgen build`)\n")  # with paths: no folder
+    assert _run(capsys, "build", "--out", "generated")[0] == 0
+    assert not (repo / "generated" / "old").exists()
+
+
+def test_folder_names_are_claimed_in_any_case(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 3: on macOS and Windows generated/digits_mlp/ IS generated/Digits_mlp/, so a case-only rename
+    must not take the folder the spec now writes into for a left-over one. On Linux the old folder stays."""
+    assert _run(capsys, "build")[0] == 0
+    spec = repo / "specs" / "digits_mlp.yaml"
+    spec.write_text(spec.read_text().replace("name: digits_mlp", "name: Digits_mlp"))
+    assert unclaimed(["Digits_mlp"], repo / "generated") == []
+    assert _run(capsys, "build")[1].splitlines()[-1] == "built 1 spec(s) into generated: 5 file(s) changed"
+    assert sorted(p.name for p in (repo / "generated").iterdir()) == ["Digits_mlp", "digits_mlp"]
+    assert _run(capsys, "build", "--check")[0] == 0
+
+
 # --- 4 and 5: what a folder argument stands for ---------------------------------------------------------------------
 
-def test_folders_follow_links_once_match_any_case_and_skip_hidden_and_output(repo: Path) -> None:
+def test_folders_note_links_match_any_case_and_skip_hidden_and_output(
+        repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 5: a linked folder is not followed (as git and rglob), but each one is a `note:` line."""
     specs, common = repo / "specs", repo / "common"
-    common.mkdir()
+    (common / "deep").mkdir(parents=True)
     (common / "shared.yml").write_text("x")
-    (specs / "shared").symlink_to("../common")  # followed: its specs are read
-    (specs / "loop").symlink_to(".")  # a link back up: each real folder is walked once
+    (specs / "shared").symlink_to("../common")  # not followed: one note naming it and its target
+    (specs / "loop").symlink_to(".")  # a link inside the walked tree adds nothing: no note
+    (specs / ".hidden").symlink_to("../common")  # hidden: skipped like any hidden folder
     (specs / "upper.YAML").write_text("x")
     (specs / ".ipynb_checkpoints").mkdir()
     (specs / ".ipynb_checkpoints" / "digits_mlp-checkpoint.yaml").write_text("x")  # hidden folder: skipped
     (specs / "made.yaml").write_text("# Generated by specgen from 'a.yaml'. Do not edit.\n")  # output, not a spec
-    assert expand([Path("specs")]) == [Path("specs/digits_mlp.yaml"), Path("specs/shared/shared.yml"),
-                                       Path("specs/upper.YAML")]
+    assert expand([Path("specs")]) == [Path("specs/digits_mlp.yaml"), Path("specs/upper.YAML")]
+    assert capsys.readouterr().err == ("note: specs/shared is a link to a folder (common) and is not followed; "
+                                       "name common to include its specs\n")
+    assert expand([Path("specs/shared")]) == [Path("specs/shared/shared.yml")]  # named: it is read
+    assert expand([Path("specs"), Path("common")])[-1] == Path("common/shared.yml")
+    (specs / "inside").symlink_to(".ipynb_checkpoints")  # below the tree but hidden: not walked, so noted
+    assert capsys.readouterr().err == "" and len(expand([Path("specs")])) == 2
+    assert capsys.readouterr().err == ("note: specs/inside is a link to a folder (specs/.ipynb_checkpoints) and is "
+                                       "not followed; name specs/.ipynb_checkpoints to include its specs\n"
+                                       "note: specs/shared is a link to a folder (common) and is not followed; "
+                                       "name common to include its specs\n")
+
+
+def test_a_linked_data_folder_is_not_read_as_specs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 5 (repro 2): `specs = ["."]` with a linked data set holding YAML that is no spec."""
+    (tmp_path / "datasets" / "mnist").mkdir(parents=True)
+    (tmp_path / "datasets" / "mnist" / "meta.yaml").write_text("classes: 10\nsource: http://example\n")
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "data").symlink_to("../datasets")
+    shutil.copy(MLP, tmp_path / "repo")
+    (tmp_path / "repo" / "pyproject.toml").write_text('[tool.specgen]\nspecs = ["."]\nout = "gen"\n')
+    monkeypatch.chdir(tmp_path / "repo")
+    assert _run(capsys, "validate") == (0, "ok: digits_mlp.yaml (digits_mlp: 4 layers, 17 variables)\n",
+                                        f"note: data is a link to a folder "
+                                        f"({tmp_path}/datasets) and is not followed; name {tmp_path}/datasets to "
+                                        "include its specs\n")
 
 
 def test_a_spec_folder_holding_the_out_folder_skips_it(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,8 +194,21 @@ def test_a_spec_folder_holding_the_out_folder_skips_it(repo: Path, capsys: pytes
     assert spec_paths([]) == [Path("digits_mlp.yaml")]
     assert _run(capsys, "build")[0] == 0
     assert _run(capsys, "build", "--check") == (0, "ok: 5 generated files in gen are up to date\n", "")
+    # with paths the table is not read (review finding 4): only build's own output folder and generated files
+    assert spec_paths([Path(".")], Path("gen")) == [Path("digits_mlp.yaml")]
+    assert spec_paths([Path(".")]) == [Path("digits_mlp.yaml"), Path("gen/hand/x.yaml")]
+    shutil.rmtree(repo / "gen" / "hand")
     assert _run(capsys, "build", ".", "--out", "elsewhere")[0] == 0
-    assert spec_paths([Path(".")]) == [Path("digits_mlp.yaml")]  # gen/ is output by its header too
+    assert spec_paths([Path(".")]) == [Path("digits_mlp.yaml")]  # gen/ and elsewhere/ are output by their header
+
+
+def test_with_paths_the_table_is_not_read(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """review finding 4: a key specgen does not know fails only the commands that use the table."""
+    (repo / "pyproject.toml").write_text('[tool.specgen]\nspecs = ["specs"]\nmy_key = 1\n')
+    assert _run(capsys, "validate", "specs/digits_mlp.yaml")[0] == 0
+    assert _run(capsys, "validate", "specs")[0] == 0
+    assert _run(capsys, "validate") == (1, "", "pyproject.toml: error: [tool.specgen] has an unknown key 'my_key' "
+                                        "(expected 'out', 'pictures', 'schema' or 'specs')\n1 error found\n")
 
 
 # --- 6: [tool.specgen] types and keys -------------------------------------------------------------------------------

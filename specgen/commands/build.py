@@ -28,36 +28,47 @@ def run(args: argparse.Namespace) -> int:
     from specgen.render.stale_folders import remove, unclaimed
     from specgen.schema import schema_text
 
+    # build always reads [tool.specgen]: it needs `out` (also with paths, cli.md) and `pictures`; only the set of
+    # specs comes from the paths when they are given (spec_paths)
     config = load_config()
     out = args.out or config.out
+    home = Path(os.path.realpath(out)) == Path(os.path.realpath(config.out))  # the project's own output folder
     # `pictures` belongs to the project's own output folder: a build elsewhere (--out) writes code only
-    pictures = config.pictures and Path(os.path.realpath(out)) == Path(os.path.realpath(config.out))
+    pictures = config.pictures and home
     outputs = render_all(spec_paths(args.paths, out), pictures)
-    # Without paths the specs are the whole configured set: a folder under `out` that none of them names was left by
-    # a deleted or renamed spec (render/stale_folders.py). With paths, other folders belong to specs not given.
-    leftover = [] if args.paths else unclaimed((o.folder for o in outputs), out)
+    # Only the configured set of specs built into the configured `out` owns that folder: then a folder under it that
+    # none of them names was left by a deleted or renamed spec (render/stale_folders.py). With paths, or with --out
+    # elsewhere (another set's folder: `build --out tests/golden/generated` without its specs), the other folders
+    # belong to specs not given, and are neither reported nor removed.
+    prune = not args.paths and home
     if args.check:
-        reports = check(outputs, out) + [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover if not f.foreign]
-        kept = [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover if f.foreign]  # `build` keeps these
+        leftover = unclaimed((o.folder for o in outputs), out) if prune else []
+        files = check(outputs, out)
+        folders = [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover]
         schema = schema_drift(config.schema, schema_text()) if config.schema is not None and not args.paths else []
-        for report in reports + kept + schema:
+        for report in files + folders + schema:
             print(report.rstrip("\n"))
-        unsafe = sum(r.startswith("unsafe: ") for r in reports + schema)
+        unsafe = sum(r.startswith("unsafe: ") for r in files + schema)
         if unsafe:
             print(f"specgen build --check: {unsafe} unsafe path(s) in the output folder; specgen neither reads "
                   "nor replaces them: remove them, then run `specgen build`", file=sys.stderr)
             return 1
-        if reports or kept or schema:
+        if files or folders or schema:
             # each remedy is what fixes those lines: only `specgen schema` writes the schema, and `build` never
             # deletes a folder holding a file it did not write
-            remedy = " and ".join(["run `specgen build`"] * bool(reports) + ["run `specgen schema`"] * bool(schema)
-                                  + ["remove the folder(s) named by hand"] * bool(kept))
-            print(f"specgen build --check: {len(reports) + len(kept) + len(schema)} file(s) out of date; {remedy}",
-                  file=sys.stderr)
+            removable, kept = any(not f.foreign for f in leftover), any(f.foreign for f in leftover)
+            remedy = " and ".join(["run `specgen build`"] * (bool(files) or removable)
+                                  + ["run `specgen schema`"] * bool(schema)
+                                  + ["remove the folder(s) named by hand"] * kept)
+            counts = [f"{len(files) + len(schema)} file(s)"] * bool(files or schema) + [
+                f"{len(folders)} folder(s)"] * bool(folders)
+            print(f"specgen build --check: {' and '.join(counts)} out of date; {remedy}", file=sys.stderr)
             return 1
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
         return 0
     written, removed = write(outputs, out)
+    # surveyed after writing, so no folder a spec just wrote into can be taken for a left-over one
+    leftover = unclaimed((o.folder for o in outputs), out) if prune else []
     for path in written:
         print(f"wrote {shown(path)}")
     for path in removed:  # what --check calls `stale:`

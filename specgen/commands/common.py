@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -50,9 +51,10 @@ def expand(paths: Sequence[Path], skip: Sequence[Path] = ()) -> list[Path]:
     found: list[Path] = []
     empty: list[Path] = []
     outs = {os.path.realpath(p) for p in skip}
+    tops = {os.path.realpath(p) for p in paths if p.is_dir()}  # a link into any of them needs no note
     for path in paths:
         if path.is_dir():
-            specs = sorted(_walk(path, outs))
+            specs = sorted(_walk(path, outs, tops))
             found += specs
             empty += [] if specs else [path]
         else:
@@ -62,28 +64,57 @@ def expand(paths: Sequence[Path], skip: Sequence[Path] = ()) -> list[Path]:
     return found
 
 
-def _walk(folder: Path, outs: set[str]) -> Iterator[Path]:
+def _walk(folder: Path, outs: set[str], tops: set[str]) -> Iterator[Path]:
     """The spec files below `folder`: *.yaml and *.yml in any case (`upper.YAML` is accepted when named, so a
-    folder includes it too). Links to folders are followed, each real folder once (a link to an ancestor is no
-    loop); folders whose name starts with '.' (.git, .ipynb_checkpoints copies of specs) and output folders are
-    not entered; a file that starts with specgen's generated header (a collections.yaml) is output, not a spec."""
-    seen: set[str] = set()
+    folder includes it too). Folders whose name starts with '.' (.git, .ipynb_checkpoints copies of specs) and
+    output folders are not entered; a file that starts with specgen's generated header (a collections.yaml) is
+    output, not a spec.
+
+    A link to a folder below `folder` is not followed, as git and Python's rglob do not (a linked data set or a
+    mounted volume is no spec folder, and is not walked whole), but it is never skipped silently: one `note:` line
+    names it and its target, which the user can name to include it. A link to a folder that a walk reaches anyway
+    (`tops`: the folders named in the same command), or to an output folder, adds nothing and has no note.
+    `folder` itself may be a link: it was named."""
 
     def refuse(error: OSError) -> None:  # an unreadable folder is one line, not a silent gap in the set
         raise NoSpecs(f"cannot read the folder {shown(error.filename or folder)}: {error.strerror}")
 
-    for top, folders, files in os.walk(folder, onerror=refuse, followlinks=True):
-        real = os.path.realpath(top)
-        if real in seen or real in outs:
+    for top, folders, files in os.walk(folder, onerror=refuse):
+        if os.path.realpath(top) in outs:
             folders[:] = []
             continue
-        seen.add(real)
-        # sorted: a folder reached both directly and through a link is always named by the same path
-        folders[:] = sorted(f for f in folders if not f.startswith("."))
+        kept = []
+        for name in sorted(f for f in folders if not f.startswith(".")):
+            link = os.path.join(top, name)
+            if os.path.islink(link):  # os.walk lists a link to a folder with the folders, and does not enter it
+                _note_link(Path(link), tops, outs)
+            else:
+                kept.append(name)
+        folders[:] = kept
         for name in files:
             path = Path(top, name)
             if name.lower().endswith(SPEC_SUFFIXES) and path.is_file() and not _generated(path):
                 yield path
+
+
+def _note_link(link: Path, tops: set[str], outs: set[str]) -> None:
+    target = os.path.realpath(link)
+    if _within(target, outs) or any(_walked(target, top) for top in tops):
+        return  # its files are output, or are walked anyway through the real folders
+    print(f"note: {shown(link)} is a link to a folder ({shown(target)}) and is not followed; name "
+          f"{shown(target)} to include its specs", file=sys.stderr)
+
+
+def _within(path: str, folders: set[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def _walked(target: str, top_real: str) -> bool:
+    """Whether the walk reaches `target` through real folders: it lies below `top_real` and no folder on the way
+    is hidden (a resolved path holds no link, so every folder on it is entered unless hidden or an output)."""
+    if not _within(target, {top_real}):
+        return False
+    return not any(part.startswith(".") for part in Path(os.path.relpath(target, top_real)).parts if part != ".")
 
 
 def _generated(path: Path) -> bool:
@@ -107,10 +138,15 @@ def require_regular(path: Path, what: str) -> None:
 
 
 def spec_paths(given: Sequence[Path], out: Path | None = None) -> list[Path]:
-    """The spec files a command works on: those given, else pyproject's `[tool.specgen] specs`. Folders never
-    enter the configured `out` nor `out` (build's --out): `specs = ["."]` holds the output folder."""
-    config = load_config()
-    paths = expand(given or config.specs, [config.out, *([out] if out else [])])
+    """The spec files a command works on: those given, else pyproject's `[tool.specgen] specs`. With paths the
+    table is not read at all (a key specgen does not know fails only the commands that use it); folders then skip
+    only `out` (the folder build writes into) and generated files. Without paths they also skip the configured
+    `out`: `specs = ["."]` holds the output folder."""
+    if given:
+        paths = expand(given, [out] if out else [])
+    else:
+        config = load_config()
+        paths = expand(config.specs, [config.out, *([out] if out else [])])
     if not paths:
         raise SpecError([Diagnostic("specgen", None, "no spec files given; pass paths or set "
                                     "[tool.specgen] specs in pyproject.toml")])
