@@ -1,4 +1,4 @@
-"""The Starlette application: Open Inference Protocol endpoints, /metrics, and the lifetime of batchers and gRPC.
+"""The Starlette application: Open Inference Protocol endpoints and /metrics over the Service (service.py).
 
 Endpoints (KServe v2 over HTTP/JSON, as Triton serves them):
 
@@ -24,7 +24,7 @@ its connection while its request waits for its answer, is counted with status 49
 counts a call its client cancels; a request whose client has gone is dropped from the queue unrun.
 
 The same Service answers gRPC (grpc_server.py): one set of versions, batchers, limits, metrics,
-statistics and logs for both protocols.
+statistics and logs for both protocols (service.py).
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -49,10 +47,9 @@ from specgen.serve.answers import EXTENSIONS, REASONS, finished, unavailable_rea
 from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
 from specgen.serve.client_watch import ClientGone, unless_gone
 from specgen.serve.configs import config_json
-from specgen.serve.control import ModelControl, ModelSource
+from specgen.serve.control import ModelSource
 from specgen.serve.errors import ProtocolError
-from specgen.serve.limits import ENVELOPE_BYTES, ByteBudget, DecodeGate, check_declared, declared_length, decompress, read_body
-from specgen.serve.metrics import ServerMetrics
+from specgen.serve.limits import ENVELOPE_BYTES, check_declared, declared_length, decompress, read_body
 from specgen.serve.models import ServedModel
 from specgen.serve.options import ServeOptions
 from specgen.serve.protocol import (
@@ -65,8 +62,8 @@ from specgen.serve.protocol import (
     error_body,
     json_only,
 )
-from specgen.serve.registry import Registry, Version
-from specgen.serve.stats import VersionStats
+from specgen.serve.registry import Version
+from specgen.serve.service import Service
 
 log = logging.getLogger("specgen.serve")
 CANCELLED = 499  # nginx's "client closed request": the metrics' and logs' status for a client that left
@@ -83,77 +80,8 @@ def _error(status: int, message: str, close: bool = False) -> Response:
     return Response(error_body(message), status, headers=headers, media_type=JSON_TYPE)
 
 
-class Service:
-    """The served versions, their batchers, metrics and statistics, the live repository, and the HTTP handlers."""
-
-    def __init__(self, models: Sequence[ServedModel], options: ServeOptions, source: ModelSource | None = None):
-        self.options = options
-        self.metrics = ServerMetrics()
-        self.ready = False
-        self.budget = ByteBudget(options.buffer_bytes)
-        self.registry = Registry(self.metrics, options.queue_size, options.batching, options.max_body_bytes,
-                                 self.budget)
-        by_name: dict[str, list[ServedModel]] = defaultdict(list)
-        for m in models:
-            by_name[m.name].append(m)
-        for name, versions in by_name.items():
-            self.registry.install(name, {m.version: self.registry.version(m) for m in versions})
-        self.control = ModelControl(self.registry, source, options.model_control, options.poll_seconds)
-        self.gate = DecodeGate(options.decode_threads)
-        self.grpc: Any = None  # the grpc.aio server, while it runs
-        self.grpc_port: int | None = None
-        self._grpc_stopping: asyncio.Task[None] | None = None
-
-    @property
-    def models(self) -> dict[str, dict[int, Version]]:
-        return self.registry.models
-
-    @asynccontextmanager
-    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.registry.start()
-        self.control.start()
-        self.ready = True
-        for versions in self.models.values():
-            for served in versions.values():
-                model, batcher = served.model, served.batcher
-                log.info("serving model", extra={"fields": {
-                    "event": "model_ready", "model": model.name, "version": model.version, "provider": model.provider,
-                    "max_batch_size": model.config.max_batch_size, "dynamic_batching": batcher.batching,
-                    "max_queue_delay_us": model.config.max_queue_delay_us, "queue_size": batcher.queue_size}})
-        try:
-            yield
-        finally:
-            self.begin_shutdown()
-            if self._grpc_stopping is not None:
-                await self._grpc_stopping
-            await self.control.stop()
-            await self.registry.close()
-            log.info("batchers drained", extra={"fields": {"event": "drained"}})
-
-    async def start_grpc(self) -> None:
-        """Start the gRPC server (server.Server calls this once HTTP is bound); GrpcStartError if it cannot listen."""
-        from specgen.serve.grpc_server import start_grpc
-
-        self.grpc, self.grpc_port = await start_grpc(self)
-
-    def begin_shutdown(self) -> None:
-        """Not ready any more; gRPC takes no new calls and its calls in flight get `graceful_timeout` to finish."""
-        self.ready = False
-        if self.grpc is not None and self._grpc_stopping is None:
-            self._grpc_stopping = asyncio.get_running_loop().create_task(self.grpc.stop(self.options.graceful_timeout))
-
-    def statistics(self, name: str | None, version: str | None) -> list[VersionStats]:
-        """The statistics of one version, every version of a model, or every model (a 404 ProtocolError if unknown)."""
-        if name is None:
-            return [served.stats for versions in self.models.values() for served in versions.values()]
-        if version is None or version == "":
-            self.registry.lookup(name, None)
-            return [served.stats for served in self.models[name].values()]
-        return [self.registry.lookup(name, version).stats]
-
-    def metadata(self, name: str, version: str | None) -> dict[str, Any]:
-        served = self.registry.lookup(name, version)
-        return served.model.metadata(list(self.models[name]))
+class HttpService(Service):
+    """The Service with its HTTP handlers (create_app routes to them)."""
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200)
@@ -336,7 +264,7 @@ def create_app(models: Sequence[ServedModel], options: ServeOptions | None = Non
     """The ASGI application serving `models` (from `specgen.serve.models.load_repository`; several versions of a
     model are several entries). `source` (the repository, provider, threads) is needed for --model-control
     poll / explicit, which load from it while serving."""
-    service = Service(models, options or ServeOptions(), source)
+    service = HttpService(models, options or ServeOptions(), source)
     prefixes = ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")
     routes = [Route(prefix + "/infer", service.infer, methods=["POST"]) for prefix in prefixes]  # the hot path first
     routes += [

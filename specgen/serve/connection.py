@@ -19,8 +19,8 @@ holds a header value until it ends, with no limit. Here, per connection:
 - a request's line and headers may take `max_header_bytes` and `max_headers` fields, counted as
   they arrive (before httptools has finished a header): past either, 431 and the connection closes.
 
-uvicorn's own calls to resume reading (every `receive()` and response) go through `GatedFlow`,
-which resumes only when none of these reasons to pause holds.
+uvicorn's own calls to resume reading (every `receive()` and response) go through `GatedFlow`
+(adapters.py), which resumes only when none of these reasons to pause holds.
 
 A response that closes the connection while the request's body is still arriving (413 for a body above
 what the model accepts, 503 when the body budget is full) lingers before closing, as nginx's
@@ -34,20 +34,16 @@ connection closes.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from specgen.errors import SpecgenError
-from specgen.serve.metrics import ServerMetrics
-from specgen.serve.protocol import error_body
+from specgen.serve.adapters import ClosingTransport, GatedFlow
+from specgen.serve.guard import Guard, Refused, raw_response
 
-log = logging.getLogger("specgen.serve")
 READ_BYTES = 16 << 10  # one read; also the most unparsed bytes a paused connection keeps
 HEADER_SLICE = 256  # header bytes parsed at a time: the smallest request is 16 bytes, so <= 16 requests per slice
 PIPELINE_DEPTH = 8  # requests parsed ahead, waiting behind the one being answered
@@ -55,65 +51,6 @@ PIPELINE_BODY_BYTES = 64 << 10  # body bytes those waiting requests may hold tog
 WRITE_HIGH_BYTES = 64 << 10  # the transport's write buffer above which reading (and the app's sends) pause
 LINGER_SECONDS = 2.0  # a refused body may keep arriving this long after its answer: ~200 MB on a 1 Gbit/s link
 LINGER_BYTES = 256 << 20  # and this many of its bytes are read and dropped, at most
-
-
-@dataclass(frozen=True)
-class Guard:
-    """The per-connection limits (from ServeOptions) and where closed connections are counted."""
-
-    header_timeout: float
-    max_connections: int
-    max_header_bytes: int = 16 << 10
-    max_headers: int = 100
-    send_timeout: float = 10.0
-    metrics: ServerMetrics | None = None
-
-    def closed(self, reason: str, client: Any) -> None:
-        if self.metrics is not None:
-            self.metrics.connection_closed(reason)
-        log.info("connection closed", extra={"fields": {"event": "connection_closed", "reason": reason,
-                                                        "client": f"{client[0]}:{client[1]}" if client else None}})
-
-
-class Refused(SpecgenError):
-    """Raised in a parser callback to stop parsing a request the server will not take (httptools re-raises it)."""
-
-    def __init__(self, reason: str, status: bytes, message: str):
-        super().__init__(message)
-        self.reason, self.status, self.message = reason, status, message
-
-
-def raw_response(status: bytes, message: str) -> bytes:
-    """A whole HTTP/1.1 error response, written straight to the transport (no request cycle exists to answer)."""
-    body = error_body(message)
-    extra = b"retry-after: 1\r\n" if status.startswith(b"503") else b""
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\nconnection: close\r\n" + extra + b"\r\n" + body)
-
-
-class ClosingTransport:
-    """The transport as a request cycle sees it: its `close()` lets a request body still arriving finish first."""
-
-    def __init__(self, transport: asyncio.Transport, protocol: BoundedProtocol):
-        self._transport, self._protocol = transport, protocol
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-    def close(self) -> None:
-        self._protocol.close_after_body()
-
-
-class GatedFlow(FlowControl):
-    """uvicorn's flow control, whose `resume_reading` asks the protocol first."""
-
-    def __init__(self, transport: asyncio.Transport, protocol: BoundedProtocol):
-        super().__init__(transport)
-        self.protocol = protocol
-
-    def resume_reading(self) -> None:
-        if self.protocol.may_read():
-            super().resume_reading()
 
 
 class BoundedProtocol(HttpToolsProtocol):

@@ -66,8 +66,8 @@ SERVICE = "inference.GRPCInferenceService"
 
 
 class Service(Protocol):
-    """What gRPC uses of the server's one Service (serve/app.py), which HTTP shares: typed here by its shape, so
-    this module needs nothing of the HTTP application (app.py starts this module's server, not the reverse)."""
+    """What gRPC uses of the server's one Service (serve/service.py), which HTTP shares: typed here by its shape, so
+    this module needs nothing of the HTTP application (service.py starts this module's server, not the reverse)."""
 
     ready: bool
 

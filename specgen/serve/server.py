@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import uvicorn
 
-from specgen.serve.connection import READ_BYTES, BoundedProtocol, Guard
+from specgen.serve.connection import READ_BYTES, BoundedProtocol
+from specgen.serve.guard import Guard
 
 if TYPE_CHECKING:
-    from specgen.serve.app import Service
+    from specgen.serve.service import Service
 
 log = logging.getLogger("specgen.serve")
 FD_RESERVE = 64  # descriptors beyond the connections: listening socket, logs, the accept that precedes an eviction

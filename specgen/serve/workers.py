@@ -3,13 +3,7 @@
 One Python process is bounded by its event loop and the GIL (HTTP parsing, JSON, the batcher's
 bookkeeping), so past a few thousand requests a second the way up is more processes:
 
-- HTTP: the parent binds and listens once, and every worker accepts from that one socket (a
-  pre-forked listener: the descriptor is inherited). Connections wait in the one kernel queue, so a
-  worker that dies loses only the connections it had accepted; new ones go to the others.
-- gRPC: grpc cannot adopt a listening descriptor, so every worker binds the port with SO_REUSEPORT
-  (`ServeOptions.grpc_reuse_port`). The parent first binds it without listening, with SO_REUSEPORT too:
-  that reserves the port (picks it when 0), fails with the system's reason when another program holds it,
-  and receives no connections (the kernel hands them only to listening sockets).
+- HTTP and gRPC: the parent binds both ports once and the workers share them (ports.py).
 - Each worker loads its own sessions, batchers and statistics; onnxruntime's intra-op threads are
   split between them (`--threads`, or the CPUs this process may use, divided by N, at least 1).
 - Metrics: prometheus_client's multiprocess mode (a fresh folder per run, removed at exit); /metrics
@@ -48,22 +42,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specgen.errors import SpecgenError
 from specgen.serve.metrics import METRICS_PREFIX, fold_dead, remove_orphaned_metrics, remove_stale_metrics
 from specgen.serve.options import ServeOptions
+from specgen.serve.ports import WorkersError, listen, reserve
 from specgen.serve.process import ServerSettings, serve
 
 log = logging.getLogger("specgen.serve")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-BACKLOG = 2048  # uvicorn's default listen backlog
 READY_SECONDS = 600.0  # a worker that has not loaded its models by then is taken as failed
 STABLE_SECONDS = 10.0  # a worker that lived this long before dying is restarted at once
 MAX_BACKOFF = 30.0
 POLL_SECONDS = 0.05
-
-
-class WorkersError(SpecgenError, OSError):
-    """The workers cannot be started (an address cannot be bound, an option that one worker alone can serve)."""
 
 
 @dataclass
@@ -79,31 +68,6 @@ def worker_threads(threads: int, workers: int) -> int:
     """onnxruntime intra-op threads per worker: `threads` (0: the CPUs this process may use) split N ways, at least 1."""
     total = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     return max(1, total // workers)
-
-
-def _bound(host: str, port: int, option: int, what: str) -> socket.socket:
-    """A TCP socket with `option` (SO_REUSEADDR or SO_REUSEPORT) set, bound to host:port; one line when it cannot."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, option, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise WorkersError(f"{what} on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """The HTTP socket every worker accepts from, listening and inheritable."""
-    sock = _bound(host, port, socket.SO_REUSEADDR, "cannot listen")
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
-    return sock
-
-
-def reserve(host: str, port: int) -> socket.socket:
-    """A bound, not listening, SO_REUSEPORT socket: holds the gRPC port for the workers (which bind it the same way)."""
-    return _bound(host, port, socket.SO_REUSEPORT, "gRPC cannot listen")
 
 
 class Supervisor:
