@@ -206,11 +206,11 @@ def test_resume_probes_the_newest_checkpoint(folder: Path, hand: dict[str, Any],
 PRUNED = SPEC.replace("name: probed", "name: probed_pruned").replace(
     "train: {batch_size: 32, seed: 3}",
     "train: {batch_size: 32, seed: 3}\nprune: {variables: [hidden/kernel], schedule: {kind: constant_sparsity, "
-    "sparsity: 0.5}}")
+    "sparsity: 0.5, begin_step: 1}}")
 
 
 def test_a_pruning_step_is_probed_with_the_masks_the_real_step_computes(tmp_path: Path) -> None:
-    """begin_step 0: the first update recomputes the masks before its forward pass. The probe printed the unpruned
+    """begin_step 1: the first update recomputes the masks before its forward pass. The probe printed the unpruned
     model's loss (1.6% off), gradients (up to 27%) and an update that left pruned entries non-zero; it must see
     what the generated train_step sees: the same loss (one batch, the whole set: the same mean in any order), and
     an update after which half of hidden/kernel is exactly zero."""

@@ -128,8 +128,8 @@ def test_report_prints_the_pruning_collection_and_planned_sparsity(capsys: pytes
     assert rows["head/fc/kernel"] == ["head/fc", "16,384", "0.8000", "13,107", "3,277"]
     assert rows["head/out/kernel"] == ["head/out", "640", "0.8000", "512", "128"]
     assert rows["total"] == ["17,024", "0.8000", "13,619", "3,405"]
-    assert ("Masks are recomputed at steps 44, 55, ..., 220 (17 times): polynomial_decay from 0.0 to 0.8, "
-            "power 3.0 (docs/pruning.md).") in lines
+    assert ("Masks are recomputed at steps 44, 55, 66, then every 11 until 220 (17 times): polynomial_decay from 0.0 "
+            "to 0.8, power 3.0; step b is update b (docs/pruning.md).") in lines
 
 
 def test_schema_describes_prune() -> None:

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "specs" / "digits_cnn_pruned.yaml"
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
 PRUNED = ("head/fc/kernel", "head/out/kernel")
-# The CI-sized run: masks at steps 4, 8, 12 and 16, from 30% to 80%; a checkpoint every 4 updates.
-BEGIN, END, FREQUENCY, STEPS, INITIAL, FINAL, POWER = 4, 16, 4, 20, 0.3, 0.8, 3.0
+# The CI-sized run: masks at steps 5, 9, 13 and 17 (update b is step b, as in TFMOT 0.8), from 30% to 80%, each from
+# the weights of the checkpoint before it (a checkpoint every 4 updates).
+BEGIN, END, FREQUENCY, STEPS, INITIAL, FINAL, POWER = 5, 17, 4, 20, 0.3, 0.8, 3.0
 
 
 def tfmot_schedule(step: np.ndarray, kind: str, begin: int, end: int | None, frequency: int,
@@ -109,11 +110,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_masks_reach_the_scheduled_sparsity_exactly(trained: dict[str, Any]) -> None:
-    """The checkpoint after update t holds the masks of the last pruning step s < t, with exactly the
-    scheduled count of zeros; each is the top-k of the weights saved at step s."""
+    """The checkpoint after update t holds the masks of the last pruning step s <= t (update s), with exactly the
+    scheduled count of zeros; each is the top-k of the weights saved at step s - 1."""
     saved = trained["checkpoints"]
     for step, values in saved.items():
-        mask_steps = [s for s in range(step) if tfmot_schedule(np.array(s), "polynomial_decay", BEGIN, END,
+        mask_steps = [s for s in range(1, step + 1) if tfmot_schedule(np.array(s), "polynomial_decay", BEGIN, END,
                                                                 FREQUENCY, INITIAL, FINAL, POWER)[0]]
         for path in PRUNED:
             mask = values[f"pruning/{path}"]
@@ -125,8 +126,8 @@ def test_masks_reach_the_scheduled_sparsity_exactly(trained: dict[str, Any]) -> 
             sparsity = float(tfmot_schedule(np.array(last), "polynomial_decay", BEGIN, END, FREQUENCY, INITIAL,
                                             FINAL, POWER)[1])
             assert int((mask == 0).sum()) == mask.size - max(round(mask.size * (1 - sparsity)), 1), (step, path)
-            if last in saved:  # the weights the mask was computed from
-                np.testing.assert_array_equal(mask, reference_mask(saved[last][path], sparsity), err_msg=path)
+            assert last - 1 in saved  # the weights the mask was computed from
+            np.testing.assert_array_equal(mask, reference_mask(saved[last - 1][path], sparsity), err_msg=path)
     final = saved[STEPS]
     assert [int((final[f"pruning/{p}"] == 0).sum()) for p in PRUNED] == [16384 - 3277, 640 - 128]  # 80%
 
@@ -191,7 +192,7 @@ def test_restore_brings_masks_along_or_leaves_them_all_ones(trained: dict[str, A
     restore = {
         "along": f"  restore:\n    - from: {source}\n",
         "excluded": f'  restore:\n    - from: {source}\n      exclude: ["pruning/*"]\n',
-        # weights from step 4 (nothing pruned yet), masks from step 20: the run starts with them applied
+        # weights from step 4 (nothing pruned yet: the first mask update is update 5), masks from step 20
         "over unpruned weights": (f"  restore:\n    - from: {trained['run'] / 'ckpt-00000004'}\n    - from: {source}\n"
                                   '      exclude: ["conv1/*", "bn1/*", "head/*"]\n'),
     }[mode]
@@ -240,11 +241,11 @@ def test_accumulating_run_with_momentum_and_weight_decay_keeps_exact_sparsity(tm
     saved = {s: read(tmp_path / "run", s) for s in range(1, 10)}
     for path in ("hidden/kernel", "hidden/bias", "out/kernel", "out/bias"):
         masks = {s: v[f"pruning/{path}"] for s, v in saved.items()}
-        assert all(masks[s].min() == 1.0 for s in (1, 2, 3)), path  # the first recomputation is at step 3
-        for step in (3, 5, 7):  # recomputed before update step + 1 from the weights saved at `step`
-            np.testing.assert_array_equal(masks[step + 1], reference_mask(saved[step][path], 0.6), err_msg=path)
-            np.testing.assert_array_equal(masks[step + 2], masks[step + 1], err_msg=path)  # none at step + 1
-        for step in range(4, 10):
+        assert all(masks[s].min() == 1.0 for s in (1, 2)), path  # the first recomputation is in update 3
+        for step in (3, 5, 7):  # recomputed before update `step` from the weights saved at step - 1
+            np.testing.assert_array_equal(masks[step], reference_mask(saved[step - 1][path], 0.6), err_msg=path)
+            np.testing.assert_array_equal(masks[step + 1], masks[step], err_msg=path)  # none in update step + 1
+        for step in range(3, 10):
             mask, value = masks[step], saved[step][path]
             assert int((mask == 0).sum()) == mask.size - max(round(mask.size * 0.4), 1), (step, path)
             assert np.all(value[mask == 0] == 0) and not np.signbit(value[mask == 0]).any(), (step, path)
@@ -257,11 +258,11 @@ def test_report_reads_the_sparsity_of_a_checkpoints_masks(trained: dict[str, Any
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     masks = trained["checkpoints"][12]
     zeros = {p: int((masks[f"pruning/{p}"] == 0).sum()) for p in PRUNED}
-    sparsity = float(tfmot_schedule(np.array(8), "polynomial_decay", BEGIN, END, FREQUENCY, INITIAL, FINAL, POWER)[1])
+    sparsity = float(tfmot_schedule(np.array(9), "polynomial_decay", BEGIN, END, FREQUENCY, INITIAL, FINAL, POWER)[1])
     for path in PRUNED:
         size = masks[f"pruning/{path}"].size
         row = next(line for line in lines if line[:1] == [path] and line[2:3] == [f"{size:,}"])
-        assert zeros[path] == size - max(round(size * (1 - sparsity)), 1)  # the mask of step 8: 0.652 of 16,384
+        assert zeros[path] == size - max(round(size * (1 - sparsity)), 1)  # the mask of step 9: 0.652 of 16,384
         assert row[-1] == f"{zeros[path] / size:.4f}"
     total = next(line for line in lines if line[:1] == ["total"] and len(line) == 6)
     assert total[-1] == f"{sum(zeros.values()) / (16384 + 640):.4f}"
@@ -298,7 +299,7 @@ def test_export_of_a_restore_plan_applies_the_restored_masks(trained: dict[str, 
 
 def test_resume_continues_the_masks_as_an_uninterrupted_run(trained: dict[str, Any], tmp_path: Path) -> None:
     """Masks are checkpoint state: 8 updates, then --resume for 4 more, ends where the 20-update run was at 12
-    (mask updates at steps 8 and 12 straddle the resume)."""
+    (mask updates 5 and 9 straddle the resume: the resumed run's first update is step 9)."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(spec_text(tmp_path / "run"))
     assert main(["train", str(spec), "--steps", "8", "--quiet"]) == 0

@@ -158,9 +158,9 @@ def test_tf1_slim_checkpoint_restores_through_a_map(tmp_path: Path, ema: bool) -
     assert set(unused) == {"global_step", "conv1/weights" if ema else "conv1/weights/ExponentialMovingAverage"}
     assert ("superseded by the EMA shadow" in unused["conv1/weights"]) if ema else True
     # The spec has a global_step too: what keeps it out is that a restore sets model variables only.
-    assert unused["global_step"] == ("training state (the step, an optimizer's slots and counters, accumulators, "
-                                     "masks): a fine-tuning restore sets model variables only; --resume continues a "
-                                     "run with all of it")
+    assert unused["global_step"] == ("training state (the step, an optimizer's slots and counters, accumulators): a "
+                                     "fine-tuning restore sets model variables (and a pruning spec's masks) only; "
+                                     "--resume continues a run with all of it")
     assert f"model.ckpt:{conv_key} " in format_plan(plan)
     assert summary_line(plan) == "restored 4, initialized 0, unused 2, mismatched 0"
 

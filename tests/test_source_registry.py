@@ -20,7 +20,7 @@ from specgen.spec.io import Data
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = list(REGISTRY)
-NOT_READERS = ("base", "context", "decode", "framing", "npy_header", "record_problems", "tfrecord_cache",
+NOT_READERS = ("base", "context", "decode", "framing", "npy_header", "record_problems", "sizes", "tfrecord_cache",
                "tfrecord_files")  # runtime/sources modules readers share
 
 

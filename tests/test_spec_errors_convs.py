@@ -31,12 +31,14 @@ CASES = [
      "groups: received 0, expected a value > 0 (in layer 'l')"),
     ("transpose_output_padding_at_stride",
      "{name: l, input: x, op: conv2d_transpose, filters: 2, kernel: 3, strides: 2, output_padding: 2}", "output_padding",
-     "layer 'l' (conv2d_transpose): output_padding: received 2, expected values below strides (2), as Keras requires"),
+     "layer 'l' (conv2d_transpose): output_padding: received 2, expected values below strides (2), as Keras requires: "
+     "2 on the height axis is not below its stride 2"),
     ("transpose_same_even_kernel_no_output_padding",
      "{name: l, input: x, op: conv2d_transpose, filters: 2, kernel: 4, strides: 2, padding: same, output_padding: 0}",
      "output_padding",
-     "layer 'l' (conv2d_transpose): output_padding: received 0, expected a value >= 1 with an even kernel and "
-     "padding 'same' (an output of 16 does not map back to 9)"),
+     "layer 'l' (conv2d_transpose): output_padding: received 0: with an even kernel (4) and padding 'same', Keras "
+     "makes the height axis (n - 1) * stride + kernel % 2 + output_padding long, and 16 does not map back to the "
+     "input's 9; expected 1 on the height axis (at least 1, below its stride 2)"),
     ("transpose_negative_output_padding",
      "{name: l, input: x, op: conv2d_transpose, filters: 2, kernel: 3, strides: 2, output_padding: -1}", "output_padding",
      "output_padding: received -1, expected a value >= 0 (in layer 'l')"),

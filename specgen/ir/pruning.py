@@ -5,6 +5,11 @@ pruned weight, ir/training/keys.py). The schedule formulas are TF Model Optimiza
 (`tfmot.sparsity.keras.ConstantSparsity` and `PolynomialDecay`); docs/pruning.md states them.
 The generated code evaluates them in TensorFlow (specgen/runtime/lib/pruning.py); this module
 answers what `specgen report` prints without TensorFlow.
+
+Steps count as TFMOT 0.6-0.8's `pruning_step`: the b-th update (1-based) is step b, so step 0 never
+updates a mask (update_masks). A schedule on which no update would prune, and a polynomial_decay whose
+end_step is off its begin_step + k * frequency grid (so final_sparsity is never the target), are refused
+here (docs/pruning.md "Schedules" says why refused and not warned).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from specgen.diagnostics import Diagnostic
 from specgen.ir.collections import Membership, Resolver, variable_list
 from specgen.ir.model import PrunedWeight, PruneScheduleIR, PruningIR
 from specgen.ir.training import keys
+from specgen.kinds.ops import op_def
 from specgen.spec.load import LoadedSpec
 
 
@@ -23,6 +29,60 @@ def pruned_count(size: int, sparsity: float) -> int:
     """How many of `size` entries a mask at `sparsity` zeroes: TFMOT keeps max(round(size * (1 - sparsity)), 1),
     rounding half to even (tf.math.round; Python's round does the same)."""
     return size - max(round(size * (1.0 - sparsity)), 1)
+
+
+def first_update(s: PruneScheduleIR) -> int:
+    """The first step (= 1-based update) at which masks are recomputed, ignoring end_step: step 0 is never one."""
+    return s.begin_step if s.begin_step >= 1 else s.begin_step + s.frequency
+
+
+def update_count(s: PruneScheduleIR) -> int | None:
+    """How many updates recompute the masks (None: no end, every `frequency` until training stops)."""
+    if s.end_step is None:
+        return None
+    first = first_update(s)
+    return 0 if first > s.end_step else (s.end_step - first) // s.frequency + 1
+
+
+def steps_text(s: PruneScheduleIR) -> str:
+    """The mask updates in words: 'at step 5 (once)', 'at steps 5 and 8 (twice)', 'at steps 3, 6, 9 and 12 (4 times)',
+    'at steps 3, 6, 9, then every 3 until 99 (33 times)'; only steps that really update masks are named."""
+    first, count, every = first_update(s), update_count(s), s.frequency
+    if count is None:
+        return f"at step {first} and every {every} updates after it, until training stops"
+    if count == 0:
+        return "at no step"
+    steps = [first + i * every for i in range(min(count, 4))]
+    times = {1: "once", 2: "twice"}.get(count, f"{count} times")
+    if count == 1:
+        return f"at step {first} (once)"
+    if count <= 4:
+        return f"at steps {', '.join(map(str, steps[:-1]))} and {steps[-1]} ({times})"
+    return f"at steps {', '.join(map(str, steps[:3]))}, then every {every} until {first + (count - 1) * every} ({times})"
+
+
+def schedule_problems(loaded: LoadedSpec, s: PruneScheduleIR) -> list[Diagnostic]:
+    """One positioned line for a schedule that would silently fall short of its target: no update at all, or a
+    polynomial_decay whose last update comes before end_step (TFMOT accepts both and falls short in silence)."""
+    count = update_count(s)
+    if count is None or (count and (s.kind == "constant_sparsity" or s.end_step == s.last_step)):
+        return []
+    assert s.end_step is not None and s.last_step is not None
+    first, span, at = first_update(s), s.end_step - s.begin_step, ("prune", "schedule", "end_step")
+    tfmot = "(TF Model Optimization falls short the same way, silently)"
+    if not count:  # begin_step 0 and end_step < frequency: step 0 is the only one on the grid
+        other = f", or frequency to {s.end_step}" if s.end_step else ""  # then end_step is the one pruning step
+        return [loaded.diagnostic(at, (
+            f"end_step {s.end_step}: no update would recompute the masks, so no weight would be pruned: update b is "
+            f"schedule step b (never 0, as in TF Model Optimization 0.8), and the first pruning step, {first}, comes "
+            f"after end_step {tfmot}; set end_step to {first}{other}"))]
+    k = span // s.frequency
+    grid = " or ".join(str(s.begin_step + j * s.frequency) for j in (k, k + 1) if j >= 1)
+    every = max(d for d in range(1, s.frequency + 1) if span % d == 0)
+    return [loaded.diagnostic(at, (
+        f"end_step {s.end_step} is not begin_step + k * frequency ({s.begin_step} + k * {s.frequency}): masks would "
+        f"be recomputed {steps_text(s)}, and the last target would be sparsity {s.sparsity_at(s.last_step):.6g}, "
+        f"not final_sparsity {s.final_sparsity} {tfmot}; set end_step to {grid}, or frequency to {every}"))]
 
 
 def _schedule(schedule: Any) -> PruneScheduleIR:
@@ -62,14 +122,30 @@ def resolve_pruning(loaded: LoadedSpec, members: Membership, shapes: dict[str, t
             f"prune selects frozen {variable_list(held)}; no optimizer updates frozen weights and pruning would "
             "change them: remove them from 'prune.variables' or from 'frozen'")))
     paths = [p for p in selected if p in trainable]
+    ops = {layer.name: layer.op for layer in loaded.layers}
     if not paths and not problems:
         problems.append(loaded.diagnostic(("prune", "variables"), (
             "prune selects no trained weight (batch-norm statistics and constants are never pruned); "
             "name kernels, e.g. ['conv1/kernel', 'head/*/kernel']")))
+    if folded := [p for p in paths if op_def(ops[owners[p]]).folds_away]:
+        problems.append(_folded_selected(loaded, folded))
+    schedule = _schedule(prune.schedule)
+    problems += schedule_problems(loaded, schedule)
     if problems:
         return None, problems
     pruned = tuple(PrunedWeight(p, keys.mask(p), shapes[p], owners[p]) for p in paths)
-    return PruningIR(pruned, _schedule(prune.schedule)), []
+    return PruningIR(pruned, schedule), []
+
+
+def _folded_selected(loaded: LoadedSpec, paths: list[str]) -> Diagnostic:
+    """Batch-norm gamma and beta are refused, not masked: the export folds a batch norm into the layer before it
+    (docs/export.md), so their zeros would not be in the ONNX model, and a zero gamma zeroes a whole output channel
+    of that kernel instead: channel pruning, for which per-entry masks are the wrong tool (the channel stays in
+    the graph and costs what it did). TF Model Optimization prunes no batch-norm weight either."""
+    return loaded.diagnostic(("prune", "variables"), (
+        f"prune selects batch-norm {variable_list(paths)}; export folds batch norm into the layer before it, so "
+        "a pruned gamma or beta leaves no zero in the model (a zero gamma silences a whole channel, which stays in "
+        "the graph): select kernels, e.g. ['conv1/kernel', 'head/*/kernel']"))
 
 
 def _copies_selected(loaded: LoadedSpec, copies: list[str]) -> Diagnostic:

@@ -132,9 +132,15 @@ def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targ
     base = ema_base(key)
     if base is not None and not source.ema_to_model and rename(base, source.map) in targets:
         return f"EMA shadow of '{rename(base, source.map)}'; restored only with ema_to_model: true"
+    if target == key and key.startswith(f"{keys.PRUNING}/"):
+        # Masks are the one training state a fine-tuning restore does set, into a spec that prunes (docs/pruning.md).
+        weight = key.removeprefix(f"{keys.PRUNING}/")
+        pruned = any(t.startswith(f"{keys.PRUNING}/") for t in targets)
+        return (f"pruning mask of '{weight}': restored only into a spec that prunes that weight, and this one "
+                f"{'does not prune it' if pruned else 'has no prune section'}")
     if target == key and _training_state(key):
-        return "training state (the step, an optimizer's slots and counters, accumulators, masks): a fine-tuning " \
-               "restore sets model variables only; --resume continues a run with all of it"
+        return "training state (the step, an optimizer's slots and counters, accumulators): a fine-tuning " \
+               "restore sets model variables (and a pruning spec's masks) only; --resume continues a run with all of it"
     if target == key:
         return "no variable with this name here"
     return f"maps to '{target}', not a variable here{did_you_mean(target, targets)}"

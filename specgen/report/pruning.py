@@ -6,19 +6,15 @@ from collections.abc import Mapping
 
 from specgen import text
 from specgen.ir.model import ModelIR, PruningIR
-from specgen.ir.pruning import pruned_count
+from specgen.ir.pruning import pruned_count, steps_text
 
 
 def _when(pruning: PruningIR) -> str:
     s = pruning.schedule
-    if s.last_step is None:
-        steps = f"at step {s.begin_step} and every {s.frequency} updates after it, until training stops"
-    else:
-        count = (s.last_step - s.begin_step) // s.frequency + 1
-        steps = f"at steps {s.begin_step}, {s.begin_step + s.frequency}, ..., {s.last_step} ({count} times)"
     how = (f"constant_sparsity {s.final_sparsity}" if s.kind == "constant_sparsity" else
            f"polynomial_decay from {s.initial_sparsity} to {s.final_sparsity}, power {s.power}")
-    return f"Masks are recomputed {steps}: {how} (docs/pruning.md)."
+    # Step b is the b-th update, as TF Model Optimization 0.8 counts (ir/pruning.py): the steps named are real ones.
+    return f"Masks are recomputed {steps_text(s)}: {how}; step b is update b (docs/pruning.md)."
 
 
 def pruning_table(ir: ModelIR, measured: Mapping[str, int] | None = None) -> str | None:

@@ -19,13 +19,15 @@
 
 `specgen export` writes them into the model's metadata; `Predictor.out_of_range` (so `specgen infer` and `specgen
 serve`) reads them back and refuses an input outside them before onnxruntime runs, in one line. A model exported
-before a key existed has no such entry and runs as before.
+before a key existed has no such entry and runs as before. The data sources of `specgen train` (and of every command
+that reads data) check their examples against the same minima and bounds (`below`, `above`) before the first update
+(runtime/sources/sizes.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specgen.kinds.dims import SYMBOL
@@ -99,13 +101,27 @@ def read(metadata: Mapping[str, str]) -> Bounds:
 def violation(found: Bounds, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
     """The first input whose size along a bounded symbol exceeds the bound, as an error message."""
     for name, dims in declared.items():
-        for axis, dim in enumerate(dims):
-            if dim in found and axis < len(shapes[name]) and shapes[name][axis] > found[dim][0]:
-                limit, layer = found[dim]
-                return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
-                        f"{list(shapes[name])}), expected at most {limit}: the max_length of layer '{layer}' "
-                        "(positional_embedding)")
+        hit = above(found, dims, shapes[name])
+        if hit is not None:
+            axis, dim = hit
+            return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
+                    f"{list(shapes[name])}), {limit_text(found, dim)}")
     return None
+
+
+def above(found: Bounds, dims: Sequence[Any], shape: Sequence[int]) -> tuple[int, str] | None:
+    """The first axis of one shape longer than the bound of its named dimension: (axis, dimension), or None.
+    `dims` and `shape` are aligned (both with the batch axis, or both without)."""
+    for axis, dim in enumerate(dims):
+        if dim in found and axis < len(shape) and shape[axis] > found[dim][0]:
+            return axis, dim
+    return None
+
+
+def limit_text(found: Bounds, dim: str) -> str:
+    """What an input past a bound is told: `expected at most 16: the max_length of layer 'pos' (...)`."""
+    limit, layer = found[dim]
+    return f"expected at most {limit}: the max_length of layer '{layer}' (positional_embedding)"
 
 
 def _entries(metadata: Mapping[str, str], key: str, kinds: tuple[type, ...]) -> dict[str, tuple[Any, ...]]:
@@ -131,14 +147,28 @@ def read_ids(metadata: Mapping[str, str]) -> IdRanges:
 def too_short(found: Minima, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
     """The first input whose size along a symbol is below the smallest the model takes, as an error message."""
     for name, dims in declared.items():
-        for axis, dim in enumerate(dims):
-            if dim in found and axis < len(shapes[name]) and shapes[name][axis] < found[dim][0]:
-                limit, layer, op = found[dim]
-                why = (f"layer '{layer}' ({op}) needs at least {limit}" if limit > 1
-                       else f"the model takes no empty '{dim}' axis")
-                return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
-                        f"{list(shapes[name])}), expected at least {limit}: {why}")
+        hit = below(found, dims, shapes[name])
+        if hit is not None:
+            axis, dim = hit
+            return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
+                    f"{list(shapes[name])}), {need_text(found, dim)}")
     return None
+
+
+def below(found: Minima, dims: Sequence[Any], shape: Sequence[int]) -> tuple[int, str] | None:
+    """The first axis of one shape shorter than the smallest size of its named dimension: (axis, dimension), or
+    None. `dims` and `shape` are aligned. The one comparison behind infer's, serve's and the data sources' checks."""
+    for axis, dim in enumerate(dims):
+        if dim in found and axis < len(shape) and shape[axis] < found[dim][0]:
+            return axis, dim
+    return None
+
+
+def need_text(found: Minima, dim: str) -> str:
+    """What an input below a minimum is told: `expected at least 9: layer 'c' (conv2d) needs at least 9`."""
+    limit, layer, op = found[dim]
+    why = f"layer '{layer}' ({op}) needs at least {limit}" if limit > 1 else f"the model takes no empty '{dim}' axis"
+    return f"expected at least {limit}: {why}"
 
 
 def bad_id(found: IdRanges, arrays: Mapping[str, Any]) -> str | None:

@@ -162,7 +162,9 @@ def _fold(node: onnx.NodeProto, chain: _Chain, operands: tuple[np.ndarray, np.nd
     scale, mean, beta = operands
     kept = {name: weights[name].shape for name in (chain.kernel, chain.bias) if name is not None}
     try:
-        weights[chain.kernel] = _scaled_kernel(chain, weights[chain.kernel], scale).astype(np.float32)
+        # + 0.0 turns -0.0 into +0.0 and leaves every other value as it is: a pruned entry (+0.0, docs/pruning.md)
+        # times a negative scale would otherwise be written as -0.0.
+        weights[chain.kernel] = _scaled_kernel(chain, weights[chain.kernel], scale).astype(np.float32) + np.float32(0)
     except ValueError as exc:  # a scale that does not fit the kernel's channels: refuse, never export it
         raise _fold_error(node, chain, f"{chain.kernel} {list(weights[chain.kernel].shape)}: {exc}") from None
     bias_name = chain.bias or f"{chain.op.output[0]}___folded_bias"

@@ -281,6 +281,8 @@ class OpDef:
     - `stateful`: (layer) -> whether a training call draws random numbers or changes state (dropout with a rate,
       batch_norm's moving statistics), which Levenberg-Marquardt refuses by the compat row of the op's name
       (kinds/features/levenberg_marquardt.py REFUSED).
+    - `folds_away`: the export may fold its variables into the layer before it (batch_norm: runtime/onnx_export.py),
+      so a pruning mask on them would leave no zero in the model; `prune` refuses them (ir/pruning.py).
     """
 
     name: str
@@ -312,6 +314,7 @@ class OpDef:
     keras: tuple[str, ...] = ()
     xla_refusal: str = ""
     stateful: Callable[[Any], bool] = never
+    folds_away: bool = False
 
     def __post_init__(self) -> None:
         if not self.tf_template:

@@ -16,6 +16,8 @@ from specgen.kinds.ops.base import FLOAT, OnnxContext, OpDef, OpError, OpResult,
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import pair, require_float, require_rank
 
+AXES = ("height", "width")  # how messages name the two spatial axes
+
 # output_padding may be 0 (Keras' None, leaving it out, is a different rule: see _output_extent)
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
     Padding2: TypeAlias = int | list[int]
@@ -47,6 +49,36 @@ def _output_extent(extent: int, kernel: int, stride: int, padding: str, output_p
     return (extent - 1) * stride + kernel % 2 + output_padding
 
 
+def _unmapped(layer: Conv2DTranspose, axis: int, kernel: int, stride: int, size: int, extent: int) -> str:
+    """Why an output_padding of 'same' padding fails on one axis, and what works there.
+
+    TensorFlow's conv_transpose needs the forward SAME conv of the output to give the input back: ceil(size /
+    stride) == extent. With output_padding p given, Keras sizes the axis (extent - 1) * stride + kernel % 2 + p and
+    requires 0 <= p < stride (base_conv_transpose.py; operation_utils' _get_output_shape_given_tf_padding), so only
+    an even kernel with p = 0 fails, and p = 1 .. stride - 1 fixes it. At stride 1 no p does (it must be 0):
+    leaving output_padding out (Keras then sizes the axis extent * stride) or an odd kernel or a stride of 2 does.
+    """
+    name = AXES[axis]
+    found = (f"output_padding: received {layer.output_padding}: with an even kernel ({kernel}) and padding 'same', "
+             f"Keras makes the {name} axis (n - 1) * stride + kernel % 2 + output_padding long, and {size} does not "
+             f"map back to the input's {extent}")
+    if stride == 1:
+        return f"{found}; no output_padding works there, since it must be below the stride (1): {_WAYS.format(name)}"
+    allowed = "1" if stride == 2 else f"1 to {stride - 1}"
+    return f"{found}; expected {allowed} on the {name} axis (at least 1, below its stride {stride})"
+
+
+_WAYS = ("leave output_padding out (the output is then input * strides), or use an odd kernel or a stride of 2 or "
+         "more on the {} axis")
+
+
+def _only_zero(layer: Conv2DTranspose, axis: int, kernel: int) -> str:
+    """What a stride-1 axis takes: 0, unless 'same' padding and an even kernel leave it no value (_unmapped)."""
+    if layer.padding == "same" and kernel % 2 == 0:
+        return f"; with its even kernel ({kernel}) and padding 'same' not even 0 works there: {_WAYS.format(AXES[axis])}"
+    return " (give 0 there, or leave output_padding out)"
+
+
 def _onnx_pads(extent: int, out: int, kernel: int, stride: int, padding: str) -> tuple[int, int, int]:
     """(begin, end, output_padding) that make ONNX ConvTranspose produce TensorFlow's `out` values.
 
@@ -66,19 +98,18 @@ def conv2d_transpose(layer: Conv2DTranspose, shapes: list[Shape], dtypes: list[s
     require_float(dtype, layer.op)
     kernel, strides = pair(layer.kernel), pair(layer.strides)
     extra = None if layer.output_padding is None else pair(layer.output_padding)
-    if extra is not None and any(e >= s for e, s in zip(extra, strides, strict=True)):
-        raise OpError(f"output_padding: received {layer.output_padding}, expected values below strides "
-                      f"({layer.strides}), as Keras requires", "output_padding")
+    for axis, (e, s) in enumerate(zip(extra or (0, 0), strides, strict=True)):  # Keras refuses e >= s at construction
+        if e >= s:
+            raise OpError(f"output_padding: received {layer.output_padding}, expected values below strides "
+                          f"({layer.strides}), as Keras requires: {e} on the {AXES[axis]} axis is not below its "
+                          f"stride {s}" + (_only_zero(layer, axis, kernel[axis]) if s == 1 else ""), "output_padding")
     in_channels = fixed(shape[-1])
     out, pads, out_pad = [], [0, 0, 0, 0], [0, 0]
     for axis in range(2):
         extent = fixed(shape[1 + axis])
         size = _output_extent(extent, kernel[axis], strides[axis], layer.padding, None if extra is None else extra[axis])
         if layer.padding == "same" and -(-size // strides[axis]) != extent:
-            # TensorFlow's conv_transpose needs the forward SAME conv of the output to give the input back
-            raise OpError(f"output_padding: received {layer.output_padding}, expected a value >= 1 with an even "
-                          f"kernel and padding 'same' (an output of {size} does not map back to {extent})",
-                          "output_padding")
+            raise OpError(_unmapped(layer, axis, kernel[axis], strides[axis], size, extent), "output_padding")
         out.append(size)
         pads[axis], pads[2 + axis], out_pad[axis] = _onnx_pads(extent, size, kernel[axis], strides[axis],
                                                               layer.padding)

@@ -2,10 +2,12 @@
 
 The schedules are TF Model Optimization's (`tfmot.sparsity.keras.ConstantSparsity`,
 `PolynomialDecay`): masks are recomputed at step s when begin_step <= s <= end_step and
-(s - begin_step) % frequency == 0. A recomputed mask keeps exactly max(round(n * (1 - sparsity)), 1)
-of a weight's n entries, the largest in magnitude; equal magnitudes are kept in flat (row-major)
-index order, so the fraction zeroed is the target's whatever the ties (TFMOT keeps every entry
-equal to its threshold, so ties can leave it below the target). Sparsities are computed in float64.
+(s - begin_step) % frequency == 0, where s counts as TFMOT 0.8's `pruning_step` does: the b-th
+update (1-based) sees step b, so step 0 is never one (update_masks). A recomputed mask keeps
+exactly max(round(n * (1 - sparsity)), 1) of a weight's n entries, the largest in magnitude;
+equal magnitudes are kept in flat (row-major) index order, so the fraction zeroed is the
+target's whatever the ties (TFMOT keeps every entry equal to its threshold, so ties can leave it
+below the target). Sparsities are computed in float64.
 """
 
 from __future__ import annotations
@@ -69,9 +71,17 @@ def magnitude_mask(weight: tf.Tensor, sparsity: tf.Tensor) -> tf.Tensor:
 
 
 def update_masks(weights: Sequence[tf.Variable], masks: Sequence[tf.Variable], schedule: Schedule,
-                 step: tf.Tensor, when: tf.Tensor | bool = True) -> None:
-    """At a pruning step (and `when`), recompute each mask from its weight's magnitudes, then zero what it prunes."""
-    prune, sparsity = schedule(step)
+                 updates_done: tf.Tensor, when: tf.Tensor | bool = True) -> None:
+    """Before the forward pass of update `updates_done + 1`: at a pruning step (and `when`), recompute each mask from
+    its weight's magnitudes, then zero what it prunes.
+
+    The schedule sees step `updates_done + 1`, as TF Model Optimization 0.6 to 0.8 counts: PruneLowMagnitude.call
+    increments `pruning_step` (0 after UpdatePruningStep.on_train_begin) before its conditional mask update, so its
+    b-th batch evaluates the schedule at b and never at 0 (pruning_wrapper.py asserts pruning_step >= 1). With
+    begin_step 0 the first update that prunes is update `frequency`; the initial weights are never ranked. A resumed
+    run restores `updates_done` (the global step), so it continues on the same updates.
+    """
+    prune, sparsity = schedule(tf.cast(updates_done, tf.int64) + 1)
 
     def recompute() -> tf.Tensor:
         for weight, mask in zip(weights, masks, strict=True):

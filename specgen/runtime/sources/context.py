@@ -18,6 +18,7 @@ from specgen.diagnostics import SpecError
 from specgen.ir.model import Input, ModelIR
 from specgen.kinds.ops import op_def
 from specgen.kinds.sources import REGISTRY
+from specgen.runtime.sources import sizes
 from specgen.runtime.sources.base import (
     FLOAT_KINDS,
     INT_KINDS,
@@ -232,6 +233,8 @@ class SourceContext:
             # otherwise reach tf.data unchecked, where another length is a traceback).
             want = wanted.get(name) or Wanted(tuple(array.shape[1:]) if array.ndim else (), "float")
             array = self._fit(name, array, want.shape, flat_rows)
+            if any(i.name == name for i in self.ir.inputs):  # one size per file on a named axis: the model must take it
+                sizes.check(self, name, tuple(array.shape[1:]), "its examples are")
             arrays[name] = self.check_values(name, array, want, locate)
             counts[name] = len(array)
         if len(set(counts.values())) > 1:

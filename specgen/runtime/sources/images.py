@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from specgen.paths import shown
+from specgen.runtime.sources import sizes
 from specgen.runtime.sources.base import MISSING, REGULAR, DataError, Source, file_kind
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.decode import (
@@ -68,6 +69,7 @@ def read(context: SourceContext) -> Source:
     import tensorflow as tf
 
     spec = _spec(context, context.stage)
+    sizes.resized(context, "image_size", {name: (spec.image_size, ("image_size",)) for name in context.source.features})
     root = _root(context)
     classes = _classes(context, spec)
     files, labels = _files(context, root, classes)

@@ -31,7 +31,7 @@ import numpy as np
 
 from specgen.kinds.sources import clashes
 from specgen.kinds.sources.tfrecord import entries, images
-from specgen.runtime.sources import record_problems
+from specgen.runtime.sources import record_problems, sizes
 from specgen.runtime.sources.base import DataError, Source, Wanted, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 from specgen.runtime.sources.decode import (
@@ -66,6 +66,7 @@ def read(context: SourceContext) -> Source:
     for loc, message in clashes(context.loaded.spec.data):  # validate says it too; a spec built in code reaches here
         if loc[1] == context.stage:
             raise context.fail(loc[2:], message)
+    sizes.resized(context, "size", {n: (f.size, ("features", n, "size")) for n, f in images(model).items()})
     shards = find_shards(context, model)
     spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)

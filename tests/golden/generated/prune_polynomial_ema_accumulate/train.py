@@ -84,7 +84,8 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor
     ) -> tf.Tensor:
         """Add one micro-batch's gradients to the accumulators; `apply_accumulated` updates."""
-        # At a pruning step the masks are recomputed before the forward pass, as TF Model Optimization does.
+        # Update global_step + 1 is schedule step global_step + 1, as in TF Model Optimization 0.8: at a pruning step
+        # the masks are recomputed before the forward pass.
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step, when=self.micro_batches == 0)
         with tf.GradientTape() as tape:
             loss, output = self.loss(features, labels, True, seed)
@@ -107,7 +108,7 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
         """One batch's training-mode loss and each trainable weight's gradient (None: the loss ignores it); nothing is applied."""
-        # At a pruning step train_step recomputes the masks before its forward pass: the probe's batch does too.
+        # If this update is a pruning step, train_step recomputes the masks before its forward pass: so does the probe.
         pruning.update_masks(self.pruned, self.masks, self.pruning_schedule, self.global_step)
         with tf.GradientTape() as tape:
             loss, _ = self.loss(features, labels, True, seed)
