@@ -163,10 +163,10 @@ class Session:
     def _override_shown(self, text: str, kept: bool) -> str:
         """`--set KEY=VALUE`, with whether the run kept it and whether it acts in this command (a kept
         train.distribute.cpu_devices without --strategy does not: kinds/features/distribute.py STRATEGY_ONLY)."""
-        remarks = ["kept from the run"] if kept else []
+        said = ["kept from the run"] if kept else []
         if not self.distribution.distributed and distribute.without_strategy(text):
-            remarks.append(distribute.IDLE)
-        return f"--set {text}" + (f" ({'; '.join(remarks)})" if remarks else "")
+            said.append(distribute.IDLE)
+        return f"--set {text}" + (f" ({'; '.join(said)})" if said else "")
 
     def data_settings(self) -> dict[str, int]:
         """What the saved data position depends on: restoring it under other values would misfit or mislead."""

@@ -24,15 +24,29 @@ Every stage (train and eval) is read by runtime/data.py's read_stage before `spe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specgen.kinds.augment import at_eval, image_inputs, output_size
 from specgen.runtime import lengths
 from specgen.text import shape as shape_text
 
 if TYPE_CHECKING:
+    from specgen.diagnostics import SpecError
     from specgen.ir.model import ModelIR
-    from specgen.runtime.sources.context import SourceContext
+    from specgen.spec.load import LoadedSpec
+
+
+class SourceContext(Protocol):
+    """What the checks read of context.SourceContext, which calls them: named here, not imported, so the two
+    modules do not import each other (tests/test_import_graph.py counts type-only imports too)."""
+
+    loaded: LoadedSpec
+    ir: ModelIR
+    stage: str
+
+    def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError: ...
+
+    def loc(self, name: str) -> tuple[str, str]: ...
 
 
 def problem(ir: ModelIR, name: str, shape: tuple[int, ...]) -> tuple[str, bool] | None:
