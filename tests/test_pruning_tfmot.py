@@ -175,9 +175,29 @@ def test_on_grid_and_constant_off_grid_schedules_are_accepted() -> None:
 def test_batch_norm_parameters_are_refused(variables: str, named: str) -> None:
     message = error("{kind: constant_sparsity, sparsity: 0.5}", variables)
     assert message.splitlines()[0].split(": error: ")[1] == (
-        f"prune selects batch-norm {named}; export folds batch norm into the layer before it, so a pruned gamma or "
-        "beta leaves no zero in the model (a zero gamma silences a whole channel, which stays in the graph): select "
-        "kernels, e.g. ['conv1/kernel', 'head/*/kernel']")
+        f"prune selects batch-norm {named}; gamma and beta hold one value per channel, so a zero gamma makes a whole "
+        "channel constant, which stays in the graph and costs what it did (pruning zeroes single weights, and TF Model "
+        "Optimization prunes no batch-norm weight): select kernels, e.g. ['conv1/kernel', 'head/*/kernel']")
+
+
+def test_a_batch_norm_with_nothing_to_fold_into_is_refused_for_what_pruning_does_not_for_a_fold() -> None:
+    """After an input nothing folds it (export keeps a BatchNormalization node, its zero gamma in it): the refusal's
+    reason is the per-channel effect, which holds there too; it used to say export folds it into the layer before."""
+    spec = SPEC.replace("outputs: {{y: bn}}", "outputs: {{y: fc}}").replace(
+        "  - {{name: fc, op: dense, input: x, units: 4}}\n  - {{name: bn, op: batch_norm}}",
+        "  - {{name: bn, op: batch_norm, input: x}}\n  - {{name: fc, op: dense, units: 4}}")
+    with pytest.raises(SpecError) as caught:
+        build_ir(load_spec_text(spec.format(schedule="{kind: constant_sparsity, sparsity: 0.5}",
+                                            variables='["bn/gamma"]'), "s.yaml", Path("/specs/s.yaml")))
+    assert "'bn/gamma'; gamma and beta hold one value per channel, so a zero gamma makes a whole channel constant" \
+        in str(caught.value) and "fold" not in str(caught.value)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])])
+    weights = {"gamma": np.array([0.0, 2.0], np.float32), "beta": np.ones(2, np.float32),
+               "mean": np.zeros(2, np.float32), "var": np.ones(2, np.float32)}
+    assert fold_batch_norms(graph, weights) == 0 and [n.op_type for n in graph.node] == ["BatchNormalization"]
 
 
 def test_folding_a_negative_scale_keeps_pruned_kernel_entries_plus_zero() -> None:

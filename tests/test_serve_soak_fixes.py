@@ -7,6 +7,7 @@ prometheus_client value files, the real server in a thread.
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import logging
@@ -32,8 +33,9 @@ from prometheus_client import values  # noqa: E402
 from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
 
 from specgen.runtime.triton import write_repository  # noqa: E402
-from specgen.serve import connection  # noqa: E402
+from specgen.serve import closing, metrics_fold  # noqa: E402
 from specgen.serve.metrics import MULTIPROC_ENV, ServerMetrics  # noqa: E402
+from specgen.serve.metrics_fold import fold_dead, folder_lock  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
 from specgen.serve.options import ServeOptions  # noqa: E402
 from specgen.serve.process import ServerSettings, _signals_noted  # noqa: E402
@@ -195,7 +197,7 @@ def test_an_oversized_body_sent_in_full_gets_its_413(served: Served) -> None:
 
 def test_a_refused_body_that_stops_coming_is_closed_after_the_linger(served: Served,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connection, "LINGER_SECONDS", 0.2)
+    monkeypatch.setattr(closing, "LINGER_SECONDS", 0.2)
     host, port = served.http.split(":")
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(f"POST /v2/models/{CNN}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000\r\n\r\n".encode()
@@ -210,3 +212,186 @@ def test_a_refused_body_that_stops_coming_is_closed_after_the_linger(served: Ser
         while gauge._value.get() > 0:  # the server's side closed after 0.2 s, not when the client leaves
             assert time.monotonic() < deadline, "the lingering connection was never closed"
             time.sleep(0.05)
+
+
+# Review 2, findings 1 and 2: the fold never holds up the supervisor, and never kills it
+
+
+def scrape_lock(folder: str, seconds: float) -> None:
+    """A scrape holding the folder's shared lock for `seconds` (in a thread: flock is per open file, so it excludes
+    this process's own exclusive try as it would another process's)."""
+    ready = threading.Event()
+
+    def hold() -> None:
+        with folder_lock(folder, fcntl.LOCK_SH):
+            ready.set()
+            time.sleep(seconds)
+
+    threading.Thread(target=hold, daemon=True).start()
+    ready.wait(5)
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
+
+
+def test_a_fold_gives_way_to_scrapes_and_the_files_stay_counted_until_it_is_done(
+        supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overlapping scrapes (flock favours no waiting writer) used to keep the parent in flock(LOCK_EX) for as long as
+    they came, deaf to SIGTERM and restarting no worker."""
+    folder = supervisor.metrics_dir
+    monkeypatch.setenv(MULTIPROC_ENV, folder)
+    pid = dead_pid()
+    live = worker_values(monkeypatch, os.getpid(), 1)
+    worker_values(monkeypatch, pid, 10)
+    total = metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200")
+    scrape_lock(folder, 0.8)
+    start = time.monotonic()
+    assert fold_dead(pid, folder) is False  # given up after LOCK_WAIT_SECONDS, its files untouched
+    assert time.monotonic() - start < 0.6  # the old fold waited the scrape's 0.8 s out
+    assert {f"counter_{pid}.db", f"histogram_{pid}.db"} <= set(os.listdir(folder))
+    time.sleep(0.9)
+    assert metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200") == total
+    supervisor.unfolded = [pid]
+    threading.Timer(0.3, supervisor._signal, (signal.SIGTERM, None)).start()
+    supervisor.watch()  # its first pass folds it: the lock is free now
+    assert supervisor.unfolded == [] and f"counter_{pid}.db" not in os.listdir(folder)
+    assert metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200") == total
+
+
+def test_a_signal_during_a_fold_is_acted_on_within_a_poll(supervisor: Supervisor,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_fold, "LOCK_WAIT_SECONDS", 30.0)  # only the signal can end the wait
+    worker = supervisor.spawn(0)
+    worker.process.kill()
+    worker.process.wait()
+    scrape_lock(supervisor.metrics_dir, 2.0)
+    threading.Timer(0.2, supervisor._signal, (signal.SIGTERM, None)).start()
+    start = time.monotonic()
+    supervisor.watch()
+    assert time.monotonic() - start < 0.6  # the old fold waited the scrape's 2 s out
+    assert supervisor.unfolded == [worker.process.pid] and supervisor.workers[0] is worker  # no restart after it
+
+
+def test_a_damaged_or_unwritable_fold_is_one_warning_and_the_supervisor_serves_on(
+        supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    folder = Path(supervisor.metrics_dir)
+    monkeypatch.setenv(MULTIPROC_ENV, str(folder))
+    live = worker_values(monkeypatch, os.getpid(), 1)
+    cut, full = dead_pid(), dead_pid()
+    worker_values(monkeypatch, cut, 10)
+    worker_values(monkeypatch, full, 100)
+    counter = folder / f"counter_{cut}.db"
+    counter.write_bytes(counter.read_bytes()[:100])  # cut short: its first value ends past the file's end
+    caplog.set_level(logging.WARNING, "specgen.serve")
+    assert fold_dead(cut, str(folder)) is True
+    (folder / "histogram_dead.partial").mkdir()  # the next fold's write fails (as ENOSPC would)
+    assert fold_dead(full, str(folder)) is True  # not retried: its files stay, counted as prometheus_client's own
+    assert [(e["pid"], e["file"], e["error"].split(":")[0], e["files"]) for e in events(
+        caplog.records, "metrics_fold_failed")] == [
+        (cut, f"counter_{cut}.db", "error", "removed: prometheus_client's collector cannot read it either"),
+        (full, "histogram", "IsADirectoryError", "left as they are, still counted")]
+    assert sorted(p.name for p in folder.glob(f"*_{full}.db")) == [f"histogram_{full}.db"]
+    text = live.render().decode()  # scrapes work: the damaged file is gone; the cut worker's histogram was folded
+    assert metric(text, "specgen_requests_total", model=CNN, protocol="http", status="200") == 101
+    assert metric(text, "specgen_request_duration_seconds_count", model=CNN) == 111
+
+
+# Review 2, finding 3: a worker dead before the stop reached it
+
+
+def test_a_worker_dead_when_the_stop_begins_is_logged_and_unclean(supervisor: Supervisor,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """It died in the poll the signal came in (watch() returned before looking at it), or it waited to be restarted:
+    the parent used to exit 0 with no line about it."""
+    unseen, waiting = supervisor.spawn(0), supervisor.spawn(1)
+    for worker in (unseen, waiting):
+        worker.process.kill()
+        worker.process.wait()
+    supervisor._buried(waiting)  # as watch() does (it logged its worker_exited then)
+    caplog.set_level(logging.INFO, "specgen.serve")
+    assert supervisor.stop(10) is False
+    assert events(caplog.records, "worker_exited") == [{"event": "worker_exited", "worker": 0, "pid": unseen.process.pid,
+                                                        "status": "SIGKILL", "restart_in_s": None}]
+    assert [(e["worker"], e["status"]) for e in events(caplog.records, "worker_unclean")] == [
+        (0, "SIGKILL"), (1, "SIGKILL")]
+
+
+# Review 2, finding 4: a lingering connection whose client reads nothing
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One connection at most; accepted sockets get a small send buffer (inherited from the listener), so that a
+    client that reads nothing fills the kernel's buffers within a few answers."""
+    repo = tmp_path_factory.mktemp("crowded_repo")
+    write_repository(repo, *model_bytes(CNN))
+    with Served(load_repository(repo, provider="cpu"), ServeOptions(max_connections=1, send_timeout=0.5)) as served:
+        served.server.servers[0].sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        yield served
+
+
+def unread_answers(served: Served, last: bytes) -> socket.socket:
+    """Pipelined /metrics answers (~7 KB each) past what the kernel holds, then `last`: its answer waits in the
+    server's write buffer (below the high-water mark: writes not paused); nothing is ever read."""
+    host, port = served.http.split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 6 + last)
+    return sock
+
+
+def stuck_client(served: Served) -> socket.socket:
+    """unread_answers, the last a body too large: its 413 is written, then the linger begins."""
+    refused = served.service.metrics.failures.labels(CNN, "too_large")
+    before = refused._value.get()
+    sock = unread_answers(served, f"POST /v2/models/{CNN}/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 60000000"
+                                  "\r\n\r\n".encode() + b"0" * 1000)
+    deadline = time.monotonic() + 3
+    while refused._value.get() == before:
+        assert time.monotonic() < deadline, "the 413 was never answered"
+        time.sleep(0.02)
+    return sock
+
+
+def open_connections(served: Served, count: int, within: float) -> None:
+    gauge, deadline = served.service.metrics.connections, time.monotonic() + within
+    while gauge._value.get() != count:
+        assert time.monotonic() < deadline, f"{gauge._value.get()} connections open, not {count}"
+        time.sleep(0.02)
+
+
+def test_a_lingering_client_that_reads_nothing_loses_its_slot_when_the_linger_ends(
+        crowded: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The linger's end used close(), which waits for ever to flush an answer the client never reads."""
+    monkeypatch.setattr(closing, "LINGER_SECONDS", 0.3)
+    with stuck_client(crowded):
+        open_connections(crowded, 0, within=1.5)
+
+
+def test_an_eviction_takes_a_lingering_connection(crowded: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(closing, "LINGER_SECONDS", 30.0)
+    evicted = crowded.service.metrics.connections_closed.labels("evicted")
+    before = evicted._value.get()
+    host, port = crowded.http.split(":")
+    with stuck_client(crowded):
+        client = http.client.HTTPConnection(host, int(port), timeout=5)
+        client.request("GET", "/v2/health/ready")
+        assert client.getresponse().status == 200
+        client.close()
+        open_connections(crowded, 0, within=1.5)  # the lingering one went at once, aborted, not 30 s later
+    assert evicted._value.get() == before + 1
+
+
+def test_a_close_with_answers_unread_is_aborted_after_send_timeout(crowded: Served) -> None:
+    """`Connection: close` used close(), which waits for ever to flush answers the client never reads; writes were not
+    paused (below the high-water mark), so no send timer ran either."""
+    timeouts = crowded.service.metrics.connections_closed.labels("send_timeout")
+    before = timeouts._value.get()
+    with unread_answers(crowded, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):
+        open_connections(crowded, 1, within=1.0)
+        open_connections(crowded, 0, within=2.0)
+    assert timeouts._value.get() == before + 1

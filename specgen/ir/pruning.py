@@ -138,14 +138,18 @@ def resolve_pruning(loaded: LoadedSpec, members: Membership, shapes: dict[str, t
 
 
 def _folded_selected(loaded: LoadedSpec, paths: list[str]) -> Diagnostic:
-    """Batch-norm gamma and beta are refused, not masked: the export folds a batch norm into the layer before it
-    (docs/export.md), so their zeros would not be in the ONNX model, and a zero gamma zeroes a whole output channel
-    of that kernel instead: channel pruning, for which per-entry masks are the wrong tool (the channel stays in
-    the graph and costs what it did). TF Model Optimization prunes no batch-norm weight either."""
+    """Batch-norm gamma and beta are refused, not masked. They hold one value per channel, so a zero gamma makes a
+    whole channel constant: channel pruning, for which per-entry masks are the wrong tool, as the channel stays in the
+    graph and costs what it did. That holds wherever the batch norm ends up: the export (runtime/onnx_export.py) folds
+    one right after a conv or dense layer into that layer's kernel and bias (a zero gamma: a zeroed output channel of
+    the kernel, the gamma itself gone) and keeps any other (after an input, an activation, a shared layer) as an
+    ONNX BatchNormalization node in inference form (the zero gamma stays there, the channel outputs beta). So the
+    message names the effect, not the fold. TF Model Optimization prunes no batch-norm weight either."""
     return loaded.diagnostic(("prune", "variables"), (
-        f"prune selects batch-norm {variable_list(paths)}; export folds batch norm into the layer before it, so "
-        "a pruned gamma or beta leaves no zero in the model (a zero gamma silences a whole channel, which stays in "
-        "the graph): select kernels, e.g. ['conv1/kernel', 'head/*/kernel']"))
+        f"prune selects batch-norm {variable_list(paths)}; gamma and beta hold one value per channel, so a zero gamma "
+        "makes a whole channel constant, which stays in the graph and costs what it did (pruning zeroes single "
+        "weights, and TF Model Optimization prunes no batch-norm weight): select kernels, e.g. ['conv1/kernel', "
+        "'head/*/kernel']"))
 
 
 def _copies_selected(loaded: LoadedSpec, copies: list[str]) -> Diagnostic:

@@ -22,50 +22,35 @@ holds a header value until it ends, with no limit. Here, per connection:
 uvicorn's own calls to resume reading (every `receive()` and response) go through `GatedFlow`
 (adapters.py), which resumes only when none of these reasons to pause holds.
 
-A response that closes the connection while the request's body is still arriving (413 for a body above
-what the model accepts, 503 when the body budget is full) lingers before closing, as nginx's
-`lingering_close` and Apache do: closing a socket with unread bytes makes the kernel answer RST, which
-destroys the answer before a client that writes its whole body before reading (Python's http.client,
-requests) can read it. So the answer is sent, then FIN, and the rest of the body is read and dropped
-for at most `LINGER_SECONDS` and `LINGER_BYTES` (the body's declared length when smaller), then the
-connection closes.
+Closing (a lingering close for a body still arriving, and every close bounded in time) is closing.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import httptools
-from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from specgen.serve.adapters import ClosingTransport, GatedFlow
-from specgen.serve.guard import Guard, Refused, raw_response
+from specgen.serve.closing import LingeringClose
+from specgen.serve.guard import Refused
 
 READ_BYTES = 16 << 10  # one read; also the most unparsed bytes a paused connection keeps
 HEADER_SLICE = 256  # header bytes parsed at a time: the smallest request is 16 bytes, so <= 16 requests per slice
 PIPELINE_DEPTH = 8  # requests parsed ahead, waiting behind the one being answered
 PIPELINE_BODY_BYTES = 64 << 10  # body bytes those waiting requests may hold together
 WRITE_HIGH_BYTES = 64 << 10  # the transport's write buffer above which reading (and the app's sends) pause
-LINGER_SECONDS = 2.0  # a refused body may keep arriving this long after its answer: ~200 MB on a 1 Gbit/s link
-LINGER_BYTES = 256 << 20  # and this many of its bytes are read and dropped, at most
 
 
-class BoundedProtocol(HttpToolsProtocol):
+class BoundedProtocol(LingeringClose):
     """HttpToolsProtocol with bounded reads, parse-ahead, header bytes and stalled writes (`guard` set per server)."""
 
-    guard: ClassVar[Guard]
-    _stash = b""  # bytes read but not parsed while the connection is full
     _stash_scheduled = False
     _in_headers = False
     _header_bytes = _header_count = 0
     _content_length: int | None = None
-    _body_left: int | None = None  # of a Content-Length body being parsed
-    _send_timer: asyncio.TimerHandle | None = None
-    _running: Any = None  # the RequestResponseCycle being answered
-    _linger_left: int | None = None  # bytes of a refused body still to read and drop; None: not lingering
     stalled_since: float | None = None  # when its writes paused (the client stopped reading); None while they flow
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -74,8 +59,7 @@ class BoundedProtocol(HttpToolsProtocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_BYTES)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._send_timer is not None:
-            self._send_timer.cancel()
+        self.cancel_timers()
         self._stash = b""
         # uvicorn tells only its newest cycle, which may be a pipelined one queued behind the request being
         # answered: that one's handler watches for the disconnect too (client_watch.py `unless_gone`)
@@ -87,9 +71,7 @@ class BoundedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
         if self._linger_left is not None:  # the rest of a refused body: dropped
-            self._linger_left -= len(data)
-            if self._linger_left <= 0:
-                self.transport.close()
+            self.linger_received(data)
             return
         if self._stash:  # bytes wait unparsed (reading is paused): these come after them
             self._stash += data
@@ -151,18 +133,11 @@ class BoundedProtocol(HttpToolsProtocol):
             self.send_400_response(msg)
         else:  # a 400 now would come before the answer in progress: close instead, as close_with does
             self._abandon()
-            self.transport.close()
+            self._close()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         self._running = cycle  # uvicorn keeps only the newest cycle, which may be a queued one
         super()._start_asgi_task(cycle, app)
-
-    def _abandon(self) -> None:
-        """Tell the cycle being answered that its client is gone now, before it writes to a closed transport."""
-        for cycle in (self._running, self.cycle):
-            if cycle is not None and not cycle.response_complete:
-                cycle.disconnected = True
-                cycle.message_event.set()
 
     def _full(self) -> bool:
         """Enough requests wait behind the one being answered: parse no more until they drain."""
@@ -246,50 +221,3 @@ class BoundedProtocol(HttpToolsProtocol):
             self._send_timer.cancel()
             self._send_timer = None
         self._unblock()
-
-    def _send_late(self) -> None:
-        self._send_timer = None
-        self.close_with("send_timeout", b"408 Request Timeout",
-                        f"the client read none of its answers for {self.guard.send_timeout:g} s")
-
-    # Closing
-
-    def _idle(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
-
-    def close_after_body(self) -> None:
-        """Close, or, while the request's body is still arriving, linger (module docstring): the answer is written, FIN
-        follows it, and the body's remaining bytes are read and dropped until they end or a bound is reached."""
-        cycle = self.cycle
-        if self.transport.is_closing() or self._linger_left is not None or cycle is None or not cycle.more_body:
-            self.transport.close()
-            return
-        left = LINGER_BYTES if self._body_left is None else self._body_left - len(self._stash)  # None: chunked
-        self._stash = b""
-        if left <= 0:
-            self.transport.close()
-            return
-        self._linger_left = min(left, LINGER_BYTES)
-        self.transport.write_eof()
-        self.loop.call_later(LINGER_SECONDS, self.transport.close)  # a no-op once the connection is closed
-        FlowControl.resume_reading(self.flow)  # whatever paused reading, the dropped bytes must flow
-
-    def close_with(self, reason: str, status: bytes, message: str) -> None:
-        """Answer `status` when no request cycle owns the transport, then close; abort when writes cannot drain."""
-        if self.transport.is_closing():
-            return
-        if self._linger_left is not None:  # answered, and FIN sent: nothing more may be written
-            self.transport.close()
-        elif self.flow.write_paused:  # the client reads nothing: close() would wait for ever to flush
-            self._abandon()
-            self.transport.abort()
-        else:
-            if self._idle():  # otherwise the app's read just ends, and its answer is not written
-                self.transport.write(raw_response(status, message))
-            else:
-                self._abandon()
-            self.transport.close()
-        self.guard.closed(reason, self.client)
-
-
-

@@ -10,13 +10,8 @@ named by PROMETHEUS_MULTIPROC_DIR, and /metrics of any worker renders the sum of
 live repository's models itself, so `specgen_model_loads_total` counts each version once per worker (N per
 version): it counts loads, the work each process did, and a dashboard divides by N for versions.
 
-A dead worker's files: prometheus_client keeps a dead process's counter and histogram files, so that sums never go
-backwards (only its live gauges go, `mark_process_dead`), and nothing ever merges them: a worker restarted every
-minute would leave ~86k files in a month, every one read by every scrape. `fold_dead` adds them, value by value
-(every counter and histogram value is a plain sum over processes), into one `<kind>_dead.db` per kind, written the
-way prometheus_client writes its own (MmapedDict), and removes them: the folder holds the live workers' files plus
-at most three. Scrapes (`render`) hold a shared lock on the folder and the fold an exclusive one, so no scrape sees
-the dead worker's values twice or not at all.
+A dead worker's counter and histogram files are folded into one file per kind (metrics_fold.py, which says how
+exactly once and without the parent ever waiting on a scrape).
 """
 
 from __future__ import annotations
@@ -24,22 +19,19 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from specgen.atomic import pid_alive
+from specgen.serve.metrics_fold import LOCK_NAME, folder_lock
+from specgen.serve.metrics_fold import fold_dead as fold_dead  # re-exported: where it lived before metrics_fold.py
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by `--workers N` (workers.py) in each worker's environment
 METRICS_PREFIX = "specgen-metrics-"  # `--workers`' folder: + the parent's pid + "-" + mkdtemp's random part
 UNKNOWN_MODEL = "_unknown"  # the model label of requests for models the server does not have
-ADDITIVE_KINDS = ("counter", "histogram", "summary")  # file kinds whose values add over processes
-LOCK_NAME = "fold.lock"  # in the multiprocess folder; not *.db, which is all prometheus_client reads
 
 
 class ModelMetrics:
@@ -192,45 +184,6 @@ def multiprocess_mode() -> bool:
     return MULTIPROC_ENV in os.environ or MULTIPROC_ENV.lower() in os.environ
 
 
-@contextmanager
-def folder_lock(folder: str, mode: int) -> Iterator[None]:
-    """flock the multiprocess folder: shared (LOCK_SH) to read it, exclusive (LOCK_EX) to fold files in it."""
-    fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, mode)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def fold_dead(pid: int, folder: str) -> None:
-    """Worker `pid` is dead: drop its live gauges and add its counters and histograms into `<kind>_dead.db`, removing
-    its own files (the module docstring says why). Integer counts stay exact; a histogram's `_sum` may move in its last
-    bit, as prometheus_client's own sum does whenever the order of the files it reads changes."""
-    from prometheus_client import mmap_dict, multiprocess
-
-    mmaped: Any = mmap_dict.MmapedDict  # untyped: prometheus_client's file format, as its collector reads it
-    multiprocess.mark_process_dead(pid, folder)
-    with folder_lock(folder, fcntl.LOCK_EX):
-        for kind in ADDITIVE_KINDS:
-            dead, into = Path(folder, f"{kind}_{pid}.db"), Path(folder, f"{kind}_dead.db")
-            if not dead.exists():
-                continue
-            sums: dict[str, float] = {}
-            for path in (into, dead):
-                if path.exists():
-                    for key, value, _, _ in mmaped.read_all_values_from_file(str(path)):
-                        sums[key] = sums.get(key, 0.0) + value
-            partial = into.with_suffix(".partial")  # not *.db: never read half written
-            partial.unlink(missing_ok=True)
-            merged = mmaped(str(partial))
-            for key, value in sums.items():
-                merged.write_value(key, value, 0.0)
-            merged.close()
-            os.replace(partial, into)
-            dead.unlink()
-
-
 def remove_stale_metrics(folder: Path) -> list[Path]:
     """Remove the metrics folders in `folder` whose parent process is gone (killed before it could remove them)."""
     removed = []
@@ -252,8 +205,9 @@ def remove_orphaned_metrics() -> None:
         pid = path.stem.rsplit("_", 1)[-1]
         if not pid.isdigit() or int(pid) == os.getpid() or not pid_alive(int(pid)):
             path.unlink(missing_ok=True)
-    if not any(Path(folder).glob("*.db")):
-        Path(folder, LOCK_NAME).unlink(missing_ok=True)
+    if not any(Path(folder).glob("*.db")):  # and what a fold in the killed parent may have left
+        for path in [Path(folder, LOCK_NAME), *Path(folder).glob("*.partial"), *Path(folder).glob("*.folded")]:
+            path.unlink(missing_ok=True)
     try:
         os.rmdir(folder)
     except OSError:  # another worker still has files there: the last one out removes it

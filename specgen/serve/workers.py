@@ -15,9 +15,11 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
   is then reported once, by the first, and the parent exits with its status.
 - SIGTERM / SIGINT to the parent: SIGTERM to every worker (each drains: in-flight requests answered,
   batchers emptied), exit 0 when every worker stopped cleanly (one still starting has nothing to drain: its
-  death by that SIGTERM is clean). The handler only notes the signal and the main loop forwards it, so no
-  restart follows it. Workers run in their own process group, so a terminal's Ctrl-C reaches only the
-  parent, and they get SIGTERM should the parent die.
+  death by that SIGTERM is clean). A worker already dead then (crashed in the poll the signal came in, or
+  waiting to be restarted) is no clean stop: logged (worker_exited, if watch() had not) and counted. The
+  handler only notes the signal and the main loop forwards it, so no restart follows it. Workers run in
+  their own process group, so a terminal's Ctrl-C reaches only the parent, and they get SIGTERM should the
+  parent die.
 - A worker that dies otherwise is restarted (at once, then after 1, 2, 4 ... 30 s while it keeps dying
   within 10 s of starting); the others keep serving meanwhile.
 
@@ -42,7 +44,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specgen.serve.metrics import METRICS_PREFIX, fold_dead, remove_orphaned_metrics, remove_stale_metrics
+from specgen.serve.metrics import METRICS_PREFIX, remove_stale_metrics
+from specgen.serve.metrics_fold import fold_dead
 from specgen.serve.options import ServeOptions
 from specgen.serve.ports import WorkersError, listen, reserve
 from specgen.serve.process import ServerSettings, serve
@@ -53,6 +56,7 @@ READY_SECONDS = 600.0  # a worker that has not loaded its models by then is take
 STABLE_SECONDS = 10.0  # a worker that lived this long before dying is restarted at once
 MAX_BACKOFF = 30.0
 POLL_SECONDS = 0.05
+FOLD_RETRY_SECONDS = 1.0  # a dead worker's metrics fold given up (the scrapes kept the lock) is tried again after
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Worker:
     ready_fd: int
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
+    buried: bool = False  # its death seen, logged, and its metrics folded (or left for a later pass)
 
 
 def worker_threads(threads: int, workers: int) -> int:
@@ -92,6 +97,8 @@ class Supervisor:
         self.workers: dict[int, Worker] = {}
         self.backoff: dict[int, float] = {}
         self.stopping = 0
+        self.unfolded: list[int] = []  # dead workers' pids whose metrics files wait for a fold (metrics_fold.py)
+        self.fold_at = 0.0
 
     @property
     def http_port(self) -> int:
@@ -119,7 +126,7 @@ class Supervisor:
         env = {**os.environ, MULTIPROC_ENV: self.metrics_dir}
         child = replace(self.settings, listen_fd=self.http.fileno(), ready_fd=ready_w, worker=index)
         process = subprocess.Popen(
-            [sys.executable, "-m", "specgen.serve.workers", str(os.getpid())], stdin=subprocess.PIPE, env=env,
+            [sys.executable, "-m", "specgen.serve.worker_process", str(os.getpid())], stdin=subprocess.PIPE, env=env,
             pass_fds=(self.http.fileno(), ready_w), process_group=0)
         os.close(ready_w)
         assert process.stdin is not None
@@ -149,6 +156,8 @@ class Supervisor:
                 if self.stopping:
                     return None
                 status = worker.process.poll()  # None: not ready in READY_SECONDS
+                if status is not None:  # it has printed why, once: no worker_exited / worker_unclean lines after it
+                    os.close(self.workers.pop(index).ready_fd)
                 self.stop()
                 return status if status and status > 0 else 1  # the worker has printed why
         http = f"{self.settings.host}:{self.http_port}"
@@ -176,9 +185,7 @@ class Supervisor:
                 delay = 0.0 if lived >= STABLE_SECONDS else min(max(self.backoff.get(index, 0.0) * 2, 1.0), MAX_BACKOFF)
                 self.backoff[index] = delay
                 restart_at[index] = now + delay
-                log.warning("worker exited; restarting it", extra={"fields": {
-                    "event": "worker_exited", "worker": index, "pid": worker.process.pid,
-                    "status": _status(worker.process.returncode), "restart_in_s": delay}})
+                _log_exit(worker, delay)
             for index, when in list(restart_at.items()):
                 if self.signalled():
                     return
@@ -187,6 +194,10 @@ class Supervisor:
                     new = self.spawn(index)
                     log.info("worker restarted", extra={"fields": {"event": "worker_restarted", "worker": index,
                                                                    "pid": new.process.pid}})
+            if self.unfolded and now >= self.fold_at:  # one try a pass at most: the loop stays a poll long
+                self.fold_at = now + FOLD_RETRY_SECONDS
+                if fold_dead(self.unfolded[0], self.metrics_dir, self.signalled):
+                    self.unfolded.pop(0)
 
     def _note_ready(self) -> None:
         """Log restarted workers that have become ready (without waiting: the others keep being watched)."""
@@ -195,8 +206,9 @@ class Supervisor:
                                                        "pid": worker.process.pid}})
 
     def _became_ready(self) -> list[Worker]:
-        """The live workers that reported ready since last asked (their ready pipes read without waiting)."""
-        waiting = [w for w in self.workers.values() if not w.ready and w.process.poll() is None]
+        """The workers that reported ready since last asked (their ready pipes read without waiting), a dead one not yet
+        buried included: stop() judges it by whether it had become ready."""
+        waiting = [w for w in self.workers.values() if not w.ready and not w.buried]
         readable, _, _ = select.select([w.ready_fd for w in waiting], [], [], 0) if waiting else ([], [], [])
         ready = [w for w in waiting if w.ready_fd in readable and os.read(w.ready_fd, 1) == b"1"]
         for worker in ready:
@@ -204,8 +216,12 @@ class Supervisor:
         return ready
 
     def _buried(self, worker: Worker) -> None:
-        fold_dead(worker.process.pid, self.metrics_dir)  # its live gauges leave the sums, its counters stay in them
+        """Its live gauges leave the sums, its counters and histograms stay in them: folded now, or at a later pass when
+        the scrapes hold the folder's lock (a signal stops the wait at once: the folder goes at the stop)."""
+        worker.buried = True
         os.close(worker.ready_fd)
+        if not fold_dead(worker.process.pid, self.metrics_dir, self.signalled):
+            self.unfolded.append(worker.process.pid)
 
     def stop(self, timeout: float | None = None) -> bool:
         """SIGTERM to every worker, wait for them (SIGKILL after `timeout`); True when all stopped cleanly."""
@@ -214,17 +230,22 @@ class Supervisor:
             self.grpc.close()
         self._became_ready()  # which of them serve (and so have requests to drain), before they are told to stop
         live = self._forward()
+        for worker in self.workers.values():
+            if worker not in live and not worker.buried:  # died in the poll the signal came in: watch() left it
+                _log_exit(worker, None)
+                self._buried(worker)
         deadline = None if timeout is None else time.monotonic() + timeout
         clean = True
-        for worker in live:
-            try:
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.1)
-                status: int | None = worker.process.wait(left)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
-                status = None
-            # one not yet serving (importing, loading) dies of it, with nothing to drain: clean
+        for worker in self.workers.values():  # the dead ones too: one crashed, or waiting to restart, is no clean stop
+            status = worker.process.returncode
+            if worker in live:
+                try:
+                    status = worker.process.wait(None if deadline is None else max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    worker.process.kill()
+                    worker.process.wait()
+                    status = None
+            # one not yet serving (importing, loading) dies of the SIGTERM with nothing to drain: clean
             if status == 0 or (status == -signal.SIGTERM and not worker.ready):
                 continue
             clean = False
@@ -233,6 +254,13 @@ class Supervisor:
                 "status": "killed after the timeout" if status is None else _status(status)}})
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
         return clean
+
+
+def _log_exit(worker: Worker, delay: float | None) -> None:
+    """worker_exited: its status, and when it restarts (None: not, the parent is stopping)."""
+    log.warning("worker exited; restarting it" if delay is not None else "worker exited", extra={"fields": {
+        "event": "worker_exited", "worker": worker.index, "pid": worker.process.pid,
+        "status": _status(worker.process.returncode), "restart_in_s": delay}})
 
 
 def _status(code: int | None) -> str:
@@ -267,31 +295,3 @@ def run_workers(settings: ServerSettings, workers: int) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGTERM to this worker when the parent dies (Linux); exit now if it already has."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        sys.exit(1)
-
-
-def worker_main() -> int:
-    """A worker: the settings come pickled on stdin from the parent (its own child: trusted)."""
-    parent = int(sys.argv[1])
-    _die_with_parent(parent)
-    settings: ServerSettings = pickle.load(sys.stdin.buffer)
-    try:
-        return serve(settings)
-    finally:
-        if os.getppid() != parent:  # the parent was killed: no one else will remove the metrics folder
-            remove_orphaned_metrics()
-
-
-if __name__ == "__main__":
-    sys.exit(worker_main())
