@@ -412,6 +412,13 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (target, young, live, other))
 
 
+def _run_module(folder: Path, module: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <module>` for a module written into `folder`, with this checkout's specgen importable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(Path(__file__).resolve().parents[1])])}
+    return subprocess.run([sys.executable, "-m", module], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
 def test_a_ctrl_c_caught_after_a_string_exec_still_exits_130_under_python_m(tmp_path: Path) -> None:
     """CPython notes a KeyboardInterrupt that leaves code run from a string (exec of a str, PyRun_String: pybind11's
     py::exec inside TensorFlow's imports) and, under `python -m`, kills the process with SIGINT at exit even when
@@ -424,9 +431,7 @@ def test_a_ctrl_c_caught_after_a_string_exec_still_exits_130_under_python_m(tmp_
         "    try:\n        exec('import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nsum(range(10**6))', {})\n"
         "    except KeyboardInterrupt:\n        code = _interrupted(['train'])\n"
         "sys.exit(code)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
-    done = subprocess.run([sys.executable, "-m", "interrupted"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = _run_module(tmp_path, "interrupted")
     assert (done.returncode, done.stderr) == (130, "\nspecgen train: interrupted (Ctrl-C); it stopped before it "
                                                    "finished\n")
 
@@ -449,7 +454,5 @@ def test_a_ctrl_c_python_swallows_is_not_lost(tmp_path: Path) -> None:
         "        try:\n            interrupts.check()\n"
         "        except KeyboardInterrupt:\n            sys.exit(130)\n"
         "sys.exit(0)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[1])])}
-    done = subprocess.run([sys.executable, "-m", "swallowed"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = _run_module(tmp_path, "swallowed")
     assert (done.returncode, done.stdout, done.stderr) == (130, "swallowed, noted: True\n", "")

@@ -27,7 +27,8 @@ that reads data) check their examples against the same minima and bounds (`below
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specgen.kinds.dims import SYMBOL
@@ -100,22 +101,13 @@ def read(metadata: Mapping[str, str]) -> Bounds:
 
 def violation(found: Bounds, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
     """The first input whose size along a bounded symbol exceeds the bound, as an error message."""
-    for name, dims in declared.items():
-        hit = above(found, dims, shapes[name])
-        if hit is not None:
-            axis, dim = hit
-            return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
-                    f"{list(shapes[name])}), {limit_text(found, dim)}")
-    return None
+    return _refusal(declared, shapes, lambda dims, shape: above(found, dims, shape), lambda dim: limit_text(found, dim))
 
 
 def above(found: Bounds, dims: Sequence[Any], shape: Sequence[int]) -> tuple[int, str] | None:
     """The first axis of one shape longer than the bound of its named dimension: (axis, dimension), or None.
     `dims` and `shape` are aligned (both with the batch axis, or both without)."""
-    for axis, dim in enumerate(dims):
-        if dim in found and axis < len(shape) and shape[axis] > found[dim][0]:
-            return axis, dim
-    return None
+    return _first_axis(found, dims, shape, operator.gt)
 
 
 def limit_text(found: Bounds, dim: str) -> str:
@@ -146,21 +138,34 @@ def read_ids(metadata: Mapping[str, str]) -> IdRanges:
 
 def too_short(found: Minima, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
     """The first input whose size along a symbol is below the smallest the model takes, as an error message."""
-    for name, dims in declared.items():
-        hit = below(found, dims, shapes[name])
-        if hit is not None:
-            axis, dim = hit
-            return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
-                    f"{list(shapes[name])}), {need_text(found, dim)}")
-    return None
+    return _refusal(declared, shapes, lambda dims, shape: below(found, dims, shape), lambda dim: need_text(found, dim))
 
 
 def below(found: Minima, dims: Sequence[Any], shape: Sequence[int]) -> tuple[int, str] | None:
     """The first axis of one shape shorter than the smallest size of its named dimension: (axis, dimension), or
     None. `dims` and `shape` are aligned. The one comparison behind infer's, serve's and the data sources' checks."""
+    return _first_axis(found, dims, shape, operator.lt)
+
+
+def _first_axis(found: Mapping[str, tuple[Any, ...]], dims: Sequence[Any], shape: Sequence[int],
+                beyond: Callable[[int, int], bool]) -> tuple[int, str] | None:
+    """The first axis whose size is `beyond` the limit its named dimension has in `found`: (axis, dimension)."""
     for axis, dim in enumerate(dims):
-        if dim in found and axis < len(shape) and shape[axis] < found[dim][0]:
+        if dim in found and axis < len(shape) and beyond(shape[axis], found[dim][0]):
             return axis, dim
+    return None
+
+
+def _refusal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]],
+             hit_of: Callable[[Sequence[Any], Sequence[int]], tuple[int, str] | None],
+             told: Callable[[str], str]) -> str | None:
+    """The message for the first input `hit_of` finds an axis of: its size, the shape, and what it is `told`."""
+    for name, dims in declared.items():
+        hit = hit_of(dims, shapes[name])
+        if hit is not None:
+            axis, dim = hit
+            return (f"input '{name}': received {shapes[name][axis]} steps along '{dim}' (shape "
+                    f"{list(shapes[name])}), {told(dim)}")
     return None
 
 

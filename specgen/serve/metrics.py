@@ -25,7 +25,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from specgen.atomic import pid_alive
 from specgen.serve.metrics_fold import LOCK_NAME, folder_lock
-from specgen.serve.metrics_fold import fold_dead as fold_dead  # re-exported: where it lived before metrics_fold.py
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -8,7 +8,7 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
   split between them (`--threads`, or the CPUs this process may use, divided by N, at least 1).
 - Metrics: prometheus_client's multiprocess mode (a fresh folder per run, removed at exit); /metrics
   of any worker sums the counters and histograms of all, live and dead, and the gauges of the live. A dead
-  worker's counter and histogram files are folded into one per kind (metrics.py `fold_dead`).
+  worker's counter and histogram files are folded into one per kind (metrics_fold.py `fold_dead`).
   The folder is named by the parent's pid: should the parent be killed (kill -9), the last worker to
   exit removes it, and a later `--workers` run removes any whose parent is gone (`stale_metrics`).
 - Workers start one after another, each once the previous is ready: a repository that cannot be served
