@@ -113,13 +113,14 @@ def test_the_readme_layout_table_names_every_package_and_nothing_else() -> None:
 
 
 def test_every_command_is_one_module_the_parser_loops_over() -> None:
-    """specgen/commands/: each module with a NAME is a subcommand of `specgen` (and nothing else adds one)."""
+    """specgen/commands/: each module is one row of COMMANDS and a subcommand of `specgen` (nothing else adds one)."""
     from specgen.cli import parser
-    from specgen.commands import discover
+    from specgen.commands import COMMANDS, discover
 
-    names = [c.NAME for c in discover()]
+    names = [name for name, _ in discover()]
     modules = sorted(p.stem for p in (PACKAGE / "commands").glob("*.py") if p.stem not in ("__init__", "common"))
-    assert len(names) == len(modules) == len(set(names)), (names, modules)
+    assert sorted(module for _, module, _ in COMMANDS) == modules, modules  # no module without its row, nor twice
+    assert len(names) == len(set(names)), names
     sub = next(a for a in parser()._actions if a.dest == "command")
     assert list(sub.choices) == names  # in ORDER: `specgen --help` lists them as the pipeline runs
     assert names[:3] == ["validate", "explain", "diff"] and "train" in names and "serve" in names
@@ -137,4 +138,4 @@ def test_docs_cli_lists_every_command_and_shows_the_real_usage() -> None:
     usage = " ".join(parser().format_usage().split())  # argparse wraps to the terminal's width: compare words
     assert usage in " ".join(text.split()), usage
     rows = set(re.findall(r"^\| `specgen ([a-z-]+)", text, re.M))
-    assert sorted({c.NAME for c in discover()} - rows) == []
+    assert sorted({name for name, _ in discover()} - rows) == []

@@ -1,11 +1,11 @@
 """The command line's commands, one module each: its flags (`add_arguments`) and what it prints (`run`).
 
-A command module defines `NAME` (the word after `specgen`), `ORDER` (its place in `specgen --help`: the
-pipeline's order, spec -> IR -> render -> runtime), `HELP`, `add_arguments(parser)` and `run(args) -> int`.
-`COMMANDS` below repeats each one's NAME, module and HELP in ORDER, so specgen/cli.py builds `specgen --help`
-without importing any command module and imports only the one that runs (`specgen --version` and `--help`
-import neither the spec nor the IR stack; tests/test_base_install.py checks the table against the modules).
-Adding a command is adding a module here and its row to COMMANDS; `discover()` imports them all (tests, docs).
+A command module defines `add_arguments(parser)` and `run(args) -> int`; its name (the word after `specgen`),
+its place in `specgen --help` (the pipeline's order, spec -> IR -> render -> runtime) and its help line are its
+row in `COMMANDS` below, the one place they are written, so specgen/cli.py builds `specgen --help` without
+importing any command module and imports only the one that runs (`specgen --version` and `--help` import
+neither the spec nor the IR stack). Adding a command is adding a module here and its row to COMMANDS
+(tests/test_layout.py checks every module has one).
 
 A module's top level imports nothing heavy: TensorFlow, onnxruntime, Optuna and matplotlib are imported inside
 `run`, after the spec is read and checked, so a spec mistake is reported before TensorFlow starts and `validate`,
@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from types import ModuleType
 from typing import Protocol, cast
 
-# (NAME, module under specgen/commands/, HELP), in ORDER: what `specgen --help` lists, without importing the modules.
+# (name, module under specgen/commands/, help), in the order `specgen --help` lists them, without importing them.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("validate", "validate", "check spec files and report every problem"),
     ("explain", "explain", "print a key's final value and every place that set it"),
@@ -48,9 +47,6 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 class Command(Protocol):
     """What cli.py reads of a command module."""
 
-    NAME: str
-    ORDER: int
-    HELP: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
 
@@ -60,13 +56,6 @@ def load(module: str) -> Command:
     return cast(Command, importlib.import_module(f"{__name__}.{module}"))
 
 
-def discover() -> list[Command]:
-    """Every command module of this package, in ORDER (modules without NAME, such as `common`, are helpers)."""
-    import pkgutil
-
-    found: list[ModuleType] = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "NAME"):
-            found.append(module)
-    return sorted((cast(Command, m) for m in found), key=lambda c: (c.ORDER, c.NAME))
+def discover() -> list[tuple[str, Command]]:
+    """Every command, imported, with its name, in COMMANDS' order (tests and docs read them all)."""
+    return [(name, load(module)) for name, module, _ in COMMANDS]

@@ -11,10 +11,6 @@ from specgen.commands.common import schema_drift, spec_paths
 from specgen.config import load_config
 from specgen.paths import shown
 
-NAME = "build"
-ORDER = 30
-HELP = "render specs into generated/<name>/"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", type=Path)

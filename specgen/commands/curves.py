@@ -10,9 +10,6 @@ from specgen.errors import UsageError
 from specgen.pictures.needs import need_matplotlib, need_tensorboard
 
 FORMATS = {".svg": "svg", ".png": "png"}
-NAME = "curves"
-ORDER = 140
-HELP = "draw a run's training curves from its TensorBoard events"
 
 
 def curves_format(output: Path | None) -> str:
@@ -20,7 +17,7 @@ def curves_format(output: Path | None) -> str:
         return "svg"
     fmt = FORMATS.get(output.suffix.lower())
     if fmt is None:
-        raise UsageError(NAME, f"cannot write curves to -o {output}: got '{output.suffix or '(no suffix)'}', "
+        raise UsageError("curves", f"cannot write curves to -o {output}: got '{output.suffix or '(no suffix)'}', "
                                  "expected a name ending in .svg or .png")
     return fmt
 

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-NAME = "data"
-ORDER = 60
-HELP = "print a spec's input pipeline as training runs it (reads the data)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)

@@ -6,10 +6,6 @@ import argparse
 
 from specgen.review.command import cmd_diff, parse_gates
 
-NAME = "diff"
-ORDER = 20
-HELP = "what a change to a spec breaks and changes (no TensorFlow)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", help="a spec file, REV:PATH (read through git) or a run folder")

@@ -6,10 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-NAME = "explain"
-ORDER = 15
-HELP = "print a key's final value and every place that set it"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)

@@ -15,10 +15,6 @@ if TYPE_CHECKING:
     from specgen.pipeline import Built
     from specgen.tracking.base import Record
 
-NAME = "export"
-ORDER = 90
-HELP = "write model.onnx with trained weights from a checkpoint"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)
@@ -96,7 +92,7 @@ def _tracked_run(args: argparse.Namespace) -> tuple[Path, Record] | None:
     from specgen.tracking.base import RecordError, read_record
 
     if args.alias is not None and args.register is None:  # a command-line mistake: exit 2, as argparse's
-        raise UsageError(NAME, f"--alias {args.alias}: --alias names the alias of --register's version; expected "
+        raise UsageError("export", f"--alias {args.alias}: --alias names the alias of --register's version; expected "
                          "--register NAME with it")
     if args.register is not None:
         check_model_name(args.register)

@@ -11,10 +11,6 @@ from pathlib import Path
 
 from specgen.errors import UsageError
 
-NAME = "graph"
-ORDER = 130
-HELP = "draw the model graph with collections, optimizers and restore sources"
-
 SUFFIXES = {".svg": "svg", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid",
             ".mermaid": "mermaid"}
 
@@ -23,7 +19,7 @@ class GraphUsageError(UsageError):
     """`-o` and `--format` that disagree, or an output name whose format cannot be told (exit 2)."""
 
     def __init__(self, message: str):
-        super().__init__(NAME, message)
+        super().__init__("graph", message)
 
 
 def output_format(output: Path | None, fmt: str | None) -> str:

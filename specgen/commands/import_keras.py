@@ -8,10 +8,6 @@ from pathlib import Path
 from specgen.commands.common import shape
 from specgen.paths import shown
 
-NAME = "import"
-ORDER = 120
-HELP = "write a spec from another framework's model"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     frameworks = parser.add_subparsers(dest="framework", required=True)

@@ -8,10 +8,6 @@ from pathlib import Path
 from specgen.commands.common import positive_int
 from specgen.extras import need
 
-NAME = "infer"
-ORDER = 100
-HELP = "run an exported model with onnxruntime on arrays from an .npz"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path)

@@ -8,10 +8,6 @@ from pathlib import Path
 from specgen.commands.common import expand
 from specgen.paths import shown
 
-NAME = "report"
-ORDER = 40
-HELP = "print variables, collections and FLOPs of specs"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path)

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-NAME = "restore-plan"
-ORDER = 80
-HELP = "show where each model variable would be restored from"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)

@@ -9,10 +9,6 @@ from specgen.commands.common import schema_drift
 from specgen.config import load_config
 from specgen.paths import shown
 
-NAME = "schema"
-ORDER = 35
-HELP = "write the JSON Schema for spec files"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path)

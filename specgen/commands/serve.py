@@ -6,10 +6,6 @@ import argparse
 import math
 from pathlib import Path
 
-NAME = "serve"
-ORDER = 110
-HELP = "serve a Triton-layout model repository over the Open Inference Protocol"
-
 
 def positive_seconds(text: str) -> float:
     """A positive finite number of seconds: nan would stop the poll task at its first sleep and inf never wake it,

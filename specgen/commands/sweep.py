@@ -8,9 +8,6 @@ from pathlib import Path
 
 from specgen.commands.common import positive_int
 
-NAME = "sweep"
-ORDER = 75
-HELP = "search the spec's sweep space with Optuna, each trial an ordinary run (docs/sweeps.md)"
 # At most this many trials at a time in one process: each is a `specgen train` process with TensorFlow (hundreds of
 # MB and a thread pool of its own), so more outruns any one machine; more machines share a study (--storage).
 MAX_PARALLEL = 64

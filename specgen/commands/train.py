@@ -17,10 +17,6 @@ from specgen.paths import shown
 if TYPE_CHECKING:
     from specgen.spec.load import LoadedSpec
 
-NAME = "train"
-ORDER = 70
-HELP = "train a spec with the generated TensorFlow code"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)

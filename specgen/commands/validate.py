@@ -11,10 +11,6 @@ from specgen.commands.common import spec_paths
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
 from specgen.paths import shown
 
-NAME = "validate"
-ORDER = 10
-HELP = "check spec files and report every problem"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", type=Path)
