@@ -5,7 +5,7 @@ export, inference, serving and importing need the extras of pyproject.toml's [pr
 Each such command calls `need()` before its first heavy import, so one line names every missing package and the
 extras that bring them (`pip install 'specgen[train,runtime]'`), and cli.py turns a ModuleNotFoundError of a
 package listed here, from a path no `need()` covers, into the same line (`from_missing`).
-specgen/pictures/needs.py and specgen/sweep/errors.py say the same for matplotlib and optuna in their own words.
+specgen/pictures/needs.py (matplotlib) and specgen/sweep/errors.py (optuna) call `need()` too.
 """
 
 from __future__ import annotations

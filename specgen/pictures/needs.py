@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from specgen.errors import SpecgenError
-
-EXTRA = "specgen[pictures]"
+from specgen.extras import need
 
 
 class PicturesUsageError(SpecgenError, ValueError):
@@ -12,12 +11,8 @@ class PicturesUsageError(SpecgenError, ValueError):
 
 
 def need_matplotlib(what: str) -> None:
-    """One line naming the extra, instead of an ImportError's traceback."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise PicturesUsageError(f"{what} needs matplotlib, which is not installed; expected the pictures extra: "
-                                 f"pip install '{EXTRA}'") from None
+    """One line naming the extra, instead of an ImportError's traceback (specgen.extras, as every command's)."""
+    need(what, "matplotlib")
 
 
 def need_tensorboard(what: str) -> None:

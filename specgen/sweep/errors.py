@@ -7,8 +7,7 @@ import cycle.
 from __future__ import annotations
 
 from specgen.errors import SpecgenError
-
-EXTRA = "specgen[sweep]"
+from specgen.extras import need
 
 
 class SweepUsageError(SpecgenError, ValueError):
@@ -16,8 +15,4 @@ class SweepUsageError(SpecgenError, ValueError):
 
 
 def need_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise SweepUsageError(f"specgen sweep needs optuna, which is not installed; expected the sweep extra: "
-                              f"pip install '{EXTRA}'") from None
+    need("specgen sweep", "optuna")  # one line naming the sweep extra (specgen.extras, as every command's)
