@@ -3,6 +3,7 @@ TensorFlow) and the real server (HTTP and gRPC on one event loop) in a thread on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -83,3 +84,25 @@ def events(records: list[Any], event: str) -> list[dict[str, Any]]:
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class Gate(threading.Event):
+    """Opened by the test; `entered` is set once a run is inside the model, holding its worker. The metrics cannot
+    say that: in flight 1 and queue depth 0 also hold while the first request is still being parsed, and a second
+    request sent then found the first in the queue and was refused (CI, under load)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+
+
+def gated(model: ServedModel, gate: Gate) -> ServedModel:
+    """The same model, each onnxruntime run held until `gate` opens: a model as slow as the test needs, with no
+    race against a fixed delay on a loaded machine (a 1 s sleep let the first request finish before the second
+    had been seen queued)."""
+    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        gate.entered.set()
+        assert gate.wait(60), "the test never opened the gate"
+        return model.run(inputs)
+
+    return dataclasses.replace(model, run=run)

@@ -7,7 +7,6 @@ repository by `write_repository`, exactly as `specgen export --triton` lays it o
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gzip
 import json
 import os
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from serve_helpers import sample
+from serve_helpers import Gate, gated, sample
 
 pytest.importorskip("onnxruntime")
 httpx = pytest.importorskip("httpx")
@@ -42,7 +41,7 @@ from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions, create_app  # noqa: E402
 from specgen.serve.batcher import Batcher, QueueFull  # noqa: E402
-from specgen.serve.models import ServedModel, load_repository  # noqa: E402
+from specgen.serve.models import load_repository  # noqa: E402
 from specgen.serve.protocol import ProtocolError, decode_request, encode_response  # noqa: E402
 from specgen.serve.repository import RepositoryError, VersionPolicy, parse_config, read_message, read_repository  # noqa: E402
 from specgen.serve.server import server_config  # noqa: E402
@@ -107,17 +106,6 @@ class ThreadServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(30)
-
-
-def gated(model: ServedModel, gate: threading.Event) -> ServedModel:
-    """The same model, each onnxruntime run held until `gate` opens: a model as slow as the test needs, with no
-    race against a fixed delay on a loaded machine (a 1 s sleep let the first request finish before the second
-    had been seen queued)."""
-    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        assert gate.wait(60), "the test never opened the gate"
-        return model.run(inputs)
-
-    return dataclasses.replace(model, run=run)
 
 
 @pytest.fixture(scope="session")
@@ -489,7 +477,7 @@ def test_concurrent_requests_are_batched_and_bad_ones_fail_alone(delay_url: str,
 
 def test_full_queue_answers_503_at_once(repo: Path, predictor: Predictor) -> None:
     """Queue size 1 and a held model: one request runs, one waits, the next gets 503 at once; the first two succeed."""
-    gate = threading.Event()
+    gate = Gate()
     models = [gated(m, gate) if m.name == CNN else m for m in load_repository(repo, provider="cpu")]
     with ThreadServer(create_app(models, ServeOptions(queue_size=1))) as base, ThreadPoolExecutor(2) as pool:
         xs = [images(1, seed=200 + k) for k in range(3)]
@@ -509,7 +497,8 @@ def test_full_queue_answers_503_at_once(repo: Path, predictor: Predictor) -> Non
                 time.sleep(0.01)
 
         running = pool.submit(post, 0)
-        wait_for(in_flight=1, depth=0)  # the first request runs
+        assert gate.entered.wait(10)  # the first request runs, holding the worker
+        wait_for(in_flight=1, depth=0)
         waiting = pool.submit(post, 1)
         wait_for(in_flight=2, depth=1)  # the second waits in the queue, which is now full
         refused = post(2)  # answered while the running request still holds the worker: the refusal does not wait

@@ -8,11 +8,9 @@ sends a whole request and closes."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -23,11 +21,11 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
+from serve_helpers import Gate, Served, events, gated, metric, model_bytes  # noqa: E402
 
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions  # noqa: E402
-from specgen.serve.models import ServedModel, load_repository  # noqa: E402
+from specgen.serve.models import load_repository  # noqa: E402
 
 CNN = "digits_cnn"
 INFER = f"/v2/models/{CNN}/infer"
@@ -42,15 +40,6 @@ def _body(rows: int, seed: int) -> bytes:
 def _request(body: bytes) -> bytes:
     return (f"POST {INFER} HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n\r\n").encode() + body
-
-
-def _held(model: ServedModel, gate: threading.Event) -> ServedModel:
-    """The same model, each batch's run held until `gate` opens (the warm-up ran at load, before this)."""
-    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        assert gate.wait(60), "the test never opened the gate"
-        return model.run(inputs)
-
-    return dataclasses.replace(model, run=run)
 
 
 def _until(check: object, what: str, seconds: float = 10.0) -> None:
@@ -87,12 +76,13 @@ def _check_counted_cancelled(served: Served, records: list[logging.LogRecord], r
 def test_http_client_gone_while_queued_behind_a_batch_is_dropped_unrun(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     write_repository(tmp_path, *model_bytes(CNN))
-    gate = threading.Event()
+    gate = Gate()
     caplog.set_level(logging.INFO, logger="specgen.serve")
-    with Served([_held(m, gate) for m in load_repository(tmp_path, provider="cpu")], ServeOptions()) as served:
+    with Served([gated(m, gate) for m in load_repository(tmp_path, provider="cpu")], ServeOptions()) as served:
         address = served.http.rsplit(":", 1)
         with socket.create_connection((address[0], int(address[1]))) as first:
             first.sendall(_request(_body(1, seed=1)))
+            assert gate.entered.wait(10), "the first request did not start"
             _until(lambda: _in_flight(served) == 1 and _waiting(served) == 0, "the first request did not start")
             with socket.create_connection((address[0], int(address[1]))) as gone:
                 gone.sendall(_request(_body(2, seed=2)))

@@ -8,13 +8,11 @@ digits CNN with random weights, and a small graph built here with an input of ev
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,13 +30,13 @@ grpc = pytest.importorskip("grpc")
 tg = pytest.importorskip("tritonclient.grpc")
 httpx = pytest.importorskip("httpx")
 
-from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
+from serve_helpers import Gate, Served, events, gated, metric, model_bytes  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions  # noqa: E402
-from specgen.serve.models import ServedModel, load_repository  # noqa: E402
+from specgen.serve.models import load_repository  # noqa: E402
 
 CNN = "digits_cnn"
 MIX_CONFIG = """name: "mix"
@@ -115,15 +113,6 @@ def image_input(x: np.ndarray, name: str = "image", datatype: str = "FP32") -> A
     tensor = tg.InferInput(name, list(x.shape), datatype)
     tensor.set_data_from_numpy(x)
     return tensor
-
-
-def gated(model: ServedModel, gate: threading.Event) -> ServedModel:
-    """The same model, each batch's run held until `gate` opens (the warm-up ran at load, before this)."""
-    def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        assert gate.wait(60), "the test never opened the gate"
-        return model.run(inputs)
-
-    return dataclasses.replace(model, run=run)
 
 
 def no_traceback(records: list[logging.LogRecord]) -> None:
@@ -298,9 +287,9 @@ def test_http_and_grpc_requests_share_one_batch(tmp_path: Path, predictor: Predi
 
 
 @pytest.fixture
-def held(repo: Path) -> Iterator[tuple[Served, threading.Event]]:
+def held(repo: Path) -> Iterator[tuple[Served, Gate]]:
     """Both models held in onnxruntime until the gate opens; queue size 1, at most 3 calls at once."""
-    gate = threading.Event()
+    gate = Gate()
     models = [gated(m, gate) for m in load_repository(repo, provider="cpu")]
     with Served(models, ServeOptions(grpc_port=0, queue_size=1, grpc_max_rpcs=3)) as served:
         yield served, gate
@@ -329,13 +318,14 @@ def _wait_for_in_flight(served: Served, calls: int) -> None:
 
 
 def test_full_queue_is_unavailable_and_too_many_calls_resource_exhausted(
-        held: tuple[Served, threading.Event], predictor: Predictor, caplog: pytest.LogCaptureFixture) -> None:
+        held: tuple[Served, Gate], predictor: Predictor, caplog: pytest.LogCaptureFixture) -> None:
     served, gate = held
     clients = [tg.InferenceServerClient(served.grpc) for _ in range(5)]
     xs = [images(1, seed=10 + k) for k in range(5)]
     with ThreadPoolExecutor(3) as pool, caplog.at_level(logging.INFO):
         try:
             running = pool.submit(clients[0].infer, CNN, [image_input(xs[0])])
+            assert gate.entered.wait(10)  # the first call runs, holding the worker
             _wait_for(served, running=1, waiting=0)
             waiting = pool.submit(clients[1].infer, CNN, [image_input(xs[1])])
             _wait_for(served, running=1, waiting=1)
@@ -368,12 +358,13 @@ def test_full_queue_is_unavailable_and_too_many_calls_resource_exhausted(
     no_traceback(caplog.records)
 
 
-def test_deadline_passed_in_the_queue_is_dropped_unrun(held: tuple[Served, threading.Event],
+def test_deadline_passed_in_the_queue_is_dropped_unrun(held: tuple[Served, Gate],
                                                        caplog: pytest.LogCaptureFixture) -> None:
     served, gate = held
     first, late = tg.InferenceServerClient(served.grpc), tg.InferenceServerClient(served.grpc)
     with ThreadPoolExecutor(1) as pool, caplog.at_level(logging.INFO):
         running = pool.submit(first.infer, CNN, [image_input(images(1, seed=20))])
+        assert gate.entered.wait(10)  # the first call runs, holding the worker
         _wait_for(served, running=1, waiting=0)
         with pytest.raises(tg.InferenceServerException) as caught:
             late.infer(CNN, [image_input(images(2, seed=21))], client_timeout=0.3)

@@ -386,7 +386,7 @@ def test_a_precision_variant_is_gated_at_load(tmp_path: Path, caplog: pytest.Log
     assert (line["version"], line["passed"]) == (1, False)
     assert line["line"].startswith(f"{tmp_path / 'clf' / '1' / 'model.onnx'}: int8 variant refused on CPUExecutionProvider")
     caplog.clear()
-    _write(tmp_path / "clf" / "2", _quantized(WEIGHT), _classifier(WEIGHT, heavy=2))  # as accurate, faster: served
+    _write(tmp_path / "clf" / "2", _quantized(WEIGHT), _classifier(WEIGHT, heavy=24))  # as accurate, faster: served
     with caplog.at_level(logging.INFO):
         [passed] = load_repository(tmp_path, provider="cpu")
     assert (passed.version, passed.path) == (2, tmp_path / "clf" / "2" / "model.onnx")
