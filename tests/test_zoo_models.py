@@ -37,12 +37,12 @@ def randomize(model: Any, scale: float = 0.2) -> None:
         weight.assign(value)
 
 
-def end_to_end(name: str, folder: Path, size: int = 32, scale: float = 0.2) -> tuple[dict[str, Any], float, np.ndarray]:
+def end_to_end(name: str, folder: Path, size: int = 32) -> tuple[dict[str, Any], float, np.ndarray]:
     spec = folder / "model.yaml"
     result = import_keras(name, spec, input_shape=(size, size, 3), classes=10)
     assert result.weights_written == folder / "model.keras" and result.weights == result.weights_written
     net = keras.models.load_model(result.weights_written, compile=False)  # Keras' own file, written by the import
-    randomize(net, scale)
+    randomize(net)
     net.save(result.weights_written)
     report = export(build(load_spec(spec)), None, folder / "out")
     x = np.random.default_rng(0).standard_normal((2, size, size, 3)).astype(np.float32)
@@ -51,11 +51,12 @@ def end_to_end(name: str, folder: Path, size: int = 32, scale: float = 0.2) -> t
     return report, float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected))), expected
 
 
-@pytest.fixture(scope="module", params=[*FAST, pytest.param("InceptionResNetV2", marks=pytest.mark.slow)])
+# InceptionResNetV2 (41 s here, the suite's second-slowest test) left the list for CI's 20 minutes: what it adds over
+# these five is covered by smaller tests (its CustomScaleLayer bitwise below, its scale=False batch norms'
+# .weights.h5 in test_import_bare_weights.py) and the whole model by bench/zoo.py with the other 39 constructors.
+@pytest.fixture(scope="module", params=FAST)
 def zoo_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
     name = request.param
-    if name == "InceptionResNetV2":  # 244 convs deep: N(0, 0.2) weights overflow float32 to NaN; 0.05 does not
-        return name, end_to_end(name, tmp_path_factory.mktemp(name), 75, scale=0.05)
     return name, end_to_end(name, tmp_path_factory.mktemp(name), 32)
 
 
