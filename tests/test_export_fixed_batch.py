@@ -24,9 +24,15 @@ from specgen.spec.overrides import load_with_overrides
 
 @pytest.fixture(scope="module")
 def batch_one(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The digits CNN with `dynamic_batch: false`, trained 2 steps, exported with an int8 variant and --triton."""
+    """The digits CNN with `dynamic_batch: false`, trained 2 steps, exported with an int8 variant and --triton.
+
+    Its accuracy budget is 100 points: after 2 steps most rows' top two logits are within 0.05 of each other, so
+    which rows int8 flips turns on the CPU's kind (on a VNNI CPU its 8-bit weights lose 0.00 points; on one without,
+    its 7-bit weights lose 0.83, one row short of the default budget of 1). The gate still runs, row by row, and
+    reports what was lost."""
     folder = tmp_path_factory.mktemp("batch_one")
     spec = digits_spec(folder, "digits_cnn", fixed_batch=True)
+    spec.write_text(spec.read_text().replace("dynamic_batch: false}", "dynamic_batch: false, budget: 100}", 1))
     assert main(["train", str(spec), "--steps", "2", "--quiet"]) == 0
     out = folder / "out"
     code = main(["export", str(spec), "--checkpoint", str(folder / "run"), "-o", str(out), "--triton",
@@ -45,7 +51,9 @@ def test_a_batch_one_export_is_checked_row_by_row(batch_one: dict[str, Any]) -> 
     assert report["onnxruntime_accuracy"] == report["tensorflow_accuracy"]
     variant = report["precision"]
     assert variant["calibration_examples"] == 360 and variant["speed"]["batch"] == 1
-    assert variant["accuracy"]["lost_points"] <= variant["accuracy"]["budget"]
+    accuracy = variant["accuracy"]  # the gate's figures over all 360 rows, run one at a time as for model.onnx
+    assert (accuracy["budget"], accuracy["fp32_accuracy"]) == (100, report["onnxruntime_accuracy"])
+    assert accuracy["lost_points"] == round((accuracy["fp32_accuracy"] - accuracy["accuracy"]) * 100, 6)
 
 
 def test_a_batch_one_triton_config_does_not_batch(batch_one: dict[str, Any]) -> None:
@@ -88,14 +96,17 @@ def test_the_server_gates_a_batch_one_variant(batch_one: dict[str, Any]) -> None
 
 
 # One export per documented `export.onnx` value (docs/spec.md#export), each (but `dynamic_batch: true`) with a
-# batch fixed to 1, the case no other test exports: (spec, overrides)
+# batch fixed to 1, the case no other test exports: (spec, overrides). The int8 cases have a budget of 100: their
+# weights are random (4% accuracy, near-tied logits): the 7-bit weights of a CPU without VNNI lose 2.2 and 1.4
+# points on the first two, the 8-bit ones of a VNNI CPU 0.0 and -0.3, a verdict that is not what these test.
 OPTION_CASES = [
     ("digits_cnn", ["export.onnx.opset=18", "export.onnx.weights=raw"]),
     ("digits_cnn", ["export.onnx.opset=19", "export.onnx.weights=ema"]),
     ("digits_cnn", ["export.onnx.opset=20", "export.onnx.dynamic_batch=true", "export.onnx.precision=fp32"]),
-    ("digits_cnn", ["export.onnx.opset=21", "export.onnx.precision=int8", "export.onnx.calibration=minmax"]),
+    ("digits_cnn", ["export.onnx.opset=21", "export.onnx.precision=int8", "export.onnx.calibration=minmax",
+                    "export.onnx.budget=100"]),
     ("digits_cnn", ["export.onnx.opset=22", "export.onnx.precision=int8", "export.onnx.calibration=entropy",
-                    "export.onnx.calibration_examples=40"]),
+                    "export.onnx.calibration_examples=40", "export.onnx.budget=100"]),
     ("digits_cnn", ["export.onnx.opset=23", "export.onnx.precision=int8", "export.onnx.calibration=percentile",
                     "export.onnx.calibration_examples=40", "export.onnx.budget=100"]),
     ("digits_cnn", ["export.onnx.precision=fp16"]),

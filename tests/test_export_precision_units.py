@@ -119,7 +119,8 @@ def test_recurrent_graph_is_quantized_dynamically() -> None:
     built = onnx.load_from_string(render_files(ir)["model.onnx"])
     source = with_weights(built, ir, random_weights(ir, np.random.default_rng(0))).SerializeToString()
     converted, report = int8.convert(source, Calibration("minmax", random_inputs(ir, 4, np.random.default_rng(1))))
-    assert report == {"mode": "dynamic", "calibration": None, "calibration_examples": None, "reduce_range": False}
+    assert report == {"mode": "dynamic", "calibration": None, "calibration_examples": None,
+                      "reduce_range": not int8.has_vnni()}  # 7-bit weights where the kernels add int16 pairs
     checked = int8.check(converted, "cpu")
     # the LSTM and the head's Gemm both run as integer kernels: the LSTM's gate kernels, which the export
     # concatenates, are folded into stored weights first (unfolded, the quantizer leaves it in float32)
@@ -128,6 +129,10 @@ def test_recurrent_graph_is_quantized_dynamically() -> None:
     expected = Predictor(source, provider="cpu")(x)["logits"]
     actual = Predictor(converted, provider="cpu")(x)["logits"]
     error = float(np.linalg.norm(actual - expected) / np.linalg.norm(expected))
-    # int8 weights and per-call int8 activations through every LSTM step: measured 5.0% of the logits' norm;
-    # a wrong graph (another model, a lost layer) is off by about 100%
-    assert error < 0.1
+    # The error is rounding: weights to steps of max|w|/127 per channel (0.4-0.6% of each kernel's norm here: a step
+    # over sqrt(12), max|w| 1.8-2.8x the rms; twice that with the 7-bit weights of a CPU without VNNI) and each
+    # call's activations to range/255 (0.65% of the inputs'), about 1% per matmul, a few percent through the LSTM
+    # and the head at most: measured 0.5% (seeds 1-4: 0.4-1.0%), and 0.6% with 7-bit weights under
+    # `qemu-x86_64 -cpu Haswell`. There 8-bit weights saturated the kernels' int16 pair sums: 5.0% (2-17% over
+    # seeds), which this bound catches. A wrong graph (another model's weights) is off by 160%.
+    assert error < 0.03

@@ -124,8 +124,8 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
     with tempfile.TemporaryDirectory() as folder, _quiet():
         source, target = Path(folder) / "float.onnx", Path(folder) / "int8.onnx"
         onnx.save(model, str(source))
-        if dynamic:
-            quantize_dynamic(source, target, per_channel=True, weight_type=QuantType.QInt8)
+        if dynamic:  # 7-bit weights without VNNI here too: the dynamic kernels add int16 pairs just the same
+            quantize_dynamic(source, target, per_channel=True, reduce_range=not has_vnni(), weight_type=QuantType.QInt8)
         else:
             reader = _Reader(calibration.inputs, graph_batch(model))
             quantize_static(source, target, reader, quant_format=QuantFormat.QDQ,
@@ -135,7 +135,7 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
     _keep_header(onnx.load_from_string(model_bytes), data)
     report = {"mode": "dynamic" if dynamic else "static QDQ", "calibration": None if dynamic else calibration.method,
               "calibration_examples": None if dynamic else len(next(iter(calibration.inputs.values()))),
-              "reduce_range": not dynamic and not has_vnni()}
+              "reduce_range": not has_vnni()}
     return data.SerializeToString(deterministic=True), report
 
 
