@@ -377,9 +377,11 @@ def test_timeout_drops_a_request_still_queued_and_counts_it(server: Server) -> N
     server.gate.open.clear()
     server.gate.entered.clear()
     try:
-        [late] = _in_threads([lambda: grpc_client.infer(CNN, [_grpc_image()], timeout=200_000)])
+        # 1 s, not 200 ms: a stall of the server before the batch starts must not spend it. Its timer starts before
+        # the run does, so holding the run 1.2 s from its start outlasts it.
+        [late] = _in_threads([lambda: grpc_client.infer(CNN, [_grpc_image()], timeout=1_000_000)])
         assert server.gate.entered.wait(10)
-        time.sleep(0.4)  # twice its timeout, spent in its run
+        time.sleep(1.2)  # past its timeout, spent in its run
     finally:
         server.gate.open.set()
     assert late.result(timeout=30).as_numpy("logits").shape == (1, 10)

@@ -362,12 +362,17 @@ def test_deadline_passed_in_the_queue_is_dropped_unrun(held: tuple[Served, Gate]
                                                        caplog: pytest.LogCaptureFixture) -> None:
     served, gate = held
     first, late = tg.InferenceServerClient(served.grpc), tg.InferenceServerClient(served.grpc)
-    with ThreadPoolExecutor(1) as pool, caplog.at_level(logging.INFO):
+    assert late.is_server_live()  # connected now: the deadline below is not spent on the HTTP/2 handshake
+    with ThreadPoolExecutor(2) as pool, caplog.at_level(logging.INFO):
         running = pool.submit(first.infer, CNN, [image_input(images(1, seed=20))])
         assert gate.entered.wait(10)  # the first call runs, holding the worker
         _wait_for(served, running=1, waiting=0)
+        # The worker stays held, so the deadline surely passes while the call waits in the queue; 2 s (not 0.3 s) so
+        # that a stall of the server or of this thread cannot spend it before the call is seen queued.
+        queued = pool.submit(late.infer, CNN, [image_input(images(2, seed=21))], client_timeout=2)
+        _wait_for(served, running=1, waiting=1)
         with pytest.raises(tg.InferenceServerException) as caught:
-            late.infer(CNN, [image_input(images(2, seed=21))], client_timeout=0.3)
+            queued.result(timeout=30)
         assert caught.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         # The client's timer fires first; the server hears of it (the stream's cancellation) a moment later, and
         # under load that moment can come after the batch runs. Release the batch only once the server has let the
@@ -382,9 +387,13 @@ def test_deadline_passed_in_the_queue_is_dropped_unrun(held: tuple[Served, Gate]
     stats = late_stats = served.service.statistics(CNN, None)[0]
     assert (stats.execution_count, stats.inference_count) == (1, 1)  # the 2 late rows never ran
     assert (late_stats.success.count, late_stats.fail.count) == (1, 1)
+    # The server only guesses whether a cancelled call met its deadline (grpc_server._at_deadline, tested on its own
+    # in test_serve_stats_truth): a stall as the call arrives makes its copy of the deadline late, and then a call
+    # the client's timer ended reads as cancelled. Either guess is one failure of a call that never ran.
     [line] = events(caplog.records, "infer")
-    assert (line["status"], line["code"], line["error"]) == (504, "DEADLINE_EXCEEDED",
-                                                             "the call's deadline passed before its answer")
+    assert (line["status"], line["code"], line["error"]) in (
+        (504, "DEADLINE_EXCEEDED", "the call's deadline passed before its answer"),
+        (499, "CANCELLED", "the client cancelled the call"))
     no_traceback(caplog.records)
 
 
@@ -400,10 +409,12 @@ def test_connections_that_send_nothing_or_never_read_are_closed(repo: Path) -> N
                 sock.sendall(sent)
                 started = time.monotonic()
                 time.sleep(1.5)  # reads nothing meanwhile
-                sock.settimeout(5)
+                sock.settimeout(10)
                 while sock.recv(65536):
                     pass  # what the server wrote before closing
-                assert time.monotonic() - started < 3
+                # Closed at 0.5-0.6 s here (header_timeout; keepalive + send_timeout): 5 s leaves a loaded machine
+                # 8x that, and still tells these timeouts from gRPC's defaults (120 s handshake, 2 h keepalive).
+                assert time.monotonic() - started < 5
 
 
 def test_stats_over_grpc_are_the_http_figures(client: Any, server: Served) -> None:

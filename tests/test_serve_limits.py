@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +76,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class ThreadServer:
-    """The app on a free loopback port, through `server_config` (the guards `specgen serve` runs with)."""
+    """The app on a free loopback port, through `server_config` (the guards `specgen serve` runs with); `service` is
+    its Service, whose state the tests wait on where a fixed sleep would guess how far the server has got."""
 
     def __init__(self, repo: Path, **options: Any):
         app = create_app(load_repository(repo, provider="cpu"), ServeOptions(**options))
+        self.service = app.state.service
         self.server = uvicorn.Server(server_config(app, "127.0.0.1", 0))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -151,6 +153,14 @@ def metric(address: tuple[str, int], name: str, **labels: str) -> float:
     return 0.0
 
 
+def wait_until(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    """Poll `check` (server-side state read in-process) until it holds; the deadline only bounds a failing run."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
 # Item 4: bodies bounded by what the model accepts
 
 
@@ -209,10 +219,12 @@ def test_largest_valid_requests_fit_and_binary_is_exact(server: tuple[str, int])
 def test_body_budget_answers_503_instead_of_buffering(repo: Path) -> None:
     """Two bodies that together exceed the buffer budget: the second is refused at once, the first still served."""
     body = image_body(64, seed=1).ljust(300_000)  # JSON may end in whitespace; two of these exceed one largest body
-    with ThreadServer(repo, buffer_bytes=1, body_timeout=10.0) as address:  # budget: one largest body (475,136 bytes)
+    threaded = ThreadServer(repo, buffer_bytes=1, body_timeout=10.0)  # budget: one largest body (475,136 bytes)
+    with threaded as address:
         with socket.create_connection(address) as first, socket.create_connection(address) as second:
             first.sendall(head(INFER, len(body)) + body[:1000])  # holds len(body) bytes of the budget while it trickles
-            time.sleep(0.3)
+            # the second request must find the budget held: wait for the hold itself, not a guessed 0.3 s
+            wait_until(lambda: threaded.service.budget.held == len(body), "the first body never held the budget")
             second.sendall(head(INFER, len(body)))
             status, headers, answer, closed = response(second)
             assert status == 503 and headers["retry-after"] == "1" and closed
@@ -226,6 +238,7 @@ def test_body_budget_answers_503_instead_of_buffering(repo: Path) -> None:
 
 
 def test_trickled_headers_get_408_and_are_closed(server: tuple[str, int]) -> None:
+    before = metric(server, "specgen_connections_closed_total", reason="header_timeout")
     with socket.create_connection(server) as sock:
         started = time.monotonic()
         sock.sendall(b"POST " + INFER.encode() + b" HTTP/1.1\r\n")
@@ -241,11 +254,15 @@ def test_trickled_headers_get_408_and_are_closed(server: tuple[str, int]) -> Non
                 data = b""
             closed_after = time.monotonic() - started
             break
-    assert closed_after is not None and closed_after < 3, "the trickling connection was never closed"
+    # The counted reason says the header deadline closed it (the 408 itself may be lost to a reset); the bound, 5x the
+    # 1 s deadline (1.0 s measured), tells it from the default of 10 s
+    assert closed_after is not None and closed_after < 5, "the trickling connection was never closed"
     assert data.startswith(b"HTTP/1.1 408") or data == b""
+    assert metric(server, "specgen_connections_closed_total", reason="header_timeout") >= before + 1
 
 
 def test_keep_alive_connection_trickling_its_next_request_is_closed(server: tuple[str, int]) -> None:
+    before = metric(server, "specgen_connections_closed_total", reason="header_timeout")
     body = image_body(1)
     with socket.create_connection(server) as sock:
         sock.sendall(head(INFER, len(body)) + body)
@@ -254,7 +271,7 @@ def test_keep_alive_connection_trickling_its_next_request_is_closed(server: tupl
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\n")
         sock.settimeout(0.2)
         answer = None
-        while answer is None and time.monotonic() - started < 6:
+        while answer is None and time.monotonic() - started < 8:
             try:
                 sock.sendall(b"X: 1\r\n")
                 answer = sock.recv(65536)
@@ -262,8 +279,10 @@ def test_keep_alive_connection_trickling_its_next_request_is_closed(server: tupl
                 continue
             except (BrokenPipeError, ConnectionResetError):
                 answer = b""
-        assert answer is not None and time.monotonic() - started < 4, "the trickling keep-alive connection stayed open"
+        # closed by the header deadline (counted below), 1 s after its previous answer: 5x margin, 10 s is the default
+        assert answer is not None and time.monotonic() - started < 5, "the trickling keep-alive connection stayed open"
         assert answer.startswith(b"HTTP/1.1 408") or answer == b""
+    assert metric(server, "specgen_connections_closed_total", reason="header_timeout") >= before + 1
 
 
 def test_slow_body_gets_408(server: tuple[str, int]) -> None:
@@ -280,7 +299,8 @@ def test_slow_body_gets_408(server: tuple[str, int]) -> None:
             except TimeoutError:
                 continue
         status, _, answer, closed = response(sock)
-    assert status == 408 and closed and time.monotonic() - started < 3
+    # the message names the 1 s body deadline; the bound (5x, 1.0 s measured) tells it from the default of 30 s
+    assert status == 408 and closed and time.monotonic() - started < 5
     assert json.loads(answer) == {"error": "the request body did not arrive within 1 s"}
     assert metric(server, "specgen_request_failures_total", model=CNN, reason="timeout") >= 1
 
@@ -312,12 +332,18 @@ def test_connection_limit_evicts_waiting_connections_then_refuses(tmp_path: Path
     row = {n: [[1, 2]] for n in TYPES}
     body = json.dumps({"inputs": [{"name": n, "shape": [1, 2], "datatype": d, "data": row[n]}
                                   for n, (d, _) in TYPES.items()]}).encode()
-    with ThreadServer(tmp_path, max_connections=4, body_timeout=10.0) as address:
+    threaded = ThreadServer(tmp_path, max_connections=4, body_timeout=10.0)
+    # Each step waits on the server's own state, read in-process: /metrics would need a connection of its own, and a
+    # fixed sleep guessed how far the server had got (one stall of its thread, and the wrong connection is evicted).
+    metrics = threaded.service.metrics
+    open_now = lambda: metrics.connections._value.get()  # noqa: E731
+    with threaded as address:
         idle = [socket.create_connection(address) for _ in range(3)]
-        time.sleep(0.1)
+        wait_until(lambda: open_now() == 3, "the idle connections were not accepted")  # they have waited longest
         trickling = socket.create_connection(address)
         trickling.sendall(head("/v2/models/typed/infer", len(body)) + body[:5])
-        time.sleep(0.1)
+        # its handler has started, so its headers are parsed and a request cycle owns the connection
+        wait_until(lambda: metrics.in_flight.labels("typed")._value.get() == 1, "the trickling request did not start")
         newcomers = [socket.create_connection(address) for _ in range(4)]  # each evicts the one waiting longest
         for victim in idle:
             status, _, answer, closed = response(victim)
@@ -326,18 +352,22 @@ def test_connection_limit_evicts_waiting_connections_then_refuses(tmp_path: Path
         assert trickling.recv(100) == b""  # its request cycle owns the transport: closed without an answer
         for sock in newcomers:
             sock.close()
-        time.sleep(0.2)
+        # the newcomers' closes are seen (the evicted ones are closed by the server): none is left for `busy` to evict
+        wait_until(lambda: open_now() == 0, "the closed connections were not let go")
         busy = [socket.create_connection(address) for _ in range(4)]
         for sock in busy:
             sock.sendall(head("/v2/models/typed/infer", len(body)) + body)
-        time.sleep(0.5)
+        # all four queued, so every body is complete and no connection waits on its client; the batch's 3 s delay
+        # is a window far wider than the few ms `extra` needs to be refused
+        batcher = threaded.service.models["typed"][1].batcher
+        wait_until(lambda: batcher.waiting == 4, "the four requests were not all queued")
         with socket.create_connection(address) as extra:
             status, _, answer, closed = response(extra)
         assert status == 503 and closed and "each with a request in progress" in json.loads(answer)["error"]
         assert [response(sock)[0] for sock in busy] == [200] * 4  # the batch filled by time, every request answered
         for sock in busy:  # closed before /metrics is read, which needs a connection of its own
             sock.close()
-        time.sleep(0.2)
+        wait_until(lambda: open_now() == 0, "the busy connections were not let go")
         assert metric(address, "specgen_connections_closed_total", reason="refused") == 1
         assert metric(address, "specgen_connections_closed_total", reason="evicted") == 4
         assert metric(address, "specgen_request_failures_total", model="typed", reason="cancelled") == 1

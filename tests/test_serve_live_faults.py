@@ -72,9 +72,16 @@ def wait_until(condition: Any, what: str, seconds: float = 20) -> None:
 
 # files still being written
 
+# The settle time of a polled change (stamps.SETTLE_SECONDS, 1 s), raised for the writers below, which pause 0.25 and
+# 0.5 s between writes: a writer that pauses past it is read half-way by design, and a loaded machine can stall this
+# test's writer (a slow infer or write) that long. 2.5 s keeps it 5-10x the pauses.
+SETTLE = 2.5
 
-def test_a_model_rewritten_in_place_is_served_only_once_written(
-        tmp_path: Path, versions: dict[int, tuple[Any, bytes]], caplog: pytest.LogCaptureFixture) -> None:
+
+def test_a_model_rewritten_in_place_is_served_only_once_written(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
+                                                                caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("specgen.serve.control.SETTLE_SECONDS", SETTLE)  # read by ModelControl when the server is made
     folder = write_repository(tmp_path, *versions[1])
     old, new = versions[1][1], versions[2][1]
     assert len(old) == len(new)  # a retrain of one spec: same size, so an in-place writer never truncates
@@ -86,8 +93,7 @@ def test_a_model_rewritten_in_place_is_served_only_once_written(
         with open(folder / "1" / "model.onnx", "r+b") as target:  # dd conv=notrunc: 8 KiB, then a pause
             for start in range(0, len(new), 8192):
                 target.write(new[start:start + 8192])
-                target.flush()
-                os.fsync(target.fileno())
+                target.flush()  # in the page cache: the stamps are stat()'s, and an fsync can stall on a busy disk
                 deadline = time.monotonic() + 0.25  # more than two polls between writes
                 while time.monotonic() < deadline:
                     answers.append(infer(client)[1])
@@ -100,8 +106,10 @@ def test_a_model_rewritten_in_place_is_served_only_once_written(
     assert [e["version"] for e in events(caplog.records, "model_loaded")] == [1]  # once: the whole file
 
 
-def test_a_config_written_in_two_parts_is_read_only_whole(
-        tmp_path: Path, versions: dict[int, tuple[Any, bytes]], caplog: pytest.LogCaptureFixture) -> None:
+def test_a_config_written_in_two_parts_is_read_only_whole(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
+                                                          caplog: pytest.LogCaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("specgen.serve.control.SETTLE_SECONDS", SETTLE)
     for v in (1, 2):
         folder = write_repository(tmp_path, *versions[v], version=v)
     config = folder / "config.pbtxt"
@@ -119,7 +127,9 @@ def test_a_config_written_in_two_parts_is_read_only_whole(
             while time.monotonic() < deadline:
                 served_v1.append(infer(client, "1")[0])
             out.write(whole[whole.index("version_policy"):])  # ... then the rest
-        time.sleep(1.5)
+        # the whole file held still and was read (the same config: nothing to log), not a fixed time that a loaded
+        # machine may not give the poll
+        wait_until(lambda: served.service.control.seen.get(CNN) == snapshot(folder), "the whole config was never read")
         served_v1.append(infer(client, "1")[0])
         client.close()
     assert set(served_v1) == {"1"} and len(served_v1) > 5  # version 1 was never unloaded
@@ -323,12 +333,15 @@ def small_grpc(tmp_path: Path, versions: dict[int, tuple[Any, bytes]]) -> Iterat
 
 def test_a_grpc_peer_that_opens_no_window_does_not_hold_every_call(small_grpc: Served) -> None:
     peer = Peer(small_grpc.grpc, calls=100, window=0)  # its answers cannot be sent: 8 calls held
-    time.sleep(0.3)
+    # Probe once the 8 calls have answered (their answers wait for a window), not after a fixed 0.3 s: their slots
+    # stay held until gRPC closes the connection as idle, measured 2.0-2.2 s after it opened (grpc_idle_timeout 1 s).
+    stats = small_grpc.service.statistics(CNN, None)[0]
+    wait_until(lambda: stats.success.count >= 8, "the peer's 8 calls were not answered", seconds=10)
     assert grpc_probe(small_grpc.grpc) == "StatusCode.RESOURCE_EXHAUSTED"
     # past send_timeout the calls whose answers could not be sent are cancelled; the connection, left without a call,
     # is closed after grpc_idle_timeout, and its calls' slots freed
-    wait_until(peer.closed.is_set, "the connection holding unsent answers was never closed", seconds=5)
-    wait_until(lambda: grpc_probe(small_grpc.grpc) == "ok", "other clients still refused", seconds=3)
+    wait_until(peer.closed.is_set, "the connection holding unsent answers was never closed", seconds=10)
+    wait_until(lambda: grpc_probe(small_grpc.grpc) == "ok", "other clients still refused", seconds=10)
     peer.close()
 
 

@@ -178,7 +178,11 @@ def test_a_repository_that_disappears_is_one_warning_and_the_models_keep_serving
     options = ServeOptions(grpc_port=0, model_control="poll", poll_seconds=0.05)
     with Served(load_repository(repo, provider="cpu"), options, repo) as served:
         repo.rename(tmp_path / "away")
-        time.sleep(0.6)  # about 12 polls
+        deadline = time.monotonic() + 10  # a poll that saw it gone, however late the poll task ran
+        while not events(caplog.records, "repository_unreadable"):
+            assert time.monotonic() < deadline, "the repository's absence was never noticed"
+            time.sleep(0.02)
+        time.sleep(0.3)  # about 6 more polls while it is away: each would repeat the warning if it were not logged once
         assert httpx.post(f"http://{served.http}/v2/models/{CNN}/infer", content=image_body()).status_code == 200
         (tmp_path / "away").rename(repo)
         deadline = time.monotonic() + 20

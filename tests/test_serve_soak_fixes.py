@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from prometheus_client import values  # noqa: E402
 from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
 
 from specgen.runtime.triton import write_repository  # noqa: E402
-from specgen.serve import closing, metrics_fold  # noqa: E402
+from specgen.serve import closing, metrics_fold, workers  # noqa: E402
 from specgen.serve.metrics import MULTIPROC_ENV, ServerMetrics  # noqa: E402
 from specgen.serve.metrics_fold import fold_dead, folder_lock  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
@@ -217,18 +217,42 @@ def test_a_refused_body_that_stops_coming_is_closed_after_the_linger(served: Ser
 # Review 2, findings 1 and 2: the fold never holds up the supervisor, and never kills it
 
 
-def scrape_lock(folder: str, seconds: float) -> None:
-    """A scrape holding the folder's shared lock for `seconds` (in a thread: flock is per open file, so it excludes
-    this process's own exclusive try as it would another process's)."""
-    ready = threading.Event()
+def scrape_lock(folder: str, seconds: float) -> Callable[[], None]:
+    """A scrape holding the folder's shared lock until the function returned is called, `seconds` at most (in a
+    thread: flock is per open file, so it excludes this process's own exclusive try as it would another process's).
+    The function returns once the lock is free."""
+    ready, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with folder_lock(folder, fcntl.LOCK_SH):
             ready.set()
-            time.sleep(seconds)
+            release.wait(seconds)
 
-    threading.Thread(target=hold, daemon=True).start()
-    ready.wait(5)
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert ready.wait(5), "the scrape did not take the lock"
+
+    def done() -> None:
+        release.set()
+        thread.join(10)
+
+    return done
+
+
+def signal_when(supervisor: Supervisor, condition: Callable[[], bool]) -> list[float]:
+    """SIGTERM to the supervisor (what its handler does) once `condition()` holds, 10 s at most; the list returned gets
+    the time it was sent. A timer would race watch()'s passes on a loaded machine."""
+    sent: list[float] = []
+
+    def send() -> None:
+        deadline = time.monotonic() + 10
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        sent.append(time.monotonic())
+        supervisor._signal(signal.SIGTERM, None)
+
+    threading.Thread(target=send, daemon=True).start()
+    return sent
 
 
 def dead_pid() -> int:
@@ -247,15 +271,16 @@ def test_a_fold_gives_way_to_scrapes_and_the_files_stay_counted_until_it_is_done
     live = worker_values(monkeypatch, os.getpid(), 1)
     worker_values(monkeypatch, pid, 10)
     total = metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200")
-    scrape_lock(folder, 0.8)
+    scrape_ends = scrape_lock(folder, 5.0)
     start = time.monotonic()
     assert fold_dead(pid, folder) is False  # given up after LOCK_WAIT_SECONDS, its files untouched
-    assert time.monotonic() - start < 0.6  # the old fold waited the scrape's 0.8 s out
+    # the old fold waited the scrape's 5 s out; 2 s leaves a loaded machine 10x LOCK_WAIT_SECONDS (0.2 s)
+    assert time.monotonic() - start < 2
     assert {f"counter_{pid}.db", f"histogram_{pid}.db"} <= set(os.listdir(folder))
-    time.sleep(0.9)
+    scrape_ends()
     assert metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200") == total
     supervisor.unfolded = [pid]
-    threading.Timer(0.3, supervisor._signal, (signal.SIGTERM, None)).start()
+    signal_when(supervisor, lambda: not supervisor.unfolded)  # stops watch() once a pass has folded it (or in 10 s)
     supervisor.watch()  # its first pass folds it: the lock is free now
     assert supervisor.unfolded == [] and f"counter_{pid}.db" not in os.listdir(folder)
     assert metric(live.render().decode(), "specgen_requests_total", model=CNN, protocol="http", status="200") == total
@@ -264,14 +289,25 @@ def test_a_fold_gives_way_to_scrapes_and_the_files_stay_counted_until_it_is_done
 def test_a_signal_during_a_fold_is_acted_on_within_a_poll(supervisor: Supervisor,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metrics_fold, "LOCK_WAIT_SECONDS", 30.0)  # only the signal can end the wait
+    folding = threading.Event()
+
+    def fold(pid: int, folder: str, give_up: Callable[[], bool], wait: float | None = None) -> bool:
+        def asked() -> bool:  # between tries for the lock: the fold is waiting on the scrape
+            folding.set()
+            return give_up()
+        return fold_dead(pid, folder, asked, wait)
+
+    monkeypatch.setattr(workers, "fold_dead", fold)
     worker = supervisor.spawn(0)
     worker.process.kill()
     worker.process.wait()
-    scrape_lock(supervisor.metrics_dir, 2.0)
-    threading.Timer(0.2, supervisor._signal, (signal.SIGTERM, None)).start()
-    start = time.monotonic()
+    scrape_ends = scrape_lock(supervisor.metrics_dir, 5.0)
+    sent = signal_when(supervisor, folding.is_set)  # once watch()'s first pass waits in the dead worker's fold
     supervisor.watch()
-    assert time.monotonic() - start < 0.6  # the old fold waited the scrape's 2 s out
+    # the old fold waited the scrape's 5 s out; the signal is seen within a lock retry (5 ms): 2 s leaves a loaded
+    # machine room
+    assert time.monotonic() - sent[0] < 2
+    scrape_ends()
     assert supervisor.unfolded == [worker.process.pid] and supervisor.workers[0] is worker  # no restart after it
 
 

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -108,8 +109,14 @@ def test_a_request_gone_while_its_batch_runs_is_a_failure_not_a_success(tmp_path
         gate.clear()
         entered.clear()
         client = tg.InferenceServerClient(served.grpc)
-        with pytest.raises(tg.InferenceServerException) as late:  # gRPC: the deadline passes while its batch runs
-            client.infer(MLP, [_grpc_input(2)], request_id="late", client_timeout=0.5)
+        assert client.is_server_live()  # connected now: the deadline below is not spent on the HTTP/2 handshake
+        # gRPC: the deadline passes while its batch runs. 2 s (not 0.5 s) so that a stall cannot spend it before the
+        # batch starts (the call would then be dropped unrun from the queue); the gate holds the run past it.
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.infer, MLP, [_grpc_input(2)], request_id="late", client_timeout=2)
+            assert entered.wait(10), "the late call's batch did not start"
+            with pytest.raises(tg.InferenceServerException) as late:
+                call.result(timeout=30)
         assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         _until(lambda: _in_flight(served) == 0, "the call past its deadline was not let go")
         gate.set()

@@ -14,9 +14,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,6 +48,17 @@ def runner(tmp_path: Path, trials: int = 2, parallel: int = 1) -> tuple[Any, Any
     return Runner(plan, storage, said.append), open_study(plan, storage), said
 
 
+class Clock:
+    """claim.py's time.monotonic, which only the test moves: the grace is counted exactly, however long the SQLite
+    reads in between take (a real 0.2 s grace was partly spent by them on a loaded machine)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        from specgen.sweep import claim
+
+        self.now = 1000.0
+        monkeypatch.setattr(claim, "time", SimpleNamespace(monotonic=lambda: self.now))  # claim's name only
+
+
 def test_a_running_trial_without_an_owner_is_reaped_after_the_grace(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """An older specgen killed between Optuna's ask() and writing the owner leaves this (made here as the checker
@@ -59,7 +69,8 @@ def test_a_running_trial_without_an_owner_is_reaped_after_the_grace(tmp_path: Pa
     from specgen.sweep import claim
 
     assert claim.OWNERLESS == 600
-    monkeypatch.setenv("SPECGEN_SWEEP_OWNERLESS", "0.2")  # the grace, shortened: the test waits it out for real
+    monkeypatch.setenv("SPECGEN_SWEEP_OWNERLESS", "0.2")  # the grace, shortened, as a user may set it
+    clock = Clock(monkeypatch)
     run, study, said = runner(tmp_path)
     assert run.grace == 0.2
     other = optuna.load_study(study_name=study.study_name, storage=run.plan.url)
@@ -70,7 +81,10 @@ def test_a_running_trial_without_an_owner_is_reaped_after_the_grace(tmp_path: Pa
     run.waiting(study.get_trials(states=(TrialState.RUNNING,)), True)  # said once
     assert said == ["waiting for 1 trial(s) running in other processes: 0; trial 0 has no owner and no heartbeat "
                     "(another program's, or an older specgen's), and counts as lost if it still has none in 1 s"]
-    time.sleep(0.3)
+    clock.now += 0.125  # within the grace: still waited for
+    run.reap(study)
+    assert study.trials[left.number].state == TrialState.RUNNING and len(said) == 1
+    clock.now += 0.125
     run.reap(study)
     trials = study.get_trials()
     assert trials[left.number].state == TrialState.FAIL
@@ -79,13 +93,15 @@ def test_a_running_trial_without_an_owner_is_reaped_after_the_grace(tmp_path: Pa
     assert said[1:] == ["trial 0 was interrupted (it had no owner and no heartbeat for 0.2 s): queued again"]
 
 
-def test_the_grace_is_counted_from_when_this_process_saw_the_trial(tmp_path: Path) -> None:
+def test_the_grace_is_counted_from_when_this_process_saw_the_trial(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Not from the trial's start, which is the clock (and time zone) of the machine that made it: a trial that
     started long ago is waited for the whole grace all the same, and two of them are named together."""
     from datetime import datetime, timedelta
 
     from optuna.trial import FrozenTrial, TrialState
 
+    clock = Clock(monkeypatch)
     run, study, said = runner(tmp_path, trials=5)
     run.grace = 30.0
     for hours in (30, -5):  # its start a day ago, or five hours ahead (another machine's clock or time zone)
@@ -93,14 +109,14 @@ def test_the_grace_is_counted_from_when_this_process_saw_the_trial(tmp_path: Pat
                            datetime_start=datetime.now() - timedelta(hours=hours), datetime_complete=None,
                            user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=-1)
         run.storage.create_new_trial(study._study_id, template_trial=made)
-    run.unowned[study.trials[0]._trial_id] = time.monotonic() - 29.5  # seen 29.5 s ago
+    run.unowned[study.trials[0]._trial_id] = clock.now - 29.5  # seen 29.5 s ago
     run.reap(study)
     assert [t.state for t in study.trials] == [TrialState.RUNNING] * 2
     run.waiting(study.get_trials(states=(TrialState.RUNNING,)), False)
     assert said == ["waiting for 2 trial(s) running in other processes: 0, 1; trials 0, 1 have no owner and no "
                     "heartbeat (another program's, or an older specgen's), and count as lost if they still have none "
                     "in 30 s"]
-    time.sleep(0.6)
+    clock.now += 0.6
     run.reap(study)
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING]
 
