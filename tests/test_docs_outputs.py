@@ -73,6 +73,8 @@ SETUPS: dict[tuple[str, str], tuple[str, dict[str, Callable[[], str]]]] = {
     ("docs/cli.md", "specgen validate  # in a folder without pyproject.toml"): ("../empty", {}),
     ("docs/review.md", "specgen diff family/wide.yaml family/tanh.yaml --fail-on interface,checkpoint,layers"): (
         "examples/specs", {"family/tanh.yaml": lambda: _TANH}),
+    ("docs/spec.md", "specgen explain no_keep.yaml checkpoint.keep"): (
+        "examples/specs/family", {"no_keep.yaml": lambda: "extends: wide.yaml\ncheckpoint: {keep: null}\n"}),
 }
 
 _PARTIAL = "a scratch spec the doc shows only in part (a fragment, or an edit it describes in words)"
