@@ -26,6 +26,7 @@ from specgen.diagnostics import (
     shown,
 )
 from specgen.fields.base import FLOAT32_MAX, IDENT
+from specgen.spec.literals import literal_message
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
@@ -202,8 +203,7 @@ def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
     if loc == ("specgen",):
         return (f"unsupported spec format version {_echo(received)}; "
                 f"this specgen reads version {SPEC_VERSION}")
-    expected = [e.strip().strip("'") for e in ctx["expected"].replace(" or ", ",").split(",")]
-    return f"received {_echo(received)}, expected {one_of(expected)}" + did_you_mean(_text(received), expected)
+    return literal_message(received, ctx["expected"])  # values keep their kinds: `'21'` is not 21 (literals.py)
 
 
 def _name_message(received: Any, ctx: dict[str, Any]) -> str:

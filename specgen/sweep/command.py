@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 from specgen.sweep.errors import SweepUsageError, need_optuna
 
@@ -59,7 +58,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     from specgen.sweep import storage as stores
     from specgen.sweep.claim import ownerless_grace
     from specgen.sweep.driver import Runner
-    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry
+    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry, sweep_folder
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
     track = None
@@ -76,7 +75,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     sweep = loaded.spec.sweep
     assert sweep is not None
     given = args.output if args.output is not None else Path(f"{run_folder(loaded)}-sweep")
-    folder = given.absolute()
+    folder = sweep_folder(given)
     url = stores.checked_url(args.storage, folder)
     if args.storage is not None:  # a storage elsewhere opens before the sweep folder is made
         storage = stores.open_storage(url, retry)
@@ -86,7 +85,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     if args.storage is None:
         storage = stores.open_storage(url, retry)
     trials = args.trials if args.trials is not None else sweep.trials
-    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track)
+    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track, given)
     study = open_study(plan, storage)
     print(_header(plan, len(study.get_trials(deepcopy=False))))
     _prepare_tracking(loaded, track)
@@ -98,7 +97,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     _write(folder / "summary.txt", text + "\n")
     if _has_matplotlib():
         _write(folder / "sweep.svg", render(plan, found))
-        print(f"wrote {shown(folder / 'summary.txt')} and {shown(folder / 'sweep.svg')}")
+        print(f"wrote {plan.shown(folder / 'summary.txt')} and {plan.shown(folder / 'sweep.svg')}")
     if not finished:
         print(f"specgen sweep: interrupted; the trials it stopped run again when the same command continues the "
               f"sweep (study '{plan.study_name}' in {stores.masked(url)})", file=sys.stderr)
@@ -131,7 +130,7 @@ def _header(plan: Any, existing: int) -> str:
     where = f"study '{plan.study_name}' in {stores.masked(plan.url)}"
     so_far = f" ({existing} trial(s) there already)" if existing else ""
     return (f"sweep {plan.study_name}: {plan.budget()} trials of {sweep.metric} ({sweep.direction}), {sweep.sampler} "
-            f"sampler, pruner {pruner}, {plan.parallel} at a time, into {shown(plan.folder)}; {where}{so_far}")
+            f"sampler, pruner {pruner}, {plan.parallel} at a time, into {plan.shown(plan.folder)}; {where}{so_far}")
 
 
 def _write(path: Path, content: str | bytes) -> None:

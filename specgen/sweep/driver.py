@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen import native_logs
-from specgen.paths import shown
 from specgen.sweep import storage as stores
 from specgen.sweep.claim import claim, left, lost, ownerless_grace
 from specgen.sweep.follow import Follower
@@ -144,7 +143,7 @@ class Runner:
         warning = tracking_warning(log)
         if warning is not None:
             trial.set_user_attr("untracked", warning)
-            self.say(f"trial {trial.number} {warning}; it went on without it (log: {shown(log)})")
+            self.say(f"trial {trial.number} {warning}; it went on without it (log: {self.plan.shown(log)})")
 
     def spawn(self, folder: Path, log: Path, overrides: list[str]) -> subprocess.Popen[bytes]:
         plan = self.plan
@@ -211,7 +210,7 @@ class Runner:
             error = killed(code) if code < 0 else last_line(log) or f"exit status {code}"
             trial.set_user_attr("error", error)
             study.tell(trial, state=TrialState.FAIL)
-            self.say(f"trial {number} failed ({seconds:.1f} s): {error} (log: {shown(log)})")
+            self.say(f"trial {number} failed ({seconds:.1f} s): {error} (log: {self.plan.shown(log)})")
         elif not outcome["points"]:
             error = f"the run logged no {metric}"
             trial.set_user_attr("error", error)

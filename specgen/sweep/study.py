@@ -10,12 +10,14 @@ An interrupted trial (its sweep process gone) does not count toward the budget, 
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 from specgen.sweep import storage as stores
 from specgen.sweep.space import Param
@@ -35,12 +37,22 @@ class Plan:
     loaded: LoadedSpec
     sweep: Sweep
     params: list[Param]
-    folder: Path  # the sweep folder: trial-NNNN run folders, their logs, the summary
+    folder: Path  # the sweep folder, absolute and resolved (sweep_folder): trial-NNNN run folders, logs, the summary
     url: str  # the Optuna storage
     trials: int
     parallel: int
     base: list[str] = field(default_factory=list)  # the sweep's own --set overrides, given to every trial
     track: str | None = None  # --track mlflow:URI's URI, given to every trial (docs/tracking.md)
+    given: Path | None = None  # the sweep folder as -o gave it, for printing (shown)
+
+    def shown(self, path: str | os.PathLike[str]) -> str:
+        """A path as the sweep prints it: relative to the working directory when it lies under it (paths.shown);
+        one in the sweep folder given by -o outside the working directory as -o gave it (`../x/trial-0000`, as
+        `export -o ../x` prints its file), not as the machine's absolute path."""
+        text = shown(path)
+        if self.given is None or not os.path.isabs(text) or not Path(path).is_relative_to(self.folder):
+            return text
+        return shown(self.given / Path(path).relative_to(self.folder))
 
     @property
     def study_name(self) -> str:
@@ -59,6 +71,14 @@ class Plan:
         for param in self.params:
             points *= len(grid_values(param.item))
         return min(self.trials, points)
+
+
+def sweep_folder(given: Path) -> Path:
+    """The sweep folder -o names, absolute (each trial's `--set checkpoint.dir=` and the study record it, and a
+    relative checkpoint.dir would count from the spec's folder) and resolved: joined to the working directory only,
+    `-o ../x` was recorded and printed as `/cwd/../x`, and `..` after a link is the link target's parent, as the file
+    system reads it. The default folder (run_folder's) is resolved the same way. Plan.shown prints it as given."""
+    return given.resolve()
 
 
 def quiet_optuna() -> None:

@@ -106,7 +106,7 @@ def lines(plan: Plan, found: list[Row]) -> list[str]:
         out.append(f"no trial finished with a value of {plan.sweep.metric}")
         return out
     out += [f"best: trial {top.number}, {plan.sweep.metric} {top.value:.4f}, run folder "
-            f"{shown(top.folder or '')}", f"reproduce: {command_line(plan, top)}"]
+            f"{plan.shown(top.folder or '')}", f"reproduce: {command_line(plan, top)}"]
     return out
 
 
