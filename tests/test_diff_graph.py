@@ -102,9 +102,9 @@ def test_layers_that_swap_names_are_renamed_by_place_and_the_map_restores_each_i
     assert "renamed layers: a -> b, b -> a" in out
     assert section(out, "layers")[3:] == ["  renamed  b     a    b", "  renamed  a     b    a"]  # no setting, no wiring
     assert section(out, "checkpoint")[0] == ("a checkpoint of OLD restored into NEW: restored 6 (4 of them from another "
-                                             "layer), initialized 0, unused 0, mismatched 0")
+                                             "layer), initialized 0, unused weights 0, mismatched 0")
     assert "  crossed  a/kernel       OLD's 'a/kernel' is 'b/kernel' here: needs a map entry" in out
-    assert "  with the map of `specgen diff --map`: restored 6, initialized 0, unused 0, mismatched 0" in out
+    assert "  with the map of `specgen diff --map`: restored 6, initialized 0, unused weights 0, mismatched 0" in out
     assert out.split("# checkpoint map:")[1].splitlines()[1:] == [
         "checkpoint:", "  restore:", "  - from: OLD_CHECKPOINT", "    map:",
         "    - {from: a/kernel, to: b/kernel}", "    - {from: a/bias, to: b/bias}",
@@ -118,7 +118,7 @@ def test_layers_that_swap_names_are_renamed_by_place_and_the_map_restores_each_i
     write(tmp_path, **{"c.yaml": SWAPPED + restore.replace("checkpoint:\n", "checkpoint:\n  dir: runs/new\n")})
     code, out, err = run(["diff", "a.yaml", "c.yaml", "--map", "--fail-on", "checkpoint"], capsys, tmp_path)
     assert (code, err) == (0, "")  # the declared map sends each layer's weights to its place: nothing crosses
-    assert "checkpoint: a checkpoint of OLD restored into NEW: restored 6, initialized 0, unused 0, mismatched 0" in out
+    assert "checkpoint: a checkpoint of OLD restored into NEW: restored 6, initialized 0, unused weights 0, mismatched 0" in out
 
 
 def test_a_chain_shifted_by_one_is_renamed_by_place_and_an_inserted_layer_is_not(tmp_path: Path, capsys) -> None:
@@ -182,7 +182,7 @@ def test_rev_path_reads_each_file_whatever_the_names_of_the_others(tmp_path: Pat
         assert out.startswith(f"specgen diff: OLD HEAD:{name} ({spec}) -> NEW {name} ({spec})\n")
         assert [line for line in out.splitlines() if line.endswith("unchanged")] == [
             "interface: unchanged", "layers: unchanged", "variables: unchanged", "training: unchanged",
-            "export: unchanged"]
+            "export: unchanged", "other: unchanged"]
     code, _, err = run(["diff", "HEAD:link.yaml", "m.yaml"], capsys, tmp_path)  # a link is not a spec file
     assert code == 1 and err.startswith("HEAD:link.yaml: error: 'link.yaml' is not a spec file (.yaml, .yml) in HEAD (")
 

@@ -30,7 +30,7 @@ def test_a_layer_moved_before_another_is_an_order_change_not_a_swap(tmp_path: Pa
     code, out, err = run(["diff", "base.yaml", "moved.yaml", "--map", "--fail-on", "checkpoint"], capsys, tmp_path)
     assert (code, err) == (0, "")  # each layer's weights restore into the layer of that name and activation
     assert "renamed" not in out and "crossed" not in out
-    assert "checkpoint: a checkpoint of OLD restored into NEW: restored 8, initialized 0, unused 0, mismatched 0" in out
+    assert "checkpoint: a checkpoint of OLD restored into NEW: restored 8, initialized 0, unused weights 0, mismatched 0" in out
     assert "# no map entries needed" in out
     code, out, err = run(["diff", "base.yaml", "moved.yaml", "--fail-on", "layers"], capsys, tmp_path)
     assert code == 1

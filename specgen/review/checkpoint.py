@@ -2,25 +2,32 @@
 
 NEW's `checkpoint.restore` entries are applied as `specgen restore-plan` applies them (ir/restore_rules.py:
 `plan_source` per entry, then `combine`: map, exclude, strict, ema_to_model, later entries overriding earlier
-ones, conflicts and missing keys sticking), each entry reading the keys a checkpoint of OLD holds (its model
-variables); a NEW without entries restores by name, as `restore-plan --from`. So the section breaks where the
-real plan would refuse (a conflict, a missing key, a plan error) and where OLD's weights would be lost
-(mismatched, left to an initializer, restored into a layer that moved: crossed). No TensorFlow is imported.
+ones, conflicts and missing keys sticking), each entry reading the keys of a checkpoint of OLD that a restore
+can fill (OLD's restore targets: its model variables and, for a pruning spec, its masks) into NEW's restore targets,
+as restore-plan plans (ir/restore_targets.py); a NEW without entries restores by name, as `restore-plan --from`.
+So the section breaks where the real plan would refuse (a conflict, a missing key, a plan error) and where OLD's
+weights would be lost (mismatched, left to an initializer, restored into a layer that moved: crossed, or a layer
+that shared another's weights and now has its own). A variable an entry's `exclude` names is the spec's choice.
+The training state a checkpoint also holds (step, slots) is never restored: `unused weights` counts OLD's restore
+targets only, where restore-plan's `unused` counts every key. No TensorFlow is imported.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Sequence
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_rules import Entry, RestorePlan, Row, combine, plan_source, summary_line
+from specgen.ir.restore_rules import Entry, RestorePlan, Row, combine, ema_base, plan_source, summary_line
+from specgen.ir.restore_targets import restore_targets
 from specgen.review.renames import Renames
 from specgen.review.sections import Change, Section
 from specgen.spec.io import RestoreSource
 from specgen.spec.model import Spec
 
 OLD_LABEL = "OLD"  # the source a NEW without restore entries reads: OLD's checkpoint, by name
+PLACEHOLDER = "OLD_CHECKPOINT"  # what `--map` and the lines here write for a `from` the user fills in
 
 
 def restore_sources(spec: Spec, mapping: Sequence[dict[str, str]] = ()) -> list[RestoreSource]:
@@ -40,9 +47,9 @@ def declared_map(spec: Spec) -> list[dict[str, str]]:
 
 
 def plan(old: ModelIR, new: ModelIR, sources: Sequence[RestoreSource]) -> RestorePlan:
-    """restore-plan's plan over the keys of a checkpoint of OLD, for NEW's model variables."""
-    entries = {v.path: Entry(v.path, v.shape, v.dtype) for v in old.model_variables}
-    targets = {v.path: (v.shape, v.dtype) for v in new.model_variables}
+    """restore-plan's plan over the keys of a checkpoint of OLD that a restore can fill, for NEW's targets."""
+    entries = {key: Entry(key, shape, dtype) for key, (shape, dtype) in restore_targets(old).items()}
+    targets = restore_targets(new)
     parts = [(s, plan_source(str(s.from_), None, entries, s, targets)) for s in sources]  # type: ignore[arg-type]
     return combine(parts, targets, RestorePlan([]))
 
@@ -50,8 +57,8 @@ def plan(old: ModelIR, new: ModelIR, sources: Sequence[RestoreSource]) -> Restor
 def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[RestoreSource]) -> Section:
     section = Section("checkpoint")
     found = plan(old, new, sources)
-    lost = {renames.variable(p, old) or p for p in (v.path for v in old.model_variables)}  # NEW's share of OLD
-    excluded = found.excluded
+    lost = {renames.variable(p, old) or p for p in restore_targets(old)}  # NEW's share of OLD
+    unshared = _unshared(old, new)
     rows = sorted(found.rows, key=lambda r: r.path)
     for row in rows:
         if row.status == "mismatched" and row.found is not None:
@@ -64,10 +71,19 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
             section.breaks.append(f"'{row.path}' is '{row.status}' in NEW's restore plan ({row.note}): "
                                   "`specgen restore-plan` refuses it and `specgen train` restores nothing")
     for row in (r for r in rows if r.status == "initialized"):
-        had = row.path in lost and row.path not in excluded
-        section.changes.append(Change("initialized", row.path, "", _why_initialized(row, had, row.path in excluded)))
-        if had:
-            section.breaks.append(_lost(row.path, old))
+        excluded = row.note if row.path in found.excluded else _excluded_by(row.path, sources)
+        if excluded:  # the spec's own choice: "excluded by 'h1/*' in runs/x", whether or not a key maps here
+            section.changes.append(Change("initialized", row.path, "", excluded))
+        elif row.path in unshared:
+            section.changes.append(Change("initialized", row.path, "", f"OLD's '{unshared[row.path]}' (shared): "
+                                          "needs a restore entry"))
+        else:
+            had = row.path in lost
+            section.changes.append(Change("initialized", row.path, "", "from OLD's weights: needs a map entry"
+                                          if had else "new"))
+            if had:
+                section.breaks.append(_lost(row.path, old))
+    section.breaks += _unshare_breaks(old, new, sources, found, unshared)
     for path, moved in _crossed(old, renames, found.rows):
         section.changes.append(Change("crossed", path, "", f"OLD's '{path}' is '{moved}' here: needs a map entry"))
         section.breaks.append(f"'{path}' would be restored from OLD's '{path}', which is '{moved}' here (layers "
@@ -79,20 +95,27 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
         section.breaks.append(f"{error}: `specgen restore-plan` refuses it and `specgen train` restores nothing")
     crossed = sum(c.what == "crossed" for c in section.changes)
     # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
-    restored, rest = summary_line(found).split(", ", 1)
+    # restore-plan's line, but its `unused` counts every key of a real checkpoint (step, slots); this one only OLD's
+    # weights and masks, and is labelled so: the counts are compared with restore-plan's by tests/test_diff_restore.
+    restored, rest = summary_line(found).replace(", unused ", ", unused weights ", 1).split(", ", 1)
     crossing = f" ({crossed} of them from another layer)" if crossed else ""
     section.summary = f"a checkpoint of OLD restored into NEW: {restored}{crossing}, {rest}"
     return section
 
 
-def _why_initialized(row: Row, had: bool, excluded: bool) -> str:
-    if excluded:
-        return row.note  # the spec's own choice: "excluded by 'h1/*' in runs/x"
-    return "from OLD's weights: needs a map entry" if had else "new"
+def _excluded_by(path: str, sources: Sequence[RestoreSource]) -> str:
+    """Why `path` is left to its initializer on purpose: an entry's `exclude` names it. restore_rules records an
+    exclusion only where some key maps to the target; a renamed layer excluded in NEW has no key of its name, so
+    the globs are tested against the target itself (the same test `strict` makes)."""
+    for source in reversed(sources):  # the last entry's reason, as restore_rules.combine keeps it
+        glob = next((g for g in source.exclude if fnmatch.fnmatchcase(path, g)), None)
+        if glob is not None:
+            return f"excluded by '{glob}' in {source.from_}"
+    return ""
 
 
 def _lost(path: str, old: ModelIR) -> str:
-    if path in {v.path for v in old.model_variables}:
+    if path in restore_targets(old):
         return (f"'{path}' is in OLD's checkpoints under this name, but NEW's restore maps that key elsewhere: it "
                 "would start from its initializer")
     return (f"'{path}' existed in OLD under another name and would start from its initializer; `specgen diff --map` "
@@ -104,20 +127,70 @@ def _crossed(old: ModelIR, renames: Renames, rows: Iterable[Row]) -> list[tuple[
     OLD's variable of that name is in NEW). A key that a map entry sent here is the spec's own choice."""
     crossed = []
     for row in rows:
-        moved = renames.variable(row.path, old) if row.status == "restored" and row.key == row.path else None
+        by_name = row.key == row.path or ema_base(row.key) == row.path  # an EMA shadow under ema_to_model too
+        moved = renames.variable(row.path, old) if row.status == "restored" and by_name else None
         if moved is not None and moved != row.path:
             crossed.append((row.path, moved))
     return sorted(crossed)
 
 
-def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys), less the
-    keys NEW's spec maps already (`declared`)."""
-    targets = {v.path for v in new.model_variables}
+def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]],
+                sources: Sequence[RestoreSource] = ()) -> list[dict[str, str]]:
+    """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys: weights and
+    pruning masks), less the keys NEW's spec maps already (`declared`) and the targets its `exclude` names
+    (`sources`: NEW's restore entries; a map entry into an excluded target restores nothing)."""
+    targets = restore_targets(new)
     mapped = {m.get("from") for m in declared}
     found = []
-    for v in old.model_variables:
-        to = renames.variable(v.path, old)
-        if to is not None and to in targets and to != v.path and v.path not in mapped:
-            found.append({"from": v.path, "to": to})
+    for key in restore_targets(old):
+        to = renames.variable(key, old)
+        if (to is not None and to in targets and to != key and key not in mapped
+                and not _excluded_by(to, sources)):
+            found.append({"from": key, "to": to})
     return found
+
+
+def _unshared(old: ModelIR, new: ModelIR) -> dict[str, str]:
+    """NEW's variables of a layer that shared another's weights in OLD (`b: {share: a}`) and has its own now:
+    NEW path -> OLD's key that layer computed with (`b/kernel` -> `a/kernel`), where shape and dtype agree."""
+    before = {n.name: n for n in old.nodes if n.shares is not None}
+    found = {}
+    for node in (n for n in new.nodes if n.shares is None and n.name in before):
+        was = before[node.name].variables
+        for name, v in node.variables.items():
+            if name in was and (was[name].shape, was[name].dtype) == (v.shape, v.dtype):
+                found[v.path] = was[name].path
+    return found
+
+
+def _unshare_breaks(old: ModelIR, new: ModelIR, sources: Sequence[RestoreSource], found: RestorePlan,
+                    unshared: dict[str, str]) -> list[str]:
+    """One line per un-shared layer left to its initializer. One key restores one variable per restore entry, so
+    keeping both `a` and `b` takes an entry of its own per layer that maps `a/*` to `b/*`: offered only where the
+    plan with those entries restores each of them from OLD's key and leaves every other row as it was."""
+    rows = {r.path: r for r in found.rows}
+    lost = {path: key for path, key in unshared.items() if rows[path].status == "initialized"
+            and not _excluded_by(path, sources) and path not in found.excluded}
+    layers: dict[str, list[str]] = {}
+    for path in lost:
+        layers.setdefault(path.rsplit("/", 1)[0], []).append(path)
+    if not layers:
+        return []
+    declared = [s for s in sources if str(s.from_) != OLD_LABEL]
+    label = str(declared[-1].from_) if declared else PLACEHOLDER
+    extras = {layer: [{"from": lost[p], "to": p} for p in paths] for layer, paths in layers.items()}
+    trial = {r.path: r for r in plan(old, new, [*sources, *(RestoreSource.model_validate({"from": label, "map": m})
+                                                            for m in extras.values())]).rows}
+    keeps = all(trial[p].status == "restored" and trial[p].key == k for p, k in lost.items()) and all(
+        (trial[p].status, trial[p].key) == (r.status, r.key) for p, r in rows.items() if p not in lost)
+    where = "after NEW's restore entries" if declared else f"after a by-name entry {{from: {PLACEHOLDER}}}"
+    lines = []
+    for layer, paths in layers.items():
+        owner = lost[paths[0]].rsplit("/", 1)[0]
+        pairs = ", ".join(f"{{from: {lost[p]}, to: {p}}}" for p in paths)
+        entry = f"{{from: {label}, map: [{pairs}]}}"
+        how = (f"the restore entry {entry} {where} keeps them" if keeps else
+               "one key restores one variable per restore entry: map OLD's keys to them in a restore entry of its own")
+        lines.append(f"layer '{layer}' used the weights of '{owner}' in OLD (share: {owner}) and has its own here: "
+                     f"{', '.join(repr(p) for p in paths)} would start from their initializer; {how}")
+    return lines

@@ -18,9 +18,10 @@ import yaml
 
 from specgen import text
 from specgen.review.checkpoint import checkpoint, declared_map, map_entries, restore_sources
+from specgen.review.interface import interface
 from specgen.review.layers import layers
 from specgen.review.renames import Renames, find_renames
-from specgen.review.sections import TRAINING_SECTIONS, Section, interface, run, settings, variables
+from specgen.review.sections import OTHER_SECTIONS, TRAINING_SECTIONS, Section, run, settings, variables
 from specgen.review.sides import Side, open_side
 
 GATES = ("interface", "checkpoint", "layers")
@@ -39,13 +40,17 @@ def parse_gates(value: str) -> tuple[str, ...]:
 
 def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     renames = find_renames(old.ir, new.ir)
+    layer_section, layer_training = layers(old.loaded, old.ir, new.loaded, new.ir, renames)
+    training = settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS)
+    training.changes += layer_training  # initializers, batch-norm momentum, dropout rates: in NEW's layer order
     sections = [
         interface(old.ir, new.ir),
-        layers(old.loaded, old.ir, new.loaded, new.ir, renames),
+        layer_section,
         variables(old.ir, new.ir, renames),
         checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec)),
-        settings("training", old.loaded.spec, new.loaded.spec, TRAINING_SECTIONS),
+        training,
         settings("export", old.loaded.spec, new.loaded.spec, ("export",)),
+        settings("other", old.loaded.spec, new.loaded.spec, OTHER_SECTIONS),
     ]
     if old.record is not None and new.record is not None:  # two run folders: what else made them differ
         sections.append(run(old.record, new.record))
@@ -55,7 +60,7 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
 def cmd_diff(args: argparse.Namespace) -> int:
     with open_side(args.old) as old, open_side(args.new) as new:
         sections, renames = compare(old, new)
-        mapping = map_entries(old.ir, new.ir, renames, declared_map(new.loaded.spec))
+        mapping = map_entries(old.ir, new.ir, renames, declared_map(new.loaded.spec), restore_sources(new.loaded.spec))
         after_map = checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec, mapping)) if mapping else None
     if args.format == "json":
         print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))

@@ -1,9 +1,9 @@
-"""What changed between two specs, section by section: interface, variables, checkpoint, training, export (and
-`layers`, in review/layers.py).
+"""What changed between two specs, section by section: variables, training, export, other, run (and `interface`,
+`layers` and `checkpoint`, each in its own module of review/).
 
 Each section is a list of `Change` rows (what, which, old, new); an empty section is unchanged. Three sections can
 break what already exists, and say why in one line each: `interface` (a served client's request or response no
-longer fits: an input or output removed, renamed, re-typed or reshaped, or a new input it does not send),
+longer fits: review/interface.py),
 `checkpoint` (review/checkpoint.py: NEW's restore plan refuses a checkpoint of OLD, or leaves a variable OLD had
 without OLD's weights) and `layers` (review/layers.py: what the model computes changed)."""
 
@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specgen import text
-from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
 from specgen.review.renames import Renames
 from specgen.spec.model import Spec
 
-TRAINING_SECTIONS = ("loss", "optimizers", "train", "data", "collections", "frozen", "targets", "prune")
+# How the model trains, where its runs keep their checkpoints and what they restore from (`checkpoint.*`: the
+# `checkpoint` section plans OLD's checkpoint into NEW's restore entries; these rows say that the entries changed).
+TRAINING_SECTIONS = ("loss", "optimizers", "train", "data", "collections", "frozen", "targets", "prune", "checkpoint")
+OTHER_SECTIONS = ("doc", "lints", "sweep")  # what neither trains nor serves: the spec's text, lints, searches
 
 
 @dataclass(frozen=True)
@@ -37,45 +39,6 @@ class Section:
     breaks: list[str] = field(default_factory=list)  # one line per way it breaks what exists
     summary: str = ""  # one line of counts, where the section has them (checkpoint)
     echo_breaks: bool = True  # False where each row is its own break (layers): the text does not say it twice
-
-
-def interface(old: ModelIR, new: ModelIR) -> Section:
-    """The served signature, as model.onnx declares it (render/onnx_plan.py): the inputs and outputs that
-    `export.onnx.outputs` keeps, their dtypes, and their unknown dimensions as `batch`, or 1 where
-    `export.onnx.dynamic_batch: false` fixes them. Precision variants keep it (float32 at the IO); the opset does not
-    change it."""
-    section = Section("interface")
-    old, new = exported(old), exported(new)
-    for kind, before, after in (("input", _inputs(old), _inputs(new)), ("output", _outputs(old), _outputs(new))):
-        for name in sorted(before.keys() | after.keys()):
-            if name not in after:
-                section.changes.append(Change("removed", f"{kind} {name}", before[name]))
-                section.breaks.append(f"{kind} '{name}' was removed: clients that {_use(kind)} it fail")
-            elif name not in before:
-                section.changes.append(Change("added", f"{kind} {name}", "", after[name]))
-                if kind == "input":
-                    section.breaks.append(f"input '{name}' is new: clients that do not send it fail")
-            elif before[name] != after[name]:
-                section.changes.append(Change("changed", f"{kind} {name}", before[name], after[name]))
-                section.breaks.append(f"{kind} '{name}' changed from {before[name]} to {after[name]}: clients that "
-                                      f"{_use(kind)} it as before fail")
-    return section
-
-
-def _use(kind: str) -> str:
-    return "send" if kind == "input" else "read"
-
-
-def _served(ir: ModelIR, dtype: str, dims: Any) -> str:
-    return f"{dtype}{text.shape(dims, unknown='batch' if ir.dynamic_batch else '1')}"  # as onnx_plan.Lowering
-
-
-def _inputs(ir: ModelIR) -> dict[str, str]:
-    return {i.name: _served(ir, i.dtype, i.shape) for i in ir.inputs}
-
-
-def _outputs(ir: ModelIR) -> dict[str, str]:
-    return {name: _served(ir, ir.node(layer).dtype, ir.node(layer).shape) for name, layer in ir.outputs.items()}
 
 
 def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:
@@ -140,7 +103,8 @@ def leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
 
 
 def _compact(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A leaf as one table cell: a string as written (a `doc`'s line breaks and any control character escaped)."""
+    return text.printable(value) if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def run(old: dict[str, Any], new: dict[str, Any]) -> Section:
@@ -178,6 +142,7 @@ def settings_of(name: str, before: dict[str, str], after: dict[str, str]) -> Sec
 
 
 def _unset_container(key: str, side: dict[str, str], other: dict[str, str]) -> bool:
-    """`key` is null on one side and a mapping or list on the other (`train.ema: null` -> `{decay: ...}`): its
-    leaves are the addition (or removal); the null is no row of its own."""
-    return side[key] == "null" and any(k.startswith((key + ".", key + "[")) for k in other)
+    """`key` is null or an empty list on one side and a mapping or list on the other (`train.ema: null` ->
+    `{decay: ...}`, `checkpoint.restore: []` -> one entry): its leaves are the addition (or removal); the null is
+    no row of its own."""
+    return side[key] in ("null", "[]") and any(k.startswith((key + ".", key + "[")) for k in other)

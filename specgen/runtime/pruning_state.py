@@ -10,15 +10,16 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.ir.model import ModelIR
+from specgen.ir.restore_targets import mask_targets, restore_targets
 from specgen.paths import shown
 from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
 from specgen.spec.load import LoadedSpec
 from specgen.text import printable
 
-
-def mask_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Mask checkpoint key -> (shape, dtype); empty when the spec prunes nothing."""
-    return {w.mask_key: (w.shape, "float32") for w in ir.pruning.weights} if ir.pruning else {}
+# mask_targets and restore_targets are defined in ir/restore_targets.py (no TensorFlow: `specgen diff` plans
+# with them too) and stay importable from here: the pruning feature's runtime hook, restore-plan, export and
+# report name them through this module.
+__all__ = ["checkpoint_sparsity", "mask_targets", "mask_variables", "masked_values", "restore_targets"]
 
 
 def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -32,12 +33,6 @@ def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, n
         value = values[weight.path]
         out[weight.path] = np.where(masks[weight.mask_key] > 0, value, np.zeros_like(value))
     return out
-
-
-def restore_targets(ir: ModelIR) -> dict[str, tuple[tuple[int, ...], str]]:
-    """What a restore plan fills: the model variables and, for a spec that prunes, the masks (`pruning/<path>`).
-    A mask the plan leaves `initialized` (no key maps to it, or an `exclude` pattern drops it) stays all ones."""
-    return {v.path: (v.shape, v.dtype) for v in ir.model_variables} | mask_targets(ir)
 
 
 def mask_variables(ir: ModelIR, model: GeneratedModel) -> dict[str, Any]:

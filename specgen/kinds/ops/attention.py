@@ -288,4 +288,5 @@ def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activa
 # query's mask, as Keras sets it.
 OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True,
              mask=MaskRule("first", check=mask_check, consumes="attention"),
-             moments=Derived(moments, lambda node: (node.params["roles"]["value"],)), keras=("MultiHeadAttention",)),)
+             moments=Derived(moments, lambda node: (node.params["roles"]["value"],)), keras=("MultiHeadAttention",),
+             training_only=("dropout", "kernel_init", "bias_init")),)  # dropout: on the scores, in training only

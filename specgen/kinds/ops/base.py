@@ -283,6 +283,11 @@ class OpDef:
       (kinds/features/levenberg_marquardt.py REFUSED).
     - `folds_away`: the export may fold its variables into the layer before it (batch_norm: runtime/onnx_export.py),
       so a pruning mask on them would leave no zero in the model; `prune` refuses them (ir/pruning.py).
+    - `training_only`: the spec keys (a key covers its sub-keys: `kernel_init` its `kernel_init.kind`) that change
+      only how the layer trains, never what it computes from given weights: the initializers of variables a
+      checkpoint restores, batch-norm momentum, dropout rates. `specgen diff` lists a change to one under
+      `training`, not as a `layers` break (review/layers.py); tests/test_diff_sections_r4.py checks that every
+      initializer key of every op is listed.
     """
 
     name: str
@@ -315,6 +320,7 @@ class OpDef:
     xla_refusal: str = ""
     stateful: Callable[[Any], bool] = never
     folds_away: bool = False
+    training_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tf_template:

@@ -157,4 +157,5 @@ def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activa
 # Keras' Bidirectional: its wrapped layer's return_sequences keeps the mask, and masked outputs are zeros.
 MASK = MaskRule("first", keeps=lambda layer: layer.layer.return_sequences, check=mask_check, consumes="both_directions")
 OPS = (OpDef("bidirectional", Bidirectional, infer, tf_attrs, onnx_attrs, activation_after=False, symbolic=True,
-             mask=MASK, moments=Derived(moments, lambda node: (0,), bounded=True), keras=("Bidirectional",)),)
+             mask=MASK, moments=Derived(moments, lambda node: (0,), bounded=True), keras=("Bidirectional",),
+             training_only=tuple(f"layer.{key}" for key in recurrent.TRAINING_ONLY)),)

@@ -139,4 +139,4 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 
 OPS = (OpDef("conv2d_transpose", Conv2DTranspose, conv2d_transpose, tf_attrs, onnx_attrs, layout="first",
-              moments=Weighted(fan="strided"), keras=("Conv2DTranspose",)),)
+              moments=Weighted(fan="strided"), keras=("Conv2DTranspose",), training_only=("kernel_init", "bias_init")),)

@@ -163,10 +163,12 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 
 OPS = (
     OpDef("conv2d", Conv2D, conv2d, tf_attrs, onnx_attrs, layout="first", symbolic=True, moments=Weighted(),
-          pad_folding="zeros", keras=("Conv2D",)),
+          pad_folding="zeros", keras=("Conv2D",), training_only=("kernel_init", "bias_init")),
     OpDef("depthwise_conv2d", DepthwiseConv2D, depthwise_conv2d, tf_attrs, onnx_attrs, layout="first",
-          symbolic=True, moments=Weighted(fan="window"), pad_folding="zeros", keras=("DepthwiseConv2D",)),
+          symbolic=True, moments=Weighted(fan="window"), pad_folding="zeros", keras=("DepthwiseConv2D",),
+          training_only=("kernel_init", "bias_init")),
     OpDef("separable_conv2d", SeparableConv2D, separable_conv2d, tf_attrs, onnx_attrs, layout="first",
           symbolic=True, moments=Weighted(("depthwise_kernel", "pointwise_kernel"), init_key="pointwise_init"),
-          pad_folding="zeros", keras=("SeparableConv2D",)),
+          pad_folding="zeros", keras=("SeparableConv2D",),
+          training_only=("depthwise_init", "pointwise_init", "bias_init")),
 )

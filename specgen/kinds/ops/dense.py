@@ -54,4 +54,5 @@ def onnx_variant(node: Node) -> str:
 
 
 OPS = (OpDef("dense", Dense, infer, tf_attrs, onnx_attrs, onnx_variant=onnx_variant, onnx_variants=("dense_nd",),
-              symbolic=True, mask=PASSES_MASK, moments=Weighted(), flatten_order="kernel_rows", keras=("Dense",)),)
+              symbolic=True, mask=PASSES_MASK, moments=Weighted(), flatten_order="kernel_rows", keras=("Dense",),
+              training_only=("kernel_init", "bias_init")),)

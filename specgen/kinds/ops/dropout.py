@@ -30,4 +30,5 @@ def tf_attrs(node: Node) -> dict[str, Any]:
 
 
 OPS = (OpDef("dropout", Dropout, infer, tf_attrs, layout="any", symbolic=True, onnx_template=None, mask=PASSES_MASK,
-              moments="same", keras=("Dropout",), stateful=lambda layer: layer.rate != 0),)  # its random mask
+              moments="same", keras=("Dropout",), stateful=lambda layer: layer.rate != 0,  # its random mask
+              training_only=("rate",)),)  # the identity at inference, whatever the rate

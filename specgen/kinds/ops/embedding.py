@@ -39,4 +39,5 @@ def infer(layer: Embedding, shapes: list[Shape], dtypes: list[str]) -> OpResult:
 
 OPS = (OpDef("embedding", Embedding, infer, symbolic=True, mask=MaskRule(reason="an embedding reads ids, not a masked "
                                                                             "sequence"),
-              moments="lookup", id_limit="vocab_size", ids_checked=True, keras=("Embedding",)),)
+              moments="lookup", id_limit="vocab_size", ids_checked=True, keras=("Embedding",),
+              training_only=("embeddings_init",)),)

@@ -69,4 +69,5 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
 # KerasHub's PositionEmbedding does not support masking, so Keras drops the mask; its output is the position table,
 # which holds no padded values, so dropping it changes no number.
 OPS = (OpDef("positional_embedding", PositionalEmbedding, infer, tf_attrs, onnx_attrs, symbolic=True,
-             gradient=(False,), mask=MaskRule("none"), bounds_steps=True, moments="lookup"),)
+             gradient=(False,), mask=MaskRule("none"), bounds_steps=True, moments="lookup",
+             training_only=("embeddings_init",)),)

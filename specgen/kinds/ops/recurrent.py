@@ -345,6 +345,9 @@ MOMENTS = Derived(recurrent_moments, _reads, bounded=True)
 
 # Masked steps leave the state unchanged; with return_sequences the mask goes on (Keras' RNN.compute_mask).
 RECURRENT_MASK = MaskRule("first", keeps=lambda layer: layer.return_sequences, consumes="recurrent")
+# unit_forget_bias only sets the forget gate's initial bias (recurrent_init's and bias_init's company).
+TRAINING_ONLY = ("kernel_init", "recurrent_init", "bias_init", "unit_forget_bias")
 OPS = tuple(OpDef(name, model, infer, tf_attrs, onnx_attrs, tf_template="recurrent", onnx_template="recurrent",
-                  activation_after=False, symbolic=True, mask=RECURRENT_MASK, moments=MOMENTS, keras=(keras,))
+                  activation_after=False, symbolic=True, mask=RECURRENT_MASK, moments=MOMENTS, keras=(keras,),
+                  training_only=tuple(k for k in TRAINING_ONLY if k in model.model_fields))
             for name, model, keras in (("lstm", LSTM, "LSTM"), ("gru", GRU, "GRU"), ("simple_rnn", SimpleRNN, "SimpleRNN")))

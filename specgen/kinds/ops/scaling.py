@@ -148,7 +148,7 @@ def _onnx(roles: tuple[str, ...]) -> Any:
 
 OPS = (
     OpDef("scale", Scale, scale, onnx_attrs=_onnx(("gamma",)), layout="any", symbolic=True, mask=PASSES_MASK,
-          moments="gain"),
+          moments="gain", training_only=("init_values",)),  # gamma's initial value: a checkpoint restores gamma
     OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any", symbolic=True,
           mask=PASSES_MASK, moments="affine", keras=("Rescaling",)),
     OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any", symbolic=True,

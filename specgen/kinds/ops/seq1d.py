@@ -132,7 +132,8 @@ def _drops_mask(keras: str) -> MaskRule:
 
 OPS = (
     OpDef("conv1d", Conv1D, conv1d, conv_tf_attrs, conv_onnx_attrs, layout="first", onnx_template="conv2d",
-          symbolic=True, mask=_drops_mask("Conv1D"), moments=Weighted(), keras=("Conv1D",)),
+          symbolic=True, mask=_drops_mask("Conv1D"), moments=Weighted(), keras=("Conv1D",),
+          training_only=("kernel_init", "bias_init")),
     OpDef("max_pool1d", Pool1D, pool1d, pool_tf_attrs, pool_onnx_attrs, layout="first", tf_template="pool1d",
           onnx_template="max_pool", symbolic=True, mask=_drops_mask("MaxPooling1D"), moments="same", keras=("MaxPooling1D",),
           xla_refusal=MAX_POOL_XLA),
