@@ -179,7 +179,9 @@ def test_a_base_outside_the_repository_is_refused_without_reading_it(tmp_path: P
     link.symlink_to(tmp_path / "outside.yaml")  # a link in the repository to a file outside it: outside
     write(repo, {"w.yaml": "extends: inside.yaml\nname: w\n"})
     code, _, err = run(["validate", "w.yaml"], capsys, repo)
-    assert code == 1 and "is outside the repository" in err and "hunter2" not in err
+    assert code == 1 and "hunter2" not in err
+    assert err.splitlines()[0] == ("w.yaml:1:10: error: extends: 'inside.yaml' is a link to a file outside the "
+                                   "repository (.); a spec extends only files of its own repository")
 
 
 def test_a_binary_base_is_refused_without_echoing_it(tmp_path: Path, capsys) -> None:
@@ -187,8 +189,8 @@ def test_a_binary_base_is_refused_without_echoing_it(tmp_path: Path, capsys) -> 
     (tmp_path / "blob.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe secret-bytes")
     code, _, err = run(["validate", "v.yaml"], capsys, tmp_path)
     assert code == 1 and "secret" not in err and "PNG" not in err
-    assert err.splitlines() == ["v.yaml:1:10: error: extends: 'blob.yaml' is refused: the file is not UTF-8 text: "
-                                "invalid start byte", "1 error found"]
+    assert err.splitlines() == ["blob.yaml:1:1: error: the file is not UTF-8 text: invalid start byte (byte 0x89); "
+                                "save it as UTF-8 (via v.yaml:1:10)", "1 error found"]
 
 
 def test_a_chain_deeper_than_the_bound_is_refused(tmp_path: Path, capsys) -> None:

@@ -40,8 +40,8 @@ def messages(text: str) -> list[str]:
     ("units: 8,", "units: eight,", "s.yaml:7:38: error: units: expected an integer, received 'eight' (str) "
                                    "(in layer 'hidden')"),
     ("shape: [8, 8, 1]", "shape: [8, -1, 1]", "s.yaml:3:29: error: shape[1]: received -1, expected a value > 0"),
-    ("name: small", "name: 2small", "s.yaml:2:7: error: name: invalid name '2small': expected a letter, then "
-                                    "letters and digits with single '_' between them"),
+    ("name: small", "name: 2small", "s.yaml:2:7: error: name: invalid name '2small': expected an ASCII letter, then "
+                                    "ASCII letters and digits with single '_' between them"),
     ("op: flatten}", "op: flatten, input: [image]}", "s.yaml:6:38: error: input: expected a string, received "
                                                      "[image] (a list) (in layer 'flat')"),
 ], ids=["bound", "type", "list_item", "name", "wrong_type_in_layer"])

@@ -120,14 +120,15 @@ CASES = [
     ("bad_literal_padding", mutate("padding: same", "padding: sme"),
      ["11:72: error: padding: received 'sme', expected 'same' or 'valid'; did you mean 'same'? (in layer 'conv')"]),
     ("name_with_space", mutate("name: tiny", "name: tiny model"),
-     ["2:7: error: name: invalid name 'tiny model': expected a letter, then letters and digits with single '_' "
-      "between them"]),
+     ["2:7: error: name: invalid name 'tiny model': expected an ASCII letter, then ASCII letters and digits with "
+      "single '_' between them"]),
     ("layer_name_leading_digit", mutate("name: conv,", "name: 1conv,"),
-     ["11:12: error: name: invalid name '1conv': expected parts of a letter, then letters and digits with single '_' "
-      "between them, joined by '/' (in layer '1conv')"]),
+     ["11:12: error: name: invalid name '1conv': expected parts joined by '/', each an ASCII letter, then ASCII "
+      "letters and digits with single '_' between them (in layer '1conv')"]),
     # a bad mapping key is reported at the key, not at its value
     ("input_name_leading_digit", mutate("  v: {shape: [4]}", "  2v: {shape: [4]}"),
-     ["6:3: error: invalid name '2v': expected a letter, then letters and digits with single '_' between them"]),
+     ["6:3: error: invalid name '2v': expected an ASCII letter, then ASCII letters and digits with single '_' "
+      "between them"]),
     ("control_character_in_key", mutate("  batch_size: 16", '  "batch\\nsize": 16'),
      ["36:3: error: unknown key 'batch\\nsize'; did you mean 'batch_size'?"]),
     ("unsupported_version", mutate("specgen: 1", "specgen: 2"),
@@ -146,7 +147,7 @@ CASES = [
     ("empty_file", "", ["1:1: error: the file is empty; expected a spec mapping"]),
     ("comments_only", "# nothing here\n", ["1:1: error: the file is empty; expected a spec mapping"]),
     ("yaml_list_not_mapping", "- specgen: 1\n- name: tiny\n",
-     ["1:1: error: a spec is a mapping of sections; received [{specgen: 1}, {name: tiny}] (a list)"]),
+     ["1:1: error: a spec is a mapping of sections; received a list of 2 items"]),
     ("oversized_file", OVERSIZED,
      [f"error: the file is {OVERSIZED_BYTES} bytes; specs are limited to {MAX_FILE_BYTES} bytes "
       "(is this really a spec?)"]),

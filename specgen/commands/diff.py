@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from specgen.review.command import cmd_diff, parse_gates
+from specgen.review.sides import side_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("old", help="a spec file, REV:PATH (read through git) or a run folder")
-    parser.add_argument("new", help="a spec file, REV:PATH or a run folder")
+    parser.add_argument("old", type=side_argument, help="a spec file, REV:PATH (read through git) or a run folder")
+    parser.add_argument("new", type=side_argument, help="a spec file, REV:PATH or a run folder")
     parser.add_argument("--format", choices=["text", "json"], default="text")
     parser.add_argument("--map", action="store_true",
                         help="print the checkpoint map entries that make OLD's checkpoints restore into NEW")

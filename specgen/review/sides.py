@@ -1,14 +1,17 @@
 """The two sides of `specgen diff`: a spec file, `REV:PATH` read through git, or a run folder's recorded spec.
 
 `REV:PATH` never touches the work tree: the spec files (`*.yaml`, `*.yml`) of the repository at REV are read with
-`git cat-file --batch` into a temporary folder (with a `.git` marker, so `extends` stays confined to it), and the
-spec is loaded from there. PATH is as git reads it: from the repository's top, or from the working directory when
-it starts with `./` or `../`. A run folder holds `spec.resolved.yaml`, written by `specgen train` at the start of
+`git cat-file --batch` into a temporary folder (with a `.git` marker, so `extends` stays confined to it; links
+named like spec files are recreated as links, so `extends` through one is judged as in the work tree), and the
+spec is loaded from there, its files named `REV:PATH` in messages (spec/compose.py's `revision_files`). PATH is as
+git reads it: from the repository's top, or from the working directory when it starts with `./` or `../`. A run
+folder holds `spec.resolved.yaml`, written by `specgen train` at the start of
 a run (runtime/provenance.py): the merged spec with every override and default, loaded like any spec.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,14 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, quoted
+from specgen.errors import AbstractSpec
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.spec.compose import load_composed, revision_files
 from specgen.spec.load import LoadedSpec, load_spec
 
 RESOLVED = "spec.resolved.yaml"  # a run folder's record of the spec it trained (runtime/provenance.py)
 RECORD = "provenance.json"  # and of its data, seed, versions and machine
 MAX_GIT_FILES = 20_000  # spec files read from one revision
 MAX_GIT_BYTES = 256 << 20  # their bytes together
+LINK_MODE = b"120000"  # a symbolic link in a git tree: its blob holds the target
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,15 @@ def _refused(label: str, message: str) -> SpecError:
     return SpecError([Diagnostic(label, None, message)])
 
 
+def side_argument(text: str) -> str:
+    """argparse type of OLD and NEW: an empty argument (an unset shell variable) is a usage error, not the
+    working directory read as a run folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected a spec file, REV:PATH (read through git) or a "
+                                         "run folder")
+    return text
+
+
 @contextmanager
 def open_side(text: str) -> Iterator[Side]:
     """The side `text` names, loaded; a REV:PATH side's temporary folder lives until the block ends."""
@@ -57,12 +72,19 @@ def open_side(text: str) -> Iterator[Side]:
     if path.exists() or not sep or not rev or len(rev) == 1:  # `C:\\x.yaml` is a Windows path, not a revision
         yield _load(text, path)
         return
-    with tempfile.TemporaryDirectory(prefix="specgen-diff-") as folder:
+    with tempfile.TemporaryDirectory(prefix="specgen-diff-") as folder, revision_files(Path(folder), rev):
         yield _load(text, _checkout_specs(rev, inner, Path(folder), text), display=text)
 
 
 def _load(label: str, path: Path, display: str | None = None) -> Side:
-    loaded = load_spec(path, display)
+    try:
+        loaded = load_spec(path, display)
+    except AbstractSpec:  # positioned at its `abstract: true`, as any refusal of a side
+        shown = display or str(path)
+        data, source = load_composed(path, shown)
+        raise SpecError([Diagnostic(shown, source.locate(("abstract",), data, key=True),
+                                    "abstract: true: the spec exists only to be extended by other specs; diff a "
+                                    "spec that extends it")]) from None
     return Side(label, loaded, build_ir(loaded))
 
 
@@ -88,12 +110,15 @@ def _run_record(folder: Path, label: str) -> dict[str, Any] | None:
     return found
 
 
-def _git(args: list[str], label: str, data: bytes | None = None) -> bytes:
+def _git(args: list[str], label: str, data: bytes | None = None, silent: str = "") -> bytes:
+    """git's output; a failure is one line with git's last words, or `silent` where git says nothing (--quiet)."""
     if shutil.which("git") is None:
         raise _refused(label, "reading REV:PATH needs git, which is not on PATH")
     result = subprocess.run(["git", *args], input=data, capture_output=True, timeout=120, check=False)
     if result.returncode != 0:
         reason = result.stderr.decode(errors="replace").strip().splitlines()
+        if not reason and silent:
+            raise _refused(label, silent)
         raise _refused(label, f"git {args[0]} failed: {reason[-1] if reason else 'exit ' + str(result.returncode)}")
     return result.stdout
 
@@ -102,34 +127,62 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
     """Write REV's spec files under `into` and return where PATH's file landed."""
     if rev.startswith("-"):
         raise _refused(label, f"{quoted(rev)} is not a revision")
-    commit = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], label).decode().strip()
+    unknown = f"unknown revision {quoted(rev)}; expected a commit, branch or tag of this repository"
+    commit = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], label, None,
+                  unknown).decode().strip()
     prefix = _git(["rev-parse", "--show-prefix"], label).decode().strip()
     relative = os.path.normpath(prefix + inner) if inner.startswith(("./", "../")) else os.path.normpath(inner)
     if relative.startswith(".."):
         raise _refused(label, f"{quoted(inner)} is outside the repository")
-    blobs = _spec_blobs(commit, label)
-    if relative not in blobs:
+    blobs, links = _spec_blobs(commit, label)
+    if relative not in blobs:  # the spec itself is a regular file: a link is read only as a base, which compose checks
         raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
     if len(blobs) > MAX_GIT_FILES:
         raise _refused(label, f"{rev} holds {len(blobs)} spec files; at most {MAX_GIT_FILES} are read")
     if sum(size for _, size in blobs.values()) > MAX_GIT_BYTES:  # from the tree: refused before a byte is read
         raise _refused(label, f"the spec files of {commit[:12]} hold more than {MAX_GIT_BYTES} bytes")
     _write_blobs(commit, {name: oid for name, (oid, _) in blobs.items()}, into, label)
+    _write_links(commit, links, into, label)
     (into / ".git").mkdir()  # the repository's top: `extends` stays inside it
     return into / relative
 
 
-def _spec_blobs(commit: str, label: str) -> dict[str, tuple[str, int]]:
-    """Each spec file of `commit` (a regular file: not a link, not a submodule) -> its blob's object id and size.
-    From `ls-tree -l -z`, so a name may hold any byte git allows, a newline included."""
-    found = {}
+def _spec_blobs(commit: str, label: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """Each spec file of `commit` (a regular file: not a submodule) -> its blob's object id and size, and each link
+    named like one -> its blob's id. From `ls-tree -l -z`, so a name may hold any byte git allows, a newline too."""
+    found: dict[str, tuple[str, int]] = {}
+    links: dict[str, str] = {}
     for record in _git(["ls-tree", "--full-tree", "-r", "-l", "-z", commit], label).split(b"\0"):
         meta, _, name = record.partition(b"\t")
         fields = meta.split()
         path = os.fsdecode(name)
-        if len(fields) == 4 and fields[0] in (b"100644", b"100755") and path.endswith((".yaml", ".yml")):
-            found[path] = (fields[2].decode(), int(fields[3]))
-    return found
+        if len(fields) == 4 and path.endswith((".yaml", ".yml")):
+            if fields[0] in (b"100644", b"100755"):
+                found[path] = (fields[2].decode(), int(fields[3]))
+            elif fields[0] == LINK_MODE and len(links) < MAX_GIT_FILES:
+                links[path] = fields[2].decode()
+    return found, links
+
+
+def _write_links(commit: str, links: dict[str, str], into: Path, label: str) -> None:
+    """Each link as the revision has it (its target as written), so that `extends` through a link is judged as in
+    the work tree: read when it leads to a file of the revision, refused as outside the repository otherwise."""
+    if not links:
+        return
+    out = _git(["cat-file", "--batch"], label, "".join(f"{oid}\n" for oid in links.values()).encode())
+    at = 0
+    for name, oid in links.items():
+        header_end = out.index(b"\n", at)
+        fields = out[at:header_end].decode(errors="replace").split()
+        at = header_end + 1
+        if len(fields) != 3 or fields[:2] != [oid, "blob"]:
+            raise _refused(label, f"git cat-file answered {' '.join(fields)!r} for {quoted(name)} ({oid})")
+        target = out[at:at + int(fields[2])]
+        at += int(fields[2]) + 1
+        if b"\0" in target or not target:  # git never writes such a link; nothing to recreate
+            continue
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.fsdecode(target), into / name)
 
 
 def _write_blobs(commit: str, blobs: dict[str, str], into: Path, label: str) -> None:

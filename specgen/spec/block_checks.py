@@ -81,8 +81,9 @@ class _Checker:
         local = item.get("name")
         if not isinstance(local, str) or not LAYER_NAME.match(local):
             self.report((*loc, "name") if "name" in item else loc,
-                        f"block '{name}': layer name {safe_repr(local)} is not a layer name (parts of a letter, then "
-                        "letters and digits with single '_', joined by '/'); names cannot be parameters")
+                        f"block '{name}': layer name {safe_repr(local)} is not a layer name (parts of an ASCII "
+                        "letter, then ASCII letters and digits with single '_', joined by '/'); names cannot be "
+                        "parameters")
             return {}
         if ("op" in item) == ("block" in item):
             self.report(loc, f"block '{name}': layer '{local}' needs exactly one of 'op' (a layer) or 'block' "

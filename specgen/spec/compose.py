@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,10 +34,24 @@ from specgen.paths import shown
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_orphans, error_at, merge, node, received
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document
+from specgen.text import printable
 
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3
 MAX_FILES = 64  # distinct files one spec may be composed of
 MAX_BASES = 16  # entries of one `extends` list; real families use 1 to 3
+# `specgen diff REV:PATH` composes a revision's spec files copied into a temporary folder (review/sides.py): while
+# it does, messages name those files `REV:PATH`, never by the temporary folder's path.
+_REVISION: ContextVar[tuple[tuple[Path, ...], str] | None] = ContextVar("specgen_revision", default=None)
+
+
+@contextmanager
+def revision_files(folder: Path, rev: str) -> Iterator[None]:
+    """Within the block, files under `folder` are printed as `REV:PATH` (PATH from the folder's top)."""
+    token = _REVISION.set(((Path(os.path.abspath(folder)), folder.resolve()), rev))  # as named, and resolved
+    try:
+        yield
+    finally:
+        _REVISION.reset(token)
 
 
 # --- loading ---------------------------------------------------------------------------------------------------
@@ -54,6 +71,7 @@ class _Loader:
     """Loads one top spec and every file it extends, each read once, within the repository."""
 
     root: Path  # the resolved folder every file must lie under
+    top: str  # the spec as named (refusals say how to flatten it)
     files: dict[Path, tuple[Any, SourceMap]] = field(default_factory=dict)
     # Each file by its path as named: a base that several files extend is read and linearized once, so the work
     # grows with the files, not with the paths through them.
@@ -160,11 +178,12 @@ class _Loader:
         if len(chain) >= MAX_DEPTH:
             raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
         if not path.exists():
+            if _dangling_outside(path, self.root):  # a link to a file outside: the rule, not the file's absence
+                raise error_at(where, self._outside(ref, link=True))
             raise error_at(where, f"extends: {quoted(ref)} does not exist (looked for {_shown(path)})")
         real = path.resolve()
         if not real.is_relative_to(self.root):
-            raise error_at(where, f"extends: {quoted(ref)} is outside the repository ({_shown(self.root)}); a spec "
-                             "extends only files of its own repository")
+            raise error_at(where, self._outside(ref, link=(path.parent.resolve() / path.name).is_relative_to(self.root)))
         if real in chain:
             cycle = " -> ".join(_shown(p) for p in (*chain[chain.index(real):], real))
             raise error_at(where, f"extends: {quoted(ref)} closes a cycle ({cycle})")
@@ -173,6 +192,34 @@ class _Loader:
                 raise error_at(where, f"extends: the spec is composed of more than {MAX_FILES} files")
             self.files[real] = _read_base(path, ref, where)
         return real
+
+    def _outside(self, ref: str, link: bool) -> str:
+        """The refusal of a base outside the repository: which repository, and why it is that folder."""
+        what = "is a link to a file outside" if link else "is outside"
+        rule = "a spec extends only files of its own repository"
+        revision = _revision_of(self.root)
+        if revision is not None:
+            return f"extends: {quoted(ref)} {what} the repository (at {revision}); {rule}"
+        if (self.root / ".git").exists():
+            return f"extends: {quoted(ref)} {what} the repository ({_shown(self.root)}); {rule}"
+        # A copy without `.git` (git archive, a Docker image): the spec's own folder is all it may read.
+        return (f"extends: {quoted(ref)} {what} the repository ({_shown(self.root)}: no .git above the spec, so its "
+                f"own folder); {rule}: run it from a git checkout, or flatten it there with `specgen validate "
+                f"{self.top} --resolved > flat.yaml` and use flat.yaml beside it")
+
+
+def _dangling_outside(path: Path, root: Path) -> bool:
+    """A link whose target does not exist here and lies outside `root` (a revision's link to a file outside it)."""
+    try:
+        return not Path(os.path.normpath(path.parent.resolve() / os.readlink(path))).is_relative_to(root)
+    except (OSError, ValueError, RuntimeError):  # not a link, a name the system refuses, a loop of links above it
+        return False
+
+
+def _revision_of(path: Path) -> str | None:
+    """The revision `path` (resolved) is the copy of, or None for a file of the work tree."""
+    found = _REVISION.get()
+    return found[1] if found is not None and path.is_relative_to(found[0][1]) else None
 
 
 def _identity(path: Path) -> str:
@@ -207,13 +254,20 @@ def _read_base(path: Path, ref: str, where: Setting) -> tuple[dict[str, Any], So
 
 def _in_base(diagnostic: Diagnostic, ref: str, where: Setting, via: str) -> Diagnostic:
     found = diagnostic.position
-    if found is None:  # about the whole file: not a regular file, too large, not UTF-8
+    if found is None:  # about the whole file: not a regular file, too large (a byte not UTF-8 has its line)
         return error_at(where, f"extends: {quoted(ref)} is refused: {diagnostic.message}").diagnostics[0]
     return replace(diagnostic, position=Position(found.line, found.col, file=diagnostic.path, via=via))
 
 
 def _shown(path: Path) -> str:
-    """A path as messages print it: relative where it can be, escaped, and cut when absurdly long."""
+    """A path as messages print it: relative where it can be (a revision's file as `REV:PATH`), escaped, and cut
+    when absurdly long."""
+    folders, rev = _REVISION.get() or ((), "")
+    absolute = Path(os.path.abspath(path))
+    for folder in folders:  # a path as named, or resolved (a cycle's files)
+        if absolute.is_relative_to(folder):
+            inside = absolute.relative_to(folder).as_posix()
+            return shown_text(printable(f"{rev}:{inside if inside != '.' else ''}"), 1024)
     return shown_text(shown(path), 1024)  # the longest path a spec may name; a longer one only in a refusal
 
 
@@ -232,7 +286,7 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
     data, source = load_yaml(path, shown_path)
     if not isinstance(data, dict) or "extends" not in data:
         return data, source
-    loader = _Loader(repository_root(path), {path.resolve(): (data, source)})
+    loader = _Loader(repository_root(path), shown_path, {path.resolve(): (data, source)})
     key = Path(os.path.abspath(path))
     loader.loaded[key] = loader.load(path, shown_path, (), "")
     tree = loader.compose(key)

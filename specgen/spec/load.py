@@ -104,10 +104,19 @@ def load_spec_text(text: str, display: str = "<spec>", path: Path | None = None)
     return validate_data(data, source, path or Path(display))
 
 
+def _shape(data: Any) -> str:
+    """What a file that is not a spec holds, by its shape: its text is not echoed (it may be any file)."""
+    if isinstance(data, str):
+        return f"a string of {len(data)} character{'' if len(data) == 1 else 's'} (plain text, not YAML keys and values)"
+    if isinstance(data, list):
+        return f"a list of {len(data)} item{'' if len(data) == 1 else 's'}"
+    return received(data)  # a number, a boolean, a date: short
+
+
 def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
     if not isinstance(data, dict):
         raise SpecError([Diagnostic(source.path, source.position(()),
-                                    f"a spec is a mapping of sections; received {received(data)}")])
+                                    f"a spec is a mapping of sections; received {_shape(data)}")])
     layers = data.get("layers")
     if isinstance(layers, list) and len(layers) > MAX_LAYERS:  # before the schema reads them all
         raise SpecError([Diagnostic(source.path, source.locate(("layers", MAX_LAYERS), data, key=False),

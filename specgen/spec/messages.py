@@ -208,9 +208,9 @@ def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
 
 def _name_message(received: Any, ctx: dict[str, Any]) -> str:
     if ctx.get("pattern") == IDENT:
-        rule = "a letter, then letters and digits with single '_' between them"
+        rule = "an ASCII letter, then ASCII letters and digits with single '_' between them"
     elif "/" in ctx.get("pattern", ""):
-        rule = "parts of a letter, then letters and digits with single '_' between them, joined by '/'"
+        rule = "parts joined by '/', each an ASCII letter, then ASCII letters and digits with single '_' between them"
     else:
         rule = "printable text without control characters"
     return f"invalid name {safe_repr(received)}: expected {rule}"

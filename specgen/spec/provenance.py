@@ -235,9 +235,11 @@ def _written(setting: Setting, leaf: bool, removed: bool) -> str:
         return "  null (removes the bases' value)"
     if isinstance(setting.value, dict | list):
         return f"  {flow(setting.value)}"
-    if leaf and not (removed and setting.value is None):  # a removed mapping's own setting holds no value to print
-        return f"  {_scalar(setting.value)}"
-    return ""
+    if leaf:  # a removed mapping's own setting holds no value to print
+        return "" if removed and setting.value is None else f"  {_scalar(setting.value)}"
+    # The key holds a list or mapping now: a place that wrote a scalar (or a null) there before it was replaced
+    # still shows what it wrote; only a bare `default` (a mapping `--set` created under it) wrote nothing.
+    return "" if setting.source is None and setting.value is None else f"  {_scalar(setting.value)}"
 
 
 def load_resolved(path: Path, overrides: list[str]) -> tuple[LoadedSpec, Node]:

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.spec.yaml_compose import MAX_FILE_BYTES
 
 
@@ -41,9 +41,16 @@ def read_spec_text(path: Path, shown: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _file_error(shown, f"the file is not UTF-8 text: {exc.reason}") from None
+        raise SpecError([Diagnostic(shown, _byte_position(data, exc.start), f"the file is not UTF-8 text: "
+                                    f"{exc.reason} (byte 0x{data[exc.start]:02x}); save it as UTF-8")]) from None
     # Universal newlines, as `read_text` gave: values never hold a '\r' from Windows line ends.
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _byte_position(data: bytes, offset: int) -> Position:
+    """line:col of the first byte that is not UTF-8, counted as the text's would be (columns in characters)."""
+    before = data[:offset].decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    return Position(before.count("\n") + 1, len(before) - before.rfind("\n"))
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

@@ -23,6 +23,7 @@ import yaml
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, quoted, shown
 from specgen.spec.spec_file import read_spec_text
+from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
 from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key
 
@@ -163,6 +164,7 @@ class _Converter:
 
     def convert(self, node: yaml.Node, depth: int = 0, label: str = "") -> Any:
         """`node` as plain values; `label` names it in messages (`units`, `shape[1]`)."""
+        node = getattr(node, ALIASED, node)  # how a value is written is judged where it is written: at its anchor
         self.visited += 1
         if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
             raise SpecError([Diagnostic(self.source.path, mark_position(self.top or node),
@@ -186,6 +188,7 @@ class _Converter:
 
     def _same_in_yaml12(self, node: yaml.ScalarNode, label: str) -> bool:
         """False (and a problem noted) for a plain scalar YAML 1.2 reads differently (`010`, `no`, `1:30`)."""
+        node = getattr(node, ALIASED, node)  # an alias used as a key: its anchor says how it is written
         problem = dialect_problem(node)
         if problem is None or self._tagged(node):  # `!!timestamp 2020-01-01` asks for its reading explicitly
             return True
@@ -292,6 +295,8 @@ def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
         too_long = long_key(text, position)  # PyYAML's own words name a ':' it did not expect, not the key
         message = too_long[1] if too_long else f"invalid YAML: {_problem(exc)}"
         raise SpecError([Diagnostic(display, too_long[0] if too_long else position, message)]) from None
+    if root is not None and ANCHOR.search(text):
+        mark_aliases(text, root)
     source = SourceMap(display, root)
     if root is None:
         return None, source
