@@ -57,6 +57,9 @@ SPECS = {
     "shared.yaml": "extends: base.yaml\nlayers:\n  - {name: h2, op: dense, units: 4, activation: relu, share: h1}\n"
                    "  - {name: h1, units: 4}\n  - {name: out, input: h2}\n",
     "unshared.yaml": "extends: base.yaml\nlayers:\n  - {name: h1, units: 4}\n  - {name: h2, units: 4}\n",
+    # ... and h1 renamed too: the map restores hidden1, and h2 still needs its own restore entry
+    "ren_unshared.yaml": "extends: unshared.yaml\nlayers:\n  - {name: h1, remove: true}\n"
+                         "  - {name: hidden1, op: dense, input: x, units: 4, activation: relu, before: h2}\n",
 }
 PREFIX = "checkpoint: a checkpoint of OLD restored into NEW: "
 
@@ -78,6 +81,7 @@ def test_masks_are_planned_mapped_and_restored_like_weights(specs: Path, capsys)
     assert out.rstrip().endswith("    map:\n    - {from: h2/kernel, to: hidden2/kernel}\n"
                                  "    - {from: h2/bias, to: hidden2/bias}\n    - " + MASK)
     assert "  with the map of `specgen diff --map`: restored 7, initialized 0, unused weights 0, mismatched 0" in out
+    assert "\n# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had\n" in out
     # the weights' map alone leaves OLD's mask behind: all ones again, OLD's sparsity lost
     code, out, err = run(["diff", "pruned.yaml", "ren_weights.yaml", "--fail-on", "checkpoint"], capsys, specs)
     assert (code, summary(out)) == (1, "restored 6, initialized 1, unused weights 1, mismatched 0")
@@ -114,6 +118,25 @@ def test_a_layer_that_stops_sharing_loses_the_weights_it_used(specs: Path, capsy
             "here: 'h2/kernel', 'h2/bias' would start from their initializer; the restore entry " + UNSHARE_ENTRY +
             " after a by-name entry {from: OLD_CHECKPOINT} keeps them\n") in err
     assert summary(out) == "restored 4, initialized 2, unused weights 0, mismatched 0"
+    # --map prints no entry for them (a map entry restores one variable per restore entry), and says so
+    still = ("h2/bias, h2/kernel still start from their initializer, though OLD had them: the checkpoint section's "
+             "breaks say what each needs")
+    code, out, err = run(["diff", "shared.yaml", "unshared.yaml", "--map"], capsys, specs)
+    assert out.rstrip().endswith("\n# no map entries needed for renamed weights; " + still)
+    code, out, err = run(["diff", "shared.yaml", "ren_unshared.yaml", "--map"], capsys, specs)
+    assert "  with the map of `specgen diff --map`: restored 4, initialized 2, unused weights 0, mismatched 0" in out
+    assert out.split("\n\n")[-1].splitlines() == [
+        "# checkpoint map: the entries for OLD's renamed weights; with it, " + still,
+        "checkpoint:", "  restore:", "  - from: OLD_CHECKPOINT", "    map:",
+        "    - {from: h1/kernel, to: hidden1/kernel}", "    - {from: h1/bias, to: hidden1/bias}"]
+    # NEW that declares that map and the un-share entry: nothing of OLD's is left to an initializer
+    entries = (f"[{{from: runs/old, map: [{{from: h1/kernel, to: hidden1/kernel}}, {{from: h1/bias, to: hidden1/bias}}]}}, "
+               f"{UNSHARE_ENTRY.replace('OLD_CHECKPOINT', 'runs/old')}]")
+    (specs / "ren_kept.yaml").write_text(restoring("ren_unshared.yaml", entries))
+    code, out, err = run(["diff", "shared.yaml", "ren_kept.yaml", "--map", "--fail-on", "checkpoint"], capsys, specs)
+    assert (code, err) == (0, "") and summary(out).startswith("restored 6, initialized 0, ")
+    assert out.rstrip().endswith("\n# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own "
+                                 "restore maps")
 
 
 def test_diff_of_pruning_specs_imports_no_tensorflow(specs: Path) -> None:

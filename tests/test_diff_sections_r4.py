@@ -195,6 +195,71 @@ def test_a_dim_named_as_a_python_keyword_is_compared_by_value(tmp_path: Path, ca
     assert "  compatible  output feats  float32[batch, ceil(seq/2), 16]  float32[batch, ceil(if/2), 16]" in out
 
 
+
+# A derived dimension that differs only at some remainders of its names: every remainder is compared, not a few
+# random sizes (red team round 4 review, F1: four sizes from a fixed seed, all even, called these compatible).
+CONV = "specgen: 1\nname: c\ninputs:\n  x: {{shape: [{shape}]}}\noutputs:\n  feats: down\nlayers:\n" \
+       "  - {{name: down, op: {op}, input: x, filters: 4, kernel: {kernel}, strides: {strides}, padding: {padding}}}\n"
+
+
+@pytest.mark.parametrize(("shape", "op", "kernel", "strides", "old", "new", "request_", "steps"), [
+    # stride 2 same -> valid: ceil(seq/2) against ceil((seq-1)/2), 3 steps against 2 at seq = 5
+    ("seq, 8", "conv1d", 2, 2, "[batch, ceil(seq/2), 4]", "[batch, ceil((seq-1)/2), 4]", (1, 5, 8), (3, 2)),
+    # stride 4: they differ only where seq is 1 modulo 4 (1 step against 0 at seq = 1, 2 against 1 at seq = 5)
+    ("seq, 8", "conv1d", 2, 4, "[batch, ceil(seq/4), 4]", "[batch, ceil((seq-1)/4), 4]", (1, 5, 8), (2, 1)),
+    # two names: only the width is strided, and only an odd width tells the two apart
+    ("height, width, 3", "conv2d", "[1, 2]", "[1, 2]", "[batch, height, ceil(width/2), 4]",
+     "[batch, height, ceil((width-1)/2), 4]", (1, 2, 3, 3), (2, 1)),
+])
+def test_an_output_dim_that_differs_only_at_some_remainders_breaks(
+        tmp_path: Path, capsys, shape: str, op: str, kernel: object, strides: object, old: str, new: str,
+        request_: tuple[int, ...], steps: tuple[int, int]) -> None:
+    write(tmp_path, **{f"{p}.yaml": CONV.format(shape=shape, op=op, kernel=kernel, strides=strides, padding=p)
+                       for p in ("same", "valid")})
+    for a, b in (("same", "valid"), ("valid", "same")):
+        code, _, err = run(["diff", f"{a}.yaml", f"{b}.yaml", "--fail-on", "interface"], capsys, tmp_path)
+        x, y = (old, new) if a == "same" else (new, old)
+        assert code == 1
+        assert err == (f"specgen diff: breaks interface: output 'feats' changed from float32{x} to float32{y}: "
+                       "clients that read it as before fail\n")
+    assert served(tmp_path, "same.yaml")["feats"] == [*old[1:-4].split(", "), 4]
+    # the break is real: one request, answered at another shape by each model.onnx
+    ort = pytest.importorskip("onnxruntime")
+    x = np.ones(request_, np.float32)
+    for padding, answered in zip(("same", "valid"), steps, strict=True):
+        ir = build_ir(load_spec(tmp_path / f"{padding}.yaml"))
+        weights = {v.onnx_name: np.full(v.onnx_shape, 0.01, np.float32) for v in ir.model_variables}
+        out = ort.InferenceSession(render_files(ir)["model.onnx"]).run(None, {"x": x} | weights)[0]
+        assert out.shape == (*request_[:-2], answered, 4)
+
+
+def test_outputs_equal_at_every_size_stay_compatible_however_they_are_written(tmp_path: Path, capsys) -> None:
+    """Two stride-2 layers and one stride-4 layer answer ceil(ceil(seq/2)/2) = ceil(seq/4) steps at every seq."""
+    two = CONV.format(shape="seq, 8", op="conv1d", kernel=1, strides=2, padding="same") + \
+        "  - {name: down2, op: conv1d, filters: 4, kernel: 1, strides: 2, padding: same}\n"
+    write(tmp_path, **{"two.yaml": two.replace("feats: down", "feats: down2"),
+                       "one.yaml": CONV.format(shape="seq, 8", op="conv1d", kernel=1, strides=4, padding="same")})
+    code, out, err = run(["diff", "two.yaml", "one.yaml", "--fail-on", "interface"], capsys, tmp_path)
+    assert (code, err) == (0, "")
+    assert section(out, "interface")[3:] == [
+        "  compatible  output feats  float32[batch, ceil(ceil(seq/2)/2), 4]  float32[batch, ceil(seq/4), 4]"]
+
+
+@pytest.mark.parametrize(("old", "new", "stands", "agree"), [
+    ("floor(seq/2)", "ceil(seq/2)", {}, False),  # floor against ceil: apart at every odd seq
+    ("floor(seq/2)", "ceil((seq-1)/2)", {}, True),  # the same function, written two ways
+    ("ceil(ceil(seq/2)/3)", "ceil(seq/6)", {}, True),  # nested strides: a period of 6
+    ("ceil(seq/6)", "ceil((seq+1)/6)", {}, False),  # apart only where seq is 0 modulo 6
+    ("ceil(seq/2)+len", "len+ceil(time/2)", {"time": {"seq"}, "len": {"len"}}, True),  # two names, one renamed
+    ("ceil(seq/2)+len", "len+ceil(time/2)", {"time": {"len"}, "len": {"seq"}}, False),  # ... or swapped
+    ("ceil(seq*len/2)", "ceil(seq/2)*len", {}, False),  # a product: apart where seq and len are both odd
+    ("floor(seq*seq/3)", "ceil((seq*seq-2)/3)", {}, True),  # a square: a period of 3 * 2! = 6 bounds it
+])
+def test_dims_are_compared_at_every_remainder(old: str, new: str, stands: dict[str, set[int | str]],
+                                              agree: bool) -> None:
+    from specgen.review.interface import _output_break
+    assert (_output_break(("float32", (old,)), ("float32", (new,)), stands) is None) is agree
+
 # --- finding 4: training-only settings -----------------------------------------------------------------------------
 
 def test_training_only_settings_are_training_rows_not_layer_breaks(tmp_path: Path, capsys) -> None:

@@ -66,8 +66,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))
     else:
         print("\n".join(_text(old, new, sections, renames, after_map)))
-        if args.map:
-            print(_map_text(mapping, renames))
+        if args.map:  # what NEW's restore does with the map: the plan with it, or without where none is printed
+            print(_map_text(mapping, renames, after_map or next(s for s in sections if s.name == "checkpoint")))
     broken = [f"{s.name}: {reason}" for s in sections if s.name in (args.fail_on or ()) for reason in s.breaks]
     for line in broken:
         print(f"specgen diff: breaks {line}", file=sys.stderr)
@@ -97,13 +97,26 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
     return [line for n, line in enumerate(lines) if line or (n and lines[n - 1])]
 
 
-def _map_text(mapping: list[dict[str, str]], renames: Renames) -> str:
+def _map_text(mapping: list[dict[str, str]], renames: Renames, after: Section) -> str:
+    """The map, headed by what a restore with it still leaves to an initializer (after: the checkpoint section with
+    the map). The map holds renames only: a layer that stopped sharing needs a restore entry of its own, which
+    its break line prints, so a header that says nothing of OLD's is lost is printed only where that is so."""
+    still = [c.which for c in after.changes if c.what == "mismatched" or (
+        c.what == "initialized" and c.new != "new" and not c.new.startswith("excluded by"))]
+    remains = (f"{', '.join(still)} still start from their initializer, though OLD had them: the checkpoint "
+               "section's breaks say what each needs" if still else
+               "the restore still breaks: see the checkpoint section") if after.breaks else ""
     if not mapping:
-        return "\n# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps" + (
-            " (ambiguous renames are not mapped)" if renames.ambiguous else "")
+        head = ("# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps"
+                if not remains else "# no map entries needed for renamed weights; " + remains)
+        return "\n" + head + (" (ambiguous renames are not mapped)" if renames.ambiguous else "")
     body = yaml.safe_dump({"checkpoint": {"restore": [{"from": "OLD_CHECKPOINT", "map": mapping}]}},
                           sort_keys=False, default_flow_style=None, width=1 << 20)
-    return "\n# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had\n" + body.rstrip("\n")
+    excluded = any(c.what == "initialized" and c.new.startswith("excluded by") for c in after.changes)
+    head = ("# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had"
+            + (" but what NEW's restore `exclude` names" if excluded else "")
+            if not remains else "# checkpoint map: the entries for OLD's renamed weights; with it, " + remains)
+    return "\n" + head + "\n" + body.rstrip("\n")
 
 
 def _document(old: Side, new: Side, sections: list[Section], renames: Renames, mapping: list[dict[str, str]],

@@ -14,27 +14,31 @@ Input by input, dimension by dimension, OLD's against NEW's (the batch as `batch
 
 An output keeps its meaning when each of its dimensions, NEW's names replaced by what they stand for, equals
 OLD's for every request: `ceil(time/2)` after `seq` -> `time` is `ceil(seq/2)`, `batch` after `1` -> `batch`
-is 1. The expressions (kinds/dims.py) are compared by value at a few sizes of OLD's names, not as strings.
+is 1. The expressions (kinds/dims.py) are compared by value, not as strings, at sizes of OLD's names
+that decide it: every remainder of the strides involved (`_agree`).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import random
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
-from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Shape
 from specgen.review.sections import Change, Section
 
 Dim = int | str  # a served dimension: a fixed size or a dim_param (a name or an expression of names)
 Signature = dict[str, tuple[str, tuple[Dim, ...]]]  # input or output name -> (dtype, served dims)
-TRIALS = 4  # sizes of OLD's names the outputs are compared at: random ones, drawn with a fixed seed
+TRIALS = 4  # far sizes of OLD's names an output is also compared at, drawn with a fixed seed (a check, not the proof)
+GRID_LIMIT = 100_000  # evaluations `_agree` makes at most: a one-name kinds/dims.py form up to a period of 25_000
+_NAME = re.compile(r"[a-z][a-z0-9_]*(?![a-z0-9_(])")  # an identifier not called: ceil( and floor( are not names
 
 
 def interface(old: ModelIR, new: ModelIR) -> Section:
@@ -117,31 +121,95 @@ def _input_break(a: tuple[str, tuple[Dim, ...]], b: tuple[str, tuple[Dim, ...]],
 
 def _output_break(a: tuple[str, tuple[Dim, ...]], b: tuple[str, tuple[Dim, ...]],
                   stands: dict[str, set[Dim]]) -> str | None:
-    """'' when some request OLD answered at `a` is answered at another shape (or dtype) by NEW, else None."""
+    """'' when some request OLD answered at `a` is answered at another shape (or dtype) by NEW, else None (or a
+    reason where a dimension is beyond what `_agree` can decide in GRID_LIMIT evaluations)."""
     if a[0] != b[0] or len(a[1]) != len(b[1]):
         return ""
-    written = {n for d in (*a[1], *b[1]) if isinstance(d, str) for n in dims.names(d)}
-    names = sorted(written | set(stands) | {m for meant in stands.values() for m in meant if isinstance(m, str)})
-    draw = random.Random(0)
-    for _ in range(TRIALS):
-        old_size = {n: draw.randint(1_000, 1_000_000) for n in names}
-        new_size = {}
-        for n in names:  # a NEW name stands for one thing; a tie (an input break already) takes its first
-            meant = sorted(stands.get(n, {n}), key=str)[0]
-            new_size[n] = meant if isinstance(meant, int) else old_size[meant]
-        for x, y in zip(a[1], b[1], strict=True):
-            if _value(x, old_size.__getitem__) != _value(y, new_size.__getitem__):
-                return ""
+    for x, y in zip(a[1], b[1], strict=True):
+        agree = _agree(x, y, stands)
+        if agree is not True:
+            return "" if agree is False else f"{x} and {y} could not be compared: a break until shown otherwise"
     return None
 
 
-def _value(dim: Dim, size: Callable[[str], int]) -> Fraction:
-    """A served dimension's size with each name at `size` (the forms of kinds/dims.py: n, k, n+k, k*n, ceil(n/k))."""
-    if isinstance(dim, int):
-        return Fraction(dim)
-    # Each name prefixed with `_` first: a dimension may be named as a Python keyword (`in`, `if`).
-    safe = dims.SYMBOL.sub(lambda m: m[0] if m[0] == "ceil" else f"_{m[0]}", dim)
-    return _evaluate(ast.parse(safe, mode="eval").body, lambda name: size(name[1:]))
+def _agree(old: Dim, new: Dim, stands: dict[str, set[Dim]]) -> bool | None:
+    """Whether OLD's dimension `old` and NEW's `new`, NEW's names taken at what they stand for, are equal at every
+    size of OLD's names (None: more than GRID_LIMIT evaluations would decide it).
+
+    Decided exactly, not sampled. Each expression is a quasi-polynomial in each name (the others held at any
+    sizes): on each residue class of the name modulo a period P it is a polynomial of degree at most D, where
+    `_form` bounds P and D from how it is built (a ceil or floor of a division by k multiplies the period of what
+    it divides by k). So is their difference, with the lcm of the periods and the larger degree. A polynomial of
+    degree D that is 0 at D+1 points is 0, so the difference is 0 at every size iff it is 0 at the sizes
+    1..P*(D+1) of each name: D+1 sizes in every residue class. With several names, the grid of those sizes
+    decides it one name at a time (fix the others in the grid, the first is free; then each value of the first,
+    and so on). Sizes at random far from it are added as a check on the bound, not as the proof."""
+    meant = {n: sorted(stands.get(n, {n}), key=str)[0] for n in _names(new)}  # a tie (an input break) takes its first
+    olds = sorted(set(_names(old)))
+    news = sorted({m for m in meant.values() if isinstance(m, str)})
+    trees = _tree(old), _tree(new)
+    (p, d, _), (p2, d2, _) = map(_form, trees)
+    reach = math.lcm(p, p2) * (max(d, d2) + 1)
+
+    def of_old(size: dict[str, int]) -> Fraction:
+        return _evaluate(trees[0], lambda n: size[n[1:]])
+
+    def of_new(size: dict[str, int]) -> Fraction:
+        return _evaluate(trees[1], lambda n: m if isinstance(m := meant[n[1:]], int) else size[m])
+
+    def grid(names: list[str]) -> Iterator[dict[str, int]]:
+        return (dict(zip(names, point, strict=True)) for point in itertools.product(range(1, reach + 1), repeat=len(names)))
+
+    draw = random.Random(0)
+    far = [{n: draw.randint(1_000, 1_000_000) for n in sorted({*olds, *news})} for _ in range(TRIALS)]
+    if set(olds).isdisjoint(news):  # f(u) = g(w) for all u, w: both constant, at one value; the same grid, cheaper
+        if reach ** len(olds) + reach ** len(news) > GRID_LIMIT:
+            return None
+        values = {*map(of_old, grid(olds)), *map(of_new, grid(news))}
+        return len(values) == 1 and all(of_old(size) == of_new(size) for size in far)
+    every = sorted({*olds, *news})
+    if reach ** len(every) > GRID_LIMIT:
+        return None
+    return all(of_old(size) == of_new(size) for size in itertools.chain(grid(every), far))
+
+
+def _names(dim: Dim) -> list[str]:
+    """The names a dimension is made of: each identifier that is not a call (`ceil(`, `floor(`)."""
+    return [] if isinstance(dim, int) else list(dict.fromkeys(_NAME.findall(dim)))
+
+
+def _tree(dim: Dim) -> ast.expr:
+    """A served dimension as `_evaluate` reads it (the forms of kinds/dims.py: n, k, n+k, k*n, ceil(n/k)), each name
+    prefixed with `_`: a dimension may be named as a Python keyword (`in`, `if`) or as `floor`."""
+    return ast.parse(_NAME.sub(lambda m: f"_{m[0]}", str(dim)), mode="eval").body
+
+
+ROUNDS: dict[str, Callable[[Fraction], int]] = {"ceil": math.ceil, "floor": math.floor}
+
+
+def _form(node: ast.expr) -> tuple[int, int, int]:
+    """(period, degree, denominator) bounds of an expression as a quasi-polynomial in each of its names: a period
+    P and a degree D as `_agree` uses them, and a q with q * value an integer at every integer size."""
+    if isinstance(node, ast.Constant):
+        return 1, 0, 1
+    if isinstance(node, ast.Name):
+        return 1, 1, 1
+    if isinstance(node, ast.UnaryOp):
+        return _form(node.operand)
+    if isinstance(node, ast.Call):  # ceil(E) or floor(E): E * q = M is integer-valued, and on a residue class of
+        # the period p, M is an integer-valued polynomial in the class's index t, whose remainder modulo q repeats
+        # every q * D! values of t (binomial basis: C(t, i) modulo q repeats every q * i!)
+        p, d, q = _form(node.args[0])
+        return p * q * math.factorial(d), d, 1
+    assert isinstance(node, ast.BinOp)
+    (p, d, q), (p2, d2, q2) = _form(node.left), _form(node.right)
+    if isinstance(node.op, ast.Div):  # by a constant only (a stride): E / (u/v) = E * v / u
+        if any(isinstance(n, ast.Name) for n in ast.walk(node.right)):
+            raise AssertionError(f"a division by a name, which kinds/dims.py does not write: {ast.unparse(node)}")
+        return p, d, q * abs(_evaluate(node.right, lambda _: 0).numerator)
+    if isinstance(node.op, ast.Mult):
+        return math.lcm(p, p2), d + d2, q * q2
+    return math.lcm(p, p2), max(d, d2), math.lcm(q, q2)
 
 
 def _evaluate(node: ast.expr, size: Callable[[str], int]) -> Fraction:
@@ -151,8 +219,9 @@ def _evaluate(node: ast.expr, size: Callable[[str], int]) -> Fraction:
         return Fraction(size(node.id))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_evaluate(node.operand, size)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil" and len(node.args) == 1:
-        return Fraction(math.ceil(_evaluate(node.args[0], size)))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ROUNDS
+            and len(node.args) == 1):
+        return Fraction(ROUNDS[node.func.id](_evaluate(node.args[0], size)))
     if isinstance(node, ast.BinOp):
         left, right = _evaluate(node.left, size), _evaluate(node.right, size)
         operations: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
