@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,122 @@ def test_a_block_layer_name_rule_says_ascii() -> None:
     text = STACK.replace("{name: bn, op: batch_norm}", "{name: λ_名, op: batch_norm}", 1)
     assert f"{pos(text, 'λ_名')}: error: block 'unit': layer name 'λ_名' is not a layer name (parts of an ASCII letter, " \
            "then ASCII letters and digits with single '_', joined by '/'); names cannot be parameters" in errors(text)
+
+
+# --- REV:PATH: a crafted tree writes nothing outside the temporary copy ---------------------------------------
+# `git mktree` writes trees no checkout holds: a link and a folder of one name, a name twice, a `..` part. Copying
+# such a tree must refuse it in one line naming REV:PATH, leave the folder a link points at empty, and remove the
+# temporary copy (tempfile's folder is pointed at `tmp`, so anything left behind, or written beside it, shows).
+
+Entry = tuple[str, str, "str | list[Entry]"]  # mode, name, a blob's text or a folder's entries
+
+
+def _tree(top: Path, entries: list[Entry]) -> str:
+    lines = []
+    for mode, name, value in entries:
+        if isinstance(value, list):
+            lines.append(f"040000 tree {_tree(top, value)}\t{name}\n")
+        else:
+            oid = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=top, input=value.encode(), check=True,
+                                 capture_output=True).stdout.decode().strip()
+            lines.append(f"{mode} blob {oid}\t{name}\n")
+    return subprocess.run(["git", "mktree"], cwd=top, input="".join(lines).encode(), check=True,
+                          capture_output=True).stdout.decode().strip()
+
+
+@pytest.fixture
+def crafted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """(repository, branch maker): each branch one commit whose tree holds the given entries and `main.yaml`."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    top = tmp_path / "repo"
+    write(top, {"main.yaml": PLAIN}, git_marker=False)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "one"]):
+        subprocess.run(["git", *args], cwd=top, check=True, capture_output=True, env=env)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+    def branch(name: str, entries: list[Entry]) -> str:
+        tree = _tree(top, [("100644", "main.yaml", PLAIN), *entries])
+        commit = subprocess.run(["git", "commit-tree", tree, "-m", "x"], cwd=top, check=True, capture_output=True,
+                                env=env).stdout.decode().strip()
+        subprocess.run(["git", "branch", name, commit], cwd=top, check=True)
+        return f"{name} ({commit[:12]})"
+
+    return top, branch
+
+
+def _refused_alone(repo: Path, side: str, capsys, tmp_path: Path) -> list[str]:
+    code, out, err = run(["diff", "HEAD:main.yaml", side], capsys, repo)
+    assert (code, out) == (1, "") and "specgen-diff-" not in err and str(tmp_path) not in err
+    assert sorted(os.listdir(tmp_path / "outside")) == [] and sorted(os.listdir(tmp_path / "tmp")) == []
+    return err.splitlines()
+
+
+@pytest.mark.parametrize(("link", "folder"), [("d.yaml", "d.yaml"), ("D.yaml", "d.yaml")])
+def test_a_link_and_a_folder_of_one_name_write_nothing_through_the_link(crafted, tmp_path: Path, capsys,
+                                                                        link: str, folder: str) -> None:
+    repo, branch = crafted  # before: `outside/e.yaml -> /etc/hostname` was created and the diff succeeded
+    at = branch("evil", [("120000", link, str(tmp_path / "outside")),
+                         ("040000", folder, [("120000", "e.yaml", "/etc/hostname")])])
+    both = ("both a link and a folder named 'd.yaml'" if link == folder else
+            "a link 'D.yaml' and a folder 'd.yaml' (one name where case is ignored)")
+    assert _refused_alone(repo, "evil:main.yaml", capsys, tmp_path) == [
+        f"evil:main.yaml: error: {at} holds {both}, the folder holding 'd.yaml/e.yaml'; such a tree comes only from a "
+        "crafted commit, and specgen writes nothing through a link", "1 error found"]
+
+
+def test_a_spec_below_a_link_of_its_folders_name_names_the_tree_not_a_path(crafted, tmp_path: Path, capsys) -> None:
+    repo, branch = crafted  # before: "specgen: error: /…/outside: a part of its path is a file, not a folder"
+    at = branch("evil2", [("120000", "d.yaml", str(tmp_path / "outside")),
+                          ("040000", "d.yaml", [("100644", "main.yaml", PLAIN)])])
+    assert _refused_alone(repo, "evil2:d.yaml/main.yaml", capsys, tmp_path) == [
+        f"evil2:d.yaml/main.yaml: error: {at} holds both a link and a folder named 'd.yaml', the folder holding "
+        "'d.yaml/main.yaml'; such a tree comes only from a crafted commit, and specgen writes nothing through a link",
+        "1 error found"]
+
+
+@pytest.mark.parametrize(("entries", "problem"), [
+    ([("100644", "main.yaml", "name: other\n")], "holds 'main.yaml' twice; such a tree comes only from a crafted "
+                                                  "commit, and is not read"),
+    ([("120000", "main.yaml", "/etc/hostname")], "holds 'main.yaml' twice; such a tree comes only from a crafted "
+                                                  "commit, and is not read"),
+    ([("040000", "..", [("100644", "x.yaml", PLAIN)])], "holds '../x.yaml', which has a part '..'; a revision's "
+                                                         "files are read only under plain names"),
+    ([("040000", ".GIT", [("100644", "x.yaml", PLAIN)])], "holds '.GIT/x.yaml', which has a part '.GIT'; a "
+                                                           "revision's files are read only under plain names"),
+    ([("100644", "a" * 251 + ".yaml", PLAIN)], f"holds '{'a' * 80}…' (256 characters), a part of which is longer "
+                                                "than 255 bytes; no file system takes such a name"),
+    ([("040000", "b" * 255, [("040000", "c" * 255, [("040000", "d" * 255, [("100644", "x.yaml", PLAIN)])])])],
+     f"holds '{'b' * 80}…' (774 characters), a name longer than 768 bytes, the most read for one name"),
+], ids=["twice", "a-file-and-a-link", "dot-dot", "dot-git", "long-part", "long-name"])
+def test_a_tree_no_checkout_holds_is_refused_in_one_line(crafted, tmp_path: Path, capsys, entries: list[Entry],
+                                                         problem: str) -> None:
+    repo, branch = crafted  # before: `..` wrote beside the copy, `.GIT` broke its `.git` marker, long names gave
+    at = branch("odd", entries)  # an OSError naming the temporary folder, a name twice read whichever came last
+    assert _refused_alone(repo, "odd:main.yaml", capsys, tmp_path) == [f"odd:main.yaml: error: {at} {problem}",
+                                                                        "1 error found"]
+
+
+def test_a_copy_never_writes_below_a_link_its_names_did_not_foresee(tmp_path: Path) -> None:
+    from specgen.review.tree_copy import Copy  # the second check, where each write lands: a name check missed (a
+    (tmp_path / "copy").mkdir()  # file system that folds names its own way) is refused, never followed
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "copy" / "d.yaml").symlink_to(tmp_path / "outside")
+    copy = Copy(tmp_path / "copy", "evil (0123456789ab)", "evil:main.yaml")
+    copy.file("a/b.yaml", b"x: 1\n")
+    for write_it in (lambda: copy.file("d.yaml/e.yaml", b"x: 1\n"), lambda: copy.link("d.yaml/e.yaml", "/etc")):
+        with pytest.raises(SpecError) as caught:
+            write_it()
+        assert str(caught.value) == ("evil:main.yaml: error: evil (0123456789ab) holds 'd.yaml/e.yaml', but 'd.yaml' "
+                                     "on its path is a link in the copy; such a tree comes only from a crafted commit, "
+                                     "and specgen writes nothing through a link")
+    with pytest.raises(SpecError) as caught:  # the same name again (two spellings of one name, where case folds)
+        copy.file("a/b.yaml", b"x: 2\n")
+    assert str(caught.value) == ("evil:main.yaml: error: cannot copy 'a/b.yaml' of evil (0123456789ab): another entry "
+                                 "of evil (0123456789ab) has that name where this file system ignores case or Unicode "
+                                 "form; such a tree is not read")
+    assert os.listdir(tmp_path / "outside") == [] and (tmp_path / "copy" / "a" / "b.yaml").read_bytes() == b"x: 1\n"

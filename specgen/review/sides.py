@@ -2,8 +2,9 @@
 
 `REV:PATH` never touches the work tree: the spec files (`*.yaml`, `*.yml`) of the repository at REV are read with
 `git cat-file --batch` into a temporary folder (with a `.git` marker, so `extends` stays confined to it; links
-named like spec files are recreated as links, so `extends` through one is judged as in the work tree), and the
-spec is loaded from there, its files named `REV:PATH` in messages (spec/compose.py's `revision_files`). PATH is as
+named like spec files are recreated as links, so `extends` through one is judged as in the work tree; nothing is
+written outside that folder, whatever a crafted tree holds: review/tree_copy.py), and the spec is loaded
+from there, its files named `REV:PATH` in messages (spec/compose.py's `revision_files`). PATH is as
 git reads it: from the repository's top, or from the working directory when it starts with `./` or `../`. A run
 folder holds `spec.resolved.yaml`, written by `specgen train` at the start of
 a run (runtime/provenance.py): the merged spec with every override and default, loaded like any spec.
@@ -27,6 +28,7 @@ from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.errors import AbstractSpec
 from specgen.ir.model import ModelIR
 from specgen.ir.resolve import build_ir
+from specgen.review.tree_copy import Copy, check_names
 from specgen.spec.compose import load_composed, revision_files
 from specgen.spec.load import LoadedSpec, load_spec
 
@@ -134,37 +136,44 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
     relative = os.path.normpath(prefix + inner) if inner.startswith(("./", "../")) else os.path.normpath(inner)
     if relative.startswith(".."):
         raise _refused(label, f"{quoted(inner)} is outside the repository")
-    blobs, links = _spec_blobs(commit, label)
+    blobs, links, twice = _spec_blobs(commit, label)
     if relative not in blobs:  # the spec itself is a regular file: a link is read only as a base, which compose checks
         raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
     if len(blobs) > MAX_GIT_FILES:
         raise _refused(label, f"{rev} holds {len(blobs)} spec files; at most {MAX_GIT_FILES} are read")
-    if sum(size for _, size in blobs.values()) > MAX_GIT_BYTES:  # from the tree: refused before a byte is read
+    if sum(size for _, size in [*blobs.values(), *links.values()]) > MAX_GIT_BYTES:  # refused before a byte is read
         raise _refused(label, f"the spec files of {commit[:12]} hold more than {MAX_GIT_BYTES} bytes")
-    _write_blobs(commit, {name: oid for name, (oid, _) in blobs.items()}, into, label)
-    _write_links(commit, links, into, label)
-    (into / ".git").mkdir()  # the repository's top: `extends` stays inside it
+    at = f"{rev} ({commit[:12]})"
+    check_names([*twice, *blobs, *links], set(twice), links, at, label)
+    (into / ".git").mkdir()  # the repository's top: `extends` stays inside it. First, so no entry can take its name
+    copy = Copy(into, at, label)
+    _write_blobs(commit, {name: oid for name, (oid, _) in blobs.items()}, copy, label)
+    _write_links(commit, {name: oid for name, (oid, _) in links.items()}, copy, label)
     return into / relative
 
 
-def _spec_blobs(commit: str, label: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
-    """Each spec file of `commit` (a regular file: not a submodule) -> its blob's object id and size, and each link
-    named like one -> its blob's id. From `ls-tree -l -z`, so a name may hold any byte git allows, a newline too."""
+def _spec_blobs(commit: str, label: str) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[str, int]], list[str]]:
+    """Each spec file of `commit` (a regular file: not a submodule) -> its blob's object id and size, each link
+    named like one -> the same for the blob holding its target, and each name listed twice (a crafted tree:
+    tree_copy.check_names refuses it). From `ls-tree -l -z`, so a name may hold any byte git allows, a newline too."""
     found: dict[str, tuple[str, int]] = {}
-    links: dict[str, str] = {}
+    links: dict[str, tuple[str, int]] = {}
+    twice: list[str] = []
     for record in _git(["ls-tree", "--full-tree", "-r", "-l", "-z", commit], label).split(b"\0"):
         meta, _, name = record.partition(b"\t")
         fields = meta.split()
         path = os.fsdecode(name)
-        if len(fields) == 4 and path.endswith((".yaml", ".yml")):
-            if fields[0] in (b"100644", b"100755"):
-                found[path] = (fields[2].decode(), int(fields[3]))
-            elif fields[0] == LINK_MODE and len(links) < MAX_GIT_FILES:
-                links[path] = fields[2].decode()
-    return found, links
+        if len(fields) != 4 or not path.endswith((".yaml", ".yml")) or not fields[3].isdigit():
+            continue
+        kept = found if fields[0] in (b"100644", b"100755") else links if fields[0] == LINK_MODE else None
+        if path in found or path in links:
+            twice.append(path)
+        elif kept is found or (kept is links and len(links) < MAX_GIT_FILES):
+            kept[path] = (fields[2].decode(), int(fields[3]))
+    return found, links, twice
 
 
-def _write_links(commit: str, links: dict[str, str], into: Path, label: str) -> None:
+def _write_links(commit: str, links: dict[str, str], copy: Copy, label: str) -> None:
     """Each link as the revision has it (its target as written), so that `extends` through a link is judged as in
     the work tree: read when it leads to a file of the revision, refused as outside the repository otherwise."""
     if not links:
@@ -181,11 +190,10 @@ def _write_links(commit: str, links: dict[str, str], into: Path, label: str) -> 
         at += int(fields[2]) + 1
         if b"\0" in target or not target:  # git never writes such a link; nothing to recreate
             continue
-        (into / name).parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.fsdecode(target), into / name)
+        copy.link(name, os.fsdecode(target))
 
 
-def _write_blobs(commit: str, blobs: dict[str, str], into: Path, label: str) -> None:
+def _write_blobs(commit: str, blobs: dict[str, str], copy: Copy, label: str) -> None:
     """Every named blob, read in one `git cat-file --batch` (one process, not one per file). Requests are object
     ids, one a line, never names: a name holding a newline would split its request and shift every later file."""
     out = _git(["cat-file", "--batch"], label, "".join(f"{oid}\n" for oid in blobs.values()).encode())
@@ -200,7 +208,5 @@ def _write_blobs(commit: str, blobs: dict[str, str], into: Path, label: str) -> 
         if len(fields) != 3 or fields[:2] != [oid, "blob"]:  # the answer to another request: never guess
             raise _refused(label, f"git cat-file answered {header!r} for {quoted(name)} ({oid})")
         size = int(fields[2])
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(out[at:at + size])
+        copy.file(name, out[at:at + size])
         at += size + 1
