@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -106,3 +107,15 @@ def gated(model: ServedModel, gate: Gate) -> ServedModel:
         return model.run(inputs)
 
     return dataclasses.replace(model, run=run)
+
+
+def bound_port(process: subprocess.Popen[bytes], log: Path, deadline: float) -> int:
+    """The port a server started with port 0 bound, from uvicorn's "running on" line in its JSON log: a port picked
+    here and closed for the child to bind could be taken by another test's socket in between."""
+    while True:
+        assert process.poll() is None, log.read_text()
+        found = re.search(r'"message": "Uvicorn running on http://127\.0\.0\.1:(\d+) ', log.read_text())
+        if found:
+            return int(found.group(1))
+        assert time.monotonic() < deadline, "the server did not say where it listens"
+        time.sleep(0.05)

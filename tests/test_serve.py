@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from serve_helpers import Gate, gated, sample
+from serve_helpers import Gate, bound_port, gated, sample
 
 pytest.importorskip("onnxruntime")
 httpx = pytest.importorskip("httpx")
@@ -559,18 +559,6 @@ predictor.Predictor.__call__ = held_call
 from specgen.serve import run_server
 sys.exit(run_server(Path(sys.argv[1]), "127.0.0.1", int(sys.argv[2]), "cpu"))
 """
-
-
-def bound_port(process: subprocess.Popen[bytes], log: Path, deadline: float) -> int:
-    """The port a server started with port 0 bound, from uvicorn's "running on" line in its JSON log: a port picked
-    here and closed for the child to bind could be taken by another test's socket in between."""
-    while True:
-        assert process.poll() is None, log.read_text()
-        found = re.search(r'"message": "Uvicorn running on http://127\.0\.0\.1:(\d+) ', log.read_text())
-        if found:
-            return int(found.group(1))
-        assert time.monotonic() < deadline, "the server did not say where it listens"
-        time.sleep(0.05)
 
 
 def test_sigterm_answers_requests_in_flight(repo: Path, predictor: Predictor, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_trains_exports_and_classifies(tmp_path: Path) -> None:
 def served_equals_infer(tmp_path: Path, tokens: np.ndarray) -> None:
     """`specgen serve` (the CLI in its own process, on a loopback port) answers as `specgen infer` does."""
     import httpx
-    from test_serve import free_port
+    from serve_helpers import bound_port
 
     from specgen.cli import main
 
@@ -74,12 +74,13 @@ def served_equals_infer(tmp_path: Path, tokens: np.ndarray) -> None:
                  "--output", str(tmp_path / "out.npz"), "--provider", "cpu"]) == 0
     with np.load(tmp_path / "out.npz") as out:
         expected = out["logits"]
-    port, log = free_port(), tmp_path / "serve.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(tmp_path / "export"), "--port",
-                                    str(port), "--provider", "cpu"], stderr=stderr, env={**os.environ})
+    log = tmp_path / "serve.log"
+    with log.open("wb") as stderr:  # port 0, read back from the log: a port picked here could be taken meanwhile
+        process = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(tmp_path / "export"), "--port", "0",
+                                    "--provider", "cpu"], stderr=stderr, env={**os.environ})
     try:
-        base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+        deadline = time.monotonic() + 60
+        base = f"http://127.0.0.1:{bound_port(process, log, deadline)}"
         while not _ready(base):
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)  # polls readiness; the test's outcome never depends on this wait
