@@ -170,3 +170,17 @@ def test_csv_cannot_fill_a_named_dimension(tmp_path: Path, capsys: pytest.Captur
     line = capsys.readouterr().err.splitlines()[0]
     assert line == (f"{path}:31:7: error: data.train ({tmp_path / 'd.csv'}): 'x' has the named dynamic dimension "
                     "'seq', which only npz data sources fill (one length per file: pad the arrays to it)")
+
+
+def test_a_dimension_named_as_a_python_keyword_is_evaluated() -> None:
+    """`in` is a valid symbol (validate and report take it); the expressions of it parse with each symbol prefixed
+    (kinds/dims.py `expression`), which the size search of export's parity check and `specgen diff` share."""
+    from specgen.kinds import dims
+    from specgen.runtime import sample_sizes
+
+    text = ("specgen: 1\nname: kw\ninputs: {x: {shape: [in, 4]}}\noutputs: {y: c}\nlayers:\n"
+            "  - {name: c, op: conv1d, filters: 2, kernel: 3, strides: 2, padding: valid}\n")
+    ir = build_ir(load_spec_text(text, "kw.yaml"))
+    assert sample_sizes.lower_bounds(ir) == {"in": (3, "c")}  # ceil((in-2)/2) >= 1 from in = 3 on
+    assert sample_sizes.evaluate("ceil((in-2)/2)", {"in": 9}) == 4 and sample_sizes.period("ceil(ceil(if/2)/3)") == 6
+    assert dims.names("ceil((in-2)/2)+floor(if/3)") == ["in", "if"]

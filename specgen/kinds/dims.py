@@ -16,12 +16,16 @@ No specgen import here: spec/io.py and every op module use it.
 
 from __future__ import annotations
 
+import ast
+import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from fractions import Fraction
 
 SYMBOL = re.compile(r"[a-z][a-z0-9_]*")
+_NAME = re.compile(r"[a-z][a-z0-9_]*(?![a-z0-9_(])")  # a symbol in an expression: an identifier not called (ceil()
 _ATOM = re.compile(r"[a-z][a-z0-9_]*|ceil\(.*\)|\d+\*[a-z][a-z0-9_]*")
 _OFFSET = re.compile(r"(?P<base>.*?)(?P<off>[+-]\d+)")
 SYMBOL_HINT = "a lowercase identifier such as seq or height (a named dynamic dimension)"
@@ -39,7 +43,34 @@ def symbols(shape: tuple[object, ...]) -> list[str]:
 
 def names(dim: str) -> list[str]:
     """The declared symbols an expression is made of (`ceil((height-2)/2)` -> ['height'])."""
-    return list(dict.fromkeys(n for n in SYMBOL.findall(dim) if n != "ceil"))
+    return list(dict.fromkeys(_NAME.findall(dim)))
+
+
+ROUNDS: dict[str, Callable[[Fraction], int]] = {"ceil": math.ceil, "floor": math.floor}
+_OPERATIONS: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: lambda p, q: p + q, ast.Sub: lambda p, q: p - q, ast.Mult: lambda p, q: p * q, ast.Div: lambda p, q: p / q}
+
+
+def expression(dim: str) -> ast.expr:
+    """An expression as `value` reads it, each symbol prefixed with `_`: a symbol may be named as a Python keyword
+    (`in`, `if`), which ast could not parse bare."""
+    return ast.parse(_NAME.sub(lambda m: f"_{m[0]}", dim), mode="eval").body
+
+
+def value(node: ast.expr, size: Callable[[str], int]) -> Fraction:
+    """An `expression` (symbols, integers, + - * /, ceil and floor) in exact arithmetic, `size` giving each symbol's
+    size by its name; ValueError for any other form."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return Fraction(node.value)
+    if isinstance(node, ast.Name):
+        return Fraction(size(node.id[1:]))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -value(node.operand, size)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ROUNDS and len(node.args) == 1:
+        return Fraction(ROUNDS[node.func.id](value(node.args[0], size)))
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
+        return _OPERATIONS[type(node.op)](value(node.left, size), value(node.right, size))
+    raise ValueError(f"not a dimension expression: {ast.unparse(node)}")
 
 
 def nominal(dim: int | str | None) -> int:

@@ -24,13 +24,13 @@ import ast
 import itertools
 import math
 import random
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from fractions import Fraction
 
 from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
+from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Shape
 from specgen.review.sections import Change, Section
 
@@ -38,7 +38,6 @@ Dim = int | str  # a served dimension: a fixed size or a dim_param (a name or an
 Signature = dict[str, tuple[str, tuple[Dim, ...]]]  # input or output name -> (dtype, served dims)
 TRIALS = 4  # far sizes of OLD's names an output is also compared at, drawn with a fixed seed (a check, not the proof)
 GRID_LIMIT = 100_000  # evaluations `_agree` makes at most: a one-name kinds/dims.py form up to a period of 25_000
-_NAME = re.compile(r"[a-z][a-z0-9_]*(?![a-z0-9_(])")  # an identifier not called: ceil( and floor( are not names
 
 
 def interface(old: ModelIR, new: ModelIR) -> Section:
@@ -147,15 +146,15 @@ def _agree(old: Dim, new: Dim, stands: dict[str, set[Dim]]) -> bool | None:
     meant = {n: sorted(stands.get(n, {n}), key=str)[0] for n in _names(new)}  # a tie (an input break) takes its first
     olds = sorted(set(_names(old)))
     news = sorted({m for m in meant.values() if isinstance(m, str)})
-    trees = _tree(old), _tree(new)
+    trees = dims.expression(str(old)), dims.expression(str(new))
     (p, d, _), (p2, d2, _) = map(_form, trees)
     reach = math.lcm(p, p2) * (max(d, d2) + 1)
 
     def of_old(size: dict[str, int]) -> Fraction:
-        return _evaluate(trees[0], lambda n: size[n[1:]])
+        return dims.value(trees[0], size.__getitem__)
 
     def of_new(size: dict[str, int]) -> Fraction:
-        return _evaluate(trees[1], lambda n: m if isinstance(m := meant[n[1:]], int) else size[m])
+        return dims.value(trees[1], lambda n: m if isinstance(m := meant[n], int) else size[m])
 
     def grid(names: list[str]) -> Iterator[dict[str, int]]:
         return (dict(zip(names, point, strict=True)) for point in itertools.product(range(1, reach + 1), repeat=len(names)))
@@ -174,17 +173,7 @@ def _agree(old: Dim, new: Dim, stands: dict[str, set[Dim]]) -> bool | None:
 
 
 def _names(dim: Dim) -> list[str]:
-    """The names a dimension is made of: each identifier that is not a call (`ceil(`, `floor(`)."""
-    return [] if isinstance(dim, int) else list(dict.fromkeys(_NAME.findall(dim)))
-
-
-def _tree(dim: Dim) -> ast.expr:
-    """A served dimension as `_evaluate` reads it (the forms of kinds/dims.py: n, k, n+k, k*n, ceil(n/k)), each name
-    prefixed with `_`: a dimension may be named as a Python keyword (`in`, `if`) or as `floor`."""
-    return ast.parse(_NAME.sub(lambda m: f"_{m[0]}", str(dim)), mode="eval").body
-
-
-ROUNDS: dict[str, Callable[[Fraction], int]] = {"ceil": math.ceil, "floor": math.floor}
+    return [] if isinstance(dim, int) else dims.names(dim)
 
 
 def _form(node: ast.expr) -> tuple[int, int, int]:
@@ -206,27 +195,7 @@ def _form(node: ast.expr) -> tuple[int, int, int]:
     if isinstance(node.op, ast.Div):  # by a constant only (a stride): E / (u/v) = E * v / u
         if any(isinstance(n, ast.Name) for n in ast.walk(node.right)):
             raise AssertionError(f"a division by a name, which kinds/dims.py does not write: {ast.unparse(node)}")
-        return p, d, q * abs(_evaluate(node.right, lambda _: 0).numerator)
+        return p, d, q * abs(dims.value(node.right, lambda _: 0).numerator)
     if isinstance(node.op, ast.Mult):
         return math.lcm(p, p2), d + d2, q * q2
     return math.lcm(p, p2), max(d, d2), math.lcm(q, q2)
-
-
-def _evaluate(node: ast.expr, size: Callable[[str], int]) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return Fraction(node.value)
-    if isinstance(node, ast.Name):
-        return Fraction(size(node.id))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_evaluate(node.operand, size)
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ROUNDS
-            and len(node.args) == 1):
-        return Fraction(ROUNDS[node.func.id](_evaluate(node.args[0], size)))
-    if isinstance(node, ast.BinOp):
-        left, right = _evaluate(node.left, size), _evaluate(node.right, size)
-        operations: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
-            ast.Add: lambda p, q: p + q, ast.Sub: lambda p, q: p - q, ast.Mult: lambda p, q: p * q,
-            ast.Div: lambda p, q: p / q}
-        if type(node.op) in operations:
-            return operations[type(node.op)](left, right)
-    raise AssertionError(f"a dimension expression kinds/dims.py does not write: {ast.unparse(node)}")

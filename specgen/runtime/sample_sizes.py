@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import ast
 import math
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 
 from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
@@ -46,34 +44,15 @@ class Constraint:
         return value <= self.bound if self.upper else value >= self.bound
 
 
-_OPERATIONS: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def _value(node: ast.AST, sizes: Mapping[str, int]) -> Fraction:
-    """An expression of kinds/dims.py (symbols, integers, + - * /, ceil) in exact arithmetic."""
-    if isinstance(node, ast.Name):
-        return Fraction(sizes[node.id])
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return Fraction(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_value(node.operand, sizes)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil" and len(node.args) == 1:
-        return Fraction(math.ceil(_value(node.args[0], sizes)))
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
-        return _OPERATIONS[type(node.op)](_value(node.left, sizes), _value(node.right, sizes))
-    raise ValueError(f"not a dimension expression: {ast.dump(node)}")
-
-
 def evaluate(dim: str, sizes: Mapping[str, int]) -> int:
     """The size of a dimension expression once its symbols have sizes: `ceil((h-6)/2)` at h=19 is 7."""
-    return math.ceil(_value(ast.parse(dim, mode="eval").body, sizes))
+    return math.ceil(dims.value(dims.expression(dim), sizes.__getitem__))
 
 
 def period(dim: str) -> int:
     """The product of the divisors in an expression (`ceil(ceil(h/2)/3)`: 6): at multiples of it, every strided
     window on the way divides its input evenly, where a SAME window's pad total is smallest."""
-    divisors = [n.right.value for n in ast.walk(ast.parse(dim, mode="eval"))
+    divisors = [n.right.value for n in ast.walk(dims.expression(dim))
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and isinstance(n.right, ast.Constant)]
     return math.prod(int(d) for d in divisors)
 
