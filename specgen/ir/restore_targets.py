@@ -1,8 +1,8 @@
 """What a fine-tuning restore fills, from the IR alone (no TensorFlow): the model variables and, for a spec that
 prunes, the masks (`pruning/<weight path>`, ir/training/keys.py).
 
-One definition for `specgen restore-plan`, `export` and `report` (runtime/pruning_state.py re-exports these) and
-for `specgen diff`'s checkpoint section (review/checkpoint.py), which must not import TensorFlow.
+One definition for `specgen restore-plan`, `export`, `report`, the pruning feature's runtime hook and `specgen
+diff`'s checkpoint section (review/checkpoint.py), which must not import TensorFlow.
 """
 
 from __future__ import annotations

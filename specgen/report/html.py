@@ -79,8 +79,8 @@ def restore_section(loaded: LoadedSpec, ir: ModelIR) -> str:
 
     if not checkpoint_of(loaded).restore:
         return _none("the spec restores nothing (no checkpoint.restore)")
+    from specgen.ir.restore_targets import restore_targets
     from specgen.runtime.commands.restore import format_plan, plan_restore  # imports TensorFlow: only here
-    from specgen.runtime.pruning_state import restore_targets
 
     try:
         return _pre(format_plan(plan_restore(loaded, restore_targets(ir))))

@@ -10,16 +10,11 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_targets import mask_targets, restore_targets
+from specgen.ir.restore_targets import mask_targets
 from specgen.paths import shown
 from specgen.runtime.lib.interface import GeneratedModel, PrunedModel
 from specgen.spec.load import LoadedSpec
 from specgen.text import printable
-
-# mask_targets and restore_targets are defined in ir/restore_targets.py (no TensorFlow: `specgen diff` plans
-# with them too) and stay importable from here: the pruning feature's runtime hook, restore-plan, export and
-# report name them through this module.
-__all__ = ["checkpoint_sparsity", "mask_targets", "mask_variables", "masked_values", "restore_targets"]
 
 
 def masked_values(ir: ModelIR, values: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

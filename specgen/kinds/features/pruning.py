@@ -53,7 +53,7 @@ FEATURE = FeatureDef(
     report="specgen.report.pruning.pruning_table",
     after=("targets",),  # masks re-applied last, after everything that moves weights
     collections=("pruning",),  # the pruned weights (ir/pruning.py)
-    runtime_hooks=(("restore_targets", "specgen.runtime.pruning_state.mask_targets"),
+    runtime_hooks=(("restore_targets", "specgen.ir.restore_targets.mask_targets"),
                    ("restore_variables", "specgen.runtime.pruning_state.mask_variables"),
                    ("restore_weights", "specgen.runtime.lib.pruning.after_restore")),
     plan=plan,

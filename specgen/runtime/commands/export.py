@@ -35,6 +35,7 @@ from specgen.atomic import refuse_links, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
+from specgen.ir.restore_targets import mask_targets, restore_targets
 from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
 from specgen.pipeline import Built
@@ -48,7 +49,7 @@ from specgen.runtime.parity import accuracy, check_sizes, first_non_finite, max_
 from specgen.runtime.precision import REGISTRY as PRECISIONS
 from specgen.runtime.precision.step import PrecisionRequest, make_variant
 from specgen.runtime.predictor import Predictor
-from specgen.runtime.pruning_state import mask_targets, mask_variables, masked_values, restore_targets
+from specgen.runtime.pruning_state import mask_variables, masked_values
 from specgen.runtime.rounding import nudged, refusal
 from specgen.spec.load import LoadedSpec
 

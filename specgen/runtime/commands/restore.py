@@ -29,10 +29,10 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
 from specgen.ir.restore_rules import Entry, RestorePlan, Row, Targets, Unused, combine, plan_source, summary_line
 from specgen.ir.restore_rules import shape_text as _shape
+from specgen.ir.restore_targets import restore_targets
 from specgen.ir.training.build import checkpoint_of
 from specgen.paths import shown
 from specgen.runtime.commands.restore_sources import list_checkpoint, open_reader, read_source, require_restorable
-from specgen.runtime.pruning_state import restore_targets
 from specgen.spec.io import RestoreSource
 from specgen.spec.load import LoadedSpec, load_spec
 
