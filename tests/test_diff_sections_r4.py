@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import run_cli as run
+from test_diff_sections import section, served, write
 
 from specgen.ir.resolve import build_ir
 from specgen.kinds.initializers import InitializerSpec
@@ -68,23 +69,6 @@ optimizers:
 train: {batch_size: 32, epochs: 1, seed: 1}
 checkpoint: {dir: runs/base, every_steps: 5}
 """
-
-
-def write(folder: Path, **files: str) -> None:
-    for name, text in files.items():
-        (folder / name).write_text(text)
-
-
-def section(out: str, name: str) -> list[str]:
-    return out.split(f"\n{name}: ", 1)[1].split("\n\n", 1)[0].splitlines()
-
-
-def served(folder: Path, spec: str) -> dict[str, list[int | str]]:
-    """The graph inputs and outputs (dim_param or dim_value) of the model.onnx `specgen build` writes."""
-    onnx = pytest.importorskip("onnx")
-    model = onnx.load_from_string(render_files(build_ir(load_spec(folder / spec)))["model.onnx"])
-    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
-            for v in [*model.graph.input, *model.graph.output] if "__" not in v.name}
 
 
 # --- finding 3: interface ------------------------------------------------------------------------------------------
