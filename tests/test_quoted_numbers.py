@@ -73,3 +73,30 @@ def test_overrides_are_text_on_the_command_line_and_still_read_as_numbers(tmp_pa
     with pytest.raises(SpecError) as caught:  # quoted inside the value: the user asked for text
         load_with_overrides(path, ["prune.schedule.sparsity='0.25'"])
     assert "sparsity: expected a number, received '0.25' (a quoted string: write 0.25)" in str(caught.value)
+
+
+@pytest.mark.parametrize(("key", "written", "expected"), [
+    ("units", "1.0", "q.yaml:6:45: error: units: expected an integer, received 1.0 (a float: write 1) "
+                     "(in layer 'out')"),
+    ("every", "5.0", "q.yaml:10:64: error: every_steps: expected an integer, received 5.0 (a float: write 5)"),
+    ("every", "1.0e+20", "q.yaml:10:64: error: every_steps: expected an integer, received 1e+20 (a float)"),
+    ("units", "1.5", "q.yaml:6:45: error: units: expected an integer, received 1.5 (float) (in layer 'out')"),
+])
+def test_floats_are_refused_where_integers_are_expected_even_whole_ones(key: str, written: str,
+                                                                        expected: str) -> None:
+    """Lax pydantic would read `units: 1.0` as 1; the JSON Schema says integer, and so does specgen."""
+    with pytest.raises(SpecError) as caught:
+        load(**{key: written})
+    assert str(caught.value) == expected
+
+
+def test_opset_and_format_version_refuse_whole_floats(tmp_path: Path) -> None:
+    """`Literal[18, ..., 23]` alone compares values, so `opset: 21.0` passed as 21."""
+    text = SPEC.format(**PLAIN) + "export: {onnx: {opset: 21.0}}\n"
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text, "q.yaml", Path("/specs/q.yaml"))
+    assert str(caught.value) == "q.yaml:15:24: error: opset: expected an integer, received 21.0 (a float: write 21)"
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text.replace("specgen: 1\n", "specgen: 1.0\n").replace("opset: 21.0", "opset: 21"),
+                       "q.yaml", Path("/specs/q.yaml"))
+    assert str(caught.value).startswith("q.yaml:1:10: error: unsupported spec format version 1.0")

@@ -68,6 +68,21 @@ def not_text(value: object) -> object:
     return value
 
 
+def not_whole_float(value: object) -> object:
+    """Lax pydantic reads `units: 64.0` (and `opset: 21.0`) as 64 (21), but the JSON Schema says integer (so
+    yaml-language-server flags it), and a float where a count goes is more often a slip (a learning rate pasted into
+    `steps`) than a count. A float with a fraction is pydantic's own int_from_float error."""
+    if isinstance(value, float) and value.is_integer():
+        advice = f": write {int(value)}" if abs(value) <= MAX_INT else ""
+        raise ValueError(f"expected an integer, received {value!r} (a float{advice})")
+    return value
+
+
+def not_float(value: object) -> object:
+    """An integer field's first check: not_text, then not_whole_float."""
+    return not_whole_float(not_text(value))
+
+
 def _bounded(value: int) -> int:
     if value > MAX_INT:
         raise ValueError(f"received {safe_repr(value)}, expected a value <= {MAX_INT}")  # bounded echo
@@ -85,7 +100,7 @@ def bounds(tp: type[int] | type[float], **limits: float) -> tuple[Any, ...]:
     """
     constraints: dict[str, Any] = dict(limits)  # Field's overloads take each bound by name, typed per keyword
     if tp is int:
-        return Field(**constraints), BeforeValidator(not_text), AfterValidator(_bounded)
+        return Field(**constraints), BeforeValidator(not_float), AfterValidator(_bounded)
     if "gt" not in limits and "ge" not in limits:
         limits["ge"] = constraints["ge"] = -FLOAT32_MAX
     if "lt" not in limits and "le" not in limits:

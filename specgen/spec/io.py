@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from specgen.fields.base import MAX_INT, FilePath, Identifier, NonNegativeFloat, Pattern, PositiveInt, SpecModel
+from specgen.fields.base import (
+    MAX_INT,
+    FilePath,
+    Identifier,
+    NonNegativeFloat,
+    Pattern,
+    PositiveInt,
+    SpecModel,
+    not_whole_float,
+)
 from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
 from specgen.kinds.precisions import FLOAT32, PrecisionName
@@ -138,6 +147,9 @@ class OnnxExport(SpecModel):
     budget: NonNegativeFloat = Field(1.0, description=(
         "Largest loss a precision variant may cause on the eval set: points of accuracy for a classifier, "
         "percent relative error of the outputs otherwise."))
+
+    # Literal[18, ..., 23] alone accepts `opset: 21.0` (21.0 == 21).
+    _opset_not_float = field_validator("opset", mode="before")(not_whole_float)
 
 
 class Export(SpecModel):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from specgen.fields.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool
+from specgen.fields.base import Doc, Identifier, LayerName, Pattern, SpecModel, not_bool, not_whole_float
 from specgen.kinds.losses import Loss
 from specgen.kinds.optimizers import Optimizer
 from specgen.spec.blocks import Block, LayerOrInstance
@@ -44,5 +44,6 @@ class Spec(SpecModel):
     lints: Lints = Field(default_factory=Lints)
     sweep: Sweep | None = None  # a hyperparameter search: `specgen sweep` (docs/sweeps.md)
 
-    # Literal[1] alone accepts `true` (True == 1).
+    # Literal[1] alone accepts `true` (True == 1) and `1.0`.
     _version_not_bool = field_validator("specgen", mode="before")(not_bool)
+    _version_not_float = field_validator("specgen", mode="before")(not_whole_float)
