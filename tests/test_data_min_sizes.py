@@ -111,6 +111,37 @@ def test_tfrecord_image_size_is_checked_before_a_shard_is_read(tmp_path: Path) -
                          "these: set a larger size")
 
 
+@pytest.mark.parametrize(("train", "evaluate", "expected"), [
+    ("{images: absent, image_size: [4, 12]}", None,
+     ["v.yaml:15:39: error: data.train ({folder}/absent): 'image' is 4 along 'h', " + NEED + " (image_size [4, 12] "
+      "feeds [4, 12, 1]); the model cannot run these: set a larger image_size"]),
+    ("{images: a, image_size: [9, 9]}", "{images: b, image_size: [9, 5]}",
+     ["v.yaml:16:33: error: data.eval ({folder}/b): 'image' is 5 along 'w', " + NEED + " (image_size [9, 5] feeds "
+      "[9, 5, 1]); the model cannot run these: set a larger image_size"]),
+    ("{tfrecord: t.tfrecord, features: {image: {key: img, decode: image, size: [12, 3]}}, labels: {label: y}}", None,
+     ["v.yaml:15:83: error: data.train ({folder}/t.tfrecord): 'image' is 3 along 'w', " + NEED + " (size [12, 3] "
+      "feeds [12, 3, 1]); the model cannot run these: set a larger size"]),
+    ("{images: a, image_size: [12, 12], augment: [{random_crop: {size: [8, 12]}}]}", None,
+     ["v.yaml:15:34: error: data.train ({folder}/a): 'image' is 8 along 'h', " + NEED + " (image_size [12, 12] feeds "
+      "[12, 12, 1], which data.train's augment crops to [8, 12]); the model cannot run these: crop to a larger size"]),
+    ("{images: a, image_size: [9, 9]}", "{images: b, image_size: [9, 9]}", []),
+])
+def test_validate_refuses_declared_sizes_the_model_cannot_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              train: str, evaluate: str | None,
+                                                              expected: list[str]) -> None:
+    """The sizes the spec declares are checked by `specgen validate` (no folder or shard exists here), with the line
+    train gives, so a spec refused at train never passes validate in CI first."""
+    loaded_spec(tmp_path, train, evaluate)
+    code = main(["validate", str(tmp_path / "v.yaml")])
+    out, err = capsys.readouterr()
+    lines = [line.replace(str(tmp_path / "v.yaml"), "v.yaml") for line in err.splitlines()]
+    if not expected:
+        assert (code, err) == (0, "") and out.startswith("ok: ")
+        return
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert lines == [line.format(folder=tmp_path) for line in expected] + ["1 error found"]
+
+
 def test_a_random_crop_sets_the_size_at_train_and_eval(tmp_path: Path) -> None:
     """The crop is what the model sees: too small a crop is refused; a good one takes 8x8 eval images (Keras'
     inference resizes them to the crop)."""

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from specgen.errors import AbstractSpec
     from specgen.ir.lints import init_scale_warnings, top_k_warnings
     from specgen.ir.resolve import build_ir
+    from specgen.runtime.sources.sizes import declared
     from specgen.spec.overrides import load_with_overrides
 
     if args.resolved:
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             loaded = load_with_overrides(path, args.set)
             ir = build_ir(loaded)
+            if sized := declared(loaded, ir):  # data sizes known from the spec alone: the model must run at them
+                raise SpecError(sized)
         except SpecError as exc:
             problems += exc.diagnostics
             continue

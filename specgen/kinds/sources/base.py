@@ -21,6 +21,9 @@ from specgen.kinds.augment import Augment
 Refs = dict[str, str | tuple[str, ...]]
 # Where a refusal points inside the source's spec entry (appended to ("data", stage)), and its message.
 Refusal = tuple[tuple[str | int, ...], str]
+# Image inputs every example is resized to a size the spec declares: the key messages name (`image_size`), and
+# input name -> ([height, width], where that size is written inside the source's entry).
+Resized = tuple[str, dict[str, tuple[list[int], tuple[str | int, ...]]]]
 
 
 class SourceSpec(SpecModel):
@@ -63,6 +66,9 @@ class SourceDef:
     # Defaults that need the rest of the spec, filled once it is parsed (spec/load.py): (its spec model, the
     # spec's inputs, the data labels the loss reads) -> the model with them (`images` fills features and labels).
     complete: Callable[[Any, Mapping[str, Any], list[str]], Any] = lambda source, inputs, labels: source
+    # Sizes the spec declares for image inputs, known before a file is opened: validate checks the model runs at
+    # them (runtime/sources/sizes.py `declared`), and so does the reader at train. (its spec model) -> Resized.
+    resized: Callable[[Any], Resized] = lambda source: ("", {})
     # `specgen data`'s extra lines for the kind's own keys (runtime/commands/data.py): (its spec model) -> lines.
     describe: Callable[[Any], list[str]] = lambda source: []
 

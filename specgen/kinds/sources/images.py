@@ -92,4 +92,5 @@ KINDS = (SourceDef(
     resolve=file_source("images"),
     refuse=refuse,
     complete=complete,
+    resized=lambda source: ("image_size", {name: (source.image_size, ("image_size",)) for name in source.features}),
 ),)

@@ -19,7 +19,7 @@ from pydantic import Field, StringConstraints, model_validator
 from specgen.fields.base import FilePath, Identifier, PositiveInt, SpecModel
 from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.augment import output_size
-from specgen.kinds.sources.base import Refusal, Resolved, SourceDef, SourceSpec, refs
+from specgen.kinds.sources.base import Refusal, Resized, Resolved, SourceDef, SourceSpec, refs
 from specgen.kinds.sources.images import CHANNELS, MAX_PIXELS
 
 CYCLE_LENGTH = 4  # shards read at once by default: enough to mix shards, few open files
@@ -82,6 +82,11 @@ def images(source: Any) -> dict[str, ImageFeature]:
     return {name: f for name, f in source.features.items() if isinstance(f, ImageFeature)}
 
 
+def resized(source: TfRecordSource) -> Resized:
+    """The image features' `size`: every decoded image is resized to it."""
+    return "size", {name: (f.size, ("features", name, "size")) for name, f in images(source).items()}
+
+
 def resolve(source: TfRecordSource, folder: Path) -> Resolved:
     """The path messages show: the one entry, or the first of a list (the reader names each shard itself)."""
     keys = {name: f if isinstance(f, str) else f.key for name, f in source.features.items()}
@@ -132,4 +137,5 @@ KINDS = (SourceDef(
     resolve=resolve,
     refuse=refuse,
     describe=describe,
+    resized=resized,
 ),)

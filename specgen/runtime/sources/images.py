@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from specgen.kinds.sources import kind_of
 from specgen.paths import shown
 from specgen.runtime.sources import sizes
 from specgen.runtime.sources.base import MISSING, REGULAR, DataError, Source, file_kind
@@ -69,7 +70,7 @@ def read(context: SourceContext) -> Source:
     import tensorflow as tf
 
     spec = _spec(context, context.stage)
-    sizes.resized(context, "image_size", {name: (spec.image_size, ("image_size",)) for name in context.source.features})
+    sizes.resized(context, *kind_of(spec).resized(spec))
     root = _root(context)
     classes = _classes(context, spec)
     files, labels = _files(context, root, classes)

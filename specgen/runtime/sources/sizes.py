@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specgen.diagnostics import Diagnostic, SpecError
 from specgen.kinds.augment import at_eval, image_inputs, output_size
+from specgen.kinds.sources import kind_of
 from specgen.runtime import lengths
 from specgen.text import shape as shape_text
 
 if TYPE_CHECKING:
-    from specgen.diagnostics import SpecError
     from specgen.ir.model import ModelIR
     from specgen.spec.load import LoadedSpec
 
@@ -117,3 +118,38 @@ def resized(context: SourceContext, key: str, images: Mapping[str, tuple[Sequenc
         if len(dims) == 4 and isinstance(dims[3], int):  # [batch, height, width, channels] (validate: 1 or 3)
             shape = (size[0], size[1], dims[3])
             check(context, name, shape, f"{key} {list(size)} feeds", loc, (f"set a larger {key}", f"set a smaller {key}"))
+
+
+class Declared:
+    """A stage's source as `specgen validate` sees it: the spec and the IR, no file opened (SourceContext's `fail`
+    and `loc`, so `resized` words its refusal as the reader at train does)."""
+
+    def __init__(self, loaded: LoadedSpec, ir: ModelIR, stage: str):
+        assert ir.training is not None
+        self.loaded, self.ir, self.stage = loaded, ir, stage
+        self.source = ir.training.data[stage]
+
+    def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
+        return SpecError([self.loaded.diagnostic(("data", self.stage, *loc),
+                                                 f"data.{self.stage} ({self.source.path}): {message}")])
+
+    def loc(self, name: str) -> tuple[str, str]:
+        return ("features" if name in self.source.features else "labels", name)
+
+
+def declared(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
+    """Validate's share of this module: each stage's image sizes that the spec declares (images' `image_size`,
+    a tfrecord image feature's `size`), against the model's smallest and largest sizes, so that `image_size: [2, 2]`
+    under a 3x3 `valid` conv is refused by `specgen validate` and not first by `specgen train`."""
+    data, found = loaded.spec.data, list[Diagnostic]()
+    if data is None or ir.training is None:
+        return found
+    for stage in ("train", "eval"):
+        source = getattr(data, stage, None)
+        if source is None or stage not in ir.training.data:
+            continue
+        try:
+            resized(Declared(loaded, ir, stage), *kind_of(source).resized(source))
+        except SpecError as refused:
+            found += refused.diagnostics
+    return found

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specgen.kinds.sources import clashes
+from specgen.kinds.sources import clashes, kind_of
 from specgen.kinds.sources.tfrecord import entries, images
 from specgen.runtime.sources import record_problems, sizes
 from specgen.runtime.sources.base import DataError, Source, Wanted, WorkerShare
@@ -66,7 +66,7 @@ def read(context: SourceContext) -> Source:
     for loc, message in clashes(context.loaded.spec.data):  # validate says it too; a spec built in code reaches here
         if loc[1] == context.stage:
             raise context.fail(loc[2:], message)
-    sizes.resized(context, "size", {n: (f.size, ("features", n, "size")) for n, f in images(model).items()})
+    sizes.resized(context, *kind_of(model).resized(model))
     shards = find_shards(context, model)
     spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
