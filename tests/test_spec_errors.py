@@ -99,6 +99,9 @@ CASES = [
     # a misspelt required key is one mistake: no extra "missing required key 'filters'"
     ("misspelt_required_key", mutate("filters: 2,", "filter: 2,"),
      ["11:40: error: unknown key 'filter'; did you mean 'filters'? (in layer 'conv')"]),
+    # a key inside a tagged union branch (loss: one term, kind-discriminated) lists the branch's keys
+    ("unknown_loss_key_lists_keys", mutate("  labels: label\n", "  labels: label\n  label_smoothing: 0.1\n"),
+     ["26:3: error: unknown key 'label_smoothing'; expected one of 'kind', 'labels', 'logits', 'name' or 'weight'"]),
     ("unknown_top_level_key", mutate("frozen: [", "frozn: ["),
      ["21:1: error: unknown key 'frozn'; did you mean 'frozen'?"]),
     ("unknown_op_did_you_mean", mutate("op: flatten", "op: flaten"),

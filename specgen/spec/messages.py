@@ -254,6 +254,17 @@ def _members(tp: Any) -> list[Any]:
     return [tp]
 
 
+def _tagged(tp: Any) -> list[Any]:
+    """A union's branches that carry a Tag, unflattened: `_members` flattens a tagged union branch into its
+    members, and a location that names the branch's tag would then find none."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return [tp] if _tag_of(tp) is not None else _tagged(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [branch for arg in typing.get_args(tp) for branch in _tagged(arg)]
+    return []
+
+
 def _strip(tp: Any) -> Any:
     while typing.get_origin(tp) is typing.Annotated:
         tp = typing.get_args(tp)[0]
@@ -277,6 +288,9 @@ def _model_of(tp: Any) -> type[BaseModel] | None:
 def _step(tp: Any, part: str | int) -> Any:
     members = _members(tp)
     if len(members) > 1:  # a union: the location names the branch by tag or discriminator value
+        for branch in _tagged(tp):  # a tagged branch that is itself a union (loss: `term`, then its kind)
+            if _tag_of(branch) == part:
+                return typing.get_args(branch)[0]
         for member in members:
             if _tag_of(member) == part or _literal_tag(_strip(member), part):
                 return member
