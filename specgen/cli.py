@@ -14,7 +14,7 @@ import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, TextIO, cast
 
 from specgen import __version__, native_logs
@@ -88,7 +88,9 @@ def _main(argv: Sequence[str] | None) -> int:
         gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
         if sys.stdout is None:  # fd 1 closed at start (`>&-`): Python sets sys.stdout to None
             return _stdout_closed()
-        with native_logs.quiet(args.verbose), _marked_stdout():
+        # A command that never loads TensorFlow sets native_logs=False: its stderr is the real one (commands/serve.py)
+        filtered = getattr(args, "native_logs", True)
+        with native_logs.quiet(args.verbose) if filtered else nullcontext(), _marked_stdout():
             code = int(args.run(args))
             sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the handlers, not at exit
         return code

@@ -28,6 +28,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer of 0 or more (a count where 0 means none: `--steps 0` trains nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected a whole number, 0 or more")
+    return value
+
+
 def shape(text: str) -> tuple[int, ...]:
     """argparse type: positive integers joined by commas (an input shape: 96,96,3)."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgen.commands.common import shape
+from specgen.commands.common import positive_int, shape
 from specgen.paths import shown
 
 
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keras.add_argument("-o", "--output", type=Path, required=True, help="the spec file to write")
     keras.add_argument("--weights", type=Path, help="restore from this weights file instead of the model's own")
     keras.add_argument("--input-shape", type=shape, metavar="H,W,C", help="constructor input shape")
-    keras.add_argument("--classes", type=int, metavar="N", help="constructor class count")
+    keras.add_argument("--classes", type=positive_int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
 
 

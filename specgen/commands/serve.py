@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
+
+MAX_PORT = 65535
+# Seconds a connection may take for its headers or body: past a day no client is still there, and gRPC takes the
+# header timeout as an int32 of milliseconds (its handshake deadline), which a larger value overflows.
+MAX_TIMEOUT_SECONDS = 86_400.0
+# Connections at once: each holds a file descriptor, and gRPC's connection quota must stay below 2**31 - 1 (it
+# aborts the process at that value).
+MAX_CONNECTIONS = 1_000_000
+MAX_THREADS = 1024  # onnxruntime intra-op threads: its option is an int32, and each thread is a real one
 
 
 def positive_seconds(text: str) -> float:
@@ -19,34 +29,77 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def timeout_seconds(text: str) -> float:
+    """A connection deadline: positive and finite (nan would make every timer raise, 0 or less refuse every request)
+    and at most MAX_TIMEOUT_SECONDS."""
+    value = positive_seconds(text)
+    if value > MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than {MAX_TIMEOUT_SECONDS:,.0f} seconds (a day), the "
+                                         "longest a request's headers or body may take here")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0..65535 (0: any free port): the system would take 70000 as 70000 mod 65536, another port than
+    the one the log names."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected a port number from 0 to {MAX_PORT} "
+                                         "(0: any free port)")
+    return value
+
+
+def count(low: int, high: int | None, what: str) -> Callable[[str], int]:
+    """An integer from `low` to `high` (None: no bound): `what` says what it counts, in the refusal."""
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low:,} to {high:,}" if high is not None else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"received {text!r}; expected a whole number {bounds} ({what})")
+        return value
+
+    return check
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo", type=Path, help="REPO/<model>/config.pbtxt and REPO/<model>/<version>/model.onnx")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port, default=8000, help="HTTP port, 0..65535 (0: any free port)")
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto")
-    parser.add_argument("--queue-size", type=int, metavar="N", help="waiting requests per model before 503 (default: "
-                        "the config's default_queue_policy.max_queue_size, else 4 x max_batch_size)")
+    parser.add_argument("--queue-size", type=count(1, None, "requests that may wait per model"), metavar="N",
+                        help="waiting requests per model before 503 (default: the config's "
+                        "default_queue_policy.max_queue_size, else 4 x max_batch_size)")
     parser.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    parser.add_argument("--threads", type=count(0, MAX_THREADS, "onnxruntime intra-op threads; 0: its default"),
+                        default=0, help="onnxruntime intra-op threads (0: its default)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
-    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+    parser.add_argument("--header-timeout", type=timeout_seconds, default=10.0, metavar="S",
                         help="seconds a request's headers may take to arrive (408 after)")
-    parser.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+    parser.add_argument("--body-timeout", type=timeout_seconds, default=30.0, metavar="S",
                         help="seconds a request's body may take to arrive (408 after)")
-    parser.add_argument("--max-connections", type=int, default=1000, metavar="N",
-                        help="open connections at most (lowered to what ulimit -n allows)")
-    parser.add_argument("--grpc-port", type=int, metavar="N",
+    parser.add_argument("--max-connections", type=count(1, MAX_CONNECTIONS, "open connections at most"), default=1000,
+                        metavar="N", help="open connections at most (lowered to what ulimit -n allows)")
+    parser.add_argument("--grpc-port", type=port, metavar="N",
                         help="also serve the Open Inference Protocol over gRPC on this port (same host)")
     parser.add_argument("--model-control", choices=["none", "poll", "explicit"], default="none",
                         help="none: the models found at start; poll: rescan the repository every --poll-seconds; "
                         "explicit: load and unload through the repository API")
     parser.add_argument("--poll-seconds", type=positive_seconds, default=15.0, metavar="S",
                         help="seconds between scans with --model-control poll")
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
+    parser.add_argument("--workers", type=count(1, None, "server processes"), default=1, metavar="N",
                         help="server processes on the same ports, onnxruntime's threads split between them")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="on the CUDA provider, capture one CUDA graph per batch bucket (1, 2, 4, ... "
                              "max_batch_size); batches are padded up to their bucket (docs/serve.md)")
+    # The server never loads TensorFlow, so cli.py leaves its stderr alone (native_logs.quiet): a pipe read by a
+    # thread of the parent would lose what --workers' processes log once the parent is killed (kill -9).
+    parser.set_defaults(native_logs=False)
 
 
 def run(args: argparse.Namespace) -> int:

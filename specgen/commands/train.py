@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specgen.commands.common import nonnegative_int
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.extras import need
 from specgen.paths import shown
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)
     limit = parser.add_mutually_exclusive_group()
-    limit.add_argument("--epochs", type=int, help="run N more passes over the training data")
-    limit.add_argument("--steps", type=int, help="run N more optimizer updates")
+    limit.add_argument("--epochs", type=nonnegative_int, help="run N more passes over the training data")
+    limit.add_argument("--steps", type=nonnegative_int, help="run N more optimizer updates")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of the run folder")
     start.add_argument("--resume-from", type=Path, metavar="CKPT", help="continue from this ckpt-* folder")

@@ -49,20 +49,36 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     """
     from specgen.serve.options import ServeOptions
 
-    options = ServeOptions(queue_size=queue_size, batching=batching, header_timeout=header_timeout,
-                           body_timeout=body_timeout, max_connections=max_connections, send_timeout=send_timeout,
-                           grpc_port=grpc_port, grpc_host=host, model_control=model_control, poll_seconds=poll_seconds,
-                           graceful_timeout=graceful_timeout)
+    try:  # the command line refuses these first (commands/serve.py); a caller from Python gets one line too
+        options = ServeOptions(queue_size=queue_size, batching=batching, header_timeout=header_timeout,
+                               body_timeout=body_timeout, max_connections=max_connections, send_timeout=send_timeout,
+                               grpc_port=grpc_port, grpc_host=host, model_control=model_control,
+                               poll_seconds=poll_seconds, graceful_timeout=graceful_timeout)
+    except ValueError as exc:
+        print(f"specgen serve: {exc}", file=sys.stderr)
+        return 1
+    if problems := _refusals(port, threads, workers):
+        print(f"specgen serve: {problems[0]}", file=sys.stderr)
+        return 1
     settings = ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options,
                               cuda_graphs=cuda_graphs)
-    if workers < 1:
-        print(f"specgen serve: --workers must be 1 or more, got {workers}", file=sys.stderr)
-        return 1
     if workers == 1:
         return serve(settings)
     from specgen.serve.workers import run_workers
 
     return run_workers(settings, workers)
+
+
+def _refusals(port: int, threads: int, workers: int) -> list[str]:
+    """What is wrong with the settings ServeOptions does not hold (the command line refuses them first)."""
+    problems = []
+    if not 0 <= port <= 65535:
+        problems.append(f"port must be 0 to 65535 (0: any free port), got {port}")
+    if threads < 0:
+        problems.append(f"threads must be 0 (onnxruntime's default) or more, got {threads}")
+    if workers < 1:
+        problems.append(f"workers must be 1 or more, got {workers}")
+    return problems
 
 
 __all__ = ["ServerSettings", "run_server", "serve"]

@@ -48,10 +48,11 @@ from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
 from specgen.serve.client_watch import ClientGone, unless_gone
 from specgen.serve.configs import config_json
 from specgen.serve.control import ModelSource
-from specgen.serve.errors import ProtocolError
+from specgen.serve.errors import MALFORMED, ProtocolError
 from specgen.serve.limits import ENVELOPE_BYTES, check_declared, declared_length, decompress, read_body
 from specgen.serve.models import ServedModel
 from specgen.serve.options import ServeOptions
+from specgen.serve.parameters import BOOL, check_unload_parameters, check_value
 from specgen.serve.protocol import (
     HEADER_LENGTH,
     JSON_TYPE,
@@ -127,6 +128,10 @@ class HttpService(Service):
         except TimeoutError:
             raise ProtocolError(f"the request body did not arrive within {self.options.body_timeout:g} s", 408,
                                 close=True) from None
+        except ClientDisconnect:  # its answer reaches no one (a malformed body's 400 went out: connection.py)
+            malformed = request.scope.get(MALFORMED)
+            raise ProtocolError(malformed or "the client left before sending the whole body",
+                                400 if malformed else CANCELLED, close=True) from None
         if not body.strip():
             return {}
         try:
@@ -140,9 +145,11 @@ class HttpService(Service):
     async def repository_index(self, request: Request) -> Response:
         try:
             body = await self._small_json(request)
+            ready = body.get("ready", False)
+            check_value("'ready' of a repository index request", ready, BOOL)
         except ProtocolError as exc:
             return _error(exc.status, exc.message, exc.close)
-        return _json(self.control.index(body.get("ready") is True))
+        return _json(self.control.index(ready))
 
     async def repository_load(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -156,7 +163,7 @@ class HttpService(Service):
 
     async def repository_unload(self, request: Request) -> Response:
         try:
-            await self._small_json(request)
+            check_unload_parameters((await self._small_json(request)).get("parameters", {}))
             await self.control.unload(request.path_params["name"])
         except ProtocolError as exc:
             return _error(exc.status, exc.message, exc.close)
@@ -211,7 +218,11 @@ class HttpService(Service):
                 outcome["id"] = exc.request_id
             return _error(exc.status, exc.message, exc.close)
         except ClientDisconnect:  # nobody to answer: counted and logged, never a 500
-            outcome.update(status=CANCELLED, reason="cancelled", message="the client left before sending the whole body")
+            if (malformed := request.scope.get(MALFORMED)) is not None:  # answered 400 by connection.py
+                outcome.update(status=400, reason="invalid", message=malformed)
+            else:
+                outcome.update(status=CANCELLED, reason="cancelled",
+                               message="the client left before sending the whole body")
         except ClientGone:  # as a gRPC call cancelled by its client: dropped unrun if still queued, a failure
             outcome.update(status=CANCELLED, reason="cancelled",
                            message="the client closed its connection before its answer")

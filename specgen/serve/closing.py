@@ -87,8 +87,9 @@ class LingeringClose(HttpToolsProtocol):
         self._abort_timer = self.loop.call_later(LINGER_SECONDS, self._abort)
         FlowControl.resume_reading(self.flow)  # whatever paused reading, the dropped bytes must flow
 
-    def close_with(self, reason: str, status: bytes, message: str) -> None:
-        """Answer `status` when no request cycle owns the transport, then close; abort when writes cannot drain."""
+    def close_with(self, reason: str, status: bytes, message: str, answer_running: bool = False) -> None:
+        """Answer `status` when no request cycle owns the transport (or, `answer_running`, when the one that does has
+        not started its answer: it is this answer's request), then close; abort when writes cannot drain."""
         if self._aborted or (self.transport.is_closing() and not self.transport.get_write_buffer_size()):
             return  # gone, or going with nothing left to flush
         if self.transport.is_closing() or self._linger_left is not None or self.flow.write_paused:
@@ -96,9 +97,10 @@ class LingeringClose(HttpToolsProtocol):
             # nothing: close() would wait on the client, holding the slot
             self._abort()
         else:
-            if self._idle():  # otherwise the app's read just ends, and its answer is not written
+            idle = self._idle()
+            if idle or answer_running:  # otherwise the app's read just ends, and its answer is not written
                 self.transport.write(raw_response(status, message))
-            else:
+            if not idle:  # the app's read ends (a disconnect), and whatever it answers is not written
                 self._abandon()
             self._close()
         self.guard.closed(reason, self.client)

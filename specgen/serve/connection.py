@@ -22,6 +22,9 @@ holds a header value until it ends, with no limit. Here, per connection:
 uvicorn's own calls to resume reading (every `receive()` and response) go through `GatedFlow`
 (adapters.py), which resumes only when none of these reasons to pause holds.
 
+Bytes that are not HTTP/1.1 (a chunk size that is not hex, two Content-Lengths) get a 400 with the JSON error body
+every refusal has, after the answers to the requests before them, and the connection closes (`_invalid`).
+
 Closing (a lingering close for a body still arriving, and every close bounded in time) is closing.py's.
 """
 
@@ -35,6 +38,7 @@ import httptools
 
 from specgen.serve.adapters import ClosingTransport, GatedFlow
 from specgen.serve.closing import LingeringClose
+from specgen.serve.errors import MALFORMED
 from specgen.serve.guard import Refused
 
 READ_BYTES = 16 << 10  # one read; also the most unparsed bytes a paused connection keeps
@@ -52,6 +56,7 @@ class BoundedProtocol(LingeringClose):
     _header_bytes = _header_count = 0
     _content_length: int | None = None
     stalled_since: float | None = None  # when its writes paused (the client stopped reading); None while they flow
+    _malformed: str | None = None  # why bytes after a request being answered are no HTTP: its 400 follows the answers
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -70,6 +75,8 @@ class BoundedProtocol(LingeringClose):
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()
+        if self._malformed is not None:  # the parser stopped at bytes that are not HTTP: nothing after them is read
+            return
         if self._linger_left is not None:  # the rest of a refused body: dropped
             self.linger_received(data)
             return
@@ -107,10 +114,10 @@ class BoundedProtocol(LingeringClose):
                 refused = exc.__context__
                 self.close_with(refused.reason, refused.status, refused.message)
                 return False
-            self._invalid()
+            self._invalid(exc)
             return False
-        except httptools.HttpParserError:
-            self._invalid()
+        except httptools.HttpParserError as exc:
+            self._invalid(exc)
             return False
         except httptools.HttpParserUpgrade:  # as uvicorn: no WebSocket support is configured (ws="none")
             self._unsupported_upgrade_warning()
@@ -126,14 +133,26 @@ class BoundedProtocol(LingeringClose):
                 return False
         return True
 
-    def _invalid(self) -> None:
-        msg = "Invalid HTTP request received."
-        self.logger.warning(msg)
-        if self._idle():
-            self.send_400_response(msg)
-        else:  # a 400 now would come before the answer in progress: close instead, as close_with does
-            self._abandon()
-            self._close()
+    def _invalid(self, exc: Exception) -> None:
+        """Bytes that are not HTTP/1.1: 400 with the JSON error body every refusal has (not uvicorn's text/plain),
+        then close, for nothing after them can be read. When they break off the body of the request being answered
+        (a chunk size that is not hex), that request gets the 400 and its handler is told why (MALFORMED: counted a
+        bad request, not a client that left). Bytes after a whole request that is still being answered wait: its
+        answer, and those of requests queued before them, go out first, then the 400 (on_response_complete)."""
+        detail = str(exc) or type(exc).__name__
+        running = self._running
+        in_body = (running is not None and running is self.cycle and running.more_body
+                   and not running.response_started)
+        if in_body and self._content_length is None:
+            detail = f"invalid chunked encoding of the body ({detail[:1].lower()}{detail[1:]})"
+        message = f"malformed HTTP request: {detail}"
+        if in_body:
+            running.scope[MALFORMED] = message
+        if in_body or self._idle():
+            self.close_with("invalid", b"400 Bad Request", message, answer_running=in_body)
+        else:  # bytes after a whole request still being answered: that answer (and any queued before) goes out first
+            self._malformed, self._stash = message, b""
+            self.flow.pause_reading()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         self._running = cycle  # uvicorn keeps only the newest cycle, which may be a queued one
@@ -147,7 +166,7 @@ class BoundedProtocol(LingeringClose):
         return len(self.pipeline) >= PIPELINE_DEPTH or waiting > PIPELINE_BODY_BYTES
 
     def may_read(self) -> bool:
-        return not self._stash and not self._full() and not self.flow.write_paused
+        return not self._stash and not self._full() and not self.flow.write_paused and self._malformed is None
 
     def _unblock(self) -> None:
         """After a response or a drained write buffer: parse what waits, then read again if nothing holds it."""
@@ -202,7 +221,11 @@ class BoundedProtocol(LingeringClose):
         if self._linger_left is not None:  # that answer closes the connection: requests queued behind it go unanswered
             self.pipeline.clear()
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._malformed is not None and self._idle():  # every request before the bad bytes answered
+            self.close_with("invalid", b"400 Bad Request", self._malformed)
+        else:
             self._unblock()
 
     # Writing: a client that does not read its answers

@@ -16,7 +16,9 @@ Loading a model is what starting the server does (models.py: onnxruntime loads e
 its version_policy selects, the graph is checked against config.pbtxt, one warm-up inference
 runs), done in a thread of its own beside the running versions, which keep serving. Only when
 every version is ready is the model's set of versions swapped, at once (registry.py); versions
-left out finish the requests they hold, then close.
+left out finish the requests they hold, then close. A config.pbtxt edit that leaves every field the server reads as
+it was (parameters, instance_group, model_warmup) reloads nothing: the versions kept take the new configuration,
+which the ModelConfig answers (HTTP /config, gRPC ModelConfig) from then on.
 
 A version that fails any check is refused: one log line (`model_refused`, with the reason), one
 count in `specgen_model_loads_total{result="refused"}`, and it is served as if it were absent,
@@ -34,6 +36,7 @@ With `--workers N` each worker scans and loads on its own: every load, refusal a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import os
@@ -300,10 +303,23 @@ class ModelControl:
                                f"{config.version_policy.describe()} selects none of {available}"]
             return self._nothing_loaded(name, current, why, refuse=None if problems else why[0])
         kept = all(current.get(v) is served for v, served in versions.items()) and set(versions) == set(current)
+        self._reconfigure(name, versions, config)
         self._swap(name, current, versions)
         if problems:
             problems.append(f"model '{name}' {'keeps serving' if kept else 'serves'} version(s) {sorted(versions)}")
         return problems
+
+    def _reconfigure(self, name: str, versions: dict[int, Version], config: ModelConfig) -> None:
+        """Versions kept loaded (their files and the fields the server reads unchanged) take the config.pbtxt just
+        read: an edit of fields the server does not read (parameters, instance_group, model_warmup) changes what
+        the ModelConfig answers (HTTP /config, gRPC ModelConfig) as Triton's reload does, without a reload."""
+        stale = [served for served in versions.values() if served.model.config.message != config.message]
+        for served in stale:
+            served.model = dataclasses.replace(served.model, config=config)
+        if stale:
+            log.info("model config updated", extra={"fields": {
+                "event": "model_config_updated", "model": name,
+                "versions": sorted(served.model.version for served in stale)}})
 
     def _discarded(self, name: str, explicit: bool) -> None:
         """A load that raced a writer: nothing of it is kept; one line says when it is tried again."""

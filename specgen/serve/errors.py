@@ -1,8 +1,13 @@
-"""The one exception the request path raises for a request it refuses."""
+"""The one exception the request path raises for a request it refuses, and the scope key that says a request's body
+broke off as malformed HTTP."""
 
 from __future__ import annotations
 
 from specgen.errors import SpecgenError
+
+# An ASGI scope key connection.py sets when a request's body turns out to be malformed HTTP (a chunk size that is not
+# hex): the handler then reads a disconnect, and counts a bad request (400) where it would count a client that left.
+MALFORMED = "specgen.malformed"
 
 
 class ProtocolError(SpecgenError):

@@ -52,6 +52,8 @@ from specgen.serve.configs import config_message
 from specgen.serve.errors import ProtocolError
 from specgen.serve.grpc_limits import MIN_RPCS, bound_send, grpc_options, message_limit
 from specgen.serve.grpc_protocol import decode_infer, encode_infer
+from specgen.serve.logs import GRPC_CALL, quiet_unsent_answers
+from specgen.serve.parameters import check_unload_parameters, from_grpc
 
 if TYPE_CHECKING:
     from specgen.serve.control import ModelControl
@@ -121,6 +123,7 @@ async def start_grpc(service: Service) -> tuple[Any, int]:
         _check_bindable(host, port)
     limit = message_limit(options, service.models)
     rpcs = options.grpc_max_rpcs or max(MIN_RPCS, min(options.buffer_bytes // limit, options.max_connections))
+    quiet_unsent_answers()  # a client's deadline is one info line at most, never grpc.aio's traceback
     server = grpc.aio.server(options=grpc_options(options, limit), maximum_concurrent_rpcs=rpcs)
     server.add_generic_rpc_handlers((Servicer(service).handler(),))
     try:
@@ -270,6 +273,7 @@ class Servicer:
         return service_pb2.RepositoryModelLoadResponse()
 
     async def repository_unload(self, request: Any, context: Any) -> Any:
+        check_unload_parameters(from_grpc(request.parameters))
         await self.service.control.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
@@ -279,12 +283,16 @@ class Servicer:
         started = time.perf_counter_ns()
         series = self.service.metrics.model(request.model_name)
         outcome: dict[str, Any] = {"status": 500, "reason": "cancelled", "message": None, "id": request.id or None,
-                                   "rows": 0, "served": None, "code": None}
+                                   "rows": 0, "served": None, "code": None, "model": series.model}
         budget = context.time_remaining()  # None: the call has no deadline
+        GRPC_CALL.set(outcome)  # this task's call, should grpc.aio fail to send its answer (logs.py UnsentAnswers)
         if series.known:
             series.in_flight.inc()
         try:
-            return await self._infer(request, context, outcome)
+            response = await self._infer(request, context, outcome)
+            if outcome["status"] == 200 and budget is not None and (context.time_remaining() or 0) <= 0:
+                response = self._too_late(context, outcome)
+            return response
         except asyncio.CancelledError:  # the deadline passed, or the client cancelled: gRPC answers it
             late = budget is not None and _at_deadline(budget, context.time_remaining())
             outcome.update(status=504 if late else 499, reason="deadline" if late else "cancelled",
@@ -294,6 +302,16 @@ class Servicer:
             raise
         finally:
             finished(series, outcome, time.perf_counter_ns() - started, "grpc")
+
+    @staticmethod
+    def _too_late(context: grpc.aio.ServicerContext[Any, Any], outcome: dict[str, Any]) -> Any:
+        """The answer is ready but the call's deadline has passed: core has ended the call (or is about to), so the
+        answer would not be sent; counted and answered as a deadline, not as a success nobody received."""
+        message = "the call's deadline passed before its answer could be sent"
+        outcome.update(status=504, reason="deadline", code="DEADLINE_EXCEEDED", message=message)
+        context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)
+        context.set_details(message)
+        return service_pb2.ModelInferResponse()
 
     async def _infer(self, request: Any, context: grpc.aio.ServicerContext[Any, Any], outcome: dict[str, Any]) -> Any:
         service = self.service

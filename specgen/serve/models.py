@@ -40,6 +40,7 @@ from specgen.serve.repository import (
     RepositoryError,
     TensorConfig,
     file_stamp,
+    not_regular,
     read_repository,
 )
 
@@ -161,6 +162,8 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     `cuda_graphs` (`specgen serve --cuda-graphs`): on the CUDA provider, one captured graph per batch bucket up to
     the config's max_batch_size (runtime/predictor.py, runtime/buckets.py); elsewhere the Predictor says why not
     in one line, logged here, and runs as without it."""
+    if (problem := not_regular(path, "the version's ONNX model")) is not None:
+        raise problem
     stamp = file_stamp(path)
     graphs: dict[str, Any] = {"cuda_graphs": True, "max_batch_size": config.max_batch_size} if cuda_graphs else {}
     try:

@@ -3,7 +3,18 @@ worker processes (workers.py): a module of its own so each of them can name the 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+MAX_PORT = 65535
+GRPC_INT_LIMIT = 2**31 - 1  # gRPC's channel arguments are C ints (its connection quota aborts the process at this one)
+# Fields gRPC takes as channel arguments (grpc_limits.py): seconds as milliseconds, counts as they are.
+GRPC_SECONDS = ("header_timeout", "send_timeout", "grpc_keepalive", "grpc_idle_timeout")
+GRPC_COUNTS = ("max_body_bytes", "max_connections", "max_header_bytes", "grpc_max_streams")
+SECONDS = ("body_timeout", "poll_seconds")
+COUNTS = ("buffer_bytes", "decode_threads", "max_headers")
 
 
 @dataclass(frozen=True)
@@ -45,3 +56,38 @@ class ServeOptions:
     grpc_idle_timeout: float = 300.0
     grpc_reuse_port: bool = False  # SO_REUSEPORT: for several worker processes serving one gRPC port
     graceful_timeout: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        """Refuse a value no server can run with (the command line refuses them first, commands/serve.py): nan or a
+        negative timeout would fail every timer, a count of 0 refuse every request, port 70000 bind 70000 mod 65536,
+        and a value past a C int overflow gRPC's channel arguments."""
+        for name in SECONDS:
+            _check(name, getattr(self, name), _is_seconds, "a positive finite number of seconds")
+        for name in GRPC_SECONDS:  # gRPC takes them in milliseconds
+            _check(name, getattr(self, name), lambda v: _is_seconds(v) and v * 1000 <= GRPC_INT_LIMIT,
+                   f"a positive finite number of seconds, at most {GRPC_INT_LIMIT // 1000:,}")
+        for name in COUNTS:
+            _check(name, getattr(self, name), lambda v: _is_int(v) and v >= 1, "a whole number of 1 or more")
+        for name in GRPC_COUNTS:
+            _check(name, getattr(self, name), lambda v: _is_int(v) and 1 <= v < GRPC_INT_LIMIT,
+                   f"a whole number from 1 to {GRPC_INT_LIMIT - 1:,}")
+        for name in ("queue_size", "grpc_max_rpcs", "grpc_max_message_bytes"):
+            _check(name, getattr(self, name), lambda v: v is None or (_is_int(v) and 1 <= v < GRPC_INT_LIMIT),
+                   f"None or a whole number from 1 to {GRPC_INT_LIMIT - 1:,}")
+        _check("grpc_port", self.grpc_port, lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_PORT),
+               f"None or a port number from 0 to {MAX_PORT} (0: any free port)")
+        _check("graceful_timeout", self.graceful_timeout, lambda v: v is None or v == 0 or _is_seconds(v),
+               "None or a finite number of seconds, 0 or more")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _check(name: str, value: Any, valid: Callable[[Any], bool], expected: str) -> None:
+    if not valid(value):
+        raise ValueError(f"ServeOptions.{name}: received {value!r}; expected {expected}")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specgen.serve.errors import ProtocolError
-from specgen.serve.values import cut, show
+from specgen.serve.values import cut, kind, show
 
 UINT64_LIMIT = 2**64
 
@@ -67,6 +67,7 @@ REQUEST = {
     "sequence_end": BOOL,
 }
 INPUT = {"binary_data_size": UINT}
+UNLOAD = {"unload_dependents": BOOL}  # Triton's repository unload parameter
 OUTPUT = {"binary_data": BOOL}
 SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 RESERVED_PREFIX = "triton_"
@@ -104,10 +105,23 @@ def check_parameters(parameters: Mapping[str, Any], scope: str, where: str) -> M
     ProtocolError naming the key and `where` (`the request`, `input 'image'`). Returned unchanged."""
     rules = {"request": REQUEST, "input": INPUT, "output": OUTPUT}[scope]
     for key in sorted(parameters):  # sorted: a gRPC map has no order, and both protocols must name the same key
-        value = parameters[key]
         _refuse_unsupported(key, where, scope)
-        rule = rules.get(key)
-        if rule is not None and not rule.valid(value):
-            shown = show(value) + (" (a string)" if isinstance(value, str) else "")  # "true" is no true
-            raise ProtocolError(f"parameter '{key}' of {where}: received {shown}, expected {rule.expected}")
+        check_value(f"parameter '{key}' of {where}", parameters[key], rules.get(key))
     return parameters
+
+
+def check_value(what: str, value: Any, rule: Rule | None) -> None:
+    """A ProtocolError naming `what` unless `value` keeps `rule` (None: anything goes)."""
+    if rule is not None and not rule.valid(value):
+        shown = show(value) + (" (a string)" if isinstance(value, str) else "")  # "true" is no true
+        raise ProtocolError(f"{what}: received {shown}, expected {rule.expected}")
+
+
+def check_unload_parameters(parameters: Any) -> None:
+    """A repository unload's parameters (HTTP's JSON object, gRPC's map as plain values): `unload_dependents` is
+    Triton's one, a boolean (this server has no ensembles, so no model depends on another: accepted, and changes
+    nothing); other keys pass, as custom parameters do."""
+    if not isinstance(parameters, Mapping):
+        raise ProtocolError(f"'parameters' of an unload request: received {kind(parameters)}, expected an object")
+    for key in sorted(parameters):
+        check_value(f"parameter '{cut(key)}' of the unload request", parameters[key], UNLOAD.get(key))

@@ -69,6 +69,12 @@ def _object(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+def _present(item: Mapping[str, Any], key: str, where: str, expected: str) -> None:
+    """A ProtocolError naming the missing `key` of `item` (a misspelt key, `nam`, would otherwise read as null)."""
+    if key not in item:
+        raise ProtocolError(f"{where} has no '{key}' field (its fields: {show(sorted(item))}); {expected}")
+
+
 def json_only(header_length: str | None) -> str | None:
     """The Inference-Header-Content-Length header as the body's reading takes it: None where it says 0, which Triton
     reads as "the whole body is the JSON header" (its `header_length != 0` test), so 0 means what no header means."""
@@ -231,7 +237,8 @@ def requested_outputs(raw: Any, parameters: Mapping[str, Any], config: ModelConf
     requested: dict[str, RequestedOutput] = {}
     for item in raw:
         item = _object(item, "each entry of 'outputs'")
-        name = item.get("name")
+        _present(item, "name", "an entry of 'outputs'", f"expected {{\"name\": ...}} naming one of {names}")
+        name = item["name"]
         if name not in names:
             raise ProtocolError(f"requested output {show(name)} is not an output of model '{config.name}'; "
                                 f"expected one of {names}")
@@ -295,7 +302,13 @@ def _checked(request: Mapping[str, Any], request_id: Any, binary: memoryview, co
     batch: tuple[str, int] | None = None
     offset = 0
     for item, options in _input_parameters(raw_inputs):
-        tensor = input_tensor(item.get("name"), item.get("datatype"), config, arrays)
+        _present(item, "name", "an entry of 'inputs'", f"model '{config.name}' expects inputs {sorted(tensors)}")
+        name = item["name"]
+        known = tensors.get(name) if isinstance(name, str) else None  # an unknown name is refused by input_tensor
+        if known is not None:
+            _present(item, "datatype", named("input", name), f"expected \"{known.datatype}\"")
+            _present(item, "shape", named("input", name), f"expected a list of integers {_expected_shape(config, known)}")
+        tensor = input_tensor(name, item.get("datatype"), config, arrays)
         shape = check_shape(item.get("shape"), config, tensor)
         values, offset = _input_values(item, options, tensor, shape, binary, offset)
         batch = place(arrays, tensor, values, shape, config, batch)

@@ -20,6 +20,7 @@ from typing import Any
 
 from specgen.errors import SpecgenError
 from specgen.paths import plain_name, shown
+from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
 DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
@@ -258,18 +259,32 @@ def version_folders(folder: Path) -> dict[int, Path]:
 
 
 def available_versions(folder: Path, filename: str) -> list[int]:
-    return [number for number, path in version_folders(folder).items() if (path / filename).is_file()]
+    """The version folders holding something named `filename`: a FIFO or a loop of links there is a version its load
+    refuses, saying what it is (models.py `load_version`), not a folder that holds no model."""
+    return [number for number, path in version_folders(folder).items() if file_kind(path / filename) != MISSING]
+
+
+def not_regular(path: Path, expected: str) -> RepositoryError | None:
+    """The error for a `path` that is there but is no regular file (a folder, a FIFO, a loop of links), else None.
+    Checked without opening it: opening a FIFO would block the server's loader until something writes to it."""
+    what = file_kind(path)
+    if what in (REGULAR, MISSING):
+        return None
+    return RepositoryError(f"{shown(path)}: is {what}, not a regular file; expected {expected}")
 
 
 def read_config(folder: Path) -> ModelConfig:
     """The config of the model in `folder`, its name checked against the folder's (Triton requires them equal)."""
     source = folder / "config.pbtxt"
-    if not source.is_file():
+    if file_kind(source) == MISSING:
         raise RepositoryError(f"{shown(folder)}: no config.pbtxt (a Triton model folder holds config.pbtxt "
                               "and numbered version folders)")
+    if (problem := not_regular(source, "the model's Triton configuration (text protobuf)")) is not None:
+        raise problem
     try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with open_regular(source) as handle:  # a FIFO put there since the check is refused, never waited on
+            text = handle.read().decode("utf-8")
+    except (OSError, DataError, UnicodeDecodeError) as exc:
         raise RepositoryError(f"{shown(source)}: cannot be read: {exc}") from None
     config = parse_config(text, shown(source))
     if config.name and config.name != folder.name:
