@@ -183,7 +183,7 @@ def test_rev_path_reads_the_revision_through_git_with_its_bases(tmp_path: Path, 
                                               "expected a commit, branch or tag of this repository",
                                               "1 error found"]
     code, _, err = run(["diff", "HEAD:specs/gone.yaml", "specs/v.yaml"], capsys, tmp_path)
-    assert code == 1 and "'specs/gone.yaml' is not a spec file (.yaml, .yml) in HEAD (" in err
+    assert code == 1 and "'specs/gone.yaml' does not exist in HEAD (" in err
 
 
 def test_bad_sides_are_one_line_each(tmp_path: Path, capsys) -> None:

@@ -184,7 +184,9 @@ def test_rev_path_reads_each_file_whatever_the_names_of_the_others(tmp_path: Pat
             "interface: unchanged", "layers: unchanged", "variables: unchanged", "training: unchanged",
             "export: unchanged", "other: unchanged"]
     code, _, err = run(["diff", "HEAD:link.yaml", "m.yaml"], capsys, tmp_path)  # a link is not a spec file
-    assert code == 1 and err.startswith("HEAD:link.yaml: error: 'link.yaml' is not a spec file (.yaml, .yml) in HEAD (")
+    assert code == 1 and err.startswith("HEAD:link.yaml: error: 'link.yaml' is a symbolic link in HEAD (")
+    assert err.splitlines()[0].endswith(", to m.yaml); REV:PATH reads a regular spec file of the revision: name the "
+                                        "file it links to, HEAD:m.yaml")
 
 
 def test_rev_path_refuses_specs_above_the_byte_bound_before_reading_them(tmp_path: Path, capsys,

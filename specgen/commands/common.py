@@ -103,7 +103,10 @@ def _walk(folder: Path, outs: set[str], tops: set[str]) -> Iterator[Path]:
         folders[:] = kept
         for name in files:
             path = Path(top, name)
-            if name.lower().endswith(SPEC_SUFFIXES) and path.is_file() and not _generated(path):
+            # Every entry with a spec's name that is not a folder: a dangling link, a FIFO or a socket named
+            # *.yaml is handed on, and reading it is then one error line saying what it is (spec/spec_file.py),
+            # as when it is named. Skipping all but regular files made a folder of broken links pass CI.
+            if name.lower().endswith(SPEC_SUFFIXES) and not (path.is_file() and _generated(path)):
                 yield path
 
 
@@ -128,7 +131,8 @@ def _walked(target: str, top_real: str) -> bool:
 
 
 def _generated(path: Path) -> bool:
-    """Whether the file starts with the header specgen writes on every generated text file (text.HEADER)."""
+    """Whether the file (a regular one: opening a FIFO would block) starts with the header specgen writes on every
+    generated text file (text.HEADER)."""
     try:
         with open(path, "rb") as file:
             return file.read(len(HEADER_START)) == HEADER_START

@@ -29,6 +29,16 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*(?![a-z0-9_(])")  # a symbol in an expressio
 _ATOM = re.compile(r"[a-z][a-z0-9_]*|ceil\(.*\)|\d+\*[a-z][a-z0-9_]*")
 _OFFSET = re.compile(r"(?P<base>.*?)(?P<off>[+-]\d+)")
 SYMBOL_HINT = "a lowercase identifier such as seq or height (a named dynamic dimension)"
+BATCH = "batch"  # the batch axis's dim_param in the exported ONNX graph (render/onnx_plan.py): float[batch, seq, 8]
+# Names specgen itself gives a meaning in a dimension, which a symbol of the spec must not take (spec/io.py refuses
+# them): one ONNX dim_param is one size at run time, so a symbol `batch` was tied to the batch size in model.onnx
+# (float[batch, batch, 8]) while TensorFlow left the two free; `ceil` and `floor` are the functions of expressions.
+RESERVED: dict[str, str] = {
+    BATCH: "the exported ONNX graph names the batch axis 'batch' (float[batch, seq, 8]), so a dimension of that name "
+           "would have to equal the batch size",
+    "ceil": "derived dimensions are written with it (ceil(seq/2))",
+    "floor": "dimension expressions use it as a function (floor(seq/2))",
+}
 _SIZES: ContextVar[Mapping[str, int]] = ContextVar("specgen_dim_sizes", default={})  # noqa: B039 (never mutated)
 
 

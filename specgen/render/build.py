@@ -6,17 +6,22 @@ import difflib
 import functools
 import multiprocessing
 import os
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgen.atomic import UnsafePathError, kind, read_regular, write_atomic, writing
+from specgen.atomic import STALE_AFTER, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.errors import AbstractSpec
 from specgen.ir.resolve import ir_from_file
+from specgen.paths import shown
 from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
 
 BINARY_SUFFIXES = (".onnx",)
+# The temporary file of a write in progress, as atomic.staged names it: `.model.py.<pid>.<8 hex>.tmp`.
+TEMPORARY = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")
 
 
 @dataclass(frozen=True)
@@ -77,15 +82,31 @@ def render_all(paths: list[Path], pictures: bool = False) -> list[Output]:
             outputs.append(result)
         else:
             problems += result
-    seen: dict[str, Path] = {}
-    for out in outputs:
-        if out.folder in seen:
-            problems.append(Diagnostic(str(out.spec), None, f"spec name '{out.folder}' is also used by "
-                                       f"{seen[out.folder]}; each spec needs its own name (its output folder)"))
-        seen.setdefault(out.folder, out.spec)
+    problems += _shared_folders(outputs)
     if problems:
         raise SpecError(problems)
     return outputs
+
+
+def _shared_folders(outputs: list[Output]) -> list[Diagnostic]:
+    """One line per spec whose output folder another spec of the build already takes: the same name, or a name
+    that differs only in case (`Mlp`, `mlp`), one folder on a case-insensitive file system (macOS, Windows),
+    where the second spec's files overwrote the first's."""
+    seen: dict[str, Output] = {}
+    problems = []
+    for out in outputs:
+        first = seen.setdefault(out.folder.casefold(), out)
+        if first is out:
+            continue
+        if first.folder == out.folder:
+            problems.append(Diagnostic(str(out.spec), None, f"spec name '{out.folder}' is also used by "
+                                       f"{first.spec}; each spec needs its own name (its output folder)"))
+        else:
+            problems.append(Diagnostic(str(out.spec), None, f"spec name '{out.folder}' differs only in case from "
+                                       f"'{first.folder}' of {first.spec}: on a case-insensitive file system "
+                                       "(macOS, Windows) the two output folders are one; give the specs names that "
+                                       "differ in more than case"))
+    return problems
 
 
 @dataclass(frozen=True)
@@ -96,6 +117,7 @@ class _OnDisk:
     real: str  # the same folder on the resolved root, where specgen reads and writes
     current: dict[str, bytes | None]
     stale: list[str]
+    temporary: list[str] = field(default_factory=list)  # left by a build killed between write and rename
 
 
 def _real_root(root: Path) -> str:
@@ -133,9 +155,23 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
                                       "remove it and run again")
             if ours:
                 disk.current[entry.name] = read_regular(Path(entry.path))
+            elif (left := _temporary(entry.name, entry.stat(follow_symlinks=False).st_mtime, out)) is not None:
+                if left:  # a live writer's (another build running now) is renamed away in a moment: not ours
+                    disk.temporary.append(entry.name)
             else:
                 disk.stale.append(entry.name)
     return disk
+
+
+def _temporary(name: str, modified: float, out: Output) -> bool | None:
+    """None unless `name` is the temporary file of one of `out`'s files (atomic.staged); then whether it was left
+    behind: its writer's process is gone (kill -9 between the write and the rename), or it is older than any write
+    of a generated file takes (its pid since reused). Reported and removed as what it is, not as a file the spec
+    "no longer generates"."""
+    found = TEMPORARY.fullmatch(name)
+    if found is None or found["target"] not in out.files:
+        return None
+    return not pid_alive(int(found["pid"])) or time.time() - modified > STALE_AFTER
 
 
 def _make_folder(disk: _OnDisk) -> None:
@@ -147,9 +183,24 @@ def _make_folder(disk: _OnDisk) -> None:
             kind(Path(disk.real), disk.shown)  # still a folder, not a link raced into its place
 
 
-def write(outputs: list[Output], root: Path) -> tuple[list[Path], list[Path]]:
-    """Write every changed file through a temporary file and a rename; remove files no longer generated.
-    Returns (files written, files removed), as the user spelled the root.
+@dataclass
+class Changes:
+    """What `write` changed, as the user spelled the root, filled in as it goes: a write that fails half-way (an
+    immutable file) still reports what it did before the failure (`lines`, printed before the error line)."""
+
+    written: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # no longer generated
+    temporary: list[Path] = field(default_factory=list)  # left by an interrupted build
+
+    def lines(self) -> list[str]:
+        return ([f"wrote {shown(p)}" for p in self.written]
+                + [f"removed {shown(p)} (no longer generated)" for p in self.removed]
+                + [f"removed {shown(p)} (a temporary file an interrupted build left)" for p in self.temporary])
+
+
+def write(outputs: list[Output], root: Path, changes: Changes) -> None:
+    """Write every changed file through a temporary file and a rename; remove files no longer generated and the
+    temporary files of an interrupted build; record each in `changes`.
 
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
     any spec writes nothing; likewise every output folder is surveyed (no links, nothing but
@@ -159,22 +210,31 @@ def write(outputs: list[Output], root: Path) -> tuple[list[Path], list[Path]]:
     with writing(root):
         real_root = _real_root(root)
     found = [_survey(out, root, real_root) for out in outputs]
-    written: list[Path] = []
-    removed: list[Path] = []
     for out, disk in zip(outputs, found, strict=True):
         _make_folder(disk)
+        for name in disk.temporary:
+            if _unlink(disk, name):
+                changes.temporary.append(disk.shown / name)
         for name, content in out.files.items():
             if disk.current[name] == content:
                 continue
             with writing(disk.shown / name):
                 # No fsync: generated files are rebuilt from the specs; the rename alone keeps them whole.
                 write_atomic(Path(disk.real, name), content, fsync=False)
-            written.append(disk.shown / name)
+            changes.written.append(disk.shown / name)
         for name in disk.stale:
-            with writing(disk.shown / name):
-                os.unlink(os.path.join(disk.real, name))  # a regular file (surveyed); unlink never follows a link
-            removed.append(disk.shown / name)
-    return written, removed
+            _unlink(disk, name)
+            changes.removed.append(disk.shown / name)
+
+
+def _unlink(disk: _OnDisk, name: str) -> bool:
+    """Remove a regular file the survey found (unlink never follows a link); False if it is gone already."""
+    with writing(disk.shown / name):
+        try:
+            os.unlink(os.path.join(disk.real, name))
+        except FileNotFoundError:  # a temporary file another build's write_atomic removed since the survey
+            return False
+    return True
 
 
 def check(outputs: list[Output], root: Path) -> list[str]:
@@ -197,6 +257,8 @@ def check(outputs: list[Output], root: Path) -> list[str]:
             elif old != content:
                 reports.append(_line_endings(target, old, content, root) or _diff(target, old, content))
         reports += [f"stale: {disk.shown / name} is no longer generated" for name in disk.stale]
+        reports += [f"leftover: {disk.shown / name} is a temporary file an interrupted build left (the next "
+                    "`specgen build` removes it)" for name in disk.temporary]
     return reports
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from specgen import text
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Node, Shape
-from specgen.kinds.dims import SYMBOL
+from specgen.kinds.dims import BATCH, SYMBOL
 from specgen.kinds.ops import EXTRA_OUTPUT, REGISTRY, as_activation, op_def
 from specgen.kinds.ops.shapes import to_first, to_last
 from specgen.render.environment import Fields
@@ -71,7 +71,7 @@ class Lowering:
 
     def __init__(self, ir: ModelIR):
         self.ir = ir
-        self.batch = "batch" if ir.dynamic_batch else "1"
+        self.batch = BATCH if ir.dynamic_batch else "1"
         self.plan = OnnxPlan(
             ir.name, ir.opset, ir.ir_version,
             inputs=[_declare(i.dtype, i.shape, i.onnx_name, self.batch) for i in ir.inputs],

@@ -138,7 +138,7 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
         raise _refused(label, f"{quoted(inner)} is outside the repository")
     blobs, links, twice = _spec_blobs(commit, label)
     if relative not in blobs:  # the spec itself is a regular file: a link is read only as a base, which compose checks
-        raise _refused(label, f"{quoted(relative)} is not a spec file (.yaml, .yml) in {rev} ({commit[:12]})")
+        raise _refused(label, _not_a_spec(commit, rev, relative, links, label))
     if len(blobs) > MAX_GIT_FILES:
         raise _refused(label, f"{rev} holds {len(blobs)} spec files; at most {MAX_GIT_FILES} are read")
     if sum(size for _, size in [*blobs.values(), *links.values()]) > MAX_GIT_BYTES:  # refused before a byte is read
@@ -150,6 +150,39 @@ def _checkout_specs(rev: str, inner: str, into: Path, label: str) -> Path:
     _write_blobs(commit, {name: oid for name, (oid, _) in blobs.items()}, copy, label)
     _write_links(commit, {name: oid for name, (oid, _) in links.items()}, copy, label)
     return into / relative
+
+
+def _not_a_spec(commit: str, rev: str, relative: str, links: dict[str, tuple[str, int]], label: str) -> str:
+    """Why REV:PATH names no spec file of the revision, by what PATH is there: nothing, a link, a folder, a
+    submodule, or a file without a spec's suffix (one `ls-tree` more, on this error only)."""
+    at = f"{rev} ({commit[:12]})"
+    if relative in links:
+        return _link_refusal(commit, rev, relative, links[relative], label)
+    mode = None
+    for record in _git(["ls-tree", "--full-tree", "-r", "-t", "-z", commit], label).split(b"\0"):
+        meta, _, name = record.partition(b"\t")
+        if os.fsdecode(name) == relative and meta:
+            mode = meta.split()[0]
+            break
+    if mode is None:
+        return f"{quoted(relative)} does not exist in {at}"
+    what = {b"040000": "a folder", b"160000": "a submodule", LINK_MODE: "a symbolic link"}.get(mode)
+    if what is not None:
+        return f"{quoted(relative)} is {what} in {at}, not a spec file (.yaml, .yml)"
+    return f"{quoted(relative)} is not a spec file (.yaml, .yml) in {at}"
+
+
+def _link_refusal(commit: str, rev: str, relative: str, link: tuple[str, int], label: str) -> str:
+    """A spec named through a link in the revision is refused (only a base may be a link, which compose judges as
+    in the work tree): the line names its target, and the REV:PATH to write instead when it is in the repository."""
+    oid, size = link
+    target = os.fsdecode(_git(["cat-file", "blob", oid], label)) if size <= 4096 else ""
+    joined = os.path.normpath(os.path.join(os.path.dirname(relative), target))
+    outside = os.path.isabs(target) or joined.startswith("..")
+    where = "" if not target else f", to {target}" + (", outside the repository" if outside else "")
+    advice = f": name the file it links to, {rev}:{joined}" if target and not outside else ""
+    return f"{quoted(relative)} is a symbolic link in {rev} ({commit[:12]}{where}); REV:PATH reads a regular " \
+           f"spec file of the revision{advice}"
 
 
 def _spec_blobs(commit: str, label: str) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[str, int]], list[str]]:

@@ -18,7 +18,7 @@ from specgen.fields.base import (
     not_whole_float,
 )
 from specgen.fields.unions import by_key, by_shape
-from specgen.kinds.dims import SYMBOL, SYMBOL_HINT
+from specgen.kinds.dims import RESERVED, SYMBOL, SYMBOL_HINT
 from specgen.kinds.precisions import FLOAT32, PrecisionName
 from specgen.kinds.sources import DataSource
 from specgen.spec.regex import check_pattern, parse_template
@@ -29,9 +29,11 @@ DType = Literal["float32", "int32", "int64", "uint8"]
 
 def _symbol(value: str) -> str:
     # Checked here rather than by a pydantic pattern, whose message speaks of layer names.
-    if not SYMBOL.fullmatch(value) or value == "ceil":  # derived dimensions use ceil: ceil(height/2)
-        raise ValueError(f"received {value!r}, expected a positive integer or {SYMBOL_HINT}, "
-                         "other than 'ceil'")
+    if not SYMBOL.fullmatch(value):
+        raise ValueError(f"received {value!r}, expected a positive integer or {SYMBOL_HINT}")
+    if value in RESERVED:  # a name specgen gives a meaning of its own (kinds/dims.py)
+        raise ValueError(f"{value!r} is a reserved name: {RESERVED[value]}; give this dimension another name "
+                         "(seq, length)")
     return value
 
 

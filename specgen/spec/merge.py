@@ -9,8 +9,9 @@ The rules (docs/spec.md, "Composing specs"):
   history;
 - a list whose items are all mappings with a `name` (`layers`, a block's `layers`) merges by name: an item naming
   an existing one changes only the fields it gives, a new one is appended or placed with `after: NAME` /
-  `before: NAME`, and `{name: X, remove: true}` removes one (a name twice in one list is an error, and so is a
-  removal that would silently rewire the layer after it, which read the removed one implicitly);
+  `before: NAME` (one of the two, naming another item; several placed after one item keep their written order),
+  and `{name: X, remove: true}` removes one (a name twice in one list is an error, and so is a removal that would
+  silently rewire the layer after it, which read the removed one implicitly);
 - every other value, lists included, is replaced whole (its history keeps the places it replaced).
 
 A named list merges in one pass, linear in its length (a linked list by name): a variant of 16,000 layers once
@@ -129,6 +130,7 @@ def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[
     chain = _Chain(base)
     seen: dict[str, Setting] = {}
     placed: set[str] = set()  # new items and items moved with after/before: where this list put them is deliberate
+    behind: dict[Any, Any] = {}  # an item's key -> the last item this list placed `after:` it (_place)
     orphans: list[Orphan] = []
     gone: dict[str, Gone] = {}
     for item in child:
@@ -150,14 +152,14 @@ def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[
             key = chain.keys[name] = name if name not in chain.node else object()
             chain.node[key] = body
             placed.add(name)
-            chain.link(key, before=_place(steer, chain, chain.END))
+            chain.link(key, before=_place(name, key, steer, chain, behind, chain.END))
         else:
             chain.node[key] = merge(chain.node[key], body)
             if "after" in steer or "before" in steer:
                 placed.add(name)
                 after = chain.next[key]
                 chain.unlink(key)  # placed relative to the others: `{name: a, after: a}` names no other item
-                chain.link(key, before=_place(steer, chain, after))
+                chain.link(key, before=_place(name, key, steer, chain, behind, after))
         gone.pop(name, None)
     result = chain.items()
     return result, _orphaned(result, orphans, placed), gone
@@ -249,16 +251,34 @@ def _orphan_error(reader: Node, orphan: Orphan) -> SpecError:
                                       f"give {quoted(orphan.reader)} an explicit `input:` ({now})")
 
 
-def _place(steer: dict[str, Node], chain: _Chain, default: Any) -> Any:
-    """The key an item goes before: after/before a named one, else `default` (where it was; a new one: the end)."""
-    for key, after in (("after", True), ("before", False)):
-        if key in steer:
-            target = steer[key]
+def _place(name: str, key: Any, steer: dict[str, Node], chain: _Chain, behind: dict[Any, Any], default: Any) -> Any:
+    """The key the item `name` (chain key `key`) goes before: after/before a named one, else `default` (where it was;
+    a new one: the end).
+
+    Items placed `after:` one item keep their written order (`{name: a, after: h1}`, `{name: b, after: h1}` read
+    h1, a, b): each goes after the items this list already placed behind that one, and behind those in turn
+    (`behind`, kept short by pointing the target at the newest). Placing each right after the target reversed them.
+    `before:` keeps the written order by itself: each goes right before the target, after the ones before it."""
+    if "after" in steer and "before" in steer:  # one of the two would be silently dropped
+        raise error_at(steer["before"].settings[-1], "before: an item is placed `after:` one item or `before:` one, "
+                                                     "not both; drop one")
+    for word, after in (("after", True), ("before", False)):
+        if word in steer:
+            target = steer[word]
+            if target.value == name:
+                raise error_at(target.settings[-1], f"{word}: an item cannot be placed {word} itself ({quoted(name)}); "
+                                                    f"{_choices([n for n in chain.names() if n != name])}")
             found = chain.find(target.value)
             if found is None:
-                raise error_at(target.settings[-1], f"{key}: no item named {quoted(target.value)} to place it "
-                                               f"{key}; {_choices(chain.names())}")
-            return chain.next[found] if after else found
+                raise error_at(target.settings[-1], f"{word}: no item named {quoted(target.value)} to place it "
+                                                    f"{word}; {_choices(chain.names())}")
+            if not after:
+                return found
+            last = found
+            while last in behind:  # the items placed behind it, and behind those, in the order they were placed
+                last = behind[last]
+            behind[found] = key  # the next one placed after `found` goes after this one (and after what follows it)
+            return chain.next[last]
     return default
 
 

@@ -23,8 +23,13 @@ def read_spec_text(path: Path, shown: str) -> str:
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
+    except FileNotFoundError as exc:
+        if os.path.islink(path):  # "No such file or directory" for a path that is there: its target is not
+            raise _file_error(shown, f"the spec path is a dangling symbolic link (to {os.readlink(path)}, which does "
+                                     "not exist); fix its target or remove it") from None
         raise _file_error(shown, f"cannot read the spec: {exc.strerror}") from None
+    except OSError as exc:
+        raise _file_error(shown, _unopened(path, exc)) from None
     try:
         info = os.fstat(fd)
         kind = _file_kind(info.st_mode)
@@ -45,6 +50,15 @@ def read_spec_text(path: Path, shown: str) -> str:
                                     f"{exc.reason} (byte 0x{data[exc.start]:02x}); save it as UTF-8")]) from None
     # Universal newlines, as `read_text` gave: values never hold a '\r' from Windows line ends.
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _unopened(path: Path, exc: OSError) -> str:
+    """Why `path` did not open: what it is when it is no file at all (a socket: ENXIO), else the system's words."""
+    try:
+        kind = _file_kind(os.stat(path).st_mode)
+    except OSError:
+        kind = None
+    return f"the spec path is {kind}, not a regular file" if kind else f"cannot read the spec: {exc.strerror}"
 
 
 def _byte_position(data: bytes, offset: int) -> Position:
