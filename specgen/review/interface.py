@@ -83,7 +83,7 @@ def _use(kind: str) -> str:
 
 
 def _signature(ir: ModelIR, tensors: list[tuple[str, str, Shape]]) -> Signature:
-    batch: Dim = "batch" if ir.dynamic_batch else 1  # as onnx_plan.Lowering declares it
+    batch: Dim = dims.BATCH if ir.dynamic_batch else 1  # as onnx_plan.Lowering declares it
     return {name: (dtype, tuple(batch if d is None else d for d in shape)) for name, dtype, shape in tensors}
 
 
