@@ -79,7 +79,7 @@ def test_overrides_are_text_on_the_command_line_and_still_read_as_numbers(tmp_pa
     ("units", "1.0", "q.yaml:6:45: error: units: expected an integer, received 1.0 (a float: write 1) "
                      "(in layer 'out')"),
     ("every", "5.0", "q.yaml:10:64: error: every_steps: expected an integer, received 5.0 (a float: write 5)"),
-    ("every", "1.0e+20", "q.yaml:10:64: error: every_steps: expected an integer, received 1e+20 (a float)"),
+    ("every", "1.0e+20", "q.yaml:10:64: error: every_steps: expected an integer, received 1.0e+20 (a float)"),
     ("units", "1.5", "q.yaml:6:45: error: units: expected an integer, received 1.5 (float) (in layer 'out')"),
 ])
 def test_floats_are_refused_where_integers_are_expected_even_whole_ones(key: str, written: str,

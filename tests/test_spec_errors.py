@@ -119,7 +119,7 @@ CASES = [
     ("int_above_limit", mutate("units: 10}", "units: 100000000000000000000}"),
      ["17:52: error: units: received 100000000000000000000, expected a value <= 2147483647 (in layer 'head/out')"]),
     ("infinite_float", mutate("learning_rate: 0.1", "learning_rate: .inf"),
-     ["30:20: error: learning_rate: expected a finite number, received inf"]),
+     ["30:20: error: learning_rate: expected a finite number, received .inf"]),
     ("bad_literal_padding", mutate("padding: same", "padding: sme"),
      ["11:72: error: padding: received 'sme', expected 'same' or 'valid'; did you mean 'same'? (in layer 'conv')"]),
     ("name_with_space", mutate("name: tiny", "name: tiny model"),

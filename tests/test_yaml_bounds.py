@@ -334,7 +334,8 @@ YAML_ERRORS = {
     "scanner": ("doc: 'open\n", "4:1: error: invalid YAML: found unexpected end of stream"),
     "parser": ("doc: [a, b\n", "4:1: error: invalid YAML: expected ',' or ']', but got '<stream end>'"),
     "composer_alias": ("doc: *nope\n", "3:6: error: invalid YAML: found undefined alias 'nope'"),
-    "composer_documents": ("doc: a\n---\nb: 1\n", "4:1: error: invalid YAML: but found another document"),
+    "composer_documents": ("doc: a\n---\nb: 1\n", "4:1: error: invalid YAML: a second document starts here ('---'); "
+                           "a spec is one YAML document"),
     "constructor_int": ("doc: !!int abc\n", "3:6: error: invalid YAML value: invalid literal for int()"),
     "constructor_binary": ("doc: !!binary YQ=\n", "3:6: error: invalid YAML: failed to decode base64 data"),
     "constructor_timestamp": ("doc: !!timestamp 2020-99-99\n", "3:6: error: invalid YAML value: month must be in 1..12"),

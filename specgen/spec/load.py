@@ -14,11 +14,11 @@ from specgen.kinds import sources
 from specgen.kinds.ops import Layer
 from specgen.spec.blocks import MAX_LAYERS, Instance
 from specgen.spec.compose import load_composed
-from specgen.spec.messages import validation_diagnostics
+from specgen.spec.messages import Overrides, override_at, validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
 from specgen.spec.received import received
-from specgen.spec.yaml_source import PathKey, SourceMap, parse_yaml
+from specgen.spec.yaml_source import PathKey, SourceMap, data_path, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LoadedSpec:
     # `--set` overrides applied to `data` (spec/overrides.py): (the key path each set, resolved to `data`'s list
     # indices, and its text). A value an override set has no line in the file, so a problem found at or below
     # that key (by validate's cross-section checks, or by `specgen train` at the data) names the override.
-    overrides: tuple[tuple[PathKey, str], ...] = ()
+    overrides: Overrides = ()
 
     @property
     def folder(self) -> Path:
@@ -57,12 +57,13 @@ class LoadedSpec:
         return Diagnostic(self.display, position, message + note)
 
     def _override_at(self, loc: PathKey) -> str | None:
-        """The last override that set `loc` or a key above it. Not for layers of a spec with blocks: `loc`
-        counts the expanded layers there, an override the written ones (the file's position is used)."""
-        for path, text in reversed(self.overrides):
-            if tuple(loc[: len(path)]) == path and not (self.origins is not None and path[:1] == ("layers",)):
-                return text
-        return None
+        """The last override that set `loc` or a key above it. With blocks, `loc` counts the expanded layers and an
+        override the written ones: an expanded layer's value is where its block (or the spec) writes it, or where
+        its instance sets the `$param` written there (Origins.written)."""
+        if not self.overrides:
+            return None
+        places = [loc] if self.origins is None else self.origins.written(loc)
+        return override_at(self.overrides, [data_path(place, self.data)[0] for place in places])
 
     def _locate(self, loc: PathKey, key: bool) -> tuple[Position | None, str]:
         if self.origins is None:
@@ -78,7 +79,7 @@ def load_spec(path: Path, display: str | None = None) -> LoadedSpec:
     return validate_data(data, source, path)
 
 
-def _concrete(data: dict[str, Any], source: SourceMap) -> dict[str, Any]:
+def _concrete(data: dict[str, Any], source: SourceMap, overrides: Overrides = ()) -> dict[str, Any]:
     """`data` without its `abstract` key; an abstract spec is checked for what it has and raises AbstractSpec.
 
     What an abstract spec has is checked as any spec's (unknown keys, types, ranges); what it lacks is not an
@@ -95,7 +96,7 @@ def _concrete(data: dict[str, Any], source: SourceMap) -> dict[str, Any]:
         Spec.model_validate(rest)
     except ValidationError as exc:
         if any(e["type"] != "missing" for e in exc.errors()):
-            raise SpecError(validation_diagnostics(exc, rest, source, missing=False)) from None
+            raise SpecError(validation_diagnostics(exc, rest, source, missing=False, overrides=overrides)) from None
     raise AbstractSpec(source.path, len(rest))
 
 
@@ -113,7 +114,9 @@ def _shape(data: Any) -> str:
     return received(data)  # a number, a boolean, a date: short
 
 
-def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
+def validate_data(data: Any, source: SourceMap, path: Path, overrides: Overrides = ()) -> LoadedSpec:
+    """`data` validated (and its blocks expanded); `overrides` are the `--set` overrides applied to it (spec/overrides.py),
+    which problems at or below a key they set name instead of a position in the file."""
     if not isinstance(data, dict):
         raise SpecError([Diagnostic(source.path, source.position(()),
                                     f"a spec is a mapping of sections; received {_shape(data)}")])
@@ -123,15 +126,15 @@ def validate_data(data: Any, source: SourceMap, path: Path) -> LoadedSpec:
                                     f"layers: {len(layers)} layers; a spec holds at most {MAX_LAYERS} (this one is "
                                     "the first past it)")])
     if "abstract" in data:
-        data = _concrete(data, source)
+        data = _concrete(data, source, overrides)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(validation_diagnostics(exc, data, source)) from None
+        raise SpecError(validation_diagnostics(exc, data, source, overrides=overrides)) from None
     spec = sources.complete(spec)  # source defaults that depend on the inputs and the loss (kinds/sources)
     if spec.blocks or any(isinstance(layer, Instance) for layer in spec.layers):
         from specgen.spec.expand import expand  # only specs with blocks pay for importing it
 
         expanded = expand(spec, data, source)
-        return LoadedSpec(expanded.spec, path, source.path, source, data, expanded.origins)
-    return LoadedSpec(spec, path, source.path, source, data)
+        return LoadedSpec(expanded.spec, path, source.path, source, data, expanded.origins, overrides)
+    return LoadedSpec(spec, path, source.path, source, data, overrides=overrides)

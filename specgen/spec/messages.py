@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from specgen.diagnostics import (
     Diagnostic,
     Position,
+    SpecError,
     closest,
     did_you_mean,
     one_of,
@@ -30,7 +31,7 @@ from specgen.spec.literals import literal_message
 from specgen.spec.model import SPEC_VERSION, Spec
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
-from specgen.spec.yaml_source import PathKey, SourceMap, tag_named_like_its_key
+from specgen.spec.yaml_source import PathKey, SourceMap, data_path, parse_document, tag_named_like_its_key
 
 TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
@@ -45,13 +46,16 @@ BOUNDS = {"greater_than": "> {gt}", "greater_than_equal": ">= {ge}", "less_than"
           "less_than_equal": "<= {le}"}
 
 
+# `--set` overrides applied to a spec's data: where each wrote (a location in that data) and its text.
+Overrides = tuple[tuple[PathKey, str], ...]
 # Locates an error (its location as in `data`, and whether it is about a mapping key): the
 # position and a note to append to the message. Expanded block layers need both (expand.py).
 Locator = Callable[[PathKey, bool], tuple[Position | None, str]]
 
 
 def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *, prefix: PathKey = (),
-                 locator: Locator | None = None, missing: bool = True) -> list[Diagnostic]:
+                           locator: Locator | None = None, missing: bool = True,
+                           overrides: Overrides = ()) -> list[Diagnostic]:
     """One diagnostic per distinct (position, message), in time linear in the number of errors:
     the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
     (by position) are compared with the allowed ones for a "did you mean".
@@ -59,22 +63,53 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
     `missing=False` leaves out missing required keys (an abstract spec's children supply them).
     `prefix` goes in front of each error's location (a layer validated on its own is
     `("layers", 0)` of `data`); `locator` finds positions elsewhere than at that location in `data`.
+    An error at or below a key that one of `overrides` set names that override instead of a position.
     """
     errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors() if missing or error["type"] != "missing"]
     found_at = [_locate(error, loc, data, source, locator) for error, loc in errors]
     unknown = sorted((_order(position), loc) for (error, loc), (position, _) in zip(errors, found_at, strict=True)
                      if error["type"] == "extra_forbidden")
-    suggestions = {loc: _suggestion(loc) for _, loc in unknown[:MAX_SUGGESTIONS]}
+    suggestions = {loc: _suggestion(loc, data) for _, loc in unknown[:MAX_SUGGESTIONS]}
     # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
     # "missing required key 'filters'".
     misspelt = {(loc[:-1], close) for loc, close in suggestions.items()}
-    found: dict[tuple[Any, str], Diagnostic] = {}
+    found: dict[tuple[Any, ...], Diagnostic] = {}
     for (error, loc), (position, note) in zip(errors, found_at, strict=True):
         if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
             continue
-        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc))) + _context(loc, data)
-        found.setdefault((position, message), Diagnostic(source.path, position, message + note))
+        at = data_path(loc, data)[0] if overrides else loc
+        override = override_at(overrides, [at])
+        written = _written(error, loc, data, source) if override is None else _override_written(error, at, overrides)
+        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written)) + \
+            _context(loc, data)
+        if override is not None:  # the value is the override's, not the file's
+            found.setdefault((override, message), Diagnostic(f"--set {override}", None, message))
+        else:
+            found.setdefault((position, message), Diagnostic(source.path, position, message + note))
     return list(found.values())
+
+
+def override_at(overrides: Overrides, places: list[PathKey]) -> str | None:
+    """The last of `overrides` that set one of `places` (locations in the data) or a key above it."""
+    for path, text in reversed(overrides):
+        if any(tuple(place[: len(path)]) == path for place in places):
+            return text
+    return None
+
+
+def _override_written(error: Any, at: PathKey, overrides: Overrides) -> str | None:
+    """A received number as the override that set it exactly writes it (`--set rate=1.0e+400`)."""
+    received = error.get("input")
+    if error["type"] not in ECHOES_A_NUMBER or not isinstance(received, int | float) or isinstance(received, bool):
+        return None
+    text = next((text for path, text in reversed(overrides) if path == at), None)
+    if text is None:
+        return None
+    try:
+        _, source = parse_document(text.partition("=")[2], "--set")
+    except SpecError:
+        return None
+    return source.written((), received)
 
 
 def _loc(prefix: PathKey, loc: tuple[Any, ...]) -> PathKey:
@@ -101,9 +136,9 @@ def _order(position: Position | None) -> tuple[int, int]:
     return (position.line, position.col) if position else (0, 0)
 
 
-def _suggestion(loc: PathKey) -> str | None:
+def _suggestion(loc: PathKey, data: Any) -> str | None:
     """The allowed key closest to the unknown key at the end of `loc`, if one is close."""
-    return closest(_text(loc[-1]), allowed_keys(loc[:-1]))
+    return closest(_text(loc[-1]), keys_at(loc[:-1], data))
 
 
 def _text(value: Any) -> str:
@@ -144,17 +179,30 @@ def key_label(loc: PathKey, data: Any) -> str:
     return shown(label) if label else ""
 
 
-def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None) -> str:
+# Errors whose message echoes a received number: echoed as written (`1.0e+400`), not as Python prints it (`inf`).
+ECHOES_A_NUMBER = {"finite_number", "value_error", *BOUNDS}
+
+
+def _written(error: Any, loc: PathKey, data: Any, source: SourceMap) -> str | None:
+    received = error.get("input")
+    if error["type"] not in ECHOES_A_NUMBER or not isinstance(received, int | float) or isinstance(received, bool):
+        return None
+    return source.written(loc, data)
+
+
+def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None, written: str | None = None) -> str:
+    """The message for one error; `written` is the received number's text as the file writes it, if known."""
     kind, ctx, received = error["type"], error.get("ctx") or {}, error.get("input")
+    echo = written if written is not None else _echo(received)
     last = _text(loc[-1]) if loc else "spec"
     if kind == "missing":
         return f"missing required key {quoted(last)}"
     if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
         return _literal_message(loc, received, ctx)
     if kind == "finite_number":
-        return f"expected a finite number, received {_echo(received)}"
+        return f"expected a finite number, received {echo}"
     if kind == "extra_forbidden":
-        allowed = allowed_keys(loc[:-1])
+        allowed = keys_at(loc[:-1], data)
         hint = f"; did you mean '{suggestion}'?" if suggestion else ""
         return f"unknown key {quoted(loc[-1])}" + (hint or f"; expected one of {one_of(allowed)}" if allowed else "")
     if kind == "union_tag_invalid":
@@ -170,9 +218,9 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
         return _name_message(received, ctx)
     if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
         # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not just the bound.
-        return f"received {_echo(received)}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
+        return f"received {echo}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind in BOUNDS:
-        return f"received {_echo(received)}, expected a value {BOUNDS[kind].format(**ctx)}"
+        return f"received {echo}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:
         return f"expected {TYPE_WORDS[kind]}, received {_received(received)}"
     if kind in ("too_short", "too_long"):
@@ -181,8 +229,10 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None)
     if kind == "string_too_long":
         return f"received a string of {len(received)} characters, expected at most {ctx['max_length']}"
     if kind == "value_error":
-        message: str = error["msg"]
-        return message.removeprefix("Value error, ")
+        message: str = error["msg"].removeprefix("Value error, ")
+        if written is not None:  # fields/base.py's checks echo the number as Python prints it
+            message = message.replace(f"received {safe_repr(received)}", f"received {written}", 1)
+        return message
     if kind == "wrong_shape":
         return f"{error['msg']}, received {_received(received)}"
     return f"{error['msg']}; received {_received(received)}"
@@ -231,15 +281,68 @@ def _context(loc: PathKey, data: Any) -> str:
 def allowed_keys(loc: PathKey) -> list[str]:
     """The keys a mapping at `loc` may have, found by walking Spec's type annotations (cached:
     every unknown key in one mapping asks for the same list; callers must not change it)."""
+    model = _model_of(_type_at(loc))
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def keys_at(loc: PathKey, data: Any) -> list[str]:
+    """allowed_keys of the mapping at `loc` in `data`. Where `loc` ends at a union without naming a branch (a
+    caller validated one branch alone: a block's instance entry as `Instance`), the branch is the one the
+    union's own discriminator picks for the value written there, as validation would have picked it."""
+    keys = allowed_keys(loc)
+    value = data_path(loc, data)[1] if not keys else None
+    for _ in range(MAX_BRANCHES):  # a picked branch may be a union again (a layer: then its `op`)
+        if keys:
+            break
+        tag = _pick(_type_at(loc), value)
+        if tag is None:
+            break
+        loc = (*loc, tag)
+        keys = allowed_keys(loc)
+    return keys
+
+
+MAX_BRANCHES = 4  # unions nested in unions along one location; specs have at most 2
+
+
+def _type_at(loc: PathKey) -> Any:
+    """The type of the value at `loc` in a spec (None where `loc` leaves the spec's types)."""
     tp: Any = Spec
     for part in loc:
         tp = _step(tp, part)
         if tp is None:
-            return []
-    model = _model_of(tp)
-    if model is None:
-        return []
-    return [f.alias or name for name, f in model.model_fields.items()]
+            return None
+    return tp
+
+
+def _pick(tp: Any, value: Any) -> str | None:
+    """The tag of the branch of union `tp` that `value` takes, by the union's discriminator: a function of the
+    value (fields/unions.by_shape, blocks.LayerOrInstance) or a key (`op`, `kind`); None without one."""
+    for meta in _metadata(tp):
+        found = getattr(meta, "discriminator", None)
+        found = getattr(found, "discriminator", found)  # Field(discriminator=Discriminator(...))
+        if callable(found):
+            tag = found(value)
+        elif isinstance(found, str) and isinstance(value, dict):
+            tag = value.get(found)
+        else:
+            continue
+        return tag if isinstance(tag, str) else None
+    return None
+
+
+def _metadata(tp: Any) -> list[Any]:
+    """The Annotated metadata of `tp`, outermost first, through `X | None`."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        tp = members[0] if len(members) == 1 else tp  # `X | None`: X's
+    found: list[Any] = []
+    while typing.get_origin(tp) is typing.Annotated:
+        found += typing.get_args(tp)[1:]
+        tp = typing.get_args(tp)[0]
+    return found
 
 
 def _members(tp: Any) -> list[Any]:
@@ -286,8 +389,10 @@ def _model_of(tp: Any) -> type[BaseModel] | None:
 
 
 def _step(tp: Any, part: str | int) -> Any:
-    members = _members(tp)
-    if len(members) > 1:  # a union: the location names the branch by tag or discriminator value
+    members = [m for m in _members(tp) if _strip(m) is not type(None)]  # `X | None` (optional) steps into X
+    if len(members) == 1:
+        tp = members[0]
+    elif len(members) > 1:  # a union: the location names the branch by tag or discriminator value
         for branch in _tagged(tp):  # a tagged branch that is itself a union (loss: `term`, then its kind)
             if _tag_of(branch) == part:
                 return typing.get_args(branch)[0]

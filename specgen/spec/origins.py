@@ -51,6 +51,20 @@ class Origins:
         origin = self.items[loc[1]]
         return self.at(origin, loc[2:], key)
 
+    def written(self, loc: PathKey) -> list[PathKey]:
+        """Where the value at `loc` is written in the data: for an expanded layer's key, in its block's layer (or the
+        spec's), and where its instance sets the `$param` written there; for its name, also each instance's name."""
+        if len(loc) < 2 or loc[0] != "layers" or not isinstance(loc[1], int) or not 0 <= loc[1] < len(self.items):
+            return [loc]
+        origin, rest = self.items[loc[1]], loc[2:]
+        places = [(*origin.loc, *rest)]
+        ref = self._param_at(origin.loc, rest)
+        if ref is not None and origin.sites and ref in origin.sites[0].args:
+            places.append(origin.sites[0].args[ref][1])
+        if rest[:1] == ("name",):  # `stage/1/conv` is named by the instances it came through too
+            places += [(*site.loc, "name") for site in origin.sites]
+        return places
+
     def at(self, origin: Origin, rest: PathKey = (), key: bool = False) -> tuple[Position | None, str]:
         if self._shipped(origin.loc) and origin.sites:
             site = origin.sites[0]  # the instance of the shipped block (shipped blocks use no other block)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
-from specgen.spec.yaml_source import parse_value
+from specgen.spec.yaml_source import PathKey, not_utf8, parse_value
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:
@@ -29,6 +28,10 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise SpecError([Diagnostic(shown, None, "expected KEY.PATH=VALUE, e.g. train.batch_size=32")])
+    undecoded = not_utf8(raw)
+    if undecoded is not None:  # before PyYAML, which cannot encode it
+        raise SpecError([Diagnostic(shown, None, f"the value is not UTF-8 text ({undecoded} of the value); "
+                                    "write it in UTF-8")])
     try:
         value = parse_value(raw, shown) if raw.strip() else ""
     except SpecError as exc:  # positions are within the value, which has no file: say where in it
@@ -47,6 +50,9 @@ def key_problem(key: str) -> str | None:
     """Why `key` is not a key path (`key_parts` would skip what it cannot read: `layers[` would name `layers`, and
     `--set layers[=3` would replace every layer with 3),
     or None."""
+    undecoded = not_utf8(key)
+    if undecoded is not None:  # no spec key holds it: say why, not "no key" with a did-you-mean
+        return f"KEY {quoted(key)} is not UTF-8 text ({undecoded}); write it in UTF-8"
     if KEY.fullmatch(key):
         return None
     return (f"KEY {quoted(key)} is not a key path; expected keys joined by '.', with [NAME] selecting a named list "
@@ -96,36 +102,58 @@ def _in_value(diagnostic: Diagnostic) -> str:
 
 
 def apply(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    return applied(data, overrides)[0]
+
+
+def applied(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], tuple[PathKey, ...]]:
+    """`data` with `overrides` applied, and where each override wrote, as a location in that data (each `[NAME]` as
+    the index of the item it selected when it was applied: a later override may rename that item)."""
     result = copy.deepcopy(data)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node: Any = result
-        for i, part in enumerate(parts):
-            _check_selector(text, parts, i, node)
-            if i == len(parts) - 1:
-                break
-            if named_item(node, part) is not None:
-                node = named_item(node, part)
-            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-                node = node[part]
-            elif isinstance(node, dict):
-                node = node.setdefault(part, {})
-            elif isinstance(part, str) and part.startswith("[") and isinstance(node, list):
-                names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
-                raise SpecError([Diagnostic(f"--set {text}", None, f"no item named {quoted(part[1:-1])} in "
-                                            f"'{_joined(parts[:i])}'{did_you_mean(part[1:-1], names)}")])
-            else:
-                raise SpecError([Diagnostic(f"--set {text}", None, f"'{_joined(parts[: i + 1])}' is not a mapping or "
-                                            "list index in the spec")])
-        if isinstance(node, list) and isinstance(parts[-1], int) and parts[-1] < len(node):
-            node[parts[-1]] = value
-        elif isinstance(node, dict) and value is None and parts[-1] in node:
-            del node[parts[-1]]  # `--set KEY=null` removes the key, as `key: null` over a base does: its default applies
-        elif isinstance(node, dict):
-            node[parts[-1]] = value
+    return result, tuple(_apply_one(result, text) for text in overrides)
+
+
+def _apply_one(result: dict[str, Any], text: str) -> PathKey:
+    parts, value = parse_override(text)
+    node: Any = result
+    path: list[str | int] = []
+    for i, part in enumerate(parts[:-1]):
+        _check_selector(text, parts, i, node)
+        item = named_item(node, part)
+        if item is not None:
+            path.append([id(entry) for entry in node].index(id(item)))  # that very item (two may be equal)
+            node = item
         else:
-            raise SpecError([Diagnostic(f"--set {text}", None, "cannot set a value there")])
-    return result
+            path.append(part)
+            node = _descend(text, parts, i, node)
+    _check_selector(text, parts, len(parts) - 1, node)
+    _set(text, node, parts[-1], value)
+    return (*path, parts[-1])
+
+
+def _descend(text: str, parts: list[str | int], i: int, node: Any) -> Any:
+    """The value at `parts[i]` of `node` (not a `[NAME]` selector that names an item), a new mapping for a new key."""
+    part = parts[i]
+    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+        return node[part]
+    if isinstance(node, dict):
+        return node.setdefault(part, {})
+    if isinstance(part, str) and part.startswith("[") and isinstance(node, list):
+        names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
+        raise SpecError([Diagnostic(f"--set {text}", None, f"no item named {quoted(part[1:-1])} in "
+                                    f"'{_joined(parts[:i])}'{did_you_mean(part[1:-1], names)}")])
+    raise SpecError([Diagnostic(f"--set {text}", None, f"'{_joined(parts[: i + 1])}' is not a mapping or "
+                                "list index in the spec")])
+
+
+def _set(text: str, node: Any, last: str | int, value: Any) -> None:
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    elif isinstance(node, dict) and value is None and last in node:
+        del node[last]  # `--set KEY=null` removes the key, as `key: null` over a base does: its default applies
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise SpecError([Diagnostic(f"--set {text}", None, "cannot set a value there")])
 
 
 def _check_selector(text: str, parts: list[str | int], i: int, node: Any) -> None:
@@ -139,40 +167,20 @@ def _check_selector(text: str, parts: list[str | int], i: int, node: Any) -> Non
 
 
 def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
+    """A spec with `--set` overrides applied. A problem at or below a key an override set names that override
+    (`--set KEY=VALUE: error: ...`), at validation and in every later check (LoadedSpec.diagnostic); any other problem
+    the overrides made (the file alone is valid) names them all."""
     data, source = load_composed(path)
     if not overrides:
         return validate_data(data, source, path)
-    changed = apply(data, overrides)
+    changed, paths = applied(data, overrides)
     try:
-        loaded = validate_data(changed, source, path)
+        return validate_data(changed, source, path, tuple(zip(paths, overrides, strict=True)))
     except SpecError as exc:
         validate_data(data, source, path)  # the file's own problems come first
         shown = "--set " + " --set ".join(overrides)
-        raise SpecError([Diagnostic(shown, None, d.message) for d in exc.diagnostics]) from None
-    # Later checks (validate's across sections, train's of the data) name the override that set their key.
-    return replace(loaded, overrides=tuple((_data_path(changed, key_parts(text.partition("=")[0].strip())), text)
-                                           for text in overrides))
-
-
-def _data_path(data: Any, parts: list[str | int]) -> tuple[str | int, ...]:
-    """An override's key path as a location in the spec data: each `[NAME]` becomes its item's list index."""
-    path: list[str | int] = []
-    node = data
-    for part in parts:
-        item = named_item(node, part)
-        if item is not None:
-            part = [id(entry) for entry in node].index(id(item))  # that very item (two may be equal)
-        path.append(part)
-        node = _child(node, part)
-    return tuple(path)
-
-
-def _child(node: Any, part: str | int) -> Any:
-    if isinstance(node, dict):
-        return node.get(part)
-    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-        return node[part]
-    return None
+        raise SpecError([d if d.path.startswith("--set ") and d.position is None else Diagnostic(shown, None, d.message)
+                         for d in exc.diagnostics]) from None
 
 
 def overridden_learning_rates(overrides: list[str]) -> set[str]:

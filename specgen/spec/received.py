@@ -33,11 +33,15 @@ def received(value: Any) -> str:
         return f"{flow(value)} (a mapping)"
     if isinstance(value, list | tuple):
         return f"{flow(value)} (a list)"
-    if isinstance(value, bytes):  # only an explicit `!!binary` gives bytes
-        return f"binary data of {len(value)} bytes (!!binary)"
+    if isinstance(value, bytes):  # only an explicit `!!binary` gives bytes (and the loader refuses it)
+        return f"{binary_data(value)} (!!binary)"
     if isinstance(value, datetime.date):  # only an explicit `!!timestamp` gives a date
         return f"{value.isoformat()} (a date)"
     return describe(value)
+
+
+def binary_data(value: bytes) -> str:
+    return f"binary data of {len(value)} byte{'' if len(value) == 1 else 's'}"
 
 
 def flow(value: Any, level: int = 0) -> str:
@@ -79,8 +83,8 @@ def _scalar(value: Any) -> str:
         return repr(value) if value.bit_length() <= 256 else f"<an integer of about {digits} digits>"
     if isinstance(value, float):
         return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf") if math.isinf(value) else repr(value)
-    if isinstance(value, bytes):
-        return f"!!binary ({len(value)} bytes)"
+    if isinstance(value, bytes):  # the tag only in received()'s kind, so that a message names it once
+        return binary_data(value)
     if isinstance(value, datetime.date):
         return value.isoformat()
     text = value if isinstance(value, str) else str(type(value).__name__)

@@ -7,7 +7,7 @@ disagree, the reviewer would approve one spec and specgen would run another, so 
 - the characters U+0085, U+2028 and U+2029, which YAML 1.1 counts as line breaks and YAML 1.2 as ordinary
   characters (a comment pasted with one hides a live key from every editor and `git diff`), anywhere in the text;
 - plain scalars that YAML 1.1 reads as a number, boolean or date and YAML 1.2 as another number or as text:
-  `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`.
+  `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `+0x1F`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`.
 
 Not a dialect difference but refused the same way, anywhere in the text (values and comments): the bidirectional
 embedding, override and isolate controls U+202A-U+202E and U+2066-U+2069. An editor, `git diff` or a review page
@@ -115,7 +115,8 @@ def _integer(text: str) -> str | None:
             return (f"received {text}: YAML 1.1 reads {octal} (octal) and YAML 1.2 reads {decimal}; "
                     f"write {decimal}, or {octal} for the octal value")
         return _both(text, f"{octal} (octal)", f"write {octal}")
-    if unsigned.startswith("0b") or "_" in text or ":" in text:
+    signed_hex = unsigned.startswith("0x") and unsigned != text  # YAML 1.2's hex has no sign: `-0x1F` is text
+    if unsigned.startswith("0b") or signed_hex or "_" in text or ":" in text:
         return _both(text, _number(text), f"write {_number(text)}, or quote it ('{text}') for the text")
     return None
 

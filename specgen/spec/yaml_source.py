@@ -16,12 +16,14 @@ are counted while they are expanded (the file: spec_file.py; the composer's boun
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from specgen.diagnostics import Diagnostic, Position, SpecError, quoted, shown
+from specgen.diagnostics import MAX_ECHO, Diagnostic, Position, SpecError, quoted, shown
+from specgen.spec.received import binary_data
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
@@ -59,30 +61,35 @@ class SourceMap:
         'conv2d' to error locations) are skipped, so every location maps to the
         nearest real node.
         """
-        found: list[str | int] = []
-        node = data
-        for i, part in enumerate(loc):
-            if tag_named_like_its_key(node, part, loc[i + 1:]):
-                continue
-            if isinstance(node, dict) and _hashable(part) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-                node = node[part]
-            else:
-                continue
-            found.append(part)
-        return self.position(tuple(found), key=key)
+        return self.position(data_path(loc, data)[0], key=key)
 
     def position(self, path: PathKey, *, key: bool = False) -> Position | None:
         """Position of the value at `path` (or of its mapping key), which must exist."""
+        value, key_node = self._nodes(path)
+        target = key_node if key and key_node is not None else value
+        return None if target is None else mark_position(target)
+
+    def written(self, loc: PathKey, data: Any) -> str | None:
+        """The text of the plain scalar at `loc` as the file writes it (`1.0e+400`, which Python prints as `inf`),
+        if the value `data` holds there is what that text reads as (an override may have replaced it); else None."""
+        path, value = data_path(loc, data)
+        node = self._nodes(path)[0]
+        if not isinstance(node, yaml.ScalarNode) or node.style or len(node.value) > MAX_ECHO:
+            return None
+        tag = _KEY_CONSTRUCTOR.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+        read = _key_value(yaml.ScalarNode(tag, node.value))
+        same = read == value or (read != read and value != value)  # NaN is not equal to itself
+        return node.value if same and type(read) is type(value) else None
+
+    def _nodes(self, path: PathKey) -> tuple[yaml.Node | None, yaml.Node | None]:
+        """(value node, key node) at `path`; None where it leaves the file."""
         value: yaml.Node | None = self.root
         key_node: yaml.Node | None = None
         for part in path:
             if value is None:
-                return None
+                return None, None
             value, key_node = self._child(value, part)
-        target = key_node if key and key_node is not None else value
-        return None if target is None else mark_position(target)
+        return value, key_node
 
     def _child(self, node: yaml.Node, part: str | int) -> tuple[yaml.Node | None, yaml.Node | None]:
         """(value node, key node) of one step."""
@@ -112,6 +119,24 @@ class SourceMap:
                 for key, found in self._index(source).items():
                     index.setdefault(key, found)
         return index
+
+
+def data_path(loc: PathKey, data: Any) -> tuple[PathKey, Any]:
+    """The parts of `loc` that are in `data` (pydantic adds union tags such as 'conv2d' to error locations), and
+    the value they lead to."""
+    found: list[str | int] = []
+    node = data
+    for i, part in enumerate(loc):
+        if tag_named_like_its_key(node, part, loc[i + 1:]):
+            continue
+        if isinstance(node, dict) and _hashable(part) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            continue
+        found.append(part)
+    return tuple(found), node
 
 
 def _hashable(value: Any) -> bool:
@@ -184,7 +209,16 @@ class _Converter:
             return self._mapping(node, depth)
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
-        return self._scalar(node)
+        value = self._scalar(node)
+        if isinstance(value, bytes):  # `!!binary`: pydantic would take the bytes as the text (or number) they spell
+            self._binary(node, value, label)
+            return None
+        return value
+
+    def _binary(self, node: yaml.Node, value: bytes, label: str) -> None:
+        problem = (f"received {binary_data(value)} (!!binary); a spec holds text, numbers and booleans: write the "
+                   "value itself, without the tag")
+        self.problems.append(self._error(node, f"{shown(label)}: {problem}" if label else problem))
 
     def _same_in_yaml12(self, node: yaml.ScalarNode, label: str) -> bool:
         """False (and a problem noted) for a plain scalar YAML 1.2 reads differently (`010`, `no`, `1:30`)."""
@@ -282,6 +316,9 @@ def parse_value(text: str, display: str) -> Any:
 
 
 def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
+    undecoded = not_utf8(text)  # a file is decoded strictly; this is text from elsewhere (a command line)
+    if undecoded is not None:
+        raise SpecError([Diagnostic(display, None, f"the text is not UTF-8 ({undecoded}); write it in UTF-8")])
     if len(text) > MAX_FILE_BYTES:  # characters: a file was already held to the byte limit
         raise SpecError([Diagnostic(display, None, f"the text is {len(text)} characters; specs are limited "
                                     f"to {MAX_FILE_BYTES} (is this really a spec?)")])
@@ -307,6 +344,21 @@ def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
     return data, source
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_utf8(text: str) -> str | None:
+    """Where `text` holds what UTF-8 cannot encode, or None. Python decodes a command line's bytes that are not UTF-8
+    into lone surrogates (U+DC80-U+DCFF for the bytes 0x80-0xFF) instead of refusing them, and PyYAML (like every
+    encoder) then fails on them with a traceback; so text from the command line is checked before it is read."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    what = f"the byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"the lone surrogate U+{code:04X}"
+    return f"{what} at character {found.start() + 1}"
+
+
 def _error_position(exc: yaml.YAMLError, text: str) -> Position | None:
     """Where a PyYAML error is: its problem mark, else its context mark, else (reader errors,
     e.g. a control character) the character offset it gives, turned into line:col."""
@@ -319,9 +371,15 @@ def _error_position(exc: yaml.YAMLError, text: str) -> Position | None:
     return None
 
 
+# PyYAML's problems whose words need their context (`but found another document`), said whole instead.
+_WHOLE = {"expected a single document in the stream":
+          "a second document starts here ('---'); a spec is one YAML document: delete the '---' and what follows, "
+          "or make it a spec file of its own"}
+
+
 def _problem(exc: yaml.YAMLError) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
-        return str(exc.problem or exc.context or "syntax error")
+        return _WHOLE.get(str(exc.context)) or str(exc.problem or exc.context or "syntax error")
     if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
         return f"unacceptable character U+{exc.character:04X}: {exc.reason}"
     return str(exc).split("\n", 1)[0]
