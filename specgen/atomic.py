@@ -201,7 +201,9 @@ def staged(target: Path, data: bytes, mode: int, fsync: bool = True) -> Path:
 # A temporary file is `.NAME.<pid>.<8 hex>.tmp`; one left by a killed writer is removed by the next write of NAME
 # once its writer is gone and it has not changed for STALE_AFTER seconds. The age is for a folder that several
 # machines share (NFS): a pid that is not alive here may be a live writer there, still appending to its file.
+# A folder whose only writer holds a lock (a run folder: runtime/checkpoint.py) removes them all at once.
 STALE_AFTER = 60.0
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")  # `staged`'s names, any target
 
 
 def remove_stale_temps(target: Path) -> list[Path]:

@@ -225,7 +225,7 @@ def test_tracker_down_warns_once_and_trains(tmp_path: Path, dead: str) -> None:
 
 @pytest.mark.parametrize(("tracking", "args", "line"), [
     ("  tracking:\n    mlflow: {uri: 'sqlite:///x.db', experimnt: e}\n", ["train"],
-     "spec.yaml:17:37: error: unknown key 'experimnt'"),
+     "spec.yaml:17:37: error: unknown key 'experimnt'; did you mean 'experiment'?"),
     ("  tracking:\n    mlflow: {uri: 'htp://host:5000'}\n", ["train"],
      "spec.yaml:17:19: error: uri: unknown scheme 'htp:'; did you mean 'http'?; expected http(s)://HOST:PORT (an "
      "`mlflow server`), sqlite:///PATH, postgresql://..., mysql://..., file:PATH or databricks"),

@@ -6,12 +6,11 @@ import difflib
 import functools
 import multiprocessing
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgen.atomic import STALE_AFTER, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
+from specgen.atomic import STALE_AFTER, TEMP_NAME, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.errors import AbstractSpec
 from specgen.ir.resolve import ir_from_file
@@ -20,8 +19,6 @@ from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
 
 BINARY_SUFFIXES = (".onnx",)
-# The temporary file of a write in progress, as atomic.staged names it: `.model.py.<pid>.<8 hex>.tmp`.
-TEMPORARY = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")
 
 
 @dataclass(frozen=True)
@@ -168,7 +165,7 @@ def _temporary(name: str, modified: float, out: Output) -> bool | None:
     behind: its writer's process is gone (kill -9 between the write and the rename), or it is older than any write
     of a generated file takes (its pid since reused). Reported and removed as what it is, not as a file the spec
     "no longer generates"."""
-    found = TEMPORARY.fullmatch(name)
+    found = TEMP_NAME.fullmatch(name)  # a write in progress, as atomic.staged names it
     if found is None or found["target"] not in out.files:
         return None
     return not pid_alive(int(found["pid"])) or time.time() - modified > STALE_AFTER

@@ -16,10 +16,14 @@ Layout of a run's checkpoint folder:
 
 A checkpoint is written into a temporary folder, fsynced and renamed to a name that is not
 taken (an existing checkpoint is never replaced or removed to make room), and only then is
-`latest` replaced (write_atomic); after pruning, `checkpoint` is rewritten (write_atomic) to
-name the kept ones. Pruning renames a folder out of the `ckpt-*` names before
+`latest` replaced (write_atomic); then `checkpoint` is rewritten (write_atomic) to name it and the
+ones pruning keeps, and only then are the others pruned, so a kill during pruning leaves a state
+file that lists no removed checkpoint. Pruning renames a folder out of the `ckpt-*` names before
 deleting it, and goes by save order (meta.json's serial), never by name: a run resumed from an
-older checkpoint saves lower step numbers than the ones it abandoned.
+older checkpoint saves lower step numbers than the ones it abandoned. It removes only checkpoints
+whose meta.json reads (an unreadable one's order is unknown: integrity.read_meta), never the new
+one nor the one `latest` names. A kill between `latest` and `checkpoint` leaves the state file
+naming the checkpoint before: `repair_state` rewrites it when the next run opens the folder.
 
 With file-sharded data every worker's iterator differs and each saves its own (runtime/placement/positions.py).
 """
@@ -30,12 +34,14 @@ import json
 import os
 import re
 import shutil
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from specgen.atomic import fsync_folder, write_atomic
+from specgen.atomic import STALE_AFTER, TEMP_NAME, fsync_folder, pid_alive, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.runtime.checkpoint_read import (
@@ -50,7 +56,7 @@ from specgen.runtime.checkpoint_read import (
     resolve_prefix,
 )
 from specgen.runtime.disk import WRITE_ERRORS, os_error
-from specgen.runtime.integrity import META
+from specgen.runtime.integrity import META, Unreadable, read_small
 from specgen.runtime.placement.positions import Positions, fsync_files, gather
 
 # The reading side lives in checkpoint_read.py; its names stay importable from here.
@@ -58,6 +64,10 @@ __all__ = ["LATEST", "STATE", "CheckpointFolder", "RunFolder", "checkpoint_keys"
            "read_arrays", "read_values", "resolve_prefix", "write_failure"]
 
 TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
+PROBE = re.compile(r"^\.specgen-write-check\.\d+$")  # resume.check_writable's probe file, left by a kill
+# Where `specgen train` writes files of its own (write_atomic's `.NAME.<pid>.<hex>.tmp`): the run folder (`latest`,
+# `checkpoint`, spec.resolved.yaml, provenance.json, mlflow.json) and code/; tensorboard/ for the write probe.
+WRITTEN = ("", "code", "tensorboard", "tensorboard/train", "tensorboard/eval")
 
 
 class CheckpointFolder(RunFolder):
@@ -68,23 +78,36 @@ class CheckpointFolder(RunFolder):
         super().__init__(directory)
         self.keep, self.positions = keep, positions
 
-    def remove_temporaries(self) -> list[str]:
-        """Remove what an interrupted save or prune left (`.ckpt-*.tmp`, `.latest.*.tmp`); their names.
+    def remove_temporaries(self, locked: bool = True) -> list[str]:
+        """Remove what an interrupted save, prune or write left; their paths in the run folder, as printed.
 
+        A save's or prune's folder (`.ckpt-*.tmp`), write_atomic's temporary of any file `specgen train` writes
+        here (`.spec.resolved.yaml.<pid>.<hex>.tmp`, `code/.model.py.<pid>.<hex>.tmp`, ...) and the write probe.
         Whatever pid a name holds, it is a dead process's: this runs under the run folder's lock (run_lock.py), so
-        no other `specgen train` is writing here."""
-        if not self.directory.is_dir():
-            return []
+        no other `specgen train` is writing here, and write_atomic's age rule (atomic.STALE_AFTER, for a folder
+        other machines write too) does not apply. `locked` False (flock unsupported, a network file system): a
+        write_atomic temporary goes only by that rule, since another machine's live writer may own it."""
         removed = []
-        for path in sorted(self.directory.iterdir()):
-            if not TEMPORARY.match(path.name):
+        for sub in WRITTEN:
+            folder = self.directory / sub
+            if not folder.is_dir() or folder.is_symlink():
                 continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            removed.append(path.name)
+            for path in sorted(folder.iterdir()):
+                if self._leftover(path, sub, locked):
+                    _remove(path)
+                    removed.append(str(Path(sub) / path.name))
         return removed
+
+    @staticmethod
+    def _leftover(path: Path, sub: str, locked: bool) -> bool:
+        if PROBE.match(path.name):
+            return True
+        if sub == "" and TEMPORARY.match(path.name):
+            return True
+        found = TEMP_NAME.fullmatch(path.name)
+        if found is None or path.is_dir():
+            return False
+        return locked or (not pid_alive(int(found["pid"])) and time.time() - path.lstat().st_mtime > STALE_AFTER)
 
     def _free_name(self, step: int) -> Path:
         """ckpt-<step>, or ckpt-<step>-<n> when a checkpoint of that step (from an abandoned branch) exists."""
@@ -112,8 +135,9 @@ class CheckpointFolder(RunFolder):
             raise (os_error(exc) or exc) from None
         fsync_folder(self.directory)
         write_atomic(self.directory / LATEST, final.name + "\n")
-        self.prune()
-        self.write_state(final)
+        doomed = self._doomed(final)
+        self.write_state(final, leaving=doomed)  # first: a kill while pruning leaves no removed checkpoint listed
+        self.prune(doomed)
         return final
 
     def _write(self, temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
@@ -128,23 +152,54 @@ class CheckpointFolder(RunFolder):
         write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")
         fsync_files(temp)  # the rename must not publish files whose bytes are still in flight
 
-    def write_state(self, newest: Path) -> None:
-        """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them).
+    def write_state(self, newest: Path, leaving: Sequence[Path] = ()) -> None:
+        """TensorFlow's `checkpoint` file: `newest` and the kept checkpoints (oldest first, as TF lists them),
+        without those `leaving` (about to be pruned).
 
         Paths are relative to the run folder (TF joins them to the folder it reads), so a moved or
         copied run folder still resolves; specgen's own choice of checkpoint never reads this file.
         """
-        kept = [s.path.name for s in self.saved() if s.path.name != newest.name] + [newest.name]
-        lines = [f"model_checkpoint_path: {_quote(newest.name + '/variables')}"]
-        lines += [f"all_model_checkpoint_paths: {_quote(name + '/variables')}" for name in kept]
-        write_atomic(self.directory / STATE, "\n".join(lines) + "\n")
+        write_atomic(self.directory / STATE, self._state(newest, leaving))
 
-    def prune(self) -> None:
-        """Keep the newest `keep` in save order; each other one leaves the ckpt-* names by rename first."""
-        for old in self.saved()[: -self.keep]:
-            doomed = self.directory / f".{old.path.name}.{os.getpid()}.pruned.tmp"
-            os.rename(old.path, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+    def _state(self, newest: Path, leaving: Sequence[Path] = ()) -> str:
+        kept = [s.path.name for s in self.saved() if s.path.name != newest.name and s.path not in leaving]
+        lines = [f"model_checkpoint_path: {_quote(newest.name + '/variables')}"]
+        lines += [f"all_model_checkpoint_paths: {_quote(name + '/variables')}" for name in [*kept, newest.name]]
+        return "\n".join(lines) + "\n"
+
+    def repair_state(self) -> str | None:
+        """Rewrite `checkpoint` when it is not what the last save would have left (a kill between `latest` and it
+        left it naming the checkpoint before, or listing a pruned one); what it named before, as a note. Nothing is
+        written when the newest checkpoint cannot be read (--resume refuses that run folder) or none is there."""
+        newest, _ = self.newest()
+        if newest is None or newest not in [s.path for s in self.saved()]:
+            return None
+        path = self.directory / STATE
+        wanted = self._state(newest)
+        try:
+            found = read_small(path, len(wanted.encode()) + 1024)
+        except Unreadable:  # missing, or not a regular file: write_atomic refuses what is no file, saying so
+            found = b""
+        if found == wanted.encode():
+            return None
+        write_atomic(path, wanted)
+        named = re.search(rb'^model_checkpoint_path: "([^"/]*)/', found, re.M)
+        before = f"named {named[1].decode(errors='replace')}" if named else "was missing or unreadable"
+        return f"rewrote {shown(path)}, TensorFlow's state file, which {before}, to name {newest.name}"
+
+    def _doomed(self, final: Path) -> list[Path]:
+        """What pruning removes once `final` is saved: the readable checkpoints before the newest `keep` in save
+        order. Never `final` or the one `latest` names; never one whose meta.json does not read (not in `saved()`:
+        its save order is unknown, it may be the newest of all)."""
+        named = self.pointer()[0]
+        return [s.path for s in self.saved()[: -self.keep] if s.path != final and s.path.name != named]
+
+    def prune(self, doomed: Sequence[Path]) -> None:
+        """Remove `doomed` (`_doomed`); each leaves the ckpt-* names by rename first."""
+        for old in doomed:
+            moved = self.directory / f".{old.name}.{os.getpid()}.pruned.tmp"
+            os.rename(old, moved)
+            shutil.rmtree(moved, ignore_errors=True)
 
     def move_aside(self) -> tuple[Path, list[str]]:
         """--fresh: move everything in the folder but earlier `previous-*` into a new `previous-<n>`."""
@@ -169,6 +224,13 @@ def write_failure(error: OSError, folder: Path, what: str) -> SpecError:
     reason = (error.strerror or type(error).__name__).lower()
     return SpecError([Diagnostic(shown(folder), None, f"{reason} while writing {what}; "
                                  + kept.format(remedy.capitalize()))])
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _quote(text: str) -> str:

@@ -8,6 +8,7 @@ The writing side, saves and pruning, is checkpoint.py's `CheckpointFolder`, whic
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from specgen.runtime.integrity import (
     Unreadable,
     describe,
     file_problem,
+    meta_damage,
     read_small,
     reader_failure,
     saved,
@@ -97,18 +99,35 @@ class RunFolder:
                else f"names {name}, saved before {newest.name}")
         return newest, f"{shown(self.directory / LATEST)} {why}; using {newest.name}, the newest checkpoint there"
 
+    def unreadable(self) -> list[Path]:
+        """The ckpt-* folders whose meta.json does not read (or holds a `step` or `serial` specgen never writes):
+        their save order is unknown, so they are never chosen by order, stepped past silently, or pruned."""
+        if not self.directory.is_dir():
+            return []
+        readable = {s.path for s in self.saved()}
+        return sorted(p for p in self.directory.glob("ckpt-*") if p.is_dir() and p not in readable)
+
     def damaged_after(self, chosen: Path | None) -> Path | None:
         """A ckpt-* folder without a readable meta.json that may be newer than `chosen` (by the step and count in
         its name: its save order is what cannot be read), the newest such; None when there is none.
 
         Continuing from `chosen` past it would silently step back from the run's newest checkpoint, so --resume
-        refuses, naming it (finding 7 of the faults check: `latest` gone and the newest meta.json damaged).
+        and export refuse, naming it (finding 7 of the faults check: `latest` gone and the newest meta.json damaged).
         """
-        readable = {s.path for s in self.saved()}
         after = (-1, 0) if chosen is None else _name_order(chosen.name)
-        damaged = [p for p in self.directory.glob("ckpt-*") if p.is_dir() and p not in readable
-                   and _name_order(p.name) > after]
+        damaged = [p for p in self.unreadable() if _name_order(p.name) > after]
         return max(damaged, key=lambda p: _name_order(p.name)) if damaged else None
+
+    def choose(self) -> tuple[Path | None, str]:
+        """`newest()`, for a command that reads it (--resume, export): Unreadable, naming the file and key, when
+        its meta.json does not read or a damaged folder newer by its name could be the newest (never a silent step
+        back). A checkpoint's `meta.json` orders the run (integrity.read_meta): one that `latest` names but whose
+        order cannot be read is refused too, rather than trusted or passed over."""
+        newest, note = self.newest()
+        for folder in (self.damaged_after(newest), newest):
+            if folder is not None and (damage := meta_damage(folder)) is not None:
+                raise damage
+        return newest, note
 
 
 def _is_ckpt_name(name: str) -> bool:
@@ -120,6 +139,20 @@ def _name_order(name: str) -> tuple[int, int]:
     """(step, count) of `ckpt-<step>` or `ckpt-<step>-<count>`; (-1, 0) for another name."""
     found = re.fullmatch(r"ckpt-(\d+)(?:-(\d+))?", name)
     return (int(found.group(1)), int(found.group(2) or 1)) if found else (-1, 0)
+
+
+def tidy(path: Path) -> Path:
+    """`path` without `.` and `..` parts (`ft/../runs/src` as `runs/src`, how specgen prints paths) when that names
+    the same file: lexical normalization reads `a/..` as nothing, which is wrong when `a` is a symbolic link, so
+    the path is kept as given unless both resolve alike. The tidy path is also the one read, so every message (the
+    reader's own included) names the file that was read."""
+    normal = Path(os.path.normpath(path))
+    if normal == path:
+        return path
+    try:
+        return normal if os.path.realpath(normal) == os.path.realpath(path) else path
+    except (OSError, ValueError):  # a loop of links, a NUL byte: the reader reports the path as given
+        return path
 
 
 def _use_elsewhere(path: Path) -> str:
@@ -146,7 +179,7 @@ def _from_run_folder(path: Path) -> Path:
     that is no regular file is refused, not stepped past: it was put there, it is not a save cut short."""
     if (problem := _not_regular(path / LATEST)) is not None:
         raise ValueError(f"{shown(path / LATEST)} {problem}; a run folder's 'latest' names its newest checkpoint")
-    newest, note = RunFolder(path).newest()
+    newest, note = RunFolder(path).choose()
     if newest is None:
         raise ValueError(f"folder {shown(path)} holds no checkpoint (no whole ckpt-* folder, no TensorFlow 'checkpoint' file)")
     if note:
@@ -159,6 +192,7 @@ def resolve_prefix(path: Path) -> Path:
     one `latest` names), a ckpt-* folder or a folder with a TensorFlow `checkpoint` state file; ValueError otherwise
     (a Keras weight file too: only restore maps read those, keras_weights.py). Every file read on the way is a
     regular file, or the ValueError says what it is."""
+    path = tidy(path)
     if is_keras_file(path):
         raise ValueError(f"{shown(path)} is a Keras weight file, not a TensorFlow checkpoint: name it in "
                          "checkpoint.restore (or pass it to `specgen restore-plan --from`); `specgen export` "
@@ -176,7 +210,9 @@ def resolve_prefix(path: Path) -> Path:
                 raise ValueError(f"folder {shown(path)} holds no checkpoint (no 'latest' file, no TensorFlow 'checkpoint' file)")
             return Path(latest)
     except Unreadable as exc:
-        raise ValueError(f"{shown(exc.file)}: " + describe(exc, exc.file.parent, _use_elsewhere, "train again", False)) from None
+        at = f":{exc.position.line}:{exc.position.col}" if exc.position else ""  # the key of a malformed meta.json
+        raise ValueError(f"{shown(exc.file)}{at}: " + describe(exc, exc.file.parent, _use_elsewhere, "train again",
+                                                            False)) from None
     prefix = Path(re.sub(r"\.(index|data-\d+-of-\d+)$", "", str(path)))
     if (problem := _not_regular(Path(f"{prefix}.index"))) is not None:
         raise ValueError(f"cannot read checkpoint {shown(prefix)}: {shown(Path(f'{prefix}.index'))} {problem}")
@@ -191,7 +227,7 @@ def checkpoint_prefix(path: Path) -> Path:
     try:
         return resolve_prefix(path)
     except ValueError as exc:
-        raise SpecError([Diagnostic(shown(path), None, str(exc))]) from None
+        raise SpecError([Diagnostic(shown(tidy(path)), None, str(exc))]) from None
 
 
 def _reader(prefix: Path) -> Any:

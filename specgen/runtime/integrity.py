@@ -20,6 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.diagnostics import describe as describe_value
 from specgen.errors import SpecgenError
 from specgen.ir.training import keys
 from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
@@ -34,22 +35,39 @@ READ_ERRORS = (tf.errors.OpError, IndexError, ValueError, OSError)
 class Unreadable(SpecgenError):
     """A damaged checkpoint: which file, what is wrong with it, and where in it when known."""
 
+    verdict = "is unreadable"  # how `describe` says it: "checkpoint ckpt-00000030 is unreadable: <problem>"
+
     def __init__(self, file: Path, problem: str, position: Position | None = None):
         super().__init__(f"{file}: {problem}")
         self.file, self.problem, self.position = file, problem, position
 
 
+class Malformed(Unreadable):
+    """A meta.json that reads as JSON but holds a key that orders the checkpoints (`step`, `serial`) in a form
+    specgen never writes: its save order is unknown, so it is neither chosen, stepped past nor pruned."""
+
+    verdict = "has a malformed meta.json"
+
+
+# What the keys that order checkpoints must hold, as the one-line errors say it (resume.py's check_meta too).
+EXPECTED_STEP = "an integer, 0 or more"
+EXPECTED_SERIAL = "an integer, 1 or more (the save order)"
+# Every specgen that writes `serial` writes these beside it (since save serials began, 2026-11-24): a meta.json
+# with one of them and no valid `serial` was damaged. One with neither is an older run's, ordered by step.
+WITH_SERIAL = ("overrides", "data")
+
+
 @dataclass(frozen=True)
 class Saved:
-    """A ckpt-* folder with a readable meta.json; `order` is save order (serial, then step for older runs)."""
+    """A ckpt-* folder whose meta.json reads with a valid `step` and `serial` (read_meta checks both); `order` is
+    save order: serial, then step (an older run's checkpoints, written before serials, count as serial 0)."""
 
     path: Path
     meta: dict[str, Any]
 
     @property
     def order(self) -> tuple[int, int, str]:
-        serial = self.meta.get("serial")
-        return (serial if isinstance(serial, int) else 0, int(self.meta["step"]), self.path.name)
+        return (self.meta.get("serial", 0), self.meta["step"], self.path.name)
 
 
 def key_position(text: str, key: str) -> Position | None:
@@ -99,7 +117,8 @@ def meta_text(folder: Path) -> str:
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
-    """A checkpoint's meta.json: a JSON object with an integer `step`; Unreadable otherwise."""
+    """A checkpoint's meta.json: a JSON object whose `step` and `serial`, which order the checkpoints, are what
+    specgen writes; Unreadable (Malformed for a bad key, at the key) otherwise."""
     path = folder / META
     text = meta_text(folder)
     if not text.strip():
@@ -108,9 +127,34 @@ def read_meta(folder: Path) -> dict[str, Any]:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
         raise Unreadable(path, f"not valid JSON ({exc.msg})", Position(exc.lineno, exc.colno)) from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int) or isinstance(meta["step"], bool):
-        raise Unreadable(path, "expected a JSON object with an integer 'step'", key_position(text, "step"))
+    if not isinstance(meta, dict):
+        raise Unreadable(path, f"it holds {type(meta).__name__}, not a JSON object (of step, serial, spec, ...)")
+    if (bad := _order_problem(meta)) is not None:
+        key, expected = bad
+        received = "nothing (the key is missing)" if key not in meta else describe_value(meta[key])
+        raise Malformed(path, f"'{key}' is {received}; expected {expected}, as specgen writes it",
+                        key_position(text, key))
     return meta
+
+
+def _order_problem(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """The key that orders checkpoints and is not as specgen writes it, with what it must be; None when both are.
+    `type(...) is int`: JSON's true and false are ints to Python, and 5.0 is no serial."""
+    step, serial = meta.get("step"), meta.get("serial")
+    if type(step) is not int or step < 0:
+        return "step", EXPECTED_STEP
+    if ("serial" in meta or any(key in meta for key in WITH_SERIAL)) and (type(serial) is not int or serial < 1):
+        return "serial", EXPECTED_SERIAL
+    return None
+
+
+def meta_damage(folder: Path) -> Unreadable | None:
+    """What is wrong with a checkpoint's meta.json (read_meta's error, to raise or report), None when it reads."""
+    try:
+        read_meta(folder)
+    except Unreadable as exc:
+        return exc
+    return None
 
 
 def saved(folder: Path) -> Saved | None:
@@ -230,7 +274,7 @@ def describe(exc: Unreadable, folder: Path, use: Callable[[Path], str], otherwis
     intact = intact_beside(folder, need_data)
     where = (f"the intact checkpoint beside it is {intact.name}: {use(intact)}" if intact is not None
              else f"no intact checkpoint is beside it; {otherwise}")
-    return f"checkpoint {folder.name} is unreadable: {exc.problem}. Nothing was changed; {where}"
+    return f"checkpoint {folder.name} {exc.verdict}: {exc.problem}. Nothing was changed; {where}"
 
 
 def unreadable_error(exc: Unreadable, folder: Path, use: Callable[[Path], str], otherwise: str,

@@ -1,4 +1,4 @@
-"""Ctrl-C during `specgen train`: noted when it comes, acted on between two TensorFlow calls.
+"""Ctrl-C (and SIGTERM) during `specgen train`: noted when it comes, acted on between two TensorFlow calls.
 
 Python's default SIGINT handler raises KeyboardInterrupt at whatever bytecode the main thread runs next, and
 during training that is nearly always inside TensorFlow's own Python code: its C++ nest functions calling back
@@ -6,11 +6,15 @@ into Python (a SystemError "returned a result with an exception set", then a tf.
 structure no longer matches), a tf.function's tracing state, a `__del__` (where Python swallows the exception
 and the run goes on). The run then died with a traceback or did not stop at all (the quarantined Ctrl-C test).
 Here the handler only notes the signal; the training loop calls `check()` where no TensorFlow call is half done
-(between updates, eval batches and saves), which raises KeyboardInterrupt there.
+(between updates, eval batches and saves), which raises KeyboardInterrupt there. `Interrupts` treats SIGTERM the
+same way (its default, ending the process at once, left no line, no clean stop and a tracked run RUNNING); the
+command's line and exit status (128 + the signal) say which came.
 
 `specgen train` enters it for the whole command, not only the loop (commands/train.py): a Ctrl-C during start-up
 (reading the data, building and restoring the model) is acted on between those phases, and one during the checks
-before the run folder's first write stops there, with nothing written. Where Python raises KeyboardInterrupt
+before the run folder's first write stops there, with nothing written. A SIGTERM before it is entered (Python and
+TensorFlow importing, the spec read, the strategy starting) keeps its default: the process ends at once, before
+anything of the run folder is written and before any MLflow run is opened. Where Python raises KeyboardInterrupt
 itself (before this is entered: imports, reading the spec; other commands), cli.main turns it into one line and
 exit status 130.
 
@@ -87,31 +91,54 @@ def _forget_unhandled_interrupt() -> None:
     ctypes.pythonapi.PyRun_SimpleString(b"")
 
 
-class Interrupts:
-    """While entered (in the main thread): SIGINT is noted, not raised; `check()` raises it at a safe point.
+# Stopped like Ctrl-C: SIGTERM is what `timeout`, `docker stop`, Kubernetes (a TFJob's pod evicted or deleted),
+# systemd and Slurm's preemption send before they kill; by default it ended the run at once, without a line, and
+# left a tracked MLflow run RUNNING.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    Outside the main thread Python cannot install a handler, so Ctrl-C keeps Python's default there.
+
+def exit_status(signum: int) -> int:
+    """A shell's status for a command a signal stopped: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + signum
+
+
+class Interrupts:
+    """While entered (in the main thread): SIGINT and SIGTERM are noted, not acted on; `check()` raises
+    KeyboardInterrupt at a safe point, and `signum` says which came first.
+
+    Outside the main thread Python cannot install a handler, so both keep their defaults there.
     """
 
     def __init__(self) -> None:
-        self.received, self._installed = pending(), False  # one swallowed before it was entered stops at check()
-        self._previous: Any = None  # what signal.signal returned: a handler, SIG_DFL/SIG_IGN, or None (set in C)
+        # One Ctrl-C swallowed before it was entered (raising_interrupts noted it) stops at the first check().
+        self.signum: int | None = signal.SIGINT if pending() else None
+        self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL/SIG_IGN, or None (C's)
+
+    @property
+    def received(self) -> bool:
+        return self.signum is not None
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        self.received = True
+        if self.signum is None:  # the first one names the stop; a second changes nothing
+            self.signum = signum
 
     def check(self) -> None:
-        """Raise KeyboardInterrupt when Ctrl-C came since entering (the loop's `except KeyboardInterrupt` stops)."""
-        if self.received:
+        """Raise KeyboardInterrupt when a signal came since entering (the loop's `except KeyboardInterrupt` stops)."""
+        if self.signum is not None:
             raise KeyboardInterrupt
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
-            self._previous, self._installed = signal.signal(signal.SIGINT, self._note), True
+            # A SIGTERM its launcher chose to ignore stays ignored; SIGINT is taken whatever its handler, as before.
+            taken = [n for n in SIGNALS if n == signal.SIGINT or signal.getsignal(n) is not signal.SIG_IGN]
+            self._previous = {number: signal.signal(number, self._note) for number in taken}
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        if self._installed:  # a handler set outside Python (None) cannot be put back: Python's default then
-            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
-            self._installed = False
+        for number, previous in self._previous.items():  # one set outside Python (None) cannot be put back
+            signal.signal(number, previous if previous is not None else _DEFAULTS[number])
+        self._previous = {}
+
+
+_DEFAULTS: dict[int, Any] = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}

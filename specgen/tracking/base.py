@@ -27,7 +27,7 @@ class Tracker:
         """`values` as TensorBoard's `stage` writer gets them at `step`."""
 
     def finish(self, status: str) -> None:
-        """FINISHED, KILLED (Ctrl-C) or FAILED."""
+        """FINISHED, KILLED (Ctrl-C or SIGTERM: runtime/interrupt.py) or FAILED."""
 
 
 @dataclass(frozen=True)

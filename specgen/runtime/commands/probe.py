@@ -118,10 +118,11 @@ def _start(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel, trainer: Gene
 
 
 def newest_checkpoint(loaded: LoadedSpec, ir: ModelIR) -> Path:
-    """The checkpoint `--resume` would continue from; an error when the run folder holds none."""
+    """The checkpoint `--resume` would continue from (refused, as --resume refuses, when it or a newer one is
+    damaged); an error when the run folder holds none."""
     assert ir.training is not None
     folder = ir.training.checkpoint.dir
-    path = CheckpointFolder(folder, 1).newest()[0] if folder.is_dir() else None
+    path = CheckpointFolder(folder, 1).choose()[0] if folder.is_dir() else None
     if path is None:
         raise SpecError([Diagnostic(shown(folder), None, "--probe --resume: no checkpoint in this run folder")])
     return path

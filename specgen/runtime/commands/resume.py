@@ -1,18 +1,19 @@
 """What a `specgen train` run starts from, decided before the model is built (so a refusal costs no training).
 
 In order: the run folder is locked for this process (run_lock.py: a second `specgen train` on it is refused at
-once), it must be writable (checked with a probe file, nothing left behind); a new run
+once), it must be writable (checked with a probe file, nothing left behind, folder times set back); a new run
 (unless `--fresh`, which moves an earlier run aside once the data is checked) refuses a folder that holds
 checkpoints; a resumed run picks its checkpoint (the newest in save order, saying so when
 `latest` names another), reads every byte of it back, checks meta.json against it and the
 spec, and applies the `--set` overrides saved with it before this command's own. Nothing here writes:
-`open_run_folder` makes the run's first writes (the folder, removing an interrupted save's files, the
---fresh move) after the data, the restore sources and the checkpoint's fit to the spec (resume_fit.py) have been
-read and checked, so bad input changes nothing.
+`open_run_folder` makes the run's first writes (the folder, removing an interrupted save's files, rewriting
+TensorFlow's state file an interrupted save left stale, the --fresh move) after the data, the restore sources
+and the checkpoint's fit to the spec (resume_fit.py) have been read and checked, so bad input changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,12 +22,20 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
 from specgen.runtime.checkpoint import CheckpointFolder
-from specgen.runtime.integrity import META, Unreadable, key_position, read_meta, unreadable_error, verify
+from specgen.runtime.integrity import (
+    EXPECTED_SERIAL,
+    EXPECTED_STEP,
+    META,
+    Unreadable,
+    key_position,
+    meta_damage,
+    unreadable_error,
+    verify,
+)
 from specgen.runtime.run_lock import RunLock
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import load_with_overrides, merge_overrides
@@ -69,19 +78,34 @@ class Start:
 
 
 def check_writable(folder: Path) -> None:
-    """Write a probe file in the run folder and its existing subfolders (or, for a new run, in the nearest
-    folder above it that exists), removing it again: a refusal before anything is read, trained or written."""
+    """Create and remove a probe file in the run folder and its existing subfolders (or, for a new run, in the
+    nearest folder above it that exists): a refusal before anything is read, trained or written. A real write, not
+    os.access: that misses what only a write finds (sysfs, some FUSE and network file systems). Inside the run
+    folder each probed folder's times are put back after, so a refused command leaves it as it was, modification
+    times included (the run lock keeps other writers out meanwhile)."""
     where = folder
     existing = next((p for p in (folder, *folder.parents) if p.is_dir()), None)
     try:
         if existing is None:
             raise NotADirectoryError(0, "no existing folder above it", str(folder))
         for where in [existing, *(folder / s for s in SUBFOLDERS if (folder / s).is_dir())]:
-            probe = where / f".specgen-write-check.{os.getpid()}"
-            write_atomic(probe, b"", fsync=False)
-            probe.unlink()
+            _probe(where, keep_times=where == folder or folder in where.parents)
     except OSError as exc:
         raise _unwritable(exc, folder if where == existing and existing != folder else where) from None
+
+
+def _probe(where: Path, keep_times: bool) -> None:
+    """Create and remove `.specgen-write-check.<pid>` in `where` (a leftover of a killed run is removed by the next
+    one: checkpoint.PROBE); with `keep_times`, set the folder's access and modification times back."""
+    before = os.stat(where) if keep_times else None
+    probe = where / f".specgen-write-check.{os.getpid()}"
+    probe.unlink(missing_ok=True)  # a killed run's of the same pid: O_EXCL below would refuse it
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    probe.unlink()
+    if before is not None:
+        # Only the folder's owner (or root) may set its times; for anyone else its modification time shows the probe.
+        with contextlib.suppress(OSError):
+            os.utime(where, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def _unwritable(exc: OSError, where: Path) -> SpecError:
@@ -93,7 +117,8 @@ def _unwritable(exc: OSError, where: Path) -> SpecError:
 
 def open_run_folder(start: Start, folder: Path, fresh: bool) -> None:
     """The first writes of a run, once every check on the spec, the data and the restore sources has passed:
-    create the folder, remove what an interrupted save left, and move an earlier run aside for --fresh."""
+    create the folder, remove what an interrupted save left (and rewrite TensorFlow's state file it left stale),
+    and move an earlier run aside for --fresh."""
     checkpoints = CheckpointFolder(folder, 1)
     start.before_writes()
     try:
@@ -105,8 +130,10 @@ def open_run_folder(start: Start, folder: Path, fresh: bool) -> None:
         # Another run may have made it and saved into it between `prepare` and here (two new runs at once).
         if start.checkpoint is None and not fresh and (held := checkpoints.holds_checkpoints()):
             raise _refuse_new_run(folder, held)
-    if removed := checkpoints.remove_temporaries():
+    if removed := checkpoints.remove_temporaries(locked=start.lock is None or start.lock.held):
         start.notes.append(f"removed what an interrupted save left in {printed(folder)}: {', '.join(removed)}")
+    if not fresh and (repaired := checkpoints.repair_state()):  # --fresh moves the state file aside as it is
+        start.notes.append(repaired)
     if fresh and any(not p.name.startswith("previous-") for p in folder.iterdir()):
         target, moved = checkpoints.move_aside()
         start.notes.append(f"--fresh: moved the previous run ({', '.join(moved)}) to {printed(target)}; nothing was deleted")
@@ -132,21 +159,28 @@ def _chosen(options: Options, checkpoints: CheckpointFolder, display: str) -> tu
         raise _damaged_newer(damaged, display)
     if newest is None:
         raise SpecError([Diagnostic(printed(checkpoints.directory), None, "--resume: no checkpoint in this run folder")])
-    return newest, note
+    return newest, note  # a newest whose meta.json does not read is refused by verified_meta, at the key
 
 
 def _damaged_newer(damaged: Path, display: str) -> SpecError:
     """--resume never steps back silently past a damaged newer checkpoint (its meta.json does not read, so its save
     order is unknown and its name says it is newer): refused at its meta.json, naming the intact one to use
     instead (--resume-from; or move the damaged folder out of the run folder, and --resume takes the intact one)."""
-    try:
-        read_meta(damaged)
-        exc = Unreadable(damaged / META, "its meta.json does not read")  # not reached: `saved()` could not read it
-    except Unreadable as unreadable:
-        exc = unreadable
+    exc = meta_damage(damaged) or Unreadable(damaged / META, "its meta.json does not read")  # `saved()` could not
     return unreadable_error(exc, damaged, lambda p: f"specgen train {display} --resume-from {printed(p)} (or move "
                             f"{damaged.name} out of the run folder, then --resume)",
                             "start over with --fresh (it moves this run aside, deleting nothing)")
+
+
+def _damage_notes(checkpoints: CheckpointFolder, chosen: Path) -> list[str]:
+    """One note per other ckpt-* folder whose meta.json does not read: its save order is unknown, so the run goes
+    on beside it and pruning never removes it. Said, so that it is neither passed over nor kept in silence."""
+    notes = []
+    for folder in checkpoints.unreadable():
+        if folder != chosen and (exc := meta_damage(folder)) is not None:
+            notes.append(f"{printed(exc.file)}: checkpoint {folder.name} {exc.verdict}: {exc.problem}; it is left as "
+                         "it is (pruning never removes a checkpoint whose save order it cannot read)")
+    return notes
 
 
 class DataSettings(BaseModel):
@@ -193,8 +227,8 @@ def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
                                     "spec, or give this one its own folder (checkpoint.dir)")])
 
 
-_EXPECTED = {"step": "an integer, 0 or more", "spec": "the name of the spec that wrote it (a string)",
-             "serial": "an integer, 1 or more (the save order)", "overrides": "a list of --set texts (strings)",
+_EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it (a string)",
+             "serial": EXPECTED_SERIAL, "overrides": "a list of --set texts (strings)",
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
              "targets": "an object of target variable path to online variable path (strings)",
              "optimizers": "an object of optimizer name to its kind (strings)"}
@@ -257,4 +291,6 @@ def _prepare(start: Start, options: Options, chief: bool) -> Start:
     if note:
         start.notes.append(note)
     start.meta = verified_meta(start.checkpoint, loaded)
+    if chief:
+        start.notes += _damage_notes(checkpoints, start.checkpoint)
     return _with_kept_overrides(start, start.meta, list(options.overrides))

@@ -366,7 +366,7 @@ class Session:
             self.distribution.saved(path)  # a worker that is not the chief removes its copy (TensorFlow's pattern)
         except OSError as exc:  # a full disk, a quota, a file-size limit (TensorFlow's errors too: checkpoint.py)
             target = getattr(exc, "specgen_target", None) or exc.filename or ""  # write_atomic's file, or TF's
-            file = re.sub(r"\.tempstate\d+$", "", Path(str(target)).name)  # TensorFlow writes to <name>.tempstate<n>
+            file = _published(Path(str(target)))
             name = f"checkpoint ckpt-{self.step:08d} (step {self.step})"
             inside = any(part.startswith(".ckpt-") for part in Path(str(target)).parts)  # the unpublished folder
             what = f"{file} of {name}" if inside and file and not file.startswith(".") else name if inside \
@@ -374,6 +374,17 @@ class Session:
             raise write_failure(exc, self.folder, what) from None
         self.saved_at, self.last_path = self.step, path
         return path
+
+
+def _published(written: Path) -> str:
+    """The name a checkpoint file TensorFlow was writing has once saved: its writers write `<name>.tempstate<n>`
+    and rename it, and a sharded save (the data iterator's) writes `data_temp/part-00000-of-00001.<suffix>` and
+    merges it into `data.<suffix>`; a message names the file the user finds in a checkpoint folder."""
+    file = re.sub(r"\.tempstate\d+$", "", written.name)
+    part = re.fullmatch(r"part-\d+-of-\d+\.(.+)", file)
+    if part and written.parent.name.endswith("_temp"):
+        return f"{written.parent.name.removesuffix('_temp')}.{part[1]}"
+    return file
 
 
 def _skipped(prefix: Path, saved: set[str]) -> int:

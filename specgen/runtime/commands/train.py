@@ -8,12 +8,15 @@ per epoch, TensorBoard summaries (one writer per stage), checkpoints every
 
 Ctrl-C, at any moment of the command (runtime/interrupt.py notes it, the checks below act on it): one line, exit
 status 130, never a traceback; the line says what --resume would continue from, or, before the first checkpoint,
-that the run must be started again (a --resume there has nothing to continue).
+that the run must be started again (a --resume there has nothing to continue). SIGTERM (`timeout`, `docker stop`,
+a Kubernetes eviction, Slurm's preemption), once the command's Interrupts is entered, stops at the same points with
+the same line, saying so, and exit status 143; a tracked MLflow run ends KILLED either way.
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -34,7 +37,7 @@ from specgen.runtime.checkpoint import CheckpointFolder, write_failure
 from specgen.runtime.commands.resume import Options, Start, prepare
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
-from specgen.runtime.interrupt import Interrupts
+from specgen.runtime.interrupt import Interrupts, exit_status
 from specgen.runtime.placement import replicas as distribute
 from specgen.runtime.placement.default import Distribution
 from specgen.tracking import start as start_tracking
@@ -84,8 +87,9 @@ def _updates(session: Session, count: int, interrupts: Interrupts) -> tf.Tensor:
     return loss
 
 
-def _interrupted(built: Built, options: Options, when: str) -> SystemExit:
-    """Ctrl-C: one line, no traceback, exit status 130 (a shell's for SIGINT). Nothing is saved then: a save
+def _interrupted(built: Built, options: Options, when: str, signum: int | None = signal.SIGINT) -> SystemExit:
+    """Ctrl-C (or SIGTERM, `signum`): one line, no traceback, exit status 130 (a shell's for SIGINT; 143 for
+    SIGTERM; None, Python's own KeyboardInterrupt, is Ctrl-C). Nothing is saved then: a save
     could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on.
     It is read from the folder, as --resume reads it: a Ctrl-C inside a save can land after the checkpoint was
     published and before the session noted it (`last_path` would name the one before). With none there, the
@@ -96,8 +100,10 @@ def _interrupted(built: Built, options: Options, when: str) -> SystemExit:
     else:
         again = " ".join(["specgen train", built.loaded.display, *(f"--set {t}" for t in options.overrides)])
         advice = f"no checkpoint was saved yet: start the run again with {again} (without --resume)"
-    print(f"\nspecgen train: interrupted {when}; {advice}", file=sys.stderr)
-    return SystemExit(130)
+    number = signal.SIGINT if signum is None else signum
+    how = "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
+    print(f"\nspecgen train: {how} {when}; {advice}", file=sys.stderr)
+    return SystemExit(exit_status(number))
 
 
 def train(built: Built, options: Options) -> dict[str, Any]:
@@ -115,7 +121,7 @@ def train(built: Built, options: Options) -> dict[str, Any]:
         try:
             return _guarded(built, options, distribution, interrupts)
         except KeyboardInterrupt:  # a check() outside the loop (the loop words its own line, with the step)
-            raise _interrupted(built, options, "before training started") from None
+            raise _interrupted(built, options, "before training started", interrupts.signum) from None
 
 
 def _guarded(built: Built, options: Options, distribution: Distribution, interrupts: Interrupts) -> dict[str, Any]:
@@ -220,7 +226,7 @@ def _run(built: Built, options: Options, distribution: Distribution, interrupts:
                                      begin.checkpoint is not None, session.writes == session.folder)
     try:
         summary = _loop(session, built, interrupts)
-    except BaseException as exc:  # Ctrl-C (SystemExit 130) is KILLED; a divergence or any error, FAILED
+    except BaseException as exc:  # Ctrl-C or SIGTERM (SystemExit 130, 143) is KILLED; a divergence or any error, FAILED
         session.tracker.finish("KILLED" if isinstance(exc, SystemExit) else "FAILED")
         raise
     session.tracker.finish("FINISHED")
@@ -252,7 +258,7 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
             evaluated = _round(session, stop, end, first, started, progress, interrupts) or evaluated
     except KeyboardInterrupt:  # raised by interrupts.check(), or by Python where no handler could be installed
         progress.close()  # before the message, which would otherwise land on the bar's line
-        raise _interrupted(built, session.options, f"at step {session.read_step()}") from None
+        raise _interrupted(built, session.options, f"at step {session.read_step()}", interrupts.signum) from None
     finally:
         progress.close()  # closing twice is nothing
     path = session.save()  # a Ctrl-C during the last save is noted and let go: the save completes, the run is done
