@@ -27,13 +27,17 @@ def root() -> Path:
 
 # --- the quick tier (`pytest -m quick`, docs/testing.md) -------------------------------------------
 # Whole files whose tests touch every package cheaply: a smoke of each command (test_smoke.py), each registry's
-# round trip and completeness, the spec loader, composition and diff, the golden generated files. A test in
-# them marked `slow` stays out of the tier.
+# round trip and completeness (the test_<axis>_registry.py files, and the golden set's test_compat_table.py, which
+# names a new optimizer kind or feature the golden set lacks), the schema's names, the spec loader, composition and
+# diff, the golden generated files. A test in them marked `slow` stays out of the tier. docs/testing.md lists the
+# completeness checks that stay out (they run TensorFlow: the initializers' draws, the ops' measured moments; or
+# they check the docs' outputs), which extending.md's checklists run by name.
 QUICK_FILES = frozenset({
     "test_smoke.py", "test_registry_roundtrip.py", "test_golden.py", "test_build.py", "test_yaml_source.py",
     "test_compose.py", "test_diff.py", "test_spec_errors.py", "test_report.py", "test_curves.py",
     "test_augment_registry.py", "test_features_registry.py", "test_loss_registry.py", "test_metric_registry.py",
     "test_op_registry.py", "test_optimizer_registry.py", "test_schedule_registry.py", "test_source_registry.py",
+    "test_precision_registry.py", "test_compat_table.py", "test_schema_names.py",
     "test_native_logs.py", "test_text.py", "test_schema.py",
 })
 

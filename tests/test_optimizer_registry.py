@@ -6,8 +6,11 @@ misses, so that adding an optimizer module tells its author what else to write (
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
-from kind_checks import has_own_test, literal_names, table_kinds, union_members
+from kind_checks import ROOT, has_own_test, literal_names, own_test_problem, table_kinds, union_members
 from test_training_numerics import OPTIMIZER_CASES
 
 from specgen.kinds.optimizers import REGISTRY, Optimizer, UpdateCall
@@ -61,6 +64,52 @@ def test_optimizer_has_a_parity_test(name: str) -> None:
 def test_optimizer_is_documented(name: str) -> None:
     assert name in table_kinds("spec.md", "## `optimizers`"), (
         f"optimizer '{name}': docs/spec.md's `optimizers` section has no table row naming it (add it to 'Keys per kind')")
+    assert name in table_kinds("training.md", "## Optimizers") | _training_headings(), (
+        f"optimizer '{name}': docs/training.md's 'Optimizers' table has no row naming it (its keys with their "
+        "defaults, and its slots), and no heading of training.md names `kind: {name}`")
+
+
+def _training_headings() -> set[str]:
+    """Kinds with a section of their own in docs/training.md: "## Levenberg-Marquardt (`kind: levenberg_marquardt`)"."""
+    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^#+ .*`kind: ([a-z0-9_]+)`", text, re.M))
+
+
+def test_the_kind_row_lists_every_kind() -> None:
+    """docs/spec.md's `kind` row of the keys every optimizer has names the kinds one by one, in prose."""
+    text = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
+    section = text.split("\n## `optimizers`\n", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| `kind` | yes |"))
+    listed = re.findall(r"`([a-z0-9_]+)`", row.split("|")[4].split("(")[0])
+    assert sorted(listed) == sorted(REGISTRY), (
+        f"docs/spec.md, `optimizers`: the `kind` row lists {listed}, the registry has {sorted(REGISTRY)}: "
+        "name each kind there")
+
+
+def test_own_test_must_define_a_test_naming_the_kind(tmp_path: Path) -> None:
+    """tests/test_<kind>.py counts as a kind's own parity test only when a test function in it names the kind."""
+    files = {
+        "placeholder": '"""adamax: its parity test comes later."""\n',
+        "other_kind": 'def test_adam_matches_keras() -> None:\n    assert run("adam")\n',
+        "docstring_only": 'def test_it() -> None:\n    """adamax."""\n    assert True\n',
+        "by_name": 'def test_adamax_matches_keras() -> None:\n    assert True\n',
+        "by_constant": 'KIND = {"kind": "adamax"}\n\n\ndef test_matches_keras() -> None:\n    assert KIND\n',
+        "by_parameter": ('import pytest\n\n\n@pytest.mark.parametrize("kind", ["adamax"])\n'
+                         'def test_matches_keras(kind: str) -> None:\n    assert kind\n'),
+        "in_a_class": 'class TestSteps:\n    def test_three(self) -> None:\n        assert run("kind: adamax")\n',
+    }
+    found = {}
+    for case, text in files.items():
+        path = tmp_path / f"{case}.py"
+        path.write_text(text)
+        found[case] = own_test_problem(path, "adamax")
+    none_naming = ("no test function names 'adamax' (in its name, its parameters or its body): write the kind's "
+                   "parity test there, or delete the file and add a case where the completeness test says")
+    assert found == {
+        "placeholder": "defines no test function (test_*): a file of its own must hold the kind's parity test",
+        "other_kind": none_naming, "docstring_only": none_naming,
+        "by_name": None, "by_constant": None, "by_parameter": None, "in_a_class": None,
+    }
 
 
 def test_every_union_member_is_registered() -> None:

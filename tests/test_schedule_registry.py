@@ -59,6 +59,8 @@ def test_schedule_has_a_parity_test(name: str) -> None:
 def test_schedule_is_documented(name: str) -> None:
     assert name in table_kinds("spec.md", "### Learning-rate schedules"), (
         f"schedule '{name}': docs/spec.md's 'Learning-rate schedules' table has no row naming it")
+    assert name in table_kinds("training.md", "### Learning rates"), (
+        f"schedule '{name}': docs/training.md's 'Learning rates' table has no row naming it (its rate at step t)")
 
 
 def test_every_union_member_is_registered() -> None:

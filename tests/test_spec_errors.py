@@ -15,6 +15,7 @@ import pytest
 from specgen.cli import main
 from specgen.kinds.ops import REGISTRY
 from specgen.kinds.optimizers import REGISTRY as OPTIMIZERS
+from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.paths import shown
 from specgen.spec.yaml_compose import MAX_FILE_BYTES
 
@@ -90,6 +91,8 @@ _QUOTED_OPS = [f"'{op}'" for op in sorted(REGISTRY)]  # every registered op, as 
 ONE_OPS = ", ".join(_QUOTED_OPS[:-1]) + " or " + _QUOTED_OPS[-1]
 _QUOTED_OPTIMIZERS = [f"'{k}'" for k in sorted(OPTIMIZERS)]  # every registered kind: the message lists them sorted
 ONE_OPTIMIZERS = ", ".join(_QUOTED_OPTIMIZERS[:-1]) + " or " + _QUOTED_OPTIMIZERS[-1]
+_QUOTED_SCHEDULES = [f"'{k}'" for k in sorted(SCHEDULES)]  # every registered schedule, sorted as the message has them
+ONE_SCHEDULES = ", ".join(_QUOTED_SCHEDULES[:-1]) + " or " + _QUOTED_SCHEDULES[-1]
 
 # (id, spec text, expected diagnostics without the leading "path:")
 CASES = [
@@ -213,7 +216,7 @@ CASES = [
       "and 2 values"]),
     ("unknown_schedule", mutate("schedule: piecewise_constant", "schedule: piecewize_constant"),
      ["34:31: error: unknown schedule 'piecewize_constant'; did you mean 'piecewise_constant'? (expected "
-      "'constant', 'cosine_decay', 'exponential_decay' or 'piecewise_constant')"]),
+      f"{ONE_SCHEDULES})"]),
     ("invalid_restore_regex", mutate('"^old/(.*)$"', '"^old/(.*$"'),
      ["45:21: error: pattern '^old/(.*$' is not valid RE2 syntax, which restore patterns use: missing ): ^old/(.*$"]),
     ("data_feature_not_an_input", mutate("ids: ids_train}", "ids: ids_train, xx: x_extra}"),

@@ -12,7 +12,9 @@ Pair = tuple[str, str]
 # The pairwise universe, in table order: the training features issue 18 names, the settings they meet,
 # and every optimizer kind (levenberg_marquardt is both). What each means: tests/golden/pairs.py FEATURES.
 # opt_lion came with the lion optimizer (issue 18 item 6): a new kind extends the table, and golden specs
-# added for it cover its pairs (the earlier specs and their files are unchanged).
+# added for it cover its pairs (the earlier specs and their files are unchanged). A new optimizer kind is one name
+# here, `opt_<kind>`, at the end: pairs.py and probe.py read the optimizer kinds from these names, REFUSED below
+# gives it levenberg_marquardt's refusal and ALLOWED every other pair (docs/extending.md, Optimizers).
 FEATURE_NAMES = (
     "ema", "accumulate", "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune",
     "levenberg_marquardt", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen",
@@ -20,100 +22,18 @@ FEATURE_NAMES = (
     "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion",
 )
 ORDER = {name: i for i, name in enumerate(FEATURE_NAMES)}
+# The optimizer kinds that are a name of their own (levenberg_marquardt is a feature).
+OPTIMIZER_KINDS = tuple(name.removeprefix("opt_") for name in FEATURE_NAMES if name.startswith("opt_"))
 
 
 def pair(a: str, b: str) -> Pair:
-    """The pair in table order."""
+    """The pair in table order; a name the table lacks is named, with where it goes."""
+    unknown = [name for name in (a, b) if name not in ORDER]
+    if unknown:
+        raise ValueError(f"'{unknown[0]}' is not in FEATURE_NAMES of tests/golden/compat.py: a new optimizer kind adds "
+                       "its `opt_<kind>` there, a new feature its table names (docs/extending.md)")
     return (a, b) if ORDER[a] < ORDER[b] else (b, a)
 
-
-# Feature -> the features after it in table order that it combines with today: `specgen validate` accepts the
-# pair's probe spec (probe.py) and no command refuses it. The golden specs use each of these pairs.
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "ema": (
-        "accumulate", "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "levenberg_marquardt",
-        "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "accumulate": (
-        "clip", "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer",
-        "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema",
-        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "clip": (
-        "optimizer_clip", "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule",
-        "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd",
-        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "optimizer_clip": (
-        "weight_decay", "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics",
-        "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam",
-        "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "weight_decay": (
-        "loss_terms", "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen",
-        "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad", "opt_lion"
-    ),
-    "loss_terms": (
-        "targets", "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore",
-        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad", "opt_lion"
-    ),
-    "targets": (
-        "prune", "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "prune": (
-        "distribute", "probe", "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm",
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "levenberg_marquardt": ("metrics", "full_batch", "frozen", "restore", "sync_batch_norm", "export_ema"),
-    "distribute": (
-        "probe", "multi_optimizer", "schedule", "metrics", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm",
-        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "probe": (
-        "multi_optimizer", "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm",
-        "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "multi_optimizer": (
-        "schedule", "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema",
-        "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "schedule": (
-        "metrics", "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd",
-        "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "metrics": (
-        "full_batch", "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam",
-        "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "full_batch": (
-        "frozen", "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw",
-        "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "frozen": (
-        "restore", "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad", "opt_lion"
-    ),
-    "restore": (
-        "batch_norm", "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop",
-        "opt_adagrad", "opt_lion"
-    ),
-    "batch_norm": (
-        "dropout", "sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"
-    ),
-    "dropout": ("sync_batch_norm", "export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "sync_batch_norm": ("export_ema", "opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "export_ema": ("opt_sgd", "opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "opt_sgd": ("opt_adam", "opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "opt_adam": ("opt_adamw", "opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "opt_adamw": ("opt_rmsprop", "opt_adagrad", "opt_lion"),
-    "opt_rmsprop": ("opt_adagrad", "opt_lion"),
-    "opt_adagrad": ("opt_lion",),
-    "opt_lion": (),
-}
 
 # Pairs `specgen validate` refuses, with the messages it prints for the pair's probe spec (probe.py names the
 # optimizers 'first' and 'second'). All of them today are levenberg_marquardt's (specgen/kinds/features/levenberg_marquardt.py,
@@ -165,36 +85,12 @@ REFUSED: dict[Pair, tuple[str, ...]] = {
         "layer 'drop': levenberg_marquardt optimizer 'first' cannot train through dropout: its random mask changes the "
         "function between the trial evaluations; remove the layer or choose another optimizer",
     ),
-    ("levenberg_marquardt", "opt_sgd"): (
+    # levenberg_marquardt beside every other optimizer kind: one message, so one entry per `opt_<kind>` name.
+    **{("levenberg_marquardt", f"opt_{kind}"): (
         "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
         "damped steps until the loss falls, which another update in the same step would confound; train those weights "
         "in another run, or freeze them",
-    ),
-    ("levenberg_marquardt", "opt_adam"): (
-        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
-        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
-        "in another run, or freeze them",
-    ),
-    ("levenberg_marquardt", "opt_adamw"): (
-        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
-        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
-        "in another run, or freeze them",
-    ),
-    ("levenberg_marquardt", "opt_rmsprop"): (
-        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
-        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
-        "in another run, or freeze them",
-    ),
-    ("levenberg_marquardt", "opt_adagrad"): (
-        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
-        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
-        "in another run, or freeze them",
-    ),
-    ("levenberg_marquardt", "opt_lion"): (
-        "optimizer 'second' cannot train beside levenberg_marquardt optimizer 'first': each of its iterations tries "
-        "damped steps until the loss falls, which another update in the same step would confound; train those weights "
-        "in another run, or freeze them",
-    ),
+    ) for kind in OPTIMIZER_KINDS},
 }
 
 # Pairs `specgen validate` accepts and `specgen train` refuses when the run starts (specgen/runtime/placement/replicas.py,
@@ -218,9 +114,22 @@ RUNTIME_REFUSED: dict[Pair, tuple[str, str]] = {
 }
 
 
+# Feature -> the features after it in table order that it combines with today: `specgen validate` accepts the
+# pair's probe spec (probe.py) and no command refuses it. The golden specs use each of these pairs. Every pair
+# that is not refused, so a new name needs no row here (tests/test_golden.py checks validate against both tables).
+ALLOWED: dict[str, tuple[str, ...]] = {
+    a: tuple(b for b in FEATURE_NAMES[i + 1:] if (a, b) not in REFUSED and (a, b) not in RUNTIME_REFUSED)
+    for i, a in enumerate(FEATURE_NAMES)
+}
+
+
 def markdown() -> str:
     """The refusal table of tests/golden/README.md, from the tables above."""
     rows = ["| pair | refused by | message |", "|---|---|---|"]
     rows += [f"| {a} + {b} | specgen validate | {' / '.join(m)} |" for (a, b), m in REFUSED.items()]
     rows += [f"| {a} + {b} | {where} | {m} |" for (a, b), (where, m) in RUNTIME_REFUSED.items()]
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # PYTHONPATH=tests python -m golden.compat: the refusal table of tests/golden/README.md
+    print(markdown(), end="")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from golden.compat import FEATURE_NAMES, Pair, pair
+from golden.compat import FEATURE_NAMES, OPTIMIZER_KINDS, Pair, pair
 
 SPECS = Path(__file__).resolve().parent / "specs"
 Spec = dict[str, Any]
@@ -114,9 +114,23 @@ FEATURES: dict[str, Test] = {
     "dropout": lambda s: any(x["op"] == "dropout" and x.get("rate", 0) > 0 for x in _layers(s)),
     "sync_batch_norm": lambda s: bool(_distribute(s).get("sync_batch_norm")),
     "export_ema": lambda s: _onnx(s).get("weights") == "ema",
-    **{f"opt_{k}": _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad", "lion")},
+    # one per optimizer kind of compat.FEATURE_NAMES: a new kind needs nothing here
+    **{f"opt_{k}": _kind(k) for k in OPTIMIZER_KINDS},
 }
-assert tuple(FEATURES) == FEATURE_NAMES, "compat.FEATURE_NAMES and FEATURES list the same features, in order"
+
+
+def detector_mismatch() -> str | None:
+    """What differs between compat.FEATURE_NAMES and the detectors above (tests/test_golden.py reports it)."""
+    missing = [name for name in FEATURE_NAMES if name not in FEATURES]
+    extra = [name for name in FEATURES if name not in FEATURE_NAMES]
+    if missing:
+        return (f"{', '.join(missing)}: in FEATURE_NAMES of tests/golden/compat.py but no detector in FEATURES of "
+                "tests/golden/pairs.py (how a spec's YAML shows the feature)")
+    if extra:
+        return f"{', '.join(extra)}: a detector in FEATURES of tests/golden/pairs.py but not in FEATURE_NAMES"
+    if tuple(FEATURES) != FEATURE_NAMES:
+        return "FEATURES of tests/golden/pairs.py lists the features in another order than FEATURE_NAMES"
+    return None
 
 
 def _rate_schedules(spec: Spec) -> list[Any]:
@@ -136,10 +150,14 @@ def _in(values: Callable[[Spec], list[Any]], value: Any) -> Test:
     return lambda s: value in values(s)
 
 
+def _prune_schedule(kind: str) -> Test:
+    return lambda s: ((s.get("prune") or {}).get("schedule") or {}).get("kind") == kind
+
+
 # Axis -> kind -> how a spec shows it. Every kind of every axis is used by at least one golden spec;
 # kinds within an axis are values of one setting, so their pairs are not required (see README.md).
 AXES: dict[str, dict[str, Test]] = {
-    "optimizer": {k: _kind(k) for k in ("sgd", "adam", "adamw", "rmsprop", "adagrad", "levenberg_marquardt", "lion")}
+    "optimizer": {k: _kind(k) for k in (*OPTIMIZER_KINDS, "levenberg_marquardt")}
     | {"sgd_nesterov": lambda s: any(o.get("nesterov") for o in _optimizers(s)),
        "rmsprop_centered": lambda s: any(o.get("centered") for o in _optimizers(s))},
     "loss": {k: _in(lambda s: [t["kind"] for t in _terms(s)], k) for k in (
@@ -170,8 +188,7 @@ AXES: dict[str, dict[str, Test]] = {
                                                     for o in _optimizers(s))},
     "targets": {"soft": lambda s: any("tau" in t for t in (s.get("targets") or {}).values()),
                 "hard": lambda s: any("every_steps" in t for t in (s.get("targets") or {}).values())},
-    "prune": {k: lambda s, k=k: ((s.get("prune") or {}).get("schedule") or {}).get("kind") == k
-              for k in ("constant_sparsity", "polynomial_decay")},
+    "prune": {k: _prune_schedule(k) for k in ("constant_sparsity", "polynomial_decay")},
     "strategy": {k: lambda s, k=k: _distribute(s).get("strategy", "default") == k
                  for k in ("default", "mirrored", "multi_worker")}
     | {"cpu_devices": lambda s: _distribute(s).get("cpu_devices", 1) > 1},
@@ -195,7 +212,8 @@ AXES: dict[str, dict[str, Test]] = {
 
 def load(path: Path) -> Spec:
     with path.open(encoding="utf-8") as file:
-        return yaml.safe_load(file)
+        spec: Spec = yaml.safe_load(file)
+    return spec
 
 
 def features(spec: Spec) -> set[str]:
@@ -218,6 +236,14 @@ def coverage(specs: dict[str, Spec]) -> dict[Pair, list[str]]:
         for a, b in itertools.combinations(sorted(features(spec)), 2):
             found.setdefault(pair(a, b), []).append(name)
     return found
+
+
+def markdown(specs: dict[str, Spec]) -> str:
+    """The table of tests/golden/README.md's "The specs": each spec's features, in table order."""
+    rows = ["| spec | features |", "|---|---|"]
+    rows += [f"| `{name}` | {', '.join(f for f in FEATURES if f in features(spec)) or '(none)'} |"
+             for name, spec in specs.items()]
+    return "\n".join(rows) + "\n"
 
 
 def main() -> None:

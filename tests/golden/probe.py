@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from golden.compat import FEATURE_NAMES, ORDER, Pair, pair
+from golden.compat import FEATURE_NAMES, OPTIMIZER_KINDS, ORDER, Pair, pair
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRES = {"export_ema": ("ema",)}  # export weights 'ema' needs train.ema: the pair is with ema as well
-OPTIMIZER_KINDS = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "lion")
 LM = "levenberg_marquardt"
 
 
