@@ -236,7 +236,9 @@ def test_onnxruntime_failure_in_the_parity_check_is_one_line(tmp_path: Path, mon
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
     head = f"{spec}: error: onnxruntime failed on the exported graph (the parity check against TensorFlow): "
-    assert re.fullmatch(re.escape(head) + r"\w*Conv node '\w+': .+; nothing was written; please report this with "
+    # Which node onnxruntime names is its graph optimizer's choice, not specgen's: the Conv itself, or on a CPU where
+    # it lays the convolution out in NCHWc blocks, the ReorderInput it put before it. Any node kind is accepted.
+    assert re.fullmatch(re.escape(head) + r"\w+ node '\w+': .+; nothing was written; please report this with "
                         "the spec", line), line
     assert not (tmp_path / "out").exists()
 
@@ -266,7 +268,7 @@ def test_onnxruntime_failure_in_a_precision_gate_is_one_line(tmp_path: Path, mon
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
     head = f"{spec}: error: onnxruntime failed on the exported graph (the int8 variant's calibration and gates): "
-    assert re.fullmatch(re.escape(head) + r"\w*Conv node '\w+': .+; nothing was written; please report this with "
+    assert re.fullmatch(re.escape(head) + r"\w+ node '\w+': .+; nothing was written; please report this with "
                         "the spec", line), line
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
