@@ -56,6 +56,7 @@ LONGEST_FIRST = (
     "test_sweep_run.py",  # 79 s
     "test_tracking_mlflow.py",  # 73 s
     "test_return_state_bidirectional.py",  # 41 s
+    "test_checkpoint_r5.py",  # 40 s
     "test_tracking_registry.py",  # 48 s
     "test_sweep_tracking.py",  # 45 s
     "test_diff.py",  # 31 s
