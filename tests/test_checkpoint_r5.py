@@ -209,6 +209,23 @@ def test_sigterm_is_noted_not_fatal_until_check_and_the_handler_is_restored() ->
     assert total == 4_999_950_000 and signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_second_sigterm_ends_the_process_at_once() -> None:
+    """Found by review: a second SIGTERM changed nothing, so a run stuck before its next check() (a hung collective)
+    could not be stopped by a supervisor repeating it. The child notes the first, is stuck, and dies by the second."""
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import os, signal, sys, time\n"
+        "from specgen.runtime.interrupt import Interrupts\n"
+        "with Interrupts() as interrupts:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    while not interrupts.received: pass\n"
+        "    print('noted', flush=True)\n"
+        "    while True: time.sleep(0.01)  # stuck: check() is never reached\n")],
+        stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "noted\n"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == -signal.SIGTERM
+
+
 def test_a_sigterm_the_launcher_ignores_stays_ignored() -> None:
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
@@ -306,6 +323,12 @@ def test_a_kill_before_the_state_file_is_rewritten_is_repaired_when_the_run_next
     assert tf.train.latest_checkpoint(str(run)) == str(run / "ckpt-00000012" / "variables")
     code, out, err = cli(["train", spec_of(run), "--resume", "--steps", "0", "--quiet"], capsys)
     assert code == 0 and "rewrote" not in out, err  # a state file as a save leaves it is left alone
+    shutil.rmtree(run / CKPT4)  # removed by hand: the newest is right, the list is not (found by review)
+    code, out, err = cli(["train", spec_of(run), "--resume", "--steps", "0", "--quiet"], capsys)
+    assert code == 0, err
+    assert (f"note: rewrote {run / 'checkpoint'}, TensorFlow's state file, whose list of checkpoints was not the "
+            "folder's\n") in out
+    assert f'all_model_checkpoint_paths: "{CKPT4}/variables"' not in state(run)
 
 
 def test_a_kill_while_pruning_leaves_a_state_file_that_lists_no_removed_checkpoint(
@@ -341,6 +364,19 @@ def test_a_resume_removes_every_temporary_a_kill_left_at_once(run: Path, capsys:
             ".provenance.json.999999.00aa11bb.tmp, .spec.resolved.yaml.999999.ec4b252d.tmp, .specgen-write-check.999999, "
             "code/.model.py.999999.0bba922c.tmp, tensorboard/.specgen-write-check.999999\n") in out
     assert not any((run / name).exists() for name in left) and (run / "code" / ".keep.tmp").exists()
+
+
+def test_a_run_folder_that_is_a_link_is_cleaned_too(tmp_path: Path) -> None:
+    """Found by review: the guard against following links skipped the run folder itself when it was one
+    (runs/x -> /scratch/x), so its leftovers, whole checkpoint folders among them, stayed."""
+    real = tmp_path / "real"
+    (real / ".ckpt-00000010.tmp").mkdir(parents=True)
+    for name in (".latest.123.abcdef12.tmp", ".spec.resolved.yaml.999999.deadbeef.tmp"):
+        (real / name).write_text("half")
+    (tmp_path / "link").symlink_to(real)
+    removed = CheckpointFolder(tmp_path / "link", 1).remove_temporaries()
+    assert removed == [".ckpt-00000010.tmp", ".latest.123.abcdef12.tmp", ".spec.resolved.yaml.999999.deadbeef.tmp"]
+    assert sorted(os.listdir(real)) == []
 
 
 # ---- 5. wording: the published file name, tidy paths; a refused run leaves folder times as they were --------------

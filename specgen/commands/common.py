@@ -103,10 +103,16 @@ def _walk(folder: Path, outs: set[str], tops: set[str]) -> Iterator[Path]:
         folders[:] = kept
         for name in files:
             path = Path(top, name)
-            # Every entry with a spec's name that is not a folder: a dangling link, a FIFO or a socket named
-            # *.yaml is handed on, and reading it is then one error line saying what it is (spec/spec_file.py),
-            # as when it is named. Skipping all but regular files made a folder of broken links pass CI.
-            if name.lower().endswith(SPEC_SUFFIXES) and not (path.is_file() and _generated(path)):
+            if not name.lower().endswith(SPEC_SUFFIXES):
+                continue
+            if path.is_file():
+                if not _generated(path):
+                    yield path
+            elif not name.startswith("."):
+                # A dangling link, a FIFO or a socket named *.yaml is handed on, and reading it is then one error
+                # line saying what it is (spec/spec_file.py), as when it is named: skipping all but regular files
+                # made a folder of broken links pass CI. A hidden one is an editor's lock (Emacs's `.#model.yaml`
+                # is a dangling link while the file is edited), skipped as hidden folders are.
                 yield path
 
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-MAX_PORT = 65535
+MAX_PORT = 65535  # serve/options.py holds the same bound; importing it would load the server for every command
 # Seconds a connection may take for its headers or body: past a day no client is still there, and gRPC takes the
 # header timeout as an int32 of milliseconds (its handshake deadline), which a larger value overflows.
 MAX_TIMEOUT_SECONDS = 86_400.0

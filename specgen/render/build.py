@@ -164,7 +164,9 @@ def _temporary(name: str, modified: float, out: Output) -> bool | None:
     """None unless `name` is the temporary file of one of `out`'s files (atomic.staged); then whether it was left
     behind: its writer's process is gone (kill -9 between the write and the rename), or it is older than any write
     of a generated file takes (its pid since reused). Reported and removed as what it is, not as a file the spec
-    "no longer generates"."""
+    "no longer generates". Either sign is enough here, unlike atomic.remove_stale_temps' rule (a dead pid and
+    old), which guards a folder other machines write at once: an output folder is a checkout's, written by one
+    build at a time, and a build killed a second ago is what `--check` should name."""
     found = TEMP_NAME.fullmatch(name)  # a write in progress, as atomic.staged names it
     if found is None or found["target"] not in out.files:
         return None
@@ -220,8 +222,8 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
                 write_atomic(Path(disk.real, name), content, fsync=False)
             changes.written.append(disk.shown / name)
         for name in disk.stale:
-            _unlink(disk, name)
-            changes.removed.append(disk.shown / name)
+            if _unlink(disk, name):
+                changes.removed.append(disk.shown / name)
 
 
 def _unlink(disk: _OnDisk, name: str) -> bool:

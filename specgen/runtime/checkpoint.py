@@ -85,12 +85,14 @@ class CheckpointFolder(RunFolder):
         here (`.spec.resolved.yaml.<pid>.<hex>.tmp`, `code/.model.py.<pid>.<hex>.tmp`, ...) and the write probe.
         Whatever pid a name holds, it is a dead process's: this runs under the run folder's lock (run_lock.py), so
         no other `specgen train` is writing here, and write_atomic's age rule (atomic.STALE_AFTER, for a folder
-        other machines write too) does not apply. `locked` False (flock unsupported, a network file system): a
-        write_atomic temporary goes only by that rule, since another machine's live writer may own it."""
+        other machines write too) does not apply. `locked` False (flock unsupported, a network file system): the
+        temporaries of other files (spec.resolved.yaml, code/...) go only by that rule, since another machine's live
+        writer may own them; a save's folder and `latest`'s and `checkpoint`'s temporaries are removed as before.
+        The run folder may be a link (runs/x -> /scratch/x); its subfolders are not followed when they are."""
         removed = []
         for sub in WRITTEN:
             folder = self.directory / sub
-            if not folder.is_dir() or folder.is_symlink():
+            if not folder.is_dir() or (sub and folder.is_symlink()):  # the run folder itself may be a link
                 continue
             for path in sorted(folder.iterdir()):
                 if self._leftover(path, sub, locked):
@@ -184,6 +186,8 @@ class CheckpointFolder(RunFolder):
             return None
         write_atomic(path, wanted)
         named = re.search(rb'^model_checkpoint_path: "([^"/]*)/', found, re.M)
+        if named and named[1].decode(errors="replace") == newest.name:  # the right newest, a stale list of the kept
+            return f"rewrote {shown(path)}, TensorFlow's state file, whose list of checkpoints was not the folder's"
         before = f"named {named[1].decode(errors='replace')}" if named else "was missing or unreadable"
         return f"rewrote {shown(path)}, TensorFlow's state file, which {before}, to name {newest.name}"
 

@@ -119,8 +119,14 @@ class Interrupts:
         return self.signum is not None
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is None:  # the first one names the stop; a second changes nothing
+        if self.signum is None:  # the first one names the stop
             self.signum = signum
+        elif signum == signal.SIGTERM:
+            # A second SIGTERM is a supervisor that would not wait (systemd, Slurm's ladder, `timeout` sent again):
+            # its default, ending the process at once, as before this handling. A run stuck in a long call (a hung
+            # collective, a blocked read) is stopped then; the checkpoints on disk are whole (saves are atomic).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
 
     def check(self) -> None:
         """Raise KeyboardInterrupt when a signal came since entering (the loop's `except KeyboardInterrupt` stops)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from specgen.serve.options import MAX_PORT
 from specgen.serve.process import ServerSettings, serve
 
 
@@ -72,8 +73,8 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
 def _refusals(port: int, threads: int, workers: int) -> list[str]:
     """What is wrong with the settings ServeOptions does not hold (the command line refuses them first)."""
     problems = []
-    if not 0 <= port <= 65535:
-        problems.append(f"port must be 0 to 65535 (0: any free port), got {port}")
+    if not 0 <= port <= MAX_PORT:
+        problems.append(f"port must be 0 to {MAX_PORT} (0: any free port), got {port}")
     if threads < 0:
         problems.append(f"threads must be 0 (onnxruntime's default) or more, got {threads}")
     if workers < 1:

@@ -159,6 +159,10 @@ def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[
                 placed.add(name)
                 after = chain.next[key]
                 chain.unlink(key)  # placed relative to the others: `{name: a, after: a}` names no other item
+                # What this list placed behind it stays where it was: an item placed after it later goes right after
+                # it, not after a record of where it stood (_place). (It was placed nowhere before: a name is listed
+                # once in a list, so no record points at it.)
+                behind.pop(key, None)
                 chain.link(key, before=_place(name, key, steer, chain, behind, after))
         gone.pop(name, None)
     result = chain.items()
