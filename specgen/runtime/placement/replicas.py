@@ -126,8 +126,10 @@ def replica_seed(seed: tf.Tensor) -> tf.Tensor:
 
 def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
     """A generated step's Python body: a tf.function nested in `strategy.run` cannot hold the merge_call of a
-    replica-context update, so the replica function traces the body into the outer tf.function instead."""
-    return getattr(function, "python_function", function)
+    replica-context update, so the replica function traces the body into the outer tf.function instead.
+    Marked not to be converted, as the generated step is (`autograph=False`): it has no Python control flow on
+    tensors, and the chunk loop's autograph would otherwise rewrite it and everything it calls (seconds a trace)."""
+    return tf.autograph.experimental.do_not_convert(getattr(function, "python_function", function))
 
 
 class Replicas(Distribution):
@@ -175,7 +177,7 @@ class Replicas(Distribution):
                 context = tf.distribute.get_replica_context
                 return strategy.run(lambda: context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0)))
 
-            self._sync = tf.function(sync)  # called, not a decorator: tensorflow ships no types (an untyped decorator)
+            self._sync = tf.function(sync, autograph=False)  # called: tensorflow ships no types
         self._sync()
 
     def describe(self) -> list[str]:
@@ -260,7 +262,7 @@ class Replicas(Distribution):
                 result = strategy.run(replica, args=values)
                 return None if result is None else strategy.reduce(tf.distribute.ReduceOp.MEAN, result, axis=None)
 
-            cache[name] = tf.function(run)
+            cache[name] = tf.function(run, autograph=False)
         return cache[name](*args)
 
     def lost_worker(self, loaded: LoadedSpec, exc: Exception) -> SystemExit:

@@ -59,7 +59,9 @@ class DistributeMultiWorkerTraining(tf.Module):
         output = self.model(features, training=training, seed=seed)[OUTPUT]
         return losses.sparse_softmax_cross_entropy(labels[LABEL], output), output
 
-    @tf.function(reduce_retracing=True)
+    # autograph=False: no Python control flow on tensors here, and tracing without autograph's source rewrite
+    # is seconds faster.
+    @tf.function(reduce_retracing=True, autograph=False)
     def accumulate_step(
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor
     ) -> tf.Tensor:
@@ -73,7 +75,7 @@ class DistributeMultiWorkerTraining(tf.Module):
         self.update_metrics(loss, labels, output)
         return loss
 
-    @tf.function
+    @tf.function(autograph=False)
     def apply_accumulated(self) -> None:
         """One update from the mean of the accumulated gradients, then clear them."""
         self.apply([accumulator / ACCUMULATE for accumulator in self.accumulators])
@@ -101,7 +103,7 @@ class DistributeMultiWorkerTraining(tf.Module):
         self.global_step.assign_add(1)
         optimizers.ema(self.ema_shadows, self.trainable, 0.99, self.global_step)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def eval_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Inference-mode loss and metrics (no dropout, batch-norm moving statistics)."""
         loss, output = self.loss(features, labels, False)

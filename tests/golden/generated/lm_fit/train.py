@@ -104,7 +104,7 @@ class LmFitTraining(tf.Module):
             loss, _ = self.loss(features, labels, True, seed)
         return loss, tape.gradient(loss, self.trainable)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def eval_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Inference-mode loss and metrics (no dropout, batch-norm moving statistics)."""
         loss, output = self.loss(features, labels, False)

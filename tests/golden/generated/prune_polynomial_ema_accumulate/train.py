@@ -79,7 +79,9 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         output = self.model(features, training=training, seed=seed)[OUTPUT]
         return losses.sparse_softmax_cross_entropy(labels[LABEL], output), output
 
-    @tf.function(reduce_retracing=True)
+    # autograph=False: no Python control flow on tensors here, and tracing without autograph's source rewrite
+    # is seconds faster.
+    @tf.function(reduce_retracing=True, autograph=False)
     def accumulate_step(
         self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor], seed: tf.Tensor
     ) -> tf.Tensor:
@@ -96,7 +98,7 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         self.update_metrics(loss, labels, output)
         return loss
 
-    @tf.function
+    @tf.function(autograph=False)
     def apply_accumulated(self) -> None:
         """One update from the mean of the accumulated gradients, then clear them."""
         self.apply([accumulator / ACCUMULATE for accumulator in self.accumulators])
@@ -136,7 +138,7 @@ class PrunePolynomialEmaAccumulateTraining(tf.Module):
         # The shadows of pruned entries as well, so that EMA evaluation and export see the same zeros.
         pruning.apply_masks(self.pruned_shadows, self.masks)
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def eval_step(self, features: Mapping[str, tf.Tensor], labels: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Inference-mode loss and metrics (no dropout, batch-norm moving statistics)."""
         loss, output = self.loss(features, labels, False)
