@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, TextIO, cast
 
-from specgen import __version__, native_logs
+from specgen import __version__, native_logs, startup
 from specgen.commands import COMMANDS, load
 from specgen.errors import SpecgenError, UsageError
 from specgen.extras import from_missing
@@ -90,7 +90,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _stdout_closed()
         # A command that never loads TensorFlow sets native_logs=False: its stderr is the real one (commands/serve.py)
         filtered = getattr(args, "native_logs", True)
-        with native_logs.quiet(args.verbose) if filtered else nullcontext(), _marked_stdout():
+        with startup.trimmed(), native_logs.quiet(args.verbose) if filtered else nullcontext(), _marked_stdout():
             code = int(args.run(args))
             sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the handlers, not at exit
         return code

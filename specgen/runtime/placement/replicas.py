@@ -129,7 +129,8 @@ def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
     replica-context update, so the replica function traces the body into the outer tf.function instead.
     Marked not to be converted, as the generated step is (`autograph=False`): it has no Python control flow on
     tensors, and the chunk loop's autograph would otherwise rewrite it and everything it calls (seconds a trace)."""
-    return tf.autograph.experimental.do_not_convert(getattr(function, "python_function", function))
+    body: Callable[..., Any] = tf.autograph.experimental.do_not_convert(getattr(function, "python_function", function))
+    return body
 
 
 class Replicas(Distribution):
