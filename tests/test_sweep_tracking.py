@@ -78,10 +78,12 @@ def test_parallel_trials_into_a_new_sqlite_store_are_both_tracked(tmp_path: Path
 
 
 def test_a_tracker_that_is_down_shows_in_the_sweeps_output_and_summary(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once the socket is closed
-    result = sweep(tmp_path, "--trials", "1", "--track", f"mlflow:{dead}")
+    # Bound but not listening, for the whole test: a connection is refused, and no other test's server can take
+    # the port meanwhile (a closed port was taken once under `-n 3`, and the trial reached that server instead).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{held.getsockname()[1]}"
+        result = sweep(tmp_path, "--trials", "1", "--track", f"mlflow:{dead}")
     assert result.returncode == 0, result.stdout + result.stderr
     failed = f"MLflow tracking at {dead} failed ([Errno 111] Connection refused)"
     assert result.stderr.splitlines() == [f"specgen sweep: warning: {failed}; the trials try it again, each on its own"]
