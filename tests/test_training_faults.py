@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specgen.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
 # variables.data is ~29 KB (2,410 weights and Adam's two slots); a shuffle buffer of 16 keeps data.data small.
@@ -53,6 +55,16 @@ def specgen(spec: Path, *args: str, fsize: int | None = None) -> subprocess.Comp
     return subprocess.run([sys.executable, "-m", "specgen", "train", str(spec), "--quiet", *args], capture_output=True,
                           text=True, timeout=300, cwd=spec.parent.parent, preexec_fn=limit if fsize else None,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def refusal(spec: Path, *args: str, capsys: pytest.CaptureFixture[str],
+            monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+    """`specgen train` through the CLI's main in this process, in the child's working folder: for a refusal made
+    before anything trains, where a child's start-up (TensorFlow's import, seconds) would be the test's whole time."""
+    monkeypatch.chdir(spec.parent.parent)
+    capsys.readouterr()
+    code = main(["train", str(spec), "--quiet", *args])
+    return code, own_lines(capsys.readouterr().err)
 
 
 def own_lines(stderr: str) -> list[str]:
@@ -257,31 +269,31 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
      "(Expecting property name enclosed in double quotes). Nothing was changed; no intact checkpoint is beside it; "
      "start over with --fresh (it moves this run aside, deleting nothing)"),
 ], ids=["another spec", "spec null", "spec missing", "float seed", "overrides a string", "not JSON"])
-def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_line(trained: Path, meta: str,
-                                                                                    line: str) -> None:
+def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_line(
+        trained: Path, meta: str, line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     run = trained.parent.parent / "run"
     file = run / "ckpt-00000005" / "meta.json"
     original = file.read_bytes()
     file.write_text(meta)
     listing = sorted(p.name for p in run.rglob("*"))
     try:
-        result = specgen(trained, "--resume", "--steps", "5")
-        assert (result.returncode, own_lines(result.stderr)) == (1, [line, "1 error found"])
+        assert refusal(trained, "--resume", "--steps", "5", capsys=capsys, monkeypatch=monkeypatch) == \
+            (1, [line, "1 error found"])
         assert sorted(p.name for p in run.rglob("*")) == listing and file.read_text() == meta  # nothing changed
     finally:
         file.write_bytes(original)
 
 
 @pytest.mark.slow
-def test_probe_resume_refuses_a_meta_json_of_another_spec(trained: Path) -> None:
+def test_probe_resume_refuses_a_meta_json_of_another_spec(trained: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`--probe --resume` loads the same checkpoint `--resume` would: it makes the same meta.json checks."""
     run = trained.parent.parent / "run"
     file = run / "ckpt-00000005" / "meta.json"
     original = file.read_bytes()
     file.write_text('{"step": 5, "spec": "other"}')
     try:
-        result = specgen(trained, "--probe", "--resume")
-        assert (result.returncode, own_lines(result.stderr)) == (1, [
+        assert refusal(trained, "--probe", "--resume", capsys=capsys, monkeypatch=monkeypatch) == (1, [
             "run/ckpt-00000005/meta.json: error: this checkpoint belongs to spec 'other', not 'fault_mlp'; resume it "
             "with that spec, or give this one its own folder (checkpoint.dir)", "1 error found"])
     finally:
