@@ -46,34 +46,35 @@ QUICK_FILES = frozenset({
 # pytest collects files alphabetically, and the longest ones sit at the end (test_train*, test_tracking*, test_zoo*):
 # under `-n 2 --dist loadfile` the last of them ran alone while the other worker idled (29 s of a 721 s run). Handing
 # the longest files out first (longest processing time first, the classic rule for two machines) leaves only
-# short files for the end. Summed durations of `pytest -n 2 --durations=0`, 2026-12-06 (AMD EPYC, 2 cores): every
+# short files for the end. Summed durations of `pytest -n 2 --junitxml`, 2026-12-07 (AMD EPYC, 2 cores): every
 # file over 15 s, longest first. A file missing here only runs in its alphabetical place: never wrong, at most slower.
 LONGEST_FIRST = (
-    "test_distributed.py",  # 182 s
-    "test_training_faults.py",  # 146 s
-    "test_zoo_models.py",  # 97 s
-    "test_train_cli.py",  # 93 s
-    "test_sweep_run.py",  # 79 s
-    "test_tracking_mlflow.py",  # 73 s
-    "test_return_state_bidirectional.py",  # 41 s
-    "test_checkpoint_r5.py",  # 40 s
-    "test_tracking_registry.py",  # 48 s
-    "test_sweep_tracking.py",  # 45 s
-    "test_diff.py",  # 31 s
-    "test_diff_graph.py",  # 30 s
-    "test_levenberg_marquardt.py",  # 26 s
-    "test_tfrecord_resume.py",  # 25 s
-    "test_return_state.py",  # 23 s
-    "test_fuzz_specs.py",  # 23 s
-    "test_restore_sources_hostile.py",  # 23 s
-    "test_images_resume.py",  # 22 s
-    "test_yaml_bounds.py",  # 21 s
-    "test_distributed_shards.py",  # 20 s
-    "test_levenberg_marquardt_minpack.py",  # 18 s
-    "test_sweep_faults2.py",  # 17 s
-    "test_levenberg_marquardt_size.py",  # 15 s
-    "test_feature_plugin.py",  # 15 s
-    "test_masks_keras.py",  # 18 s
+    "test_distributed.py",  # 124 s
+    "test_tracking_mlflow.py",  # 91 s
+    "test_train_cli.py",  # 81 s
+    "test_training_faults.py",  # 76 s
+    "test_zoo_models.py",  # 67 s
+    "test_sweep_run.py",  # 59 s
+    "test_return_state_bidirectional.py",  # 51 s
+    "test_tracking_registry.py",  # 44 s
+    "test_yaml_bounds.py",  # 34 s
+    "test_sweep_tracking.py",  # 33 s
+    "test_return_state.py",  # 32 s
+    "test_levenberg_marquardt.py",  # 32 s
+    "test_masks_keras.py",  # 29 s
+    "test_diff_graph.py",  # 28 s
+    "test_bidirectional_keras.py",  # 27 s
+    "test_diff.py",  # 26 s
+    "test_fuzz_specs.py",  # 24 s
+    "test_import_keras.py",  # 21 s
+    "test_restore_sources_hostile.py",  # 19 s
+    "test_sweep_faults2.py",  # 18 s
+    "test_checkpoint_r5.py",  # 17 s
+    "test_epochs_replicas.py",  # 16 s
+    "test_keras_untrusted_files.py",  # 16 s
+    "test_serve_limits.py",  # 16 s
+    "test_finetune_keras.py",  # 16 s
+    "test_serve_live_faults.py",  # 15 s
 )
 
 
