@@ -51,6 +51,15 @@ def specgen(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+def specgen_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`specgen ARGS` through the CLI's main in this process, shaped like `specgen`'s result: for the tests of what a
+    command does, where a child's start-up (TensorFlow's import) would be most of the time; a kill needs a child."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["specgen", *args], code, out, err)
+
+
 def checkpoint_values(run: Path) -> dict[str, np.ndarray]:
     import tensorflow as tf
 
@@ -110,14 +119,15 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_learning_rate_override_on_resume_is_used_and_saved(tmp_path: Path) -> None:
+def test_learning_rate_override_on_resume_is_used_and_saved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = write_spec(tmp_path, SPEC.replace("accumulate: 2, ", ""))
     run = tmp_path / "run"
-    assert specgen("train", str(spec), "--steps", "4", "--quiet").returncode == 0
+    assert specgen_here(capsys, "train", str(spec), "--steps", "4", "--quiet").returncode == 0
     before = checkpoint_values(run)
     assert before["optimizers/all/learning_rate"] == np.float32(0.003)
     # A learning rate of 0 makes the next updates leave every weight exactly where it was.
-    result = specgen("train", str(spec), "--resume", "--steps", "2", "--quiet", "--set", "optimizers.all.learning_rate=0")
+    result = specgen_here(capsys, "train", str(spec), "--resume", "--steps", "2", "--quiet",
+                          "--set", "optimizers.all.learning_rate=0")
     assert result.returncode == 0, result.stderr
     after = checkpoint_values(run)
     assert after["optimizers/all/learning_rate"] == 0.0
@@ -126,7 +136,7 @@ def test_learning_rate_override_on_resume_is_used_and_saved(tmp_path: Path) -> N
         np.testing.assert_array_equal(after[path], before[path])
     assert not np.array_equal(after["optimizers/all/m/out/kernel"], before["optimizers/all/m/out/kernel"])
     # Without --set, the next resume keeps the rate the checkpoint holds.
-    assert specgen("train", str(spec), "--resume", "--steps", "1", "--quiet").returncode == 0
+    assert specgen_here(capsys, "train", str(spec), "--resume", "--steps", "1", "--quiet").returncode == 0
     assert checkpoint_values(run)["optimizers/all/learning_rate"] == 0.0
 
 
@@ -174,9 +184,10 @@ def test_resume_needs_a_checkpoint_and_a_new_run_needs_an_empty_folder(
 
 
 @pytest.mark.slow
-def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Path) -> None:
+def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     source = write_spec(tmp_path / "source", SPEC.replace("accumulate: 2, ", ""))
-    assert specgen("train", str(source), "--steps", "4", "--quiet").returncode == 0
+    assert specgen_here(capsys, "train", str(source), "--steps", "4", "--quiet").returncode == 0
     pretrained = checkpoint_values(tmp_path / "source" / "run")
     tuned_text = (SPEC.replace("accumulate: 2, ", "")
                   .replace('all: {variables: ["*"], kind: adam, learning_rate: 0.003}',
@@ -185,7 +196,7 @@ def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Pa
                            "frozen: [\"hidden/*\"]\ncheckpoint:\n  dir: run\n  restore:\n"
                            f"    - {{from: {tmp_path / 'source' / 'run'}, exclude: [\"out/*\"]}}"))
     tuned = write_spec(tmp_path / "tuned", tuned_text)
-    result = specgen("train", str(tuned), "--steps", "3")
+    result = specgen_here(capsys, "train", str(tuned), "--steps", "3")
     assert result.returncode == 0, result.stderr
     assert "restore: restored 2, initialized 2, unused" in result.stdout
     assert "mismatched 0; initialized: out/kernel, out/bias\n" in result.stdout  # what starts fresh, by name
