@@ -4,13 +4,14 @@
 Keras then imports, when they are installed, scikit-learn (for `keras.wrappers`' scikit-learn estimators),
 pandas (for DataFrames passed to `Model.fit`) and matplotlib (for `keras.visualization`'s image galleries);
 MLflow installs the first two, specgen's pictures the third. Keras imports each inside `try: ... except
-ImportError`, specgen uses none of those features, and together they cost 2.4 s of the 6.4 s that
-`python -c "import tensorflow"` takes on a 2-core machine (4.0 s without them, 2026-12-07).
+ImportError`, specgen uses none of those features, and together they cost about 2.8 s of the 6.4 s that
+`python -c "import tensorflow"` takes on a 2-core machine: 3.6 s with `trimmed()` around the import
+(medians of three, 2026-12-07; docs/cli.md).
 
 While TensorFlow's own import runs, `trimmed()` makes those imports fail as if the packages were not installed;
-Keras carries on without those features. Once TensorFlow has started they import as usual: specgen's
-pictures import matplotlib later, MLflow imports pandas, and a user's plugin may import scikit-learn. Where TensorFlow is already
-imported (a caller of `cli.main` in the same process) nothing changes.
+Keras carries on without those features. Once TensorFlow has started they import as usual: specgen's pictures
+import matplotlib later, MLflow imports pandas, and a user's plugin may import scikit-learn. Where TensorFlow is
+already imported (a caller of `cli.main` in the same process) nothing changes.
 """
 
 from __future__ import annotations
