@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_cli_completed
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -217,9 +217,9 @@ def test_runs_and_the_printed_map_restore_the_old_checkpoint_bitwise(tmp_path: P
     pytest.importorskip("onnxruntime")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        code, out, err = run_cli(list(args), capsys, tmp_path)
-        assert code in (0, 1), err[-3000:]
-        return subprocess.CompletedProcess(args, code, out, err)
+        result = run_cli_completed(list(args), capsys, tmp_path)
+        assert result.returncode in (0, 1), result.stderr[-3000:]
+        return result
 
     write(tmp_path, **{"old.yaml": OLD.replace("runs/small", "run_old"),
                        "new.yaml": RENAMED.replace("runs/small", "run_new")})

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import run_cli as run
+from cli_helpers import run_cli_completed
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -231,9 +232,9 @@ def test_swapped_layers_restore_bitwise_only_through_the_printed_map(tmp_path: P
     write(tmp_path, **{"old.yaml": old + "checkpoint: {dir: run_old}\n", "new.yaml": swapped})
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        code, out, err = run(list(args), capsys, tmp_path)
-        assert code in (0, 1), err[-3000:]
-        return subprocess.CompletedProcess(args, code, out, err)
+        result = run_cli_completed(list(args), capsys, tmp_path)
+        assert result.returncode in (0, 1), result.stderr[-3000:]
+        return result
 
     assert cli("train", "old.yaml", "--steps", "3").returncode == 0
     printed = cli("diff", "old.yaml", "new.yaml", "--map").stdout.split("# checkpoint map:")[1].split("\n", 1)[1]

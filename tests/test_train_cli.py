@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli_completed
 
 from specgen.cli import main
 from specgen.runtime.parity import max_abs_diff
@@ -49,15 +50,6 @@ def write_spec(folder: Path, text: str = SPEC) -> Path:
 def specgen(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specgen", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-
-
-def specgen_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`specgen ARGS` through the CLI's main in this process, shaped like `specgen`'s result: for the tests of what a
-    command does, where a child's start-up (TensorFlow's import) would be most of the time; a kill needs a child."""
-    capsys.readouterr()
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["specgen", *args], code, out, err)
 
 
 def checkpoint_values(run: Path) -> dict[str, np.ndarray]:
@@ -122,12 +114,12 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path: Path
 def test_learning_rate_override_on_resume_is_used_and_saved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = write_spec(tmp_path, SPEC.replace("accumulate: 2, ", ""))
     run = tmp_path / "run"
-    assert specgen_here(capsys, "train", str(spec), "--steps", "4", "--quiet").returncode == 0
+    assert run_cli_completed(["train", str(spec), "--steps", "4", "--quiet"], capsys, tmp_path).returncode == 0
     before = checkpoint_values(run)
     assert before["optimizers/all/learning_rate"] == np.float32(0.003)
     # A learning rate of 0 makes the next updates leave every weight exactly where it was.
-    result = specgen_here(capsys, "train", str(spec), "--resume", "--steps", "2", "--quiet",
-                          "--set", "optimizers.all.learning_rate=0")
+    result = run_cli_completed(["train", str(spec), "--resume", "--steps", "2", "--quiet",
+                                "--set", "optimizers.all.learning_rate=0"], capsys, tmp_path)
     assert result.returncode == 0, result.stderr
     after = checkpoint_values(run)
     assert after["optimizers/all/learning_rate"] == 0.0
@@ -136,7 +128,7 @@ def test_learning_rate_override_on_resume_is_used_and_saved(tmp_path: Path, caps
         np.testing.assert_array_equal(after[path], before[path])
     assert not np.array_equal(after["optimizers/all/m/out/kernel"], before["optimizers/all/m/out/kernel"])
     # Without --set, the next resume keeps the rate the checkpoint holds.
-    assert specgen_here(capsys, "train", str(spec), "--resume", "--steps", "1", "--quiet").returncode == 0
+    assert run_cli_completed(["train", str(spec), "--resume", "--steps", "1", "--quiet"], capsys, tmp_path).returncode == 0
     assert checkpoint_values(run)["optimizers/all/learning_rate"] == 0.0
 
 
@@ -187,7 +179,7 @@ def test_resume_needs_a_checkpoint_and_a_new_run_needs_an_empty_folder(
 def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     source = write_spec(tmp_path / "source", SPEC.replace("accumulate: 2, ", ""))
-    assert specgen_here(capsys, "train", str(source), "--steps", "4", "--quiet").returncode == 0
+    assert run_cli_completed(["train", str(source), "--steps", "4", "--quiet"], capsys, tmp_path).returncode == 0
     pretrained = checkpoint_values(tmp_path / "source" / "run")
     tuned_text = (SPEC.replace("accumulate: 2, ", "")
                   .replace('all: {variables: ["*"], kind: adam, learning_rate: 0.003}',
@@ -196,7 +188,7 @@ def test_fine_tuning_restores_a_frozen_backbone_and_trains_the_head(tmp_path: Pa
                            "frozen: [\"hidden/*\"]\ncheckpoint:\n  dir: run\n  restore:\n"
                            f"    - {{from: {tmp_path / 'source' / 'run'}, exclude: [\"out/*\"]}}"))
     tuned = write_spec(tmp_path / "tuned", tuned_text)
-    result = specgen_here(capsys, "train", str(tuned), "--steps", "3")
+    result = run_cli_completed(["train", str(tuned), "--steps", "3"], capsys, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "restore: restored 2, initialized 2, unused" in result.stdout
     assert "mismatched 0; initialized: out/kernel, out/bias\n" in result.stdout  # what starts fresh, by name

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from specgen.cli import main
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -57,14 +56,11 @@ def specgen(spec: Path, *args: str, fsize: int | None = None) -> subprocess.Comp
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
-def refusal(spec: Path, *args: str, capsys: pytest.CaptureFixture[str],
-            monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+def refusal(spec: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
     """`specgen train` through the CLI's main in this process, in the child's working folder: for a refusal made
     before anything trains, where a child's start-up (TensorFlow's import, seconds) would be the test's whole time."""
-    monkeypatch.chdir(spec.parent.parent)
-    capsys.readouterr()
-    code = main(["train", str(spec), "--quiet", *args])
-    return code, own_lines(capsys.readouterr().err)
+    code, _, err = run_cli(["train", str(spec), "--quiet", *args], capsys, spec.parent.parent)
+    return code, own_lines(err)
 
 
 def own_lines(stderr: str) -> list[str]:
@@ -270,14 +266,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
      "start over with --fresh (it moves this run aside, deleting nothing)"),
 ], ids=["another spec", "spec null", "spec missing", "float seed", "overrides a string", "not JSON"])
 def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_line(
-        trained: Path, meta: str, line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        trained: Path, meta: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
     run = trained.parent.parent / "run"
     file = run / "ckpt-00000005" / "meta.json"
     original = file.read_bytes()
     file.write_text(meta)
     listing = sorted(p.name for p in run.rglob("*"))
     try:
-        assert refusal(trained, "--resume", "--steps", "5", capsys=capsys, monkeypatch=monkeypatch) == \
+        assert refusal(trained, "--resume", "--steps", "5", capsys=capsys) == \
             (1, [line, "1 error found"])
         assert sorted(p.name for p in run.rglob("*")) == listing and file.read_text() == meta  # nothing changed
     finally:
@@ -285,15 +281,14 @@ def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_li
 
 
 @pytest.mark.slow
-def test_probe_resume_refuses_a_meta_json_of_another_spec(trained: Path, capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_resume_refuses_a_meta_json_of_another_spec(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`--probe --resume` loads the same checkpoint `--resume` would: it makes the same meta.json checks."""
     run = trained.parent.parent / "run"
     file = run / "ckpt-00000005" / "meta.json"
     original = file.read_bytes()
     file.write_text('{"step": 5, "spec": "other"}')
     try:
-        assert refusal(trained, "--probe", "--resume", capsys=capsys, monkeypatch=monkeypatch) == (1, [
+        assert refusal(trained, "--probe", "--resume", capsys=capsys) == (1, [
             "run/ckpt-00000005/meta.json: error: this checkpoint belongs to spec 'other', not 'fault_mlp'; resume it "
             "with that spec, or give this one its own folder (checkpoint.dir)", "1 error found"])
     finally:
