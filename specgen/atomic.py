@@ -17,6 +17,7 @@ they were writing, so `describe` can turn any of them into one line for the user
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -244,6 +245,26 @@ def pid_alive(pid: int) -> bool:
     except (OverflowError, ValueError):  # a number no process here can have
         return False
     return True
+
+
+PROBE_NAME = re.compile(r"^\.specgen-write-check\.\d+$")  # `probe_writable`'s file, left only by a kill
+
+
+def probe_writable(folder: Path, keep_times: bool = False) -> None:
+    """Create and remove `.specgen-write-check.<pid>` in `folder`, or raise the OSError that says why not: the one
+    check, before any expensive work, that a command will be able to write there (train's run folder, export's
+    output). A file a killed process left is removed by the next probe of its pid here, and by a run folder's
+    leftover sweep (runtime/checkpoint.py matches PROBE_NAME). With `keep_times`, the folder's access and
+    modification times are set back, so that a check leaves no trace (where the user may set them: its owner)."""
+    before = os.stat(folder) if keep_times else None
+    probe = folder / f".specgen-write-check.{os.getpid()}"
+    probe.unlink(missing_ok=True)  # a killed process's of the same pid: O_EXCL below would refuse it
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    probe.unlink()
+    if before is not None:
+        # Only the folder's owner (or root) may set its times; for anyone else its modification time shows the probe.
+        with contextlib.suppress(OSError):
+            os.utime(folder, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def fsync_folder(folder: Path) -> None:

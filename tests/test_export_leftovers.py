@@ -205,6 +205,32 @@ def test_a_reexport_that_fails_between_its_files_never_mixes_them(tiny: dict[str
         assert (out / "model.onnx").read_bytes() != first  # the new model, described by nothing: readers refuse
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_anything_runs(tiny: dict[str, Any], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """export's write probe (atomic.probe_writable, the one train uses too), before TensorFlow's work: a read-only
+    file system (injected at the probe's open: the suite runs as root, whom file modes do not stop) is one line
+    naming the output, and a writable output keeps no probe file."""
+    _checkpoint(tmp_path / "a", tiny["ir"], 1)
+    args = ["export", str(tiny["folder"] / "spec.yaml"), "--checkpoint", str(tmp_path / "a"), "-o"]
+    real_open = os.open
+
+    def read_only(path: Any, *rest: Any, **kw: Any) -> int:
+        if Path(path).name.startswith(".specgen-write-check."):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *rest, **kw)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert main([*args, str(tmp_path / "ro")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert str(tmp_path / "ro") in err and "read-only" in err.lower()
+    assert not (tmp_path / "ro").exists() or not list((tmp_path / "ro").iterdir())
+    monkeypatch.setattr(os, "open", real_open)
+    assert main([*args, str(tmp_path / "good")]) == 0
+    assert not [p.name for p in (tmp_path / "good").iterdir() if p.name.startswith(".")]
+
+
 def test_a_version_folder_is_written_as_one_set(tiny: dict[str, Any], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A version folder rewritten (explicit version) and failing before its model.onnx: the old code left the new

@@ -41,7 +41,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from specgen.atomic import STALE_AFTER, TEMP_NAME, fsync_folder, pid_alive, write_atomic
+from specgen.atomic import PROBE_NAME, STALE_AFTER, TEMP_NAME, fsync_folder, pid_alive, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.runtime.checkpoint_read import (
@@ -64,7 +64,6 @@ __all__ = ["LATEST", "STATE", "CheckpointFolder", "RunFolder", "checkpoint_keys"
            "read_arrays", "read_values", "resolve_prefix", "write_failure"]
 
 TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
-PROBE = re.compile(r"^\.specgen-write-check\.\d+$")  # resume.check_writable's probe file, left by a kill
 # Where `specgen train` writes files of its own (write_atomic's `.NAME.<pid>.<hex>.tmp`): the run folder (`latest`,
 # `checkpoint`, spec.resolved.yaml, provenance.json, mlflow.json) and code/; tensorboard/ for the write probe.
 WRITTEN = ("", "code", "tensorboard", "tensorboard/train", "tensorboard/eval")
@@ -102,7 +101,7 @@ class CheckpointFolder(RunFolder):
 
     @staticmethod
     def _leftover(path: Path, sub: str, locked: bool) -> bool:
-        if PROBE.match(path.name):
+        if PROBE_NAME.match(path.name):
             return True
         if sub == "" and TEMPORARY.match(path.name):
             return True

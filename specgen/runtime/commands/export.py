@@ -21,7 +21,6 @@ model.onnx, goes last, and is removed before model.onnx is replaced.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from specgen.atomic import refuse_links, write_atomic, writing
+from specgen.atomic import probe_writable, refuse_links, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
@@ -167,10 +166,9 @@ def _check_output(out: Path) -> None:
     """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work."""
     for name in ("model.onnx", "export.json", *(d.file_name for d in PRECISIONS.values())):
         refuse_links(out / name)
-    probe = out / f".specgen-write-check.{os.getpid()}"
     with writing(out):
-        write_atomic(probe, b"", fsync=False)
-        probe.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        probe_writable(out)
 
 
 def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

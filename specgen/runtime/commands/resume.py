@@ -13,8 +13,6 @@ and the checkpoint's fit to the spec (resume_fit.py) have been read and checked,
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from specgen.atomic import probe_writable
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
@@ -89,23 +88,9 @@ def check_writable(folder: Path) -> None:
         if existing is None:
             raise NotADirectoryError(0, "no existing folder above it", str(folder))
         for where in [existing, *(folder / s for s in SUBFOLDERS if (folder / s).is_dir())]:
-            _probe(where, keep_times=where == folder or folder in where.parents)
+            probe_writable(where, keep_times=where == folder or folder in where.parents)
     except OSError as exc:
         raise _unwritable(exc, folder if where == existing and existing != folder else where) from None
-
-
-def _probe(where: Path, keep_times: bool) -> None:
-    """Create and remove `.specgen-write-check.<pid>` in `where` (a leftover of a killed run is removed by the next
-    one: checkpoint.PROBE); with `keep_times`, set the folder's access and modification times back."""
-    before = os.stat(where) if keep_times else None
-    probe = where / f".specgen-write-check.{os.getpid()}"
-    probe.unlink(missing_ok=True)  # a killed run's of the same pid: O_EXCL below would refuse it
-    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
-    probe.unlink()
-    if before is not None:
-        # Only the folder's owner (or root) may set its times; for anyone else its modification time shows the probe.
-        with contextlib.suppress(OSError):
-            os.utime(where, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def _unwritable(exc: OSError, where: Path) -> SpecError:
