@@ -57,6 +57,9 @@ def test_metric_has_a_test(name: str) -> None:
 def test_metric_is_documented(name: str) -> None:
     assert name in table_kinds("training.md", "## Evaluation and metrics"), (
         f"metric '{name}': docs/training.md's 'Evaluation and metrics' table has no row naming it")
+    row = next((line for line in (ROOT / "docs" / "spec.md").read_text().splitlines() if line.startswith("| `metrics`")),
+               "")
+    assert f"`{name}`" in row, f"metric '{name}': docs/spec.md's `train` table row `metrics` does not list it"
 
 
 @pytest.mark.parametrize("name", KINDS)
