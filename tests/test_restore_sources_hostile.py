@@ -221,3 +221,27 @@ def test_a_source_that_fails_when_its_values_are_read_leaves_no_run_folder(
     assert "cannot restore: cannot read 'out/kernel' from src" in err and err.endswith("1 error found\n")
     assert "(and 1 more key from it). Nothing was restored." in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_plan_from_a_set_restore_names_the_override_not_the_file(tmp_path: Path) -> None:
+    """A restore plan's problems point at `checkpoint.restore`: where it was written. Written by `--set`, that is the
+    override (the old code pointed at the file's `restore:`, which named another checkpoint)."""
+    from specgen.spec.overrides import load_with_overrides
+
+    (tmp_path / "bad").mkdir()
+    tf.raw_ops.SaveV2(prefix=str(tmp_path / "bad" / "variables"), tensor_names=["out/kernel", "out/bias"],
+                      shape_and_slices=["", ""], tensors=[np.zeros((5, 2), np.float32), BIAS])
+    (tmp_path / "bad" / "meta.json").write_text('{"step": 1, "serial": 1}\n')
+    checkpoint(tmp_path / "good")
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("SOURCE", str(tmp_path / "good")))
+    override = f"checkpoint.restore=[{{from: {tmp_path / 'bad'}}}]"
+    loaded = load_with_overrides(tmp_path / "spec.yaml", [override])
+    plan = plan_restore(loaded, TARGETS)
+    variables = {"out/kernel": tf.Variable(tf.zeros([3, 2])), "out/bias": tf.Variable(tf.zeros([2]))}
+    with pytest.raises(SpecError) as raised:
+        apply_plan(plan, variables)
+    (diagnostic,) = raised.value.diagnostics
+    assert (diagnostic.path, diagnostic.position) == (f"--set {override}", None)
+    assert "mismatched 1" in diagnostic.message
+    plain = plan_restore(load_with_overrides(tmp_path / "spec.yaml", []), TARGETS)
+    assert plain.display.endswith("spec.yaml") and (plain.position.line, plain.position.col) == (10, 5)

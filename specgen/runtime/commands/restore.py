@@ -64,8 +64,10 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
         except ValueError as exc:
             raise _source_error(loaded, i if spec_sources else None, path, str(exc)) from None
     # the sources' plans joined by the rules `specgen diff` runs too (ir/restore_rules.py)
-    return combine(parts, targets, RestorePlan([], display=loaded.display, position=loaded.position(
-        "checkpoint", "restore") if spec_sources else None))
+    # Where the plan's problems are reported: `checkpoint.restore` in the spec, or the `--set` that wrote it.
+    where = loaded.diagnostic(("checkpoint", "restore"), "")
+    return combine(parts, targets, RestorePlan([], display=where.path if spec_sources else loaded.display,
+                                               position=where.position if spec_sources else None))
 
 
 def _cells(row: Row) -> list[str]:
