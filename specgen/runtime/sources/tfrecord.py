@@ -79,16 +79,19 @@ def read(context: SourceContext) -> Source:
     scan.say_skipped()
     files = tf.data.Dataset.from_tensor_slices(file_names(shards))
     train = context.training.train
-    if train is not None and _shuffles_files(context, model, shards):
+    order_seed = train.seed if train is not None and _shuffles_files(context, shards) else None
+    if order_seed is not None:
         # Shards in a seeded order, the same each epoch (the buffer reshuffles examples every epoch). Not reshuffled:
         # a reshuffling shuffle nested under training's reshuffling one does not restore exactly from a saved
         # iterator (TensorFlow 2.x; a resumed run diverged at 8 of 21 save points), which exact resume needs.
-        files = files.shuffle(len(shards), seed=train.seed, reshuffle_each_iteration=False)
+        # Before a cache too, which then holds the examples in this order: a cache only saves the reading, the
+        # batches are those of the same spec without one (it is keyed to the seed, _settings).
+        files = files.shuffle(len(shards), seed=order_seed, reshuffle_each_iteration=False)
     read_shard = opener(scan.skipped, shards, model.compression)
     dataset = files.interleave(read_shard, cycle_length=min(model.cycle_length, len(shards)), block_length=1,
                                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).map(
         parse, num_parallel_calls=tf.data.AUTOTUNE)  # deterministic: the order is the order read
-    settings = _settings(context, model, spec, scan.skipped)
+    settings = _settings(context, model, spec, scan.skipped) | {"shard_order_seed": order_seed}
     if model.cache == "memory":
         dataset = dataset.cache()
     elif model.cache is not None:
@@ -109,8 +112,8 @@ def _settings(context: SourceContext, model: Any, spec: dict[str, Any], skipped:
             "skipped": {os.fsdecode(s): sorted(i) for s, i in skipped.items() if i}}
 
 
-def _shuffles_files(context: SourceContext, model: Any, shards: list[Path]) -> bool:
-    return context.stage == "train" and context.training.train is not None and model.cache is None and len(shards) > 1
+def _shuffles_files(context: SourceContext, shards: list[Path]) -> bool:
+    return context.stage == "train" and context.training.train is not None and len(shards) > 1
 
 
 def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], list[int]], files: tf.data.Dataset,
