@@ -278,6 +278,43 @@ def test_a_broken_config_is_refused_and_the_model_keeps_serving(tmp_path: Path, 
         "[-1, 11]")}
 
 
+def test_each_unloaded_version_says_why(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """`model_unloaded`'s reason: a version folder deleted is `removed from the repository` (the old code said
+    `replaced` for every version that left), a version_policy edit `not chosen by version_policy`, and a newer
+    version that the same policy chooses `replaced`."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    for v in (1, 2):
+        write_repository(repo, *versions[v], version=v)
+    folder = repo / CNN
+    with_policy(folder, "all { }")
+    options = ServeOptions(model_control="poll", poll_seconds=0.1)
+
+    def unloaded() -> list[tuple[int, str]]:
+        return [(e["version"], e["reason"]) for e in events(caplog.records, "model_unloaded")]
+
+    config = (folder / "config.pbtxt").read_text()
+    with caplog.at_level(logging.INFO), Served(load_repository(repo, provider="cpu"), options, repo):
+        shutil.move(folder / "2", tmp_path / "kept")
+        wait_until(lambda: len(unloaded()) >= 1, "version 2 was not unloaded")
+        shutil.move(tmp_path / "kept", folder / "2")
+        wait_until(lambda: len(events(caplog.records, "model_loaded")) == 1, "version 2 was not loaded again")
+        (folder / "config.pbtxt").write_text(config.replace("all { }", "specific { versions: [ 2 ] }"))
+        # A config.pbtxt edit loads the versions it keeps again: the old version 2 leaves as `replaced`.
+        wait_until(lambda: len(unloaded()) >= 3, "versions 1 and 2 were not unloaded")
+        (folder / "3").mkdir()
+        (folder / "3" / "model.onnx").write_bytes((folder / "2" / "model.onnx").read_bytes())
+        (folder / "config.pbtxt").write_text(config.replace("version_policy { all { } }", ""))  # latest 1: 3
+        wait_until(lambda: len(unloaded()) >= 4, "version 2 was not unloaded")
+        (folder / "4").mkdir()
+        (folder / "4" / "model.onnx").write_bytes((folder / "2" / "model.onnx").read_bytes())
+        wait_until(lambda: len(unloaded()) >= 5, "version 3 was not unloaded")
+    assert unloaded() == [(2, "removed from the repository"), (1, "not chosen by version_policy"), (2, "replaced"),
+                          (2, "not chosen by version_policy"), (3, "replaced")]
+
+
 def test_explicit_load_and_unload(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
                                   predictors: dict[int, Predictor]) -> None:
     folder = write_repository(tmp_path, *versions[1])

@@ -342,7 +342,7 @@ class ModelControl:
             return
         for _ in added:
             self.registry.metrics.load_result(name, "loaded")
-        self.registry.install(name, chosen)
+        self.registry.install(name, chosen, reasons={v: _retired_why(v, served, chosen) for v, served in current.items()})
         self.problems.pop(name, None)
         for version in added:
             log.info("model version loaded", extra={"fields": {
@@ -369,3 +369,16 @@ class ModelControl:
                 entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
                                 "reason": self.problems.get(name, "not loaded")})
         return entries
+
+
+def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> str:
+    """Why a served version leaves, for its `model_unloaded` line: its folder is gone (`removed from the
+    repository`), config.pbtxt's version_policy was edited (`not chosen by version_policy`), or another load took
+    its place (`replaced`: its number loaded again, or a newer version that the same policy now chooses)."""
+    path = served.model.path
+    if path is not None and not path.parent.exists():
+        return "removed from the repository"
+    policy = next(iter(chosen.values())).model.config.version_policy if chosen else None
+    if policy is not None and number not in chosen and policy != served.model.config.version_policy:
+        return "not chosen by version_policy"
+    return "replaced"

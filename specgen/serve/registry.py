@@ -123,8 +123,10 @@ class Registry:
             for served in versions.values():
                 served.batcher.start()
 
-    def install(self, name: str, versions: dict[int, Version], reason: str = "replaced") -> None:
-        """Serve exactly `versions` for `name` from now on (none: unload it); versions left out are retired."""
+    def install(self, name: str, versions: dict[int, Version], reason: str = "replaced",
+                reasons: dict[int, str] | None = None) -> None:
+        """Serve exactly `versions` for `name` from now on (none: unload it); versions left out are retired, each
+        logged with its reason in `reasons` (by version number), else `reason`."""
         old = self.models.get(name, {})
         for served in versions.values():
             if served not in old.values():
@@ -138,7 +140,7 @@ class Registry:
         kept = set(map(id, versions.values()))
         for served in old.values():
             if id(served) not in kept:
-                self.retire(served, reason)
+                self.retire(served, (reasons or {}).get(served.model.version, reason))
 
     def retire(self, served: Version, reason: str) -> None:
         served.retired = reason
