@@ -101,10 +101,14 @@ def read_regular(path: Path, shown: Path | None = None) -> bytes | None:
         if exc.errno == errno.ELOOP:
             raise _link_error(Path(path), shown) from None
         raise
+    # fstat before fdopen: fdopen refuses a folder itself, with an error that names the descriptor, not the path.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        if kind(Path(path), shown) == "folder":  # a device or pipe raises there, naming what it is
+            raise UnsafePathError(shown or path, "is a folder, not a regular file; specgen reads a file there",
+                                  "give a file path and run again")
+        raise UnsafePathError(shown or path, "is not a regular file; specgen reads only regular files")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            kind(Path(path), shown)  # names a folder, device or pipe
-            raise UnsafePathError(shown or path, "is not a regular file; specgen reads only regular files")
         return handle.read()
 
 

@@ -250,6 +250,21 @@ def test_the_fallback_schema_path_is_below_the_pyproject_folder(repo: Path, monk
     monkeypatch.chdir(repo / "specs")
     assert _run(capsys, "schema") == (0, f"wrote {repo}/schemas/specgen.schema.json\n", "")
     assert not (repo / "specs" / "schemas").exists()
+    before = (repo / "schemas" / "specgen.schema.json").stat()
+    # Unchanged: not written again (the old code replaced it each time, and failed in a read-only checkout).
+    assert _run(capsys, "schema") == (0, f"unchanged: {repo}/schemas/specgen.schema.json\n", "")
+    after = (repo / "schemas" / "specgen.schema.json").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_folder_where_the_schema_goes_is_named(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """atomic.read_regular on a folder: the old message named the file descriptor (`5: it is a folder`)."""
+    monkeypatch.chdir(repo)
+    (repo / "folder").mkdir()
+    assert _run(capsys, "schema", "--check", "-o", "folder") == (
+        1, "unsafe: folder is a folder, not a regular file; specgen reads a file there; give a file path and run "
+           "again\n", "")
 
 
 # --- 9: the template cache --------------------------------------------------------------------------------------------
@@ -297,3 +312,15 @@ def test_crlf_only_drift_is_one_line_about_line_endings(tmp_path: Path) -> None:
     assert reports[0] == (f"drifted: {root}/m/model.py (line endings: CRLF on disk, LF expected; add "
                           f"`{root}/** text eol=lf` to .gitattributes)")
     assert reports[1].startswith(f"--- {root}/m/train.py (on disk)") and "-b = 3\r\n" in reports[1]
+
+
+def test_a_spec_reached_twice_is_one_spec(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder plus a file in it, the same file spelled three ways, a link beside it: one spec each time. The old
+    code read it twice, and build refused it as a name clash with itself while validate said ok twice."""
+    (repo / "specs" / "alias.yaml").symlink_to("digits_mlp.yaml")
+    spec = "specs/digits_mlp.yaml"
+    for paths in (["specs", spec], [spec, f"./{spec}", str(repo / spec)]):
+        code, out, err = _run(capsys, "build", *paths, "--out", "gen")
+        assert (code, err, out.splitlines()[-1].rsplit(":", 1)[0]) == (0, "", "built 1 spec(s) into gen"), (out, err)
+        code, out, err = _run(capsys, "validate", *paths)
+        assert (code, out.count("ok: "), err) == (0, 1, "")

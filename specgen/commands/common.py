@@ -71,7 +71,12 @@ def expand(paths: Sequence[Path], skip: Sequence[Path] = ()) -> list[Path]:
             found.append(path)
     if empty:
         raise NoSpecs("\n".join(f"no spec files (*.yaml, *.yml) in {shown(p)}" for p in empty))
-    return found
+    # A file reached twice (named twice, named and inside a named folder, or beside a link to it) is one spec:
+    # read twice, build would refuse it as a name clash with itself. It keeps the place it was first reached.
+    first: dict[str, Path] = {}
+    for path in found:
+        first.setdefault(os.path.realpath(path), path)
+    return list(first.values())
 
 
 def _walk(folder: Path, outs: set[str], tops: set[str]) -> Iterator[Path]:

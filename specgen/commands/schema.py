@@ -29,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"ok: {shown(target)} is up to date")
         return 0
+    if not schema_drift(target, text):  # as build: an unchanged file is not touched (a read-only checkout too)
+        print(f"unchanged: {shown(target)}")
+        return 0
     write_atomic(target, text)
     print(f"wrote {shown(target)}")
     return 0
