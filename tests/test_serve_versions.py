@@ -315,6 +315,23 @@ def test_each_unloaded_version_says_why(tmp_path: Path, versions: dict[int, tupl
                           (2, "not chosen by version_policy"), (3, "replaced")]
 
 
+def test_a_refused_start_lists_every_problem_at_once(tmp_path: Path, versions: dict[int, tuple[Any, bytes]]) -> None:
+    """A broken config.pbtxt in one folder and a version of another folder whose graph differs from its config: one
+    RepositoryError with both lines (the old code stopped after the configs, so the second showed only once the
+    first was fixed)."""
+    folder = write_repository(tmp_path, *versions[1])
+    (folder / "2").mkdir()
+    (folder / "2" / "model.onnx").write_bytes(model_bytes("digits_resnet")[1])
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "config.pbtxt").write_text('name: "broken"\nmax_batch_size: 4\nbogus: 1\n')
+    with pytest.raises(RepositoryError) as raised:
+        load_repository(tmp_path, provider="cpu")
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"{tmp_path / 'broken' / 'config.pbtxt'}: not a Triton model ")
+    assert lines[1] == (f"{folder / '2' / 'model.onnx'}: the graph's outputs are ['logits', 'probabilities']; "
+                        "config.pbtxt declares ['logits']")
+
+
 def test_explicit_load_and_unload(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
                                   predictors: dict[int, Predictor]) -> None:
     folder = write_repository(tmp_path, *versions[1])

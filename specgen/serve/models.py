@@ -41,7 +41,7 @@ from specgen.serve.repository import (
     TensorConfig,
     file_stamp,
     not_regular,
-    read_repository,
+    scan_repository,
 )
 
 Arrays = dict[str, np.ndarray]
@@ -213,5 +213,17 @@ def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0, cuda
 
 def load_repository(repo: Path, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False
                     ) -> list[ServedModel]:
-    """Every served version of every model of a Triton-layout repository, loaded; errors name the folder or file."""
-    return [model for entry in read_repository(repo) for model in load_model(entry, provider, threads, cuda_graphs)]
+    """Every served version of every model of a Triton-layout repository, loaded; or a RepositoryError listing every
+    problem at once: each folder that does not read, and each version of the others that does not load."""
+    entries, problems = scan_repository(repo)
+    models = []
+    for entry in entries:
+        for version, path in sorted(entry.versions.items()):
+            try:
+                models.append(load_version(entry.name, version, path, entry.config, provider, threads,
+                                           cuda_graphs=cuda_graphs))
+            except RepositoryError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise RepositoryError("\n".join(problems))
+    return models

@@ -325,6 +325,15 @@ def check_repository(repo: Path) -> Path:
 
 def read_repository(repo: Path) -> list[ModelEntry]:
     """Every model of the repository, by name; a RepositoryError lists every folder that cannot be served."""
+    entries, problems = scan_repository(repo)
+    if problems:
+        raise RepositoryError("\n".join(problems))
+    return entries
+
+
+def scan_repository(repo: Path) -> tuple[list[ModelEntry], list[str]]:
+    """The models whose folder reads, and a line for each folder that does not (so that a caller can go on to
+    check the good ones' versions and list every problem at once); RepositoryError for no model folder at all."""
     repo = check_repository(repo)
     entries, problems = [], []
     for folder in model_folders(repo):
@@ -332,12 +341,10 @@ def read_repository(repo: Path) -> list[ModelEntry]:
             entries.append(read_model(folder))
         except RepositoryError as exc:
             problems.append(str(exc))
-    if problems:
-        raise RepositoryError("\n".join(problems))
-    if not entries:
+    if not entries and not problems:
         raise RepositoryError(f"{shown(repo)}: no models; expected REPO/<model>/config.pbtxt and "
                               "REPO/<model>/<version>/model.onnx (what `specgen export --triton` writes)")
-    return entries
+    return entries, problems
 
 
 def file_stamp(path: Path) -> tuple[int, int, int, int] | None:
