@@ -130,13 +130,15 @@ def test_workers_share_the_ports_survive_a_kill_and_drain(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("args", "message"), [  # --workers 0 is a usage error (test_serve_r5.py)
-    (["--workers", "2", "--model-control", "explicit"], "specgen serve: --model-control explicit needs --workers 1: a "
-     "load or unload request would reach only one worker (use --model-control poll with several workers)\n"),
+    (["--workers", "2", "--model-control", "explicit"], "specgen serve: error: --model-control explicit needs "
+     "--workers 1: a load or unload request would reach only one worker (use --model-control poll with several "
+     "workers)\n"),
 ])
 def test_workers_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    """Flags that do not go together are a usage error, exit 2, like a bad value of one flag."""
     result = subprocess.run([sys.executable, "-m", "specgen", "serve", str(tmp_path), *args], capture_output=True,
                             text=True, timeout=60)
-    assert (result.returncode, result.stderr) == (1, message)
+    assert (result.returncode, result.stderr) == (2, message)
 
 
 def test_a_repository_that_cannot_be_served_is_reported_once(tmp_path: Path) -> None:

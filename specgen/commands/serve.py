@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -104,6 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specgen.extras import need
+
+    if args.workers > 1 and args.model_control == "explicit":  # two flags that do not go together: a usage error
+        print("specgen serve: error: --model-control explicit needs --workers 1: a load or unload request would reach "
+              "only one worker (use --model-control poll with several workers)", file=sys.stderr)
+        return 2
 
     # every package the server imports (the serve extra, which brings the runtime's onnxruntime): one line
     need("specgen serve", "onnxruntime", "starlette", "uvicorn", "httptools", "prometheus_client", "tritonclient", "grpc")
