@@ -31,7 +31,7 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
-from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_orphans, error_at, merge, node, received
+from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_added, check_orphans, error_at, merge, node, received
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document
 from specgen.text import printable
@@ -156,7 +156,7 @@ class _Loader:
 
     def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
         path = Path(os.path.normpath(child.parent / ref))
-        if path.suffix not in (".yaml", ".yml"):
+        if path.suffix.lower() not in (".yaml", ".yml"):  # in any case, as a spec named on the command line
             raise error_at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
         try:
             self._find(path, ref, where, chain)  # refuses what may not be read; reads it into `files`
@@ -271,6 +271,11 @@ def _shown(path: Path) -> str:
     return shown_text(shown(path), 1024)  # the longest path a spec may name; a longer one only in a refusal
 
 
+def _abstract(tree: Node) -> bool:
+    flag = tree.mapping.get("abstract") if tree.mapping is not None else None
+    return flag is not None and flag.value is True
+
+
 def repository_root(spec: Path) -> Path:
     """The folder holding the spec's nearest `.git` (a folder or a worktree's file), else the spec's folder."""
     folder = spec.resolve().parent
@@ -290,5 +295,7 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
     key = Path(os.path.abspath(path))
     loader.loaded[key] = loader.load(path, shown_path, (), "")
     tree = loader.compose(key)
+    if not _abstract(tree):  # an abstract spec's children may give its new layers their op
+        check_added(tree)  # once every file is merged: a later file may give the new layer its op
     check_orphans(tree)  # once every file is merged: a later file may give the orphaned layer its input
     return tree.data(), ComposedSourceMap(shown_path, tree)

@@ -30,7 +30,7 @@ from specgen.fields.base import MAX_NAME_PARTS
 from specgen.kinds.ops import REGISTRY, Layer
 from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
 from specgen.spec.blocks import MAX_LAYERS, PARAM_REF, Instance
-from specgen.spec.messages import validation_diagnostics
+from specgen.spec.messages import Overrides, validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins, Site
 from specgen.spec.shipped import merged, prepare
@@ -46,10 +46,11 @@ class Expanded:
     origins: Origins
 
 
-def expand(spec: Spec, data: dict[str, Any], source: SourceMap) -> Expanded:
-    """The spec with its instances expanded into op layers, or SpecError with every problem."""
+def expand(spec: Spec, data: dict[str, Any], source: SourceMap, overrides: Overrides = ()) -> Expanded:
+    """The spec with its instances expanded into op layers, or SpecError with every problem (`overrides`: the `--set`
+    overrides applied to `data`, which notes name instead of a file position)."""
     spec, shipped = merged(spec)
-    origins = Origins(source, data, shipped=shipped)
+    origins = Origins(source, data, shipped=shipped, overrides=overrides)
     problems = check_blocks(spec, data, origins)
     if problems:
         raise SpecError(problems)

@@ -135,6 +135,6 @@ def validate_data(data: Any, source: SourceMap, path: Path, overrides: Overrides
     if spec.blocks or any(isinstance(layer, Instance) for layer in spec.layers):
         from specgen.spec.expand import expand  # only specs with blocks pay for importing it
 
-        expanded = expand(spec, data, source)
+        expanded = expand(spec, data, source, overrides)
         return LoadedSpec(expanded.spec, path, source.path, source, data, expanded.origins, overrides)
     return LoadedSpec(spec, path, source.path, source, data, overrides=overrides)

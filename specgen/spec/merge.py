@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from specgen.diagnostics import SpecError, quoted
-from specgen.spec.tree import ComposedSourceMap, Gone, Node, Orphan, Setting, error_at, node, received
+from specgen.diagnostics import SpecError, did_you_mean, quoted
+from specgen.spec.tree import Added, ComposedSourceMap, Gone, Node, Orphan, Setting, error_at, node, received
 
-__all__ = ["ComposedSourceMap", "Node", "Setting", "check_orphans", "error_at", "merge", "node", "received"]
+__all__ = ["ComposedSourceMap", "Node", "Setting", "check_added", "check_orphans", "error_at", "merge", "node", "received"]
 
 CONTROL = ("remove", "after", "before")  # the keys of a named item that steer the merge; never in the result
 
@@ -52,15 +52,15 @@ def merge(base: Node, child: Node) -> Node:
                 merged[key] = merge(old, value)
         return Node(_history(base.settings, child.settings), mapping=merged)
     if base.items is not None and child.items is not None and _named(base.items) and _named(child.items):
-        items, orphans, gone = _merge_named(base.items, child.items)
+        items, orphans, gone, added = _merge_named(base.items, child.items)
         live = {item.name() for item in items}
         gone = {name: g for name, g in {**base.gone, **gone}.items() if name not in live}
         return Node(_history(base.settings, child.settings), items=items,
-                    orphans=(*base.orphans, *child.orphans, *orphans), gone=gone)
+                    orphans=(*base.orphans, *child.orphans, *orphans), gone=gone, added={**base.added, **added})
     # Anything else is replaced whole (a leaf, a list that is not named, a type change the schema then refuses):
     # the child's value, with the places it replaced first in its history (`explain` lists them all).
     return Node(_history(base.settings, child.settings), value=child.value, mapping=child.mapping,
-                items=child.items, orphans=child.orphans, gone=child.gone)
+                items=child.items, orphans=child.orphans, gone=child.gone, added=child.added)
 
 
 def _is_null(value: Node) -> bool:
@@ -126,8 +126,11 @@ class _Chain:
         return [item.name() for item in self.items()]
 
 
-def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[Orphan], dict[str, Gone]]:
+def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[Orphan], dict[str, Gone],
+                                                             dict[str, Added]]:
     chain = _Chain(base)
+    before = tuple(str(name) for name in chain.names())
+    added: dict[str, Added] = {}
     seen: dict[str, Setting] = {}
     placed: set[str] = set()  # new items and items moved with after/before: where this list put them is deliberate
     behind: dict[Any, Any] = {}  # an item's key -> the last item this list placed `after:` it (_place)
@@ -149,6 +152,7 @@ def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[
             continue
         body = Node(item.settings, mapping={k: v for k, v in item.mapping.items() if k not in CONTROL})
         if key is None:
+            added[name] = Added(item.settings[-1], before)
             key = chain.keys[name] = name if name not in chain.node else object()
             chain.node[key] = body
             placed.add(name)
@@ -166,7 +170,7 @@ def _merge_named(base: list[Node], child: list[Node]) -> tuple[list[Node], list[
                 chain.link(key, before=_place(name, key, steer, chain, behind, after))
         gone.pop(name, None)
     result = chain.items()
-    return result, _orphaned(result, orphans, placed), gone
+    return result, _orphaned(result, orphans, placed), gone, added
 
 
 def _check_once(item: Node, name: str, seen: dict[str, Setting]) -> None:
@@ -245,6 +249,28 @@ def check_orphans(tree: Node) -> None:
     children = tree.mapping.values() if tree.mapping is not None else tree.items or []
     for child in children:
         check_orphans(child)
+
+
+def check_added(tree: Node) -> None:
+    """After the whole spec is merged: a layer a file appended to its bases' list that no file gave an `op` (or a
+    `block`) is most likely one that tunes a layer the bases no longer have (renamed in a shared base): say so at
+    the entry, with the bases' names, rather than the schema's bare "missing required key 'op'"."""
+    if tree.items is not None and tree.added:
+        layers = any(_given(item, "op") or _given(item, "block") for item in tree.items)
+        for item in tree.items:
+            found = tree.added.get(item.name())
+            if layers and found is not None and not (_given(item, "op") or _given(item, "block")):
+                raise _added_error(str(item.name()), found)
+    children = tree.mapping.values() if tree.mapping is not None else tree.items or []
+    for child in children:
+        check_added(child)
+
+
+def _added_error(name: str, added: Added) -> SpecError:
+    names = ", ".join(added.before[:12]) + (", ..." if len(added.before) > 12 else "")
+    return error_at(added.at, f"layer {quoted(name)} is not in any base (their layers: {names}"
+                              f"{did_you_mean(name, added.before)}): a new layer needs an 'op' (or a 'block'); to "
+                              "change a layer of the bases, name it")
 
 
 def _orphan_error(reader: Node, orphan: Orphan) -> SpecError:

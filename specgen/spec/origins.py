@@ -13,7 +13,8 @@ from typing import Any
 
 from specgen.diagnostics import Position, safe_repr
 from specgen.spec.blocks import PARAM_REF
-from specgen.spec.yaml_source import PathKey, SourceMap
+from specgen.spec.messages import Overrides, override_at
+from specgen.spec.yaml_source import PathKey, SourceMap, data_path
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Origins:
     # Shipped blocks the spec uses (spec/shipped.py): name -> raw definition. Not in the user's file, so a
     # diagnostic inside one points at the user's value of the `$param` involved, else at the instance.
     shipped: Mapping[str, Any] = field(default_factory=dict)
+    # `--set` overrides applied to `data` (spec/overrides.py): a value one of them set has no place in a file.
+    overrides: Overrides = ()
 
     def locate(self, loc: PathKey, key: bool = False) -> tuple[Position | None, str]:
         if len(loc) < 2 or loc[0] != "layers" or not isinstance(loc[1], int) or not 0 <= loc[1] < len(self.items):
@@ -82,20 +85,33 @@ class Origins:
         """' (in instance 'a/1' of block 'b' at f:3:7, in ...; $filters is 64, set at f:9:40)'."""
         if not origin.sites:
             return ""
-        text = " (in " + ", in ".join(f"instance '{s.name}' of block '{s.block}' at {self._shown(s.loc)}"
+        text = " (in " + ", in ".join(f"instance '{s.name}' of block '{s.block}' {self._set(s.loc, 'at')}"
                                      for s in origin.sites)
         ref = self._param_at(origin.loc, rest)
         if ref is not None and ref in origin.sites[0].args:
             value, where = origin.sites[0].args[ref]
             text += f"; ${ref} is {safe_repr(value)}, " + (
-                f"the default of shipped block '{where[1]}'" if self._shipped(where) else f"set at {self._shown(where)}")
+                f"the default of shipped block '{where[1]}'" if self._shipped(where) else self._set(where))
         return text + ")"
 
+    def _set(self, loc: PathKey, at: str = "set at") -> str:
+        """Who wrote `loc`: `set at base.yaml:13:48` (`at`, then the place), or `set by --set layers[stage].with`."""
+        override = self._override(loc)
+        return f"set by --set {override}" if override is not None else f"{at} {self._shown(loc)}"
+
+    def _override(self, loc: PathKey) -> str | None:
+        """The key of the last `--set` that set `loc` or a key above it, as written, or None."""
+        text = override_at(self.overrides, [data_path(loc, self.data)[0]]) if self.overrides else None
+        return None if text is None else text.partition("=")[0].strip()
+
     def _shown(self, loc: PathKey) -> str:
+        """`base.yaml:13:5`: the file that wrote `loc` (with `extends`, a base's own, not the top spec)."""
         if self._shipped(loc):  # not in the user's file: name it instead
             return f"shipped block '{loc[1]}'"
         position = self.source.locate(loc, self.data)
-        return f"{self.source.path}:{position.line}:{position.col}" if position else self.source.path
+        if position is None:
+            return self.source.path
+        return f"{position.file or self.source.path}:{position.line}:{position.col}"
 
     def _param_at(self, loc: PathKey, rest: PathKey) -> str | None:
         """The parameter whose `$ref` is written where a diagnostic points, if one is."""

@@ -18,6 +18,7 @@ from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
+from specgen.spec.received import received
 from specgen.spec.yaml_source import PathKey, not_utf8, parse_value
 
 
@@ -141,19 +142,56 @@ def _descend(text: str, parts: list[str | int], i: int, node: Any) -> Any:
         names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
         raise SpecError([Diagnostic(f"--set {text}", None, f"no item named {quoted(part[1:-1])} in "
                                     f"'{_joined(parts[:i])}'{did_you_mean(part[1:-1], names)}")])
-    raise SpecError([Diagnostic(f"--set {text}", None, f"'{_joined(parts[: i + 1])}' is not a mapping or "
-                                "list index in the spec")])
+    raise SpecError([Diagnostic(f"--set {text}", None, _cannot(parts, i, node, None))])
 
 
 def _set(text: str, node: Any, last: str | int, value: Any) -> None:
-    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+    if isinstance(node, list) and isinstance(last, int) and last < len(node) and not (value is None and _named(node)):
         node[last] = value
     elif isinstance(node, dict) and value is None and last in node:
         del node[last]  # `--set KEY=null` removes the key, as `key: null` over a base does: its default applies
     elif isinstance(node, dict):
         node[last] = value
     else:
-        raise SpecError([Diagnostic(f"--set {text}", None, "cannot set a value there")])
+        parts = key_parts(text.partition("=")[0].strip())
+        raise SpecError([Diagnostic(f"--set {text}", None, _cannot(parts, len(parts) - 1, node, value))])
+
+
+def _named(items: list[Any]) -> bool:
+    """A list merged by name (`layers`, a block's `layers`): its items are mappings with a `name`."""
+    return bool(items) and all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in items)
+
+
+def _cannot(parts: list[str | int], i: int, node: Any, value: Any) -> str:
+    """Why `--set` cannot write at `parts[i]` of `node` (what is there, what it can set instead): a list item it would
+    add or remove, a key under a value that is not a mapping, a `[NAME]` item set whole."""
+    part, where = parts[i], _joined(parts[:i]) or "the spec"
+    if not isinstance(node, list):
+        return (f"'{where}' holds {received(node)}, not a mapping or a list, so it has no key {quoted(str(part))}; "
+                f"set '{where}' itself")
+    named = _named(node)
+
+    def remove(name: str) -> str:
+        return f"write `{{name: {name}, remove: true}}` in a variant file's '{where}' (docs/spec.md, \"Composing specs\")"
+
+    if isinstance(part, str) and part.startswith("["):
+        index = next(n for n, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part[1:-1])
+        if value is None:
+            return f"'{_joined(parts[: i + 1])}' selects a list item; --set cannot remove a list item: {remove(part[1:-1])}"
+        return (f"'{_joined(parts[: i + 1])}' selects a list item to set its keys ({_joined(parts[: i + 1])}.KEY=VALUE); "
+                f"to replace the whole item, set it by its index: {where}.{index}=VALUE")
+    if not isinstance(part, int):
+        return (f"'{where}' is a list: select an item by its index ({where}.0)"
+                + (f" or by its name ({where}[{node[0]['name']}])" if named else "") + f", not {quoted(part)}")
+    size = f"has {len(node)} item{'' if len(node) == 1 else 's'} (0..{len(node) - 1})" if node else "is empty"
+    if part < len(node):  # a null at an item of a named list: it would not remove the item
+        return (f"--set cannot remove a list item ({where}.{part}=null would leave a null in the list): "
+                f"{remove(node[part]['name'])}")
+    if named:
+        return (f"'{where}' {size}: an index sets an existing item; --set cannot add a list item: write it in a "
+                f"variant file (a new name is appended, or placed with after: NAME)")
+    return (f"'{where}' {size}: an index sets an existing item; to change its length, set the whole list: "
+            f"{where}=[...]")
 
 
 def _check_selector(text: str, parts: list[str | int], i: int, node: Any) -> None:

@@ -39,13 +39,16 @@ def tree_of(data: Any, source: SourceMap) -> Node:
 
 def with_overrides(tree: Node, overrides: list[str]) -> Node:
     """Each `--set` written into the tree as a setting of its own (the values were checked by the loader); a
-    `--set KEY=null` removes the key, as `key: null` in a file does (spec/overrides.py)."""
+    `--set KEY=null` removes the key, as `key: null` in a file does (spec/overrides.py). As in the file merge
+    (spec/merge.py), every list and mapping above the key lists the `--set` as a place that wrote into it."""
     for text in overrides:
         parts, value = parse_override(text)
         label = f"--set {text.partition('=')[0].strip()}"
         at = tree
         for part in parts[:-1]:
+            at.settings.append(Setting(label, value=value))
             at = _child(at, part, create=True)
+        at.settings.append(Setting(label, value=value))
         if value is None and at.mapping is not None and parts[-1] in at.mapping and not at.mapping[parts[-1]].removed:
             old = at.mapping[parts[-1]]
             at.mapping[parts[-1]] = Node([*old.settings, Setting(label, removes=True)], removed=True)
@@ -79,27 +82,64 @@ def _assign(at: Node, part: str | int, value: Node) -> None:
             old = _child(at, part, create=True)
         assert at.mapping is not None
         at.mapping[part] = value
-    value.settings[:0] = old.settings  # a value keeps its history, a list or mapping replaced whole too
+    _inherit(old, value)
 
 
-def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True) -> Node:
-    """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out)."""
+def _inherit(old: Node, new: Node) -> None:
+    """A value keeps its history, a list or mapping replaced whole too, and so do the values inside it that the old
+    one held (docs/spec.md): a mapping's keys by key, a named list's items by name, as the file merge pairs them
+    (another list's items are replaced with it, as in the file merge)."""
+    new.settings[:0] = old.settings
+    if old.removed:
+        return
+    if old.mapping is not None and new.mapping is not None:
+        for key, child in new.mapping.items():
+            if key in old.mapping:
+                _inherit(old.mapping[key], child)
+    elif old.items is not None and new.items is not None:
+        before = {item.name(): item for item in old.items if isinstance(item.name(), str)}
+        for item in new.items:
+            if isinstance(item.name(), str) and item.name() in before:
+                _inherit(before.pop(item.name()), item)
+
+
+def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True,
+                  skip: frozenset[str] = frozenset()) -> Node:
+    """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out;
+    keys in `skip` are not defaults there)."""
     if tree.mapping is not None and isinstance(dumped, dict):
         for key, value in dumped.items():
             found = tree.mapping.get(key)
             if found is not None and not found.removed:  # a spec's own blocks get their defaults, no shipped ones
                 with_defaults(found, value, top=False, add=not (top and key in SHIPPED))
-            elif add and value is not None and value != {} and value != [] and not (top and key in SHIPPED):
+            elif add and value is not None and value != {} and value != [] and not (top and key in SHIPPED) \
+                    and key not in skip:
                 tree.mapping.pop(key, None)  # a removed key's default comes last, as one no file wrote
                 tree.mapping[key] = _default(value, found)
         if top:  # sections in the schema's order (specgen, name, doc, inputs, ...), whichever file wrote each first
             order = {key: n for n, key in enumerate(dumped)}
             tree.mapping = dict(sorted(tree.mapping.items(), key=lambda item: order.get(item[0], len(order))))
-    elif tree.items is not None and isinstance(dumped, list) and len(dumped) == len(tree.items):
-        for item, value in zip(tree.items, dumped, strict=True):  # blocks expand layers: then lengths differ
-            if isinstance(value, dict) and item.name() in (None, value.get("name")):
-                with_defaults(item, value, top=False)
+    elif tree.items is not None and isinstance(dumped, list):
+        for item, value in _paired(tree.items, dumped):
+            with_defaults(item, value, top=False, skip=WIRED)
     return tree
+
+
+# The keys a layer reads from: their only default is null (the layer before it), so a value the dump holds where no
+# file wrote one is the wiring block expansion gave the layer after an instance, not a default.
+WIRED = frozenset({"input", "inputs"})
+
+
+def _paired(items: list[Node], dumped: list[Any]) -> Iterator[tuple[Node, dict[str, Any]]]:
+    """Each written item with its validated dump: a named item by its name (with blocks, the dump holds the expanded
+    layers, `u/r1` for instance `u`, so positions differ; an instance has no dump of its own), another by its
+    position when the two lists are as long."""
+    by_name = {value["name"]: value for value in dumped if isinstance(value, dict) and isinstance(value.get("name"), str)}
+    for n, item in enumerate(items):
+        name = item.name()
+        value = by_name.get(name) if isinstance(name, str) else dumped[n] if len(dumped) == len(items) else None
+        if isinstance(value, dict):
+            yield item, value
 
 
 def _default(value: Any, removed: Node | None) -> Node:
@@ -205,8 +245,8 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     parts = parse_key(key)
     found, gone = find_any(tree, parts)
     if found is None:
-        raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec"
-                                    f"{did_you_mean(key, keys(tree))}")])
+        hint = _expanded(tree, parts) or did_you_mean(key, keys(tree))
+        raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec{hint}")])
     settings = found.settings or [DEFAULT]
     leaf = found.mapping is None and found.items is None
     means = UNSET_MEANS.get(str(parts[-1])) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") \
@@ -229,6 +269,33 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     return lines
 
 
+def _expanded(tree: Node, parts: list[str | int]) -> str:
+    """Where the keys of a layer a block instance expands to (`layers[u/r1].op`) are written: the resolved spec keeps
+    `layers` as written (so that it reads back as the same spec), the instance `u`, not its layers."""
+    layers = tree.mapping.get("layers") if tree.mapping is not None else None
+    if len(parts) < 2 or parts[0] != "layers" or layers is None or layers.items is None \
+            or not (isinstance(parts[1], str) and parts[1].startswith("[")):
+        return ""
+    name = parts[1][1:-1]
+    instance = next((item for item in layers.items if isinstance(item.name(), str) and item.mapping is not None
+                     and "block" in item.mapping and name.startswith(f"{item.name()}/")), None)
+    if instance is None or instance.mapping is None:
+        return ""
+    block = str(instance.mapping["block"].data())
+    inner = name[len(instance.name()) + 1:]
+    if "repeat" in instance.mapping:  # `u/2/r1`: the second repeat of the block
+        inner = inner.partition("/")[2]
+    rest = "".join(f"[{p[1:-1]}]" if isinstance(p, str) and p.startswith("[") else f".{p}" for p in parts[2:])
+    written = f"blocks.{block}.layers[{inner}]"
+    kept = (f": {quoted(name)} lies in instance {quoted(instance.name())} of block {quoted(block)}, and the resolved "
+            "spec keeps the instance as written, not the layers it expands to")
+    if find(tree, parse_key(written)) is not None:
+        return f"{kept}; explain {quoted(written + rest)} (the instance's `with` sets the block's parameters)"
+    if find(tree, ["blocks", block]) is None:  # a shipped block (spec/shipped.py): not in the user's files
+        return f"{kept}; its layers are specgen's (docs/spec.md, \"Shipped blocks\")"
+    return ""
+
+
 def _written(setting: Setting, leaf: bool, removed: bool) -> str:
     """What one setting wrote, as `explain` prints it after the place (a list or mapping in flow style, cut)."""
     if setting.removes:
@@ -238,8 +305,9 @@ def _written(setting: Setting, leaf: bool, removed: bool) -> str:
     if leaf:  # a removed mapping's own setting holds no value to print
         return "" if removed and setting.value is None else f"  {_scalar(setting.value)}"
     # The key holds a list or mapping now: a place that wrote a scalar (or a null) there before it was replaced
-    # still shows what it wrote; only a bare `default` (a mapping `--set` created under it) wrote nothing.
-    return "" if setting.source is None and setting.value is None else f"  {_scalar(setting.value)}"
+    # still shows what it wrote, and a `--set` of a key inside it the value it set; only a bare `default` wrote
+    # nothing.
+    return "" if setting.label == DEFAULT.label and setting.value is None else f"  {_scalar(setting.value)}"
 
 
 def load_resolved(path: Path, overrides: list[str]) -> tuple[LoadedSpec, Node]:

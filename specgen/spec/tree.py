@@ -12,7 +12,7 @@ from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.spec.received import received
 from specgen.spec.yaml_source import PathKey, SourceMap
 
-__all__ = ["ComposedSourceMap", "Gone", "Node", "Orphan", "Setting", "error_at", "node", "received"]
+__all__ = ["Added", "ComposedSourceMap", "Gone", "Node", "Orphan", "Setting", "error_at", "node", "received"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,14 @@ class Orphan(NamedTuple):
     now_reads: str | None
 
 
+class Added(NamedTuple):
+    """An item a file appended to a named list its bases gave (its name is in none of them): where, and the names
+    the bases' list held, for a message when it stays without what a new item needs (merge.check_added)."""
+
+    at: Setting
+    before: tuple[str, ...]
+
+
 class Gone(NamedTuple):
     """An item a `{name: X, remove: true}` removed from a named list: kept (out of the data) so that `explain`
     still lists who set its keys, and where it was removed."""
@@ -78,6 +86,8 @@ class Node:
     orphans: tuple[Orphan, ...] = ()
     # A named list's removed items by name (an item given again later is live, not gone).
     gone: dict[str, Gone] = field(default_factory=dict)
+    # A named list's items that a file appended to what its bases gave, by name.
+    added: dict[str, Added] = field(default_factory=dict)
 
     def data(self) -> Any:
         if self.mapping is not None:
