@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
+import re
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -81,9 +82,15 @@ class Diagnostic:
         via = f" (via {self.position.via})" if self.position is not None and self.position.via else ""
         return one_line(f"{where}: {self.severity}: {self.message}{via}")
 
-    def sort_key(self) -> tuple[str, int, int, str]:
+    def sort_key(self) -> tuple[str, int, int, tuple[str | int, ...]]:
         line, col = (self.position.line, self.position.col) if self.position else (0, 0)
-        return (self.path, line, col, self.message)
+        return (self.path, line, col, natural_key(self.message))
+
+
+def natural_key(text: str) -> tuple[str | int, ...]:
+    """`text` with its runs of digits as numbers, so that 'encoder/2' sorts before 'encoder/10' (instances
+    of a `repeat`). The split alternates text and digits, so two keys compare str with str and int with int."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text)))
 
 
 def _cut(text: str, limit: int) -> str:

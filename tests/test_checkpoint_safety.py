@@ -172,7 +172,7 @@ def test_a_new_run_refuses_a_folder_with_checkpoints_and_fresh_moves_the_old_run
     code, out, err = cli(["train", spec_of(run), "--steps", "4"], capsys)
     assert one_error(err) == (f"{run}: error: the run folder already holds {CKPT8} and 1 more; pass --resume to "
                               "continue it, or --fresh to start a new run (the old one is moved to "
-                              "run/previous-<n>, nothing is deleted)")
+                              f"{run}/previous-1, nothing is deleted)")
     assert files(run) == before
     code, out, err = cli(["train", spec_of(run), "--steps", "4", "--fresh", "--quiet"], capsys)
     assert code == 0, err

@@ -6,7 +6,9 @@ does not (it renders the IR and never needs them).
 
 Initialization scale: the model of each layer's output scale at initialization is scales.py's; the lint
 flags the first layer on each path whose std leaves BAND, or whose activation saturates. Layers whose scale a
-strict restore sets (`restored_scales`) are not judged: their initializers never run.
+strict restore sets (`restored_scales`) are not judged: their initializers never run. A residual branch is
+judged by the sum it goes into (`_residual`): that sum is what the next layer reads. Warnings that several
+instances of a block repeat are reported once (lints_instances.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 from specgen.diagnostics import Diagnostic
 from specgen.fields.base import FLOAT32_MAX
 from specgen.ir.gains import describe_init, mean_std, saturated
+from specgen.ir.lints_instances import once_per_block_layer
 from specgen.ir.model import ModelIR, Node
 from specgen.ir.scales import OVERFLOW, Scale, kernels_of, propagate, resets
 from specgen.kinds.metrics import args_of, name_of
@@ -62,15 +65,17 @@ def restored_scales(ir: ModelIR) -> set[str]:
 
 
 def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
-    """(layer, message) where the std leaves the band: the first such layer on each path."""
+    """(layer, message) where the std leaves the band: the first such layer on each path. A residual branch
+    whose sums stay within the band (`_residual`) is not flagged, nor does it stop the layers after it being
+    judged: the sum is what they read."""
     scales, readers, outputs = propagate(ir), _consumers(ir), set(ir.outputs.values())
     nodes, settled = {node.name: node for node in ir.nodes}, restored_scales(ir)
-    found = []
+    found, branches = [], set[str]()  # branches: residual branches outside the band whose sums are within it
     for node in ir.nodes:
         if node.name in settled:  # its initializers never run, or its input is a checkpoint's: nothing to judge
             continue
         std = scales[node.name].std
-        if any(_outside(scales[s].std) for s in node.inputs):
+        if any(_outside(scales[s].std) and s not in branches for s in node.inputs):
             continue
         saturation = _saturation(node, scales, nodes)
         if saturation is not None:
@@ -87,8 +92,34 @@ def init_scale_findings(ir: ModelIR) -> list[tuple[Node, str]]:
         if after and node.name not in outputs and (all(resets(r) for r in after)
                                                    or all(_rule(r) == "product" for r in after)):
             continue
+        if _residual(node.name, readers, outputs, scales):
+            branches.add(node.name)
+            continue
         found.append((node, _message(node, scales[node.name], after)))
     return found
+
+
+def _residual(name: str, readers: dict[str, list[Node]], outputs: set[str], scales: dict[str, Scale]) -> bool:
+    """Whether layer `name` is a residual branch whose sums are within the band: every path from it reaches an
+    `add` through ops that keep the moments (a dropout, a reshape), and every such add's std is within BAND.
+    The next layer reads the sum, not the branch: a branch that starts small beside its skip connection
+    (KerasHub's attention at glorot_uniform, a zero-initialized last gamma) leaves the sum near the skip's
+    scale, which is what the lint judges. A sum outside the band flags the branch as before (its initializer is
+    the one to change); a model output is judged as it is."""
+    sums, todo = [], [name]
+    while todo:
+        here = todo.pop()
+        after = readers.get(here, [])
+        if here in outputs or not after:
+            return False
+        for reader in after:
+            if _rule(reader) == "sum":
+                sums.append(reader.name)
+            elif _rule(reader) == "same" and reader.inputs[0] == here:  # its output has this layer's moments
+                todo.append(reader.name)
+            else:
+                return False
+    return all(scales[s].std is not None and not _outside(scales[s].std) for s in sums)
 
 
 def _rule(node: Node) -> Weighted | MomentRule | Derived | Unmodelled | None:
@@ -154,14 +185,15 @@ def _saturation(node: Node, scales: dict[str, Scale], nodes: dict[str, Node]) ->
 
 
 def init_scale_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
-    """`specgen validate`'s warnings, each at its layer (at the kernel initializer when written)."""
+    """`specgen validate`'s warnings, each at its layer (at the kernel initializer when written); one for the
+    instances of a block that repeat it."""
     warnings = []
     for node, message in init_scale_findings(ir):
         layer = loaded.layers[node.index]
         keys = [k for k in ("kernel_init", "depthwise_init", "pointwise_init") if k in layer.model_fields_set]
         diagnostic = loaded.diagnostic(("layers", node.index, keys[-1]) if keys else ("layers", node.index), message)
-        warnings.append(replace(diagnostic, severity="warning"))
-    return warnings
+        warnings.append((node, message, replace(diagnostic, severity="warning")))
+    return once_per_block_layer(loaded, warnings)
 
 
 # --- batch-norm momentum ----------------------------------------------------------------------

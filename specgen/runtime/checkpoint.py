@@ -69,6 +69,14 @@ TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours:
 WRITTEN = ("", "code", "tensorboard", "tensorboard/train", "tensorboard/eval")
 
 
+def aside_folder(directory: Path) -> Path:
+    """The `previous-<n>` folder --fresh would move the run in `directory` to: the first free n from 1."""
+    count = 1
+    while (directory / f"previous-{count}").exists():
+        count += 1
+    return directory / f"previous-{count}"
+
+
 class CheckpointFolder(RunFolder):
     """A run folder that is written: saves published by rename, `latest` and `checkpoint` rewritten, pruning."""
 
@@ -206,10 +214,7 @@ class CheckpointFolder(RunFolder):
 
     def move_aside(self) -> tuple[Path, list[str]]:
         """--fresh: move everything in the folder but earlier `previous-*` into a new `previous-<n>`."""
-        count = 1
-        while (self.directory / f"previous-{count}").exists():
-            count += 1
-        target = self.directory / f"previous-{count}"
+        target = aside_folder(self.directory)
         moved = sorted(p.name for p in self.directory.iterdir() if not p.name.startswith("previous-"))
         target.mkdir()
         for name in moved:

@@ -183,10 +183,10 @@ OPS = (
           as_activation=AsActivation(8, {}, lambda first, ctx, out: gelu_formula(ctx, out)), mask=PASSES_MASK,
           moments="pointwise", pointwise=GELU),
     OpDef("sigmoid", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4),
-          mask=PASSES_MASK, moments="pointwise", pointwise=SIGMOID),
+          mask=PASSES_MASK, moments="pointwise", pointwise=SIGMOID, probabilities=True),
     OpDef("tanh", ActivationLayer, infer, layout="any", symbolic=True, as_activation=AsActivation(4), mask=PASSES_MASK,
           moments="pointwise", pointwise=TANH),
     OpDef("softmax", Softmax, softmax, axis_tf_attrs, axis_onnx_attrs, layout="any", symbolic=True,
           as_activation=AsActivation(5, {"axis": -1}, lambda first, ctx, out: {"axis": 1 if first else -1}),
-          mask=SOFTMAX_MASK, moments=SOFTMAX_MOMENTS, keras=("Softmax",)),
+          mask=SOFTMAX_MASK, moments=SOFTMAX_MOMENTS, keras=("Softmax",), probabilities=True),
 )

@@ -264,6 +264,8 @@ class OpDef:
     - `pointwise`: an element-wise op's moments on a Gaussian, and what the lint says of it (Pointwise).
     - `non_negative`: its output is never below 0 (relu, relu6): a max_pool after it may take a zero pad into its
       own pads (ir/pad_folding.py).
+    - `probabilities`: its output is a probability in [0, 1] (softmax, sigmoid, hard_sigmoid), as an op or an
+      `activation:`: a loss that takes logits warns reading it (ir/lints_logits.py).
     - `pad_folding`: "zero_pad" (its ONNX node is a zero Pad that the reader may take into its own pads), "zeros" (it
       pads with zeros, so it takes any such Pad: convolutions), "max" (it pads with -inf: takes one only after a
       `non_negative` op, when each window keeps a real value) or None. ir/pad_folding.py, render/onnx_plan.py.
@@ -311,6 +313,7 @@ class OpDef:
     moments: Weighted | MomentRule | Derived | Unmodelled | None = None
     pointwise: Pointwise | None = None
     non_negative: bool = False
+    probabilities: bool = False
     pad_folding: PadFolding | None = None
     flatten_order: Literal["flattens", "kernel_rows"] | None = None
     id_limit: str = ""

@@ -48,7 +48,7 @@ def _op(name: str) -> OpDef:
     # Keras 2's hard_sigmoid is 0.2 * x + 0.5, clipped; specgen's is Keras 3's relu6(x + 3) / 6.
     return OpDef(name, Gate, gate, layout="any", symbolic=True, tf_template=template, onnx_template=template,
                  as_activation=AsActivation(FLOPS[template], keras2=name != "hard_sigmoid"), mask=PASSES_MASK,
-                 moments="pointwise", pointwise=POINTWISE[template])
+                 moments="pointwise", pointwise=POINTWISE[template], probabilities=name == "hard_sigmoid")
 
 
 OPS = tuple(_op(name) for name in ("swish", "silu", "hard_sigmoid", "hard_swish", "hard_silu"))

@@ -15,27 +15,44 @@ from pathlib import Path
 import numpy as np
 
 from specgen.atomic import refuse_links, write_atomic
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.diagnostics import Diagnostic, SpecError, closest, did_you_mean
 from specgen.paths import shown
+from specgen.runtime.commands.infer_model import EXPECTED, unloadable
 from specgen.runtime.graph_runs import ORT_ERRORS, failure_detail, predictor_batch, run_rows
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
-from specgen.runtime.sources.base import DataError
+from specgen.runtime.sources.base import MISSING, DataError, file_kind
 from specgen.runtime.sources.npz import npz_array, npz_bytes, open_npz
 
 
 def _feeds(npz: np.lib.npyio.NpzFile, names: list[str], mapping: list[str], path: Path) -> dict[str, np.ndarray]:
-    chosen = {name: name for name in names}
+    chosen, fed = {name: name for name in names}, set[str]()
     for item in mapping:
         input_name, sep, array = item.partition("=")
         if not sep or input_name not in chosen:
-            raise SpecError([Diagnostic(f"--feed {item}", None, f"expected INPUT=ARRAY with INPUT one of {names}")])
+            inputs = ", ".join(f"'{n}'" for n in names)
+            hint = did_you_mean(input_name, names) if len(names) > 1 else ""
+            raise SpecError([Diagnostic(f"--feed {item}", None, f"the model has no input '{input_name}' (its inputs: "
+                                        f"{inputs}); expected INPUT=ARRAY with INPUT one of them{hint}")])
         chosen[input_name] = array
-    missing = [a for a in chosen.values() if a not in npz.files]
+        fed.add(input_name)
+    missing = [_no_array(npz, name, array, name in fed, path) for name, array in chosen.items() if array not in npz.files]
     if missing:
-        raise SpecError([Diagnostic(shown(path), None, f"no array {missing} in the .npz (arrays: {', '.join(npz.files)}); "
-                                    "use --feed INPUT=ARRAY to pick one")])
+        raise SpecError(missing)
     return {name: _array(npz, array, path) for name, array in chosen.items()}
+
+
+def _no_array(npz: np.lib.npyio.NpzFile, name: str, array: str, fed: bool, path: Path) -> Diagnostic:
+    """The line for model input `name`'s array `array`, which the .npz lacks: a --feed's is a misspelling to
+    correct; the input's own name means the arrays are named otherwise, which --feed maps."""
+    arrays, close = ", ".join(npz.files) or "none", closest(array, npz.files)
+    if fed:
+        hint = f"; did you mean '{close}'?" if close else ""
+        return Diagnostic(shown(path), None, f"--feed {name}={array}: no array '{array}' in the .npz (its arrays: "
+                                             f"{arrays}){hint}")
+    pick = close or "ARRAY"
+    return Diagnostic(shown(path), None, f"no array '{array}' for model input '{name}' in the .npz (its arrays: "
+                                         f"{arrays}); pick one with --feed {name}={pick}")
 
 
 def _array(npz: np.lib.npyio.NpzFile, name: str, path: Path) -> np.ndarray:
@@ -57,7 +74,7 @@ def _read_input(path: Path, names: list[str], feed: list[str],
         feeds = _feeds(npz, names, feed, path)
         if labels is not None and labels not in npz.files:
             raise SpecError([Diagnostic(shown(path), None, f"--labels: no array '{labels}' in the .npz (arrays: "
-                                        f"{', '.join(npz.files)})")])
+                                        f"{', '.join(npz.files)}){did_you_mean(labels, npz.files)}")])
         return feeds, (_array(npz, labels, path) if labels is not None else None)
 
 
@@ -164,12 +181,14 @@ def infer(model: Path, input_path: Path, output: Path | None, provider: str, fee
           labels: str | None, chunk: int | None = None) -> int:
     """`chunk`: rows per run (--chunk), else `chunk_rows`'s choice."""
     target = npz_target(output) if output is not None else None
+    if file_kind(model) == MISSING:  # onnxruntime's own words for it are a multi-part NO_SUCHFILE text
+        raise SpecError([Diagnostic(shown(model), None, f"no such file; {EXPECTED}")])
     try:
         predictor = Predictor(model, provider=provider)
     except InputError as exc:
         raise SpecError([Diagnostic(shown(model), None, str(exc))]) from None
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
-        raise SpecError([Diagnostic(shown(model), None, f"cannot load the model: {exc}")]) from None
+        raise SpecError([Diagnostic(shown(model), None, unloadable(model, exc))]) from None
     feeds, label_values = _read_input(input_path, list(predictor.inputs), feed, labels)
     outputs, chunk = _run(predictor, feeds, input_path, chunk)
     note = " (CUDA was asked for but could not start: CUDA/cuDNN libraries missing?)" if predictor.fell_back else ""

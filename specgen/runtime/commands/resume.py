@@ -24,7 +24,7 @@ from specgen.atomic import probe_writable
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
-from specgen.runtime.checkpoint import CheckpointFolder
+from specgen.runtime.checkpoint import CheckpointFolder, aside_folder
 from specgen.runtime.integrity import (
     EXPECTED_SERIAL,
     EXPECTED_STEP,
@@ -129,7 +129,7 @@ def _refuse_new_run(folder: Path, held: list[str]) -> SpecError:
     more = f" and {len(checkpoints) - 1} more" if len(checkpoints) > 1 else ""
     return SpecError([Diagnostic(printed(folder), None, f"the run folder already holds {checkpoints[-1]}{more}; pass "
                                  "--resume to continue it, or --fresh to start a new run (the old one is moved to "
-                                 f"{folder.name}/previous-<n>, nothing is deleted)")])
+                                 f"{printed(aside_folder(folder))}, nothing is deleted)")])
 
 
 def _chosen(options: Options, checkpoints: CheckpointFolder, display: str) -> tuple[Path, str]:
