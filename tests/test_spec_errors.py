@@ -141,9 +141,10 @@ CASES = [
      ["1:10: error: unsupported spec format version 2; this specgen reads version 1"]),
     # --- the YAML layer ---------------------------------------------------------------------
     ("invalid_yaml_syntax", mutate("{name: bn, op: batch_norm}", "{name: bn, op: batch_norm"),
-     ["13:5: error: invalid YAML: expected ',' or '}', but got '{'"]),
+     ["13:5: error: the '{' opened at 12:5 is still open on line 13, where '{' cannot follow; expected '}' to close "
+      "it at the end of line 12, or ',' there if its entries go on: add the missing '}' or ','"]),
     ("yaml_tab_indent", mutate("  batch_size: 16", "\tbatch_size: 16"),
-     ["36:1: error: invalid YAML: found character '\\t' that cannot start any token"]),
+     ["36:1: error: a tab character indents this line; YAML indents with spaces only: replace the tab with spaces"]),
     ("duplicate_yaml_key", mutate("name: tiny\n", "name: tiny\nname: tiny\n"),
      ["3:1: error: duplicate key 'name'; YAML keeps only one of them, so write it once"]),
     ("python_tag", mutate("doc: A tiny model for error tests.", "doc: !!python/object/apply:os.system [echo]"),
@@ -194,7 +195,7 @@ CASES = [
      ["6:6: error: v: an example of shape [100000, 100000] has 10000000000 values; the limit is 2147483647"]),
     # --- collections and optimizers ---------------------------------------------------------
     ("collection_pattern_matches_nothing", mutate('head: ["head/*"]', 'head: ["head/*", "tail/*"]'),
-     ["20:20: error: pattern 'tail/*' matches no variable"]),
+     ["20:20: error: pattern 'tail/*' matches no variable; the variables begin with 'conv/', 'bn/', 'head/', 'emb/'"]),
     ("optimizer_unknown_collection", mutate("variables: head", "variables: hed"),
      ["33:16: error: unknown collection 'hed'; did you mean 'head'?"]),
     ("variable_claimed_twice", mutate("variables: body", 'variables: [body, "head/fc/*"]'),

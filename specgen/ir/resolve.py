@@ -329,10 +329,21 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
     problems += [loaded.diagnostic(("data", stage, *loc), message)  # specgen/kinds/augment
                  for loc, message in augment.refusals(source, spec.inputs, stage)]
     stages = [s for s in (spec.data.train, spec.data.eval) if s is not None] if spec.data else []
-    for _, term in data_terms(spec):
+    for loc, term in data_terms(spec):
         # A label no stage has is reported at the term (ir/loss_terms.py); here, a stage that lacks one.
         if term.labels not in source.labels and any(term.labels in s.labels for s in stages):
-            problems.append(loaded.diagnostic(("data", stage), (
-                f"data.{stage} has no label '{term.labels}', which the loss reads")))
+            problems.append(loaded.diagnostic(("data", stage), _missing_label(loaded, stage, loc, term.labels)))
     return problems
+
+
+def _missing_label(loaded: LoadedSpec, stage: str, loc: tuple[str | int, ...], label: str) -> str:
+    """What a stage without the loss's label has, and the two places that can change: the stage's labels or the
+    loss's `labels` (with its line:col, which the error's position does not show)."""
+    source = getattr(loaded.spec.data, stage)
+    where = "the loss" if len(loc) == 1 else f"loss[{loc[1]}]"
+    at = loaded.position(*loc, "labels")
+    place = f" at {at.line}:{at.col}" if at is not None else ""
+    has = ", ".join(f"'{name}'" for name in source.labels) or "none"
+    return (f"data.{stage} has no label '{label}', which {where} reads (data.{stage} labels: {has}); name the label "
+            f"'{label}' in data.{stage}.labels, or change {where}'s 'labels'{place} to a label every data stage has")
 

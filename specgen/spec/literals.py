@@ -32,7 +32,7 @@ def literal_message(received: Any, expected: str) -> str:
     kinds = {type(v) for v in allowed}
     if type(received) in kinds:  # the right kind, a value not among them
         strings = [v for v in allowed if isinstance(v, str)]
-        hint = did_you_mean(received, strings) if isinstance(received, str) else ""
+        hint = near(received, strings) if isinstance(received, str) else ""
         return f"received {_plain(received)}, expected {_listed(allowed)}" + hint
     match = next((v for v in allowed if _spelt_alike(received, v)), None)
     if match is not None:  # `'21'` for 21: the value is right, its kind is not
@@ -41,6 +41,14 @@ def literal_message(received: Any, expected: str) -> str:
         what = f"({_kind(received)})" if received is not None else ""
     kind = f"{KINDS[next(iter(kinds))]}: " if len(kinds) == 1 and next(iter(kinds)) in KINDS else ""
     return f"received {_plain(received)}{' ' + what if what else ''}, expected {kind}{_listed(allowed)}"
+
+
+def near(received: str, choices: list[str]) -> str:
+    """A did-you-mean for a value not among `choices`: first one that differs only in case (`SAME`, TensorFlow's
+    spelling, for `same`: difflib compares case-sensitively and finds nothing), else difflib's closest."""
+    folded = received.casefold()
+    same = next((choice for choice in choices if choice.casefold() == folded), None)
+    return f"; did you mean '{same}'?" if same is not None else did_you_mean(received, choices)
 
 
 def _values(expected: str) -> list[Any] | None:

@@ -17,7 +17,6 @@ from specgen.diagnostics import (
     Position,
     SpecError,
     closest,
-    did_you_mean,
     one_of,
     quoted,
     safe_repr,
@@ -25,7 +24,7 @@ from specgen.diagnostics import (
 )
 from specgen.fields.base import FLOAT32_MAX, IDENT
 from specgen.spec.allowed_keys import keys_at
-from specgen.spec.literals import literal_message
+from specgen.spec.literals import literal_message, near
 from specgen.spec.model import SPEC_VERSION
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
@@ -135,8 +134,36 @@ def _order(position: Position | None) -> tuple[int, int]:
 
 
 def _suggestion(loc: PathKey, data: Any) -> str | None:
-    """The allowed key closest to the unknown key at the end of `loc`, if one is close."""
-    return closest(_text(loc[-1]), keys_at(loc[:-1], data))
+    """The key a Keras spelling (`lr`, `kernel_size`) names, when this mapping has it (first: difflib would take
+    `kernel_size` for `kernel_init`); else the allowed key closest to the unknown key at the end of `loc`, if one is."""
+    allowed = keys_at(loc[:-1], data)
+    keras = KERAS_SPELLINGS.get(loc[-1], ()) if isinstance(loc[-1], str) else ()
+    return next((key for key in keras if key in allowed), None) or closest(_text(loc[-1]), allowed)
+
+
+# Keras argument names a person coming from Keras writes, and the specgen keys they may mean (the first one the
+# mapping has): too far apart in spelling for difflib's cutoff (`lr` and `learning_rate`: ratio 0.27).
+KERAS_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "lr": ("learning_rate",),
+    "kernel_size": ("kernel",),
+    "pool_size": ("size",),
+    "dilation_rate": ("dilation",),
+    "eps": ("epsilon",),
+    "act": ("activation",),
+    "activation_fn": ("activation",),
+    "kernel_initializer": ("kernel_init",),
+    "bias_initializer": ("bias_init",),
+    "embeddings_initializer": ("embeddings_init",),
+    "recurrent_initializer": ("recurrent_init",),
+    "depthwise_initializer": ("depthwise_init",),
+    "pointwise_initializer": ("pointwise_init",),
+    "input_dim": ("vocab_size",),
+    "output_dim": ("dim", "units"),
+    "heads": ("num_heads",),
+    "n_heads": ("num_heads",),
+    "global_clipnorm": ("clip",),
+    "clipnorm": ("clip",),
+}
 
 
 def _text(value: Any) -> str:
@@ -206,7 +233,7 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
     if kind == "union_tag_invalid":
         field = ctx["discriminator"].strip("'")
         tags = [t.strip().strip("'") for t in ctx["expected_tags"].split(",")]
-        return (f"unknown {field} {quoted(ctx['tag'])}" + did_you_mean(_text(ctx["tag"]), tags)
+        return (f"unknown {field} {quoted(ctx['tag'])}" + near(_text(ctx["tag"]), tags)
                 + f" (expected {one_of(tags)})")
     if kind == "union_tag_not_found":
         return f"missing required key {ctx['discriminator']}"

@@ -27,7 +27,14 @@ def mark_aliases(text: str, root: yaml.Node) -> None:
     depth was bounded when composing) and each alias's slot gets a shallow copy with the alias's marks; the copy
     shares the anchored node's children, so the work stays one node per alias whatever the anchor holds.
     """
-    parser = (FAST_LOADER or yaml.SafeLoader)(text)
+    try:
+        _mark(text, root, FAST_LOADER or yaml.SafeLoader)
+    except yaml.YAMLError:  # libyaml refuses a few texts PyYAML reads (`{a:{b: c}}`), and compose fell back to
+        _mark(text, root, yaml.SafeLoader)  # PyYAML for them: read its events (slots already marked stay the same)
+
+
+def _mark(text: str, root: yaml.Node, loader: Any) -> None:
+    parser = loader(text)
     try:
         open_nodes: list[list[Any]] = []  # per open collection: its node and its next slot (a mapping's: 2 a pair)
         while parser.check_event():

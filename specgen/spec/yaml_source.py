@@ -28,6 +28,7 @@ from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
 from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key
+from specgen.spec.yaml_errors import translated
 
 MAX_NODES = 100_000  # values visited after alias expansion
 # Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
@@ -312,10 +313,11 @@ def parse_document(text: str, display: str) -> tuple[Any, SourceMap]:
 
 def parse_value(text: str, display: str) -> Any:
     """One YAML value (a `--set` override), under the same bounds as a spec file; empty is None."""
-    return _parse(text, display)[0]
+    return _parse(text, display, whole="the value")[0]
 
 
-def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
+def _parse(text: str, display: str, whole: str = "the file") -> tuple[Any, SourceMap]:
+    """`whole` names the text in messages (a quote left open runs to the end of it)."""
     undecoded = not_utf8(text)  # a file is decoded strictly; this is text from elsewhere (a command line)
     if undecoded is not None:
         raise SpecError([Diagnostic(display, None, f"the text is not UTF-8 ({undecoded}); write it in UTF-8")])
@@ -330,7 +332,7 @@ def _parse(text: str, display: str) -> tuple[Any, SourceMap]:
     except yaml.YAMLError as exc:
         position = _error_position(exc, text)
         too_long = long_key(text, position)  # PyYAML's own words name a ':' it did not expect, not the key
-        message = too_long[1] if too_long else f"invalid YAML: {_problem(exc)}"
+        message = too_long[1] if too_long else _problem(exc, text, whole)
         raise SpecError([Diagnostic(display, too_long[0] if too_long else position, message)]) from None
     if root is not None and ANCHOR.search(text):
         mark_aliases(text, root)
@@ -377,7 +379,15 @@ _WHOLE = {"expected a single document in the stream":
           "or make it a spec file of its own"}
 
 
-def _problem(exc: yaml.YAMLError) -> str:
+def _problem(exc: yaml.YAMLError, text: str, whole: str) -> str:
+    """The message for a syntax error: in the spec writer's terms (yaml_errors.py) where the table knows it, else
+    PyYAML's own words after `invalid YAML:`."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        return translated(exc, text, whole) or f"invalid YAML: {_raw_problem(exc)}"
+    return f"invalid YAML: {_raw_problem(exc)}"
+
+
+def _raw_problem(exc: yaml.YAMLError) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         return _WHOLE.get(str(exc.context)) or str(exc.problem or exc.context or "syntax error")
     if isinstance(exc, yaml.reader.ReaderError) and isinstance(exc.character, int):
