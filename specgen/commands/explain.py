@@ -1,4 +1,10 @@
-"""`specgen explain SPEC KEY [--set K=V]`: a key's final value and every place that set it (docs/review.md)."""
+"""`specgen explain SPEC KEY [--set K=V]`: a key's final value and every place that set it (docs/review.md).
+
+explain checks what it needs to merge the spec: its files and every field (a field error is printed and exits 1,
+as in validate). It does not resolve the graph or check sections against each other (an output naming no layer,
+optimizers without a loss): where a value came from is what one asks while such an error is being fixed, so explain
+still answers (docs/cli.md); `specgen validate` is the check.
+"""
 
 from __future__ import annotations
 

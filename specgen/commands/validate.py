@@ -6,10 +6,15 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specgen.commands.common import spec_paths
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
 from specgen.paths import shown
+
+if TYPE_CHECKING:
+    from specgen.ir.model import ModelIR
+    from specgen.spec.load import LoadedSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,31 +32,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.errors import AbstractSpec
     from specgen.ir.lints import init_scale_warnings, top_k_warnings
-    from specgen.ir.resolve import build_ir
-    from specgen.runtime.sources.sizes import declared
-    from specgen.spec.overrides import load_with_overrides
+    from specgen.ir.lints_logits import logits_warnings
 
-    if args.resolved:
-        return _print_resolved(spec_paths(args.paths), args.set)
     problems: list[Diagnostic] = []
     warnings: list[Diagnostic] = []
+    trees: list[Path] = []  # the specs whose resolved tree is printed: each after the first opens with `---`
     for path in spec_paths(args.paths):
         try:
-            loaded = load_with_overrides(path, args.set)
-            ir = build_ir(loaded)
-            if sized := declared(loaded, ir):  # data sizes known from the spec alone: the model must run at them
-                raise SpecError(sized)
+            loaded, ir = _checked(path, args, trees)
         except SpecError as exc:
             problems += exc.diagnostics
             continue
         except AbstractSpec as abstract:
+            if args.resolved:  # nothing to resolve: `specgen: error: ... is abstract` as before
+                raise
             print(f"ok: {shown(path)} (abstract: {abstract.keys} section(s) checked; build generates nothing for it)")
             continue
         skipped = {*args.no_lint, *ir.skip_lints}  # the command line's, and the spec's own `lints.skip`
         found = [] if "init_scale" in skipped else init_scale_warnings(loaded, ir)
         found += top_k_warnings(loaded, ir)  # a metric that can only read 1.0: no reason to keep it, no lint name
+        found += logits_warnings(loaded, ir)  # a loss on logits reading probabilities: likewise
         warnings += found
-        if not (found and args.strict):
+        if not ((found and args.strict) or args.resolved):  # --resolved: standard output is the YAML alone
             print(f"ok: {shown(path)} ({ir.name}: {ir.layer_count} layers, {len(ir.variables)} variables)")
     if args.strict:  # warnings become errors: reported with them, exit 1
         problems += [replace(w, severity="error") for w in warnings]
@@ -65,11 +67,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_resolved(paths: list[Path], overrides: list[str]) -> int:
+def _checked(path: Path, args: argparse.Namespace, trees: list[Path]) -> tuple[LoadedSpec, ModelIR]:
+    """The spec loaded and resolved with every check `validate` makes: fields, then the graph (build_ir), then
+    what the spec's data sizes imply (`declared`). With --resolved the merged tree is printed once the fields
+    are valid, also when a later check fails (those errors are printed after it and the exit is 1, as without
+    --resolved): the tree is what the graph's errors are about, and its comments say which file wrote each value
+    a message names. A field error leaves no tree to print."""
+    from specgen.ir.resolve import build_ir
+    from specgen.runtime.sources.sizes import declared
+    from specgen.spec.overrides import load_with_overrides
     from specgen.spec.provenance import load_resolved, resolved_yaml
 
-    for n, path in enumerate(paths):
-        _, tree = load_resolved(path, overrides)
-        print(("---\n" if n else "") + f"# {shown(path)}, resolved: each value's origin is the comment after it")
+    if args.resolved:
+        loaded, tree = load_resolved(path, args.set)
+        print(("---\n" if trees else "") + f"# {shown(path)}, resolved: each value's origin is the comment after it")
         print(resolved_yaml(tree), end="")
-    return 0
+        trees.append(path)
+    else:
+        loaded = load_with_overrides(path, args.set)
+    ir = build_ir(loaded)
+    if sized := declared(loaded, ir):  # data sizes known from the spec alone: the model must run at them
+        raise SpecError(sized)
+    return loaded, ir

@@ -1,12 +1,13 @@
 """The `layers` section of `specgen diff`: what each layer computes and what it reads, weights or none.
 
 Variables and checkpoints see only layers that hold weights, and only their shapes: an activation, a stride, an
-epsilon or a layer reading another input changes what the model computes and leaves them as they were. This
-section pairs OLD's layers with NEW's (by name, through the renames found: review/renames.py) and lists, in
-NEW's layer order, every layer renamed, added or removed, every setting that differs (the spec's keys with the
-defaults filled in) and every change of wiring (the layers each reads, as the IR resolved them, implicit inputs
-included), then outputs that name another layer. Under `--fail-on layers` each of those but a rename breaks: the
-model with OLD's weights computes something else.
+epsilon or a layer reading another input changes what the model computes and leaves them as they were. This section
+pairs OLD's layers with NEW's (by name, through the renames found: review/renames.py) and lists, in NEW's layer
+order, every layer renamed, added or removed, every setting that differs (the spec's keys with the defaults filled
+in, compared as the model computes them and listed as written: `kernel: 3` is `[3, 3]`, a pool's `strides: null`
+its size; review/spellings.py) and every change of wiring (the layers each reads, as the IR resolved them, implicit
+inputs included), then outputs that name another layer. Under `--fail-on layers` each of those but a rename breaks:
+the model with OLD's weights computes something else.
 
 Settings that change only how a layer trains (its op's `training_only` keys in the op registry: initializers,
 batch-norm momentum, dropout rates) are not among them: restored from OLD's checkpoint, the model computes what
@@ -17,15 +18,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic_core import to_jsonable_python
+
 from specgen.ir.graph import SIDE_INPUTS
 from specgen.ir.model import ModelIR
 from specgen.kinds.ops import EXTRA_OUTPUT, op_def
 from specgen.kinds.ops.nodes import Node
 from specgen.review.renames import Renames
-from specgen.review.sections import Change, Section, leaves
+from specgen.review.sections import Change, Section, changed_rows, leaves
+from specgen.review.spellings import normalized
 from specgen.spec.load import LoadedSpec
 
 WIRING = ("name", "input", "inputs", *SIDE_INPUTS)  # compared as the IR resolved them, not as written
+# Spec keys never read from the IR's parameters: `op` is the node's own (a bidirectional layer's parameters name
+# its inner op `op`), `activation` the node's resolved one, `share` goes through the renames.
+KEPT = ("op", "activation", "share")
 
 
 def layers(old: LoadedSpec, old_ir: ModelIR, new: LoadedSpec, new_ir: ModelIR,
@@ -62,18 +69,16 @@ def _add(section: Section, change: Change, reason: str) -> None:
 def _compare(section: Section, old: tuple[LoadedSpec, Node], new: tuple[LoadedSpec, Node],
              renames: Renames) -> list[Change]:
     """One pair of layers: each setting, then the layers it reads (OLD's read through the renames); returns the
-    training-only settings that changed (a key is one where both layers' ops say so: a changed op breaks anyway)."""
+    training-only settings that changed (a key is one where both layers' ops say so: a changed op breaks anyway).
+    Settings are compared as the model computes them (`_settings`) and listed as written."""
     (old_spec, a), (new_spec, b) = old, new
-    before, after = _settings(old_spec, a, renames), _settings(new_spec, b, Renames())
+    (before, was), (after, now) = _settings(old_spec, a, renames), _settings(new_spec, b, Renames())
     only = set(op_def(a.op).training_only) & set(op_def(b.op).training_only)
     training: list[Change] = []
-    for key in sorted(before.keys() | after.keys()):
-        x, y = before.get(key, "-"), after.get(key, "-")
-        if x == y:
-            continue
+    for row in changed_rows(before, after, was, now):
+        key, x, y = row.which, row.old or "-", row.new or "-"
         if _covered(key, only):  # as the training section's own rows: a key on one side only is added or removed
-            what = "added" if key not in before else "removed" if key not in after else "changed"
-            training.append(Change(what, f"layers[{b.name}].{key}", x if key in before else "", y if key in after else ""))
+            training.append(Change(row.what, f"layers[{b.name}].{key}", row.old, row.new))
         else:
             _add(section, Change("changed", f"{b.name}.{key}", x, y), f"layer '{b.name}': {key} changed from {x} to {y}")
     read = tuple(renames.layers.get(i, i) for i in a.inputs)  # OLD's inputs by their names in NEW
@@ -88,10 +93,20 @@ def _covered(key: str, keys: set[str]) -> bool:
     return any(key == k or key.startswith((k + ".", k + "[")) for k in keys)
 
 
-def _settings(loaded: LoadedSpec, node: Node, renames: Renames) -> dict[str, str]:
-    """A layer's spec keys with defaults filled in, as dotted leaves, less its wiring; its activation as resolved
-    (`linear` whether written or left out), and `share` through the renames (a rename is not a change)."""
-    dump: dict[str, Any] = loaded.layers[node.index].model_dump(mode="json", by_alias=True, warnings=False)
+def _settings(loaded: LoadedSpec, node: Node, renames: Renames) -> tuple[dict[str, str], dict[str, str]]:
+    """A layer's spec keys with defaults filled in, as dotted leaves, less its wiring: as written (what rows show),
+    and as the model computes them (what is compared). The second spells every shorthand in full
+    (review/spellings.py) and takes a key the op resolved from the layer's IR parameters, which the renderings
+    read (a pool's `strides: null` is its size there, `kernel: 3` is `(3, 3)`). Both hold the activation as
+    resolved (`linear` whether written or left out), and `share` through the renames (a rename is not a change)."""
+    layer = loaded.layers[node.index]
+    dump: dict[str, Any] = layer.model_dump(mode="json", by_alias=True, warnings=False)
+    meant = normalized(layer)
+    meant |= {k: to_jsonable_python(v) for k, v in node.params.items() if k in meant and k not in KEPT}
+    return _leaves(dump, node, renames), _leaves(meant, node, renames)
+
+
+def _leaves(dump: dict[str, Any], node: Node, renames: Renames) -> dict[str, str]:
     found = {k: v for key, value in dump.items() if key not in WIRING for k, v in leaves(key, value)}
     if "activation" in found:
         found["activation"] = node.activation or "linear"

@@ -16,6 +16,7 @@ from typing import Any
 from specgen import text
 from specgen.ir.model import ModelIR
 from specgen.review.renames import Renames
+from specgen.review.spellings import normalized
 from specgen.spec.model import Spec
 
 # How the model trains, where its runs keep their checkpoints and what they restore from (`checkpoint.*`: the
@@ -85,9 +86,12 @@ def _variable_changes(path: str, a: dict[str, str], b: dict[str, str]) -> list[C
 
 
 def settings(name: str, old: Spec, new: Spec, keys: tuple[str, ...]) -> Section:
-    """Every leaf of the named sections that differs (added, removed or changed), by dotted key."""
+    """Every leaf of the named sections that differs (added, removed or changed), by dotted key, as written; a
+    leaf that differs only in its spelling (`metrics: [accuracy]` -> `[{kind: accuracy}]`) is no row."""
     before, after = ({k: v for key in keys for k, v in leaves(key, _dump(spec, key))} for spec in (old, new))
-    return settings_of(name, before, after)
+    meant = tuple({k: v for key in keys for k, v in leaves(key, whole.get(key))}
+                  for whole in (normalized(spec, set(keys)) for spec in (old, new)))
+    return settings_of(name, before, after, (meant[0], meant[1]))
 
 
 def _dump(spec: Spec, key: str) -> Any:
@@ -127,18 +131,46 @@ def _run_leaves(record: dict[str, Any]) -> dict[str, str]:
     return table
 
 
-def settings_of(name: str, before: dict[str, str], after: dict[str, str]) -> Section:
+def settings_of(name: str, before: dict[str, str], after: dict[str, str],
+                meant: tuple[dict[str, str], dict[str, str]] | None = None) -> Section:
+    """The rows of the leaves that differ; `meant`: the same leaves normalized (review/spellings.py), which decide
+    what differs (None: as written)."""
     section = Section(name)
-    for key in sorted(before.keys() | after.keys()):
-        if key not in after:
-            if not _unset_container(key, before, after):
-                section.changes.append(Change("removed", key, before[key]))
-        elif key not in before:
-            if not _unset_container(key, after, before):
-                section.changes.append(Change("added", key, "", after[key]))
-        elif before[key] != after[key]:
-            section.changes.append(Change("changed", key, before[key], after[key]))
+    for change in changed_rows(before, after, *(meant or (before, after))):
+        if change.what == "removed" and _unset_container(change.which, before, after):
+            continue
+        if change.what == "added" and _unset_container(change.which, after, before):
+            continue
+        section.changes.append(change)
     return section
+
+
+def changed_rows(before: dict[str, str], after: dict[str, str], before_meant: dict[str, str],
+                 after_meant: dict[str, str]) -> list[Change]:
+    """Rows (added, removed or changed) of the written leaves (`before`, `after`: what a reviewer wrote and reads)
+    that differ where it matters: each written leaf that differs and is, holds or lies below a normalized leaf
+    that differs (`*_meant`), and with it every written leaf that differs and is related to one so shown
+    (`kernel_init: orthogonal` -> `{kind: orthogonal, gain: 2}` is three rows, as written). A leaf that differs
+    only in its spelling (`kernel: 3` -> `[3, 3]`) is no row."""
+    meant = {k for k in before_meant.keys() | after_meant.keys() if before_meant.get(k) != after_meant.get(k)}
+    differ = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    shown = {k for k in differ if any(_related(k, m) for m in meant)}
+    while grown := {k for k in differ - shown if any(_related(k, s) for s in shown)}:
+        shown |= grown
+    rows = []
+    for key in sorted(shown):
+        if key not in after:
+            rows.append(Change("removed", key, before[key]))
+        elif key not in before:
+            rows.append(Change("added", key, "", after[key]))
+        else:
+            rows.append(Change("changed", key, before[key], after[key]))
+    return rows
+
+
+def _related(a: str, b: str) -> bool:
+    """One key is the other or holds it (`kernel_init` holds `kernel_init.kind`, `layers[h1]` `layers[h1].units`)."""
+    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
 
 
 def _unset_container(key: str, side: dict[str, str], other: dict[str, str]) -> bool:
