@@ -71,10 +71,14 @@ SETUPS: dict[tuple[str, str], tuple[str, dict[str, Callable[[], str]]]] = {
     ("docs/cli.md", "specgen validate broken2.yaml  # after fixing line 15"): (".", {"broken2.yaml": _edited(
         *_BROKEN2[1:])}),
     ("docs/cli.md", "specgen validate  # in a folder without pyproject.toml"): ("../empty", {}),
+    ("docs/cli.md", "specgen validate syntax.yaml"): (".", {"syntax.yaml": _edited(
+        ("epsilon: 0.001}", "epsilon: 0.001"))}),  # the diff above its `validate syntax.yaml`
     ("docs/review.md", "specgen diff family/wide.yaml family/tanh.yaml --fail-on interface,checkpoint,layers"): (
         "examples/specs", {"family/tanh.yaml": lambda: _TANH}),
     ("docs/spec.md", "specgen explain no_keep.yaml checkpoint.keep"): (
         "examples/specs/family", {"no_keep.yaml": lambda: "extends: wide.yaml\ncheckpoint: {keep: null}\n"}),
+    ("docs/spec.md", "specgen validate text_encoder.yaml"): (".", {"text_encoder.yaml": lambda: next(  # shown whole
+        text for doc, _, text in yaml_specs() if doc == "docs/spec.md" and "\nname: text_encoder\n" in text)}),
 }
 
 _PARTIAL = "a scratch spec the doc shows only in part (a fragment, or an edit it describes in words)"
@@ -83,7 +87,6 @@ _HOSTILE = "a deliberately malformed file the doc describes; tests/test_yaml_sou
 SKIP: dict[tuple[str, str], str] = {
     ("docs/cli.md", "specgen validate big.yaml"): _PARTIAL + ": big.yaml is described, not shown",
     ("docs/cli.md", "specgen validate --strict big.yaml"): _PARTIAL + ": big.yaml is described, not shown",
-    ("docs/cli.md", "specgen validate syntax.yaml"): _PARTIAL + ": syntax.yaml is not shown",
     ("docs/cli.md", "specgen build examples/specs/digits_cnn.yaml --out build/specgen-out --check"):
         "needs the four hand edits the prose describes (model.py, collections.yaml, model.onnx, notes.txt)",
     ("docs/export.md", "specgen validate digits_cnn.yaml"): _PARTIAL + ": digits_cnn.yaml with an export section",
@@ -114,7 +117,6 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/spec.md", "specgen report pos.yaml"): _PARTIAL + ": the layers of a spec, without the rest",
     ("docs/spec.md", "specgen validate tagger.yaml"): _PARTIAL,
     ("docs/spec.md", "specgen report tagger.yaml"): _PARTIAL,
-    ("docs/spec.md", "specgen validate text_encoder.yaml"): _PARTIAL,
     ("docs/spec.md", "specgen validate bad.yaml"): _PARTIAL,
     ("docs/spec.md", "specgen validate spec.yaml"): _PARTIAL + ": a spec with one misspelt key",
     ("docs/spec.md", "specgen validate td.yaml"): _PARTIAL,
