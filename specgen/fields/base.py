@@ -52,6 +52,20 @@ _YAML11 = yaml.resolver.Resolver()
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
+def only_bool(value: object) -> object:
+    """A switch's check: lax pydantic reads `use_bias: 'off'`, `'0'`, `'f'`, `'yes'`, `0` and `1` as booleans, where
+    a number key refuses `'16'` (not_text): a quoted word is text, and a count is no switch. YAML's own booleans
+    (`true`, `false`, and YAML 1.1's unquoted yes/no/on/off, which the loader has already read as booleans) pass."""
+    if isinstance(value, bool):
+        return value
+    what = "text" if isinstance(value, str) else "a number" if isinstance(value, int | float) else type(value).__name__
+    raise ValueError(f"expected true or false, received {safe_repr(value)} ({what}: write true or false, unquoted)")
+
+
+# Every boolean key of a spec is a Flag (tests/test_spec_flags.py finds any plain `bool` field left).
+Flag = Annotated[bool, BeforeValidator(only_bool)]
+
+
 def not_text(value: object) -> object:
     """A number field's first check: no boolean (not_bool), and no text that is a number only once unquoted.
 

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from specgen.fields.base import (
     MAX_INT,
     FilePath,
+    Flag,
     Identifier,
     NonNegativeFloat,
     Pattern,
@@ -115,8 +116,8 @@ class RestoreSource(SpecModel):
     from_: FilePath = Field(alias="from", description="Checkpoint path, relative to the spec file.")
     map: list[Rename] = Field(default_factory=list)
     exclude: list[Pattern] = Field(default_factory=list)
-    ema_to_model: bool = Field(False, description="Restore EMA shadows into the model weights.")
-    strict: bool = Field(False, description=(
+    ema_to_model: Flag = Field(False, description="Restore EMA shadows into the model weights.")
+    strict: Flag = Field(False, description=(
         "Every model variable must be restored from this entry, except those `exclude` names: a variable it has "
         "no key for stops the run instead of keeping its initializer (`specgen import keras` writes true)."))
 
@@ -135,7 +136,7 @@ class OnnxExport(SpecModel):
     opset: Literal[18, 19, 20, 21, 22, 23] = Field(21, description=(
         "ONNX opset of model.onnx; 23 exports multi_head_attention as one Attention node (IR version 11)."))
     weights: Literal["raw", "ema"] = "raw"
-    dynamic_batch: bool = True
+    dynamic_batch: Flag = True
     outputs: Annotated[list[Identifier], Field(min_length=1)] | None = Field(None, description=(
         "The outputs model.onnx computes (default: all); layers, inputs and weights none of them reads are left out."))
     precision: PrecisionName = Field(FLOAT32, description=(

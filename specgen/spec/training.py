@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import Field, create_model
 
-from specgen.fields.base import NonNegativeInt, PositiveInt, SpecModel
+from specgen.fields.base import Flag, NonNegativeInt, PositiveInt, SpecModel
 from specgen.fields.unions import by_shape
 from specgen.kinds.features import TRAIN_KEYS, place_keys
 from specgen.kinds.metrics import Metric
@@ -41,7 +41,7 @@ class TrainShared(SpecModel):
     metrics: list[Metric] = Field(default_factory=list)
     seed: NonNegativeInt = 0
     shuffle_buffer: PositiveInt = 10_000
-    jit_compile: bool = Field(False, description="Compile the training step with XLA (tf.function(jit_compile=True)).")
+    jit_compile: Flag = Field(False, description="Compile the training step with XLA (tf.function(jit_compile=True)).")
     tracking: Tracking | None = Field(None, description="Experiment tracking besides TensorBoard (docs/tracking.md).")
 
 

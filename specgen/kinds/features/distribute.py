@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specgen.fields.base import PositiveInt, SpecModel
+from specgen.fields.base import Flag, PositiveInt, SpecModel
 from specgen.kinds.features.base import FeatureDef, Refusal, TrainKey
 
 Strategy = Literal["default", "mirrored", "multi_worker"]
@@ -20,7 +20,7 @@ Strategy = Literal["default", "mirrored", "multi_worker"]
 class Distribute(SpecModel):
     strategy: Strategy = Field("default", description="default: one device; mirrored: every GPU of this machine "
                                "(or its CPU); multi_worker: the workers TF_CONFIG names, each with its GPUs or CPU.")
-    sync_batch_norm: bool = Field(False, description="Batch-norm statistics over the global batch (an all-reduce per "
+    sync_batch_norm: Flag = Field(False, description="Batch-norm statistics over the global batch (an all-reduce per "
                                   "layer and step) instead of each replica's slice.")
     cpu_devices: PositiveInt = Field(1, le=64, description="On a machine without GPUs, split the CPU into this many "
                                      "logical devices, one replica each (to try a strategy out; it is not faster).")
@@ -29,7 +29,7 @@ class Distribute(SpecModel):
 @dataclass(frozen=True)
 class DistributeIR:
     strategy: str = "default"  # one of Strategy
-    sync_batch_norm: bool = False  # batch-norm moments all-reduced over the global batch
+    sync_batch_norm: Flag = False  # batch-norm moments all-reduced over the global batch
     cpu_devices: int = 1  # logical CPU devices (one replica each) when there is no GPU
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from specgen.diagnostics import Diagnostic
-from specgen.fields.base import SpecModel, UnitInterval
+from specgen.fields.base import Flag, SpecModel, UnitInterval
 from specgen.kinds.features.base import FeatureDef, StateRow, TrainKey
 
 ROOT = "ema"  # first part of every shadow's checkpoint key, and its collection
@@ -21,13 +21,13 @@ ROOT = "ema"  # first part of every shadow's checkpoint key, and its collection
 
 class Ema(SpecModel):
     decay: UnitInterval
-    eval: bool = Field(True, description="Evaluate with the shadow weights.")
+    eval: Flag = Field(True, description="Evaluate with the shadow weights.")
 
 
 @dataclass(frozen=True)
 class EmaIR:
     decay: float
-    eval: bool  # evaluate with the shadows
+    eval: Flag  # evaluate with the shadows
 
 
 def resolve(ema: Ema | None) -> EmaIR | None:

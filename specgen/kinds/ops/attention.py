@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import MAX_INT, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
+from specgen.fields.base import MAX_INT, Flag, LayerName, PositiveFloat, PositiveInt, SpecModel, bounds
 from specgen.fields.layers import LayerBase
 from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
@@ -77,10 +77,10 @@ class MultiHeadAttention(LayerBase):
     num_heads: PositiveInt
     key_dim: PositiveInt = Field(description="Size of each head's query and key.")
     value_dim: PositiveInt | None = Field(None, description="Size of each head's value; defaults to key_dim.")
-    use_bias: bool = True
+    use_bias: Flag = True
     dropout: Annotated[float, *bounds(float, ge=0, lt=1)] = Field(
         0.0, description="Dropout on the attention weights, in training only.")
-    causal: bool = Field(False, description="Each step attends to itself and earlier steps only (Keras' "
+    causal: Flag = Field(False, description="Each step attends to itself and earlier steps only (Keras' "
                                             "use_causal_mask).")
     rotary: Rotary | None = Field(None, description="Rotary position embedding of query and key (needs an even "
                                                     "key_dim).")

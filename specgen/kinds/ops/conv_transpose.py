@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
-from specgen.fields.base import NonNegativeInt, PositiveInt
+from specgen.fields.base import Flag, NonNegativeInt, PositiveInt
 from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.dims import fixed
@@ -34,7 +34,7 @@ class Conv2DTranspose(LayerBase):
     padding: Padding = "valid"
     output_padding: Padding2 | None = None
     activation: Activation | None = None
-    use_bias: bool = True
+    use_bias: Flag = True
     kernel_init: InitializerSpec = "glorot_uniform"
     bias_init: InitializerSpec = "zeros"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from specgen.fields.base import PositiveInt
+from specgen.fields.base import Flag, PositiveInt
 from specgen.fields.layers import Activation, LayerBase, Padding, Size2
 from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
@@ -22,7 +22,7 @@ class WindowBase(LayerBase):
     padding: Padding = "valid"
     dilation: Size2 = 1
     activation: Activation | None = None
-    use_bias: bool = True
+    use_bias: Flag = True
 
 
 class ConvBase(WindowBase):

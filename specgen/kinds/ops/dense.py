@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from specgen import text
-from specgen.fields.base import PositiveInt
+from specgen.fields.base import Flag, PositiveInt
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import PASSES_MASK, OnnxContext, OpDef, OpError, OpResult, VarDecl, Weighted, resolve_init
@@ -17,7 +17,7 @@ class Dense(LayerBase):
     op: Literal["dense"]
     units: PositiveInt
     activation: Activation | None = None
-    use_bias: bool = True
+    use_bias: Flag = True
     kernel_init: InitializerSpec = "glorot_uniform"
     bias_init: InitializerSpec = "zeros"
 

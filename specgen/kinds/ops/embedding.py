@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import PositiveInt
+from specgen.fields.base import Flag, PositiveInt
 from specgen.fields.layers import LayerBase
 from specgen.kinds.initializers import InitializerSpec
 from specgen.kinds.ops.base import FLOAT, INTEGER, MaskRule, OpDef, OpError, OpResult, VarDecl, resolve_init
@@ -19,7 +19,7 @@ class Embedding(LayerBase):
     vocab_size: PositiveInt
     dim: PositiveInt
     embeddings_init: InitializerSpec = "random_uniform"
-    mask_zero: bool = Field(False, description="Id 0 is padding (Keras' mask_zero): the layers after it skip those "
+    mask_zero: Flag = Field(False, description="Id 0 is padding (Keras' mask_zero): the layers after it skip those "
                                                "steps (docs/spec.md, Masks). Id 0 still has its row in the table.")
 
 

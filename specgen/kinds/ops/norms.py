@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import PositiveFloat, bounds
+from specgen.fields.base import Flag, PositiveFloat, bounds
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds.ops.base import PASSES_MASK, MaskRule, OnnxContext, OpDef, OpError, OpResult, VarDecl
 from specgen.kinds.ops.nodes import Init, Node, Shape
@@ -19,10 +19,10 @@ class BatchNorm(LayerBase):
     # 0 is Keras' momentum=0: the moving statistics become the last training batch's (moving * 0 + batch * 1).
     momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.99
     epsilon: PositiveFloat = 1e-3
-    center: bool = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
-    scale: bool = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "
+    center: Flag = Field(True, description="Add the learned offset `beta`; false: no `beta` variable (Keras' `center`).")
+    scale: Flag = Field(True, description="Multiply by the learned `gamma`; false: no `gamma` variable (Keras' `scale`; "
                                           "InceptionV3 uses false, as a following linear layer can do the scaling).")
-    sync: bool = Field(False, description=(
+    sync: Flag = Field(False, description=(
         "Under a tf.distribute strategy, batch statistics over the global batch (all-reduced) instead of each "
         "replica's slice, as Keras' `synchronized=True`; no effect in one process. `train.distribute.sync_batch_norm` "
         "turns it on for every batch_norm."))

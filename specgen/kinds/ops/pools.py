@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specgen.fields.base import Flag
 from specgen.fields.layers import LayerBase, Padding, Size2
 from specgen.kinds.dims import count, nominal
 from specgen.kinds.ops.base import MaskRule, OnnxContext, OpDef, OpError, OpResult
@@ -27,7 +28,7 @@ class Pool(LayerBase):
 
 class GlobalPool(LayerBase):
     op: Literal["global_avg_pool", "global_max_pool"]
-    keepdims: bool = Field(False, description="Keep the spatial axes as 1s: [batch, 1, 1, channels] "
+    keepdims: Flag = Field(False, description="Keep the spatial axes as 1s: [batch, 1, 1, channels] "
                                               "(Keras' `keepdims`; squeeze-and-excite multiplies it back).")
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from specgen import text
-from specgen.fields.base import PositiveInt, SpecModel
+from specgen.fields.base import Flag, PositiveInt, SpecModel
 from specgen.fields.layers import LayerBase
 from specgen.kinds.dims import nominal
 from specgen.kinds.initializers import InitializerSpec
@@ -60,13 +60,13 @@ class RecurrentFields(SpecModel):
         op: str
 
     units: PositiveInt
-    return_sequences: bool = Field(False, description="Output every step [batch, time, units], not the last.")
-    return_state: bool = Field(False, description="Also output the states after the last step read, named "
+    return_sequences: Flag = Field(False, description="Output every step [batch, time, units], not the last.")
+    return_state: Flag = Field(False, description="Also output the states after the last step read, named "
                                                   "<layer>/state_h and <layer>/state_c (lstm) or <layer>/state "
                                                   "(gru, simple_rnn), as Keras' [output, *states].")
-    go_backwards: bool = Field(False, description="Read the sequence last step first (outputs in that order).")
+    go_backwards: Flag = Field(False, description="Read the sequence last step first (outputs in that order).")
     activation: RecurrentActivation = "tanh"
-    use_bias: bool = True
+    use_bias: Flag = True
     kernel_init: InitializerSpec = "glorot_uniform"
     recurrent_init: InitializerSpec = "orthogonal"
     bias_init: InitializerSpec = "zeros"
@@ -74,12 +74,12 @@ class RecurrentFields(SpecModel):
 
 class LSTMFields(RecurrentFields):
     recurrent_activation: RecurrentActivation = "sigmoid"
-    unit_forget_bias: bool = Field(True, description="Start the forget gate's bias at 1 (Keras' default).")
+    unit_forget_bias: Flag = Field(True, description="Start the forget gate's bias at 1 (Keras' default).")
 
 
 class GRUFields(RecurrentFields):
     recurrent_activation: RecurrentActivation = "sigmoid"
-    reset_after: bool = Field(True, description="Apply the reset gate after the recurrent matmul (Keras' "
+    reset_after: Flag = Field(True, description="Apply the reset gate after the recurrent matmul (Keras' "
                                                 "default; bias [2, 3*units]) rather than before (bias [3*units]).")
 
 

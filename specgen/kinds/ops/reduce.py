@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
-from specgen.fields.base import Int
+from specgen.fields.base import Flag, Int
 from specgen.fields.layers import LayerBase
 from specgen.fields.unions import by_shape, scalar_or_list
 from specgen.kinds.ops.base import (
@@ -42,7 +42,7 @@ class Reduce(LayerBase):
     op: Literal["reduce"]
     kind: Literal["max", "min", "mean", "sum"]
     axis: Axes = Field(-1, description="An axis or a list of them, counted with the batch as axis 0 (not reducible).")
-    keepdims: bool = Field(False, description="Keep the reduced axes as 1s.")
+    keepdims: Flag = Field(False, description="Keep the reduced axes as 1s.")
 
 
 def infer(layer: Reduce, shapes: list[Shape], dtypes: list[str]) -> OpResult:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specgen.fields.base import PositiveInt
+from specgen.fields.base import Flag, PositiveInt
 from specgen.fields.layers import Activation, LayerBase
 from specgen.kinds import dims
 from specgen.kinds.initializers import InitializerSpec
@@ -33,7 +33,7 @@ class Conv1D(LayerBase):
     dilation: PositiveInt = 1
     groups: PositiveInt = 1
     activation: Activation | None = None
-    use_bias: bool = True
+    use_bias: Flag = True
     kernel_init: InitializerSpec = "glorot_uniform"
     bias_init: InitializerSpec = "zeros"
 

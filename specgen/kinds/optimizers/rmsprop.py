@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from specgen.fields.base import PositiveFloat, UnitInterval, bounds
+from specgen.fields.base import Flag, PositiveFloat, UnitInterval, bounds
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
 
@@ -14,7 +14,7 @@ class RmsProp(OptimizerBase):
     rho: UnitInterval = 0.9
     momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.0
     epsilon: PositiveFloat = 1e-7
-    centered: bool = False
+    centered: Flag = False
 
 
 def _slots(hyper: Mapping[str, Any]) -> Slots:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from specgen.fields.base import bounds
+from specgen.fields.base import Flag, bounds
 from specgen.kinds.optimizers.base import OptimizerBase, OptimizerDef, Slots, UpdateCall
 
 
 class Sgd(OptimizerBase):
     kind: Literal["sgd"]
     momentum: Annotated[float, *bounds(float, ge=0, lt=1)] = 0.0
-    nesterov: bool = False
+    nesterov: Flag = False
 
 
 def _slots(hyper: Mapping[str, Any]) -> Slots:

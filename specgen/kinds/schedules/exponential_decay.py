@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specgen.fields.base import NonNegativeFloat, PositiveFloat, PositiveInt
+from specgen.fields.base import Flag, NonNegativeFloat, PositiveFloat, PositiveInt
 from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
 
 
@@ -13,7 +13,7 @@ class ExponentialDecay(ScheduleBase):
     initial: NonNegativeFloat
     decay_steps: PositiveInt
     decay_rate: PositiveFloat
-    staircase: bool = False
+    staircase: Flag = False
 
 
 KINDS = (ScheduleDef("exponential_decay", ExponentialDecay, "specgen.runtime.lib.schedules.exponential_decay"),)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specgen.fields.base import FilePath, Identifier, PositiveInt
+from specgen.fields.base import FilePath, Flag, Identifier, PositiveInt
 from specgen.kinds.augment import output_size
 from specgen.kinds.sources.base import Refusal, SourceDef, SourceSpec, file_source
 
@@ -32,7 +32,7 @@ class ImagesSource(SourceSpec):
         default_factory=dict, description="Input name -> image; default: the model's one input.")
     labels: dict[Identifier, Literal["class"]] = Field(
         default_factory=dict, description="Label name -> class; default: the label the loss reads.")
-    skip_bad: bool = Field(False, description="Skip images that do not decode (and say which) instead of stopping.")
+    skip_bad: Flag = Field(False, description="Skip images that do not decode (and say which) instead of stopping.")
     max_pixels: PositiveInt = Field(MAX_PIXELS, description="Largest decoded image (height x width) accepted.")
 
 

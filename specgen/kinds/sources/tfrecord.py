@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, StringConstraints, model_validator
 
-from specgen.fields.base import FilePath, Identifier, PositiveInt, SpecModel
+from specgen.fields.base import FilePath, Flag, Identifier, PositiveInt, SpecModel
 from specgen.fields.unions import by_shape, scalar_or_mapping
 from specgen.kinds.augment import output_size
 from specgen.kinds.sources.base import Refusal, Resized, Resolved, SourceDef, SourceSpec, refs
@@ -67,7 +67,7 @@ class TfRecordSource(SourceSpec):
                                                      "to the shards and settings they come from).")
     compression: Literal["none", "gzip", "zlib"] = Field(
         "none", description="How the files were written: none, gzip or zlib (TFRecordWriter's options).")
-    skip_bad: bool = Field(False, description="Skip records that do not parse or whose image does not decode (and "
+    skip_bad: Flag = Field(False, description="Skip records that do not parse or whose image does not decode (and "
                                               "say which) instead of stopping; a damaged shard still stops.")
     max_pixels: PositiveInt = Field(MAX_PIXELS, description="Largest decoded image (height x width) accepted.")
 
