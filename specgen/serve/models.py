@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from specgen.paths import shown
+from specgen.runtime.model_file import unloadable
 from specgen.runtime.predictor import DTYPES, InputError, Predictor
 from specgen.runtime.sources.base import MISSING, file_kind
 from specgen.serve import coupling
@@ -173,7 +174,7 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     except (InputError, RepositoryError):  # the provider (unknown, or CUDA asked for and missing), a damaged variant
         raise
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
-        raise RepositoryError(f"{shown(path)}: onnxruntime cannot load the model: {exc}") from None
+        raise RepositoryError(f"{shown(path)}: {unloadable(path, exc, arguments=False)}") from None
     if cuda_graphs and predictor.graph_note:
         log.info("no CUDA graphs", extra={"fields": {"event": "cuda_graphs_off", "model": name, "version": version,
                                                     "reason": predictor.graph_note}})

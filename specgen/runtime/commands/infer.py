@@ -17,8 +17,8 @@ import numpy as np
 from specgen.atomic import refuse_links, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError, closest, did_you_mean
 from specgen.paths import shown
-from specgen.runtime.commands.infer_model import EXPECTED, unloadable
 from specgen.runtime.graph_runs import ORT_ERRORS, failure_detail, predictor_batch, run_rows
+from specgen.runtime.model_file import EXPECTED, unloadable
 from specgen.runtime.parity import accuracy
 from specgen.runtime.predictor import InputError, Predictor
 from specgen.runtime.sources.base import MISSING, DataError, file_kind

@@ -1,4 +1,4 @@
-"""`specgen infer`'s words for a MODEL that onnxruntime cannot load, in the user's terms.
+"""Words for a model file that onnxruntime cannot load, in the user's terms (`specgen infer`, `specgen serve`).
 
 onnxruntime's own text (`[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from x failed:Protobuf parsing
 failed.`) says neither what the file is nor what to do. The usual cause is a file that is no ONNX model at
@@ -16,14 +16,16 @@ SNIFF = 4096  # bytes read to tell what a file is
 DATA = ("an .npz archive", "an .npy array")
 
 
-def unloadable(model: Path, exc: Exception) -> str:
-    """The message for `model`, which onnxruntime refused with `exc`."""
+def unloadable(model: Path, exc: Exception, arguments: bool = True) -> str:
+    """The message for `model`, which onnxruntime refused with `exc`; `arguments`: the file was named on the command
+    line (infer), so a data file there means the arguments were swapped."""
     what, text = _what(model), str(exc)
     if what is None and "INVALID_PROTOBUF" in text:
         what = "onnxruntime cannot parse it: a damaged model or another format"
     if what is None:  # an ONNX model it refuses (an opset, an op it lacks): its words say which
-        return f"cannot load the model: {text}"
-    return f"not an ONNX model ({what}); {ORDER if what.removeprefix('it is ') in DATA else EXPECTED}"
+        return f"onnxruntime cannot load the model: {text}"
+    swapped = arguments and what.removeprefix("it is ") in DATA
+    return f"not an ONNX model ({what}); {ORDER if swapped else EXPECTED}"
 
 
 def _what(path: Path) -> str | None:
