@@ -157,7 +157,8 @@ def test_two_layers_that_fit_one_rename_equally_are_both_listed_and_none_guessed
     assert "renamed layers" not in out
 
 
-def test_rev_path_reads_the_revision_through_git_with_its_bases(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("base_name", ["base.yaml", "Base.YAML"])  # a suffix in any case, as extends takes it
+def test_rev_path_reads_the_revision_through_git_with_its_bases(tmp_path: Path, capsys, base_name: str) -> None:
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
                        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -166,15 +167,15 @@ def test_rev_path_reads_the_revision_through_git_with_its_bases(tmp_path: Path, 
     git("init", "-q")
     (tmp_path / "specs").mkdir()
     base = OLD.replace("name: small\n", "abstract: true\n")
-    write(tmp_path / "specs", **{"base.yaml": base, "v.yaml": "extends: base.yaml\nname: small\n"})
+    write(tmp_path / "specs", **{base_name: base, "v.yaml": f"extends: {base_name}\nname: small\n"})
     git("add", ".")
     git("commit", "-qm", "one")
-    write(tmp_path / "specs", **{"base.yaml": base.replace("units: 8,", "units: 16,")})
-    before = (tmp_path / "specs" / "base.yaml").read_text()
+    write(tmp_path / "specs", **{base_name: base.replace("units: 8,", "units: 16,")})
+    before = (tmp_path / "specs" / base_name).read_text()
     code, out, _ = run(["diff", "HEAD:specs/v.yaml", "specs/v.yaml"], capsys, tmp_path)
     assert code == 0 and "specgen diff: OLD HEAD:specs/v.yaml (small) -> NEW specs/v.yaml (small)" in out
     assert "  reshaped  head/fc/kernel" in out
-    assert (tmp_path / "specs" / "base.yaml").read_text() == before  # the work tree is untouched
+    assert (tmp_path / "specs" / base_name).read_text() == before  # the work tree is untouched
     code, out, _ = run(["diff", "HEAD:./v.yaml", "v.yaml"], capsys, tmp_path / "specs")  # ./ is from the cwd
     assert code == 0 and "reshaped" in out
     code, _, err = run(["diff", "nosuchrev:specs/v.yaml", "specs/v.yaml"], capsys, tmp_path)

@@ -196,7 +196,7 @@ def _spec_blobs(commit: str, label: str) -> tuple[dict[str, tuple[str, int]], di
         meta, _, name = record.partition(b"\t")
         fields = meta.split()
         path = os.fsdecode(name)
-        if len(fields) != 4 or not path.endswith((".yaml", ".yml")) or not fields[3].isdigit():
+        if len(fields) != 4 or not path.lower().endswith((".yaml", ".yml")) or not fields[3].isdigit():
             continue
         kept = found if fields[0] in (b"100644", b"100755") else links if fields[0] == LINK_MODE else None
         if path in found or path in links:
