@@ -140,4 +140,9 @@ def test_a_cache_keeps_the_seeded_shard_order(tmp_path: Path, cache: str) -> Non
     assert rows(cache) == plain
     assert rows(cache) == plain  # a file cache read back (the second read finds it complete)
     other = rows("", seed=0)
+    assert other != plain  # seeds 0 and 3 order the 3 shards differently, so the next line can fail
     assert rows(cache, seed=0) == other  # another seed, another order: a file cache is keyed to it
+    assert rows(cache) == plain  # and each seed keeps its own (a sweep over seeds shares the path)
+    if "tfcache" in cache:
+        families = sorted({p.name.split(".")[1] for p in tmp_path.glob("tfcache.*.index")})
+        assert families == ["s0", "s3"]

@@ -375,8 +375,8 @@ def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> st
     """Why a served version leaves, for its `model_unloaded` line: its folder is gone (`removed from the
     repository`), config.pbtxt's version_policy was edited (`not chosen by version_policy`), or another load took
     its place (`replaced`: its number loaded again, or a newer version that the same policy now chooses)."""
-    path = served.model.path
-    if path is not None and not path.parent.exists():
+    path = served.model.path  # the file served (a gated variant's float32 reference too): gone with its folder
+    if path is not None and not (path.parent.exists() and path.exists()):
         return "removed from the repository"
     policy = next(iter(chosen.values())).model.config.version_policy if chosen else None
     if policy is not None and number not in chosen and policy != served.model.config.version_policy:

@@ -95,7 +95,7 @@ def read(context: SourceContext) -> Source:
     if model.cache == "memory":
         dataset = dataset.cache()
     elif model.cache is not None:
-        dataset = cached(context, dataset, shards, settings, scan.count)
+        dataset = cached(context, dataset, shards, settings, scan.count, tag=seed_tag(order_seed))
     split = functools.partial(worker_share, context, model, (shards, counts), files, read_shard, parse, settings)
     return Source(dataset, scan.count, tuple(shards), split=split)
 
@@ -110,6 +110,13 @@ def _settings(context: SourceContext, model: Any, spec: dict[str, Any], skipped:
             "images": {n: [f.size, channels_of(inputs[n])] for n, f in images(model).items() if n in inputs},
             "compression": model.compression, "cycle_length": model.cycle_length,
             "skipped": {os.fsdecode(s): sorted(i) for s, i in skipped.items() if i}}
+
+
+def seed_tag(order_seed: int | None) -> str:
+    """A file cache holds its examples in one seeded shard order: each `train.seed` has a family of its own
+    (`<cache>.s<seed>.<key>`), so that runs or sweep trials with other seeds sharing the path keep theirs, never
+    removing a complete cache another process may be reading."""
+    return "" if order_seed is None else f"s{order_seed}."
 
 
 def _shuffles_files(context: SourceContext, shards: list[Path]) -> bool:
@@ -135,7 +142,8 @@ def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], l
         dataset = dataset.cache()
     elif model.cache is not None:  # one cache per worker: workers sharing cache files would clash
         share = {**settings, "worker": [index, workers]}
-        dataset = cached(context, dataset, mine, share, examples, tag=f"w{index}-of-{workers}.")
+        tag = f"{seed_tag(settings['shard_order_seed'])}w{index}-of-{workers}."
+        dataset = cached(context, dataset, mine, share, examples, tag=tag)
     return WorkerShare(dataset, examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1)
 
 

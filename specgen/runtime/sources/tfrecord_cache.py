@@ -55,7 +55,7 @@ class Family:
     """The cache files at one `cache` path for one reader: the whole source (tag '') or a worker's share."""
 
     path: Path
-    tag: str  # '' or 'w<i>-of-<n>.'
+    tag: str  # '', 's<seed>.' (a seeded shard order: tfrecord.seed_tag), then 'w<i>-of-<n>.' for a worker's share
 
     def prefix(self, key: str) -> Path:
         return self.path.with_name(f"{self.path.name}.{self.tag}{key}")
@@ -111,9 +111,12 @@ def _clean(context: SourceContext, family: Family, key: str, record: dict[str, A
     stale: dict[str, list[Path]] = {}
     complete = _name(family.prefix(key), ".index").exists()
     keyed, legacy = family.keyed(), family.legacy()
+    unseeded = Family(family.path, "").keyed() if family.tag.startswith("s") else None
     for entry in _entries(family.path.parent):
         if (match := keyed.fullmatch(entry.name)) is not None:
             why = _why_stale(match, key, family, record)
+        elif unseeded is not None and (match := unseeded.fullmatch(entry.name)) is not None and match["pid"] is None:
+            why = "a cache of the shards in another order (written before caches kept the seeded shard order)"
         else:
             why = "TensorFlow cache files with no record of what they hold (an earlier specgen wrote them)" \
                 if family.tag == "" and legacy.fullmatch(entry.name) else None
