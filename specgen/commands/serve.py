@@ -106,14 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.extras import need
 
-    if args.workers > 1 and args.model_control == "explicit":  # two flags that do not go together: a usage error
-        print("specgen serve: error: --model-control explicit needs --workers 1: a load or unload request would reach "
-              "only one worker (use --model-control poll with several workers)", file=sys.stderr)
-        return 2
 
     # every package the server imports (the serve extra, which brings the runtime's onnxruntime): one line
     need("specgen serve", "onnxruntime", "starlette", "uvicorn", "httptools", "prometheus_client", "tritonclient", "grpc")
     from specgen.serve import run_server
+    from specgen.serve.options import EXPLICIT_NEEDS_ONE_WORKER
+
+    if args.workers > 1 and args.model_control == "explicit":  # two flags that do not go together: a usage error
+        print(f"specgen serve: error: {EXPLICIT_NEEDS_ONE_WORKER}", file=sys.stderr)
+        return 2
 
     return run_server(args.repo, args.host, args.port, args.provider, queue_size=args.queue_size,
                       batching=not args.no_batching, threads=args.threads, log_level=args.log_level,

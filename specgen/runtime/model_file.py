@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specgen.runtime.sources.npz import NPY_MAGIC, ZIP_MAGICS
+
 EXPECTED = "expected an .onnx model written by specgen export"
 ORDER = "MODEL comes first, then --input: specgen infer MODEL.onnx --input DATA.npz"
 SNIFF = 4096  # bytes read to tell what a file is
@@ -37,9 +39,9 @@ def _what(path: Path) -> str | None:
         return None
     if not head:
         return "it is empty"
-    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+    if head.startswith(ZIP_MAGICS):
         return "it is an .npz archive" if path.suffix.lower() == ".npz" else "it is a zip archive"
-    if head.startswith(b"\x93NUMPY"):
+    if head.startswith(NPY_MAGIC):
         return "it is an .npy array"
     try:
         text = head.decode("utf-8")

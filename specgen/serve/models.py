@@ -205,11 +205,18 @@ def values_checked(predictor: Predictor) -> Callable[[Arrays], Arrays]:
     return run
 
 
-def load_model(entry: ModelEntry, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False
-               ) -> list[ServedModel]:
-    """Every version of `entry` that its version_policy serves, ascending."""
-    return [load_version(entry.name, version, path, entry.config, provider, threads, cuda_graphs=cuda_graphs)
-            for version, path in sorted(entry.versions.items())]
+def load_model(entry: ModelEntry, problems: list[str], provider: str = "auto", threads: int = 0,
+               cuda_graphs: bool = False) -> list[ServedModel]:
+    """Every version of `entry` that its version_policy serves and that loads, ascending; a line in `problems` for
+    each that does not."""
+    models = []
+    for version, path in sorted(entry.versions.items()):
+        try:
+            models.append(load_version(entry.name, version, path, entry.config, provider, threads,
+                                       cuda_graphs=cuda_graphs))
+        except RepositoryError as exc:
+            problems.append(str(exc))
+    return models
 
 
 def load_repository(repo: Path, provider: str = "auto", threads: int = 0, cuda_graphs: bool = False
@@ -217,14 +224,7 @@ def load_repository(repo: Path, provider: str = "auto", threads: int = 0, cuda_g
     """Every served version of every model of a Triton-layout repository, loaded; or a RepositoryError listing every
     problem at once: each folder that does not read, and each version of the others that does not load."""
     entries, problems = scan_repository(repo)
-    models = []
-    for entry in entries:
-        for version, path in sorted(entry.versions.items()):
-            try:
-                models.append(load_version(entry.name, version, path, entry.config, provider, threads,
-                                           cuda_graphs=cuda_graphs))
-            except RepositoryError as exc:
-                problems.append(str(exc))
+    models = [model for entry in entries for model in load_model(entry, problems, provider, threads, cuda_graphs)]
     if problems:
         raise RepositoryError("\n".join(problems))
     return models

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_PORT = 65535
+# Said by `specgen serve` (a usage error) and by the Supervisor, for a caller of run_server in code.
+EXPLICIT_NEEDS_ONE_WORKER = ("--model-control explicit needs --workers 1: a load or unload request would reach "
+                             "only one worker (use --model-control poll with several workers)")
 GRPC_INT_LIMIT = 2**31 - 1  # gRPC's channel arguments are C ints (its connection quota aborts the process at this one)
 # Fields gRPC takes as channel arguments (grpc_limits.py): seconds as milliseconds, counts as they are.
 GRPC_SECONDS = ("header_timeout", "send_timeout", "grpc_keepalive", "grpc_idle_timeout")

@@ -46,7 +46,7 @@ from typing import Any
 
 from specgen.serve.metrics import METRICS_PREFIX, remove_stale_metrics
 from specgen.serve.metrics_fold import fold_dead
-from specgen.serve.options import ServeOptions
+from specgen.serve.options import EXPLICIT_NEEDS_ONE_WORKER, ServeOptions
 from specgen.serve.ports import WorkersError, listen, reserve
 from specgen.serve.process import ServerSettings, serve
 
@@ -82,8 +82,7 @@ class Supervisor:
 
         options = settings.options or ServeOptions()
         if workers > 1 and options.model_control == "explicit":
-            raise WorkersError("--model-control explicit needs --workers 1: a load or unload request would reach "
-                               "only one worker (use --model-control poll with several workers)")
+            raise WorkersError(EXPLICIT_NEEDS_ONE_WORKER)
         self.count = workers
         self.http = listen(settings.host, settings.port)
         self.grpc: socket.socket | None = None

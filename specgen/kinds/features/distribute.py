@@ -29,7 +29,7 @@ class Distribute(SpecModel):
 @dataclass(frozen=True)
 class DistributeIR:
     strategy: str = "default"  # one of Strategy
-    sync_batch_norm: Flag = False  # batch-norm moments all-reduced over the global batch
+    sync_batch_norm: bool = False  # batch-norm moments all-reduced over the global batch
     cpu_devices: int = 1  # logical CPU devices (one replica each) when there is no GPU
 
     @property

@@ -27,7 +27,7 @@ class Ema(SpecModel):
 @dataclass(frozen=True)
 class EmaIR:
     decay: float
-    eval: Flag  # evaluate with the shadows
+    eval: bool  # evaluate with the shadows
 
 
 def resolve(ema: Ema | None) -> EmaIR | None:
