@@ -214,10 +214,11 @@ def test_a_second_sigterm_ends_the_process_at_once() -> None:
     could not be stopped by a supervisor repeating it. The child notes the first, is stuck, and dies by the second."""
     child = subprocess.Popen([sys.executable, "-c", (
         "import os, signal, sys, time\n"
-        "from specgen.runtime.interrupt import Interrupts\n"
+        "from specgen.runtime.interrupt import ECHO_SECONDS, Interrupts\n"
         "with Interrupts() as interrupts:\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    while not interrupts.received: pass\n"
+        "    time.sleep(ECHO_SECONDS)  # one sooner is the first one's echo (`timeout` sends it twice)\n"
         "    print('noted', flush=True)\n"
         "    while True: time.sleep(0.01)  # stuck: check() is never reached\n")],
         stdout=subprocess.PIPE, text=True)

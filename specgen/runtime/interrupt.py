@@ -30,6 +30,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
@@ -95,6 +96,11 @@ def _forget_unhandled_interrupt() -> None:
 # systemd and Slurm's preemption send before they kill; by default it ended the run at once, without a line, and
 # left a tracked MLflow run RUNNING.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# A SIGTERM this soon after the first is the same stop, not a supervisor that would not wait: `timeout` sends its
+# SIGTERM to the command and then to its process group, microseconds apart, and when the handler ran in between
+# (a `specgen sweep` waiting in a lock, about 1 in 10) the second one ended the command with no line. Supervisors
+# that repeat the signal do so seconds apart.
+ECHO_SECONDS = 1.0
 
 
 def exit_status(signum: int) -> int:
@@ -113,16 +119,20 @@ class Interrupts:
         # One Ctrl-C swallowed before it was entered (raising_interrupts noted it) stops at the first check().
         self.signum: int | None = signal.SIGINT if pending() else None
         self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL/SIG_IGN, or None (C's)
+        self._terminated: float | None = None  # when the first SIGTERM came (time.monotonic)
 
     @property
     def received(self) -> bool:
         return self.signum is not None
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
+        first, now = self._terminated, time.monotonic()
+        if signum == signal.SIGTERM and first is None:
+            self._terminated = now
         if self.signum is None:  # the first one names the stop
             self.signum = signum
-        elif signum == signal.SIGTERM:
-            # A second SIGTERM is a supervisor that would not wait (systemd, Slurm's ladder, `timeout` sent again):
+        elif signum == signal.SIGTERM and (first is None or now - first >= ECHO_SECONDS):
+            # A second SIGTERM is a supervisor that would not wait (systemd, Slurm's ladder, a person repeating it):
             # its default, ending the process at once, as before this handling. A run stuck in a long call (a hung
             # collective, a blocked read) is stopped then; the checkpoints on disk are whole (saves are atomic).
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -5,17 +5,20 @@ Everything a user can get wrong is checked before the sweep folder is made or a 
 the spec (with the sweep's own `--set`s), its `sweep` section, the searched keys and values (space.py), that
 the spec trains and logs the metric, the flags, and the storage. Then the study is opened (made on first use)
 and, when trials are tracked, the MLflow store and experiment (once, here: _prepare_tracking); then the trials run.
-A sweep that was stopped continues where it stopped when the same command runs again.
+A sweep that was stopped continues where it stopped when the same command runs again. Ctrl-C and SIGTERM stop it
+alike (driver.py): the summary, then one line on stderr naming the signal, and exit status 130 or 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.runtime.interrupt import exit_status
 from specgen.spec.load import LoadedSpec
 from specgen.sweep.errors import SweepUsageError, need_optuna
 
@@ -90,7 +93,8 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     print(_header(plan, len(study.get_trials(deepcopy=False))))
     _prepare_tracking(loaded, track)
     hparams_config(plan, folder)
-    finished = Runner(plan, storage, print).sweep(study)
+    runner = Runner(plan, storage, print)
+    finished = runner.sweep(study)
     found = rows(study)
     text = "\n".join(lines(plan, found))
     print(text)
@@ -99,9 +103,11 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
         _write(folder / "sweep.svg", render(plan, found))
         print(f"wrote {plan.shown(folder / 'summary.txt')} and {plan.shown(folder / 'sweep.svg')}")
     if not finished:
-        print(f"specgen sweep: interrupted; the trials it stopped run again when the same command continues the "
+        signum = runner.signum or signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"specgen sweep: {how}; the trials it stopped run again when the same command continues the "
               f"sweep (study '{plan.study_name}' in {stores.masked(url)})", file=sys.stderr)
-        return 130
+        return exit_status(signum)
     return 0 if any(r.state == "finished" for r in found) else 1
 
 

@@ -5,15 +5,22 @@ A worker thread (`--parallel P` of them) takes a trial from the study (ask), run
 the run's TensorBoard events as they are written; the pruner sees each value as it comes (`trial.report`), and a
 trial it prunes is stopped with SIGINT, as Ctrl-C stops `specgen train` (between updates). When the run ends,
 the metric's last value is the trial's (tell). A run that fails is a failed trial with its error line (or the
-signal that ended it, notes.py); the sweep goes on. A run whose tracker failed (it warns in its log and trains on)
+signal that ended it, notes.py); the sweep goes on. A run that SIGINT or SIGTERM stopped (notes.stopped) is
+interrupted, not failed, and runs again. A run whose tracker failed (it warns in its log and trains on)
 is said by the sweep and noted on the trial.
 
 The budget: a trial is asked for only while the finished trials (complete, pruned, failed) and the running ones
 are fewer than the sweep's `trials`, checked under one lock per process; processes sharing a study each check
 before they ask, so two asking at the same moment can each take the last place (the study then ends with one
 trial more per such process). Interrupted trials do not count: a trial whose sweep process is gone (killed, or
-Ctrl-C; claim.py tells a lost trial) is marked failed with `interrupted` and a new trial with the same values is
-queued (Optuna's enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
+Ctrl-C or SIGTERM; claim.py tells a lost trial) is marked failed with `interrupted` and a new trial with the same
+values is queued (Optuna's enqueue_trial), which the next worker to ask runs first. Finished trials are never run again.
+
+Ctrl-C and SIGTERM (`timeout`, `docker stop`, a Kubernetes pod deleted, systemd, a CI job cancelled) stop the sweep
+alike: `specgen train`'s Interrupts (runtime/interrupt.py) notes the signal and the main thread acts on it between
+its waits; the trials are stopped, marked interrupted and queued again, and the command writes the summary. Before,
+SIGTERM kept its default: the sweep died at once with no summary, and its running trial stayed RUNNING in the study
+(with a shared journal storage no other machine takes such a trial back). A second SIGTERM ends it at once.
 
 The study itself (the plan, its sampler and pruner, what counts toward the budget) is study.py's.
 """
@@ -32,10 +39,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen import native_logs
+from specgen.runtime.interrupt import Interrupts
 from specgen.sweep import storage as stores
 from specgen.sweep.claim import claim, left, lost, ownerless_grace
 from specgen.sweep.follow import Follower
-from specgen.sweep.notes import killed, last_line, tracking_warning
+from specgen.sweep.notes import killed, last_line, stopped, tracking_warning
 from specgen.sweep.space import overrides_of
 from specgen.sweep.study import Plan, counted, pruner, seeded
 from specgen.sweep.study import retry as queue_again
@@ -45,8 +53,7 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
 
-POLL = 0.5  # seconds between reads of a running trial's events
-INTERRUPTED = 130  # `specgen train`'s exit status after SIGINT
+POLL = 0.5  # seconds between reads of a running trial's events, and between the main thread's checks for a signal
 
 
 class Runner:
@@ -62,6 +69,14 @@ class Runner:
         self.unowned: dict[int, float] = {}  # trial id -> when this process first saw it running with no owner
         self.announced: set[int] = set()  # numbers of the ownerless trials the waiting line named
         self.distributions = {p.key: p.distribution() for p in plan.params}
+        self.signum: int | None = None  # the signal that stopped the sweep (SIGINT or SIGTERM), once it did
+        self.interrupts: Interrupts | None = None  # while sweep() runs: the signals noted in the main thread
+
+    def stopping(self) -> bool:
+        """Whether the sweep stops: the main thread acted on a signal, or one came that it has yet to act on. A
+        trial that the same SIGTERM reached (`timeout` sends it to the process group too) can end before the main
+        thread's next check: its worker must not start another trial then."""
+        return self.stop.is_set() or (self.interrupts is not None and self.interrupts.received)
 
     def say(self, line: str) -> None:
         with self.print_lock:
@@ -100,7 +115,7 @@ class Runner:
 
     def ask(self, study: optuna.Study) -> optuna.Trial | None:
         with self.budget_lock:
-            if self.stop.is_set():
+            if self.stopping():
                 return None
             self.reap(study)
             done, running = counted(study.get_trials(deepcopy=False))
@@ -184,7 +199,7 @@ class Runner:
                 if code is None and outcome["pruned"] is None and trial.should_prune():
                     outcome["pruned"] = (evals if stage == "eval" else step, value)
                     process.send_signal(signal.SIGINT)
-            if code is None and self.stop.is_set() and not outcome["stopped"]:
+            if code is None and self.stopping() and not outcome["stopped"]:
                 outcome["stopped"] = True
                 process.send_signal(signal.SIGINT)
             if code is not None:
@@ -201,11 +216,15 @@ class Runner:
             where = f"eval {at}" if metric.startswith("eval/") else f"step {at}"
             study.tell(trial, state=TrialState.PRUNED)
             self.say(f"trial {number} pruned at {where}: {metric} {value:.4f} ({seconds:.1f} s)")
-        elif outcome["stopped"] or code in (INTERRUPTED, -signal.SIGINT):
-            trial.set_user_attr("interrupted", "the sweep was stopped")
+        elif outcome["stopped"] or stopped(code) is not None:
+            # SIGTERM reaches a trial of its own (systemd stops the whole group, `timeout` its process group): a stop
+            # like Ctrl-C, not a failure; the trial may end before the sweep acts on its own SIGTERM
+            own = not outcome["stopped"] and stopped(code) == signal.SIGTERM
+            trial.set_user_attr("interrupted", "its run was stopped by SIGTERM" if own else "the sweep was stopped")
             study.tell(trial, state=TrialState.FAIL)
             self.retry(study, study.trials[number])
-            self.say(f"trial {number} interrupted: it runs again when the sweep continues")
+            how = "stopped by SIGTERM" if own else "interrupted"
+            self.say(f"trial {number} {how}: it runs again when the sweep continues")
         elif code != 0:  # a signal (the OOM killer's SIGKILL) ends a run with no error line: its last line misleads
             error = killed(code) if code < 0 else last_line(log) or f"exit status {code}"
             trial.set_user_attr("error", error)
@@ -224,37 +243,46 @@ class Runner:
     # --- the whole sweep -----------------------------------------------------------------------------------
 
     def sweep(self, study: optuna.Study) -> bool:
-        """Run trials until the budget is used; False when stopped by Ctrl-C (then the running trials are
-        stopped, marked interrupted and queued again)."""
+        """Run trials until the budget is used; False when stopped by Ctrl-C or SIGTERM (`signum` says which; the
+        running trials are then stopped, marked interrupted and queued again)."""
+        with Interrupts() as interrupts:  # both only noted: acted on in the main thread, between its waits
+            self.interrupts = interrupts
+            try:
+                return self._sweep(study, interrupts)
+            finally:
+                self.interrupts = None
+
+    def _sweep(self, study: optuna.Study, interrupts: Interrupts) -> bool:
         waited, ended = False, []
         try:
             while True:
+                interrupts.check()  # before more workers: a trial started now would only be stopped again
                 with self.budget_lock:  # no more workers than trials left to ask for: each opens the study
                     done, running = counted(study.get_trials(deepcopy=False))
                     asked = len(self.started)
                 ended = [self._start_worker() for _ in range(min(self.plan.parallel,
                                                                   self.plan.budget() - done - len(running)))]
                 for end in ended:
-                    while not end.wait(POLL):  # Ctrl-C is raised here, in the main thread
-                        pass
+                    while not end.wait(POLL):
+                        interrupts.check()  # Ctrl-C or SIGTERM: KeyboardInterrupt here, in the main thread
                 with self.budget_lock:
                     self.reap(study)
                     done, running = counted(study.get_trials(deepcopy=False))
                 if done + len(running) < self.plan.budget() and (not ended or len(self.started) > asked):
                     continue  # a place came free (a trial elsewhere was lost, or reaped just now): take it
                 if not running:  # this process's trials are done, and no other process runs one
+                    interrupts.check()  # a signal that came meanwhile still gets its line and exit status
                     return True
                 self.waiting(running, waited)
                 waited = True
-                time.sleep(POLL * 4)
-        except KeyboardInterrupt:
+                for _ in range(4):
+                    time.sleep(POLL)
+                    interrupts.check()
+        except KeyboardInterrupt:  # from check()
+            self.signum = interrupts.signum or signal.SIGINT
             self.stop.set()
-            for end in ended:
-                while not end.is_set():
-                    try:
-                        end.wait(POLL)
-                    except KeyboardInterrupt:  # a second Ctrl-C: the trials are being stopped already
-                        continue
+            for end in ended:  # a second Ctrl-C is only noted: the trials are being stopped already
+                end.wait()
             return False
 
     def waiting(self, running: list[FrozenTrial], waited: bool) -> None:

@@ -1,8 +1,9 @@
 """A finished trial's note, from how its process ended and what it printed (driver.py writes it on the trial).
 
 A run that fails prints its error line last; one that a signal ended (the kernel's OOM killer sends SIGKILL)
-printed no error, and its last line is whatever it was doing: the signal is the note then. A run whose tracker
-failed warns once in its log and trains on.
+printed no error, and its last line is whatever it was doing: the signal is the note then. A run stopped by SIGINT
+or SIGTERM (`stopped`) did not fail: it was stopped as Ctrl-C stops `specgen train`, and runs again. A run whose
+tracker failed warns once in its log and trains on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,18 @@ def tracking_warning(log: Path) -> str | None:
     except OSError:
         return None
     return None
+
+
+# How `specgen train` ends when SIGINT or SIGTERM stops it: its handler's exit status, 128 + the signal
+# (runtime/interrupt.py), or Popen's -N when the signal came before that handler was in place (Python starting,
+# TensorFlow importing). child.py's 143 is a trial whose sweep was gone before it started.
+STOPS = {signal.SIGINT: (128 + signal.SIGINT, -signal.SIGINT), signal.SIGTERM: (128 + signal.SIGTERM, -signal.SIGTERM)}
+
+
+def stopped(code: int) -> signal.Signals | None:
+    """The signal that stopped a trial's run (SIGINT: Ctrl-C or the sweep stopping it; SIGTERM: `timeout`, `docker
+    stop`, systemd's stop of the whole group, the kernel when its sweep died), or None when it was not stopped so."""
+    return next((number for number, codes in STOPS.items() if code in codes), None)
 
 
 def killed(code: int) -> str:
