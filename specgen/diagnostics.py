@@ -82,15 +82,24 @@ class Diagnostic:
         via = f" (via {self.position.via})" if self.position is not None and self.position.via else ""
         return one_line(f"{where}: {self.severity}: {self.message}{via}")
 
-    def sort_key(self) -> tuple[str, int, int, tuple[str | int, ...]]:
+    def sort_key(self) -> tuple[str, int, int, tuple[str | tuple[int, str, str], ...]]:
         line, col = (self.position.line, self.position.col) if self.position else (0, 0)
         return (self.path, line, col, natural_key(self.message))
 
 
-def natural_key(text: str) -> tuple[str | int, ...]:
-    """`text` with its runs of digits as numbers, so that 'encoder/2' sorts before 'encoder/10' (instances
-    of a `repeat`). The split alternates text and digits, so two keys compare str with str and int with int."""
-    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text)))
+def natural_key(text: str) -> tuple[str | tuple[int, str, str], ...]:
+    """`text` with its runs of digits ordered as numbers, so that 'encoder/2' sorts before 'encoder/10' (instances
+    of a `repeat`). A run is keyed by its length without leading zeros, then its digits: the numeric order, without
+    `int()`, which refuses a run of more than 4,300 digits (a message can echo one). The split alternates text and
+    digits, so two keys compare str with str and run with run."""
+    return tuple(_number_key(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text)))
+
+
+def _number_key(digits: str) -> tuple[int, str, str]:
+    """A run of digits keyed as its number: fewer significant digits first, then the digits (both without leading
+    zeros: '02' is 2, after '1'); equal numbers by how they are written ('02' before '2'), so no two runs tie."""
+    significant = digits.lstrip("0")
+    return (len(significant), significant, digits)
 
 
 def _cut(text: str, limit: int) -> str:

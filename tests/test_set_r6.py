@@ -42,6 +42,12 @@ VARIANT = "write `{name: NAME, remove: true}` in a variant file's 'layers' (docs
     ("name.x.y=3", "'name' holds 'b' (str), not a mapping or a list, so it has no key 'x'; set 'name' itself"),
     ("layers[h1].units.x=1",
      "'layers[h1].units' holds 8 (int), not a mapping or a list, so it has no key 'x'; set 'layers[h1].units' itself"),
+    # a [NAME] no item has, as the last key part (rt6 review, finding 1: a StopIteration traceback)
+    ("layers[nope]=1", "no item named 'nope' in 'layers'"),
+    ("layers[nope]=null", "no item named 'nope' in 'layers'"),
+    ("layers[nope]={name: nope, op: relu}", "no item named 'nope' in 'layers'"),
+    ("layers[ou]=1", "no item named 'ou' in 'layers'; did you mean 'out'?"),
+    ("layers[ou].units=1", "no item named 'ou' in 'layers'; did you mean 'out'?"),
 ])
 def test_a_set_that_cannot_write_says_why(tmp_path: Path, capsys, override: str, message: str) -> None:
     (tmp_path / "base.yaml").write_text(BASE)

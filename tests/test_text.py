@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from specgen import text
+from specgen.diagnostics import Diagnostic, Position, natural_key
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.runtime.commands import tfjob
@@ -41,6 +42,19 @@ def test_table_aligns_columns_and_right_aligns_numbers() -> None:
     assert text.table_lines(("variable", "size"), rows, right={1}) == [
         "variable      size", "------------  ----", "conv1/kernel   144", "b               16"]
     assert text.table_lines(("a", "b"), [("x", "")], rule=False) == ["a  b", "x"]
+
+
+def test_natural_key_orders_digit_runs_as_numbers_of_any_length() -> None:
+    """specgen/diagnostics.py natural_key (rt6 review, finding 13): `int()` of a run past 4,300 digits raised
+    ValueError, and every diagnostic's sort key reads its message."""
+    names = ["encoder/10", "encoder/2", "encoder/1", "encoder/02x", "encoder/", "decoder/3"]
+    assert sorted(names, key=natural_key) == ["decoder/3", "encoder/", "encoder/1", "encoder/02x", "encoder/2",
+                                              "encoder/10"]  # 02 is 2 (after 1); equal numbers: as written
+    long_run, longer = "9" * 5000, "1" + "0" * 5000
+    assert sorted([f"x {longer}", f"x {long_run}", "x 7", f"x 0{long_run}"], key=natural_key) == [
+        "x 7", f"x 0{long_run}", f"x {long_run}", f"x {longer}"]
+    errors = [Diagnostic("s.yaml", Position(1, 1), f"value {longer}"), Diagnostic("s.yaml", Position(1, 1), "value 2")]
+    assert sorted(errors, key=Diagnostic.sort_key) == errors[::-1]
 
 
 def test_header_quotes_the_source_on_one_line() -> None:

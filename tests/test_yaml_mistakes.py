@@ -61,8 +61,12 @@ MISTAKES: dict[str, tuple[str, str]] = {
         "item, or put it inside the item above"),
     "top_level_key_indented": (
         "  specgen: 1\nname: m\n",
-        "s.yaml:2:1: error: 'name' is indented 0 spaces, less than the first key 'specgen' on line 1 (2); a spec's "
-        "top-level keys all start at one column: indent them alike (0 spaces)"),
+        "s.yaml:2:1: error: 'name' is indented 0 spaces, less than the first key 'specgen' on line 1 (2 spaces); a "
+        "spec's top-level keys all start at one column: indent them alike (0 spaces)"),
+    "top_level_key_indented_one_space": (  # the unit, singular (rt6 review, finding 12: it printed a bare "(1)")
+        "# a comment\n specgen: 1\nname: m\n",
+        "s.yaml:3:1: error: 'name' is indented 0 spaces, less than the first key 'specgen' on line 2 (1 space); a "
+        "spec's top-level keys all start at one column: indent them alike (0 spaces)"),
     "list_item_among_keys": (
         "name: m\n- conv1\n",
         "s.yaml:2:1: error: a list item ('-') where the mapping expects a key (like 'name' on line 1): a list goes "

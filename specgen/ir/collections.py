@@ -4,7 +4,8 @@ Built-in collections (docs/collections.md): `trainable`, `frozen`, `model`, `upd
 `optimizer`, `ema`, `step`, `metrics`, `target` (ir/targets.py), and `pruning` for a spec that prunes
 (ir/pruning.py). User patterns match model variables only
 (the variables layers own); `*` matches any run of characters, `/` included, and
-a bare collection name stands for that collection.
+a bare collection name stands for that collection. What an entry that selects nothing is told (a layer's name
+for its variables, a near name) is ir/collection_hints.py's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
-from specgen.diagnostics import Diagnostic, closest
+from specgen.diagnostics import Diagnostic
+from specgen.ir.collection_hints import selects_nothing, unexplained
 from specgen.ir.model import Variable
 from specgen.ir.training import TrainingIR, keys
 from specgen.kinds import features
@@ -69,10 +71,6 @@ class Membership:
         return self.weights + self.updates + self.constants
 
 
-def _is_pattern(text: str) -> bool:
-    return any(c in text for c in "*?[")
-
-
 class Resolver:
     """Resolves selections (collection names or patterns) against the model variables."""
 
@@ -114,42 +112,10 @@ class Resolver:
         matches = [p for p in self.order if fnmatch.fnmatchcase(p, entry)]
         if matches:
             return matches
-        message, meant = self._missed(entry)
+        message, meant = selects_nothing(self.loaded, entry, self.order, self.resolved)
         self._problem(loc, message)
         self.missed.append(meant)
         return []
-
-    def _missed(self, entry: str) -> tuple[str, set[str] | None]:
-        """The error for an entry that names nothing, and what its hint's rewrite would select (None: no hint)."""
-        named = not _is_pattern(entry) and "/" not in entry  # a bare name is read as a collection's
-        head = f"unknown collection '{entry}'" if named else f"pattern '{entry}' matches no variable"
-        layer = self._layer_hint(entry, named)
-        if layer is not None:
-            return head + layer[0], layer[1]
-        prefixes = _prefix_patterns(self.order)
-        if named:
-            close = closest(entry, [*self.user, "model", "update"])
-            known = self.resolved.get(close) if close else None  # a collection resolved later: unknown here
-            if close is None and (close := closest(f"{entry}/*", prefixes)) is not None:
-                known = self._matching(close)
-            return head + _suggested(close), None if known is None else set(known)
-        close = closest(entry, [*prefixes, *self.order])
-        return head + (_suggested(close) if close else _beginnings(self.order)), \
-            set(self._matching(close)) if close else None
-
-    def _matching(self, pattern: str) -> list[str]:
-        return [p for p in self.order if fnmatch.fnmatchcase(p, pattern)]
-
-    def _layer_hint(self, entry: str, named: bool) -> tuple[str, set[str]] | None:
-        """`conv1` where `conv1/*` was meant (docs/spec.md, "Selection rules"): the hint, and what that selects."""
-        below = {p for p in self.order if p.startswith(f"{entry}/")}
-        is_layer = any(layer.name == entry for layer in self.loaded.layers)
-        if not below:
-            return (f"; '{entry}' is a layer without variables (there is nothing to select): remove it", set()) \
-                if is_layer else None
-        what, whose = ("a layer", "its") if is_layer else ("the start of layer names", "their")
-        return (f"; '{entry}' is {what}, not {'a collection' if named else 'a variable'}"
-                f": to select {whose} variables write \"{entry}/*\"", below)
 
     def selection(self, value: str | list[str], loc: tuple[str | int, ...]) -> list[str]:
         entries = [value] if isinstance(value, str) else value
@@ -163,33 +129,6 @@ class Resolver:
 
     def _problem(self, loc: tuple[str | int, ...], message: str) -> None:
         self.members.problems.append(self.loaded.diagnostic(loc, message))
-
-
-def _prefix_patterns(paths: dict[str, int]) -> list[str]:
-    """`conv1/*`, `head/*`, `head/out/*`: a pattern for each layer-name prefix of the variables, for a did-you-mean."""
-    return list(dict.fromkeys(f"{p.rsplit('/', i)[0]}/*" for p in paths for i in range(1, p.count("/") + 1)))
-
-
-def _suggested(close: str | None) -> str:
-    return f"; did you mean '{close}'?" if close else ""
-
-
-def _beginnings(paths: dict[str, int]) -> str:
-    """What the variable paths begin with, for a pattern too far from any to suggest one."""
-    starts = list(dict.fromkeys(p.split("/", 1)[0] for p in paths))
-    more = f" and {len(starts) - 8} more" if len(starts) > 8 else ""
-    return f"; the variables begin with {', '.join(repr(s + '/') for s in starts[:8])}{more}" if starts else ""
-
-
-def _unexplained(loose: list[str], missed: list[set[str] | None]) -> list[str]:
-    """The loose weights that no entry naming nothing could have meant. An entry whose hint says what it meant
-    (`conv1` for `conv1/*`) already reports those variables, so they are not named a second time; an entry without
-    such a hint could have meant any of them, so then none is reported: the error would be a second one for the
-    same mistake, and once the entry is fixed validate reports whatever is still loose."""
-    if any(covered is None for covered in missed):
-        return []
-    meant = {p for covered in missed if covered is not None for p in covered}
-    return [p for p in loose if p not in meant]
 
 
 def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
@@ -223,7 +162,7 @@ def resolve_collections(loaded: LoadedSpec, members: Membership) -> None:
     members.optimizers = {name: members.optimizers[name] for name in spec.optimizers if name in members.optimizers}
     if spec.optimizers:
         loose = [p for p in members.weights if p not in frozen and p not in owner and p not in copies]
-        loose = _unexplained(loose, resolver.missed)
+        loose = unexplained(loose, resolver.missed)
         if loose and len(members.problems) == known_problems:  # else they are a symptom of a bad selection
             members.problems.append(loaded.diagnostic(("optimizers",), (
                 f"{variable_list(loose)} {'is' if len(loose) == 1 else 'are'} neither frozen nor claimed by an "

@@ -338,12 +338,20 @@ def _check_source(loaded: LoadedSpec, stage: str) -> list[Diagnostic]:
 
 def _missing_label(loaded: LoadedSpec, stage: str, loc: tuple[str | int, ...], label: str) -> str:
     """What a stage without the loss's label has, and the two places that can change: the stage's labels or the
-    loss's `labels` (with its line:col, which the error's position does not show)."""
+    loss's `labels` (with where it is written, which the error's position does not show)."""
     source = getattr(loaded.spec.data, stage)
     where = "the loss" if len(loc) == 1 else f"loss[{loc[1]}]"
-    at = loaded.position(*loc, "labels")
-    place = f" at {at.line}:{at.col}" if at is not None else ""
+    place = _written_at(loaded, (*loc, "labels"))
     has = ", ".join(f"'{name}'" for name in source.labels) or "none"
     return (f"data.{stage} has no label '{label}', which {where} reads (data.{stage} labels: {has}); name the label "
             f"'{label}' in data.{stage}.labels, or change {where}'s 'labels'{place} to a label every data stage has")
 
+
+def _written_at(loaded: LoadedSpec, loc: tuple[str | int, ...]) -> str:
+    """` at FILE:L:C` where `loc` is written: with `extends`, the file that wrote it, which need not be the one the
+    error names (as Origins._shown); ` (set by --set KEY)` when an override set it (the file's value is gone)."""
+    shown = loaded.diagnostic(loc, "")
+    if shown.path.startswith("--set "):
+        return f" (set by {shown.path.partition('=')[0]})"
+    at = shown.position
+    return "" if at is None else f" at {at.file or shown.path}:{at.line}:{at.col}"

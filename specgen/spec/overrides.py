@@ -139,9 +139,7 @@ def _descend(text: str, parts: list[str | int], i: int, node: Any) -> Any:
     if isinstance(node, dict):
         return node.setdefault(part, {})
     if isinstance(part, str) and part.startswith("[") and isinstance(node, list):
-        names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
-        raise SpecError([Diagnostic(f"--set {text}", None, f"no item named {quoted(part[1:-1])} in "
-                                    f"'{_joined(parts[:i])}'{did_you_mean(part[1:-1], names)}")])
+        raise SpecError([Diagnostic(f"--set {text}", None, _no_item(parts, i, node))])
     raise SpecError([Diagnostic(f"--set {text}", None, _cannot(parts, i, node, None))])
 
 
@@ -175,7 +173,10 @@ def _cannot(parts: list[str | int], i: int, node: Any, value: Any) -> str:
         return f"write `{{name: {name}, remove: true}}` in a variant file's '{where}' (docs/spec.md, \"Composing specs\")"
 
     if isinstance(part, str) and part.startswith("["):
-        index = next(n for n, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part[1:-1])
+        index = next((n for n, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part[1:-1]),
+                     None)
+        if index is None:  # `_set` found no item to write into either
+            return _no_item(parts, i, node)
         if value is None:
             return f"'{_joined(parts[: i + 1])}' selects a list item; --set cannot remove a list item: {remove(part[1:-1])}"
         return (f"'{_joined(parts[: i + 1])}' selects a list item to set its keys ({_joined(parts[: i + 1])}.KEY=VALUE); "
@@ -192,6 +193,13 @@ def _cannot(parts: list[str | int], i: int, node: Any, value: Any) -> str:
                 f"variant file (a new name is appended, or placed with after: NAME)")
     return (f"'{where}' {size}: an index sets an existing item; to change its length, set the whole list: "
             f"{where}=[...]")
+
+
+def _no_item(parts: list[str | int], i: int, items: list[Any]) -> str:
+    """`parts[i]` is a `[NAME]` selector that no item of `items` answers to."""
+    name = str(parts[i])[1:-1]
+    names = [str(item.get("name")) for item in items if isinstance(item, dict) and "name" in item]
+    return f"no item named {quoted(name)} in '{_joined(parts[:i])}'{did_you_mean(name, names)}"
 
 
 def _check_selector(text: str, parts: list[str | int], i: int, node: Any) -> None:
