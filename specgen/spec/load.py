@@ -47,9 +47,6 @@ class LoadedSpec:
         """`spec.layers`, expanded: loading replaced every block instance with its layers (spec/expand.py)."""
         return cast(list[Layer], self.spec.layers)  # the model's type still admits instances; none is left
 
-    def position(self, *loc: str | int, key: bool = False) -> Any:
-        return self._locate(loc, key)[0]
-
     def diagnostic(self, loc: PathKey, message: str, *, key: bool = False) -> Diagnostic:
         if (override := self._override_at(loc)) is not None:
             return Diagnostic(f"--set {override}", None, message)
