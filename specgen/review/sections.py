@@ -9,12 +9,15 @@ without OLD's weights) and `layers` (review/layers.py: what the model computes c
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specgen import text
 from specgen.ir.model import ModelIR
+from specgen.review.keys import KeyIndex, held_by, reachable
 from specgen.review.renames import Renames
 from specgen.review.spellings import normalized
 from specgen.spec.model import Spec
@@ -136,10 +139,15 @@ def settings_of(name: str, before: dict[str, str], after: dict[str, str],
     """The rows of the leaves that differ; `meant`: the same leaves normalized (review/spellings.py), which decide
     what differs (None: as written)."""
     section = Section(name)
+
+    @functools.cache  # built on first need: most diffs turn no null into a mapping (or back)
+    def held(side: int) -> set[str]:
+        return held_by((before, after)[side])
+
     for change in changed_rows(before, after, *(meant or (before, after))):
-        if change.what == "removed" and _unset_container(change.which, before, after):
+        if change.what == "removed" and _unset_container(change.which, before, lambda: held(1)):
             continue
-        if change.what == "added" and _unset_container(change.which, after, before):
+        if change.what == "added" and _unset_container(change.which, after, lambda: held(0)):
             continue
         section.changes.append(change)
     return section
@@ -154,9 +162,9 @@ def changed_rows(before: dict[str, str], after: dict[str, str], before_meant: di
     only in its spelling (`kernel: 3` -> `[3, 3]`) is no row."""
     meant = {k for k in before_meant.keys() | after_meant.keys() if before_meant.get(k) != after_meant.get(k)}
     differ = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    shown = {k for k in differ if any(_related(k, m) for m in meant)}
-    while grown := {k for k in differ - shown if any(_related(k, s) for s in shown)}:
-        shown |= grown
+    # By ancestry (review/keys.py), not pair by pair: a restore map of thousands of entries differs leaf by leaf.
+    meant_index = KeyIndex(meant)
+    shown = reachable((k for k in differ if meant_index.related(k)), KeyIndex(differ))
     rows = []
     for key in sorted(shown):
         if key not in after:
@@ -168,13 +176,8 @@ def changed_rows(before: dict[str, str], after: dict[str, str], before_meant: di
     return rows
 
 
-def _related(a: str, b: str) -> bool:
-    """One key is the other or holds it (`kernel_init` holds `kernel_init.kind`, `layers[h1]` `layers[h1].units`)."""
-    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
-
-
-def _unset_container(key: str, side: dict[str, str], other: dict[str, str]) -> bool:
+def _unset_container(key: str, side: dict[str, str], other_held: Callable[[], set[str]]) -> bool:
     """`key` is null or an empty list on one side and a mapping or list on the other (`train.ema: null` ->
     `{decay: ...}`, `checkpoint.restore: []` -> one entry): its leaves are the addition (or removal); the null is
-    no row of its own."""
-    return side[key] in ("null", "[]") and any(k.startswith((key + ".", key + "[")) for k in other)
+    no row of its own. `other_held`: the keys that hold one of the other side's leaves (`held_by`)."""
+    return side[key] in ("null", "[]") and key in other_held()
