@@ -154,7 +154,7 @@ def test_a_bad_value_is_refused_at_its_position(tree: Path) -> None:
     line = SPEC.splitlines().index("  count_updates: true") + 1
     assert done.returncode == 1
     assert done.stderr == (f"bad.yaml:{line}:18: error: count_updates: expected true or false, received 'sometimes' "
-                           "(str)\n1 error found\n")
+                           "(text: write true or false, unquoted)\n1 error found\n")
 
 
 def test_it_joins_the_compatibility_table(tree: Path) -> None:

@@ -163,7 +163,8 @@ ERRORS = [
     ("subtract_three_inputs", "  - {name: last, op: subtract, inputs: [c, c, c]}",
      "9:40: error: inputs: expected at most 2 item(s), received 3 (in layer 'last')"),
     ("keepdims_not_bool", "  - {name: last, op: global_max_pool, keepdims: 2}",
-     "9:49: error: keepdims: expected true or false, received 2 (int) (in layer 'last')"),
+     "9:49: error: keepdims: expected true or false, received 2 (a number: write true or false, unquoted) (in layer "
+     "'last')"),
 ]
 
 

@@ -29,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"ok: {shown(target)} is up to date")
         return 0
-    if not schema_drift(target, text):  # as build: an unchanged file is not touched (a read-only checkout too)
+    try:
+        unchanged = not schema_drift(target, text)
+    except OSError:  # a path that cannot be read (a file where a folder goes): the write below says what is wrong
+        unchanged = False
+    if unchanged:  # as build: an unchanged file is not touched (a read-only checkout too)
         print(f"unchanged: {shown(target)}")
         return 0
     write_atomic(target, text)

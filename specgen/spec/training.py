@@ -52,7 +52,8 @@ def _train_model() -> type[SpecModel]:
     if taken:
         raise RuntimeError(f"training features add train keys that are shared keys: {taken}")
     fields = {name: (info.annotation, info) for name, info in shared.items()}
-    fields |= {k.name: (k.annotation, k.field) for k in TRAIN_KEYS}
+    # A feature's switch, even one a plugin declares as a plain `bool`, takes true or false only (fields.base.Flag).
+    fields |= {k.name: (Flag if k.annotation is bool else k.annotation, k.field) for k in TRAIN_KEYS}
     ordered: dict[str, Any] = {name: fields[name] for name in place_keys(list(shared))}
     return create_model("Train", __base__=SpecModel, __module__=__name__, **ordered)
 
