@@ -69,6 +69,7 @@ LONGEST_FIRST = (
     "test_import_keras.py",  # 21 s
     "test_restore_sources_hostile.py",  # 19 s
     "test_sweep_faults2.py",  # 18 s
+    "test_sweep_sigterm.py",  # 8-26 s (new, 2026-12-07; a sweep child and its trials)
     "test_checkpoint_r5.py",  # 17 s
     "test_epochs_replicas.py",  # 16 s
     "test_keras_untrusted_files.py",  # 16 s
