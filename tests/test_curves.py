@@ -99,3 +99,24 @@ def test_a_folder_without_events_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert main(["curves", str(tmp_path), "-o", str(tmp_path / "c.pdf")]) == 2  # a command-line mistake
     assert capsys.readouterr().err == (f"specgen curves: error: cannot write curves to -o {tmp_path / 'c.pdf'}: got '.pdf', "
                                        "expected a name ending in .svg or .png\n")
+
+
+def test_a_point_without_a_finite_neighbour_is_a_marker_and_nan_is_said() -> None:
+    """A train series of one point (a 2-update run logs each train scalar once) and a value between inf ones were
+    drawn as nothing: a line needs two neighbours (pictures checker F1). Non-finite values are named in the legend."""
+    from specgen.pictures.curves import Series, isolated
+
+    assert isolated([0.5]) == [0]
+    assert isolated([0.0, 1.0, 2.0, float("inf"), 4.0]) == [4]
+    assert isolated([float("nan"), 1.0, float("nan")]) == [1]
+    assert isolated([1.0, 2.0]) == []
+    one = Series("run", "train", "loss", (2,), (0.75,))
+    broken = Series("run", "train", "accuracy", (0, 1, 2, 3, 4), (0.0, 1.0, 2.0, float("inf"), 4.0))
+    axes = {ax.get_title(): ax for ax in figure([[one, broken]]).axes if ax.get_visible()}
+    markers = [(list(line.get_xdata()), list(line.get_ydata())) for line in axes["loss"].get_lines()
+               if line.get_marker() == "o"]
+    assert markers == [([2], [0.75])]
+    markers = [(list(line.get_xdata()), list(line.get_ydata())) for line in axes["accuracy"].get_lines()
+               if line.get_marker() == "o"]
+    assert markers == [([4], [4.0])]
+    assert [t.get_text() for t in axes["accuracy"].get_legend().get_texts()] == ["train (nan/inf at 1 step, first 3)"]

@@ -76,3 +76,22 @@ def test_chromium_draws_the_page(page: tuple[Path, Path], tmp_path: Path) -> Non
     subprocess.run([browser, *flags, f"--screenshot={shot}", page[0].as_uri()], capture_output=True, timeout=120,
                    check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_two_pictures_on_one_page_have_unique_ids_that_resolve_in_their_own_picture() -> None:
+    """`report --html --run RUN --sweep DIR` inlined two matplotlib SVGs whose ids were alike (`figure_1`, the glyph
+    `DejaVuSans-14`): 147 duplicate ids on one page, each reference resolving to the first picture's (pictures
+    checker F2). Each picture's ids and references get its section's prefix."""
+    from specgen.pictures.curves import Series, render
+    from specgen.report.html import inline_svg
+
+    svg = render([[Series("run", "train", "loss", (0, 1, 2), (1.0, 0.5, 0.25))]]).decode()
+    raw = re.findall(r'\bid="([^"]*)"', svg)
+    assert raw and re.search(r'href="#', svg)  # the picture has ids and references: the check below can fail
+    pictures = {prefix: inline_svg(svg, prefix) for prefix in ("curves", "sweep")}
+    ids = [i for body in pictures.values() for i in re.findall(r'\bid="([^"]*)"', body)]
+    assert len(ids) == len(set(ids)) == 2 * len(raw)
+    for prefix, body in pictures.items():
+        own = set(re.findall(r'\bid="([^"]*)"', body))
+        refs = set(re.findall(r'(?:href="#|url\(#)([^")]*)', body))
+        assert refs and refs <= own and all(i.startswith(f"{prefix}-") for i in own)

@@ -10,6 +10,7 @@ makes up for clip paths) and no date in its metadata, so the same events give th
 from __future__ import annotations
 
 import io
+import math
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -176,9 +177,13 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
     for ax, panel in zip(axes, panels, strict=False):
         for s in (s for s in every if panel_of(s) == panel):
             label = label_of(s, len(runs))
+            colour = f"C{labels.index(label) % 10}"
             marker = dict(marker="o", markersize=4) if s.stage == EVAL else {}
-            ax.plot(s.steps, s.values, label=drawn(label), color=f"C{labels.index(label) % 10}", linewidth=1.4,
-                    **marker)
+            ax.plot(s.steps, s.values, label=drawn(label + _non_finite(s)), color=colour, linewidth=1.4, **marker)
+            alone = isolated(s.values)
+            if alone and s.stage != EVAL:  # a line needs two finite neighbours: a point without one is a marker
+                ax.plot([s.steps[i] for i in alone], [s.values[i] for i in alone], linestyle="none", marker="o",
+                        markersize=4, color=colour)
         ax.set_title(drawn(panel), fontsize=11, parse_math=False)
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
@@ -187,6 +192,20 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     return fig
+
+
+def isolated(values: Sequence[float]) -> list[int]:
+    """The finite points with no finite neighbour (a series of one point, a value between nan/inf ones): a line
+    joins a point to its neighbours, so these would be drawn as nothing."""
+    finite = [math.isfinite(v) for v in values]
+    return [i for i, ok in enumerate(finite)
+            if ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(finite) and finite[i + 1])]
+
+
+def _non_finite(s: Series) -> str:
+    """The legend's note for the values a picture cannot show: a diverged run looks like one that stopped."""
+    bad = [step for step, v in zip(s.steps, s.values, strict=True) if not math.isfinite(v)]
+    return f" (nan/inf at {len(bad)} step{'s' if len(bad) > 1 else ''}, first {bad[0]})" if bad else ""
 
 
 # usetex off whatever the user's matplotlibrc says: a tag must never reach LaTeX.

@@ -9,6 +9,7 @@ restore plan (reading the restore sources' checkpoints), and only when the spec 
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,10 +61,17 @@ def _none(text: str) -> str:
     return f'<p class="none">{_plain(text)}</p>'
 
 
-def inline_svg(svg: str) -> str:
+_SVG_ID = re.compile(r'\bid="([^"]*)"')
+_SVG_REF = re.compile(r'(href="#|url\(#)([^")]*)')
+
+
+def inline_svg(svg: str, prefix: str) -> str:
     """An SVG document as an element of the page: its XML declaration and DOCTYPE (which names a DTD
-    URL) dropped; the namespace attributes stay (names, never fetched)."""
-    return f'<div class="picture">{svg[svg.index("<svg"):]}</div>'
+    URL) dropped; the namespace attributes stay (names, never fetched). Its ids, and the references to them, get
+    `prefix`: two pictures drawn by matplotlib name their parts alike (`figure_1`, a glyph's `DejaVuSans-14`), and
+    a page's ids must be unique (a reference resolves to the first, which may be another picture's)."""
+    body = _SVG_ID.sub(lambda m: f'id="{prefix}-{m[1]}"', svg[svg.index("<svg"):])
+    return f'<div class="picture">{_SVG_REF.sub(lambda m: f"{m[1]}{prefix}-{m[2]}", body)}</div>'
 
 
 def graph_section(ir: ModelIR) -> str:
@@ -71,7 +79,7 @@ def graph_section(ir: ModelIR) -> str:
         from specgen.pictures.graph import render_svg
     except ImportError:  # the graph slice not merged in this checkout: the page says so instead
         return _none("the model graph is not available in this specgen")
-    return inline_svg(render_svg(ir))
+    return inline_svg(render_svg(ir), "graph")
 
 
 def restore_section(loaded: LoadedSpec, ir: ModelIR) -> str:
@@ -94,7 +102,7 @@ def curves_section(scan: RunScan | None) -> str:
         return _none("no run given (--run RUN)")
     from specgen.pictures.curves import render
 
-    return "\n".join([*map(_none, scan.lines()), inline_svg(render([scan.series]).decode())])
+    return "\n".join([*map(_none, scan.lines()), inline_svg(render([scan.series]).decode(), "curves")])
 
 
 def export_section(run: Path | None) -> str:
@@ -138,7 +146,7 @@ def page(loaded: LoadedSpec, ir: ModelIR, path: str, run: Path | None, scan: Run
     sections: tuple[str, ...] = SECTIONS
     if sweep is not None:
         folder, summary, svg = sweep
-        bodies["sweep"] = (f"Sweep ({folder})", _pre(summary) + "\n" + inline_svg(svg))
+        bodies["sweep"] = (f"Sweep ({folder})", _pre(summary) + "\n" + inline_svg(svg, "sweep"))
         sections = (*SECTIONS, "sweep")
     nav = " ".join(f'<a href="#{key}">{html.escape(bodies[key][0])}</a>' for key in sections)
     title = f"{ir.name}: specgen report"
