@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from specgen.cli import main
 from specgen.runtime.precision import NAMES, REGISTRY, fp16, int8
 from specgen.runtime.precision.base import Calibration, PrecisionRefusal
-from specgen.runtime.precision.gates import accuracy_gate, speed_verdict
+from specgen.runtime.precision.gates import Timing, accuracy_gate, speed_verdict
 from specgen.runtime.predictor import Predictor
 from specgen.spec.io import OnnxExport
 
@@ -62,17 +62,18 @@ def test_fp16_keeps_io_norms_and_softmax_in_float32() -> None:
 
 
 def test_speed_gate_refuses_a_slower_variant_and_force_records_it() -> None:
+    slower = Timing((0.000331,) * 9, (0.000472,) * 9)  # paired rounds (gates.paired_timing), all alike
+    figures = ("int8 0.472 ms vs float32 0.331 ms per batch of 8 on CPUExecutionProvider; time ratio int8/float32 "
+               "1.43, 96% interval 1.43-1.43 (medians of 9 paired rounds)")
     with pytest.raises(PrecisionRefusal) as refused:
-        speed_verdict("int8", "CPUExecutionProvider", 8, 0.000331, 0.000472, force=False)
-    assert str(refused.value) == ("int8 is not faster: int8 0.472 ms vs float32 0.331 ms per batch of 8 on "
-                                  "CPUExecutionProvider (medians, interleaved); pass --force to write it anyway")
-    forced = speed_verdict("int8", "CPUExecutionProvider", 8, 0.000331, 0.000472, force=True)
-    assert forced["warning"] == ("written with --force although not faster: int8 0.472 ms vs float32 0.331 ms per "
-                                 "batch of 8 on CPUExecutionProvider (medians, interleaved)")
-    faster = speed_verdict("fp16", "CUDAExecutionProvider", 8, 0.002, 0.001, force=False)
+        speed_verdict("int8", "CPUExecutionProvider", 8, slower, force=False)
+    assert str(refused.value) == f"int8 is not faster: {figures}; pass --force to write it anyway"
+    forced = speed_verdict("int8", "CPUExecutionProvider", 8, slower, force=True)
+    assert forced["warning"] == f"written with --force although not faster: {figures}"
+    faster = speed_verdict("fp16", "CUDAExecutionProvider", 8, Timing((0.002,) * 9, (0.001,) * 9), force=False)
     assert faster["speedup"] == 2.0 and "warning" not in faster
     with pytest.raises(PrecisionRefusal, match=r"^fp16 is not faster: fp16 1\.000 ms vs float32 1\.000 ms"):
-        speed_verdict("fp16", "CUDAExecutionProvider", 8, 0.001, 0.001, force=False)  # equal is not faster
+        speed_verdict("fp16", "CUDAExecutionProvider", 8, Timing((0.001,) * 9, (0.001,) * 9), force=False)
 
 
 def test_accuracy_gate_says_by_how_much() -> None:

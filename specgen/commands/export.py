@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specgen.spec.load import load_spec
 
+    _check_calibration(args.precision, args.calibration)
     tracked = _tracked_run(args)  # --register/--alias mistakes: one line, before the spec is read
     need("specgen export", "tensorflow", "onnxruntime")  # both at once, not one traceback after the other
     loaded = load_spec(args.spec)
@@ -80,6 +81,17 @@ def run(args: argparse.Namespace) -> int:
         registration = Registration(args.register, args.alias or DEFAULT_ALIAS) if args.register else None
         log_export(loaded, record, args.output, report, registration, lambda: _report_page(built, folder))
     return 0
+
+
+def _check_calibration(precision: str | None, calibration: int | None) -> None:
+    """--calibration with a precision that is not calibrated: refused (exit 2), not dropped without a word."""
+    from specgen.runtime.precision.step import calibration_mistake
+
+    problem = calibration_mistake(precision, calibration)
+    if problem is not None:
+        from specgen.errors import UsageError
+
+        raise UsageError("export", problem)
 
 
 def _tracked_run(args: argparse.Namespace) -> tuple[Path, Record] | None:

@@ -2,16 +2,19 @@
 
 Accuracy: on the eval set, a classifier's top-1 accuracy may drop by at most `budget` points; any
 other model's outputs may differ from float32's by at most `budget` percent (relative L2 norm, the
-largest over outputs). Speed: the variant and float32 are timed on the provider that will run them,
-alternating rounds so both see the same machine load (this one is shared), and the variant ships
-only when its median is lower; `force` ships it anyway and records a warning.
+largest over outputs). Speed: the variant and float32 are timed on the provider that will run them, in
+paired rounds (back to back, order alternating), and the decision is the median of the per-round ratios
+variant/float32 with a distribution-free confidence interval (order statistics): the variant ships only when
+the whole interval is below 1, so one noisy spell cannot pass it; `force` ships it anyway with a warning.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,12 @@ from specgen.runtime.parity import accuracy, first_non_finite, within
 from specgen.runtime.precision.base import PrecisionRefusal
 
 Arrays = dict[str, np.ndarray]
+CONFIDENCE = 0.95  # of the speed gate's interval: the variant is faster only when all of it is
+BUDGET_S = 1.0  # seconds of timing per gate (export and each load): about 25 rounds of ROUND_S per side
+ROUND_S = 0.02  # each side of a round: long enough that a timer tick or one scheduler slice is noise
+MIN_ROUNDS, MAX_ROUNDS = 9, 400  # 9: a 95% interval from ranks 2 and 8; a slow model exceeds the budget for them
+MAX_CALLS = 10_000
+PAUSE_S = 0.002  # before each side: another session's threads stop spinning, so neither side pays for them
 
 
 def accuracy_gate(name: str, budget: float, fp32: Arrays, variant: Arrays, labels: np.ndarray | None,
@@ -45,33 +54,91 @@ def accuracy_gate(name: str, budget: float, fp32: Arrays, variant: Arrays, label
     return report | {"budget": budget}
 
 
-def interleaved_medians(fp32: Callable[[], Any], variant: Callable[[], Any], rounds: int = 15) -> tuple[float, float]:
-    """Median seconds per call of each, from alternating rounds (each round a few calls of both)."""
-    for run in (fp32, variant):  # first calls allocate and pick kernels: not part of the figure
+@dataclass(frozen=True)
+class Timing:
+    """Paired rounds of both models: seconds per call of each side in each round (same length, same order)."""
+
+    fp32: tuple[float, ...]
+    variant: tuple[float, ...]
+
+    def ratios(self) -> list[float]:
+        """variant / float32 per round: each pair ran back to back, so a slow spell slows both sides of it."""
+        return [v / f for f, v in zip(self.fp32, self.variant, strict=True)]
+
+
+def median_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int, float]:
+    """1-based ranks (low, high) of the order statistics bounding the median of `n` values with at least
+    `confidence`, and the confidence reached: distribution-free, from Binomial(n, 1/2) (the count of values
+    below the true median). Widest (1, n) when n is too small to reach it (n < 6 for 95%)."""
+
+    def below(k: int) -> float:  # P(B <= k): k or fewer of the n values below the median
+        return float(sum(math.comb(n, j) for j in range(k + 1)) / 2**n)
+
+    low = 1
+    while low < (n + 1) // 2 and below(low) <= (1 - confidence) / 2:  # rank low + 1 still misses <= alpha/2 a side
+        low += 1
+    return low, n + 1 - low, 1 - 2 * below(low - 1)
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
+    """The median of `values`, its interval (median_ranks) and the confidence that interval has."""
+    ordered = sorted(values)
+    low, high, reached = median_ranks(len(ordered), confidence)
+    return statistics.median(ordered), ordered[low - 1], ordered[high - 1], reached
+
+
+def paired_timing(fp32: Callable[[], Any], variant: Callable[[], Any], budget_s: float = BUDGET_S,
+                  round_s: float = ROUND_S) -> Timing:
+    """Rounds of both models back to back until `budget_s` is spent (at least MIN_ROUNDS): each side runs
+    calls enough for `round_s`, the order alternates (ABBA: whichever runs second meets what the first left
+    behind, e.g. onnxruntime's spinning threads), and a short pause before each side lets those threads sleep."""
+    per_call = [_warm(run, round_s) for run in (fp32, variant)]
+    calls = max(1, min(MAX_CALLS, math.ceil(round_s / max(min(per_call), 1e-7))))
+    times: tuple[list[float], list[float]] = ([], [])
+    end = time.perf_counter() + budget_s
+    while len(times[0]) < MIN_ROUNDS or (time.perf_counter() < end and len(times[0]) < MAX_ROUNDS):
+        order = (0, 1) if len(times[0]) % 2 == 0 else (1, 0)
+        for side in order:
+            times[side].append(_timed((fp32, variant)[side], calls))
+    return Timing(tuple(times[0]), tuple(times[1]))
+
+
+def _warm(run: Callable[[], Any], seconds: float) -> float:
+    """Runs `run` for about `seconds` (first calls allocate and pick kernels); its median seconds per call."""
+    taken: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(taken) < 3 or (time.perf_counter() < end and len(taken) < MAX_CALLS):
+        start = time.perf_counter()
         run()
-        run()
+        taken.append(time.perf_counter() - start)
+    return statistics.median(taken[2:])
+
+
+def _timed(run: Callable[[], Any], calls: int) -> float:
+    time.sleep(PAUSE_S)
     start = time.perf_counter()
-    fp32()
-    calls = max(1, min(50, int(0.005 / max(time.perf_counter() - start, 1e-6))))  # rounds of about 5 ms
-    times: dict[int, list[float]] = {0: [], 1: []}
-    for _ in range(rounds):
-        for side, run in enumerate((fp32, variant)):
-            start = time.perf_counter()
-            for _ in range(calls):
-                run()
-            times[side].append((time.perf_counter() - start) / calls)
-    return statistics.median(times[0]), statistics.median(times[1])
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - start) / calls
 
 
-def speed_verdict(name: str, provider: str, batch: int, fp32_s: float, variant_s: float,
-                  force: bool) -> dict[str, Any]:
-    """The speed figures, with a warning when forced; PrecisionRefusal when the variant is not faster."""
+def speed_verdict(name: str, provider: str, batch: int, timing: Timing, force: bool) -> dict[str, Any]:
+    """The speed figures, with a warning when forced; PrecisionRefusal when the variant is not faster.
+
+    Decided on the median of the paired ratios (variant / float32 time): faster only when its whole
+    confidence interval is below 1. An interval reaching 1 is "not measurably faster", which is not faster."""
+    ratio, low, high, reached = median_interval(timing.ratios())
+    fp32_s, variant_s = statistics.median(timing.fp32), statistics.median(timing.variant)
+    rounds = len(timing.fp32)
     figures = (f"{name} {variant_s * 1e3:.3f} ms vs float32 {fp32_s * 1e3:.3f} ms per batch of {batch} "
-               f"on {provider} (medians, interleaved)")
+               f"on {provider}; time ratio {name}/float32 {ratio:.2f}, {reached:.0%} interval {low:.2f}-{high:.2f} "
+               f"(medians of {rounds} paired rounds)")
     report: dict[str, Any] = {"provider": provider, "batch": batch, "fp32_ms": fp32_s * 1e3,
-                              "variant_ms": variant_s * 1e3, "speedup": fp32_s / variant_s}
-    if variant_s < fp32_s:
+                              "variant_ms": variant_s * 1e3, "speedup": 1 / ratio,
+                              "speedup_interval": [1 / high, 1 / low], "confidence": reached, "rounds": rounds}
+    if high < 1:
         return report
+    verdict = "not measurably faster" if low < 1 else "not faster"
     if not force:
-        raise PrecisionRefusal(f"{name} is not faster: {figures}; pass --force to write it anyway")
-    return report | {"warning": f"written with --force although not faster: {figures}"}
+        raise PrecisionRefusal(f"{name} is {verdict}: {figures}; pass --force to write it anyway")
+    return report | {"warning": f"written with --force although {verdict}: {figures}"}

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from specgen.errors import SpecgenError
+from specgen.fields.base import NonNegativeFloat
 from specgen.paths import shown
 from specgen.runtime.precision import REGISTRY
 from specgen.runtime.precision.base import PrecisionRefusal, spread_rows
@@ -34,6 +36,7 @@ REFERENCE_FILE, SAMPLE_FILE, INFO_FILE = "model.fp32.onnx", "sample.npz", "varia
 # each) or all 360 digits; a repository copied to many servers should not carry a data set.
 SAMPLE_EXAMPLES, SAMPLE_BYTES = 512, 32 * 2**20
 MAX_INFO_BYTES = 64 * 2**10  # variant.json is a few hundred bytes
+_BUDGET: TypeAdapter[float] = TypeAdapter(NonNegativeFloat)  # the spec's export.onnx.budget type (spec/io.py)
 
 
 class VariantFileError(SpecgenError, ValueError):
@@ -134,6 +137,17 @@ def _field(path: Path, raw: dict[str, Any], key: str, kinds: tuple[type, ...], e
     return value
 
 
+def _spec_budget(path: Path, budget: float) -> float:
+    """`budget` checked by the spec's own field type (export.onnx.budget: NonNegativeFloat), so variant.json cannot
+    hold a value the spec refuses; VariantFileError naming the key and the rule otherwise."""
+    try:
+        return float(_BUDGET.validate_python(budget))
+    except ValidationError as exc:
+        rule = str(exc.errors()[0]["msg"]).removeprefix("Input should be ")
+        raise refused(path, f"'budget' is {budget:g}; expected a finite number {rule} (the rule of the spec's "
+                       "export.onnx.budget), as `specgen export` writes it") from None
+
+
 def read_info(folder: Path) -> VariantInfo | None:
     """variant.json of a version folder; None where there is none (a float32 export, or one made before)."""
     path = Path(folder) / INFO_FILE
@@ -160,6 +174,7 @@ def read_info(folder: Path) -> VariantInfo | None:
     except OverflowError:  # an integer past float's range (1e308): json reads it as an int
         raise refused(path, f"'budget' is an integer of {len(str(budget))} digits; expected a finite number, as "
                        "`specgen export` writes it") from None
+    budget = _spec_budget(path, budget)
     digest = _field(path, raw, "model_sha256", (str,), "the variant's SHA-256, 64 hex digits")
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise refused(path, f"'model_sha256' is {digest[:80]!r}; expected 64 lowercase hex digits")

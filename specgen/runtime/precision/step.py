@@ -21,7 +21,7 @@ from specgen.ir.model import ModelIR
 from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY, int8
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal, spread_rows
-from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
+from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
 from specgen.runtime.precision.valid import checked_variant
 from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
 from specgen.runtime.predictor import CPU, InputError, Predictor
@@ -75,12 +75,28 @@ def _calibration(loaded: LoadedSpec, ir: ModelIR, request: PrecisionRequest, inp
     return Calibration(export.calibration if export else "minmax", {k: v[chosen] for k, v in inputs.items()})
 
 
+def calibration_mistake(precision: str | None, calibration: int | None) -> str | None:
+    """Why `--calibration N` means nothing with `precision` (fp32, or a precision whose conversion reads no
+    examples: fp16), or None. Refused rather than ignored: the user expected it to change something."""
+    if calibration is None or precision is None:
+        return None
+    calibrated = [n for n, d in REGISTRY.items() if d.calibrated]
+    if precision in calibrated:
+        return None
+    return (f"--calibration {calibration}: --calibration sets how many eval examples calibrate "
+            f"{' and '.join(calibrated)}; --precision {precision} calibrates nothing: drop --calibration, or ask "
+            f"for --precision {calibrated[0]}")
+
+
 def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: dict[str, np.ndarray],
                  labels: np.ndarray | None, sample: str, request: PrecisionRequest) -> Variant | None:
     """The gated variant the spec or `--precision` asks for; None for fp32; SpecError (nothing written) else."""
     assert ir.training is not None
     export = ir.training.export
     name = request.precision or export.precision
+    problem = calibration_mistake(name, request.calibration)  # the spec's precision: known only now
+    if problem is not None:
+        raise SpecError([Diagnostic(loaded.display, None, f"{problem} (export.onnx.precision); nothing was written")])
     if name == "fp32":
         return None
     where = _where(loaded, request, "--precision", "precision", name)
@@ -102,8 +118,8 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         speed = None
         if not unverified:  # timed at the batch the graph takes: its fixed one, else SPEED_BATCH rows
             batch = {k: v[:predictor_batch(fp32) or SPEED_BATCH] for k, v in inputs.items()}
-            times = interleaved_medians(lambda: fp32(batch), lambda: variant(batch))
-            speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), *times, request.force)
+            timing = paired_timing(lambda: fp32(batch), lambda: variant(batch))
+            speed = speed_verdict(name, variant.provider, len(next(iter(batch.values()))), timing, request.force)
     except PrecisionRefusal as exc:
         raise where(str(exc)) from None
     if speed is not None and "warning" in speed:  # a gate overridden with --force: the server gates it again

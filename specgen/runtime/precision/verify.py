@@ -23,6 +23,7 @@ It never raises for a variant that fails: the result says why in one line and na
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from specgen.paths import shown
 from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY, int8
 from specgen.runtime.precision.base import PrecisionRefusal
-from specgen.runtime.precision.gates import accuracy_gate, interleaved_medians, speed_verdict
+from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
 from specgen.runtime.precision.sidecars import (
     INFO_FILE,
     MAX_INFO_BYTES,
@@ -60,6 +61,7 @@ from specgen.runtime.sources.base import DataError
 
 PARAMETER_PRECISION, PARAMETER_VERIFIED = "specgen_precision", "specgen_verified"
 SPEED_BATCH = 8  # as the export's speed gate (step.py)
+log = logging.getLogger("specgen.serve")  # the server's logger: check_version is what it calls at load
 
 # the sidecar files' names, formats and readers live in sidecars.py; imported from here as before
 __all__ = ["INFO_FILE", "MAX_INFO_BYTES", "PARAMETER_PRECISION", "PARAMETER_VERIFIED", "REFERENCE_FILE", "SAMPLE_BYTES",
@@ -130,27 +132,34 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
         fp32 = _checked_sidecars(info, reference, Path(sample), expected, inputs, labels)
         on_refusal.pop_all()
     report: dict[str, Any] = {"examples": len(next(iter(inputs.values())))}
+    stage = "onnxruntime cannot load the variant"  # what the catch-all names: only the variant's steps are in it
     try:
         variant = variant or Predictor(variant_path, provider, **options)
+        stage = "the kernel check fails on the variant"
         report["kernels"] = REGISTRY[info.precision].check(variant_path.read_bytes(),
                                                             "cuda" if variant.provider == CUDA else "cpu")
-        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, run_rows(variant, inputs), labels,
+        stage = "onnxruntime fails running the variant on the sample"
+        outputs = run_rows(variant, inputs)
+        stage = "the accuracy gate fails on the variant's outputs"
+        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, outputs, labels,
                                            info.logits if labels is not None else None)
+        stage = "onnxruntime fails timing the variant"
         batch = {k: v[:predictor_batch(reference) or SPEED_BATCH] for k, v in inputs.items()}  # as the export times
-        times = interleaved_medians(lambda: reference(batch), lambda: variant(batch))
-        report["speed"] = speed_verdict(info.precision, variant.provider, len(next(iter(batch.values()))), *times,
+        timing = paired_timing(lambda: reference(batch), lambda: variant(batch))
+        report["speed"] = speed_verdict(info.precision, variant.provider, len(next(iter(batch.values()))), timing,
                                         force=False)
     except Exception as exc:  # a gate's PrecisionRefusal, or onnxruntime failing on the variant: refused, not fatal
         if variant is not None:
             variant.close()
-        why = str(exc) if isinstance(exc, PrecisionRefusal) else f"onnxruntime fails on it: {exc}"
+        why = str(exc) if isinstance(exc, PrecisionRefusal) else f"{stage}: {first_line(exc)}"
         return _refuse(info, variant_path, reference_path, reference, why, report)
     reference.close()
     speed, accuracy = report["speed"], report["accuracy"]
     figure = (f"{accuracy['lost_points']:.2f} points of accuracy lost" if "lost_points" in accuracy
               else f"{accuracy['relative_error_percent']:.3f}% relative error")
     line = (f"{shown(variant_path)}: {info.precision} variant verified on {variant.provider}: {figure} on "
-            f"{report['examples']} examples (budget {info.budget:g}), {speed['speedup']:.2f}x float32's speed")
+            f"{report['examples']} examples (budget {info.budget:g}), {speed['speedup']:.2f}x float32's speed "
+            f"({speed['confidence']:.0%} interval {speed['speedup_interval'][0]:.2f}-{speed['speedup_interval'][1]:.2f}x)")
     return VariantCheck(True, line, variant_path, variant.provider, report, variant)
 
 
@@ -187,11 +196,18 @@ def _checked_sidecars(info: VariantInfo, reference: Predictor, sample: Path, exp
         if not fits or array.dtype != np.dtype(dtype):
             raise refused(sample, f"'input_{k}' is {array.dtype} {list(array.shape)}; expected {ref}'s input "
                            f"'{name}', {np.dtype(dtype).name} {fixed} (-1: any size)")
+        if array.dtype.kind in "fc" and (problem := _non_finite_row(array)) is not None:
+            raise refused(sample, f"'input_{k}' {problem}; expected finite values, as the eval set `specgen export` "
+                           "records")
     try:
         outputs = run_rows(reference, inputs)
     except Exception as exc:  # the values (onnxruntime's INVALID_ARGUMENT), or a length the model refuses
         raise refused(sample, f"the float32 reference fails on it ({first_line(exc)}); expected examples "
                        f"{ref} runs on") from None
+    for name, output in outputs.items():  # the accuracy gate's baseline: a non-finite one would blame the variant
+        if output.dtype.kind in "fc" and (problem := _non_finite_row(output)) is not None:
+            raise refused(sample, f"on it, {ref}'s output '{name}' {problem}; expected examples on which the "
+                           "float32 reference answers finite values")
     if labels is not None and info.logits is not None:
         classes = outputs[info.logits].shape[-1] if outputs[info.logits].ndim else 0
         if labels.ndim != 1 or labels.dtype.kind not in "iu":
@@ -202,6 +218,26 @@ def _checked_sidecars(info: VariantInfo, reference: Predictor, sample: Path, exp
             raise refused(sample, f"'labels' holds {labels[bad[0]]} at row {bad[0]}; expected classes of "
                            f"'{info.logits}', integers in [0, {classes})")
     return outputs
+
+
+def mismatch_line(folder: Path, model: Path, info: VariantInfo, digest: str) -> str:
+    """The warning for a variant.json whose `model_sha256` is not the model's: the model is served as float32."""
+    return (f"{shown(folder / INFO_FILE)}: 'model_sha256' is {info.model_sha256}; {shown(model)}'s SHA-256 is "
+            f"{digest}: the description is of another model (an earlier export's, or the model was replaced), so "
+            f"{shown(model)} is served as a plain model, without the {info.precision} variant's gates")
+
+
+def _non_finite_row(array: np.ndarray) -> str | None:
+    """'is NaN at row 3 (and 2 more rows)' for the first row of `array` holding NaN or inf, or None."""
+    bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1) if array.ndim else ~np.isfinite(array[None])
+    rows = np.flatnonzero(bad)
+    if not rows.size:
+        return None
+    row = array[rows[0]].reshape(-1)
+    first = row[~np.isfinite(row)][0]
+    what = "NaN" if np.isnan(first) else ("infinite" if first.real > 0 else "-infinite")
+    more = f" (and {rows.size - 1} more rows)" if rows.size > 1 else ""
+    return f"is {what} at row {rows[0]}{more}"
 
 
 def _refuse(info: VariantInfo, variant_path: Path, reference_path: Path, reference: Predictor, why: str,
@@ -232,7 +268,10 @@ def check_version(folder: Path, model_filename: str = "model.onnx", provider: st
         digest = file_sha256(model)
     except (OSError, DataError) as exc:
         raise refused(model, f"cannot be read ({exc})") from None
-    if digest != info.model_sha256:
+    if digest != info.model_sha256:  # as documented, not a variant; but never silently (a copied-over model?)
+        log.warning("variant.json describes another model", extra={"fields": {
+            "event": "variant_ignored", "file": shown(folder / INFO_FILE), "line": mismatch_line(folder, model, info,
+                                                                                                 digest)}})
         return None
     try:
         variant: Predictor | None = Predictor(model, provider, **options)
