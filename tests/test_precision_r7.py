@@ -116,3 +116,19 @@ def test_calibration_where_nothing_is_calibrated_is_a_mistake(precision: str) ->
         f"--calibration 400: --calibration sets how many eval examples calibrate int8; --precision {precision} "
         "calibrates nothing: drop --calibration, or ask for --precision int8")
     assert calibration_mistake("int8", 400) is None and calibration_mistake(precision, None) is None
+
+
+def test_the_export_lines_show_the_speed_interval_when_export_json_has_one() -> None:
+    """`specgen export` and the HTML report print the gate's interval; an export.json written before the paired
+    gate (no interval) prints as it did."""
+    from specgen.report.export_lines import variant_lines
+
+    speed = {"variant_ms": 0.106, "fp32_ms": 0.059, "batch": 8, "provider": "CPUExecutionProvider", "speedup": 0.59}
+    report = {"precision": "int8", "file": "model.int8.onnx", "bytes": 1, "fp32_bytes": 2,
+              "accuracy": {"accuracy": 0.975, "fp32_accuracy": 0.975, "lost_points": 0.0, "budget": 1}}
+    old = variant_lines("out", report | {"speed": speed})[-1]
+    assert old == "int8 speed: 0.106 ms vs float32 0.059 ms per batch of 8 on CPUExecutionProvider (0.59x)"
+    new = speed | {"speedup_interval": [0.508, 0.806], "confidence": 0.961, "rounds": 9}
+    assert variant_lines("out", report | {"speed": new})[-1] == (
+        "int8 speed: 0.106 ms vs float32 0.059 ms per batch of 8 on CPUExecutionProvider (0.59x; 96% interval "
+        "0.51-0.81x over 9 rounds)")

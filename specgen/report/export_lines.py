@@ -37,8 +37,11 @@ def variant_lines(out: str, report: Mapping[str, Any]) -> list[str]:
         lines.append(f"warning: {name} is unverified: {report.get('unverified')}; `specgen serve` runs its kernel, "
                      "accuracy and speed gates at load and serves the float32 model where it fails")
         return lines
+    interval = speed.get("speedup_interval")  # export.json before the paired gate has none
+    spread = (f"; {speed['confidence']:.0%} interval {interval[0]:.2f}-{interval[1]:.2f}x over {speed['rounds']} rounds"
+              if interval else "")
     lines.append(f"{name} speed: {speed['variant_ms']:.3f} ms vs float32 {speed['fp32_ms']:.3f} ms per batch of "
-                 f"{speed['batch']} on {speed['provider']} ({speed['speedup']:.2f}x)")
+                 f"{speed['batch']} on {speed['provider']} ({speed['speedup']:.2f}x{spread})")
     if "warning" in speed:
         lines.append(f"warning: {name} {speed['warning']}".replace(f"{name} written", "written"))
     return lines
