@@ -9,13 +9,22 @@ from specgen.commands.common import positive_int, shape
 from specgen.paths import shown
 
 
+def image_shape(text: str) -> tuple[int, int, int]:
+    """argparse type: a keras.applications input shape, exactly H,W,C (Keras' own error for another rank names
+    none of the option's form)."""
+    dims = shape(text)
+    if len(dims) != 3:
+        raise argparse.ArgumentTypeError(f"expected 3 positive integers H,W,C (96,96,3); received {text!r}")
+    return dims[0], dims[1], dims[2]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     frameworks = parser.add_subparsers(dest="framework", required=True)
     keras = frameworks.add_parser("keras", help="a .keras file, a legacy .h5 model file or a keras.applications name")
     keras.add_argument("source", help="model.keras, model.h5, or a constructor name such as ResNet50")
     keras.add_argument("-o", "--output", type=Path, required=True, help="the spec file to write")
     keras.add_argument("--weights", type=Path, help="restore from this weights file instead of the model's own")
-    keras.add_argument("--input-shape", type=shape, metavar="H,W,C", help="constructor input shape")
+    keras.add_argument("--input-shape", type=image_shape, metavar="H,W,C", help="constructor input shape")
     keras.add_argument("--classes", type=positive_int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")
 

@@ -81,8 +81,9 @@ def _check_weights(imp: Imported, indexed: list[dict[str, str]], path: Path | No
     """Every variable of the spec has its value in the weights file, with its shape: a variable the restore would
     leave to its random initializer is refused now, not exported (the imported spec's restore is strict too)."""
     assert path is not None
-    wanted = imp.keys | {entry["to"]: entry["from"] for entry in indexed}  # spec path -> the key the restore reads
     stored = _stored_keys(path)
+    _fit_keys(imp, stored)
+    wanted = imp.keys | {entry["to"]: entry["from"] for entry in indexed}  # spec path -> the key the restore reads
     missing = [p for p, key in wanted.items() if key not in stored]
     if missing:
         raise ImportProblem(f"{shown(path)} holds no value for {listed(missing)} of the model's {len(wanted)} "
@@ -93,6 +94,14 @@ def _check_weights(imp: Imported, indexed: list[dict[str, str]], path: Path | No
         if spec_path in shapes and tuple(stored[key]) != tuple(shapes[spec_path]):
             raise ImportProblem(f"{shown(path)}: weight {quoted(key)} has shape {list(stored[key])}, the model's "
                                 f"config gives {list(shapes[spec_path])}: the file was written by another model")
+
+
+def _fit_keys(imp: Imported, stored: dict[str, tuple[int, ...]]) -> None:
+    """Each variable keyed as the file names it: a legacy .h5 holds `lstm/lstm_cell/kernel` whichever Keras wrote
+    it (Keras 3's `model.save("x.h5")` too), a .keras file `lstm/kernel`; the names decide, not the version."""
+    for path, other in imp.other_keys.items():
+        if imp.keys[path] not in stored and other in stored:
+            imp.keys[path] = other
 
 
 def _stored_keys(path: Path) -> dict[str, tuple[int, ...]]:

@@ -17,6 +17,7 @@ from typing import Any
 from specgen.importers.keras.args import Args, short
 from specgen.importers.keras.base import Converter, Shapes
 from specgen.importers.keras.dag import KLayer
+from specgen.importers.keras.errors import custom_class, custom_problem
 from specgen.importers.keras.recurrent import RECURRENT_CLASSES, recurrent
 
 MERGE_MODES = ("concat", "sum", "mul", "ave")
@@ -28,6 +29,8 @@ def _wrapped(a: Args, key: str) -> tuple[str, dict[str, Any]]:
     config = value.get("config") if isinstance(value, dict) else None
     if cls not in RECURRENT_CLASSES or not isinstance(config, dict):
         raise a.refuse(key, "a wrapped LSTM, GRU or SimpleRNN")
+    if (why := custom_class(value.get("module"), value.get("registered_name"), str(cls))) is not None:
+        raise custom_problem(a.layer.name, a.layer.cls, f"its {key} is {why}")
     return str(cls), config
 
 

@@ -16,12 +16,13 @@ from specgen.importers.keras.args import Args
 from specgen.importers.keras.attention import READS, key_lengths, wiring
 from specgen.importers.keras.base import Converter, Part
 from specgen.importers.keras.dag import KGraph, KLayer
-from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
-from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, KERAS2_ROLES
+from specgen.importers.keras.errors import WHAT_TO_DO, ImportProblem, custom_problem, keras_hub_problem, layer_problem
+from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS, legacy_roles
 from specgen.importers.keras.masks import Inferred, settle
 from specgen.importers.keras.names import Namer
 from specgen.importers.keras.operations import operation
 from specgen.importers.keras.recurrent import INITIAL_STATES
+from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
 from specgen.kinds.ops import REGISTRY, Layer, OpError, infer
 from specgen.spec.expand import MAX_LAYERS
 
@@ -43,6 +44,7 @@ class Imported:
     outputs: dict[str, str]
     layers: list[dict[str, Any]]
     keys: dict[str, str] = field(default_factory=dict)  # spec variable path -> Keras weight key
+    other_keys: dict[str, str] = field(default_factory=dict)  # spec variable path -> its key in the other layout
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # spec variable path -> its shape
     layer_names: dict[str, str] = field(default_factory=dict)  # spec layer -> Keras layer path
     frozen: list[str] = field(default_factory=list)
@@ -56,20 +58,20 @@ _LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
 
 
 def _converter(layer: KLayer) -> Converter | None:
-    if layer.module.startswith("keras.src.ops"):
-        return None  # operations are handled by operations.py
+    if layer.module.startswith("keras.src.ops") or (layer.cls in TAKE_CLASSES and layer.cls not in CONVERTERS):
+        return None  # operations are handled by operations.py (Keras 3's legacy .h5 writes them with no module)
     known = APPLICATION_CLASSES.get((layer.module, layer.cls))
     if known is not None:
         return known
     if layer.module.startswith("keras_hub."):
         raise keras_hub_problem(layer.name, layer.cls, layer.module)
     if layer.module not in ("keras.layers", "keras", "") and not layer.module.startswith("keras.src.layers"):
-        raise layer_problem(layer.name, layer.cls, f"a custom class from module '{layer.module}': specgen never "
-                            "imports a model's own code; write the layer as spec ops by hand")
+        raise custom_problem(layer.name, layer.cls, f"a custom class from module {quoted(layer.module)}")
     if layer.cls in REFUSED:
         raise layer_problem(layer.name, layer.cls, f"refused: {REFUSED[layer.cls]}")
     if layer.cls not in CONVERTERS:
-        raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class")
+        raise layer_problem(layer.name, layer.cls, "no spec op for this Keras class (docs/import.md, What maps to "
+                            f"what, lists those that import); {WHAT_TO_DO}")
     return CONVERTERS[layer.cls]
 
 
@@ -131,7 +133,9 @@ def _dims(shape: list[Any]) -> list[int | str]:
 class _Converter:
     def __init__(self, graph: KGraph, keras2: bool):
         self.graph, self.keras2, self.namer = graph, keras2, Namer()
-        self.out = Imported(self.namer.identifier(graph.name), {}, {}, [])
+        # The spec's name is no input or layer name: a namer of its own, so that an input or layer named as the
+        # model keeps its name (the ONNX model's input names are the Keras model's)
+        self.out = Imported(Namer().identifier(graph.name), {}, {}, [])
         self.spec_of: dict[str, str] = {}  # Keras producer -> spec name it reads as
         self.made: dict[tuple[str, str], str] = {}  # (Keras layer, part suffix) -> spec layer, for `share:`
         self.shapes: dict[str, tuple[Any, ...]] = {}
@@ -150,6 +154,19 @@ class _Converter:
             self.spec_of[item.name] = name
             self.shapes[name], self.dtypes[name] = (None, *shape), item.dtype
 
+    def _float_ids(self, layer: KLayer, dtype: str) -> ImportProblem:
+        """Keras' Embedding casts float ids to int32 itself, so `keras.Input((n,))` (float32) before it is a common
+        model; specgen's embedding takes integer ids, and the fix is the input's dtype."""
+        producer = layer.inputs[0]
+        if any(item.name == producer for item in self.graph.inputs):
+            return layer_problem(layer.name, layer.cls, f"reads input {quoted(producer)}, which is {dtype} in the "
+                                 "Keras model (Keras casts the ids to int32 in this layer; specgen's embedding takes "
+                                 f"integer ids): save the model with keras.Input(..., dtype=\"int32\") for "
+                                 f"{quoted(producer)}")
+        return layer_problem(layer.name, layer.cls, f"reads {dtype} ids from {quoted(producer)} (Keras casts them to "
+                             "int32 in this layer; specgen's embedding takes integer ids): save the model with int32 "
+                             "ids before the Embedding")
+
     def _renamed(self, what: str, keras: str, spec: str) -> None:
         if keras != spec:
             self.out.renamed.append((what, keras, spec))
@@ -160,6 +177,8 @@ class _Converter:
             raise layer_problem(layer.name, layer.cls, "called on no tensor (every spec layer reads one or more)")
         shapes = [self.shapes[i] for i in ins]
         convert = _converter(layer)
+        if layer.cls == "Embedding" and self.dtypes[ins[0]] not in ("int32", "int64"):
+            raise self._float_ids(layer, self.dtypes[ins[0]])
         if convert is None:
             keys: dict[str, Any] | list[Part] | None = operation(layer)
         else:
@@ -215,14 +234,18 @@ class _Converter:
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
         self._extra_outputs(layer.name, entry, name, result)
         # LayerScale's unnamed variable ('variable' in Keras) is keyed `gamma` by the weight reader
-        roles = KERAS2_ROLES.get(layer.cls, {}) if self.keras2 else {}
+        legacy = legacy_roles(layer.cls, layer.config)
         if share:
             return  # its variables are the first call's, mapped and frozen there
         if result.variables:
             _check_keyed(layer)
         for var in result.variables:
-            self.out.keys[f"{name}/{var.role}"] = f"{layer.name}/{roles.get(var.role, var.role)}"
-            self.out.shapes[f"{name}/{var.role}"] = tuple(var.shape)
+            path, names = f"{name}/{var.role}", [var.role, legacy.get(var.role, var.role)]
+            first, other = reversed(names) if self.keras2 else names  # a Keras 2 file's names first
+            self.out.keys[path] = f"{layer.name}/{first}"
+            if other != first:  # the other layout's key: the file's own names choose (__init__.py, _fit_keys)
+                self.out.other_keys[path] = f"{layer.name}/{other}"
+            self.out.shapes[path] = tuple(var.shape)
         if result.variables and layer.config.get("trainable") is False:
             self.out.frozen.append(f"{name}/*")
 

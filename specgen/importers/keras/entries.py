@@ -36,6 +36,8 @@ class _Checked(BaseModel):
 class TopConfig(_Checked):
     class_name: StrictStr
     config: dict[StrictStr, Any]
+    module: Any = None  # read by errors.custom_class, any type
+    registered_name: Any = None
 
 
 class FunctionalConfig(_Checked):
@@ -55,6 +57,7 @@ class LayerEntry(_Checked):
     class_name: StrictStr
     name: Name | None = None  # Keras 3 functional models; else config.name
     module: StrictStr | None = None
+    registered_name: Any = None  # errors.custom_class: anything but None or class_name names a custom object
     config: dict[StrictStr, Any] = {}
     inbound_nodes: list[Any] = []
 

@@ -36,7 +36,7 @@ from specgen.importers.keras.entries import (
     checked,
     refs,
 )
-from specgen.importers.keras.errors import ImportProblem, keras_hub_problem, layer_problem
+from specgen.importers.keras.errors import ImportProblem, custom_class, custom_problem, keras_hub_problem, layer_problem
 from specgen.importers.keras.masks import OTHER_MASKS, mask_ids
 from specgen.spec.expand import MAX_LAYERS
 
@@ -116,6 +116,8 @@ class _Flattener:
                         keras2: bool, where: str, named: dict[str, Any] | None = None,
                         masks: dict[str, list[str]] | None = None) -> Walk:
         own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
+        if (why := custom_class(entry.module, entry.registered_name, cls)) is not None:
+            raise custom_problem(scope + name, cls, why)
         if cls in OTHER_MASKS:  # refused here, before a layer after it names its mask as a call argument
             raise layer_problem(scope + name, cls, OTHER_MASKS[cls])
         if cls in MODELS:
@@ -248,6 +250,11 @@ def flatten(config: dict[str, Any]) -> KGraph:
         raise ImportProblem(TOO_MANY)
     check_depth(config, "the model config")
     top = checked(TopConfig, config, "")
+    if (why := custom_class(top.module, top.registered_name, top.class_name)) is not None:
+        name = top.config.get("name")
+        raise ImportProblem(f"Keras model {quoted(name if isinstance(name, str) else 'model')} ({top.class_name}): "
+                            f"{why}: specgen never imports a model's own code; save the model as a Keras Functional "
+                            "or Sequential model")
     if top.class_name not in MODELS:
         raise ImportProblem(f"expected a Keras model config (Functional or Sequential); received class "
                             f"{quoted(top.class_name)} (subclassed models have no graph to read)")

@@ -13,6 +13,8 @@ attention.py (MultiHeadAttention), bidirectional.py (Bidirectional), with base.p
 
 from __future__ import annotations
 
+from typing import Any
+
 from specgen.importers.keras.attention import CONVERTERS_ATTENTION
 from specgen.importers.keras.base import Converter
 from specgen.importers.keras.bidirectional import CONVERTERS_BIDIRECTIONAL
@@ -57,6 +59,28 @@ from specgen.importers.keras.recurrent import KERAS2_CELLS, RECURRENT_CLASSES, r
 KERAS2_ROLES = {"DepthwiseConv2D": {"kernel": "depthwise_kernel"},
                 **{cls: {role: f"{cell}/{role}" for role in ("kernel", "recurrent_kernel", "bias")}
                    for cls, cell in KERAS2_CELLS.items()}}
+
+
+def legacy_roles(cls: str, config: dict[str, Any]) -> dict[str, str]:
+    """{spec role: weight name} in the legacy HDF5 layout, which Keras 2 and Keras 3's `model.save("x.h5")` both
+    write (the variables' paths: `lstm_cell/kernel`; a Bidirectional's `forward_lstm/lstm_cell/kernel`). Which
+    layout a file holds is told by the names in it (importers/keras/__init__.py), not by the Keras version."""
+    if cls != "Bidirectional":
+        return KERAS2_ROLES.get(cls, {})
+    halves: dict[str, str] = {}
+    for half, key in (("forward", "layer"), ("backward", "backward_layer")):
+        wrapped = config.get(key)
+        inner = wrapped.get("config") if isinstance(wrapped, dict) else None
+        name = inner.get("name") if isinstance(inner, dict) else None
+        if half == "backward" and not isinstance(name, str):  # Keras makes the copy: backward_<layer>
+            forward = config.get("layer", {}).get("config", {}).get("name")
+            name = f"backward_{forward.removeprefix('forward_')}" if isinstance(forward, str) else None
+        elif half == "forward" and isinstance(name, str) and not name.startswith("forward_"):
+            name = f"forward_{name}"
+        cell = KERAS2_CELLS.get(str(wrapped.get("class_name"))) if isinstance(wrapped, dict) else None
+        if isinstance(name, str) and cell is not None:
+            halves |= {f"{half}/{role}": f"{name}/{cell}/{role}" for role in ("kernel", "recurrent_kernel", "bias")}
+    return halves
 
 
 CONVERTERS: dict[str, Converter] = {

@@ -12,13 +12,31 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from functools import cache
 
 from specgen.importers.keras.names import Namer
+
+
+@cache
+def _automatic() -> re.Pattern[str]:
+    """`<class in snake_case>` or `<class in snake_case>_<n>`: the name Keras gives a layer it was not given one, for
+    every class the importer converts or names (the only classes an imported spec's layers come from)."""
+    from specgen.importers.keras.convert import REFUSED
+    from specgen.importers.keras.graph import INPUT, MODELS
+    from specgen.importers.keras.layers import APPLICATION_CLASSES, CONVERTERS
+    from specgen.importers.keras.take import CLASSES as TAKE_CLASSES
+    from specgen.runtime.keras_weights import snake
+
+    classes = {*CONVERTERS, *REFUSED, *(cls for _, cls in APPLICATION_CLASSES), *TAKE_CLASSES, *MODELS, INPUT}
+    names = sorted({snake(cls) for cls in classes}, key=lambda s: (-len(s), s))
+    return re.compile(f"(?:{'|'.join(map(re.escape, names))})(?:_[0-9]+)?")
 
 
 def stage_of(name: str) -> str | None:
     if "/" in name:
         return name.split("/", 1)[0]
+    if _automatic().fullmatch(name):
+        return None
     words = name.split("_")
     for i, word in enumerate(words[:-1]):
         if any(c.isdigit() for c in word):

@@ -46,7 +46,7 @@ def header(imp: Imported, label: str) -> list[str]:
     lines = [f"Imported by `specgen import keras` from {label}: Keras model '{imp.name}'.",
              "The weights come from checkpoint.restore; `specgen export` without --checkpoint uses them."]
     if imp.renamed:
-        lines.append("Renamed (not valid spec names; the restore map carries layer renames):")
+        lines.append("Renamed (not valid, reserved or already taken as spec names; the restore map carries layer renames):")
         lines += [f"  {what} {keras!r} -> {spec!r}" for what, keras, spec in imp.renamed]
     if imp.not_imported:
         lines.append("Not imported (docs/import.md, KerasHub backbones):")
