@@ -13,9 +13,9 @@ from scipy.stats import binom
 from test_precision_verify import LABELS, WEIGHT, X, _classifier, _edited_info, _write
 from test_variant_hostile import _npz, _refusal
 
+from specgen.kinds.precisions import calibration_mistake
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import Timing, median_interval, median_ranks, speed_verdict
-from specgen.runtime.precision.step import calibration_mistake
 from specgen.runtime.precision.verify import INFO_FILE, SAMPLE_FILE, check_version
 
 

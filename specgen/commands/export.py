@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_calibration(precision: str | None, calibration: int | None) -> None:
     """--calibration with a precision that is not calibrated: refused (exit 2), not dropped without a word."""
-    from specgen.runtime.precision.step import calibration_mistake
+    from specgen.kinds.precisions import calibration_mistake
 
     problem = calibration_mistake(precision, calibration)
     if problem is not None:

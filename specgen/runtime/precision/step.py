@@ -18,6 +18,7 @@ import numpy as np
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
+from specgen.kinds.precisions import calibration_mistake
 from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY, int8
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal, spread_rows
@@ -73,19 +74,6 @@ def _calibration(loaded: LoadedSpec, ir: ModelIR, request: PrecisionRequest, inp
     count = asked or min(DEFAULT_CALIBRATION, rows)
     chosen = spread_rows(rows, count)  # over the whole eval set: its first rows may be one class (base.spread_rows)
     return Calibration(export.calibration if export else "minmax", {k: v[chosen] for k, v in inputs.items()})
-
-
-def calibration_mistake(precision: str | None, calibration: int | None) -> str | None:
-    """Why `--calibration N` means nothing with `precision` (fp32, or a precision whose conversion reads no
-    examples: fp16), or None. Refused rather than ignored: the user expected it to change something."""
-    if calibration is None or precision is None:
-        return None
-    calibrated = [n for n, d in REGISTRY.items() if d.calibrated]
-    if precision in calibrated:
-        return None
-    return (f"--calibration {calibration}: --calibration sets how many eval examples calibrate "
-            f"{' and '.join(calibrated)}; --precision {precision} calibrates nothing: drop --calibration, or ask "
-            f"for --precision {calibrated[0]}")
 
 
 def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: dict[str, np.ndarray],
