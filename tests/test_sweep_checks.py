@@ -82,13 +82,15 @@ def test_an_unknown_key_is_one_line_at_the_key_with_a_did_you_mean(tmp_path: Pat
 
 def test_a_value_the_key_cannot_take_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every choice and both ends of a range are tried as --set; a float range on an integer key fails at its low
-    end, 16.0: an integer key refuses floats, whole ones too (fields/base.py not_whole_float), as its draws would."""
+    end, 16.0: an integer key refuses floats, whole ones too (fields/base.py not_whole_float), as its draws would;
+    the advice is the integer range to write, not the spec's "write 16" for a written float."""
     spec = write(tmp_path, "    train.batch_size: {choice: [0, 32]}\n    layers[hidden].units: {uniform: [16, 64]}\n"
                            "    checkpoint.dir: {choice: [elsewhere]}")
     assert refused(tmp_path, capsys, spec) == [
         "spec.yaml:21:5: error: 'train.batch_size' cannot take 0: batch_size: received 0, expected a value > 0",
         "spec.yaml:22:5: error: 'layers[hidden].units' cannot take 16.0 (a value of its range): units: "
-        "expected an integer, received 16.0 (a float: write 16) (in layer 'hidden')",
+        "expected an integer, received 16.0 (a float) (in layer 'hidden'); an integer key is searched with "
+        "{int: [16, 64]}",
         "spec.yaml:23:5: error: 'checkpoint.dir' cannot be searched: the sweep gives every trial its own run folder "
         "(SWEEP/trial-NNNN); expected a key that changes how a trial trains",
         "3 errors found"]

@@ -14,6 +14,7 @@ not hyperparameters (RESERVED) cannot be searched. The metric must be a scalar t
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,8 +234,21 @@ def _problem(loaded: LoadedSpec, data: Any, source: Any, base: list[str], param:
             return loaded.diagnostic(where, f"no key {quoted(key)} in the resolved spec"
                                      f"{did_you_mean(key, known)}", key=True)
         drawn = " (a value of its range)" if not param.categorical else ""
-        return loaded.diagnostic(where, f"{quoted(key)} cannot take {value_text(value)}{drawn}: {problem}", key=True)
+        return loaded.diagnostic(where, f"{quoted(key)} cannot take {value_text(value)}{drawn}: "
+                                 f"{_range_advice(param, problem)}", key=True)
     return None
+
+
+def _range_advice(param: Param, problem: str) -> str:
+    """A float range over an integer key draws floats, which the key refuses with the spec's advice for a written
+    float ("a float: write 16"): in a sweep the thing to write is an integer range."""
+    if isinstance(param.item, (UniformRange, LogUniformRange)) and "expected an integer" in problem:
+        low, high = param.bounds()
+        form = "log_int" if param.log else "int"
+        ends = f"[{math.ceil(low)}, {math.floor(high)}]" if math.ceil(low) <= math.floor(high) else "[LOW, HIGH]"
+        problem = re.sub(r" \(a float: write [^)]*\)", " (a float)", problem)
+        return f"{problem}; an integer key is searched with {{{form}: {ends}}}"
+    return problem
 
 
 def _refusal(data: Any, source: Any, path: Path, overrides: list[str], ends: dict[str, str]) -> str | None:
