@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -90,6 +91,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _stdout_closed()
         # A command that never loads TensorFlow sets native_logs=False: its stderr is the real one (commands/serve.py)
         filtered = getattr(args, "native_logs", True)
+        _whole_lines()
         with startup.trimmed(), native_logs.quiet(args.verbose) if filtered else nullcontext(), _marked_stdout():
             code = int(args.run(args))
             sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the handlers, not at exit
@@ -164,6 +166,17 @@ class _MarkedStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _whole_lines() -> None:
+    """Each line of stdout and stderr in one write. Python's stderr writes through to its file (stdout too under
+    PYTHONUNBUFFERED, as a sweep runs its trials), so a print is two writes, its text and its newline; with both
+    streams in one log (a sweep's trial log) and stderr relayed by native_logs' thread, a line of the other stream
+    landed between them (`...going on without ittraining tracked_sweep: step 0 -> 5`), and the sweep could not read
+    the tracker's warning. Line buffering writes a line whole, newline included; tqdm's bars flush themselves."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.write_through:
+            stream.reconfigure(write_through=False, line_buffering=True)
 
 
 @contextmanager

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +99,34 @@ def test_a_command_that_imports_tensorflow_prints_none_of_it(tmp_path: Path) -> 
     assert not [line for line in quiet.stderr.splitlines() if native_logs.NOISE.match(line)]
     # INFO and WARNING lines after absl starts are below the default level (level 0 with --verbose shows them).
     assert not [line for line in quiet.stderr.splitlines() if re.match(rb"[IW]\d{4} ", line)]
+
+
+class _Writes(io.RawIOBase):
+    """A raw stream that records each write it is given (one per system call on a real file)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+def test_a_line_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's stderr (and stdout under PYTHONUNBUFFERED, as a sweep runs its trials) writes through to the file, so
+    a print is two writes (its text, then its newline), and stderr is relayed by native_logs' thread: stdout's next
+    line landed between the two in a trial's log (`...going on without ittraining ...`), and the sweep could not read
+    the tracker's warning. The CLI makes both streams write whole lines."""
+    from specgen.cli import _whole_lines
+
+    raw = _Writes()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)  # as Python sets up stderr: over FileIO
+    print("text", file=stream)
+    assert raw.writes == [b"text", b"\n"]  # the trap: two writes
+    monkeypatch.setattr(sys, "stderr", stream)
+    _whole_lines()
+    print("warning: MLflow tracking failed; going on without it", file=sys.stderr)
+    assert raw.writes[2:] == [b"warning: MLflow tracking failed; going on without it\n"]
