@@ -15,15 +15,17 @@ from specgen.runtime.sources.base import Source
 from specgen.spec.load import load_spec_text
 
 ROWS = 12
-SPEC = """\
+MODEL = """\
 specgen: 1
 name: shards
-inputs: {{x: {{shape: [3]}}}}
-outputs: {{logits: out}}
+inputs: {x: {shape: [3]}}
+outputs: {logits: out}
 layers:
-  - {{name: out, op: dense, units: 2}}
-loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
-optimizers: {{all: {{variables: "*", kind: sgd, learning_rate: 0.1}}}}
+  - {name: out, op: dense, units: 2}
+loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}
+optimizers: {all: {variables: "*", kind: sgd, learning_rate: 0.1}}
+"""
+EVAL = """\
 train: {{batch_size: 4}}
 data:
   eval:
@@ -38,7 +40,7 @@ Y = np.arange(ROWS) % 2
 def source(folder: Path, entry: str) -> Source:
     from specgen.runtime import data
 
-    loaded = load_spec_text(SPEC.format(entry=entry), str(folder / "s.yaml"), folder / "s.yaml")
+    loaded = load_spec_text(MODEL + EVAL.format(entry=entry), str(folder / "s.yaml"), folder / "s.yaml")
     found = data.read_stage(loaded, build_ir(loaded), "eval")
     assert found is not None
     return found
@@ -106,14 +108,6 @@ def test_a_bad_value_and_a_missing_key_name_the_shard_and_record(tmp_path: Path)
 
 
 TRAIN = """\
-specgen: 1
-name: shards
-inputs: {{x: {{shape: [3]}}}}
-outputs: {{logits: out}}
-layers:
-  - {{name: out, op: dense, units: 2}}
-loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
-optimizers: {{all: {{variables: "*", kind: sgd, learning_rate: 0.1}}}}
 train: {{batch_size: 4, seed: {seed}}}
 data:
   train: {{tfrecord: d/train-*.tfrecord, features: {{x: x}}, labels: {{label: y}}, cycle_length: 1{cache}}}
@@ -130,7 +124,7 @@ def test_a_cache_keeps_the_seeded_shard_order(tmp_path: Path, cache: str) -> Non
     write_shards(tmp_path / "d", X, Y, shards=3)
 
     def rows(extra: str, seed: int = 3) -> list[int]:
-        loaded = load_spec_text(TRAIN.format(seed=seed, cache=extra), str(tmp_path / "s.yaml"), tmp_path / "s.yaml")
+        loaded = load_spec_text(MODEL + TRAIN.format(seed=seed, cache=extra), str(tmp_path / "s.yaml"), tmp_path / "s.yaml")
         found = data.read_stage(loaded, build_ir(loaded), "train")
         assert found is not None
         return [int(f["x"].numpy()[0]) // 3 for f, _ in found.dataset]
