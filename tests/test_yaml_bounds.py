@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from specgen.cli import main
 from specgen.diagnostics import MAX_ECHO, MAX_MESSAGE, MAX_PER_FILE, Diagnostic, SpecError, describe, quoted
-from specgen.spec import yaml_compose, yaml_source
+from specgen.spec import source_map, yaml_compose, yaml_source
 from specgen.spec.load import load_spec, load_spec_text
 from specgen.spec.overrides import parse_override
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, max_nesting
@@ -141,14 +141,14 @@ EXAMPLE = (ROOT / "examples" / "specs" / "digits_mlp.yaml").read_text()
 def test_unknown_keys_are_located_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each mapping's keys are read once, not once per diagnostic (8,000 unknown keys took 4 s)."""
     calls = 0
-    original = yaml_source._key_value
+    original = source_map.key_value
 
     def counting(node: yaml.ScalarNode) -> object:
         nonlocal calls
         calls += 1
         return original(node)
 
-    monkeypatch.setattr(yaml_source, "_key_value", counting)
+    monkeypatch.setattr(source_map, "key_value", counting)
     keys = 3000
     with pytest.raises(SpecError) as caught:
         load_spec_text(EXAMPLE + "".join(f"zz{i}: {i}\n" for i in range(keys)), "t.yaml")

@@ -14,7 +14,7 @@ from specgen.diagnostics import Diagnostic, Position, natural_key
 from specgen.ir.model import Node
 from specgen.spec.load import LoadedSpec
 from specgen.spec.origins import Origin, Origins
-from specgen.spec.yaml_source import PathKey
+from specgen.spec.source_map import PathKey
 
 SHOWN = 3  # instances named in a merged warning; the rest are counted
 

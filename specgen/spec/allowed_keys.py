@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specgen.spec.model import Spec
-from specgen.spec.yaml_source import PathKey, data_path
+from specgen.spec.source_map import PathKey, data_path
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,7 +21,7 @@ from specgen.spec.messages import validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins
 from specgen.spec.shipped import names as shipped_names
-from specgen.spec.yaml_source import PathKey
+from specgen.spec.source_map import PathKey
 
 LAYER_NAME = re.compile(LAYER)
 STATIC_KEYS = ("name", "op", "input", "inputs")  # never `$param`s: the graph is known before any instance

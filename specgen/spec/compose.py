@@ -32,8 +32,9 @@ from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_added, check_orphans, error_at, merge, node, received
+from specgen.spec.source_map import SourceMap
 from specgen.spec.spec_file import read_spec_text
-from specgen.spec.yaml_source import SourceMap, load_yaml, parse_document
+from specgen.spec.yaml_source import load_yaml, parse_document
 from specgen.text import printable
 
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3

@@ -34,7 +34,7 @@ from specgen.spec.messages import Overrides, validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origin, Origins, Site
 from specgen.spec.shipped import merged, prepare
-from specgen.spec.yaml_source import PathKey, SourceMap
+from specgen.spec.source_map import PathKey, SourceMap
 
 __all__ = ["MAX_LAYERS", "expand"]
 

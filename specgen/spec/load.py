@@ -18,7 +18,8 @@ from specgen.spec.messages import Overrides, override_at, validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
 from specgen.spec.received import received
-from specgen.spec.yaml_source import PathKey, SourceMap, data_path, parse_yaml
+from specgen.spec.source_map import PathKey, SourceMap, data_path
+from specgen.spec.yaml_source import parse_yaml
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from specgen.spec.literals import literal_message, near
 from specgen.spec.model import SPEC_VERSION
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
-from specgen.spec.yaml_source import PathKey, SourceMap, data_path, parse_document, tag_named_like_its_key
+from specgen.spec.source_map import PathKey, SourceMap, data_path, tag_named_like_its_key
+from specgen.spec.yaml_source import parse_document
 
 TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",

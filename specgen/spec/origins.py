@@ -14,7 +14,7 @@ from typing import Any
 from specgen.diagnostics import Position, safe_repr
 from specgen.spec.blocks import PARAM_REF
 from specgen.spec.messages import Overrides, override_at
-from specgen.spec.yaml_source import PathKey, SourceMap, data_path
+from specgen.spec.source_map import PathKey, SourceMap, data_path
 
 
 @dataclass(frozen=True)

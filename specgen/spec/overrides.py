@@ -19,7 +19,8 @@ from specgen.diagnostics import shown as shown_text
 from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
 from specgen.spec.received import received
-from specgen.spec.yaml_source import PathKey, not_utf8, parse_value
+from specgen.spec.source_map import PathKey
+from specgen.spec.yaml_source import not_utf8, parse_value
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:

@@ -21,8 +21,8 @@ from specgen.spec.load import LoadedSpec
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, node
 from specgen.spec.overrides import key_parts, load_with_overrides, parse_override
 from specgen.spec.received import flow
+from specgen.spec.source_map import SourceMap
 from specgen.spec.tree import Gone
-from specgen.spec.yaml_source import SourceMap
 
 DEFAULT = Setting("default")
 # Top-level keys whose dump holds what specgen ships, not defaults of the spec: the loader adds the shipped blocks

@@ -32,7 +32,7 @@ from specgen.diagnostics import Diagnostic
 from specgen.spec.blocks import Block, Instance
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
-from specgen.spec.yaml_source import PathKey
+from specgen.spec.source_map import PathKey
 
 VARIANT = "_normalize_first"  # suffix of the pre-norm graph of a shipped block with `normalize_first`
 DERIVED = "key_dim"  # computed per instance; never written

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
 from specgen.spec.received import received
-from specgen.spec.yaml_source import PathKey, SourceMap
+from specgen.spec.source_map import PathKey, SourceMap
 
 __all__ = ["Added", "ComposedSourceMap", "Gone", "Node", "Orphan", "Setting", "error_at", "node", "received"]
 
