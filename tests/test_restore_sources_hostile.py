@@ -201,20 +201,20 @@ def test_a_source_that_fails_when_its_values_are_read_leaves_no_run_folder(
     """Session reads every restored value with the plan, before the run folder's first write (read_plan). Old: the
     values were read after the run folder was opened, so a source that failed only then (its shard gone since the
     plan, as when the run that wrote it pruned it) was refused with runs/tiny/code/ left behind."""
-    import specgen.runtime.commands.session as session
+    import specgen.runtime.commands.fine_tuning as fine_tuning
 
     checkpoint(tmp_path / "src")
     rows = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=rows, t=rows[:, :2])
     (tmp_path / "spec.yaml").write_text(TRAINED.replace("SOURCE", "src"))
-    planned = session.plan_restore
+    planned = fine_tuning.plan_restore
 
     def plan_then_lose_the_shard(*args: object, **kwargs: object) -> object:
         plan = planned(*args, **kwargs)
         (tmp_path / "src" / "variables.data-00000-of-00001").unlink()
         return plan
 
-    monkeypatch.setattr(session, "plan_restore", plan_then_lose_the_shard)
+    monkeypatch.setattr(fine_tuning, "plan_restore", plan_then_lose_the_shard)
     monkeypatch.chdir(tmp_path)
     assert main(["train", "spec.yaml", "--steps", "1"]) == 1
     err = capsys.readouterr().err

@@ -13,7 +13,6 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import tensorflow as tf
 
@@ -25,7 +24,7 @@ from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
-from specgen.runtime.commands.restore import RestorePlan, apply_plan, plan_restore, read_plan, summary_line
+from specgen.runtime.commands import fine_tuning
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
@@ -70,8 +69,8 @@ class Session:
         eval_source = data.read_stage(loaded, self.ir, "eval")
         assert train_source is not None
         # A fine-tuning run's restore sources are read and matched before the run folder's first write too.
-        self.restore_values: dict[str, Any] = {}  # the plan's values, read with it (_plan_restore)
-        self.restore_plan = self._plan_restore() if self.begin.checkpoint is None else None
+        self.restore_plan, self.restore_values = (fine_tuning.plan_and_read(self.loaded, self.ir)
+                                                  if self.begin.checkpoint is None else (None, {}))
         # A resumed checkpoint must hold exactly the state this spec saves (resume_fit.py): checked from the IR,
         # before the run folder's first write, so a refused --resume leaves the folder byte for byte as it was.
         self.begin.notes += check_fit(self.ir, self.begin)
@@ -123,7 +122,10 @@ class Session:
         """Restore what `prepare` chose (checked before any variable is assigned), or begin a new run."""
         path = self.begin.checkpoint
         if path is None:
-            restored = self._restore_for_fine_tuning()
+            restored = ""
+            if self.restore_plan is not None:
+                restored = fine_tuning.restore(self.restore_plan, self.ir, self.model, self.trainer, self.restore_values)
+                self.restore_values = {}  # assigned: the arrays need not live as long as the run
             notes = self._open_records()
             return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "") + notes
         kept = self._rates()
@@ -214,33 +216,6 @@ class Session:
         except tf.errors.InvalidArgumentError:
             return False
         return True
-
-    def _restore_for_fine_tuning(self) -> str:
-        """A new run of a spec with `checkpoint.restore`: model variables from those checkpoints, by plan.
-
-        Only model variables (and what features keep beside them, pruning masks): a fine-tuning run starts its
-        own step, optimizer slots and accumulators; what the trainer derived from the initial weights (EMA
-        shadows, target copies) is derived again by the features' `after_restore`.
-        """
-        plan = self.restore_plan
-        if plan is None:
-            return ""
-        variables = hooks.fine_tuning_variables(self.ir, self.model)
-        apply_plan(plan, variables, self.restore_values)
-        self.restore_values = {}  # assigned: the arrays need not live as long as the run
-        restored = frozenset(row.path for row in plan.rows if row.status == "restored")
-        hooks.after_restore(self.model, self.trainer, variables, restored)
-        return summary_line(plan) + _initialized_lines(plan)
-
-    def _plan_restore(self) -> RestorePlan | None:
-        """The plan of `checkpoint.restore` (its sources read and matched), or None without one."""
-        if not self.training.checkpoint.restore:
-            return None
-        plan = plan_restore(self.loaded, hooks.fine_tuning_targets(self.ir))
-        # Every value is read now, before the run folder's first write: a source that fails only when its values
-        # are read (a shard changed or swapped since the plan) is refused with nothing of the run written.
-        self.restore_values = read_plan(plan)
-        return plan
 
     def _rates(self) -> dict[str, float]:
         return {name: float(self.trainer.learning_rate(name).numpy())
@@ -402,9 +377,3 @@ def _devices() -> list[str]:
         found.append(f"GPU: {details.get('device_name', device.name)}")
     return found
 
-
-def _initialized_lines(plan: RestorePlan) -> str:
-    """The variables a fine-tuning run starts from their initializers (a new head, say), as `specgen export`
-    names them: the restored ones are the expected case and stay a count (`specgen restore-plan` lists all)."""
-    fresh = [row.path for row in plan.rows if row.status == "initialized"]
-    return f"; initialized: {', '.join(fresh)}" if fresh else ""
