@@ -112,6 +112,23 @@ def test_explain_of_a_removed_layer_an_unset_activation_and_a_set_null(tmp_path:
     # integer, received null", where `seed: null` in a file removes the value
 
 
+
+def test_explain_of_a_key_the_schema_leaves_unset_that_no_file_wrote(tmp_path: Path, capsys) -> None:
+    """A dense layer without an activation, the loss's name, a layer's input: keys whose default is null are left out
+    of the resolved spec, and explain once answered "no key ... did you mean" for them (pointing at another layer)."""
+    write(tmp_path, {"base.yaml": BASE, "v.yaml": "extends: base.yaml\nname: v\n"})
+    code, out, _ = run(["explain", "v.yaml", "layers[out].activation"], capsys, tmp_path)
+    assert (code, out.splitlines()) == (0, ["layers[out].activation = linear", "  1. default  null: linear  <- wins"])
+    code, out, _ = run(["explain", "v.yaml", "layers[fc2].input"], capsys, tmp_path)
+    assert (code, out.splitlines()) == (0, [
+        "layers[fc2].input = the layer before it (the first layer: the model's input)",
+        "  1. default  null: the layer before it (the first layer: the model's input)  <- wins"])
+    code, out, _ = run(["explain", "v.yaml", "loss.name"], capsys, tmp_path)
+    assert (code, out.splitlines()) == (0, ["loss.name = null (unset)", "  1. default  null  <- wins"])
+    code, _, err = run(["explain", "v.yaml", "layers[out].activaton"], capsys, tmp_path)  # a misspelt key still is one
+    assert (code, err.splitlines()[0]) == (1, "v.yaml: error: no key 'layers[out].activaton' in the resolved spec; "
+                                              "did you mean 'layers[out].activation'?")
+
 def _layers(n: int) -> str:
     return "".join(f"  - {{name: z{i}, op: relu, before: out}}\n" for i in range(n))
 

@@ -108,6 +108,8 @@ def with_defaults(tree: Node, dumped: Any, top: bool = True, add: bool = True,
     """Keys the schema filled in and no file wrote, each as a `default` setting (None defaults mean unset: left out;
     keys in `skip` are not defaults there)."""
     if tree.mapping is not None and isinstance(dumped, dict):
+        if add:
+            tree.unset = frozenset(k for k, v in dumped.items() if v is None and k not in tree.mapping)
         for key, value in dumped.items():
             found = tree.mapping.get(key)
             if found is not None and not found.removed:  # a spec's own blocks get their defaults, no shipped ones
@@ -234,16 +236,22 @@ def keys(tree: Node, prefix: str = "") -> Iterator[str]:
         here = (prefix + part).lstrip(".")
         yield here
         yield from keys(child, here)
+    yield from (f"{prefix}.{key}".lstrip(".") for key in sorted(tree.unset))  # keys left unset are keys too
 
 
-# What a key some values leave unset means: a layer without an activation is linear (`specgen diff` says so too).
-UNSET_MEANS = {"activation": "linear"}
+# What a key some values leave unset means: a layer without an activation is linear (`specgen diff` says so too), one
+# without an input reads the layer before it (the first layer reads the model's only input).
+UNSET_MEANS = {"activation": "linear", "input": "the layer before it (the first layer: the model's input)"}
 
 
 def explain(tree: Node, key: str, display: str) -> list[str]:
     """The final value of `key`, then every setting that wrote it, in order, the last one marked as the winner."""
     parts = parse_key(key)
     found, gone = find_any(tree, parts)
+    if found is None and parts and _unset(tree, parts):
+        means = UNSET_MEANS.get(str(parts[-1]))
+        return [f"{key} = {means or 'null (unset)'}",
+                f"  1. default  null{f': {means}' if means else ''}  <- wins"]
     if found is None:
         hint = _expanded(tree, parts) or did_you_mean(key, keys(tree))
         raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec{hint}")])
@@ -267,6 +275,12 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     elif means is not None:
         lines.append(f"  {len(settings) + 1}. default  {means} (no {parts[-1]})  <- wins")
     return lines
+
+
+def _unset(tree: Node, parts: list[str | int]) -> bool:
+    """Whether `parts` names a key the schema has there with a null default that nothing wrote (with_defaults)."""
+    parent, gone = find_any(tree, parts[:-1])
+    return parent is not None and gone is None and not parent.removed and str(parts[-1]) in parent.unset
 
 
 def _expanded(tree: Node, parts: list[str | int]) -> str:

@@ -88,6 +88,9 @@ class Node:
     gone: dict[str, Gone] = field(default_factory=dict)
     # A named list's items that a file appended to what its bases gave, by name.
     added: dict[str, Added] = field(default_factory=dict)
+    # A mapping's keys the schema knows, whose default is null (unset), that nothing wrote: left out of the resolved
+    # spec, and still a key `explain` answers for (a dense layer's `activation`).
+    unset: frozenset[str] = frozenset()
 
     def data(self) -> Any:
         if self.mapping is not None:
