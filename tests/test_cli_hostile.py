@@ -158,6 +158,8 @@ def test_infer_refuses_a_hostile_npz_in_one_line(tmp_path: Path, capsys: pytest.
     (np.array([[16777217, 1]], dtype=np.int64),
      "input 'image': the value 16777217 at [0, 0] has no exact float32; received dtype int64"),
     (np.array([[2**64 - 1, 1]], dtype=np.uint64), "input 'image': the value 18446744073709551615 at [0, 0] has no exact"),
+    (np.array([[1.0, -1e300]]),  # float64 past float32's range: the cast made it -inf (exit 0), the server refused it
+     "input 'image': received -1e+300 at [0, 1], expected float32 numbers within +-3.4028235e+38 (or nan, inf, -inf)"),
 ])
 def test_infer_refuses_a_cast_that_changes_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   array: np.ndarray, message: str) -> None:
@@ -168,6 +170,39 @@ def test_infer_refuses_a_cast_that_changes_values(tmp_path: Path, capsys: pytest
     code, out, err = run(capsys, "infer", "m.onnx", "--input", "x.npz", "--provider", "cpu")
     assert code == 1 and out == [] and err[-1] == "1 error found"
     assert message in err[0], err[0]
+
+
+
+def two_sequences_model(path: Path) -> Path:
+    """`a` and `b`, both [batch, seq] float32, added: the graph declares that they share both dimensions."""
+    dims = ["batch", "seq"]
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["out"])], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("a", "b")],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), path)
+    return path
+
+
+@pytest.mark.parametrize(("a", "b", "message"), [
+    ((3, 5), (4, 5), "input 'b': received batch size 4 (shape [4, 5]), expected 3 like input 'a'"),  # b's 4th dropped
+    ((1, 5), (3, 5), "input 'b': received batch size 3 (shape [3, 5]), expected 1 like input 'a'"),  # b's rows dropped
+    ((2, 1), (2, 5), "input 'b': received size along 'seq' 5 (shape [2, 5]), expected 1 like input 'a'"),  # broadcast
+    ((2, 2), (2, 3), "input 'b': received size along 'seq' 3 (shape [2, 3]), expected 2 like input 'a'"),  # ort's text
+])
+def test_inputs_sharing_a_dimension_must_agree_along_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        a: tuple[int, int], b: tuple[int, int], message: str) -> None:
+    """infer ran every row count of the first input (the others' extra rows dropped silently), the Predictor (so the
+    server) broadcast a size of 1 over the other input or failed with onnxruntime's internal broadcast text."""
+    from specgen.runtime.predictor import InputError, Predictor
+
+    two_sequences_model(tmp_path / "m.onnx")
+    arrays = {"a": np.ones(a, np.float32), "b": np.ones(b, np.float32)}
+    np.savez(tmp_path / "x.npz", **arrays)
+    code, out, err = run(capsys, "infer", "m.onnx", "--input", "x.npz", "--provider", "cpu")
+    assert (code, out, err) == (1, [], [f"x.npz: error: {message}", "1 error found"])
+    with pytest.raises(InputError) as caught:
+        Predictor(tmp_path / "m.onnx", provider="cpu")(arrays)
+    assert str(caught.value) == message
 
 
 class _nothing:

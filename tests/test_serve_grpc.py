@@ -491,3 +491,43 @@ def test_the_command_serves_grpc_and_drains_it_on_sigterm(repo: Path, predictor:
     events_seen = [line.get("event") for line in lines]
     assert "grpc_started" in events_seen and events_seen[-1] == "stopped"
     assert not [line for line in lines if "exception" in line or line["level"] == "error"]
+
+
+PAIR_CONFIG = """name: "pair" backend: "onnxruntime" max_batch_size: 4
+input [ { name: "a" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "b" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "out" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def test_inputs_sharing_a_named_dimension_must_agree_along_it(tmp_path: Path) -> None:
+    """`a` and `b` are both [batch, seq] in the graph (the config says [-1] for each: the link is the graph's). Sent at
+    lengths 2 and 3, onnxruntime's broadcast failure was a 500 / INTERNAL logged as a model failure; at lengths 1 and
+    3 the one step was broadcast over the other input's three (200). Now a client's mistake, in one line."""
+    import tritonclient.http as th
+
+    dims = ["batch", "seq"]
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["out"])], "pair",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("a", "b")],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
+    (tmp_path / "pair" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9),
+              tmp_path / "pair" / "1" / "model.onnx")
+    (tmp_path / "pair" / "config.pbtxt").write_text(PAIR_CONFIG)
+    with Served(load_repository(tmp_path, provider="cpu")) as served:
+        for a, b in ((2, 3), (1, 3)):
+            message = f"input 'b': received size along 'seq' {b} (shape [1, {b}]), expected {a} like input 'a'"
+            for client, module in ((tg.InferenceServerClient(served.grpc), tg), (th.InferenceServerClient(served.http), th)):
+                inputs = [module.InferInput(n, [1, k], "FP32") for n, k in (("a", a), ("b", b))]
+                for tensor, k in zip(inputs, (a, b), strict=True):
+                    tensor.set_data_from_numpy(np.ones((1, k), np.float32))
+                with pytest.raises(Exception) as caught:
+                    client.infer("pair", inputs)
+                assert (caught.value.status(), caught.value.message()) == (
+                    ("StatusCode.INVALID_ARGUMENT", message) if module is tg else ("400", message))
+                client.close()
+        good = [tg.InferInput(n, [1, 3], "FP32") for n in ("a", "b")]
+        for tensor in good:
+            tensor.set_data_from_numpy(np.ones((1, 3), np.float32))
+        client = tg.InferenceServerClient(served.grpc)
+        assert client.infer("pair", good).as_numpy("out").tolist() == [[2.0, 2.0, 2.0]]
+        client.close()

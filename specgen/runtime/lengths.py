@@ -169,6 +169,24 @@ def _refusal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple
     return None
 
 
+def unequal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """The first input whose size along a named dimension it shares with an input before it (the batch, two sequences'
+    `seq`) differs from that input's, as an error message. onnxruntime checks no such link: a graph that adds the two
+    fails with its internal broadcast message, and a size of 1 is broadcast over the other input's steps or rows."""
+    first: dict[str, tuple[str, int]] = {}  # dimension -> (the input that gave it a size, that size)
+    for name, dims in declared.items():
+        shape = shapes[name]
+        for axis, dim in enumerate(dims[: len(shape)]):
+            if not isinstance(dim, str):
+                continue
+            other, size = first.setdefault(dim, (name, shape[axis]))
+            if size != shape[axis]:
+                along = "batch size" if axis == 0 and dim == "batch" else f"size along '{dim}'"
+                return (f"input '{name}': received {along} {shape[axis]} (shape {list(shape)}), expected {size} "
+                        f"like input '{other}'")
+    return None
+
+
 def need_text(found: Minima, dim: str) -> str:
     """What an input below a minimum is told: `expected at least 9: layer 'c' (conv2d) needs at least 9`."""
     limit, layer, op = found[dim]

@@ -76,13 +76,30 @@ def session_providers(choice: str, cuda_graphs: bool = False, nhwc: bool = True)
 
 
 def _check_range(name: str, array: np.ndarray, dtype: np.dtype) -> None:
-    """Integers that the model's integer dtype cannot hold (300 for uint8 pixels): numpy's cast would wrap them."""
-    if array.dtype == dtype or array.dtype.kind not in "iu" or dtype.kind not in "iu" or not array.size:
+    """Values that the model's dtype cannot hold: integers past an integer dtype (300 for uint8 pixels; numpy's cast
+    would wrap them) and finite floats past a narrower float dtype (1e300 into float32; the cast makes them inf)."""
+    if array.dtype == dtype or not array.size:
+        return
+    if array.dtype.kind == "f" and dtype.kind == "f":
+        _check_float_range(name, array, dtype)
+        return
+    if array.dtype.kind not in "iu" or dtype.kind not in "iu":
         return
     info, low, high = np.iinfo(dtype), array.min(), array.max()
     if low < info.min or high > info.max:
         raise InputError(f"input '{name}': received {low if low < info.min else high}, expected {dtype.name} values "
                          f"in [{info.min}, {info.max}]")
+
+
+def _check_float_range(name: str, array: np.ndarray, dtype: np.dtype) -> None:
+    largest = float(np.finfo(dtype).max)
+    if np.finfo(array.dtype).max <= largest:
+        return
+    past = np.isfinite(array) & (np.abs(array) > largest)
+    if past.any():
+        at = tuple(int(i) for i in np.argwhere(past)[0])
+        raise InputError(f"input '{name}': received {array[at]} at {list(at)}, expected {dtype.name} numbers within "
+                         f"+-{np.finfo(dtype).max!s} (or nan, inf, -inf)")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -246,11 +263,13 @@ class Predictor:
         return checked
 
     def out_of_range(self, inputs: dict[str, np.ndarray]) -> str | None:
-        """Why an input is outside the limits the export recorded (runtime/lengths.py), or None: longer or shorter
-        than a named dimension takes, or an id outside an embedding's rows. `specgen serve` asks it too."""
+        """Why an input is outside the limits the export recorded (runtime/lengths.py), or None: sized unlike another
+        input along a dimension they share, longer or shorter than a named dimension takes, or an id outside an
+        embedding's rows. `specgen serve` asks it too."""
         shapes = {n: np.shape(inputs[n]) for n in self.inputs if n in inputs}
         declared = {n: s for n, (s, _) in self.inputs.items() if n in shapes}
-        return (lengths.violation(self.bounds, declared, shapes) or lengths.too_short(self.minima, declared, shapes)
+        return (lengths.unequal(declared, shapes) or lengths.violation(self.bounds, declared, shapes)
+                or lengths.too_short(self.minima, declared, shapes)
                 or lengths.bad_id(self.id_ranges, {n: inputs[n] for n in shapes}))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
