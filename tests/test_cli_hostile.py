@@ -173,9 +173,8 @@ def test_infer_refuses_a_cast_that_changes_values(tmp_path: Path, capsys: pytest
 
 
 
-def two_sequences_model(path: Path) -> Path:
-    """`a` and `b`, both [batch, seq] float32, added: the graph declares that they share both dimensions."""
-    dims = ["batch", "seq"]
+def two_sequences_model(path: Path, dims: tuple[str | int, ...] = ("batch", "seq")) -> Path:
+    """`a` and `b`, both [batch, seq] float32 (or `dims`), added: the graph declares that they share both dimensions."""
     graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["out"])], "g",
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("a", "b")],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
@@ -203,6 +202,16 @@ def test_inputs_sharing_a_dimension_must_agree_along_it(tmp_path: Path, capsys: 
     with pytest.raises(InputError) as caught:
         Predictor(tmp_path / "m.onnx", provider="cpu")(arrays)
     assert str(caught.value) == message
+
+
+def test_a_fixed_batch_model_checks_every_inputs_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fixed batch runs in pieces cut by the first input's rows, each piece checked alone: `b`'s fourth row was
+    never seen (exit 0, three outputs)."""
+    two_sequences_model(tmp_path / "m.onnx", (1, 5))
+    np.savez(tmp_path / "x.npz", a=np.ones((3, 5), np.float32), b=np.ones((4, 5), np.float32))
+    code, out, err = run(capsys, "infer", "m.onnx", "--input", "x.npz", "--provider", "cpu")
+    assert (code, out, err) == (1, [], ["x.npz: error: input 'b': received batch size 4 (shape [4, 5]), expected 3 "
+                                        "like input 'a'", "1 error found"])
 
 
 class _nothing:

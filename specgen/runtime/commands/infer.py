@@ -122,6 +122,16 @@ def _refusing(path: Path) -> Iterator[None]:
         raise SpecError([Diagnostic(shown(path), None, f"onnxruntime refused these inputs: {detail}")]) from None
 
 
+def _same_rows(feeds: dict[str, np.ndarray]) -> None:
+    """Every input with as many rows as the first (Predictor.check says so of a whole run; a fixed batch runs in
+    pieces, each checked alone)."""
+    (first, array), *rest = feeds.items()
+    for name, other in rest:
+        if np.ndim(other) and np.ndim(array) and len(other) != len(array):
+            raise InputError(f"input '{name}': received batch size {len(other)} (shape {list(np.shape(other))}), "
+                             f"expected {len(array)} like input '{first}'")
+
+
 def _row_bytes(outputs: dict[str, np.ndarray], path: Path) -> int:
     """Bytes of one row of every output (from a run of one row); an output that is not one row per input row
     cannot be joined from chunks: refused."""
@@ -158,6 +168,8 @@ def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path,
     with _refusing(path):
         if batch is None:  # the whole input checked as one run would check it (a fixed batch: in each piece)
             feeds = predictor.check(feeds)
+        else:  # pieces cut by the first input's rows would drop another input's extra rows unseen
+            _same_rows(feeds)
         rows = len(next(iter(feeds.values())))
         out_row = _row_bytes(run_rows(predictor, {k: v[:1] for k, v in feeds.items()}), path) if rows else 0
     if out_row * rows > MAX_OUTPUT_BYTES:
