@@ -204,6 +204,26 @@ def test_inputs_sharing_a_dimension_must_agree_along_it(tmp_path: Path, capsys: 
     assert str(caught.value) == message
 
 
+@pytest.mark.parametrize("dims", [("batch", "seq"), (1, 5)])
+def test_an_input_of_no_rows_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    dims: tuple[str | int, ...]) -> None:
+    """infer ran an empty batch through onnxruntime, whose kernels disagree on it: LSTM aborted the process (rc 134),
+    a bidirectional GRU crashed it (rc 139), opset 23's Attention failed with an internal message. The server
+    refused it already."""
+    from specgen.runtime.predictor import InputError, Predictor
+
+    two_sequences_model(tmp_path / "m.onnx", dims)
+    arrays = {"a": np.ones((0, 5), np.float32), "b": np.ones((0, 5), np.float32)}
+    np.savez(tmp_path / "x.npz", **arrays)
+    code, out, err = run(capsys, "infer", "m.onnx", "--input", "x.npz", "--provider", "cpu")
+    message = "input 'a': received batch size 0 (shape [0, 5]), expected at least 1 row"
+    assert (code, out, err) == (1, [], [f"x.npz: error: {message}", "1 error found"])
+    if dims[0] == "batch":
+        with pytest.raises(InputError) as caught:
+            Predictor(tmp_path / "m.onnx", provider="cpu")(arrays)
+        assert str(caught.value) == message
+
+
 def test_a_fixed_batch_model_checks_every_inputs_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A fixed batch runs in pieces cut by the first input's rows, each piece checked alone: `b`'s fourth row was
     never seen (exit 0, three outputs)."""

@@ -102,6 +102,13 @@ def _check_float_range(name: str, array: np.ndarray, dtype: np.dtype) -> None:
                          f"+-{np.finfo(dtype).max!s} (or nan, inf, -inf)")
 
 
+def empty_batch(name: str, shape: tuple[int, ...]) -> str:
+    """An input of no rows is refused, as the server refuses it: onnxruntime's kernels disagree on an empty batch
+    (LSTM/GRU/RNN abort or crash the process, opset 23's Attention fails with an internal message, others answer
+    an empty output), so one model would answer differently by op, opset and provider."""
+    return f"input '{name}': received batch size 0 (shape {list(shape)}), expected at least 1 row"
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
@@ -256,6 +263,8 @@ class Predictor:
             if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):
                 shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
                 raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
+            if array.ndim and not array.shape[0] and isinstance(shape[0], str):
+                raise InputError(empty_batch(name, array.shape))
             checked[name] = np.ascontiguousarray(array, dtype=dtype)
         problem = self.out_of_range(checked)
         if problem:

@@ -20,7 +20,7 @@ from specgen.paths import shown
 from specgen.runtime.graph_runs import ORT_ERRORS, failure_detail, predictor_batch, run_rows
 from specgen.runtime.model_file import EXPECTED, unloadable
 from specgen.runtime.parity import accuracy
-from specgen.runtime.predictor import InputError, Predictor
+from specgen.runtime.predictor import InputError, Predictor, empty_batch
 from specgen.runtime.sources.base import MISSING, DataError, file_kind
 from specgen.runtime.sources.npz import npz_array, npz_bytes, open_npz
 
@@ -123,9 +123,11 @@ def _refusing(path: Path) -> Iterator[None]:
 
 
 def _same_rows(feeds: dict[str, np.ndarray]) -> None:
-    """Every input with as many rows as the first (Predictor.check says so of a whole run; a fixed batch runs in
-    pieces, each checked alone)."""
+    """At least one row, and every input with as many rows as the first (Predictor.check says so of a whole run; a
+    fixed batch runs in pieces, each checked alone)."""
     (first, array), *rest = feeds.items()
+    if np.ndim(array) and not len(array):
+        raise InputError(empty_batch(first, np.shape(array)))
     for name, other in rest:
         if np.ndim(other) and np.ndim(array) and len(other) != len(array):
             raise InputError(f"input '{name}': received batch size {len(other)} (shape {list(np.shape(other))}), "
@@ -166,10 +168,9 @@ def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path,
     from one row before the input runs: over MAX_OUTPUT_BYTES is refused in one line."""
     batch = predictor_batch(predictor)
     with _refusing(path):
+        _same_rows(feeds)  # pieces cut by the first input's rows would drop another input's extra rows unseen
         if batch is None:  # the whole input checked as one run would check it (a fixed batch: in each piece)
             feeds = predictor.check(feeds)
-        else:  # pieces cut by the first input's rows would drop another input's extra rows unseen
-            _same_rows(feeds)
         rows = len(next(iter(feeds.values())))
         out_row = _row_bytes(run_rows(predictor, {k: v[:1] for k, v in feeds.items()}), path) if rows else 0
     if out_row * rows > MAX_OUTPUT_BYTES:
@@ -180,7 +181,7 @@ def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path,
     chunk = chunk_rows(rows, sum(v[:1].nbytes for v in feeds.values()), out_row, batch, asked)
     outputs: dict[str, np.ndarray] = {}
     with _refusing(path):
-        for start in range(0, max(rows, 1), chunk):  # 0 rows: one empty run; a fixed batch: in pieces of it
+        for start in range(0, rows, chunk):  # a fixed batch: in pieces of it
             part = run_rows(predictor, {k: v[start:start + chunk] for k, v in feeds.items()})
             if not outputs:  # filled in place: never the chunks and their concatenation at once
                 outputs = {n: np.empty((rows, *v.shape[1:]), v.dtype) for n, v in part.items()}
