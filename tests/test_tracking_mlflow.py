@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 from mlflow import MlflowClient  # noqa: E402
 
 from specgen.pictures.events import FileReading, Scalars, read_scalars  # noqa: E402
+from specgen.spec.tracking import SQLITE_FORM  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "data" / "digits.npz"
@@ -233,6 +234,16 @@ def test_tracker_down_warns_once_and_trains(tmp_path: Path, dead: str) -> None:
      "--track http://host:5000: error: expected TRACKER:URI with a tracker of mlflow (e.g. --track "
      "mlflow:http://localhost:5000 or --track mlflow:sqlite:///mlflow.db)"),
     ("", ["train", "--track", "mlflow:"], "--track mlflow:: error: the URI is empty"),
+    # SQLAlchemy opens these as an in-memory database: the run was "tracked" and gone at exit, artifacts one folder up
+    ("", ["train", "--track", "mlflow:sqlite:///"],
+     "--track mlflow:sqlite:///: error: got 'sqlite:///', an in-memory database, which is lost when specgen exits (the "
+     "run and its metrics with it); expected " + SQLITE_FORM),
+    ("  tracking:\n    mlflow: {uri: 'sqlite:///:memory:'}\n", ["validate"],
+     "spec.yaml:17:19: error: uri: got 'sqlite:///:memory:', an in-memory database, which is lost when specgen exits "
+     "(the run and its metrics with it); expected " + SQLITE_FORM),
+    ("  tracking:\n    mlflow: {uri: 'sqlite://relative.db'}\n", ["train"],  # was a warning once training started
+     "spec.yaml:17:19: error: uri: got 'sqlite://relative.db', which names a host (SQLite has none); expected "
+     + SQLITE_FORM),
     ("  tracking:\n    mlflow: {uri: 'file:./mlruns'}\n", ["train"],
      "spec.yaml:17:19: error: MLflow 3 keeps its file store (file:) read-only unless MLFLOW_ALLOW_FILE_STORE=true is "
      "set; use sqlite:///PATH (a local database) or an `mlflow server`"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
+from urllib.parse import parse_qs
 
 from pydantic import Field, StringConstraints, field_validator
 
@@ -35,6 +36,30 @@ def uri_problem(uri: str) -> str | None:
         return f"unknown scheme {found.group(0)!r}{did_you_mean(scheme, SCHEMES)}; expected {URI_FORMS}"
     if scheme in ("http", "https") and not re.match(r"^https?://[^/]", uri, re.IGNORECASE):
         return f"got {uri!r}; expected {scheme}://HOST:PORT"
+    if scheme == "sqlite":
+        return _sqlite_problem(uri, found.end())
+    return None
+
+
+SQLITE_FORM = "sqlite:///PATH, three slashes then the database file's path (sqlite:///mlruns.db, sqlite:////abs/ml.db)"
+
+
+def _sqlite_problem(uri: str, after_scheme: int) -> str | None:
+    """SQLAlchemy reads `sqlite://` and `sqlite:///` (and `:memory:`, `file::memory:`, `mode=memory`) as an in-memory
+    database: MLflow's client logs into it, and the run, its params and metrics are gone when specgen exits (its
+    artifacts land beside an empty path, in the parent folder). `sqlite://NAME` (two slashes) reads NAME as a host,
+    which SQLite has not."""
+    rest = uri[after_scheme:]
+    if not rest.startswith("//"):
+        return f"got {uri!r}; expected {SQLITE_FORM}"
+    host, _, path = rest[2:].partition("/")
+    if host.split("?", 1)[0]:
+        return f"got {uri!r}, which names a host (SQLite has none); expected {SQLITE_FORM}"
+    database, _, query = path.partition("?")
+    if database in ("", ":memory:") or database.startswith("file::memory:") or \
+            parse_qs(query).get("mode") == ["memory"]:  # the forms sweep/storage.py in_memory reads with SQLAlchemy
+        return (f"got {uri!r}, an in-memory database, which is lost when specgen exits (the run and its metrics "
+                f"with it); expected {SQLITE_FORM}")
     return None
 
 
