@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, optimizers, target_networks
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 64  # examples per micro-batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = None
 OUTPUT = "q_sa"
 
@@ -68,7 +68,7 @@ class ChainDqnTraining(tf.Module):
         outputs = self.model(features, training=training, seed=seed)
         terms = {
             # labels: output 'td_target', a computed target held constant (no gradient flows into it)
-            "q_sa": losses.huber(tf.stop_gradient(outputs["td_target"]), outputs["q_sa"], delta=1.0),
+            "q_sa": losses.huber(tf.stop_gradient(outputs["td_target"]), outputs[OUTPUT], delta=1.0),
         }
         if training:  # traced once per mode: evaluation leaves the reported values alone
             for name, value in terms.items():

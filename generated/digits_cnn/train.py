@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers, schedules
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 64  # examples per micro-batch
 SEED = 0
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -57,7 +57,7 @@ class DigitsCnnTraining(tf.Module):
         self.trainable_paths = self.opt_body_paths + self.opt_head_paths
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
         self.metrics = [metrics.make("accuracy", "sparse"), metrics.make("mean_loss", "sparse")]
 

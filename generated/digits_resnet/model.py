@@ -77,7 +77,7 @@ convolutions, then pooled globally. The stem is frozen to show fine-tuning a hea
         # frozen: inference mode, as Keras (moving statistics, never updated)
         stem_bn = layers.batch_norm(
             stem_conv, self.stem_bn_gamma, self.stem_bn_beta, self.stem_bn_moving_mean, self.stem_bn_moving_variance,
-            training=False, axes=[0, 1, 2], momentum=0.99, epsilon=0.001,
+            training=False, axes=[0, 1, 2], epsilon=0.001,
         )
         # stem/relu: relu -> [batch, 8, 8, 16]
         stem_relu = tf.nn.relu(stem_bn)

@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers, schedules
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -33,7 +33,7 @@ class TextTransformerTraining(tf.Module):
         self.opt_all_paths = ["embed/embeddings", "position/embeddings", "local/kernel", "local/bias", "encoder/1/self_attention_layer/query/kernel", "encoder/1/self_attention_layer/query/bias", "encoder/1/self_attention_layer/key/kernel", "encoder/1/self_attention_layer/key/bias", "encoder/1/self_attention_layer/value/kernel", "encoder/1/self_attention_layer/value/bias", "encoder/1/self_attention_layer/attention_output/kernel", "encoder/1/self_attention_layer/attention_output/bias", "encoder/1/self_attention_layer_norm/gamma", "encoder/1/self_attention_layer_norm/beta", "encoder/1/feedforward_intermediate_dense/kernel", "encoder/1/feedforward_intermediate_dense/bias", "encoder/1/feedforward_output_dense/kernel", "encoder/1/feedforward_output_dense/bias", "encoder/1/feedforward_layer_norm/gamma", "encoder/1/feedforward_layer_norm/beta", "encoder/2/self_attention_layer/query/kernel", "encoder/2/self_attention_layer/query/bias", "encoder/2/self_attention_layer/key/kernel", "encoder/2/self_attention_layer/key/bias", "encoder/2/self_attention_layer/value/kernel", "encoder/2/self_attention_layer/value/bias", "encoder/2/self_attention_layer/attention_output/kernel", "encoder/2/self_attention_layer/attention_output/bias", "encoder/2/self_attention_layer_norm/gamma", "encoder/2/self_attention_layer_norm/beta", "encoder/2/feedforward_intermediate_dense/kernel", "encoder/2/feedforward_intermediate_dense/bias", "encoder/2/feedforward_output_dense/kernel", "encoder/2/feedforward_output_dense/bias", "encoder/2/feedforward_layer_norm/gamma", "encoder/2/feedforward_layer_norm/beta", "head/kernel", "head/bias"]
         self.opt_all_variables = [v[p] for p in self.opt_all_paths]
         self.opt_all_learning_rate = tf.Variable(
-            0.003, trainable=False, name="optimizers/all/learning_rate"
+            0.0, trainable=False, name="optimizers/all/learning_rate"
         )
         self.opt_all_iterations = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="optimizers/all/iterations"

@@ -218,17 +218,23 @@ def momenta(ir: ModelIR, restored: frozenset[str] = frozenset()) -> dict[float, 
     return table
 
 
-def momentum_warnings(ir: ModelIR, updates: int, restored: frozenset[str] = frozenset()) -> list[str]:
-    """Lines for `specgen train` to print before training when the planned `updates` (optimizer
-    steps that update batch-norm statistics) leave them mostly at their initial values. Statistics a
-    fine-tuning restore set (`restored`) did not start there: they are left out."""
+def momentum_warnings(ir: ModelIR, updates: int, restored: frozenset[str] = frozenset(),
+                      accumulate: int = 1) -> list[str]:
+    """Lines for `specgen train` to print before training when the planned `updates` (optimizer steps, since
+    initialization) leave the batch-norm statistics mostly at their initial values. The statistics move once per
+    training batch, `accumulate` of them per update. Statistics a fine-tuning restore set (`restored`) did not
+    start there: they are left out."""
+    batches = updates * accumulate
+    # "updates" means optimizer updates everywhere else in train's output: with accumulation, say what is counted
+    counted = (f"{batches} planned training batches ({updates} updates x accumulate {accumulate})" if accumulate > 1
+               else f"{updates} planned updates")
     lines = []
     for momentum, names in momenta(ir, restored).items():
-        share = held_share(momentum, updates)
+        share = held_share(momentum, batches)
         if share > MOST:
-            fit = 0.05 ** (1 / updates) if updates > 0 else 0.0  # the momentum that leaves 5%
-            lines.append(f"warning: batch-norm momentum {momentum:g} ({_names(names)}): after the {updates} planned "
-                         f"updates the moving statistics still hold {share:.0%} of their initial values (mean 0, "
+            fit = 0.05 ** (1 / batches) if batches > 0 else 0.0  # the momentum that leaves 5%
+            lines.append(f"warning: batch-norm momentum {momentum:g} ({_names(names)}): after the {counted} "
+                         f"the moving statistics still hold {share:.0%} of their initial values (mean 0, "
                          f"variance 1), so evaluation and export normalize with mostly wrong statistics; "
                          f"momentum {fit:.3g} or lower leaves under 5%")
     return lines

@@ -30,7 +30,12 @@ def _args(term: LossTermIR) -> str:
     return "".join(f", {k}={py_literal(v)}" for k, v in term.args)
 
 
-def _term(term: LossTermIR) -> TermPlan:
+def _named(name: str, constant: str, value: str | None) -> str:
+    """The module constant (LABEL, OUTPUT) where it holds this name, as the rest of train.py reads it; else the name."""
+    return constant if name == value else py_literal(name)
+
+
+def _term(term: LossTermIR, label: str | None, output: str) -> TermPlan:
     factor = "" if term.weight == 1.0 else f"{py_literal(term.weight)} * "
     if term.regularizer:
         attr = f"reg_{py_name(term.name)}"
@@ -41,9 +46,19 @@ def _term(term: LossTermIR) -> TermPlan:
         labels = f"tf.stop_gradient(outputs[{py_literal(term.labels)}])"
         note = f"labels: output '{term.labels}', a computed target held constant (no gradient flows into it)"
     else:
-        labels, note = f"labels[{py_literal(term.labels)}]", None
-    call = f"{LOSSES[term.kind].function}({labels}, outputs[{py_literal(term.output)}]{_args(term)})"
+        labels, note = f"labels[{_named(term.labels, 'LABEL', label)}]", None
+    call = f"{LOSSES[term.kind].function}({labels}, outputs[{_named(term.output, 'OUTPUT', output)}]{_args(term)})"
     return TermPlan(term.name, term.kind, call, term.weight, factor, note=note)
+
+
+def label_and_output(training: TrainingIR) -> tuple[str | None, str]:
+    """train.py's LABEL and OUTPUT: the primary term's. Without a term that reads data labels (targets computed from
+    outputs only), no LABEL, and OUTPUT is the first term's output, which no metric reads (ir/resolve.py refuses
+    metrics then)."""
+    loss = training.loss
+    if loss is not None:
+        return loss.labels, loss.output
+    return None, next(t.output for t in training.terms if t.output)
 
 
 def single_loss_call(training: TrainingIR) -> str | None:
@@ -66,6 +81,6 @@ class LossTermsPlan:
 
 def terms_plan(ir: ModelIR) -> LossTermsPlan:
     assert ir.training is not None
-    terms = tuple(_term(t) for t in ir.training.terms)
+    terms = tuple(_term(t, *label_and_output(ir.training)) for t in ir.training.terms)
     total = " + ".join(f"{t.factor}terms[{py_literal(t.name)}]" for t in terms)
     return LossTermsPlan(terms, total, tuple(t.name for t in terms))

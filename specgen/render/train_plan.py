@@ -15,7 +15,7 @@ from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.kinds.schedules import WARMUP
 from specgen.render.environment import py_literal
 from specgen.render.features_plan import SkeletonPlan, skeleton_plan
-from specgen.render.loss_plan import single_loss_call
+from specgen.render.loss_plan import label_and_output, single_loss_call
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,13 @@ def _schedule(schedule: ScheduleIR | None) -> str | None:
     return call
 
 
+def _first_rate(opt: OptimizerIR) -> float:
+    """The learning-rate variable's value before the first update: the schedule's at step 0, which a warm-up makes
+    0 (a checkpoint or a reading taken before that update shows the rate the first update runs at). Each update
+    assigns the schedule's value before it reads the variable, so no trained number depends on it."""
+    return 0.0 if opt.schedule is not None and opt.schedule.warmup_steps else opt.learning_rate
+
+
 def _clip(clip: ClipIR | None) -> str | None:
     return None if clip is None else f"{clip.kind}={py_literal(clip.value)}"
 
@@ -72,7 +79,7 @@ def optimizer_plans(training: TrainingIR) -> list[OptimizerPlan]:
     for opt in training.optimizers:
         attr = f"opt_{opt.name}"
         plans.append(OptimizerPlan(
-            opt.name, attr, opt.kind, opt.paths, start, start + len(opt.paths), opt.learning_rate,
+            opt.name, attr, opt.kind, opt.paths, start, start + len(opt.paths), _first_rate(opt),
             _schedule(opt.schedule), tuple((f"{attr}_{s.name}", s.key, s.initial) for s in opt.slots),
             _update(attr, opt), opt.weight_decay, _clip(opt.clip), opt.learning_rate_key, opt.iterations_key,
             tuple(p for p in opt.paths if p not in opt.decay_excluded) if opt.decay_excluded else None,
@@ -117,12 +124,10 @@ def train_plan(ir: ModelIR) -> TrainPlan:
     train, loss = training.train, training.loss
     assert train is not None
     plans = optimizer_plans(training)
-    # Without a term that reads data labels (targets computed from outputs only), OUTPUT is the first
-    # term's output and no metric reads it (ir/resolve.py refuses metrics then).
-    output = loss.output if loss else next(t.output for t in training.terms if t.output)
+    label, output = label_and_output(training)
     return TrainPlan(
         ir=ir, optimizers=plans, accumulate=accumulate.of(train), batch_size=train.batch_size, seed=train.seed,
-        loss_kind=loss.kind if loss else None, label=loss.labels if loss else None, output=output,
+        loss_kind=loss.kind if loss else None, label=label, output=output,
         target=loss.target if loss else None, metrics=list(train.metrics), loss_call=single_loss_call(training),
         ema_eval=bool((shadows := ema.of(train)) and shadows.eval), trainable=[p for plan in plans for p in plan.paths],
         keys={"step": keys.STEP}, jit=train.jit_compile, skeleton=skeleton_plan(ir))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from specgen.fields.base import NonNegativeFloat
-from specgen.kinds.schedules.base import Args, Literal_, ScheduleBase, ScheduleDef
+from specgen.kinds.schedules.base import ScheduleBase, ScheduleDef
 
 
 class ConstantSchedule(ScheduleBase):
@@ -13,8 +13,5 @@ class ConstantSchedule(ScheduleBase):
     initial: NonNegativeFloat
 
 
-def _call(function: str, args: Args, literal: Literal_) -> str:
-    return f"{function}({literal(dict(args)['initial'])})"  # the one argument, positional
-
-
-KINDS = (ScheduleDef("constant", ConstantSchedule, "specgen.runtime.lib.schedules.constant", call=_call),)
+# keyword_call: `schedules.constant(initial=...)`, by name as every other schedule
+KINDS = (ScheduleDef("constant", ConstantSchedule, "specgen.runtime.lib.schedules.constant"),)

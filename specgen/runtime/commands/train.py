@@ -243,7 +243,7 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
     plan, resumed = session.restore_plan, session.begin.checkpoint is not None
     skip = "bn_momentum" in session.ir.skip_lints or (resumed and bool(session.training.checkpoint.restore))
     restored = frozenset(row.path for row in plan.rows if row.status == "restored") if plan else frozenset()
-    for line in [] if skip else momentum_warnings(session.ir, stop * accumulate.of(session.train_ir), restored):
+    for line in [] if skip else momentum_warnings(session.ir, stop, restored, accumulate.of(session.train_ir)):
         print(line, file=sys.stderr)
     started, first, tried = time.monotonic(), session.step, session.attempts
     end = _end(session, stop)

@@ -46,14 +46,17 @@ def _moments(x: tf.Tensor, axes: Sequence[int], synchronized: bool) -> tuple[tf.
 
 @in_float32  # under train.precision: mixed_*, as Keras' BatchNormalization
 def batch_norm(x: tf.Tensor, gamma: tf.Variable | None, beta: tf.Variable | None, moving_mean: tf.Variable,
-               moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], momentum: float,
-               epsilon: float, synchronized: bool = False) -> tf.Tensor:
+               moving_variance: tf.Variable, *, training: bool, axes: Sequence[int], epsilon: float,
+               momentum: float | None = None, synchronized: bool = False) -> tf.Tensor:
     """Batch statistics (and a moving-average update) in training; moving statistics otherwise.
 
     A None gamma or beta (`scale: false`, `center: false`) is no scaling or no offset, as in Keras.
     `synchronized` (the layer's `sync: true`): the statistics of the global batch under replicas.
+    `momentum` is read only in training: a frozen layer (always `training=False`) is generated without it.
     """
     if training:
+        if momentum is None:
+            raise ValueError("batch_norm in training mode needs a momentum")
         mean, variance = _moments(x, axes, synchronized)
         moving_mean.assign(moving_mean * momentum + mean * (1.0 - momentum))
         moving_variance.assign(moving_variance * momentum + variance * (1.0 - momentum))

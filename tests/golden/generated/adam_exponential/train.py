@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers, schedules
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -33,7 +33,7 @@ class AdamExponentialTraining(tf.Module):
         self.opt_all_paths = ["hidden/kernel", "hidden/bias", "out/kernel", "out/bias"]
         self.opt_all_variables = [v[p] for p in self.opt_all_paths]
         self.opt_all_learning_rate = tf.Variable(
-            0.002, trainable=False, name="optimizers/all/learning_rate"
+            0.0, trainable=False, name="optimizers/all/learning_rate"
         )
         self.opt_all_iterations = tf.Variable(
             0, dtype=tf.int64, trainable=False, name="optimizers/all/iterations"

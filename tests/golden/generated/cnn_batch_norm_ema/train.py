@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 64  # examples per micro-batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -45,7 +45,7 @@ class CnnBatchNormEmaTraining(tf.Module):
         self.trainable_paths = self.opt_all_paths
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
         self.metrics = [metrics.make("accuracy", "sparse")]
 

@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, optimizers
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 0
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -47,7 +47,7 @@ class DistributeMultiWorkerTraining(tf.Module):
         self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="accumulators/micro_batches")
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
         self.metrics = []
 

@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = None  # the whole training set is one batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 

@@ -22,7 +22,7 @@ from specgen.runtime.lib import (
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 3
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -103,7 +103,7 @@ class KitchenSinkDistributedTraining(tf.Module):
         self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="accumulators/micro_batches")
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
 
         # Target "slow_f2": 2 variable(s), soft, after every update: target <- (1 - 0.01) * target + 0.01 * online.
@@ -141,7 +141,7 @@ class KitchenSinkDistributedTraining(tf.Module):
         """The weighted sum of the loss terms, and the output metrics read."""
         outputs = self.model(features, training=training, seed=seed)
         terms = {
-            "logits": losses.sparse_softmax_cross_entropy(labels["label"], outputs["logits"]),
+            "logits": losses.sparse_softmax_cross_entropy(labels[LABEL], outputs[OUTPUT]),
             "l2_backbone": losses.l2(self.reg_l2_backbone),
         }
         if training:  # traced once per mode: evaluation leaves the reported values alone

@@ -22,7 +22,7 @@ from specgen.runtime.lib import (
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = None  # the whole training set is one batch
 SEED = 0
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -114,7 +114,7 @@ class LionFullBatchTraining(tf.Module):
         self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="accumulators/micro_batches")
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
 
         # Target "copy_f2": 2 variable(s), hard, after every 5-th update: target <- online.
@@ -152,7 +152,7 @@ class LionFullBatchTraining(tf.Module):
         """The weighted sum of the loss terms, and the output metrics read."""
         outputs = self.model(features, training=training, seed=seed)
         terms = {
-            "logits": losses.sparse_softmax_cross_entropy(labels["label"], outputs["logits"]),
+            "logits": losses.sparse_softmax_cross_entropy(labels[LABEL], outputs[OUTPUT]),
             "l2_backbone": losses.l2(self.reg_l2_backbone),
         }
         if training:  # traced once per mode: evaluation leaves the reported values alone

@@ -15,7 +15,7 @@ from specgen.runtime.lib import levenberg_marquardt, losses, metrics, optimizers
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = None  # the whole training set is one batch
 SEED = 0
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "target"
 OUTPUT = "y"
 
@@ -47,7 +47,7 @@ class LmWithAllowedTraining(tf.Module):
         self.trainable_paths = self.opt_fit_paths
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
         self.metrics = [metrics.make("mean_loss", "regression")]
 

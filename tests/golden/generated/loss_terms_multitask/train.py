@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, metrics, optimizers
 ACCUMULATE = 1  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 0
-EMA_EVAL = False  # evaluate with the moving-average shadows
+EMA_EVAL = False  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = "label"
 OUTPUT = "logits"
 
@@ -63,7 +63,7 @@ class LossTermsMultitaskTraining(tf.Module):
         """The weighted sum of the loss terms, and the output metrics read."""
         outputs = self.model(features, training=training, seed=seed)
         terms = {
-            "logits": losses.sparse_softmax_cross_entropy(labels["label"], outputs["logits"]),
+            "logits": losses.sparse_softmax_cross_entropy(labels[LABEL], outputs[OUTPUT]),
             # labels: output 'target', a computed target held constant (no gradient flows into it)
             "td": losses.huber(tf.stop_gradient(outputs["target"]), outputs["q"], delta=0.5),
             "aux": losses.mean_absolute_error(labels["grade"], outputs["aux"]),

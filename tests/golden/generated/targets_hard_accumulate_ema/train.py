@@ -15,7 +15,7 @@ from specgen.runtime.lib import losses, optimizers, target_networks
 ACCUMULATE = 2  # micro-batches per optimizer update
 BATCH_SIZE = 32  # examples per micro-batch
 SEED = 0
-EMA_EVAL = True  # evaluate with the moving-average shadows
+EMA_EVAL = True  # train.ema.eval: whether `specgen train` evaluates with the EMA shadows swapped in
 LABEL = None
 OUTPUT = "q_sa"
 
@@ -46,7 +46,7 @@ class TargetsHardAccumulateEmaTraining(tf.Module):
         self.micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="accumulators/micro_batches")
         self.ema_shadows = [
             tf.Variable(var.read_value(), trainable=False, name=f"ema/{path}")
-            for path, var in zip(self.trainable_paths, self.trainable)
+            for path, var in zip(self.trainable_paths, self.trainable, strict=True)
         ]
 
         # Target "q_target": 4 variable(s), hard, after every 10-th update: target <- online.
@@ -73,7 +73,7 @@ class TargetsHardAccumulateEmaTraining(tf.Module):
         outputs = self.model(features, training=training, seed=seed)
         terms = {
             # labels: output 'td_target', a computed target held constant (no gradient flows into it)
-            "q_sa": losses.huber(tf.stop_gradient(outputs["td_target"]), outputs["q_sa"], delta=1.0),
+            "q_sa": losses.huber(tf.stop_gradient(outputs["td_target"]), outputs[OUTPUT], delta=1.0),
         }
         if training:  # traced once per mode: evaluation leaves the reported values alone
             for name, value in terms.items():
