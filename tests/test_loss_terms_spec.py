@@ -74,7 +74,9 @@ def test_single_mapping_keeps_its_generated_form() -> None:
 
 def test_labels_from_an_output_are_held_constant_in_generated_code() -> None:
     code = render_files(build("loss: {kind: huber, predictions: q, labels: target, name: td}\n"))["train.py"].decode()
-    assert '"td": losses.huber(tf.stop_gradient(outputs["target"]), outputs["q"], delta=1.0),' in code
+    # OUTPUT is the first term's output (no term reads data labels: LABEL is None); the term reads it by that constant
+    assert 'LABEL = None\nOUTPUT = "q"\n' in code
+    assert '"td": losses.huber(tf.stop_gradient(outputs["target"]), outputs[OUTPUT], delta=1.0),' in code
     assert "    def loss_terms(self) -> dict[str, tf.Tensor]:" in code
 
 
