@@ -2,27 +2,64 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from specgen.diagnostics import safe_repr
 
 # Names reach generated Python and ONNX text, so they are held to a strict
-# identifier pattern here, before anything is rendered (see docs/security.md).
+# identifier pattern here, before anything is rendered (docs/security.md section 1 quotes these lines;
+# tests/test_names_r8.py checks that it does).
 # A name part is letters and digits with single underscores between them ("x_train", "conv1"):
 # no "__" and no trailing "_", so mangled names ("head/fc" -> "head__fc" in ONNX) never contain
 # "___", the separator of the helper tensors specgen adds (render/onnx_plan.py); no collisions.
-IDENT = r"^[A-Za-z](_?[A-Za-z0-9]){0,62}$"
+IDENT = r"^[A-Za-z](_?[A-Za-z0-9])*$"
 # Parts after the first may start with a digit: `repeat` names instances `<name>/1` ... `<name>/N`
 # (spec/blocks.py). The first part's letter keeps every mangled name a valid identifier.
 MAX_NAME_PARTS = 8  # parts of a layer name; it also bounds how deep blocks nest (spec/expand.py)
-LAYER = rf"^[A-Za-z](_?[A-Za-z0-9]){{0,62}}(/[A-Za-z0-9](_?[A-Za-z0-9]){{0,62}}){{0,{MAX_NAME_PARTS - 1}}}$"
+LAYER = rf"^[A-Za-z](_?[A-Za-z0-9])*(/[A-Za-z0-9](_?[A-Za-z0-9])*){{0,{MAX_NAME_PARTS - 1}}}$"
+# Characters in one name part (an identifier, or a layer name between '/'), '_' included. Nothing that
+# reads names needs fewer: Python identifiers, TensorFlow variable names and ONNX tensor names have no
+# limit; the tightest reader is the file system (255 bytes per file name: the spec name names the
+# folder <out>/<name>/ and a Triton model folder). 128 keeps every name the old pattern took valid (it
+# counted 63 letters and digits, so up to 125 characters with '_' between them). The length is checked
+# apart from the patterns (name_length_problem): pydantic's regex engine has no look-ahead, and no
+# pattern without one can bound characters while '_' stays optional between them.
+MAX_NAME_CHARS = 128
+ECHO_CHARS = 40  # of an over-long name in its message: enough to tell which name, one line
 
-Identifier = Annotated[str, StringConstraints(pattern=IDENT)]
-LayerName = Annotated[str, StringConstraints(pattern=LAYER)]
+
+def name_length_problem(name: str) -> str | None:
+    """'received N characters, expected at most M' for a name (layer names: a part) over MAX_NAME_CHARS, or None.
+
+    Only names that match IDENT or LAYER come here: letters, digits, '_' and '/', so the cut echo needs no escaping."""
+    longest = max(name.split("/"), key=len)
+    if len(longest) <= MAX_NAME_CHARS:
+        return None
+    part = "" if longest == name else f" in its part '{longest[:ECHO_CHARS]}…'"
+    each = "" if longest == name else " per part"
+    return f"received {len(longest)} characters{part}, expected at most {MAX_NAME_CHARS}{each}"
+
+
+def _short_name(name: str) -> str:
+    if problem := name_length_problem(name):
+        raise ValueError(f"invalid name '{name[:ECHO_CHARS]}…': {problem}; shorten it")
+    return name
+
+
+def is_identifier(text: str) -> bool:
+    """Whether `text` is a valid identifier (IDENT and MAX_NAME_CHARS), for code that checks outside pydantic."""
+    return len(text) <= MAX_NAME_CHARS and re.fullmatch(IDENT, text) is not None  # length first: text may be long
+
+
+# The pattern comes first: a malformed name is refused for its form, whatever its length.
+Identifier = Annotated[str, StringConstraints(pattern=IDENT), AfterValidator(_short_name),
+                       WithJsonSchema({"type": "string", "pattern": IDENT, "maxLength": MAX_NAME_CHARS})]
+LayerName = Annotated[str, StringConstraints(pattern=LAYER), AfterValidator(_short_name)]
 # Glob patterns and file paths never reach code as names; they are bounded and
 # free of control characters so that messages and listings stay one line each.
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]

@@ -8,11 +8,10 @@ holds no weight, a duplicate term name.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
-from specgen.fields.base import IDENT
+from specgen.fields.base import is_identifier
 from specgen.ir.collections import Membership, Resolver
 from specgen.ir.training.terms import LossTermIR
 from specgen.kinds.losses import REGISTRY as LOSSES
@@ -60,7 +59,7 @@ def _default_name(term: Any) -> str:
     if read is not None:
         return read[1]
     named = f"{term.kind}_{term.variables}" if isinstance(term.variables, str) else ""
-    return named if re.match(IDENT, named) else term.kind
+    return named if is_identifier(named) else term.kind
 
 
 def _names(loaded: LoadedSpec, written: list[tuple[Loc, Any]], problems: list[Diagnostic]) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import one_line, quoted
-from specgen.fields.base import IDENT, MAX_INT
+from specgen.fields.base import MAX_INT, is_identifier
 from specgen.importers.keras.args import FLOAT_POLICIES, short
 from specgen.importers.keras.convert import Imported
 from specgen.importers.keras.errors import ImportProblem, listed
@@ -274,7 +274,7 @@ def _model_name(cls: str, value: str | None, imp: Imported) -> str:
     renames every Keras name (names.py: deterministic, and listed in the spec's header)."""
     if value is None:  # Keras' automatic name: the class in snake case
         return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", cls).lower()
-    if re.fullmatch(IDENT, value):
+    if is_identifier(value):
         return value
     name = Namer().identifier(value)
     imp.renamed.append(("model", value, name))
