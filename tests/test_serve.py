@@ -185,10 +185,10 @@ def test_config_text_format_grammar_and_errors() -> None:
     assert config.version_policy == VersionPolicy("specific", versions=(1, 3))
     assert config.version_policy.select([1, 2, 3, 4]) == [1, 3]
     assert VersionPolicy("latest", 2).select([1, 2, 5]) == [2, 5] and VersionPolicy("all").select([1, 5]) == [1, 5]
-    with pytest.raises(RepositoryError, match=r'^x.pbtxt: not a Triton model configuration: 2:1 : Message type '
+    with pytest.raises(RepositoryError, match=r'^x.pbtxt:2:1: not a Triton model configuration: Message type '
                                               r'"inference.ModelConfig" has no field named "nme".$'):
         parse_config('name: "m"\nnme: "x"', "x.pbtxt")
-    with pytest.raises(RepositoryError, match=r"^x.pbtxt: not a Triton model configuration: 1:17 : "):
+    with pytest.raises(RepositoryError, match=r"^x.pbtxt:1:17: not a Triton model configuration: "):
         parse_config("max_batch_size: ]", "x.pbtxt")
     with pytest.raises(RepositoryError, match=r"^x.pbtxt: input 'a': data_type TYPE_STRING is not served"):
         parse_config('input [ { name: "a" data_type: TYPE_STRING dims: [1] } ] output [ { name: "b" } ]', "x.pbtxt")

@@ -271,11 +271,11 @@ def test_a_broken_config_is_refused_and_the_model_keeps_serving(tmp_path: Path, 
         client.close()
     refused = events(caplog.records, "model_refused")
     assert refused[0]["version"] is None and refused[0]["error"].startswith(
-        f"{folder / 'config.pbtxt'}: not a Triton model configuration: ")
+        f"{folder / 'config.pbtxt'}:4:1: not a Triton model configuration: ")
     assert "no field named \"max_batch_sise\"" in refused[0]["error"]
     assert refused[1] == {"event": "model_refused", "model": CNN, "version": 1, "error": (
         f"{folder / '1' / 'model.onnx'}: output 'logits' has shape ['batch', 10] in the graph; config.pbtxt declares "
-        "[-1, 11]")}
+        "[-1, 11]; expected the graph's rank and sizes (-1 only where the graph names a dimension)")}
 
 
 def test_each_unloaded_version_says_why(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
@@ -332,7 +332,7 @@ def test_a_refused_start_lists_every_problem_at_once(tmp_path: Path, versions: d
     with pytest.raises(RepositoryError) as raised:
         load_repository(tmp_path, provider="cpu")
     lines = str(raised.value).splitlines()
-    assert len(lines) == 2 and lines[0].startswith(f"{tmp_path / 'broken' / 'config.pbtxt'}: not a Triton model ")
+    assert len(lines) == 2 and lines[0].startswith(f"{tmp_path / 'broken' / 'config.pbtxt'}:3:1: not a Triton model ")
     assert lines[1] == (f"{folder / '2' / 'model.onnx'}: the graph's outputs are ['logits', 'probabilities']; "
                         "config.pbtxt declares ['logits']")
 

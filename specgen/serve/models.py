@@ -42,6 +42,7 @@ from specgen.serve.repository import (
     TensorConfig,
     file_stamp,
     not_regular,
+    quoted,
     scan_repository,
 )
 
@@ -78,11 +79,17 @@ class ServedModel:
 
 
 def _fits(model_shape: Sequence[Any], config: ModelConfig, tensor: TensorConfig) -> bool:
-    """Whether the ONNX graph's shape (ints, names or None for dynamic dims) accepts the config's tensor."""
-    expected = [-1, *tensor.model_dims] if config.batched else list(tensor.model_dims)
-    if len(model_shape) != len(expected):
-        return False
-    return all(not isinstance(m, int) or e == -1 or m == e for m, e in zip(model_shape, expected, strict=True))
+    """Whether the ONNX graph's shape (ints, names or None for dynamic dims) accepts the config's tensor. A size the
+    graph fixes must be the config's own (-1 there would let a client send another, which only onnxruntime would
+    then refuse, and the metadata would say any size goes), as Triton requires; a dimension the graph leaves open
+    takes -1 or any size (repository.py bounds what one example may take)."""
+    graph = list(model_shape)
+    if config.batched:
+        if not graph:
+            return False
+        graph = graph[1:]  # the batch: the config leaves it out and sizes it per request
+    dims = list(tensor.model_dims)
+    return len(graph) == len(dims) and all(not isinstance(m, int) or m == d for m, d in zip(graph, dims, strict=True))
 
 
 def check_signature(where: str, config: ModelConfig, inputs: dict[str, tuple[Any, Any]],
@@ -95,12 +102,14 @@ def check_signature(where: str, config: ModelConfig, inputs: dict[str, tuple[Any
         for tensor in tensors:
             shape, dtype = graph[tensor.name]
             if np.dtype(dtype) != np.dtype(DATATYPES[tensor.datatype]):
-                raise RepositoryError(f"{where}: {kind} '{tensor.name}' is {np.dtype(dtype).name} in the graph; "
+                raise RepositoryError(f"{where}: {kind} {quoted(tensor.name)} is {np.dtype(dtype).name} in the graph; "
                                       f"config.pbtxt declares {tensor.datatype}")
             if not _fits(shape, config, tensor):
-                raise RepositoryError(f"{where}: {kind} '{tensor.name}' has shape {list(shape)} in the graph; "
+                raise RepositoryError(f"{where}: {kind} {quoted(tensor.name)} has shape {list(shape)} in the graph; "
                                       f"config.pbtxt declares {config.wire_shape(tensor)}"
-                                      + (f" (reshape {list(tensor.reshape)})" if tensor.reshape is not None else ""))
+                                      + (f" (reshape {list(tensor.reshape)})" if tensor.reshape is not None else "")
+                                      + "; expected the graph's rank and sizes (-1 only where the graph names a "
+                                      "dimension)")
 
 
 def warm_inputs(config: ModelConfig) -> Arrays:
@@ -121,12 +130,12 @@ def warm_up(model: ServedModel) -> None:
         for tensor in config.outputs:
             value = outputs.get(tensor.name)
             if value is None:
-                raise RepositoryError(f"{where}: warm-up inference gave no output '{tensor.name}'")
+                raise RepositoryError(f"{where}: warm-up inference gave no output {quoted(tensor.name)}")
             if value.dtype != np.dtype(DATATYPES[tensor.datatype]):
-                raise RepositoryError(f"{where}: warm-up output '{tensor.name}' is {value.dtype}; "
+                raise RepositoryError(f"{where}: warm-up output {quoted(tensor.name)} is {value.dtype}; "
                                       f"config.pbtxt declares {tensor.datatype}")
             if config.batched and (value.ndim == 0 or value.shape[0] != 1):
-                raise RepositoryError(f"{where}: warm-up output '{tensor.name}' has shape {list(value.shape)} for a "
+                raise RepositoryError(f"{where}: warm-up output {quoted(tensor.name)} has shape {list(value.shape)} for a "
                                       "batch of 1; expected the batch first")
     except Exception as exc:
         message = str(exc) if isinstance(exc, RepositoryError) else f"{where}: warm-up inference failed: {exc}"
@@ -201,6 +210,8 @@ def values_checked(predictor: Predictor) -> Callable[[Arrays], Arrays]:
         except InvalidArgument as exc:
             reason = str(exc).removeprefix("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ")
             raise ProtocolError(f"the model refused this request's values: {reason}") from None
+        except InputError as exc:  # the Predictor's own checks of the arrays (a shape the graph does not take)
+            raise ProtocolError(f"the model refused this request: {exc}") from None
 
     return run
 

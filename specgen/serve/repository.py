@@ -9,10 +9,14 @@ needs are then taken into `ModelConfig` below, each checked.
 The versions served are the version folders holding the model file that the config's
 `version_policy` selects: `latest { num_versions: N }` (the default, with N = 1, as Triton),
 `all { }`, or `specific { versions: [..] }`. A request without a version gets the highest.
+
+Nothing is read through a link that leads out of the repository (`confine`): the model folder and its
+config.pbtxt before the config is read, each version folder and every link in one before any version loads.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,19 +25,44 @@ from typing import Any
 from specgen.errors import SpecgenError
 from specgen.paths import plain_name, shown
 from specgen.runtime.sources.base import MISSING, REGULAR, DataError, file_kind, open_regular
+from specgen.text import printable
 
 # KServe v2 datatype -> numpy dtype name, for the tensor types the onnxruntime backend here serves.
 DATATYPES = {"FP32": "float32", "FP64": "float64", "INT32": "int32", "INT64": "int64", "UINT8": "uint8"}
+_ITEM_BYTES = {"FP32": 4, "FP64": 8, "INT32": 4, "INT64": 8, "UINT8": 1}  # numpy's itemsize, without numpy here
 ONNX_PLATFORMS = {"onnxruntime_onnx"}
 ONNX_BACKENDS = {"onnxruntime"}
 MAX_VERSION = 2**63 - 1  # Triton's model versions are int64
 # A request waits at most this long for company in its batch. Triton takes any uint64; a delay beyond a client's
 # usual deadline serves no one, and a retired version's queue must drain in bounded time (registry.py).
 MAX_QUEUE_DELAY_US = 10_000_000
+# config.pbtxt is read whole before parsing: a real one is a few kilobytes (one per model input and output, a
+# hundred bytes each); 1 MiB holds thousands, and a config.pbtxt that is /dev/zero or a log file stops there.
+MAX_CONFIG_BYTES = 1 << 20
+# The largest request the server accepts (ServeOptions.max_body_bytes, the gRPC message limit's cap): a config whose
+# one example is larger could never be sent, and its warm-up alone would allocate that much (limits.py).
+MAX_REQUEST_BYTES = 64 << 20
+# protobuf's description of a config problem, cut: it quotes the token it stopped at, which can be a whole line
+PROBLEM_CHARS = 160
+LINK_CHARS = 256  # a link's target in a message (a path may take 4,096 bytes): the line keeps its advice
+MAX_LINE = 2000  # characters of one line of a RepositoryError, as diagnostics.MAX_MESSAGE
 
 
 class RepositoryError(SpecgenError, ValueError):
-    """A model repository, folder or config that cannot be served, naming the file."""
+    """A model repository, folder or config that cannot be served, naming the file. Each line (several for a whole
+    repository) is cut to MAX_LINE characters: a config's lists (versions, dims, names) are as long as its author
+    made them, and the message reaches a load's answer, gRPC details and the log."""
+
+    def __init__(self, message: str):
+        super().__init__("\n".join(line if len(line) <= MAX_LINE else f"{line[:MAX_LINE - 3]}..."
+                                   for line in message.split("\n")))
+
+
+def quoted(text: str) -> str:
+    """A string of a config (a name, a platform) in quotes for a message: escaped (protobuf decodes `\\n` into a
+    line break) and cut to 80 characters."""
+    text = printable(text)
+    return f"'{text}'" if len(text) <= 80 else f"'{text[:77]}...'"
 
 
 @dataclass(frozen=True)
@@ -147,7 +176,25 @@ def read_message(text: str, source: str = "config.pbtxt") -> Any:
     try:
         return text_format.Parse(text, _pb2().ModelConfig())
     except text_format.ParseError as exc:
-        raise RepositoryError(f"{source}: not a Triton model configuration: {exc}") from None
+        raise _parse_error(exc, text, source) from None
+
+
+def _parse_error(exc: Any, text: str, source: str) -> RepositoryError:
+    """`source:line:column: ...` and protobuf's description, one bounded line. protobuf puts the whole source line in
+    its tokenizer's messages ("1:32 : '<the line>': Expected identifier"): the position already says where, and a
+    line may be 300 KB, so it is dropped, and what is left (which quotes the token) is escaped and cut."""
+    line, column = exc.GetLine(), exc.GetColumn()
+    where = source if line is None else f"{source}:{line}" if column is None else f"{source}:{line}:{column}"
+    description = str(exc)
+    if line is not None:
+        description = description.removeprefix(f"{line}:{column} : " if column is not None else f"{line} : ")
+        lines = text.split("\n")  # as protobuf's tokenizer splits them
+        if 0 < line <= len(lines):
+            description = description.removeprefix(f"'{lines[line - 1]}': ")
+    description = printable(description)
+    if len(description) > PROBLEM_CHARS:
+        description = f"{description[:PROBLEM_CHARS - 3]}... ({len(description):,} characters)"
+    return RepositoryError(f"{where}: not a Triton model configuration: {description}")
 
 
 def _datatype(value: int, where: str, pb2: Any) -> str:
@@ -169,7 +216,7 @@ def _dims(values: Any, where: str) -> tuple[int, ...]:
 def _tensor(entry: Any, kind: str, source: str, pb2: Any) -> TensorConfig:
     if not entry.name:
         raise RepositoryError(f"{source}: an {kind} has no name")
-    where = f"{source}: {kind} '{entry.name}'"
+    where = f"{source}: {kind} {quoted(entry.name)}"
     return TensorConfig(name=entry.name, datatype=_datatype(entry.data_type, where, pb2), dims=_dims(entry.dims, where),
                         reshape=_dims(entry.reshape.shape, f"{where} reshape") if entry.HasField("reshape") else None)
 
@@ -197,7 +244,7 @@ def _filename(message: Any, source: str) -> str:
     """default_model_filename: a file of the version folder, so one plain name (never a path out of the folder)."""
     name = message.default_model_filename or "model.onnx"
     if not plain_name(name):
-        raise RepositoryError(f"{source}: default_model_filename {name!r} is not a plain file name; expected the "
+        raise RepositoryError(f"{source}: default_model_filename {quoted(name)} is not a plain file name; expected the "
                               "name of the model file inside each version folder (model.onnx)")
     return str(name)
 
@@ -213,13 +260,31 @@ def _queue_delay(batching: Any, source: str) -> int:
     return delay
 
 
+def _check_example_bytes(inputs: tuple[TensorConfig, ...], source: str) -> None:
+    """Refuse a config whose one example (batch 1; 1 for a -1 size) is larger than any request the server accepts:
+    no client could send it, and the warm-up would allocate it (2^28 FP32 values: 1 GiB at load, for a dimension
+    the graph leaves open, where nothing else bounds the config's size)."""
+    def example_bytes(tensor: TensorConfig) -> int:
+        elements = max(math.prod(max(d, 1) for d in dims) for dims in (tensor.dims, tensor.model_dims))
+        return elements * _ITEM_BYTES[tensor.datatype]
+
+    total = sum(example_bytes(t) for t in inputs)
+    if total > MAX_REQUEST_BYTES:
+        largest = max(inputs, key=example_bytes)
+        reshape = f", reshape {list(largest.reshape)}" if largest.reshape is not None else ""
+        raise RepositoryError(f"{source}: one example of the inputs takes {total:,} bytes (input {quoted(largest.name)}: "
+                              f"dims {list(largest.dims)}{reshape} of {largest.datatype}), more than the largest request "
+                              f"the server accepts ({MAX_REQUEST_BYTES:,} bytes); expected dims whose example fits in "
+                              "one request (-1 where the client chooses the size)")
+
+
 def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     """A `ModelConfig` from `config.pbtxt` text, or a RepositoryError naming `source` and the field."""
     pb2 = _pb2()
     message = read_message(text, source)
     platform, backend = message.platform, message.backend
     if (platform or backend) and platform not in ONNX_PLATFORMS and backend not in ONNX_BACKENDS:
-        raise RepositoryError(f"{source}: platform '{platform}' / backend '{backend}' is not served; "
+        raise RepositoryError(f"{source}: platform {quoted(platform)} / backend {quoted(backend)} is not served; "
                               "expected backend: \"onnxruntime\" or platform: \"onnxruntime_onnx\"")
     if message.max_batch_size < 0:
         raise RepositoryError(f"{source}: max_batch_size must be 0 or more; received {message.max_batch_size}")
@@ -228,6 +293,7 @@ def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     if not inputs or not outputs:
         raise RepositoryError(f"{source}: the config must list the model's inputs and outputs "
                               f"(received {len(inputs)} inputs, {len(outputs)} outputs)")
+    _check_example_bytes(inputs, source)
     batching = message.dynamic_batching if message.HasField("dynamic_batching") else None
     return ModelConfig(
         name=message.name,
@@ -260,8 +326,40 @@ def version_folders(folder: Path) -> dict[int, Path]:
 
 def available_versions(folder: Path, filename: str) -> list[int]:
     """The version folders holding something named `filename`: a FIFO or a loop of links there is a version its load
-    refuses, saying what it is (models.py `load_version`), not a folder that holds no model."""
-    return [number for number, path in version_folders(folder).items() if file_kind(path / filename) != MISSING]
+    refuses, saying what it is (models.py `load_version`), not a folder that holds no model. A RepositoryError for a
+    version folder, or a file in one (the model, a precision variant's files), that is a link out of the repository."""
+    versions = version_folders(folder)
+    for path in versions.values():
+        confine(path, folder.parent)
+        try:
+            with os.scandir(path) as entries:
+                links = sorted(Path(e.path) for e in entries if e.is_symlink())
+        except OSError as exc:
+            raise RepositoryError(f"{shown(path)}: cannot be listed: {exc.strerror or exc}") from None
+        for link in links:
+            confine(link, folder.parent)
+    return [number for number, path in versions.items() if file_kind(path / filename) != MISSING]
+
+
+def confine(path: Path, repo: Path) -> None:
+    """A RepositoryError for a symbolic link at `path` whose target, every link on the way followed, lies outside
+    the repository `repo` (itself resolved: a link on the way to it is the user's). What the server reads is named
+    by the repository, and what it reads can reach a client (a load's answer); so, as `extends` and an `images`
+    source, it reads nothing outside. Links that stay inside are followed. Callers check a folder before what is in
+    it, so a path that is no link itself lies where its folder does."""
+    if not os.path.islink(path):
+        return
+    root, target = os.path.realpath(repo), os.path.realpath(path)
+    if os.path.commonpath([root, target]) == root:
+        return
+    try:
+        text = printable(os.readlink(path))
+    except OSError as exc:  # replaced since islink
+        text = f"a target that cannot be read ({exc.strerror})"
+    text = text if len(text) <= LINK_CHARS else text[:LINK_CHARS - 3] + "..."
+    raise RepositoryError(f"{shown(path)}: is a symbolic link to {text}, outside the model repository {shown(repo)}; "
+                          "the server reads only what lies inside its repository: copy what the link points to into "
+                          "the repository (or serve the repository that holds it), or remove the link")
 
 
 def not_regular(path: Path, expected: str) -> RepositoryError | None:
@@ -276,6 +374,8 @@ def not_regular(path: Path, expected: str) -> RepositoryError | None:
 def read_config(folder: Path) -> ModelConfig:
     """The config of the model in `folder`, its name checked against the folder's (Triton requires them equal)."""
     source = folder / "config.pbtxt"
+    confine(folder, folder.parent)  # before anything in it is read, or its config quoted in an error
+    confine(source, folder.parent)
     if file_kind(source) == MISSING:
         raise RepositoryError(f"{shown(folder)}: no config.pbtxt (a Triton model folder holds config.pbtxt "
                               "and numbered version folders)")
@@ -283,12 +383,20 @@ def read_config(folder: Path) -> ModelConfig:
         raise problem
     try:
         with open_regular(source) as handle:  # a FIFO put there since the check is refused, never waited on
-            text = handle.read().decode("utf-8")
-    except (OSError, DataError, UnicodeDecodeError) as exc:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except (OSError, DataError) as exc:
         raise RepositoryError(f"{shown(source)}: cannot be read: {exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise RepositoryError(f"{shown(source)}: is larger than {MAX_CONFIG_BYTES:,} bytes; expected a Triton model "
+                              "configuration (text protobuf, a few kilobytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RepositoryError(f"{shown(source)}: is not UTF-8 text (byte {exc.start:,} is not UTF-8); expected a "
+                              "Triton model configuration (text protobuf)") from None
     config = parse_config(text, shown(source))
     if config.name and config.name != folder.name:
-        raise RepositoryError(f"{shown(source)}: name '{config.name}' differs from the folder name '{folder.name}'; "
+        raise RepositoryError(f"{shown(source)}: name {quoted(config.name)} differs from the folder name {quoted(folder.name)}; "
                               "Triton requires them to be equal")
     if not config.name:
         config = ModelConfig(**{**config.__dict__, "name": folder.name})

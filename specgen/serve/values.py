@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
@@ -54,13 +55,42 @@ def cut(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
+def _json_pieces(value: Any) -> Iterator[str]:
+    """`value` as json.dumps writes it, piece by piece, but a HugeInt as its description (unquoted: [an integer of
+    5000 digits, 2]). The marker is the type, never a character: any character can come in a request's string."""
+    if isinstance(value, HugeInt):
+        yield repr(value)
+    elif isinstance(value, list | tuple):
+        yield "["
+        for index, item in enumerate(value):
+            yield from ((", ",) if index else ())
+            yield from _json_pieces(item)
+        yield "]"
+    elif isinstance(value, dict):
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            yield from ((", ",) if index else ())
+            yield json.dumps(str(key)[:SHOWN_CHARS + 1]) + ": "
+            yield from _json_pieces(item)
+        yield "}"
+    elif isinstance(value, str):  # one more character than is shown: cut() then marks the string as cut
+        yield json.dumps(value[:SHOWN_CHARS + 1])
+    else:
+        yield json.dumps(value, default=repr)
+
+
 def show(value: Any) -> str:
-    """A request value as JSON for a message, cut short: requests may hold anything, of any size."""
-    try:  # a HugeInt shows unquoted, as its description: [an integer of 5000 digits, 2]
-        text = json.dumps(value, default=lambda v: f"\0{v!r}\0").replace('"\\u0000', "").replace('\\u0000"', "")
-    except (ValueError, RecursionError):
+    """A request value as JSON for a message, cut short: requests may hold anything, of any size. Only what is shown
+    is written (a body may hold millions of numbers), so the nesting walked is at most as deep as the text is long."""
+    text = ""
+    try:
+        for piece in _json_pieces(value):
+            text += piece
+            if len(text) > SHOWN_CHARS:
+                break
+    except (ValueError, RecursionError):  # an int past Python's 4,300-digit conversion limit
         text = kind(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+    return cut(text)
 
 
 def _expected(datatype: str, count: int, shape: tuple[int, ...]) -> str:
