@@ -41,9 +41,10 @@ from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions, create_app  # noqa: E402
 from specgen.serve.batcher import Batcher, QueueFull  # noqa: E402
+from specgen.serve.model_config import RepositoryError, VersionPolicy, parse_config, read_message  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
 from specgen.serve.protocol import ProtocolError, decode_request, encode_response  # noqa: E402
-from specgen.serve.repository import RepositoryError, VersionPolicy, parse_config, read_message, read_repository  # noqa: E402
+from specgen.serve.repository import read_repository  # noqa: E402
 from specgen.serve.server import server_config  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
 

@@ -46,10 +46,11 @@ from specgen.serve.control import ModelControl, ModelSource  # noqa: E402
 from specgen.serve.grpc_server import Servicer  # noqa: E402
 from specgen.serve.limits import ByteBudget  # noqa: E402
 from specgen.serve.metrics import ServerMetrics  # noqa: E402
+from specgen.serve.model_config import RepositoryError  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
 from specgen.serve.options import ServeOptions  # noqa: E402
 from specgen.serve.registry import Registry  # noqa: E402
-from specgen.serve.repository import RepositoryError, read_config  # noqa: E402
+from specgen.serve.repository import read_config  # noqa: E402
 from specgen.serve.stamps import snapshot  # noqa: E402
 
 MLP = "digits_mlp"

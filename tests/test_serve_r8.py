@@ -30,15 +30,10 @@ from serve_helpers import Served, model_bytes  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.errors import ProtocolError  # noqa: E402
+from specgen.serve.model_config import MAX_REQUEST_BYTES, RepositoryError, parse_config  # noqa: E402
 from specgen.serve.models import load_repository, values_checked  # noqa: E402
 from specgen.serve.options import ServeOptions  # noqa: E402
-from specgen.serve.repository import (  # noqa: E402
-    MAX_CONFIG_BYTES,
-    MAX_REQUEST_BYTES,
-    RepositoryError,
-    parse_config,
-    read_repository,
-)
+from specgen.serve.repository import MAX_CONFIG_BYTES, read_repository  # noqa: E402
 from specgen.serve.values import HugeInt, show  # noqa: E402
 
 CNN = "digits_cnn"

@@ -36,15 +36,10 @@ from specgen.runtime.onnx_export import with_weights  # noqa: E402
 from specgen.runtime.parity import random_weights  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.batcher import Batcher  # noqa: E402
+from specgen.serve.model_config import MAX_QUEUE_DELAY_US, RepositoryError, parse_config  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
 from specgen.serve.options import ServeOptions  # noqa: E402
-from specgen.serve.repository import (  # noqa: E402
-    MAX_QUEUE_DELAY_US,
-    RepositoryError,
-    parse_config,
-    read_repository,
-    version_number,
-)
+from specgen.serve.repository import read_repository, version_number  # noqa: E402
 from specgen.serve.server import Server, server_config  # noqa: E402
 from specgen.spec.load import load_spec  # noqa: E402
 

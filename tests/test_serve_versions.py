@@ -30,8 +30,9 @@ from serve_helpers import Served, events, metric, model_bytes  # noqa: E402
 from specgen.runtime.predictor import Predictor  # noqa: E402
 from specgen.runtime.triton import write_repository  # noqa: E402
 from specgen.serve.app import ServeOptions  # noqa: E402
+from specgen.serve.model_config import RepositoryError  # noqa: E402
 from specgen.serve.models import load_repository  # noqa: E402
-from specgen.serve.repository import RepositoryError, read_repository  # noqa: E402
+from specgen.serve.repository import read_repository  # noqa: E402
 
 CNN = "digits_cnn"
 
@@ -397,8 +398,8 @@ def test_warm_up_refuses_a_version_that_fails_at_the_configs_shapes(tmp_path: Pa
     import onnx
     from onnx import TensorProto, helper
 
+    from specgen.serve.model_config import parse_config
     from specgen.serve.models import load_version
-    from specgen.serve.repository import parse_config
 
     graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])],

@@ -21,7 +21,7 @@ from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
 from specgen.runtime.commands import tfjob
 from specgen.runtime.triton import config_text
-from specgen.serve.repository import read_message
+from specgen.serve.model_config import read_message
 from specgen.spec.load import load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent

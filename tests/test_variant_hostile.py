@@ -25,8 +25,8 @@ from specgen.runtime.precision.verify import (
     check_version,
 )
 from specgen.serve.control import folder_stamp
+from specgen.serve.model_config import RepositoryError
 from specgen.serve.models import load_repository
-from specgen.serve.repository import RepositoryError
 
 CONFIG = ('name: "clf" backend: "onnxruntime" max_batch_size: 16 '
           'input [ { name: "x" data_type: TYPE_FP32 dims: [ 64 ] } ] '

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from specgen.serve.model_config import ModelConfig
 from specgen.serve.models import ServedModel
-from specgen.serve.repository import ModelConfig
 
 # FieldDescriptor.TYPE_INT64, TYPE_UINT64, TYPE_FIXED64, TYPE_SFIXED64, TYPE_SINT64: fixed numbers of protobuf's
-# descriptor.proto, so this module imports protobuf and the schema only where used (repository.py's way: a config was
+# descriptor.proto, so this module imports protobuf and the schema only where used (model_config.py's way: a config was
 # read with them before any is answered).
 INT64_TYPES = {3, 4, 6, 16, 18}
 

@@ -50,9 +50,10 @@ from typing import Any, TypeVar
 from specgen.paths import plain_name, shown
 from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
+from specgen.serve.model_config import ModelConfig, RepositoryError
 from specgen.serve.models import ServedModel, load_version
 from specgen.serve.registry import Registry, Version
-from specgen.serve.repository import ModelConfig, RepositoryError, available_versions, model_folders, read_config
+from specgen.serve.repository import available_versions, model_folders, read_config
 from specgen.serve.stamps import EXPLICIT_SETTLE_SECONDS, SETTLE_SECONDS, Snapshot, file_stamp, folder_stamp, snapshot
 from specgen.serve.values import cut, show
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
+from specgen.serve.model_config import DATATYPES, ModelConfig
 from specgen.serve.parameters import check_parameters, from_grpc, named
 from specgen.serve.protocol import InferRequest, RequestedOutput, check_complete, check_shape, input_tensor, place
-from specgen.serve.repository import DATATYPES, ModelConfig
 from specgen.serve.values import show
 
 Arrays = dict[str, np.ndarray]

@@ -6,7 +6,7 @@ metrics, statistics, logs).
 extra (`tritonclient[grpc]==2.73.0`, which brings grpcio and protobuf). Triton's `grpc_service.proto`
 is KServe's `grpc_predict_v2.proto` (same package `inference`, same messages and field numbers for
 ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer) plus Triton's
-extensions: ModelConfig (with the `ModelConfig` message `config.pbtxt` is read into, repository.py),
+extensions: ModelConfig (with the `ModelConfig` message `config.pbtxt` is read into, model_config.py),
 ModelStatistics and the repository RPCs, which this server also answers. Vendoring KServe's .proto
 would have meant compiling it with grpcio-tools, checking the output in, a drift test, and a second
 copy of the ModelConfig schema; the published modules are what Triton's own clients are built from,

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
-from specgen.serve.repository import DATATYPES, ModelConfig
+from specgen.serve.model_config import DATATYPES, ModelConfig
 
 JSON_NUMBER_BYTES = 32  # the longest float64 literal (24 characters) with its separator, and some room
 NESTING_BYTES = 16  # per element and dimension: brackets, ", " and pretty-printing indentation

@@ -34,17 +34,8 @@ from specgen.runtime.predictor import DTYPES, InputError, Predictor
 from specgen.runtime.sources.base import MISSING, file_kind
 from specgen.serve import coupling
 from specgen.serve.errors import ProtocolError
-from specgen.serve.repository import (
-    DATATYPES,
-    ModelConfig,
-    ModelEntry,
-    RepositoryError,
-    TensorConfig,
-    file_stamp,
-    not_regular,
-    quoted,
-    scan_repository,
-)
+from specgen.serve.model_config import DATATYPES, ModelConfig, RepositoryError, TensorConfig, quoted
+from specgen.serve.repository import ModelEntry, file_stamp, not_regular, scan_repository
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("specgen.serve")
@@ -82,7 +73,7 @@ def _fits(model_shape: Sequence[Any], config: ModelConfig, tensor: TensorConfig)
     """Whether the ONNX graph's shape (ints, names or None for dynamic dims) accepts the config's tensor. A size the
     graph fixes must be the config's own (-1 there would let a client send another, which only onnxruntime would
     then refuse, and the metadata would say any size goes), as Triton requires; a dimension the graph leaves open
-    takes -1 or any size (repository.py bounds what one example may take)."""
+    takes -1 or any size (model_config.py bounds what one example may take)."""
     graph = list(model_shape)
     if config.batched:
         if not graph:

@@ -76,8 +76,8 @@ def serve(settings: ServerSettings) -> int:
     from specgen.serve import logs
     from specgen.serve.app import create_app
     from specgen.serve.control import ModelSource
+    from specgen.serve.model_config import RepositoryError
     from specgen.serve.models import load_repository
-    from specgen.serve.repository import RepositoryError
     from specgen.serve.server import Server, server_config
 
     logs.configure(settings.log_level, None if settings.worker is None else {"worker": settings.worker})

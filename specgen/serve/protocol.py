@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from specgen.serve.errors import ProtocolError
+from specgen.serve.model_config import DATATYPES, ModelConfig, TensorConfig
 from specgen.serve.parameters import check_parameters, named
-from specgen.serve.repository import DATATYPES, ModelConfig, TensorConfig
 from specgen.serve.values import HugeInt, json_array, kind, show
 
 Arrays = dict[str, np.ndarray]

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specgen.serve.repository import RepositoryError, file_stamp, version_folders
+from specgen.serve.model_config import RepositoryError
+from specgen.serve.repository import file_stamp, version_folders
 
 Snapshot = tuple[Any, ...]
 # A polled change is loaded once its stamps held still this long (and over one poll interval): a writer copying in
