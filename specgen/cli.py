@@ -62,6 +62,24 @@ def parser(lazy: bool = False) -> argparse.ArgumentParser:
     return top
 
 
+def _parse(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`top.parse_args(argv)`, but words no parser took are refused by the command's own parser: argparse leaves
+    them to the top one, whose line named no command (`specgen: error: unrecognized arguments: --bogus`), unlike
+    every other usage error of a command (`specgen build: error: ...`, docs/cli.md's exit codes)."""
+    args, extras = top.parse_known_args(argv)
+    if extras:
+        _chosen(top, args).error(f"unrecognized arguments: {' '.join(extras)}")  # exits 2, as argparse does
+    return args
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser the command line chose, through each level's command word (`specgen import keras`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return _chosen(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
 def _quiet_broken_pipe() -> int:
     """stdout's reader went away (`specgen report | head`): exit quietly, the Python-docs way.
 
@@ -83,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     try:
-        args = parser(lazy=True).parse_args(argv)  # imports the command's module: a Ctrl-C may land here too
+        args = _parse(parser(lazy=True), argv)  # imports the command's module: a Ctrl-C may land here too
         if pending():  # one Python swallowed while importing
             raise KeyboardInterrupt
         gc.freeze()  # start-up objects are long-lived: keep full collections from rescanning them
@@ -107,6 +125,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return _refused(exc)
     except KeyboardInterrupt:
         return _interrupted(argv)
+    except Exception:
+        if pending():  # a Ctrl-C a library turned into its own error (pydantic's SchemaError while it imports)
+            return _interrupted(argv)
+        raise  # a bug: seen whole
 
 
 def _interrupted(argv: Sequence[str] | None) -> int:

@@ -413,15 +413,16 @@ def test_report_shows_every_specs_errors(tmp_path: Path, capsys: pytest.CaptureF
     assert [line.split(":")[0] for line in err[:-1]] == [str(a), str(b)]
 
 
-def test_build_says_removed_for_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Old: 'wrote gen/digits_mlp/notes.txt' for the file it had just deleted."""
+def test_build_says_kept_for_a_file_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Old: 'wrote gen/digits_mlp/notes.txt' for the file it had just deleted; then (round 8) it deleted it as 'no
+    longer generated', though specgen never wrote it: now it is kept and named (tests/test_build_stale_r8.py)."""
     spec = spec_with(tmp_path, "seed: 1", "seed: 1")
     assert run(capsys, "build", str(spec), "--out", "gen")[0] == 0
     (tmp_path / "gen" / "digits_mlp" / "notes.txt").write_text("notes\n")
-    code, out, _ = run(capsys, "build", str(spec), "--out", "gen")
-    assert (code, out) == (0, ["removed gen/digits_mlp/notes.txt (no longer generated)",
-                               "built 1 spec(s) into gen: 1 file(s) changed (1 removed)"])
-    assert not (tmp_path / "gen" / "digits_mlp" / "notes.txt").exists()
+    assert run(capsys, "build", str(spec), "--out", "gen") == (
+        0, ["built 1 spec(s) into gen: 0 file(s) changed"],
+        ["specgen build: kept gen/digits_mlp/notes.txt (not written by specgen: remove it by hand)"])
+    assert (tmp_path / "gen" / "digits_mlp" / "notes.txt").read_text() == "notes\n"
 
 
 # --- command-line mistakes found after argparse: exit 2 -------------------------------------------------------

@@ -14,7 +14,8 @@ from specgen.paths import shown
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", type=Path)
-    parser.add_argument("--out", type=Path, help="output folder (default: generated/)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: `out` of [tool.specgen] in the "
+                        "nearest pyproject.toml, else generated/)")
     parser.add_argument("--check", action="store_true",
                         help="write no output (only the template cache); print a diff and exit 1 on drift")
 
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     prune = not args.paths and home
     if args.check:
         leftover = unclaimed((o.folder for o in outputs), out) if prune else []
-        files = check(outputs, out)
+        extras: list[str] = []  # files and folders in spec folders that specgen did not write: build keeps them
+        files = check(outputs, out, extras)
         folders = [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover]
         schema = schema_drift(config.schema, schema_text()) if config.schema is not None and not args.paths else []
         for report in files + folders + schema:
@@ -53,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
             # each remedy is what fixes those lines: only `specgen schema` writes the schema, and `build` never
             # deletes a folder holding a file it did not write
             removable, kept = any(not f.foreign for f in leftover), any(f.foreign for f in leftover)
-            remedy = " and ".join(["run `specgen build`"] * (bool(files) or removable)
+            subfolders = sum(e.endswith("/") for e in extras)
+            by_hand = ["file(s)"] * (len(extras) > subfolders) + ["folder(s)"] * (kept or subfolders > 0)
+            remedy = " and ".join(["run `specgen build`"] * (len(files) > len(extras) or removable)
                                   + ["run `specgen schema`"] * bool(schema)
-                                  + ["remove the folder(s) named by hand"] * kept)
-            counts = [f"{len(files) + len(schema)} file(s)"] * bool(files or schema) + [
-                f"{len(folders)} folder(s)"] * bool(folders)
+                                  + [f"remove the {' and '.join(by_hand)} named by hand"] * bool(by_hand))
+            changed, gone = len(files) + len(schema) - subfolders, len(folders) + subfolders
+            counts = [f"{changed} file(s)"] * bool(changed) + [f"{gone} folder(s)"] * bool(gone)
             print(f"specgen build --check: {' and '.join(counts)} out of date; {remedy}", file=sys.stderr)
             return 1
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
@@ -68,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     finally:  # also when a write fails half-way: what was written before the error line
         for line in changes.lines():  # `removed ... (no longer generated)` is what --check calls `stale:`
             print(line)
+    for line in changes.notes():  # files specgen did not write: named, never deleted (as the folders below)
+        print(line, file=sys.stderr)
     # surveyed after writing, so no folder a spec just wrote into can be taken for a left-over one
     leftover = unclaimed((o.folder for o in outputs), out) if prune else []
     for folder in leftover:

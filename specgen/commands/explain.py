@@ -16,7 +16,8 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path)
     parser.add_argument("key", help="as in --set, with [NAME] for a named list item: layers[head/out].units")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of the merged spec, as train does (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:

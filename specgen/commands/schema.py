@@ -11,7 +11,10 @@ from specgen.paths import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="the schema file (default: `schema` of [tool.specgen] in the nearest pyproject.toml, "
+                        "else schemas/specgen.schema.json under that pyproject.toml's folder, or the working "
+                        "directory without one)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the schema file is out of date")
 
 

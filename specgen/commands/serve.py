@@ -94,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-seconds", type=positive_seconds, default=15.0, metavar="S",
                         help="seconds between scans with --model-control poll")
     parser.add_argument("--workers", type=count(1, None, "server processes"), default=1, metavar="N",
-                        help="server processes on the same ports, onnxruntime's threads split between them")
+                        help="server processes on the same ports, onnxruntime's threads split between them (default 1)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="on the CUDA provider, capture one CUDA graph per batch bucket (1, 2, 4, ... "
                              "max_batch_size); batches are padded up to their bucket (docs/serve.md)")

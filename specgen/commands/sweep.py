@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "running it; each trial is the TFJob of `specgen train --emit tfjob`")
     katib.add_argument("--emit", choices=["katib"])
     katib.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
-    katib.add_argument("--workers", type=positive_int, help="workers of each trial's TFJob (default 1)")
+    katib.add_argument("--workers", type=positive_int, metavar="N",
+                       help="Worker replicas of each trial's TFJob, pods each running the trial (default 1)")
     katib.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
     katib.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
     katib.add_argument("--gpus", type=int, help="GPUs per worker (nvidia.com/gpu)")

@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     emit = parser.add_argument_group("--emit tfjob", "write a Kubeflow TFJob manifest for the spec instead of training")
     emit.add_argument("--emit", choices=["tfjob"])
     emit.add_argument("--image", help="container image holding specgen, TensorFlow and the spec")
-    emit.add_argument("--workers", type=int, default=2, help="worker count (default 2)")
+    emit.add_argument("--workers", type=int, default=2, metavar="N",
+                      help="the TFJob's Worker replicas, pods each running `specgen train SPEC` (default 2)")
     emit.add_argument("--cpu", help="CPU per worker, a Kubernetes quantity (4, 500m)")
     emit.add_argument("--memory", help="memory per worker, a Kubernetes quantity (16Gi)")
     emit.add_argument("--gpus", type=int, default=0, help="GPUs per worker (nvidia.com/gpu)")

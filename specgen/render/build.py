@@ -6,9 +6,12 @@ import difflib
 import functools
 import multiprocessing
 import os
+import signal
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeAlias
 
 from specgen.atomic import STALE_AFTER, TEMP_NAME, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
@@ -17,6 +20,9 @@ from specgen.ir.resolve import ir_from_file
 from specgen.paths import shown
 from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
+from specgen.render.pool import forked_map
+from specgen.render.stale_folders import CACHE, built
+from specgen.runtime.interrupt import Interrupts
 
 BINARY_SUFFIXES = (".onnx",)
 
@@ -30,10 +36,12 @@ class Output:
     files: dict[str, bytes]
 
 
+Rendered: TypeAlias = Output | list[Diagnostic] | None  # one spec's files, its diagnostics, or None (abstract)
+
 PARALLEL_FROM = 8  # specs; below this a worker pool costs more than it saves
 
 
-def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | list[Diagnostic] | None]:
+def _render_many(paths: list[Path], pictures: bool = False) -> list[Rendered]:
     """Render in worker processes forked after imports (one per core), results in input order.
 
     Writing stays in this process: measured, writing from the workers as well gained nothing
@@ -43,14 +51,20 @@ def _render_many(paths: list[Path], pictures: bool = False) -> list[Output | lis
     if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
         return [render_one(p, pictures) for p in delayed(paths, "build")]
     load_templates()  # once here rather than once per worker
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        one = functools.partial(render_one, pictures=pictures)
-        # imap keeps the input order, as map did, and lets the bar count specs as they come back.
-        done = pool.imap(one, paths, chunksize=max(1, len(paths) // (4 * workers)))
-        return list(delayed(done, "build", total=len(paths)))
+    # Ctrl-C reaches the whole process group. The workers ignore it (pool.py); this process only notes it, so no
+    # KeyboardInterrupt lands inside the pool's code, stops the workers and raises it then: cli prints the one line.
+    # SIGTERM keeps its default (the process group's, from `timeout`, ends the workers as well).
+    results: list[Rendered] = [None] * len(paths)
+    with Interrupts((signal.SIGINT,)) as interrupts, \
+            closing(forked_map(functools.partial(render_one, pictures=pictures), paths, workers,
+                               lambda: interrupts.received)) as done:
+        for index, result in delayed(done, "build", total=len(paths)):  # the bar counts specs as they come back
+            results[index] = result
+    interrupts.check()  # the workers are gone: a Ctrl-C that came is raised here
+    return results
 
 
-def render_one(path: Path, pictures: bool = False) -> Output | list[Diagnostic] | None:
+def render_one(path: Path, pictures: bool = False) -> Rendered:
     """One spec's files (with `pictures`, model.svg too), or its diagnostics (returned, not raised, so they
     cross process boundaries); None for an abstract spec, which exists only to be extended."""
     try:
@@ -108,13 +122,15 @@ def _shared_folders(outputs: list[Output]) -> list[Diagnostic]:
 
 @dataclass(frozen=True)
 class _OnDisk:
-    """One spec's output folder as found: each generated file's bytes (None: missing), and stale files."""
+    """One spec's output folder as found: each generated file's bytes (None: missing), stale files (specgen's, no
+    longer generated) and the entries specgen did not write (`foreign`, never deleted)."""
 
     shown: Path  # <root>/<name> as the user spelled the root, for messages
     real: str  # the same folder on the resolved root, where specgen reads and writes
     current: dict[str, bytes | None]
     stale: list[str]
     temporary: list[str] = field(default_factory=list)  # left by a build killed between write and rename
+    foreign: list[str] = field(default_factory=list)  # a folder's name ends with "/"
 
 
 def _real_root(root: Path) -> str:
@@ -129,9 +145,11 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     """Read one spec's output folder without following any link below the root.
 
     The folder must be a real folder; a link, device or pipe in it, or a folder where a
-    generated file goes, raises UnsafePathError naming it. Other real subfolders (a
-    __pycache__) are not ours and are left alone. Paths are strings here: this runs for every
-    file of every spec, and pathlib objects cost more than the system calls.
+    generated file goes, raises UnsafePathError naming it. A file the spec no longer generates is
+    stale only when it carries specgen's mark (stale_folders.built: the rule for whole folders);
+    any other file, and any subfolder but Python's __pycache__, is foreign: named, never deleted.
+    Paths are strings here: this runs for every file of every spec, and pathlib objects cost
+    more than the system calls.
     """
     shown, real = root / out.folder, os.path.join(real_root, out.folder)
     disk = _OnDisk(shown, real, dict.fromkeys(out.files), [])
@@ -145,6 +163,8 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
             ours = entry.name in out.files
             # DirEntry answers from the folder listing (no extra system call); kind() names the odd ones.
             if entry.is_dir(follow_symlinks=False) and not ours:
+                if entry.name != CACHE:  # Python's, made by importing the generated modules
+                    disk.foreign.append(entry.name + "/")
                 continue
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 kind(Path(entry.path), shown / entry.name)
@@ -155,8 +175,10 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
             elif (left := _temporary(entry.name, entry.stat(follow_symlinks=False).st_mtime, out)) is not None:
                 if left:  # a live writer's (another build running now) is renamed away in a moment: not ours
                     disk.temporary.append(entry.name)
-            else:
+            elif built(real, entry.name, out.folder):
                 disk.stale.append(entry.name)
+            else:
+                disk.foreign.append(entry.name)
     return disk
 
 
@@ -190,11 +212,19 @@ class Changes:
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # no longer generated
     temporary: list[Path] = field(default_factory=list)  # left by an interrupted build
+    kept: list[str] = field(default_factory=list)  # not written by specgen, never deleted (shown; a folder ends in /)
 
     def lines(self) -> list[str]:
         return ([f"wrote {shown(p)}" for p in self.written]
                 + [f"removed {shown(p)} (no longer generated)" for p in self.removed]
                 + [f"removed {shown(p)} (a temporary file an interrupted build left)" for p in self.temporary])
+
+    def notes(self) -> list[str]:
+        """For stderr, as `build` names a folder it keeps (commands/build.py): what it left for the user."""
+        return [f"specgen build: kept {kept} ({NOT_OURS})" for kept in self.kept]
+
+
+NOT_OURS = "not written by specgen: remove it by hand"
 
 
 def write(outputs: list[Output], root: Path, changes: Changes) -> None:
@@ -224,6 +254,7 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
         for name in disk.stale:
             if _unlink(disk, name):
                 changes.removed.append(disk.shown / name)
+        changes.kept += [shown(disk.shown / name) + "/" * name.endswith("/") for name in disk.foreign]
 
 
 def _unlink(disk: _OnDisk, name: str) -> bool:
@@ -236,8 +267,9 @@ def _unlink(disk: _OnDisk, name: str) -> bool:
     return True
 
 
-def check(outputs: list[Output], root: Path) -> list[str]:
-    """A unified diff (or a one-line note) for every drifted, missing, stale or unsafe file."""
+def check(outputs: list[Output], root: Path, extras: list[str] | None = None) -> list[str]:
+    """A unified diff (or a one-line note) for every drifted, missing, stale, foreign or unsafe file; `extras` gets
+    the foreign entries' paths (a folder's ending in /), which `specgen build` keeps: the summary counts them."""
     try:
         real_root = _real_root(root)
     except UnsafePathError as exc:
@@ -249,16 +281,46 @@ def check(outputs: list[Output], root: Path) -> list[str]:
         except UnsafePathError as exc:
             reports.append(f"unsafe: {exc}")
             continue
-        for name, content in out.files.items():
-            target, old = disk.shown / name, disk.current[name]
-            if old is None:
-                reports.append(f"missing: {target} (run `specgen build`)")
-            elif old != content:
-                reports.append(_line_endings(target, old, content, root) or _diff(target, old, content))
-        reports += [f"stale: {disk.shown / name} is no longer generated" for name in disk.stale]
-        reports += [f"leftover: {disk.shown / name} is a temporary file an interrupted build left (the next "
-                    "`specgen build` removes it)" for name in disk.temporary]
+        reports += _compared(out, disk, root)
+        if extras is not None:
+            extras += [shown(disk.shown / name) + "/" * name.endswith("/") for name in disk.foreign]
     return reports
+
+
+def _compared(out: Output, disk: _OnDisk, root: Path) -> list[str]:
+    """`check`'s lines for one spec's folder."""
+    reports = []
+    for name, content in out.files.items():
+        target, old = disk.shown / name, disk.current[name]
+        if old is None:
+            reports.append(f"missing: {target} (run `specgen build`)")
+        elif old != content and target.suffix in BINARY_SUFFIXES:
+            reports.append(_binary(target, out, disk))
+        elif old != content:
+            reports.append(_line_endings(target, old, content, root) or _diff(target, old, content))
+    reports += [f"stale: {disk.shown / name} is no longer generated" for name in disk.stale]
+    reports += [f"leftover: {disk.shown / name} is a temporary file an interrupted build left (the next "
+                "`specgen build` removes it)" for name in disk.temporary]
+    # kept by `build` too: only the user knows whether it matters (render/stale_folders.py's rule for folders)
+    reports += [f"extra: {disk.shown / name}{'/' * name.endswith('/')} ({NOT_OURS}; `specgen build` keeps it)"
+                for name in disk.foreign]
+    return reports
+
+
+def _binary(target: Path, out: Output, disk: _OnDisk) -> str:
+    """One line for a drifted binary file, saying what is true of the text file it is built from (model.onnx from
+    model.onnx.txt): changed too (its lines come first: out.files holds it before), missing too, or up to date."""
+    text = target.name + ".txt"
+    old = disk.current.get(text, b"")
+    if text not in out.files:
+        state = "run `specgen build`"
+    elif old is None:
+        state = f"its text form {text} is missing too; run `specgen build`"
+    elif old != out.files[text]:
+        state = f"its text form {text} differs too, as shown above; run `specgen build`"
+    else:
+        state = f"its text form {text} is up to date: the binary itself was edited or damaged; run `specgen build`"
+    return f"drifted: {target} (binary; {state})"
 
 
 def _line_endings(target: Path, old: bytes, content: bytes, root: Path) -> str | None:
@@ -271,8 +333,6 @@ def _line_endings(target: Path, old: bytes, content: bytes, root: Path) -> str |
 
 
 def _diff(target: Path, old_bytes: bytes, content: bytes) -> str:
-    if target.suffix in BINARY_SUFFIXES:
-        return f"drifted: {target} (binary; its text form shows the change)"
     old = old_bytes.decode("utf-8", errors="replace").splitlines(keepends=True)
     new = content.decode().splitlines(keepends=True)
     return "".join(difflib.unified_diff(old, new, f"{target} (on disk)", f"{target} (from the spec)"))

@@ -9,7 +9,8 @@ render/build.py's model.svg), each file with its mark (`_survey`). A name outsid
 `model.int8.onnx`, `notes.txt`), or one of these names without its mark (a trained `model.onnx`: `specgen export`
 writes the same producer name, so the producer alone proves nothing), is the user's: the folder is kept and named.
 A folder with no file of `build`'s in it is not looked at. `stale:` in `--check` and `removed` in `build` are the
-same folders, as for files (render/build.py).
+same folders, as for files (render/build.py). The same rule (`built`) decides, inside a folder a spec still names,
+which file it no longer generates is specgen's to delete.
 """
 
 from __future__ import annotations
@@ -93,6 +94,19 @@ def _survey(where: Path, real: str) -> Unclaimed:
             continue
         foreign.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
     return Unclaimed(where, real, sorted(ours), caches, foreign)
+
+
+def built(real: str, name: str, title: str) -> bool:
+    """Whether the regular file `name` in the spec folder `real` is one `build` wrote, by `_survey`'s rule: a text
+    file of `TEXT` starting with the header, a model.svg titled `title` (the spec's name), the model.onnx its
+    model.onnx.txt parses to. render/build.py deletes a file a spec no longer generates only then: a file of the
+    user's in a folder a spec still names (notes.txt, a hand-written train.py) is named, never deleted."""
+    path = os.path.join(real, name)
+    if name in TEXT:
+        return _head(path, len(HEADER_START)) == HEADER_START
+    if name == "model.svg":
+        return _picture(path, title)
+    return name == "model.onnx" and _graph_of(real)
 
 
 def _head(path: str, size: int) -> bytes:

@@ -109,15 +109,17 @@ def exit_status(signum: int) -> int:
 
 
 class Interrupts:
-    """While entered (in the main thread): SIGINT and SIGTERM are noted, not acted on; `check()` raises
-    KeyboardInterrupt at a safe point, and `signum` says which came first.
+    """While entered (in the main thread): SIGINT and SIGTERM (or `signals`) are noted, not acted on; `check()`
+    raises KeyboardInterrupt at a safe point, and `signum` says which came first.
 
-    Outside the main thread Python cannot install a handler, so both keep their defaults there.
+    Outside the main thread Python cannot install a handler, so both keep their defaults there; a signal ignored
+    when it is entered (SIG_IGN, inherited from the launcher) stays ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, signals: tuple[int, ...] = SIGNALS) -> None:
         # One Ctrl-C swallowed before it was entered (raising_interrupts noted it) stops at the first check().
         self.signum: int | None = signal.SIGINT if pending() else None
+        self._signals = signals  # build's worker pool takes SIGINT alone: SIGTERM keeps its default there
         self._previous: dict[int, Any] = {}  # what signal.signal returned: a handler, SIG_DFL/SIG_IGN, or None (C's)
         self._terminated: float | None = None  # when the first SIGTERM came (time.monotonic)
 
@@ -145,8 +147,10 @@ class Interrupts:
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
-            # A SIGTERM its launcher chose to ignore stays ignored; SIGINT is taken whatever its handler, as before.
-            taken = [n for n in SIGNALS if n == signal.SIGINT or signal.getsignal(n) is not signal.SIG_IGN]
+            # A signal its launcher chose to ignore stays ignored (a script's background job ignores SIGINT), as
+            # raising_interrupts leaves it: SIGINT taken over SIG_IGN stopped a run once it trained, not while it
+            # started. A sweep's trials take SIGINT whatever the sweep ignores (sweep/child.py): it stops them so.
+            taken = [n for n in self._signals if signal.getsignal(n) is not signal.SIG_IGN]
             self._previous = {number: signal.signal(number, self._note) for number in taken}
         return self
 

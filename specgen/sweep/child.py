@@ -25,6 +25,10 @@ def main(argv: list[str]) -> int:
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:
             return 143  # the sweep is gone already: as if the signal had come
+    # The sweep stops a trial with SIGINT (pruned, or the sweep stopping): the trial's `specgen train` keeps an
+    # ignored SIGINT ignored (runtime/interrupt.py), so a sweep started with it ignored (a script's `&` job) gives
+    # its trial SIGINT's default; exec keeps SIG_IGN but resets a handler.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execv(command[0], command)  # does not return: the command replaces this process (an OSError if it cannot)
 
 
