@@ -68,7 +68,11 @@ def _parse(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse
     every other usage error of a command (`specgen build: error: ...`, docs/cli.md's exit codes)."""
     args, extras = top.parse_known_args(argv)
     if extras:
-        _chosen(top, args).error(f"unrecognized arguments: {' '.join(extras)}")  # exits 2, as argparse does
+        words = list(sys.argv[1:] if argv is None else argv)
+        command = getattr(args, "command", None)
+        before = command in words and extras[0] in words and words.index(extras[0]) < words.index(command)
+        chosen = top if before else _chosen(top, args)  # `specgen --bogus build`: the top level's word, not build's
+        chosen.error(f"unrecognized arguments: {' '.join(extras)}")  # exits 2, as argparse does
     return args
 
 

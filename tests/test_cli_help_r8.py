@@ -140,6 +140,14 @@ def test_an_unknown_flag_is_refused_by_the_command_s_own_parser(
         f"specgen {' '.join(words)}: error: unrecognized arguments: --bogus"
 
 
+def test_an_unknown_flag_before_the_command_is_the_top_level_s(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specgen --bogus build`: the word is given to specgen, not to build (it was blamed on build)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--bogus", "build"])
+    assert (exited.value.code, capsys.readouterr().err.splitlines()[-1]) == (
+        2, "specgen: error: unrecognized arguments: --bogus")
+
+
 # --- help texts ---------------------------------------------------------------------------------------
 
 

@@ -515,7 +515,9 @@ def test_inputs_sharing_a_named_dimension_must_agree_along_it(tmp_path: Path) ->
     (tmp_path / "pair" / "config.pbtxt").write_text(PAIR_CONFIG)
     with Served(load_repository(tmp_path, provider="cpu")) as served:
         for a, b in ((2, 3), (1, 3)):
-            message = f"input 'b': received size along 'seq' {b} (shape [1, {b}]), expected {a} like input 'a'"
+            message = (f"input 'b': received size along 'seq' {b} (shape [1, {b}]), expected {a} like input 'a'"
+                       " (the model names both axes 'seq': one length; inputs of independent lengths need a name each "
+                       "in the spec)")
             for client, module in ((tg.InferenceServerClient(served.grpc), tg), (th.InferenceServerClient(served.http), th)):
                 inputs = [module.InferInput(n, [1, k], "FP32") for n, k in (("a", a), ("b", b))]
                 for tensor, k in zip(inputs, (a, b), strict=True):

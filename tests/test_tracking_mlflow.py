@@ -238,6 +238,9 @@ def test_tracker_down_warns_once_and_trains(tmp_path: Path, dead: str) -> None:
     ("", ["train", "--track", "mlflow:sqlite:///"],
      "--track mlflow:sqlite:///: error: got 'sqlite:///', an in-memory database, which is lost when specgen exits (the "
      "run and its metrics with it); expected " + SQLITE_FORM),
+    ("  tracking:\n    mlflow: {uri: 'sqlite:///%3Amemory%3A'}\n", ["validate"],  # SQLAlchemy decodes it to :memory:
+     "spec.yaml:17:19: error: uri: got 'sqlite:///%3Amemory%3A', an in-memory database, which is lost when specgen "
+     "exits (the run and its metrics with it); expected " + SQLITE_FORM),
     ("  tracking:\n    mlflow: {uri: 'sqlite:///:memory:'}\n", ["validate"],
      "spec.yaml:17:19: error: uri: got 'sqlite:///:memory:', an in-memory database, which is lost when specgen exits "
      "(the run and its metrics with it); expected " + SQLITE_FORM),

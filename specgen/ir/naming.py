@@ -28,8 +28,8 @@ MODULE_NAMES = {
 RESERVED_PY = {"tf", "self", "inputs", "training", "init", "layers", "seed", "annotations"}
 # Python's builtin functions and types, written out rather than read from `dir(builtins)`: that list differs between
 # Python versions and with `python -S` (no exit, quit, help...), and generated code must not. Exceptions and constants
-# are left out: no template calls one, and tests/test_names_r8.py fails if a template starts to read a name that is
-# not shadowed here.
+# are left out: no template of model.py (where layer locals live) reads one, and tests/test_names_r8.py fails if a
+# template starts to read a name that is not shadowed here.
 BUILTINS = frozenset("""
     abs aiter all anext any ascii bin bool breakpoint bytearray bytes callable chr classmethod compile complex delattr
     dict dir divmod enumerate eval exec filter float format frozenset getattr globals hasattr hash hex id input int

@@ -171,8 +171,11 @@ def _refusal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple
 
 def unequal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
     """The first input whose size along a named dimension it shares with an input before it (the batch, two sequences'
-    `seq`) differs from that input's, as an error message. onnxruntime checks no such link: a graph that adds the two
-    fails with its internal broadcast message, and a size of 1 is broadcast over the other input's steps or rows."""
+    `seq`) differs from that input's, as an error message. ONNX reads one dim_param in several places as one size
+    (TensorRT enforces it), but onnxruntime checks no such link: a graph that adds the two fails with its internal
+    broadcast message, and a size of 1 is broadcast over the other input's steps or rows. specgen's Keras importer
+    names every open axis by its position (`dim1`), so two inputs of independent lengths import tied; the message
+    says how to untie them (docs/import.md)."""
     first: dict[str, tuple[str, int]] = {}  # dimension -> (the input that gave it a size, that size)
     for name, dims in declared.items():
         shape = shapes[name]
@@ -181,9 +184,12 @@ def unequal(declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[
                 continue
             other, size = first.setdefault(dim, (name, shape[axis]))
             if size != shape[axis]:
-                along = "batch size" if axis == 0 and dim == "batch" else f"size along '{dim}'"
-                return (f"input '{name}': received {along} {shape[axis]} (shape {list(shape)}), expected {size} "
-                        f"like input '{other}'")
+                if axis == 0 and dim == "batch":
+                    return (f"input '{name}': received batch size {shape[axis]} (shape {list(shape)}), expected "
+                            f"{size} like input '{other}'")
+                return (f"input '{name}': received size along '{dim}' {shape[axis]} (shape {list(shape)}), expected "
+                        f"{size} like input '{other}' (the model names both axes '{dim}': one length; inputs of "
+                        "independent lengths need a name each in the spec)")
     return None
 
 

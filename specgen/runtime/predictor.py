@@ -263,7 +263,7 @@ class Predictor:
             if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):
                 shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
                 raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
-            if array.ndim and not array.shape[0] and isinstance(shape[0], str):
+            if array.ndim and not array.shape[0] and not isinstance(shape[0], int):  # a named or unnamed batch
                 raise InputError(empty_batch(name, array.shape))
             checked[name] = np.ascontiguousarray(array, dtype=dtype)
         problem = self.out_of_range(checked)

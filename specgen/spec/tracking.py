@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from pydantic import Field, StringConstraints, field_validator
 
@@ -56,6 +56,7 @@ def _sqlite_problem(uri: str, after_scheme: int) -> str | None:
     if host.split("?", 1)[0]:
         return f"got {uri!r}, which names a host (SQLite has none); expected {SQLITE_FORM}"
     database, _, query = path.partition("?")
+    database = unquote(database)  # SQLAlchemy decodes it: sqlite:///%3Amemory%3A is :memory:
     if database in ("", ":memory:") or database.startswith("file::memory:") or \
             parse_qs(query).get("mode") == ["memory"]:  # the forms sweep/storage.py in_memory reads with SQLAlchemy
         return (f"got {uri!r}, an in-memory database, which is lost when specgen exits (the run and its metrics "
