@@ -1,8 +1,9 @@
 """Time exported ONNX graphs with onnxruntime's CUDA provider, side by side, on a machine without TensorFlow.
 
 The GPU machine this project is lent has onnxruntime-gpu carried to it but no TensorFlow, so the graphs are
-made here (`bench/sequence.py --save-onnx DIR`, `bench/precision.py --save-onnx DIR`) as skeletons
-(bench/onnx_skeleton.py: large weights replaced by their statistics) with a `manifest.json`:
+made here (`bench/sequence.py --build-only --save-onnx DIR`: the encoder and LSTM; `bench/cuda_prepare_zoo.py
+--out DIR`: ResNet50 and MobileNetV2, fp32 and fp16) as skeletons (bench/onnx_skeleton.py: large weights
+replaced by their statistics) with a `manifest.json`:
 
     {"models": [{"group": "encoder", "label": "specgen", "file": "encoder_specgen.onnx", "input": "x",
                  "shape": ["B", "S", 768], "dtype": "float32", "points": [[1, 128], [8, 128]]}, ...]}

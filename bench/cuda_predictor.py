@@ -10,6 +10,7 @@ onnxruntime alone (no TensorFlow there). The model is a trained export copied be
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -32,8 +33,16 @@ def median_ms(call, feed, calls: int = 200) -> float:
     return 1e3 * statistics.median(times)
 
 
-def main() -> int:
-    model, data = Path(sys.argv[1]), np.load(sys.argv[2])
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path, help="a trained export (model.onnx)")
+    parser.add_argument("data", type=Path, help="an npz with x_test (the bundled examples/data/digits.npz)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    model, data = args.model, np.load(args.data)
     images = data["x_test"].astype(np.float32)
     gpu, cpu = Predictor(model, provider="cuda"), Predictor(model, provider="cpu")
     name = next(iter(gpu.inputs))

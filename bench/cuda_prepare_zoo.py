@@ -6,11 +6,12 @@ Each model is imported from keras.applications with bench/zoo.py's realistic bat
 and written as skeletons (bench/onnx_skeleton.py) with manifest entries: the GPU machine has no TensorFlow, and a
 ResNet50 graph with weights is over what one call may carry.
 
-    python bench/cuda_prepare_zoo.py .gpu/models
+    python bench/cuda_prepare_zoo.py --out .gpu/models    # .gpu/ is git-ignored
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -55,9 +56,17 @@ def export_one(name: str, folder: Path) -> onnx.ModelProto:
     return onnx.load(folder / name / "model.onnx")
 
 
-def main() -> int:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # A named, required folder: a bare first argument took `--help` for the folder and exported into `./--help/`.
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for the skeletons and manifest.json (made if absent; an existing manifest is updated)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = arguments(argv).out
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"models": []}

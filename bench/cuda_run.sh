@@ -3,9 +3,14 @@
 #
 # Before: onnxruntime-gpu's wheel, unpacked, tarred and xz-compressed, is sent in parts of under 64 MiB (the most
 # one call may carry) and each part is copied to /tmp/ortparts/ there; the graphs come as skeletons
-# (bench/onnx_skeleton.py) in .gpu/models with their manifest.json, written here by
-#   python bench/sequence.py --build-only --save-onnx .gpu/models
-#   python bench/precision.py --save-onnx .gpu/models        (ResNet50 / MobileNetV2, fp32 and fp16)
+# (bench/onnx_skeleton.py) in .gpu/models with their manifest.json, and the Predictor check reads a trained digits
+# export in .gpu/digits; all written here, in the repository root, by
+#   .venv/bin/python bench/sequence.py --build-only --save-onnx .gpu/models     (encoder and LSTM)
+#   .venv/bin/python bench/cuda_prepare_zoo.py --out .gpu/models                (ResNet50 / MobileNetV2, fp32 and fp16)
+#   .venv/bin/specgen train examples/specs/digits_cnn.yaml --steps 200 --fresh
+#   .venv/bin/specgen export examples/specs/digits_cnn.yaml --checkpoint runs/digits_cnn -o .gpu/digits
+# .gpu/ is git-ignored: name it among the paths carried to the GPU machine. (bench/int8_device.py has its own
+# prepare/measure pair, for another machine's CPU.)
 # Then, on the GPU machine, in the repository root:  bash bench/cuda_run.sh
 set -euo pipefail
 mkdir -p /tmp/ort

@@ -11,15 +11,19 @@ batch is the global batch), each configuration runs the real `specgen train` ses
                     one intra-op and one inter-op thread each
 
 Each process traces and warms up (`--warmup` updates), then times `--steps` updates (the loop
-`specgen train` runs, chunks of updates in one graph), `--repeats` times; the figure is the
-median. steps/s are global updates per second, examples/s = steps/s x global batch. The
+`specgen train` runs, chunks of updates in one graph). The configurations are interleaved: each of
+`--repeats` repetitions runs every configuration once, in fresh processes, the order rotating, so
+that a shared machine's load falls on all of them alike; figures are medians over the repetitions.
+"vs 1 process" is the median of the per-repetition ratios to configuration 0 ("1 process", always
+run as the baseline, whatever --configs names). steps/s are global updates per second,
+examples/s = steps/s x global batch. The
 all-reduce share: the same processes time, under the same strategy, an all-reduce alone of
 tensors shaped like the trainable weights (what the generated step reduces each update), and
 divide by the step time. On a 2-core machine the two workers share two cores: this measures the
 overhead of the distributed path, not a speed-up.
 
-    python bench/distributed.py                    # both models, ~3 min on 2 cores
-    python bench/distributed.py --models mlp --steps 200
+    python bench/distributed.py                    # both models, 4 configurations x 3 repetitions, ~8 min on 2 cores
+    python bench/distributed.py --models mlp --steps 200 --configs 3   # 2 workers against 1 process
 """
 
 from __future__ import annotations
@@ -131,31 +135,60 @@ CONFIGS = [("1 process", "default", 1, {}), ("1 process, 1 thr", "default", 1, O
            ("mirrored 2 CPU", "mirrored", 1, ONE_THREAD), ("2 workers", "multi_worker", 2, ONE_THREAD)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
     top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     top.add_argument("--models", nargs="+", choices=sorted(SPECS), default=["cnn", "mlp"])
-    top.add_argument("--steps", type=int, default=300)
-    top.add_argument("--warmup", type=int, default=30)
-    top.add_argument("--repeats", type=int, default=3)
+    top.add_argument("--steps", type=int, default=300, help="timed updates per run (default 300)")
+    top.add_argument("--warmup", type=int, default=30, help="untimed updates before them (default 30)")
+    top.add_argument("--repeats", type=int, default=3, help="interleaved repetitions of every configuration (default 3)")
     top.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     top.add_argument("--model", choices=sorted(SPECS), help=argparse.SUPPRESS)
     top.add_argument("--strategy", default="default", help=argparse.SUPPRESS)
-    top.add_argument("--configs", nargs="+", type=int, default=list(range(len(CONFIGS))), help="indexes into CONFIGS")
+    names = "; ".join(f"{i}: {c[0]}" for i, c in enumerate(CONFIGS))
+    top.add_argument("--configs", nargs="+", type=int, choices=range(len(CONFIGS)), default=list(range(len(CONFIGS))),
+                     metavar="N", help=f"configurations to run ({names}); 0 is always run, as the baseline")
     args = top.parse_args(argv)
+    for name in ("steps", "warmup", "repeats"):
+        if getattr(args, name) < (0 if name == "warmup" else 1):
+            top.error(f"--{name} must be at least {0 if name == 'warmup' else 1}")
+    return args
+
+
+def interleaved(model: str, configs: list[int], args: argparse.Namespace) -> dict[int, list[dict[str, Any]]]:
+    """Every configuration once per repetition, in fresh processes, the order rotating each repetition."""
+    rows: dict[int, list[dict[str, Any]]] = {i: [] for i in configs}
+    single = argparse.Namespace(**{**vars(args), "repeats": 1})  # one timed run per process: repetitions are here
+    for rep in range(args.repeats):
+        shift = rep % len(configs)
+        for i in configs[shift:] + configs[:shift]:
+            _, strategy, processes, env = CONFIGS[i]
+            rows[i].append(launch(model, strategy, processes, env, single))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
     if args.worker:
         worker(args)
         return 0
-    print(f"{os.cpu_count()} CPU cores; {args.steps} timed updates x {args.repeats} (median), {args.warmup} warm-up")
+    configs = sorted({0, *args.configs})  # the baseline the ratio is taken to
+    load = os.getloadavg()
+    print(f"{os.cpu_count()} CPU cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.warmup} warm-up + "
+          f"{args.steps} timed updates per run, {args.repeats} repetitions interleaved (medians)")
     print(f"{'model':6} {'configuration':18} {'batch':>5} {'steps/s':>8} {'examples/s':>10} {'vs 1 process':>12} "
           f"{'all-reduce share':>16}")
     for model in args.models:
-        first = None
-        for label, strategy, processes, env in [CONFIGS[i] for i in args.configs]:
-            row = launch(model, strategy, processes, env, args)
-            first = first or row["steps_s"]
-            share = f"{100 * row['reduce_share']:.0f}%" if strategy != "default" else "-"
-            print(f"{model:6} {label:18} {row['batch']:>5} {row['steps_s']:>8.1f} {row['examples_s']:>10.0f} "
-                  f"{row['steps_s'] / first:>11.2f}x {share:>16}", flush=True)
+        rows = interleaved(model, configs, args)
+        for i in configs:
+            label, strategy, _, _ = CONFIGS[i]
+            runs = rows[i]
+            ratio = statistics.median(r["steps_s"] / b["steps_s"] for r, b in zip(runs, rows[0], strict=True))
+            share = f"{100 * statistics.median(r['reduce_share'] for r in runs):.0f}%" if strategy != "default" else "-"
+            print(f"{model:6} {label:18} {runs[0]['batch']:>5} {statistics.median(r['steps_s'] for r in runs):>8.1f} "
+                  f"{statistics.median(r['examples_s'] for r in runs):>10.0f} {ratio:>11.2f}x {share:>16}", flush=True)
+    load = os.getloadavg()
+    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; vs 1 process: median of the ratios to "
+          "'1 process' measured in the same repetition")
     return 0
 
 

@@ -17,10 +17,12 @@ over HTTP, tritonclient), once with and once without `--cuda-graphs`, where the 
 (specgen.serve.models.load_repository taking `cuda_graphs`); it needs the serve extra's packages there.
 
     python bench/gpu_predictor.py resnet50.onnx [--fp16 resnet50.fp16.onnx] [--skeleton] [--json out.json]
+    python3 bench/gpu_predictor.py .gpu/models/resnet50_fp32.onnx --fp16 .gpu/models/resnet50_fp16.onnx --skeleton
 
-`--skeleton`: the graphs are bench/onnx_skeleton.py skeletons (what bench/precision.py --save-onnx writes for
-the GPU machine); their weights are filled in first. Without `--fp16`, the fp16 graph is made from the fp32
-one by `specgen export --precision fp16`'s conversion (runtime/precision/fp16.py).
+`--skeleton`: the graphs are bench/onnx_skeleton.py skeletons (what `bench/cuda_prepare_zoo.py --out DIR` writes
+for the GPU machine: DIR/resnet50_fp32.onnx and DIR/resnet50_fp16.onnx); their weights are filled in first.
+Without `--fp16`, the fp16 graph is made from the fp32 one by `specgen export --precision fp16`'s conversion
+(runtime/precision/fp16.py).
 """
 
 from __future__ import annotations

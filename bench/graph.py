@@ -14,6 +14,7 @@ chain with a skip every 4 layers (written here), the shapes a layered layout fin
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -70,7 +71,9 @@ def measure(spec: Path, out: Path) -> None:
           f"{root.get('width'):>6} x {root.get('height'):<6} {len(svg.encode()) / 1000:>8.0f}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # No options; parsed so that `--help` (or a typo) prints usage instead of running the whole benchmark.
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "encoder12.yaml").write_text(ENCODER)

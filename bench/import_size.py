@@ -11,6 +11,7 @@ spec's 10,000-layer limit the import is refused, and the time shown is how long 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -39,5 +40,15 @@ def main(sizes: list[int]) -> None:
                   flush=True)
 
 
+def arguments(argv: list[str] | None) -> list[int]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", type=int, nargs="*", default=[10_000, 20_000], metavar="N",
+                        help="layers in the chain, one import each (default 10000 20000)")
+    sizes: list[int] = parser.parse_args(argv).sizes
+    if any(n < 1 for n in sizes):
+        parser.error("each N must be at least 1")
+    return sizes
+
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [10_000, 20_000])
+    main(arguments(None))

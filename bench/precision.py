@@ -215,6 +215,21 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def machine() -> str:
+    """The CPU, its integer-dot-product ISA flags and the load: int8's choices and speed depend on them (7-bit
+    weights without VNNI), so a figure without them cannot be compared with another machine's."""
+    import onnxruntime as ort
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    lines = info.splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    isa = sorted(f for f in flags if f.startswith(("avx512", "amx")) or f in ("avx2", "avx_vnni", "fma"))
+    load = os.getloadavg()
+    return (f"{model}, {os.cpu_count()} cores, ISA flags: {' '.join(isa) or 'unknown'}; onnxruntime {ort.__version__}; "
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make", type=Path, metavar="DIR", help="only export the models into DIR (TensorFlow)")
@@ -230,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.onnx_only or Path(tempfile.mkdtemp(prefix="specgen-precision-"))
     if args.onnx_only is None:
         make(folder)
+    print(machine(), flush=True)
     rows = [measure(m, args.provider, args.repeats, args.seconds) for m in sorted(folder.iterdir()) if
             (m / "model.onnx").exists()]
     print(table(rows))

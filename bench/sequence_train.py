@@ -62,6 +62,7 @@ def write_spec(key: str, folder: Path) -> LoadedSpec:
         "optimizers": {"all": {"variables": ["*"], "kind": "adam", "learning_rate": train_step.LEARNING_RATE}},
         "train": {"batch_size": BATCH, "epochs": 1, "accumulate": 1, "metrics": ["accuracy"], "seed": 0},
         "data": {"train": {"npz": "digits_seq.npz", "features": {"x": "x"}, "labels": {"label": "y"}}},
+        "checkpoint": train_step.run_section(folder),
     }
     path = folder / f"{key}.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -101,7 +102,7 @@ def keras_dataset(loaded: LoadedSpec) -> Any:
 
 def setup(key: str, folder: Path, k: int) -> tuple[list[train_step.Variant], dict[int, Any], Any]:
     loaded = write_spec(key, folder)
-    ours = train_step.Specgen(loaded, folder)
+    ours = train_step.Specgen(loaded)
     dataset, fits = keras_dataset(loaded), {}
     for spe in (1, k):
         net = keras_model(key)
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="measurements per variant (default 5)")
     parser.add_argument("--k", type=int, default=50, help="steps per tf.function call / steps_per_execution")
     args = parser.parse_args(argv)
+    if args.steps < args.k:  # graph[k] and fit[k] time whole calls of k steps: fewer steps would time none
+        parser.error("--steps must be at least --k")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     started, load = time.perf_counter(), os.getloadavg()
     import keras
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             variants, fits, ours = setup(key, folder, args.k)
             train_step.measure(variants, args)
             results += train_step.report(key, ours, fits, variants, args.k)
-            ours.session.writers["train"].close()
+            ours.close()
     print(f"\ntarget: specgen train() >= {train_step.TARGET_RATIO:g}x keras fit")
     for label, ratio, paired in results:
         print(f"  {label:<46}{ratio:7.3f}x {paired:7.3f}x paired  "

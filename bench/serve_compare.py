@@ -24,8 +24,10 @@ load generator's own CPU (printed) bounds what any server can show.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -34,6 +36,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+KSERVE_PYTHON = ROOT / ".kserve-venv" / "bin" / "python"  # the checkout's, whatever the working directory
+KSERVE_SETUP = "python3 -m venv .kserve-venv && .kserve-venv/bin/pip install kserve onnxruntime"
+PROTOCOLS = ("http-json", "http-binary", "grpc")
 
 KSERVE_SERVER = r'''
 import logging, sys
@@ -197,11 +204,42 @@ def compare(repo: Path, model: str, servers: list[str], protocols: list[str], cl
     return {k: v for k, v in results.items()}
 
 
+def kserve_missing(python: str) -> str | None:
+    """Why KServe's interpreter cannot serve (one line), or None. Checked before anything is timed: it used to
+    fail only when its turn came, minutes into the run, with a traceback and none of the figures measured."""
+    if not Path(python).is_file():
+        return (f"KServe's interpreter {python} not found; make it with `{KSERVE_SETUP}` in the checkout, pass "
+                "--kserve-python PATH, or leave kserve out: --servers specgen-w1,specgen-w2")
+    check = subprocess.run([python, "-c", "import kserve, onnxruntime, numpy"], capture_output=True, text=True)
+    if check.returncode != 0:
+        last = (check.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"{python} cannot import kserve and onnxruntime ({last}); install them there: `{KSERVE_SETUP}`"
+    return None
+
+
+def checked_lists(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
+    """--servers, --protocols and --clients as lists; a bad entry is a usage error before any work."""
+    servers, protocols = args.servers.split(","), args.protocols.split(",")
+    for server in servers:
+        if server != "kserve" and not re.fullmatch(r"specgen-w[1-9][0-9]*", server):
+            parser.error(f"--servers: unknown server {server!r}; expected kserve or specgen-wN (N workers)")
+    for protocol in protocols:
+        if protocol not in PROTOCOLS:
+            parser.error(f"--protocols: unknown protocol {protocol!r}; expected some of {','.join(PROTOCOLS)}")
+    try:
+        clients = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        parser.error(f"--clients: expected whole numbers separated by commas, got {args.clients!r}")
+    if any(c < 1 for c in clients):
+        parser.error("--clients: each count must be at least 1")
+    return servers, protocols, clients
+
+
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     import tempfile
 
-    parser = argparse.ArgumentParser(description="specgen serve vs KServe, side by side (see the module docstring)")
+    parser = argparse.ArgumentParser(prog="serve_load.py --compare",
+                                     description="specgen serve vs KServe, side by side (see bench/serve_compare.py)")
     parser.add_argument("--servers", default="specgen-w1,specgen-w2,kserve")
     parser.add_argument("--protocols", default="http-json,http-binary,grpc")
     parser.add_argument("--clients", default="1,8,32")
@@ -209,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads of each server (0: default)")
-    parser.add_argument("--kserve-python", default=".kserve-venv/bin/python")
+    parser.add_argument("--kserve-python", default=str(KSERVE_PYTHON),
+                        help="KServe's virtualenv interpreter (default: .kserve-venv in the checkout)")
     parser.add_argument("--model", default="cnn", choices=["cnn", "mlp", "mobilenet"],
                         help="mobilenet: examples/specs/mobilenet_v3_small.yaml at a 224x224x3 input")
     args = parser.parse_args(argv)
+    servers, protocols, clients = checked_lists(parser, args)
+    if "kserve" in servers and (why := kserve_missing(args.kserve_python)) is not None:
+        print(f"bench/serve_compare.py: {why}", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_repo, when imported from elsewhere
     from serve_repo import SPECS, example_repo, mobilenet_repo
 
@@ -225,8 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             repo = example_repo(Path(temp) / "repo", name)
         print(f"side by side: {name}, servers {args.servers}, {args.warmup:g} + {args.seconds:g} s per cell, "
               f"{os.cpu_count()} CPUs shared by clients and servers, onnxruntime threads {args.threads}", flush=True)
-        compare(repo, name, args.servers.split(","), args.protocols.split(","),
-                [int(c) for c in args.clients.split(",")], args.repeats, args.warmup, args.seconds, args.threads,
+        compare(repo, name, servers, protocols, clients, args.repeats, args.warmup, args.seconds, args.threads,
                 args.kserve_python, Path(temp) / "servers.log", shape)
     return 0
 

@@ -444,11 +444,14 @@ def checks(r: dict) -> list[str]:
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--compare"]:  # side by side with KServe and with --workers 2: bench/serve_compare.py
+    if "--compare" in sys.argv[1:]:  # side by side with KServe and with --workers 2: bench/serve_compare.py
         from serve_compare import main as compare
 
-        return compare(sys.argv[2:])
+        return compare([a for a in sys.argv[1:] if a != "--compare"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--compare", action="store_true",
+                        help="instead: specgen serve (1 and 2 workers) side by side with KServe, bench/serve_compare.py; "
+                        "its own flags (--servers, --protocols, --kserve-python, --model mobilenet...): --compare --help")
     parser.add_argument("--model", choices=sorted(SPECS), default="cnn")
     parser.add_argument("--repo", type=Path, help="serve this repository (default: a fresh one with random weights)")
     parser.add_argument("--clients", type=int, default=32)

@@ -51,8 +51,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from specgen.ir.resolve import build_ir
-from specgen.render.files import render_files
 from specgen.spec.load import LoadedSpec, load_spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,16 +61,18 @@ MODELS = ("cnn", "mlp")
 SPEC_FILES = {"cnn": "digits_cnn.yaml", "mlp": "digits_mlp.yaml"}
 
 
-def bench_spec(model: str) -> LoadedSpec:
-    """The example spec with one Adam over every variable, constant LR, no EMA/clip, accumulate 1."""
+def bench_spec(model: str, folder: Path) -> LoadedSpec:
+    """The example spec with one Adam over every variable, constant LR, no EMA/clip, accumulate 1; its run
+    folder in `folder`."""
     path = SPECS / SPEC_FILES[model]
     data = yaml.safe_load(path.read_text())
     train = data["train"]
     data["optimizers"] = {"all": {"variables": ["*"], "kind": "adam", "learning_rate": LEARNING_RATE}}
     data["train"] = {"batch_size": train["batch_size"], "epochs": 1, "accumulate": 1, "metrics": ["accuracy"],
                      "seed": train.get("seed", 0)}
-    for section in ("frozen", "checkpoint", "export"):
+    for section in ("frozen", "export"):
         data.pop(section, None)
+    data["checkpoint"] = run_section(folder)
     return load_spec_text(yaml.safe_dump(data, sort_keys=False), f"<bench {path.name}>", path)
 
 
@@ -156,27 +156,40 @@ def keras_dataset(loaded: LoadedSpec) -> Any:
             .batch(spec.batch_size, drop_remainder=True).repeat().prefetch(2))
 
 
+def run_section(folder: Path) -> dict[str, Any]:
+    """The bench specs' `checkpoint` section: the run folder inside the bench's temporary folder, and no
+    periodic save (the loop never saves; a save would time the disk, which the Keras side does not)."""
+    return {"dir": str(folder / "run"), "every_steps": 10**9, "keep": 1}
+
+
 class Specgen:
-    """The generated model and training module for one bench spec, driven three ways."""
+    """The generated model and training module for one bench spec, driven three ways.
 
-    def __init__(self, loaded: LoadedSpec, folder: Path):
-        import tensorflow as tf
+    The session is a real `Session` (what `specgen train` builds), so every attribute its methods read is set
+    by its own __init__: a Session built by hand lost `tracker` when __init__ gained it and the bench broke.
+    `loaded`'s checkpoint.dir must be a folder the bench may write (run_section); nothing is saved there.
+    """
 
+    def __init__(self, loaded: LoadedSpec, determinism: bool = False):
+        from tensorflow.python.framework.config import disable_op_determinism  # no public name; TF's own tests use it
+
+        from specgen.pipeline import build
         from specgen.progress import TrainProgress
         from specgen.runtime import data
+        from specgen.runtime.commands.resume import Options
         from specgen.runtime.commands.train import Session
-        from specgen.runtime.lib.generated import load_generated
-        from specgen.runtime.placement.default import Distribution
 
         self.loaded, self.spec = loaded, loaded.spec
-        ir = build_ir(loaded)
-        for name, content in render_files(ir).items():
-            if name.endswith(".py"):
-                (folder / name).write_bytes(content)
-        model_module, train_module = load_generated(folder / "model.py"), load_generated(folder / "train.py")
-        self.model = model_module.__dict__[ir.class_name](seed=self.spec.train.seed)
-        self.trainer = train_module.__dict__[f"{ir.class_name}Training"](self.model)
-        source = data.read_stage(loaded, ir, "train")
+        self.session = session = Session(build(loaded), Options(quiet=True))
+        session.start()  # a new run in the bench's folder: opens the TensorBoard writers the loop writes to
+        if not determinism:
+            # Session.__init__ turns op determinism on for the whole process, as `specgen train` does; the bench
+            # leaves it off unless --determinism asks: it slows both sides, and RESULTS.md's figures ran without it.
+            disable_op_determinism()
+        # Epoch ends (an eval in `specgen train`) are not timed: the loop's chunks end at log points only.
+        session.updates_per_epoch = 10**9
+        self.model, self.trainer = session.model, session.trainer
+        source = data.read_stage(loaded, session.ir, "train")
         assert source is not None
         train = self.spec.train
 
@@ -185,16 +198,7 @@ class Specgen:
 
         self.loop_iterator, self.graph_iterator = iter(batches()), iter(batches())
         self.loop_step = 0
-        # A Session without __init__ (which would switch on op determinism for the whole process):
-        # the real updates/metrics/_summaries methods over this trainer; no checkpoints or epochs.
-        session = Session.__new__(Session)
-        session.trainer, session.train_spec, session.iterator = self.trainer, train, iter(batches())
-        session.step, session.attempts, session.every, session.updates_per_epoch = 0, 0, 10**9, 10**9
-        # Session.updates runs through the one-device Distribution over the IR's train section (as __init__ sets)
-        session.distribution, session.train_ir = Distribution(), ir.training.train
-        session.writers = {stage: tf.summary.create_file_writer(str(folder / "tensorboard" / stage))
-                           for stage in ("train", "eval")}
-        self.session, self.progress, self.losses = session, TrainProgress(0, 10**9, quiet=True), []
+        self.progress, self.losses = TrainProgress(0, 10**9, quiet=True), []
         self.started, self.first = time.monotonic(), 0
 
     def loop(self, steps: int) -> None:
@@ -221,6 +225,11 @@ class Specgen:
             progress.show(step, f"step {step}/{stop}  {rate:.1f} steps/s  loss {loss:.4f}  {_format(train_metrics)}",
                           f"loss {loss:.4f}")
             session._summaries("train", {"loss": loss, **train_metrics})
+
+    def close(self) -> None:
+        """The TensorBoard writers, before the temporary folder goes."""
+        for writer in self.session.writers.values():
+            writer.close()
 
     def graph(self, k: int) -> Callable[[int], None]:
         """k train steps per call of one tf.function that pulls its batches from the iterator."""
@@ -298,9 +307,9 @@ def measure(variants: list[Variant], args: argparse.Namespace) -> None:
             variant.timed_steps = steps
 
 
-def setup(model: str, folder: Path, k: int) -> tuple[list[Variant], dict[int, KerasFit], Specgen]:
-    loaded = bench_spec(model)
-    ours = Specgen(loaded, folder)
+def setup(model: str, folder: Path, k: int, determinism: bool) -> tuple[list[Variant], dict[int, KerasFit], Specgen]:
+    loaded = bench_spec(model, folder)
+    ours = Specgen(loaded, determinism)
     dataset = keras_dataset(loaded)
     fits = {}
     for spe in (1, k):
@@ -398,13 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.models:
             folder = Path(tmp) / model
             folder.mkdir()
-            variants, fits, ours = setup(model, folder, args.k)
+            variants, fits, ours = setup(model, folder, args.k, args.determinism)
             if args.profile:
                 profile(ours, args.steps, args.top)
                 continue
             measure(variants, args)
             results += report(model, ours, fits, variants, args.k)
-            ours.session.writers["train"].close()
+            ours.close()
     if args.profile:
         return 0
     print(f"\ntarget: specgen steps/s >= {TARGET_RATIO:g}x Keras model.fit, per model, for what `specgen train` runs "

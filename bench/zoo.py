@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -271,12 +272,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows and the summary here")
     parser.add_argument("--one", nargs=3, metavar=("NAME", "SIZE", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout must be above 0 seconds")
+    # Each row's subprocess imports tf2onnx first: without it every model was counted as a specgen failure.
+    if importlib.util.find_spec("tf2onnx") is None:
+        print("bench/zoo.py: tf2onnx is not installed; `pip install tf2onnx==1.17.0` (the bench extra; the version "
+              "bench/infer.py was run with); nothing was measured.", file=sys.stderr)
+        return 2
     repeats, seconds = (3, 0.1) if args.quick else (5, 0.3)
     if args.one:
         one(args.one[0], int(args.one[1]), Path(args.one[2]), repeats, seconds)
         return 0
     picked = [(n, s) for n, s in ROWS
               if any(fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(label(n, s), p) for p in args.models)]
+    if not picked:
+        parser.error(f"--models: {' '.join(args.models)} names none of the {len(ROWS)} rows (bench/zoo.py's ROWS)")
     picked.sort(key=lambda row: (row[0] in HEAVY, row[1] != SMALLEST.get(row[0], 32)))
     rows, started = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specgen-zoo-results-") as folder:
