@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from specgen.diagnostics import safe_repr
 
@@ -56,14 +57,34 @@ def is_identifier(text: str) -> bool:
     return len(text) <= MAX_NAME_CHARS and re.fullmatch(IDENT, text) is not None  # length first: text may be long
 
 
+def is_layer_name(text: str) -> bool:
+    """Whether `text` is a valid layer name (LAYER and MAX_NAME_CHARS per part), for code that checks outside pydantic."""
+    # Length first, as above: MAX_NAME_PARTS parts of MAX_NAME_CHARS and the '/' between them bound every valid name.
+    if len(text) > MAX_NAME_PARTS * (MAX_NAME_CHARS + 1):
+        return False
+    return re.fullmatch(LAYER, text) is not None and name_length_problem(text) is None
+
+
 # The pattern comes first: a malformed name is refused for its form, whatever its length.
 Identifier = Annotated[str, StringConstraints(pattern=IDENT), AfterValidator(_short_name),
                        WithJsonSchema({"type": "string", "pattern": IDENT, "maxLength": MAX_NAME_CHARS})]
 LayerName = Annotated[str, StringConstraints(pattern=LAYER), AfterValidator(_short_name)]
+
+
+def _path_given(value: object) -> object:
+    """An empty path is refused as what it should be, a path (spec/messages.py reads `expected`), not only as a
+    string too short."""
+    if value == "":
+        raise PydanticCustomError("string_too_short", "String should have at least 1 character",
+                                  {"min_length": 1, "expected": "a path"})
+    return value
+
+
 # Glob patterns and file paths never reach code as names; they are bounded and
 # free of control characters so that messages and listings stay one line each.
 Pattern = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
-FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$"),
+                     BeforeValidator(_path_given)]
 Doc = Annotated[str, StringConstraints(max_length=4096)]
 
 MAX_INT = 2**31 - 1  # sizes, counts and steps; larger values overflow the ONNX parser's int64 dims

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specgen.diagnostics import Diagnostic, did_you_mean, quoted, safe_repr
-from specgen.fields.base import LAYER
+from specgen.fields.base import ECHO_CHARS, LAYER, name_length_problem
 from specgen.kinds.ops import REGISTRY
 from specgen.spec.blocks import PARAM_REF, Block, Instance
 from specgen.spec.messages import validation_diagnostics
@@ -23,7 +23,7 @@ from specgen.spec.origins import Origin, Origins
 from specgen.spec.shipped import names as shipped_names
 from specgen.spec.source_map import PathKey
 
-LAYER_NAME = re.compile(LAYER)
+LAYER_NAME = re.compile(LAYER)  # the form only: a part's length is name_length_problem's (fields/base.py)
 STATIC_KEYS = ("name", "op", "input", "inputs")  # never `$param`s: the graph is known before any instance
 
 
@@ -78,12 +78,8 @@ class _Checker:
 
     def _item(self, name: str, block: Block, j: int, item: dict[str, Any], loc: PathKey) -> dict[str, str]:
         """The local names one block layer defines, with what each names."""
-        local = item.get("name")
-        if not isinstance(local, str) or not LAYER_NAME.match(local):
-            self.report((*loc, "name") if "name" in item else loc,
-                        f"block '{name}': layer name {safe_repr(local)} is not a layer name (parts of an ASCII "
-                        "letter, then ASCII letters and digits with single '_', joined by '/'); names cannot be "
-                        "parameters")
+        local = self._local_name(name, item, loc)
+        if local is None:
             return {}
         if ("op" in item) == ("block" in item):
             self.report(loc, f"block '{name}': layer '{local}' needs exactly one of 'op' (a layer) or 'block' "
@@ -111,6 +107,21 @@ class _Checker:
         self.instances[(name, j)] = instance
         self.uses(instance, loc, block)
         return _aliases(instance, self.spec)
+
+    def _local_name(self, name: str, item: dict[str, Any], loc: PathKey) -> str | None:
+        """A block layer's name, None if it has none of a layer name's form. One too long is reported here, once,
+        and kept in scope: left to pydantic, every instance and every layer reading it refused it again (rt8 F6)."""
+        local = item.get("name")
+        if not isinstance(local, str) or not LAYER_NAME.fullmatch(local):  # fullmatch: '$' also matches before a '\n'
+            self.report((*loc, "name") if "name" in item else loc,
+                        f"block '{name}': layer name {safe_repr(local)} is not a layer name (parts of an ASCII "
+                        "letter, then ASCII letters and digits with single '_', joined by '/'); names cannot be "
+                        "parameters")
+            return None
+        if problem := name_length_problem(local):
+            self.report((*loc, "name"), f"block '{name}': layer name '{local[:ECHO_CHARS]}…' is too long: {problem}; "
+                        "shorten it")
+        return local
 
     def uses(self, instance: Instance, loc: PathKey, within: Block | None) -> None:
         """An instance names a block that exists, sets only its parameters, every one without a default,
@@ -166,7 +177,7 @@ class _Checker:
                                 f"{did_you_mean(param, unknown.params)} "
                                 f"(parameters: {', '.join(unknown.params) or 'none'})", key=True)
                 if within is None and isinstance(value, str) and PARAM_REF.match(value):
-                    self.report((*at, param), f"'{value}' refers to a parameter, but instance '{instance.name}' is "
+                    self.report((*at, param), f"{safe_repr(value)} refers to a parameter, but instance '{instance.name}' is "
                                 "not inside a block; write the value itself")
         cases = [(block, instance.with_, "")] if repeat is None else [
             (first, {**instance.with_, **(instance.first.with_ if instance.first else {})}, " for its first instance")]
@@ -188,7 +199,9 @@ class _Checker:
         else:
             values = {k: v for k, v in item.items() if k not in STATIC_KEYS}
         for at, ref in _refs(values, loc):
-            if ref not in block.params:
+            if problem := name_length_problem(ref):  # no parameter is that long (Identifier): one bounded line
+                self.report(at, f"block '{name}': '${ref[:ECHO_CHARS]}…' names no parameter: {problem}; shorten it")
+            elif ref not in block.params:
                 self.report(at, f"block '{name}' has no parameter '{ref}'{did_you_mean(ref, block.params)} "
                             f"(parameters: {', '.join(block.params) or 'none'}; declare it in 'params')")
 

@@ -22,7 +22,9 @@ from specgen.kinds.ops import Layer
 # (spec/load.py; spec/expand.py while expanding). EfficientNetB7, among the largest, has 813.
 MAX_LAYERS = 10_000
 
-# A parameter reference is a whole string value `$name`; there is no templating inside strings.
+# A parameter reference is a whole string value `$name`; there is no templating inside strings. Its length is not
+# bounded here (IDENT has no bound): `$` and a name of any length is meant as a reference, and block_checks.py
+# says when the name is too long to be a parameter's (name_length_problem).
 PARAM_REF = re.compile("^\\$" + IDENT[1:])
 MAX_REPEAT = 1000  # instances from one `repeat`; the total of expanded layers is bounded in expand.py
 

@@ -26,9 +26,9 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from specgen.diagnostics import Diagnostic, Position, SpecError
-from specgen.fields.base import MAX_NAME_PARTS
+from specgen.fields.base import MAX_NAME_PARTS, is_layer_name
 from specgen.kinds.ops import REGISTRY, Layer
-from specgen.spec.block_checks import LAYER_NAME, STATIC_KEYS, check_blocks
+from specgen.spec.block_checks import STATIC_KEYS, check_blocks
 from specgen.spec.blocks import MAX_LAYERS, PARAM_REF, Instance
 from specgen.spec.messages import Overrides, validation_diagnostics
 from specgen.spec.model import Spec
@@ -242,7 +242,7 @@ class _Expander:
             clash = "a layer" if alias in names else "an input" if alias in self.spec.inputs else None
             if clash:
                 self.report(origin, f"instance name '{alias}' is already used by {clash}")
-            elif not LAYER_NAME.match(alias):
+            elif not is_layer_name(alias):  # every part was checked (block_checks, pydantic): only the count can fail
                 self.report(origin, f"the instance name '{alias}' is not a valid layer name "
                             f"(at most 8 parts joined by '/'): nest fewer blocks or shorten the names")
         for i, layer in enumerate(self.layers):
@@ -260,7 +260,7 @@ class _Expander:
             layer["inputs"] = resolved
         elif resolved:
             layer["input"] = resolved[0]
-        if not LAYER_NAME.match(layer["name"]):
+        if not is_layer_name(layer["name"]):
             self.report(self.origins.items[i], f"the expanded layer name '{layer['name']}' is not a valid layer name "
                         "(at most 8 parts joined by '/'): nest fewer blocks or shorten the names")
             return layer

@@ -3,8 +3,8 @@
 A spec name part is letters and digits with single underscores between them (LAYER in
 specgen/fields/base.py); Keras allows more (`block_1__conv`, `conv-1`, `1x1`). A rename replaces
 every run of other characters by one `_`, trims `_` at the ends, starts the first part with a
-letter, shortens parts over 63 characters (with a hash of the original) and adds `_2`, `_3`, ...
-until the name is unique, also once `/` becomes `_` (how generated Python names layers).
+letter, shortens parts over MAX_NAME_CHARS (128) characters (with a hash of the original) and adds
+`_2`, `_3`, ... until the name is unique, also once `/` becomes `_` (how generated Python names layers).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import re
 
+from specgen.fields.base import MAX_NAME_CHARS, MAX_NAME_PARTS
 from specgen.ir.naming import STATE_ROOTS
 
-PART = re.compile(r"^[A-Za-z0-9](_?[A-Za-z0-9]){0,62}$")
 RESERVED_FIRST = STATE_ROOTS  # training-state prefixes
-MAX_PART = 63
+# The spec's own limit (fields/base.py), not a copy: a Keras name the spec accepts is kept as it is.
+MAX_PART = MAX_NAME_CHARS
 # A whole layer name: `<name>/<weight>` (restore map `to`) and `<name>/*` (frozen, collections) must fit the
-# spec's 256-character patterns; 8 parts of 63 would not.
+# spec's 256-character patterns; 8 parts of 128 would not.
 MAX_NAME = 200
 
 
@@ -47,8 +48,8 @@ class Namer:
         parts = [_part(p, i == 0) for i, p in enumerate(keras_name.split("/"))]
         if parts[0] in RESERVED_FIRST:
             parts[0] += "_layer"
-        if len(parts) > 8:  # the spec allows 8 levels of nesting
-            parts = [*parts[:7], "_".join(parts[7:])[:MAX_PART].rstrip("_")]
+        if len(parts) > MAX_NAME_PARTS:  # the spec's levels of nesting
+            parts = [*parts[:MAX_NAME_PARTS - 1], "_".join(parts[MAX_NAME_PARTS - 1:])[:MAX_PART].rstrip("_")]
         return self._unique("/".join(_fit(parts, keras_name)))
 
     def identifier(self, keras_name: str) -> str:
@@ -81,7 +82,3 @@ def _fit(parts: list[str], original: str) -> list[str]:
 def _hash(text: str) -> str:
     """8 hex digits that tell shortened names apart (lone surrogates from JSON included)."""
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-
-
-def valid_identifier(name: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z](_?[A-Za-z0-9]){0,62}", name))
