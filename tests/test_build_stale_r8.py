@@ -37,19 +37,41 @@ def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     return tmp_path / "gen" / "digits_mlp"
 
 
+def _tools_entries(folder: Path) -> dict[Path, str | None]:
+    """What tools leave in a folder without asking (None: a folder): Jupyter, git, macOS, TensorBoard, an editor,
+    Python's import."""
+    made: dict[Path, str | None] = {
+        folder / ".ipynb_checkpoints": None, folder / ".ipynb_checkpoints" / "model-checkpoint.py": "x = 1\n",
+        folder / ".gitignore": "*.pyc\n", folder / ".DS_Store": "\0\0", folder / ".model.py.swp": "swap",
+        folder / "logs": None, folder / "logs" / "events.out": "e", folder / "__pycache__": None}
+    for path, text in made.items():
+        if text is None:
+            path.mkdir()
+        else:
+            path.write_text(text)
+    return made
+
+
+def test_subfolders_and_dot_names_are_not_looked_at(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Old (4884917): each was `extra:`, so `--check` failed for ever on what Jupyter or git made in the folder."""
+    made = _tools_entries(built)
+    ok = (0, ["ok: 5 generated files in gen are up to date"], [])
+    assert _run(capsys, "build", "s.yaml", "--out", "gen", "--check") == ok
+    assert _run(capsys, "build", "s.yaml", "--out", "gen") == (0, ["built 1 spec(s) into gen: 0 file(s) changed"], [])
+    assert _run(capsys, "build", "s.yaml", "--out", "gen", "--check") == ok
+    assert {p: None if p.is_dir() else p.read_text() for p in made} == made  # all left as they were
+
+
 def test_a_file_specgen_did_not_write_is_named_and_kept(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (built / "README.md").write_text("# my notes\n")
-    (built / "sub").mkdir()
-    (built / "__pycache__").mkdir()  # Python's, from importing model.py: not named
+    _tools_entries(built)  # not named beside it
     assert _run(capsys, "build", "s.yaml", "--out", "gen", "--check") == (1, [
         f"extra: gen/digits_mlp/README.md {KEEPS}",
-        f"extra: gen/digits_mlp/sub/ {KEEPS}",
-    ], ["specgen build --check: 1 file(s) and 1 folder(s) out of date; remove the file(s) and folder(s) named by hand"])
+    ], ["specgen build --check: 1 file(s) out of date; remove the file(s) named by hand"])
     assert _run(capsys, "build", "s.yaml", "--out", "gen") == (0, ["built 1 spec(s) into gen: 0 file(s) changed"], [
         f"specgen build: kept gen/digits_mlp/README.md {KEPT}",
-        f"specgen build: kept gen/digits_mlp/sub/ {KEPT}",
     ])
-    assert (built / "README.md").read_text() == "# my notes\n" and (built / "sub").is_dir()
+    assert (built / "README.md").read_text() == "# my notes\n"
 
 
 def test_only_files_with_specgens_mark_are_removed(built: Path, capsys: pytest.CaptureFixture[str]) -> None:

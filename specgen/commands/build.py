@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     prune = not args.paths and home
     if args.check:
         leftover = unclaimed((o.folder for o in outputs), out) if prune else []
-        extras: list[str] = []  # files and folders in spec folders that specgen did not write: build keeps them
+        extras: list[str] = []  # files in spec folders that specgen did not write: build keeps them
         files = check(outputs, out, extras)
         folders = [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover]
         schema = schema_drift(config.schema, schema_text()) if config.schema is not None and not args.paths else []
@@ -55,12 +55,11 @@ def run(args: argparse.Namespace) -> int:
             # each remedy is what fixes those lines: only `specgen schema` writes the schema, and `build` never
             # deletes a folder holding a file it did not write
             removable, kept = any(not f.foreign for f in leftover), any(f.foreign for f in leftover)
-            subfolders = sum(e.endswith("/") for e in extras)
-            by_hand = ["file(s)"] * (len(extras) > subfolders) + ["folder(s)"] * (kept or subfolders > 0)
+            by_hand = ["file(s)"] * bool(extras) + ["folder(s)"] * kept
             remedy = " and ".join(["run `specgen build`"] * (len(files) > len(extras) or removable)
                                   + ["run `specgen schema`"] * bool(schema)
                                   + [f"remove the {' and '.join(by_hand)} named by hand"] * bool(by_hand))
-            changed, gone = len(files) + len(schema) - subfolders, len(folders) + subfolders
+            changed, gone = len(files) + len(schema), len(folders)
             counts = [f"{changed} file(s)"] * bool(changed) + [f"{gone} folder(s)"] * bool(gone)
             print(f"specgen build --check: {' and '.join(counts)} out of date; {remedy}", file=sys.stderr)
             return 1

@@ -6,6 +6,7 @@ import difflib
 import functools
 import multiprocessing
 import os
+import re
 import signal
 import time
 from contextlib import closing
@@ -21,7 +22,7 @@ from specgen.paths import shown
 from specgen.progress import delayed
 from specgen.render.files import load_templates, render_files
 from specgen.render.pool import forked_map
-from specgen.render.stale_folders import CACHE, built
+from specgen.render.stale_folders import built
 from specgen.runtime.interrupt import Interrupts
 
 BINARY_SUFFIXES = (".onnx",)
@@ -42,12 +43,12 @@ PARALLEL_FROM = 8  # specs; below this a worker pool costs more than it saves
 
 
 def _render_many(paths: list[Path], pictures: bool = False) -> list[Rendered]:
-    """Render in worker processes forked after imports (one per core), results in input order.
+    """Render in worker processes forked after imports (one per usable CPU), results in input order.
 
     Writing stays in this process: measured, writing from the workers as well gained nothing
     (sending the rendered bytes back to them costs what the parallel writes save).
     """
-    workers = min(os.cpu_count() or 1, len(paths))
+    workers = min(usable_cpus(), len(paths))
     if workers < 2 or len(paths) < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
         return [render_one(p, pictures) for p in delayed(paths, "build")]
     load_templates()  # once here rather than once per worker
@@ -62,6 +63,14 @@ def _render_many(paths: list[Path], pictures: bool = False) -> list[Rendered]:
             results[index] = result
     interrupts.check()  # the workers are gone: a Ctrl-C that came is raised here
     return results
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: under `taskset` or a container's cpuset that is fewer than the machine
+    has (os.cpu_count()), and workers beyond them would only take turns on the same CPUs."""
+    if hasattr(os, "sched_getaffinity"):  # Linux; elsewhere the machine's count is the best figure at hand
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def render_one(path: Path, pictures: bool = False) -> Rendered:
@@ -123,14 +132,14 @@ def _shared_folders(outputs: list[Output]) -> list[Diagnostic]:
 @dataclass(frozen=True)
 class _OnDisk:
     """One spec's output folder as found: each generated file's bytes (None: missing), stale files (specgen's, no
-    longer generated) and the entries specgen did not write (`foreign`, never deleted)."""
+    longer generated) and the files specgen did not write (`foreign`, never deleted)."""
 
     shown: Path  # <root>/<name> as the user spelled the root, for messages
     real: str  # the same folder on the resolved root, where specgen reads and writes
     current: dict[str, bytes | None]
     stale: list[str]
     temporary: list[str] = field(default_factory=list)  # left by a build killed between write and rename
-    foreign: list[str] = field(default_factory=list)  # a folder's name ends with "/"
+    foreign: list[str] = field(default_factory=list)
 
 
 def _real_root(root: Path) -> str:
@@ -145,11 +154,11 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     """Read one spec's output folder without following any link below the root.
 
     The folder must be a real folder; a link, device or pipe in it, or a folder where a
-    generated file goes, raises UnsafePathError naming it. A file the spec no longer generates is
-    stale only when it carries specgen's mark (stale_folders.built: the rule for whole folders);
-    any other file, and any subfolder but Python's __pycache__, is foreign: named, never deleted.
-    Paths are strings here: this runs for every file of every spec, and pathlib objects cost
-    more than the system calls.
+    generated file goes, raises UnsafePathError naming it. Subfolders and dot-names are not
+    looked at (`_not_looked_at`). A file the spec no longer generates is stale only when it
+    carries specgen's mark (stale_folders.built: the rule for whole folders); any other file is
+    foreign: named, never deleted. Paths are strings here: this runs for every file of every
+    spec, and pathlib objects cost more than the system calls.
     """
     shown, real = root / out.folder, os.path.join(real_root, out.folder)
     disk = _OnDisk(shown, real, dict.fromkeys(out.files), [])
@@ -161,10 +170,7 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     with os.scandir(real) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             ours = entry.name in out.files
-            # DirEntry answers from the folder listing (no extra system call); kind() names the odd ones.
-            if entry.is_dir(follow_symlinks=False) and not ours:
-                if entry.name != CACHE:  # Python's, made by importing the generated modules
-                    disk.foreign.append(entry.name + "/")
+            if not ours and _not_looked_at(entry, out):
                 continue
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 kind(Path(entry.path), shown / entry.name)
@@ -182,6 +188,26 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     return disk
 
 
+def _not_looked_at(entry: os.DirEntry[str], out: Output) -> bool:
+    """Whether an entry the spec does not generate is outside `build`'s business: a subfolder (read from the
+    listing, no system call), or a name starting with "." but a temporary file of `build`'s own (atomic.staged).
+
+    Tools make both beside the files without asking: Python's __pycache__, Jupyter's .ipynb_checkpoints/,
+    TensorBoard's logs/, macOS's .DS_Store, an editor's swap file, a .gitignore. `build` writes neither (the
+    folder rule, render/stale_folders.py, skips dot-folders too), and `--check` failing on them would stay red
+    with no specgen command to fix it. Other files are named (`foreign`): a README.md beside generated code is
+    a choice the user can undo."""
+    if entry.is_dir(follow_symlinks=False):
+        return True
+    return entry.name.startswith(".") and _staged(entry.name, out) is None
+
+
+def _staged(name: str, out: Output) -> re.Match[str] | None:
+    """`name` parsed, when it is how atomic.staged names a temporary file of one of `out`'s files."""
+    found = TEMP_NAME.fullmatch(name)
+    return found if found is not None and found["target"] in out.files else None
+
+
 def _temporary(name: str, modified: float, out: Output) -> bool | None:
     """None unless `name` is the temporary file of one of `out`'s files (atomic.staged); then whether it was left
     behind: its writer's process is gone (kill -9 between the write and the rename), or it is older than any write
@@ -189,8 +215,8 @@ def _temporary(name: str, modified: float, out: Output) -> bool | None:
     "no longer generates". Either sign is enough here, unlike atomic.remove_stale_temps' rule (a dead pid and
     old), which guards a folder other machines write at once: an output folder is a checkout's, written by one
     build at a time, and a build killed a second ago is what `--check` should name."""
-    found = TEMP_NAME.fullmatch(name)  # a write in progress, as atomic.staged names it
-    if found is None or found["target"] not in out.files:
+    found = _staged(name, out)  # a write in progress
+    if found is None:
         return None
     return not pid_alive(int(found["pid"])) or time.time() - modified > STALE_AFTER
 
@@ -212,7 +238,7 @@ class Changes:
     written: list[Path] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # no longer generated
     temporary: list[Path] = field(default_factory=list)  # left by an interrupted build
-    kept: list[str] = field(default_factory=list)  # not written by specgen, never deleted (shown; a folder ends in /)
+    kept: list[str] = field(default_factory=list)  # files not written by specgen, never deleted (shown)
 
     def lines(self) -> list[str]:
         return ([f"wrote {shown(p)}" for p in self.written]
@@ -220,7 +246,7 @@ class Changes:
                 + [f"removed {shown(p)} (a temporary file an interrupted build left)" for p in self.temporary])
 
     def notes(self) -> list[str]:
-        """For stderr, as `build` names a folder it keeps (commands/build.py): what it left for the user."""
+        """For stderr, as `build` names a folder it keeps (commands/build.py): the files it left for the user."""
         return [f"specgen build: kept {kept} ({NOT_OURS})" for kept in self.kept]
 
 
@@ -254,7 +280,7 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
         for name in disk.stale:
             if _unlink(disk, name):
                 changes.removed.append(disk.shown / name)
-        changes.kept += [shown(disk.shown / name) + "/" * name.endswith("/") for name in disk.foreign]
+        changes.kept += [shown(disk.shown / name) for name in disk.foreign]
 
 
 def _unlink(disk: _OnDisk, name: str) -> bool:
@@ -269,7 +295,7 @@ def _unlink(disk: _OnDisk, name: str) -> bool:
 
 def check(outputs: list[Output], root: Path, extras: list[str] | None = None) -> list[str]:
     """A unified diff (or a one-line note) for every drifted, missing, stale, foreign or unsafe file; `extras` gets
-    the foreign entries' paths (a folder's ending in /), which `specgen build` keeps: the summary counts them."""
+    the foreign files' paths, which `specgen build` keeps: the summary names their remedy apart."""
     try:
         real_root = _real_root(root)
     except UnsafePathError as exc:
@@ -283,7 +309,7 @@ def check(outputs: list[Output], root: Path, extras: list[str] | None = None) ->
             continue
         reports += _compared(out, disk, root)
         if extras is not None:
-            extras += [shown(disk.shown / name) + "/" * name.endswith("/") for name in disk.foreign]
+            extras += [shown(disk.shown / name) for name in disk.foreign]
     return reports
 
 
@@ -302,8 +328,7 @@ def _compared(out: Output, disk: _OnDisk, root: Path) -> list[str]:
     reports += [f"leftover: {disk.shown / name} is a temporary file an interrupted build left (the next "
                 "`specgen build` removes it)" for name in disk.temporary]
     # kept by `build` too: only the user knows whether it matters (render/stale_folders.py's rule for folders)
-    reports += [f"extra: {disk.shown / name}{'/' * name.endswith('/')} ({NOT_OURS}; `specgen build` keeps it)"
-                for name in disk.foreign]
+    reports += [f"extra: {disk.shown / name} ({NOT_OURS}; `specgen build` keeps it)" for name in disk.foreign]
     return reports
 
 

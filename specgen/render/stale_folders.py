@@ -10,7 +10,9 @@ render/build.py's model.svg), each file with its mark (`_survey`). A name outsid
 writes the same producer name, so the producer alone proves nothing), is the user's: the folder is kept and named.
 A folder with no file of `build`'s in it is not looked at. `stale:` in `--check` and `removed` in `build` are the
 same folders, as for files (render/build.py). The same rule (`built`) decides, inside a folder a spec still names,
-which file it no longer generates is specgen's to delete.
+which file it no longer generates is specgen's to delete; there subfolders and dot-names (.ipynb_checkpoints/,
+.gitignore) are not looked at (render/build.py `_not_looked_at`), while here they keep the folder like any other
+name: deleting the folder would delete them.
 """
 
 from __future__ import annotations
