@@ -34,6 +34,14 @@ SHAPE = (128, 512)
 BIAS_SHAPE = (4 * 2**14,)  # unit_forget_bias: a bias of four gates
 
 
+def _example(name: str) -> dict[str, Any]:
+    """The keys a kind is drawn with; a kind without an entry fails saying where to add one (not a KeyError)."""
+    if name not in EXAMPLES:
+        pytest.fail(f"initializer '{name}': no entry in EXAMPLES of tests/test_initializer_registry.py (the keys it is "
+                    "drawn with, {} for none; docs/extending.md, Initializers)")
+    return EXAMPLES[name]
+
+
 def _shape(name: str) -> tuple[int, ...]:
     return BIAS_SHAPE if name == "unit_forget_bias" else SHAPE
 
@@ -70,7 +78,9 @@ def test_a_bare_name_is_every_kind_whose_keys_all_have_defaults() -> None:
     adapter = TypeAdapter(InitializerSpec)
     assert set(get_args(InitializerName)) == {"zeros", "ones", "random_normal", "truncated_normal", "random_uniform",
                                               "glorot_uniform", "glorot_normal", "he_normal", "he_uniform",
-                                              "orthogonal"}
+                                              "orthogonal"}, (
+        "the bare names (InitializerName) changed: a new kind whose keys all have defaults joins this set (add it "
+        "here: the published schema's enum grows by it); one with a required key stays out")
     for name in get_args(InitializerName):
         assert adapter.validate_python(name) == name
     for name in ("constant", "unit_forget_bias"):  # needs `value`; the IR's own
@@ -80,7 +90,7 @@ def test_a_bare_name_is_every_kind_whose_keys_all_have_defaults() -> None:
 
 @pytest.mark.parametrize("name", SPEC_KINDS)
 def test_an_initializer_round_trips(name: str) -> None:
-    first, again = round_trip(REGISTRY[name].spec, {"kind": name, **EXAMPLES[name]})
+    first, again = round_trip(REGISTRY[name].spec, {"kind": name, **_example(name)})
     assert first == again, f"initializer '{name}': {first!r} reads back as {again!r}"
 
 
@@ -90,7 +100,7 @@ def test_initializer_runtime_function_takes_its_keys_and_seed(name: str) -> None
     function = resolve(kind.runtime)
     assert callable(function), f"initializer '{name}': runtime pointer {kind.runtime} is not a function"
     parameters = inspect.signature(function).parameters
-    keys = tuple(EXAMPLES[name]) if kind.spec is None else kind.keys
+    keys = tuple(_example(name)) if kind.spec is None else kind.keys
     assert tuple(parameters)[1:] == (*keys, *(("seed",) if kind.seeded else ())), (
         f"initializer '{name}': {kind.runtime}{inspect.signature(function)} does not take (shape, {keys}"
         f"{', seed' if kind.seeded else ''}), the call render/tf_plan.py writes")
@@ -99,7 +109,7 @@ def test_initializer_runtime_function_takes_its_keys_and_seed(name: str) -> None
 @pytest.mark.parametrize("name", KINDS)
 def test_initializer_moments_are_its_runtime_draw(name: str) -> None:
     """The moments the init-scale lint uses (ir/gains.py) are those of what generated code draws."""
-    kind, args, shape = REGISTRY[name], EXAMPLES[name], _shape(name)
+    kind, args, shape = REGISTRY[name], _example(name), _shape(name)
     drawn = resolve(kind.runtime)(list(shape), **args, **({"seed": (3, 7)} if kind.seeded else {}))
     _close(np.asarray(drawn), kind.moments(args, shape), f"initializer '{name}' drawn by {kind.runtime}")
 
@@ -113,9 +123,9 @@ def test_keras_class_is_the_same_distribution_and_imports_as_the_kind(name: str,
     from specgen.importers.keras.args import Args
     from specgen.importers.keras.dag import KLayer
 
-    kind, args = REGISTRY[name], EXAMPLES[name]
+    kind, args = REGISTRY[name], _example(name)
     drawn = keras.ops.convert_to_numpy(getattr(keras.initializers, cls)(**args, **(
-        {} if name in ("zeros", "ones", "constant") else {"seed": 1}))(SHAPE))
+        {"seed": 1} if kind.seeded else {}))(SHAPE))  # the kind's Def says whether it draws, not a list of names
     _close(drawn, kind.moments(args, SHAPE), f"initializer '{name}' drawn by keras.initializers.{cls}")
     layer = KLayer("x", "Dense", "keras.layers", {"kernel_initializer": {"class_name": cls, "config": args}}, [])
     read = Args(layer, False, []).initializer("kernel_initializer")

@@ -64,7 +64,7 @@ def test_validate_accepts_exactly_the_metric_s_refusal(loss: str, metric: str, t
 
 def test_accuracy_is_refused_beside_every_regression_loss() -> None:
     regression = [kind for kind in DATA_LOSSES if LOSSES[kind].target == "regression"]
-    assert "huber" in regression and len(regression) == 3
+    assert "huber" in regression  # computed from the registry: a new regression loss joins without a count to edit
     for kind in regression:
         assert METRICS["accuracy"].refuse(kind, "regression") == (
             f"metric 'accuracy' needs a classification loss; the loss is {kind!r}")

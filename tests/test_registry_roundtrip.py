@@ -97,6 +97,8 @@ def test_every_kind_has_an_example(registry: str, kind: str) -> None:
 
 @pytest.mark.parametrize(("registry", "kind"), CASES_BY_KIND)
 def test_a_kind_round_trips(registry: str, kind: str) -> None:
+    if kind not in EXAMPLES[registry]:  # one failure, the one above naming where the example goes (not a KeyError)
+        pytest.skip(f"{registry} kind '{kind}' has no example (test_every_kind_has_an_example names it)")
     first, again = round_trip(REGISTRIES[registry][kind].spec, EXAMPLES[registry][kind])
     assert again == first
 

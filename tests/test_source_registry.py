@@ -93,10 +93,32 @@ def test_the_docs_table_is_the_registry() -> None:
         "docs/spec.md's table of sources (under ## `data`) is not specgen.kinds.sources.markdown(), in registry order")
 
 
+def parts_of_tests(path: Path) -> list[ast.AST]:
+    """What the test functions of `path` run: their decorators (parametrize lists), arguments and bodies, without
+    docstrings. A comment or a docstring naming a kind is no test of it (as in kind_checks.own_test_problem)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tests = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+             and node.name.startswith("test")]
+    return [part for test in tests for part in _without_docstring(test)]
+
+
+def _without_docstring(test: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    body = test.body[1:] if ast.get_docstring(test) is not None else test.body
+    return [*test.decorator_list, test.args, *body]
+
+
+def _read_by_data_tests(path: Path = ROOT / "tests" / "test_data_sources.py") -> set[str]:
+    """Source kinds that a test of `path` reads: a `{<kind>: ...}` source in a string of a test function."""
+    strings = [n.value for part in parts_of_tests(path) for n in ast.walk(part)
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return {name for name in REGISTRY if any(f"{{{name}: " in text for text in strings)}
+
+
 @pytest.mark.parametrize("name", KINDS)
 def test_kind_is_read_by_the_data_tests(name: str) -> None:
-    text = (ROOT / "tests" / "test_data_sources.py").read_text()
-    assert f"{{{name}: " in text, f"source '{name}': no test in tests/test_data_sources.py reads a {{{name}: ...}} source"
+    assert name in _read_by_data_tests(), (
+        f"source '{name}': no test in tests/test_data_sources.py reads a {{{name}: ...}} source (a test function's "
+        "string, not a comment or docstring)")
 
 
 def test_report_lines() -> None:

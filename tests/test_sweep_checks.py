@@ -145,8 +145,8 @@ def test_empty_ranges_and_bad_shapes_are_refused_by_validate_too(tmp_path: Path,
         "high end",
         "spec.yaml:22:22: error: log_uniform: a log range needs a low end above 0; received [0.0, 1.0]",
         "spec.yaml:23:17: error: choice: expected at least 1 item(s), received 0",
-        "spec.yaml:24:8: error: d: expected a mapping with one of 'uniform', 'log_uniform', 'int', 'log_int' or "
-        "'choice', received {choise: [1]} (a mapping)",
+        "spec.yaml:24:9: error: unknown key 'choise'; did you mean 'choice'? (expected a mapping with one of "
+        "'uniform', 'log_uniform', 'int', 'log_int' or 'choice')",
         "spec.yaml:25:15: error: int[0]: expected an integer, received 1.5 (float)",
         "spec.yaml:26:17: error: choice: the value 1 is listed twice; list each value once",
         "6 errors found"]

@@ -285,40 +285,60 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 }
 
 
+def _exponential_decay(schedule: dict[str, Any], t: int) -> float:
+    progress = t / schedule["decay_steps"]
+    if schedule.get("staircase"):
+        progress = math.floor(progress)
+    return float(schedule["initial"] * schedule["decay_rate"] ** progress)
+
+
+def _cosine_decay(schedule: dict[str, Any], t: int) -> float:
+    progress = min(t, schedule["decay_steps"]) / schedule["decay_steps"]
+    alpha = schedule.get("alpha", 0.0)
+    return float(schedule["initial"] * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * progress)) + alpha))
+
+
+@dataclass(frozen=True)
+class ScheduleReference:
+    """A schedule kind's two references: its rate at step t in float64 (without warm-up), and Keras' schedule."""
+
+    closed_form: Any  # (the SCHEDULES case, step) -> float
+    keras: Any  # (the SCHEDULES case) -> a function of the step, Keras' own class where Keras has the schedule
+
+
+# schedule kind -> its references. Each kind of SCHEDULES has its entry here: no kind falls back to another's
+# formula or to a constant "Keras" rate, which would pass a wrong schedule (docs/extending.md, Schedules, step 2).
+SCHEDULE_REFERENCES: dict[str, ScheduleReference] = {
+    "constant": ScheduleReference(lambda s, t: s["initial"], lambda s: (lambda step: s["initial"])),
+    "exponential_decay": ScheduleReference(_exponential_decay, lambda s: keras.optimizers.schedules.ExponentialDecay(
+        s["initial"], s["decay_steps"], s["decay_rate"], staircase=s.get("staircase", False))),
+    "cosine_decay": ScheduleReference(_cosine_decay, lambda s: keras.optimizers.schedules.CosineDecay(
+        s["initial"], s["decay_steps"], alpha=s.get("alpha", 0.0))),
+    "piecewise_constant": ScheduleReference(
+        lambda s, t: s["values"][sum(t > b for b in s["boundaries"])],
+        lambda s: keras.optimizers.schedules.PiecewiseConstantDecay(s["boundaries"], s["values"])),
+}
+
+
+def schedule_reference(kind: str) -> ScheduleReference:
+    """The references of `kind`; a kind without them fails here, saying what to add where."""
+    if kind not in SCHEDULE_REFERENCES:
+        pytest.fail(f"schedule '{kind}': no entry in SCHEDULE_REFERENCES of tests/test_training_numerics.py; add "
+                    "ScheduleReference(<its rate at step t in float64>, <its Keras schedule, e.g. "
+                    "keras.optimizers.schedules.InverseTimeDecay(...)>) (docs/extending.md, Schedules, step 2)")
+    return SCHEDULE_REFERENCES[kind]
+
+
 def closed_form(schedule: dict[str, Any], t: int) -> float:
     """The schedule's rate at step t, in float64, with the warm-up rule in front."""
     warmup = schedule.get("warmup_steps", 0)
     if t < warmup:
         return closed_form({**schedule, "warmup_steps": 0}, 0) * t / warmup
-    t -= warmup
-    kind = schedule["schedule"]
-    if kind == "constant":
-        return schedule["initial"]
-    if kind == "exponential_decay":
-        progress = t / schedule["decay_steps"]
-        if schedule.get("staircase"):
-            progress = math.floor(progress)
-        return schedule["initial"] * schedule["decay_rate"] ** progress
-    if kind == "cosine_decay":
-        progress = min(t, schedule["decay_steps"]) / schedule["decay_steps"]
-        alpha = schedule.get("alpha", 0.0)
-        return schedule["initial"] * ((1 - alpha) * 0.5 * (1 + math.cos(math.pi * progress)) + alpha)
-    assert kind == "piecewise_constant"
-    return schedule["values"][sum(t > b for b in schedule["boundaries"])]
+    return float(schedule_reference(schedule["schedule"]).closed_form(schedule, t - warmup))
 
 
 def keras_schedule(schedule: dict[str, Any]) -> Any:
-    kind = schedule["schedule"]
-    if kind == "exponential_decay":
-        staircase = schedule.get("staircase", False)
-        return keras.optimizers.schedules.ExponentialDecay(schedule["initial"], schedule["decay_steps"],
-                                                           schedule["decay_rate"], staircase=staircase)
-    if kind == "cosine_decay":
-        return keras.optimizers.schedules.CosineDecay(schedule["initial"], schedule["decay_steps"],
-                                                      alpha=schedule.get("alpha", 0.0))
-    if kind == "piecewise_constant":
-        return keras.optimizers.schedules.PiecewiseConstantDecay(schedule["boundaries"], schedule["values"])
-    return lambda step: schedule["initial"]
+    return schedule_reference(schedule["schedule"]).keras(schedule)
 
 
 def keras_rate(schedule: dict[str, Any], t: int) -> float:

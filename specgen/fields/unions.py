@@ -18,8 +18,10 @@ def by_shape(pick: Callable[[Any], str | None], expected: str, **branches: Any) 
     union = members[0]
     for member in members[1:]:
         union = union | member
+    # A union picked by key hands its keys to the message layer, which suggests one for a misspelt key (`cvs:`).
+    context = _Context({KEYS_CONTEXT: " ".join(pick.keys)}) if isinstance(pick, ByKey) else None
     return Annotated[union, Discriminator(pick, custom_error_type="wrong_shape",
-                                          custom_error_message=f"expected {expected}")]
+                                          custom_error_message=f"expected {expected}", custom_error_context=context)]
 
 
 def scalar_or_list(value: Any) -> str | None:
@@ -38,15 +40,35 @@ def scalar_or_mapping(value: Any) -> str | None:
     return "scalar"
 
 
-def by_key(*keys: str) -> Callable[[Any], str | None]:
-    """Pick the branch named after the one key of `keys` that the mapping has."""
+class _Context(dict[str, int | str | float]):
+    """An error context that can be hashed: pydantic hashes the (frozen) Discriminator that holds it."""
 
-    def pick(value: Any) -> str | None:
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+
+KEYS_CONTEXT = "keys"  # the error context entry holding a by_key union's keys, space-separated
+
+
+class ByKey:
+    """Picks the branch named after the one key of `keys` that the mapping has (None when it has none or several).
+
+    A class rather than a closure so that by_shape can read its keys: they are what a misspelt key is compared with.
+    """
+
+    def __init__(self, *keys: str) -> None:
+        self.keys = keys
+        self.__name__ = "pick"  # pydantic names a callable discriminator by it, as it named the closure this was
+
+    def __call__(self, value: Any) -> str | None:
         if isinstance(value, dict):
-            present = [k for k in keys if k in value]
+            present = [k for k in self.keys if k in value]
             return present[0] if len(present) == 1 else None
         fields = getattr(type(value), "model_fields", {})
         names = {f.alias or n for n, f in fields.items()} | set(fields)
-        return next((k for k in keys if k in names), None)
+        return next((k for k in self.keys if k in names), None)
 
-    return pick
+
+def by_key(*keys: str) -> ByKey:
+    """Pick the branch named after the one key of `keys` that the mapping has."""
+    return ByKey(*keys)

@@ -22,6 +22,7 @@ from specgen.ir.gains import describe_init, mean_std, saturated
 from specgen.ir.lints_instances import once_per_block_layer
 from specgen.ir.model import ModelIR, Node
 from specgen.ir.scales import OVERFLOW, Scale, kernels_of, propagate, resets
+from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.ops import REGISTRY, op_def
 from specgen.kinds.ops.base import Derived, MomentRule, Pointwise, Unmodelled, Weighted
@@ -258,9 +259,10 @@ def _names(names: list[str]) -> str:
 
 
 def top_k_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
-    """`specgen validate`'s warning for a `top_k_accuracy` whose k is at least the primary term's class count:
-    every label is then among the k largest logits, so the metric reads 1.0 whatever the model does (Keras'
-    in_top_k does the same: a constant, not a wrong number, so a warning rather than an error)."""
+    """`specgen validate`'s warning for a ranking metric (`top_k_accuracy`: its MetricDef.ranks_key) whose k is at
+    least the primary term's class count: every label is then among the k largest logits, so the metric reads 1.0
+    whatever the model does (Keras' in_top_k does the same: a constant, not a wrong number, so a warning rather
+    than an error)."""
     training, spec = ir.training, loaded.spec
     if training is None or training.loss is None or spec.train is None:
         return []
@@ -270,12 +272,14 @@ def top_k_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
         return []
     warnings = []
     for i, item in enumerate(spec.train.metrics):
-        k = dict(args_of(item)).get("k") if name_of(item) == "top_k_accuracy" else None
+        name = name_of(item)
+        key = METRICS[name].ranks_key  # the metric's Def says which key ranks, not a comparison with its name
+        k = dict(args_of(item)).get(key) if key else None
         if type(k) is int and k >= classes:
-            written = not isinstance(item, str) and "k" in item.model_fields_set
-            message = (f"metric 'top_k_accuracy': k {k}{'' if written else ' (the default)'} is at least the "
+            written = not isinstance(item, str) and key in item.model_fields_set
+            message = (f"metric '{name}': {key} {k}{'' if written else ' (the default)'} is at least the "
                        f"{classes} classes of output '{output}', so every label is among the top {k} and the metric "
-                       f"always reads 1.0; set k below {classes}")
-            diagnostic = loaded.diagnostic(("train", "metrics", i, "k") if written else ("train", "metrics", i), message)
+                       f"always reads 1.0; set {key} below {classes}")
+            diagnostic = loaded.diagnostic(("train", "metrics", i, key) if written else ("train", "metrics", i), message)
             warnings.append(replace(diagnostic, severity="warning"))
     return warnings

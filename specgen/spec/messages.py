@@ -23,6 +23,7 @@ from specgen.diagnostics import (
     shown,
 )
 from specgen.fields.base import FLOAT32_MAX, IDENT
+from specgen.fields.unions import KEYS_CONTEXT
 from specgen.spec.allowed_keys import keys_at
 from specgen.spec.literals import literal_message, near
 from specgen.spec.model import SPEC_VERSION
@@ -125,6 +126,8 @@ def _locate(error: Any, loc: PathKey, data: Any, source: SourceMap,
     is_key = error["type"] == "extra_forbidden" or loc[-1:] == ("[key]",)
     # An unknown `op` / `kind` points at its value, not at the start of the mapping.
     at = (*loc, error["ctx"]["discriminator"].strip("'")) if error["type"] == "union_tag_invalid" else loc
+    if misspelt := misspelt_branch_key(error):  # `cvs:` for `csv:`: point at the key written, as for an unknown key
+        at, is_key = (*loc, misspelt[0]), True
     if locator is not None:
         return locator(at, is_key)
     return source.locate(at, data, key=is_key), ""
@@ -179,7 +182,7 @@ NAMES_ITS_KEY = {"missing", "extra_forbidden", "union_tag_invalid", "union_tag_n
 
 def _keyed(error: Any, loc: PathKey, data: Any, message: str) -> str:
     """`units: received -3, ...`: a value error names its key first, as Keras names the argument."""
-    if error["type"] in NAMES_ITS_KEY or loc[-1:] == ("[key]",) or loc == ("specgen",):
+    if error["type"] in NAMES_ITS_KEY or loc[-1:] == ("[key]",) or loc == ("specgen",) or misspelt_branch_key(error):
         return message
     label = key_label(loc, data)
     if not label or message.startswith((f"{label} ", f"'{label}' ")):  # "'to' refers to group 2 ...": named
@@ -254,14 +257,45 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
                 f"{ctx.get('min_length', ctx.get('max_length'))} item(s), received {ctx['actual_length']}")
     if kind == "string_too_long":
         return f"received a string of {len(received)} characters, expected at most {ctx['max_length']}"
+    if kind == "string_too_short":
+        return _too_short(received, ctx)
     if kind == "value_error":
         message: str = error["msg"].removeprefix("Value error, ")
         if written is not None:  # fields/base.py's checks echo the number as Python prints it
             message = message.replace(f"received {safe_repr(received)}", f"received {written}", 1)
         return message
     if kind == "wrong_shape":
+        if misspelt := misspelt_branch_key(error):
+            return f"unknown key {quoted(misspelt[0])}; did you mean '{misspelt[1]}'? ({error['msg']})"
         return f"{error['msg']}, received {_received(received)}"
     return f"{error['msg']}; received {_received(received)}"
+
+
+def _too_short(received: Any, ctx: dict[str, Any]) -> str:
+    """`received '' (an empty string), expected a path`: what the type says it expects (fields/base.py's FilePath
+    names it), else how many characters."""
+    least = ctx.get("min_length", 1)
+    expected = ctx.get("expected") or ("a non-empty string" if least == 1 else f"at least {least} characters")
+    what = "an empty string" if received == "" else f"a string of {len(received)} character{'s' * (len(received) != 1)}"
+    return f"received {safe_repr(received)} ({what}), expected {expected}"
+
+
+def misspelt_branch_key(error: Any) -> tuple[str, str] | None:
+    """(the key written, the key it misspells) when a union picked by key (fields/unions.py by_key: a data source,
+    an augmentation, a clip) gets a mapping with none of its keys but one key close to one of them (`cvs:` for
+    `csv:`); None otherwise. Like a misspelt `kind:`, it gets a did-you-mean rather than the list of keys alone."""
+    keys, received = (error.get("ctx") or {}).get(KEYS_CONTEXT), error.get("input")
+    if error["type"] != "wrong_shape" or not isinstance(keys, str) or not isinstance(received, dict):
+        return None
+    choices = keys.split()
+    if any(key in received for key in choices):  # it has a key of the union, or two: not a misspelling
+        return None
+    close = [(key, match) for key in received if isinstance(key, str) and (match := _near_key(key, choices))]
+    return close[0] if len(close) == 1 else None
+
+
+def _near_key(key: str, choices: list[str]) -> str | None:
+    return next((choice for choice in choices if choice.casefold() == key.casefold()), None) or closest(key, choices)
 
 
 def _received(value: Any) -> str:

@@ -41,6 +41,9 @@ class MetricDef:
     - `labels`: whether it reads the primary loss term's labels from the data. A spec whose every term
       reads its labels from an output (a DQN's computed TD target) has none to give, and validate refuses
       such a metric there; one that needs none (mean_loss: the loss value itself) is allowed.
+    - `ranks_key`: the key counting how many of the largest logits may hold the label (top_k_accuracy's `k`), or
+      "". Validate warns when its value is at least the output's class count: every label is then among them and
+      the metric reads 1.0 whatever the model does (ir/lints.py `top_k_warnings`).
     """
 
     name: str
@@ -49,6 +52,7 @@ class MetricDef:
     refuse: Callable[[str | None, str | None], str | None] = fits_any_loss
     spec: type[SpecModel] | None = None
     labels: bool = True
+    ranks_key: str = ""
 
     def __post_init__(self) -> None:
         if self.spec is None:  # a generated model keeps the union uniform: every metric has a mapping form

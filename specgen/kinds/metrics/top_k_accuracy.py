@@ -27,4 +27,5 @@ def _refuse(kind: str | None, target: str | None) -> str | None:
             f"labels); the loss is {kind!r}")
 
 
-KINDS = (MetricDef("top_k_accuracy", "specgen.runtime.lib.metrics.TopKAccuracy", refuse=_refuse, spec=TopKAccuracy),)
+KINDS = (MetricDef("top_k_accuracy", "specgen.runtime.lib.metrics.TopKAccuracy", refuse=_refuse, spec=TopKAccuracy,
+                   ranks_key="k"),)
