@@ -52,6 +52,7 @@ def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], **parts: str) -
     ('{csv: "", features: {x: [a, b, c]}, labels: {t: d}}', "csv", 21),
     ('{npz: "", features: {x: x}, labels: {t: t}}', "npz", 21),
     ('{images: "", image_size: [3, 1]}', "images", 24),
+    ('{tfrecord: "", features: {x: a}, labels: {t: d}}', "tfrecord", 26),  # was "expected a list, received '' (str)"
 ])
 def test_an_empty_path_is_received_as_an_empty_string_where_a_path_is_expected(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, key: str, column: int) -> None:
