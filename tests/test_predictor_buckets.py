@@ -107,11 +107,15 @@ def test_pad_rows_repeats_the_last_row_and_take_rows_slices_back() -> None:
 def test_padded_runs_equal_unpadded_runs_bitwise() -> None:
     plain, bucketed = Predictor(MODEL, "cpu"), Predictor(MODEL, "cpu", buckets=(1, 2, 4, 8))
     assert bucketed.buckets == (1, 2, 4, 8) and not bucketed.graphs and bucketed.executor is not None
-    for rows in (0, 1, 2, 3, 5, 7, 8, 9, 19):  # 9 and 19: chunks of 8, then a padded remainder
+    for rows in (1, 2, 3, 5, 7, 8, 9, 19):  # 9 and 19: chunks of 8, then a padded remainder
         x = _images(rows, seed=rows)
         expected, got = plain({"x": x})["p"], bucketed({"x": x})["p"]
         assert got.shape == (rows, 10) and got.dtype == np.float32
         assert np.array_equal(got, expected), rows
+    for predictor in (plain, bucketed):  # no rows: refused by both, as the server refuses it (docs/sequences.md)
+        with pytest.raises(InputError, match=r"^input 'x': received batch size 0 \(shape \[0, 8, 8, 4\]\), expected at "
+                                             r"least 1 row$"):
+            predictor({"x": _images(0, seed=0)})
     assert [bucketed.bucket_for(r) for r in (1, 3, 8, 40)] == [1, 4, 8, 8]
     assert plain.bucket_for(3) == 3  # no buckets: a batch runs as it is
 
