@@ -8,7 +8,9 @@ the noise of a shared machine (4 paired runs of 133 tests).
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,14 @@ def pytest_configure(config: pytest.Config) -> None:
         workers = getattr(config.option, "numprocesses", None) or 1
         enforce = os.environ.get("CI", "").lower() in ("true", "1")
         config.pluginmanager.register(TimeGuard(budget, workers, enforce), "specgen-time-guard")
+
+
+@pytest.fixture
+def python_default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for the test: a pytest-xdist worker ignores SIGINT (its controller stops it), so
+    the handler found there is not the one a `specgen` process starts with."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

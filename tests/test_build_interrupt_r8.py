@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,15 +31,6 @@ SPECS = 200
 CPUS = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
 LINE = "\nspecgen build: interrupted (Ctrl-C); it stopped before it finished\n"
 
-
-@pytest.fixture
-def python_default_sigint() -> Iterator[None]:
-    """Python's own SIGINT handler for the test: a pytest-xdist worker ignores SIGINT (its controller stops it)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="module")

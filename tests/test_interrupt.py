@@ -10,24 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from lm_fits import SINE, Trainer, write_fit
 
 from specgen.runtime.interrupt import Interrupts
-
-
-@pytest.fixture
-def python_default_sigint() -> Iterator[None]:
-    """Python's own SIGINT handler for the test: a pytest-xdist worker ignores SIGINT (its controller stops it),
-    so the handler found there is not the one a `specgen train` process starts with."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("python_default_sigint")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_op_parity import CASES, TOLERANCE, check_parity, spec_text
+from test_spec_semantics import validate
 
 from specgen.cli import main
 from specgen.fields import base
@@ -192,15 +193,6 @@ layers:
   - {{name: flat, op: flatten}}
   - {{name: {name}, op: dense, units: 10}}
 """
-
-
-def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> tuple[int, list[str]]:
-    path = tmp_path / "spec.yaml"
-    path.write_text(text)
-    code = main(["validate", str(path)])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, [line.removeprefix(f"{path}:") for line in err.splitlines()]
 
 
 @pytest.mark.parametrize("name", ["a" * 64, "a" + "_b" * 62, "a" * MAX_NAME_CHARS, "a_" * 63 + "bc",

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +66,6 @@ def run(trained: Path, tmp_path: Path) -> Path:
     shutil.copytree(trained, tmp_path / "copy")
     return tmp_path / "copy" / "run"
 
-
-@pytest.fixture
-def python_default_sigint() -> Iterator[None]:
-    """Python's own SIGINT handler, as a `specgen train` process starts with (a pytest-xdist worker ignores it)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def snapshot(folder: Path) -> dict[str, Any]:
