@@ -33,7 +33,7 @@ from specgen.serve.errors import ProtocolError  # noqa: E402
 from specgen.serve.model_config import MAX_REQUEST_BYTES, RepositoryError, parse_config  # noqa: E402
 from specgen.serve.models import load_repository, values_checked  # noqa: E402
 from specgen.serve.options import ServeOptions  # noqa: E402
-from specgen.serve.repository import MAX_CONFIG_BYTES, read_repository  # noqa: E402
+from specgen.serve.repository import MAX_CONFIG_BYTES  # noqa: E402
 from specgen.serve.values import HugeInt, show  # noqa: E402
 
 CNN = "digits_cnn"
@@ -242,8 +242,8 @@ def test_links_out_of_the_repository_are_refused_naming_the_link(repo: Path, exp
         refused(explicit, name, f"{link}: is a symbolic link to {target}, outside the model repository {repo}; "
                                 + LINK_ADVICE)
     with pytest.raises(RepositoryError) as caught:  # at start too: one line per link, nothing of the file quoted
-        read_repository(repo)
-    assert "SECRET" not in str(caught.value) and len(str(caught.value).splitlines()) == 4
+        load_repository(repo, provider="cpu")
+    assert "SECRET" not in str(caught.value) and len(str(caught.value).splitlines()) == 4, str(caught.value)
 
 
 def test_links_inside_the_repository_are_followed(repo: Path, explicit: Served) -> None:
@@ -265,3 +265,43 @@ def test_links_inside_the_repository_are_followed(repo: Path, explicit: Served) 
                                       "name 'alias'; Triton requires them to be equal")
     client.close()
     assert os.path.islink(repo / "alias")
+
+
+def test_a_version_linked_out_is_refused_alone_and_the_others_load(repo: Path, explicit: Served) -> None:
+    """One version folder linked out of the repository refused the whole model (`"version": null`): a valid version
+    beside it was never served, and the index had no row saying why. Now that version is refused alone, with its
+    number, as a damaged version is, and the index names it."""
+    outside = repo.parent / "far"
+    folder = copy_model(repo, "multi")
+    shutil.copytree(folder / "1", outside / "v2")
+    (folder / "2").symlink_to(Path("..", "..", "far", "v2"))
+    shutil.copytree(folder / "1", folder / "3")
+    text = (folder / "config.pbtxt").read_text()
+    (folder / "config.pbtxt").write_text(text + "version_policy: { all { } }\n")
+    client = th.InferenceServerClient(explicit.http)
+    link_line = (f"{folder / '2'}: is a symbolic link to ../../far/v2, outside the model repository {repo}; "
+                 + LINK_ADVICE)
+    with pytest.raises(th.InferenceServerException) as caught:  # as for a damaged version: it says what it serves
+        client.load_model("multi")
+    assert caught.value.message() == f"{link_line}; model 'multi' serves version(s) [1, 3]"
+    assert [client.is_model_ready("multi", str(v)) for v in (1, 2, 3)] == [True, False, True]
+    rows = [r for r in client.get_model_repository_index() if r["name"] == "multi"]
+    ready = {"state": "READY", "reason": ""}
+    assert rows == [{"name": "multi", "version": "1", **ready}, {"name": "multi", "version": "3", **ready},
+                    {"name": "multi", "version": "2", "state": "UNAVAILABLE", "reason": link_line}]
+    client.close()
+
+
+def test_an_explicit_load_of_a_folder_gone_forgets_its_refusal(repo: Path, explicit: Served) -> None:
+    """A refused folder, then deleted: the load that answers "no model folder" left the refusal in the index."""
+    folder = copy_model(repo, "gone")
+    (folder / "config.pbtxt").write_text((folder / "config.pbtxt").read_text().replace('name: "gone"', 'name: "x"'))
+    refused(explicit, "gone", f"{folder / 'config.pbtxt'}: name 'x' differs from the folder name 'gone'; Triton "
+                              "requires them to be equal")
+    shutil.rmtree(folder)
+    client = th.InferenceServerClient(explicit.http)
+    with pytest.raises(th.InferenceServerException) as caught:
+        client.load_model("gone")
+    assert caught.value.message() == f"no model folder 'gone' in the repository {repo}"
+    assert [r for r in client.get_model_repository_index() if r["name"] == "gone"] == []
+    client.close()

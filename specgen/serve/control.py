@@ -166,6 +166,9 @@ class ModelControl:
         assert self._lock is not None
         async with self._lock:
             if not folder.is_dir():
+                if name not in self.registry.models:  # an earlier refusal of a folder now gone leaves the index
+                    self.problems.pop(name, None)
+                    self._forget_refusals(name, set())
                 raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.repo)}", 400)
             before = await self._run(snapshot, folder)
             await asyncio.sleep(EXPLICIT_SETTLE_SECONDS)  # a writer at work moves a stamp meanwhile (stamps.py)

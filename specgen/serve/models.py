@@ -35,7 +35,7 @@ from specgen.runtime.sources.base import MISSING, file_kind
 from specgen.serve import coupling
 from specgen.serve.errors import ProtocolError
 from specgen.serve.model_config import DATATYPES, ModelConfig, RepositoryError, TensorConfig, quoted
-from specgen.serve.repository import ModelEntry, file_stamp, not_regular, scan_repository
+from specgen.serve.repository import ModelEntry, confine_version, file_stamp, not_regular, scan_repository
 
 Arrays = dict[str, np.ndarray]
 log = logging.getLogger("specgen.serve")
@@ -163,6 +163,7 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
     `cuda_graphs` (`specgen serve --cuda-graphs`): on the CUDA provider, one captured graph per batch bucket up to
     the config's max_batch_size (runtime/predictor.py, runtime/buckets.py); elsewhere the Predictor says why not
     in one line, logged here, and runs as without it."""
+    confine_version(path)
     if (problem := not_regular(path, "the version's ONNX model")) is not None:
         raise problem
     stamp = file_stamp(path)

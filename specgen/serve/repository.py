@@ -70,20 +70,27 @@ def version_folders(folder: Path) -> dict[int, Path]:
 
 
 def available_versions(folder: Path, filename: str) -> list[int]:
-    """The version folders holding something named `filename`: a FIFO or a loop of links there is a version its load
-    refuses, saying what it is (models.py `load_version`), not a folder that holds no model. A RepositoryError for a
-    version folder, or a file in one (the model, a precision variant's files), that is a link out of the repository."""
+    """The version folders holding something named `filename`: a FIFO, a loop of links or a link out of the repository
+    there is a version its load refuses, saying what it is (models.py `load_version`, `confine_version`), not a
+    folder that holds no model, and not a problem of the whole model: the other versions load as they would."""
     versions = version_folders(folder)
-    for path in versions.values():
-        confine(path, folder.parent)
-        try:
-            with os.scandir(path) as entries:
-                links = sorted(Path(e.path) for e in entries if e.is_symlink())
-        except OSError as exc:
-            raise RepositoryError(f"{shown(path)}: cannot be listed: {exc.strerror or exc}") from None
-        for link in links:
-            confine(link, folder.parent)
     return [number for number, path in versions.items() if file_kind(path / filename) != MISSING]
+
+
+def confine_version(model_file: Path) -> None:
+    """A RepositoryError for a version folder, or a link in it (the model, a precision variant's files), that leads out
+    of the repository: checked as each version loads, so one bad version is refused alone (`model_refused` with its
+    number, an index row) and the model's other versions are served."""
+    version = model_file.parent
+    repo = version.parent.parent
+    confine(version, repo)
+    try:
+        with os.scandir(version) as entries:
+            links = sorted(Path(e.path) for e in entries if e.is_symlink())
+    except OSError as exc:
+        raise RepositoryError(f"{shown(version)}: cannot be listed: {exc.strerror or exc}") from None
+    for link in links:
+        confine(link, repo)
 
 
 def confine(path: Path, repo: Path) -> None:
