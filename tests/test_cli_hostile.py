@@ -227,6 +227,17 @@ def test_an_input_of_no_rows_is_refused_in_one_line(tmp_path: Path, capsys: pyte
         assert str(caught.value) == message
 
 
+@pytest.mark.parametrize("dims", [("batch", "seq"), (1, 5)])
+def test_a_single_value_where_rows_are_expected_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            dims: tuple[str | int, ...]) -> None:
+    """A 0-d array has no rows: a fixed-batch model (run in pieces cut by rows) took len() of it, a traceback."""
+    two_sequences_model(tmp_path / "m.onnx", dims)
+    np.savez(tmp_path / "x.npz", a=np.float32(1), b=np.float32(2))
+    code, out, err = run(capsys, "infer", "m.onnx", "--input", "x.npz", "--provider", "cpu")
+    assert (code, out, err) == (1, [], [f"x.npz: error: input 'a': received shape [], expected {list(dims)}",
+                                        "1 error found"])
+
+
 def test_a_fixed_batch_model_checks_every_inputs_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A fixed batch runs in pieces cut by the first input's rows, each piece checked alone: `b`'s fourth row was
     never seen (exit 0, three outputs)."""

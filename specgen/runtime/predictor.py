@@ -102,6 +102,11 @@ def _check_float_range(name: str, array: np.ndarray, dtype: np.dtype) -> None:
                          f"+-{np.finfo(dtype).max!s} (or nan, inf, -inf)")
 
 
+def shape_shown(shape: Sequence[Any]) -> list[Any]:
+    """A model input's shape as messages show it: its sizes and named dimensions, `batch` for an unnamed one."""
+    return [d if isinstance(d, int | str) else "batch" for d in shape]
+
+
 def empty_batch(name: str, shape: tuple[int, ...]) -> str:
     """An input of no rows is refused, as the server refuses it: onnxruntime's kernels disagree on an empty batch
     (LSTM/GRU/RNN abort or crash the process, opset 23's Attention fails with an internal message, others answer
@@ -259,10 +264,8 @@ class Predictor:
                                  f"{np.dtype(dtype).name}; received dtype {array.dtype}: send it as "
                                  f"{np.dtype(dtype).name} or within its exact range")
             _check_range(name, array, np.dtype(dtype))
-            fixed = [d if isinstance(d, int) else None for d in shape]
-            if array.ndim != len(shape) or any(f is not None and f != a for f, a in zip(fixed, array.shape, strict=True)):
-                shown = [f if f is not None else d if isinstance(d, str) else "batch" for f, d in zip(fixed, shape, strict=True)]
-                raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shown}")
+            if array.ndim != len(shape) or any(isinstance(d, int) and d != a for d, a in zip(shape, array.shape, strict=True)):
+                raise InputError(f"input '{name}': received shape {list(array.shape)}, expected {shape_shown(shape)}")
             if array.ndim and not array.shape[0] and not isinstance(shape[0], int):  # a named or unnamed batch
                 raise InputError(empty_batch(name, array.shape))
             checked[name] = np.ascontiguousarray(array, dtype=dtype)

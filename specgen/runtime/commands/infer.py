@@ -20,7 +20,7 @@ from specgen.paths import shown
 from specgen.runtime.graph_runs import ORT_ERRORS, failure_detail, predictor_batch, run_rows
 from specgen.runtime.model_file import EXPECTED, unloadable
 from specgen.runtime.parity import accuracy
-from specgen.runtime.predictor import InputError, Predictor, empty_batch
+from specgen.runtime.predictor import InputError, Predictor, empty_batch, shape_shown
 from specgen.runtime.sources.base import MISSING, DataError, file_kind
 from specgen.runtime.sources.npz import npz_array, npz_bytes, open_npz
 
@@ -122,14 +122,17 @@ def _refusing(path: Path) -> Iterator[None]:
         raise SpecError([Diagnostic(shown(path), None, f"onnxruntime refused these inputs: {detail}")]) from None
 
 
-def _same_rows(feeds: dict[str, np.ndarray]) -> None:
-    """At least one row, and every input with as many rows as the first (Predictor.check says so of a whole run; a
-    fixed batch runs in pieces, each checked alone)."""
+def _same_rows(feeds: dict[str, np.ndarray], predictor: Predictor) -> None:
+    """Rows in every input, at least one, as many as the first's (Predictor.check says so of a whole run; a fixed
+    batch runs in pieces, each checked alone, cut by the first input's rows)."""
+    for name, array in feeds.items():
+        if not np.ndim(array):  # a single value has no rows to cut (len() of it was a traceback)
+            raise InputError(f"input '{name}': received shape [], expected {shape_shown(predictor.inputs[name][0])}")
     (first, array), *rest = feeds.items()
-    if np.ndim(array) and not len(array):
+    if not len(array):
         raise InputError(empty_batch(first, np.shape(array)))
     for name, other in rest:
-        if np.ndim(other) and np.ndim(array) and len(other) != len(array):
+        if len(other) != len(array):
             raise InputError(f"input '{name}': received batch size {len(other)} (shape {list(np.shape(other))}), "
                              f"expected {len(array)} like input '{first}'")
 
@@ -168,11 +171,11 @@ def _run(predictor: Predictor, feeds: dict[str, np.ndarray], path: Path,
     from one row before the input runs: over MAX_OUTPUT_BYTES is refused in one line."""
     batch = predictor_batch(predictor)
     with _refusing(path):
-        _same_rows(feeds)  # pieces cut by the first input's rows would drop another input's extra rows unseen
+        _same_rows(feeds, predictor)  # pieces cut by the first input's rows would drop another input's extra rows unseen
         if batch is None:  # the whole input checked as one run would check it (a fixed batch: in each piece)
             feeds = predictor.check(feeds)
         rows = len(next(iter(feeds.values())))
-        out_row = _row_bytes(run_rows(predictor, {k: v[:1] for k, v in feeds.items()}), path) if rows else 0
+        out_row = _row_bytes(run_rows(predictor, {k: v[:1] for k, v in feeds.items()}), path)
     if out_row * rows > MAX_OUTPUT_BYTES:
         raise SpecError([Diagnostic(shown(path), None, f"the outputs of its {rows:,} rows would take "
                                     f"{_size(out_row * rows)} ({out_row:,} bytes a row), over the "
