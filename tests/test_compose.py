@@ -147,8 +147,8 @@ def test_an_error_in_a_base_points_at_the_base_and_names_the_chain(tmp_path: Pat
     ({"v.yaml": "extends: 3\n"},
      "v.yaml:1:10: error: extends: expected a spec file (a path relative to this file) or a list of them; received 3 (int)"),
     ({"v.yaml": "extends: [base.yaml, {a: 1}]\n", "base.yaml": BASE},
-     "v.yaml:1:10: error: extends: expected a spec file (a path relative to this file) or a list of them; received "
-     "[base.yaml, {a: 1}] (a list)"),
+     "v.yaml:1:22: error: extends[1]: expected a spec file (a path relative to this file); received {a: 1} "
+     "(a mapping)"),
     ({"v.yaml": "extends: base.yaml\nname: v\nlayers: [{name: nope, remove: true}]\n", "base.yaml": BASE},
      "v.yaml:3:31: error: remove: no base defines an item named 'nope'; expected one of fc1, fc2, out"),
     ({"v.yaml": "extends: base.yaml\nname: v\nlayers: [{name: n, op: relu, after: nope}]\n", "base.yaml": BASE},

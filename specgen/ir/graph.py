@@ -8,6 +8,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, did_you_mean
 from specgen.spec.load import LoadedSpec
+from specgen.spec.source_map import PathKey
 
 
 def layer_inputs(layer: Any) -> tuple[list[str], str]:
@@ -50,6 +51,16 @@ def producer(source: str, layers: Mapping[str, object] | set[str]) -> str | None
     return layer if layer in layers else None
 
 
+def _clash(loaded: LoadedSpec, later: int, earlier: int | None) -> PathKey:
+    """Where a name used twice is reported: the later layer's, unless a `--set` renamed the earlier one onto it (the
+    override is the mistake, not the later layer's line in the file)."""
+    here: PathKey = ("layers", later, "name")
+    if earlier is None:
+        return here
+    there: PathKey = ("layers", earlier, "name")
+    return there if loaded.overridden(there) and not loaded.overridden(here) else here
+
+
 def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
     """Each layer's input names (defaults filled in), with every naming problem found."""
     spec, problems = loaded.spec, []
@@ -57,11 +68,14 @@ def wire(loaded: LoadedSpec) -> tuple[dict[str, list[str]], list[Diagnostic]]:
     inputs = set(spec.inputs)
     names = [layer.name for layer in spec.layers]
     known = set(names)  # not the list: a lookup per input made 10,000 layers cost 50 million comparisons
+    first: dict[str, int] = {}
     for i, layer in enumerate(spec.layers):
         if layer.name in edges or layer.name in inputs:
             what = "an input" if layer.name in inputs else "another layer"
-            problems.append(loaded.diagnostic(("layers", i, "name"), f"layer name '{layer.name}' is already used by {what}"))
+            problems.append(loaded.diagnostic(_clash(loaded, i, first.get(layer.name)),
+                                              f"layer name '{layer.name}' is already used by {what}"))
             continue
+        first[layer.name] = i
         sources, key = layer_inputs(layer)
         if not sources:
             if i > 0:

@@ -15,6 +15,12 @@ chain deeper than MAX_DEPTH, a base listed twice, also as a link to it, lists th
 positioned line each at the `extends` entry that names the file; the refused file's content is never echoed.
 
 The work is bounded by the files, not by the paths through them: each file is read, ordered and merged once.
+
+A base is the file the OS opens for the path (docs/spec.md): `link/../b.yaml` is resolved as `open()` resolves it,
+links first (a lexical `..` would read `b.yaml` beside the link, another file), and a base is known by its real path
+(os.path.realpath), so a file reached by two spellings (a link to it, a linked folder) is one file of the order and
+applies once. Its own `extends` counts from its real folder: one file, one set of bases, whichever way it was reached.
+The top spec's `extends` counts from the folder it is named in, as its data paths do.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
-from specgen.diagnostics import shown as shown_text
 from specgen.paths import shown
 from specgen.spec.merge import ComposedSourceMap, Node, Setting, check_added, check_orphans, error_at, merge, node, received
 from specgen.spec.source_map import SourceMap
@@ -40,6 +45,7 @@ from specgen.text import printable
 MAX_DEPTH = 16  # files in one chain of `extends`; real families use 2 or 3
 MAX_FILES = 64  # distinct files one spec may be composed of
 MAX_BASES = 16  # entries of one `extends` list; real families use 1 to 3
+MAX_SHOWN = 1024  # characters of a path in a message before its middle is cut (cut_path)
 # `specgen diff REV:PATH` composes a revision's spec files copied into a temporary folder (review/sides.py): while
 # it does, messages name those files `REV:PATH`, never by the temporary folder's path.
 _REVISION: ContextVar[tuple[tuple[Path, ...], str] | None] = ContextVar("specgen_revision", default=None)
@@ -73,24 +79,25 @@ class _Loader:
 
     root: Path  # the resolved folder every file must lie under
     top: str  # the spec as named (refusals say how to flatten it)
+    relative: bool = True  # the top spec named by a relative path: bases are printed relative to the working folder
     files: dict[Path, tuple[Any, SourceMap]] = field(default_factory=dict)
-    # Each file by its path as named: a base that several files extend is read and linearized once, so the work
-    # grows with the files, not with the paths through them.
+    # Each file by its real path: a base that several files extend, by any spelling, is read and linearized once, so
+    # the work grows with the files, not with the paths through them.
     loaded: dict[Path, _File] = field(default_factory=dict)
     labels: dict[Path, str] = field(default_factory=dict)  # each file's path as messages print it
 
-    def load(self, path: Path, display: str, chain: tuple[Path, ...], via: str) -> _File:
-        real = path.resolve()
+    def load(self, real: Path, folder: Path, display: str, chain: tuple[Path, ...], via: str) -> _File:
+        """The file `real` (printed `display`), whose `extends` entries count from `folder`."""
         data, source = self.files[real]
         setting = Setting(display, source, (), via, not chain)
-        key = Path(os.path.abspath(path))
-        self.labels[key] = display
+        self.labels[real] = display
         if "extends" not in data:
-            return _File(node(data, setting), [key], 1)
+            return _File(node(data, setting), [real], 1)
         own = node({k: v for k, v in data.items() if k != "extends"}, setting)
-        bases = [self._base(path, ref, where, (*chain, real)) for ref, where in self._refs(path, data["extends"], setting)]
+        refs = self._refs(folder, data["extends"], setting)
+        bases = [self._base(folder, ref, where, (*chain, real)) for ref, where in refs]
         at = Setting(setting.label, setting.source, ("extends",), setting.via, setting.top)
-        order = self._linearize(key, [(base, self.loaded[base].order) for base in bases], at)
+        order = self._linearize(real, [(base, self.loaded[base].order) for base in bases], at)
         return _File(own, order, max(self.loaded[base].height for base in bases) + 1)
 
     def _linearize(self, key: Path, bases: list[tuple[Path, list[Path]]], at: Setting) -> list[Path]:
@@ -130,22 +137,22 @@ class _Loader:
         assert tree is not None
         return tree
 
-    def _refs(self, path: Path, value: Any, setting: Setting) -> list[tuple[str, Setting]]:
+    def _refs(self, folder: Path, value: Any, setting: Setting) -> list[tuple[str, Setting]]:
         at = Setting(setting.label, setting.source, ("extends",), setting.via, setting.top)
         if not isinstance(value, list):
-            _check_ref(value, value, at)
+            _check_ref(value, at, "extends")
             return [(value, at)]
         if not value:  # most likely a list emptied by an edit; leaving `extends` out says "no base" plainly
             raise error_at(at, "extends: the list is empty; expected at least one spec file (leave `extends` out for a "
                           "spec with no base)")
         if len(value) > MAX_BASES:
             raise error_at(at, f"extends: {len(value)} bases in one list; at most {MAX_BASES}")
-        for ref in value:
-            _check_ref(ref, value, at)
         refs = [(r, Setting(at.label, at.source, ("extends", i), at.via, at.top)) for i, r in enumerate(value)]
+        for i, (ref, where) in enumerate(refs):  # each entry at itself: the list is what it should be
+            _check_ref(ref, where, f"extends[{i}]")
         first: dict[str, tuple[str, Setting]] = {}
         for ref, where in refs:  # a base applied twice changes nothing the first did not, and doubles the work
-            target = _identity(path.parent / ref)
+            target = _identity(folder / ref)
             if target in first:
                 named, at = first[target]
                 same = "is already listed" if os.path.normpath(named) == os.path.normpath(ref) else \
@@ -155,24 +162,32 @@ class _Loader:
             first[target] = (ref, where)
         return refs
 
-    def _base(self, child: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
-        path = Path(os.path.normpath(child.parent / ref))
+    def _base(self, folder: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
+        # Not normalised: `..` after a link is the link target's parent, as the OS reads the path (module docstring).
+        path = folder / ref
         if path.suffix.lower() not in (".yaml", ".yml"):  # in any case, as a spec named on the command line
             raise error_at(where, f"extends: {quoted(ref)} is not a spec file; expected a .yaml or .yml file")
         try:
-            self._find(path, ref, where, chain)  # refuses what may not be read; reads it into `files`
+            real = self._find(path, ref, where, chain)  # refuses what may not be read; reads it into `files`
         except OSError as exc:  # a name too long for the file system, a permission on a folder, ...
             raise error_at(where, f"extends: {quoted(ref)} is refused: {exc.strerror or type(exc).__name__}") from None
-        # Known by the path as named, not as resolved: a base reached through a link reads its own `extends`
-        # beside the link, so the same file reached two ways may be two entries of the order.
-        key = Path(os.path.abspath(path))
-        cached = self.loaded.get(key)
+        cached = self.loaded.get(real)  # known by its real path: a link to it, or a linked folder, is the same file
         if cached is None:
             via = where.where() + (f", via {where.via}" if where.via else "")
-            cached = self.loaded[key] = self.load(path, _shown(path), chain, via)
+            cached = self.loaded[real] = self.load(real, real.parent, self.labels[real], chain, via)
         if len(chain) + cached.height > MAX_DEPTH:  # the files above this base, then its own longest chain
             raise error_at(where, f"extends: the chain of bases is deeper than {MAX_DEPTH} files")
-        return key
+        return real
+
+    def label(self, real: Path) -> str:
+        """How messages print a base: its real path (the file read, whichever spelling reached it), relative to the
+        working folder when the top spec was named relative (`../common/base.yaml`), else as `_shown` prints it."""
+        if self.relative and _revision_of(real) is None:
+            try:
+                return _shown(Path(os.path.relpath(real, Path.cwd().resolve())))
+            except (OSError, ValueError):  # no working folder any more
+                pass
+        return _shown(real)
 
     def _find(self, path: Path, ref: str, where: Setting, chain: tuple[Path, ...]) -> Path:
         """The resolved path of a base that may be read, read into `files`; else a refusal at `where`."""
@@ -181,17 +196,19 @@ class _Loader:
         if not path.exists():
             if _dangling_outside(path, self.root):  # a link to a file outside: the rule, not the file's absence
                 raise error_at(where, self._outside(ref, link=True))
-            raise error_at(where, f"extends: {quoted(ref)} does not exist (looked for {_shown(path)})")
+            raise error_at(where, f"extends: {quoted(ref)} does not exist (looked for "
+                                  f"{self.label(Path(os.path.realpath(path)))})")
         real = path.resolve()
         if not real.is_relative_to(self.root):
             raise error_at(where, self._outside(ref, link=(path.parent.resolve() / path.name).is_relative_to(self.root)))
         if real in chain:
-            cycle = " -> ".join(_shown(p) for p in (*chain[chain.index(real):], real))
+            cycle = " -> ".join(self.labels.get(p) or self.label(p) for p in (*chain[chain.index(real):], real))
             raise error_at(where, f"extends: {quoted(ref)} closes a cycle ({cycle})")
         if real not in self.files:
             if len(self.files) >= MAX_FILES:
                 raise error_at(where, f"extends: the spec is composed of more than {MAX_FILES} files")
-            self.files[real] = _read_base(path, ref, where)
+            self.labels.setdefault(real, self.label(real))
+            self.files[real] = _read_base(real, self.labels[real], ref, where)
         return real
 
     def _outside(self, ref: str, link: bool) -> str:
@@ -232,17 +249,18 @@ def _identity(path: Path) -> str:
         return os.path.normpath(path)
 
 
-def _check_ref(ref: Any, value: Any, at: Setting) -> None:
+def _check_ref(ref: Any, at: Setting, key: str) -> None:
+    """One entry (`extends[1]`, at itself) or the whole setting (`extends`) is a file name."""
     if not isinstance(ref, str) or not ref:
-        raise error_at(at, f"extends: expected a spec file (a path relative to this file) or a list of them; "
-                      f"received {received(value)}")
+        what = "a spec file (a path relative to this file)" + (" or a list of them" if key == "extends" else "")
+        raise error_at(at, f"{key}: expected {what}; received {received(ref)}")
 
 
-def _read_base(path: Path, ref: str, where: Setting) -> tuple[dict[str, Any], SourceMap]:
+def _read_base(path: Path, label: str, ref: str, where: Setting) -> tuple[dict[str, Any], SourceMap]:
     """A base's data and source map. What keeps it from being read at all is refused at the `extends` entry; a
     problem inside it (a YAML syntax error, a duplicate key) stays at its line in the base, with the chain."""
     try:
-        data, source = parse_document(read_spec_text(path, _shown(path)), _shown(path))
+        data, source = parse_document(read_spec_text(path, label), label)
     except SpecError as exc:
         via = where.where() + (f", via {where.via}" if where.via else "")
         raise SpecError([_in_base(d, ref, where, via) for d in exc.diagnostics]) from None
@@ -261,15 +279,25 @@ def _in_base(diagnostic: Diagnostic, ref: str, where: Setting, via: str) -> Diag
 
 
 def _shown(path: Path) -> str:
-    """A path as messages print it: relative where it can be (a revision's file as `REV:PATH`), escaped, and cut
-    when absurdly long."""
+    """A path as messages print it: relative where it can be (a revision's file as `REV:PATH`), escaped, and cut in
+    the middle when absurdly long."""
     folders, rev = _REVISION.get() or ((), "")
     absolute = Path(os.path.abspath(path))
     for folder in folders:  # a path as named, or resolved (a cycle's files)
         if absolute.is_relative_to(folder):
             inside = absolute.relative_to(folder).as_posix()
-            return shown_text(printable(f"{rev}:{inside if inside != '.' else ''}"), 1024)
-    return shown_text(shown(path), 1024)  # the longest path a spec may name; a longer one only in a refusal
+            return cut_path(printable(f"{rev}:{inside if inside != '.' else ''}"))
+    return cut_path(shown(path))
+
+
+def cut_path(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text` whole up to `limit` characters, else its start, `…` and its file name: a message names the file it is
+    about even when a folder's name is absurdly long (cutting the end left `dddd…`, naming no file)."""
+    if len(text) <= limit:
+        return text
+    name = text[text.rfind("/"):] if "/" in text else text[-(limit // 4):]
+    name = name[-(limit * 3 // 4):]  # a file name (at most 255 bytes) fits whole
+    return f"{text[:limit - len(name)]}…{name}"
 
 
 def _abstract(tree: Node) -> bool:
@@ -292,9 +320,9 @@ def load_composed(path: Path, display: str | None = None) -> tuple[Any, SourceMa
     data, source = load_yaml(path, shown_path)
     if not isinstance(data, dict) or "extends" not in data:
         return data, source
-    loader = _Loader(repository_root(path), shown_path, {path.resolve(): (data, source)})
-    key = Path(os.path.abspath(path))
-    loader.loaded[key] = loader.load(path, shown_path, (), "")
+    loader = _Loader(repository_root(path), shown_path, not path.is_absolute(), {path.resolve(): (data, source)})
+    key = path.resolve()  # a base that is the top spec itself closes a cycle (_find)
+    loader.loaded[key] = loader.load(key, path.parent, shown_path, (), "")
     tree = loader.compose(key)
     if not _abstract(tree):  # an abstract spec's children may give its new layers their op
         check_added(tree)  # once every file is merged: a later file may give the new layer its op

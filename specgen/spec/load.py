@@ -14,7 +14,7 @@ from specgen.kinds import sources
 from specgen.kinds.ops import Layer
 from specgen.spec.blocks import MAX_LAYERS, Instance
 from specgen.spec.compose import load_composed
-from specgen.spec.messages import Overrides, override_at, validation_diagnostics
+from specgen.spec.messages import ABSENT, Overrides, override_at, validation_diagnostics
 from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
 from specgen.spec.received import received
@@ -53,6 +53,10 @@ class LoadedSpec:
             return Diagnostic(f"--set {override}", None, message)
         position, note = self._locate(loc, key)
         return Diagnostic(self.display, position, message + note)
+
+    def overridden(self, loc: PathKey) -> bool:
+        """Whether a `--set` wrote `loc` or a key above it (a clash between two values is reported at the override's)."""
+        return self._override_at(loc) is not None
 
     def _override_at(self, loc: PathKey) -> str | None:
         """The last override that set `loc` or a key above it. With blocks, `loc` counts the expanded layers and an
@@ -93,7 +97,7 @@ def _concrete(data: dict[str, Any], source: SourceMap, overrides: Overrides = ()
     try:
         Spec.model_validate(rest)
     except ValidationError as exc:
-        if any(e["type"] != "missing" for e in exc.errors()):
+        if any(e["type"] not in ABSENT for e in exc.errors()):
             raise SpecError(validation_diagnostics(exc, rest, source, missing=False, overrides=overrides)) from None
     raise AbstractSpec(source.path, len(rest))
 

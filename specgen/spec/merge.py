@@ -11,7 +11,8 @@ The rules (docs/spec.md, "Composing specs"):
   an existing one changes only the fields it gives, a new one is appended or placed with `after: NAME` /
   `before: NAME` (one of the two, naming another item; several placed after one item keep their written order),
   and `{name: X, remove: true}` removes one (a name twice in one list is an error, and so is a removal that would
-  silently rewire the layer after it, which read the removed one implicitly);
+  silently rewire the layer after it, which read the removed one implicitly); once one item of a file's list over a
+  named list has a `name`, an item without one is an error at that item (_check_named);
 - every other value, lists included, is replaced whole (its history keeps the places it replaced).
 
 A named list merges in one pass, linear in its length (a linked list by name): a variant of 16,000 layers once
@@ -51,6 +52,8 @@ def merge(base: Node, child: Node) -> Node:
                     del merged[key]
                 merged[key] = merge(old, value)
         return Node(_history(base.settings, child.settings), mapping=merged)
+    if base.items is not None and child.items is not None and _named(base.items):
+        _check_named(child.items)
     if base.items is not None and child.items is not None and _named(base.items) and _named(child.items):
         items, orphans, gone, added = _merge_named(base.items, child.items)
         live = {item.name() for item in items}
@@ -84,6 +87,33 @@ def _history(first: list[Setting], then: list[Setting]) -> list[Setting]:
 def _named(items: list[Node]) -> bool:
     """Every item a mapping with a string `name` (a child's item may be only `{name, remove}`)."""
     return bool(items) and all(isinstance(i.name(), str) for i in items)
+
+
+def _check_named(items: list[Node]) -> None:
+    """A list written over a named one, with items that name theirs, merges by name: an item without a string `name`
+    is then a mistake of its own, reported as itself. (Replacing the whole list for it silently dropped the bases'
+    items and reported the named ones as lacking their `op`.) A list no item of which is named is replaced whole."""
+    if not any(isinstance(item.name(), str) for item in items):
+        return
+    found = [_unnamed(item) for item in items if not isinstance(item.name(), str)]
+    if found:
+        raise SpecError([d for problem in found for d in problem.diagnostics])
+
+
+def _unnamed(item: Node) -> SpecError:
+    why = "this list merges by name with its bases' list: each item names the item it adds or changes"
+    at = item.settings[-1]
+    if item.mapping is None:
+        return error_at(at, f"{_key(at.loc)}: expected a mapping with a `name` ({why}); received {received(item.data())}")
+    if "name" not in item.mapping or item.mapping["name"].removed:
+        return error_at(at, f"{_key(at.loc)}: missing required key 'name' ({why})")
+    name = item.mapping["name"]
+    return error_at(name.settings[-1], f"name: expected a string ({why}); received {received(name.data())}")
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    """A location as messages write a key: `layers[1]`, `blocks.unit.layers[0]`."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 class _Chain:
@@ -190,8 +220,8 @@ def _name_at(item: Node) -> Setting:
 
 def _check_remove(item: Node, flag: Node, name: str, key: Any, chain: _Chain) -> None:
     assert item.mapping is not None
-    if flag.value is not True:
-        raise error_at(flag.settings[-1], f"remove: expected true; received {received(flag.value)}")
+    if flag.data() is not True:  # data(): a list or mapping holds no `value` (it printed as null)
+        raise error_at(flag.settings[-1], f"remove: expected true; received {received(flag.data())}")
     extra = next((k for k in item.mapping if k not in ("name", "remove")), None)
     if extra is not None:  # `after`, `units`, ... beside `remove: true` would be silently ignored
         raise error_at(item.mapping[extra].settings[-1], f"{extra}: an item with `remove: true` takes only `name`; "
@@ -295,6 +325,9 @@ def _place(name: str, key: Any, steer: dict[str, Node], chain: _Chain, behind: d
     for word, after in (("after", True), ("before", False)):
         if word in steer:
             target = steer[word]
+            if not isinstance(target.data(), str):  # a list, a mapping, a number: a name is text
+                raise error_at(target.settings[-1], f"{word}: expected the name of another item (text); received "
+                                                    f"{received(target.data())}")
             if target.value == name:
                 raise error_at(target.settings[-1], f"{word}: an item cannot be placed {word} itself ({quoted(name)}); "
                                                     f"{_choices([n for n in chain.names() if n != name])}")

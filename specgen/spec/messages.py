@@ -52,6 +52,12 @@ Overrides = tuple[tuple[PathKey, str], ...]
 Locator = Callable[[PathKey, bool], tuple[Position | None, str]]
 
 
+# Errors about a key that is not there (a required key, a layer's `op`, an optimizer's `kind`): what an abstract spec
+# may leave to its variants (docs/spec.md, "Composing specs"). Without its `op` a layer's other keys cannot be
+# checked (which keys it takes depends on the op): each variant checks them once it is whole.
+ABSENT = frozenset({"missing", "union_tag_not_found"})
+
+
 def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *, prefix: PathKey = (),
                            locator: Locator | None = None, missing: bool = True,
                            overrides: Overrides = ()) -> list[Diagnostic]:
@@ -59,12 +65,13 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
     the source map indexes each mapping once, and only the first MAX_SUGGESTIONS unknown keys
     (by position) are compared with the allowed ones for a "did you mean".
 
-    `missing=False` leaves out missing required keys (an abstract spec's children supply them).
+    `missing=False` leaves out missing required keys and `op`s / `kind`s (ABSENT: an abstract spec's children supply
+    them).
     `prefix` goes in front of each error's location (a layer validated on its own is
     `("layers", 0)` of `data`); `locator` finds positions elsewhere than at that location in `data`.
     An error at or below a key that one of `overrides` set names that override instead of a position.
     """
-    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors() if missing or error["type"] != "missing"]
+    errors = [(error, _loc(prefix, error["loc"])) for error in exc.errors() if missing or error["type"] not in ABSENT]
     found_at = [_locate(error, loc, data, source, locator) for error, loc in errors]
     unknown = sorted((_order(position), loc) for (error, loc), (position, _) in zip(errors, found_at, strict=True)
                      if error["type"] == "extra_forbidden")
@@ -79,13 +86,26 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
         at = data_path(loc, data)[0] if overrides else loc
         override = override_at(overrides, [at])
         written = _written(error, loc, data, source) if override is None else _override_written(error, at, overrides)
+        removal = _removal(error, loc, data, source) if override is None and locator is None else None
+        if removal is not None:  # at the null that removed it, not at the mapping that lacks it (1:1 for a section)
+            position, note = removal, ""
         message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written)) + \
-            _context(loc, data)
+            (REMOVED if removal is not None else "") + _context(loc, data)
         if override is not None:  # the value is the override's, not the file's
             found.setdefault((override, message), Diagnostic(f"--set {override}", None, message))
         else:
             found.setdefault((position, message), Diagnostic(source.path, position, message + note))
     return list(found.values())
+
+
+REMOVED = ": this null removes the bases' value; give the key a value, or drop the null to keep the bases' one"
+
+
+def _removal(error: Any, loc: PathKey, data: Any, source: SourceMap) -> Position | None:
+    """Where a `key: null` over a base removed the required key an error says is missing, if one did."""
+    if error["type"] != "missing" or not loc:
+        return None
+    return source.removal((*data_path(loc[:-1], data)[0], loc[-1]))
 
 
 def override_at(overrides: Overrides, places: list[PathKey]) -> str | None:

@@ -252,6 +252,8 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
         means = UNSET_MEANS.get(str(parts[-1]))
         return [f"{key} = {means or 'null (unset)'}",
                 f"  1. default  null{f': {means}' if means else ''}  <- wins"]
+    if found is None and parts in (["extends"], ["abstract"]):
+        return _composition(tree, str(parts[0]))
     if found is None:
         hint = _expanded(tree, parts) or did_you_mean(key, keys(tree))
         raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec{hint}")])
@@ -275,6 +277,22 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     elif means is not None:
         lines.append(f"  {len(settings) + 1}. default  {means} (no {parts[-1]})  <- wins")
     return lines
+
+
+def _composition(tree: Node, key: str) -> list[str]:
+    """`extends` and `abstract`: keys each file has for itself, which composition reads and takes out of the merged
+    spec (a base's `abstract: true` is not inherited), so explain answers them from the spec file itself. (An
+    `abstract` the spec writes is still in the tree, and found there.)"""
+    top = next((s for s in tree.settings if s.top and s.source is not None and s.loc == ()), None)
+    written = top.source.value((key,)) if top is not None and top.source is not None else None
+    if key == "abstract":
+        return ["abstract = false", "  1. default  false (each file's own: a base's `abstract: true` is not "
+                "inherited)  <- wins"]
+    if top is None or written is None:
+        return ["extends = null (unset: the spec extends no file)", "  1. default  null  <- wins"]
+    place = Setting(top.label, top.source, ("extends",))
+    return [f"extends = {_scalar(written)} (the files this spec is built on, applied before its own keys: not a key "
+            "of the merged spec)", f"  1. {place.where()}  {flow(written)}  <- wins"]
 
 
 def _unset(tree: Node, parts: list[str | int]) -> bool:

@@ -47,6 +47,17 @@ class SourceMap:
         target = key_node if key and key_node is not None else value
         return None if target is None else mark_position(target)
 
+    def value(self, path: PathKey) -> Any:
+        """The value at `path` as YAML reads it, None where the file has none (`explain extends`: composition takes
+        `extends` out of the data, so only the file still holds it)."""
+        found, _ = self._nodes(path)
+        return None if found is None else yaml.SafeLoader("").construct_document(found)
+
+    def removal(self, path: PathKey) -> Position | None:
+        """Where a `key: null` over a base removed the key at `path` (a composed spec's, tree.ComposedSourceMap); a
+        single file removes nothing."""
+        return None
+
     def written(self, loc: PathKey, data: Any) -> str | None:
         """The text of the plain scalar at `loc` as the file writes it (`1.0e+400`, which Python prints as `inf`),
         if the value `data` holds there is what that text reads as (an override may have replaced it); else None."""

@@ -130,6 +130,11 @@ class ComposedSourceMap(SourceMap):
         super().__init__(path)
         self.tree = tree
         self.settings: dict[PathKey, list[Setting]] = dict(tree.flat())
+        self.removals: dict[PathKey, Setting] = dict(_removals(tree, ()))
+
+    def removal(self, path: PathKey) -> Position | None:
+        found = self.removals.get(tuple(path))
+        return found.position() if found is not None else None
 
     def position(self, path: PathKey, *, key: bool = False) -> Position | None:
         for n in range(len(path), -1, -1):
@@ -137,6 +142,18 @@ class ComposedSourceMap(SourceMap):
             if found:
                 return found[-1].position(key=key and n == len(path))
         return None
+
+
+def _removals(tree: Node, at: PathKey) -> Iterator[tuple[PathKey, Setting]]:
+    """Each key a `key: null` removed (and nothing wrote again), with that null."""
+    children = tree.mapping.items() if tree.mapping is not None else enumerate(tree.items or [])
+    for key, child in children:
+        if child.removed:
+            null = next((s for s in reversed(child.settings) if s.removes), None)
+            if null is not None:
+                yield (*at, key), null
+        else:
+            yield from _removals(child, (*at, key))
 
 
 def error_at(setting: Setting, message: str) -> SpecError:
