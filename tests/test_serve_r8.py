@@ -287,8 +287,9 @@ def test_a_version_linked_out_is_refused_alone_and_the_others_load(repo: Path, e
     assert [client.is_model_ready("multi", str(v)) for v in (1, 2, 3)] == [True, False, True]
     rows = [r for r in client.get_model_repository_index() if r["name"] == "multi"]
     ready = {"state": "READY", "reason": ""}
-    assert rows == [{"name": "multi", "version": "1", **ready}, {"name": "multi", "version": "3", **ready},
-                    {"name": "multi", "version": "2", "state": "UNAVAILABLE", "reason": link_line}]
+    assert rows == [{"name": "multi", "version": "1", **ready},  # in version order, as Triton's index
+                    {"name": "multi", "version": "2", "state": "UNAVAILABLE", "reason": link_line},
+                    {"name": "multi", "version": "3", **ready}]
     client.close()
 
 

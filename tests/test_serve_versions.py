@@ -252,7 +252,8 @@ def test_new_version_swapped_in_under_load_and_bad_ones_refused(
     assert [(r["version"], r["replaced"]) for r in events(caplog.records, "model_loaded")] == [(2, False)]
     assert [r["version"] for r in events(caplog.records, "model_unloaded")] == [1]
     assert [r for r in caplog.records if r.exc_info] == []
-    assert {(e["version"], e["state"]) for e in index} == {("2", "READY"), ("3", "UNAVAILABLE"), ("4", "UNAVAILABLE")}
+    assert [(e["version"], e["state"]) for e in index] == [  # version 1, replaced, is `unloaded` (Triton's index)
+        ("1", "UNAVAILABLE"), ("2", "READY"), ("3", "UNAVAILABLE"), ("4", "UNAVAILABLE")]
 
 
 def test_a_broken_config_is_refused_and_the_model_keeps_serving(tmp_path: Path, versions: dict[int, tuple[Any, bytes]],
@@ -356,8 +357,8 @@ def test_explicit_load_and_unload(tmp_path: Path, versions: dict[int, tuple[Any,
         grpc.unload_model(CNN)
         with pytest.raises(th.InferenceServerException, match="unknown model 'digits_cnn'"):
             http.infer(CNN, [http_input(x)])
-        assert grpc.get_model_repository_index(as_json=True)["models"] == [
-            {"name": CNN, "state": "UNAVAILABLE", "reason": "unloaded"}]
+        assert grpc.get_model_repository_index(as_json=True)["models"] == [  # a row per version, as Triton's
+            {"name": CNN, "version": v, "state": "UNAVAILABLE", "reason": "unloaded"} for v in ("1", "2")]
         grpc.load_model(CNN)
         assert grpc.is_model_ready(CNN, "2")
         (folder / "3").mkdir()

@@ -28,7 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from specgen.errors import SpecgenError
-from specgen.runtime import lengths
+from specgen.runtime import lengths, quantized_inputs
 from specgen.runtime.buckets import CUDA_WORK, Slot, batch_buckets, bucket_for, chunks, pad_rows, take_rows
 from specgen.runtime.sources.base import lossy_cast
 
@@ -152,6 +152,7 @@ class Predictor:
         metadata = self.session.get_modelmeta().custom_metadata_map
         self.bounds = lengths.read(metadata)
         self.minima, self.id_ranges = lengths.read_minima(metadata), lengths.read_ids(metadata)
+        self.quantized = quantized_inputs.read(metadata)  # an int8 variant's inputs that cannot carry NaN or inf
         self.graphs = cuda_graphs and self.graph_note is None
         if cuda_graphs and self.provider != CUDA and self.graph_note is None:
             self.graph_note = f"CUDA graphs need the CUDA provider; {self.provider} runs this model"
@@ -277,12 +278,14 @@ class Predictor:
     def out_of_range(self, inputs: dict[str, np.ndarray]) -> str | None:
         """Why an input is outside the limits the export recorded (runtime/lengths.py), or None: sized unlike another
         input along a dimension they share, longer or shorter than a named dimension takes, or an id outside an
-        embedding's rows. `specgen serve` asks it too."""
+        embedding's rows; or NaN or inf in an input an int8 variant quantizes (runtime/quantized_inputs.py).
+        `specgen serve` asks it too."""
         shapes = {n: np.shape(inputs[n]) for n in self.inputs if n in inputs}
         declared = {n: s for n, (s, _) in self.inputs.items() if n in shapes}
         return (lengths.unequal(declared, shapes) or lengths.violation(self.bounds, declared, shapes)
                 or lengths.too_short(self.minima, declared, shapes)
-                or lengths.bad_id(self.id_ranges, {n: inputs[n] for n in shapes}))
+                or lengths.bad_id(self.id_ranges, {n: inputs[n] for n in shapes})
+                or quantized_inputs.non_finite(self.quantized, inputs))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = self.check(inputs)

@@ -25,9 +25,12 @@ count in `specgen_model_loads_total{result="refused"}`, and it is served as if i
 so under `latest 1` the version served before keeps serving. A config.pbtxt that cannot be read
 refuses the whole change and the versions served keep serving. A refusal is not retried (nor
 logged again) until a file of its version folder changes (the model, or a precision variant's
-sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again. A refusal of a version
-whose folder (or model file) is gone is dropped at the next scan or load: the index lists what the
-repository holds.
+sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again.
+
+The index (Triton's RepositoryIndex) has a row per version known: READY while served, else UNAVAILABLE with its
+refusal, or `unloaded` once an unload or a swap let it go (Triton's ModelLifeCycle keeps each version's state). A
+refused or unloaded version whose folder (or model file) is gone is dropped at the next scan or load, and a model
+folder removed leaves the index: the index lists what the repository holds.
 
 With `--workers N` each worker scans and loads on its own: every load, refusal and unload is logged
 (each worker's lines carry its index) and counted once per worker.
@@ -60,6 +63,7 @@ from specgen.serve.values import cut, show
 log = logging.getLogger("specgen.serve")
 MODES = ("none", "poll", "explicit")
 NAME_MAX = 255  # bytes of one file name on Linux, macOS and Windows file systems
+REMOVED = "removed from the repository"  # why a version whose folder (or model file) is gone was unloaded
 T = TypeVar("T")
 __all__ = ["MODES", "ModelControl", "ModelSource", "folder_stamp", "snapshot"]
 
@@ -96,6 +100,9 @@ class ModelControl:
         self.settle_seconds = max(SETTLE_SECONDS, poll_seconds)
         self.refused: dict[tuple[str, int], tuple[Any, str]] = {}  # (model, version) -> (what was refused, why)
         self.problems: dict[str, str] = {}  # model -> why it is not served
+        # model -> the versions once served and now unloaded: Triton's index keeps a row for each (ModelLifeCycle keeps
+        # every version's state; a released one is UNAVAILABLE, "unloaded") while its folder is in the repository
+        self.unloaded: dict[str, set[int]] = {}
         self.unreadable: str | None = None  # why the last poll could not list the repository (logged once)
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -168,7 +175,7 @@ class ModelControl:
             if not folder.is_dir():
                 if name not in self.registry.models:  # an earlier refusal of a folder now gone leaves the index
                     self.problems.pop(name, None)
-                    self._forget_refusals(name, set())
+                    self._forget_gone(name, set())
                 raise ProtocolError(f"no model folder '{name}' in the repository {shown(self.repo)}", 400)
             before = await self._run(snapshot, folder)
             await asyncio.sleep(EXPLICIT_SETTLE_SECONDS)  # a writer at work moves a stamp meanwhile (stamps.py)
@@ -222,11 +229,11 @@ class ModelControl:
                                   extra={"fields": {"event": "error", "model": name}})
             for name in [n for n in self.pending if n not in found]:  # gone before it settled (or while read)
                 del self.pending[name]
-            for name in [n for n in self.seen if n not in found]:
+            for name in [n for n in self.seen if n not in found]:  # as in Triton's index, no row for a folder gone
                 del self.seen[name]
+                self.registry.install(name, {}, reason=REMOVED)
                 self.problems.pop(name, None)
-                self._forget_refusals(name, set())
-                self._unload(name, "removed from the repository")
+                self._forget_gone(name, set())
 
     def _unreadable_now(self, why: str | None) -> None:
         """Log once when the repository cannot be listed, and once when it can again."""
@@ -238,13 +245,17 @@ class ModelControl:
         self.unreadable = why
 
     def _unload(self, name: str, why: str) -> None:
+        self.unloaded.setdefault(name, set()).update(self.registry.models.get(name, {}))
         self.registry.install(name, {}, reason=why)  # each version logs model_unloaded once its requests are answered
         self.problems[name] = why
 
-    def _forget_refusals(self, name: str, present: set[int]) -> None:
-        """Drop the refusals of `name`'s versions that the repository no longer holds."""
+    def _forget_gone(self, name: str, present: set[int]) -> None:
+        """Drop the refusals and unloaded rows of `name`'s versions that the repository no longer holds."""
         for key in [k for k in self.refused if k[0] == name and k[1] not in present]:
             del self.refused[key]
+        kept = self.unloaded.pop(name, set()) & present
+        if kept:
+            self.unloaded[name] = kept
 
     def _refuse(self, name: str, version: int | None, why: str) -> None:
         self.registry.metrics.load_result(name, "refused")
@@ -295,7 +306,7 @@ class ModelControl:
         if await self._run(snapshot, folder) != expected:  # written to while read: this session may mix two files
             self._discarded(name, explicit)
             return None
-        self._forget_refusals(name, set(available))
+        self._forget_gone(name, set(available))
         versions = {v: m if isinstance(m, Version) else self.registry.version(m) for v, m in chosen.items()}
         for version, stamp, reason in refusals:
             self.refused[name, version] = (stamp, reason)
@@ -346,33 +357,49 @@ class ModelControl:
             return
         for _ in added:
             self.registry.metrics.load_result(name, "loaded")
-        self.registry.install(name, chosen, reasons={v: _retired_why(v, served, chosen) for v, served in current.items()})
+        reasons = {v: _retired_why(v, served, chosen) for v, served in current.items()}
+        self.registry.install(name, chosen, reasons=reasons)
         self.problems.pop(name, None)
+        # A version left out keeps its index row (Triton's "unloaded") unless its folder went with it
+        left = {v for v, why in reasons.items() if v not in chosen and why != REMOVED}
+        self.unloaded[name] = (self.unloaded.get(name, set()) | left) - set(chosen)
+        if not self.unloaded[name]:
+            del self.unloaded[name]
         for version in added:
             log.info("model version loaded", extra={"fields": {
                 "event": "model_loaded", "model": name, "version": version, "provider": chosen[version].model.provider,
                 "serving": sorted(chosen), "replaced": version in current}})
 
     def index(self, ready_only: bool) -> list[dict[str, str]]:
-        """Triton's repository index: every model folder, with each served version READY, others UNAVAILABLE."""
+        """Triton's repository index (RepositoryIndex): a row per version known of each model folder, in version
+        order, READY if served, else UNAVAILABLE with its refusal or `unloaded`; a model with none known, one row
+        without a version. `ready_only`: the READY rows alone."""
         entries: list[dict[str, str]] = []
+        for name in sorted(self._index_names()):
+            known = self._version_states(name)
+            entries += [{"name": name, "version": str(v), "state": state, "reason": why}
+                        for v, (state, why) in sorted(known.items()) if not ready_only or state == "READY"]
+            if not known and not ready_only:
+                entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
+                                "reason": self.problems.get(name, "not loaded")})
+        return entries
+
+    def _index_names(self) -> set[str]:
+        """The model folders of the repository, and the models served or unloaded (a folder gone or unreadable)."""
         names = set(self.registry.models) | set(self.problems)
         if self.source is not None:
             try:
                 names |= {f.name for f in model_folders(self.source.repo)}
             except OSError:
                 pass
-        for name in sorted(names):
-            served = self.registry.models.get(name, {})
-            entries += [{"name": name, "version": str(v), "state": "READY", "reason": ""} for v in served]
-            if ready_only:
-                continue
-            entries += [{"name": name, "version": str(v), "state": "UNAVAILABLE", "reason": why}
-                        for (model, v), (_, why) in sorted(self.refused.items()) if model == name and v not in served]
-            if not served:
-                entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
-                                "reason": self.problems.get(name, "not loaded")})
-        return entries
+        return names
+
+    def _version_states(self, name: str) -> dict[int, tuple[str, str]]:
+        """Each version known of `name` with its state and reason; the served state wins over a refusal (of a reload),
+        and a refusal over an earlier unload."""
+        states = {v: ("UNAVAILABLE", "unloaded") for v in self.unloaded.get(name, ())}
+        states |= {v: ("UNAVAILABLE", why) for (model, v), (_, why) in self.refused.items() if model == name}
+        return states | {v: ("READY", "") for v in self.registry.models.get(name, {})}
 
 
 def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> str:
@@ -381,7 +408,7 @@ def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> st
     its place (`replaced`: its number loaded again, or a newer version that the same policy now chooses)."""
     path = served.model.path  # the file served (a gated variant's float32 reference too): gone with its folder
     if path is not None and not (path.parent.exists() and path.exists()):
-        return "removed from the repository"
+        return REMOVED
     policy = next(iter(chosen.values())).model.config.version_policy if chosen else None
     if policy is not None and number not in chosen and policy != served.model.config.version_policy:
         return "not chosen by version_policy"

@@ -94,5 +94,8 @@ class Service:
         return [self.registry.lookup(name, version).stats]
 
     def metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        """The model metadata of one version, or of the model (a 404 ProtocolError if unknown). `versions` is the
+        version asked for alone, else the served ones, as Triton's TRITONSERVER_ServerModelMetadata answers."""
         served = self.registry.lookup(name, version)
-        return served.model.metadata(list(self.models[name]))
+        asked = version is not None and version != ""
+        return served.model.metadata([served.model.version] if asked else list(self.models[name]))

@@ -311,16 +311,16 @@ class Session:
 
     def _advice(self, loss: float) -> str:
         """What can help. Under mixed_float16 a non-finite loss comes from the forward pass: an update whose
-        gradients overflow is skipped by the loss scale, so only an activation past float16's 65504 (inf, then
+        gradients overflow is skipped by the loss scale, so only an activation float16 rounds to inf (>= 65520; then
         NaN) makes the loss itself non-finite, which no learning rate changes at step 0."""
         if precision.of(self.train_ir) != "mixed_float16" or math.isfinite(loss):
             return "Lower the learning rate, add train.clip, or check the data"
         grown = "" if self.step == 0 else (" (after finite steps the weights may have grown too: a lower learning "
                                            "rate or train.clip helps there)")
-        return ("The forward pass overflowed float16 (train.precision mixed_float16): an activation beyond 65504 "
-                f"becomes inf and the loss NaN, and loss scaling protects only the gradients{grown}. Train with "
-                "precision mixed_bfloat16 (float32's range) or float32, or scale the inputs down (normalize them) so "
-                "the activations stay within float16")
+        return ("The forward pass overflowed float16 (train.precision mixed_float16): an activation of 65520 or more "
+                "(float16's largest value, 65504, plus half its step) rounds to inf and the loss becomes NaN, and loss "
+                f"scaling protects only the gradients{grown}. Train with precision mixed_bfloat16 (float32's range) "
+                "or float32, or scale the inputs down (normalize them) so the activations stay within float16")
 
     def save(self) -> Path:
         """A checkpoint of this step, once: the end of a run that just saved it writes nothing more."""

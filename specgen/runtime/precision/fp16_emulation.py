@@ -14,6 +14,9 @@ writes a float16 output, as on the GPU; what it does not see is a kernel's inter
 accumulate float16 products in float32, which is what float32 kernels do here; a reduction that accumulates in
 float16 on the GPU would lose more there). Beside each rounded tensor the emulation reports its largest |x|
 before rounding, so an overflow is refused naming the tensor (`run`), not only through its effect on the outputs.
+An overflow is judged as float16 rounds: round-to-nearest-even gives inf only from 65,520 (65,504, the largest
+float16, plus half its 32-wide step) on, and 65,504 < |x| < 65,520 rounds to a finite 65,504. Rounding is monotonic
+and odd, so the largest |x| after rounding is the rounded largest |x| before: `run` rounds the peaks it reads.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from specgen.runtime.precision.valid import topological
 DTYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(uint8)": np.uint8,
           "tensor(double)": np.float64}
 FLOAT16_MAX = 65504.0
+FLOAT16_INF_FROM = 65520.0  # the smallest |x| that rounds to inf: FLOAT16_MAX plus half of float16's step there (32)
 RANGE = "specgen_fp16_range/"  # the extra outputs: largest |x| of each float16 tensor before its rounding
 ROWS_PER_RUN = 256  # a dynamic batch runs in pieces of this many rows: memory stays bounded on large eval sets
 ARITHMETIC = ("float16 emulated on the CPU: float32 kernels, every float16 tensor of the variant rounded to float16 "
@@ -133,8 +137,9 @@ def emulated(variant_bytes: bytes) -> Emulation:
 
 
 def run(emulation: Emulation, inputs: Arrays) -> tuple[Arrays, dict[str, Any]]:
-    """The variant's outputs under float16 arithmetic, and the report's figures; PrecisionRefusal naming the first
-    tensor (in graph order: where it starts) whose values pass float16's largest, 65504."""
+    """The variant's outputs under float16 arithmetic, and the report's figures (`float16_peak`: the largest |x| a
+    float16 tensor held, a float16 value); PrecisionRefusal naming the first tensor (in graph order: where it starts)
+    whose values float16 rounds to inf (|x| >= 65,520; below that they round to at most 65,504, finite)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no pass may drop the rounding
     options.log_severity_level = 3
@@ -152,16 +157,32 @@ def run(emulation: Emulation, inputs: Arrays) -> tuple[Arrays, dict[str, Any]]:
         parts.append({n: v[:count] for n, v in values.items() if not n.startswith(RANGE)})
         for raw in peaks:  # NaN is left out: it comes from an inf upstream, which is named there
             peaks[raw] = max(peaks[raw], float(values[RANGE + raw]))
-    overflow = next((raw for raw in emulation.watched if np.isfinite(peaks[raw]) and peaks[raw] > FLOAT16_MAX), None)
-    if overflow is not None:
-        raise PrecisionRefusal(f"fp16: {emulation.watched[overflow]} overflows float16 on the eval set: |x| reaches "
-                               f"{peaks[overflow]:,.0f}, float16 holds at most 65,504, so the variant computes inf "
-                               "there (measured with float16 arithmetic emulated on the CPU); keep this model in "
-                               "float32, or scale its activations down")
-    top = max(peaks, key=lambda raw: peaks[raw]) if peaks else None
-    report = {"arithmetic": ARITHMETIC, **({"float16_peak": {"tensor": emulation.watched[top], "abs": peaks[top]}}
+    rounded = {raw: _as_float16(peak) for raw, peak in peaks.items()}
+    _refuse_overflow(emulation, peaks, rounded)
+    top = max(rounded, key=lambda raw: rounded[raw]) if rounded else None
+    report = {"arithmetic": ARITHMETIC, **({"float16_peak": {"tensor": emulation.watched[top], "abs": rounded[top]}}
                                            if top is not None else {})}
     return {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}, report
+
+
+def _refuse_overflow(emulation: Emulation, peaks: dict[str, float], rounded: dict[str, float]) -> None:
+    """PrecisionRefusal naming the first watched tensor (graph order) that float16 rounds to inf. A peak already
+    inf before rounding is left out, as NaN is: it comes from an inf upstream, which is named there."""
+    overflow = next((raw for raw in emulation.watched if np.isfinite(peaks[raw]) and np.isinf(rounded[raw])), None)
+    if overflow is None:
+        return
+    raise PrecisionRefusal(f"fp16: {emulation.watched[overflow]} overflows float16 on the eval set: |x| reaches "
+                           f"{peaks[overflow]:,.0f} before rounding, and float16 rounds |x| >= {FLOAT16_INF_FROM:,.0f} "
+                           f"to inf (its largest finite value is {FLOAT16_MAX:,.0f}), so the variant computes inf "
+                           "there (measured with float16 arithmetic emulated on the CPU); keep this model in float32, "
+                           "or scale its activations down")
+
+
+def _as_float16(peak: float) -> float:
+    """`peak` as float16 holds it: IEEE round-to-nearest-even (numpy's cast, as CUDA's __float2half_rn), inf from
+    65,520 on. NaN stays NaN."""
+    with np.errstate(over="ignore"):  # the overflow to inf is what is asked
+        return float(np.float16(peak))
 
 
 def emulate(variant_bytes: bytes, inputs: Arrays) -> tuple[Arrays, dict[str, Any]]:

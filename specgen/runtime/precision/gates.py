@@ -28,6 +28,7 @@ BUDGET_S = 1.0  # seconds of timing per gate (export and each load): about 25 ro
 ROUND_S = 0.02  # each side of a round: long enough that a timer tick or one scheduler slice is noise
 MIN_ROUNDS, MAX_ROUNDS = 9, 400  # 9: a 95% interval from ranks 2 and 8; a slow model exceeds the budget for them
 MAX_CALLS = 10_000
+FORCE_ADVICE = "pass --force to write it anyway"  # speed_verdict's advice where `specgen export` runs the gate
 PAUSE_S = 0.002  # before each side: another session's threads stop spinning, so neither side pays for them
 
 
@@ -122,11 +123,14 @@ def _timed(run: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def speed_verdict(name: str, provider: str, batch: int, timing: Timing, force: bool) -> dict[str, Any]:
+def speed_verdict(name: str, provider: str, batch: int, timing: Timing, force: bool,
+                  advice: str | None = FORCE_ADVICE) -> dict[str, Any]:
     """The speed figures, with a warning when forced; PrecisionRefusal when the variant is not faster.
 
     Decided on the median of the paired ratios (variant / float32 time): faster only when its whole
-    confidence interval is below 1. An interval reaching 1 is "not measurably faster", which is not faster."""
+    confidence interval is below 1. An interval reaching 1 is "not measurably faster", which is not faster.
+    `advice` ends the refusal: what the caller's user can do about it. The export's `--force` by default; the
+    server (verify.py) has no such flag and passes None (its line already says the float32 model is served)."""
     ratio, low, high, reached = median_interval(timing.ratios())
     fp32_s, variant_s = statistics.median(timing.fp32), statistics.median(timing.variant)
     rounds = len(timing.fp32)
@@ -140,5 +144,5 @@ def speed_verdict(name: str, provider: str, batch: int, timing: Timing, force: b
         return report
     verdict = "not measurably faster" if low < 1 else "not faster"
     if not force:
-        raise PrecisionRefusal(f"{name} is {verdict}: {figures}; pass --force to write it anyway")
+        raise PrecisionRefusal(f"{name} is {verdict}: {figures}" + (f"; {advice}" if advice else ""))
     return report | {"warning": f"written with --force although {verdict}: {figures}"}

@@ -38,6 +38,7 @@ from onnxruntime.quantization import (
 )
 
 from specgen.kinds.precisions import REGISTRY
+from specgen.runtime import quantized_inputs
 from specgen.runtime.graph_runs import graph_batch
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
 from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model
@@ -133,6 +134,8 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
                             weight_type=QuantType.QInt8, calibrate_method=METHODS[calibration.method])
         data = onnx.load(str(target))
     _keep_header(onnx.load_from_string(model_bytes), data)
+    # 8-bit integers hold no NaN or inf: the Predictor (infer, serve) refuses them in these inputs (quantized_inputs.py)
+    quantized_inputs.stamp(data, quantized_inputs.reaching(data.graph))
     report = {"mode": "dynamic" if dynamic else "static QDQ", "calibration": None if dynamic else calibration.method,
               "calibration_examples": None if dynamic else len(next(iter(calibration.inputs.values()))),
               "reduce_range": not has_vnni()}

@@ -147,7 +147,7 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
         batch = {k: v[:predictor_batch(reference) or SPEED_BATCH] for k, v in inputs.items()}  # as the export times
         timing = paired_timing(lambda: reference(batch), lambda: variant(batch))
         report["speed"] = speed_verdict(info.precision, variant.provider, len(next(iter(batch.values()))), timing,
-                                        force=False)
+                                        force=False, advice=None)  # serve has no --force: _refuse says what it does
     except Exception as exc:  # a gate's PrecisionRefusal, or onnxruntime failing on the variant: refused, not fatal
         if variant is not None:
             variant.close()
