@@ -2,25 +2,30 @@
 
 NEW's `checkpoint.restore` entries are applied as `specgen restore-plan` applies them (ir/restore_rules.py:
 `plan_source` per entry, then `combine`: map, exclude, strict, ema_to_model, later entries overriding earlier
-ones, conflicts and missing keys sticking), each entry reading the keys of a checkpoint of OLD that a restore
-can fill (OLD's restore targets: its model variables and, for a pruning spec, its masks) into NEW's restore targets,
-as restore-plan plans (ir/restore_targets.py); a NEW without entries restores by name, as `restore-plan --from`.
-So the section breaks where the real plan would refuse (a conflict, a missing key, a plan error) and where OLD's
-weights would be lost (mismatched, left to an initializer, restored into a layer that moved: crossed, or a layer
-that shared another's weights and now has its own). A variable an entry's `exclude` names is the spec's choice.
-The training state a checkpoint also holds (step, slots) is never restored: `unused weights` counts OLD's restore
-targets only, where restore-plan's `unused` counts every key. No TensorFlow is imported.
+ones, conflicts and missing keys sticking), each entry reading every key a checkpoint of OLD holds (`saved_keys`,
+ir/restore_targets.py: the list `--resume` checks real checkpoints against; model variables, masks, EMA shadows,
+optimizer slots, the step), so a map that names an EMA shadow or a slot restores where the real plan does; into
+NEW's restore targets, as restore-plan plans (ir/restore_targets.py); a NEW without entries restores by name, as
+`restore-plan --from`. So the section breaks where the real plan would refuse (a conflict, a missing key, a plan
+error) and where OLD's weights would be lost (mismatched, left to an initializer, restored into a layer that
+moved: crossed, or a layer that shared another's weights and now has its own). A variable an entry's `exclude`
+names is the spec's choice. A row that OLD's own plan (OLD's checkpoint into OLD, by OLD's entries) has alike is
+no change: the entries' choices about a foreign checkpoint (a Keras file's names, an `exclude`) are not the
+change under review, and a spec diffed with itself is empty. `unused weights` counts OLD's restore targets that
+restore nothing, where restore-plan's `unused` counts every key (the step, slots, shadows). No TensorFlow is
+imported.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_rules import Entry, RestorePlan, Row, combine, ema_base, plan_source, summary_line
-from specgen.ir.restore_targets import restore_targets
+from specgen.ir.restore_rules import Entry, RestorePlan, Row, Unused, combine, ema_base, plan_source, summary_line
+from specgen.ir.restore_targets import restore_targets, saved_keys
 from specgen.review.renames import Renames
 from specgen.review.sections import Change, Section
 from specgen.spec.io import RestoreSource
@@ -46,20 +51,55 @@ def declared_map(spec: Spec) -> list[dict[str, str]]:
     return [m.model_dump(by_alias=True, exclude_none=True) for source in sources for m in source.map]
 
 
+def old_checkpoint(old: ModelIR) -> dict[str, Entry]:
+    """Every key a checkpoint of OLD holds, sorted as restore-plan reads a real one (runtime/commands/
+    restore_sources.py), so that a conflict names its keys in the real plan's order."""
+    return {key: Entry(key, shape, dtype) for key, (shape, dtype) in sorted(saved_keys(old).items())}
+
+
 def plan(old: ModelIR, new: ModelIR, sources: Sequence[RestoreSource]) -> RestorePlan:
-    """restore-plan's plan over the keys of a checkpoint of OLD that a restore can fill, for NEW's targets."""
-    entries = {key: Entry(key, shape, dtype) for key, (shape, dtype) in restore_targets(old).items()}
+    """restore-plan's plan over the keys a checkpoint of OLD holds, for NEW's targets."""
+    entries = old_checkpoint(old)
     targets = restore_targets(new)
     parts = [(s, plan_source(str(s.from_), None, entries, s, targets)) for s in sources]  # type: ignore[arg-type]
     return combine(parts, targets, RestorePlan([]))
 
 
-def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[RestoreSource]) -> Section:
+def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[RestoreSource],
+               own: Sequence[RestoreSource]) -> Section:
+    """`sources`: NEW's restore entries (restore_sources); `own`: OLD's, for the plan a row must differ from."""
     section = Section("checkpoint")
-    found = plan(old, new, sources)
-    lost = {renames.variable(p, old) or p for p in restore_targets(old)}  # NEW's share of OLD
+    found = _weights_only(old, plan(old, new, sources))
+    before = plan(old, old, own)  # OLD's checkpoint into OLD by OLD's entries: what did not change
+    alike = {_verdict(r) for r in before.rows}
+    rows = sorted((r for r in found.rows if _verdict(r) not in alike), key=lambda r: r.path)
+    _refused(section, rows)
     unshared = _unshared(old, new)
-    rows = sorted(found.rows, key=lambda r: r.path)
+    _initialized(section, old, renames, [r for r in rows if r.status == "initialized"], found, sources, unshared)
+    section.breaks += _unshare_breaks(old, new, sources, found, unshared)
+    for path, moved in _crossed(old, renames, found.rows):  # alike in OLD's own plan, but the layer moved
+        section.changes.append(Change("crossed", path, "", f"OLD's '{path}' is '{moved}' here: needs a map entry"))
+        section.breaks.append(f"'{path}' would be restored from OLD's '{path}', which is '{moved}' here (layers "
+                              "moved); `specgen diff --map` prints the checkpoint map that restores each layer's own "
+                              "weights")
+    unused = set(before.unused)
+    section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in found.unused
+                        if u not in unused]
+    for error in (e for e in found.errors if e not in before.errors):
+        section.changes.append(Change("error", "restore plan", "", error))
+        section.breaks.append(f"{error}: `specgen restore-plan` refuses it and `specgen train` restores nothing")
+    crossed = sum(c.what == "crossed" for c in section.changes)
+    # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
+    # restore-plan's line, but its `unused` counts every key of a real checkpoint (step, slots); this one only OLD's
+    # weights and masks, and is labelled so: the counts are compared with restore-plan's by tests/test_diff_restore.
+    restored, rest = summary_line(found).replace(", unused ", ", unused weights ", 1).split(", ", 1)
+    crossing = f" ({crossed} of them from another layer)" if crossed else ""
+    section.summary = f"a checkpoint of OLD restored into NEW: {restored}{crossing}, {rest}"
+    return section
+
+
+def _refused(section: Section, rows: Iterable[Row]) -> None:
+    """The rows restore-plan refuses (mismatched, conflict, missing): a row and a break each."""
     for row in rows:
         if row.status == "mismatched" and row.found is not None:
             old_shape, new_shape = text.shape(row.found.shape), text.shape(row.shape)
@@ -70,7 +110,13 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
             section.changes.append(Change(row.status, row.path, "", row.note))
             section.breaks.append(f"'{row.path}' is '{row.status}' in NEW's restore plan ({row.note}): "
                                   "`specgen restore-plan` refuses it and `specgen train` restores nothing")
-    for row in (r for r in rows if r.status == "initialized"):
+
+
+def _initialized(section: Section, old: ModelIR, renames: Renames, rows: list[Row], found: RestorePlan,
+                 sources: Sequence[RestoreSource], unshared: dict[str, str]) -> None:
+    """A row per variable left to its initializer, with why; a break where OLD had its weights."""
+    lost = {renames.variable(p, old) or p for p in restore_targets(old)}  # NEW's share of OLD
+    for row in rows:
         excluded = row.note if row.path in found.excluded else _excluded_by(row.path, sources)
         if excluded:  # the spec's own choice: "excluded by 'h1/*' in runs/x", whether or not a key maps here
             section.changes.append(Change("initialized", row.path, "", excluded))
@@ -83,24 +129,20 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
                                           if had else "new"))
             if had:
                 section.breaks.append(_lost(row.path, old))
-    section.breaks += _unshare_breaks(old, new, sources, found, unshared)
-    for path, moved in _crossed(old, renames, found.rows):
-        section.changes.append(Change("crossed", path, "", f"OLD's '{path}' is '{moved}' here: needs a map entry"))
-        section.breaks.append(f"'{path}' would be restored from OLD's '{path}', which is '{moved}' here (layers "
-                              "moved); `specgen diff --map` prints the checkpoint map that restores each layer's own "
-                              "weights")
-    section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in found.unused]
-    for error in found.errors:
-        section.changes.append(Change("error", "restore plan", "", error))
-        section.breaks.append(f"{error}: `specgen restore-plan` refuses it and `specgen train` restores nothing")
-    crossed = sum(c.what == "crossed" for c in section.changes)
-    # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
-    # restore-plan's line, but its `unused` counts every key of a real checkpoint (step, slots); this one only OLD's
-    # weights and masks, and is labelled so: the counts are compared with restore-plan's by tests/test_diff_restore.
-    restored, rest = summary_line(found).replace(", unused ", ", unused weights ", 1).split(", ", 1)
-    crossing = f" ({crossed} of them from another layer)" if crossed else ""
-    section.summary = f"a checkpoint of OLD restored into NEW: {restored}{crossing}, {rest}"
-    return section
+
+
+def _verdict(row: Row) -> tuple[str, ...]:
+    """What a row says, less NEW's shape (an excluded variable that changed shape is excluded alike)."""
+    return row.path, row.status, row.source, row.key, row.note
+
+
+def _weights_only(old: ModelIR, found: RestorePlan) -> RestorePlan:
+    """The plan with only OLD's restore targets among its unused keys (in OLD's variable order): the training state
+    a checkpoint also holds restores nothing unless a map names it, and is no row of its own."""
+    weights = list(restore_targets(old))
+    order = {key: n for n, key in enumerate(weights)}
+    unused: list[Unused] = sorted((u for u in found.unused if u.key in order), key=lambda u: order[u.key])
+    return replace(found, unused=unused)
 
 
 def _excluded_by(path: str, sources: Sequence[RestoreSource]) -> str:
@@ -137,14 +179,15 @@ def _crossed(old: ModelIR, renames: Renames, rows: Iterable[Row]) -> list[tuple[
 def map_entries(old: ModelIR, new: ModelIR, renames: Renames, declared: list[dict[str, str]],
                 sources: Sequence[RestoreSource] = ()) -> list[dict[str, str]]:
     """The `checkpoint.restore[].map` entries that make OLD's checkpoints restore into NEW (exact keys: weights and
-    pruning masks), less the keys NEW's spec maps already (`declared`) and the targets its `exclude` names
-    (`sources`: NEW's restore entries; a map entry into an excluded target restores nothing)."""
+    pruning masks), less the keys NEW's spec maps already and the targets it maps a key to (`declared`: a second
+    key for one target is a conflict) and the targets its `exclude` names (`sources`: NEW's restore entries; a
+    map entry into an excluded target restores nothing)."""
     targets = restore_targets(new)
-    mapped = {m.get("from") for m in declared}
+    mapped = {m.get("from") for m in declared} | {m.get("to") for m in declared if "from" in m}
     found = []
     for key in restore_targets(old):
         to = renames.variable(key, old)
-        if (to is not None and to in targets and to != key and key not in mapped
+        if (to is not None and to in targets and to != key and not {key, to} & mapped
                 and not _excluded_by(to, sources)):
             found.append({"from": key, "to": to})
     return found

@@ -47,7 +47,7 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
         interface(old.ir, new.ir),
         layer_section,
         variables(old.ir, new.ir, renames),
-        checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec)),
+        checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec), restore_sources(old.loaded.spec)),
         training,
         settings("export", old.loaded.spec, new.loaded.spec, ("export",)),
         settings("other", old.loaded.spec, new.loaded.spec, OTHER_SECTIONS),
@@ -61,7 +61,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     with open_side(args.old) as old, open_side(args.new) as new:
         sections, renames = compare(old, new)
         mapping = map_entries(old.ir, new.ir, renames, declared_map(new.loaded.spec), restore_sources(new.loaded.spec))
-        after_map = checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec, mapping)) if mapping else None
+        own = restore_sources(old.loaded.spec)
+        after_map = (checkpoint(old.ir, new.ir, renames, restore_sources(new.loaded.spec, mapping), own)
+                     if mapping else None)
     if args.format == "json":
         print(json.dumps(_document(old, new, sections, renames, mapping, after_map), indent=2, sort_keys=True))
     else:
@@ -98,14 +100,10 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
 
 
 def _map_text(mapping: list[dict[str, str]], renames: Renames, after: Section) -> str:
-    """The map, headed by what a restore with it still leaves to an initializer (after: the checkpoint section with
-    the map). The map holds renames only: a layer that stopped sharing needs a restore entry of its own, which
-    its break line prints, so a header that says nothing of OLD's is lost is printed only where that is so."""
-    still = [c.which for c in after.changes if c.what == "mismatched" or (
-        c.what == "initialized" and c.new != "new" and not c.new.startswith("excluded by"))]
-    remains = (f"{', '.join(still)} still start from their initializer, though OLD had them: the checkpoint "
-               "section's breaks say what each needs" if still else
-               "the restore still breaks: see the checkpoint section") if after.breaks else ""
+    """The map, headed by what a restore with it still does wrong (after: the checkpoint section with the map). The
+    map holds renames only: a layer that stopped sharing needs a restore entry of its own, which its break line
+    prints, so a header that says nothing of OLD's is lost is printed only where that is so."""
+    remains = _remains(after)
     if not mapping:
         head = ("# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps"
                 if not remains else "# no map entries needed for renamed weights; " + remains)
@@ -117,6 +115,30 @@ def _map_text(mapping: list[dict[str, str]], renames: Renames, after: Section) -
             + (" but what NEW's restore `exclude` names" if excluded else "")
             if not remains else "# checkpoint map: the entries for OLD's renamed weights; with it, " + remains)
     return "\n" + head + "\n" + body.rstrip("\n")
+
+
+# Rows the real restore refuses (restore-plan exits 1, `specgen train` starts no run): what each means.
+REFUSED = {"mismatched": "another shape or dtype in OLD's checkpoints", "conflict": "several keys map there",
+           "missing": "a map entry names a key OLD's checkpoints lack"}
+
+
+def _remains(after: Section) -> str:
+    """What the header says the restore still does: refuses (no run starts), or leaves OLD's weights to an
+    initializer; empty when the checkpoint section has no break."""
+    if not after.breaks:
+        return ""
+    refused = [f"{', '.join(c.which for c in after.changes if c.what == what)} ({what}: {why})"
+               for what, why in REFUSED.items() if any(c.what == what for c in after.changes)]
+    errors = sum(c.what == "error" for c in after.changes)
+    refused += [f"the plan's {errors} error(s)"] if errors else []
+    still = [c.which for c in after.changes if c.what == "initialized" and c.new != "new"
+             and not c.new.startswith("excluded by")]
+    parts = [f"the restore refuses {'; '.join(refused)} and no run starts (`specgen restore-plan` exits 1)"
+             ] if refused else []
+    parts += [f"{', '.join(still)} {'would also' if refused else 'still'} start from their initializer, though OLD "
+              "had them"] if still else []
+    return ("; ".join(parts) + ": the checkpoint section's breaks say what each needs" if parts else
+            "the restore still breaks: see the checkpoint section")
 
 
 def _document(old: Side, new: Side, sections: list[Section], renames: Renames, mapping: list[dict[str, str]],

@@ -30,6 +30,7 @@ from typing import Any
 
 from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.ir.model import ModelIR
+from specgen.ir.restore_targets import saved_keys  # shared with `specgen diff` (review/checkpoint.py)
 from specgen.kinds.features import precision
 from specgen.paths import shown
 from specgen.runtime.checkpoint import key_shapes
@@ -38,11 +39,6 @@ from specgen.runtime.integrity import META, key_position
 
 Shapes = dict[str, tuple[tuple[int, ...], str]]
 OPTIONAL = frozenset(precision.KEYS)  # train.precision's loss scale: a resume crosses precisions (see above)
-
-
-def saved_keys(ir: ModelIR) -> Shapes:
-    """What a checkpoint of this spec holds: every variable but the metrics' accumulators (never saved)."""
-    return {v.path: (tuple(v.shape), v.dtype) for v in ir.variables if "metrics" not in v.collections}
 
 
 def check_fit(ir: ModelIR, start: Start) -> list[str]:
