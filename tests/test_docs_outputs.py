@@ -201,3 +201,78 @@ def test_a_whole_spec_shown_validates(doc: str, line: int, text: str, tmp_path: 
     (tmp_path / "shown.yaml").write_text(text, encoding="utf-8")
     code, real = _run(["validate", "shown.yaml"], tmp_path, monkeypatch)
     assert code == 0, f"{doc}:{line}: the spec shown does not validate:\n" + "\n".join(real)
+
+
+# Figures in the shown output of commands out of scope above (they need TensorFlow or a run) that follow from the
+# spec alone, so they are checked here without running the command: cheap (about a second) and deterministic.
+
+_SIZES = re.compile(r"^(?:int8|fp16): wrote \S+\.(int8|fp16)\.onnx \(([\d,]+) bytes, float32 ([\d,]+)\)")
+
+
+def _export_sizes(spec: Path) -> dict[str, int]:
+    """The bytes of `specgen export`'s model.onnx and fp16 variant for `spec`: the graph `build` renders with every
+    weight in place (stored whole, so their values do not change the size; zeros here), as the export writes it."""
+    import numpy as np
+    import onnx
+
+    from specgen.pipeline import build
+    from specgen.runtime.onnx_export import with_weights
+    from specgen.runtime.precision.base import Calibration
+    from specgen.runtime.precision.fp16 import convert
+    from specgen.spec.load import load_spec
+
+    built = build(load_spec(spec))
+    values = {v.path: np.zeros(v.shape, np.float32) for v in built.ir.model_variables}
+    model = with_weights(onnx.load_from_string(built.files["model.onnx"]), built.ir, values)
+    float32 = model.SerializeToString(deterministic=True)
+    return {"float32": len(float32), "fp16": len(convert(float32, Calibration())[0])}
+
+
+def test_export_md_file_sizes_are_the_exports() -> None:
+    """docs/export.md's `int8: wrote ...` / `fp16: wrote ...` lines of the digits CNN: the float32 size in both, and
+    the fp16 variant's own size, are what an export of examples/specs/digits_cnn.yaml writes whatever the weights
+    and the CPU. The int8 variant's own size is not checked: it needs a calibrated quantization, and its bytes
+    depend on the exporting CPU's kind (VNNI or not)."""
+    lines = [(s, line) for b in blocks() for s in b.shown if s.doc == "docs/export.md" and len(s.argv) > 2
+             and s.argv[1] == "export" and s.argv[2] == "digits_cnn.yaml" for line in s.lines]
+    found = [(s, m) for s, line in lines if (m := _SIZES.match(line))]
+    assert {m.group(1) for _, m in found} == {"int8", "fp16"}, "export.md's size lines moved: update this test"
+    real = _export_sizes(EXAMPLE)
+    problems = [f"{s.doc}:{s.line}: {m.group(0)}" for s, m in found
+                if int(m.group(3).replace(",", "")) != real["float32"]
+                or (m.group(1) == "fp16" and int(m.group(2).replace(",", "")) != real["fp16"])]
+    assert not problems, f"real: float32 {real['float32']:,} bytes, fp16 {real['fp16']:,}:\n" + "\n".join(problems)
+
+
+_ELIDED = re.compile(r"^\.\.\. \((\d+) more (?:\w+ )?variables")
+
+
+def test_restore_plan_elisions_count_the_rows_left_out() -> None:
+    """A `specgen restore-plan` block trimmed with `... (N more ... variables ...)`: the plan has one row per model
+    variable in the spec's order, so N is the number of variables between the rows shown around the marker, and
+    the summary's counts add up over the rows shown and left out."""
+    from specgen.pipeline import build
+    from specgen.spec.load import load_spec
+
+    checked = 0
+    for shown in (s for b in blocks() for s in b.shown if len(s.argv) > 2 and s.argv[1] == "restore-plan"):
+        marks = [i for i, line in enumerate(shown.lines) if _ELIDED.match(line)]
+        if not marks:
+            continue
+        paths = [v.path for v in build(load_spec(ROOT / shown.argv[2])).ir.model_variables]
+        rows = {line.split()[0]: line.split()[1] for line in shown.lines[2:]
+                if line.split() and line.split()[0] in paths}
+        for i in marks:
+            before, after = shown.lines[i - 1].split()[0], shown.lines[i + 1].split()[0]
+            left_out = paths.index(after) - paths.index(before) - 1
+            n = int(_ELIDED.match(shown.lines[i]).group(1))
+            assert n == left_out, f"{shown.doc}:{shown.line}: '{shown.lines[i]}', but {left_out} rows lie between"
+            checked += 1
+            summary = next(line for line in shown.lines if line.startswith("restored "))
+            restored = int(summary.split()[1].rstrip(","))
+            if "all restored" in shown.lines[i]:
+                shown_restored = sum(status == "restored" for status in rows.values())
+                assert restored == shown_restored + n, f"{shown.doc}:{shown.line}: '{summary}' against the rows"
+        assert len(rows) + sum(int(_ELIDED.match(shown.lines[i]).group(1)) for i in marks) == len(paths), (
+            f"{shown.doc}:{shown.line}: the rows shown and left out are not the spec's {len(paths)} variables")
+    assert checked, "no trimmed restore-plan block left: drop this test"
