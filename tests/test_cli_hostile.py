@@ -173,6 +173,21 @@ def test_infer_refuses_a_cast_that_changes_values(tmp_path: Path, capsys: pytest
 
 
 
+def test_a_narrower_float_runs_without_a_numpy_warning(tmp_path: Path) -> None:
+    """float16 into a float32 input: its range check compared finfo(float16).max with float32's largest in float16,
+    and numpy warned `overflow encountered in cast` (with predictor.py's path) on every call."""
+    import warnings
+
+    from specgen.runtime.predictor import Predictor
+
+    identity_model(tmp_path / "m.onnx")
+    predictor = Predictor(tmp_path / "m.onnx", provider="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        [out] = predictor({"image": np.array([[1.5, -65504.0]], dtype=np.float16)}).values()
+    assert out.dtype == np.float32 and out.tolist() == [[1.5, -65504.0]]
+
+
 TIED = " (the model names both axes 'seq': one length; inputs of independent lengths need a name each in the spec)"
 
 
