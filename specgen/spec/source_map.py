@@ -158,7 +158,15 @@ CONSTRUCTOR_ERRORS = (ValueError, LookupError, AttributeError, TypeError, Overfl
 
 
 def tag_named_like_its_key(node: Any, part: Any, rest: PathKey) -> bool:
-    """A union tag that is also a key of the mapping (a data source's kind: `npz`): the location goes on with
-    a sibling key (`augment`), so the tag is skipped instead of ending the path at the key's scalar value."""
-    return (isinstance(node, dict) and hashable(part) and part in node and not isinstance(node[part], (dict, list))
-            and bool(rest) and hashable(rest[0]) and rest[0] in node)
+    """A union tag that is also a key of the mapping (fields/unions.py by_key: a data source's `npz: PATH`, a sweep
+    range's `int: [8, 64]`): when the location goes on with a sibling key (`augment`, `step`), the tag is skipped
+    instead of following the key into its value. The value is followed only where it holds that next part itself
+    (a mapping with that key, a list and an index): a scalar, or a list and a key name, cannot hold it. (Following a
+    list value put `{int: [8, 64], step: 0}`'s error at the list and named it `int`.)"""
+    if not (isinstance(node, dict) and hashable(part) and part in node and bool(rest) and hashable(rest[0])
+            and rest[0] in node):
+        return False
+    value, after = node[part], rest[0]
+    if isinstance(value, dict):
+        return after not in value
+    return not (isinstance(value, list) and isinstance(after, int))

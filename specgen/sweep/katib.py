@@ -7,8 +7,9 @@ a volume of its own at the collector's path in the primary pod (worker 0, the ch
 folder), so every trial's run folder is the fixed RUN_FOLDER in its own pod, and the collector reads
 RUN_FOLDER/tensorboard; the metric `eval/accuracy` is Katib's name for tag `accuracy` in the folder `eval`
 (its collector's `{{dirname}}/{{metric}}` rule). The objective takes the metric's latest value, as
-`specgen sweep` does. The sampler and the pruner map to Katib's suggestion and early-stopping services
-(tpe, random and grid; medianstop).
+`specgen sweep` does. The sampler maps to Katib's suggestion services (tpe, random and grid). What Katib cannot run
+as the local sweep does (a pruner, a metric its collector cannot isolate, a stepped range too long to list) is
+refused before anything is written, one line each (katib_limits.py).
 
 Before anything is written the manifest is checked against Katib's API: the schemas of its Experiment types,
 vendored from Katib's OpenAPI document (katib_experiment.openapi.json; Katib's CRD itself preserves unknown
@@ -36,8 +37,9 @@ from specgen.kinds.features import distribute
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 from specgen.spec.load import LoadedSpec
-from specgen.sweep.space import Param, value_text
-from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, MedianPruner, Sweep, UniformRange
+from specgen.sweep import katib_limits as limits
+from specgen.sweep.space import Param, grid_size, logged_scalars, value_text
+from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, Sweep, UniformRange, steps
 
 SCHEMA = Path(__file__).with_name("katib_experiment.openapi.json")
 RUN_FOLDER = "/specgen/run"  # each trial's run folder, in its own pods
@@ -73,6 +75,7 @@ ALGORITHMS = {"tpe": "tpe", "random": "random", "grid": "grid"}
 def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list[Param]) -> int:
     """`ir`: the sweep command's own, built once."""
     from specgen.atomic import write_atomic
+    from specgen.diagnostics import SpecError
     from specgen.runtime.commands.tfjob import Job, check
     from specgen.runtime.placement.cluster import check_replicas
     from specgen.sweep.errors import SweepUsageError
@@ -82,6 +85,9 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
                               "TensorFlow and the spec (e.g. --image registry/train:1.0)")
     sweep = loaded.spec.sweep
     assert sweep is not None
+    refused = limits.refusals(loaded, sweep, params, logged_scalars(ir))
+    if refused:
+        raise SpecError(refused)
     workers = args.workers or 1
     names = parameter_names(params)
     sets = [*args.set, f"checkpoint.dir={RUN_FOLDER}",
@@ -91,6 +97,8 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
     cpus = distribute.cpu_devices(ir.training.train if ir.training is not None else None)
     check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus), ir)
     trials = args.trials if args.trials is not None else sweep.trials
+    if sweep.sampler == "grid":  # as the local sweep (study.Plan.budget); Katib's grid refuses more (see _webhook)
+        trials = min(trials, grid_size(params))
     manifest = experiment(loaded.spec.name, sweep, params, job, trials, args.parallel or 1, args.namespace)
     problems = check_manifest(manifest)
     if problems:  # specgen wrote it: a bug, not the user's mistake
@@ -123,17 +131,18 @@ def parameter_names(params: list[Param]) -> dict[str, str]:
 
 def _space(param: Param, name: str) -> dict[str, Any]:
     item = param.item
-    if isinstance(item, ChoiceOf):
-        return {"name": name, "parameterType": "categorical", "feasibleSpace": {"list": [value_text(v) for v in
-                                                                                         item.choice]}}
-    low, high = param.bounds()
-    kind = "int" if isinstance(item, (IntRange, LogIntRange)) else "double"
-    space: dict[str, Any] = {"min": value_text(low), "max": value_text(high)}
-    step = getattr(item, "step", None)
-    if step:
-        space["step"] = value_text(step)
-    space["distribution"] = "logUniform" if isinstance(item, (LogUniformRange, LogIntRange)) else "uniform"
+    if isinstance(item, ChoiceOf) or limits.listed(param):
+        values = item.choice if isinstance(item, ChoiceOf) else limits.grid(param)
+        kind = "categorical" if isinstance(item, ChoiceOf) else "discrete"
+        return {"name": name, "parameterType": kind, "feasibleSpace": {"list": [limits.substituted(v) for v in values]}}
     assert isinstance(item, (UniformRange, LogUniformRange, IntRange, LogIntRange))
+    kind = "int" if isinstance(item, (IntRange, LogIntRange)) else "double"
+    # max: the last value a trial gets (a stepped int range's last grid point: hyperopt's quniform would round
+    # past a high end off the grid)
+    space: dict[str, Any] = {"min": value_text(param.bounds()[0]), "max": value_text(param.top())}
+    if param.step:
+        space["step"] = value_text(param.step)
+    space["distribution"] = "logUniform" if param.log else "uniform"
     return {"name": name, "parameterType": kind, "feasibleSpace": space}
 
 
@@ -142,16 +151,6 @@ def _algorithm(sweep: Sweep) -> dict[str, Any]:
     if sweep.sampler in ("tpe", "random"):
         algorithm["algorithmSettings"] = [{"name": "random_state", "value": str(sweep.seed)}]
     return algorithm
-
-
-def _early_stopping(sweep: Sweep) -> dict[str, Any] | None:
-    if sweep.pruner == "none":
-        return None
-    pruner = sweep.pruner if isinstance(sweep.pruner, MedianPruner) else MedianPruner(kind="median")
-    # Katib's medianstop needs at least one finished trial and starts at the first reported value (>= 1)
-    return {"algorithmName": "medianstop", "algorithmSettings": [
-        {"name": "min_trials_required", "value": str(max(1, pruner.startup_trials))},
-        {"name": "start_step", "value": str(pruner.warmup_steps + 1)}]}
 
 
 def experiment(spec_name: str, sweep: Sweep, params: list[Param], job: Any, trials: int, parallel: int,
@@ -169,9 +168,6 @@ def experiment(spec_name: str, sweep: Sweep, params: list[Param], job: Any, tria
                       "metricStrategies": [{"name": sweep.metric, "value": "latest"}]},
         "algorithm": _algorithm(sweep),
     }
-    stopping = _early_stopping(sweep)
-    if stopping is not None:
-        spec["earlyStopping"] = stopping
     spec |= {
         "parallelTrialCount": min(parallel, trials),
         "maxTrialCount": trials,
@@ -298,10 +294,49 @@ def _webhook(manifest: dict[str, Any]) -> list[str]:
                         "each trial's job)")
     if not job.get("apiVersion") or not job.get("kind"):
         problems.append("spec.trialTemplate.trialSpec: apiVersion and kind are required")
+    problems += _grid(spec) + _filled(spec)
     source = spec.get("metricsCollectorSpec", {})
     if source.get("collector", {}).get("kind") == "TensorFlowEvent":
         path = source.get("source", {}).get("fileSystemPath", {})
         if path.get("kind") != "Directory" or not str(path.get("path", "")).startswith("/"):
             problems.append("spec.metricsCollectorSpec.source.fileSystemPath: the TensorFlowEvent collector reads a "
                             "Directory at an absolute path")
+    return problems
+
+
+def _grid(spec: dict[str, Any]) -> list[str]:
+    """Katib's grid (its Optuna service, pkg/suggestion/v1beta1/optuna/service.py _validate_grid_setting) refuses an
+    Experiment whose maxTrialCount is above its count of combinations (internal/search_space.py
+    convert_to_combinations: an int's range(min, max + 1, step), a double's arange, which needs a step, a list)."""
+    if spec["algorithm"]["algorithmName"] != "grid":
+        return []
+    combinations = 1
+    for i, p in enumerate(spec["parameters"]):
+        space = p["feasibleSpace"]
+        if p["parameterType"] == "double" and not space.get("step"):
+            return [f"spec.parameters[{i}].feasibleSpace: the grid needs a step for a double parameter"]
+        if p["parameterType"] in ("int", "double"):
+            low, high = (float(space[k]) if p["parameterType"] == "double" else int(space[k]) for k in ("min", "max"))
+            step = float(space["step"]) if p["parameterType"] == "double" else int(space.get("step") or 1)
+            combinations *= steps(low, high, step) + 1
+        else:
+            combinations *= len(space["list"])
+    if spec.get("maxTrialCount", 0) > combinations:
+        return [f"spec.maxTrialCount: {spec['maxTrialCount']} is more than the grid's {combinations} combinations"]
+    return []
+
+
+def _filled(spec: dict[str, Any]) -> list[str]:
+    """Every listed value, filled into the trialSpec as Katib fills a trial in (katib_limits.fill), must leave JSON
+    Katib can parse (a `"` or a backslash written raw breaks it: no trial is ever made)."""
+    template = spec["trialTemplate"]["trialSpec"]
+    lists = {p["name"]: p["feasibleSpace"].get("list") or [] for p in spec["parameters"]}
+    problems = []
+    for name, values in lists.items():
+        for value in values:
+            try:
+                limits.fill(template, {name: value})
+            except ValueError:
+                problems.append(f"spec.parameters: {name}'s value {value!r}, filled into the trialSpec as Katib "
+                                "fills it, is no JSON")
     return problems

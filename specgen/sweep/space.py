@@ -28,7 +28,7 @@ from specgen.spec.load import LoadedSpec, validate_data
 from specgen.spec.overrides import apply, key_parts, named_item
 from specgen.spec.provenance import find, keys, load_resolved
 from specgen.spec.yaml_source import parse_value
-from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, Sweep, UniformRange
+from specgen.sweep.spec import ChoiceOf, IntRange, LogIntRange, LogUniformRange, Sweep, UniformRange, grid_point, steps
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -81,15 +81,37 @@ class Param:
         if isinstance(self.item, ChoiceOf):
             return list(self.item.choice)
         low, high = self.bounds()
-        step = getattr(self.item, "step", None)
-        if step:
-            high = low + math.floor((high - low) / step + 1e-9) * step
-        if isinstance(self.item, (UniformRange, LogUniformRange)) and not step:
+        if isinstance(self.item, (UniformRange, LogUniformRange)) and not self.step:
             # a value with a fraction, as draws have: `units: {uniform: [16, 64]}` gives an integer key 31.28
             inside = math.exp(math.log(low) + (math.log(high) - math.log(low)) / math.pi) if self.log \
                 else low + (high - low) / math.pi
             return [low, inside, high]
-        return [low, high]
+        return [low, self.top()]
+
+    @property
+    def step(self) -> float | int | None:
+        """A range's step, None when it has none (a choice and the log ranges never do)."""
+        step: float | int | None = getattr(self.item, "step", None)
+        return step
+
+    def top(self) -> Any:
+        """The largest value a trial can get from a range: its high end, or the last point of its grid of steps
+        (`{int: [8, 64], step: 10}` -> 58), exactly as written (0.3, never 0.30000000000000004)."""
+        low, high = self.bounds()
+        if not self.step:
+            return high
+        last = steps(low, high, self.step)
+        return low + last * self.step if isinstance(self.item, IntRange) else grid_point(low, self.step, last)
+
+    def on_grid(self, value: Any) -> Any:
+        """A drawn value of a stepped float range as its grid point: Optuna computes low + k * step in binary
+        floats (0.1 + 2 * 0.1 = 0.30000000000000004, 0.05 + 0.1 = 0.15000000000000002), which the trial, the study
+        and the summary would show; the grid point is the value the spec's numbers write. Others are unchanged."""
+        if not isinstance(self.item, UniformRange) or not self.step or not isinstance(value, float):
+            return value
+        low = self.bounds()[0]
+        k = min(max(round((value - low) / self.step), 0), steps(low, self.top(), self.step))
+        return grid_point(low, self.step, k)
 
     def distribution(self) -> BaseDistribution:
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -97,14 +119,13 @@ class Param:
         item = self.item
         if isinstance(item, ChoiceOf):
             return CategoricalDistribution(item.choice)
+        # The high end given as the last grid point: Optuna would move it there itself, with a UserWarning printed
+        # in the middle of the sweep's output (optuna/distributions.py _adjust_int_uniform_high and
+        # _adjust_discrete_uniform_high, which count in Decimal(str(x)) as sweep.spec.steps does).
+        low, high = self.bounds()[0], self.top()
         if isinstance(item, (IntRange, LogIntRange)):
-            low, high = self.bounds()
-            return IntDistribution(int(low), int(high), log=self.log, step=getattr(item, "step", None) or 1)
-        low, high = self.bounds()
-        step = item.step if isinstance(item, UniformRange) else None
-        if step:  # Optuna moves high down onto the grid (with a warning): done here, silently
-            high = self.edges()[1]
-        return FloatDistribution(low, high, log=self.log, step=step)
+            return IntDistribution(int(low), int(high), log=self.log, step=int(self.step or 1))
+        return FloatDistribution(low, high, log=self.log, step=self.step)
 
     def override(self, value: Any) -> str:
         return f"{self.key}={value_text(value)}"
@@ -319,6 +340,13 @@ def grid_space(params: list[Param]) -> dict[str, list[Any]]:
     from specgen.sweep.spec import grid_values
 
     return {p.key: grid_values(p.item) for p in params}
+
+
+def grid_size(params: list[Param]) -> int:
+    """The grid's points: the product of every key's count of values (sweep.spec checked they are finite)."""
+    from specgen.sweep.spec import grid_values
+
+    return math.prod(len(grid_values(p.item)) for p in params)
 
 
 def overrides_of(params: list[Param], values: dict[str, Any]) -> Iterator[str]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
+import yaml
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from specgen.diagnostics import MAX_ECHO, safe_repr
@@ -25,26 +27,36 @@ MAX_GRID = 100_000  # points of a grid: the product of every key's values
 _NONE = object()
 
 MAX_CHOICE_TEXT = 256  # characters of a choice string: it is a `--set` value and a table cell
-# YAML 1.1 (PyYAML) reads `1e-3` (no dot) as a string; the spec reads it as the number YAML 1.2 does (docs/spec.md)
-_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+# YAML 1.1 (PyYAML) reads `1e-3` and `1.0e3` (an exponent without a dot or without a sign) as strings; the spec
+# reads them as the numbers YAML 1.2 does (docs/spec.md)
+_EXPONENT = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+_YAML11 = yaml.resolver.Resolver()  # PyYAML's implicit resolvers: which plain scalars it reads as numbers
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 def _written_float(value: object) -> object:
     """A sweep's numbers are strict: `uniform: ['0.1', '0.2']` is a quoted string, a mistake the lax reading of the
-    rest of the spec would turn into a number. Only `1e-3` (see _EXPONENT) stays allowed."""
+    rest of the spec would turn into a number. Text YAML 1.1 leaves as text but YAML 1.2 reads as a number (`1e-3`,
+    `1.0e3`: see _EXPONENT) stays allowed, as everywhere in a spec."""
     if isinstance(value, str) and not _EXPONENT.fullmatch(value.strip()):
-        raise ValueError(f"expected a number, received {safe_repr(value)} (a quoted string); write the number "
-                         "without quotes")
+        raise ValueError(f"expected a number, received {_text(value)}")
     return value
 
 
 def _written_int(value: object) -> object:
     if isinstance(value, str):
-        raise ValueError(f"expected an integer, received {safe_repr(value)} (a quoted string); write the number "
-                         "without quotes")
+        raise ValueError(f"expected an integer, received {_text(value)}")
     if isinstance(value, float):
         raise ValueError(f"expected an integer, received {value!r} (float)")
     return value
+
+
+def _text(value: str) -> str:
+    """Text where a number goes, described truthfully: only text that YAML reads as a number when written plain can
+    have been quoted (`'0.1'`); a bare word (`a`) was not, and is just text (fields/base.py not_text, the same rule)."""
+    if _YAML11.resolve(yaml.ScalarNode, value, (True, False)) in _NUMBER_TAGS:  # type: ignore[no-untyped-call]
+        return f"{safe_repr(value)} (a quoted string); write the number without quotes"
+    return f"{safe_repr(value)} (text)"
 
 
 StrictNumber = BeforeValidator(_written_float)
@@ -81,9 +93,27 @@ Choice = Annotated[StrictBool | StrictInt | Annotated[float, Field(strict=True, 
 def _one_point(bounds: list[float] | list[int], step: float | None) -> None:
     """A step past the range leaves one value in it: a 'range' that searches nothing (low == high is refused)."""
     low, high = bounds
-    if step is not None and (high - low) / step + 1e-9 < 1:  # the tolerance of grid_values: [0.1, 0.3] by 0.2
+    if step is not None and steps(low, high, step) < 1:  # counted as grid_values counts: [0.1, 0.3] by 0.2 is two
         raise ValueError(f"the step {step!r} is larger than the range [{low!r}, {high!r}], which then holds one "
                          f"value ({low!r}); expected a step of at most {high - low:.6g}")
+
+
+def _decimal(value: float) -> Decimal:
+    """A number as the spec writes it: repr is the shortest text that reads back to the float (`0.1`), which is
+    also how Optuna reads a step's range (Decimal(str(x)), optuna/distributions.py _adjust_discrete_uniform_high)."""
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def steps(low: float, high: float, step: float) -> int:
+    """How many whole steps fit in [low, high], counted in decimal as written: 0.1 + 2 * 0.1 is 0.3, not
+    0.30000000000000004 (binary floats would put it past the high end, or a tolerance would let in a point past it)."""
+    return int((_decimal(high) - _decimal(low)) // _decimal(step))
+
+
+def grid_point(low: float, step: float, k: int) -> float:
+    """The k-th value of a stepped float range, low + k * step in decimal, then the float nearest to it: written
+    with the decimals of low and step and no more (`0.3`, `0.15`), as the spec would write it."""
+    return float(_decimal(low) + k * _decimal(step))
 
 
 def _range(bounds: list[float] | list[int], log: bool) -> None:
@@ -236,6 +266,6 @@ def grid_values(item: object) -> list[object]:
         return list(range(low, min(high, low + (MAX_GRID + 1) * (item.step or 1)) + 1, item.step or 1))
     if isinstance(item, UniformRange) and item.step:
         start, end = item.uniform
-        count = min(int((end - start) / item.step + 1e-9) + 1, MAX_GRID + 1)
-        return [start + i * item.step for i in range(count)]
+        count = min(steps(start, end, item.step) + 1, MAX_GRID + 1)
+        return [grid_point(start, item.step, k) for k in range(count)]
     raise TypeError(f"not a finite set of values: {item!r}")

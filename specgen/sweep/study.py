@@ -20,8 +20,8 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 from specgen.sweep import storage as stores
-from specgen.sweep.space import Param
-from specgen.sweep.spec import MedianPruner, Sweep, grid_values
+from specgen.sweep.space import Param, grid_size
+from specgen.sweep.spec import MedianPruner, Sweep
 
 if TYPE_CHECKING:
     import optuna
@@ -67,10 +67,7 @@ class Plan:
     def budget(self) -> int:
         if self.sweep.sampler != "grid":
             return self.trials
-        points = 1
-        for param in self.params:
-            points *= len(grid_values(param.item))
-        return min(self.trials, points)
+        return min(self.trials, grid_size(self.params))
 
 
 def sweep_folder(given: Path) -> Path:
@@ -114,6 +111,12 @@ def pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
 def seeded(plan: Plan) -> BaseSampler:
     from optuna.samplers import BaseSampler
 
+    by_key = {p.key: p for p in plan.params}
+
+    def on_grid(name: str, value: Any) -> Any:
+        """A stepped float range's draw as its grid point (space.Param.on_grid): 0.3, not 0.30000000000000004."""
+        return by_key[name].on_grid(value) if name in by_key else value
+
     class Seeded(BaseSampler):
         """The sweep's sampler made anew for each trial with seed + trial number (see the module's docstring)."""
 
@@ -129,10 +132,11 @@ def seeded(plan: Plan) -> BaseSampler:
             return self.inner.infer_relative_search_space(study, trial)
 
         def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
-            return self.inner.sample_relative(study, trial, search_space)
+            drawn = self.inner.sample_relative(study, trial, search_space)
+            return {name: on_grid(name, value) for name, value in drawn.items()}
 
         def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
-            return self.inner.sample_independent(study, trial, name, distribution)
+            return on_grid(name, self.inner.sample_independent(study, trial, name, distribution))
 
         def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             try:
