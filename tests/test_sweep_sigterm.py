@@ -132,6 +132,37 @@ def test_a_second_sigterm_ends_the_sweep_at_once_but_not_its_echo(tmp_path: Path
     assert gone(str(tmp_path / "out" / "trial-0000"))
 
 
+def _tgkill(pid: int, tid: int, signum: int) -> None:
+    """A signal to one thread of another process (Linux's tgkill): the kernel hands a process's signal to any thread."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(234 if os.uname().machine == "x86_64" else 131, pid, tid, signum) == 0, ctypes.get_errno()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
+                    reason="tgkill's syscall number is known here")
+def test_a_second_sigterm_that_lands_on_a_worker_thread_still_ends_the_sweep(tmp_path: Path) -> None:
+    """Stopping, the main thread waited for its workers with no timeout; Python runs a handler in the main thread only
+    when it runs bytecode, so a second SIGTERM the kernel handed to a worker thread waited for the stuck trial (120 s
+    here) instead of ending the sweep. Sent to a thread other than the main one on purpose."""
+    mlp(tmp_path, trials=1)
+    process = subprocess.Popen([sys.executable, "-c", STUBBORN], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    log, deadline = tmp_path / "out" / "trial-0000.log", time.monotonic() + 60
+    while not (log.is_file() and "stubborn" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "stubborn" in log.read_text()
+    process.send_signal(signal.SIGTERM)
+    time.sleep(1.5)  # past ECHO_SECONDS: the next one is a second stop, not an echo
+    assert process.poll() is None  # stopping: it waits for the trial it sent SIGINT
+    thread = next(int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid)
+    _tgkill(process.pid, thread, signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGTERM, out + err
+    assert gone(str(tmp_path / "out" / "trial-0000"))
+
+
 def test_a_sigterm_echo_is_one_stop_and_a_later_one_ends_the_process() -> None:
     """Interrupts (runtime/interrupt.py), which train and sweep share: its handler runs between the two sends here."""
     child = subprocess.run([sys.executable, "-c", (

@@ -296,7 +296,8 @@ class Runner:
             self.signum = interrupts.signum or signal.SIGINT
             self.stop.set()
             for end in ended:  # a second Ctrl-C is only noted: the trials are being stopped already
-                end.wait()
+                while not end.wait(POLL):  # with a timeout: Python runs a signal's handler in the main thread only
+                    pass  # between waits, and a second SIGTERM the kernel handed to a worker thread must end it now
             return False
 
     def waiting(self, running: list[FrozenTrial], waited: bool) -> None:
