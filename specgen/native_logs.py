@@ -27,6 +27,9 @@ from collections.abc import Iterator
 NOISE = re.compile(
     rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     rb"|[IWE]\d{4} [\d:. ]+\s+\d+ (port|cudart_stub|cpu_feature_guard|cuda_platform|cuda_driver|cuda_executor)\.cc:\d+\] "
+    # libjpeg's complaint about a JPEG that TensorFlow then refuses to decode: specgen's own line names the file
+    # and the image (runtime/sources/images.py, or the mid-run data error), this one names neither
+    rb"|E\d{4} [\d:. ]+\s+\d+ jpeg_mem\.cc:\d+\] "
     rb"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.$)"
 )
 # Below warnings: TensorFlow's INFO and WARNING lines after absl starts (device placement, XLA notes).

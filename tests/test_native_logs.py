@@ -29,12 +29,14 @@ CHATTER = [
     b"compiler flags.",
     b"E0000 00:00:1796522472.353804    4186 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call "
     b"to cuInit: UNKNOWN ERROR (303)",
+    b"E0000 00:00:1796522472.353804    4186 jpeg_mem.cc:331] Premature end of JPEG data. Stopped at line 14/64",
 ]
 KEPT = [
     b"E0000 00:00:1796522472.353804    4186 bfc_allocator.cc:485] Allocator ran out of memory",  # a real error
     b"warning: batch-norm momentum 0.99 ('bn1')",
     b"Error: something a user must read",
     b"",
+    b"W0000 00:00:1796522472.353804    4186 jpeg_mem.cc:331] a warning of another level than libjpeg's errors",
 ]
 
 
