@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ports import reserved_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"cnn": ROOT / "examples" / "specs" / "digits_cnn.yaml", "mlp": ROOT / "examples" / "specs" / "digits_mlp.yaml"}
@@ -102,21 +103,11 @@ def _all_reduce_seconds(replicas: Any, trainable: list[Any], args: argparse.Name
     return statistics.median(runs)
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def launch(model: str, strategy: str, processes: int, env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     base = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT), **env}
     command = [sys.executable, __file__, "--worker", "--model", model, "--strategy", strategy,
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--repeats", str(args.repeats)]
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(processes)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in reserved_ports(processes)]}  # TF binds them after its imports
     running = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**base, **({"TF_CONFIG": json.dumps({"cluster": cluster, "task": {
                                     "type": "worker", "index": i}})} if processes > 1 else {})})

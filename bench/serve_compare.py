@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from ports import reserved_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 KSERVE_PYTHON = ROOT / ".kserve-venv" / "bin" / "python"  # the checkout's, whatever the working directory
@@ -73,16 +74,8 @@ ModelServer(http_port=http_port, grpc_port=grpc_port, enable_latency_logging=Fal
 '''
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(kind: str, repo: Path, model: str, threads: int, kserve_python: str, log) -> tuple[subprocess.Popen, int, int]:
-    http, grpc = free_port(), free_port()
+    http, grpc = reserved_ports(2)  # KServe takes its ports in advance; specgen is started the same way
     if kind == "kserve":
         command = [kserve_python, "-c", KSERVE_SERVER, model, str(repo / model / "1" / "model.onnx"), str(threads),
                    str(http), str(grpc)]

@@ -70,7 +70,6 @@ import os
 import random
 import resource
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from ports import reserved_ports
 from serve_repo import SPECS, example_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +90,6 @@ PIPELINE_CLIENTS, HEADER_STREAMS, HEADER_LINE_EVERY, HUGE_HEADER_BYTES = 2, 8, 0
 SERVER = ("import sys; from pathlib import Path; from specgen.serve import run_server; "
           "sys.exit(run_server(Path(sys.argv[1]), '127.0.0.1', int(sys.argv[2]), sys.argv[3], batching=sys.argv[4] == 'on', "
           "threads=int(sys.argv[5]), log_level=sys.argv[6]))")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rss_mib(pid: int) -> float:
@@ -384,7 +378,7 @@ async def drive(args: argparse.Namespace, port: int, pid: int, model: str, valid
 
 def run_mode(args: argparse.Namespace, repo: Path, model: str, batching: bool, valid: list[tuple[bytes, np.ndarray]],
              bad: list[bytes], log: Path, scenario: str = "none") -> dict:
-    port = free_port()
+    [port] = reserved_ports(1)  # the server binds it after its imports (ports.py)
     nofile = args.nofile
 
     def limit_fds() -> None:  # the server's `ulimit -n`, as the red team ran it

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from port_helpers import bound_port as bound_port  # moved there; importers of serve_helpers keep it
 
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
@@ -107,15 +107,3 @@ def gated(model: ServedModel, gate: Gate) -> ServedModel:
         return model.run(inputs)
 
     return dataclasses.replace(model, run=run)
-
-
-def bound_port(process: subprocess.Popen[bytes], log: Path, deadline: float) -> int:
-    """The port a server started with port 0 bound, from uvicorn's "running on" line in its JSON log: a port picked
-    here and closed for the child to bind could be taken by another test's socket in between."""
-    while True:
-        assert process.poll() is None, log.read_text()
-        found = re.search(r'"message": "Uvicorn running on http://127\.0\.0\.1:(\d+) ', log.read_text())
-        if found:
-            return int(found.group(1))
-        assert time.monotonic() < deadline, "the server did not say where it listens"
-        time.sleep(0.05)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from port_helpers import reserved_ports
 
 from specgen.runtime.parity import max_abs_diff
 
@@ -68,19 +68,11 @@ def command(spec: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "specgen", "train", str(spec), "--quiet", *args]
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def workers(spec: Path, *args: str) -> list[subprocess.Popen[str]]:
-    """Two `specgen train --strategy multi_worker` processes, TF_CONFIG on loopback (worker 0 is the chief)."""
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    """Two `specgen train --strategy multi_worker` processes, TF_CONFIG on loopback (worker 0 is the chief). TF needs
+    the ports up front and binds them only after its imports (seconds): ports of this xdist worker's own block
+    outside the ephemeral range (port_helpers.reserved_ports), which no other socket can be handed meanwhile."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in reserved_ports(2)]}
     return [subprocess.Popen(command(spec, "--strategy", "multi_worker", *args), text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env={**ENV, "TF_CONFIG": json.dumps(
                                  {"cluster": cluster, "task": {"type": "worker", "index": index}})})

@@ -451,24 +451,21 @@ def test_grpc_port_in_use_is_one_line_and_exit_1(repo: Path) -> None:
 
 def test_the_command_serves_grpc_and_drains_it_on_sigterm(repo: Path, predictor: Predictor, tmp_path: Path) -> None:
     """`specgen serve REPO --grpc-port N`: the real command in its own process; SIGTERM exits 0, every log line is
-    JSON (gRPC's own C-core lines silenced), none carries a traceback."""
+    JSON (gRPC's own C-core lines silenced), none carries a traceback. Both ports 0, the gRPC one read back from
+    the server's `grpc_started` line: a port picked here and closed for the child could be taken meanwhile."""
     import json
     import signal
 
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
+    from port_helpers import grpc_bound_port
 
-    http_port, grpc_port = free_port(), free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(repo), "--port", str(http_port),
-                                    "--grpc-port", str(grpc_port), "--provider", "cpu", "--model-control", "poll"],
+        process = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(repo), "--port", "0",
+                                    "--grpc-port", "0", "--provider", "cpu", "--model-control", "poll"],
                                    stderr=stderr, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         deadline = time.monotonic() + 60
+        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_bound_port(process, log, deadline)}")
         while True:
             assert process.poll() is None, log.read_text()
             try:

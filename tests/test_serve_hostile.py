@@ -27,6 +27,8 @@ pytest.importorskip("onnxruntime")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+from port_helpers import bound_port  # noqa: E402
+
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
 from specgen.runtime.onnx_export import with_weights  # noqa: E402
@@ -51,14 +53,12 @@ RSS_GROWTH_MIB = 16
 
 class Server:
     def __init__(self, repo: Path, log: Path):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
         self.log = log
-        with log.open("wb") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), str(self.port)], stderr=stderr,
+        with log.open("wb") as stderr:  # port 0, read back from the log: a port picked here could be taken meanwhile
+            self.process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), "0"], stderr=stderr,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=ROOT)
         deadline = time.monotonic() + 60
+        self.port = bound_port(self.process, log, deadline)
         while True:
             assert self.process.poll() is None, log.read_text()
             try:

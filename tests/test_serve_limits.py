@@ -30,6 +30,8 @@ pytest.importorskip("onnxruntime")
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
+from port_helpers import bound_port  # noqa: E402
+
 from specgen.ir.resolve import build_ir  # noqa: E402
 from specgen.render.files import render_files  # noqa: E402
 from specgen.runtime.onnx_export import with_weights  # noqa: E402
@@ -381,17 +383,15 @@ SERVER = "import sys; from pathlib import Path; from specgen.serve import run_se
 
 def test_slowloris_under_a_low_ulimit_leaves_the_server_serving(repo: Path, tmp_path: Path) -> None:
     """ulimit -n 256 and 300 connections trickling headers: the limit is lowered to fit, new clients are served."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     log = tmp_path / "server.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), str(port)], stderr=stderr,
+    with log.open("wb") as stderr:  # port 0, read back from the log: a port picked here could be taken meanwhile
+        process = subprocess.Popen([sys.executable, "-c", SERVER, str(repo), "0"], stderr=stderr,
                                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)),
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
     slow: list[socket.socket] = []
     try:
         deadline = time.monotonic() + 60
+        port = bound_port(process, log, deadline)
         while True:
             assert process.poll() is None, log.read_text()
             try:

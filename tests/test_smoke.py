@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import run_cli
+from port_helpers import bound_port
 
 from specgen.cli import main
 
@@ -94,38 +94,38 @@ def test_infer_curves_and_html_report(work: Path, capsys: pytest.CaptureFixture[
     assert code == 0 and "<html" in (work / "report.html").read_text()
 
 
-def test_serve_answers_one_request(work: Path) -> None:
+def test_serve_answers_one_request(work: Path, tmp_path: Path) -> None:
     httpx = pytest.importorskip("httpx")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    log = tmp_path / "serve.log"
+    # port 0, read back from the server's log: a port picked here and closed for the child could be taken meanwhile.
     # --cuda-graphs on a machine without CUDA: served as without it, with one line saying why (serve/models.py).
-    server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(work / "export"), "--port", str(port),
-                               "--cuda-graphs"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    with log.open("wb") as stderr:
+        server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(work / "export"), "--port", "0",
+                                   "--cuda-graphs"],
+                                  stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         deadline = time.monotonic() + 120
+        base = f"http://127.0.0.1:{bound_port(server, log, deadline)}"
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
+                if httpx.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read().decode()[-2000:] \
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:] \
                 if server.poll() is not None else "the server did not get ready in 120 s"
             time.sleep(0.2)
         image = np.load(work / "data" / "digits.npz")["x_test"][:1].astype(np.float32)
         body = {"inputs": [{"name": "image", "shape": list(image.shape), "datatype": "FP32",
                             "data": image.ravel().tolist()}]}
-        answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/digits_mlp/infer", json=body, timeout=30)
+        answer = httpx.post(f"{base}/v2/models/digits_mlp/infer", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
         assert answer.json()["outputs"][0]["shape"] == [1, 10]
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        log = server.stderr.read().decode()
-        server.stderr.close()
-    assert '"event": "cuda_graphs_off"' in log and "CUDA graphs need the CUDA provider" in log
+    log_text = log.read_text()
+    assert '"event": "cuda_graphs_off"' in log_text and "CUDA graphs need the CUDA provider" in log_text
 
 
 def test_import_keras_writes_a_spec_that_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

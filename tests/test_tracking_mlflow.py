@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from port_helpers import reserved_ports
 
 pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow
@@ -69,12 +70,6 @@ def specgen(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def dead() -> Iterator[str]:
     """A URL where nothing listens, for the test's whole run: its port is held by a socket bound but not listening,
@@ -85,10 +80,12 @@ def dead() -> Iterator[str]:
 
 
 class Server:
-    """`mlflow server` on a free port, started at once and waited for only when a test needs it."""
+    """`mlflow server` started at once and waited for only when a test needs it. Its port is chosen in advance and
+    bound seconds later (after MLflow's imports), so it is one of this xdist worker's own ports outside the ephemeral
+    range (port_helpers.reserved_ports): no other test's socket can be handed it meanwhile."""
 
     def __init__(self, folder: Path):
-        self.port = free_port()
+        [self.port] = reserved_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (folder / "server.log").open("w")
         self.process = subprocess.Popen(

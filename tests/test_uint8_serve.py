@@ -8,7 +8,6 @@ are otherwise the same, so the logits are compared bit for bit.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ pytest.importorskip("tensorflow")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+from port_helpers import bound_port  # noqa: E402
 from test_images_example import EXAMPLE, make_folder  # noqa: E402
 
 from specgen.cli import main  # noqa: E402
@@ -64,15 +64,16 @@ def infer(model: Path, x: np.ndarray, folder: Path, name: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def url(exported: Path) -> Iterator[str]:
-    """`specgen serve` on the exported Triton repository, in its own process, until the module ends."""
-    with socket.socket() as probe:  # a free port: the server binds it right after (loopback only)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(exported / "u8"), "--host", "127.0.0.1",
-                               "--port", str(port), "--provider", "cpu", "--log-level", "warning"])
-    base = f"http://127.0.0.1:{port}"
+    """`specgen serve` on the exported Triton repository, in its own process, until the module ends. Port 0, read
+    back from the server's log (info level: uvicorn's "running on" line): a port picked here and closed for the
+    child could be taken meanwhile."""
+    log = exported / "serve.log"
+    with log.open("wb") as stderr:
+        server = subprocess.Popen([sys.executable, "-m", "specgen", "serve", str(exported / "u8"), "--host",
+                                   "127.0.0.1", "--port", "0", "--provider", "cpu"], stderr=stderr)
     try:
         deadline = time.monotonic() + 60
+        base = f"http://127.0.0.1:{bound_port(server, log, deadline)}"
         while True:
             assert server.poll() is None and time.monotonic() < deadline, "specgen serve did not start"
             try:
