@@ -98,7 +98,7 @@ def test_damping_step_bound_and_scales_are_checkpointed_and_resumed(tmp_path: Pa
     assert (saved[keys.slot_prefix("fit", "scale") + "/out/kernel"] > 0).all()  # D: J's column norms
     first.session.save()
     straight = first.train(3)
-    options = Options(resume=True, quiet=True)
+    options = Options(resume=True, steps=3, quiet=True)  # 3 more: past the run's end (1 epoch), which --resume keeps
     begin = prepare(load_spec(spec), options)
     resumed = Session(build(begin.loaded), options, begin)
     resumed.start()

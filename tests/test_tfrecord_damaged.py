@@ -55,5 +55,6 @@ def test_a_shard_truncated_mid_run_is_one_line(tmp_path: Path, monkeypatch: pyte
     assert err.splitlines()[-2] == ("spec.yaml:12:21: error: data.train (shards/*.tfrecord): shard "
                                     "shards/train-00001.tfrecord, cannot read record 31 (at byte 9,362): it declares "
                                     "286 bytes, but the file has 285 after its header, fewer than the record and its "
-                                    "4-byte checksum; the file is damaged or not a TFRecord file"), err
+                                    "4-byte checksum; the file is damaged or not a TFRecord file; training stopped "
+                                    "before its first checkpoint: fix the data, then start the run again"), err
     assert err.splitlines()[-1] == "1 error found"

@@ -20,8 +20,10 @@ TensorFlow is imported only where a dataset is built.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specgen.diagnostics import Diagnostic, SpecError
@@ -29,6 +31,7 @@ from specgen.ir.model import ModelIR
 from specgen.kinds import augment, pointers
 from specgen.kinds.features import accumulate
 from specgen.kinds.sources import REGISTRY
+from specgen.paths import shown
 from specgen.runtime.sources.base import DataError, Source, WorkerShare
 from specgen.runtime.sources.context import SourceContext
 from specgen.spec.load import LoadedSpec
@@ -36,8 +39,8 @@ from specgen.spec.load import LoadedSpec
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "read_stage", "training_batches",
-           "unreadable_mid_run", "updates_per_pass"]
+__all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "from_pipeline", "read_stage",
+           "training_batches", "unreadable_mid_run", "updates_per_pass"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -150,14 +153,62 @@ def eval_batches(source: Source, batch: int) -> tf.data.Dataset:
     return source.dataset.batch(batch).prefetch(tf.data.AUTOTUNE)
 
 
-def unreadable_mid_run(loaded: LoadedSpec, ir: ModelIR, reason: str) -> SpecError:
-    """A record that could not be read during training (the data passed its checks before the first step, so a
-    file changed since): the stages are read and checked again, which names the file and the record; when
-    they now pass, one line with TensorFlow's reason."""
+# Where an error comes from: TensorFlow names the op that raised it in its message. A tf.data error reaches the
+# training step through the iterator's get_next (`[[while/IteratorGetNext]]` inside the graph of updates,
+# `[Op:IteratorGetNext]` where Python calls next(), `MultiDeviceIteratorGetNextFromShard` under a strategy), and
+# one raised inside a dataset's own function says `... transformation with iterator: Iterator::Root::...`. An error
+# of the model's step (a MatMul, an assert) names its own node and none of these.
+_PIPELINE = re.compile(r"\[\[(?:\{\{node )?[\w/]*IteratorGetNext\w*(?:\}\})?\]\]|\[Op:\w*IteratorGetNext\w*\]"
+                       r"|transformation with iterator: Iterator::")
+# What a data file changed, removed or made unreadable while training reads raises through the pipeline: a file
+# gone (NotFound), not permitted (PermissionDenied), bytes that no longer decode or parse (InvalidArgument), a
+# checksum or a frame (DataLoss), a file cut short (OutOfRange: the training iterator repeats, so it has no normal
+# end; an eval pass's end is StopIteration, never raised), a file that is no longer what it was (FailedPrecondition).
+_DATA_ERRORS = ("NotFoundError", "PermissionDeniedError", "InvalidArgumentError", "DataLossError", "OutOfRangeError",
+                "FailedPreconditionError")
+
+
+def from_pipeline(exc: Exception) -> bool:
+    """Whether a TensorFlow error was raised by the input pipeline (the iterator's get_next or a dataset's ops), and
+    is of a kind a data file that changed while training causes; an error of the model's step is not."""
+    import tensorflow as tf
+
+    kinds = tuple(getattr(tf.errors, name) for name in _DATA_ERRORS)
+    return isinstance(exc, kinds) and bool(_PIPELINE.search(str(getattr(exc, "message", ""))))
+
+
+def pipeline_reason(message: str) -> str:
+    """TensorFlow's reason in a pipeline error, without its wrapping (the op names, the transformation and iterator
+    path, the graph's node lines), a file it names shown as the user wrote it (relative to the working folder)."""
+    kept = [line.strip() for line in message.splitlines()
+            if line.strip() and not line.lstrip().startswith(("[[", "Detected at node", "<stack traces", "File \""))
+            and line.strip() != "Graph execution error:"]
+    text = re.sub(r"^.*? transformation with iterator: \S+: ", "", " ".join(kept) or message)
+    text = re.sub(r"\s*\[Op:[^\]]*\](?: name:\s*\S*)?\s*$", "", text).strip()
+    named = re.fullmatch(r"([^;]*/[^;]*); (.+)", text)  # `<path>; No such file or directory` (NotFound, PermissionDenied)
+    if named:
+        text = f"{shown(named[1])}: {named[2]}"
+    return text[:300] or "no reason given"
+
+
+def unreadable_mid_run(loaded: LoadedSpec, ir: ModelIR, exc: Exception, folder: Path) -> SpecError:
+    """A data file that could not be read during training (the data passed its checks before the first step, so a
+    file changed since): the stages are read and checked again, which names the file (and the record or image);
+    when they now pass, one line with TensorFlow's reason and the file it names. Either way the line ends with
+    where the run stands (`folder`: the run folder): its newest checkpoint, whole (saves are atomic), and how to
+    go on."""
+    from specgen.runtime.checkpoint import CheckpointFolder  # imports TensorFlow
+
+    newest = CheckpointFolder(folder, 1).newest()[0]
+    advice = (f"training stopped; the newest checkpoint, {shown(newest)}, is whole: restore or fix the file, then "
+              "continue with --resume" if newest is not None else
+              "training stopped before its first checkpoint: fix the data, then start the run again")
     for stage in ("train", "eval"):
         try:
             read_stage(loaded, ir, stage)
-        except SpecError as exc:
-            return exc
-    return SpecError([Diagnostic(loaded.display, None, f"a data record could not be read during training ({reason}); "
-                                 "the data passed its checks before the first step: was a file changed while training?")])
+        except SpecError as found:
+            return SpecError([replace(d, message=f"{d.message}; {advice}") for d in found.diagnostics])
+    reason = pipeline_reason(str(getattr(exc, "message", exc)))
+    return SpecError([Diagnostic(loaded.display, None, f"a data file could not be read during training ({reason}); "
+                                 f"the data passed its checks before the first step, so a file changed while "
+                                 f"training ran; {advice}")])

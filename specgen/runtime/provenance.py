@@ -14,10 +14,13 @@
   start is recorded whole, each later one as its step and the keys that changed since the start before it, so a
   run resumed a hundred times with nothing changed keeps a record of a few KB (each start's whole record, with
   its data list and overrides, would grow it by that much every time, on the disk a full-disk run is short of).
-- A resume whose training data differs from the run's previous start (another file, or the same file with other
-  bytes) prints a `note:` naming the file: the checkpoint's data position (the shuffle buffer holds examples of
-  the old data) and the run's earlier steps came from the old data. It is a note, not a refusal: replacing a
-  data file with a cleaned or extended one is a normal thing to do between two segments of a run.
+- A checkpoint records `train_files_sha256`, the training files' `content_sha256` (each file's size and sha256, in
+  order). A resume whose training files differ from those (another file, or the same file with other bytes) does
+  not restore the checkpoint's data position, which belongs to the old files (a TFRecord shard's byte offset
+  would land inside another record; the shuffle buffer holds old examples): the data starts a new pass, and the
+  resume's `note:` names the file (`data_change`). It is a note, not a refusal: replacing a data file with a
+  cleaned or extended one is a normal thing to do between two segments of a run. The comparison is with the
+  checkpoint, not with the latest start, so a start that failed after recording the new files changes nothing.
 
 Hashing reads every byte of the data once per start (sha256 runs at about 1 GB/s a core): the price of knowing
 whether two runs read the same data. Both files are written atomically; a failure to write them stops nothing
@@ -47,20 +50,20 @@ PACKAGES = ("specgen", "tensorflow", "keras", "numpy", "onnx", "onnxruntime", "o
 
 
 def record(folder: Path, loaded: LoadedSpec, overrides: list[str], devices: list[str],
-           resumed_at: int | None = None) -> list[str]:
-    """Write both files for a start (`resumed_at`: the step a resume starts at; None for a new run); the notes."""
+           resumed_at: int | None = None, data: dict[str, Any] | None = None) -> list[str]:
+    """Write both files for a start (`resumed_at`: the step a resume starts at; None for a new run); the notes.
+    `data`: the data's fingerprint when the caller has it already (each file is hashed once a start)."""
     from specgen.spec.provenance import load_resolved, resolved_yaml
 
     _, tree = load_resolved(loaded.path, overrides)
     header = (f"# The spec this run trained: {shown(loaded.path)} with every base it extends, the overrides below, "
               "and the defaults; each value's origin is the comment after it.\n")
-    data = data_fingerprint(loaded)
+    data = data if data is not None else data_fingerprint(loaded)
     facts = {"spec": shown(loaded.path), "overrides": overrides,
              "seed": loaded.spec.train.seed if loaded.spec.train else None,
              "data": data, "versions": versions(), "machine": machine(devices)}
     previous, starts, notes = _earlier(folder / RECORD) if resumed_at is not None else ({}, [], [])
-    if starts:
-        notes += _data_notes(previous.get("data"), data, folder / RECORD)
+    if starts:  # a change of the training files is said by the resume, against the checkpoint's (data_change)
         starts.append({"step": resumed_at, **{k: v for k, v in facts.items() if previous.get(k) != v}})
     else:
         starts.append({"step": resumed_at or 0, **facts})
@@ -95,29 +98,92 @@ def _entries(stage: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return [(str(f.get("file")), f.get("bytes"), f.get("sha256")) for f in stage.get("list") or [] if isinstance(f, dict)]
 
 
-def _data_notes(before: Any, now: dict[str, Any], path: Path) -> list[str]:
-    """One note when the training files' bytes differ from the previous start's, naming the first that differs.
+def content_digest(stage: Any) -> str | None:
+    """One stage's files as one sha256 over each file's size and sha256, in their sorted order, names left out (a
+    run started from another folder records other names for the same files): what a checkpoint's data position
+    depends on. Computed from the list for a record written before `content_sha256` was; None when unknown."""
+    if not isinstance(stage, dict):
+        return None
+    if isinstance(stage.get("content_sha256"), str):
+        return str(stage["content_sha256"])
+    if "sha256_of_list" in stage or not isinstance(stage.get("list"), list):
+        return None
+    return _content([{"bytes": b, "sha256": h} for _, b, h in _entries(stage)])
 
-    Files are paired by position, not by the name recorded: names are recorded as printed from the working folder
-    of each start, so a run started from another folder (or a copied run folder) names the same file otherwise."""
-    old_stage = before.get("train") if isinstance(before, dict) else None
-    new_stage = now.get("train")
-    if not isinstance(old_stage, dict) or not isinstance(new_stage, dict):
-        return []
+
+def _content(files: list[dict[str, Any]]) -> str:
+    lines = "".join(f"{f['bytes']}\0{f['sha256']}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def data_change(folder: Path, now: dict[str, Any], saved: str | None) -> str | None:
+    """What differs between the training files now (`now`: data_fingerprint) and those a checkpoint's data position
+    was saved on, naming the first file that differs; None when they are the same.
+
+    `saved`: the checkpoint's `train_files_sha256` (its meta.json; content_digest of the training files then). The record
+    of the run's starts (provenance.json) names the files of the start whose files had that digest. A checkpoint
+    saved before the digest was is compared with the run's latest recorded start instead."""
+    new = now.get("train")
+    if not isinstance(new, dict):
+        return None
+    digest, starts = content_digest(new), _train_stages(folder / RECORD)
+    if saved is not None:
+        if digest == saved:
+            return None
+        old = next((s for s in starts if content_digest(s) == saved), None)
+        if old is None:
+            return (f"the training files' contents differ from those it was saved on (sha256 of their sizes and "
+                    f"digests {saved[:12]} -> {str(digest)[:12]}; {RECORD} keeps no record of the old files)")
+        return _what_changed(old, new)
+    if not starts or [e[1:] for e in _entries(starts[0])] == [e[1:] for e in _entries(new)]:
+        return None
+    return _what_changed(starts[0], new)
+
+
+def _train_stages(path: Path) -> list[dict[str, Any]]:
+    """The training data of each start the record keeps, newest first (a later start records only what changed)."""
+    previous, starts, _ = _earlier(path)
+    stages, current = [], None
+    for start in starts:
+        data = start.get("data")
+        if isinstance(data, dict) and isinstance(data.get("train"), dict):
+            current = data["train"]
+        if current is not None:
+            stages.append(current)
+    latest = previous.get("data")
+    if isinstance(latest, dict) and isinstance(latest.get("train"), dict):
+        stages.append(latest["train"])
+    return stages[::-1]
+
+
+def _what_changed(old_stage: dict[str, Any], new_stage: dict[str, Any]) -> str:
+    """The first file that differs, said as a change, an addition, a removal or a rename, and how many do.
+
+    Files are paired by the name recorded when both starts name some file alike (the same working folder); else by
+    position, as names are recorded as printed from the working folder of each start, so a run started from
+    another folder (or a copied run folder) names the same file otherwise."""
     old, new = _entries(old_stage), _entries(new_stage)
-    if [entry[1:] for entry in old] == [entry[1:] for entry in new]:
-        return []
     if old_stage.get("declared") != new_stage.get("declared"):
-        what = f"it reads {new_stage.get('declared')} where that start read {old_stage.get('declared')}"
-    elif len(old) != len(new):
-        what = f"{new_stage.get('declared')} holds {len(new)} files where it held {len(old)}"
-    else:
-        differ = [(a, b) for a, b in zip(old, new, strict=True) if a[1:] != b[1:]]
-        (_, _, was), (name, _, now_sha) = differ[0]
-        what = f"{name} changed (sha256 {str(was)[:12]} -> {str(now_sha)[:12]})" + (
-            f" ({len(differ)} files differ)" if len(differ) > 1 else "")
-    return [f"the training data differs from the run's previous start ({shown(path)}): {what}; the checkpoint's "
-            "data position (its shuffle buffer) and the steps before it came from the old data"]
+        return f"it reads {new_stage.get('declared')} where that start read {old_stage.get('declared')}"
+    before, after = {e[0]: e for e in old}, {e[0]: e for e in new}
+    if not set(before) & set(after):  # named from other folders: by position
+        if len(old) != len(new):
+            return f"{new_stage.get('declared')} holds {len(new)} files where it held {len(old)}"
+        before = {n[0]: o for o, n in zip(old, new, strict=True)}
+    gone = [name for name in before if name not in after]
+    changes = []
+    for name, entry in after.items():
+        if name not in before:
+            same = next((g for g in gone if before[g][1:] == entry[1:]), None)
+            changes.append(f"{name} is new" if same is None else f"{same} was renamed {name}")
+            if same is not None:
+                gone.remove(same)
+        elif before[name][1:] != entry[1:]:
+            changes.append(f"{name} changed (sha256 {str(before[name][2])[:12]} -> {str(entry[2])[:12]})")
+    changes += [f"{name} was removed" for name in gone]
+    if not changes:  # the same files in another order (a digest of a long list)
+        return f"{new_stage.get('declared')} holds other files"
+    return changes[0] + (f" ({len(changes)} files differ)" if len(changes) > 1 else "")
 
 
 def data_fingerprint(loaded: LoadedSpec) -> dict[str, Any]:
@@ -144,7 +210,8 @@ def _files(folder: Path, key: str, declared: str | list[str]) -> dict[str, Any]:
         else:
             paths.append(full)
     files = [_one(p) for p in paths]
-    summary = {"source": key, "declared": declared, "files": len(files), "bytes": sum(f["bytes"] for f in files)}
+    summary = {"source": key, "declared": declared, "files": len(files), "bytes": sum(f["bytes"] for f in files),
+               "content_sha256": _content(files)}
     if len(files) <= MAX_LISTED:
         return summary | {"list": files}
     lines = "".join(f"{f['file']}\0{f['bytes']}\0{f['sha256']}\n" for f in files)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
@@ -180,7 +180,7 @@ class DataSettings(BaseModel):
 
 class Meta(BaseModel):
     """meta.json as Session.save writes it. Keys a later specgen may add are left alone; `serial`, `overrides`,
-    `data` and `targets` are missing from checkpoints of older versions, which still resume."""
+    `data`, `targets`, `until_step` and `until_by` are missing from checkpoints of older versions, which still resume."""
 
     model_config = ConfigDict(extra="ignore")
     step: Annotated[StrictInt, Field(ge=0)]
@@ -190,6 +190,10 @@ class Meta(BaseModel):
     data: DataSettings | None = None
     targets: dict[StrictStr, StrictStr] | None = None
     optimizers: dict[StrictStr, StrictStr] | None = None  # name -> kind (resume_fit.py); older checkpoints lack it
+    # The run's end, where a plain --resume goes on to (run_end.py), and what it counts: made updates (`steps`, also
+    # when `until_by` is missing) or attempted ones (`epochs`). Older checkpoints lack both: train.epochs from step 0.
+    until_step: Annotated[StrictInt, Field(ge=0)] | None = None
+    until_by: Literal["steps", "epochs"] | None = None
 
 
 def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
@@ -216,7 +220,9 @@ _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it 
              "serial": EXPECTED_SERIAL, "overrides": "a list of --set texts (strings)",
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
              "targets": "an object of target variable path to online variable path (strings)",
-             "optimizers": "an object of optimizer name to its kind (strings)"}
+             "optimizers": "an object of optimizer name to its kind (strings)",
+             "until_step": "an integer, 0 or more (the step the run ends at)",
+             "until_by": "'steps' or 'epochs' (what the run's end counts)"}
 
 
 def verified_meta(path: Path, loaded: LoadedSpec) -> dict[str, Any]:

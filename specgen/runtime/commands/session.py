@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
@@ -24,7 +25,7 @@ from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
-from specgen.runtime.commands import fine_tuning
+from specgen.runtime.commands import fine_tuning, run_end
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
@@ -77,17 +78,22 @@ class Session:
         too_large = size_check(loaded, self.ir, train_source.examples)  # a levenberg_marquardt Jacobian past its bound
         if too_large:
             raise SpecError(too_large)
-        if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
-            open_run_folder(self.begin, self.folder, options.fresh)
         self.examples = train_source.examples
         self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
+        # An epoch is one pass: its full batches cut into whole updates (runtime/data.py builds the same cut into the
+        # pipeline, so epoch ends fall on pass ends; a spec whose pass holds no whole update is refused there).
+        self.updates_per_epoch = data.updates_per_pass(self.examples, self.batch_size, accumulate.of(train))
+        # The run's end (run_end.py), before the first write: a plain --resume of a run at its end writes nothing,
+        # on every worker alike (each reads the same checkpoint).
+        position = self._saved_position()
+        self.end = run_end.planned(options, self.begin, position, self.updates_per_epoch, train.epochs)
+        self.begin.notes += run_end.check_not_ended(options, self.begin, self.end, position, self.updates_per_epoch)
+        if self.writes == self.folder:  # the chief: every check on user input has passed (resume.py)
+            open_run_folder(self.begin, self.folder, options.fresh)
         # This process's examples and batch: under multi_worker with sharded files, its own share (distribute.py).
         self.train_source, self.worker_batch = self.distribution.training_data(
             train_source, self.batch_size, train, self.folder, training.data["train"].path.name)
         self.checkpoints.positions = self.distribution.positions
-        # An epoch is one pass: its full batches cut into whole updates (runtime/data.py builds the same cut into the
-        # pipeline, so epoch ends fall on pass ends; a spec whose pass holds no whole update is refused there).
-        self.updates_per_epoch = data.updates_per_pass(self.examples, self.batch_size, accumulate.of(train))
         self._load_code()
         tf.config.experimental.enable_op_determinism()
         with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
@@ -109,6 +115,15 @@ class Session:
             write_atomic(code / name, content)
         self.model_module = load_generated(code / "model.py")
         self.train_module = load_generated(code / "train.py")
+
+    def _saved_position(self) -> tuple[int, int]:
+        """(global step, attempted updates) of the checkpoint a resume starts from, read before any restore (meta.json's
+        step, checked against the checkpoint's global_step; the skipped updates it counts); (0, 0) for a new run."""
+        path = self.begin.checkpoint
+        if path is None:
+            return 0, 0
+        step = int(self.begin.meta["step"])
+        return step, step + _skipped(path / "variables", checkpoint_keys(path / "variables"))
 
     def saved_variables(self) -> dict[str, tf.Variable]:
         return self.model.variables_by_path() | self.trainer.state_by_path()
@@ -151,7 +166,8 @@ class Session:
         notes = []
         if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
             resumed = self.step if self.begin.checkpoint is not None else None
-            notes = provenance.record(self.folder, self.loaded, self.begin.overrides, _devices(), resumed)
+            notes = provenance.record(self.folder, self.loaded, self.begin.overrides, _devices(), resumed,
+                                      self._fingerprint())
         self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         return "".join(f"\nnote: {note}" for note in notes)
@@ -183,7 +199,7 @@ class Session:
             changed = [f"{k} {saved.get(k)} -> {v}" for k, v in now.items() if saved.get(k) != v]
         else:  # written before data settings were saved: find a batch-size change by reading one batch
             changed = [] if self._position_fits(path) else ["batch_size"]
-        changed += self._accumulate_changed()
+        changed += self._accumulate_changed() + self._files_changed()
         position = position_prefix(path, self.begin.meta, self.distribution.positions, self.distribution.workers)
         if not changed:
             try:
@@ -208,6 +224,23 @@ class Session:
         saved, now = self.begin.meta.get("accumulate"), accumulate.of(self.train_ir)
         return [f"accumulate {saved} -> {now}"] if isinstance(saved, int) and saved != now else []
 
+    _files_record: dict[str, Any] | None = None  # the data's fingerprint (provenance.py), hashed once a start
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """Each data file's size and sha256 (provenance.data_fingerprint), read once a start: for the record of the
+        start, the resume's comparison and each checkpoint's `train_files_sha256`."""
+        if self._files_record is None:
+            self._files_record = provenance.data_fingerprint(self.loaded)
+        return self._files_record
+
+    def _files_changed(self) -> list[str]:
+        """The data position belongs to the files it was saved on (a TFRecord shard's byte offsets, the examples in
+        the shuffle buffer): a training file whose bytes differ from the checkpoint's (its meta.json `train_files_sha256`;
+        provenance.data_change) starts a new pass too, named in the note."""
+        saved = self.begin.meta.get("train_files_sha256")
+        what = provenance.data_change(self.folder, self._fingerprint(), saved if isinstance(saved, str) else None)
+        return [] if what is None else [f"the training files: {what}"]
+
     def _position_fits(self, path: Path) -> bool:
         probe = iter(self._training_batches(self.train_ir.seed))
         tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
@@ -222,12 +255,10 @@ class Session:
                 for name in overridden_learning_rates(self.begin.overrides)}
 
     def target_step(self) -> int:
-        """The step the run ends at: --steps N made updates from here; or its epochs' passes, `updates_per_epoch`
-        attempts each (train.py), which end that many steps short when updates are skipped (mixed_float16)."""
-        if self.options.steps is not None:
-            return self.step + self.options.steps
-        epochs = self.options.epochs if self.options.epochs is not None else self.train_ir.epochs
-        return self.step + epochs * self.updates_per_epoch
+        """The step the run ends at (`self.end`, run_end.py): counted in made updates (--steps); or the end of its
+        epochs' passes, `updates_per_epoch` attempts each (train.py), which end that many steps short when updates
+        are skipped (mixed_float16)."""
+        return self.end.step if self.end.by == "steps" else self.step + self.end.step - self.attempts
 
     @property
     def one_graph(self) -> bool:
@@ -334,7 +365,9 @@ class Session:
         # same slots, and only this record tells them apart).
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings(),
                 "accumulate": accumulate.of(self.train_ir),  # the cut of each pass (_accumulate_changed)
-                "optimizers": {o.name: o.kind for o in self.training.optimizers}, **hooks.checkpoint_meta(self.trainer)}
+                "train_files_sha256": provenance.content_digest(self._fingerprint().get("train")),  # _files_changed
+                "optimizers": {o.name: o.kind for o in self.training.optimizers}, **hooks.checkpoint_meta(self.trainer),
+                **self.end.meta()}  # the run's end, where a plain --resume goes on to (run_end.py)
         self.refuse_non_finite()
         try:
             path = self.checkpoints.save(self.step, self.saved_variables(), self.iterator, meta)

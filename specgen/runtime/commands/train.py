@@ -35,6 +35,7 @@ from specgen.progress import TrainProgress
 from specgen.runtime import data, hooks, hparams
 from specgen.runtime.checkpoint import CheckpointFolder, write_failure
 from specgen.runtime.commands.resume import Options, Start, prepare
+from specgen.runtime.commands.run_end import RunEnded
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
 from specgen.runtime.interrupt import Interrupts, exit_status
@@ -52,11 +53,12 @@ def _format(values: dict[str, float]) -> str:
 LOG_EVERY = 20  # updates between progress lines and TensorBoard points (and at epoch ends)
 
 
-def _end(session: Session, stop: int) -> int | None:
+def _end(session: Session) -> int | None:
     """Where the run's epochs end, in attempted updates (Session.attempts: made or skipped, each reads its
-    micro-batches, so E passes are E x updates_per_epoch attempts); None under --steps N, which ends at `stop`,
-    the global step N made updates on."""
-    return None if session.options.steps is not None else session.attempts + stop - session.step
+    micro-batches, so E passes are E x updates_per_epoch attempts); None for an end counted in made updates
+    (--steps N), which is `stop`, the global step. The run's end is its own (run_end.py): a plain --resume goes
+    on to the end the checkpoint records, --steps/--epochs extend it."""
+    return None if session.end.by == "steps" else session.end.step
 
 
 def _left(session: Session, stop: int, end: int | None) -> int:
@@ -92,8 +94,10 @@ def _interrupted(built: Built, options: Options, when: str, signum: int | None =
     SIGTERM; None, Python's own KeyboardInterrupt, is Ctrl-C). Nothing is saved then: a save
     could itself be cut short, and the newest checkpoint, whole (saves are atomic), is where --resume goes on.
     It is read from the folder, as --resume reads it: a Ctrl-C inside a save can land after the checkpoint was
-    published and before the session noted it (`last_path` would name the one before). With none there, the
-    advice is to start the run again: --resume would only say that the folder holds no checkpoint."""
+    published and before the session noted it (`last_path` would name the one before). A plain --resume goes on
+    to the run's end, which the checkpoint records (run_end.py), so it ends where the uninterrupted run would.
+    With none there, the advice is to start the run again: --resume would only say that the folder holds no
+    checkpoint."""
     path = CheckpointFolder(run_folder(built.loaded), 1).newest()[0]
     if path is not None:
         advice = f"the newest checkpoint is {shown(path)}: continue with --resume"
@@ -131,15 +135,15 @@ def _guarded(built: Built, options: Options, distribution: Distribution, interru
         interrupts.check()
         with _without_global_seed():
             return _train(built, options, distribution, interrupts)
-    except tf.errors.DataLossError as exc:  # a data file damaged after its checks (runtime/data.py)
-        raise data.unreadable_mid_run(loaded, ir, exc.message.splitlines()[0][:200]) from None
     except tf.errors.OpError as exc:
+        folder = run_folder(loaded)  # where --resume looks, whichever worker this is
         if (error := os_error(exc)) is not None:  # a full disk under TensorBoard's writers (checkpoints: Session.save)
-            folder = run_folder(loaded)  # where --resume looks, whichever worker this is
             raise write_failure(error, folder, _written(error, folder)) from None
-        if not isinstance(exc, distribution.lost):  # a peer gone (none for one device)
-            raise
-        raise distribution.lost_worker(loaded, exc) from None
+        if isinstance(exc, distribution.lost):  # a peer gone (none for one device)
+            raise distribution.lost_worker(loaded, exc) from None
+        if data.from_pipeline(exc):  # a data file changed, removed or unreadable after its checks (runtime/data.py)
+            raise data.unreadable_mid_run(loaded, ir, exc, folder) from None
+        raise  # the model's step, or anything else: not the data's, so not reworded
     finally:
         distribution.close()
 
@@ -211,7 +215,11 @@ def _run(built: Built, options: Options, distribution: Distribution, interrupts:
          begin: Start) -> dict[str, Any]:
     begin.before_writes = interrupts.check  # a Ctrl-C during the checks stops before the run folder's first write
     # Overrides kept from a resumed checkpoint change the spec, and so its IR and code: only then is it built again.
-    session = Session(built if begin.loaded is built.loaded else build(begin.loaded), options, begin, distribution)
+    try:
+        session = Session(built if begin.loaded is built.loaded else build(begin.loaded), options, begin, distribution)
+    except RunEnded as ended:  # a plain --resume of a run at its end: said, exit 0, nothing written (run_end.py)
+        print(ended.line)
+        return ended.summary
     interrupts.check()
     for note in begin.notes:  # after the Session: its checks come before the run folder's first write
         print(f"note: {note}")
@@ -246,7 +254,7 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
     for line in [] if skip else momentum_warnings(session.ir, stop, restored, accumulate.of(session.train_ir)):
         print(line, file=sys.stderr)
     started, first, tried = time.monotonic(), session.step, session.attempts
-    end = _end(session, stop)
+    end = _end(session)
     evaluated: dict[str, float] = {}
     session.reset_metrics()
     print(f"training {session.ir.name}: step {first} -> {stop} ({session.updates_per_epoch} updates per epoch, "

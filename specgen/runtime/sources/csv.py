@@ -18,6 +18,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def _records(context: SourceContext, text: str) -> tuple[list[str], list[list[st
 def _column(context: SourceContext, name: str, refs: list[str], cells: list[list[str]], lines: Lines,
             want: Wanted | None) -> np.ndarray:
     """One spec name's columns as [rows, columns]: int64 where the spec reads integers and every cell is one,
-    float64 otherwise."""
+    float64 otherwise (whose cast to float32 rounds each decimal once: _round_once)."""
     if want is not None and want.kind == "int" and all(INTEGER.fullmatch(t) for row in cells for t in row):
         return _integers(context, name, refs, cells, lines, want)
     values = np.empty((len(cells), len(refs)), np.float64)
@@ -141,7 +142,31 @@ def _column(context: SourceContext, name: str, refs: list[str], cells: list[list
                 raise context.fail(context.loc(name), f"{lines.of(r)}, column '{refs[c]}' {what}; features and "
                                    "labels must be numbers (fill in or drop that row)")
             values[r, c] = float(text)
+    if want is None or want.kind != "int":
+        _round_once(values, cells)
     return values
+
+
+def _round_once(values: np.ndarray, cells: list[list[str]]) -> None:
+    """Make the float32 cast of `values` (float64, parsed from `cells`) round each cell's decimal once, as
+    TensorFlow's CSV reader (tf.io.decode_csv) and strtof do, in place.
+
+    float() rounds the decimal to float64 and the cast rounds that again to float32. The two roundings differ from
+    one only where float64 lands exactly on a midpoint between two float32 values while the decimal does not (a cell
+    with more digits than float64 keeps, such as 1.0000000596046447753906250001): the cast then breaks the tie to
+    even, which may be the wrong side. Those cells, and only those, are compared exactly (fractions.Fraction) and
+    moved one float64 step to the decimal's side of the midpoint, so that the cast rounds as a single rounding
+    would. A value exactly on the midpoint stays (ties to even, as TensorFlow)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = values.astype(np.float32)
+        back = narrow.astype(np.float64)
+        toward = np.where(values > back, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32)
+        other = np.nextafter(narrow, toward).astype(np.float64)
+        tie = np.isfinite(back) & np.isfinite(other) & (values != back) & (values == (back + other) / 2)
+    for r, c in zip(*np.nonzero(tie), strict=True):
+        exact, midpoint = Fraction(cells[r][c]), Fraction(float(values[r, c]))
+        if exact != midpoint:
+            values[r, c] = np.nextafter(values[r, c], np.inf if exact > midpoint else -np.inf)
 
 
 def _integers(context: SourceContext, name: str, refs: list[str], cells: list[list[str]], lines: Lines,

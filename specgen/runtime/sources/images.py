@@ -73,7 +73,10 @@ def read(context: SourceContext) -> Source:
     sizes.resized(context, *kind_of(spec).resized(spec))
     root = _root(context)
     classes = _classes(context, spec)
+    # Each class folder's own problems first (an empty one, a link out of the folder): a class count that misfits
+    # the output may be their doing, and the count's message would point at the output instead.
     files, labels = _files(context, root, classes)
+    _class_count(context, classes)
     files, labels = _good(context, spec, files, labels, _channels(context))
     context.enough(len(files))
     names = tf.constant([os.fsencode(f.path) for f in files])  # bytes: TensorFlow would encode a str as UTF-8
@@ -161,6 +164,11 @@ def _classes(context: SourceContext, spec: Any) -> list[str]:
     missing = [c for c in classes if c not in found and not (context.stage == "eval" and spec.classes is None)]
     if missing:
         raise context.fail(("classes",), f"class '{missing[0]}' has no folder {context.path / missing[0]}")
+    return classes
+
+
+def _class_count(context: SourceContext, classes: list[str]) -> None:
+    """More classes than the output has units: refused (after the folders were checked one by one)."""
     wanted = context.expected()
     label = next(iter(context.source.labels), None)
     want = wanted[label] if label is not None and label in wanted else None
@@ -168,14 +176,16 @@ def _classes(context: SourceContext, spec: Any) -> list[str]:
         listed = ", ".join(classes[:SHOWN]) + (", ..." if len(classes) > SHOWN else "")
         raise context.fail((context.kind,), f"{len(classes)} classes ({listed}) but "
                            f"{want.why}; the output needs one unit per class")
-    return classes
 
 
 def _files(context: SourceContext, root: str, classes: list[str]) -> tuple[list[Image], list[int]]:
     """Every image file (sorted, subfolders included, as Keras walks them) and its class id."""
     files: list[Image] = []
     labels: list[int] = []
-    ignored: list[str] = []
+    # Files beside the class folders belong to no class: left out, and said so with the other entries left out.
+    ignored = [f"{shown(entry.name)} (beside the class folders, in none)"
+               for entry in sorted(_scan(context, root, "the folder"), key=lambda e: e.name)
+               if not entry.name.startswith(".") and not entry.is_dir()]
     for class_id, name in enumerate(classes):
         folder = _class_folder(context, root, name)
         if folder is None:

@@ -15,10 +15,15 @@ import numpy as np
 # parser takes one list kind per key, and a writer that stored a float input as int64 disagrees with the spec
 # on every record, which skip_bad would otherwise take for damage one record at a time.
 LISTS = {"float32": "float_list", "int64": "int64_list", "string": "bytes_list"}
-FIX = {"float_list": "write the key as a float_list (tf.train.FloatList), or declare the input or label with an "
-                     "integer dtype",
-       "int64_list": "write the key as an int64_list (tf.train.Int64List), or declare the input or label float32",
-       "bytes_list": "write the encoded image as a bytes_list"}
+# What to do, by (the list the spec reads, the list the record holds): declaring the other number dtype helps only
+# where the record holds the other number list; a bytes_list is read as an encoded image only (decode: image).
+WRITE = {"float_list": "write the key as a float_list (tf.train.FloatList)",
+         "int64_list": "write the key as an int64_list (tf.train.Int64List)",
+         "bytes_list": "write the encoded image as a bytes_list"}
+OTHER_DTYPE = {("float_list", "int64_list"): ", or declare the input or label with an integer dtype",
+               ("int64_list", "float_list"): ", or declare the input or label float32",
+               ("float_list", "bytes_list"): ", or, if it holds an encoded image, read it as one "
+                                             "({key: <key>, decode: image, size: [<height>, <width>]})"}
 
 
 def unparsed(exc: Exception, record: bytes, spec: dict[str, Any]) -> str:
@@ -47,7 +52,8 @@ def feature_problem(example: Any, key: str, feature: Any) -> str | None:
         return f"it has no key '{key}'"
     held = example.features.feature[key].WhichOneof("kind")
     if held != want:
-        return f"key '{key}' holds {_a(held)}, and the spec reads it as {_a(want)}: {FIX[want]}"
+        fix = WRITE[want] + OTHER_DTYPE.get((want, str(held)), "")
+        return f"key '{key}' holds {_a(held)}, and the spec reads it as {_a(want)}: {fix}"
     values, size = len(getattr(example.features.feature[key], held).value), int(np.prod(feature.shape))
     if values != size:
         return f"key '{key}' holds {values} value(s), and the spec reads {size} (shape {list(feature.shape)})"

@@ -305,7 +305,9 @@ class Scan:
             except unparsed as exc:
                 if not self.model.skip_bad or not self.first_reason:
                     why = record_problems.unparsed(exc, records[offset].numpy(), self.spec)
-                if not self.model.skip_bad:
+                if not self.model.skip_bad:  # the records before it are checked first: the first problem is named
+                    if offset:                # (a bad image or value there), whichever check finds it
+                        self._chunk(shard, records[:offset], start, where)
                     raise self.context.fail((self.context.kind,), f"{where}cannot parse record {start + offset}: "
                                             f"{why}") from None
                 if not self.first_reason:

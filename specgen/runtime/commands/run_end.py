@@ -1,0 +1,108 @@
+"""Where a training run ends, and what a resume without --steps or --epochs does with it.
+
+A run has an END: the step it was started to reach, the start plus the updates of `--steps N`, of `--epochs N`,
+or of `train.epochs` when neither was given. Every checkpoint records it (meta.json `until_step`, `until_by`), so
+that `--resume` (and `--resume-from`, `--resume-or-start`) WITHOUT --steps/--epochs continues to that end, the
+remaining updates: an interrupted run (Ctrl-C, SIGTERM, a kill, a full disk), resumed as the stop line advises, ends where the
+uninterrupted one would, bit for bit. This follows Keras' `fit(epochs=E, initial_epoch=k)` and TensorFlow's
+`max_steps`. Before it, a plain `--resume` trained `train.epochs` MORE epochs (a run stopped at 8840 of 15000
+went on to 23840), so the documented exact resume held only for `--resume --steps TOTAL-saved`.
+
+A run already at (or past) its end, resumed without those flags, trains nothing: one line says so and how to train
+more, the command exits 0, and nothing is written (Session raises `RunEnded` before the run folder's first write).
+`--steps N` / `--epochs N` with a resume keep their meaning, N MORE updates or passes from the checkpoint: the
+explicit extension, whose new end the checkpoints then record.
+
+The end is counted as the run's loop counts (train.py): `--steps` in made updates (the global step); epochs in
+attempted ones (the data position, Session.attempts), which is the global step unless mixed_float16's loss scale
+skipped updates, so that each pass still ends at its pass's end. A checkpoint of an older specgen records no end and
+resumes as if the end were `train.epochs` epochs counted from step 0 (under the spec as resumed: its updates per
+epoch now).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from specgen.paths import shown
+from specgen.runtime.commands.resume import Options, Start
+from specgen.spec.overrides import override_key
+
+By = Literal["steps", "epochs"]
+MORE = "Pass --steps N or --epochs N to train N more"
+
+
+@dataclass(frozen=True)
+class End:
+    """`step`: where the run stops; `by`: what it counts (see the module's docstring)."""
+
+    step: int
+    by: By
+    recorded: bool = True  # False: an older checkpoint without `until_step`, its end taken as train.epochs from step 0
+
+    def meta(self) -> dict[str, Any]:
+        """meta.json's keys (resume.py's Meta reads them back). Named to sort last: json.dumps(sort_keys=True) then
+        leaves every earlier key on its line, where errors and tooling point."""
+        return {"until_step": self.step, "until_by": self.by}
+
+    def left(self, step: int, attempts: int) -> int:
+        """Updates still to attempt at least (0 or less: the run is at or past its end)."""
+        return self.step - (step if self.by == "steps" else attempts)
+
+
+class RunEnded(Exception):
+    """A resume without --steps/--epochs of a run already at its end: the line to print, and train()'s summary."""
+
+    def __init__(self, line: str, summary: dict[str, Any]):
+        super().__init__(line)
+        self.line, self.summary = line, summary
+
+
+def planned(options: Options, start: Start, position: tuple[int, int], per_epoch: int, epochs: int) -> End:
+    """The end of this command's run. `position`: (global step, attempted updates) it starts from; `epochs`:
+    train.epochs as this command reads the spec."""
+    step, attempts = position
+    if options.steps is not None:
+        return End(step + options.steps, "steps")
+    if options.epochs is not None:
+        return End(attempts + options.epochs * per_epoch, "epochs")
+    if start.checkpoint is None:  # a new run
+        return End(attempts + epochs * per_epoch, "epochs")
+    saved = start.meta.get("until_step")
+    if isinstance(saved, int):  # resume.py's check_meta validated both keys
+        return End(saved, "epochs" if start.meta.get("until_by") == "epochs" else "steps")
+    return End(epochs * per_epoch, "epochs", recorded=False)
+
+
+def check_not_ended(options: Options, start: Start, end: End, position: tuple[int, int], per_epoch: int) -> list[str]:
+    """Raise RunEnded for a resume, without --steps/--epochs, of a run at or past its end; else the notes to print."""
+    if start.checkpoint is None or options.steps is not None or options.epochs is not None:
+        return []
+    step, attempts = position
+    # A new --set train.epochs does not move a recorded end (the end is the run's): said, not ignored in silence.
+    unmoved = end.recorded and any(override_key(t)[:2] in (("train",), ("train", "epochs"))
+                                   for t in start.overrides[len(start.kept):])
+    if end.left(step, attempts) > 0:
+        return [f"--set train.epochs does not move the end of a resumed run: it goes on to step {end.step}, the end "
+                f"{shown(start.checkpoint)} records. {MORE}"] if unmoved else []
+    more = f"--set train.epochs does not move a run's end: {MORE[0].lower()}{MORE[1:]}" if unmoved else MORE
+    line = f"nothing to train: {_where(start.checkpoint, end, position, per_epoch)}; nothing was written. {more}"
+    raise RunEnded(line, {"step": step, "updates": 0, "seconds": 0.0, "checkpoint": str(start.checkpoint), "eval": {}})
+
+
+def _where(path: Path, end: End, position: tuple[int, int], per_epoch: int) -> str:
+    """Where the checkpoint is, against the end of its run."""
+    step, attempts = position
+    at = step if end.by == "steps" else attempts
+    if not end.recorded:
+        epochs = end.step // per_epoch if per_epoch else 0
+        reach = (f"the end of train.epochs ({epochs} epoch{'' if epochs == 1 else 's'} of {per_epoch} updates from "
+                 f"step 0; {path.name} records no end: an older specgen saved it)")
+    else:
+        reach = "the end its run was started to reach"
+    skipped = (f" (passes of {end.step} updates, {attempts - step} of them skipped by mixed_float16's loss scale)"
+               if end.by == "epochs" and attempts != step else "")
+    past = f"past step {end.step}, " if at > end.step and not skipped else ""  # skipped: the step is short of it
+    return f"{shown(path)} is at step {step}, {past}{reach}{skipped}"
