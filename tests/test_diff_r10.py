@@ -4,8 +4,10 @@
   shadows, optimizer slots, masks, the step), so a map that reads OLD's EMA shadows restores where `specgen
   restore-plan` restores, and a conflict is reported with restore-plan's own reason;
 - F2: `--map`'s header says that mismatched variables are refused (no run starts), not left to an initializer;
-- F3: a spec diffed with itself is empty whatever its `checkpoint.restore` holds: a checkpoint row that OLD's own
-  restore plan has alike is the spec's choice, not a change.
+- F3: a spec diffed with itself is empty unless its own restore is refused: a checkpoint row that OLD's own restore
+  plan has alike (left to an initializer, unused, a `missing` key OLD's checkpoints never held) is the spec's choice,
+  not a change; a conflict, a mismatch or a plan error it has alike stays a break, marked "(as in OLD's own plan)"
+  (rt10 finding 3: `--fail-on checkpoint` passed a restore that restore-plan refuses).
 """
 
 from __future__ import annotations
@@ -217,7 +219,6 @@ SELF = {
     "exclude": "{from: run_old, exclude: ['head/*']}",
     "map of keys OLD lacks": mapping("conv/weights>conv1/kernel", "^backbone/(.*)$>\\1").replace("run_old", "pre.ckpt"),
     "strict with exclude": "{from: run_old, strict: true, exclude: ['bn1/*']}",
-    "a conflict of its own": mapping("ema/head/fc/kernel>head/fc/kernel"),
     "ema_to_model": "{from: run_old, ema_to_model: true}",
 }
 
@@ -241,3 +242,32 @@ def test_rows_old_shares_are_hidden_and_what_the_change_did_is_not(tmp_path: Pat
     assert [(c["change"], c["what"]) for c in section["changes"]] == [("mismatched", "head/fc/bias"),
                                                                        ("mismatched", "head/fc/kernel")]
     assert section["summary"] == PREFIX[12:] + "restored 6, initialized 2, unused weights 2, mismatched 2"
+
+
+def test_a_conflict_old_shares_stays_a_break_marked_as_old_s_own(tmp_path: Path, capsys) -> None:
+    """OLD holds EMA shadows and its entry sends a shadow and its raw key to one variable: restore-plan refuses any
+    checkpoint of OLD by it, so the spec diffed with itself, or with a learning rate changed, fails the gate."""
+    conflict = restoring(OLD, mapping("ema/head/fc/kernel>head/fc/kernel"))
+    write(tmp_path, **{"a.yaml": conflict, "b.yaml": conflict.replace("learning_rate: 0.001", "learning_rate: 0.01")})
+    for new in ("a.yaml", "b.yaml"):
+        code, document = diff_json(tmp_path, capsys, "a.yaml", new)
+        section = document["sections"]["checkpoint"]
+        assert code == 1
+        assert section["breaks"] == [
+            "'head/fc/kernel' is 'conflict' in NEW's restore plan (keys 'ema/head/fc/kernel', 'head/fc/kernel' all map "
+            "here): `specgen restore-plan` refuses it and `specgen train` restores nothing (as in OLD's own plan)"]
+        assert section["summary"] == PREFIX[12:] + "restored 9, initialized 0, unused weights 0, mismatched 0, conflicts 1"
+
+
+def test_a_mismatch_of_other_shapes_is_not_old_s_own(tmp_path: Path, capsys) -> None:
+    """OLD's entry swaps two biases (each mismatched in OLD's own plan); NEW widens head/out: head/fc/bias's mismatch is
+    OLD's own, head/out/bias's is of another shape (new), as is head/out/kernel's."""
+    entry = mapping("head/fc/bias>head/out/bias", "head/out/bias>head/fc/bias")
+    write(tmp_path, **{"a.yaml": restoring(NO_EMA, entry),
+                       "b.yaml": restoring(NO_EMA.replace("units: 10}", "units: 12}"), entry)})
+    code, document = diff_json(tmp_path, capsys, "a.yaml", "b.yaml")
+    assert code == 1
+    assert document["sections"]["checkpoint"]["breaks"] == [
+        "'head/fc/bias' is [10] in OLD's checkpoints and [8] here: it cannot be restored (as in OLD's own plan)",
+        "'head/out/bias' is [8] in OLD's checkpoints and [12] here: it cannot be restored",
+        "'head/out/kernel' is [8, 10] in OLD's checkpoints and [8, 12] here: it cannot be restored"]

@@ -123,6 +123,27 @@ def test_an_unloaded_model_keeps_a_row_per_version(explicit: Served, tmp_path: P
     client.close()
 
 
+def test_a_model_not_served_leaves_the_index_with_its_folder_in_explicit_mode(explicit: Served, tmp_path: Path) -> None:
+    """rt10 finding 6: explicit mode scans nothing, and a model unloaded, then its folder removed, kept its `unloaded`
+    rows until a load named it. A model served keeps its rows without its folder (it serves) until it is unloaded."""
+    shutil.copytree(tmp_path / CNN, tmp_path / "spare")
+    config = tmp_path / "spare" / "config.pbtxt"
+    config.write_text(config.read_text().replace(f'name: "{CNN}"', 'name: "spare"'))
+    client = th.InferenceServerClient(explicit.http)
+    client.load_model("spare")
+    client.unload_model("spare")
+    served = [{"name": CNN, "version": "1", **READY}, {"name": CNN, "version": "2", **READY}]
+    assert rows(explicit) == [*served, {"name": "spare", "version": "1", **UNLOADED},
+                              {"name": "spare", "version": "2", **UNLOADED}]
+    shutil.rmtree(tmp_path / "spare")
+    assert rows(explicit) == served
+    shutil.rmtree(tmp_path / CNN)
+    assert rows(explicit) == served and client.is_model_ready(CNN, "1")
+    client.unload_model(CNN)
+    assert rows(explicit) == []
+    client.close()
+
+
 def test_a_version_swapped_out_by_a_poll_stays_in_the_index(tmp_path: Path,
                                                             versions: dict[int, tuple[Any, bytes]]) -> None:
     """`latest 1`: version 2 replaces 1, which Triton lists as unloaded; its folder removed, the row goes (the index

@@ -9,11 +9,14 @@ NEW's restore targets, as restore-plan plans (ir/restore_targets.py); a NEW with
 `restore-plan --from`. So the section breaks where the real plan would refuse (a conflict, a missing key, a plan
 error) and where OLD's weights would be lost (mismatched, left to an initializer, restored into a layer that
 moved: crossed, or a layer that shared another's weights and now has its own). A variable an entry's `exclude`
-names is the spec's choice. A row that OLD's own plan (OLD's checkpoint into OLD, by OLD's entries) has alike is
-no change: the entries' choices about a foreign checkpoint (a Keras file's names, an `exclude`) are not the
-change under review, and a spec diffed with itself is empty. `unused weights` counts OLD's restore targets that
-restore nothing, where restore-plan's `unused` counts every key (the step, slots, shadows). No TensorFlow is
-imported.
+names is the spec's choice. A row left to its initializer, an unused key or a `missing` key that OLD's own plan
+(OLD's checkpoint into OLD, by OLD's entries) has alike is no change: the entries' choices about another checkpoint
+(a Keras file's names, another model's run, an `exclude`) are not the change under review, and restore-plan on that
+checkpoint judges them. A conflict, a mismatch or a plan error stays a break although OLD's own plan has it, marked
+"(as in OLD's own plan)": it is made of keys OLD's checkpoints hold (or of the spec alone), so restore-plan refuses
+a checkpoint of OLD by these entries, and `specgen train` would too. So a spec diffed with itself is empty unless
+its own restore of its checkpoints is refused. `unused weights` counts OLD's restore targets that restore nothing,
+where restore-plan's `unused` counts every key (the step, slots, shadows). No TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from specgen.spec.model import Spec
 
 OLD_LABEL = "OLD"  # the source a NEW without restore entries reads: OLD's checkpoint, by name
 PLACEHOLDER = "OLD_CHECKPOINT"  # what `--map` and the lines here write for a `from` the user fills in
+# Refusals made of keys OLD's checkpoints hold: a break even where OLD's own plan has them (restore-plan refuses a
+# checkpoint of OLD by these entries). A `missing` key OLD's own plan lacks alike names another checkpoint's key.
+KEPT = ("mismatched", "conflict")
+SHARED = " (as in OLD's own plan)"  # a break that is not this change's: OLD's own restore is refused alike
 
 
 def restore_sources(spec: Spec, mapping: Sequence[dict[str, str]] = ()) -> list[RestoreSource]:
@@ -72,8 +79,8 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
     found = _weights_only(old, plan(old, new, sources))
     before = plan(old, old, own)  # OLD's checkpoint into OLD by OLD's entries: what did not change
     alike = {_verdict(r) for r in before.rows}
-    rows = sorted((r for r in found.rows if _verdict(r) not in alike), key=lambda r: r.path)
-    _refused(section, rows)
+    rows = sorted((r for r in found.rows if r.status in KEPT or _verdict(r) not in alike), key=lambda r: r.path)
+    _refused(section, rows, alike)
     unshared = _unshared(old, new)
     _initialized(section, old, renames, [r for r in rows if r.status == "initialized"], found, sources, unshared)
     section.breaks += _unshare_breaks(old, new, sources, found, unshared)
@@ -85,9 +92,10 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
     unused = set(before.unused)
     section.changes += [Change("unused", u.key, text.shape(u.found.shape), u.reason) for u in found.unused
                         if u not in unused]
-    for error in (e for e in found.errors if e not in before.errors):
+    for error in found.errors:  # a break, shared or not: restore-plan refuses a checkpoint of OLD by these entries
         section.changes.append(Change("error", "restore plan", "", error))
-        section.breaks.append(f"{error}: `specgen restore-plan` refuses it and `specgen train` restores nothing")
+        section.breaks.append(f"{error}: `specgen restore-plan` refuses it and `specgen train` restores "
+                              f"nothing{SHARED if error in before.errors else ''}")
     crossed = sum(c.what == "crossed" for c in section.changes)
     # Only when some are: a checkpoint restored "in full" into the wrong layers must not read as all well.
     # restore-plan's line, but its `unused` counts every key of a real checkpoint (step, slots); this one only OLD's
@@ -98,18 +106,20 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
     return section
 
 
-def _refused(section: Section, rows: Iterable[Row]) -> None:
-    """The rows restore-plan refuses (mismatched, conflict, missing): a row and a break each."""
+def _refused(section: Section, rows: Iterable[Row], alike: set[tuple[object, ...]]) -> None:
+    """The rows restore-plan refuses (mismatched, conflict, missing): a row and a break each, the break marked where
+    OLD's own plan refuses alike (not new: the reviewer looks for its cause before this change)."""
     for row in rows:
+        shared = SHARED if _verdict(row) in alike else ""
         if row.status == "mismatched" and row.found is not None:
             old_shape, new_shape = text.shape(row.found.shape), text.shape(row.shape)
             section.changes.append(Change("mismatched", row.path, old_shape, new_shape))
             section.breaks.append(f"'{row.path}' is {old_shape} in OLD's checkpoints and {new_shape} here: it cannot "
-                                  "be restored")
+                                  f"be restored{shared}")
         elif row.status in ("conflict", "missing"):
             section.changes.append(Change(row.status, row.path, "", row.note))
             section.breaks.append(f"'{row.path}' is '{row.status}' in NEW's restore plan ({row.note}): "
-                                  "`specgen restore-plan` refuses it and `specgen train` restores nothing")
+                                  f"`specgen restore-plan` refuses it and `specgen train` restores nothing{shared}")
 
 
 def _initialized(section: Section, old: ModelIR, renames: Renames, rows: list[Row], found: RestorePlan,
@@ -131,9 +141,12 @@ def _initialized(section: Section, old: ModelIR, renames: Renames, rows: list[Ro
                 section.breaks.append(_lost(row.path, old))
 
 
-def _verdict(row: Row) -> tuple[str, ...]:
-    """What a row says, less NEW's shape (an excluded variable that changed shape is excluded alike)."""
-    return row.path, row.status, row.source, row.key, row.note
+def _verdict(row: Row) -> tuple[object, ...]:
+    """What a row says: a mismatch or a conflict with NEW's shape and dtype and the key's (a mismatch of other shapes
+    is another refusal); a row left to its initializer or a missing key without them (an excluded variable that
+    changed shape is excluded alike, a key OLD's checkpoints lack is lacking alike)."""
+    said = (row.path, row.status, row.source, row.key, row.note)
+    return (*said, row.shape, row.dtype, row.found) if row.status in KEPT else said
 
 
 def _weights_only(old: ModelIR, found: RestorePlan) -> RestorePlan:

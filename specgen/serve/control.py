@@ -27,10 +27,10 @@ refuses the whole change and the versions served keep serving. A refusal is not 
 logged again) until a file of its version folder changes (the model, or a precision variant's
 sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again.
 
-The index (Triton's RepositoryIndex) has a row per version known: READY while served, else UNAVAILABLE with its
-refusal, or `unloaded` once an unload or a swap let it go (Triton's ModelLifeCycle keeps each version's state). A
-refused or unloaded version whose folder (or model file) is gone is dropped at the next scan or load, and a model
-folder removed leaves the index: the index lists what the repository holds.
+The index (Triton's RepositoryIndex, index.py) has a row per version known: READY while served, else UNAVAILABLE
+with its refusal, or `unloaded` once an unload or a swap let it go. A refused or unloaded version whose folder (or
+model file) is gone is dropped at the next scan or load; a model not served has no row once its folder is gone, in
+every mode: the index lists what the repository holds.
 
 With `--workers N` each worker scans and loads on its own: every load, refusal and unload is logged
 (each worker's lines carry its index) and counted once per worker.
@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 from specgen.paths import plain_name, shown
 from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
+from specgen.serve.index import Unloaded, repository_index
 from specgen.serve.model_config import ModelConfig, RepositoryError
 from specgen.serve.models import ServedModel, load_version
 from specgen.serve.registry import Registry, Version
@@ -100,9 +101,7 @@ class ModelControl:
         self.settle_seconds = max(SETTLE_SECONDS, poll_seconds)
         self.refused: dict[tuple[str, int], tuple[Any, str]] = {}  # (model, version) -> (what was refused, why)
         self.problems: dict[str, str] = {}  # model -> why it is not served
-        # model -> the versions once served and now unloaded: Triton's index keeps a row for each (ModelLifeCycle keeps
-        # every version's state; a released one is UNAVAILABLE, "unloaded") while its folder is in the repository
-        self.unloaded: dict[str, set[int]] = {}
+        self.unloaded = Unloaded()  # the versions once served and now let go: the index keeps a row for each
         self.unreadable: str | None = None  # why the last poll could not list the repository (logged once)
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -245,7 +244,7 @@ class ModelControl:
         self.unreadable = why
 
     def _unload(self, name: str, why: str) -> None:
-        self.unloaded.setdefault(name, set()).update(self.registry.models.get(name, {}))
+        self.unloaded.add(name, self.registry.models.get(name, {}))
         self.registry.install(name, {}, reason=why)  # each version logs model_unloaded once its requests are answered
         self.problems[name] = why
 
@@ -253,9 +252,7 @@ class ModelControl:
         """Drop the refusals and unloaded rows of `name`'s versions that the repository no longer holds."""
         for key in [k for k in self.refused if k[0] == name and k[1] not in present]:
             del self.refused[key]
-        kept = self.unloaded.pop(name, set()) & present
-        if kept:
-            self.unloaded[name] = kept
+        self.unloaded.keep(name, present)
 
     def _refuse(self, name: str, version: int | None, why: str) -> None:
         self.registry.metrics.load_result(name, "refused")
@@ -362,44 +359,16 @@ class ModelControl:
         self.problems.pop(name, None)
         # A version left out keeps its index row (Triton's "unloaded") unless its folder went with it
         left = {v for v, why in reasons.items() if v not in chosen and why != REMOVED}
-        self.unloaded[name] = (self.unloaded.get(name, set()) | left) - set(chosen)
-        if not self.unloaded[name]:
-            del self.unloaded[name]
+        self.unloaded.add(name, left)
+        self.unloaded.drop(name, chosen)
         for version in added:
             log.info("model version loaded", extra={"fields": {
                 "event": "model_loaded", "model": name, "version": version, "provider": chosen[version].model.provider,
                 "serving": sorted(chosen), "replaced": version in current}})
 
     def index(self, ready_only: bool) -> list[dict[str, str]]:
-        """Triton's repository index (RepositoryIndex): a row per version known of each model folder, in version
-        order, READY if served, else UNAVAILABLE with its refusal or `unloaded`; a model with none known, one row
-        without a version. `ready_only`: the READY rows alone."""
-        entries: list[dict[str, str]] = []
-        for name in sorted(self._index_names()):
-            known = self._version_states(name)
-            entries += [{"name": name, "version": str(v), "state": state, "reason": why}
-                        for v, (state, why) in sorted(known.items()) if not ready_only or state == "READY"]
-            if not known and not ready_only:
-                entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
-                                "reason": self.problems.get(name, "not loaded")})
-        return entries
-
-    def _index_names(self) -> set[str]:
-        """The model folders of the repository, and the models served or unloaded (a folder gone or unreadable)."""
-        names = set(self.registry.models) | set(self.problems)
-        if self.source is not None:
-            try:
-                names |= {f.name for f in model_folders(self.source.repo)}
-            except OSError:
-                pass
-        return names
-
-    def _version_states(self, name: str) -> dict[int, tuple[str, str]]:
-        """Each version known of `name` with its state and reason; the served state wins over a refusal (of a reload),
-        and a refusal over an earlier unload."""
-        states = {v: ("UNAVAILABLE", "unloaded") for v in self.unloaded.get(name, ())}
-        states |= {v: ("UNAVAILABLE", why) for (model, v), (_, why) in self.refused.items() if model == name}
-        return states | {v: ("READY", "") for v in self.registry.models.get(name, {})}
+        """Triton's repository index (RepositoryIndex): index.py."""
+        return repository_index(self, ready_only)
 
 
 def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> str:

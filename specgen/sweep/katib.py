@@ -45,7 +45,6 @@ SCHEMA = Path(__file__).with_name("katib_experiment.openapi.json")
 RUN_FOLDER = "/specgen/run"  # each trial's run folder, in its own pods
 SUCCEEDED = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'  # GJSON, as Katib's TFJob examples
 FAILED = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
-PLACEHOLDER = re.compile(r"\$\{trialParameters\.(.+?)\}")
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # Katib's webhook: an Experiment's name, at most 40 characters
 # Values Katib's Go types allow (pkg/apis/controller/{common,experiments}/v1beta1), by schema and field.
 ENUMS: dict[str, dict[str, list[str]]] = {
@@ -91,7 +90,7 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
     workers = args.workers or 1
     names = parameter_names(params)
     sets = [*args.set, f"checkpoint.dir={RUN_FOLDER}",
-            *(f"{p.key}=${{trialParameters.{names[p.key]}}}" for p in params)]
+            *(f"{p.key}={limits.placeholder(names[p.key])}" for p in params)]
     job = Job(args.spec.as_posix(), args.image, workers, args.cpu, args.memory, args.gpus or 0, None, sets)
     check(job)
     cpus = distribute.cpu_devices(ir.training.train if ir.training is not None else None)
@@ -282,10 +281,10 @@ def _webhook(manifest: dict[str, Any]) -> list[str]:
         if t["reference"] not in defined and not t["reference"].startswith("${trialSpec."):
             problems.append(f"spec.trialTemplate.trialParameters[{i}].reference: {t['reference']!r} is not in "
                             "spec.parameters")
-        if f"${{trialParameters.{t['name']}}}" not in body:
+        if limits.placeholder(t["name"]) not in body:
             problems.append(f"spec.trialTemplate.trialParameters[{i}].name: {t['name']!r} is not used in the trialSpec")
-    for used in sorted(set(PLACEHOLDER.findall(body)) - set(named)):
-        problems.append(f"spec.trialTemplate.trialSpec: ${{trialParameters.{used}}} is not in trialParameters")
+    for used in sorted(set(limits.PLACEHOLDER.findall(body)) - set(named)):
+        problems.append(f"spec.trialTemplate.trialSpec: {limits.placeholder(used)} is not in trialParameters")
     if len(named) != len(set(named)):
         problems.append("spec.trialTemplate.trialParameters: a name is listed twice")
     job = template["trialSpec"]

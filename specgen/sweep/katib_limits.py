@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from specgen.diagnostics import Diagnostic, quoted
@@ -23,7 +24,15 @@ from specgen.sweep.space import Param, value_text
 from specgen.sweep.spec import MAX_CHOICES, IntRange, Sweep, UniformRange, grid_point, steps
 
 TENSORBOARD = "/specgen/run/tensorboard"  # katib.RUN_FOLDER's tensorboard folder, where the collector reads
-PLACEHOLDER = "${trialParameters."  # consts.TrialTemplateParamReplaceFormat's opening
+# Katib's placeholder for a trial's value, consts.TrialTemplateParamReplaceFormat "${trialParameters.%s}": its opening,
+# and consts.TrialTemplateParamReplaceFormatRegex, which finds every placeholder of a trialSpec by name
+OPENING = "${trialParameters."
+PLACEHOLDER = re.compile(re.escape(OPENING) + r"(.+?)\}")
+
+
+def placeholder(name: str) -> str:
+    """The text Katib replaces with the value of the trial parameter `name`."""
+    return f"{OPENING}{name}}}"
 
 
 def refusals(loaded: LoadedSpec, sweep: Sweep, params: list[Param], logged: list[str]) -> list[Diagnostic]:
@@ -136,7 +145,7 @@ def substituted(value: Any) -> str:
     later one could be replaced inside this value.
     """
     text = json.dumps(value_text(value), ensure_ascii=False)[1:-1]
-    return text.replace(PLACEHOLDER, "\\u0024" + PLACEHOLDER[1:])
+    return text.replace(OPENING, "\\u0024" + OPENING[1:])
 
 
 def fill(trial_spec: Any, values: dict[str, str]) -> Any:
@@ -144,5 +153,5 @@ def fill(trial_spec: Any, values: dict[str, str]) -> Any:
     JSON text, plain replacement, JSON parse. Raises ValueError where the result is no JSON."""
     body = json.dumps(trial_spec)
     for name, text in values.items():
-        body = body.replace(f"{PLACEHOLDER}{name}}}", text)
+        body = body.replace(placeholder(name), text)
     return json.loads(body)
