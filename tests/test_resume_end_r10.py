@@ -99,7 +99,7 @@ def run(base: Path, tmp_path: Path) -> Path:
 def test_every_checkpoint_records_the_end_of_its_run(run: Path) -> None:
     for name in ("ckpt-00000004", "ckpt-00000008"):
         assert {k: v for k, v in meta(run / name).items() if k.startswith("until")} == {
-            "until_step": 8, "until_by": "steps"}
+            "until_step": 8, "until_by": "steps", "until_per_epoch": 179}
 
 
 @pytest.mark.parametrize("flags", [["--resume"], ["--resume-from", "ckpt-00000008"], ["--resume-or-start"]])

@@ -180,7 +180,8 @@ class DataSettings(BaseModel):
 
 class Meta(BaseModel):
     """meta.json as Session.save writes it. Keys a later specgen may add are left alone; `serial`, `overrides`,
-    `data`, `targets`, `until_step` and `until_by` are missing from checkpoints of older versions, which still resume."""
+    `data`, `targets`, `train_files_sha256` and the `until_*` keys are missing from checkpoints of older versions,
+    which still resume."""
 
     model_config = ConfigDict(extra="ignore")
     step: Annotated[StrictInt, Field(ge=0)]
@@ -194,6 +195,10 @@ class Meta(BaseModel):
     # when `until_by` is missing) or attempted ones (`epochs`). Older checkpoints lack both: train.epochs from step 0.
     until_step: Annotated[StrictInt, Field(ge=0)] | None = None
     until_by: Literal["steps", "epochs"] | None = None
+    until_per_epoch: Annotated[StrictInt, Field(ge=1)] | None = None  # what the end was counted in (run_end.py)
+    # The training files' digest (provenance.content_digest) that the data position belongs to (data_position.py):
+    # a malformed one is refused here, as it would otherwise read as "not recorded" and be compared with another.
+    train_files_sha256: Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")] | None = None
 
 
 def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
@@ -222,7 +227,9 @@ _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it 
              "targets": "an object of target variable path to online variable path (strings)",
              "optimizers": "an object of optimizer name to its kind (strings)",
              "until_step": "an integer, 0 or more (the step the run ends at)",
-             "until_by": "'steps' or 'epochs' (what the run's end counts)"}
+             "until_by": "'steps' or 'epochs' (what the run's end counts)",
+             "until_per_epoch": "an integer, 1 or more (the updates per epoch the run's end was counted in)",
+             "train_files_sha256": "a sha256 of the training files (64 lowercase hexadecimal digits)"}
 
 
 def verified_meta(path: Path, loaded: LoadedSpec) -> dict[str, Any]:

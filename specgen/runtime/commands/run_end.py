@@ -18,6 +18,13 @@ attempted ones (the data position, Session.attempts), which is the global step u
 skipped updates, so that each pass still ends at its pass's end. A checkpoint of an older specgen records no end and
 resumes as if the end were `train.epochs` epochs counted from step 0 (under the spec as resumed: its updates per
 epoch now).
+
+The end is recorded with the updates per epoch it was counted in (`until_per_epoch`). A resume can change those
+(`--set train.batch_size`, `train.accumulate`, a training file cleaned or extended), and the data then starts a new
+pass (data_position.py). An `epochs` end, kept as an update count, would then end mid-pass after another
+number of passes than the run was started for; so it is counted anew: the current attempts plus the passes it had
+left, a pass begun counted whole (its rest is skipped: the new pass starts at the resume), times the new updates
+per epoch. A `steps` end is a step count and stays one. Either way a `note:` line says so.
 """
 
 from __future__ import annotations
@@ -36,16 +43,19 @@ MORE = "Pass --steps N or --epochs N to train N more"
 
 @dataclass(frozen=True)
 class End:
-    """`step`: where the run stops; `by`: what it counts (see the module's docstring)."""
+    """`step`: where the run stops; `by`: what it counts; `per_epoch`: the updates per epoch it is counted in (see
+    the module's docstring)."""
 
     step: int
     by: By
+    per_epoch: int
     recorded: bool = True  # False: an older checkpoint without `until_step`, its end taken as train.epochs from step 0
+    note: str = ""  # why it is not the end the checkpoint records (the updates per epoch changed), for check_not_ended
 
     def meta(self) -> dict[str, Any]:
         """meta.json's keys (resume.py's Meta reads them back). Named to sort last: json.dumps(sort_keys=True) then
         leaves every earlier key on its line, where errors and tooling point."""
-        return {"until_step": self.step, "until_by": self.by}
+        return {"until_step": self.step, "until_by": self.by, "until_per_epoch": self.per_epoch}
 
     def left(self, step: int, attempts: int) -> int:
         """Updates still to attempt at least (0 or less: the run is at or past its end)."""
@@ -65,15 +75,35 @@ def planned(options: Options, start: Start, position: tuple[int, int], per_epoch
     train.epochs as this command reads the spec."""
     step, attempts = position
     if options.steps is not None:
-        return End(step + options.steps, "steps")
+        return End(step + options.steps, "steps", per_epoch)
     if options.epochs is not None:
-        return End(attempts + options.epochs * per_epoch, "epochs")
+        return End(attempts + options.epochs * per_epoch, "epochs", per_epoch)
     if start.checkpoint is None:  # a new run
-        return End(attempts + epochs * per_epoch, "epochs")
+        return End(attempts + epochs * per_epoch, "epochs", per_epoch)
     saved = start.meta.get("until_step")
-    if isinstance(saved, int):  # resume.py's check_meta validated both keys
-        return End(saved, "epochs" if start.meta.get("until_by") == "epochs" else "steps")
-    return End(epochs * per_epoch, "epochs", recorded=False)
+    if isinstance(saved, int):  # resume.py's check_meta validated the keys
+        return _recounted(start, End(saved, "epochs" if start.meta.get("until_by") == "epochs" else "steps",
+                                     per_epoch), position)
+    return End(epochs * per_epoch, "epochs", per_epoch, recorded=False)
+
+
+def _recounted(start: Start, end: End, position: tuple[int, int]) -> End:
+    """A recorded end under this resume's updates per epoch (the module's docstring); as recorded when they are the
+    same, unknown (a checkpoint saved before `until_per_epoch` was), or the run is at its end."""
+    was, left = start.meta.get("until_per_epoch"), end.left(*position)
+    if not isinstance(was, int) or was == end.per_epoch or left <= 0:
+        return end
+    name, now = Path(str(start.checkpoint)).name, end.per_epoch
+    changed = f"the updates per epoch changed since {name} ({was} -> {now})"
+    if end.by == "steps":
+        return End(end.step, "steps", now, note=f"{changed}; the run's end stays step {end.step}, a step count "
+                                                "(--steps)")
+    passes = -(-left // was)  # a pass begun counts whole: the data starts a new pass here, its rest is skipped
+    step = position[1] + passes * now
+    return End(step, "epochs", now, note=f"{changed}: the run's end moves from step {end.step} to {step}, the "
+                                        f"{passes} pass{'' if passes == 1 else 'es'} it had left ({left} update"
+                                        f"{'' if left == 1 else 's'} at {was} a pass; a pass begun counts whole) at "
+                                        f"{now} updates each")
 
 
 def check_not_ended(options: Options, start: Start, end: End, position: tuple[int, int], per_epoch: int) -> list[str]:
@@ -85,8 +115,12 @@ def check_not_ended(options: Options, start: Start, end: End, position: tuple[in
     unmoved = end.recorded and any(override_key(t)[:2] in (("train",), ("train", "epochs"))
                                    for t in start.overrides[len(start.kept):])
     if end.left(step, attempts) > 0:
-        return [f"--set train.epochs does not move the end of a resumed run: it goes on to step {end.step}, the end "
-                f"{shown(start.checkpoint)} records. {MORE}"] if unmoved else []
+        notes = [end.note] if end.note else []
+        if unmoved:
+            records = "its end counted anew above" if end.note else f"the end {shown(start.checkpoint)} records"
+            notes.append(f"--set train.epochs does not move the end of a resumed run: it goes on to step {end.step}, "
+                         f"{records}. {MORE}")
+        return notes
     more = f"--set train.epochs does not move a run's end: {MORE[0].lower()}{MORE[1:]}" if unmoved else MORE
     line = f"nothing to train: {_where(start.checkpoint, end, position, per_epoch)}; nothing was written. {more}"
     raise RunEnded(line, {"step": step, "updates": 0, "seconds": 0.0, "checkpoint": str(start.checkpoint), "eval": {}})
@@ -95,14 +129,19 @@ def check_not_ended(options: Options, start: Start, end: End, position: tuple[in
 def _where(path: Path, end: End, position: tuple[int, int], per_epoch: int) -> str:
     """Where the checkpoint is, against the end of its run."""
     step, attempts = position
-    at = step if end.by == "steps" else attempts
     if not end.recorded:
         epochs = end.step // per_epoch if per_epoch else 0
         reach = (f"the end of train.epochs ({epochs} epoch{'' if epochs == 1 else 's'} of {per_epoch} updates from "
                  f"step 0; {path.name} records no end: an older specgen saved it)")
     else:
         reach = "the end its run was started to reach"
-    skipped = (f" (passes of {end.step} updates, {attempts - step} of them skipped by mixed_float16's loss scale)"
-               if end.by == "epochs" and attempts != step else "")
-    past = f"past step {end.step}, " if at > end.step and not skipped else ""  # skipped: the step is short of it
-    return f"{shown(path)} is at step {step}, {past}{reach}{skipped}"
+    if end.by == "steps" or attempts == step:
+        at = step if end.by == "steps" else attempts
+        return f"{shown(path)} is at step {step}, {f'past step {end.step}, ' if at > end.step else ''}{reach}"
+    # An epochs end counts attempted updates, which mixed_float16's skipped ones leave the step short of: said in
+    # those, as "past step N" would compare the step with a count of attempts.
+    skipped = f"{attempts - step} of them skipped by mixed_float16's loss scale"
+    if attempts == end.step:
+        return f"{shown(path)} is at step {step}, {reach}: its passes end after {end.step} attempted updates, {skipped}"
+    return (f"{shown(path)} is at step {step}, past {reach}: its passes end after {end.step} attempted updates, and it "
+            f"attempted {attempts}, {skipped}")

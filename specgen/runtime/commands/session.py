@@ -25,13 +25,12 @@ from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
 from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
-from specgen.runtime.commands import fine_tuning, run_end
+from specgen.runtime.commands import data_position, fine_tuning, run_end
 from specgen.runtime.commands.resume import Options, Start, open_run_folder
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
 from specgen.runtime.placement.default import Distribution
-from specgen.runtime.placement.positions import position_prefix
 from specgen.spec.overrides import overridden_learning_rates
 from specgen.tracking import Tracker
 
@@ -79,6 +78,8 @@ class Session:
         if too_large:
             raise SpecError(too_large)
         self.examples = train_source.examples
+        self.files = data_position.TrainingFiles(loaded)  # hashed at start(), where needed (data_position.py)
+        self.files_sha256: str | None = None  # each checkpoint's `train_files_sha256`, once start() has it
         self.batch_size = train.batch_size or self.examples  # `batch_size: full`: the whole set, one batch
         # An epoch is one pass: its full batches cut into whole updates (runtime/data.py builds the same cut into the
         # pipeline, so epoch ends fall on pass ends; a spec whose pass holds no whole update is refused there).
@@ -99,7 +100,7 @@ class Session:
         with self.distribution.scope(frozenset(self.ir.collections.get("update", ()))):
             self.model: GeneratedModel = self.model_module.__dict__[self.ir.class_name](seed=train.seed)
             self.trainer: GeneratedTrainer = self.train_module.__dict__[f"{self.ir.class_name}Training"](self.model)
-        self.iterator = iter(self._training_batches(train.seed))
+        self.iterator: Any = iter(self.training_batches(train.seed))  # a tf.data iterator; data_position.py restores it
         self.eval_data = data.eval_batches(eval_source, self.batch_size) if eval_source else None
         self.writers: dict[str, tf.summary.SummaryWriter] = {}  # opened by `start`, once the restore succeeded
         self.tracker = Tracker()  # off until train.py starts one: it gets every scalar TensorBoard gets
@@ -149,7 +150,7 @@ class Session:
         absent = hooks.absent_optional(self.trainer, saved)
         variables = {k: v for k, v in variables.items() if k not in absent}
         values = read_values(path / "variables", variables)
-        note = self._restore_data(path)
+        note = data_position.restore(self, path)
         for name, var in variables.items():
             var.assign(values[name])
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
@@ -162,12 +163,17 @@ class Session:
     def _open_records(self) -> str:
         """The run's record (provenance.py) and TensorBoard's writers, once the start succeeded: a start refused on
         the way (a checkpoint that does not restore) leaves the record of the run as it was, and adds no event
-        files. The notes of the record (training data that differs from the run's previous start), as lines."""
+        files. The record's notes (a provenance.json that did not read), as lines; a change of the training files
+        is said by the resume's data note (data_position.py), against the checkpoint's files."""
         notes = []
         if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
             resumed = self.step if self.begin.checkpoint is not None else None
             notes = provenance.record(self.folder, self.loaded, self.begin.overrides, _devices(), resumed,
-                                      self._fingerprint())
+                                      self.files.fingerprint())
+            # Its checkpoints' digest, now, from the files just hashed: never at a save, mid-training. A worker that
+            # is not the chief leaves it None: its checkpoints are removed (Distribution.saved), and hashing the
+            # data for them would hold up the others at the next collective.
+            self.files_sha256 = self.files.digest()
         self.writers = {stage: tf.summary.create_file_writer(str(self.writes / "tensorboard" / stage))
                         for stage in ("train", "eval")}
         return "".join(f"\nnote: {note}" for note in notes)
@@ -192,63 +198,10 @@ class Session:
         return {"batch_size": self.batch_size, "examples": self.examples, "seed": train.seed,
                 "shuffle_buffer": train.shuffle_buffer}
 
-    def _restore_data(self, path: Path) -> str:
-        """The data iterator's saved position, or a new pass (with a note why) when the data settings changed."""
-        saved, now = self.begin.meta.get("data"), self.data_settings()
-        if isinstance(saved, dict):
-            changed = [f"{k} {saved.get(k)} -> {v}" for k, v in now.items() if saved.get(k) != v]
-        else:  # written before data settings were saved: find a batch-size change by reading one batch
-            changed = [] if self._position_fits(path) else ["batch_size"]
-        changed += self._accumulate_changed() + self._files_changed()
-        position = position_prefix(path, self.begin.meta, self.distribution.positions, self.distribution.workers)
-        if not changed:
-            try:
-                tf.train.Checkpoint(iterator=self.iterator).read(str(position)).assert_consumed()
-                return ""
-            except tf.errors.NotFoundError:  # a pipeline without data.py's cut of each pass (an older specgen)
-                changed = ["each pass is now cut into whole updates of train.accumulate micro-batches"]
-        seed = self.train_ir.seed + int(self.begin.meta["step"])
-        self.iterator = iter(self._training_batches(seed))
-        return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
-                f"does not apply: the training data starts a new pass here, shuffled with seed {seed} "
-                "(train.seed + step)")
-
-    def _training_batches(self, seed: int) -> tf.data.Dataset:
+    def training_batches(self, seed: int) -> tf.data.Dataset:
         """This process's training pipeline, each pass cut into whole updates (runtime/data.py)."""
         return data.training_batches(self.train_source, self.worker_batch, seed, self.train_ir.shuffle_buffer,
                                      accumulate.of(self.train_ir))
-
-    def _accumulate_changed(self) -> list[str]:
-        """train.accumulate cuts each pass (runtime/data.py): under another value the saved position would leave
-        an update that reads two passes. Recorded in meta.json since passes were cut; unknown before."""
-        saved, now = self.begin.meta.get("accumulate"), accumulate.of(self.train_ir)
-        return [f"accumulate {saved} -> {now}"] if isinstance(saved, int) and saved != now else []
-
-    _files_record: dict[str, Any] | None = None  # the data's fingerprint (provenance.py), hashed once a start
-
-    def _fingerprint(self) -> dict[str, Any]:
-        """Each data file's size and sha256 (provenance.data_fingerprint), read once a start: for the record of the
-        start, the resume's comparison and each checkpoint's `train_files_sha256`."""
-        if self._files_record is None:
-            self._files_record = provenance.data_fingerprint(self.loaded)
-        return self._files_record
-
-    def _files_changed(self) -> list[str]:
-        """The data position belongs to the files it was saved on (a TFRecord shard's byte offsets, the examples in
-        the shuffle buffer): a training file whose bytes differ from the checkpoint's (its meta.json `train_files_sha256`;
-        provenance.data_change) starts a new pass too, named in the note."""
-        saved = self.begin.meta.get("train_files_sha256")
-        what = provenance.data_change(self.folder, self._fingerprint(), saved if isinstance(saved, str) else None)
-        return [] if what is None else [f"the training files: {what}"]
-
-    def _position_fits(self, path: Path) -> bool:
-        probe = iter(self._training_batches(self.train_ir.seed))
-        tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
-        try:
-            next(probe)
-        except tf.errors.InvalidArgumentError:
-            return False
-        return True
 
     def _rates(self) -> dict[str, float]:
         return {name: float(self.trainer.learning_rate(name).numpy())
@@ -364,8 +317,8 @@ class Session:
         # `optimizers`: each one's kind, which --resume must find unchanged (resume_fit.py: adam and adamw save the
         # same slots, and only this record tells them apart).
         meta = {"spec": self.ir.name, "overrides": self.begin.overrides, "data": self.data_settings(),
-                "accumulate": accumulate.of(self.train_ir),  # the cut of each pass (_accumulate_changed)
-                "train_files_sha256": provenance.content_digest(self._fingerprint().get("train")),  # _files_changed
+                "accumulate": accumulate.of(self.train_ir),  # the cut of each pass (data_position.py)
+                "train_files_sha256": self.files_sha256,  # data_position.py; hashed at start (_open_records)
                 "optimizers": {o.name: o.kind for o in self.training.optimizers}, **hooks.checkpoint_meta(self.trainer),
                 **self.end.meta()}  # the run's end, where a plain --resume goes on to (run_end.py)
         self.refuse_non_finite()
