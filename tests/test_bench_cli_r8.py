@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-HELPERS = {"onnx_skeleton.py", "serve_repo.py"}  # imported by the scripts, never run on their own
+HELPERS = {"onnx_skeleton.py", "serve_repo.py", "ports.py"}  # imported by the scripts, never run on their own
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 # Runs a script as `python bench/X.py ARGS` does (its folder first on sys.path), then says on stderr whether
 # TensorFlow was imported: parsing the arguments must not wait for it.
@@ -131,7 +131,8 @@ def test_every_flag_the_docs_cite_exists(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def distributed() -> ModuleType:
+def distributed(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))  # as `python bench/distributed.py` has it: its helpers (ports.py) beside it
     spec = importlib.util.spec_from_file_location("bench_distributed", BENCH / "distributed.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

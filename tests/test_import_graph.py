@@ -29,8 +29,9 @@ PACKAGE = ROOT / "specgen"
 HEAVY = ("tensorflow", "onnxruntime")
 LEAVES = {"specgen", "specgen.diagnostics", "specgen.errors", "specgen.text"}
 # Exceptions that are signals, not messages for a person: the server's queue is full / it is draining / an HTTP
-# client left before its answer.
-SIGNALS = {"QueueFull", "ShuttingDown", "ClientGone"}
+# client left before its answer; a resumed run is already at its end (runtime/commands/run_end.py: train prints its
+# line and exits 0, nothing went wrong).
+SIGNALS = {"QueueFull", "ShuttingDown", "ClientGone", "RunEnded"}
 # A bug's stand-in, raised where a worker's own exception could not cross its pipe (render/pool.py): shown
 # whole, with the worker's traceback, as the bug it stands for would be; a SpecgenError prints one line.
 BUGS = {"WorkerBug"}

@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 from specgen.paths import plain_name, shown
 from specgen.runtime.predictor import InputError
 from specgen.serve.errors import ProtocolError
-from specgen.serve.index import Unloaded, repository_index
+from specgen.serve.index import Known, Unloaded, repository_index
 from specgen.serve.model_config import ModelConfig, RepositoryError
 from specgen.serve.models import ServedModel, load_version
 from specgen.serve.registry import Registry, Version
@@ -368,7 +368,8 @@ class ModelControl:
 
     def index(self, ready_only: bool) -> list[dict[str, str]]:
         """Triton's repository index (RepositoryIndex): index.py."""
-        return repository_index(self, ready_only)
+        repo = None if self.source is None else self.source.repo
+        return repository_index(Known(self.registry.models, self.problems, self.refused, self.unloaded, repo), ready_only)
 
 
 def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> str:

@@ -11,13 +11,12 @@ listed, every model known keeps its rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from specgen.serve.repository import model_folders
-
-if TYPE_CHECKING:
-    from specgen.serve.control import ModelControl
 
 
 class Unloaded:
@@ -44,33 +43,44 @@ class Unloaded:
         return self.versions.get(name, set())
 
 
-def repository_index(control: ModelControl, ready_only: bool) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class Known:
+    """What serve/control.ModelControl knows, as the index reads it (passed in: control imports this module)."""
+
+    served: Mapping[str, Mapping[int, Any]]  # model -> its served versions (registry.models)
+    problems: Mapping[str, str]  # model -> why it is not served
+    refused: Mapping[tuple[str, int], tuple[Any, str]]  # (model, version) -> (what was refused, why)
+    unloaded: Unloaded
+    repo: Path | None  # the repository's folder; None: --model-control none without one
+
+
+def repository_index(known: Known, ready_only: bool) -> list[dict[str, str]]:
     """The index's rows (see the module docstring); `ready_only`: the READY rows alone."""
     entries: list[dict[str, str]] = []
-    for name in sorted(_names(control)):
-        known = _version_states(control, name)
+    for name in sorted(_names(known)):
+        states = _version_states(known, name)
         entries += [{"name": name, "version": str(v), "state": state, "reason": why}
-                    for v, (state, why) in sorted(known.items()) if not ready_only or state == "READY"]
-        if not known and not ready_only:
+                    for v, (state, why) in sorted(states.items()) if not ready_only or state == "READY"]
+        if not states and not ready_only:
             entries.append({"name": name, "version": "", "state": "UNAVAILABLE",
-                            "reason": control.problems.get(name, "not loaded")})
+                            "reason": known.problems.get(name, "not loaded")})
     return entries
 
 
-def _names(control: ModelControl) -> set[str]:
+def _names(known: Known) -> set[str]:
     """The models served and the model folders of the repository; every model known where it cannot be listed."""
-    served = set(control.registry.models)
-    if control.source is None:  # --model-control none without a repository: what was loaded at start
-        return served | set(control.problems)
+    served = set(known.served)
+    if known.repo is None:  # --model-control none without a repository: what was loaded at start
+        return served | set(known.problems)
     try:
-        return served | {f.name for f in model_folders(control.source.repo)}
+        return served | {f.name for f in model_folders(known.repo)}
     except OSError:  # moved away, unmounted: a model known keeps its rows until the repository can be read
-        return served | set(control.problems)
+        return served | set(known.problems)
 
 
-def _version_states(control: ModelControl, name: str) -> dict[int, tuple[str, str]]:
+def _version_states(known: Known, name: str) -> dict[int, tuple[str, str]]:
     """Each version known of `name` with its state and reason; the served state wins over a refusal (of a reload),
     and a refusal over an earlier unload."""
-    states = {v: ("UNAVAILABLE", "unloaded") for v in control.unloaded.of(name)}
-    states |= {v: ("UNAVAILABLE", why) for (model, v), (_, why) in control.refused.items() if model == name}
-    return states | {v: ("READY", "") for v in control.registry.models.get(name, {})}
+    states = {v: ("UNAVAILABLE", "unloaded") for v in known.unloaded.of(name)}
+    states |= {v: ("UNAVAILABLE", why) for (model, v), (_, why) in known.refused.items() if model == name}
+    return states | {v: ("READY", "") for v in known.served.get(name, {})}

@@ -15,8 +15,9 @@ would hold up every other one at the next collective.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -25,8 +26,26 @@ from specgen.runtime import provenance
 from specgen.runtime.placement.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 
-if TYPE_CHECKING:
-    from specgen.runtime.commands.session import Session
+
+class Session(Protocol):
+    """What a resume's data position reads of session.Session (a Protocol: session.py imports this module)."""
+
+    iterator: Any  # the training batches' tf.data iterator, which restore() replaces by a new pass
+    files: TrainingFiles
+    folder: Path
+
+    @property
+    def begin(self) -> Any: ...  # session.Start: the checkpoint's meta.json
+
+    @property
+    def train_ir(self) -> Any: ...  # ir.training.TrainIR: its seed and accumulate
+
+    @property
+    def distribution(self) -> Any: ...  # runtime.placement's Distribution: positions, workers
+
+    def data_settings(self) -> dict[str, Any]: ...
+
+    def training_batches(self, seed: int) -> Iterator[Any]: ...
 
 
 class TrainingFiles:
