@@ -173,16 +173,24 @@ def test_an_older_checkpoint_ends_after_train_epochs_from_step_0(run: Path, caps
     assert snapshot(run) == before
 
 
-@pytest.mark.parametrize(("edit", "received", "expected"), [
-    ('"until_step": 8', "-1 (int)", "an integer, 0 or more (the step the run ends at)"),
-    ('"until_by": "steps"', "'passes' (str)", "'steps' or 'epochs' (what the run's end counts)"),
+UNTIL_STEP = "an integer from 0 to 9223372036854775807 (the step the run ends at)"
+
+
+@pytest.mark.parametrize(("edit", "bad", "received", "expected"), [
+    ('"until_step": 8', '"until_step": -1', "-1 (int)", UNTIL_STEP),
+    # beyond the int64 global step: it started `step 8 -> 10^29` and trained until stopped
+    ('"until_step": 8', '"until_step": 100000000000000000000000000000', "100000000000000000000000000000 (int)",
+     UNTIL_STEP),
+    # specgen writes the key or (older versions) none: a null read as "no end recorded" and trained train.epochs
+    ('"until_step": 8', '"until_step": null', "None (NoneType)", UNTIL_STEP),
+    ('"until_by": "steps"', '"until_by": "passes"', "'passes' (str)", "'steps' or 'epochs' (what the run's end counts)"),
+    ('"until_by": "steps"', '"until_by": null', "None (NoneType)", "'steps' or 'epochs' (what the run's end counts)"),
 ])
-def test_a_malformed_end_is_refused_at_its_key(run: Path, edit: str, received: str, expected: str,
+def test_a_malformed_end_is_refused_at_its_key(run: Path, edit: str, bad: str, received: str, expected: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     file = run / "ckpt-00000008" / "meta.json"
     text = file.read_text()
     key = edit.split(":")[0]
-    bad = {'"until_step": 8': '"until_step": -1', '"until_by": "steps"': '"until_by": "passes"'}[edit]
     file.write_text(text.replace(edit, bad))
     line = next(n for n, row in enumerate(text.splitlines(), 1) if key in row)
     before = snapshot(run)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from specgen.atomic import probe_writable
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
@@ -178,6 +178,9 @@ class DataSettings(BaseModel):
     shuffle_buffer: StrictInt
 
 
+INT64_MAX = 2**63 - 1
+
+
 class Meta(BaseModel):
     """meta.json as Session.save writes it. Keys a later specgen may add are left alone; `serial`, `overrides`,
     `data`, `targets`, `train_files_sha256` and the `until_*` keys are missing from checkpoints of older versions,
@@ -193,12 +196,21 @@ class Meta(BaseModel):
     optimizers: dict[StrictStr, StrictStr] | None = None  # name -> kind (resume_fit.py); older checkpoints lack it
     # The run's end, where a plain --resume goes on to (run_end.py), and what it counts: made updates (`steps`, also
     # when `until_by` is missing) or attempted ones (`epochs`). Older checkpoints lack both: train.epochs from step 0.
-    until_step: Annotated[StrictInt, Field(ge=0)] | None = None
+    until_step: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] | None = None  # the global step is an int64
     until_by: Literal["steps", "epochs"] | None = None
     until_per_epoch: Annotated[StrictInt, Field(ge=1)] | None = None  # what the end was counted in (run_end.py)
     # The training files' digest (provenance.content_digest) that the data position belongs to (data_position.py):
     # a malformed one is refused here, as it would otherwise read as "not recorded" and be compared with another.
     train_files_sha256: Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")] | None = None
+
+    @field_validator("until_step", "until_by", "until_per_epoch", mode="before")
+    @classmethod
+    def _written(cls, value: Any) -> Any:
+        """specgen writes the end's keys or (an older version) none: a null is an edit, which read as "no end
+        recorded" and silently trained train.epochs from step 0. (A non-chief worker's train_files_sha256 is null.)"""
+        if value is None:
+            raise ValueError("null")
+        return value
 
 
 def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
@@ -226,7 +238,7 @@ _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it 
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
              "targets": "an object of target variable path to online variable path (strings)",
              "optimizers": "an object of optimizer name to its kind (strings)",
-             "until_step": "an integer, 0 or more (the step the run ends at)",
+             "until_step": f"an integer from 0 to {INT64_MAX} (the step the run ends at)",
              "until_by": "'steps' or 'epochs' (what the run's end counts)",
              "until_per_epoch": "an integer, 1 or more (the updates per epoch the run's end was counted in)",
              "train_files_sha256": "a sha256 of the training files (64 lowercase hexadecimal digits)"}
