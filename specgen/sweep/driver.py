@@ -58,7 +58,7 @@ POLL = 0.5  # seconds between reads of a running trial's events, and between the
 # signal before it asks for another trial. The kernel may deliver the sweep's SIGTERM (a process group's, `timeout`'s)
 # or Ctrl-C's SIGINT to a worker thread, and Python runs the handler in the main thread only when its wait returns
 # (POLL); meanwhile the trial, which the same signal reached, has ended. Without the wait the worker started the
-# queued-again trial at once (1 in about 300 runs of test_sweep_sigterm). A trial stopped alone costs this much.
+# queued-again trial at once (a CI run failed on it: test_sweep_sigterm.py). A trial stopped alone costs this much.
 SETTLE = 4 * POLL
 
 
