@@ -27,7 +27,7 @@ from specgen.runtime.placement.positions import position_prefix
 from specgen.spec.load import LoadedSpec
 
 
-class Session(Protocol):
+class Resuming(Protocol):
     """What a resume's data position reads of session.Session (a Protocol: session.py imports this module)."""
 
     iterator: Any  # the training batches' tf.data iterator, which restore() replaces by a new pass
@@ -73,7 +73,7 @@ class TrainingFiles:
         return [] if what is None else [f"the training files: {what}"]
 
 
-def restore(session: Session, path: Path) -> str:
+def restore(session: Resuming, path: Path) -> str:
     """The data iterator's saved position (into `session.iterator`), or a new pass, with a note why, when what it
     depends on changed."""
     begin = session.begin
@@ -105,7 +105,7 @@ def _accumulate_changed(meta: dict[str, Any], now: int) -> list[str]:
     return [f"accumulate {saved} -> {now}"] if isinstance(saved, int) and saved != now else []
 
 
-def _position_fits(session: Session, path: Path) -> bool:
+def _position_fits(session: Resuming, path: Path) -> bool:
     """Whether the saved position reads a batch under this run's pipeline (a checkpoint without data settings)."""
     probe = iter(session.training_batches(session.train_ir.seed))
     tf.train.Checkpoint(iterator=probe).read(str(path / "data")).assert_consumed()
