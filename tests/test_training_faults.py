@@ -232,7 +232,7 @@ def test_a_full_disk_under_tensorboard_events_is_one_line_and_resume_continues(
 
 COMPLETE = {"data": {"batch_size": 16, "examples": 1437, "seed": 3, "shuffle_buffer": 16}, "overrides": [], "serial": 1,
             "spec": "fault_mlp", "step": 5, "optimizers": {"all": "adam"}, "accumulate": 1,
-            "until_step": 5, "until_by": "steps", "until_per_epoch": 89}  # added last: the line numbers below stay
+            "until_step": 5, "until_by": "steps", "until_per_epoch": 89, "pass_start": 0}  # added last: the lines below stay
 # (`optimizers`: each optimizer's kind, which --resume checks; `accumulate`: the cut of each pass; `until_*`: the run's
 # end and the updates per epoch it counts in, run_end.py)
 REMEDY = "as specgen writes it. Resume from another checkpoint (--resume-from) or start over with --fresh"

@@ -199,11 +199,13 @@ class Meta(BaseModel):
     until_step: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] | None = None  # the global step is an int64
     until_by: Literal["steps", "epochs"] | None = None
     until_per_epoch: Annotated[StrictInt, Field(ge=1)] | None = None  # what the end was counted in (run_end.py)
+    # Where the data's current pass began, in attempted updates (session.py): the loop's epochs end on its pass ends.
+    pass_start: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] | None = None
     # The training files' digest (provenance.content_digest) that the data position belongs to (data_position.py):
     # a malformed one is refused here, as it would otherwise read as "not recorded" and be compared with another.
     train_files_sha256: Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")] | None = None
 
-    @field_validator("until_step", "until_by", "until_per_epoch", mode="before")
+    @field_validator("until_step", "until_by", "until_per_epoch", "pass_start", mode="before")
     @classmethod
     def _written(cls, value: Any) -> Any:
         """specgen writes the end's keys or (an older version) none: a null is an edit, which read as "no end
@@ -241,6 +243,7 @@ _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it 
              "until_step": f"an integer from 0 to {INT64_MAX} (the step the run ends at)",
              "until_by": "'steps' or 'epochs' (what the run's end counts)",
              "until_per_epoch": "an integer, 1 or more (the updates per epoch the run's end was counted in)",
+             "pass_start": f"an integer from 0 to {INT64_MAX} (the update the data's current pass began at)",
              "train_files_sha256": "a sha256 of the training files (64 lowercase hexadecimal digits)"}
 
 

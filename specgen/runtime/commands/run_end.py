@@ -25,6 +25,12 @@ pass (data_position.py). An `epochs` end, kept as an update count, would then en
 number of passes than the run was started for; so it is counted anew: the current attempts plus the passes it had
 left, a pass begun counted whole (its rest is skipped: the new pass starts at the resume), times the new updates
 per epoch. A `steps` end is a step count and stays one. Either way a `note:` line says so.
+
+The data can start a new pass on resume without a change of the updates per epoch (`--set train.seed`, a training
+file rewritten with the same count of examples): an `epochs` end inside a pass would then end mid-pass, so it is
+moved to the end of the pass it falls in, counted from the new pass's start (`aligned`), with a note. Each
+checkpoint records where its data's current pass began (meta.json `pass_start`, in attempted updates), so that
+the loop's epoch ends (and the evaluations there) fall on the pass ends of the data it reads, resumed or not.
 """
 
 from __future__ import annotations
@@ -104,6 +110,21 @@ def _recounted(start: Start, end: End, position: tuple[int, int]) -> End:
                                         f"{passes} pass{'' if passes == 1 else 'es'} it had left ({left} update"
                                         f"{'' if left == 1 else 's'} at {was} a pass; a pass begun counts whole) at "
                                         f"{now} updates each")
+
+
+def aligned(end: End, attempts: int) -> End:
+    """An `epochs` end once the data started a new pass at `attempts` (data_position.py): at a pass's end of the new
+    pass, the passes it had left counted whole (as `_recounted`, whose end already is one). A `steps` end, an end
+    reached, or one on a pass's end stays as it is."""
+    left = end.left(attempts, attempts)
+    if end.by == "steps" or left <= 0 or left % end.per_epoch == 0:
+        return end
+    passes = -(-left // end.per_epoch)
+    step = attempts + passes * end.per_epoch
+    return End(step, "epochs", end.per_epoch, recorded=end.recorded,
+               note=f"the data starts a new pass at step {attempts}, inside a pass of the run's epochs: the run's end "
+                    f"moves from step {end.step} to {step}, the end of the pass it falls in ({left} update"
+                    f"{'' if left == 1 else 's'} left at {end.per_epoch} a pass; a pass begun counts whole)")
 
 
 def check_not_ended(options: Options, start: Start, end: End, position: tuple[int, int], per_epoch: int) -> list[str]:

@@ -108,6 +108,9 @@ class Session:
         # Updates attempted, made or skipped (mixed_float16's loss scale skips some without advancing the global
         # step): each reads its micro-batches, so this is the position in the data that epochs count (train.py).
         self.attempts = self.step
+        # Where the data's current pass began, in attempts: the loop's epoch ends (train.py) are its pass ends. 0 for
+        # a run from its start; a resume reads it from meta.json, or sets it where it starts a new pass (start()).
+        self.pass_start = 0
 
     def _load_code(self) -> None:
         code = self.writes / "code"
@@ -157,8 +160,20 @@ class Session:
             self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
         self.attempts = self.step + _skipped(path / "variables", saved)
+        said = self._pass(note)
         return (f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}"
-                + (f"\nnote: {note}" if note else "") + self._open_records())
+                + "".join(f"\nnote: {n}" for n in said) + self._open_records())
+
+    def _pass(self, new_pass: str) -> list[str]:
+        """Where the data's current pass began (`pass_start`), once restored: the checkpoint's, or here when the
+        data starts a new pass (`new_pass`: data_position.py's note), where an epochs end inside a pass moves to
+        the new pass's end (run_end.aligned). The notes to print."""
+        if not new_pass:
+            self.pass_start = int(self.begin.meta.get("pass_start", 0))  # older checkpoints: passes from step 0
+            return []
+        self.pass_start, end = self.attempts, self.end
+        self.end = run_end.aligned(end, self.attempts)
+        return [new_pass] + ([self.end.note] if self.end is not end else [])
 
     def _open_records(self) -> str:
         """The run's record (provenance.py) and TensorBoard's writers, once the start succeeded: a start refused on
@@ -320,6 +335,7 @@ class Session:
                 "accumulate": accumulate.of(self.train_ir),  # the cut of each pass (data_position.py)
                 "train_files_sha256": self.files_sha256,  # data_position.py; hashed at start (_open_records)
                 "optimizers": {o.name: o.kind for o in self.training.optimizers}, **hooks.checkpoint_meta(self.trainer),
+                "pass_start": self.pass_start,  # where the data's pass began: epochs end on its pass ends
                 **self.end.meta()}  # the run's end, where a plain --resume goes on to (run_end.py)
         self.refuse_non_finite()
         try:

@@ -71,7 +71,7 @@ def _chunk(session: Session, stop: int, end: int | None) -> int:
     Logs, checkpoints and --steps count made updates (the global step); epochs count attempted ones, so that each
     ends at its pass's end even when mixed_float16 skips updates. An attempt advances each count by at most 1:
     the nearest mark of either is never passed (a chunk that skips some stops short of a step mark instead)."""
-    step, tried, every, per = session.step, session.attempts, session.every, session.updates_per_epoch
+    step, tried, every, per = session.step, session.attempts - session.pass_start, session.every, session.updates_per_epoch
     return min(_left(session, stop, end), LOG_EVERY - step % LOG_EVERY, every - step % every, per - tried % per)
 
 
@@ -185,7 +185,8 @@ def _round(session: Session, stop: int, end: int | None, first: int, started: fl
         session.save()
     interrupts.check()  # a Ctrl-C during the save stops after it: the checkpoint is whole
     left = _left(session, stop, end)
-    epoch_end = session.attempts % session.updates_per_epoch == 0 or left == 0  # a pass's end, or the run's
+    in_pass = session.attempts - session.pass_start  # passes are counted from where the data's current one began
+    epoch_end = in_pass % session.updates_per_epoch == 0 or left == 0  # a pass's end, or the run's
     progress.show(stop - left, line,  # attempts under epochs: the bar fills at the end, skipped updates or not
                   f"loss {loss:.4f}  {_format(train_metrics)}".rstrip(), force=epoch_end)
     evaluated: dict[str, float] = {}
