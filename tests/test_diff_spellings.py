@@ -156,3 +156,40 @@ def test_the_pair_spelling_is_what_the_op_reads(value: object) -> None:
     from specgen.kinds.ops.upsample import Upsample
     layer = Upsample.model_validate({"name": "u", "op": "upsample", "size": value})
     assert normalized(layer)["size"] == list(pair(layer.size))
+
+
+# --- a scalar that means the one-item list (fields/unions.py ONE_ITEM), left alone at stop 44, fixed since ---------
+
+def test_a_selection_written_as_one_pattern_is_its_one_item_list(tmp_path, capsys) -> None:
+    """`variables: "*"` selects what `["*"]` does: it was a `changed optimizers.all.variables ["*"] *` row."""
+    code, out, err = diff(tmp_path, capsys, MLP, MLP.replace('variables: ["*"]', 'variables: "*"'))
+    assert (code, err) == (0, "")
+    assert "\ntraining: unchanged\n" in out
+
+
+def test_a_reduce_axis_written_as_one_axis_is_its_one_item_list(tmp_path, capsys) -> None:
+    old = SPELL.replace("  - {name: flat, op: flatten}", "  - {name: red, op: reduce, kind: mean, axis: 1}\n"
+                                                           "  - {name: flat, op: flatten}")
+    code, out, err = diff(tmp_path, capsys, old, old.replace("kind: mean, axis: 1}", "kind: mean, axis: [1]}"))
+    assert (code, err) == (0, "")
+    assert [line for line in out.splitlines() if line.endswith("unchanged")] == UNCHANGED
+
+
+def test_a_genuine_selection_change_is_still_a_row_as_written(tmp_path, capsys) -> None:
+    code, out, err = diff(tmp_path, capsys, MLP, MLP.replace('variables: ["*"]', 'variables: ["*", "h1/*"]'))
+    assert (code, err) == (0, "")
+    assert section(out, "training")[3:] == ['  changed  optimizers.all.variables  ["*"]  ["*", "h1/*"]']
+
+
+def test_only_unions_whose_scalar_is_one_item_are_marked() -> None:
+    """A channel value's scalar is repeated over the channels (`mean: 0.5` is not `[0.5]` on 3 channels), a CSV
+    label column's scalar gives a label of shape []: not marked, so a change between the two is a row."""
+    from specgen.fields.losses import Selection
+    from specgen.fields.unions import OneItem
+    from specgen.kinds.ops.scaling import ChannelValues
+    from specgen.kinds.sources.csv import Column
+
+    def marked(tp: object) -> bool:
+        return any(isinstance(m, OneItem) for m in getattr(tp, "__metadata__", ()))
+
+    assert (marked(Selection), marked(ChannelValues), marked(Column)) == (True, False, False)

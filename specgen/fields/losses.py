@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import Field
 
 from specgen.fields.base import Pattern
-from specgen.fields.unions import by_shape, scalar_or_list
+from specgen.fields.unions import ONE_ITEM, by_shape, scalar_or_list
 
 TERM_NAME = Field(None, description="The term's name in reports and TensorBoard (`loss/<name>`); "
                                     "default: the output it reads; for a regularizer its kind, with "
@@ -21,5 +21,5 @@ LABELS = Field(description="A label name from the data section, or an output nam
                            "held constant: no gradient flows into it).")
 WEIGHT = Field(1.0, description="The term's factor in the total loss.")
 
-Selection = by_shape(scalar_or_list, "a collection name, a pattern or a list of them",
+Selection = by_shape(scalar_or_list, "a collection name, a pattern or a list of them", ONE_ITEM,
                      scalar=Pattern, list=Annotated[list[Pattern], Field(min_length=1)])

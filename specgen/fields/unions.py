@@ -12,8 +12,18 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag
 
 
-def by_shape(pick: Callable[[Any], str | None], expected: str, **branches: Any) -> Any:
-    """A union whose branch is chosen by `pick(raw value)`; None means no branch fits."""
+class OneItem:
+    """Marks a scalar-or-list union whose scalar means the one-item list (`variables: "*"` is `["*"]`), so that
+    `specgen diff` (review/spellings.py) compares the two spellings as one. Not every such union: a channel
+    value's scalar is repeated over the channels, and a CSV label column's scalar gives a label of shape []."""
+
+
+ONE_ITEM = OneItem()
+
+
+def by_shape(pick: Callable[[Any], str | None], expected: str, *marks: OneItem, **branches: Any) -> Any:
+    """A union whose branch is chosen by `pick(raw value)`; None means no branch fits. `marks`: ONE_ITEM where a
+    scalar is the list of that one item."""
     members = tuple(Annotated[tp, Tag(tag)] for tag, tp in branches.items())
     union = members[0]
     for member in members[1:]:
@@ -21,7 +31,8 @@ def by_shape(pick: Callable[[Any], str | None], expected: str, **branches: Any) 
     # A union picked by key hands its keys to the message layer, which suggests one for a misspelt key (`cvs:`).
     context = _Context({KEYS_CONTEXT: " ".join(pick.keys)}) if isinstance(pick, ByKey) else None
     return Annotated[union, Discriminator(pick, custom_error_type="wrong_shape",
-                                          custom_error_message=f"expected {expected}", custom_error_context=context)]
+                                          custom_error_message=f"expected {expected}", custom_error_context=context),
+                     *marks]
 
 
 def scalar_or_list(value: Any) -> str | None:

@@ -5,7 +5,8 @@ shape (fields/unions.py `by_shape`) whose branches are a scalar and a list of fi
 `[3, 3]`; a padding's `1` is `[1, 1]` is `[[1, 1], [1, 1]]`: each shorter spelling repeats every value over the
 missing inner axis, as kinds/ops/shapes.py `pair` and kinds/ops/padding.py `pairs` read it), or a name and a
 mapping discriminated by a key (`kernel_init: he_normal` is `{kind: he_normal}`, its defaults filled in; a metric
-name is `{kind: <name>}`). `normalized` rewrites a model's dump into the longest spelling of each. A default that
+name is `{kind: <name>}`), or a scalar that means the one-item list (`variables: "*"` is `["*"]`: the unions
+marked ONE_ITEM, fields/unions.py). `normalized` rewrites a model's dump into the longest spelling of each. A default that
 is null because it is derived from another key (a pool's `strides`: its `size`) is the IR's to resolve:
 review/layers.py takes such values from the layer's resolved parameters.
 
@@ -20,6 +21,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from annotated_types import MaxLen, MinLen
 from pydantic import BaseModel, Discriminator, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
+
+from specgen.fields.unions import OneItem
 
 _ADAPTERS: dict[int, tuple[Any, TypeAdapter[Any]]] = {}  # id(type) -> (type, its adapter): building one is slow
 
@@ -49,6 +52,8 @@ def _value(tp: Any, value: Any, dumped: Any) -> Any:
         return _model(value, dumped)
     base, meta = (get_args(tp)[0], get_args(tp)[1:]) if get_origin(tp) is Annotated else (tp, ())
     if any(isinstance(m, Discriminator) and callable(m.discriminator) for m in meta):
+        if any(isinstance(m, OneItem) for m in meta) and not isinstance(dumped, list):
+            return [_shorthand(_branches(base), value, dumped)]  # a scalar is the list of that one item
         return _shorthand(_branches(base), value, dumped)
     origin, args = get_origin(base), get_args(base)
     if origin in (list, tuple) and args and isinstance(value, list | tuple) and isinstance(dumped, list):

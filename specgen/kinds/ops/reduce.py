@@ -13,7 +13,7 @@ from pydantic import Field
 
 from specgen.fields.base import Flag, Int
 from specgen.fields.layers import LayerBase
-from specgen.fields.unions import by_shape, scalar_or_list
+from specgen.fields.unions import ONE_ITEM, by_shape, scalar_or_list
 from specgen.kinds.ops.base import (
     ActivationMoments,
     Derived,
@@ -32,7 +32,7 @@ from specgen.kinds.ops.shapes import axis_in, prod, require_float
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
     Axes: TypeAlias = int | list[int]
 else:
-    Axes = by_shape(scalar_or_list, "an axis or a list of axes", scalar=Int,
+    Axes = by_shape(scalar_or_list, "an axis or a list of axes", ONE_ITEM, scalar=Int,
                     list=Annotated[list[Int], Field(min_length=1)])
 TF_CALLS = {"max": "tf.reduce_max", "min": "tf.reduce_min", "mean": "tf.reduce_mean", "sum": "tf.reduce_sum"}
 ONNX_OPS = {"max": "ReduceMax", "min": "ReduceMin", "mean": "ReduceMean", "sum": "ReduceSum"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from pydantic import Field, StringConstraints, model_validator
 
 from specgen.fields.base import FilePath, Flag, Identifier, PositiveInt, SpecModel
-from specgen.fields.unions import by_shape, scalar_or_list, scalar_or_mapping
+from specgen.fields.unions import ONE_ITEM, by_shape, scalar_or_list, scalar_or_mapping
 from specgen.kinds.augment import output_size
 from specgen.kinds.sources.base import Refusal, Resized, Resolved, SourceDef, SourceSpec, refs
 from specgen.kinds.sources.images import CHANNELS, MAX_PIXELS
@@ -58,7 +58,7 @@ else:
 if TYPE_CHECKING:  # by_shape picks a branch at run time; statically, the union of its branches
     Files: TypeAlias = str | list[str]
 else:  # by the value's shape, so that a wrong value is told about its own branch (`tfrecord: ""` was "expected a list")
-    Files = by_shape(scalar_or_list, "a file, a glob or a list of them", scalar=FilePath,
+    Files = by_shape(scalar_or_list, "a file, a glob or a list of them", ONE_ITEM, scalar=FilePath,
                      list=Annotated[list[FilePath], Field(min_length=1)])
 
 
