@@ -6,6 +6,10 @@ derived from spec paths (`optimizers/<name>/<slot>/<variable path>`), (2) one
 global step driving every schedule, and (3) learning rates in variables that a
 resumed run can change. The arithmetic is Keras' own, and tests check each kind
 against a Keras optimizer step by step.
+
+Every update function here receives dense gradients: `global_gradients`, the one source of the generated
+steps' gradients, densifies an embedding's tf.IndexedSlices (`dense`), so an update written with plain Python
+arithmetic (`(1 - rho) * grad`, which IndexedSlices does not support) works for every weight.
 """
 
 from __future__ import annotations
@@ -24,21 +28,23 @@ def slots(prefix: str, paths: Sequence[str], variables: Vars, initial: float = 0
             for p, v in zip(paths, variables, strict=True)]
 
 
-def summed(gradient: tf.Tensor | tf.IndexedSlices | None) -> tf.Tensor | tf.IndexedSlices | None:
-    """A sparse gradient (an embedding's IndexedSlices: one slice per occurrence of an id) with the slices of each id
-    summed: the gradient the loss defines. Clipping must see that one, as it sees the dense accumulators of
-    `train.accumulate`: on the occurrences, clip_by_value bounds each occurrence (a row moved by 12 x the bound for
-    an id seen 12 times) and clip_by_global_norm measures a norm the gradient does not have. Kept sparse (only the
-    ids seen), as Keras' optimizers deduplicate before a sparse update."""
-    if not isinstance(gradient, tf.IndexedSlices):
-        return gradient
-    ids, position = tf.unique(gradient.indices)
-    values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(ids)[0])
-    return tf.IndexedSlices(values, ids, gradient.dense_shape)
+def dense(gradient: tf.Tensor | tf.IndexedSlices | None) -> tf.Tensor | None:
+    """A sparse gradient (an embedding's IndexedSlices: one slice per occurrence of an id) as the dense tensor of
+    the variable's shape, the slices of a repeated id summed: the gradient the loss defines, which every
+    optimizer here updates every row with (docs/training.md "Adam on an embedding").
+
+    Why dense rather than the summed slices of the ids seen: the updates are Keras' dense formulas on dense
+    slots (m and v decay on rows the batch did not touch), so they densify anyway; `train.accumulate`'s
+    accumulators are dense; and a sparse value reaching an update written with Python arithmetic crashed it
+    (rmsprop centered, lion: `float * IndexedSlices`). Clipping sees the same dense gradient, so `value` bounds
+    each row's summed gradient, not each occurrence, and `global_norm` measures the norm the gradient has."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)  # TensorFlow's conversion sums the slices of a repeated index
+    return gradient
 
 
 def clip(gradients: Grads, *, global_norm: float | None = None, value: float | None = None) -> list[tf.Tensor]:
-    gradients = [summed(g) for g in gradients]
+    gradients = [dense(g) for g in gradients]  # already dense from global_gradients; kept for direct callers
     if global_norm is not None:
         clipped: list[tf.Tensor]
         clipped, _ = tf.clip_by_global_norm(list(gradients), global_norm)
@@ -127,7 +133,8 @@ def ema(shadows: Vars, variables: Vars, decay: float, step: tf.Tensor) -> None:
 def global_gradients(tape: tf.GradientTape, loss: tf.Tensor, variables: Vars,
                      scale: tf.Tensor | None = None) -> list[tf.Tensor]:
     """The global batch's gradients of `loss` (times the loss scale `scale` under mixed_float16), the same on every
-    replica: what one process computes on the whole batch. Clipping and the updates come after it.
+    replica: what one process computes on the whole batch, each dense (an embedding's IndexedSlices through
+    `dense`). Clipping and the updates come after it.
 
     Under R replicas each replica's loss is the mean over its slice (batch_size / R rows). TensorFlow's convention
     for custom loops under a strategy is followed (tf.nn.compute_average_loss over the global batch, gradients
@@ -146,8 +153,10 @@ def global_gradients(tape: tf.GradientTape, loss: tf.Tensor, variables: Vars,
     context = tf.distribute.get_replica_context()
     replicas = 1 if context is None else context.num_replicas_in_sync
     if replicas == 1:
-        return list(tape.gradient(loss, variables, output_gradients=scale))
+        return [dense(g) for g in tape.gradient(loss, variables, output_gradients=scale)]
     seed = (tf.constant(1.0, loss.dtype) if scale is None else scale) / replicas
     gradients = tape.gradient(loss, variables, output_gradients=seed)
+    # Densified after the all-reduce: an embedding's slices travel between replicas as slices (the ids seen),
+    # not as the whole table.
     reduced: list[tf.Tensor] = context.all_reduce(tf.distribute.ReduceOp.SUM, list(gradients))
-    return reduced
+    return [dense(g) for g in reduced]
