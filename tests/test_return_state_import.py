@@ -62,16 +62,17 @@ def test_extra_outputs_and_take_are_imported(imported: tuple[Any, Path]) -> None
     doc = yaml.safe_load(imported[1].read_text())
     assert doc["outputs"] == {"head": "head", "state": "enc/state_h", "fw": "bi", "bc": "bi/backward_state_c",
                               "y": "bg"}
+    # In the order Keras runs the calls (importers/keras/run_order.py)
     assert [{k: v for k, v in x.items() if k != "name"} for x in doc["layers"]] == [
         {"op": "lstm", "units": 4, "return_sequences": True, "return_state": True},
+        {"op": "bidirectional", "layer": {"op": "lstm", "units": 3, "return_sequences": True, "return_state": True},
+         "merge_mode": "none"},
+        {"op": "take", "input": "enc", "axis": 1, "index": 0},
+        {"op": "take", "input": "bi/backward", "axis": 1, "index": -1},
         {"op": "bidirectional", "input": "steps", "layer": {"op": "gru", "units": 3, "return_state": True},
          "merge_mode": "sum"},
-        {"op": "bidirectional", "input": "enc", "layer": {"op": "lstm", "units": 3, "return_sequences": True,
-                                                          "return_state": True}, "merge_mode": "none"},
-        {"op": "take", "input": "enc", "axis": 1, "index": 0},
         {"op": "gru", "input": "steps", "initial_state": ["enc/state_h"], "units": 4},
         {"op": "lstm", "input": "steps", "initial_state": ["enc/state_h", "enc/state_c"], "units": 4},
-        {"op": "take", "input": "bi/backward", "axis": 1, "index": -1},
         {"op": "concat", "inputs": ["get_item", "take", "enc/state_c", "bi/forward_state_c", "bg/backward_state", "dec",
                                     "dec2"]},
         {"op": "dense", "units": 2}]

@@ -76,7 +76,8 @@ def _converter(layer: KLayer) -> Converter | None:
 
 
 def _order(graph: KGraph) -> list[KLayer]:
-    """Topological order in rounds: each round takes every layer whose producers are done, in config order.
+    """The order the layers are converted in (not the order the spec lists them: `_keras_order`): topological,
+    in rounds, each round taking every layer whose producers are done, in config order.
 
     Kahn's algorithm, one round at a time: each layer counts the producers it still waits for, and each
     finished layer counts down its readers, so the order costs O(layers + edges) (Keras writes configs
@@ -140,6 +141,8 @@ class _Converter:
         self.made: dict[tuple[str, str], str] = {}  # (Keras layer, part suffix) -> spec layer, for `share:`
         self.shapes: dict[str, tuple[Any, ...]] = {}
         self.dtypes: dict[str, str] = {}
+        self.runs_at: list[int] = []  # per spec layer: the place of its Keras layer in Keras' order (graph.order)
+        self.position = {name: i for i, name in enumerate(graph.order)}
 
     def inputs(self) -> None:
         own_steps = key_lengths(self.graph)  # an attention's key/value input: its time axis named apart
@@ -230,6 +233,7 @@ class _Converter:
                                                   for k, ids in layer.masks.items()}
         self.out.inferred.append(Inferred(checked, len(self.out.layers), ins, result, layer.name, layer.cls, masks))
         self.out.layers.append(entry)
+        self.runs_at.append(self.position.get(layer.name, len(self.position)))
         self.out.layer_names[name] = layer.name
         self.spec_of[layer.name], self.shapes[name], self.dtypes[name] = name, result.shape, result.dtype
         self._extra_outputs(layer.name, entry, name, result)
@@ -307,4 +311,18 @@ def convert(graph: KGraph, keras2: bool) -> Imported:
         state.layer(layer)
     state.outputs()
     settle(state.out.inferred, state.out.layers, state.out.notes)
+    state.out.layers = _keras_order(state.out.layers, state.runs_at)
     return state.out
+
+
+def _keras_order(layers: list[dict[str, Any]], runs_at: list[int]) -> list[dict[str, Any]]:
+    """The spec layers in the order Keras runs their layers (run_order.py), the parts of one layer together.
+
+    specgen runs a spec's layers in spec order, so this order makes a shared layer with state (a `batch_norm`'s
+    moving statistics) update it in Keras' order, which is not the config's: when a shared layer reads two calls
+    of a shared batch norm, Keras runs the second call first. It is a topological order (Keras' is), where a
+    later call may come before the first call it shares (`share:` names a layer anywhere in the spec).
+    Layers Keras does not run (none in a config Keras wrote) keep their converted order, after the others.
+    """
+    ranked = sorted(range(len(layers)), key=runs_at.__getitem__)  # stable: a layer's parts keep their order
+    return [layers[i] for i in ranked]

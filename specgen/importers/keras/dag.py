@@ -57,6 +57,8 @@ class KGraph:
     inputs: list[KInput]
     layers: list[KLayer]
     outputs: list[tuple[str, str]]  # (output name, producer)
+    # The layers (KLayer.name) in the order Keras runs them (run_order.py); empty: the order of `layers`
+    order: list[str] = field(default_factory=list)
 
 
 def tensor_key(scope: str, ref: tuple[Any, ...] | list[Any]) -> str:

@@ -38,6 +38,7 @@ from specgen.importers.keras.entries import (
 )
 from specgen.importers.keras.errors import ImportProblem, custom_class, custom_problem, keras_hub_problem, layer_problem
 from specgen.importers.keras.masks import OTHER_MASKS, mask_ids
+from specgen.importers.keras.run_order import ModelRun, RunNode, keras_tensors, run_order
 from specgen.spec.expand import MAX_LAYERS
 
 MODELS = ("Functional", "Model", "Sequential")
@@ -65,6 +66,7 @@ class _Flattener:
         self.alias: dict[str, str] = {}  # tensor key -> tensor key, or "=producer"
         self.shared_scopes: dict[str, str] = {}  # scope of a nested model's later call -> scope of its first
         self.calls = CallReader()  # reads each layer call; holds the mask_zero masks and classes met so far
+        self.runs: dict[str, ModelRun] = {}  # scope -> its model's nodes, for the order Keras runs them (run_order.py)
 
     # --- models --------------------------------------------------------------------------
 
@@ -73,6 +75,7 @@ class _Flattener:
         inputs = refs(model.input_layers, f"{where}.input_layers")
         input_names = [ref[0] for _, ref in inputs]
         seen: set[str] = set()
+        run = self.runs.setdefault(scope, ModelRun())
         for index, raw in enumerate(model.layers):
             entry, name = layer_entry(raw, f"{where}.layers[{index}]", seen)
             self.calls.classes[scope + name] = entry.class_name
@@ -84,6 +87,9 @@ class _Flattener:
             ids = mask_ids(entry, scope, self.calls.zero_masks)
             if ids is not None:  # specgen makes this mask itself from mask_zero (importers/keras/masks.py)
                 self.calls.zero_masks[scope + name] = ids
+                # a node still, in Keras' order: a layer after it waits for it (no spec layer)
+                reads = [tensor_key(scope, h) for h in keras_tensors(entry.inbound_nodes[0])]
+                run.nodes[f"{scope}{name}:0"] = RunNode(f"{scope}{name}:0", scope + name, reads, None)
                 continue
             # Layers not called in this model have no nodes (Keras keeps them in the config). A layer called
             # several times (shared weights): call k (k > 0) becomes `<name>/call<k+1>`, a spec layer with
@@ -91,10 +97,16 @@ class _Flattener:
             for call, node in enumerate(entry.inbound_nodes):
                 node_where = f"{where}.layers[{index}].inbound_nodes[{call}]"
                 args, named, masks = self.calls.call_args(scope + name, entry.class_name, node, scope, node_where)
+                # every tensor of the call, masks included, in Keras' order (Keras 2: [[layer, node, tensor, ...]])
+                reads = [tensor_key(scope, h) for h in
+                         (keras_tensors(node) if isinstance(node, dict) else [e[:3] for e in node])]
                 yield from self._layer_or_model(entry, name, scope, args, call, isinstance(node, list),
-                                                f"{where}.layers[{index}]", named, masks)
+                                                f"{where}.layers[{index}]", named, masks, reads)
         # model.output_names: the dict keys when outputs are a dict, else the producing layers' names
-        return [(out or ref[0], tensor_key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
+        outputs = [(out or ref[0], tensor_key(scope, ref)) for out, ref in refs(model.output_layers, f"{where}.output_layers")]
+        # Keras walks its outputs in tree.flatten order: a dict's by sorted key
+        run.outputs = [key for _, key in (sorted(outputs) if isinstance(model.output_layers, dict) else outputs)]
+        return outputs
 
     def _input(self, entry: LayerEntry, name: str, scope: str, bound: list[str] | None, names: list[str],
                refs: list[tuple[str | None, tuple[str, int, int]]]) -> None:
@@ -114,8 +126,9 @@ class _Flattener:
 
     def _layer_or_model(self, entry: LayerEntry, name: str, scope: str, args: list[Any], call: int,
                         keras2: bool, where: str, named: dict[str, Any] | None = None,
-                        masks: dict[str, list[str]] | None = None) -> Walk:
+                        masks: dict[str, list[str]] | None = None, reads: list[str] | None = None) -> Walk:
         own, cls = f"{name}/call{call + 1}" if call else name, entry.class_name
+        nodes = self.runs.setdefault(scope, ModelRun()).nodes
         if (why := custom_class(entry.module, entry.registered_name, cls)) is not None:
             raise custom_problem(scope + name, cls, why)
         if cls in OTHER_MASKS:  # refused here, before a layer after it names its mask as a call argument
@@ -130,6 +143,8 @@ class _Flattener:
             # tf_keras leaves out node 0 of a nested model built on its own Input (that Input's call) and counts
             # the calls in the config from 1 (_should_skip_first_node in tf_keras' functional.py).
             node = call + (1 if keras2 and _starts_with_input(entry.config) else 0)
+            nodes[f"{scope}{name}:{node}"] = RunNode(f"{scope}{name}:{node}", scope + name, reads or [],
+                                                     f"{scope}{own}/", nested=True)
             for index, (_, key) in enumerate(inner):
                 self.alias[f"{scope}{name}:{node}:{index}"] = key
             return []
@@ -141,6 +156,7 @@ class _Flattener:
         self.layers.append(KLayer(scope + own, cls, entry.module or "keras.layers", entry.config, args, named or {},
                                   shares=shares, masks=masks))
         self.alias[f"{scope}{name}:{call}:0"] = "=" + scope + own
+        nodes[f"{scope}{name}:{call}"] = RunNode(f"{scope}{name}:{call}", scope + name, reads or [], scope + own)
         return []
 
     def _first_call(self, path: str) -> str | None:
@@ -183,8 +199,10 @@ class _Flattener:
             entry, name = layer_entry(raw, f"{where}.layers[{index}]", seen)
             if entry.class_name == INPUT:
                 continue
-            yield from self._layer_or_model(entry, name, scope, [Ref(previous)], 0, False, f"{where}.layers[{index}]")
+            yield from self._layer_or_model(entry, name, scope, [Ref(previous)], 0, False, f"{where}.layers[{index}]",
+                                            reads=[previous])
             last, previous = name, f"{scope}{name}:0:0"
+        self.runs.setdefault(scope, ModelRun()).outputs = [previous]
         return [(last, previous)]
 
     def model(self, cls: str, config: dict[str, Any], scope: str, bound: list[str] | None, where: str) -> Walk:
@@ -268,4 +286,4 @@ def flatten(config: dict[str, Any]) -> KGraph:
             layer.masks = {k: sorted({flat.producer(key) for key in keys}) for k, keys in layer.masks.items()}
     name = top.config.get("name")
     return KGraph(name if isinstance(name, str) and name else "model", flat.inputs, flat.layers,
-                  [(name, flat.producer(key)) for name, key in outputs])
+                  [(name, flat.producer(key)) for name, key in outputs], run_order(flat.runs))
