@@ -2,7 +2,9 @@
 
 Every command that writes (build, schema, train, export, the Triton repository, infer
 --output) goes through `write_atomic`, so a crash, a full disk or a kill -9 leaves either
-the old file or the new one, never half of either. The target must not be a symlink or any
+the old file or the new one, never half of either. The fsync is what a power loss needs as well;
+writers of derived files that the next run recreates (`build`'s generated code: render/build.py
+NO_FSYNC, pictures, reports) pass fsync=False and rely on the rename alone. The target must not be a symlink or any
 other non-regular file: specgen never writes through a link (a link in `generated/` would
 otherwise let a spec overwrite files elsewhere), and it says which path is the link.
 

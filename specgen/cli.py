@@ -54,7 +54,9 @@ def parser(lazy: bool = False) -> argparse.ArgumentParser:
     top.add_argument("--verbose", action="store_true",
                      help="show TensorFlow's own start-up and INFO logs (hidden by default; so does setting "
                           "TF_CPP_MIN_LOG_LEVEL yourself)")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
+    # Not `required`: argparse would then refuse `specgen --bogus` for the missing command before naming the flag it
+    # did not know; _parse says which is wrong.
+    sub = top.add_subparsers(dest="command", parser_class=_CommandParser)
     for name, module, help_text in COMMANDS:
         command = sub.add_parser(name, help=help_text, module=module)
         if not lazy:
@@ -67,6 +69,9 @@ def _parse(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse
     them to the top one, whose line named no command (`specgen: error: unrecognized arguments: --bogus`), unlike
     every other usage error of a command (`specgen build: error: ...`, docs/cli.md's exit codes)."""
     args, extras = top.parse_known_args(argv)
+    if getattr(args, "command", None) is None:  # `specgen`, `specgen --bogus`: the unknown word first, it is the slip
+        top.error(f"unrecognized arguments: {' '.join(extras)}" if extras else
+                  "the following arguments are required: command")  # exits 2, as argparse does
     if extras:
         words = list(sys.argv[1:] if argv is None else argv)
         command = getattr(args, "command", None)

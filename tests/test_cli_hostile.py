@@ -73,7 +73,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str],
     ("units: 128", "units: " + "9" * 5000, "v.yaml:13:38: error: units: received an integer of 5000 digits, expected "
      "at most 4300 digits (sizes, counts and steps are at most 2147483647)"),
     ("units: 128", "k" * 1100 + ": 128", "v.yaml:13:31: error: a mapping key of 1100 characters; YAML reads keys of "
-     "at most 1024 characters (specgen's names are at most 64), so shorten it"),
+     "at most 1024 characters (specgen's names are at most 128), so shorten it"),
     ("units: 128", "units: !!binary aGVsbG8=", "v.yaml:13:38: error: units: received binary data of 5 bytes "
      "(!!binary); a spec holds text, numbers and booleans: write the value itself, without the tag"),
 ])

@@ -129,9 +129,9 @@ def refused(layers: str) -> list[str]:
 def test_floats_beyond_float32_are_refused_where_they_are_written() -> None:
     assert refused("  - {name: bn, op: batch_norm, epsilon: 1e39}\n  - {name: out, op: rescale, scale: [1, 2, -1e39, 4],"
                    " offset: 3.5e+38}\n") == [
-        "edge.yaml:8:41: error: epsilon: received '1e39', expected a float32 value (magnitude at most 3.4028235e+38) "
+        "edge.yaml:8:41: error: epsilon: received 1e39, expected a float32 value (magnitude at most 3.4028235e+38) "
         "(in layer 'bn')",
-        "edge.yaml:9:44: error: scale[2]: received '-1e39', expected a float32 value (magnitude at most "
+        "edge.yaml:9:44: error: scale[2]: received -1e39, expected a float32 value (magnitude at most "
         "3.4028235e+38) (in layer 'out')",
         "edge.yaml:9:63: error: offset: received 3.5e+38, expected a float32 value (magnitude at most 3.4028235e+38) "
         "(in layer 'out')"]

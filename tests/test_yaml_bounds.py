@@ -123,7 +123,9 @@ def test_recursive_aliases_and_merge_chains_are_bounded(case: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_yaml(MERGES[case], "t.yaml")
     (diagnostic,) = caught.value.diagnostics
-    assert diagnostic.position is not None and NESTS in str(diagnostic)
+    # a value holding itself is named as the recursive alias it is (tests/test_cli_front_r11.py); a chain is deep
+    expected = NESTS if case == "merge_chain" else "(a recursive alias)"
+    assert diagnostic.position is not None and expected in str(diagnostic)
 
 
 def test_merges_within_the_limit_still_work() -> None:

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specgen.render.build import Changes, check, render_all, write
+    from specgen.render.build import Changes, check, locked, render_all, write
     from specgen.render.stale_folders import remove, unclaimed
     from specgen.schema import schema_text
 
@@ -66,21 +66,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
         return 0
     changes = Changes()
-    try:
-        write(outputs, out, changes)
-    finally:  # also when a write fails half-way: what was written before the error line
-        for line in changes.lines():  # `removed ... (no longer generated)` is what --check calls `stale:`
-            print(line)
-    for line in changes.notes():  # files specgen did not write: named, never deleted (as the folders below)
-        print(line, file=sys.stderr)
-    # surveyed after writing, so no folder a spec just wrote into can be taken for a left-over one
-    leftover = unclaimed((o.folder for o in outputs), out) if prune else []
-    for folder in leftover:
-        if folder.foreign:  # never deleted: it holds a file specgen cannot show it wrote
-            print(f"specgen build: kept {shown(folder.shown)}/ {folder.note()}", file=sys.stderr)
-        else:
-            remove(folder)
-            print(f"removed {shown(folder.shown)}/ {folder.note()}")
+    with locked(out):  # one build at a time writes (and prunes) a folder: render/build.py `locked`
+        try:
+            write(outputs, out, changes)
+        finally:  # also when a write fails half-way: what was written before the error line
+            for line in changes.lines():  # `removed ... (no longer generated)` is what --check calls `stale:`
+                print(line)
+        for line in changes.notes():  # files specgen did not write: named, never deleted (as the folders below)
+            print(line, file=sys.stderr)
+        # surveyed after writing, so no folder a spec just wrote into can be taken for a left-over one
+        leftover = unclaimed((o.folder for o in outputs), out) if prune else []
+        for folder in leftover:
+            if folder.foreign:  # never deleted: it holds a file specgen cannot show it wrote
+                print(f"specgen build: kept {shown(folder.shown)}/ {folder.note()}", file=sys.stderr)
+            else:
+                remove(folder)
+                print(f"removed {shown(folder.shown)}/ {folder.note()}")
     gone = len(changes.removed) + len(changes.temporary) + sum(len(f.ours) for f in leftover if not f.foreign)
     changed = len(changes.written) + gone
     print(f"built {len(outputs)} spec(s) into {shown(out)}: {changed} file(s) changed"

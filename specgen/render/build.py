@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import fcntl
 import functools
 import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias
 
 from specgen.atomic import STALE_AFTER, TEMP_NAME, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.errors import AbstractSpec
+from specgen.errors import AbstractSpec, SpecgenError
 from specgen.ir.resolve import ir_from_file
 from specgen.paths import shown
 from specgen.progress import delayed
@@ -274,13 +278,23 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
             if disk.current[name] == content:
                 continue
             with writing(disk.shown / name):
-                # No fsync: generated files are rebuilt from the specs; the rename alone keeps them whole.
-                write_atomic(Path(disk.real, name), content, fsync=False)
+                write_atomic(Path(disk.real, name), content, fsync=False)  # why no fsync: NO_FSYNC
             changes.written.append(disk.shown / name)
         for name in disk.stale:
             if _unlink(disk, name):
                 changes.removed.append(disk.shown / name)
         changes.kept += [shown(disk.shown / name) for name in disk.foreign]
+
+
+# Why `build` writes without fsync (docs/security.md section 4). What it must survive is the process ending mid-write:
+# kill -9, Ctrl-C, an OOM kill, a full disk. The temporary file and the rename cover all of these without fsync:
+# every generated file is the old one or the new one, and none is half-written. A power loss (or a kernel crash)
+# is the one case fsync adds: on file systems that do not write a renamed file's data before the rename (XFS, ext4
+# mounted noauto_da_alloc, some network file systems) a file can come back empty. Generated files are derived data,
+# so that costs nothing lasting: `build` compares bytes and rewrites it, and `build --check` (CI, on a fresh
+# checkout) names it as drifted. An fsync per file would cost every save-hook build a disk flush per changed file
+# (tens of milliseconds each on a laptop's disk) to guard files the next build recreates anyway.
+NO_FSYNC = "generated files are rebuilt from the specs: the rename keeps them whole, the next build repairs the rest"
 
 
 def _unlink(disk: _OnDisk, name: str) -> bool:
@@ -291,6 +305,80 @@ def _unlink(disk: _OnDisk, name: str) -> bool:
         except FileNotFoundError:  # a temporary file another build's write_atomic removed since the survey
             return False
     return True
+
+
+LOCK_NAME = ".specgen-build.lock"
+LOCK_WAIT = 60.0  # seconds a build waits for another build writing the same folder; a build takes a few seconds
+LOCK_POLL = 0.05
+
+
+@contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold `<root>/.specgen-build.lock` (fcntl.flock) while this build surveys, writes and prunes `root`.
+
+    Two builds into one folder at once (a save hook and a branch switch) would otherwise each write the files they
+    found changed and leave the folder a mix of both spec sets, both exiting 0. The second build waits (one line on
+    stderr) until the first is done, then surveys what the first wrote, so the folder ends as the last build's;
+    after LOCK_WAIT seconds it stops with one line naming the other build's pid (written in the lock file). The
+    kernel drops a killed build's lock. The file is removed before the lock is let go, so a checked-in output
+    folder keeps no trace; a waiter then holds a removed file, sees that and takes the new one (`_lock`)."""
+    with writing(root):
+        real = _real_root(root)
+        os.makedirs(real, exist_ok=True)
+        fd, path = _lock(root, os.path.join(real, LOCK_NAME))
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:  # gone or not ours to remove: the lock itself is what matters
+            pass
+        os.close(fd)
+
+
+def _lock(root: Path, path: str) -> tuple[int, str]:
+    """An open descriptor of the lock file at `path` holding its exclusive lock, waiting up to LOCK_WAIT."""
+    deadline, told = time.monotonic() + LOCK_WAIT, False
+    while True:
+        kind(Path(path), root / LOCK_NAME)  # a link or a folder there: one line naming it, never followed
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            if time.monotonic() >= deadline:
+                raise SpecgenError(f"another specgen build ({holder}) is writing {shown(root)}, and it did not "
+                                   f"finish within {LOCK_WAIT:g} s; run this build again once it has (or stop "
+                                   "it)") from None
+            if not told:
+                print(f"specgen build: waiting for another specgen build ({holder}) to finish writing "
+                      f"{shown(root)}", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(LOCK_POLL)
+            continue
+        if _still_there(fd, path):
+            return fd, path
+        os.close(fd)  # the holder removed it as we waited: lock the file that is there now
+
+
+def _holder(fd: int) -> str:
+    """`pid 1234` of the build holding the lock, from the lock file (empty for a moment after it is created)."""
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    return f"pid {text}" if text.isdigit() else "pid not known yet"
+
+
+def _still_there(fd: int, path: str) -> bool:
+    """Whether the locked file is still the one at `path` (a finished build removes it while holding the lock)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def check(outputs: list[Output], root: Path, extras: list[str] | None = None) -> list[str]:

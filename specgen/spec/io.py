@@ -22,6 +22,7 @@ from specgen.fields.unions import by_key, by_shape
 from specgen.kinds.dims import RESERVED, SYMBOL, SYMBOL_HINT
 from specgen.kinds.precisions import FLOAT32, PrecisionName
 from specgen.kinds.sources import DataSource
+from specgen.spec.literals import int_literal
 from specgen.spec.regex import check_pattern, parse_template
 
 # uint8: raw pixels; the model casts them to float32 at its entry (TF and ONNX), so layers see float32.
@@ -153,6 +154,8 @@ class OnnxExport(SpecModel):
 
     # Literal[18, ..., 23] alone accepts `opset: 21.0` (21.0 == 21).
     _opset_not_float = field_validator("opset", mode="before")(not_whole_float)
+    # ...and fits an integer in 64 bits before comparing: `opset: 10**400` would be its parser's words (literals.py).
+    _opset_bounded = field_validator("opset", mode="before")(int_literal(*SUPPORTED_OPSETS))
 
 
 class Export(SpecModel):

@@ -13,7 +13,10 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+from collections.abc import Callable
 from typing import Any
+
+from pydantic_core import PydanticCustomError
 
 from specgen.diagnostics import did_you_mean, one_of, safe_repr
 from specgen.spec.received import flow
@@ -41,6 +44,29 @@ def literal_message(received: Any, expected: str) -> str:
         what = f"({_kind(received)})" if received is not None else ""
     kind = f"{KINDS[next(iter(kinds))]}: " if len(kinds) == 1 and next(iter(kinds)) in KINDS else ""
     return f"received {_plain(received)}{' ' + what if what else ''}, expected {kind}{_listed(allowed)}"
+
+
+def literal_expected(expected: str) -> str:
+    """What a literal field takes, as its messages say it (`an integer: 18, 19 or 20`), from pydantic's ctx text."""
+    allowed = _values(expected)
+    if allowed is None:
+        return expected
+    kinds = {type(v) for v in allowed}
+    kind = f"{KINDS[next(iter(kinds))]}: " if len(kinds) == 1 and next(iter(kinds)) in KINDS else ""
+    return f"{kind}{_listed(allowed)}"
+
+
+def int_literal(*allowed: int) -> Callable[[object], object]:
+    """A before-validator for a `Literal[<ints>]` field: an integer not among `allowed` is pydantic's literal_error,
+    as for a small one; pydantic itself first tries to fit it in 64 bits and fails on a longer one
+    (`int_parsing_size`: "Unable to parse input string as an integer", about a plain integer the user wrote)."""
+    expected = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}" if len(allowed) > 1 else str(allowed[0])
+
+    def check(value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool) and value not in allowed:
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return value
+    return check
 
 
 def near(received: str, choices: list[str]) -> str:

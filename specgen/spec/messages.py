@@ -7,6 +7,7 @@ it builds, can use it without importing the loader that imports them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,14 +23,15 @@ from specgen.diagnostics import (
     safe_repr,
     shown,
 )
-from specgen.fields.base import FLOAT32_MAX, IDENT
+from specgen.fields.base import FLOAT32_MAX, IDENT, MAX_INT
 from specgen.fields.unions import KEYS_CONTEXT
 from specgen.spec.allowed_keys import keys_at
-from specgen.spec.literals import literal_message, near
+from specgen.spec.literals import literal_expected, literal_message, near
 from specgen.spec.model import SPEC_VERSION
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
 from specgen.spec.source_map import PathKey, SourceMap, data_path, tag_named_like_its_key
+from specgen.spec.yaml_dialect import number_12
 from specgen.spec.yaml_source import parse_document
 
 TYPE_WORDS = {
@@ -85,11 +87,12 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
             continue
         at = data_path(loc, data)[0] if overrides else loc
         override = override_at(overrides, [at])
+        number = plain_number(error, loc, data, source) if override is None else None
         written = _written(error, loc, data, source) if override is None else _override_written(error, at, overrides)
         removal = _removal(error, loc, data, source) if override is None and locator is None else None
         if removal is not None:  # at the null that removed it, not at the mapping that lacks it (1:1 for a section)
             position, note = removal, ""
-        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written)) + \
+        message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written, number)) + \
             (REMOVED if removal is not None else "") + _context(loc, data)
         if override is not None:  # the value is the override's, not the file's
             found.setdefault((override, message), Diagnostic(f"--set {override}", None, message))
@@ -239,15 +242,46 @@ def _written(error: Any, loc: PathKey, data: Any, source: SourceMap) -> str | No
     return source.written(loc, data)
 
 
-def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None, written: str | None = None) -> str:
-    """The message for one error; `written` is the received number's text as the file writes it, if known."""
+def plain_number(error: Any, loc: PathKey, data: Any, source: SourceMap) -> tuple[str, int | float] | None:
+    """(its text, YAML 1.2's value) for received text that the file writes as a plain number PyYAML keeps as text
+    (`1e999`, `3.2e1`, `0o7`: yaml_dialect.number_12); None for anything else, a quoted `'1e3'` included."""
+    received = error.get("input")
+    if not isinstance(received, str):
+        return None
+    text = source.written(loc, data)
+    value = None if text is None else number_12(text)
+    return None if text is None or value is None else (text, value)
+
+
+def _number_received(text: str, value: int | float) -> str:
+    """`3.2e1 (a float: write 32)`: a plain number PyYAML kept as text, said as YAML 1.2 (and the user) reads it,
+    with how to write it where an integer goes (only an integer field refuses a float; a float field refuses only
+    YAML 1.2's octal)."""
+    if isinstance(value, int):  # 0o17
+        return f"{text} (YAML 1.2's octal {value}, which YAML 1.1 reads as text: write {value})"
+    if math.isinf(value):
+        return f"{text} (a float past float's range; an integer in a spec is at most {MAX_INT})"
+    if not value.is_integer():
+        return f"{text} (a float)"
+    if abs(value) > MAX_INT:
+        return f"{text} (a float; an integer in a spec is at most {MAX_INT})"
+    return f"{text} (a float: write {int(value)})"
+
+
+def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None, written: str | None = None,
+             number: tuple[str, int | float] | None = None) -> str:
+    """The message for one error; `written` is the received number's text as the file writes it, if known; `number`
+    is a plain number PyYAML read as text (plain_number), said as a number."""
     kind, ctx, received = error["type"], error.get("ctx") or {}, error.get("input")
+    if number is not None:
+        written = number[0]
     echo = written if written is not None else _echo(received)
+    described = _number_received(*number) if number is not None else _received(received)
     last = _text(loc[-1]) if loc else "spec"
     if kind == "missing":
         return f"missing required key {quoted(last)}"
-    if loc == ("specgen",) and kind == "value_error":  # `specgen: true`
-        return _literal_message(loc, received, ctx)
+    if loc == ("specgen",) and kind in ("value_error", "int_parsing_size"):  # `specgen: true`, 401 digits
+        return _literal_message(loc, received, ctx, echo)
     if kind == "finite_number":
         return f"expected a finite number, received {echo}"
     if kind == "extra_forbidden":
@@ -261,8 +295,13 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
                 + f" (expected {one_of(tags)})")
     if kind == "union_tag_not_found":
         return f"missing required key {ctx['discriminator']}"
+    if kind == "literal_error" and number is not None and loc != ("specgen",):  # `opset: 2.1e1`
+        return f"received {described}, expected {literal_expected(ctx['expected'])}"
     if kind == "literal_error":
-        return _literal_message(loc, received, ctx)
+        return _literal_message(loc, received, ctx, echo)
+    if kind in ("float_type", "float_parsing") and isinstance(received, int) and not isinstance(received, bool):
+        # an integer past float64's range (10**400): pydantic cannot make it a float, but it is a number
+        return f"received {echo}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind == "string_pattern_mismatch":
         return _name_message(received, ctx)
     if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
@@ -271,7 +310,7 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
     if kind in BOUNDS:
         return f"received {echo}, expected a value {BOUNDS[kind].format(**ctx)}"
     if kind in TYPE_WORDS:
-        return f"expected {TYPE_WORDS[kind]}, received {_received(received)}"
+        return f"expected {TYPE_WORDS[kind]}, received {described}"
     if kind in ("too_short", "too_long"):
         return (f"expected {'at least' if kind == 'too_short' else 'at most'} "
                 f"{ctx.get('min_length', ctx.get('max_length'))} item(s), received {ctx['actual_length']}")
@@ -287,8 +326,8 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
     if kind == "wrong_shape":
         if misspelt := misspelt_branch_key(error):
             return f"unknown key {quoted(misspelt[0])}; did you mean '{misspelt[1]}'? ({error['msg']})"
-        return f"{error['msg']}, received {_received(received)}"
-    return f"{error['msg']}; received {_received(received)}"
+        return f"{error['msg']}, received {described}"
+    return f"{error['msg']}; received {described}"
 
 
 def _too_short(received: Any, ctx: dict[str, Any]) -> str:
@@ -329,9 +368,9 @@ def _echo(value: Any) -> str:
     return flow(value) if isinstance(value, dict | list) else safe_repr(value)
 
 
-def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any]) -> str:
+def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any], echo: str) -> str:
     if loc == ("specgen",):
-        return (f"unsupported spec format version {_echo(received)}; "
+        return (f"unsupported spec format version {echo}; "
                 f"this specgen reads version {SPEC_VERSION}")
     return literal_message(received, ctx["expected"])  # values keep their kinds: `'21'` is not 21 (literals.py)
 

@@ -12,6 +12,7 @@ from specgen.kinds.optimizers import Optimizer
 from specgen.spec.blocks import Block, LayerOrInstance
 from specgen.spec.io import Checkpoint, Data, Export, InputSpec
 from specgen.spec.lints import Lints
+from specgen.spec.literals import int_literal
 from specgen.spec.pruning import Prune
 from specgen.spec.targets import Target
 from specgen.spec.training import Train
@@ -47,3 +48,4 @@ class Spec(SpecModel):
     # Literal[1] alone accepts `true` (True == 1) and `1.0`.
     _version_not_bool = field_validator("specgen", mode="before")(not_bool)
     _version_not_float = field_validator("specgen", mode="before")(not_whole_float)
+    _version_bounded = field_validator("specgen", mode="before")(int_literal(SPEC_VERSION))  # 10**400: literals.py

@@ -29,6 +29,7 @@ import re
 import yaml
 
 from specgen.diagnostics import Position, safe_repr
+from specgen.fields.base import MAX_NAME_CHARS
 
 # YAML 1.1 line breaks that YAML 1.2 reads as ordinary characters (and their names for the message).
 BREAKS_11 = {"\x85": "NEXT LINE (NEL)", "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
@@ -135,6 +136,23 @@ def _number(text: str) -> str:
     return repr(value) if isinstance(value, float) else safe_repr(value)  # bounded: 0b and 0x have no digit limit
 
 
+# YAML 1.2 core schema's floats and octal integers. PyYAML (YAML 1.1) reads a float only with a dot and a signed
+# exponent (`1.0e+3`), and has no `0o`, so `1e-3`, `3.2e1`, `1e999` and `0o17` reach specgen as text.
+_FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_OCTAL_12 = re.compile(r"0o[0-7]+")
+
+
+def number_12(text: str) -> int | float | None:
+    """The number YAML 1.2 reads a plain scalar as, for text PyYAML kept as text (`3.2e1`: 32.0, `1e999`: inf,
+    `0o17`: 15); None for text that is text in both. For messages: a number key that refuses such a value says what
+    number the user wrote (docs/spec.md "Numbers")."""
+    if len(text) > MAX_INT_DIGITS:  # float() and int() of that many digits is slow, and no spec means it
+        return None
+    if _OCTAL_12.fullmatch(text):
+        return int(text[2:], 8)
+    return float(text) if _FLOAT_12.fullmatch(text) else None
+
+
 MAX_KEY = 1024  # characters: PyYAML's (and YAML's) bound on a key written without `? `
 
 
@@ -155,4 +173,4 @@ def long_key(text: str, position: Position | None) -> tuple[Position, str] | Non
         return None
     return (Position(position.line, start + key.index(written[0]) + 1),
             f"a mapping key of {len(written)} characters; YAML reads keys of at most {MAX_KEY} characters "
-            "(specgen's names are at most 64), so shorten it")
+            f"(specgen's names are at most {MAX_NAME_CHARS}), so shorten it")

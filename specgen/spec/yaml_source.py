@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from specgen.diagnostics import Diagnostic, Position, SpecError, quoted, shown
+from specgen.diagnostics import MAX_ECHO, Diagnostic, Position, SpecError, quoted, shown
 from specgen.spec.received import binary_data
 from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, SourceMap
 from specgen.spec.spec_file import read_spec_text
@@ -57,9 +57,11 @@ class _Converter:
         self.top: yaml.Node | None = None  # the top-level value being converted (alias-bomb messages)
         self.scalars = yaml.SafeLoader("")  # only its scalar constructors are used
         self.problems: list[Diagnostic] = []
+        self.open: set[int] = set()  # the anchored collections being converted, innermost last (recursive aliases)
 
     def convert(self, node: yaml.Node, depth: int = 0, label: str = "") -> Any:
         """`node` as plain values; `label` names it in messages (`units`, `shape[1]`)."""
+        written = node  # where it is written: an alias's own place, for a message about the alias
         node = getattr(node, ALIASED, node)  # how a value is written is judged where it is written: at its anchor
         self.visited += 1
         if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
@@ -76,15 +78,26 @@ class _Converter:
         if tag not in STANDARD_TAGS:
             shown = quoted(tag.replace("tag:yaml.org,2002:", "!!", 1))
             raise SpecError([self._error(node, f"unsupported YAML tag {shown}; specs hold plain data")])
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, depth)
-        if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            return self._collection(node, written, depth, label)
         value = self._scalar(node)
         if isinstance(value, bytes):  # `!!binary`: pydantic would take the bytes as the text (or number) they spell
             self._binary(node, value, label)
             return None
         return value
+
+    def _collection(self, node: yaml.Node, written: yaml.Node, depth: int, label: str) -> Any:
+        """A mapping or list, refused at the alias when it is inside the value that alias repeats (`&r [*r]`, `&m
+        {<<: *m}`): that value would hold itself without end, which is a cycle to name, not a depth to count."""
+        if id(node) in self.open:
+            raise SpecError([self._error(written, _recursive_alias(self.text, written))])
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self._mapping(node, depth)
+            return [self.convert(item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
+        finally:
+            self.open.discard(id(node))
 
     def _binary(self, node: yaml.Node, value: bytes, label: str) -> None:
         problem = (f"received {binary_data(value)} (!!binary); a spec holds text, numbers and booleans: write the "
@@ -121,7 +134,13 @@ class _Converter:
         merges: list[yaml.Node] = []
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
-                merges.append(value_node)
+                # `<<` is a key like any other: YAML 1.2 readers (which have no merge keys) see a second one as a
+                # duplicate, and PyYAML keeps the last merge where specgen would take the first. One `<<` merges
+                # several mappings as a list.
+                if merges or MERGE in result:
+                    self.problems.append(self._error(key_node, DUPLICATE_MERGE))
+                else:
+                    merges.append(value_node)
                 continue
             if isinstance(key_node, yaml.ScalarNode) and not self._same_in_yaml12(key_node, "a mapping key"):
                 continue
@@ -129,12 +148,13 @@ class _Converter:
                 self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
                 continue
             key = self._scalar(key_node)
-            if not isinstance(key, str | int | float | bool) or key is None:
-                self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
+            if not isinstance(key, str):  # every key of a spec is a name: `~:`, `1:`, `true:` are slips
+                self.problems.append(self._error(key_node, _not_a_name(getattr(key_node, ALIASED, key_node), key)))
                 continue
-            if key in result:
-                self.problems.append(self._error(key_node, f"duplicate key {quoted(key)}; "
-                                                 "YAML keeps only one of them, so write it once"))
+            if key in result or (key == MERGE and merges):  # `'<<'` (quoted) beside a `<<`: the same key in YAML 1.2
+                self.problems.append(self._error(key_node, DUPLICATE_MERGE if key == MERGE else
+                                                 f"duplicate key {quoted(key)}; YAML keeps only one of them, so "
+                                                 "write it once"))
                 continue
             if depth == 0:
                 self.top = value_node
@@ -160,6 +180,35 @@ class _Converter:
 
     def _error(self, node: yaml.Node, message: str) -> Diagnostic:
         return Diagnostic(self.source.path, mark_position(node), message)
+
+
+MERGE = "<<"
+DUPLICATE_MERGE = ("duplicate key '<<'; YAML keeps only one of them, so write it once: one '<<: [*a, *b]' merges "
+                   "several mappings (the first one given wins)")
+
+
+def _not_a_name(node: yaml.ScalarNode, key: Any) -> str:
+    """A key YAML reads as null, a number or a boolean: what it read and how to write the text."""
+    text = node.value
+    if key is None:
+        what = f"{text} (null)" if text else "an empty key (null)"
+    else:
+        what = f"{text[:MAX_ECHO]}{'…' * (len(text) > MAX_ECHO)} ({'a boolean' if isinstance(key, bool) else 'a number'})"
+    hint = f" (quote it ('{text}') if you mean the text)" if text and len(text) <= MAX_ECHO else ""
+    return f"a mapping key: received {what}, expected a name{hint}"
+
+
+_ALIAS = re.compile(r"\*[^\s,\[\]{}]+")
+
+
+def _recursive_alias(text: str, alias: yaml.Node) -> str:
+    """The message for an alias inside the value its anchor marks (`&r [*r]`), naming the alias as written."""
+    mark = alias.start_mark
+    found = _ALIAS.match(text, mark.index) if mark is not None else None
+    name = found.group()[:MAX_ECHO] if found else "this alias"
+    shown_name = f"'{name}'" if found else name
+    return (f"the alias {shown_name} is inside the value it repeats, so that value would hold itself without end "
+            "(a recursive alias); alias a value written elsewhere, or write the value out")
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
