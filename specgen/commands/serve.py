@@ -40,6 +40,17 @@ def timeout_seconds(text: str) -> float:
     return value
 
 
+def worker_timeout(text: str) -> float:
+    """--worker-timeout: from two heartbeats (a timeout within one would kill healthy workers) to a day."""
+    from specgen.serve.options import HEARTBEAT_SECONDS
+
+    value = positive_seconds(text)
+    if not 2 * HEARTBEAT_SECONDS <= value <= MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected seconds from {2 * HEARTBEAT_SECONDS:g} (two "
+                                         f"heartbeats of a worker) to {MAX_TIMEOUT_SECONDS:,.0f} (a day)")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 0..65535 (0: any free port): the system would take 70000 as 70000 mod 65536, another port than
     the one the log names."""
@@ -95,6 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between scans with --model-control poll")
     parser.add_argument("--workers", type=count(1, None, "server processes"), default=1, metavar="N",
                         help="server processes on the same ports, onnxruntime's threads split between them (default 1)")
+    parser.add_argument("--worker-timeout", type=worker_timeout, default=30.0, metavar="S",
+                        help="with --workers above 1: seconds a worker's heartbeat may be silent before the parent "
+                             "kills and restarts it (default 30, gunicorn's)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="on the CUDA provider, capture one CUDA graph per batch bucket (1, 2, 4, ... "
                              "max_batch_size); batches are padded up to their bucket (docs/serve.md)")
@@ -121,4 +135,4 @@ def run(args: argparse.Namespace) -> int:
                       header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                       max_connections=args.max_connections, grpc_port=args.grpc_port,
                       model_control=args.model_control, poll_seconds=args.poll_seconds, workers=args.workers,
-                      cuda_graphs=args.cuda_graphs)
+                      cuda_graphs=args.cuda_graphs, worker_timeout=args.worker_timeout)

@@ -20,11 +20,12 @@ until a signal); `run_server` builds the settings from keyword arguments.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
-from specgen.serve.options import MAX_PORT
-from specgen.serve.process import ServerSettings, serve
+from specgen.serve.options import HEARTBEAT_SECONDS, MAX_PORT
+from specgen.serve.process import WORKER_TIMEOUT, ServerSettings, serve
 
 
 def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: str = "auto", *,
@@ -32,7 +33,7 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
                graceful_timeout: float | None = 30.0, header_timeout: float = 10.0, body_timeout: float = 30.0,
                max_connections: int = 1000, send_timeout: float = 10.0, grpc_port: int | None = None,
                model_control: str = "none", poll_seconds: float = 15.0, workers: int = 1,
-               cuda_graphs: bool = False) -> int:
+               cuda_graphs: bool = False, worker_timeout: float = WORKER_TIMEOUT) -> int:
     """Serve every model of the Triton-layout repository `repo` until SIGTERM / SIGINT; the exit status.
 
     0 after a graceful shutdown (in-flight requests answered, batchers drained); 1 when the
@@ -46,7 +47,9 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     before it is disconnected. `grpc_port`: also serve gRPC there (on `host`); `model_control`: none, poll
     (rescan the repository every `poll_seconds`) or explicit (Triton's repository load / unload). `workers`:
     server processes on the same ports (workers.py), onnxruntime's threads split between them. `cuda_graphs`:
-    on the CUDA provider, one captured CUDA graph per batch bucket (runtime/predictor.py).
+    on the CUDA provider, one captured CUDA graph per batch bucket (runtime/predictor.py). `worker_timeout`: with
+    `workers` above 1, a worker whose event loop has sent no heartbeat for this many seconds (frozen) is killed and
+    restarted (workers.py).
     """
     from specgen.serve.options import ServeOptions
 
@@ -58,11 +61,11 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     except ValueError as exc:
         print(f"specgen serve: {exc}", file=sys.stderr)
         return 1
-    if problems := _refusals(port, threads, workers):
+    if problems := _refusals(port, threads, workers, worker_timeout):
         print(f"specgen serve: {problems[0]}", file=sys.stderr)
         return 1
     settings = ServerSettings(Path(repo), host, port, provider, threads, log_level, graceful_timeout, options,
-                              cuda_graphs=cuda_graphs)
+                              cuda_graphs=cuda_graphs, worker_timeout=worker_timeout)
     if workers == 1:
         return serve(settings)
     from specgen.serve.workers import run_workers
@@ -70,7 +73,7 @@ def run_server(repo: Path, host: str = "127.0.0.1", port: int = 8000, provider: 
     return run_workers(settings, workers)
 
 
-def _refusals(port: int, threads: int, workers: int) -> list[str]:
+def _refusals(port: int, threads: int, workers: int, worker_timeout: float = WORKER_TIMEOUT) -> list[str]:
     """What is wrong with the settings ServeOptions does not hold (the command line refuses them first)."""
     problems = []
     if not 0 <= port <= MAX_PORT:
@@ -79,6 +82,10 @@ def _refusals(port: int, threads: int, workers: int) -> list[str]:
         problems.append(f"threads must be 0 (onnxruntime's default) or more, got {threads}")
     if workers < 1:
         problems.append(f"workers must be 1 or more, got {workers}")
+    if not (isinstance(worker_timeout, (int, float)) and math.isfinite(worker_timeout)
+            and worker_timeout >= 2 * HEARTBEAT_SECONDS):  # a timeout within one heartbeat kills healthy workers
+        problems.append(f"worker_timeout must be a number of seconds from {2 * HEARTBEAT_SECONDS:g} (two heartbeats), "
+                        f"got {worker_timeout}")
     return problems
 
 

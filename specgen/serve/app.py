@@ -48,7 +48,7 @@ from specgen.serve.batcher import QueueFull, QueueTimeout, ShuttingDown
 from specgen.serve.client_watch import ClientGone, unless_gone
 from specgen.serve.configs import config_json
 from specgen.serve.control import ModelSource
-from specgen.serve.errors import MALFORMED, ProtocolError
+from specgen.serve.errors import MALFORMED, SHUT_DOWN, ProtocolError
 from specgen.serve.limits import ENVELOPE_BYTES, check_declared, declared_length, decompress, read_body
 from specgen.serve.models import ServedModel
 from specgen.serve.options import ServeOptions
@@ -62,6 +62,7 @@ from specgen.serve.protocol import (
     encode_response,
     error_body,
     json_only,
+    too_deep,
 )
 from specgen.serve.registry import Version
 from specgen.serve.service import Service
@@ -129,6 +130,8 @@ class HttpService(Service):
             raise ProtocolError(f"the request body did not arrive within {self.options.body_timeout:g} s", 408,
                                 close=True) from None
         except ClientDisconnect:  # its answer reaches no one (a malformed body's 400 went out: connection.py)
+            if (shut := request.scope.get(SHUT_DOWN)) is not None:  # answered 503 by connection.py
+                raise ProtocolError(shut, 503, close=True) from None
             malformed = request.scope.get(MALFORMED)
             raise ProtocolError(malformed or "the client left before sending the whole body",
                                 400 if malformed else CANCELLED, close=True) from None
@@ -136,7 +139,9 @@ class HttpService(Service):
             return {}
         try:
             value = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+        except RecursionError:
+            raise ProtocolError(too_deep(body, "a JSON object of a few fields")) from None
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
             raise ProtocolError(f"malformed JSON in the request body: {exc}") from None
         if not isinstance(value, dict):
             raise ProtocolError("the request body must be a JSON object")
@@ -218,7 +223,9 @@ class HttpService(Service):
                 outcome["id"] = exc.request_id
             return _error(exc.status, exc.message, exc.close)
         except ClientDisconnect:  # nobody to answer: counted and logged, never a 500
-            if (malformed := request.scope.get(MALFORMED)) is not None:  # answered 400 by connection.py
+            if (shut := request.scope.get(SHUT_DOWN)) is not None:  # answered 503 by connection.py at shutdown
+                outcome.update(status=503, reason="shutting_down", message=shut)
+            elif (malformed := request.scope.get(MALFORMED)) is not None:  # answered 400 by connection.py
                 outcome.update(status=400, reason="invalid", message=malformed)
             else:
                 outcome.update(status=CANCELLED, reason="cancelled",
@@ -296,5 +303,9 @@ def create_app(models: Sequence[ServedModel], options: ServeOptions | None = Non
             Route(prefix + "/stats", service.model_stats, methods=["GET"]),
         ]
     app = Starlette(routes=routes, lifespan=service.lifespan, exception_handlers={HTTPException: _http_error})
+    # Starlette's router answers a path with a trailing slash (or without one) with a 307 to the other spelling, built
+    # from the request's Host header: an open redirect that a client follows with its body. An unknown path is a 404
+    # here, as every other (Triton redirects nothing). HEAD, Starlette's other default, stays: GET's answer, no body.
+    app.router.redirect_slashes = False
     app.state.service = service
     return app

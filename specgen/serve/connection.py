@@ -25,7 +25,18 @@ uvicorn's own calls to resume reading (every `receive()` and response) go throug
 Bytes that are not HTTP/1.1 (a chunk size that is not hex, two Content-Lengths) get a 400 with the JSON error body
 every refusal has, after the answers to the requests before them, and the connection closes (`_invalid`).
 
+Transfer-Encoding is checked here, not only by llhttp, which decodes `chunked` and ignores any coding before it:
+`gzip, chunked` was read as a plain body, another body than a proxy that applies the gzip sees. A coding other
+than chunked gets 501 (RFC 9112 6.1: a transfer coding the server does not understand), and Transfer-Encoding in an
+HTTP/1.0 request 400 (RFC 9112 6.1: its framing is faulty); either closes the connection (`_check_codings`). A last
+coding other than chunked, or chunked twice, llhttp refuses itself (400).
+
 Closing (a lingering close for a body still arriving, and every close bounded in time) is closing.py's.
+
+At shutdown (`shutdown`), a request whose body is still arriving gets 503 at once, with a lingering close: uvicorn
+would wait for the body, so one client that sent headers and part of a body held every shutdown for body_timeout
+(30 s), past a Kubernetes pod's default grace period. A request received whole is answered as before, within
+graceful_timeout.
 """
 
 from __future__ import annotations
@@ -38,8 +49,8 @@ import httptools
 
 from specgen.serve.adapters import ClosingTransport, GatedFlow
 from specgen.serve.closing import LingeringClose
-from specgen.serve.errors import MALFORMED
-from specgen.serve.guard import Refused
+from specgen.serve.errors import MALFORMED, SHUT_DOWN, SHUT_DOWN_MESSAGE
+from specgen.serve.guard import Refused, raw_response
 
 READ_BYTES = 16 << 10  # one read; also the most unparsed bytes a paused connection keeps
 HEADER_SLICE = 256  # header bytes parsed at a time: the smallest request is 16 bytes, so <= 16 requests per slice
@@ -55,6 +66,7 @@ class BoundedProtocol(LingeringClose):
     _in_headers = False
     _header_bytes = _header_count = 0
     _content_length: int | None = None
+    _codings: tuple[str, ...] = ()  # the request's Transfer-Encoding list, all its header fields together
     stalled_since: float | None = None  # when its writes paused (the client stopped reading); None while they flow
     _malformed: str | None = None  # why bytes after a request being answered are no HTTP: its 400 follows the answers
 
@@ -190,6 +202,7 @@ class BoundedProtocol(LingeringClose):
         super().on_message_begin()
         self._in_headers, self._header_bytes, self._header_count = True, 0, 0
         self._content_length = self._body_left = None
+        self._codings = ()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -199,14 +212,32 @@ class BoundedProtocol(LingeringClose):
                           "accepts")
         if name.lower() == b"content-length" and value.strip().isdigit():
             self._content_length = int(value)
+        elif name.lower() == b"transfer-encoding":  # a list: empty elements allowed, several fields join (RFC 9110 5.3)
+            self._codings += tuple(c.strip().decode("latin-1") for c in value.split(b",") if c.strip())
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
+        self._check_codings()
         self._body_left = self._content_length or None
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = cast(asyncio.Transport, ClosingTransport(self.transport, self))  # duck-typed
+
+    def _check_codings(self) -> None:
+        """Refuse a Transfer-Encoding this server would misread (module docstring)."""
+        if not self._codings:
+            return
+        shown = ", ".join(self._codings)[:200]
+        if self.parser.get_http_version() == "1.0":
+            raise Refused("invalid", b"400 Bad Request", f"malformed HTTP request: Transfer-Encoding '{shown}' in an "
+                          "HTTP/1.0 request, which cannot carry it (RFC 9112 6.1); expected Content-Length, or an "
+                          "HTTP/1.1 request")
+        unknown = [c for c in self._codings if c.lower() != "chunked"]
+        if unknown and self._codings[-1].lower() == "chunked":
+            raise Refused("not_implemented", b"501 Not Implemented", f"the request's Transfer-Encoding is '{shown}': "
+                          f"this server implements no transfer coding but chunked (received {unknown[0]!r}); expected "
+                          "Transfer-Encoding: chunked alone (a compressed body: Content-Encoding: gzip)")
 
     def on_body(self, body: bytes) -> None:
         if self._body_left:
@@ -227,6 +258,21 @@ class BoundedProtocol(LingeringClose):
             self.close_with("invalid", b"400 Bad Request", self._malformed)
         else:
             self._unblock()
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown of this connection, except that a request whose body is still arriving, not yet
+        answered, gets 503 now and the connection lingers closed (closing.py: at most LINGER_SECONDS), its handler told
+        why (SHUT_DOWN); uvicorn would wait up to body_timeout for the body (module docstring)."""
+        cycle = self._running
+        if (cycle is None or cycle is not self.cycle or not cycle.more_body or cycle.response_started
+                or self.transport.is_closing() or self._linger_left is not None or self.flow.write_paused):
+            super().shutdown()
+            return
+        cycle.scope[SHUT_DOWN] = SHUT_DOWN_MESSAGE
+        self.transport.write(raw_response(b"503 Service Unavailable", SHUT_DOWN_MESSAGE))
+        self.close_after_body()
+        self._abandon()  # its handler's read ends now (a disconnect, counted as this 503)
+        self.guard.closed("shutdown", self.client)
 
     # Writing: a client that does not read its answers
 

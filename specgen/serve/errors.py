@@ -8,6 +8,11 @@ from specgen.errors import SpecgenError
 # An ASGI scope key connection.py sets when a request's body turns out to be malformed HTTP (a chunk size that is not
 # hex): the handler then reads a disconnect, and counts a bad request (400) where it would count a client that left.
 MALFORMED = "specgen.malformed"
+# Set by connection.py when the server shuts down while a request's body is still arriving: it answered 503 at once
+# (waiting for the body would hold the shutdown up to body_timeout); the handler counts its disconnect as that 503.
+SHUT_DOWN = "specgen.shut_down"
+SHUT_DOWN_MESSAGE = ("the server is shutting down: this request's body had not all arrived, and the request was not run; "
+                     "retry it")
 
 
 class ProtocolError(SpecgenError):

@@ -72,7 +72,12 @@ def grpc_options(options: ServeOptions, limit: int) -> list[tuple[str, Any]]:
         # that reconnects is not bounded by it: only a proxy in front limits connections per client.
         ("grpc.max_connection_idle_ms", int(options.grpc_idle_timeout * 1000)),
         ("grpc.max_allowed_incoming_connections", options.max_connections),
+        # Metadata: gRPC's max_metadata_size is a soft limit, past which it refuses a growing random share of calls up
+        # to the hard limit (1.25 x the soft one by default): the same call would pass or fail by chance. Both set to
+        # max_header_bytes make the limit exact: a call whose headers (HPACK sizes: name + value + 32 bytes each, the
+        # call's own :path, user-agent ... included) exceed it is refused RESOURCE_EXHAUSTED, every other accepted.
         ("grpc.max_metadata_size", options.max_header_bytes),
+        ("grpc.absolute_max_metadata_size", options.max_header_bytes),
         ("grpc.server_handshake_timeout_ms", int(options.header_timeout * 1000)),
         ("grpc.keepalive_time_ms", int(options.grpc_keepalive * 1000)),
         ("grpc.keepalive_timeout_ms", int(options.send_timeout * 1000)),

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_PORT = 65535
+# A worker of --workers N writes a byte to the parent this often from its event loop (server.py); the parent's
+# worker_timeout is at least two of them (serve/__init__.py).
+HEARTBEAT_SECONDS = 1.0
 # Said by `specgen serve` (a usage error) and by the Supervisor, for a caller of run_server in code.
 EXPLICIT_NEEDS_ONE_WORKER = ("--model-control explicit needs --workers 1: a load or unload request would reach "
                              "only one worker (use --model-control poll with several workers)")

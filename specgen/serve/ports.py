@@ -7,6 +7,11 @@
   (`ServeOptions.grpc_reuse_port`). The parent first binds it without listening, with SO_REUSEPORT too:
   that reserves the port (picks it when 0), fails with the system's reason when another program holds it,
   and receives no connections (the kernel hands them only to listening sockets).
+
+Every socket here sets SO_REUSEADDR as well, as uvicorn, grpc's own listener and `--workers 1` (grpc_server.py
+`_check_bindable`) do: without it Linux refuses the bind while a connection of an earlier server on that port waits
+in TIME_WAIT (60 s after a server that closed its clients' connections stopped), though nothing listens there.
+SO_REUSEADDR does not let two listeners share a port on Linux: a port another program listens on is still refused.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ class WorkersError(SpecgenError, OSError):
     """The workers cannot be started (an address cannot be bound, an option that one worker alone can serve)."""
 
 
-def _bound(host: str, port: int, option: int, what: str) -> socket.socket:
-    """A TCP socket with `option` (SO_REUSEADDR or SO_REUSEPORT) set, bound to host:port; one line when it cannot."""
+def _bound(host: str, port: int, share: bool, what: str) -> socket.socket:
+    """A TCP socket with SO_REUSEADDR (and SO_REUSEPORT when `share`) set, bound to host:port; one line when it
+    cannot."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, option, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a TIME_WAIT left on the port does not hold it
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError as exc:
         raise WorkersError(f"{what} on {host}:{port}: {exc.strerror or exc}") from None
@@ -36,7 +44,7 @@ def _bound(host: str, port: int, option: int, what: str) -> socket.socket:
 
 def listen(host: str, port: int) -> socket.socket:
     """The HTTP socket every worker accepts from, listening and inheritable."""
-    sock = _bound(host, port, socket.SO_REUSEADDR, "cannot listen")
+    sock = _bound(host, port, False, "cannot listen")
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -44,4 +52,4 @@ def listen(host: str, port: int) -> socket.socket:
 
 def reserve(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: holds the gRPC port for the workers (which bind it the same way)."""
-    return _bound(host, port, socket.SO_REUSEPORT, "gRPC cannot listen")
+    return _bound(host, port, True, "gRPC cannot listen")

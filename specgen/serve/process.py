@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from specgen.serve.server import Server
 
 log = logging.getLogger("specgen.serve")
+WORKER_TIMEOUT = 30.0  # a serving worker silent this long is frozen: the parent kills and replaces it (gunicorn's 30 s)
 
 
 @contextmanager
@@ -63,7 +64,8 @@ class ServerSettings:
     graceful_timeout: float | None = 30.0
     options: ServeOptions | None = None  # None: the defaults
     listen_fd: int | None = None  # a worker of --workers N: the parent's listening HTTP socket (host / port unused)
-    ready_fd: int | None = None  # a worker: "1" is written there once it serves
+    ready_fd: int | None = None  # a worker: "1" is written there once it serves, then a heartbeat byte a second
+    worker_timeout: float = WORKER_TIMEOUT  # --workers N: a worker silent this long is killed and replaced
     worker: int | None = None  # a worker's index, in every log line
     cuda_graphs: bool = False  # --cuda-graphs: one captured CUDA graph per batch bucket (serve/models.py)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ HEADER_LENGTH = "inference-header-content-length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 EXAMPLE = '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}'
+JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)  # a string (skipped whole) or a bracket
 
 
 @dataclass(frozen=True)
@@ -126,17 +128,50 @@ def _binary_without_header(text: bytes | bytearray) -> ProtocolError | None:
                          f"giving the byte length of the JSON part ({json_bytes} here)")
 
 
+def too_deep(text: bytes | bytearray, expected: str) -> str:
+    """The message for JSON that json.loads refused with RecursionError: well-formed, maybe, but nested deeper than its
+    C parser goes (each level a call, counted against Python's recursion limit with the server's own calls), whose
+    own text ("maximum recursion depth exceeded ...") says neither what was received nor the limit. The depth is
+    counted here, on the error path only, and the count stops just past the limit."""
+    limit = sys.getrecursionlimit()
+    depth = deepest = at = 0
+    for token in JSON_TOKENS.finditer(text):
+        bracket = token.group()
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, token.start()
+                if depth > limit:
+                    break
+        elif bracket in (b"]", b"}"):
+            depth -= 1
+    received = f"more than {limit}" if deepest > limit else str(deepest)
+    return (f"the JSON in the request body nests {received} levels deep (at byte {at}), deeper than this server's "
+            f"JSON parser reads (Python's recursion limit, {limit} levels, less the server's own calls); expected "
+            f"{expected}")
+
+
 def _parse_json(text: bytes | bytearray, header_length: str | None = None) -> Any:
     try:
         return json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(text) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         # Bytes after the JSON (or bytes that are not UTF-8) where an input declares binary data: the header that
         # says where the JSON ends is missing, which a parser's "Extra data" does not say.
         missing = _binary_without_header(text) if header_length is None else None
         raise missing or ProtocolError(f"malformed JSON in the request body: {exc}; expected an inference request "
                                        f"{EXAMPLE}") from None
     except ValueError:  # an integer literal beyond the int-string limit: read again, keeping it as a HugeInt
-        return json.loads(text, parse_int=_integer)
+        try:
+            return json.loads(text, parse_int=_integer)
+        except RecursionError:  # nested too deep after that literal
+            raise _too_deep(text) from None
+
+
+def _too_deep(text: bytes | bytearray) -> ProtocolError:
+    return ProtocolError(too_deep(text, f"an inference request {EXAMPLE}, each input's 'data' nested at most as deep "
+                                        "as its shape"))
 
 
 def _expected_shape(config: ModelConfig, tensor: TensorConfig) -> str:

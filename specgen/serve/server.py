@@ -33,6 +33,7 @@ import uvicorn
 
 from specgen.serve.connection import READ_BYTES, BoundedProtocol
 from specgen.serve.guard import Guard
+from specgen.serve.options import HEARTBEAT_SECONDS
 
 if TYPE_CHECKING:
     from specgen.serve.service import Service
@@ -199,7 +200,7 @@ class Server(uvicorn.Server):
     """
 
     grpc_failed = False
-    ready_fd: int | None = None  # a worker process: "1" written there once HTTP and gRPC serve (workers.py)
+    ready_fd: int | None = None  # a worker process: "1" written there once HTTP and gRPC serve, then heartbeats
 
     @property
     def service(self) -> Service:
@@ -223,12 +224,31 @@ class Server(uvicorn.Server):
     def _ready(self) -> None:
         if self.ready_fd is not None and self.started and not self.grpc_failed:
             os.write(self.ready_fd, b"1")
+            os.set_blocking(self.ready_fd, False)  # heartbeats never wait on a parent that is not reading
+        elif self.ready_fd is not None:
+            self._no_beats()
+
+    def _no_beats(self) -> None:
+        if self.ready_fd is not None:
             os.close(self.ready_fd)
             self.ready_fd = None
 
     async def main_loop(self) -> None:
         self._ready()  # startup is complete (uvicorn sets `started` once it has bound; gRPC is bound before)
         await super().main_loop()
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s on the event loop) plus, in a worker, a heartbeat byte every HEARTBEAT_SECONDS
+        on the ready pipe: written from the loop, so a loop that is stuck (a deadlock, SIGSTOP) stops it, and the
+        parent kills and replaces the worker (workers.py)."""
+        if self.ready_fd is not None and counter % round(HEARTBEAT_SECONDS * 10) == 0:
+            try:
+                os.write(self.ready_fd, b".")
+            except BlockingIOError:  # the pipe is full: the parent is not reading (stopped); it reads all once back
+                pass
+            except OSError:  # the parent is gone: no one to tell
+                self._no_beats()
+        return await super().on_tick(counter)
 
     async def shutdown(self, sockets: Any = None) -> None:
         self.service.begin_shutdown()  # gRPC drains while HTTP does

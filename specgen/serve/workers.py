@@ -22,6 +22,11 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
   parent die.
 - A worker that dies otherwise is restarted (at once, then after 1, 2, 4 ... 30 s while it keeps dying
   within 10 s of starting); the others keep serving meanwhile.
+- A worker that freezes (a deadlock, SIGSTOP) would keep its share of new gRPC connections (SO_REUSEPORT hashes them
+  to every bound socket) and hang them to their deadlines. So, as gunicorn's worker timeout: a serving worker writes
+  a heartbeat byte every second from its event loop on its ready pipe (server.py `on_tick`), and one silent for
+  `worker_timeout` (30 s; one still starting: READY_SECONDS) is killed (SIGKILL: SIGTERM would wait on the frozen
+  loop), logged once (`worker_frozen`), and restarted as any worker that dies.
 
 `--model-control explicit` needs one worker: a load or unload request would reach only one of them.
 """
@@ -67,6 +72,8 @@ class Worker:
     started: float = field(default_factory=time.monotonic)
     ready: bool = False
     buried: bool = False  # its death seen, logged, and its metrics folded (or left for a later pass)
+    beat: float = field(default_factory=time.monotonic)  # when its pipe last said something (ready, a heartbeat)
+    killed: bool = False  # killed as frozen: its exit is awaited, not killed again
 
 
 def worker_threads(threads: int, workers: int) -> int:
@@ -144,6 +151,7 @@ class Supervisor:
             readable, _, _ = select.select([worker.ready_fd], [], [], POLL_SECONDS * 4)
             if readable:
                 worker.ready = os.read(worker.ready_fd, 1) == b"1"
+                worker.beat = time.monotonic()
                 return worker.ready
         return False
 
@@ -174,6 +182,7 @@ class Supervisor:
             time.sleep(POLL_SECONDS)
             now = time.monotonic()
             self._note_ready()
+            self._kill_frozen(now)
             for index, worker in list(self.workers.items()):
                 if self.signalled():
                     return
@@ -205,14 +214,33 @@ class Supervisor:
                                                        "pid": worker.process.pid}})
 
     def _became_ready(self) -> list[Worker]:
-        """The workers that reported ready since last asked (their ready pipes read without waiting), a dead one not yet
-        buried included: stop() judges it by whether it had become ready."""
-        waiting = [w for w in self.workers.values() if not w.ready and not w.buried]
-        readable, _, _ = select.select([w.ready_fd for w in waiting], [], [], 0) if waiting else ([], [], [])
-        ready = [w for w in waiting if w.ready_fd in readable and os.read(w.ready_fd, 1) == b"1"]
-        for worker in ready:
-            worker.ready = True
+        """The workers that reported ready since last asked, a dead one not yet buried included (stop() judges it by
+        whether it had become ready); every pipe read without waiting, its heartbeats noted (`beat`)."""
+        watched = [w for w in self.workers.values() if not w.buried]
+        readable, _, _ = select.select([w.ready_fd for w in watched], [], [], 0) if watched else ([], [], [])
+        ready = []
+        now = time.monotonic()
+        for worker in (w for w in watched if w.ready_fd in readable):
+            said = os.read(worker.ready_fd, 4096)  # "1" once, then "." a second: one read takes what has piled up
+            if said:
+                worker.beat = now
+            if said[:1] == b"1" and not worker.ready:
+                worker.ready = True
+                ready.append(worker)
         return ready
+
+    def _kill_frozen(self, now: float) -> None:
+        """SIGKILL a live worker whose pipe has been silent past its limit (module docstring); its death is then
+        watched, logged and restarted like any other."""
+        for worker in self.workers.values():
+            limit = self.settings.worker_timeout if worker.ready else READY_SECONDS
+            if worker.buried or worker.killed or now - worker.beat <= limit or worker.process.poll() is not None:
+                continue
+            worker.killed = True
+            log.warning("worker frozen; killing it", extra={"fields": {
+                "event": "worker_frozen", "worker": worker.index, "pid": worker.process.pid,
+                "silent_s": round(now - worker.beat, 1), "limit_s": limit}})
+            worker.process.kill()
 
     def _buried(self, worker: Worker) -> None:
         """Its live gauges leave the sums, its counters and histograms stay in them: folded now, or at a later pass when
