@@ -61,6 +61,7 @@ class Unused:
     key: str
     found: Entry
     reason: str
+    prefix: Path | None = None  # the file it is in (Row.prefix): entries reading one file share its keys
 
 
 @dataclass
@@ -80,22 +81,36 @@ class RestorePlan:
         return sum(r.status == status for r in self.rows)
 
 
-def rename(name: str, entries: Sequence[RenameKey | RenamePattern | RenamePrefix]) -> str:
+MapEntry = RenameKey | RenamePattern | RenamePrefix
+
+
+def rename(name: str, entries: Sequence[MapEntry]) -> str:
     """The first matching map entry's target for `name`; `name` itself when none matches."""
-    for entry in entries:
-        if isinstance(entry, RenameKey):
-            if name == entry.from_:
-                return entry.to
-        elif isinstance(entry, RenamePattern):
-            try:  # RE2: linear in the key whatever the pattern (spec/regex.py)
-                target = regex.rename(entry.pattern, entry.to, name)
-            except ValueError as exc:  # only for entries built without validation (model_construct)
-                raise ValueError(f"map entry {{pattern: {entry.pattern}, to: {entry.to}}}: {exc}") from None
-            if target is not None:
-                return target
-        elif entry.strip_prefix is None or name.startswith(entry.strip_prefix):
-            return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
-    return name
+    return next((target for entry in entries if (target := renamed(name, entry)) is not None), name)
+
+
+def renamed(name: str, entry: MapEntry) -> str | None:
+    """What one map entry makes of `name`; None when it does not match it."""
+    if isinstance(entry, RenameKey):
+        return entry.to if name == entry.from_ else None
+    if isinstance(entry, RenamePattern):
+        try:  # RE2: linear in the key whatever the pattern (spec/regex.py)
+            return regex.rename(entry.pattern, entry.to, name)
+        except ValueError as exc:  # only for entries built without validation (model_construct)
+            raise ValueError(f"map entry {entry_text(entry)}: {exc}") from None
+    if entry.strip_prefix is None or name.startswith(entry.strip_prefix):
+        return (entry.add_prefix or "") + name[len(entry.strip_prefix or ""):]
+    return None
+
+
+def entry_text(entry: MapEntry) -> str:
+    """A map entry as the spec writes it, for messages."""
+    if isinstance(entry, RenameKey):
+        return f"{{from: {entry.from_}, to: {entry.to}}}"
+    if isinstance(entry, RenamePattern):
+        return f"{{pattern: {entry.pattern}, to: {entry.to}}}"
+    parts = [f"{k}: {v}" for k, v in (("strip_prefix", entry.strip_prefix), ("add_prefix", entry.add_prefix)) if v]
+    return "{" + ", ".join(parts) + "}"
 
 
 def ema_base(key: str) -> str | None:
@@ -152,8 +167,10 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
     candidates: dict[str, list[tuple[str, bool]]] = {}  # target -> (key, is an EMA shadow)
 
     def unused(key: str, reason: str) -> None:
-        out.unused.append(Unused(label, key, entries[key], reason))
+        out.unused.append(Unused(label, key, entries[key], reason, prefix))
 
+    if source.ema_to_model:
+        out.errors += _base_name_errors(label, entries, source)
     for key in entries:
         base = ema_base(key) if source.ema_to_model else None
         target = rename(key if base is None else base, source.map)
@@ -196,6 +213,22 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
     return out
 
 
+def _base_name_errors(label: str, entries: dict[str, Entry], source: RestoreSource) -> list[str]:
+    """Under ema_to_model the map renames each EMA shadow by its base name ('ema/X' as 'X': `plan_source`), so an
+    entry that matches a shadow's own key and none of the names the map sees never applies: refused, never a
+    weight left silently at its initializer (an explicit entry reads as "this key goes there")."""
+    seen = [ema_base(key) or key for key in entries]
+    shadows = [key for key in entries if ema_base(key) is not None]
+    errors = []
+    for entry in source.map:
+        hit = next((key for key in shadows if renamed(key, entry) is not None), None)
+        if hit is not None and not any(renamed(name, entry) is not None for name in seen):
+            base = ema_base(hit)
+            errors.append(f"{label}: map entry {entry_text(entry)} never applies: with ema_to_model the map sees each "
+                          f"EMA shadow by its base name ('{base}' for '{hit}'); write the entry for '{base}'")
+    return errors
+
+
 MAX_LISTED = 5  # variables a strict source's error names; the rest are counted
 
 
@@ -216,39 +249,62 @@ def _strict(label: str, source: RestoreSource, targets: Targets, out: SourcePlan
 def combine(parts: Sequence[tuple[RestoreSource, SourcePlan]], targets: Targets, plan: RestorePlan) -> RestorePlan:
     """The sources' plans, in spec order, as one: a later source overrides an earlier one for the same variable
     (the earlier key becomes unused); a `missing` or `conflict` row stays whatever a later source says, since the
-    spec itself is wrong; a variable no source restores is `initialized`, with why (excluded, a strict source)."""
-    final: dict[str, Row] = {}
+    spec itself is wrong; a variable no source restores is `initialized`, with why (excluded, a strict source).
+    A file's key is unused when no entry restores it, listed once (`_unused_once`)."""
+    final: dict[str, tuple[int, Row]] = {}  # variable -> (the entry's index, its row)
     sticky: dict[str, Row] = {}
     excluded: dict[str, str] = {}
     strict: dict[str, str] = {}  # variable -> the strict source that lacks it
+    unused: list[tuple[int, Unused]] = []  # with the index of the entry that left it
 
-    def drop(row: Row, reason: str) -> None:
+    def drop(index: int, row: Row, reason: str) -> None:
         if row.found is not None:
-            plan.unused.append(Unused(row.source, row.key, row.found, reason))
+            unused.append((index, Unused(row.source, row.key, row.found, reason, row.prefix)))
 
-    for source, part in parts:
-        plan.unused += part.unused
+    for index, (source, part) in enumerate(parts):
+        unused.extend((index, u) for u in part.unused)
         plan.errors += part.errors
         for target, row in part.rows.items():
             if target in final:
-                drop(final[target], f"superseded by {row.source}:{row.key}")
-                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target].source}"])))
-            final[target] = row
+                drop(*final[target], f"superseded by {row.source}:{row.key}")
+                row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target][1].source}"])))
+            final[target] = (index, row)
         for target, row in part.sticky.items():
             sticky.setdefault(target, row)
         excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
         strict.update(dict.fromkeys(part.lacking, f"strict: {source.from_} has no key for it"))
     for weight, (shape, dtype) in targets.items():
         if weight in sticky and weight in final:
-            drop(final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
-        chosen = sticky.get(weight) or final.get(weight)
+            drop(*final.pop(weight), f"not restored: the row of '{weight}' is '{sticky[weight].status}'")
+        chosen = sticky.get(weight) or (final[weight][1] if weight in final else None)
         if chosen is None:
             if weight not in strict and weight in excluded:
                 plan.excluded.add(weight)
             chosen = Row(weight, "initialized", shape, dtype,
                          note=strict.get(weight) or excluded.get(weight, "no checkpoint key maps here"))
         plan.rows.append(chosen)
+    plan.unused += _unused_once(unused, plan.rows)
     return plan
+
+
+def _unused_once(found: Sequence[tuple[int, Unused]], rows: Sequence[Row]) -> list[Unused]:
+    """The keys no entry restores, once per file (two entries may read one file: each leaves its own keys, and may
+    restore a key the other left): a key a row takes is not unused. Where the entries that left a key give
+    different reasons, each is said with the entries' places in `checkpoint.restore`."""
+    taken = {(r.prefix, r.key) for r in rows if r.found is not None}
+    first: dict[tuple[Path | None, str], Unused] = {}
+    reasons: dict[tuple[Path | None, str], dict[str, list[int]]] = {}
+    for index, item in found:
+        if (at := (item.prefix, item.key)) not in taken:
+            first.setdefault(at, item)
+            reasons.setdefault(at, {}).setdefault(item.reason, []).append(index)
+    return [replace(item, reason=_reasons(reasons[at])) for at, item in first.items()]
+
+
+def _reasons(said: dict[str, list[int]]) -> str:
+    if len(said) == 1:
+        return next(iter(said))
+    return ". ".join(f"{', '.join(f'restore[{i}]' for i in indexes)}: {reason}" for reason, indexes in said.items())
 
 
 def summary_line(plan: RestorePlan) -> str:

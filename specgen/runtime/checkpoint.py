@@ -41,7 +41,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from specgen.atomic import PROBE_NAME, STALE_AFTER, TEMP_NAME, fsync_folder, pid_alive, write_atomic
+from specgen.atomic import PROBE_NAME, STALE_AFTER, TEMP_NAME, UnsafePathError, fsync_folder, pid_alive, write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.runtime.checkpoint_read import (
@@ -228,8 +228,12 @@ def write_failure(error: OSError, folder: Path, what: str) -> SpecError:
     newest, _ = CheckpointFolder(folder, 1).newest()
     kept = (f"the newest checkpoint, {newest.name}, is intact. {{}}, then continue from it with --resume" if newest
             else "no checkpoint was written yet. {}, then train again")
+    if isinstance(error, UnsafePathError) and error.path is not None:  # no errno: what is in the way, said
+        # (a folder or a link where `latest` goes, made during the run: resume.check_rewritten refuses it up front)
+        return SpecError([Diagnostic(shown(folder), None, f"cannot write {what}: {shown(error.path)} {error.what}; "
+                                     + kept.format(f"Remove {shown(error.path)}"))])
     remedy = WRITE_ERRORS.get(error.errno or 0, "make the run folder writable")
-    reason = (error.strerror or type(error).__name__).lower()
+    reason = error.strerror.lower() if error.strerror else str(error) or type(error).__name__
     return SpecError([Diagnostic(shown(folder), None, f"{reason} while writing {what}; "
                                  + kept.format(remedy.capitalize()))])
 

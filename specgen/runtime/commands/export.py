@@ -20,7 +20,9 @@ model.onnx, goes last, and is removed before model.onnx is replaced.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -163,12 +165,17 @@ def _graph_failures(loaded: LoadedSpec, what: str) -> Iterator[None]:
 
 
 def _check_output(out: Path) -> None:
-    """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work."""
+    """Refuse a link or a folder where export writes, and an unwritable folder, before any TensorFlow work. Nothing
+    is made here: the output folder is made by the write (write_set), once every check passed, and the probe is made
+    in the nearest folder there with its times put back, so a refused export leaves every folder as it was,
+    modification times included (`-o runs/<name>/export` is inside the run folder, which a refusal must not touch)."""
     for name in ("model.onnx", "export.json", *(d.file_name for d in PRECISIONS.values())):
-        refuse_links(out / name)
+        refuse_links(out / name)  # also refuses a file on the way (its lstat fails: not a directory)
+    there = next(p for p in (out, *out.parents) if p.exists() or p.is_symlink())
     with writing(out):
-        out.mkdir(parents=True, exist_ok=True)
-        probe_writable(out)
+        if not there.is_dir():  # a link to nothing on the way: write_set's mkdir would fail, after all the work
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(there))
+        probe_writable(there, keep_times=True)
 
 
 def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -8,9 +8,10 @@ checkpoint keys that nothing used. A source is a TensorFlow checkpoint or a Kera
 file (keras_weights.py: `<layer>/<weight>` keys), told apart by suffix and content. Per
 source, in spec order: each key goes through the first `map` entry that matches it (no
 match keeps the name); `exclude` globs drop target paths; with `ema_to_model`,
-`X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X instead of the raw key. A
-later source overrides an earlier one for the same variable; a `missing` or `conflict` row
-stays, since the spec itself is wrong. A `strict` source lacking a key for a model variable is
+`X/ExponentialMovingAverage` (TF1) or `ema/X` (specgen) feeds X instead of the raw key, and the
+map sees it as X (an entry matching only `ema/X` is an error). A later source overrides an earlier
+one for the same variable; a `missing` or `conflict` row stays, since the spec itself is wrong. A
+key is unused when no source restores it, listed once per file. A `strict` source lacking a key for a model variable is
 an error of the plan (ir/restore_rules.py), never a variable left at its random initial value.
 """
 

@@ -13,6 +13,7 @@ and the checkpoint's fit to the spec (resume_fit.py) have been read and checked,
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from specgen.atomic import probe_writable
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
+from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
-from specgen.runtime.checkpoint import CheckpointFolder, aside_folder
+from specgen.runtime.checkpoint import LATEST, STATE, CheckpointFolder, aside_folder, key_shapes
 from specgen.runtime.integrity import (
     EXPECTED_SERIAL,
     EXPECTED_STEP,
@@ -36,6 +38,7 @@ from specgen.runtime.integrity import (
     verify,
 )
 from specgen.runtime.run_lock import RunLock
+from specgen.runtime.sources.base import MISSING, REGULAR, file_kind
 from specgen.spec.load import LoadedSpec
 from specgen.spec.overrides import load_with_overrides, merge_overrides
 
@@ -76,12 +79,15 @@ class Start:
             self.lock.release()
 
 
-def check_writable(folder: Path) -> None:
+def check_writable(folder: Path, loaded: LoadedSpec | None = None) -> None:
     """Create and remove a probe file in the run folder and its existing subfolders (or, for a new run, in the
     nearest folder above it that exists): a refusal before anything is read, trained or written. A real write, not
     os.access: that misses what only a write finds (sysfs, some FUSE and network file systems). Inside the run
     folder each probed folder's times are put back after, so a refused command leaves it as it was, modification
-    times included (the run lock keeps other writers out meanwhile)."""
+    times included (the run lock keeps other writers out meanwhile). A run folder that is a file (or a file on its
+    way) is said as such first, at `checkpoint.dir` when `loaded` is given: "make it writable" would not help."""
+    if (blocking := _not_a_folder(folder)) is not None:
+        raise _file_in_the_way(folder, blocking, loaded)
     where = folder
     existing = next((p for p in (folder, *folder.parents) if p.is_dir()), None)
     try:
@@ -98,6 +104,53 @@ def _unwritable(exc: OSError, where: Path) -> SpecError:
     return SpecError([Diagnostic(printed(shown), None, f"cannot write the run folder ({exc.strerror or exc}); "
                                  "make it writable, or train into another folder with --set checkpoint.dir=PATH. "
                                  "Nothing was trained.")])
+
+
+def _not_a_folder(folder: Path) -> Path | None:
+    """The first of `folder` and the folders above it that is there but is no folder (a file, a dangling link, a
+    FIFO); None when the first one there is a folder (or a link to one: a run folder may be a link)."""
+    for path in (folder, *folder.parents):
+        if path.is_dir():
+            return None
+        if path.is_symlink() or path.exists():
+            return path
+    return None
+
+
+def _what(path: Path) -> str:
+    """What a path that is no folder is, as a message says it: 'a file', 'a FIFO (named pipe)', ..."""
+    found = file_kind(path)
+    if found == REGULAR:
+        return "a file"
+    return "a symbolic link to nothing" if found == MISSING else found
+
+
+def _file_in_the_way(folder: Path, blocking: Path, loaded: LoadedSpec | None) -> SpecError:
+    what = f"is {_what(blocking)}, not a folder" if blocking == folder else \
+        f"cannot be made: {printed(blocking)} is {_what(blocking)}, not a folder"
+    message = (f"checkpoint.dir {printed(folder)} {what}; move {printed(blocking)} away, or train into another "
+               "folder with --set checkpoint.dir=PATH. Nothing was changed.")
+    if loaded is None:
+        return SpecError([Diagnostic(printed(folder), None, message)])
+    return SpecError([loaded.diagnostic(("checkpoint", "dir"), message)])
+
+
+# What each save rewrites in the run folder besides the new checkpoint (CheckpointFolder.save), by write_atomic, which
+# never replaces a folder, a link or a device: found only after a checkpoint interval of training otherwise.
+REWRITTEN = {LATEST: "the name of the newest checkpoint", STATE: "TensorFlow's state file"}
+
+
+def check_rewritten(folder: Path) -> None:
+    """`latest` and `checkpoint` are regular files or absent, or one line naming the first that is not."""
+    for name, role in REWRITTEN.items():
+        path = folder / name
+        mode = path.lstat().st_mode if path.is_symlink() or path.exists() else None
+        if mode is None or stat.S_ISREG(mode):
+            continue
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else _what(path)
+        raise SpecError([Diagnostic(printed(path), None, f"{what}, not a file: every checkpoint save replaces "
+                                    f"'{name}' ({role}), and replaces only a file. Remove it, then run again (--resume "
+                                    "takes the newest checkpoint without it). Nothing was changed.")])
 
 
 def open_run_folder(start: Start, folder: Path, fresh: bool) -> None:
@@ -182,9 +235,11 @@ INT64_MAX = 2**63 - 1
 
 
 class Meta(BaseModel):
-    """meta.json as Session.save writes it. Keys a later specgen may add are left alone; `serial`, `overrides`,
-    `data`, `targets`, `train_files_sha256` and the `until_*` keys are missing from checkpoints of older versions,
-    which still resume."""
+    """meta.json as Session.save (and CheckpointFolder.save, hooks.checkpoint_meta) writes it: one field per key it
+    writes, each with the type it writes (tests/test_state_r11.py fails for a key a real checkpoint holds that has no
+    field here). Keys a later specgen may add are left alone; `serial`, `overrides`, `data`, `accumulate`, `targets`,
+    `optimizers`, `train_files_sha256`, `pass_start` and the `until_*` keys are missing from checkpoints of older
+    versions, which still resume; none of them is ever written as null but `train_files_sha256`."""
 
     model_config = ConfigDict(extra="ignore")
     step: Annotated[StrictInt, Field(ge=0)]
@@ -192,8 +247,12 @@ class Meta(BaseModel):
     serial: Annotated[StrictInt, Field(ge=1)] | None = None
     overrides: list[StrictStr] = []
     data: DataSettings | None = None
+    # train.accumulate, which cuts each pass (data_position.py): read as "not recorded" unless an integer, so a
+    # damaged one silently applied a saved data position cut for another value.
+    accumulate: Annotated[StrictInt, Field(ge=1)] | None = None
     targets: dict[StrictStr, StrictStr] | None = None
     optimizers: dict[StrictStr, StrictStr] | None = None  # name -> kind (resume_fit.py); older checkpoints lack it
+    data_workers: Annotated[StrictInt, Field(ge=2)] | None = None  # file-sharded data (integrity.py checks it first)
     # The run's end, where a plain --resume goes on to (run_end.py), and what it counts: made updates (`steps`, also
     # when `until_by` is missing) or attempted ones (`epochs`). Older checkpoints lack both: train.epochs from step 0.
     until_step: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] | None = None  # the global step is an int64
@@ -205,11 +264,13 @@ class Meta(BaseModel):
     # a malformed one is refused here, as it would otherwise read as "not recorded" and be compared with another.
     train_files_sha256: Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")] | None = None
 
-    @field_validator("until_step", "until_by", "until_per_epoch", "pass_start", mode="before")
+    @field_validator("serial", "data", "accumulate", "targets", "optimizers", "data_workers", "until_step", "until_by",
+                     "until_per_epoch", "pass_start", mode="before")
     @classmethod
     def _written(cls, value: Any) -> Any:
-        """specgen writes the end's keys or (an older version) none: a null is an edit, which read as "no end
-        recorded" and silently trained train.epochs from step 0. (A non-chief worker's train_files_sha256 is null.)"""
+        """specgen writes these keys or (an older version) not at all: a null is an edit, which read as "not
+        recorded" (no end: train.epochs from step 0; no data settings or accumulate: the saved data position applied
+        unchecked). (A non-chief worker's train_files_sha256 is null.)"""
         if value is None:
             raise ValueError("null")
         return value
@@ -225,19 +286,41 @@ def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
         key = str(error["loc"][0]) if error["loc"] else "step"
         where = ".".join(str(part) for part in error["loc"])
         received = "nothing (the key is missing)" if error["type"] == "missing" else describe(error["input"])
-        raise SpecError([Diagnostic(printed(path / META), key_position(text, key), f"checkpoint {path.name} has a "
-                                    f"malformed meta.json: '{where}' is {received}; expected {_EXPECTED[key]}, as "
-                                    "specgen writes it. Resume from another checkpoint (--resume-from) or start over "
-                                    "with --fresh")]) from None
+        raise _malformed(path, text, key, received, _EXPECTED[key], where) from None
     if meta["spec"] != loaded.spec.name:
         raise SpecError([Diagnostic(printed(path / META), key_position(text, "spec"), f"this checkpoint belongs to "
                                     f"spec {quoted(meta['spec'])}, not {quoted(loaded.spec.name)}; resume it with that "
                                     "spec, or give this one its own folder (checkpoint.dir)")])
+    _check_optimizer_record(path, meta, text)
+
+
+def _check_optimizer_record(path: Path, meta: dict[str, Any], text: str) -> None:
+    """`optimizers` names exactly the optimizers whose state the checkpoint holds (each saves its `iterations`), as
+    Session.save writes it: with one left out, that optimizer's kind went unchecked (resume_fit.py compares the
+    recorded ones only). Against the checkpoint's own keys, not the spec: a spec that gained or lost an optimizer
+    since is resume_fit's refusal, with its own words."""
+    record = meta.get("optimizers")
+    if record is None:  # an older specgen's checkpoint: resume_fit.py notes it
+        return
+    held = sorted(parts[1] for key in key_shapes(path / "variables")
+                  if len(parts := key.split("/")) == 3 and key == keys.iterations(parts[1]))
+    if sorted(record) != held:
+        raise _malformed(path, text, "optimizers", describe(record), "an object of each optimizer whose state the "
+                         f"checkpoint holds ({', '.join(held) or 'none'}) to its kind (strings)")
+
+
+def _malformed(path: Path, text: str, key: str, received: str, expected: str, where: str | None = None) -> SpecError:
+    return SpecError([Diagnostic(printed(path / META), key_position(text, key), f"checkpoint {path.name} has a "
+                                 f"malformed meta.json: '{where or key}' is {received}; expected {expected}, as "
+                                 "specgen writes it. Resume from another checkpoint (--resume-from) or start over "
+                                 "with --fresh")])
 
 
 _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it (a string)",
              "serial": EXPECTED_SERIAL, "overrides": "a list of --set texts (strings)",
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
+             "accumulate": "an integer, 1 or more (train.accumulate, which cuts each pass of the data)",
+             "data_workers": "the number of workers (2 or more) whose data positions it holds",
              "targets": "an object of target variable path to online variable path (strings)",
              "optimizers": "an object of optimizer name to its kind (strings)",
              "until_step": f"an integer from 0 to {INT64_MAX} (the step the run ends at)",
@@ -293,7 +376,9 @@ def _prepare(start: Start, options: Options, chief: bool) -> Start:
     folder = run_folder(loaded)
     checkpoints = CheckpointFolder(folder, 1)
     if chief:  # checks only: open_run_folder writes, after the data and restore sources are checked too
-        check_writable(folder)
+        check_writable(folder, loaded)
+        if not options.fresh:  # --fresh moves them aside with the rest of the earlier run
+            check_rewritten(folder)
     # --fresh moves the folder's run aside (open_run_folder), so neither resumes nor collides with it
     resume = options.resume or (options.resume_or_start and not options.fresh and bool(checkpoints.newest()[0]))
     if not resume and options.resume_from is None:
