@@ -32,7 +32,7 @@ from specgen.runtime.integrity import (
     saved,
     unreadable_error,
 )
-from specgen.runtime.keras_weights import is_keras_file
+from specgen.runtime.keras_weights import not_a_checkpoint
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)
@@ -193,10 +193,8 @@ def resolve_prefix(path: Path) -> Path:
     (a Keras weight file too: only restore maps read those, keras_weights.py). Every file read on the way is a
     regular file, or the ValueError says what it is."""
     path = tidy(path)
-    if is_keras_file(path):
-        raise ValueError(f"{shown(path)} is a Keras weight file, not a TensorFlow checkpoint: name it in "
-                         "checkpoint.restore (or pass it to `specgen restore-plan --from`); `specgen export` "
-                         "without --checkpoint exports the spec's restore plan")
+    if (what := not_a_checkpoint(path)) is not None:  # a Keras weight file, a zip (.npz) or another HDF5 file
+        raise ValueError(what)
     try:
         if path.is_dir():
             if file_problem(path / LATEST) != "is missing" or any(p.is_dir() for p in path.glob("ckpt-*")):

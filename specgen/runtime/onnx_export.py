@@ -6,13 +6,15 @@ included; ConvTranspose; Gemm; a dense layer's MatMul on a rank > 2 input, read 
 layout Transpose) whose output nothing else reads, and whose weights no other node reads (a
 shared layer's are read by each call), is folded into that layer's weights (W' = W * s per
 output channel, b' = (b - mean) * s + beta, with s = gamma / sqrt(var + eps)); the rest stay
-BatchNormalization in inference form.
+BatchNormalization in inference form. A fold whose scale or weights would overflow float32 (a moving_variance
+just above -epsilon) is not made: the batch norm stays, computing what TensorFlow computes.
 A batch norm without gamma or beta (`scale: false` / `center: false`) reads a
 ConstantOfShape filler (ones / zeros) there; folding reads its value and drops it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +22,40 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
+from specgen.kinds.ops import op_def
 from specgen.render.errors import RenderError
 from specgen.runtime import lengths
 from specgen.runtime.lib.onnx_layout import onnx_feeds
+
+
+class WeightError(SpecgenError, ValueError):
+    """A weight no layer can compute with (a negative variance): one line naming the variable."""
+
+
+def variance_problem(ir: ModelIR, values: Mapping[str, np.ndarray], names: Mapping[str, str] | None = None) -> str | None:
+    """"'bn1/moving_variance' is -5 at [7] (...); expected ..." for the first variance (OpDef.variance) below what
+    its layer can take the square root of, named by `names` (spec path -> checkpoint key) where given; None when all
+    fit. Computed in float32 as the model computes it; NaN is left to the finite-weights check. A variance is never
+    negative (training's moving average of batch variances cannot make one): a checkpoint holding one is damaged
+    or was edited, and the model would compute NaN from it (numpy's sqrt in the fold, TensorFlow's, onnxruntime's)."""
+    for node in ir.nodes:
+        role, epsilon_key = op_def(node.op).variance or ("", "")
+        variable = node.variables.get(role) if node.shares is None else None  # a shared layer's: at its owner
+        if variable is None or variable.path not in values:
+            continue
+        epsilon = float(node.params[epsilon_key]) if epsilon_key else 0.0
+        value = np.asarray(values[variable.path], np.float32)
+        bad = (value + np.float32(epsilon) <= 0) if epsilon else (value < 0)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            more = f" (and {int(bad.sum()) - 1} more)" if bad.sum() > 1 else ""
+            expected = (f"{role} + epsilon ({epsilon:g}) > 0, as {node.op} '{node.name}' takes its square root"
+                        if epsilon else f"{role} >= 0, as {node.op} '{node.name}' takes its square root")
+            name = (names or {}).get(variable.path, variable.path)
+            return f"'{name}' is {float(value[index]):g} at {list(index)}{more}; expected {expected}"
+    return None
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: Any) -> Any:
@@ -138,8 +170,9 @@ def _bn_operands(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
     gamma, beta = (_operand(n, producers, weights, mean) for n in node.input[1:3])
     if gamma is None or beta is None:
         return None
-    scale = (gamma / np.sqrt(var + _attribute(node, "epsilon", 1e-5))).astype(np.float32)
-    return scale, mean, beta
+    with np.errstate(all="ignore"):  # checked below: a negative variance or an overflow is not folded, never warned
+        scale = (gamma / np.sqrt(var + _attribute(node, "epsilon", 1e-5))).astype(np.float32)
+    return (scale, mean, beta) if np.isfinite(scale).all() else None
 
 
 def _scaled_kernel(chain: _Chain, kernel: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -157,25 +190,31 @@ def _scaled_kernel(chain: _Chain, kernel: np.ndarray, scale: np.ndarray) -> np.n
 
 
 def _fold(node: onnx.NodeProto, chain: _Chain, operands: tuple[np.ndarray, np.ndarray, np.ndarray],
-          weights: dict[str, np.ndarray], keep: list[onnx.NodeProto]) -> None:
-    """Scale the kernel, fold the statistics into the bias (adding one where there is none), rewire the outputs."""
+          weights: dict[str, np.ndarray], keep: list[onnx.NodeProto]) -> bool:
+    """Scale the kernel, fold the statistics into the bias (adding one where there is none), rewire the outputs.
+    False, changing nothing, where a folded weight would overflow float32: the batch norm then stays."""
     scale, mean, beta = operands
     kept = {name: weights[name].shape for name in (chain.kernel, chain.bias) if name is not None}
-    try:
-        # + 0.0 turns -0.0 into +0.0 and leaves every other value as it is: a pruned entry (+0.0, docs/pruning.md)
-        # times a negative scale would otherwise be written as -0.0.
-        weights[chain.kernel] = _scaled_kernel(chain, weights[chain.kernel], scale).astype(np.float32) + np.float32(0)
-    except ValueError as exc:  # a scale that does not fit the kernel's channels: refuse, never export it
-        raise _fold_error(node, chain, f"{chain.kernel} {list(weights[chain.kernel].shape)}: {exc}") from None
     bias_name = chain.bias or f"{chain.op.output[0]}___folded_bias"
     bias = weights.get(bias_name, np.zeros_like(mean))
-    weights[bias_name] = ((bias - mean) * scale + beta).astype(np.float32)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is checked below, never warned
+            # + 0.0 turns -0.0 into +0.0 and leaves every other value as it is: a pruned entry (+0.0,
+            # docs/pruning.md) times a negative scale would otherwise be written as -0.0.
+            kernel = _scaled_kernel(chain, weights[chain.kernel], scale).astype(np.float32) + np.float32(0)
+            folded_bias = ((bias - mean) * scale + beta).astype(np.float32)
+    except ValueError as exc:  # a scale that does not fit the kernel's channels: refuse, never export it
+        raise _fold_error(node, chain, f"{chain.kernel} {list(weights[chain.kernel].shape)}: {exc}") from None
+    if not (np.isfinite(kernel).all() and np.isfinite(folded_bias).all()):
+        return False
+    weights[chain.kernel], weights[bias_name] = kernel, folded_bias
     if chain.bias is None:
         _add_bias(chain, bias_name, keep)
     for name, shape in ({bias_name: mean.shape} | kept).items():
         if weights[name].shape != shape:
             raise _fold_error(node, chain, f"'{name}' became {list(weights[name].shape)}, expected {list(shape)}")
     chain.last.output[0] = node.output[0]  # the layer (or its Transpose) now writes what batch norm wrote
+    return True
 
 
 def _add_bias(chain: _Chain, bias_name: str, keep: list[onnx.NodeProto]) -> None:
@@ -201,14 +240,13 @@ def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> 
     the wrong rank gives a graph that onnx.checker (even with full_check) accepts and onnxruntime refuses.
     """
     producers = {out: node for node in graph.node for out in node.output}
-    consumers, folded, keep = _consumers(graph), 0, []
+    consumers, folded, keep = _consumers(graph), 0, list[onnx.NodeProto]()
     for node in graph.node:
         chain = _chain(node, producers, consumers, weights) if node.op_type == "BatchNormalization" else None
         operands = _bn_operands(node, producers, weights) if chain is not None else None
-        if chain is None or operands is None:
+        if chain is None or operands is None or not _fold(node, chain, operands, weights, keep):
             keep.append(node)
             continue
-        _fold(node, chain, operands, weights, keep)
         folded += 1
     del graph.node[:]
     graph.node.extend(keep)
@@ -217,11 +255,15 @@ def fold_batch_norms(graph: onnx.GraphProto, weights: dict[str, np.ndarray]) -> 
 
 
 def with_weights(built: onnx.ModelProto, ir: ModelIR, values: dict[str, np.ndarray], fold: bool = True) -> onnx.ModelProto:
-    """A copy of the built model whose weight inputs became initializers holding `values`."""
+    """A copy of the built model whose weight inputs became initializers holding `values`; WeightError naming the
+    variable for a value the model cannot compute with (variance_problem, a finite value past float32)."""
+    if (problem := _past_float32(values) or variance_problem(ir, values)) is not None:
+        raise WeightError(f"variable {problem}; nothing was written")
     model = onnx.ModelProto()
     model.CopyFrom(built)
     graph = model.graph
-    weights = {k: v.astype(np.float32) for k, v in onnx_feeds(ir.model_variables, values).items()}
+    with np.errstate(over="ignore"):  # values past float32's range were refused above
+        weights = {k: v.astype(np.float32) for k, v in onnx_feeds(ir.model_variables, values).items()}
     if fold:
         fold_batch_norms(graph, weights)
     for node in graph.node:  # onnxruntime's errors and profiles (and Netron) name a node by its name: the tensor it writes
@@ -234,6 +276,22 @@ def with_weights(built: onnx.ModelProto, ir: ModelIR, values: dict[str, np.ndarr
     onnx.checker.check_model(model, full_check=True)
     lengths.stamp(model, ir)  # bounds of named dimensions, read back by Predictor
     return model
+
+
+def _past_float32(values: Mapping[str, np.ndarray]) -> str | None:
+    """"'x' is 1e+300 at [0, 2] (...); expected ..." for the first finite value float32 would make infinite."""
+    largest = float(np.finfo(np.float32).max)
+    for name, value in values.items():
+        if value.dtype.kind != "f" or value.dtype.itemsize <= 4:
+            continue
+        with np.errstate(over="ignore"):  # the overflow is what is looked for
+            bad = np.isfinite(value) & np.isinf(value.astype(np.float32))
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            more = f" (and {int(bad.sum()) - 1} more)" if bad.sum() > 1 else ""
+            return (f"'{name}' is {float(value[index]):g} at {list(index)}{more}; expected a value float32 holds "
+                    f"(|x| <= {largest:.4g}): the model computes in float32")
+    return None
 
 
 def node_counts(model: onnx.ModelProto) -> dict[str, int]:

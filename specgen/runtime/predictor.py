@@ -45,6 +45,17 @@ class InputError(SpecgenError, ValueError):
     """Inputs that do not fit the model: names, dtypes or shapes."""
 
 
+# The --provider values each command takes (its argparse choices): an error's advice names only those of the
+# command that printed it (`specgen export` gates variants on the provider that will run them: no `auto`).
+PROVIDERS = ("auto", "cuda", "cpu")  # specgen infer, specgen serve
+EXPORT_PROVIDERS = ("cpu", "cuda")
+
+
+def _accept_cpu(choices: Sequence[str]) -> str:
+    """How to run on the CPU instead, in the command's own --provider values."""
+    return f"Use --provider {' or '.join(c for c in ('cpu', 'auto') if c in choices)} to accept that."
+
+
 def has_cuda_driver() -> bool:
     """Whether the NVIDIA driver library is present: without it CUDA cannot start, so `auto` skips it."""
     return ctypes.util.find_library("cuda") is not None
@@ -129,11 +140,12 @@ class Predictor:
     batch-first, onnxruntime refuses the capture) the Predictor runs without them and says why in
     `graph_note`. `buckets` given without `cuda_graphs` pads batches on any provider (on the CPU only
     worth it to check the path: padding costs compute there). `nhwc`: the CUDA provider's `prefer_nhwc`.
+    `choices`: the --provider values of the command that runs it, the only ones its advice names.
     """
 
     def __init__(self, model: Path | str | bytes, provider: str = "auto", threads: int = 0, *,
                  cuda_graphs: bool = False, max_batch_size: int = 0, buckets: Sequence[int] | None = None,
-                 nhwc: bool = True):
+                 nhwc: bool = True, choices: Sequence[str] = PROVIDERS):
         ladder = batch_buckets(max_batch_size, buckets)  # refuses bad buckets before the model loads
         self.source = model if isinstance(model, bytes) else str(model)
         self.threads, self.nhwc = threads, nhwc
@@ -146,7 +158,7 @@ class Predictor:
         self.fell_back = CUDA in _providers(provider) and self.provider != CUDA
         if provider == "cuda" and self.provider != CUDA:
             raise InputError("the CUDA provider could not start (CUDA or cuDNN libraries missing?); "
-                             "onnxruntime fell back to the CPU. Use --provider cpu or auto to accept that.")
+                             f"onnxruntime fell back to the CPU. {_accept_cpu(choices)}")
         self.inputs = {i.name: (tuple(i.shape), DTYPES.get(i.type, np.float32)) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         metadata = self.session.get_modelmeta().custom_metadata_map

@@ -285,6 +285,8 @@ class OpDef:
       (kinds/features/levenberg_marquardt.py REFUSED).
     - `folds_away`: the export may fold its variables into the layer before it (batch_norm: runtime/onnx_export.py),
       so a pruning mask on them would leave no zero in the model; `prune` refuses them (ir/pruning.py).
+    - `variance`: (variable, params key of the epsilon added first, '' for none): the variance it takes the square
+      root of, which the export refuses below what that root takes, naming it (runtime/onnx_export.py).
     - `training_only`: the spec keys (a key covers its sub-keys: `kernel_init` its `kernel_init.kind`) that change
       only how the layer trains, never what it computes from given weights: the initializers of variables a
       checkpoint restores, batch-norm momentum, dropout rates. `specgen diff` lists a change to one under
@@ -323,6 +325,7 @@ class OpDef:
     xla_refusal: str = ""
     stateful: Callable[[Any], bool] = never
     folds_away: bool = False
+    variance: tuple[str, str] | None = None
     training_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -107,6 +107,7 @@ OPS = (
     OpDef("batch_norm", BatchNorm, batch_norm, batch_norm_tf_attrs, batch_norm_onnx_attrs, layout="first",
           symbolic=True, mask=BATCH_NORM_MASK, compute_dtype="float32", moments="batch_normalized",
           keras=("BatchNormalization",), stateful=lambda layer: True, folds_away=True,  # moving statistics
+          variance=("moving_variance", "epsilon"),
           training_only=("momentum", "sync")),  # how training updates the moving statistics; inference reads them
     # LayerNormalization is written with axis -1: channels-last.
     OpDef("layer_norm", LayerNorm, layer_norm, layer_norm_tf_attrs, epsilon_onnx_attrs, symbolic=True,

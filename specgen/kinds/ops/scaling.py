@@ -152,5 +152,6 @@ OPS = (
     OpDef("rescale", Rescale, rescale, tf_attrs, _onnx(("scale", "offset")), layout="any", symbolic=True,
           mask=PASSES_MASK, moments="affine", keras=("Rescaling",)),
     OpDef("normalize", Normalize, normalize, tf_attrs, _onnx(("mean", "variance")), layout="any", symbolic=True,
-          mask=PASSES_MASK, moments="standardize", keras=("Normalization",)),
+          mask=PASSES_MASK, moments="standardize", keras=("Normalization",),
+          variance=("variance", "")),  # max(sqrt(variance), KERAS_EPSILON): no epsilon added before the root
 )

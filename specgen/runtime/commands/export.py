@@ -45,7 +45,7 @@ from specgen.runtime import data
 from specgen.runtime.file_set import write_set
 from specgen.runtime.graph_runs import GraphRunError, reported, run_rows
 from specgen.runtime.lib.generated import load_generated
-from specgen.runtime.onnx_export import node_counts, with_weights
+from specgen.runtime.onnx_export import node_counts, variance_problem, with_weights
 from specgen.runtime.parity import accuracy, check_sizes, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.precision import REGISTRY as PRECISIONS
 from specgen.runtime.precision.step import PrecisionRequest, make_variant
@@ -122,13 +122,18 @@ def _tf_model(ir: ModelIR, model_py: bytes, values: dict[str, np.ndarray]) -> Ru
     return run
 
 
-def _refuse_non_finite_weights(prefix: Path, keys: dict[str, str], values: dict[str, np.ndarray]) -> None:
-    """Every weight finite: a NaN kernel behind a relu can still give finite outputs on the sample."""
+def _refuse_bad_weights(ir: ModelIR, prefix: Path, keys: dict[str, str], values: dict[str, np.ndarray]) -> None:
+    """Every weight finite (a NaN kernel behind a relu can still give finite outputs on the sample), and every
+    variance one its layer can take the square root of (onnx_export.variance_problem), named by checkpoint key."""
     problem = first_non_finite({keys[path]: value for path, value in values.items()})
     if problem is not None:
         raise SpecError([Diagnostic(shown(prefix), None, f"checkpoint variable {problem}; training diverged or the "
                                     "checkpoint is damaged. Nothing was written; export an earlier checkpoint "
                                     "or retrain (check the data and the learning rate)")])
+    problem = variance_problem(ir, values, keys)
+    if problem is not None:
+        raise SpecError([Diagnostic(shown(prefix), None, f"checkpoint variable {problem}; the checkpoint is damaged "
+                                    "or was edited. Nothing was written; export an earlier checkpoint or retrain")])
 
 
 def _refuse_non_finite_outputs(out: Path, sample: str, outputs: dict[str, dict[str, np.ndarray]]) -> None:
@@ -257,7 +262,7 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
         masks = mask_targets(ir)  # pruned weights are exported through the checkpoint's masks: exact zeros
         arrays = read_arrays(source, {keys[p]: shapes[p] for p in keys} | masks)
         values = masked_values(ir, {p: arrays[keys[p]] for p in keys}, {k: arrays[k] for k in masks})
-    _refuse_non_finite_weights(source, keys, values)
+    _refuse_bad_weights(ir, source, keys, values)
     model = with_weights(onnx.load_from_string(files["model.onnx"]), ir, values)
     model_bytes = model.SerializeToString(deterministic=True)
     inputs, labels, sample = _sample_inputs(loaded, ir)

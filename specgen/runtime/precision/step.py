@@ -25,7 +25,7 @@ from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionR
 from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
 from specgen.runtime.precision.valid import checked_variant
 from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
-from specgen.runtime.predictor import CPU, InputError, Predictor
+from specgen.runtime.predictor import CPU, EXPORT_PROVIDERS, InputError, Predictor
 from specgen.spec.load import LoadedSpec
 
 DEFAULT_CALIBRATION = 512
@@ -99,7 +99,7 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         variant_bytes, converted = definition.convert(model_bytes, calibration)
         variant_bytes = checked_variant(variant_bytes, name)  # sorted, onnx.checker's full check: as model.onnx
         fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
-        variant = Predictor(variant_bytes, "cpu" if unverified else request.provider)
+        variant = Predictor(variant_bytes, "cpu" if unverified else request.provider, choices=EXPORT_PROVIDERS)
         outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unverified is not None)
         # a graph with a fixed batch (export.onnx.dynamic_batch: false) runs the eval set in chunks of it
         gated = accuracy_gate(name, export.budget, run_rows(fp32, inputs), outputs, labels, logits) | measured
@@ -150,7 +150,8 @@ def _checked(definition: PrecisionDef, model_bytes: bytes, variant_bytes: bytes,
     without, that is a PrecisionRefusal saying what --force would do. Any other refusal stands.
     """
     try:
-        fp32 = Predictor(model_bytes, request.provider)  # first: a CUDA that cannot start is said before any check
+        # first: a CUDA that cannot start is said before any check, in export's --provider values
+        fp32 = Predictor(model_bytes, request.provider, choices=EXPORT_PROVIDERS)
         return fp32, definition.check(variant_bytes, request.provider), None
     except InputError as exc:  # the CUDA provider is absent or cannot start here
         reason = str(exc).rstrip(".")
