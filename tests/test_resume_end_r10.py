@@ -65,11 +65,11 @@ def cli(args: list[Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes | str, int]]:
-    """Every entry under `folder` and the folder itself: files by bytes and mtime, folders by mtime."""
+    """Every entry under `folder` and the folder itself: files by bytes and mtime, folders and links by mtime."""
     entries: dict[str, tuple[bytes | str, int]] = {".": ("folder", folder.stat().st_mtime_ns)}
     for path in sorted(folder.rglob("*")):
-        what = path.read_bytes() if path.is_file() else "folder"
-        entries[str(path.relative_to(folder))] = (what, path.stat().st_mtime_ns)
+        what = path.read_bytes() if path.is_file() and not path.is_symlink() else "other"  # a folder, a link
+        entries[str(path.relative_to(folder))] = (what, path.lstat().st_mtime_ns)
     return entries
 
 

@@ -24,6 +24,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from test_resume_end_r10 import cli, snapshot  # noqa: E402
+
 from specgen.atomic import UnsafePathError  # noqa: E402
 from specgen.cli import main  # noqa: E402
 from specgen.diagnostics import SpecError  # noqa: E402
@@ -74,22 +76,6 @@ checkpoint:
   restore:
 """
 RESUME = "Resume from another checkpoint (--resume-from) or start over with --fresh"
-
-
-def cli(args: list[Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def snapshot(folder: Path) -> dict[str, tuple[bytes | str, int]]:
-    """Every entry under `folder` and the folder itself: files by bytes and mtime, folders by mtime."""
-    entries: dict[str, tuple[bytes | str, int]] = {".": ("folder", folder.stat().st_mtime_ns)}
-    for path in sorted(folder.rglob("*")):
-        what = path.read_bytes() if path.is_file() and not path.is_symlink() else "other"
-        entries[str(path.relative_to(folder))] = (what, path.lstat().st_mtime_ns)
-    return entries
 
 
 @pytest.fixture(scope="module")

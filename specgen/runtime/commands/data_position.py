@@ -73,9 +73,15 @@ class TrainingFiles:
         return [] if what is None else [f"the training files: {what}"]
 
 
-def restore(session: Resuming, path: Path) -> str:
+def restore(session: Resuming, path: Path, attempts: int) -> tuple[str, int]:
     """The data iterator's saved position (into `session.iterator`), or a new pass, with a note why, when what it
-    depends on changed."""
+    depends on changed; and where the data's current pass began (meta.json `pass_start`, in attempted updates).
+    `attempts`: the checkpoint's attempted updates.
+
+    A pass's pipeline is shuffled with train.seed + its start (0 for the run's first pass), and a saved position is
+    restored into a pipeline built with that seed: tf.data saves a shuffle's buffer and its count of draws, not
+    its seed, so under another seed the batches after the position differ (by how many the prefetch had drawn when
+    the checkpoint was saved, so not even the same ones twice: a resume inside a new pass went elsewhere)."""
     begin = session.begin
     saved, now = begin.meta.get("data"), session.data_settings()
     if isinstance(saved, dict):
@@ -86,16 +92,20 @@ def restore(session: Resuming, path: Path) -> str:
     changed += session.files.changed(session.folder, begin.meta)
     position = position_prefix(path, begin.meta, session.distribution.positions, session.distribution.workers)
     if not changed:
+        start = int(begin.meta.get("pass_start", 0))  # an older checkpoint's: passes from step 0
+        if start:
+            session.iterator = iter(session.training_batches(session.train_ir.seed + start))
         try:
             tf.train.Checkpoint(iterator=session.iterator).read(str(position)).assert_consumed()
-            return ""
+            return "", start
         except tf.errors.NotFoundError:  # a pipeline without data.py's cut of each pass (an older specgen)
             changed = ["each pass is now cut into whole updates of train.accumulate micro-batches"]
-    seed = session.train_ir.seed + int(begin.meta["step"])
+    seed = session.train_ir.seed + attempts
     session.iterator = iter(session.training_batches(seed))
+    step = int(begin.meta["step"])
+    counted = "train.seed + step" if attempts == step else f"train.seed + its {attempts} attempted updates"
     return (f"the data settings changed since {path.name} ({', '.join(changed)}), so its saved data position "
-            f"does not apply: the training data starts a new pass here, shuffled with seed {seed} "
-            "(train.seed + step)")
+            f"does not apply: the training data starts a new pass here, shuffled with seed {seed} ({counted})"), attempts
 
 
 def _accumulate_changed(meta: dict[str, Any], now: int) -> list[str]:

@@ -108,8 +108,9 @@ class Session:
         # Updates attempted, made or skipped (mixed_float16's loss scale skips some without advancing the global
         # step): each reads its micro-batches, so this is the position in the data that epochs count (train.py).
         self.attempts = self.step
-        # Where the data's current pass began, in attempts: the loop's epoch ends (train.py) are its pass ends. 0 for
-        # a run from its start; a resume reads it from meta.json, or sets it where it starts a new pass (start()).
+        # Where the data's current pass began, in attempts: the loop's epoch ends (train.py) are its pass ends, and
+        # its pipeline is shuffled with train.seed + pass_start (data_position.py). 0 for a run from its start; a
+        # resume reads it from meta.json, or sets it where it starts a new pass (start()).
         self.pass_start = 0
 
     def _load_code(self) -> None:
@@ -153,27 +154,24 @@ class Session:
         absent = hooks.absent_optional(self.trainer, saved)
         variables = {k: v for k, v in variables.items() if k not in absent}
         values = read_values(path / "variables", variables)
-        note = data_position.restore(self, path)
+        attempts = int(self.begin.meta["step"]) + _skipped(path / "variables", saved)
+        note, self.pass_start = data_position.restore(self, path, attempts)
         for name, var in variables.items():
             var.assign(values[name])
         for name, value in kept.items():  # --set learning rates win over the checkpoint's
             self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
-        self.attempts = self.step + _skipped(path / "variables", saved)
-        said = self._pass(note)
+        self.attempts = attempts
+        said = self._new_pass(note) if note else []
         return (f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}"
                 + "".join(f"\nnote: {n}" for n in said) + self._open_records())
 
-    def _pass(self, new_pass: str) -> list[str]:
-        """Where the data's current pass began (`pass_start`), once restored: the checkpoint's, or here when the
-        data starts a new pass (`new_pass`: data_position.py's note), where an epochs end inside a pass moves to
-        the new pass's end (run_end.aligned). The notes to print."""
-        if not new_pass:
-            self.pass_start = int(self.begin.meta.get("pass_start", 0))  # older checkpoints: passes from step 0
-            return []
-        self.pass_start, end = self.attempts, self.end
+    def _new_pass(self, note: str) -> list[str]:
+        """The data started a new pass here (`note`: data_position.py's): an epochs end inside a pass moves to the
+        new pass's end (run_end.aligned). The notes to print."""
+        end = self.end
         self.end = run_end.aligned(end, self.attempts)
-        return [new_pass] + ([self.end.note] if self.end is not end else [])
+        return [note] + ([self.end.note] if self.end is not end else [])
 
     def _open_records(self) -> str:
         """The run's record (provenance.py) and TensorBoard's writers, once the start succeeded: a start refused on
