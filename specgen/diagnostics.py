@@ -31,11 +31,23 @@ class _BoundedRepr(reprlib.Repr):
 
     def repr_int(self, x: int, level: int) -> str:
         if x.bit_length() > 256:
-            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1} digits>"
+            return f"<an integer of about {digit_count(x)} digits>"
         return repr(x)
 
     def repr_bytes(self, x: bytes, level: int) -> str:
         return f"{x[:MAX_ECHO]!r}… ({len(x)} bytes)" if len(x) > MAX_ECHO else repr(x)
+
+
+def digit_count(x: int) -> int:
+    """The decimal digits of `x`, without str(), which Python refuses past 4300 digits: from its bits (2**(b-1) <= |x|
+    < 2**b), which leave two candidates, told apart by one power of ten (the bits alone over-counted 999 as 4)."""
+    x = abs(x)
+    digits = int((max(x.bit_length(), 1) - 1) * math.log10(2)) + 1
+    while x >= 10**digits:
+        digits += 1
+    while digits > 1 and x < 10 ** (digits - 1):  # a float rounding at millions of digits
+        digits -= 1
+    return digits
 
 
 _REPR = _BoundedRepr()  # a few items, a few levels, never the whole value

@@ -193,3 +193,51 @@ def test_only_unions_whose_scalar_is_one_item_are_marked() -> None:
         return any(isinstance(m, OneItem) for m in getattr(tp, "__metadata__", ()))
 
     assert (marked(Selection), marked(ChannelValues), marked(Column)) == (True, False, False)
+
+
+# --- a loss term is the one-item list of terms (review round 11, finding 2) ----------------------------------------
+
+TERM = "loss: {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}"
+ONE_TERM = "loss:\n  - {kind: sparse_softmax_cross_entropy, logits: logits, labels: label}"
+
+
+def test_a_loss_written_as_one_term_is_its_one_item_list(tmp_path, capsys) -> None:
+    """It was `training: 10 change(s)`: every `loss.*` key removed and every `loss[None].*` key added."""
+    assert TERM in MLP
+    code, out, err = diff(tmp_path, capsys, MLP, MLP.replace(TERM, ONE_TERM))
+    assert (code, err) == (0, "")
+    assert "\ntraining: unchanged\n" in out
+
+
+def test_unnamed_loss_terms_are_rows_by_their_index(tmp_path, capsys) -> None:
+    """A term's name is null unless written: its rows said `loss[None]`, and two unnamed terms shared them."""
+    old = MLP.replace(TERM, ONE_TERM)
+    new = old.replace(ONE_TERM, ONE_TERM + "\n  - {kind: l2, variables: trainable, weight: 0.001}"
+                                           "\n  - {kind: l1, variables: trainable, weight: 0.5, name: sparse}")
+    code, out, err = diff(tmp_path, capsys, old, new)
+    assert (code, err) == (0, "")
+    assert section(out, "training")[3:] == [
+        "  added   loss[1].kind                 l2",
+        "  added   loss[1].name                 null",
+        "  added   loss[1].variables            trainable",
+        "  added   loss[1].weight               0.001",
+        "  added   loss[sparse].kind            l1",
+        "  added   loss[sparse].name            sparse",
+        "  added   loss[sparse].variables       trainable",
+        "  added   loss[sparse].weight          0.5",
+    ]
+
+
+def test_every_union_whose_single_form_is_one_item_is_marked() -> None:
+    """The spec's scalar-or-list and mapping-or-list unions (fields/unions.py by_shape) whose single form means the
+    one-item list: a loss term, a selection, a reduce axis, a TFRecord file. The loss was left out in round 11."""
+    from specgen.fields.losses import Selection
+    from specgen.fields.unions import OneItem
+    from specgen.kinds.losses import Loss
+    from specgen.kinds.ops.reduce import Axes
+    from specgen.kinds.sources.tfrecord import Files
+
+    def marked(tp: object) -> bool:
+        return any(isinstance(m, OneItem) for m in getattr(tp, "__metadata__", ()))
+
+    assert [marked(tp) for tp in (Loss, Selection, Axes, Files)] == [True] * 4

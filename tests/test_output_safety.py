@@ -274,7 +274,7 @@ def test_build_into_a_read_only_folder(capsys: pytest.CaptureFixture[str]) -> No
     out = Path("/sys/specgen-test-out")
     code = _sys_refuses(out)
     assert build(out) == 1
-    # the folder that cannot be made is named: the output folder itself, made first for its lock (render/build.py)
+    # the folder that cannot be made is named: the output folder itself, made first for its lock (render/build_lock.py)
     assert capsys.readouterr().err == _refusal_line(str(out), code)
 
 

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specgen.render.build import Changes, check, locked, render_all, write
+    from specgen.render.build import Changes, check, render_all, write
+    from specgen.render.build_lock import locked
     from specgen.render.stale_folders import remove, unclaimed
     from specgen.schema import schema_text
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ok: {sum(len(o.files) for o in outputs)} generated files in {shown(out)} are up to date")
         return 0
     changes = Changes()
-    with locked(out):  # one build at a time writes (and prunes) a folder: render/build.py `locked`
+    with locked(out):  # one build at a time writes (and prunes) a folder: render/build_lock.py
         try:
             write(outputs, out, changes)
         finally:  # also when a write fails half-way: what was written before the error line

@@ -9,9 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 MAX_PORT = 65535  # serve/options.py holds the same bound; importing it would load the server for every command
-# Seconds a connection may take for its headers or body: past a day no client is still there, and gRPC takes the
-# header timeout as an int32 of milliseconds (its handshake deadline), which a larger value overflows.
-MAX_TIMEOUT_SECONDS = 86_400.0
 # Connections at once: each holds a file descriptor, and gRPC's connection quota must stay below 2**31 - 1 (it
 # aborts the process at that value).
 MAX_CONNECTIONS = 1_000_000
@@ -32,7 +29,10 @@ def positive_seconds(text: str) -> float:
 
 def timeout_seconds(text: str) -> float:
     """A connection deadline: positive and finite (nan would make every timer raise, 0 or less refuse every request)
-    and at most MAX_TIMEOUT_SECONDS."""
+    and at most serve/options.py MAX_TIMEOUT_SECONDS (imported here, when serve's arguments are read: at module
+    level it would load the server for every command)."""
+    from specgen.serve.options import MAX_TIMEOUT_SECONDS
+
     value = positive_seconds(text)
     if value > MAX_TIMEOUT_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r} is more than {MAX_TIMEOUT_SECONDS:,.0f} seconds (a day), the "
@@ -41,13 +41,12 @@ def timeout_seconds(text: str) -> float:
 
 
 def worker_timeout(text: str) -> float:
-    """--worker-timeout: from two heartbeats (a timeout within one would kill healthy workers) to a day."""
-    from specgen.serve.options import HEARTBEAT_SECONDS
+    """--worker-timeout: run_server's bounds (serve/options.py MIN_WORKER_TIMEOUT says why 10 s at least)."""
+    from specgen.serve.options import WORKER_TIMEOUT_RANGE, worker_timeout_valid
 
     value = positive_seconds(text)
-    if not 2 * HEARTBEAT_SECONDS <= value <= MAX_TIMEOUT_SECONDS:
-        raise argparse.ArgumentTypeError(f"received {text!r}; expected seconds from {2 * HEARTBEAT_SECONDS:g} (two "
-                                         f"heartbeats of a worker) to {MAX_TIMEOUT_SECONDS:,.0f} (a day)")
+    if not worker_timeout_valid(value):
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected {WORKER_TIMEOUT_RANGE}")
     return value
 
 
@@ -108,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="server processes on the same ports, onnxruntime's threads split between them (default 1)")
     parser.add_argument("--worker-timeout", type=worker_timeout, default=30.0, metavar="S",
                         help="with --workers above 1: seconds a worker's heartbeat may be silent before the parent "
-                             "kills and restarts it (default 30, gunicorn's)")
+                             "kills and restarts it: from 10 (a response is encoded on a worker's event loop, "
+                             "which sends no heartbeat meanwhile) to a day (default 30, gunicorn's)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="on the CUDA provider, capture one CUDA graph per batch bucket (1, 2, 4, ... "
                              "max_batch_size); batches are padded up to their bucket (docs/serve.md)")

@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import difflib
-import errno
-import fcntl
 import functools
 import multiprocessing
 import os
 import re
 import signal
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias
 
 from specgen.atomic import STALE_AFTER, TEMP_NAME, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.errors import AbstractSpec, SpecgenError
+from specgen.errors import AbstractSpec
 from specgen.ir.resolve import ir_from_file
 from specgen.paths import shown
 from specgen.progress import delayed
+from specgen.render.build_lock import resolved_root
 from specgen.render.files import load_templates, render_files
 from specgen.render.pool import forked_map
 from specgen.render.stale_folders import built
@@ -146,14 +143,6 @@ class _OnDisk:
     foreign: list[str] = field(default_factory=list)
 
 
-def _real_root(root: Path) -> str:
-    """The output root resolved once (links above and at it are the user's choice); a folder or missing."""
-    real = os.path.realpath(root)
-    if kind(Path(real), root) == "file":
-        raise UnsafePathError(root, "is a file, not a folder", "remove it or choose another output folder")
-    return real
-
-
 def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     """Read one spec's output folder without following any link below the root.
 
@@ -267,7 +256,7 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
     The root is resolved once; everything below it is read and written on the resolved path.
     """
     with writing(root):
-        real_root = _real_root(root)
+        real_root = resolved_root(root)
     found = [_survey(out, root, real_root) for out in outputs]
     for out, disk in zip(outputs, found, strict=True):
         _make_folder(disk)
@@ -307,85 +296,11 @@ def _unlink(disk: _OnDisk, name: str) -> bool:
     return True
 
 
-LOCK_NAME = ".specgen-build.lock"
-LOCK_WAIT = 60.0  # seconds a build waits for another build writing the same folder; a build takes a few seconds
-LOCK_POLL = 0.05
-
-
-@contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """Hold `<root>/.specgen-build.lock` (fcntl.flock) while this build surveys, writes and prunes `root`.
-
-    Two builds into one folder at once (a save hook and a branch switch) would otherwise each write the files they
-    found changed and leave the folder a mix of both spec sets, both exiting 0. The second build waits (one line on
-    stderr) until the first is done, then surveys what the first wrote, so the folder ends as the last build's;
-    after LOCK_WAIT seconds it stops with one line naming the other build's pid (written in the lock file). The
-    kernel drops a killed build's lock. The file is removed before the lock is let go, so a checked-in output
-    folder keeps no trace; a waiter then holds a removed file, sees that and takes the new one (`_lock`)."""
-    with writing(root):
-        real = _real_root(root)
-        os.makedirs(real, exist_ok=True)
-        fd, path = _lock(root, os.path.join(real, LOCK_NAME))
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:  # gone or not ours to remove: the lock itself is what matters
-            pass
-        os.close(fd)
-
-
-def _lock(root: Path, path: str) -> tuple[int, str]:
-    """An open descriptor of the lock file at `path` holding its exclusive lock, waiting up to LOCK_WAIT."""
-    deadline, told = time.monotonic() + LOCK_WAIT, False
-    while True:
-        kind(Path(path), root / LOCK_NAME)  # a link or a folder there: one line naming it, never followed
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _holder(fd)
-            os.close(fd)
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            if time.monotonic() >= deadline:
-                raise SpecgenError(f"another specgen build ({holder}) is writing {shown(root)}, and it did not "
-                                   f"finish within {LOCK_WAIT:g} s; run this build again once it has (or stop "
-                                   "it)") from None
-            if not told:
-                print(f"specgen build: waiting for another specgen build ({holder}) to finish writing "
-                      f"{shown(root)}", file=sys.stderr, flush=True)
-                told = True
-            time.sleep(LOCK_POLL)
-            continue
-        if _still_there(fd, path):
-            return fd, path
-        os.close(fd)  # the holder removed it as we waited: lock the file that is there now
-
-
-def _holder(fd: int) -> str:
-    """`pid 1234` of the build holding the lock, from the lock file (empty for a moment after it is created)."""
-    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    return f"pid {text}" if text.isdigit() else "pid not known yet"
-
-
-def _still_there(fd: int, path: str) -> bool:
-    """Whether the locked file is still the one at `path` (a finished build removes it while holding the lock)."""
-    try:
-        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False
-
-
 def check(outputs: list[Output], root: Path, extras: list[str] | None = None) -> list[str]:
     """A unified diff (or a one-line note) for every drifted, missing, stale, foreign or unsafe file; `extras` gets
     the foreign files' paths, which `specgen build` keeps: the summary names their remedy apart."""
     try:
-        real_root = _real_root(root)
+        real_root = resolved_root(root)
     except UnsafePathError as exc:
         return [f"unsafe: {exc}"]
     reports = []

@@ -105,8 +105,15 @@ def leaves(prefix: str, value: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict):
         return [leaf for k, v in value.items() for leaf in leaves(f"{prefix}.{k}", v)]
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        return [leaf for i, v in enumerate(value) for leaf in leaves(f"{prefix}[{v.get('name', i)}]", v)]
+        return [leaf for i, v in enumerate(value) for leaf in leaves(f"{prefix}[{_item(v, i)}]", v)]
     return [(prefix, _compact(value))]
+
+
+def _item(value: dict[str, Any], index: int) -> str | int:
+    """A list item's label: its name (a layer's, a named loss term's), else its index: an unnamed loss term's name is
+    null, and `[None]` would say nothing and give two unnamed terms the same rows."""
+    name = value.get("name")
+    return name if isinstance(name, str) and name else index
 
 
 def _compact(value: Any) -> str:

@@ -48,21 +48,23 @@ def _annotation(info: FieldInfo) -> Any:
 
 
 def _value(tp: Any, value: Any, dumped: Any) -> Any:
-    if isinstance(value, BaseModel) and isinstance(dumped, dict):
-        return _model(value, dumped)
+    # The shape union and an optional field's one type are looked at before a model value is walked: a loss term
+    # (a model) in `Loss | None` is the one-item list of terms (ONE_ITEM), which walking it as a model would miss.
     base, meta = (get_args(tp)[0], get_args(tp)[1:]) if get_origin(tp) is Annotated else (tp, ())
     if any(isinstance(m, Discriminator) and callable(m.discriminator) for m in meta):
         if any(isinstance(m, OneItem) for m in meta) and not isinstance(dumped, list):
             return [_shorthand(_branches(base), value, dumped)]  # a scalar is the list of that one item
         return _shorthand(_branches(base), value, dumped)
     origin, args = get_origin(base), get_args(base)
+    members = [a for a in args if a is not type(None)]
+    if origin in (Union, types.UnionType) and value is not None and len(members) == 1:
+        return _value(members[0], value, dumped)
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        return _model(value, dumped)
     if origin in (list, tuple) and args and isinstance(value, list | tuple) and isinstance(dumped, list):
         return [_value(args[0], v, d) for v, d in zip(value, dumped, strict=False)]
     if origin is dict and len(args) == 2 and isinstance(value, dict) and isinstance(dumped, dict):
         return {k: _value(args[1], v, d) for (k, d), v in zip(dumped.items(), value.values(), strict=False)}
-    if origin in (Union, types.UnionType) and value is not None:
-        members = [a for a in args if a is not type(None)]
-        return _value(members[0], value, dumped) if len(members) == 1 else dumped
     return dumped
 
 

@@ -20,11 +20,10 @@ until a signal); `run_server` builds the settings from keyword arguments.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
-from specgen.serve.options import HEARTBEAT_SECONDS, MAX_PORT
+from specgen.serve.options import MAX_PORT, WORKER_TIMEOUT_RANGE, worker_timeout_valid
 from specgen.serve.process import WORKER_TIMEOUT, ServerSettings, serve
 
 
@@ -82,10 +81,8 @@ def _refusals(port: int, threads: int, workers: int, worker_timeout: float = WOR
         problems.append(f"threads must be 0 (onnxruntime's default) or more, got {threads}")
     if workers < 1:
         problems.append(f"workers must be 1 or more, got {workers}")
-    if not (isinstance(worker_timeout, (int, float)) and math.isfinite(worker_timeout)
-            and worker_timeout >= 2 * HEARTBEAT_SECONDS):  # a timeout within one heartbeat kills healthy workers
-        problems.append(f"worker_timeout must be a number of seconds from {2 * HEARTBEAT_SECONDS:g} (two heartbeats), "
-                        f"got {worker_timeout}")
+    if not worker_timeout_valid(worker_timeout):  # the command line's bounds (commands/serve.py worker_timeout)
+        problems.append(f"worker_timeout: received {worker_timeout!r}; expected {WORKER_TIMEOUT_RANGE}")
     return problems
 
 

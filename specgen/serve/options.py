@@ -9,9 +9,20 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_PORT = 65535
-# A worker of --workers N writes a byte to the parent this often from its event loop (server.py); the parent's
-# worker_timeout is at least two of them (serve/__init__.py).
+# A worker of --workers N writes a byte to the parent this often from its event loop (server.py).
 HEARTBEAT_SECONDS = 1.0
+# The shortest worker_timeout (silent heartbeats before the parent kills a worker as frozen). Not all of a request
+# runs in threads: the JSON of a response is encoded on the event loop (app.py encode_response), and a compressed
+# body is inflated, an envelope parsed and its depth scanned there, and no beat is sent meanwhile. A response of
+# 4 million float32 outputs (80 MB of JSON) took 2.2 s to encode on an idle development machine; twice that, or a
+# loaded machine, nears 10 s. Below that floor such a healthy worker would be killed with every request it holds
+# (docs/serve.md says to raise it for larger outputs); a real freeze is still replaced within seconds.
+MIN_WORKER_TIMEOUT = 10.0
+# The longest any serve timeout is, worker_timeout included (the command line's and run_server's bound): past a day
+# no client is still there, and gRPC takes the header timeout as an int32 of milliseconds (its handshake deadline).
+MAX_TIMEOUT_SECONDS = 86_400.0
+WORKER_TIMEOUT_RANGE = (f"seconds from {MIN_WORKER_TIMEOUT:g} (a response encoded on a worker's event loop stops its "
+                        f"heartbeats meanwhile) to {MAX_TIMEOUT_SECONDS:,.0f} (a day)")
 # Said by `specgen serve` (a usage error) and by the Supervisor, for a caller of run_server in code.
 EXPLICIT_NEEDS_ONE_WORKER = ("--model-control explicit needs --workers 1: a load or unload request would reach "
                              "only one worker (use --model-control poll with several workers)")
@@ -97,3 +108,9 @@ def _is_seconds(value: Any) -> bool:
 def _check(name: str, value: Any, valid: Callable[[Any], bool], expected: str) -> None:
     if not valid(value):
         raise ValueError(f"ServeOptions.{name}: received {value!r}; expected {expected}")
+
+
+def worker_timeout_valid(value: Any) -> bool:
+    """A worker_timeout the parent can judge a worker by: a number of seconds in MIN_WORKER_TIMEOUT..MAX_TIMEOUT_SECONDS
+    (nan would never compare as late, so a frozen worker would be kept)."""
+    return _is_seconds(value) and MIN_WORKER_TIMEOUT <= value <= MAX_TIMEOUT_SECONDS

@@ -8,10 +8,13 @@
   that reserves the port (picks it when 0), fails with the system's reason when another program holds it,
   and receives no connections (the kernel hands them only to listening sockets).
 
-Every socket here sets SO_REUSEADDR as well, as uvicorn, grpc's own listener and `--workers 1` (grpc_server.py
+Every socket here binds with SO_REUSEADDR set, as uvicorn, grpc's own listener and `--workers 1` (grpc_server.py
 `_check_bindable`) do: without it Linux refuses the bind while a connection of an earlier server on that port waits
 in TIME_WAIT (60 s after a server that closed its clients' connections stopped), though nothing listens there.
 SO_REUSEADDR does not let two listeners share a port on Linux: a port another program listens on is still refused.
+It does let two sockets that both set it bind one port while neither listens, and the gRPC reservation never
+listens: so `reserve` clears it once bound, and another program that sets it (uvicorn, `http.server`, a second
+`specgen serve`) is refused the reserved port. The workers still bind it: SO_REUSEPORT, set on both, lets them.
 """
 
 from __future__ import annotations
@@ -52,4 +55,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 def reserve(host: str, port: int) -> socket.socket:
     """A bound, not listening, SO_REUSEPORT socket: holds the gRPC port for the workers (which bind it the same way)."""
-    return _bound(host, port, True, "gRPC cannot listen")
+    sock = _bound(host, port, True, "gRPC cannot listen")
+    # Bound past any TIME_WAIT; now refuse other programs' SO_REUSEADDR binds, which a socket that does not listen
+    # and keeps the option would let through (the module's docstring).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+    return sock

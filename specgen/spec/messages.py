@@ -253,18 +253,20 @@ def plain_number(error: Any, loc: PathKey, data: Any, source: SourceMap) -> tupl
     return None if text is None or value is None else (text, value)
 
 
-def _number_received(text: str, value: int | float) -> str:
+def _number_received(text: str, value: int | float, bounded: bool = True) -> str:
     """`3.2e1 (a float: write 32)`: a plain number PyYAML kept as text, said as YAML 1.2 (and the user) reads it,
     with how to write it where an integer goes (only an integer field refuses a float; a float field refuses only
-    YAML 1.2's octal)."""
+    YAML 1.2's octal). `bounded` False: the field lists the values it takes (a literal), so the largest integer a
+    spec holds is not said."""
     if isinstance(value, int):  # 0o17
         return f"{text} (YAML 1.2's octal {value}, which YAML 1.1 reads as text: write {value})"
+    limit = f"; an integer in a spec is at most {MAX_INT}" if bounded else ""
     if math.isinf(value):
-        return f"{text} (a float past float's range; an integer in a spec is at most {MAX_INT})"
+        return f"{text} (a float past float's range{limit})"
     if not value.is_integer():
         return f"{text} (a float)"
     if abs(value) > MAX_INT:
-        return f"{text} (a float; an integer in a spec is at most {MAX_INT})"
+        return f"{text} (a float{limit})"
     return f"{text} (a float: write {int(value)})"
 
 
@@ -296,7 +298,7 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
     if kind == "union_tag_not_found":
         return f"missing required key {ctx['discriminator']}"
     if kind == "literal_error" and number is not None and loc != ("specgen",):  # `opset: 2.1e1`
-        return f"received {described}, expected {literal_expected(ctx['expected'])}"
+        return f"received {_number_received(*number, bounded=False)}, expected {literal_expected(ctx['expected'])}"
     if kind == "literal_error":
         return _literal_message(loc, received, ctx, echo)
     if kind in ("float_type", "float_parsing") and isinstance(received, int) and not isinstance(received, bool):

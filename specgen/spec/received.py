@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from specgen.diagnostics import MAX_ECHO, describe
+from specgen.diagnostics import MAX_ECHO, describe, digit_count
 
 ITEMS = 6  # items of one list or mapping shown; the rest as `...`
 LEVELS = 3  # nesting shown; deeper containers as `[...]` / `{...}`
@@ -79,8 +79,7 @@ def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        digits = int(value.bit_length() * math.log10(2)) + 1
-        return repr(value) if value.bit_length() <= 256 else f"<an integer of about {digits} digits>"
+        return repr(value) if value.bit_length() <= 256 else f"<an integer of about {digit_count(value)} digits>"
     if isinstance(value, float):
         return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf") if math.isinf(value) else repr(value)
     if isinstance(value, bytes):  # the tag only in received()'s kind, so that a message names it once

@@ -28,7 +28,7 @@ from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, Sour
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
-from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key
+from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key, number_12
 from specgen.spec.yaml_errors import translated
 
 MAX_NODES = 100_000  # values visited after alias expansion
@@ -113,6 +113,14 @@ class _Converter:
         self.problems.append(self._error(node, f"{shown(label)}: {problem}" if label else problem))
         return False
 
+    def _number_12(self, node: yaml.ScalarNode) -> int | float | None:
+        """The number YAML 1.2 reads a plain scalar as where PyYAML kept the text (`1e3`, `0o17`); None for text
+        in both, a quoted scalar and one tagged `!!str`."""
+        if node.style or node.tag != STR_TAG:
+            return None
+        number = number_12(node.value)
+        return None if number is None or self._tagged(node) else number
+
     def _scalar(self, node: yaml.Node) -> Any:
         if node.tag == STR_TAG:
             return node.value
@@ -148,6 +156,8 @@ class _Converter:
                 self.problems.append(self._error(key_node, "mapping keys must be plain scalars"))
                 continue
             key = self._scalar(key_node)
+            if isinstance(key, str) and (number := self._number_12(getattr(key_node, ALIASED, key_node))) is not None:
+                key = number  # `1e3:`, `0o17:`: text to PyYAML, a number to YAML 1.2, so a slip as `1:` is
             if not isinstance(key, str):  # every key of a spec is a name: `~:`, `1:`, `true:` are slips
                 self.problems.append(self._error(key_node, _not_a_name(getattr(key_node, ALIASED, key_node), key)))
                 continue

@@ -51,7 +51,6 @@ class Imported:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (Keras layer, what was dropped)
     renamed: list[tuple[str, str, str]] = field(default_factory=list)  # (what, Keras name, spec name)
     not_imported: list[str] = field(default_factory=list)  # parts of the model the spec lacks (KerasHub backbones)
-    inferred: list[Inferred] = field(default_factory=list)  # each layer as checked, for the masks (masks.py)
 
 
 _LAYER: TypeAdapter[Any] = TypeAdapter(Layer)
@@ -143,6 +142,9 @@ class _Converter:
         self.dtypes: dict[str, str] = {}
         self.runs_at: list[int] = []  # per spec layer: the place of its Keras layer in Keras' order (graph.order)
         self.position = {name: i for i, name in enumerate(graph.order)}
+        # Each layer as checked, for the masks (masks.py `settle`); kept here, not on Imported: an Inferred's index
+        # points into the layers as converted, which `_keras_order` reorders once the masks are settled.
+        self.inferred: list[Inferred] = []
 
     def inputs(self) -> None:
         own_steps = key_lengths(self.graph)  # an attention's key/value input: its time axis named apart
@@ -231,7 +233,7 @@ class _Converter:
         checked, result = self._check(layer, entry, [self.shapes[i] for i in ins], [self.dtypes[i] for i in ins])
         masks = None if layer.masks is None else {k: [self.spec_of.get(p, p) for p in ids]
                                                   for k, ids in layer.masks.items()}
-        self.out.inferred.append(Inferred(checked, len(self.out.layers), ins, result, layer.name, layer.cls, masks))
+        self.inferred.append(Inferred(checked, len(self.out.layers), ins, result, layer.name, layer.cls, masks))
         self.out.layers.append(entry)
         self.runs_at.append(self.position.get(layer.name, len(self.position)))
         self.out.layer_names[name] = layer.name
@@ -310,7 +312,7 @@ def convert(graph: KGraph, keras2: bool) -> Imported:
     for layer in _order(graph):
         state.layer(layer)
     state.outputs()
-    settle(state.out.inferred, state.out.layers, state.out.notes)
+    settle(state.inferred, state.out.layers, state.out.notes)  # by index into the converted order: before it changes
     state.out.layers = _keras_order(state.out.layers, state.runs_at)
     return state.out
 

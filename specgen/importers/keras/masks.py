@@ -103,7 +103,7 @@ class Inferred:
     """A converted layer as ir/masks.py reads one (ir/resolve.py's _Inferred), and the Keras call it came from."""
 
     layer: Any  # the validated spec layer
-    index: int
+    index: int  # its place in the spec layers as converted (convert.py), before they are put in Keras' run order
     sources: list[str]
     result: Any
     keras: str  # the Keras layer's path and class

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, TypeAlias, Union
 from pydantic import Field
 
 from specgen.fields.base import SpecModel
-from specgen.fields.unions import by_shape
+from specgen.fields.unions import ONE_ITEM, by_shape
 from specgen.kinds.collect import collect, models
 from specgen.kinds.losses.base import LossDef, Target
 
@@ -35,5 +35,6 @@ def _term_or_list(value: object) -> str:
     return "list" if isinstance(value, list) else "term"
 
 
-Loss = by_shape(_term_or_list, "a loss term (a mapping with 'kind') or a list of them",
+# ONE_ITEM: a term is the list of that one term (the runtime sums the list), so `specgen diff` reads both as one.
+Loss = by_shape(_term_or_list, "a loss term (a mapping with 'kind') or a list of them", ONE_ITEM,
                 term=LossTerm, list=Annotated[list[LossTerm], Field(min_length=1)])
