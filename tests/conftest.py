@@ -64,9 +64,11 @@ LONGEST_FIRST = (
     "test_return_state.py",  # 32 s
     "test_levenberg_marquardt.py",  # 32 s
     "test_masks_keras.py",  # 29 s
+    "test_serve_r11.py",  # 20-30 s (new, 2026-12-07; servers, a frozen worker, a shutdown)
     "test_diff_graph.py",  # 28 s
     "test_bidirectional_keras.py",  # 27 s
     "test_diff.py",  # 26 s
+    "test_optimizers_sparse_r11.py",  # 25 s (new, 2026-12-07; every optimizer kind on an embedding)
     "test_fuzz_specs.py",  # 24 s
     "test_import_keras.py",  # 21 s
     "test_restore_sources_hostile.py",  # 19 s
