@@ -30,6 +30,11 @@ NOISE = re.compile(
     # libjpeg's complaint about a JPEG that TensorFlow then refuses to decode: specgen's own line names the file
     # and the image (runtime/sources/images.py, or the mid-run data error), this one names neither
     rb"|E\d{4} [\d:. ]+\s+\d+ jpeg_mem\.cc:\d+\] "
+    # oneDNN's notice on a machine without AVX-512 (AVX2) the first time a graph holds a bool tensor (every masked
+    # model): logged as an error, but TensorFlow then runs its own Eigen kernel, which computes the same values.
+    # util.cc logs other things too: only this message, whole.
+    rb"|E\d{4} [\d:. ]+\s+\d+ util\.cc:\d+\] oneDNN supports DT_BOOL only on platforms with AVX-512\. "
+    rb"Falling back to the default Eigen-based implementation if present\.$"
     rb"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.$)"
 )
 # Below warnings: TensorFlow's INFO and WARNING lines after absl starts (device placement, XLA notes).

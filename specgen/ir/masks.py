@@ -16,8 +16,9 @@ id tensors its mask is made from (Node.mask; render/mask_plan.py turns them into
 - Consumed: lstm / gru / simple_rnn and bidirectional (masked steps leave the state unchanged; with
   return_sequences the mask goes on, as Keras' RNN.compute_mask; Bidirectional zeroes masked outputs),
   global_avg_pool over time (a masked mean; no mask after it),
-  multi_head_attention (the query's mask as rows, the value's and a distinct key's as columns of the
-  attention mask, AND the causal and explicit ones; the output keeps the query's mask, as Keras sets it).
+  multi_head_attention (the query's mask as rows, unless its `query_mask` is false, as KerasHub's decoders
+  build theirs; the value's and a distinct key's as columns of the attention mask, AND the causal and explicit
+  ones; the output keeps the query's mask, as Keras sets it).
 - Dropped: positional_embedding (KerasHub's PositionEmbedding does not support masking, so Keras drops the mask;
   its output is the position table, which holds no padded values, so dropping it changes no number).
 - Anything else given a masked tensor is an error naming the layer, the op, the embedding the mask came from

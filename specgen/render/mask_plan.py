@@ -12,7 +12,7 @@ from typing import Any
 
 from specgen.ir.model import Node
 from specgen.kinds.ops import op_def
-from specgen.kinds.ops.attention import empty_rows
+from specgen.kinds.ops.attention import empty_rows, padding_roles
 from specgen.kinds.ops.base import MaskRender
 
 
@@ -34,11 +34,10 @@ class MaskConstants:
 
 
 def _by_role(node: Node) -> dict[str, tuple[str, ...]]:
-    """multi_head_attention's padding masks by role (query, value, and key when it is a separate input)."""
+    """multi_head_attention's padding masks by role (query unless query_mask: false, value, and key when it is a
+    separate input); empty where none of those is masked."""
     at = node.params["roles"]
-    found = {role: node.input_masks[at[role]] for role in ("query", "value", "key")
-             if (role != "key" or at["key"] != at["value"]) and node.input_masks[at[role]]}
-    return found
+    return {role: node.input_masks[at[role]] for role in padding_roles(node.params) if node.input_masks[at[role]]}
 
 
 def _consumes(node: Node) -> MaskRender | None:
@@ -47,7 +46,7 @@ def _consumes(node: Node) -> MaskRender | None:
 
 
 def tf_mask(node: Node, local: dict[str, str]) -> dict[str, Any]:
-    if not any(node.input_masks):
+    if not any(node.input_masks) or (_consumes(node) == "attention" and not _by_role(node)):
         return {}
     if _consumes(node) == "attention":
         return {"padding": {role: f"layers.token_mask({', '.join(local[s] for s in ids)})"
@@ -60,8 +59,8 @@ def tf_mask(node: Node, local: dict[str, str]) -> dict[str, Any]:
 
 def onnx_mask(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[str, Any]:
     """`ctx`: render/onnx_plan.py's Lowering (its tensor names, constants and plan); `attrs`: the op's own."""
-    if not any(node.input_masks):
-        return {}
+    if not any(node.input_masks) or (_consumes(node) == "attention" and not _by_role(node)):
+        return {}  # an attention whose only padded input is a query it does not mask (query_mask: false)
     if _consumes(node) == "attention":
         padding = {role: [ctx.tensor[s] for s in ids] for role, ids in _by_role(node).items()}
         return {"padding": padding} | onnx_constants(node, ctx, attrs)

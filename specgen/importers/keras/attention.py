@@ -76,33 +76,70 @@ CONVERTERS_ATTENTION: dict[str, Converter] = {"MultiHeadAttention": multi_head_a
 
 def key_lengths(graph: KGraph) -> dict[str, str]:
     """Model inputs whose steps are an attention's key/value length, apart from its query's: input name ->
-    the name of its time axis (`dim1_kv<j>`, the j-th such input). The importer names an open axis
+    the name of its time axis (`dim1_kv<j>`, the j-th such group). The importer names an open axis
     `dim<axis>` for every input (convert.py `_dims`), and onnxruntime holds every tensor of one dim_param
-    to one size, so a query and a memory of different lengths under one name fail at run time."""
-    producers = {layer.name: layer for layer in graph.layers}
-    inputs = {i.name for i in graph.inputs}
-    found: dict[str, str] = {}
-    for layer in (x for x in graph.layers if x.cls in CONVERTERS_ATTENTION):
-        positional = [a for a in layer.args if isinstance(a, Ref)]
-        named = [k for k in CALL_KWARGS[layer.cls] if isinstance(layer.kwargs.get(k), Ref)]
-        called = [*ROLES[:len(positional)], *named]
-        if len(called) != len(layer.inputs):
-            continue  # the converter refuses it, naming why
-        by_role = {role: _source(p, producers, inputs) for role, p in zip(called, layer.inputs, strict=True)}
-        for role in ("value", "key"):
-            source = by_role.get(role)
-            if source is not None and source != by_role["query"] and source not in found:
-                found[source] = f"dim1_kv{len(found) + 1}"
-    return found
+    to one size, so a query and a memory of different lengths under one name fail at run time.
+    Inputs that meet in a layer of several inputs other than an attention (Add, Multiply, Concatenate, ...)
+    share one name, and those that reach an attention's query (through any layers) keep the query's: a value
+    that is also a part of the query (`mha(x + y, x)`) has the query's steps."""
+    reach = _reaching(graph)
+    groups = _Groups()
+    for layer in graph.layers:
+        if layer.cls not in CONVERTERS_ATTENTION and len(layer.inputs) > 1:
+            groups.join({name for p in layer.inputs for name in reach.get(p, ())})
+    queries: set[str] = set()
+    memories: list[str] = []  # the roots of the value/key groups, in the order the attentions come
+    for layer in graph.layers:
+        by_role = _roles(layer)
+        queries |= {groups.root(n) for n in reach.get(by_role.get("query", ""), ())}
+        memories += [groups.root(n) for role in ("value", "key") for n in sorted(reach.get(by_role.get(role, ""), ()))]
+    names: dict[str, str] = {}
+    for root in dict.fromkeys(memories):
+        if root not in queries:
+            names[root] = f"dim1_kv{len(names) + 1}"
+    return {i.name: names[groups.root(i.name)] for i in graph.inputs if groups.root(i.name) in names}
 
 
-def _source(producer: str, producers: dict[str, KLayer], inputs: set[str]) -> str | None:
-    """The model input whose steps a tensor has: through one-input layers and an attention's query, or None."""
-    for _ in range(len(producers) + 1):
-        if producer in inputs:
-            return producer
-        layer = producers.get(producer)
-        if layer is None or not layer.inputs or (len(layer.inputs) != 1 and layer.cls not in CONVERTERS_ATTENTION):
-            return None
-        producer = layer.inputs[0]
-    return None
+def _roles(layer: KLayer) -> dict[str, str]:
+    """An attention's producer by role (query, value, key, attention_mask); {} for another layer or a call the
+    converter refuses, naming why."""
+    if layer.cls not in CONVERTERS_ATTENTION:
+        return {}
+    positional = [a for a in layer.args if isinstance(a, Ref)]
+    named = [k for k in CALL_KWARGS[layer.cls] if isinstance(layer.kwargs.get(k), Ref)]
+    called = [*ROLES[:len(positional)], *named]
+    return dict(zip(called, layer.inputs, strict=True)) if len(called) == len(layer.inputs) else {}
+
+
+def _reaching(graph: KGraph) -> dict[str, frozenset[str]]:
+    """Per producer, the model inputs whose steps its output's steps come from: through every input of a layer,
+    and only the query of an attention (its output has the query's steps). Passes until nothing changes (a
+    layer may come before its producers in `graph.layers`)."""
+    reach: dict[str, frozenset[str]] = {i.name: frozenset({i.name}) for i in graph.inputs}
+    for _ in range(len(graph.layers) + 1):
+        changed = False
+        for layer in graph.layers:
+            sources = [_roles(layer)["query"]] if _roles(layer).get("query") else layer.inputs
+            found = frozenset(n for p in sources for n in reach.get(p, ()))
+            if found != reach.get(layer.name, frozenset()):
+                reach[layer.name], changed = found, True
+        if not changed:
+            break
+    return reach
+
+
+class _Groups:
+    """Input names joined into groups (union-find): inputs whose steps must be one length."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def root(self, name: str) -> str:
+        while (up := self.parent.get(name, name)) != name:
+            name = up
+        return name
+
+    def join(self, names: set[str]) -> None:
+        roots = sorted({self.root(n) for n in names})
+        for other in roots[1:]:
+            self.parent[other] = roots[0]

@@ -353,3 +353,10 @@ def weight_keys(imp: Imported, variables: dict[str, tuple[int, ...]], stored: di
         raise ImportProblem(f"the weights hold no value for {listed(missing)} of the {len(variables)} variables "
                             "config.json gives (each looked for by its path and as <layer>/vars/<i>): config.json "
                             "and the weights disagree")
+    # The other way round: a weight no spec variable reads (a deeper backbone's layers) was written by another
+    # model; Keras' load_weights would skip it, and the export would only count it as unused.
+    used = set(imp.keys.values())
+    if unused := [key for key in stored if key not in used]:
+        raise ImportProblem(f"the weights hold {listed(unused)} that none of the {len(variables)} variables "
+                            "config.json gives reads (a backbone with more layers or other sizes wrote them): "
+                            "config.json and the weights disagree")

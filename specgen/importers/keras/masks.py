@@ -59,27 +59,97 @@ OTHER_MASKS = {"Masking": "refused: its mask (the steps whose features all equal
 MASK_ROLE = {"query_mask": "query", "value_mask": "value", "key_mask": "key"}  # MultiHeadAttention's
 
 
+# Concatenate.compute_mask (keras/src/layers/merging/concatenate.py) over masked inputs of rank 3: per input
+# LogicalOr(ExpandDims(mask, -1), ZerosLike(input, bool)), the ops Concatenate of those on the last axis, Any on the
+# last axis: the OR of the masks, which is the spec's concat rule (ir/masks.py). The ops and the config each has.
+_CONCAT_MASK_OPS = {"ExpandDims": ("axis",), "ZerosLike": ("dtype",), "Concatenate": ("axis",),
+                    "Any": ("axis", "keepdims")}
+_WANTED = {"axis": (-1, 2), "keepdims": (False,), "dtype": ("bool",)}  # -1 or 2: the last axis of [batch, time, 1]
+# Each step's result is kept in `masks` as the step before it needs it (a marker key, no layer's: "\0" starts it),
+# so only the whole chain makes a mask a call may read: an `Any` of another tensor is still refused by name.
+_STAGE = "\0{stage}:{key}"
+_NEEDS = {"ExpandDims": ("mask",), "ZerosLike": (), "LogicalOr": ("expand", "zeros"), "Concatenate": ("column",),
+          "Any": ("concat",)}
+_MADE = {"ExpandDims": "expand", "ZerosLike": "zeros", "LogicalOr": "column", "Concatenate": "concat", "Any": "mask"}
+
+
 def mask_ids(entry: LayerEntry, scope: str, masks: dict[str, list[str]]) -> list[str] | None:
     """The keys (graph.py's `<scope><layer>:<node>:<tensor>`) of the id tensors a Keras mask layer is made from:
-    `NotEqual(ids, 0)` (one call, a tensor and the number 0), or `LogicalOr(a, b)` of two such masks (a merge's,
-    `masks` holding those seen so far); None for any other layer."""
-    if entry.class_name not in ("NotEqual", "LogicalOr") or len(entry.inbound_nodes) != 1:
+    `NotEqual(ids, 0)` (one call, a tensor and the number 0), `LogicalOr(a, b)` of two such masks (a merge's,
+    `masks` holding those seen so far), or a step of Concatenate's merge (_CONCAT_MASK_OPS; its ZerosLike is the
+    OR's identity: no ids); None for any other layer."""
+    if entry.class_name not in ("NotEqual", "LogicalOr", *_CONCAT_MASK_OPS) or len(entry.inbound_nodes) != 1:
         return None
     node = entry.inbound_nodes[0]
     args = node.get("args") if isinstance(node, dict) else None
-    if not isinstance(args, list) or len(args) != 2 or node.get("kwargs"):
+    if not isinstance(args, list) or node.get("kwargs"):
+        return None
+    if entry.class_name in _CONCAT_MASK_OPS or (entry.class_name == "LogicalOr" and _stages(args, scope, masks)):
+        return _concat_step(entry, args, scope, masks)
+    if len(args) != 2:
         return None
     if entry.class_name == "NotEqual":
         ids = tensor_history(args[0])
         zero = args[1] == 0 and not isinstance(args[1], bool)
         return [f"{scope}{ids[0]}:{ids[1]}:{ids[2]}"] if ids is not None and zero else None
-    parts = [masks.get(scope + (tensor_layer(a) or "\0")) for a in args]
+    return _union(args, scope, masks)
+
+
+def _key(arg: Any, scope: str) -> str:
+    return scope + (tensor_layer(arg) or "\0")
+
+
+def _union(args: list[Any], scope: str, masks: dict[str, list[str]]) -> list[str] | None:
+    """The ids of masks all seen before, merged; None if any is not one."""
+    parts = [masks.get(_key(a, scope)) for a in args]
     return sorted({key for part in parts for key in part}) if all(p is not None for p in parts) else None  # type: ignore[union-attr]
+
+
+def _stage(arg: Any, scope: str, masks: dict[str, list[str]]) -> str:
+    """A tensor's Concatenate-merge stage ("expand", "zeros", "column", "concat"), "mask" for a finished mask
+    (mask_zero's, a merge's), "" for any other tensor."""
+    key = _key(arg, scope)
+    found = [s for s in _MADE.values() if _STAGE.format(stage=s, key=key) in masks]
+    return found[0] if found else "mask" if key in masks else ""
+
+
+def _stages(args: list[Any], scope: str, masks: dict[str, list[str]]) -> tuple[str, ...]:
+    """Each tensor's stage, where one at least is a step of the Concatenate merge; () otherwise."""
+    found = tuple(_stage(a, scope, masks) for a in args)
+    return found if any(f not in ("", "mask") for f in found) else ()
+
+
+def _concat_step(entry: LayerEntry, args: list[Any], scope: str, masks: dict[str, list[str]]) -> list[str] | None:
+    """One op of Concatenate.compute_mask, recorded as Keras records it (a keras.ops layer, its axis the last,
+    on the stages before it); None for the same op used otherwise. Its result's stage is noted in `masks`."""
+    cls = entry.class_name
+    config = {k: v for k, v in entry.config.items() if k != "name"}
+    if cls != "LogicalOr" and (not (entry.module or "").startswith("keras.src.ops")
+                               or set(config) != set(_CONCAT_MASK_OPS[cls])
+                               or any(config[k] not in _WANTED[k] or isinstance(config[k], bool) != (k == "keepdims")
+                                      for k in config)):
+        return None
+    tensors = args[0] if cls == "Concatenate" and len(args) == 1 and isinstance(args[0], list) else args
+    stages = [_stage(t, scope, masks) for t in tensors]
+    if cls == "ZerosLike":
+        ok = len(args) == 1 and tensor_history(args[0]) is not None
+    elif cls == "LogicalOr":  # one expand and one zeros
+        ok = sorted(stages) == sorted(_NEEDS[cls])
+    elif cls == "Concatenate":  # one column per input
+        ok = bool(stages) and set(stages) == set(_NEEDS[cls])
+    else:  # ExpandDims of a mask, Any of a concat
+        ok = stages == list(_NEEDS[cls])
+    ids = ([] if cls == "ZerosLike" else _union(tensors, scope, masks)) if ok else None
+    if ids is not None and cls != "Any":
+        masks[_STAGE.format(stage=_MADE[cls], key=scope + (entry.name or str(entry.config.get("name"))))] = []
+    return ids
 
 
 def reads_zero_mask(key: str, value: Any, scope: str, masks: dict[str, list[str]]) -> bool:
     """Whether a call argument is one of those masks (then specgen's own mask replaces it)."""
-    return key in MASK_ARGUMENTS and scope + (tensor_layer(value) or "\0") in masks
+    found = scope + (tensor_layer(value) or "\0")  # a step of Concatenate's merge is no mask yet: refused (calls.py)
+    return key in MASK_ARGUMENTS and found in masks and not any(_STAGE.format(stage=s, key=found) in masks
+                                                                 for s in _MADE.values() if s != "mask")
 
 
 def tensor_layer(value: Any) -> str | None:

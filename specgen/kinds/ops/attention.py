@@ -82,6 +82,10 @@ class MultiHeadAttention(LayerBase):
         0.0, description="Dropout on the attention weights, in training only.")
     causal: Flag = Field(False, description="Each step attends to itself and earlier steps only (Keras' "
                                             "use_causal_mask).")
+    query_mask: Flag = Field(True, description="Whether the query's padding mask (mask_zero) masks its rows, as "
+                                               "Keras' MultiHeadAttention fills in query_mask. false: a padded query "
+                                               "step attends to the allowed keys as a real one does (KerasHub's "
+                                               "TransformerDecoder, whose attention takes no query_mask).")
     rotary: Rotary | None = Field(None, description="Rotary position embedding of query and key (needs an even "
                                                     "key_dim).")
     kernel_init: InitializerSpec = "glorot_uniform"
@@ -166,6 +170,7 @@ def infer(layer: MultiHeadAttention, shapes: list[Shape], dtypes: list[str]) -> 
                       "turns pairs of a head's features)", "rotary")
     params = {"num_heads": layer.num_heads, "key_dim": layer.key_dim, "value_dim": layer.value_dim or layer.key_dim,
               "use_bias": layer.use_bias, "dropout": layer.dropout, "causal": layer.causal, "roles": at,
+              "query_mask": layer.query_mask,
               "rotary": layer.rotary.model_dump() if layer.rotary else None}
     steps = (nominal(query[1]), nominal(key[1]))  # a named step counts 1 (kinds/dims.py)
     return OpResult(query, params=params, variables=_variables(layer, dims), flops=flops(layer, steps, dims))
@@ -259,6 +264,14 @@ def inverse_frequencies(k: int, rotary: dict[str, float]) -> list[float]:
     return [float(f) for f in (inv / np.float32(rotary["scaling_factor"])).astype(np.float32)]
 
 
+def padding_roles(params: dict[str, Any]) -> tuple[str, ...]:
+    """The roles whose padding mask goes into the attention mask: the query's as rows (unless `query_mask: false`),
+    the value's and a distinct key's as columns."""
+    distinct = params["roles"]["key"] != params["roles"]["value"]
+    return tuple(r for r in ("query", "value", "key")
+                 if (r != "query" or params["query_mask"]) and (r != "key" or distinct))
+
+
 def mask_check(layer: MultiHeadAttention, masked: tuple[bool, ...], rank: int) -> str:
     if "attention_mask" in (at := roles(layer)) and masked[at["attention_mask"]]:
         return "its attention_mask input is a mask itself, not a sequence a padding mask marks"
@@ -284,8 +297,8 @@ def moments(node: Node, ins: list[Moments | None], weight: WeightMoments, activa
     return {"": out}
 
 
-# The query's mask as rows, the value's and a distinct key's as columns of the attention mask; the output keeps the
-# query's mask, as Keras sets it.
+# The query's mask as rows (unless query_mask: false), the value's and a distinct key's as columns of the attention
+# mask; the output keeps the query's mask, as Keras sets it (KerasHub's TransformerDecoder too: supports_masking).
 OPS = (OpDef("multi_head_attention", MultiHeadAttention, infer, tf_attrs, onnx_attrs, symbolic=True,
              mask=MaskRule("first", check=mask_check, consumes="attention"),
              moments=Derived(moments, lambda node: (node.params["roles"]["value"],)), keras=("MultiHeadAttention",),
