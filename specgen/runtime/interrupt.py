@@ -27,11 +27,12 @@ tells whether one came, and `Interrupts` starts from it, so its first `check()` 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
@@ -162,3 +163,111 @@ class Interrupts:
 
 
 _DEFAULTS: dict[int, Any] = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+# While a distribution strategy starts, the main thread is inside TensorFlow's C++ (MultiWorkerMirroredStrategy
+# waits there for every worker of TF_CONFIG to connect, for as long as they take), where no Python handler runs,
+# and TensorFlow's coordination agent installs its own SIGTERM handler (tsl's preemption notifier), which only
+# notes it: `timeout`'s SIGTERM, and a repeated one, did nothing; only SIGKILL ended a worker whose peers never
+# came. `stoppable` acts on SIGINT and SIGTERM from a thread instead, through the wakeup fd that Python's C-level
+# handler writes whatever the main thread does, and puts that handler back when TensorFlow replaced it.
+WATCH_SECONDS = 0.1  # how often the watcher looks at the pipe and at SIGTERM's handler
+
+
+def _sigaction() -> Any:
+    """libc's sigaction with its struct (Linux's layout), or None elsewhere: the only way a thread can put Python's
+    C-level handler back (`signal.signal` works in the main thread only, which TensorFlow holds)."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return None
+
+    class Action(ctypes.Structure):
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                    ("restorer", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.sigaction.argtypes = [ctypes.c_int, ctypes.POINTER(Action), ctypes.POINTER(Action)]
+    return libc.sigaction, Action
+
+
+class _Watcher:
+    """The thread of `stoppable`: reads signal numbers from the wakeup pipe and keeps Python's handler in place."""
+
+    def __init__(self, signals: list[int], stop: Callable[[int], object]) -> None:
+        self.read, self.write = os.pipe()
+        os.set_blocking(self.write, False)  # the C-level handler must never block
+        self.signals, self.stop, self.done = signals, stop, threading.Event()
+        self.native = _sigaction()
+        self.ours: dict[int, Any] = {}  # signal -> Python's C-level sigaction, as installed in the main thread
+        if self.native is not None:
+            call, action = self.native
+            for number in signals:
+                self.ours[number] = action()
+                call(number, None, self.ours[number])
+        self.thread = threading.Thread(target=self._watch, name="specgen-stop-watcher", daemon=True)
+
+    def _reinstall(self) -> None:
+        if self.native is None:
+            return
+        call, action = self.native
+        for number, ours in self.ours.items():
+            now = action()
+            call(number, None, now)
+            if now.handler != ours.handler:  # TensorFlow's own handler replaced Python's: put Python's back
+                call(number, ours, None)
+
+    def _watch(self) -> None:
+        import select
+
+        while not self.done.is_set():
+            self._reinstall()
+            ready, _, _ = select.select([self.read], [], [], WATCH_SECONDS)
+            if ready and (data := os.read(self.read, 64)):
+                taken = [number for number in data if number in self.signals]
+                if taken:
+                    _end_now(taken[0], self.stop)
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        os.close(self.read)
+        os.close(self.write)
+
+
+def _end_now(signum: int, stop: Callable[[int], object]) -> None:
+    """The command's one stop line (`stop` prints it), then the process ends with 128 + signum at once: nothing of
+    the run folder is written while a strategy starts, so there is nothing to finish."""
+    try:
+        sys.stdout.flush()
+        stop(signum)
+        sys.stderr.flush()
+    finally:
+        os._exit(exit_status(signum))
+
+
+@contextmanager
+def stoppable(stop: Callable[[int], object]) -> Iterator[None]:
+    """While entered (in the main thread): SIGINT or SIGTERM (those not ignored) calls `stop(signum)`, which prints
+    the command's stop line, and ends the process with exit_status(signum), even while the main thread is blocked
+    in C++ and after TensorFlow installed its own SIGTERM handler. Leaving it puts the previous handlers back (for
+    SIGTERM: its default, until `Interrupts` is entered), TensorFlow's handler replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = [int(n) for n in SIGNALS if signal.getsignal(n) is not signal.SIG_IGN]
+    came: list[int] = []
+    previous = {n: signal.signal(n, lambda signum, frame: came.append(signum)) for n in taken}
+    watcher = _Watcher(taken, stop)
+    old_fd = signal.set_wakeup_fd(watcher.write, warn_on_full_buffer=False)
+    watcher.thread.start()
+    try:
+        yield
+    finally:
+        watcher.close()
+        signal.set_wakeup_fd(old_fd)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else _DEFAULTS[number])
+    if came:  # one the Python-level handler saw after the watcher stopped reading: the same stop
+        _end_now(came[0], stop)

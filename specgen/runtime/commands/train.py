@@ -38,7 +38,7 @@ from specgen.runtime.commands.resume import Options, Start, prepare
 from specgen.runtime.commands.run_end import RunEnded
 from specgen.runtime.commands.session import Session
 from specgen.runtime.disk import os_error
-from specgen.runtime.interrupt import Interrupts, exit_status
+from specgen.runtime.interrupt import Interrupts, exit_status, stoppable
 from specgen.runtime.placement import replicas as distribute
 from specgen.runtime.placement.default import Distribution
 from specgen.tracking import start as start_tracking
@@ -117,8 +117,11 @@ def train(built: Built, options: Options) -> dict[str, Any]:
     # TensorFlow calls in the loop. A KeyboardInterrupt raised inside TensorFlow's Python code could leave a
     # traced function half built or be swallowed (interrupt.py), and one raised anywhere else was a traceback.
     # The strategy's start stays interruptible at once: under multi_worker it waits for the other workers.
+    # A stop signal while the strategy starts (multi_worker waits there for every worker, inside TensorFlow's C++,
+    # which also takes SIGTERM over) ends the process from a thread, with the line below (interrupt.stoppable).
     try:
-        distribution = distribute.start(built.loaded, built.ir, options.strategy)  # first: it configures TensorFlow
+        with stoppable(lambda signum: _interrupted(built, options, "before training started", signum)):
+            distribution = distribute.start(built.loaded, built.ir, options.strategy)  # first: it configures TF
     except KeyboardInterrupt:
         raise _interrupted(built, options, "before training started") from None
     with Interrupts() as interrupts:

@@ -9,10 +9,15 @@ Any problem is one line naming TF_CONFIG, what was received and what was expecte
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
 import os
 import re
-from dataclasses import dataclass
+import select
+import socket
+import time
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
@@ -80,6 +85,15 @@ class Role:
     task_id: int = 0
     workers: int = 1  # tasks that train: workers plus the chief
     chief: bool = True  # writes the run folder
+    # Where the tasks listen, for messages and the port check (not part of the role's identity):
+    addresses: tuple[str, ...] = field(default=(), compare=False)  # the training tasks', chief first
+    address: str = field(default="", compare=False)  # this task's own `host:port`, which TensorFlow's server binds
+    where: str = field(default="", compare=False)  # where that address is in TF_CONFIG (`cluster.worker.0`)
+
+    def waiting(self, missing: list[str]) -> str:
+        """The line a worker prints once when other workers have not come yet."""
+        return (f"multi_worker: {self.name} is waiting for {len(missing)} of the {self.workers} workers of "
+                f"TF_CONFIG's cluster ({', '.join(self.addresses)}) to start: {', '.join(missing)}")
 
     @property
     def name(self) -> str:
@@ -99,7 +113,9 @@ def read_role(environ: dict[str, str] | None = None) -> Role:
     config = parse(text)
     cluster, task = config.cluster, config.task
     chief = task.type == "chief" or (task.index == 0 and not cluster.get("chief"))
-    return Role(task.type, task.index, sum(len(cluster.get(job, [])) for job in TRAINING_JOBS), chief)
+    addresses = tuple(address for job in TRAINING_JOBS for address in cluster.get(job, []))
+    return Role(task.type, task.index, len(addresses), chief, addresses, cluster[task.type][task.index],
+                f"cluster.{task.type}.{task.index}")
 
 
 def parse(text: str) -> TfConfig:
@@ -175,6 +191,120 @@ def _check(config: TfConfig) -> None:
     if not 0 <= task.index < len(tasks):
         raise refused("task.index", safe_repr(task.index), f"an index from 0 to {len(tasks) - 1} (the "
                       f"{task.type!r} job lists {len(tasks)} address(es))")
+
+
+def check_port(role: Role) -> None:
+    """This task's port must be free here: TensorFlow's gRPC server binds it on every interface when the strategy
+    starts, and a port in use ended in a traceback ("Could not start gRPC server") after TensorFlow started.
+    SO_REUSEADDR, as gRPC sets it: a port in TIME_WAIT (a worker just relaunched) is free, a listening one is not."""
+    port = int(role.address.rpartition(":")[2]) if role.address else 0
+    if not port:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError as exc:
+            raise port_in_use(role, os.strerror(exc.errno) if exc.errno else str(exc)) from None
+
+
+PEER_POLL = 0.5  # seconds between two looks at the workers that have not come yet
+HELLO = b"specgen-cluster "  # what a waiting worker answers on its port: this, then its cluster's addresses (JSON)
+
+
+def rendezvous(role: Role) -> None:
+    """Wait, in Python, until every other training task's port answers, before TensorFlow's start blocks in C++.
+
+    MultiWorkerMirroredStrategy's start waits for every worker inside C++ (the GIL held, its own SIGTERM handler
+    installed): a worker whose peers never came could only be killed. Here each worker listens on its own port
+    (which checks that it is free) and connects to the others' until all answer, so the wait is where a stop
+    signal is acted on (interrupt.stoppable) and one line says what it waits for. A peer still waiting answers
+    with its cluster: a different one is refused here (TensorFlow would fail at the first collective instead).
+    """
+    if role.workers < 2:
+        check_port(role)
+        return
+    listener = _listen(role)
+    waiting, said = [a for a in role.addresses if a != role.address], False
+    try:
+        while waiting:
+            waiting = [address for address in waiting if not _answers(address, role)]
+            if waiting and not said:
+                print(role.waiting(waiting), flush=True)
+                said = True
+            _serve(listener, role, PEER_POLL if waiting else 2 * PEER_POLL)  # then a moment for the slower peers
+    finally:
+        listener.close()
+
+
+def _listen(role: Role) -> socket.socket:
+    port = int(role.address.rpartition(":")[2])
+    try:  # SO_REUSEADDR, as gRPC: TIME_WAIT is free. On every interface, IPv6 too where the system has both, as
+        # gRPC binds [::]: a TF_CONFIG naming a peer by an IPv6 address must reach this listener as it will gRPC's.
+        if socket.has_dualstack_ipv6():
+            listener = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            listener = socket.create_server(("0.0.0.0", port))
+    except OSError as exc:
+        raise port_in_use(role, os.strerror(exc.errno) if exc.errno else str(exc)) from None
+    listener.setblocking(False)
+    return listener
+
+
+def _serve(listener: socket.socket, role: Role, seconds: float) -> None:
+    """Answer the peers that connect during `seconds` with this worker's cluster, and check theirs."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        if select.select([listener], [], [], left)[0]:
+            try:
+                peer, address = listener.accept()
+                with peer:
+                    host = address[0].removeprefix("::ffff:")  # an IPv4 peer on the dual-stack listener
+                    _compare(_exchange(peer, role), f"{host} (connecting to this one)", role)
+            except OSError:  # the peer went away meanwhile: it connects again
+                continue
+
+
+def _exchange(peer: socket.socket, role: Role) -> bytes:
+    """Send this worker's cluster, read the other side's line (nothing from TensorFlow's server)."""
+    peer.settimeout(1.0)
+    text = b""
+    with contextlib.suppress(OSError):
+        peer.sendall(HELLO + json.dumps(list(role.addresses)).encode() + b"\n")
+        while not text.endswith(b"\n") and len(text) < MAX_TF_CONFIG and (chunk := peer.recv(4096)):
+            text += chunk
+    return text
+
+
+def _compare(text: bytes, address: str, role: Role) -> None:
+    """Refused when the other side answered with a cluster other than this worker's."""
+    if not text.startswith(HELLO):  # anything else: TensorFlow's server, already started
+        return
+    with contextlib.suppress(ValueError):
+        theirs = json.loads(text[len(HELLO):])
+        if theirs != list(role.addresses):
+            raise refused("cluster", f"{len(role.addresses)} training tasks here ({', '.join(role.addresses)}), "
+                          f"while the task at {address} lists {len(theirs)} ({', '.join(map(str, theirs))})",
+                          "the same cluster in every worker's TF_CONFIG: give every worker the same one")
+
+
+def _answers(address: str, role: Role) -> bool:
+    """Whether the task at `address` listens (waiting here, or TensorFlow's server already); refused when it
+    answers with a cluster other than this worker's."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0) as peer:
+            text = _exchange(peer, role)
+    except OSError:  # not listening yet, or its name does not resolve yet (a pod still starting)
+        return False
+    _compare(text, address, role)
+    return True
+
+
+def port_in_use(role: Role, why: str) -> SpecError:
+    return refused(role.where, f"{role.address}, whose port cannot be bound on this machine ({why}: another "
+                   "process listens there)", f"a free port for {role.name}: stop that process, or give this task "
+                   "another port in every worker's TF_CONFIG")
 
 
 def spec_strategy(ir: ModelIR) -> str:

@@ -36,6 +36,8 @@ under a strategy; `start` makes the one a run uses.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import re
 import shutil
 import sys
@@ -47,6 +49,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from specgen.atomic import pid_alive
 from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
@@ -58,7 +61,7 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
-from specgen.runtime.placement.cluster import Role, check_replicas, read_role
+from specgen.runtime.placement.cluster import Role, check_replicas, port_in_use, read_role, rendezvous
 from specgen.runtime.placement.default import Distribution
 from specgen.runtime.placement.positions import Positions
 from specgen.runtime.sources.base import Source
@@ -131,6 +134,31 @@ def python_body(function: Callable[..., Any]) -> Callable[..., Any]:
     tensors, and the chunk loop's autograph would otherwise rewrite it and everything it calls (seconds a trace)."""
     body: Callable[..., Any] = tf.autograph.experimental.do_not_convert(getattr(function, "python_function", function))
     return body
+
+
+# A non-chief worker's temporary folder: specgen-<task>-<index>-<run key>-<pid>-<random>. A worker killed by
+# SIGKILL (or the machine's OOM killer) cannot remove its own; the next worker of the same run on this machine
+# does, once its pid is not a live process (atomic.py's rule for a killed writer's temporary files). /tmp is
+# this machine's own, so no age is needed for a writer on another machine (atomic.STALE_AFTER's case).
+WORKER_FOLDER = re.compile(r"specgen-(?:chief|worker)-\d+-(?P<run>[0-9a-f]{8})-(?P<pid>\d+)-[^/]+")
+
+
+def remove_stale_folders(run_key: str, where: Path | None = None) -> list[Path]:
+    """Remove the temporary folders that killed workers of the run `run_key` left in `where` (the temp folder)."""
+    removed: list[Path] = []
+    folder = Path(where or tempfile.gettempdir())
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = WORKER_FOLDER.fullmatch(entry.name)
+        if found is None or found["run"] != run_key or pid_alive(int(found["pid"])):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 class Replicas(Distribution):
@@ -208,7 +236,10 @@ class Replicas(Distribution):
         if self.role.chief:
             return run
         if self._temporary is None:
-            self._temporary = Path(tempfile.mkdtemp(prefix=f"specgen-{self.role.task_type}-{self.role.task_id}-"))
+            run_key = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:8]
+            remove_stale_folders(run_key)
+            self._temporary = Path(tempfile.mkdtemp(
+                prefix=f"specgen-{self.role.task_type}-{self.role.task_id}-{run_key}-{os.getpid()}-"))
         return self._temporary
 
     def close(self) -> None:
@@ -273,9 +304,10 @@ class Replicas(Distribution):
         run folder holds only whole ones, and relaunching every worker with --resume continues from the newest.
         """
         newest, _ = CheckpointFolder(run_folder(loaded), 1).newest()
-        where = f"the newest checkpoint is {shown(newest)}" if newest else "no checkpoint was written yet"
-        print(f"specgen: error: {self.role.name} of {self.role.workers} stopped: {_reason(exc)}; "
-              f"{where}. Relaunch every worker with --resume", file=sys.stderr, flush=True)
+        advice = f"the newest checkpoint is {shown(newest)}. Relaunch every worker with --resume" if newest else \
+            "no checkpoint was written yet: start every worker again (without --resume, which would find none)"
+        print(f"specgen: error: {self.role.name} of {self.role.workers} stopped: {_reason(exc)}"
+              f"{_mismatch(exc, self.role)}; {advice}", file=sys.stderr, flush=True)
         return SystemExit(1)
 
 
@@ -289,7 +321,12 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
     if strategy is not None:
         settings = replace(settings, strategy=strategy)
     role = read_role() if settings.strategy == "multi_worker" else Role()  # MirroredStrategy ignores TF_CONFIG
-    made = make_strategy(settings)
+    if settings.strategy == "multi_worker":
+        _before_waiting(loaded, ir, settings, role)
+    try:
+        made = make_strategy(settings)
+    except tf.errors.OpError as exc:  # outside train's `_guarded`: worded here, not a traceback
+        raise _not_started(role, exc) from None
     if made is None:
         return Distribution()
     replicas = Replicas(made, role, settings)
@@ -298,10 +335,42 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
     return replicas
 
 
+def _before_waiting(loaded: LoadedSpec, ir: ModelIR, settings: DistributeIR, role: Role) -> None:
+    """What can be refused before the strategy's start waits for every worker (as long as they take): this task's
+    port, and the global batch on a machine without GPUs (replicas = workers x cpu_devices, known here; with GPUs
+    the count is the strategy's, checked once it started). Then it waits for the others in Python (`rendezvous`),
+    where a stop signal is acted on and a line says what it waits for."""
+    if not tf.config.list_physical_devices("GPU"):
+        check_replicas(loaded, settings.strategy, role.workers * max(settings.cpu_devices, 1), ir)
+    rendezvous(role)
+
+
+def _not_started(role: Role, exc: tf.errors.OpError) -> BaseException:
+    """One line for a strategy that could not start: the port line for gRPC's bind failure (another process took
+    the port after `check_port`), else TensorFlow's reason; exit 1, nothing written (the run folder comes later)."""
+    if "Could not start gRPC server" in str(exc.message):
+        return port_in_use(role, "gRPC could not start its server there")
+    print(f"specgen: error: {role.name} of {role.workers} could not start the multi_worker strategy: {_reason(exc)}",
+          file=sys.stderr, flush=True)
+    return SystemExit(1)
+
+
 def settings_of(ir: ModelIR) -> DistributeIR:
     """The spec's `train.distribute`, resolved (the default strategy without a train section)."""
     training = ir.training
     return distribute.of(training.train) if training is not None and training.train is not None else DistributeIR()
+
+
+def _mismatch(exc: Exception, role: Role) -> str:
+    """A collective's group that cannot form: TensorFlow says only "could be from a previous operation" (the cause,
+    `joining a group with size 2, but that group has size 3`, is in its log). Workers whose TF_CONFIG clusters differ
+    connect (the coordination service counts its own cluster) and fail so at the first collective; TensorFlow gives
+    no hook to compare the clusters before, so the line names the likely cause and this worker's count."""
+    text = str(exc.message if isinstance(exc, tf.errors.OpError) else exc)
+    if isinstance(exc, tf.errors.InternalError) and re.search(r"Collective|group|previous operation", text):
+        return (f" (likely cause: the workers' TF_CONFIG clusters differ; this one lists {role.workers} workers, "
+                f"{', '.join(role.addresses)}: give every worker the same cluster)")
+    return ""
 
 
 def _reason(exc: Exception) -> str:
