@@ -86,7 +86,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_keras_files_are_told_by_what_they_hold(files: dict[str, Path]) -> None:
-    from specgen.runtime.keras_weights import HDF5, KERAS, ZIP, is_keras_file, sniff
+    from specgen.runtime.weight_files import HDF5, KERAS, ZIP, is_keras_file, sniff
 
     kinds = {name: sniff(path) for name, path in files.items()}
     assert kinds == {"d.npz": ZIP, "k.bin": KERAS, "data.bin": HDF5, "k3.bin": KERAS, "k2.bin": KERAS,
@@ -96,7 +96,7 @@ def test_keras_files_are_told_by_what_they_hold(files: dict[str, Path]) -> None:
 
 
 def test_a_file_that_is_no_checkpoint_says_what_it_is(files: dict[str, Path]) -> None:
-    from specgen.runtime.keras_weights import not_a_checkpoint
+    from specgen.runtime.weight_files import not_a_checkpoint
 
     expected = ("not a TensorFlow checkpoint nor a Keras weight file (.keras, .weights.h5, .h5): expected a "
                 "checkpoint's prefix or .index file, a ckpt-* folder or a run folder")

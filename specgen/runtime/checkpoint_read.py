@@ -32,7 +32,7 @@ from specgen.runtime.integrity import (
     saved,
     unreadable_error,
 )
-from specgen.runtime.keras_weights import not_a_checkpoint
+from specgen.runtime.weight_files import not_a_checkpoint
 
 LATEST = "latest"
 STATE = "checkpoint"  # TensorFlow's CheckpointState file name (tf.train.latest_checkpoint reads it)

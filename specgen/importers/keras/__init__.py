@@ -106,7 +106,7 @@ def _fit_keys(imp: Imported, stored: dict[str, tuple[int, ...]]) -> None:
 
 def _stored_keys(path: Path) -> dict[str, tuple[int, ...]]:
     """A weights file's keys and shapes: a Keras file read as data (h5py), else a TensorFlow checkpoint."""
-    from specgen.runtime.keras_weights import is_keras_file
+    from specgen.runtime.weight_files import is_keras_file
 
     if is_keras_file(path):
         return _stored(path)

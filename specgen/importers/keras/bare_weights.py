@@ -14,7 +14,8 @@ from pathlib import Path
 
 from specgen.importers.keras.dag import KGraph
 from specgen.importers.keras.errors import ImportProblem, layer_problem
-from specgen.runtime.keras_weights import OPTIONS, VARIABLES, KerasFileError, is_keras_file, read_weights
+from specgen.runtime.keras_weights import OPTIONS, VARIABLES, KerasFileError, read_weights
+from specgen.runtime.weight_files import is_keras_file
 
 __all__ = ["indexed_map"]
 

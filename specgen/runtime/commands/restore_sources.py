@@ -1,5 +1,5 @@
 """Where restore plans read from: TensorFlow checkpoints (TF1 name-based, TF2 object-based, specgen's own)
-and Keras weight files (keras_weights.py), told apart by suffix and content, both as key -> Entry."""
+and Keras weight files (keras_weights.py), told apart by suffix and content (weight_files.py), both as key -> Entry."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import tensorflow as tf
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.restore_rules import Entry
 from specgen.paths import shown
-from specgen.runtime import keras_weights
+from specgen.runtime import keras_weights, weight_files
 from specgen.runtime.bundle_index import short_shard
 from specgen.runtime.checkpoint import resolve_prefix
 from specgen.runtime.integrity import Unreadable, check_kinds
@@ -25,7 +25,7 @@ def read_source(path: Path, declared: int | None = None) -> tuple[Path, dict[str
     """The prefix and its tensors by key, object-based keys without their '/.ATTRIBUTES/...' suffix;
     for a Keras weight file, the file and its weights by `<layer>/<weight>` (`declared`, the bytes of
     the spec's variables, bounds what a .keras may inflate to: keras_files.weights_cap)."""
-    if keras_weights.is_keras_file(path):
+    if weight_files.is_keras_file(path):
         found = keras_weights.read_weights(path, declared)
         return path, {key: Entry(w.dataset, w.shape, w.dtype, w.hint) for key, w in found.items()}
     prefix = resolve_prefix(path)
@@ -68,14 +68,14 @@ def require_restorable(prefix: Path, raw_keys: set[str]) -> None:
     """ValueError, one line, when a data shard of a TensorFlow checkpoint is too short for the bytes the index
     places there for `raw_keys` (a truncated copy): a plan that read the index alone would promise values the
     restore cannot read. Keras weight files are read whole when planned (keras_weights.py)."""
-    if raw_keys and not keras_weights.is_keras_file(prefix) and (why := short_shard(prefix, raw_keys)):
+    if raw_keys and not weight_files.is_keras_file(prefix) and (why := short_shard(prefix, raw_keys)):
         raise ValueError(f"cannot restore from checkpoint {shown(prefix)}: {why}")
 
 
 def open_reader(prefix: Path, stack: ExitStack, declared: int | None = None) -> Any:
     """A reader with `get_tensor(raw_key)`; a Keras file stays open until `stack` closes. The files' kinds are
     checked again here, when the values are read: one swapped for a FIFO since the plan is refused, never waited on."""
-    if keras_weights.is_keras_file(prefix):
+    if weight_files.is_keras_file(prefix):
         return stack.enter_context(keras_weights.Reader(prefix, declared))
     require_checkpoint_files(prefix)
     return tf.train.load_checkpoint(str(prefix))
