@@ -225,3 +225,26 @@ def test_global_gradients_are_dense() -> None:
     assert isinstance(grad, tf.Tensor)
     np.testing.assert_array_equal(grad.numpy(), [[0, 0], [2, 2], [1, 1]])
     assert isinstance(0.1 * grad, tf.Tensor)  # what rmsprop centered and lion do with it
+
+
+@pytest.mark.parametrize(("kind", "variant"), CASES)
+def test_the_probes_first_update_on_an_embedding_is_the_dense_steps(kind: str, variant: str, tmp_path: Path) -> None:
+    """`specgen train --probe` applies the trainer's step to the generated `gradients` (the tape's, an embedding's
+    sparse) and puts everything back: it crashed on rmsprop centered and lion (found verifying round 11's fix,
+    which covered the training step only). Its update equals Keras' step on the dense gradient, and nothing moves."""
+    from specgen.runtime.commands.probe import first_update
+
+    entry, make_keras = VARIANTS[kind][variant]
+    model, trainer = generated(tmp_path, spec(kind, entry))
+    start = {path: v.numpy() for path, v in model.variables_by_path().items()}
+    ids, labels = BATCHES[0], LABELS[0]
+    features, targets = {"ids": tf.constant(ids)}, {"label": tf.constant(labels, tf.int64)}
+    _, grads = trainer.gradients(features, targets)
+    assert isinstance(grads[0], tf.IndexedSlices)
+    moved = first_update(model, trainer, list(grads))
+    copy = {path: tf.Variable(value) for path, value in start.items()}
+    make_keras().apply_gradients(zip(dense_mean([gradients(copy, ids, labels)]), copy.values(), strict=True))
+    expected = np.linalg.norm((copy["emb/embeddings"].numpy() - start["emb/embeddings"]).astype(np.float64))
+    assert moved["emb/embeddings"] == pytest.approx(expected, rel=1e-5, abs=TOLERANCE)
+    for path, var in model.variables_by_path().items():
+        np.testing.assert_array_equal(var.numpy(), start[path], err_msg=f"{path} was not put back")

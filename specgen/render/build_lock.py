@@ -23,6 +23,7 @@ from specgen.paths import shown
 LOCK_NAME = ".specgen-build.lock"
 LOCK_WAIT = 60.0  # seconds a build waits for another build writing the same folder; a build takes a few seconds
 LOCK_POLL = 0.05
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # the lock file cannot be made: nobody here writes the folder
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -45,8 +46,17 @@ def locked(root: Path) -> Iterator[None]:
     new one (`_lock`)."""
     with writing(root):
         real = resolved_root(root)
-        os.makedirs(real, exist_ok=True)
-        fd, path = _lock(root, os.path.join(real, LOCK_NAME))
+        try:
+            os.makedirs(real, exist_ok=True)
+            fd, path = _lock(root, os.path.join(real, LOCK_NAME))
+        except OSError as exc:
+            if exc.errno not in UNWRITABLE:
+                raise
+            # A folder this user cannot write: no build of theirs can write it either, so there is nothing to order.
+            # The build goes on: an up-to-date read-only checkout passes (0 files changed), and a file it would
+            # have to change is refused by the write itself, with the usual line naming it.
+            yield
+            return
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -35,6 +35,7 @@ from specgen.runtime.commands.restore import apply_plan, plan_restore
 from specgen.runtime.commands.resume import verified_meta
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
+from specgen.runtime.lib.optimizers import dense
 from specgen.spec.load import LoadedSpec
 
 NEAR_ZERO = 1e-5  # a gradient norm under this share of the batch's largest is flagged
@@ -174,7 +175,9 @@ def first_update(model: GeneratedModel, trainer: GeneratedTrainer, gradients: li
     everything = model.variables_by_path() | trainer.state_by_path()
     saved = {name: var.read_value() for name, var in everything.items()}
     before = [w.read_value() for w in trainer.trainable]
-    trainer.apply([tf.zeros_like(w) if g is None else g for w, g in zip(trainer.trainable, gradients, strict=True)])
+    # Dense, as the training step's gradients are (runtime/lib/optimizers.py global_gradients): an embedding's
+    # IndexedSlices crashed the kinds written with Python arithmetic (rmsprop centered, lion).
+    trainer.apply([tf.zeros_like(w) if g is None else dense(g) for w, g in zip(trainer.trainable, gradients, strict=True)])
     moved = {path: _norm(w.read_value() - b)
              for path, w, b in zip(trainer.trainable_paths, trainer.trainable, before, strict=True)}
     if rates is not None:

@@ -25,8 +25,9 @@ from specgen.atomic import probe_writable
 from specgen.diagnostics import Diagnostic, SpecError, describe, quoted
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
+from specgen.kinds.features import precision
 from specgen.paths import shown as printed  # `shown` names a local of check_writable
-from specgen.runtime.checkpoint import LATEST, STATE, CheckpointFolder, aside_folder, key_shapes
+from specgen.runtime.checkpoint import LATEST, STATE, CheckpointFolder, aside_folder, key_shapes, read_arrays
 from specgen.runtime.integrity import (
     EXPECTED_SERIAL,
     EXPECTED_STEP,
@@ -292,6 +293,22 @@ def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
                                     f"spec {quoted(meta['spec'])}, not {quoted(loaded.spec.name)}; resume it with that "
                                     "spec, or give this one its own folder (checkpoint.dir)")])
     _check_optimizer_record(path, meta, text)
+    _check_pass_start(path, meta, text)
+
+
+def _check_pass_start(path: Path, meta: dict[str, Any], text: str) -> None:
+    """`pass_start` at most the checkpoint's attempted updates (its step plus those mixed_float16 skipped, as
+    session.py counts them): a pass cannot begin after its checkpoint, and an edit past it would shuffle the resumed
+    data with another seed (train.seed + pass_start, data_position.py) in silence."""
+    start = meta.get("pass_start")
+    if start is None:
+        return
+    key, dtype = precision.KEYS[2], precision.DTYPES[2]
+    held = key in key_shapes(path / "variables")
+    attempts = meta["step"] + (int(read_arrays(path / "variables", {key: ((), dtype)})[key]) if held else 0)
+    if start > attempts:
+        raise _malformed(path, text, "pass_start", describe(start), f"an integer from 0 to {attempts} (the update "
+                         "the data's current pass began at, at most the checkpoint's attempted updates)")
 
 
 def _check_optimizer_record(path: Path, meta: dict[str, Any], text: str) -> None:
