@@ -214,9 +214,10 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
 
 
 def _base_name_errors(label: str, entries: dict[str, Entry], source: RestoreSource) -> list[str]:
-    """Under ema_to_model the map renames each EMA shadow by its base name ('ema/X' as 'X': `plan_source`), so an
-    entry that matches a shadow's own key and none of the names the map sees never applies: refused, never a
-    weight left silently at its initializer (an explicit entry reads as "this key goes there")."""
+    """Under ema_to_model the map renames each EMA shadow by its base name (the shadow of X, under ema/, is read
+    as X: `plan_source`), so an entry that matches a shadow's own key and none of the names the map sees never
+    applies: refused, never a weight left silently at its initializer (an explicit entry reads as "this key goes
+    there")."""
     seen = [ema_base(key) or key for key in entries]
     shadows = [key for key in entries if ema_base(key) is not None]
     errors = []
