@@ -364,5 +364,32 @@ def test_an_up_to_date_folder_nobody_may_write_still_builds(capsys: pytest.Captu
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", refuse)
+    if code == "EACCES":  # a folder without write permission (root writes through modes: its access is refused too)
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p).endswith("gen") and mode == os.W_OK
+                            else real_access(p, mode, **kw))
     assert main(["build", "digits_mlp.yaml", "--out", "gen"]) == 0
     assert capsys.readouterr() == ("built 1 spec(s) into gen: 0 file(s) changed\n", "")
+
+
+def test_a_lock_file_refused_in_a_writable_folder_is_an_error_not_a_build_without_lock(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's lock file (left by a killed build) refuses this user's open in a folder they may write: going
+    on without the lock would let two builds write unordered (found by the review of round 11's fixes)."""
+    import errno
+
+    from specgen.render.build_lock import LOCK_NAME
+
+    Path("digits_mlp.yaml").write_text(MLP)
+    assert main(["build", "digits_mlp.yaml", "--out", "gen"]) == 0
+    capsys.readouterr()
+    real_open = os.open
+
+    def refuse(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith(LOCK_NAME):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse)
+    assert main(["build", "digits_mlp.yaml", "--out", "gen"]) == 1
+    assert "Traceback" not in capsys.readouterr().err

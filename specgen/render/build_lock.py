@@ -50,13 +50,15 @@ def locked(root: Path) -> Iterator[None]:
             os.makedirs(real, exist_ok=True)
             fd, path = _lock(root, os.path.join(real, LOCK_NAME))
         except OSError as exc:
-            if exc.errno not in UNWRITABLE:
+            if not _unwritable(real, exc):
                 raise
-            # A folder this user cannot write: no build of theirs can write it either, so there is nothing to order.
-            # The build goes on: an up-to-date read-only checkout passes (0 files changed), and a file it would
-            # have to change is refused by the write itself, with the usual line naming it.
-            yield
-            return
+            fd, path = -1, ""
+    if fd < 0:
+        # A folder this user cannot write: no build of theirs can write it either, so there is nothing to order.
+        # The build goes on (outside `writing(root)`, so that a write error names its own file): an up-to-date
+        # read-only checkout passes (0 files changed), and a file it would have to change is refused by the write.
+        yield
+        return
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -67,6 +69,16 @@ def locked(root: Path) -> Iterator[None]:
         except OSError:  # gone or not ours to remove: the lock itself is what matters
             pass
         os.close(fd)
+
+
+def _unwritable(real: str, exc: OSError) -> bool:
+    """Whether the lock file could not be made because the folder cannot be written (a read-only file system, a
+    folder without write permission), not because of the lock file itself (another user's, left by a killed build:
+    that stays an error naming it, as two builds would otherwise write unordered)."""
+    if exc.errno == errno.EROFS:
+        return True
+    folder = real if os.path.isdir(real) else os.path.dirname(real)
+    return exc.errno in UNWRITABLE and not os.access(folder, os.W_OK)
 
 
 def _lock(root: Path, path: str) -> tuple[int, str]:

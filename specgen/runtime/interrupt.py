@@ -250,9 +250,11 @@ def _end_now(signum: int, stop: Callable[[int], object]) -> None:
 @contextmanager
 def stoppable(stop: Callable[[int], object]) -> Iterator[None]:
     """While entered (in the main thread): SIGINT or SIGTERM (those not ignored) calls `stop(signum)`, which prints
-    the command's stop line, and ends the process with exit_status(signum), even while the main thread is blocked
-    in C++ and after TensorFlow installed its own SIGTERM handler. Leaving it puts the previous handlers back (for
-    SIGTERM: its default, until `Interrupts` is entered), TensorFlow's handler replaced."""
+    the command's stop line, and ends the process with exit_status(signum), from the watcher thread: also while the
+    main thread waits for the other workers (placement/cluster.py's rendezvous, in Python, so the watcher runs) and
+    after TensorFlow installed its own SIGTERM handler (put back to ours). Not during TensorFlow's own start once
+    every peer answered (1-2 s): it holds the GIL there and its handler takes the signal (docs/distributed.md).
+    Leaving it puts the previous handlers back (for SIGTERM: its default, until `Interrupts` is entered)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -265,8 +267,8 @@ def stoppable(stop: Callable[[int], object]) -> Iterator[None]:
     try:
         yield
     finally:
+        signal.set_wakeup_fd(old_fd)  # first: a signal from here on is the handler's (`came`), never a closed pipe's
         watcher.close()
-        signal.set_wakeup_fd(old_fd)
         for number, handler in previous.items():
             signal.signal(number, handler if handler is not None else _DEFAULTS[number])
     if came:  # one the Python-level handler saw after the watcher stopped reading: the same stop
