@@ -343,14 +343,10 @@ def test_a_lock_attempt_that_fails_closes_its_descriptor(tmp_path: Path, monkeyp
         os.close(fd)
 
 
-@pytest.mark.parametrize("code", ["EACCES", "EROFS"])
-def test_an_up_to_date_folder_nobody_may_write_still_builds(capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch, code: str) -> None:
-    """A read-only checkout whose generated files are up to date passed `specgen build` (0 files changed) until the
-    lock file came: making it failed ("cannot write gen"). A folder this user cannot write needs no order among
-    writers; found verifying round 11. (The lock file's open is refused here: root writes through file modes.)"""
-    import errno
-
+def _built_then_lock_open_refused(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                   code: int) -> None:
+    """digits_mlp built into gen/ (up to date), then every open of its lock file refused with errno `code` (root
+    writes through file modes, so the refusal is made here)."""
     from specgen.render.build_lock import LOCK_NAME
 
     Path("digits_mlp.yaml").write_text(MLP)
@@ -360,10 +356,21 @@ def test_an_up_to_date_folder_nobody_may_write_still_builds(capsys: pytest.Captu
 
     def refuse(path: object, *args: object, **kwargs: object) -> int:
         if str(path).endswith(LOCK_NAME):
-            raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+            raise OSError(code, os.strerror(code), str(path))
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", refuse)
+
+
+@pytest.mark.parametrize("code", ["EACCES", "EROFS"])
+def test_an_up_to_date_folder_nobody_may_write_still_builds(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """A read-only checkout whose generated files are up to date passed `specgen build` (0 files changed) until the
+    lock file came: making it failed ("cannot write gen"). A folder this user cannot write needs no order among
+    writers; found verifying round 11."""
+    import errno
+
+    _built_then_lock_open_refused(capsys, monkeypatch, getattr(errno, code))
     if code == "EACCES":  # a folder without write permission (root writes through modes: its access is refused too)
         real_access = os.access
         monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p).endswith("gen") and mode == os.W_OK
@@ -378,18 +385,6 @@ def test_a_lock_file_refused_in_a_writable_folder_is_an_error_not_a_build_withou
     on without the lock would let two builds write unordered (found by the review of round 11's fixes)."""
     import errno
 
-    from specgen.render.build_lock import LOCK_NAME
-
-    Path("digits_mlp.yaml").write_text(MLP)
-    assert main(["build", "digits_mlp.yaml", "--out", "gen"]) == 0
-    capsys.readouterr()
-    real_open = os.open
-
-    def refuse(path: object, *args: object, **kwargs: object) -> int:
-        if str(path).endswith(LOCK_NAME):
-            raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", refuse)
+    _built_then_lock_open_refused(capsys, monkeypatch, errno.EACCES)
     assert main(["build", "digits_mlp.yaml", "--out", "gen"]) == 1
     assert "Traceback" not in capsys.readouterr().err

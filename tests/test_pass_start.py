@@ -119,9 +119,14 @@ def test_a_plain_resume_inside_a_new_pass_ends_bitwise_where_the_uninterrupted_r
 PASS_START = "an integer from 0 to 9223372036854775807 (the update the data's current pass began at)"
 
 
-@pytest.mark.parametrize(("bad", "received"), [("-1", "-1 (int)"), ("null", "None (NoneType)"),
-                                               ('"4"', "'4' (str)"), ("2.0", "2.0 (float)")])
-def test_a_malformed_pass_start_is_refused_at_its_key(run: Path, bad: str, received: str,
+@pytest.mark.parametrize(("bad", "received", "expected"), [
+    ("-1", "-1 (int)", PASS_START), ("null", "None (NoneType)", PASS_START), ('"4"', "'4' (str)", PASS_START),
+    ("2.0", "2.0 (float)", PASS_START),
+    # a pass cannot begin after its checkpoint (4 attempted updates): an edit to 1000 resumed silently with the
+    # data shuffled by another seed (train.seed + 1000); found by the verification of checker round 11
+    ("1000", "1000 (int)", "an integer from 0 to 4 (the update the data's current pass began at, at most the "
+     "checkpoint's attempted updates)")])
+def test_a_malformed_pass_start_is_refused_at_its_key(run: Path, bad: str, received: str, expected: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     file = run / "ckpt-00000004" / "meta.json"
     text = file.read_text()
@@ -132,24 +137,6 @@ def test_a_malformed_pass_start_is_refused_at_its_key(run: Path, bad: str, recei
                          capsys)
     assert (code, out) == (1, "")
     assert err == (f"{file}:{line}:3: error: checkpoint ckpt-00000004 has a malformed meta.json: 'pass_start' is "
-                   f"{received}; expected {PASS_START}, as specgen writes it. Resume from another checkpoint "
-                   "(--resume-from) or start over with --fresh\n1 error found\n")
-    assert snapshot(run) == before
-
-
-def test_a_pass_start_after_its_checkpoint_is_refused_at_its_key(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A pass cannot begin after its checkpoint (4 attempted updates): an edit to 1000 resumed silently with the
-    data shuffled by another seed (train.seed + 1000). Found by the verification of checker round 11."""
-    file = run / "ckpt-00000004" / "meta.json"
-    text = file.read_text()
-    file.write_text(text.replace('"pass_start": 0', '"pass_start": 1000'))
-    line = next(n for n, row in enumerate(text.splitlines(), 1) if '"pass_start"' in row)
-    before = snapshot(run)
-    code, out, err = cli(["train", run.parent / "spec.yaml", "--resume-from", run / "ckpt-00000004", "--quiet"],
-                         capsys)
-    assert (code, out) == (1, "")
-    assert err == (f"{file}:{line}:3: error: checkpoint ckpt-00000004 has a malformed meta.json: 'pass_start' is "
-                   "1000 (int); expected an integer from 0 to 4 (the update the data's current pass began at, at most "
-                   "the checkpoint's attempted updates), as specgen writes it. Resume from another checkpoint "
+                   f"{received}; expected {expected}, as specgen writes it. Resume from another checkpoint "
                    "(--resume-from) or start over with --fresh\n1 error found\n")
     assert snapshot(run) == before

@@ -303,12 +303,17 @@ def _check_pass_start(path: Path, meta: dict[str, Any], text: str) -> None:
     start = meta.get("pass_start")
     if start is None:
         return
-    key, dtype = precision.KEYS[2], precision.DTYPES[2]
-    held = key in key_shapes(path / "variables")
-    attempts = meta["step"] + (int(read_arrays(path / "variables", {key: ((), dtype)})[key]) if held else 0)
+    attempts = meta["step"] + skipped_updates(path / "variables", set(key_shapes(path / "variables")))
     if start > attempts:
         raise _malformed(path, text, "pass_start", describe(start), f"an integer from 0 to {attempts} (the update "
                          "the data's current pass began at, at most the checkpoint's attempted updates)")
+
+
+def skipped_updates(prefix: Path, saved: set[str]) -> int:
+    """The updates skipped before a checkpoint (mixed_float16's count, `saved`: its keys), read from the checkpoint
+    whatever this run's precision: its data position counts them, so the loop's position in a pass does too."""
+    key, dtype = precision.KEYS[2], precision.DTYPES[2]
+    return int(read_arrays(prefix, {key: ((), dtype)})[key]) if key in saved else 0
 
 
 def _check_optimizer_record(path: Path, meta: dict[str, Any], text: str) -> None:

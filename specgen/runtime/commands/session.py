@@ -24,9 +24,9 @@ from specgen.kinds.features.levenberg_marquardt import size_check
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
-from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_arrays, read_values, write_failure
+from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_values, write_failure
 from specgen.runtime.commands import data_position, fine_tuning, run_end
-from specgen.runtime.commands.resume import Options, Start, open_run_folder
+from specgen.runtime.commands.resume import Options, Start, open_run_folder, skipped_updates
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
@@ -128,7 +128,7 @@ class Session:
         if path is None:
             return 0, 0
         step = int(self.begin.meta["step"])
-        return step, step + _skipped(path / "variables", checkpoint_keys(path / "variables"))
+        return step, step + skipped_updates(path / "variables", checkpoint_keys(path / "variables"))
 
     def saved_variables(self) -> dict[str, tf.Variable]:
         return self.model.variables_by_path() | self.trainer.state_by_path()
@@ -154,7 +154,7 @@ class Session:
         absent = hooks.absent_optional(self.trainer, saved)
         variables = {k: v for k, v in variables.items() if k not in absent}
         values = read_values(path / "variables", variables)
-        attempts = int(self.begin.meta["step"]) + _skipped(path / "variables", saved)
+        attempts = int(self.begin.meta["step"]) + skipped_updates(path / "variables", saved)
         note, self.pass_start = data_position.restore(self, path, attempts)
         for name, var in variables.items():
             var.assign(values[name])
@@ -360,13 +360,6 @@ def _published(written: Path) -> str:
     if part and written.parent.name.endswith("_temp"):
         return f"{written.parent.name.removesuffix('_temp')}.{part[1]}"
     return file
-
-
-def _skipped(prefix: Path, saved: set[str]) -> int:
-    """The updates skipped before a checkpoint (mixed_float16's count, `saved`: its keys), read from the checkpoint
-    whatever this run's precision: its data position counts them, so the loop's position in a pass does too."""
-    key, dtype = precision.KEYS[2], precision.DTYPES[2]
-    return int(read_arrays(prefix, {key: ((), dtype)})[key]) if key in saved else 0
 
 
 def _devices() -> list[str]:
