@@ -155,13 +155,13 @@ def test_a_run_at_its_end_with_skipped_updates_says_its_passes_end_in_attempts(
         run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Was: "(passes of 9 updates, 1 of them skipped ...)", 9 being the run's whole end. A fake skip count: the
     checkpoint of step 8 as if mixed_float16 had skipped 1 of its 9 attempted updates."""
-    monkeypatch.setattr(session, "_skipped", lambda prefix, saved: 1)
+    monkeypatch.setattr(session, "skipped_updates", lambda prefix, saved: 1)
     before = snapshot(run)
     code, out, _ = cli(["train", run.parent / "spec.yaml", "--resume-from", run / "ckpt-00000008", "--quiet"], capsys)
     assert (code, out) == (0, f"nothing to train: {run}/ckpt-00000008 is at step 8, the end its run was started to "
                               "reach: its passes end after 9 attempted updates, 1 of them skipped by mixed_float16's "
                               f"loss scale; nothing was written. {MORE}\n")
-    monkeypatch.setattr(session, "_skipped", lambda prefix, saved: 2)
+    monkeypatch.setattr(session, "skipped_updates", lambda prefix, saved: 2)
     code, out, _ = cli(["train", run.parent / "spec.yaml", "--resume", "--quiet"], capsys)
     assert (code, out) == (0, f"nothing to train: {run}/ckpt-00000009 is at step 9, past the end its run was started "
                               "to reach: its passes end after 9 attempted updates, and it attempted 11, 2 of them "
