@@ -189,7 +189,7 @@ def test_a_global_batch_that_does_not_divide_is_refused_at_the_spec(tmp_path: Pa
                                     "train.distribute.cpu_devices=3"), capture_output=True, text=True, env=ENV,
                             timeout=300)
     assert result.returncode == 1
-    assert f"{spec}:15:15: error: train.batch_size 16 is the global batch, which splits evenly among the 3 replicas " \
+    assert f"{spec}:15:15: error: train.batch_size 16 is the global batch and must split evenly among the 3 replicas " \
            "of the mirrored strategy; use 15 or 18" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()  # refused before anything was written

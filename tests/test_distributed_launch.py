@@ -225,9 +225,9 @@ def test_emit_tfjob_refuses_a_spec_that_does_not_validate_with_validates_errors(
      "address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
     (["--gpus", "100000"], "specgen train --emit tfjob: error: --gpus 100000: expected 0 to 16 (GPUs on one node)"),
     # 3 workers x 1 CPU replica cannot split digits_mlp's global batch of 32: every worker would fail at start.
-    (["--workers", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch, which splits evenly among "
+    (["--workers", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch and must split evenly among "
      "the 3 replicas of the multi_worker strategy; use 30 or 33"),
-    (["--workers", "2", "--gpus", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch, which splits "
+    (["--workers", "2", "--gpus", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch and must split "
      "evenly among the 6 replicas of the multi_worker strategy; use 30 or 36"),
 ])
 def test_emit_tfjob_refuses_a_job_that_cannot_run_and_writes_nothing(tmp_path: Path, flags: list[str],

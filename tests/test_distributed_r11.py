@@ -91,7 +91,7 @@ def test_a_batch_that_cannot_split_among_the_workers_is_refused_before_waiting(t
     assert process.returncode == 1
     assert stdout == ""
     assert stderr.splitlines()[-2:] == [
-        "spec.yaml:11:21: error: train.batch_size 32 is the global batch, which splits evenly among "
+        "spec.yaml:11:21: error: train.batch_size 32 is the global batch and must split evenly among "
         "the 3 replicas of the multi_worker strategy; use 30 or 33", "1 error found"]
     assert not run.exists()
 

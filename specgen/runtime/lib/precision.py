@@ -1,4 +1,4 @@
-"""train.precision (docs/training.md#precision): the model read in a reduced compute type, and dynamic loss scaling.
+"""train.precision (docs/training.md#mixed-precision-and-xla): the model read in a reduced compute type, and dynamic loss scaling.
 
 Keras' mixed policies keep variables in float32 and cast them to the compute type where a layer reads them
 (autocasting). specgen's generated model reads its tf.Variables as attributes, so `CastModel` runs the model's

@@ -336,6 +336,6 @@ def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR) -
     if batch % count:
         lower, higher = batch // count * count, (batch // count + 1) * count
         fits = f"{lower} or {higher}" if lower else str(higher)
-        message = (f"train.batch_size {batch} is the global batch, which splits evenly among the {count} "
+        message = (f"train.batch_size {batch} is the global batch and must split evenly among the {count} "
                    f"replicas of the {strategy} strategy; use {fits}")
         raise SpecError([loaded.diagnostic(("train", "batch_size"), message)])
