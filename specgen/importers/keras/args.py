@@ -63,6 +63,16 @@ def keras2_differs(activation: str) -> bool:
     return use is not None and not use.keras2
 
 
+def activation_refusal(value: Any, keras2: bool, accepted: tuple[str, ...], what: str) -> str:
+    """Why an activation cannot be imported. Keras 2's hard_sigmoid gets its own reason: the name is in the
+    accepted list, so listing it again would read as a contradiction, and the fix is not another spelling."""
+    if keras2 and isinstance(value, str) and value in accepted and keras2_differs(value):
+        return (f"Keras 2's {value} is clip(0.2 x + 0.5, 0, 1), specgen's is Keras 3's relu6(x + 3) / 6, so the "
+                "trained weights would compute other numbers; retrain the model with Keras 3, or change the "
+                "activation before importing")
+    return f"{what}: " + ", ".join(accepted[:-1]) + f" or {accepted[-1]}"
+
+
 class Args:
     """One layer's config, read key by key."""
 
@@ -137,8 +147,7 @@ class Args:
         if value in (None, "linear"):
             return None
         if not isinstance(value, str) or value not in ACTIVATIONS or (self.keras2 and keras2_differs(value)):
-            raise self.refuse(key, "activation: " + ", ".join(ACTIVATIONS) + " or linear"
-                              + (" (Keras 2's hard_sigmoid differs from Keras 3's)" if self.keras2 else ""))
+            raise self.refuse(key, activation_refusal(value, self.keras2, (*ACTIVATIONS, "linear"), "activation"))
         return value
 
     def initializer(self, key: str) -> str | dict[str, Any] | None:

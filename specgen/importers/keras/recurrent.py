@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from specgen.diagnostics import safe_repr
-from specgen.importers.keras.args import Args, keras2_differs
+from specgen.importers.keras.args import Args, activation_refusal, keras2_differs
 from specgen.importers.keras.base import KERAS_OPS, Shapes, _init
 from specgen.importers.keras.dag import Ref
 from specgen.importers.keras.errors import layer_problem
@@ -23,8 +23,7 @@ RECURRENT_ACTIVATIONS: tuple[str, ...] = get_args(RecurrentActivation)  # specge
 def _cell_activation(a: Args, key: str, default: str) -> str:
     value = a.get(key, default)
     if value not in RECURRENT_ACTIVATIONS or (a.keras2 and keras2_differs(value)):
-        raise a.refuse(key, "a recurrent activation: " + ", ".join(RECURRENT_ACTIVATIONS)
-                       + (" (Keras 2's hard_sigmoid differs from Keras 3's)" if a.keras2 else ""))
+        raise a.refuse(key, activation_refusal(value, a.keras2, RECURRENT_ACTIVATIONS, "a recurrent activation"))
     return str(value)
 
 
