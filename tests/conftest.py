@@ -59,6 +59,7 @@ LONGEST_FIRST = (
     "test_sweep_run.py",  # 59 s
     "test_return_state_bidirectional.py",  # 51 s
     "test_tracking_registry.py",  # 44 s
+    "test_serve_r12.py",  # 37 s (new, 2026-12-07; two --workers servers, a killed worker restarted)
     "test_yaml_bounds.py",  # 34 s
     "test_sweep_tracking.py",  # 33 s
     "test_return_state.py",  # 32 s

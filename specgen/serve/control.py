@@ -25,7 +25,13 @@ count in `specgen_model_loads_total{result="refused"}`, and it is served as if i
 so under `latest 1` the version served before keeps serving. A config.pbtxt that cannot be read
 refuses the whole change and the versions served keep serving. A refusal is not retried (nor
 logged again) until a file of its version folder changes (the model, or a precision variant's
-sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again.
+sample.npz, variant.json or model.fp32.onnx), or an explicit load asks again; one recorded under a config.pbtxt
+since replaced, or for files no longer there, leaves at the model's next load (`_forget_stale`). A served version
+whose folder is removed is unloaded even when nothing else of the change loads, and with the last one the model
+(`_nothing_loaded`), as Triton's poll does.
+
+A worker that `--workers N`'s parent restarts loads the repository as a poll loads a new folder (`restore`):
+what loads serves, the rest is refused; the start-up rule (every folder loads, else exit 1) is the first start's.
 
 The index (Triton's RepositoryIndex, index.py) has a row per version known: READY while served, else UNAVAILABLE
 with its refusal, or `unloaded` once an unload or a swap let it go. A refused or unloaded version whose folder (or
@@ -84,6 +90,11 @@ def _read(folder: Path) -> tuple[ModelConfig, list[int]]:
     return config, available_versions(folder, config.model_filename)
 
 
+def _folder_stamps(folder: Path, versions: list[int]) -> dict[int, Any]:
+    """Each version folder's stamp (stamps.folder_stamp), as a refusal records it."""
+    return {version: folder_stamp(folder / str(version)) for version in versions}
+
+
 class ModelControl:
     """Loads, reloads and unloads models of `source` into `registry`; see the module docstring."""
 
@@ -103,6 +114,7 @@ class ModelControl:
         self.problems: dict[str, str] = {}  # model -> why it is not served
         self.unloaded = Unloaded()  # the versions once served and now let go: the index keeps a row for each
         self.unreadable: str | None = None  # why the last poll could not list the repository (logged once)
+        self.starting = False  # restore() at work: versions installed are the start's (model_ready lines), no loads
         self._lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
@@ -141,6 +153,29 @@ class ModelControl:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # operations
+
+    async def restore(self) -> None:
+        """A worker the parent restarted (--workers N): load the repository as a poll loads a model folder new to it,
+        before serving. Each folder that reads, each version that loads is served; each refusal is a `model_refused`
+        line and an index row, as in the workers that kept serving (which refused it at their poll), never fatal:
+        the start-up rule (every folder loads, else exit 1: Triton's --exit-on-error) is for the first start, when
+        nothing serves yet and someone is watching. A repository that cannot be listed is (RepositoryError)."""
+        self.starting = True
+        try:
+            try:
+                folders = await self._run(model_folders, self.repo)
+            except OSError as exc:
+                raise RepositoryError(f"{shown(self.repo)}: cannot be listed: {exc.strerror or exc}") from None
+            for folder in folders:
+                snap = await self._run(snapshot, folder)
+                try:
+                    if await self._load(folder.name, folder, explicit=False, expected=snap) is not None:
+                        self.seen[folder.name] = snap  # else written to while read: the next poll loads it
+                except Exception:  # a bug: logged with its traceback, as a poll logs it; the other folders load
+                    log.error("model load failed", exc_info=True,
+                              extra={"fields": {"event": "error", "model": folder.name}})
+        finally:
+            self.starting = False
 
     def _explicit(self) -> None:
         if self.mode != "explicit":
@@ -254,6 +289,20 @@ class ModelControl:
             del self.refused[key]
         self.unloaded.keep(name, present)
 
+    def _refused_versions(self, name: str) -> list[int]:
+        return [v for (model, v) in self.refused if model == name]
+
+    def _forget_stale(self, name: str, config: ModelConfig, files: dict[int, Any]) -> None:
+        """Drop the refusals of `name` that describe a state gone: one recorded under another config.pbtxt (a fix, or
+        an edit back, of the config read now) or for files its version folder no longer holds (`files`: each refused
+        version's folder_stamp now). The index would otherwise blame a config or a file that no longer exists; the
+        version's row is then what else is known of it (`unloaded`), or none. A refusal still true is kept, so it is
+        not logged again (the candidates loop re-records, under the new config, every version it tries)."""
+        for version in self._refused_versions(name):
+            (stamp, recorded), _ = self.refused[name, version]
+            if recorded != config or stamp != files.get(version):
+                del self.refused[name, version]
+
     def _refuse(self, name: str, version: int | None, why: str) -> None:
         self.registry.metrics.load_result(name, "refused")
         log.warning("model version refused", extra={"fields": {"event": "model_refused", "model": name,
@@ -304,6 +353,7 @@ class ModelControl:
             self._discarded(name, explicit)
             return None
         self._forget_gone(name, set(available))
+        self._forget_stale(name, config, await self._run(_folder_stamps, folder, self._refused_versions(name)))
         versions = {v: m if isinstance(m, Version) else self.registry.version(m) for v, m in chosen.items()}
         for version, stamp, reason in refusals:
             self.refused[name, version] = (stamp, reason)
@@ -340,10 +390,17 @@ class ModelControl:
             "retry": "when loaded again" if explicit else "at the next poll once the files hold still"}})
 
     def _nothing_loaded(self, name: str, current: dict[int, Version], why: list[str], refuse: str | None) -> list[str]:
+        """Nothing new loads: the versions served keep serving (Triton keeps the model it had when a reload fails),
+        except those whose folder or model file is gone, which are unloaded as Triton's poll unloads a removed
+        version (`removed from the repository`); with none left the model is not served (404, gRPC NOT_FOUND) and
+        its index row says why."""
         if refuse is not None:
             self._refuse(name, None, refuse)
-        if current:
-            why = [*why, f"model '{name}' keeps serving version(s) {sorted(current)}"]
+        kept = {v: served for v, served in current.items() if not _gone(served)}
+        if len(kept) != len(current):
+            self.registry.install(name, kept, reason=REMOVED)  # in-flight requests finish on the versions let go
+        if kept:
+            why = [*why, f"model '{name}' keeps serving version(s) {sorted(kept)}"]
         else:
             self.problems[name] = "; ".join(why)
         return why
@@ -352,7 +409,7 @@ class ModelControl:
         added = [v for v, served in chosen.items() if current.get(v) is not served]
         if not added and set(chosen) == set(current):
             return
-        for _ in added:
+        for _ in added if not self.starting else ():  # a restart's versions are the start's: model_ready lines
             self.registry.metrics.load_result(name, "loaded")
         reasons = {v: _retired_why(v, served, chosen) for v, served in current.items()}
         self.registry.install(name, chosen, reasons=reasons)
@@ -361,7 +418,7 @@ class ModelControl:
         left = {v for v, why in reasons.items() if v not in chosen and why != REMOVED}
         self.unloaded.add(name, left)
         self.unloaded.drop(name, chosen)
-        for version in added:
+        for version in added if not self.starting else ():
             log.info("model version loaded", extra={"fields": {
                 "event": "model_loaded", "model": name, "version": version, "provider": chosen[version].model.provider,
                 "serving": sorted(chosen), "replaced": version in current}})
@@ -376,10 +433,15 @@ def _retired_why(number: int, served: Version, chosen: dict[int, Version]) -> st
     """Why a served version leaves, for its `model_unloaded` line: its folder is gone (`removed from the
     repository`), config.pbtxt's version_policy was edited (`not chosen by version_policy`), or another load took
     its place (`replaced`: its number loaded again, or a newer version that the same policy now chooses)."""
-    path = served.model.path  # the file served (a gated variant's float32 reference too): gone with its folder
-    if path is not None and not (path.parent.exists() and path.exists()):
+    if _gone(served):
         return REMOVED
     policy = next(iter(chosen.values())).model.config.version_policy if chosen else None
     if policy is not None and number not in chosen and policy != served.model.config.version_policy:
         return "not chosen by version_policy"
     return "replaced"
+
+
+def _gone(served: Version) -> bool:
+    """Whether the file a version serves (a gated variant's float32 reference too) is gone, or its folder."""
+    path = served.model.path
+    return path is not None and not (path.parent.exists() and path.exists())

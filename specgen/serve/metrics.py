@@ -163,6 +163,22 @@ class ServerMetrics:
         with folder_lock(folder, fcntl.LOCK_SH):  # not while a dead worker's files are being folded
             return generate_latest(merged)
 
+    def served_by_live_workers(self) -> set[str]:
+        """--workers N: the models some live worker serves (`specgen_model_info` at 1: the max over the live workers'
+        gauge files; a dead worker's leave the folder before it is restarted, metrics_fold.py); none with one
+        process. A restarted worker compares them with what it loaded (process.py)."""
+        folder = os.environ.get(MULTIPROC_ENV)
+        if not folder:
+            return set()
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=folder)
+        with folder_lock(folder, fcntl.LOCK_SH):
+            families = list(merged.collect())
+        return {sample.labels["model"] for family in families if family.name == "specgen_model_info"
+                for sample in family.samples if sample.value == 1}
+
 
 class VersionObserver:
     """The batch observer of one version's batcher: its queue depth added into its model's gauge, runs counted."""

@@ -22,6 +22,7 @@ from specgen.serve.options import ServeOptions
 
 if TYPE_CHECKING:
     from specgen.serve.server import Server
+    from specgen.serve.service import Service
 
 log = logging.getLogger("specgen.serve")
 WORKER_TIMEOUT = 30.0  # a serving worker silent this long is frozen: the parent kills and replaces it (gunicorn's 30 s)
@@ -68,10 +69,35 @@ class ServerSettings:
     worker_timeout: float = WORKER_TIMEOUT  # --workers N: a worker silent this long is killed and replaced
     worker: int | None = None  # a worker's index, in every log line
     cuda_graphs: bool = False  # --cuda-graphs: one captured CUDA graph per batch bucket (serve/models.py)
+    restart: bool = False  # a worker the parent restarted: loads what loads (ModelControl.restore), see `serve`
+
+
+def _restore(service: Service) -> None:
+    """A restarted worker's load (ModelControl.restore): what loads serves, the rest is refused as the live workers
+    refused it. It must serve every model some live worker serves, else a share of the requests would get 404 for a
+    model that is served (the live workers keep in memory a version whose config.pbtxt no longer reads, or whose
+    file was replaced by one that does not load): then RepositoryError, and the parent tries again later, while the
+    live workers take every request."""
+    import asyncio
+
+    from specgen.serve.model_config import RepositoryError
+
+    asyncio.run(service.control.restore())
+    missing = sorted(service.metrics.served_by_live_workers() - set(service.registry.models))
+    if missing:
+        why = "; ".join(f"{name}: {service.control.problems.get(name, 'not loaded')}" for name in missing)
+        raise RepositoryError(f"the other workers serve {missing}, which do(es) not load from the repository as it is "
+                              f"now ({why}); this worker starts once the repository serves them again (or the other "
+                              "workers let them go)")
 
 
 def serve(settings: ServerSettings) -> int:
-    """Load the repository, then serve HTTP (and gRPC when the options name a port) until a signal; the exit status."""
+    """Load the repository, then serve HTTP (and gRPC when the options name a port) until a signal; the exit status.
+
+    Which refusals are fatal: at the first start every folder must load (exit 1 and every problem listed: Triton's
+    default --exit-on-error), a worker the parent restarts (`settings.restart`) loads what loads and refuses the
+    rest, as the workers that kept serving did at their poll; it fails (one `start_failed` JSON line, exit 1: the
+    parent tries again, backing off) only where it cannot serve what they serve (`_restore`)."""
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own stderr lines are not JSON; its errors are ours to log
 
     from specgen.runtime.predictor import InputError
@@ -84,13 +110,19 @@ def serve(settings: ServerSettings) -> int:
 
     logs.configure(settings.log_level, None if settings.worker is None else {"worker": settings.worker})
     options = settings.options or ServeOptions()
+    source = ModelSource(settings.repo, settings.provider, settings.threads, settings.cuda_graphs)
     try:
-        models = load_repository(settings.repo, provider=settings.provider, threads=settings.threads,
-                                 cuda_graphs=settings.cuda_graphs)
-        app = create_app(models, options, ModelSource(settings.repo, settings.provider, settings.threads,
-                                                      settings.cuda_graphs))
+        if settings.restart:
+            app = create_app([], options, source)
+            _restore(app.state.service)
+        else:
+            app = create_app(load_repository(settings.repo, provider=settings.provider, threads=settings.threads,
+                                             cuda_graphs=settings.cuda_graphs), options, source)
     except (RepositoryError, InputError, ValueError) as exc:
-        print(f"specgen serve: {exc}", file=sys.stderr)
+        if not settings.restart:  # the first start: the user's error, one plain line, as every command's
+            print(f"specgen serve: {exc}", file=sys.stderr)
+        else:  # a restart, with the parent's JSON lines around it (worker_exited says when it is tried again)
+            log.error("worker could not start", extra={"fields": {"event": "start_failed", "error": str(exc)}})
         return 1
     config = server_config(app, settings.host, settings.port, timeout_graceful_shutdown=settings.graceful_timeout)
     server = Server(config)

@@ -21,7 +21,8 @@ bookkeeping), so past a few thousand requests a second the way up is more proces
   their own process group, so a terminal's Ctrl-C reaches only the parent, and they get SIGTERM should the
   parent die.
 - A worker that dies otherwise is restarted (at once, then after 1, 2, 4 ... 30 s while it keeps dying
-  within 10 s of starting); the others keep serving meanwhile.
+  within 10 s of starting); the others keep serving meanwhile. A restarted worker loads what loads (process.py
+  `serve`: the start-up rule is the first start's), and says in one JSON `start_failed` line why it cannot start.
 - A worker that freezes (a deadlock, SIGSTOP) would keep its share of new gRPC connections (SO_REUSEPORT hashes them
   to every bound socket) and hang them to their deadlines. So, as gunicorn's worker timeout: a serving worker writes
   a heartbeat byte every second from its event loop on its ready pipe (server.py `on_tick`), and one silent for
@@ -127,10 +128,11 @@ class Supervisor:
             worker.process.send_signal(signal.SIGTERM)
         return live
 
-    def spawn(self, index: int) -> Worker:
+    def spawn(self, index: int, restart: bool = False) -> Worker:
+        """Start worker `index`; `restart`: it replaces one that died, and loads what loads (process.py `serve`)."""
         ready_r, ready_w = os.pipe()
         env = {**os.environ, MULTIPROC_ENV: self.metrics_dir}
-        child = replace(self.settings, listen_fd=self.http.fileno(), ready_fd=ready_w, worker=index)
+        child = replace(self.settings, listen_fd=self.http.fileno(), ready_fd=ready_w, worker=index, restart=restart)
         process = subprocess.Popen(
             [sys.executable, "-m", "specgen.serve.worker_process", str(os.getpid())], stdin=subprocess.PIPE, env=env,
             pass_fds=(self.http.fileno(), ready_w), process_group=0)
@@ -199,7 +201,7 @@ class Supervisor:
                     return
                 if now >= when:
                     del restart_at[index]
-                    new = self.spawn(index)
+                    new = self.spawn(index, restart=True)
                     log.info("worker restarted", extra={"fields": {"event": "worker_restarted", "worker": index,
                                                                    "pid": new.process.pid}})
             if self.unfolded and now >= self.fold_at:  # one try a pass at most: the loop stays a poll long
