@@ -25,13 +25,13 @@ def curves_format(output: Path | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from specgen.atomic import write_atomic
     from specgen.paths import shown
-    from specgen.pictures.curves import render, scan_run
+    from specgen.pictures.curves import render, scan_runs
 
     fmt = curves_format(args.output)  # before reading anything: a usage mistake costs nothing
     need_matplotlib("specgen curves")
     need_tensorboard("specgen curves")
-    scans = [scan_run(run) for run in args.runs]
-    for line in (line for scan in scans for line in scan.lines()):  # standard error: stdout may be the picture
+    scans, notes = scan_runs(args.runs)
+    for line in notes + [line for scan in scans for line in scan.lines()]:  # stderr: stdout may be the picture
         print(line, file=sys.stderr)
     runs = [scan.series for scan in scans]
     picture = render(runs, fmt)

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
+from specgen.pictures.labels import distinct_suffixes
 from specgen.text import printable
 
 if TYPE_CHECKING:
@@ -129,6 +131,36 @@ def scan_run(run: Path) -> RunScan:
         said = "; ".join(text if where == shown(run) else f"{where}: {text}" for where, text in scan.notes)
         raise _missing(run, "no TensorBoard scalars" + (f" ({said})" if said else ""))
     return scan
+
+
+def scan_runs(folders: Sequence[Path]) -> tuple[list[RunScan], list[str]]:
+    """Each run folder's scalars, read once, its lines named by the shortest end of its path that tells it from
+    the others (`a/run`, `b/run`: two runs kept under one folder name must not read as one legend entry); and a
+    note line for each folder named again (through any path: drawn twice, its lines would hide each other)."""
+    named: dict[Path, list[Path]] = {}  # the folder -> the paths that name it, in command-line order
+    for folder in folders:
+        named.setdefault(_identity(folder), []).append(folder)
+    notes = [_named_again(paths) for paths in named.values() if len(paths) > 1]
+    unique = [paths[0] for paths in named.values()]
+    names = distinct_suffixes([PurePosixPath(os.path.abspath(f)) for f in unique])
+    scans = [scan_run(f) for f in unique]
+    for scan, name in zip(scans, names, strict=True):
+        scan.series = [replace(s, run=name) for s in scan.series]
+    return scans, notes
+
+
+def _named_again(paths: list[Path]) -> str:
+    others = [text for text in dict.fromkeys(shown(p) for p in paths[1:]) if text != shown(paths[0])]
+    also = f" (also as {', '.join(others)})" if others else ""
+    return f"{shown(paths[0])}: note: named {len(paths)} times{also}; read and drawn once"
+
+
+def _identity(folder: Path) -> Path:
+    """The folder itself, whatever path names it (links resolved); a link loop is left to scan_run to refuse."""
+    try:
+        return folder.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a link loop, before Python 3.13
+        return Path(os.path.abspath(folder))
 
 
 def _skipped(scan: RunScan) -> str:

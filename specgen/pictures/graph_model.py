@@ -13,12 +13,14 @@ import re
 from dataclasses import dataclass, field
 from glob import escape as glob_escape
 from pathlib import PurePosixPath
-from typing import Any
 
 from specgen import text
 from specgen.ir.graph import producer
 from specgen.ir.model import ModelIR, Node
+from specgen.ir.restore_rules import MapEntry, rename
 from specgen.kinds.features import ema
+from specgen.pictures.labels import distinct_suffixes
+from specgen.spec.io import RenameKey, RenamePattern, RestoreSource
 
 STATUSES = ("trainable", "frozen", "partly_frozen", "target", "stateless", "input", "output", "block")
 TAGS = ("update", "ema")
@@ -79,31 +81,34 @@ def _optimizers(paths: list[str], ir: ModelIR) -> list[str]:
 
 
 def _restores(paths: list[str], ir: ModelIR) -> list[str]:
-    """The restore sources that name one of these paths (without reading them: `specgen restore-plan` does).
+    """The restore sources that may restore one of these paths (without reading them: `specgen restore-plan` does).
 
-    A source with a `map` restores what its entries write to (a key's `to`; a pattern's or prefix's `to` as a
-    glob); one without restores every weight under its own name; `exclude` drops paths either way.
+    By restore-plan's own rule (ir/restore_rules.rename): a key goes through the first map entry that matches it,
+    and a key no entry matches keeps its name; so a source restores a path an entry writes to, or the path itself
+    when no entry matches that name; `exclude` drops paths either way. Sources sharing a folder name are told
+    apart by as much of their path as it takes (pictures/labels.py).
     """
     restore = ir.training.checkpoint.restore if ir.training else ()
+    names = distinct_suffixes([PurePosixPath(str(r.source.from_)) for r in restore])
     # A path is the one label text the spec's checks do not hold to names' characters: a bidi override written
     # as a `\u202e` escape would reorder the picture a reviewer reads, so it is drawn escaped, as curves does.
-    return [text.printable(PurePosixPath(r.source.from_).name or str(r.source.from_)) for r in restore
-            if any(_restored(p, r.source) for p in paths)]
+    return list(dict.fromkeys(text.printable(name) for r, name in zip(restore, names, strict=True)
+                              if any(restored(p, r.source) for p in paths)))
 
 
-def _restored(path: str, source: Any) -> bool:
+def restored(path: str, source: RestoreSource) -> bool:
+    """Whether some checkpoint key could restore `path` through `source`: the key `path` itself when no map entry
+    matches it (it keeps its name), or a key an entry renames to `path`; never when `exclude` names it."""
     if any(fnmatch.fnmatchcase(path, x) for x in source.exclude):
         return False
-    if not source.map:
-        return True
-    return any(fnmatch.fnmatchcase(path, _written(entry)) for entry in source.map)
+    return rename(path, source.map) == path or any(fnmatch.fnmatchcase(path, _written(e)) for e in source.map)
 
 
-def _written(entry: Any) -> str:
+def _written(entry: MapEntry) -> str:
     """The paths a map entry writes, as a glob: a pattern's group references and a prefix's rest become '*'."""
-    if hasattr(entry, "pattern"):
+    if isinstance(entry, RenamePattern):
         return re.sub(r"\\(\d+|g<\w+>)", "*", str(entry.to))
-    if hasattr(entry, "from_"):
+    if isinstance(entry, RenameKey):
         return glob_escape(str(entry.to))
     return glob_escape(str(entry.add_prefix or "")) + "*"
 
