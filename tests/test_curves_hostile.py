@@ -327,7 +327,8 @@ def test_a_well_formed_export_json_is_shown(here: Path, capsys: pytest.CaptureFi
     write_run(here / "run", framed(*RECORDS))
     (here / "run" / "export").mkdir()
     (here / "run" / "export" / "export.json").write_bytes(edited("precision.provider", "cpu\x1b[2J"))
-    (here / "run" / "export" / "model.int8.onnx").write_bytes(b"")
+    for name, size in (("model.int8.onnx", 4000), ("model.onnx", 16000)):  # the sizes export.json records
+        (here / "run" / "export" / name).write_bytes(bytes(size))
     code, _, err = cli(["report", str(SPEC), "--html", "--run", "run", "-o", "r.html"], capsys)
     assert (code, err) == (0, [])
     page = (here / "r.html").read_text()

@@ -89,8 +89,8 @@ def test_accuracy_gate_says_by_how_much() -> None:
     # no labels: the relative L2 error of the outputs, in percent; [3, 4] vs [3, 4.05] is 0.05 / 5 = 1%
     with pytest.raises(PrecisionRefusal) as refused:
         accuracy_gate("fp16", 0.5, {"y": np.array([[3.0, 4.0]])}, {"y": np.array([[3.0, 4.05]])}, None, None)
-    assert str(refused.value) == ("fp16 loses 1.00 percent relative error against float32 (largest over outputs, 1 "
-                                  "examples); the budget is 0.5 (export.onnx.budget): over by 0.50")
+    assert str(refused.value) == ("fp16 has 1.00% relative error against float32 (largest over outputs, 1 "
+                                  "examples); the budget is 0.5% (export.onnx.budget): over by 0.50%")
     with pytest.raises(PrecisionRefusal, match=r"^int8 output 'logits' is NaN at \[0, 0\]"):
         accuracy_gate("int8", 1.0, {"logits": logits}, {"logits": np.full_like(logits, np.nan)}, labels, "logits")
 

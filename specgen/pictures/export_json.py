@@ -96,7 +96,7 @@ def read_export(path: Path) -> dict[str, Any]:
         raise _refused(path, "", f"bytes that are not UTF-8 (at byte {exc.start:,})",
                        f"JSON text {EXPECTED_AS}") from None
     except json.JSONDecodeError as exc:
-        raise _refused(path, "", f"text that is not JSON ({exc.msg} at line {exc.lineno} column "
+        raise _refused(path, "", f"text that is not JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column "
                        f"{exc.colno})", f"JSON text {EXPECTED_AS}") from None
     except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; arrays nested thousands deep
         raise _refused(path, "", f"JSON that Python does not read back ({type(exc).__name__})",

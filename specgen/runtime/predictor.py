@@ -51,9 +51,17 @@ PROVIDERS = ("auto", "cuda", "cpu")  # specgen infer, specgen serve
 EXPORT_PROVIDERS = ("cpu", "cuda")
 
 
+def _cpu_choices(choices: Sequence[str]) -> str | None:
+    """The command's --provider values that run on the CPU ('cpu or auto'); None where it has none, as for an fp16
+    export, which the CPU cannot verify: advice naming one would only lead to another refusal."""
+    found = [c for c in ("cpu", "auto") if c in choices]
+    return " or ".join(found) if found else None
+
+
 def _accept_cpu(choices: Sequence[str]) -> str:
-    """How to run on the CPU instead, in the command's own --provider values."""
-    return f"Use --provider {' or '.join(c for c in ('cpu', 'auto') if c in choices)} to accept that."
+    """How to run on the CPU instead, in the command's own --provider values ('' where none runs there)."""
+    cpu = _cpu_choices(choices)
+    return f" Use --provider {cpu} to accept that." if cpu else ""
 
 
 def has_cuda_driver() -> bool:
@@ -61,13 +69,20 @@ def has_cuda_driver() -> bool:
     return ctypes.util.find_library("cuda") is not None
 
 
+def _no_cuda(choice: str, choices: Sequence[str] = PROVIDERS) -> None:
+    """InputError where `--provider cuda` asks for a CUDA provider this onnxruntime does not have."""
+    available = ort.get_available_providers()
+    if choice == "cuda" and CUDA not in available:
+        cpu = _cpu_choices(choices)
+        raise InputError(f"the CUDA provider is not in this onnxruntime (available: {', '.join(available)}); "
+                         f"install onnxruntime-gpu{f', or use --provider {cpu}' if cpu else ''}")
+
+
 def _providers(choice: str) -> list[str]:
     available = ort.get_available_providers()
     if choice == "cpu":
         return [CPU]
-    if choice == "cuda" and CUDA not in available:
-        raise InputError(f"the CUDA provider is not in this onnxruntime (available: {', '.join(available)}); "
-                         "install onnxruntime-gpu, or use --provider cpu")
+    _no_cuda(choice)
     if choice == "cuda" or (choice == "auto" and CUDA in available and has_cuda_driver()):
         return [CUDA, CPU]
     if choice == "auto":
@@ -153,12 +168,13 @@ class Predictor:
         # reported through `provider` (and by `specgen infer`) instead.
         ort.set_default_logger_severity(4)
         self.graph_note: str | None = None
+        _no_cuda(provider, choices)  # refused first in the command's own advice (_providers' names them all)
         self.session = self._session(provider, cuda_graphs)
         self.provider = self.session.get_providers()[0]
         self.fell_back = CUDA in _providers(provider) and self.provider != CUDA
         if provider == "cuda" and self.provider != CUDA:
             raise InputError("the CUDA provider could not start (CUDA or cuDNN libraries missing?); "
-                             f"onnxruntime fell back to the CPU. {_accept_cpu(choices)}")
+                             f"onnxruntime fell back to the CPU.{_accept_cpu(choices)}")
         self.inputs = {i.name: (tuple(i.shape), DTYPES.get(i.type, np.float32)) for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         metadata = self.session.get_modelmeta().custom_metadata_map

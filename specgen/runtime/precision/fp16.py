@@ -21,14 +21,18 @@ from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_floa
 
 from specgen.kinds.precisions import REGISTRY
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
-from specgen.runtime.precision.fp16_emulation import emulate
-from specgen.runtime.precision.optimized import label, op_counts, optimized_graph
+from specgen.runtime.precision.fp16_emulation import emulate, tensor_types
+from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, runs_as_float32
 from specgen.runtime.precision.valid import sort_graph
 
 # float16's 10-bit mantissa and 65504 ceiling lose the sums of squares and exponentials these compute
 # (Keras' mixed_float16 policy keeps them in float32 for the same reason).
 KEEP_FLOAT32 = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization",
                 "InstanceNormalization", "GroupNormalization", "Softmax", "LogSoftmax")
+# Nodes that move, select or convert values without arithmetic: float16 there computes nothing
+MOVES_DATA = frozenset({"Cast", "CastLike", "Identity", "Constant", "ConstantOfShape", "Shape", "Size", "Reshape",
+                        "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather",
+                        "GatherElements", "GatherND", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth"})
 INSERTED_CAST = "InsertedPrecisionFreeCast_"  # onnxruntime's name for a Cast it adds around a node with no fp16 kernel
 
 
@@ -76,7 +80,25 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
         raise PrecisionRefusal(f"fp16: {len(missing)} node(s) have no float16 kernel on the {provider} provider "
                                f"(onnxruntime would cast them back to float32): {', '.join(missing[:5])}"
                                f"{' ...' if len(missing) > 5 else ''}; fp16 pays off with --provider cuda")
+    kept = _float32_compute(model_bytes)
+    if kept is not None:  # every node with a kernel runs it, and none computes in float16 (int8's rule, optimized.py)
+        listed = f"; in float32: {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}" if kept else ""
+        raise runs_as_float32("fp16", provider, "float16 compute node",
+                              f"(no node but Casts and data movement reads or writes float16{listed})")
     return {"optimized_ops": op_counts(graph)}
+
+
+def _float32_compute(model_bytes: bytes) -> list[str] | None:
+    """The variant's compute nodes, when none of them reads or writes a float16 tensor (None when one does).
+
+    Read on the variant's own graph, by the types ONNX infers: a node with a float16 tensor that the provider has
+    no kernel for is what `check` refused before, so the nodes found here are the ones that run in float16."""
+    model = onnx.load_from_string(model_bytes)
+    types = tensor_types(model)
+    compute = [n for n in model.graph.node if n.op_type not in MOVES_DATA]
+    if any(types.get(t) == onnx.TensorProto.FLOAT16 for n in compute for t in (*n.input, *n.output) if t):
+        return None
+    return [label(n) for n in compute]
 
 
 DEF = PrecisionDef(REGISTRY["fp16"], convert, check, emulate)  # emulate: the CPU gate's float16 arithmetic

@@ -56,7 +56,7 @@ class Emulation:
     batch: int | None
 
 
-def _types(model: onnx.ModelProto) -> dict[str, int]:
+def tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     """Every tensor's element type: the variant's own value_info, completed by ONNX shape inference."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model).graph
@@ -105,7 +105,7 @@ def _described(node: onnx.NodeProto, output: str, labels: dict[str, str]) -> str
 def emulated(variant_bytes: bytes) -> Emulation:
     """The variant with float32 tensors everywhere, each of its float16 tensors rounded through float16."""
     model = onnx.load_from_string(variant_bytes)
-    types = _types(model)
+    types = tensor_types(model)
     graph = model.graph
     labels = _labels(graph)
     nodes: list[onnx.NodeProto] = []

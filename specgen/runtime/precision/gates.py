@@ -38,20 +38,24 @@ def accuracy_gate(name: str, budget: float, fp32: Arrays, variant: Arrays, label
     problem = first_non_finite(variant)
     if problem is not None:
         raise PrecisionRefusal(f"{name} output {problem} on the eval set (float32's is finite)")
+    if logits is not None and labels is None:  # the callers refuse such a sample first: never another metric
+        raise ValueError(f"the accuracy gate of the classifier output '{logits}' needs labels")
     rows = len(next(iter(variant.values())))
     if labels is not None and logits is not None:
         before, after = accuracy(fp32[logits], labels), accuracy(variant[logits], labels)
-        lost, unit = round((before - after) * 100, 6), "points of accuracy"  # round: 0.975-0.9611 is not exact
+        lost = round((before - after) * 100, 6)  # round: 0.975-0.9611 is not exact
+        what, unit = f"loses {lost:.2f} points of accuracy", ""
         figures = f"float32 {before:.4f}, {name} {after:.4f} on {rows} examples"
         report = {"fp32_accuracy": before, "accuracy": after, "lost_points": lost}
     else:
         lost = max(100 * float(np.linalg.norm(variant[k] - fp32[k]) / max(float(np.linalg.norm(fp32[k])), 1e-30))
                    for k in fp32)
-        unit, figures = "percent relative error", f"largest over outputs, {rows} examples"
+        what, unit = f"has {lost:.2f}% relative error", "%"
+        figures = f"largest over outputs, {rows} examples"
         report = {"relative_error_percent": lost}
     if not within(lost, budget):
-        raise PrecisionRefusal(f"{name} loses {lost:.2f} {unit} against float32 ({figures}); the budget is "
-                               f"{budget:g} (export.onnx.budget): over by {lost - budget:.2f}")
+        raise PrecisionRefusal(f"{name} {what} against float32 ({figures}); the budget is {budget:g}{unit} "
+                               f"(export.onnx.budget): over by {lost - budget:.2f}{unit}")
     return report | {"budget": budget}
 
 

@@ -41,7 +41,7 @@ from specgen.kinds.precisions import REGISTRY
 from specgen.runtime import quantized_inputs
 from specgen.runtime.graph_runs import graph_batch
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal
-from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model
+from specgen.runtime.precision.optimized import label, op_counts, optimized_graph, optimized_model, runs_as_float32
 
 METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
            "percentile": CalibrationMethod.Percentile}
@@ -153,8 +153,8 @@ def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
                                f"and would run in float32 between Dequantize/Quantize pairs: {', '.join(left[:5])}"
                                f"{' ...' if len(left) > 5 else ''}")
     if integer == 0:  # nothing quantized (a float32 graph labelled int8): int8 would gain nothing, so refused
-        raise PrecisionRefusal(f"int8: the graph has no integer kernel on the {provider} provider after onnxruntime's "
-                               "fusion (no quantized Conv, Gemm, MatMul or recurrent node): it would run as float32")
+        raise runs_as_float32("int8", provider, "integer kernel", "after onnxruntime's fusion (no quantized Conv, "
+                              "Gemm, MatMul or recurrent node)")
     # Nodes the quantizer did not touch (an LSTM whose weights are computed, not stored) stay float32:
     # not a refusal, since no Dequantize/Quantize pair was paid for them, but reported
     unquantized = [label(n) for n in graph.node if n.op_type in FLOAT_COMPUTE]

@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 
 from specgen.runtime.buckets import CUDA_WORK
+from specgen.runtime.precision.base import PrecisionRefusal
 
 # predictor.py's names, not imported from it: bench/precision.py --onnx-only runs where only onnx and
 # onnxruntime are installed (the precision package imports neither pydantic nor TensorFlow)
@@ -54,3 +55,17 @@ def label(node: onnx.NodeProto) -> str:
     kept in float32 writes `<name>_cast_to_fp16`; onnxruntime's inserted Casts prefix theirs). A node with no
     name (one onnxruntime or a converter adds) by the tensor it writes."""
     return f"{node.op_type} '{node.name or (node.output[0] if node.output else '')}'"
+
+
+class RunsAsFloat32(PrecisionRefusal):
+    """A verdict on the graph itself, on any provider: unlike fp16's missing CPU kernels (which say only that the
+    CPU cannot check it), `--force` does not write such a variant."""
+
+
+def runs_as_float32(name: str, provider: str, none_of: str, detail: str) -> RunsAsFloat32:
+    """The rule every precision's kernel check ends with: the variant must compute something in its own precision
+    on `provider`. One that computes nothing in it (a float32 graph labelled int8 or fp16, or conversions around
+    nodes all kept in float32) would run as float32, paying for its conversions and gaining nothing, and its
+    accuracy gate would pass vacuously: refused at export and at load alike. `none_of`: what was not found."""
+    return RunsAsFloat32(f"{name}: the graph has no {none_of} on the {provider} provider {detail}: it would run "
+                         "as float32")

@@ -95,8 +95,10 @@ def info_bytes(info: VariantInfo) -> bytes:
 
 def version_files(info: VariantInfo, reference: bytes, inputs: dict[str, np.ndarray],
                   labels: np.ndarray | None) -> dict[str, bytes]:
-    """The files written beside the variant in its Triton version folder."""
-    return {REFERENCE_FILE: reference, SAMPLE_FILE: sample_bytes(inputs, labels), INFO_FILE: info_bytes(info)}
+    """The files written beside the variant in its Triton version folder. `labels` only for a classifier (the
+    accuracy gate reads them with `logits`; nothing else does), so the server can tell a sample that lost them."""
+    kept = labels if info.logits is not None else None
+    return {REFERENCE_FILE: reference, SAMPLE_FILE: sample_bytes(inputs, kept), INFO_FILE: info_bytes(info)}
 
 
 def refused(path: Path, what: str) -> VariantFileError:
@@ -197,6 +199,17 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _check_labels(path: Path, info: VariantInfo, files: list[str]) -> None:
+    """A sample's `labels` exactly when variant.json names a classifier's logits (the export writes them so): the
+    gate counts points of accuracy only with both, and must not turn to relative error, in percent, without one."""
+    if info.logits is not None and "labels" not in files:
+        raise refused(path, f"has arrays {sorted(files)}; expected 'labels' for the classifier output "
+                       f"'{info.logits}' named in {INFO_FILE}")
+    if info.logits is None and "labels" in files:
+        raise refused(path.parent / INFO_FILE, f"'logits' is null, but {SAMPLE_FILE} holds a classifier's 'labels'; "
+                       "expected the output the labels are classes of, as `specgen export` writes it")
+
+
 def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """sample.npz as the model's inputs (by name) and labels: a regular file, read once (never blocking on a
     FIFO), its sizes checked from the zip directory before any array is inflated, at most SAMPLE_EXAMPLES rows."""
@@ -218,6 +231,7 @@ def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], n
             missing = [n for n in expected if n not in npz.files]
             if missing:
                 raise refused(path, f"has arrays {sorted(npz.files)}; expected {expected} (and 'labels')")
+            files = list(npz.files)
             arrays = {name: npz_array(npz, key) for name, key in zip(info.inputs, expected, strict=True)}
             labels = npz_array(npz, "labels") if "labels" in npz.files else None
     except VariantFileError:
@@ -231,4 +245,5 @@ def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], n
     if count is not None and count > SAMPLE_EXAMPLES:
         raise refused(path, f"holds {count:,} examples; expected at most {SAMPLE_EXAMPLES}, as `specgen export` "
                        "writes it")
+    _check_labels(path, info, files)
     return arrays, labels

@@ -20,12 +20,13 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds.precisions import calibration_mistake
 from specgen.runtime.graph_runs import predictor_batch, run_rows
-from specgen.runtime.precision import REGISTRY, int8
+from specgen.runtime.precision import REGISTRY, degenerate, int8
 from specgen.runtime.precision.base import Calibration, PrecisionDef, PrecisionRefusal, spread_rows
 from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
+from specgen.runtime.precision.optimized import RunsAsFloat32
 from specgen.runtime.precision.valid import checked_variant
 from specgen.runtime.precision.verify import SPEED_BATCH, VariantInfo
-from specgen.runtime.predictor import CPU, EXPORT_PROVIDERS, InputError, Predictor
+from specgen.runtime.predictor import EXPORT_PROVIDERS, InputError, Predictor
 from specgen.spec.load import LoadedSpec
 
 DEFAULT_CALIBRATION = 512
@@ -93,16 +94,17 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
     definition = REGISTRY[name]
     rows = len(next(iter(inputs.values())))
     calibration = _calibration(loaded, ir, request, inputs, rows) if definition.calibrated else Calibration()
-    loss = ir.training.loss
-    logits = loss.logits if loss and loss.target == "sparse" and labels is not None else None
+    logits = _logits(ir, name, labels, where)
     try:
         variant_bytes, converted = definition.convert(model_bytes, calibration)
         variant_bytes = checked_variant(variant_bytes, name)  # sorted, onnx.checker's full check: as model.onnx
-        fp32, kernels, unverified = _checked(definition, model_bytes, variant_bytes, request)
-        variant = Predictor(variant_bytes, "cpu" if unverified else request.provider, choices=EXPORT_PROVIDERS)
-        outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unverified is not None)
+        fp32, kernels, unchecked = _checked(definition, model_bytes, variant_bytes, request)
+        untestable = _untestable(name, inputs, labels, logits, request.force)  # after the provider's say, as a gate
+        variant = Predictor(variant_bytes, "cpu" if unchecked else request.provider, choices=_choices(definition))
+        outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unchecked is not None)
         # a graph with a fixed batch (export.onnx.dynamic_batch: false) runs the eval set in chunks of it
         gated = accuracy_gate(name, export.budget, run_rows(fp32, inputs), outputs, labels, logits) | measured
+        unverified = "; ".join(r for r in (untestable, unchecked) if r) or None
         speed = None
         if not unverified:  # timed at the batch the graph takes: its fixed one, else SPEED_BATCH rows
             batch = {k: v[:predictor_batch(fp32) or SPEED_BATCH] for k, v in inputs.items()}
@@ -112,9 +114,13 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         raise where(str(exc)) from None
     if speed is not None and "warning" in speed:  # a gate overridden with --force: the server gates it again
         unverified = f"{name} {speed['warning']}"
+    # the digests of the two files the figures are about: a reader of export.json (specgen report) tells a file
+    # replaced since from the one measured
     report = {"precision": name, "file": definition.file_name, "bytes": len(variant_bytes),
-              "fp32_bytes": len(model_bytes), **converted, **kernels, "verified": unverified is None,
-              "accuracy": gated | ({"provider": CPU} if unverified else {}), "speed": speed}
+              "sha256": hashlib.sha256(variant_bytes).hexdigest(), "fp32_bytes": len(model_bytes),
+              "fp32_sha256": hashlib.sha256(model_bytes).hexdigest(), **converted, **kernels,
+              "verified": unverified is None,
+              "accuracy": gated | ({"provider": variant.provider} if unverified else {}), "speed": speed}
     if unverified:
         report["unverified"] = unverified
     info = VariantInfo(precision=name, verified=unverified is None,
@@ -126,6 +132,38 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
                        vnni=int8.has_vnni() if name == "int8" else None,
                        reduce_range=converted.get("reduce_range") if name == "int8" else None)
     return Variant(name, definition.file_name, variant_bytes, report, info)
+
+
+def _logits(ir: ModelIR, name: str, labels: np.ndarray | None, where: Callable[[str], SpecError]) -> str | None:
+    """A classifier's logits output (its gate counts points of accuracy on it), or None for other models; a
+    classifier whose eval set has no labels is refused, rather than gated on another metric in another unit."""
+    assert ir.training is not None
+    loss = ir.training.loss
+    if loss is None or loss.target != "sparse":
+        return None
+    if labels is None:
+        raise where(f"{name} gates a classifier on its eval accuracy, and the eval set has no labels "
+                    f"'{loss.labels}': add them to data.eval")
+    return loss.logits
+
+
+def _untestable(name: str, inputs: dict[str, np.ndarray], labels: np.ndarray | None, logits: str | None,
+                force: bool) -> str | None:
+    """Why the eval set cannot test the variant (degenerate.py), as the reason it is written unverified with
+    --force; without --force a PrecisionRefusal. None for an eval set that can."""
+    problem = degenerate.problem(inputs, labels, logits)
+    if problem is None:
+        return None
+    why = f"{name}: the eval set cannot test the variant: {problem}"
+    if not force:
+        raise PrecisionRefusal(f"{why}; use an eval set of varied examples (data.eval), or {UNVERIFIED_HINT}")
+    return f"{why}; written unverified with --force"
+
+
+def _choices(definition: PrecisionDef) -> tuple[str, ...]:
+    """The --provider values a refusal may advise: a GPU precision (fp16) is not verified on the CPU, so advising
+    `--provider cpu` would only lead to another refusal (its advice is then --force alone)."""
+    return tuple(p for p in EXPORT_PROVIDERS if p != "cpu") if definition.for_gpu else EXPORT_PROVIDERS
 
 
 def _variant_outputs(definition: PrecisionDef, variant: Predictor, variant_bytes: bytes, inputs: dict[str, np.ndarray],
@@ -151,12 +189,14 @@ def _checked(definition: PrecisionDef, model_bytes: bytes, variant_bytes: bytes,
     """
     try:
         # first: a CUDA that cannot start is said before any check, in export's --provider values
-        fp32 = Predictor(model_bytes, request.provider, choices=EXPORT_PROVIDERS)
+        fp32 = Predictor(model_bytes, request.provider, choices=_choices(definition))
         return fp32, definition.check(variant_bytes, request.provider), None
     except InputError as exc:  # the CUDA provider is absent or cannot start here
         reason = str(exc).rstrip(".")
-    except PrecisionRefusal as exc:
-        if request.provider != "cpu" or not definition.for_gpu:
+        if definition.for_gpu:  # why --provider cpu is not the way out (_choices)
+            reason += f"; the CPU cannot verify {definition.name}, which is made for the CUDA provider"
+    except PrecisionRefusal as exc:  # a graph that computes nothing in its precision is refused anywhere
+        if request.provider != "cpu" or not definition.for_gpu or isinstance(exc, RunsAsFloat32):
             raise
         reason = str(exc)
     if not request.force:

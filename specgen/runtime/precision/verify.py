@@ -33,7 +33,7 @@ import numpy as np
 
 from specgen.paths import shown
 from specgen.runtime.graph_runs import predictor_batch, run_rows
-from specgen.runtime.precision import REGISTRY, int8
+from specgen.runtime.precision import REGISTRY, degenerate, int8
 from specgen.runtime.precision.base import PrecisionRefusal
 from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
 from specgen.runtime.precision.sidecars import (
@@ -134,6 +134,9 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     report: dict[str, Any] = {"examples": len(next(iter(inputs.values())))}
     stage = "onnxruntime cannot load the variant"  # what the catch-all names: only the variant's steps are in it
     try:
+        untestable = degenerate.problem(inputs, labels, info.logits)  # the export refused it, or wrote it unverified
+        if untestable is not None:
+            raise PrecisionRefusal(f"{SAMPLE_FILE} cannot test the variant: {untestable}")
         variant = variant or Predictor(variant_path, provider, **options)
         stage = "the kernel check fails on the variant"
         report["kernels"] = REGISTRY[info.precision].check(variant_path.read_bytes(),
@@ -141,8 +144,8 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
         stage = "onnxruntime fails running the variant on the sample"
         outputs = run_rows(variant, inputs)
         stage = "the accuracy gate fails on the variant's outputs"
-        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, outputs, labels,
-                                           info.logits if labels is not None else None)
+        # read_sample holds labels exactly when variant.json names the logits: the gate never switches metric
+        report["accuracy"] = accuracy_gate(info.precision, info.budget, fp32, outputs, labels, info.logits)
         stage = "onnxruntime fails timing the variant"
         batch = {k: v[:predictor_batch(reference) or SPEED_BATCH] for k, v in inputs.items()}  # as the export times
         timing = paired_timing(lambda: reference(batch), lambda: variant(batch))
