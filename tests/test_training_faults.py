@@ -271,7 +271,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("{not json", "run/ckpt-00000005/meta.json:1:2: error: checkpoint ckpt-00000005 is unreadable: not valid JSON "
      "(Expecting property name enclosed in double quotes). Nothing was changed; no intact checkpoint is beside it; "
      "start over with --fresh (it moves this run aside, deleting nothing)"),
-], ids=["another spec", "spec null", "spec missing", "float seed", "overrides a string", "not JSON"])
+    # json's message for a string cut off ends in " at" (its text goes on with the position, given here as 1:10)
+    ('{"step": "5', "run/ckpt-00000005/meta.json:1:10: error: checkpoint ckpt-00000005 is unreadable: not valid JSON "
+     "(Unterminated string starting). Nothing was changed; no intact checkpoint is beside it; start over with --fresh "
+     "(it moves this run aside, deleting nothing)"),
+], ids=["another spec", "spec null", "spec missing", "float seed", "overrides a string", "not JSON", "cut off"])
 def test_resume_refuses_a_meta_json_of_another_spec_or_a_malformed_one_in_one_line(
         trained: Path, meta: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
     run = trained.parent.parent / "run"

@@ -126,7 +126,7 @@ def read_meta(folder: Path) -> dict[str, Any]:
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise Unreadable(path, f"not valid JSON ({exc.msg})", Position(exc.lineno, exc.colno)) from None
+        raise Unreadable(path, f"not valid JSON ({exc.msg.removesuffix(' at')})", Position(exc.lineno, exc.colno)) from None
     if not isinstance(meta, dict):
         raise Unreadable(path, f"it holds {type(meta).__name__}, not a JSON object (of step, serial, spec, ...)")
     if (bad := _order_problem(meta)) is not None:
