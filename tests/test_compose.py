@@ -118,7 +118,8 @@ def test_a_removed_layer_that_is_still_consumed_is_a_positioned_error(tmp_path: 
     assert run(["validate", "w.yaml"], capsys, tmp_path)[0] == 0
     write(tmp_path, {"u.yaml": "extends: base.yaml\nname: u\nlayers: [{name: out, remove: true}]\n"})
     code, _, err = run(["validate", "u.yaml"], capsys, tmp_path)
-    assert err.splitlines()[0] == ("base.yaml:6:6: error: output 'y' names layer 'out', which does not exist "
+    assert err.splitlines()[0] == ("base.yaml:6:6: error: output 'y' names layer 'out', which does not exist; "
+                                   "u.yaml:3:30 removes 'out': keep it, or name another layer in that file "
                                    "(via u.yaml:1:10)")
     assert code == 1
 

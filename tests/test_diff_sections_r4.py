@@ -204,8 +204,11 @@ def test_an_output_dim_that_differs_only_at_some_remainders_breaks(
         code, _, err = run(["diff", f"{a}.yaml", f"{b}.yaml", "--fail-on", "interface"], capsys, tmp_path)
         x, y = (old, new) if a == "same" else (new, old)
         assert code == 1
+        dim = shape.split(",")[-2].strip()  # `valid` needs 2 steps of kernel 2 along it (r12: a raised minimum)
+        raised = (f"specgen diff: breaks interface: input 'x': NEW needs {dim} >= 2 (layer 'down' ({op}) needs at "
+                  f"least 2); OLD served {dim} >= 1: clients that send a shorter '{dim}' fail\n") if a == "same" else ""
         assert err == (f"specgen diff: breaks interface: output 'feats' changed from float32{x} to float32{y}: "
-                       "clients that read it as before fail\n")
+                       "clients that read it as before fail\n") + raised
     assert served(tmp_path, "same.yaml")["feats"] == [*old[1:-4].split(", "), 4]
     # the break is real: one request, answered at another shape by each model.onnx
     ort = pytest.importorskip("onnxruntime")

@@ -102,8 +102,19 @@ def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[R
     # weights and masks, and is labelled so: the counts are compared with restore-plan's by tests/test_diff_restore.
     restored, rest = summary_line(found).replace(", unused ", ", unused weights ", 1).split(", ", 1)
     crossing = f" ({crossed} of them from another layer)" if crossed else ""
-    section.summary = f"a checkpoint of OLD restored into NEW: {restored}{crossing}, {rest}"
+    section.summary = f"a checkpoint of OLD restored into NEW: {restored}{crossing}, {rest}{_no_shadows(old, sources)}"
     return section
+
+
+def _no_shadows(old: ModelIR, sources: Sequence[RestoreSource]) -> str:
+    """A note where an entry asks for EMA weights (ema_to_model) and OLD's checkpoints hold no EMA shadow: each
+    variable then falls back to its raw weights, as for a batch norm's statistics, and nothing else says so."""
+    asking = [i for i, s in enumerate(sources) if s.ema_to_model]
+    if not asking or any(ema_base(key) is not None for key in saved_keys(old)):
+        return ""
+    which = ", ".join(f"checkpoint.restore[{i}]" for i in asking)
+    return (f"; note: {which} sets ema_to_model, but OLD's checkpoints hold no EMA shadows (OLD has no train.ema): "
+            "the raw weights are restored")
 
 
 def _refused(section: Section, rows: Iterable[Row], alike: set[tuple[object, ...]]) -> None:

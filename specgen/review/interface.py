@@ -16,6 +16,11 @@ An output keeps its meaning when each of its dimensions, NEW's names replaced by
 OLD's for every request: `ceil(time/2)` after `seq` -> `time` is `ceil(seq/2)`, `batch` after `1` -> `batch`
 is 1. The expressions (kinds/dims.py) are compared by value, not as strings, at sizes of OLD's names
 that decide it: every remainder of the strides involved (`_agree`).
+
+A named dim also has a range of sizes the model runs at: `valid` windows shrink an axis (a conv1d of kernel 3,
+`valid`, needs seq >= 3) and a positional_embedding takes at most its max_length steps. The range is
+runtime/lengths.py's (`minima`, `bounds`), what `specgen export` stamps and `specgen infer` / `serve` enforce, so
+a raised minimum or a lowered maximum is a break even where every declared dim is the same (`_ranges`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from specgen.ir.model import ModelIR
 from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Shape
 from specgen.review.sections import Change, Section
+from specgen.runtime import lengths
 
 Dim = int | str  # a served dimension: a fixed size or a dim_param (a name or an expression of names)
 Signature = dict[str, tuple[str, tuple[Dim, ...]]]  # input or output name -> (dtype, served dims)
@@ -61,7 +67,61 @@ def interface(old: ModelIR, new: ModelIR) -> Section:
                     section.breaks.append(f"input '{name}' is new: clients that do not send it fail")
             else:
                 _compare(section, kind, name, before[name], after[name], stands)
+    _ranges(section, (old, new), inputs)
     return section
+
+
+# The sizes a named dim takes: the smallest and the layer that needs it, the largest (None: any) and its layer.
+Span = tuple[int, str, int | None, str]
+
+
+def spans(ir: ModelIR) -> dict[str, Span]:
+    """Each named dim of the inputs -> its range as the served model enforces it (runtime/lengths.py)."""
+    lows, highs = lengths.minima(ir), lengths.bounds(ir)
+    found: dict[str, Span] = {}
+    for symbol in dict.fromkeys(d for i in ir.inputs for d in dims.symbols(i.shape[1:])):
+        low, layer, op = lows.get(symbol, (1, "", ""))
+        high, cap = highs.get(symbol, (None, ""))
+        found[symbol] = (low, f"layer '{layer}' ({op})" if low > 1 else "", high,
+                         f"layer '{cap}' (positional_embedding)" if high is not None else "")
+    return found
+
+
+def _ranges(section: Section, irs: tuple[ModelIR, ModelIR], inputs: tuple[Signature, Signature]) -> None:
+    """A row per named dim of NEW whose range of sizes moved: a break where a size OLD served is now refused."""
+    old, new = spans(irs[0]), spans(irs[1])
+    seen: set[str] = set()
+    for name in sorted(inputs[0].keys() & inputs[1].keys()):
+        (_, a), (_, b) = inputs[0][name], inputs[1][name]
+        for x, y in zip(a, b, strict=True) if len(a) == len(b) else ():
+            if not isinstance(y, str) or y not in new or y in seen:
+                continue
+            seen.add(y)
+            was: Span = (x, "", x, "") if isinstance(x, int) else old.get(x, (1, "", None, ""))
+            why = _refused(y, was, new[y])
+            if (was[0], was[2]) == (new[y][0], new[y][2]) or (isinstance(x, int) and not why):
+                continue  # a fixed size made named and still served: the declared dims' row says so
+            section.changes.append(Change("changed" if why else "compatible", f"input {name}", _span(x, was),
+                                          _span(y, new[y])))
+            section.breaks += [f"input '{name}': NEW {w}; OLD served {_span(x, was)}: clients that send {size} '{y}' fail"
+                               for w, size in why]
+
+
+def _refused(dim: str, was: Span, now: Span) -> list[tuple[str, str]]:
+    """What NEW refuses of what OLD served (sizes below its smallest, or above its largest), and which sizes."""
+    (low, _, high, _), (least, needs, most, caps) = was, now
+    found = [(f"needs {dim} >= {least} ({needs} needs at least {least})", "a shorter")] if least > low else []
+    if most is not None and (high is None or most < high):
+        found.append((f"takes {dim} <= {most} ({caps} takes at most {most})", "a longer"))
+    return found
+
+
+def _span(dim: Dim, span: Span) -> str:
+    """`seq >= 3`, `3 <= seq <= 16`, `size 5` (a fixed size)."""
+    low, _, high, _ = span
+    if isinstance(dim, int):
+        return f"size {dim}"
+    return f"{dim} >= {low}" if high is None else f"{low} <= {dim} <= {high}"
 
 
 def _compare(section: Section, kind: str, name: str, a: tuple[str, tuple[Dim, ...]], b: tuple[str, tuple[Dim, ...]],

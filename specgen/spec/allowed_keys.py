@@ -26,7 +26,12 @@ def allowed_keys(loc: PathKey) -> list[str]:
     model = _model_of(_type_at(loc))
     if model is None:
         return []
-    return [f.alias or name for name, f in model.model_fields.items()]
+    return [f.alias or name for name, f in model.model_fields.items()] + (list(COMPOSING) if loc == () else [])
+
+
+# Top-level keys that spec/compose.py and spec/load.py take out before Spec validates the rest: a spec's keys all
+# the same (docs/spec.md, "Top-level keys"), so a misspelt `extend:` is offered `extends`.
+COMPOSING = ("abstract", "extends")
 
 
 def keys_at(loc: PathKey, data: Any) -> list[str]:

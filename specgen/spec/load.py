@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from specgen.diagnostics import Diagnostic, Position, SpecError
+from specgen.diagnostics import Diagnostic, Position, SpecError, quoted
 from specgen.errors import AbstractSpec
 from specgen.kinds import sources
 from specgen.kinds.ops import Layer
@@ -19,6 +19,7 @@ from specgen.spec.model import Spec
 from specgen.spec.origins import Origins
 from specgen.spec.received import received
 from specgen.spec.source_map import PathKey, SourceMap, data_path
+from specgen.spec.tree import ComposedSourceMap
 from specgen.spec.yaml_source import parse_yaml
 
 
@@ -52,7 +53,32 @@ class LoadedSpec:
         if (override := self._override_at(loc)) is not None:
             return Diagnostic(f"--set {override}", None, message)
         position, note = self._locate(loc, key)
+        if removal := self._removal_note(loc):  # the cause first, then a guess at a near name
+            head, hint, tail = message.rpartition("; did you mean ")
+            message = f"{head}{removal}{hint}{tail}" if hint else message + removal
         return Diagnostic(self.display, position, message + note)
+
+    def _removal_note(self, loc: PathKey) -> str:
+        """`; v.yaml:3:23 removes 'h1'` where the value at `loc` names a layer (or a variable under it) that a file's
+        `{name: h1, remove: true}` took out of its bases' list: the name is right where the base wrote it (an input,
+        an output, a `share:`, a pattern, a restore `to:`), and the removal is what a problem about it comes from."""
+        tree = self.source.tree if isinstance(self.source, ComposedSourceMap) else None
+        layers = tree.mapping.get("layers") if tree is not None and tree.mapping is not None else None
+        if layers is None or not layers.gone:
+            return ""
+        value = self._value_at(loc)
+        for text in value if isinstance(value, list) else [value]:
+            for name, gone in layers.gone.items() if isinstance(text, str) else ():
+                if text == name or text.startswith(f"{name}/"):
+                    return f"; {gone.flag.where()} removes {quoted(name)}: keep it, or name another layer in that file"
+        return ""
+
+    def _value_at(self, loc: PathKey) -> Any:
+        """What the spec holds at `loc` (with blocks, `("layers", i, ...)` counts the expanded layers)."""
+        if self.origins is None or loc[:1] != ("layers",) or len(loc) < 3 or not isinstance(loc[1], int):
+            return data_path(loc, self.data)[1] if self.origins is None or loc[:1] != ("layers",) else None
+        value = getattr(self.layers[loc[1]], str(loc[2]), None) if 0 <= loc[1] < len(self.layers) else None
+        return value[loc[3]] if isinstance(value, list) and len(loc) > 3 and isinstance(loc[3], int) else value
 
     def overridden(self, loc: PathKey) -> bool:
         """Whether a `--set` wrote `loc` or a key above it (a clash between two values is reported at the override's)."""

@@ -25,11 +25,12 @@ from specgen.diagnostics import (
 )
 from specgen.fields.base import FLOAT32_MAX, IDENT, MAX_INT
 from specgen.fields.unions import KEYS_CONTEXT
-from specgen.spec.allowed_keys import keys_at
+from specgen.spec.allowed_keys import COMPOSING, keys_at
 from specgen.spec.literals import literal_expected, literal_message, near
 from specgen.spec.model import SPEC_VERSION
 from specgen.spec.received import flow
 from specgen.spec.received import received as as_received
+from specgen.spec.retag import retag
 from specgen.spec.source_map import PathKey, SourceMap, data_path, tag_named_like_its_key
 from specgen.spec.yaml_dialect import number_12
 from specgen.spec.yaml_source import parse_document
@@ -81,9 +82,12 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
     # `filter: 2` is one mistake: report the unknown key (did you mean 'filters'?), not also
     # "missing required key 'filters'".
     misspelt = {(loc[:-1], close) for loc, close in suggestions.items()}
+    # A misspelt `extends` (or `abstract`) is why keys are missing: the bases that give them were not read (or the
+    # spec was meant to lack them). Its did-you-mean is the one problem to report.
+    composing = any(loc[:-1] == () and close in COMPOSING for loc, close in suggestions.items())
     found: dict[tuple[Any, ...], Diagnostic] = {}
     for (error, loc), (position, note) in zip(errors, found_at, strict=True):
-        if error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt:
+        if (error["type"] == "missing" and (loc[:-1], loc[-1]) in misspelt) or (composing and error["type"] in ABSENT):
             continue
         at = data_path(loc, data)[0] if overrides else loc
         override = override_at(overrides, [at])
@@ -93,7 +97,11 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
         if removal is not None:  # at the null that removed it, not at the mapping that lacks it (1:1 for a section)
             position, note = removal, ""
         message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written, number)) + \
-            (REMOVED if removal is not None else "") + _context(loc, data)
+            (REMOVED if removal is not None else "")
+        if (change := retag(loc, data, source) if override is None and locator is None else None) is not None:
+            position, note, message = (change.position(), "", change.unknown(keys_at(loc[:-1], data))) \
+                if error["type"] == "extra_forbidden" else (position, note, message + change.note())
+        message += _context(loc, data)
         if override is not None:  # the value is the override's, not the file's
             found.setdefault((override, message), Diagnostic(f"--set {override}", None, message))
         else:
