@@ -373,6 +373,19 @@ def test_later_sources_override_earlier_ones(tmp_path: Path, order: tuple[str, s
     assert f"{loser}  float32[3, 3, 2, 4]  superseded by {order[1]}.ckpt:" in format_plan(plan)
 
 
+def test_ema_to_model_on_a_checkpoint_without_shadows_says_raw_weights_on_each_row(tmp_path: Path) -> None:
+    """A run without train.ema has no shadow to take: every row falls back to the raw weights, and says so (a
+    checkpoint with shadows says "EMA shadow" on the rows that have one, above)."""
+    values = random_values(8, {"conv1/kernel": SHAPES["conv1/kernel"], "conv1/bias": (4,)})
+    checkpoint = save_tf1(tmp_path / "plain.ckpt", values)
+    loaded = load(tmp_path, spec_text())
+    for ema, note in ((True, "raw weights: the checkpoint holds no EMA shadows (ema_to_model)"), (False, "")):
+        source = RestoreSource.model_validate({"from": "plain.ckpt", "ema_to_model": ema})
+        plan = plan_restore(loaded, targets_of(loaded), [(checkpoint, source)])
+        assert [(r.path, r.note) for r in plan.rows if r.status == "restored"] == [
+            ("conv1/kernel", note), ("conv1/bias", note)]
+
+
 def test_restore_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
                               ) -> None:
     slim_checkpoint(tmp_path / "spec" / "tf1" / "model.ckpt", np.zeros((1, 6, 6, 2), np.float32))

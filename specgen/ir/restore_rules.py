@@ -161,6 +161,9 @@ def _why_unused(key: str, entry: Entry, target: str, source: RestoreSource, targ
     return f"maps to '{target}', not a variable here{did_you_mean(target, targets)}"
 
 
+RAW_WEIGHTS = "raw weights: the checkpoint holds no EMA shadows (ema_to_model)"
+
+
 def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: RestoreSource,
                  targets: Targets) -> SourcePlan:
     out = SourcePlan()
@@ -171,6 +174,9 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
 
     if source.ema_to_model:
         out.errors += _base_name_errors(label, entries, source)
+    # ema_to_model on a checkpoint with no shadow at all (a run without train.ema): every variable falls back to its
+    # raw weights, as a batch norm's statistics always do; said on each row, else nothing would show it.
+    unshadowed = source.ema_to_model and not any(ema_base(key) is not None for key in entries)
     for key in entries:
         base = ema_base(key) if source.ema_to_model else None
         target = rename(key if base is None else base, source.map)
@@ -193,7 +199,7 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
         key, entry = pick[0], entries[pick[0]]
         for other in (k for k, _ in found if k != key):
             unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
-        notes = ["EMA shadow (ema_to_model)"] if emas else []
+        notes = ["EMA shadow (ema_to_model)"] if emas else [RAW_WEIGHTS] if unshadowed else []
         notes += [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
         status: Status = "mismatched" if (entry.shape, entry.dtype) != (shape, dtype) else "restored"
         out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
