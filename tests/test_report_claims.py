@@ -122,7 +122,10 @@ def test_flops_cells_equal_the_fixed_size_report(tmp_path: Path, capsys: pytest.
     template, names, settings = CASES[case]
     named, note = _flops_rows(capsys, _spec(tmp_path, template, names, None))
     assert "multiply by the run-time size." not in note
-    assert note.endswith("is a formula in them (a long one under the table), as is the total.")
+    claim, _, served = note.partition(" Served sizes: ")  # valid windows' smallest sizes follow (test_review_r12)
+    assert claim.endswith("is a formula in them (a long one under the table), as is the total.")
+    assert all(int(sizes[name]) >= int(low) for sizes in settings
+               for name, low in re.findall(r"(\w+) >= (\d+)", served)), served  # the sizes below are served
     for sizes in settings:
         fixed, _ = _flops_rows(capsys, _spec(tmp_path, template, names, sizes))
         assert named.keys() == fixed.keys()
@@ -198,3 +201,18 @@ def test_html_with_checkpoint_is_a_usage_error(tmp_path: Path, capsys: pytest.Ca
     assert err.splitlines() == ["specgen report: error: --html: got --checkpoint; the page does not show a "
                                 "checkpoint's mask sparsity (specgen report SPEC --checkpoint CKPT prints it)"]
     assert not (tmp_path / "page.html").exists()
+
+
+def test_the_report_says_the_smallest_size_valid_windows_serve(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """conv1d kernel 3 valid (seq-2), then a max_pool1d of 3 stride 3 valid (ceil((seq-4)/3)): seq >= 5, which
+    specgen export records and infer/serve enforce (runtime/lengths.py); seq 4 gives TF an empty axis."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("specgen: 1\nname: p\ninputs:\n  x: {shape: [seq, 4]}\noutputs:\n  y: l1\nlayers:\n"
+                    "  - {name: l0, op: conv1d, input: x, filters: 2, kernel: 3, padding: valid}\n"
+                    "  - {name: l1, op: max_pool1d, size: 3, strides: 3, padding: valid}\n")
+    _, note = _flops_rows(capsys, spec)
+    assert note.endswith(" Served sizes: seq >= 5 (layer 'l1', max_pool1d); a shorter input is refused.")
+    spec.write_text(spec.read_text().replace("padding: valid}\n  - {name: l1", "padding: same}\n  - {name: l1"))
+    _, note = _flops_rows(capsys, spec)
+    assert note.endswith(" Served sizes: seq >= 3 (layer 'l1', max_pool1d); a shorter input is refused.")

@@ -100,4 +100,14 @@ def _symbols_note(ir: ModelIR, exact: bool) -> str:
     return (f" Named dynamic dimensions ({', '.join(declared)}): a plain figure on a row whose output has them is "
             "per position (multiply by the run-time sizes of the named dimensions in its output); a cost that "
             "grows otherwise (attention's scores with the square of the length, a layer that reduces one away) is "
-            "a formula in them (a long one under the table), as is the total.")
+            "a formula in them (a long one under the table), as is the total." + _served(ir, declared))
+
+
+def _served(ir: ModelIR, declared: list[str]) -> str:
+    """The smallest size of each named dimension that `valid` windows need (runtime/lengths.minima): what `specgen
+    export` records and infer/serve enforce, said here so that a spec's author sees it before a client is refused."""
+    from specgen.runtime import lengths  # the op registry's shape rules; no TensorFlow
+
+    needs = [f"{name} >= {low} (layer '{layer}', {op})" for name, (low, layer, op) in lengths.minima(ir).items()
+             if name in declared and low > 1]
+    return f" Served sizes: {', '.join(needs)}; a shorter input is refused." if needs else ""
