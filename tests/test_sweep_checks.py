@@ -208,22 +208,22 @@ def test_an_in_memory_storage_is_refused_before_anything_is_written(tmp_path: Pa
                                                                    storage: str, shown: str) -> None:
     """Each worker thread's connection would find its own empty database (Optuna's traceback, 'no such table')."""
     spec = write(tmp_path)
-    assert refused(tmp_path, capsys, spec, "-o", "out", "--storage", storage) == [
-        f"--storage {shown}: error: an in-memory SQLite database is private to one connection and gone when the "
-        "sweep ends, so the sweep's worker threads, a later run that continues the sweep and other sweep processes "
-        "cannot share the study; expected a database file (sqlite:///study.db), an RDB server "
-        "(postgresql://user@host/db) or journal:PATH",
-        "1 error found"]
+    assert run_cli(["sweep", spec.name, "-o", "out", "--storage", storage], capsys, tmp_path) == (2, "", (
+        f"specgen sweep: error: --storage {shown}: an in-memory SQLite database is private to one connection and "
+        "gone when the sweep ends, so the sweep's worker threads, a later run that continues the sweep and other "
+        "sweep processes cannot share the study; expected a database file (sqlite:///study.db), an RDB server "
+        "(postgresql://user@host/db) or journal:PATH\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # a usage line (exit 2), nothing made
 
 
 @pytest.mark.parametrize(("storage", "shown"), [("", "''"), ("  ", "'  '")])
 def test_an_empty_storage_is_refused_not_read_as_the_default(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                              storage: str, shown: str) -> None:
     spec = write(tmp_path)
-    assert refused(tmp_path, capsys, spec, "--storage", storage) == [
-        f"--storage {shown}: error: the URL is empty; expected an Optuna storage: an RDB URL (sqlite:///study.db, "
-        "postgresql://user@host/db) or journal:PATH (a journal file on a shared filesystem)",
-        "1 error found"]
+    assert run_cli(["sweep", spec.name, "--storage", storage], capsys, tmp_path) == (2, "", (
+        f"specgen sweep: error: --storage {shown}: the URL is empty; expected an Optuna storage: an RDB URL "
+        "(sqlite:///study.db, postgresql://user@host/db) or journal:PATH (a journal file on a shared filesystem)\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # a usage line (exit 2), nothing made
 
 
 def test_a_password_in_the_storage_url_is_never_printed(tmp_path: Path,
@@ -354,11 +354,11 @@ def test_katib_needs_an_image_and_local_flags_refuse_katibs(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     spec = write(tmp_path)
     code, _, err = run_cli(["sweep", spec.name, "--emit", "katib"], capsys, tmp_path)
-    assert (code, err) == (1, "specgen: error: sweep --emit katib: --image is required: the container image that holds "
-                              "specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)\n")
+    assert (code, err) == (2, "specgen sweep: error: --emit katib: --image is required: the container image that "
+                              "holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)\n")
     code, _, err = run_cli(["sweep", spec.name, "--workers", "2"], capsys, tmp_path)
-    assert (code, err) == (1, "specgen: error: sweep: --workers goes with --emit katib; a local sweep takes -o, "
-                              "--trials, --parallel, --storage and --set\n")
+    assert (code, err) == (2, "specgen sweep: error: --workers goes with --emit katib; a local sweep takes -o, "
+                              "--trials, --parallel, --storage, --track and --set\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 

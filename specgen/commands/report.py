@@ -1,4 +1,5 @@
-"""`specgen report PATH... [--checkpoint CKPT]`, and `--html [--run RUN] [--sweep DIR] -o FILE.html` (report/)."""
+"""`specgen report PATH... [--checkpoint CKPT]`, and `--html [--run RUN] [--sweep DIR [--storage URL]] -o FILE.html`
+(report/)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "whose curves and export the page shows")
     parser.add_argument("--sweep", type=Path, metavar="DIR", help="with --html: a folder of `specgen sweep` whose "
                         "trials the page lists and draws")
+    parser.add_argument("--storage", metavar="URL", help="with --sweep: the Optuna storage of a sweep that ran with "
+                        "--storage (default: the study.db in DIR)")
     parser.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
 
 
 def run(args: argparse.Namespace) -> int:
     from specgen.diagnostics import Diagnostic, SpecError
 
+    if args.storage is not None and args.sweep is None:  # where a sweep's study is: nothing without --sweep
+        from specgen.errors import UsageError
+
+        raise UsageError("report", "got --storage without --sweep; expected --html --sweep DIR --storage URL (the "
+                         "storage the sweep ran with)")
     if args.html or args.run_folder is not None or args.output is not None or args.sweep is not None:
         from specgen.report.html_cli import run_html_report
 

@@ -50,7 +50,7 @@ def run_html_report(args: argparse.Namespace) -> int:
         need_matplotlib("specgen report --html --sweep")
         from specgen.sweep.summary import report_parts
 
-        sweep = report_parts(loaded, args.sweep)
+        sweep = report_parts(loaded, args.sweep, args.storage)
     text = page(loaded, ir, shown(args.paths[0]), args.run_folder, scan, sweep)
     write_atomic(args.output, text.encode(), fsync=False)
     print(f"wrote {shown(args.output)} ({len(text.encode()):,} bytes)")

@@ -30,6 +30,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from specgen.spec.overrides import load_with_overrides
     from specgen.sweep.space import check_metric, parameters
 
+    _check_flags(args)  # a command-line mistake first, as argparse's own: before the spec is read
     loaded = load_with_overrides(args.spec, args.set)
     sweep = loaded.spec.sweep
     if sweep is None:
@@ -42,18 +43,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SpecError([Diagnostic(loaded.display, None, "a sweep trains the spec: it needs the 'loss', "
                                     "'optimizers', 'train' and 'data.train' sections")])
     check_metric(loaded, sweep, ir)
-    if args.emit == "katib" and args.track is not None:
-        raise SweepUsageError("sweep: --track goes with a local sweep; a Katib trial runs in its pod: track it with "
-                              "train.tracking.mlflow in the spec (docs/tracking.md)")
     if args.emit == "katib":
         from specgen.sweep.katib import emit
 
         return emit(args, loaded, ir, params)
+    return _run(args, loaded, params)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flags that do not go together: one usage line, exit 2 (SweepUsageError is a UsageError)."""
+    if args.emit == "katib":
+        if args.image is None:
+            raise SweepUsageError("--emit katib: --image is required: the container image that holds specgen, "
+                                  "TensorFlow and the spec (e.g. --image registry/train:1.0)")
+        if args.track is not None:
+            raise SweepUsageError("--track goes with a local sweep; a Katib trial runs in its pod: track it with "
+                                  "train.tracking.mlflow in the spec (docs/tracking.md)")
+        if args.storage is not None:  # Katib keeps its own trials: a storage given here would be ignored
+            raise SweepUsageError("--storage goes with a local sweep; Katib keeps the trials of its Experiment "
+                                  "itself")
+        return
     for flag in KATIB_FLAGS:
         if getattr(args, flag) is not None:
-            raise SweepUsageError(f"sweep: --{flag} goes with --emit katib; a local sweep takes -o, --trials, "
-                                  "--parallel, --storage and --set")
-    return _run(args, loaded, params)
+            raise SweepUsageError(f"--{flag} goes with --emit katib; a local sweep takes -o, --trials, "
+                                  "--parallel, --storage, --track and --set")
 
 
 def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int:
@@ -61,7 +74,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     from specgen.sweep import storage as stores
     from specgen.sweep.claim import ownerless_grace
     from specgen.sweep.driver import Runner
-    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry, sweep_folder
+    from specgen.sweep.study import Plan, check_study, open_study, quiet_optuna, retry, sweep_folder
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
     track = None
@@ -80,15 +93,16 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     given = args.output if args.output is not None else Path(f"{run_folder(loaded)}-sweep")
     folder = sweep_folder(given)
     url = stores.checked_url(args.storage, folder)
-    if args.storage is not None:  # a storage elsewhere opens before the sweep folder is made
+    trials = args.trials if args.trials is not None else sweep.trials
+    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track, given)
+    if args.storage is not None:  # a storage elsewhere opens, and its study is checked, before the folder is made
         storage = stores.open_storage(url, retry)
+        check_study(plan, storage)
     from specgen.atomic import checked_folder
 
     checked_folder(given.parent, given, create=True)  # a link or a file there is refused, not followed
-    if args.storage is None:
+    if args.storage is None:  # in the folder: a study there is checked as it opens, and the folder existed then
         storage = stores.open_storage(url, retry)
-    trials = args.trials if args.trials is not None else sweep.trials
-    plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track, given)
     study = open_study(plan, storage)
     print(_header(plan, len(study.get_trials(deepcopy=False))))
     _prepare_tracking(loaded, track)
@@ -97,11 +111,17 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     finished = runner.sweep(study)
     found = rows(study)
     text = "\n".join(lines(plan, found))
-    print(text)
-    _write(folder / "summary.txt", text + "\n")
-    if _has_matplotlib():
+    _write(folder / "summary.txt", text + "\n")  # before printing: a reader gone (EPIPE) still leaves them
+    drawn = _has_matplotlib()
+    if drawn:
         _write(folder / "sweep.svg", render(plan, found))
+    if runner.failure is not None and runner.gone:  # cli.py exits 141, quietly, as for every command
+        raise runner.failure
+    print(text)
+    if drawn:
         print(f"wrote {plan.shown(folder / 'summary.txt')} and {plan.shown(folder / 'sweep.svg')}")
+    if runner.failure is not None:  # a worker's error: its trials were stopped and queued again
+        raise _stopped_by(runner.failure, plan)
     if not finished:
         signum = runner.signum or signal.SIGINT
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
@@ -109,6 +129,22 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
               f"sweep (study '{plan.study_name}' in {stores.masked(url)})", file=sys.stderr)
         return exit_status(signum)
     return 0 if any(r.state == "finished" for r in found) else 1
+
+
+def _stopped_by(exc: BaseException, plan: Any) -> BaseException:
+    """What a worker's error ends the sweep with: an environment problem (a trial's log that cannot be opened, a
+    process that cannot start) as one line saying the stopped trials run again; standard output's own error, a
+    specgen error and a bug (seen whole) as they are."""
+    from specgen.atomic import describe
+    from specgen.errors import SpecgenError
+    from specgen.sweep import storage as stores
+
+    if not isinstance(exc, OSError) or getattr(exc, "specgen_stdout", False):
+        return exc
+    if isinstance(exc.filename, str):
+        exc.filename = plan.shown(exc.filename)
+    return SpecgenError(f"sweep: stopped by an error: {describe(exc)}; the trials it stopped run again when the "
+                        f"same command continues the sweep (study '{plan.study_name}' in {stores.masked(plan.url)})")
 
 
 def _prepare_tracking(loaded: LoadedSpec, track: str | None) -> None:

@@ -60,6 +60,7 @@ POLL = 0.5  # seconds between reads of a running trial's events, and between the
 # (POLL); meanwhile the trial, which the same signal reached, has ended. Without the wait the worker started the
 # queued-again trial at once (a CI run failed on it: test_sweep_sigterm.py). A trial stopped alone costs this much.
 SETTLE = 4 * POLL
+STOP_WAIT = 60  # seconds a trial stopped by a failing worker has to stop between two updates before SIGKILL
 
 
 class Runner:
@@ -76,17 +77,39 @@ class Runner:
         self.announced: set[int] = set()  # numbers of the ownerless trials the waiting line named
         self.distributions = {p.key: p.distribution() for p in plan.params}
         self.signum: int | None = None  # the signal that stopped the sweep (SIGINT or SIGTERM), once it did
+        # What ended a worker thread (stdout's reader gone, a log that cannot be opened, a storage error): the sweep
+        # stops as on Ctrl-C and the command ends with it (command.py); the first one is kept
+        self.failure: BaseException | None = None
+        self.gone = False  # standard output's reader went away: nothing more is printed (docs/cli.md, 141)
         self.interrupts: Interrupts | None = None  # while sweep() runs: the signals noted in the main thread
 
     def stopping(self) -> bool:
-        """Whether the sweep stops: the main thread acted on a signal, or one came that it has yet to act on. A
-        trial that the same SIGTERM reached (`timeout` sends it to the process group too) can end before the main
-        thread's next check: its worker must not start another trial then."""
+        """Whether the sweep stops: the main thread acted on a signal, or one came that it has yet to act on, or a
+        worker failed. A trial that the same SIGTERM reached (`timeout` sends it to the process group too) can end
+        before the main thread's next check: its worker must not start another trial then."""
         return self.stop.is_set() or (self.interrupts is not None and self.interrupts.received)
 
+    def fail(self, exc: BaseException) -> None:
+        """A worker (or stdout) failed: keep the first failure and stop the sweep; every running trial is then
+        stopped, marked interrupted and queued again, as on Ctrl-C."""
+        if self.failure is None:
+            self.failure = exc
+        self.stop.set()
+
+    def failed(self) -> bool:  # a method: a worker thread sets it while the main thread looks
+        return self.failure is not None
+
     def say(self, line: str) -> None:
+        """Print a line; a reader that went away (`specgen sweep | head`) stops the sweep quietly, from any thread:
+        raised in a worker, the BrokenPipeError left its claimed trial running in the study."""
         with self.print_lock:
-            self._say(line)
+            if self.gone:
+                return
+            try:
+                self._say(line)
+            except BrokenPipeError as exc:
+                self.gone = True
+                self.fail(exc)
 
     # --- the budget and the dead ----------------------------------------------------------------------------
 
@@ -142,6 +165,17 @@ class Runner:
             self.run(study, trial)
 
     def run(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Run a claimed trial; whatever goes wrong here (the log cannot be opened, the process cannot start, the
+        storage fails) the trial is stopped, marked interrupted and queued again, never left running in the
+        study, and the sweep stops with the error (command.py prints it, one line)."""
+        process: list[subprocess.Popen[bytes]] = []
+        try:
+            self._run(study, trial, process)
+        except Exception as exc:
+            self.fail(exc)
+            self.abandon(study, trial, process[0] if process else None)
+
+    def _run(self, study: optuna.Study, trial: optuna.Trial, process: list[subprocess.Popen[bytes]]) -> None:
         plan, number = self.plan, trial.number
         overrides = list(overrides_of(plan.params, trial.params))
         folder = plan.folder / f"trial-{number:04d}"
@@ -151,14 +185,41 @@ class Runner:
         retried = trial.user_attrs.get("retry_of")
         again = f" (trial {retried} again)" if retried is not None else ""
         self.say(f"trial {number} started{again}: {', '.join(overrides)}")
+        if self.stopping():  # stopped meanwhile (a Ctrl-C, stdout gone): queued again, no process started for it
+            self.abandon(study, trial, None)
+            self.say(f"trial {number} interrupted: it runs again when the sweep continues")
+            return
         started = time.monotonic()
-        outcome = self.follow(trial, self.spawn(folder, log, overrides))
+        process.append(self.spawn(folder, log, overrides))
+        outcome = self.follow(trial, process[0])
         seconds = time.monotonic() - started
         trial.set_user_attr("seconds", round(seconds, 3))
         self.untracked(trial, log)
         self.finish(study, trial, outcome, seconds, log)
         if outcome["pruned"] is None and not outcome["stopped"] and stopped(outcome["code"]) is not None:
             self.settle()  # a signal the sweep did not send (a pruned trial's SIGINT is its own)
+
+    def abandon(self, study: optuna.Study, trial: optuna.Trial, process: subprocess.Popen[bytes] | None) -> None:
+        """A claimed trial that does not run to its end here: its process stopped (SIGINT, as Ctrl-C; SIGKILL after
+        STOP_WAIT), the trial marked interrupted and queued again. Storage errors are swallowed: the sweep is
+        ending with another error already, and a trial left running names this process, which the next sweep on
+        this machine sees gone (claim.py)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            if _wait(process, STOP_WAIT) is None:
+                process.kill()
+                process.wait()
+        try:
+            self.storage.set_trial_user_attr(trial._trial_id, "interrupted", "the sweep was stopped")
+            if self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+                self.retry(study, self.storage.get_trial(trial._trial_id))
+        except UpdateFinishedTrialError:  # it ended meanwhile: nothing is left running
+            pass
+        except Exception:  # see the docstring: the first error is the one the sweep reports
+            pass
 
     def settle(self, seconds: float = SETTLE) -> None:
         """Wait (at most `seconds`) for the main thread to note a signal that may have reached the sweep too (SETTLE)."""
@@ -271,6 +332,8 @@ class Runner:
         try:
             while True:
                 interrupts.check()  # before more workers: a trial started now would only be stopped again
+                if self.failed():  # a worker failed: its trials were stopped and queued again
+                    return False
                 with self.budget_lock:  # no more workers than trials left to ask for: each opens the study
                     done, running = counted(study.get_trials(deepcopy=False))
                     asked = len(self.started)
@@ -279,6 +342,8 @@ class Runner:
                 for end in ended:
                     while not end.wait(POLL):
                         interrupts.check()  # Ctrl-C or SIGTERM: KeyboardInterrupt here, in the main thread
+                if self.failed():
+                    return False
                 with self.budget_lock:
                     self.reap(study)
                     done, running = counted(study.get_trials(deepcopy=False))
@@ -294,11 +359,17 @@ class Runner:
                     interrupts.check()
         except KeyboardInterrupt:  # from check()
             self.signum = interrupts.signum or signal.SIGINT
-            self.stop.set()
-            for end in ended:  # a second Ctrl-C is only noted: the trials are being stopped already
-                while not end.wait(POLL):  # with a timeout: Python runs a signal's handler in the main thread only
-                    pass  # between waits, and a second SIGTERM the kernel handed to a worker thread must end it now
+            self._stop_workers(ended)
             return False
+        except BaseException:  # the main thread's own error (its storage): the trials stop first, then it is raised
+            self._stop_workers(ended)
+            raise
+
+    def _stop_workers(self, ended: list[threading.Event]) -> None:
+        self.stop.set()
+        for end in ended:  # a second Ctrl-C is only noted: the trials are being stopped already
+            while not end.wait(POLL):  # with a timeout: Python runs a signal's handler in the main thread only
+                pass  # between waits, and a second SIGTERM the kernel handed to a worker thread must end it now
 
     def waiting(self, running: list[FrozenTrial], waited: bool) -> None:
         """Say which trials the sweep waits for, once, and again when a trial without an owner appears: those
@@ -325,6 +396,8 @@ class Runner:
         def work() -> None:
             try:
                 self.work()
+            except Exception as exc:  # opening the study, asking for a trial: no trial of this worker is running
+                self.fail(exc)
             finally:
                 end.set()
 

@@ -77,11 +77,8 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
     from specgen.diagnostics import SpecError
     from specgen.runtime.commands.tfjob import Job, check
     from specgen.runtime.placement.cluster import check_replicas
-    from specgen.sweep.errors import SweepUsageError
 
-    if args.image is None:
-        raise SweepUsageError("sweep --emit katib: --image is required: the container image that holds specgen, "
-                              "TensorFlow and the spec (e.g. --image registry/train:1.0)")
+    assert args.image is not None  # command.py's _check_flags: a usage line before the spec is read
     sweep = loaded.spec.sweep
     assert sweep is not None
     refused = limits.refusals(loaded, sweep, params, logged_scalars(ir))

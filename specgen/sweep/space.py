@@ -52,6 +52,13 @@ RESERVED = {
 }
 
 
+# Values of one integer or stepped range checked against the spec before any trial (Param.edges): all of them up
+# to CHECKED, as for a choice (MAX_CHOICES); past it the HALF at each end and the rest spread between. Each is one
+# validation and resolution of the spec (about a millisecond for a small spec).
+CHECKED = 256
+HALF = 64
+
+
 @dataclass(frozen=True)
 class Param:
     """One searched key: its `--set` key and the spec model of its values (UniformRange, LogUniformRange, ...)."""
@@ -76,17 +83,39 @@ class Param:
         raise TypeError(f"{self.key} is a choice")
 
     def edges(self) -> list[Any]:
-        """The values checked against the spec: every choice, or both ends of a range (the last grid point
-        when a step does not reach the high end)."""
+        """The values checked against the spec before any trial, in order. A spec refuses some values by relation
+        to other keys (pruning's end_step must be begin_step + k * frequency, a batch must split among replicas), so
+        a finite set is tried whole: every choice, and every value of an integer or stepped range of at most
+        CHECKED values. A longer one: its first and last HALF values, which hold every remainder of a division
+        by up to HALF, and CHECKED - 2 * HALF values spread between. A float range without a step: both ends and a
+        value with a fraction, as draws have (`units: {uniform: [16, 64]}` gives an integer key 31.28)."""
         if isinstance(self.item, ChoiceOf):
             return list(self.item.choice)
         low, high = self.bounds()
         if isinstance(self.item, (UniformRange, LogUniformRange)) and not self.step:
-            # a value with a fraction, as draws have: `units: {uniform: [16, 64]}` gives an integer key 31.28
             inside = math.exp(math.log(low) + (math.log(high) - math.log(low)) / math.pi) if self.log \
                 else low + (high - low) / math.pi
             return [low, inside, high]
-        return [low, self.top()]
+        count = self.count()
+        if count <= CHECKED:
+            return [self.value(k) for k in range(count)]
+        spread = CHECKED - 2 * HALF
+        between = {HALF + round(i * (count - 2 * HALF - 1) / (spread - 1)) for i in range(spread)}
+        return [self.value(k) for k in sorted({*range(HALF), *between, *range(count - HALF, count)})]
+
+    def count(self) -> int:
+        """How many values an integer or stepped range holds."""
+        low, high = self.bounds()
+        if isinstance(self.item, UniformRange):
+            return steps(low, high, self.step or 1) + 1
+        return int(high - low) // int(self.step or 1) + 1
+
+    def value(self, k: int) -> Any:
+        """The k-th value of an integer or stepped range, as a trial gets it (a stepped float as its grid point)."""
+        low = self.bounds()[0]
+        if isinstance(self.item, UniformRange):
+            return grid_point(low, self.step or 1, k)
+        return int(low) + k * int(self.step or 1)
 
     @property
     def step(self) -> float | int | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
+from specgen.sweep.errors import SweepUsageError
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -46,13 +47,14 @@ def default_url(folder: Path) -> str:
     return f"sqlite:///{folder.resolve() / 'study.db'}"
 
 
-def checked_url(given: str | None, folder: Path) -> str:
+def checked_url(given: str | None, folder: Path, command: str = "sweep") -> str:
     """`--storage`'s URL, or the default in the sweep folder when the flag is absent. An empty `--storage ''` is
-    refused rather than read as absent: a script whose variable came out empty meant some storage, not the default."""
+    refused rather than read as absent: a script whose variable came out empty meant some storage, not the default.
+    A usage line of `command` (exit 2), as an in-memory URL is."""
     if given is None:
         return default_url(folder)
     if not given.strip():
-        raise SpecError([Diagnostic(f"--storage {shlex.quote(given)}", None, f"the URL is empty; {EXPECTED}")])
+        raise SweepUsageError(f"--storage {shlex.quote(given)}: the URL is empty; {EXPECTED}", command)
     return given
 
 
@@ -85,12 +87,13 @@ def masked(url: str) -> str:
         return shown(url)
 
 
-def open_storage(url: str, on_stale: Callable[[Any, Any], None]) -> BaseStorage:
-    """The storage `url` names, opened (its tables made); one line naming it when it cannot be."""
+def open_storage(url: str, on_stale: Callable[[Any, Any], None], command: str = "sweep") -> BaseStorage:
+    """The storage `url` names, opened (its tables made); one line naming it when it cannot be (an in-memory URL:
+    a usage line of `command`, exit 2)."""
     import optuna
 
     if in_memory(url):  # it opens, and every other connection then finds no study: refused before any is made
-        raise SpecError([Diagnostic(f"--storage {masked(url)}", None, IN_MEMORY)])
+        raise SweepUsageError(f"--storage {masked(url)}: {IN_MEMORY}", command)
     try:
         if url.startswith("journal:"):
             from optuna.storages.journal import JournalFileBackend, JournalStorage

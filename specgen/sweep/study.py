@@ -10,8 +10,12 @@ An interrupted trial (its sweep process gone) does not count toward the budget, 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shlex
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +32,23 @@ if TYPE_CHECKING:
     from optuna.samplers import BaseSampler
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
+
+
+# What may change between two runs of one study; every other key of the resolved spec (with the sweep's own --sets)
+# defines it, so trials of another model, other data or other training never join it (docs/sweeps.md, "Several
+# processes and machines"). Each entry says why a change leaves the trials comparable.
+MAY_CHANGE = {
+    ("sweep", "trials"): "the budget: how many trials, not what a trial is (--trials replaces it)",
+    ("sweep", "sampler"): "how the next values are drawn, not what a trial with them trains",
+    ("sweep", "seed"): "how the next values are drawn",
+    ("sweep", "pruner"): "when the next trials are stopped early",
+    ("doc",): "text",
+    ("lints",): "what `specgen validate` warns about",
+    ("checkpoint", "dir"): "every trial trains in its own run folder (SWEEP/trial-NNNN)",
+    ("export",): "a sweep never exports",
+    ("train", "tracking"): "where a trial is logged, not what it trains",
+}
+MAX_KEYS_TEXT = 50_000  # characters of the study's key list (MySQL's TEXT holds 65,535 bytes); past it, only the hash
 
 
 @dataclass
@@ -59,10 +80,15 @@ class Plan:
         return self.loaded.spec.name
 
     def definition(self) -> dict[str, Any]:
-        """What makes two sweeps one study: a study made by another definition is refused."""
+        """What makes two sweeps one study (study_keys): a study made by another definition is refused. `metric`,
+        `direction` and `space` are kept for studies made before `spec` was recorded (and for report --sweep's
+        `base`); `keys` lets the refusal name what differs, unless it is too long for a storage's text column."""
         sweep = self.sweep.model_dump(mode="json", warnings=False)
+        found = study_keys(self.loaded)
+        text = json.dumps(found, sort_keys=True)
         return {"metric": sweep["metric"], "direction": sweep["direction"], "space": sweep["space"],
-                "base": self.base}
+                "base": self.base, "spec": hashlib.sha256(text.encode()).hexdigest(),
+                "keys": found if len(text) <= MAX_KEYS_TEXT else None}
 
     def budget(self) -> int:
         if self.sweep.sampler != "grid":
@@ -147,6 +173,36 @@ def seeded(plan: Plan) -> BaseSampler:
     return Seeded()
 
 
+def study_keys(loaded: LoadedSpec, defaults: bool = False) -> dict[str, Any]:
+    """Every value the spec sets, defaults left out (a default written out is the same study, and a newer specgen's
+    new defaults change no study), as `key -> value` with keys as --set writes them, without MAY_CHANGE's.
+    `defaults`: with them, for naming a value this spec leaves at its default."""
+    dumped = loaded.spec.model_dump(mode="json", by_alias=True, exclude_defaults=not defaults, warnings=False)
+    return dict(_leaves(dumped, ()))
+
+
+def _leaves(node: Any, path: tuple[str | int, ...], written: str = "") -> Iterator[tuple[str, Any]]:
+    """`(key as written, value)` of every value under `node`; `path` holds the raw keys, for MAY_CHANGE."""
+    if any(path[: len(kept)] == kept for kept in MAY_CHANGE):
+        return
+    items: Any = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if not items:  # a value, or an empty section
+        yield written.lstrip("."), node
+        return
+    for key, child in items:
+        named = isinstance(key, int) and isinstance(child, dict) and isinstance(child.get("name"), str)
+        yield from _leaves(child, (*path, key), written + (f"[{child['name']}]" if named else f".{key}"))
+
+
+def check_study(plan: Plan, storage: BaseStorage) -> None:
+    """Refuse, before anything is written, a study of this name in `storage` that another sweep made."""
+    try:
+        study_id = storage.get_study_id_from_name(plan.study_name)
+    except KeyError:  # no such study yet: this sweep makes it
+        return
+    _refuse_another(plan, storage.get_study_user_attrs(study_id).get("specgen"))
+
+
 def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
     """The study, made on first use with the sweep's definition; a study of another definition is refused."""
     import optuna
@@ -154,15 +210,63 @@ def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
     study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
                                 load_if_exists=True, sampler=seeded(plan), pruner=pruner(plan.sweep))
     stored = study.user_attrs.get("specgen")
-    if stored is None:
+    _refuse_another(plan, stored)
+    if stored is None or "spec" not in stored:  # a new study, or one of an older specgen: record the whole spec
         study.set_user_attr("specgen", plan.definition())
-    elif stored != plan.definition():
-        differ = [k for k in plan.definition() if stored.get(k) != plan.definition()[k]]
-        raise SpecError([Diagnostic(f"--storage {stores.masked(plan.url)}", None, (
-            f"the study '{plan.study_name}' there belongs to another sweep (its {', '.join(differ)} "
-            "differ from this spec's): give this sweep its own folder (-o) or storage (--storage), or restore "
-            "the spec's sweep section"))])
     return study
+
+
+def _refuse_another(plan: Plan, stored: dict[str, Any] | None) -> None:
+    """One line saying what differs between the study's sweep and this one, and how to start a study of its own."""
+    if stored is None:
+        return
+    mine = plan.definition()
+    if stored.get("base") != mine["base"]:
+        what = f"it was made with {_sets(stored.get('base') or [])}, and this sweep has {_sets(mine['base'])}"
+        again = "the --sets the study was made with"
+    elif "spec" not in stored:  # an older specgen's study records the sweep section alone
+        parts = ("metric", "direction", "space")
+        what = _differences({f"sweep.{k}": stored.get(k) for k in parts}, {f"sweep.{k}": mine[k] for k in parts})
+        again = "the spec the study was made with"
+        if not what:
+            return
+    elif stored["spec"] != mine["spec"]:
+        what = _differences(stored.get("keys"), mine["keys"], study_keys(plan.loaded, defaults=True))
+        again = "the spec the study was made with"
+    else:
+        return
+    fix = ("-o NEW_FOLDER (each sweep folder keeps its own study)" if plan.url == stores.default_url(plan.folder)
+           else "--set name=NEW_NAME (a study of that name in this storage) or another --storage")
+    raise SpecError([Diagnostic(plan.loaded.display, None, (
+        f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
+        f"compares the trials of one spec, so this sweep cannot join it: expected {again}, or a new study: {fix}"))])
+
+
+def _sets(base: list[str]) -> str:
+    return " ".join(f"--set {shlex.quote(text)}" for text in base) if base else "no --set"
+
+
+def _differences(stored: dict[str, Any] | None, mine: dict[str, Any] | None, full: dict[str, Any] | None = None,
+                 shown_at_most: int = 3) -> str:
+    """`train.epochs is 1 (the default) here, 2 in the study's; ...` for the first keys that differ (in this
+    spec's order); `full`: this spec's values with its defaults."""
+    if stored is None or mine is None:
+        return "its spec differs from this one (the study records only its hash, the spec being that long)"
+    differ = [k for k in [*mine, *(k for k in stored if k not in mine)] if stored.get(k, _UNSET) != mine.get(k, _UNSET)]
+    said = [f"{k} is {_value(mine, k, full or {})} here, {_value(stored, k, {})} in the study's"
+            for k in differ[:shown_at_most]]
+    more = f" (and {len(differ) - shown_at_most} more key(s))" if len(differ) > shown_at_most else ""
+    return "; ".join(said) + more
+
+
+_UNSET = object()
+
+
+def _value(keys: dict[str, Any], key: str, defaults: dict[str, Any]) -> str:
+    """A value as JSON writes it (at most 80 characters); one a spec leaves out is its default."""
+    if key in keys:
+        return json.dumps(keys[key], separators=(", ", ": "))[:80]
+    return f"{_value(defaults, key, {})} (the default)" if key in defaults else "the default"
 
 
 def ordinal(trials: list[FrozenTrial], number: int) -> int:

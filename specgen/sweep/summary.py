@@ -244,32 +244,55 @@ def write_events(folder: Path, summaries: list[Any]) -> Path:
     return path
 
 
-def report_parts(loaded: Any, folder: Path) -> tuple[str, str, str]:
+def report_parts(loaded: Any, folder: Path, storage_url: str | None = None) -> tuple[str, str, str]:
     """(the folder as shown, the summary, the picture) of the sweep in `folder`, for `specgen report --html
-    --sweep`: read from its study (the SQLite file `specgen sweep` keeps there), drawn here, never taken from the
-    folder's own files."""
-    from specgen.sweep import storage as stores
-    from specgen.sweep.errors import SweepUsageError, need_optuna
+    --sweep`: read from its study (the SQLite file `specgen sweep` keeps there, or the storage `--storage` names when
+    the sweep ran with one), drawn here, never taken from the folder's own files. Every mistake is a usage line of
+    `specgen report` (exit 2): the command line names no sweep of this spec."""
+    from specgen.sweep.errors import need_optuna
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, quiet_optuna, retry
+    from specgen.sweep.study import Plan, quiet_optuna
 
     need_optuna()
     quiet_optuna()
-    import optuna
-
     if loaded.spec.sweep is None:
-        raise SweepUsageError(f"report --sweep: {loaded.display} has no 'sweep' section; expected the spec the sweep ran")
-    if not (folder / "study.db").is_file():
-        raise SweepUsageError(f"report --sweep: no study.db in {shown(folder)}; expected the folder of `specgen sweep` "
-                              "(its -o), which keeps its study there")
-    url = stores.default_url(folder)
-    storage = stores.open_storage(url, retry)
-    try:
-        study = optuna.load_study(study_name=loaded.spec.name, storage=storage)
-    except KeyError:
-        raise SweepUsageError(f"report --sweep: {shown(folder / 'study.db')} holds no study '{loaded.spec.name}'; "
-                              "expected the sweep of this spec") from None
+        raise _usage(f"--sweep: {loaded.display} has no 'sweep' section; expected the spec the sweep ran")
+    study, url = _load_study(loaded, folder, storage_url)
     base = list((study.user_attrs.get("specgen") or {}).get("base", []))
     plan = Plan(loaded, loaded.spec.sweep, parameters(loaded, base), folder, url, loaded.spec.sweep.trials, 1, base)
     found = rows(study)
     return shown(folder), "\n".join(lines(plan, found)), render(plan, found).decode()
+
+
+def _usage(message: str) -> Exception:
+    from specgen.sweep.errors import SweepUsageError
+
+    return SweepUsageError(message, command="report")
+
+
+def _load_study(loaded: Any, folder: Path, storage_url: str | None) -> tuple[Any, str]:
+    """The sweep's study and its storage's URL. Only read: a SQLite or journal file that is not there is a usage
+    line, not a new empty storage made by the report."""
+    import optuna
+
+    from specgen.sweep import storage as stores
+    from specgen.sweep.study import retry
+
+    if storage_url is None:
+        if not (folder / "study.db").is_file():
+            raise _usage(f"--sweep {shown(folder)}: no study.db there; a sweep keeps its study in its folder (its "
+                         "-o) unless it ran with --storage: expected that folder, or --storage URL naming the "
+                         "storage the sweep used")
+        url = stores.default_url(folder)
+    else:
+        url = stores.checked_url(storage_url, folder, "report")
+        for scheme in ("sqlite:///", "journal:"):
+            if url.startswith(scheme) and not Path(url.removeprefix(scheme)).is_file():
+                raise _usage(f"--storage {stores.masked(url)}: no such file; expected the storage the sweep ran "
+                             "with (its --storage)")
+    storage = stores.open_storage(url, retry, "report")
+    try:
+        return optuna.load_study(study_name=loaded.spec.name, storage=storage), url
+    except KeyError:
+        raise _usage(f"--sweep: {stores.masked(url)} holds no study '{loaded.spec.name}'; expected the storage "
+                     "of this spec's sweep") from None
