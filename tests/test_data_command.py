@@ -49,7 +49,8 @@ examples  40
 classes   10 of label 'label': {", ".join(f"{i}: {c}" for i, c in enumerate(counts))}
 tfrecord  streamed, up to 4 shard(s) read at once (cycle_length), cache none
 augment   none
-batches   16 examples, full batches only, shuffled (buffer 32, seed 5): 2 a pass
+batches   16 examples, full batches only, shuffled (buffer 32, seed 5): 2 a pass; the 8 examples left out of a pass \
+rotate from pass to pass (buffer 32 < 40 examples), so every example is trained on over the passes
           image [16, 8, 8, 1] float32
           label [16] int64
 """
@@ -75,4 +76,5 @@ def test_accumulation_shows_the_updates_a_pass_is_cut_into(spec: Path, capsys: p
     assert main(["data", str(other)]) == 0
     out = capsys.readouterr().out
     assert ("batches   8 examples, full batches only, shuffled (buffer 32, seed 5): 5 a pass, 2 updates of 2 "
-            "(train.accumulate; 1 left out of the pass)\n") in out
+            "(train.accumulate; 1 left out of the pass); the 8 examples left out of a pass rotate from pass to pass "
+            "(buffer 32 < 40 examples), so every example is trained on over the passes\n") in out

@@ -123,7 +123,8 @@ def test_a_shard_removed_while_training_is_one_line_naming_it(monkeypatch: pytes
                                                                        "shards/train-00001.tfrecord]"))
     _after_first_save(monkeypatch, lambda: os.rename("shards/train-00001.tfrecord", "moved.tfrecord"))
     line, _ = _failed(["train", "spec.yaml", "--steps", "40", "--quiet"], capsys)
-    assert line == ("spec.yaml:12:51: error: data.train (shards/train-00000.tfrecord): no such file: "
+    assert line == ("spec.yaml:12:51: error: data.train ([shards/train-00000.tfrecord, shards/train-00001.tfrecord]): "
+                    "no such file: "
                     "'shards/train-00001.tfrecord'; expected a .tfrecord file relative to the spec's folder; "
                     f"{ADVICE.format(_newest(tmp_path / 'run'))}")
 

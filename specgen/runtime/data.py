@@ -11,9 +11,12 @@ bit-identically). Distribution slices the global batches this builds (runtime/pl
 An epoch is one pass over the training data, defined here once (`updates_per_pass`) and built into the
 pipeline: a pass is shuffled, cut into full batches (the rows of a partial last batch are left out of that
 pass) and, with `train.accumulate: K`, cut again into whole updates of K micro-batches (the micro-batches that
-fill no whole update are left out of that pass the same way). The next pass reshuffles, so with a shuffle
-other rows are left out each pass. An update therefore never reads a row twice nor mixes two passes, and the
-loop's epoch ends (Session.updates_per_epoch) fall on pass ends.
+fill no whole update are left out of that pass the same way). Other rows are left out each pass: a shuffle
+whose buffer holds the whole pass reshuffles it, and with a smaller buffer (which cannot bring the stream's last
+rows to its front) the positions left out rotate from pass to pass (`_rotated`), so every row is trained on over
+the passes. An update therefore never reads a row twice nor mixes two passes, and the loop's epoch ends
+(Session.updates_per_epoch) fall on pass ends; a multi_worker share's pass is cut to the whole set's updates, so
+they fall on every worker's pass ends too (`for_worker`).
 
 TensorFlow is imported only where a dataset is built.
 """
@@ -39,8 +42,8 @@ from specgen.spec.load import LoadedSpec
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "from_pipeline", "read_stage",
-           "training_batches", "unreadable_mid_run", "updates_per_pass"]
+__all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "from_pipeline", "left_out",
+           "pass_updates", "read_stage", "training_batches", "unreadable_mid_run", "updates_per_pass"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -94,16 +97,53 @@ def training_batches(source: Source, batch: int, seed: int, buffer: int, micro_b
     after `repeat`, so they are part of the iterator that checkpoints save)."""
     import tensorflow as tf
 
-    batches = (source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-               .batch(batch, drop_remainder=True))
-    full = source.examples // batch
-    # Cut only where a pass ends mid-update: every other pipeline, and the iterators saved from it, stays as it was.
-    # A multi_worker share of unequal shards may hold less than one update where the whole set holds one (read_stage
-    # checked the whole set): that worker's updates read on into its next pass, as every update did before the cut.
-    if full % micro_batches and full >= micro_batches:
-        batches = batches.take(updates_per_pass(source.examples, batch, micro_batches) * micro_batches)
-    batches = batches.repeat()
+    updates = pass_updates(source, batch, micro_batches)
+    left = left_out(source, batch, micro_batches)
+    shuffled = source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
+    if left and buffer < source.examples:
+        # A buffer smaller than the pass cannot move the stream's last examples to its front: a fixed cut would
+        # leave the same ones out of every pass (the file and row order is fixed, for exact resume), so the
+        # positions left out move instead (_rotated).
+        batches = _rotated(shuffled, source.examples, left).batch(batch, drop_remainder=True)
+    else:
+        batches = shuffled.batch(batch, drop_remainder=True)
+        # Cut only where a pass ends mid-update or a multi_worker share holds more than the whole set's pass: every
+        # other pipeline, and the iterators saved from it, stays as it was.
+        if updates and source.examples // batch > updates * micro_batches:
+            batches = batches.take(updates * micro_batches)
+        batches = batches.repeat()
     return (source.augment(batches) if source.augment else batches).prefetch(tf.data.AUTOTUNE)
+
+
+def pass_updates(source: Source, batch: int, micro_batches: int = 1) -> int:
+    """The updates a pass of `source` holds: its own, or a multi_worker share's cut to the whole set's (for_worker)."""
+    own = updates_per_pass(source.examples, batch, micro_batches)
+    return own if source.pass_updates is None else source.pass_updates
+
+
+def left_out(source: Source, batch: int, micro_batches: int = 1) -> int:
+    """Examples a pass reads in no update (the partial batch, the micro-batches of no whole update, a share's
+    excess over the whole set's pass); 0 when the source has no whole update (the refusal's case)."""
+    updates = pass_updates(source, batch, micro_batches)
+    return source.examples - updates * micro_batches * batch if updates else 0
+
+
+def _rotated(shuffled: tf.data.Dataset, examples: int, left: int) -> tf.data.Dataset:
+    """The passes of `shuffled` repeated, `left` examples of each left out at positions that move from pass to pass:
+    pass p leaves out positions [start, start + left) (mod examples), start = examples - left * (p + 1) (mod
+    examples), so pass 0 leaves out its last `left`, as a plain cut does, and each later pass the `left` before the
+    last pass's, round the pass: every position is left out equally often, and every example of a fixed order is
+    trained on. Stateless but for `enumerate`'s count, which a saved iterator holds: a resume continues exactly."""
+    import tensorflow as tf
+
+    size = tf.constant(examples, tf.int64)
+
+    def kept(index: tf.Tensor, _: object) -> tf.Tensor:
+        turn = (index // size + 1) % size  # (p + 1) mod examples: the product below stays within int64
+        start = (size - turn * left % size) % size
+        return (index % size - start) % size >= left
+
+    return shuffled.repeat().enumerate().filter(kept).map(lambda _, example: example)
 
 
 @dataclass(frozen=True)
@@ -116,24 +156,60 @@ class WorkerData:
     note: str
 
 
-def for_worker(source: Source, name: str, index: int, workers: int, batch: int, buffer: int) -> WorkerData:
-    """Worker `index` of `workers`: its disjoint share of the files when the source has at least one per worker
-    (batches of batch / workers), else all of it (the fallback). `name`: the source, for the note."""
+# How much more often a record of the smallest share may be trained on than one of the largest before the workers
+# read all the data instead of their shares (for_worker). Not a refusal: reading all is correct, only slower (each
+# worker reads W times its share), while a spec refused here would not run at all. Not silent either: shares within
+# it are stated, with their factor, on the startup line; beyond it the data's distribution would shift visibly.
+MAX_OVERSAMPLING = 1.1
+
+
+def for_worker(source: Source, name: str, index: int, workers: int, batch: int, buffer: int,
+               micro_batches: int = 1) -> WorkerData:
+    """Worker `index` of `workers`: its disjoint share of the files when the source has at least one per worker and
+    the shares balance (batches of batch / workers, each pass cut to the whole set's updates), else all of it (the
+    fallback). `name`: the source, for the note; `micro_batches`: train.accumulate."""
     count = len(source.files) or 1
-    if source.split is None or count < workers:
-        why = ("its kind is not sharded by file" if source.split is None
-               else f"{count} shard(s) for {workers} workers: fewer than one each")
+    share = source.split(index, workers) if source.split is not None and count >= workers else None
+    updates = updates_per_pass(source.examples, batch, micro_batches)
+    why = ("its kind is not sharded by file" if source.split is None
+           else f"{count} shard(s) for {workers} workers: fewer than one each" if share is None
+           else _unbalanced(share, updates * micro_batches * (batch // workers)))
+    if share is None or why:
         return WorkerData(source, batch, False, f"data.train: each of the {workers} workers reads all of {name} ({why}) "
                           "and keeps its replicas' slices of each global batch")
-    share = source.split(index, workers)
     names = ", ".join(f.name for f in share.files)
     inexact = _inexact(source, share, workers, buffer)
     how = ("each global batch holds the one-process examples" if not inexact
            else f"deterministic for this worker count, not the one-process order ({inexact})")
-    return WorkerData(replace(source, dataset=share.dataset, examples=share.examples, files=share.files),
-                      batch // workers, True, f"data.train: file-sharded: worker {index} of {workers} reads "
-                      f"{len(share.files)} of {share.shards} shards ({names}), {share.examples} examples, batches of "
-                      f"{batch // workers} of the global {batch}; {how}")
+    return WorkerData(replace(source, dataset=share.dataset, examples=share.examples, files=share.files,
+                              pass_updates=updates), batch // workers, True,
+                      f"data.train: file-sharded: worker {index} of {workers} reads {len(share.files)} of "
+                      f"{share.shards} shards ({names}), {share.examples} examples{_balance(share, updates)}, "
+                      f"batches of {batch // workers} of the global {batch}; {how}")
+
+
+def _unbalanced(share: WorkerShare, need: int) -> str:
+    """Why the shares cannot stand for the whole set (the workers then read all of it), "" when they can: each must
+    hold the whole set's pass (`need` examples each worker reads a pass) and none may be read MAX_OVERSAMPLING
+    times as often as another."""
+    low, high = min(share.shares), max(share.shares)
+    split = (f"{share.shards} shards whose records do not balance among {len(share.shares)} workers: the balanced "
+             f"split's shares hold {low} to {high} examples")
+    if low < need:
+        return f"{split}, and each worker reads {need} a pass"
+    if high > low * MAX_OVERSAMPLING:
+        return (f"{split}, so a record of the smallest would be trained on {high / low:.2f}x as often as one of the "
+                f"largest (at most {MAX_OVERSAMPLING:.2f}x)")
+    return ""
+
+
+def _balance(share: WorkerShare, updates: int) -> str:
+    """What the note adds when the shares differ: how they are read and the over-sampling that remains."""
+    low, high = min(share.shares), max(share.shares)
+    if low == high:
+        return ""
+    return (f" (the shares hold {low} to {high}: each worker's pass is the whole set's {updates} updates, so a "
+            f"record of the smallest share is trained on {high / low:.2f}x as often as one of the largest)")
 
 
 def _inexact(source: Source, share: WorkerShare, workers: int, buffer: int) -> str:

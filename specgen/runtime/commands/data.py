@@ -25,7 +25,7 @@ from specgen.kinds.features import accumulate
 from specgen.kinds.sources import kind_of
 from specgen.paths import shown
 from specgen.runtime import data
-from specgen.runtime.sources.base import Source
+from specgen.runtime.sources.base import Source, source_text
 from specgen.runtime.sources.context import SourceContext
 from specgen.spec.load import LoadedSpec, load_spec
 
@@ -51,7 +51,7 @@ def describe(loaded: LoadedSpec, ir: ModelIR, stage: str, source: Source, path: 
     kind = kind_of(model)
     facts = ir.training.data[stage] if ir.training is not None else None
     assert facts is not None
-    sections = {"source": [kind.report(_path(facts.path), facts.features, facts.labels)],
+    sections = {"source": [kind.report(source_text(loaded, facts, _path), facts.features, facts.labels)],
                 "files": [_files(source, facts.path)],
                 "examples": [f"{source.examples:,}"],
                 "classes": _classes(loaded, ir, stage, source),
@@ -114,6 +114,16 @@ def _updates(examples: int, size: int, train: Any) -> str:
     return f", {updates:,} updates of {micro} (train.accumulate; {left:,} left out of the pass)"
 
 
+def _rotation(source: Source, size: int, train: Any) -> str:
+    """Which examples a pass leaves out, where a fixed order would leave out the same ones every pass: the buffer
+    is smaller than the pass, so the positions left out rotate (runtime/data.py); nothing to add otherwise."""
+    left = data.left_out(source, size, accumulate.of(train))
+    if not left or train.shuffle_buffer >= source.examples:
+        return ""
+    return (f"; the {left:,} examples left out of a pass rotate from pass to pass (buffer {train.shuffle_buffer:,} < "
+            f"{source.examples:,} examples), so every example is trained on over the passes")
+
+
 def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:
     """Each tensor of a batch: its name, shape (batch first) and dtype, from the pipeline itself."""
     train = ir.training.train if ir.training is not None else None
@@ -121,7 +131,8 @@ def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:
     if stage == "train" and train is not None:
         batches = data.training_batches(source, size, train.seed, train.shuffle_buffer)
         how = (f"{size} examples, full batches only, shuffled (buffer {min(train.shuffle_buffer, source.examples):,}"
-               f", seed {train.seed}): {source.examples // size:,} a pass{_updates(source.examples, size, train)}")
+               f", seed {train.seed}): {source.examples // size:,} a pass{_updates(source.examples, size, train)}"
+               f"{_rotation(source, size, train)}")
     else:
         batches = data.eval_batches(source, size)
         smaller = ", the last one smaller" if source.examples % size else ""

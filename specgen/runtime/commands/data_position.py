@@ -98,8 +98,9 @@ def restore(session: Resuming, path: Path, attempts: int) -> tuple[str, int]:
         try:
             tf.train.Checkpoint(iterator=session.iterator).read(str(position)).assert_consumed()
             return "", start
-        except tf.errors.NotFoundError:  # a pipeline without data.py's cut of each pass (an older specgen)
-            changed = ["each pass is now cut into whole updates of train.accumulate micro-batches"]
+        except tf.errors.NotFoundError:  # an older specgen's pipeline: before data.py cut each pass, or rotated
+            changed = ["the position was saved by an older specgen, whose passes were not cut into whole updates of "
+                       "train.accumulate micro-batches or left the same rows out of every pass"]
     seed = session.train_ir.seed + attempts
     session.iterator = iter(session.training_batches(seed))
     step = int(begin.meta["step"])

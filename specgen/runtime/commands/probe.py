@@ -33,6 +33,7 @@ from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
 from specgen.runtime.commands.resume import verified_meta
+from specgen.runtime.commands.session import follow_spec_rates, rates_before_restore
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.runtime.lib.optimizers import dense
@@ -105,12 +106,15 @@ def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer,
 def _start(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel, trainer: GeneratedTrainer,
            checkpoint: Path | None) -> str:
     """Put the weights the probe looks at in place: a checkpoint's, the restore plan's, or the initializers'."""
+    assert ir.training is not None
     if checkpoint is not None:
         variables = model.variables_by_path() | trainer.state_by_path()
+        rates = rates_before_restore(ir.training.optimizers, trainer)
         for name, value in read_values(checkpoint / "variables", variables).items():
             variables[name].assign(value)
+        # The step --resume would take: at the spec's learning rates, not the checkpoint's (session.py says why).
+        follow_spec_rates(ir.training.optimizers, trainer, rates, int(trainer.global_step.numpy()), checkpoint.name)
         return f"the checkpoint {shown(checkpoint)}"
-    assert ir.training is not None
     if not ir.training.checkpoint.restore:
         return "the initializers"
     plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})

@@ -11,16 +11,21 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from specgen.atomic import write_atomic
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.ir.training import OptimizerIR, ScheduleIR
 from specgen.kinds.features import accumulate, distribute, precision
 from specgen.kinds.features.levenberg_marquardt import size_check
+from specgen.kinds.pointers import resolve
+from specgen.kinds.schedules import REGISTRY as SCHEDULES
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.runtime import data, hooks, provenance
@@ -28,13 +33,15 @@ from specgen.runtime.checkpoint import CheckpointFolder, checkpoint_keys, read_v
 from specgen.runtime.commands import data_position, fine_tuning, run_end
 from specgen.runtime.commands.resume import Options, Start, open_run_folder, skipped_updates
 from specgen.runtime.commands.resume_fit import check_fit
+from specgen.runtime.lib import schedules
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import AccumulatingTrainer, GeneratedModel, GeneratedTrainer
 from specgen.runtime.placement.default import Distribution
+from specgen.runtime.sources.base import source_text
 from specgen.spec.overrides import overridden_learning_rates
 from specgen.tracking import Tracker
 
-__all__ = ["Session"]
+__all__ = ["Session", "follow_spec_rates", "rates_before_restore", "spec_schedule"]
 
 
 class Session:
@@ -93,7 +100,8 @@ class Session:
             open_run_folder(self.begin, self.folder, options.fresh)
         # This process's examples and batch: under multi_worker with sharded files, its own share (distribute.py).
         self.train_source, self.worker_batch = self.distribution.training_data(
-            train_source, self.batch_size, train, self.folder, training.data["train"].path.name)
+            train_source, self.batch_size, train, self.folder,
+            source_text(loaded, training.data["train"], lambda path: path.name))  # a list: the list (base.py)
         self.checkpoints.positions = self.distribution.positions
         self._load_code()
         tf.config.experimental.enable_op_determinism()
@@ -148,7 +156,7 @@ class Session:
                 self.restore_values = {}  # assigned: the arrays need not live as long as the run
             notes = self._open_records()
             return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "") + notes
-        kept = self._rates()
+        spec_rates = rates_before_restore(self.training.optimizers, self.trainer)
         variables = self.saved_variables()
         saved = checkpoint_keys(path / "variables")
         absent = hooks.absent_optional(self.trainer, saved)
@@ -158,11 +166,12 @@ class Session:
         note, self.pass_start = data_position.restore(self, path, attempts)
         for name, var in variables.items():
             var.assign(values[name])
-        for name, value in kept.items():  # --set learning rates win over the checkpoint's
-            self.trainer.learning_rate(name).assign(value)
         self.saved_at, self.last_path = self.read_step(), path
+        # The spec's learning rates, not the checkpoint's: this command's own --set of one is shown on the resume line.
+        rates = follow_spec_rates(self.training.optimizers, self.trainer, spec_rates, self.step, path.name,
+                                  overridden_learning_rates(self.begin.overrides[len(self.begin.kept):]))
         self.attempts = attempts
-        said = self._new_pass(note) if note else []
+        said = rates + (self._new_pass(note) if note else [])
         return (f"resumed from {shown(path)} at step {self.step}{self._overrides_shown()}"
                 + "".join(f"\nnote: {n}" for n in said) + self._open_records())
 
@@ -215,10 +224,6 @@ class Session:
         """This process's training pipeline, each pass cut into whole updates (runtime/data.py)."""
         return data.training_batches(self.train_source, self.worker_batch, seed, self.train_ir.shuffle_buffer,
                                      accumulate.of(self.train_ir))
-
-    def _rates(self) -> dict[str, float]:
-        return {name: float(self.trainer.learning_rate(name).numpy())
-                for name in overridden_learning_rates(self.begin.overrides)}
 
     def target_step(self) -> int:
         """The step the run ends at (`self.end`, run_end.py): counted in made updates (--steps); or the end of its
@@ -349,6 +354,58 @@ class Session:
             raise write_failure(exc, self.folder, what) from None
         self.saved_at, self.last_path = self.step, path
         return path
+
+
+def rates_before_restore(optimizers: Sequence[OptimizerIR], trainer: GeneratedTrainer) -> dict[str, np.float32]:
+    """Each learning-rate variable as the spec (with its --set overrides) builds it, read before a restore replaces
+    it: a constant rate, or a schedule's first rate. levenberg_marquardt has none."""
+    return {o.name: np.float32(trainer.learning_rate(o.name).numpy()) for o in optimizers if o.learning_rate_key}
+
+
+def follow_spec_rates(optimizers: Sequence[OptimizerIR], trainer: GeneratedTrainer, spec: dict[str, np.float32],
+                      step: int, checkpoint: str, quiet: AbstractSet[str] = frozenset()) -> list[str]:
+    """After a restore at `step`, make every learning rate the spec's again (`spec`: rates_before_restore's), and
+    return a note per rate that changed since `checkpoint`, but those of the optimizers in `quiet`.
+
+    Why: a checkpoint's learning-rate variable holds the rate of its last update, and a constant rate's update reads
+    that variable, so an edited constant (or a schedule edited into one) went unused while spec.resolved.yaml
+    recorded it; a schedule assigns the variable from the step at each update. A resume reinterprets nothing
+    (docs/training.md): the spec's rates apply, as a --set's always did. It is the only hyperparameter a
+    checkpoint holds (Keras 3 holds its constant learning rate in a variable too); `iterations`, slots and
+    levenberg_marquardt's damping are state, and are restored."""
+    notes = []
+    for o in optimizers:
+        if not o.learning_rate_key:
+            continue
+        variable = trainer.learning_rate(o.name)
+        saved = np.float32(variable.numpy())
+        if o.schedule is None:
+            variable.assign(spec[o.name])  # a schedule assigns it from the step at its next update
+        last, new = _spec_rate(o, spec[o.name], step)
+        # A compiled step may round a schedule's rate an ulp away from this eager one: not a change.
+        changed = saved != last if o.schedule is None else not np.isclose(saved, last, rtol=1e-6, atol=0)
+        if changed and o.name not in quiet:
+            notes.append(f"optimizers.{o.name}.learning_rate changed since {checkpoint} ({saved!s} -> {new}): "
+                         "training goes on at the spec's rate, not the checkpoint's")
+    return notes
+
+
+def _spec_rate(optimizer: OptimizerIR, first: np.float32, step: int) -> tuple[np.float32, str]:
+    """The rate the spec gives a checkpoint's last update at `step` (`first` before any update: the variable's first
+    value), and the rate it trains at from there, as a note says it (a schedule's, with its kind)."""
+    if optimizer.schedule is None:
+        return first, str(first)  # str: float32's shortest digits (0.2), where a format shows float64's
+    schedule = spec_schedule(optimizer.schedule)
+    last = first if step == 0 else np.float32(schedule(tf.constant(step - 1, tf.int64)).numpy())
+    now = np.float32(schedule(tf.constant(step, tf.int64)).numpy())
+    return last, f"{optimizer.schedule.kind}: {now!s} at step {step}"
+
+
+def spec_schedule(schedule: ScheduleIR) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The schedule as the generated train.py builds it (render/train_plan.py): the kind's runtime function with its
+    keys by name (`keyword_call`, every kind's), inside the shared warm-up."""
+    rate = resolve(SCHEDULES[schedule.kind].runtime)(**dict(schedule.args))
+    return schedules.warmup(rate, schedule.warmup_steps)
 
 
 def _published(written: Path) -> str:

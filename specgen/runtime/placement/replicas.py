@@ -54,7 +54,7 @@ from specgen.ir.model import ModelIR
 from specgen.ir.training import keys
 from specgen.ir.training.build import run_folder
 from specgen.ir.training.model import TrainIR
-from specgen.kinds.features import distribute
+from specgen.kinds.features import accumulate, distribute
 from specgen.kinds.features.distribute import DistributeIR
 from specgen.paths import shown
 from specgen.runtime import data
@@ -183,7 +183,7 @@ class Replicas(Distribution):
         if self.settings.strategy != "multi_worker" or self.role.workers < 2:
             return source, batch
         index, workers = self.worker_index(), self.role.workers
-        mine = data.for_worker(source, name, index, workers, batch, train.shuffle_buffer)
+        mine = data.for_worker(source, name, index, workers, batch, train.shuffle_buffer, accumulate.of(train))
         self._notes.append(mine.note)
         if mine.sharded:
             self.data_workers = workers

@@ -83,12 +83,16 @@ class Source:
     # Worker `index` of `workers` under multi_worker: its share of the files (runtime/data.py's for_worker);
     # None for a source that is one file (every worker reads it all and keeps its replicas' slices).
     split: Callable[[int, int], WorkerShare] | None = None
+    # The updates each pass holds where that is not this source's own count: a multi_worker share's passes are cut
+    # to the whole set's (runtime/data.py's for_worker), so that an epoch is one pass on every worker. None: its own.
+    pass_updates: int | None = None
 
 
 @dataclass
 class WorkerShare:
-    """One worker's disjoint share of a sharded source: its files (every `workers`-th of the seeded file order)
-    streamed as the whole source streams, with the facts that decide whether it matches the one-process order."""
+    """One worker's disjoint share of a sharded source: its files (balanced by their record counts, runtime/sources/
+    tfrecord.py's `assign`) streamed as the whole source streams, with the facts that decide whether it matches the
+    one-process order and how evenly the workers' shares hold the records."""
 
     dataset: tf.data.Dataset
     examples: int
@@ -96,6 +100,23 @@ class WorkerShare:
     shards: int  # of the whole source
     cycle: int  # shards the whole source reads at once (min(cycle_length, shards))
     equal: bool  # every shard of the whole source holds the same number of records
+    shares: tuple[int, ...] = ()  # the examples of every worker's share under the same assignment, worker 0 first
+
+
+SHOWN_ENTRIES = 3  # paths of a list that a source's name shows; the rest are counted
+
+
+def source_text(loaded: Any, source: Any, show: Callable[[Path], str] = str) -> str:
+    """A stage's source as messages and `specgen data` name it: its path (`show`n), or the list a source gives as a
+    list (a `tfrecord:` list: `[a.tfrecord, b.tfrecord]`, `[a, b, c, ... (2 more)]`), never the list's first entry
+    alone; a message about one file of it names that file itself. `loaded`: the LoadedSpec; `source`: the stage's
+    DataSourceIR (its `path` is a list's first entry)."""
+    given = getattr(getattr(loaded.spec.data, source.stage, None), source.kind, None)
+    if not isinstance(given, list) or len(given) < 2:
+        return show(source.path)
+    names = [show(loaded.folder / entry) for entry in given[:SHOWN_ENTRIES]]
+    more = [f"... ({len(given) - SHOWN_ENTRIES} more)"] if len(given) > SHOWN_ENTRIES else []
+    return f"[{', '.join(names + more)}]"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from specgen.runtime.sources.base import (
     first,
     lossy_cast,
     shape_text,
+    source_text,
 )
 from specgen.spec.load import LoadedSpec
 
@@ -66,11 +67,12 @@ class SourceContext:
         self.loaded, self.ir, self.stage, self.training = loaded, ir, stage, ir.training
         self.source = ir.training.data[stage]
         self.kind = self.source.kind
-        self.path = self.source.path
+        self.path = self.source.path  # a list's first entry: the readers of one file open it
+        self.shown = source_text(loaded, self.source)  # the source as messages name it (a list: the list)
         self.cropped = _cropped(loaded, self.source.features)
 
     def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
-        return SpecError([self.loaded.diagnostic(("data", self.stage, *loc), f"data.{self.stage} ({self.path}): {message}")])
+        return SpecError([self.loaded.diagnostic(("data", self.stage, *loc), f"data.{self.stage} ({self.shown}): {message}")])
 
     def loc(self, name: str) -> tuple[str, str]:
         return ("features" if name in self.source.features else "labels", name)

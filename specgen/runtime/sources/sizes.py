@@ -30,6 +30,7 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.kinds.augment import at_eval, image_inputs, output_size
 from specgen.kinds.sources import kind_of
 from specgen.runtime import lengths
+from specgen.runtime.sources.base import source_text
 from specgen.text import shape as shape_text
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ class Declared:
 
     def fail(self, loc: tuple[str | int, ...], message: str) -> SpecError:
         return SpecError([self.loaded.diagnostic(("data", self.stage, *loc),
-                                                 f"data.{self.stage} ({self.source.path}): {message}")])
+                                                 f"data.{self.stage} ({source_text(self.loaded, self.source)}): "
+                                                 f"{message}")])
 
     def loc(self, name: str) -> tuple[str, str]:
         return ("features" if name in self.source.features else "labels", name)

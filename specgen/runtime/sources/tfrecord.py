@@ -71,7 +71,7 @@ def read(context: SourceContext) -> Source:
     spec, parse = _parser(context, model)
     wanted, named = context.expected(), len(shards) > 1 or any(c in entries(model)[0] for c in GLOB)
     scan = Scan(context, model, spec, wanted)
-    counts = []  # records kept in each shard (for multi_worker's shares: worker_share)
+    counts = []  # records kept in each shard (for multi_worker's balanced shares: worker_share)
     for shard in shards:
         before = scan.count
         scan.shard(shard, f"shard {shard_name(context, shard)}, " if named else "")
@@ -123,16 +123,32 @@ def _shuffles_files(context: SourceContext, shards: list[Path]) -> bool:
     return context.stage == "train" and context.training.train is not None and len(shards) > 1
 
 
+def assign(counts: list[int], workers: int) -> list[list[int]]:
+    """Each worker's shards, as positions in the seeded shard order, balanced by record counts: the largest shard
+    first to the worker holding the fewest records (ties: the earlier shard of the seeded order, then the lower
+    worker), each worker's shards then read in the seeded order. A pure function of the counts (in that order) and
+    the worker count, so every worker computes the same split and a resume the same one again; with shards of
+    equal counts it is every `workers`-th shard (the split that keeps the one-process batches, docs/training.md)."""
+    loads, mine = [0] * workers, [list[int]() for _ in range(workers)]
+    for shard in sorted(range(len(counts)), key=lambda i: -counts[i]):  # a stable sort: ties keep the seeded order
+        worker = min(range(workers), key=lambda w: (loads[w], w))
+        mine[worker].append(shard)
+        loads[worker] += counts[shard]
+    return [sorted(shards) for shards in mine]
+
+
 def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], list[int]], files: tf.data.Dataset,
                  read_shard: Any, parse: Any, settings: dict[str, Any], index: int, workers: int) -> WorkerShare:
-    """Worker `index` of `workers` (under multi_worker): shards index, index + workers, ... of the seeded file order
-    (the same on every worker), streamed like the whole source with cycle_length / workers shards open at once, so
-    that with equal shards each global batch holds the one-process examples (docs/training.md says when).
+    """Worker `index` of `workers` (under multi_worker): its shards of the seeded file order (the same on every
+    worker) as `assign` balances them, streamed like the whole source with cycle_length / workers shards open at
+    once, so that with equal shards each global batch holds the one-process examples (docs/training.md says when).
     `shards`: every shard and the records it keeps."""
     import tensorflow as tf
 
     order = [Path(os.fsdecode(p)) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
-    mine, size = order[index::workers], dict(zip(*shards, strict=True))
+    size = dict(zip(*shards, strict=True))
+    split = assign([size[s] for s in order], workers)
+    mine = [order[i] for i in split[index]]
     cycle = min(model.cycle_length, len(size))
     dataset = tf.data.Dataset.from_tensor_slices(file_names(mine)).interleave(
         read_shard, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
@@ -144,7 +160,8 @@ def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], l
         share = {**settings, "worker": [index, workers]}
         tag = f"{seed_tag(settings['shard_order_seed'])}w{index}-of-{workers}."
         dataset = cached(context, dataset, mine, share, examples, tag=tag)
-    return WorkerShare(dataset, examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1)
+    shares = tuple(sum(size[order[i]] for i in worker) for worker in split)
+    return WorkerShare(dataset, examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1, shares)
 
 
 def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
