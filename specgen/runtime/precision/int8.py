@@ -142,6 +142,13 @@ def convert(model_bytes: bytes, calibration: Calibration) -> tuple[bytes, dict[s
     return data.SerializeToString(deterministic=True), report
 
 
+def calibrated_ranges(model_bytes: bytes) -> bool:
+    """Whether a variant quantizes activations at ranges fixed by calibration on the eval set (static QDQ: a
+    QuantizeLinear node). A dynamic one (DynamicQuantizeLinear) measures them per run, an fp16 one has none: a
+    constant input calibrates nothing there (degenerate.py)."""
+    return any(node.op_type == "QuantizeLinear" for node in onnx.load_from_string(model_bytes).graph.node)
+
+
 def check(model_bytes: bytes, provider: str) -> dict[str, Any]:
     """Count the integer kernels onnxruntime fused; refuse a quantized node left to run in float32."""
     graph = optimized_graph(model_bytes, provider, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import math
 import zipfile
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ REFERENCE_FILE, SAMPLE_FILE, INFO_FILE = "model.fp32.onnx", "sample.npz", "varia
 SAMPLE_EXAMPLES, SAMPLE_BYTES = 512, 32 * 2**20
 MAX_INFO_BYTES = 64 * 2**10  # variant.json is a few hundred bytes
 _BUDGET: TypeAdapter[float] = TypeAdapter(NonNegativeFloat)  # the spec's export.onnx.budget type (spec/io.py)
+log = logging.getLogger("specgen.serve")  # the server's logger, as verify.py's: read_sample runs at its load
 
 
 class VariantFileError(SpecgenError, ValueError):
@@ -59,6 +61,9 @@ class VariantInfo:
     # the variant on had VNNI, and whether its weights are 7-bit for a CPU without (int8.py's has_vnni)
     vnni: bool | None = None
     reduce_range: bool | None = None
+    # float inputs the same in every eval example that the export was told (--force) are constant in use too (a
+    # mask, a flag): the server skips the constant-input rule for these, and only it (degenerate.py)
+    constant_inputs: tuple[str, ...] = ()
 
 
 def sample_rows(inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> int:
@@ -84,8 +89,10 @@ def sample_bytes(inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> by
 
 
 def info_bytes(info: VariantInfo) -> bytes:
-    cpu = {key: value for key, value in (("vnni", info.vnni), ("reduce_range", info.reduce_range))
-           if value is not None}  # int8's: an fp16 variant.json stays as before
+    cpu: dict[str, Any] = {key: value for key, value in (("vnni", info.vnni), ("reduce_range", info.reduce_range))
+                           if value is not None}  # int8's: an fp16 variant.json stays as before
+    if info.constant_inputs:  # only where --force passed the rule: other variant.json files stay as before
+        cpu["constant_inputs"] = list(info.constant_inputs)
     return (json.dumps({"precision": info.precision, "verified": info.verified, "verified_on": info.verified_on,
                         "reason": info.reason, "budget": info.budget, "logits": info.logits,
                         "inputs": list(info.inputs), "model_sha256": info.model_sha256, "reference": REFERENCE_FILE,
@@ -96,7 +103,7 @@ def info_bytes(info: VariantInfo) -> bytes:
 def version_files(info: VariantInfo, reference: bytes, inputs: dict[str, np.ndarray],
                   labels: np.ndarray | None) -> dict[str, bytes]:
     """The files written beside the variant in its Triton version folder. `labels` only for a classifier (the
-    accuracy gate reads them with `logits`; nothing else does), so the server can tell a sample that lost them."""
+    accuracy gate reads them with `logits`; nothing else does): the server ignores them where `logits` is null."""
     kept = labels if info.logits is not None else None
     return {REFERENCE_FILE: reference, SAMPLE_FILE: sample_bytes(inputs, kept), INFO_FILE: info_bytes(info)}
 
@@ -180,6 +187,10 @@ def read_info(folder: Path) -> VariantInfo | None:
     digest = _field(path, raw, "model_sha256", (str,), "the variant's SHA-256, 64 hex digits")
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise refused(path, f"'model_sha256' is {digest[:80]!r}; expected 64 lowercase hex digits")
+    constant = _field(path, raw, "constant_inputs", (list, type(None)), "a list of input names or nothing") or []
+    if not all(isinstance(n, str) and n in inputs for n in constant):
+        raise refused(path, f"'constant_inputs' is {constant!r}; expected names of 'inputs', {inputs!r}, as "
+                       "`specgen export --force` writes it")
     return VariantInfo(precision=precision, verified=_field(path, raw, "verified", (bool,), "true or false"),
                        verified_on=_field(path, raw, "verified_on", (str, type(None)), "a provider name or null"),
                        reason=_field(path, raw, "reason", (str, type(None)), "a string or null"),
@@ -187,7 +198,8 @@ def read_info(folder: Path) -> VariantInfo | None:
                        inputs=tuple(inputs), model_sha256=digest,
                        # absent from a variant.json written before they were recorded: unknown (None)
                        vnni=_field(path, raw, "vnni", (bool, type(None)), "true, false or null"),
-                       reduce_range=_field(path, raw, "reduce_range", (bool, type(None)), "true, false or null"))
+                       reduce_range=_field(path, raw, "reduce_range", (bool, type(None)), "true, false or null"),
+                       constant_inputs=tuple(constant))
 
 
 def file_sha256(path: Path) -> str:
@@ -199,15 +211,17 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_labels(path: Path, info: VariantInfo, files: list[str]) -> None:
-    """A sample's `labels` exactly when variant.json names a classifier's logits (the export writes them so): the
-    gate counts points of accuracy only with both, and must not turn to relative error, in percent, without one."""
-    if info.logits is not None and "labels" not in files:
-        raise refused(path, f"has arrays {sorted(files)}; expected 'labels' for the classifier output "
-                       f"'{info.logits}' named in {INFO_FILE}")
-    if info.logits is None and "labels" in files:
-        raise refused(path.parent / INFO_FILE, f"'logits' is null, but {SAMPLE_FILE} holds a classifier's 'labels'; "
-                       "expected the output the labels are classes of, as `specgen export` writes it")
+def _ignored_labels(path: Path, info: VariantInfo, files: list[str]) -> bool:
+    """Whether the sample's `labels` are to be ignored: `logits` is null, so no gate reads them. An export before
+    labels were recorded for a classifier only wrote every model's targets (a regression's too); that variant was
+    gated on relative error at export, and is gated so at load (a debug line says why the array is not read)."""
+    if info.logits is not None or "labels" not in files:
+        return False
+    log.debug("labels ignored", extra={"fields": {
+        "event": "sample_labels_ignored", "file": shown(path), "line": f"{shown(path)}: holds 'labels' and "
+        f"{INFO_FILE}'s 'logits' is null (a sample written by an older specgen, whose labels are the targets of a "
+        "model that is not a classifier): gated on relative error, as at export"}})
+    return True
 
 
 def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
@@ -231,9 +245,9 @@ def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], n
             missing = [n for n in expected if n not in npz.files]
             if missing:
                 raise refused(path, f"has arrays {sorted(npz.files)}; expected {expected} (and 'labels')")
-            files = list(npz.files)
             arrays = {name: npz_array(npz, key) for name, key in zip(info.inputs, expected, strict=True)}
-            labels = npz_array(npz, "labels") if "labels" in npz.files else None
+            read = "labels" in npz.files and not _ignored_labels(path, info, npz.files)
+            labels = npz_array(npz, "labels") if read else None
     except VariantFileError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, DataError) as exc:
@@ -245,5 +259,4 @@ def read_sample(path: Path, info: VariantInfo) -> tuple[dict[str, np.ndarray], n
     if count is not None and count > SAMPLE_EXAMPLES:
         raise refused(path, f"holds {count:,} examples; expected at most {SAMPLE_EXAMPLES}, as `specgen export` "
                        "writes it")
-    _check_labels(path, info, files)
     return arrays, labels

@@ -32,6 +32,8 @@ from specgen.spec.load import LoadedSpec
 DEFAULT_CALIBRATION = 512
 UNVERIFIED_HINT = ("pass --force to write it unverified (`specgen serve` runs its gates at load, on the provider it "
                    "gets)")
+CONSTANT_HINT = ("pass --force to write it unverified (`specgen serve` runs its gates at load, on the provider it gets, "
+                 "all but this rule)")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
         variant_bytes, converted = definition.convert(model_bytes, calibration)
         variant_bytes = checked_variant(variant_bytes, name)  # sorted, onnx.checker's full check: as model.onnx
         fp32, kernels, unchecked = _checked(definition, model_bytes, variant_bytes, request)
-        untestable = _untestable(name, inputs, labels, logits, request.force)  # after the provider's say, as a gate
+        constant = degenerate.constant_inputs(inputs) if int8.calibrated_ranges(variant_bytes) else ()
+        untestable = _untestable(name, inputs, labels, logits, constant, request.force)  # after the provider's say
         variant = Predictor(variant_bytes, "cpu" if unchecked else request.provider, choices=_choices(definition))
         outputs, measured = _variant_outputs(definition, variant, variant_bytes, inputs, unchecked is not None)
         # a graph with a fixed batch (export.onnx.dynamic_batch: false) runs the eval set in chunks of it
@@ -130,7 +133,9 @@ def make_variant(loaded: LoadedSpec, ir: ModelIR, model_bytes: bytes, inputs: di
                        # int8's numbers depend on the CPU's integer kernels (VNNI or not): the server gates a
                        # variant again on a CPU of the other kind (verify.needs_check)
                        vnni=int8.has_vnni() if name == "int8" else None,
-                       reduce_range=converted.get("reduce_range") if name == "int8" else None)
+                       reduce_range=converted.get("reduce_range") if name == "int8" else None,
+                       # non-empty only past the constant-input rule with --force: the server skips it for these
+                       constant_inputs=constant)
     return Variant(name, definition.file_name, variant_bytes, report, info)
 
 
@@ -148,16 +153,20 @@ def _logits(ir: ModelIR, name: str, labels: np.ndarray | None, where: Callable[[
 
 
 def _untestable(name: str, inputs: dict[str, np.ndarray], labels: np.ndarray | None, logits: str | None,
-                force: bool) -> str | None:
-    """Why the eval set cannot test the variant (degenerate.py), as the reason it is written unverified with
-    --force; without --force a PrecisionRefusal. None for an eval set that can."""
-    problem = degenerate.problem(inputs, labels, logits)
+                constant: tuple[str, ...], force: bool) -> str | None:
+    """Why the eval set cannot test the variant (degenerate.py; `constant`: the float inputs the same in every
+    example of a variant with calibrated ranges), as the reason it is written unverified with --force; without
+    --force a PrecisionRefusal. None for an eval set that can."""
+    problem = degenerate.problem(inputs, labels, logits, constant)
     if problem is None:
         return None
     why = f"{name}: the eval set cannot test the variant: {problem}"
-    if not force:
-        raise PrecisionRefusal(f"{why}; use an eval set of varied examples (data.eval), or {UNVERIFIED_HINT}")
-    return f"{why}; written unverified with --force"
+    if force:
+        return f"{why}; written unverified with --force"
+    if constant:  # legitimate where the input is constant in use: the server then skips this rule (degenerate.py)
+        raise PrecisionRefusal(f"{why}; use an eval set of varied examples (data.eval), or, if '{constant[0]}' always "
+                               f"holds that value (a mask, a flag), {CONSTANT_HINT}")
+    raise PrecisionRefusal(f"{why}; use an eval set of varied examples (data.eval), or {UNVERIFIED_HINT}")
 
 
 def _choices(definition: PrecisionDef) -> tuple[str, ...]:

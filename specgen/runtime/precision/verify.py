@@ -8,8 +8,9 @@ CI machines usually have no GPU, and an fp16 variant pays off only on one. `spec
 - `sample.npz`, the gate's sample: eval examples drawn over the whole eval set (`base.spread_rows`; in the
   eval set's order), `input_0`, `input_1`, ... in the order `variant.json` names the inputs, and `labels` for a
   classifier, at most SAMPLE_EXAMPLES examples and SAMPLE_BYTES bytes;
-- `variant.json`: precision, whether and where it was verified, why not, the accuracy budget and the
-  classifier's logits output.
+- `variant.json`: precision, whether and where it was verified, why not, the accuracy budget, the
+  classifier's logits output, and the inputs `--force` was told are constant in use (`constant_inputs`,
+  degenerate.py).
 
 `config.pbtxt` carries two parameters Triton shows but ignores, `specgen_precision` and `specgen_verified`
 ("true"/"false"). Every variant written with `--triton` gets these files, a verified one included: the server
@@ -116,7 +117,8 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
 
     The files the gates read (variant.json, sample.npz, model.fp32.onnx) are checked first, against the
     float32 reference: a damaged one raises VariantFileError naming the file (and the key), and the version
-    cannot be served (there is nothing sound to fall back to). Only the variant's own failures fall back.
+    cannot be served (there is nothing sound to fall back to). The variant's own failures, and a
+    sample that cannot test it (`_testable`), fall back.
     """
     variant_path, reference_path = Path(variant_path), Path(reference_path)
     with ExitStack() as on_refusal:  # closes what was loaded when a file is refused; emptied once all are sound
@@ -134,13 +136,11 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     report: dict[str, Any] = {"examples": len(next(iter(inputs.values())))}
     stage = "onnxruntime cannot load the variant"  # what the catch-all names: only the variant's steps are in it
     try:
-        untestable = degenerate.problem(inputs, labels, info.logits)  # the export refused it, or wrote it unverified
-        if untestable is not None:
-            raise PrecisionRefusal(f"{SAMPLE_FILE} cannot test the variant: {untestable}")
         variant = variant or Predictor(variant_path, provider, **options)
+        data = variant_path.read_bytes()
+        _testable(info, data, inputs, labels)  # as the export's rule, so it refused or wrote it unverified
         stage = "the kernel check fails on the variant"
-        report["kernels"] = REGISTRY[info.precision].check(variant_path.read_bytes(),
-                                                            "cuda" if variant.provider == CUDA else "cpu")
+        report["kernels"] = REGISTRY[info.precision].check(data, "cuda" if variant.provider == CUDA else "cpu")
         stage = "onnxruntime fails running the variant on the sample"
         outputs = run_rows(variant, inputs)
         stage = "the accuracy gate fails on the variant's outputs"
@@ -163,7 +163,26 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
     line = (f"{shown(variant_path)}: {info.precision} variant verified on {variant.provider}: {figure} on "
             f"{report['examples']} examples (budget {info.budget:g}), {speed['speedup']:.2f}x float32's speed "
             f"({speed['confidence']:.0%} interval {speed['speedup_interval'][0]:.2f}-{speed['speedup_interval'][1]:.2f}x)")
+    if info.constant_inputs:  # the one rule not run: say so where the verdict is read
+        named = ", ".join(repr(n) for n in info.constant_inputs)
+        line += (f"; input{'s' * (len(info.constant_inputs) > 1)} {named} taken as constant in use "
+                 f"({INFO_FILE} 'constant_inputs', --force at export)")
     return VariantCheck(True, line, variant_path, variant.provider, report, variant)
+
+
+def _testable(info: VariantInfo, data: bytes, inputs: dict[str, np.ndarray], labels: np.ndarray | None) -> None:
+    """PrecisionRefusal (the variant refused, its float32 reference served) where the sample cannot test the
+    variant: degenerate.py's rules, but the constant-input rule only for a variant with calibrated ranges, and not
+    for the inputs variant.json's `constant_inputs` names (`specgen export --force` was told they are constant)."""
+    if info.logits is not None and labels is None:  # a classifier's gate counts points, and nothing else may
+        raise PrecisionRefusal(f"{SAMPLE_FILE} cannot test the variant: it holds no 'labels' for the classifier "
+                               f"output '{info.logits}' named in {INFO_FILE}, so the accuracy gate, in points, cannot "
+                               "run; run specgen export --triton again to record them")
+    ruled = degenerate.constant_inputs(inputs) if int8.calibrated_ranges(data) else ()
+    constant = [name for name in ruled if name not in info.constant_inputs]
+    problem = degenerate.problem(inputs, labels, info.logits, constant)
+    if problem is not None:
+        raise PrecisionRefusal(f"{SAMPLE_FILE} cannot test the variant: {problem}")
 
 
 def _reference(path: Path, provider: str, options: dict[str, Any]) -> tuple[Predictor, str]:
