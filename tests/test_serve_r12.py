@@ -292,9 +292,9 @@ def test_a_restart_that_cannot_serve_what_the_others_serve_says_so_and_tries_aga
         why = f"{shown(config)}:4:20: not a Triton model configuration: Expected identifier or number, got }}."
         assert failed == {"level": "error", "logger": "specgen.serve", "message": "worker could not start",
                           "worker": 0, "event": "start_failed",
-                          "error": f"the other workers serve ['{MLP}'], which do(es) not load from the repository as "
-                                   f"it is now ({MLP}: {why}); this worker starts once the repository serves them "
-                                   "again (or the other workers let them go)"}
+                          "error": f"the other workers serve '{MLP}', which does not load from the repository as "
+                                   f"it is now ({MLP}: {why}); this worker starts once the repository serves it "
+                                   "again (or the other workers let it go)"}
         assert fields(log.wait("worker_exited", 30, pid=new)) == {
             "level": "warning", "logger": "specgen.serve", "message": "worker exited; restarting it",
             "event": "worker_exited", "worker": 0, "pid": new, "status": "1", "restart_in_s": 1.0 * backoff}

@@ -108,8 +108,8 @@ def test_a_refused_study_in_a_storage_leaves_no_new_folder_and_names_the_sets(
     assert err.splitlines() == [
         "mlp.yaml: error: the study 'tiny_mlp' in sqlite:///out1/study.db belongs to another sweep: it was made with "
         "no --set, and this sweep has --set train.epochs=1; a study compares the trials of one spec, so this sweep "
-        "cannot join it: expected the --sets the study was made with, or a new study: --set name=NEW_NAME (a study "
-        "of that name in this storage) or another --storage",
+        "cannot join it: expected the --sets the study was made with, or a new study: a copy of the spec with "
+        "another 'name' (the study's name in this storage) or another --storage",
         "1 error found"]
     assert not (tmp_path / "fresh_dir").exists()
 

@@ -32,6 +32,8 @@ whose folder is removed is unloaded even when nothing else of the change loads, 
 
 A worker that `--workers N`'s parent restarts loads the repository as a poll loads a new folder (`restore`):
 what loads serves, the rest is refused; the start-up rule (every folder loads, else exit 1) is the first start's.
+Under `none` it loads only the versions the live workers serve (they loaded them at their start and never read the
+repository again). Its loads and refusals are not counted: the live workers counted them.
 
 The index (Triton's RepositoryIndex, index.py) has a row per version known: READY while served, else UNAVAILABLE
 with its refusal, or `unloaded` once an unload or a swap let it go. A refused or unloaded version whose folder (or
@@ -154,22 +156,25 @@ class ModelControl:
 
     # operations
 
-    async def restore(self) -> None:
+    async def restore(self, only: dict[str, set[int]] | None = None) -> None:
         """A worker the parent restarted (--workers N): load the repository as a poll loads a model folder new to it,
         before serving. Each folder that reads, each version that loads is served; each refusal is a `model_refused`
         line and an index row, as in the workers that kept serving (which refused it at their poll), never fatal:
         the start-up rule (every folder loads, else exit 1: Triton's --exit-on-error) is for the first start, when
-        nothing serves yet and someone is watching. A repository that cannot be listed is (RepositoryError)."""
+        nothing serves yet and someone is watching. A repository that cannot be listed is (RepositoryError).
+        `only`: load just these models' versions, where the live workers never load again (--model-control none:
+        process.py `_restore`), so that this worker serves what they serve, not what the repository holds now."""
         self.starting = True
         try:
             try:
                 folders = await self._run(model_folders, self.repo)
             except OSError as exc:
                 raise RepositoryError(f"{shown(self.repo)}: cannot be listed: {exc.strerror or exc}") from None
-            for folder in folders:
+            for folder in [f for f in folders if only is None or f.name in only]:
                 snap = await self._run(snapshot, folder)
+                versions = None if only is None else only[folder.name]
                 try:
-                    if await self._load(folder.name, folder, explicit=False, expected=snap) is not None:
+                    if await self._load(folder.name, folder, explicit=False, expected=snap, only=versions) is not None:
                         self.seen[folder.name] = snap  # else written to while read: the next poll loads it
                 except Exception:  # a bug: logged with its traceback, as a poll logs it; the other folders load
                     log.error("model load failed", exc_info=True,
@@ -304,14 +309,16 @@ class ModelControl:
                 del self.refused[name, version]
 
     def _refuse(self, name: str, version: int | None, why: str) -> None:
-        self.registry.metrics.load_result(name, "refused")
+        if not self.starting:  # a restart's refusals are the live workers' too, who counted them at their poll
+            self.registry.metrics.load_result(name, "refused")
         log.warning("model version refused", extra={"fields": {"event": "model_refused", "model": name,
                                                                "version": version, "error": why}})
 
-    async def _load(self, name: str, folder: Path, explicit: bool, expected: Snapshot) -> list[str] | None:
+    async def _load(self, name: str, folder: Path, explicit: bool, expected: Snapshot,
+                    only: set[int] | None = None) -> list[str] | None:
         """Load what changed of one model and swap it in; the refusals' messages (each logged once). None when the
         folder's stamps are no longer `expected` once it was read: nothing swapped, refused or recorded, and one
-        info line says it is retried."""
+        info line says it is retried. `only`: the version numbers it may choose from (restore's)."""
         current = self.registry.models.get(name, {})
         try:
             config, available = await self._run(_read, folder)
@@ -324,7 +331,8 @@ class ModelControl:
         same_config = bool(current) and next(iter(current.values())).model.config == config
         # A newly loaded model becomes a Version (a batcher, the body budget raised for it) only once the read proves
         # whole: a discarded load leaves nothing to close or log as unloaded.
-        candidates, chosen, problems = list(available), dict[int, Version | ServedModel](), []
+        candidates = [v for v in available if only is None or v in only]
+        chosen, problems = dict[int, Version | ServedModel](), []
         while missing := [v for v in config.version_policy.select(candidates) if v not in chosen]:
             for version in missing:
                 path = folder / str(version) / config.model_filename

@@ -8,7 +8,8 @@ statistics extension (stats.py). gRPC requests are counted with the HTTP status 
 With `--workers N`, prometheus_client's multiprocess mode: every worker writes its values into the folder
 named by PROMETHEUS_MULTIPROC_DIR, and /metrics of any worker renders the sum of all. Each worker loads the
 live repository's models itself, so `specgen_model_loads_total` counts each version once per worker (N per
-version): it counts loads, the work each process did, and a dashboard divides by N for versions.
+version): it counts loads, the work each process did, and a dashboard divides by N for versions. A worker the parent
+restarts counts neither its loads nor its refusals: they are the start's, and the live workers counted the refusals.
 
 A dead worker's counter and histogram files are folded into one file per kind (metrics_fold.py, which says how
 exactly once and without the parent ever waiting on a scrape).
@@ -163,21 +164,25 @@ class ServerMetrics:
         with folder_lock(folder, fcntl.LOCK_SH):  # not while a dead worker's files are being folded
             return generate_latest(merged)
 
-    def served_by_live_workers(self) -> set[str]:
-        """--workers N: the models some live worker serves (`specgen_model_info` at 1: the max over the live workers'
-        gauge files; a dead worker's leave the folder before it is restarted, metrics_fold.py); none with one
-        process. A restarted worker compares them with what it loaded (process.py)."""
+    def served_by_live_workers(self) -> dict[str, set[int]]:
+        """--workers N: the models some live worker serves, and their versions (`specgen_model_info` at 1: the max
+        over the live workers' gauge files; a dead worker's leave the folder before it is restarted,
+        metrics_fold.py); none with one process. A restarted worker loads or compares what it serves by them
+        (process.py `_restore`)."""
         folder = os.environ.get(MULTIPROC_ENV)
         if not folder:
-            return set()
+            return {}
         from prometheus_client import multiprocess
 
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=folder)
         with folder_lock(folder, fcntl.LOCK_SH):
             families = list(merged.collect())
-        return {sample.labels["model"] for family in families if family.name == "specgen_model_info"
-                for sample in family.samples if sample.value == 1}
+        served: dict[str, set[int]] = {}
+        for sample in (s for family in families if family.name == "specgen_model_info" for s in family.samples):
+            if sample.value == 1:
+                served.setdefault(sample.labels["model"], set()).add(int(sample.labels["version"]))
+        return served
 
 
 class VersionObserver:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from specgen.paths import shown
 from specgen.serve.options import ServeOptions
 
 if TYPE_CHECKING:
@@ -77,18 +78,64 @@ def _restore(service: Service) -> None:
     refused it. It must serve every model some live worker serves, else a share of the requests would get 404 for a
     model that is served (the live workers keep in memory a version whose config.pbtxt no longer reads, or whose
     file was replaced by one that does not load): then RepositoryError, and the parent tries again later, while the
-    live workers take every request."""
+    live workers take every request. Under --model-control none the live workers never read the repository again,
+    so it loads only their versions (not a version added since: requests would flip between two versions for good)
+    and must serve each of them. With no live worker serving (all died at once) it loads what a poll would."""
     import asyncio
 
     from specgen.serve.model_config import RepositoryError
 
-    asyncio.run(service.control.restore())
-    missing = sorted(service.metrics.served_by_live_workers() - set(service.registry.models))
-    if missing:
-        why = "; ".join(f"{name}: {service.control.problems.get(name, 'not loaded')}" for name in missing)
-        raise RepositoryError(f"the other workers serve {missing}, which do(es) not load from the repository as it is "
-                              f"now ({why}); this worker starts once the repository serves them again (or the other "
-                              "workers let them go)")
+    live = service.metrics.served_by_live_workers()
+    fixed = service.control.mode == "none" and bool(live)
+    asyncio.run(service.control.restore(live if fixed else None))
+    served = service.registry.models
+    # Under poll a model served at other versions is fine: each worker switches versions at its own poll.
+    lacking = {name: missing for name, versions in sorted(live.items())
+               if (missing := sorted(versions - set(served.get(name, {})))) and (fixed or name not in served)}
+    if lacking:
+        raise RepositoryError(_cannot_serve(service, lacking) if fixed else _cannot_serve_models(service, lacking))
+
+
+def _cannot_serve_models(service: Service, lacking: dict[str, list[int]]) -> str:
+    """Models the live workers serve and this worker cannot load from the repository as it is now (poll)."""
+    one = len(lacking) == 1
+    why = "; ".join(f"{name}: {service.control.problems.get(name, 'not loaded')}" for name in lacking)
+    return (f"the other workers serve {_names(lacking)}, which {'does' if one else 'do'} not load from the "
+            f"repository as it is now ({why}); this worker starts once the repository serves "
+            f"{'it' if one else 'them'} again (or the other workers let {'it' if one else 'them'} go)")
+
+
+def _cannot_serve(service: Service, lacking: dict[str, list[int]]) -> str:
+    """Versions the live workers loaded at their start (--model-control none) that this worker cannot load now."""
+    one = sum(len(versions) for versions in lacking.values()) == 1
+    said = ", ".join(f"'{name}' {_versions(versions)}" for name, versions in lacking.items())
+    why = "; ".join(f"{name} version {version}: {_why(service, name, version)}"
+                    for name, versions in lacking.items() for version in versions)
+    return (f"the other workers serve {said} as they loaded {'it' if one else 'them'} at their start "
+            "(--model-control none: they do not read the repository again), which "
+            f"{'does' if one else 'do'} not load from the repository as it is now ({why}); this worker starts once "
+            f"the repository holds {'it' if one else 'them'} again")
+
+
+def _why(service: Service, name: str, version: int) -> str:
+    """Why this worker does not serve a version the live workers serve: its refusal, its folder gone, the model's
+    problem (a config.pbtxt that does not read), or its config.pbtxt's version_policy."""
+    control = service.control
+    refused = control.refused.get((name, version))
+    if refused is not None:
+        return refused[1]
+    folder = control.repo / name / str(version)
+    if not folder.is_dir():
+        return f"{shown(folder)}: no such folder"
+    return control.problems.get(name, "config.pbtxt's version_policy no longer chooses it")
+
+
+def _names(lacking: dict[str, list[int]]) -> str:
+    return ", ".join(f"'{name}'" for name in lacking)
+
+
+def _versions(versions: list[int]) -> str:
+    return f"version {versions[0]}" if len(versions) == 1 else f"versions {versions}"
 
 
 def serve(settings: ServerSettings) -> int:

@@ -231,7 +231,9 @@ def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
 
 
 def overridden_learning_rates(overrides: list[str]) -> set[str]:
-    """Optimizer names whose learning rate an override sets (they win over the checkpoint's)."""
+    """Optimizer names whose learning rate an override sets. A resume (and `--probe --resume`) notes no change of
+    their rates, the --set being in view already (on the `resumed from` line; the probe's command line); every rate
+    follows the spec after a resume, not only these (runtime/commands/session.py follow_spec_rates)."""
     names = set()
     for text in overrides:
         parts, _ = parse_override(text)

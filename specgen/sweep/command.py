@@ -103,8 +103,9 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     checked_folder(given.parent, given, create=True)  # a link or a file there is refused, not followed
     if args.storage is None:  # in the folder: a study there is checked as it opens, and the folder existed then
         storage = stores.open_storage(url, retry)
-    study = open_study(plan, storage)
-    print(_header(plan, len(study.get_trials(deepcopy=False))))
+    notes: list[str] = []
+    study = open_study(plan, storage, notes.append)
+    print(_header(plan, len(study.get_trials(deepcopy=False))), *notes, sep="\n")
     _prepare_tracking(loaded, track)
     hparams_config(plan, folder)
     runner = Runner(plan, storage, print)

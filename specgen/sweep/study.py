@@ -15,7 +15,7 @@ import json
 import os
 import shlex
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,8 +203,9 @@ def check_study(plan: Plan, storage: BaseStorage) -> None:
     _refuse_another(plan, storage.get_study_user_attrs(study_id).get("specgen"))
 
 
-def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
-    """The study, made on first use with the sweep's definition; a study of another definition is refused."""
+def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = lambda line: None) -> optuna.Study:
+    """The study, made on first use with the sweep's definition; a study of another definition is refused. `say`
+    gets a note when a study of an older specgen is made to record this spec."""
     import optuna
 
     study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
@@ -213,6 +214,12 @@ def open_study(plan: Plan, storage: BaseStorage) -> optuna.Study:
     _refuse_another(plan, stored)
     if stored is None or "spec" not in stored:  # a new study, or one of an older specgen: record the whole spec
         study.set_user_attr("specgen", plan.definition())
+    if stored is not None and "spec" not in stored:
+        # Said: from now on this spec defines the study, so the spec its trials trained, if another one with the
+        # same sweep section, is refused by its own study.
+        say(f"note: the study '{plan.study_name}' in {stores.masked(plan.url)} was made by an older specgen, which "
+            f"recorded only its sweep section and --sets; it now records all of {plan.loaded.display} (as resolved), "
+            "and refuses a sweep of any other spec, or of this one edited, from now on")
     return study
 
 
@@ -236,7 +243,8 @@ def _refuse_another(plan: Plan, stored: dict[str, Any] | None) -> None:
     else:
         return
     fix = ("-o NEW_FOLDER (each sweep folder keeps its own study)" if plan.url == stores.default_url(plan.folder)
-           else "--set name=NEW_NAME (a study of that name in this storage) or another --storage")
+           # Not `--set name=...`: `specgen report --sweep` takes no --set, and looks the study up by the spec's name
+           else "a copy of the spec with another 'name' (the study's name in this storage) or another --storage")
     raise SpecError([Diagnostic(plan.loaded.display, None, (
         f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
         f"compares the trials of one spec, so this sweep cannot join it: expected {again}, or a new study: {fix}"))])

@@ -38,6 +38,7 @@ from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.runtime.lib.optimizers import dense
 from specgen.spec.load import LoadedSpec
+from specgen.spec.overrides import overridden_learning_rates
 
 NEAR_ZERO = 1e-5  # a gradient norm under this share of the batch's largest is flagged
 
@@ -90,6 +91,7 @@ class Probe:
     step: int = 0  # the global step the update was measured at
     # Optimizers whose learning rate was exactly 0 at that step: (name, its warmup_steps, how many weights it updates).
     zero_rates: tuple[tuple[str, int, int], ...] = ()
+    notes: tuple[str, ...] = ()  # what starting from `source` said (--resume's learning-rate notes)
 
 
 def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer, int]:
@@ -104,22 +106,25 @@ def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer,
 
 
 def _start(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel, trainer: GeneratedTrainer,
-           checkpoint: Path | None) -> str:
-    """Put the weights the probe looks at in place: a checkpoint's, the restore plan's, or the initializers'."""
+           checkpoint: Path | None) -> tuple[str, tuple[str, ...]]:
+    """Put the weights the probe looks at in place: a checkpoint's, the restore plan's, or the initializers'. Where
+    they came from, and the notes --resume prints on the way (a learning rate edited since the checkpoint)."""
     assert ir.training is not None
     if checkpoint is not None:
         variables = model.variables_by_path() | trainer.state_by_path()
         rates = rates_before_restore(ir.training.optimizers, trainer)
         for name, value in read_values(checkpoint / "variables", variables).items():
             variables[name].assign(value)
-        # The step --resume would take: at the spec's learning rates, not the checkpoint's (session.py says why).
-        follow_spec_rates(ir.training.optimizers, trainer, rates, int(trainer.global_step.numpy()), checkpoint.name)
-        return f"the checkpoint {shown(checkpoint)}"
+        # The step --resume would take: at the spec's learning rates, not the checkpoint's (session.py says why),
+        # with its notes; none for a rate this command's --set gives, as --resume shows that --set on its own line.
+        notes = follow_spec_rates(ir.training.optimizers, trainer, rates, int(trainer.global_step.numpy()),
+                                  checkpoint.name, overridden_learning_rates([text for _, text in loaded.overrides]))
+        return f"the checkpoint {shown(checkpoint)}", tuple(notes)
     if not ir.training.checkpoint.restore:
-        return "the initializers"
+        return "the initializers", ()
     plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
     apply_plan(plan, model.variables_by_path())
-    return "the initializers and checkpoint.restore"
+    return "the initializers and checkpoint.restore", ()
 
 
 def newest_checkpoint(loaded: LoadedSpec, ir: ModelIR) -> Path:
@@ -154,7 +159,7 @@ def probe(built: Built, checkpoint: Path | None = None) -> Probe:
     batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
     with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
         model, trainer, seed = _load(built, Path(folder))
-        origin = _start(loaded, ir, model, trainer, checkpoint)
+        origin, notes = _start(loaded, ir, model, trainer, checkpoint)
         features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
         step_seed = tf.constant([int(trainer.global_step.numpy()) * accumulate.of(train), seed], tf.int64)
         loss, gradients = trainer.gradients(features, labels, step_seed)
@@ -168,7 +173,7 @@ def probe(built: Built, checkpoint: Path | None = None) -> Probe:
                    if values[node.name].dtype.is_floating)
     zero = tuple((o.name, o.schedule.warmup_steps if o.schedule else 0, len(o.paths)) for o in training.optimizers
                  if rates.get(o.name) == 0)
-    return Probe(origin, batch, float(loss), rows, layers, step, zero)
+    return Probe(origin, batch, float(loss), rows, layers, step, zero, notes)
 
 
 def first_update(model: GeneratedModel, trainer: GeneratedTrainer, gradients: list[tf.Tensor | None],
@@ -217,7 +222,7 @@ def format_probe(result: Probe) -> str:
              _number(r.update_norm), _number(r.ratio), flag] for r, flag in zip(result.variables, flags, strict=True)]
     count = sum(bool(f) for f in flags)
     lines = [f"probe: one batch of {result.examples} examples, weights from {result.source}; "
-             f"training-mode loss {result.loss:.6g}; nothing is saved", ""]
+             f"training-mode loss {result.loss:.6g}; nothing is saved", *(f"note: {n}" for n in result.notes), ""]
     lines += _table(["variable", "shape", "|weight|", "|grad|", "|update|", "|update|/|weight|", "flag"], rows,
                     {2, 3, 4, 5})
     lines.append(f"{count} of {len(rows)} trained variables flagged" if count

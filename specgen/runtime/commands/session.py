@@ -403,7 +403,9 @@ def _spec_rate(optimizer: OptimizerIR, first: np.float32, step: int) -> tuple[np
 
 def spec_schedule(schedule: ScheduleIR) -> Callable[[tf.Tensor], tf.Tensor]:
     """The schedule as the generated train.py builds it (render/train_plan.py): the kind's runtime function with its
-    keys by name (`keyword_call`, every kind's), inside the shared warm-up."""
+    keys by name (`keyword_call`, every kind's), inside the shared warm-up. Built again here rather than by eval of
+    render/train_plan.py's text (nothing outside the generated modules runs generated text), so a kind given another
+    `call` needs the same here: tests/test_resume_lr_r12.py compares the two for every kind of the registry."""
     rate = resolve(SCHEDULES[schedule.kind].runtime)(**dict(schedule.args))
     return schedules.warmup(rate, schedule.warmup_steps)
 
