@@ -56,6 +56,8 @@ LONGEST_FIRST = (
     "test_train_cli.py",  # 81 s
     "test_training_faults.py",  # 76 s
     "test_zoo_models.py",  # 67 s
+    "test_data_r12b.py",  # 65 s (new, 2026-12-07; a real two-worker run resumed twice)
+    "test_review_fixes_r12.py",  # new, 2026-12-07; --workers servers and a probe
     "test_sweep_run.py",  # 59 s
     "test_return_state_bidirectional.py",  # 51 s
     "test_tracking_registry.py",  # 44 s

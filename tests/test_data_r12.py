@@ -111,7 +111,8 @@ def test_unbalanced_shards_are_read_whole_by_every_worker(tmp_path: Path) -> Non
     assert {s.note for s in shares} == {
         "data.train: each of the 2 workers reads all of t-*.tfrecord (3 shards whose records do not balance among 2 "
         "workers: the balanced split's shares hold 13 to 17 examples, and each worker reads 14 a pass) and keeps its "
-        "replicas' slices of each global batch"}
+        "replicas' slices of each global batch, reading 2x the records of a share; shards of equal record counts, a "
+        "multiple of 2 of them, are split"}
 
 
 def test_shares_over_sampled_beyond_the_bound_are_read_whole(tmp_path: Path) -> None:
@@ -124,7 +125,8 @@ def test_shares_over_sampled_beyond_the_bound_are_read_whole(tmp_path: Path) -> 
     assert note == ("data.train: each of the 2 workers reads all of t-*.tfrecord (2 shards whose records do not balance "
                     "among 2 workers: the balanced split's shares hold 4 to 7 examples, so a record of the smallest would "
                     "be trained on 1.75x as often as one of the largest (at most 1.10x)) and keeps its replicas' slices "
-                    "of each global batch")
+                    "of each global batch, reading 2x the records of a share; shards of equal record counts, a multiple "
+                    "of 2 of them, are split")
 
 
 def test_balanced_shares_read_the_whole_sets_pass_and_every_record(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ class CheckpointFolder(RunFolder):
         tf.raw_ops.SaveV2(prefix=str(temp / "variables"), tensor_names=names, shape_and_slices=[""] * len(names),
                           tensors=[variables[n].read_value() for n in names])
         if self.positions is not None:
-            meta = {**meta, "data_workers": self.positions.workers}
+            meta = {**meta, "data_workers": self.positions.workers, "data_shares": list(self.positions.shares)}
         elif iterator is not None:
             tf.train.Checkpoint(iterator=iterator).write(str(temp / "data"))
         write_atomic(temp / META, json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 __all__ = ["DataError", "Source", "WorkerData", "eval_batches", "for_worker", "from_pipeline", "left_out",
-           "pass_updates", "read_stage", "training_batches", "unreadable_mid_run", "updates_per_pass"]
+           "pass_updates", "read_stage", "rotates", "training_batches", "unreadable_mid_run", "updates_per_pass"]
 
 
 def reader(kind: str) -> Callable[[SourceContext], Source]:
@@ -98,12 +98,9 @@ def training_batches(source: Source, batch: int, seed: int, buffer: int, micro_b
     import tensorflow as tf
 
     updates = pass_updates(source, batch, micro_batches)
-    left = left_out(source, batch, micro_batches)
     shuffled = source.dataset.shuffle(min(buffer, max(source.examples, 1)), seed=seed, reshuffle_each_iteration=True)
-    if left and buffer < source.examples:
-        # A buffer smaller than the pass cannot move the stream's last examples to its front: a fixed cut would
-        # leave the same ones out of every pass (the file and row order is fixed, for exact resume), so the
-        # positions left out move instead (_rotated).
+    if rotates(source, batch, micro_batches, buffer):
+        left = left_out(source, batch, micro_batches)
         batches = _rotated(shuffled, source.examples, left).batch(batch, drop_remainder=True)
     else:
         batches = shuffled.batch(batch, drop_remainder=True)
@@ -119,6 +116,14 @@ def pass_updates(source: Source, batch: int, micro_batches: int = 1) -> int:
     """The updates a pass of `source` holds: its own, or a multi_worker share's cut to the whole set's (for_worker)."""
     own = updates_per_pass(source.examples, batch, micro_batches)
     return own if source.pass_updates is None else source.pass_updates
+
+
+def rotates(source: Source, batch: int, micro_batches: int, buffer: int) -> bool:
+    """Whether a pass leaves examples out at positions that move from pass to pass (`_rotated`), the rule
+    training_batches builds and `specgen data` states: some are left out, and the shuffle `buffer`, smaller than the
+    pass, cannot move the stream's last examples to its front, so a fixed cut would leave the same ones out of every
+    pass (the file and row order is fixed, for exact resume)."""
+    return bool(left_out(source, batch, micro_batches)) and buffer < source.examples
 
 
 def left_out(source: Source, batch: int, micro_batches: int = 1) -> int:
@@ -152,14 +157,26 @@ class WorkerData:
 
     source: Source
     batch: int  # this worker's batches (the global batch when every worker reads everything)
-    sharded: bool  # True: disjoint files per worker; False: every worker reads all and keeps its replicas' slices
     note: str
+    # The shares, when each worker reads its own files; None when every worker reads all and keeps its replicas'
+    # slices, and then `why` says why (a checkpoint whose workers read shares resumes as a new pass, naming it).
+    share: WorkerShare | None
+    why: str = ""
+
+    @property
+    def sharded(self) -> bool:
+        return self.share is not None
 
 
 # How much more often a record of the smallest share may be trained on than one of the largest before the workers
 # read all the data instead of their shares (for_worker). Not a refusal: reading all is correct, only slower (each
 # worker reads W times its share), while a spec refused here would not run at all. Not silent either: shares within
 # it are stated, with their factor, on the startup line; beyond it the data's distribution would shift visibly.
+# The common N equal shards, N no multiple of W (5 over 2: shares of 3 and 2 shards) falls back whatever this bound:
+# a share of 2 cannot give the half of the set a worker reads a pass, so it would read its records twice a pass (1.5x
+# as often as the other share's), training a model of another data set. Reading all is the one-process run at W
+# times a share's reading, which the startup line states with the way to get shares; splitting a shard's records
+# among workers would cut that, at the price of the one-process batches and of a new position format.
 MAX_OVERSAMPLING = 1.1
 
 
@@ -175,17 +192,21 @@ def for_worker(source: Source, name: str, index: int, workers: int, batch: int, 
            else f"{count} shard(s) for {workers} workers: fewer than one each" if share is None
            else _unbalanced(share, updates * micro_batches * (batch // workers)))
     if share is None or why:
-        return WorkerData(source, batch, False, f"data.train: each of the {workers} workers reads all of {name} ({why}) "
-                          "and keeps its replicas' slices of each global batch")
+        # Shards that do not balance: say what reading all costs, and how to get the shares.
+        cost = (f", reading {workers}x the records of a share; shards of equal record counts, a multiple of {workers} "
+                "of them, are split" if share is not None else "")
+        return WorkerData(source, batch, f"data.train: each of the {workers} workers reads all of {name} ({why}) "
+                          f"and keeps its replicas' slices of each global batch{cost}", None, why)
     names = ", ".join(f.name for f in share.files)
     inexact = _inexact(source, share, workers, buffer)
     how = ("each global batch holds the one-process examples" if not inexact
            else f"deterministic for this worker count, not the one-process order ({inexact})")
-    return WorkerData(replace(source, dataset=share.dataset, examples=share.examples, files=share.files,
-                              pass_updates=updates), batch // workers, True,
+    # Built only now: a fallback above reads no share, and fills no file cache for one.
+    return WorkerData(replace(source, dataset=share.build(), examples=share.examples, files=share.files,
+                              pass_updates=updates), batch // workers,
                       f"data.train: file-sharded: worker {index} of {workers} reads {len(share.files)} of "
                       f"{share.shards} shards ({names}), {share.examples} examples{_balance(share, updates)}, "
-                      f"batches of {batch // workers} of the global {batch}; {how}")
+                      f"batches of {batch // workers} of the global {batch}; {how}", share)
 
 
 def _unbalanced(share: WorkerShare, need: int) -> str:

@@ -117,9 +117,10 @@ def _updates(examples: int, size: int, train: Any) -> str:
 def _rotation(source: Source, size: int, train: Any) -> str:
     """Which examples a pass leaves out, where a fixed order would leave out the same ones every pass: the buffer
     is smaller than the pass, so the positions left out rotate (runtime/data.py); nothing to add otherwise."""
-    left = data.left_out(source, size, accumulate.of(train))
-    if not left or train.shuffle_buffer >= source.examples:
+    micro = accumulate.of(train)
+    if not data.rotates(source, size, micro, train.shuffle_buffer):
         return ""
+    left = data.left_out(source, size, micro)
     return (f"; the {left:,} examples left out of a pass rotate from pass to pass (buffer {train.shuffle_buffer:,} < "
             f"{source.examples:,} examples), so every example is trained on over the passes")
 
@@ -129,7 +130,7 @@ def _batches(ir: ModelIR, stage: str, source: Source) -> list[str]:
     train = ir.training.train if ir.training is not None else None
     size = (train.batch_size if train is not None else None) or source.examples
     if stage == "train" and train is not None:
-        batches = data.training_batches(source, size, train.seed, train.shuffle_buffer)
+        batches = data.training_batches(source, size, train.seed, train.shuffle_buffer, accumulate.of(train))
         how = (f"{size} examples, full batches only, shuffled (buffer {min(train.shuffle_buffer, source.examples):,}"
                f", seed {train.seed}): {source.examples // size:,} a pass{_updates(source.examples, size, train)}"
                f"{_rotation(source, size, train)}")

@@ -3,7 +3,8 @@ session.py so that each file stays readable on its own).
 
 A checkpoint saves the data iterator's position, which fits only the data it was saved on: the data settings
 (Session.data_settings: batch size, examples, seed, shuffle buffer), train.accumulate (it cuts each pass into
-whole updates) and the training files' bytes (a TFRecord shard's byte offsets, the examples in the shuffle
+whole updates), under multi_worker the files each worker reads (runtime/placement/positions.py) and the training
+files' bytes (a TFRecord shard's byte offsets, the examples in the shuffle
 buffer). When one of them differs the position is not restored: the data starts a new pass, with a note that
 says why.
 
@@ -23,7 +24,7 @@ import tensorflow as tf
 
 from specgen.kinds.features import accumulate
 from specgen.runtime import provenance
-from specgen.runtime.placement.positions import position_prefix
+from specgen.runtime.placement.positions import position_prefix, shares_changed
 from specgen.spec.load import LoadedSpec
 
 
@@ -90,8 +91,12 @@ def restore(session: Resuming, path: Path, attempts: int) -> tuple[str, int]:
         changed = [] if _position_fits(session, path) else ["batch_size"]
     changed += _accumulate_changed(begin.meta, accumulate.of(session.train_ir))
     changed += session.files.changed(session.folder, begin.meta)
-    position = position_prefix(path, begin.meta, session.distribution.positions, session.distribution.workers)
-    if not changed:
+    distribution = session.distribution
+    # As many workers as wrote it, but other files each (positions.py): a new pass, as for any changed setting.
+    moved = shares_changed(begin.meta, distribution.positions, distribution.workers, distribution.unsharded)
+    changed += moved
+    position = None if moved else position_prefix(path, begin.meta, distribution.positions, distribution.workers)
+    if not changed and position is not None:
         start = int(begin.meta.get("pass_start", 0))  # an older checkpoint's: passes from step 0
         if start:
             session.iterator = iter(session.training_batches(session.train_ir.seed + start))

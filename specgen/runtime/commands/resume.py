@@ -254,6 +254,8 @@ class Meta(BaseModel):
     targets: dict[StrictStr, StrictStr] | None = None
     optimizers: dict[StrictStr, StrictStr] | None = None  # name -> kind (resume_fit.py); older checkpoints lack it
     data_workers: Annotated[StrictInt, Field(ge=2)] | None = None  # file-sharded data (integrity.py checks it first)
+    # Beside data_workers: each worker's files (placement/positions.py); without it an older specgen's split.
+    data_shares: list[Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")]] | None = None
     # The run's end, where a plain --resume goes on to (run_end.py), and what it counts: made updates (`steps`, also
     # when `until_by` is missing) or attempted ones (`epochs`). Older checkpoints lack both: train.epochs from step 0.
     until_step: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] | None = None  # the global step is an int64
@@ -265,8 +267,8 @@ class Meta(BaseModel):
     # a malformed one is refused here, as it would otherwise read as "not recorded" and be compared with another.
     train_files_sha256: Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")] | None = None
 
-    @field_validator("serial", "data", "accumulate", "targets", "optimizers", "data_workers", "until_step", "until_by",
-                     "until_per_epoch", "pass_start", mode="before")
+    @field_validator("serial", "data", "accumulate", "targets", "optimizers", "data_workers", "data_shares",
+                     "until_step", "until_by", "until_per_epoch", "pass_start", mode="before")
     @classmethod
     def _written(cls, value: Any) -> Any:
         """specgen writes these keys or (an older version) not at all: a null is an edit, which read as "not
@@ -294,6 +296,16 @@ def check_meta(path: Path, meta: dict[str, Any], loaded: LoadedSpec) -> None:
                                     "spec, or give this one its own folder (checkpoint.dir)")])
     _check_optimizer_record(path, meta, text)
     _check_pass_start(path, meta, text)
+    _check_data_shares(path, meta, text)
+
+
+def _check_data_shares(path: Path, meta: dict[str, Any], text: str) -> None:
+    """`data_shares` one per worker of `data_workers`, as the chief writes them: a missing one would compare
+    nothing, and the key without data_workers holds no positions to belong to (data_position.py)."""
+    shares, workers = meta.get("data_shares"), meta.get("data_workers")
+    if shares is not None and len(shares) != workers:
+        raise _malformed(path, text, "data_shares", describe(shares), _EXPECTED["data_shares"] + (
+            f": {workers} of them" if workers else ", only beside 'data_workers'"))
 
 
 def _check_pass_start(path: Path, meta: dict[str, Any], text: str) -> None:
@@ -343,6 +355,8 @@ _EXPECTED = {"step": EXPECTED_STEP, "spec": "the name of the spec that wrote it 
              "data": "an object of batch_size, examples, seed and shuffle_buffer (integers)",
              "accumulate": "an integer, 1 or more (train.accumulate, which cuts each pass of the data)",
              "data_workers": "the number of workers (2 or more) whose data positions it holds",
+             "data_shares": "a list of one sha256 (64 lowercase hexadecimal digits) per worker of 'data_workers', "
+                            "of the shards it reads",
              "targets": "an object of target variable path to online variable path (strings)",
              "optimizers": "an object of optimizer name to its kind (strings)",
              "until_step": f"an integer from 0 to {INT64_MAX} (the step the run ends at)",

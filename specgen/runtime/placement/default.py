@@ -38,6 +38,7 @@ class Distribution:
     workers = 1  # processes that train together
     lost: tuple[type[Exception], ...] = ()
     positions: Positions | None = None  # set when each worker saves its own data position (file-sharded data)
+    unsharded = ""  # why the workers each read all the data where they could read shares (Replicas)
 
     def describe(self) -> list[str]:
         """Lines `specgen train` prints about where it runs (none for one device)."""

@@ -4,11 +4,14 @@ Each worker's iterator is its own, so a checkpoint holds one position per worker
 meta.json says `"data_workers": W`. Each worker stages its position in `.ckpt-<step>.positions.tmp/` of the
 run folder (the shared folder every worker resumes from); after a collective barrier the chief moves them into
 its unpublished checkpoint folder, which it publishes by rename only when every worker's position is there.
-A position belongs to the files its worker read: a checkpoint resumes only with the worker count that wrote it.
+A position belongs to the files its worker read: a checkpoint resumes only with the worker count that wrote it,
+and its meta.json's `"data_shares"` records which files each worker read (`share_digests`): where this run's
+workers read other ones (another split, or every worker all the data), the data starts a new pass (`shares_changed`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from specgen.atomic import fsync_folder
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.runtime.integrity import META
+from specgen.runtime.sources.base import WorkerShare
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Positions:
     workers: int
     run: Path  # the run folder every worker can write (the positions are staged there for the chief)
     barrier: Callable[[], None]  # returns once every worker has reached it (a collective)
+    shares: tuple[str, ...]  # every worker's files (share_digests), worker 0 first: meta.json's `data_shares`
+    equal: bool  # every shard holds the same number of records: any split specgen made gave each worker these files
 
     def stage(self, step: int) -> Path:
         return self.run / f".ckpt-{step:08d}.positions.tmp"  # a save's temporary: remove_temporaries clears it
@@ -60,6 +66,39 @@ def gather(positions: Positions, temp: Path, step: int, iterator: Any) -> None:
         os.rename(path, temp / path.name)
     fsync_files(temp)
     shutil.rmtree(stage)
+
+
+def share_digests(share: WorkerShare) -> tuple[str, ...]:
+    """Each worker's files as a checkpoint's `data_shares` records them: a sha256 of their places in the source's
+    file list, in the order the worker reads them. Places, not names: the same files named from another folder
+    are the same share (their bytes are `train_files_sha256`'s part, data_position.py)."""
+    return tuple(hashlib.sha256(f"{share.shards}:{','.join(map(str, places))}".encode()).hexdigest()
+                 for places in share.layout)
+
+
+def shares_changed(meta: dict[str, Any], positions: Positions | None, workers: int, unsharded: str) -> list[str]:
+    """Why the per-worker positions of a checkpoint written by as many workers as this run has do not apply, [] when
+    they do (or the counts differ: position_prefix refuses that). `unsharded`: why this run's workers each read all
+    the data, "" when they read shares. TensorFlow restores a position into other files without a word (the
+    iterator's file index and byte offsets, applied to them), so a changed share starts a new pass instead."""
+    saved = meta.get("data_workers")
+    if saved is None or saved != workers:
+        return []
+    if positions is None:
+        return [f"which shards each worker reads: its {saved} workers read their own, this run's each read all the "
+                f"data ({unsharded})"] if unsharded else []
+    recorded = meta.get("data_shares")
+    if recorded is None:  # an older specgen's: it dealt the shards out in turn, as `assign` does only for equal ones
+        return [] if positions.equal else [
+            "which shards each worker reads: its positions were saved by an older specgen, which dealt shards of "
+            "different record counts out in turn, where this one balances their counts"]
+    moved = [str(worker) for worker, (old, new) in enumerate(zip(recorded, positions.shares, strict=True))
+             if old != new]
+    if not moved:
+        return []
+    who = (f"worker {moved[0]} reads other shards than its position was" if len(moved) == 1 else
+           f"workers {', '.join(moved[:-1])} and {moved[-1]} read other shards than their positions were")
+    return [f"which shards each worker reads: {who} saved on"]
 
 
 def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | None, workers: int) -> Path:

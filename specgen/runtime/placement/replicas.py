@@ -63,7 +63,7 @@ from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
 from specgen.runtime.placement.cluster import Role, check_replicas, port_in_use, read_role, rendezvous
 from specgen.runtime.placement.default import Distribution
-from specgen.runtime.placement.positions import Positions
+from specgen.runtime.placement.positions import Positions, share_digests
 from specgen.runtime.sources.base import Source
 from specgen.spec.load import LoadedSpec
 
@@ -185,9 +185,11 @@ class Replicas(Distribution):
         index, workers = self.worker_index(), self.role.workers
         mine = data.for_worker(source, name, index, workers, batch, train.shuffle_buffer, accumulate.of(train))
         self._notes.append(mine.note)
-        if mine.sharded:
-            self.data_workers = workers
-            self.positions = Positions(index, workers, run, self.barrier)
+        if mine.share is None:
+            self.unsharded = mine.why  # a checkpoint of workers that read shares resumes as a new pass, saying why
+            return mine.source, mine.batch
+        self.data_workers = workers
+        self.positions = Positions(index, workers, run, self.barrier, share_digests(mine.share), mine.share.equal)
         return mine.source, mine.batch
 
     def worker_index(self) -> int:

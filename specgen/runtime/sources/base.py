@@ -88,19 +88,23 @@ class Source:
     pass_updates: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerShare:
     """One worker's disjoint share of a sharded source: its files (balanced by their record counts, runtime/sources/
-    tfrecord.py's `assign`) streamed as the whole source streams, with the facts that decide whether it matches the
-    one-process order and how evenly the workers' shares hold the records."""
+    tfrecord.py's `assign`), with the facts that decide whether it matches the one-process order and how evenly the
+    workers' shares hold the records. Worked out from the shards' counts alone: its dataset is built (`build`: a file
+    cache filled) only once runtime/data.py's for_worker has decided the shares stand, not for a fallback."""
 
-    dataset: tf.data.Dataset
     examples: int
     files: tuple[Path, ...]
     shards: int  # of the whole source
     cycle: int  # shards the whole source reads at once (min(cycle_length, shards))
     equal: bool  # every shard of the whole source holds the same number of records
-    shares: tuple[int, ...] = ()  # the examples of every worker's share under the same assignment, worker 0 first
+    shares: tuple[int, ...]  # the examples of every worker's share under the same assignment, worker 0 first
+    # Every worker's shards as places in the whole source's `files`, in the order it reads them, worker 0 first:
+    # what a saved data position belongs to (a checkpoint's `data_shares`, runtime/placement/positions.py).
+    layout: tuple[tuple[int, ...], ...]
+    build: Callable[[], tf.data.Dataset]  # this worker's shards streamed as the whole source streams
 
 
 SHOWN_ENTRIES = 3  # paths of a list that a source's name shows; the rest are counted

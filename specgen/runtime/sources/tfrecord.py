@@ -140,28 +140,39 @@ def assign(counts: list[int], workers: int) -> list[list[int]]:
 def worker_share(context: SourceContext, model: Any, shards: tuple[list[Path], list[int]], files: tf.data.Dataset,
                  read_shard: Any, parse: Any, settings: dict[str, Any], index: int, workers: int) -> WorkerShare:
     """Worker `index` of `workers` (under multi_worker): its shards of the seeded file order (the same on every
-    worker) as `assign` balances them, streamed like the whole source with cycle_length / workers shards open at
-    once, so that with equal shards each global batch holds the one-process examples (docs/training.md says when).
-    `shards`: every shard and the records it keeps."""
-    import tensorflow as tf
-
+    worker) as `assign` balances them, from the counts alone; its dataset streams them like the whole source with
+    cycle_length / workers shards open at once, so that with equal shards each global batch holds the one-process
+    examples (docs/training.md says when). `shards`: every shard and the records it keeps."""
     order = [Path(os.fsdecode(p)) for p in files.as_numpy_iterator()]  # after the seeded shuffle, if any
-    size = dict(zip(*shards, strict=True))
+    size, place = dict(zip(*shards, strict=True)), {shard: i for i, shard in enumerate(shards[0])}
     split = assign([size[s] for s in order], workers)
     mine = [order[i] for i in split[index]]
     cycle = min(model.cycle_length, len(size))
+    examples = sum(size[s] for s in mine)
+    build = functools.partial(_share_dataset, context, model, mine, (read_shard, parse), settings,
+                              (cycle, examples), (index, workers))
+    return WorkerShare(examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1,
+                       tuple(sum(size[order[i]] for i in worker) for worker in split),
+                       tuple(tuple(place[order[i]] for i in worker) for worker in split), build)
+
+
+def _share_dataset(context: SourceContext, model: Any, mine: list[Path], readers: tuple[Any, Any],
+                   settings: dict[str, Any], sizes: tuple[int, int], worker: tuple[int, int]) -> tf.data.Dataset:
+    """A worker's shards streamed (`readers`: the shard opener and the parser; `sizes`: the whole source's shards
+    read at once and the share's examples; `worker`: its index and the worker count), cached as the source says."""
+    import tensorflow as tf
+
+    (read_shard, parse), (cycle, examples), (index, workers) = readers, sizes, worker
     dataset = tf.data.Dataset.from_tensor_slices(file_names(mine)).interleave(
         read_shard, cycle_length=max(cycle // workers, 1), block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    examples = sum(size[s] for s in mine)
     if model.cache == "memory":
-        dataset = dataset.cache()
-    elif model.cache is not None:  # one cache per worker: workers sharing cache files would clash
-        share = {**settings, "worker": [index, workers]}
-        tag = f"{seed_tag(settings['shard_order_seed'])}w{index}-of-{workers}."
-        dataset = cached(context, dataset, mine, share, examples, tag=tag)
-    shares = tuple(sum(size[order[i]] for i in worker) for worker in split)
-    return WorkerShare(dataset, examples, tuple(mine), len(size), cycle, len(set(size.values())) == 1, shares)
+        return dataset.cache()
+    if model.cache is None:
+        return dataset
+    share = {**settings, "worker": [index, workers]}  # one cache per worker: workers sharing cache files would clash
+    tag = f"{seed_tag(settings['shard_order_seed'])}w{index}-of-{workers}."
+    return cached(context, dataset, mine, share, examples, tag=tag)
 
 
 def _parser(context: SourceContext, model: Any) -> tuple[dict[str, Any], Any]:
