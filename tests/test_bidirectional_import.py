@@ -95,7 +95,7 @@ def test_weights_file_restores_by_identity(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("layer", "message"), [
     (lambda: keras.layers.Bidirectional(keras.layers.LSTM(3, activation="softmax", name="l"), name="odd"),
      "Keras layer 'odd/forward_l' (LSTM): argument activation=softmax cannot be expressed in a spec (a recurrent "
-     "activation: tanh, sigmoid, relu, hard_sigmoid)"),
+     "activation: tanh, sigmoid, relu or hard_sigmoid)"),
     (lambda: keras.layers.Bidirectional(keras.layers.GRU(3, dropout=0.25, name="g"), name="odd"),
      "Keras layer 'odd/forward_g' (GRU): argument dropout=0.25 cannot be expressed in a spec (specgen's "
      "recurrent layers have no dropout yet)"),

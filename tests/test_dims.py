@@ -150,7 +150,9 @@ def test_report_states_how_flops_count_symbols(tmp_path: Path, capsys: pytest.Ca
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
     assert "d      conv1d           [batch, ceil(seq/2), 4]" in out
-    assert out.rstrip().endswith("Named dynamic dimensions (seq): a plain figure on a row whose output has them is "
+    claim, served = out.rstrip().split(" Served sizes: ")  # valid windows' smallest sizes (test_report_claims)
+    assert served == "seq >= 3 (layer 'p', max_pool1d); a shorter input is refused."
+    assert claim.endswith("Named dynamic dimensions (seq): a plain figure on a row whose output has them is "
                                  "per position (multiply by the run-time sizes of the named dimensions in its output); "
                                  "a cost that grows otherwise (attention's scores with the square of the length, a layer "
                                  "that reduces one away) is a formula in them (a long one under the table), as is the "

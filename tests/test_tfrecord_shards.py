@@ -70,12 +70,13 @@ def test_a_list_names_files_and_globs_once_each_in_order(tmp_path: Path) -> None
 
 
 def test_a_glob_that_matches_nothing_is_a_positioned_error(tmp_path: Path) -> None:
+    listed = f"[{tmp_path / 'a.tfrecord'}, {tmp_path / 'val-*.tfrecord'}]"  # a list is named as the list
     assert failure(tmp_path, "[a.tfrecord, 'val-*.tfrecord']") == (
-        f"{tmp_path / 's.yaml'}:12:16: error: data.eval ({tmp_path / 'a.tfrecord'}): no such file: 'a.tfrecord'; expected a "
+        f"{tmp_path / 's.yaml'}:12:16: error: data.eval ({listed}): no such file: 'a.tfrecord'; expected a "
         ".tfrecord file relative to the spec's folder")
     (tmp_path / "a.tfrecord").write_bytes(b"")
     assert failure(tmp_path, "[a.tfrecord, 'val-*.tfrecord']") == (
-        f"{tmp_path / 's.yaml'}:12:28: error: data.eval ({tmp_path / 'a.tfrecord'}): the glob 'val-*.tfrecord' matches no "
+        f"{tmp_path / 's.yaml'}:12:28: error: data.eval ({listed}): the glob 'val-*.tfrecord' matches no "
         "file; expected .tfrecord shards relative to the spec's folder")
 
 
