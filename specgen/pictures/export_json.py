@@ -1,7 +1,8 @@
 """A run's `export/export.json`, read as untrusted input before the HTML report shows it.
 
 `specgen export` writes it (runtime/commands/export.py, its precision variant from runtime/precision/step.py
-and gates.py); the report reads the keys that export_lines and variants_lines print, and nothing else. Each
+and gates.py); the report reads the keys that export_lines and variants_lines print, and the digests and sizes
+report/export_check.py compares with the folder's files, and nothing else. Each
 is checked here against the type export writes (pydantic, strict: `"1"` is not a number, `true` not an
 integer), so that a hand-edited or hostile file is one line naming the file, the key, what it holds and what
 was expected, never a KeyError or a format error half-way through the page. Keys the report does not show are
@@ -27,6 +28,7 @@ EXPECTED_AS = "as `specgen export` writes it"
 
 Number = Annotated[float, Field(allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0)]
+Digest = Annotated[str, Field(pattern="^[0-9a-f]{64}$")]  # hashlib's hexdigest(), as export writes every SHA-256
 _STRICT = ConfigDict(strict=True, extra="ignore")
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,6 +40,7 @@ class Report(BaseModel):
     compared_examples: Count
     onnxruntime_accuracy: Number | None = None
     tensorflow_accuracy: Number | None = None
+    model_sha256: Digest | None = None  # None: written before export recorded it (report/export_check.py)
     precision: dict[str, Any] | None = None
 
 
@@ -61,7 +64,9 @@ class Variant(BaseModel):
     precision: str
     file: str
     bytes: Count
+    sha256: Digest | None = None  # None, as fp32_sha256: written before export recorded them
     fp32_bytes: Count
+    fp32_sha256: Digest | None = None
     integer_kernels: Count | None = None
     float32_compute: list[str] | None = None
     accuracy: dict[str, Any]
@@ -119,8 +124,16 @@ def _check(path: Path, report: Any) -> None:
     if variant.speed is None and variant.unverified is None:  # only an unverified variant has no speed figures
         raise _refused(path, "precision.speed", "nothing (the key is missing)" if "speed" not in precision else "null",
                        f"the speed gate's figures (or 'unverified' saying why there are none), {EXPECTED_AS}")
+    if "/" in variant.file or "\\" in variant.file or variant.file in ("", ".", "..", "model.onnx", "export.json"):
+        # the report reads (hashes) the file it names: never one outside the export folder, nor model.onnx twice
+        raise _refused(path, "precision.file", describe(variant.file),
+                       "the name of a file in the export folder other than model.onnx, such as model.int8.onnx, "
+                       f"{EXPECTED_AS}")
     gate = ClassifierGate if "lost_points" in variant.accuracy else ErrorGate
     _validate(path, gate, variant.accuracy, ("precision", "accuracy"))
+    if None not in (checked.model_sha256, variant.fp32_sha256) and checked.model_sha256 != variant.fp32_sha256:
+        raise _refused(path, "precision.fp32_sha256", describe(variant.fp32_sha256),
+                       f"model_sha256's value ({checked.model_sha256}): both are model.onnx's SHA-256, {EXPECTED_AS}")
 
 
 def _validate(path: Path, model: type[M], data: Any, prefix: tuple[str, ...]) -> M:
@@ -137,7 +150,8 @@ def _validate(path: Path, model: type[M], data: Any, prefix: tuple[str, ...]) ->
 
 _EXPECTED = {"float_type": "a number", "finite_number": "a finite number", "int_type": "an integer",
              "string_type": "a string", "dict_type": "an object", "model_type": "an object", "list_type": "a list",
-             "greater_than_equal": "an integer, 0 or more", "missing": "the key"}
+             "greater_than_equal": "an integer, 0 or more", "missing": "the key",
+             "string_pattern_mismatch": "a SHA-256 in 64 lowercase hex digits"}  # the only pattern: Digest
 
 
 def _expected(error: Mapping[str, Any]) -> str:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specgen.errors import SpecgenError
 from specgen.ir.model import ModelIR
 from specgen.paths import shown
+from specgen.report.export_check import FP32, Checked
 from specgen.report.export_lines import export_lines
 from specgen.report.flops import flops_table
 from specgen.report.optimizers import optimizers_table
@@ -112,8 +114,15 @@ def export_section(run: Path | None) -> str:
     from specgen.pictures.export_json import read_export
 
     report = read_export(found)  # every key the lines below print, checked: one line otherwise
-    lines = [*export_lines(report), *variants_lines(found.parent, shown(found.parent), report)]
-    return _pre("\n".join([f"{shown(found)}:", *lines]))
+    return _pre("\n".join([f"{shown(found)}:", *export_figures(found.parent, report)]))
+
+
+def export_figures(folder: Path, report: Mapping[str, Any]) -> list[str]:
+    """export.json's lines, each group only while the files it was measured on are still there (export_check)."""
+    checked = Checked(folder, report)
+    kinds = ("parity", "accuracy") if report.get("onnxruntime_accuracy") is not None else ("parity",)
+    parity = checked.figures(kinds, (FP32,), "specgen export", "measure it", export_lines(report))
+    return [*parity, *variants_lines(folder, shown(folder), report, checked)]
 
 
 def precision_section(ir: ModelIR, scan: RunScan | None) -> str:

@@ -8,7 +8,6 @@ logs beside its progress line) and from export.json, as `specgen export` wrote i
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,8 +16,8 @@ from specgen import text
 from specgen.ir.model import ModelIR
 from specgen.ir.training.model import ExportIR
 from specgen.kinds.features import precision
+from specgen.report.export_check import FP32, Checked
 from specgen.report.export_lines import variant_lines
-from specgen.runtime.sources.base import DataError, open_regular
 
 # Keras' LossScaleOptimizer defaults, as specgen/runtime/lib/precision.py (INITIAL_SCALE, GROWTH_INTERVAL) uses
 # them; restated here because that module imports TensorFlow (tests/test_report_precision.py checks they agree).
@@ -85,39 +84,19 @@ def _logged_scale(logged: Sequence[Scalars]) -> list[tuple[str, str]]:
     return [("run's loss scale", f"{scale:g} at step {step}, {int(skipped)} updates skipped so far")]
 
 
-def variants_lines(folder: Path, shown_folder: str, report: Mapping[str, Any]) -> list[str]:
+def variants_lines(folder: Path, shown_folder: str, report: Mapping[str, Any], checked: Checked | None = None) -> list[str]:
     """The precision variants an export folder holds; the gates' figures of the one export.json describes, unless
-    its file (or model.onnx, the float32 side of every figure) is not the one they were measured on."""
+    its file (or model.onnx, the float32 side of every figure) is not the one they were measured on (`checked`: the
+    folder's files against export.json, as the report's other figures read them)."""
     described: Mapping[str, Any] = report.get("precision") or {"precision": "fp32"}
     files = sorted(p.name for p in folder.glob("model.*.onnx"))
     lines = [f"precision variants: {', '.join(['model.onnx (fp32)', *files])}"]
     if described["precision"] != "fp32":
-        stale = (_changed(folder, described["file"], described.get("sha256"), described["bytes"])
-                 or _changed(folder, "model.onnx", described.get("fp32_sha256"), described["fp32_bytes"]))
-        lines += variant_lines(shown_folder, described) if stale is None else [
-            f"{described['file']}: no gate figures: {stale}; run specgen export --precision {described['precision']} "
-            "again to gate it"]
+        checked = checked or Checked(folder, report)
+        lines += checked.figures(("gate",), (described["file"], FP32), f"specgen export --precision {described['precision']}",
+                                 "gate it", variant_lines(shown_folder, described))
     for name in files:
         if name != described.get("file"):  # an earlier export's file: export.json holds only the last export
             lines.append(f"{name}: no gate figures (export.json describes the last export, {described['precision']}); "
                          f"run specgen export --precision {name.split('.')[1]} again to gate it")
     return lines
-
-
-def _changed(folder: Path, name: str, sha256: Any, size: int) -> str | None:
-    """Why `name` in `folder` is not the file export.json measured, or None: its SHA-256 differs from the recorded
-    one (its size, for an export.json written before digests were recorded), or it is gone."""
-    try:
-        with open_regular(folder / name) as handle:
-            digest, read = hashlib.sha256(), 0
-            for block in iter(lambda: handle.read(2**20), b""):
-                digest.update(block)
-                read += len(block)
-    except (OSError, DataError) as exc:
-        return f"{name} cannot be read ({exc}), so it is not the file export.json describes"
-    if sha256 is None:
-        return None if read == size else (f"{name} changed since export.json ({read:,} bytes; export.json records "
-                                          f"{size:,})")
-    if digest.hexdigest() != sha256:
-        return f"{name} changed since export.json (its SHA-256 is {digest.hexdigest()}; export.json records {sha256})"
-    return None

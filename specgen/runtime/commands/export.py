@@ -21,6 +21,7 @@ model.onnx, goes last, and is removed before model.onnx is replaced.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import tempfile
@@ -281,6 +282,9 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     report = {
         "spec": ir.name, "checkpoint": None if checkpoint is None else str(source), "weights": weights,
         "restore": restore, "opset": ir.opset,
+        # the digest of the file parity and accuracy are about, as a variant's (precision/step.py): a reader of
+        # export.json (specgen report) tells a model.onnx replaced since from the one measured
+        "model_sha256": hashlib.sha256(model_bytes).hexdigest(),
         "ir_version": ir.ir_version, "nodes": node_counts(model), "parity_max_abs_diff": diff,
         "parity_scaled_diff": scaled,
         "compared_examples": int(next(iter(inputs.values())).shape[0]),
