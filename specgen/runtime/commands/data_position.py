@@ -92,7 +92,8 @@ def restore(session: Resuming, path: Path, attempts: int) -> tuple[str, int]:
     changed += _accumulate_changed(begin.meta, accumulate.of(session.train_ir))
     changed += session.files.changed(session.folder, begin.meta)
     distribution = session.distribution
-    # As many workers as wrote it, but other files each (positions.py): a new pass, as for any changed setting.
+    # Other files than its positions were saved on (another split, shares against all the data either way;
+    # positions.py): a new pass, as for any changed setting.
     moved = shares_changed(begin.meta, distribution.positions, distribution.workers, distribution.unsharded)
     changed += moved
     position = None if moved else position_prefix(path, begin.meta, distribution.positions, distribution.workers)

@@ -10,6 +10,8 @@ batch norms on batch statistics), as the gradient saw them.
 Nothing is written: the generated code is rendered in memory and imported from a temporary
 folder, the run folder is neither created nor read (unless --resume / --resume-from name a
 checkpoint to probe, which is only read), and every variable the update changed is restored.
+A checkpoint is probed under the spec --resume trains from it: with the `--set` overrides the
+run kept (resume.py with_kept_overrides), then this command's.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
 from specgen.kinds.features import accumulate
 from specgen.paths import shown
-from specgen.pipeline import Built
+from specgen.pipeline import Built, build
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
-from specgen.runtime.commands.resume import verified_meta
+from specgen.runtime.commands.resume import Start, verified_meta, with_kept_overrides
 from specgen.runtime.commands.session import follow_spec_rates, rates_before_restore
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
@@ -105,37 +107,41 @@ def _load(built: Built, folder: Path) -> tuple[GeneratedModel, GeneratedTrainer,
     return model, trainer, seed
 
 
-def _start(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel, trainer: GeneratedTrainer,
-           checkpoint: Path | None) -> tuple[str, tuple[str, ...]]:
-    """Put the weights the probe looks at in place: a checkpoint's, the restore plan's, or the initializers'. Where
-    they came from, and the notes --resume prints on the way (a learning rate edited since the checkpoint)."""
+def _start(built: Built, model: GeneratedModel, trainer: GeneratedTrainer,
+           begin: Start | None) -> tuple[str, tuple[str, ...]]:
+    """Put the weights the probe looks at in place: a checkpoint's (`begin`: resumed_spec's), the restore plan's, or
+    the initializers'. Where they came from, and the notes --resume prints on the way (a learning rate edited since
+    the checkpoint)."""
+    ir = built.ir
     assert ir.training is not None
-    if checkpoint is not None:
+    if begin is not None and begin.checkpoint is not None:
+        checkpoint = begin.checkpoint
         variables = model.variables_by_path() | trainer.state_by_path()
         rates = rates_before_restore(ir.training.optimizers, trainer)
         for name, value in read_values(checkpoint / "variables", variables).items():
             variables[name].assign(value)
-        # The step --resume would take: at the spec's learning rates, not the checkpoint's (session.py says why),
-        # with its notes; none for a rate this command's --set gives, as --resume shows that --set on its own line.
+        # The step --resume would take: at the spec's learning rates (a kept --set's included), not the checkpoint's
+        # (session.py says why), with its notes; none for a rate this command's --set gives, as --resume shows that
+        # --set on its own line (session.py Session.start).
         notes = follow_spec_rates(ir.training.optimizers, trainer, rates, int(trainer.global_step.numpy()),
-                                  checkpoint.name, overridden_learning_rates([text for _, text in loaded.overrides]))
-        return f"the checkpoint {shown(checkpoint)}", tuple(notes)
+                                  checkpoint.name, overridden_learning_rates(begin.overrides[len(begin.kept):]))
+        return f"the checkpoint {shown(checkpoint)}{_kept_shown(begin.kept)}", (*begin.notes, *notes)
     if not ir.training.checkpoint.restore:
         return "the initializers", ()
-    plan = plan_restore(loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
+    plan = plan_restore(built.loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
     apply_plan(plan, model.variables_by_path())
     return "the initializers and checkpoint.restore", ()
 
 
-def newest_checkpoint(loaded: LoadedSpec, ir: ModelIR) -> Path:
+def newest_checkpoint(loaded: LoadedSpec, ir: ModelIR) -> tuple[Path, str]:
     """The checkpoint `--resume` would continue from (refused, as --resume refuses, when it or a newer one is
-    damaged); an error when the run folder holds none."""
+    damaged), and --resume's note when `latest` names another; an error when the run folder holds none."""
     assert ir.training is not None
     folder = ir.training.checkpoint.dir
-    path = CheckpointFolder(folder, 1).choose()[0] if folder.is_dir() else None
+    path, note = CheckpointFolder(folder, 1).choose() if folder.is_dir() else (None, "")
     if path is None:
         raise SpecError([Diagnostic(shown(folder), None, "--probe --resume: no checkpoint in this run folder")])
-    return path
+    return path, note
 
 
 def _norm(value: tf.Tensor | tf.IndexedSlices) -> float:
@@ -143,8 +149,15 @@ def _norm(value: tf.Tensor | tf.IndexedSlices) -> float:
     return float(np.linalg.norm(np.asarray(tf.convert_to_tensor(value), dtype=np.float64).ravel()))
 
 
-def probe(built: Built, checkpoint: Path | None = None) -> Probe:
-    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update."""
+def _kept_shown(kept: list[str]) -> str:
+    """The `--set` overrides the run kept, as --resume's `resumed from` line shows them (this command's own are on
+    its command line)."""
+    return " with " + ", ".join(f"--set {text} (kept from the run)" for text in kept) if kept else ""
+
+
+def probe(built: Built, begin: Start | None = None) -> Probe:
+    """Run the probe on the first training batch (as a fresh run shuffles it) and undo its update. `begin`: the
+    checkpoint to start from and its overrides (resumed_spec's; `built` is built from `begin.loaded`)."""
     loaded, ir = built.loaded, built.ir
     training = ir.training
     assert training is not None
@@ -159,7 +172,7 @@ def probe(built: Built, checkpoint: Path | None = None) -> Probe:
     batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
     with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
         model, trainer, seed = _load(built, Path(folder))
-        origin, notes = _start(loaded, ir, model, trainer, checkpoint)
+        origin, notes = _start(built, model, trainer, begin)
         features, labels = next(iter(data.training_batches(source, batch, seed, train.shuffle_buffer)))
         step_seed = tf.constant([int(trainer.global_step.numpy()) * accumulate.of(train), seed], tf.int64)
         loss, gradients = trainer.gradients(features, labels, step_seed)
@@ -249,12 +262,24 @@ def checked_resume_from(resume_from: Path | None) -> Path | None:
     return checkpoint
 
 
+def resumed_spec(built: Built, checkpoint: Path) -> tuple[Built, Start]:
+    """The spec --resume would train from `checkpoint`, built, and its start: the checks --resume makes (the
+    checkpoint reads back whole and belongs to this spec), then the `--set` overrides the run kept before this
+    command's, as resume.py applies them (a kept learning rate is the one --resume trains at)."""
+    loaded = built.loaded
+    meta = verified_meta(checkpoint, loaded)
+    begin = with_kept_overrides(Start(loaded, checkpoint, meta), meta, [text for _, text in loaded.overrides])
+    return (built if begin.loaded is loaded else build(begin.loaded)), begin
+
+
 def run_probe(built: Built, resume: bool = False, checkpoint: Path | None = None) -> int:
     """`specgen train --probe [--resume | --resume-from CKPT]`: print the tables; exit 0 (flags are findings).
     `checkpoint`: --resume-from's, as `checked_resume_from` returned it."""
+    note, begin = "", None
     if resume:
-        checkpoint = newest_checkpoint(built.loaded, built.ir)
-    if checkpoint is not None:  # the checks --resume makes: it reads back whole and belongs to this spec
-        verified_meta(checkpoint, built.loaded)
-    print(format_probe(probe(built, checkpoint)))
+        checkpoint, note = newest_checkpoint(built.loaded, built.ir)
+    if checkpoint is not None:
+        built, begin = resumed_spec(built, checkpoint)
+        begin.notes += [note] if note else []  # printed as --resume prints it, before any rate note
+    print(format_probe(probe(built, begin)))
     return 0

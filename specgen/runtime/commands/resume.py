@@ -377,8 +377,9 @@ def verified_meta(path: Path, loaded: LoadedSpec) -> dict[str, Any]:
     return meta
 
 
-def _with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> Start:
-    """The overrides saved with the checkpoint, then this command's (which replace kept ones of the same key)."""
+def with_kept_overrides(start: Start, meta: dict[str, Any], new: list[str]) -> Start:
+    """The overrides saved with the checkpoint, then this command's (which replace kept ones of the same key); also
+    `--probe --resume`'s (probe.py), so that it probes the spec --resume trains."""
     saved = meta.get("overrides", [])
     kept = [t for t in saved if isinstance(t, str)] if isinstance(saved, list) else []
     merged = merge_overrides(kept, new)
@@ -427,4 +428,4 @@ def _prepare(start: Start, options: Options, chief: bool) -> Start:
     start.meta = verified_meta(start.checkpoint, loaded)
     if chief:
         start.notes += _damage_notes(checkpoints, start.checkpoint)
-    return _with_kept_overrides(start, start.meta, list(options.overrides))
+    return with_kept_overrides(start, start.meta, list(options.overrides))

@@ -4,9 +4,10 @@ Each worker's iterator is its own, so a checkpoint holds one position per worker
 meta.json says `"data_workers": W`. Each worker stages its position in `.ckpt-<step>.positions.tmp/` of the
 run folder (the shared folder every worker resumes from); after a collective barrier the chief moves them into
 its unpublished checkpoint folder, which it publishes by rename only when every worker's position is there.
-A position belongs to the files its worker read: a checkpoint resumes only with the worker count that wrote it,
-and its meta.json's `"data_shares"` records which files each worker read (`share_digests`): where this run's
-workers read other ones (another split, or every worker all the data), the data starts a new pass (`shares_changed`).
+A position belongs to the files its worker read: a checkpoint of per-worker positions resumes only with the worker
+count that wrote it, and its meta.json's `"data_shares"` records which files each worker read (`share_digests`):
+where this run's workers read other ones (another split, or every worker all the data), the data starts a new pass
+(`shares_changed`); so does a checkpoint of one position of all the data resumed where the workers read shares.
 """
 
 from __future__ import annotations
@@ -77,12 +78,17 @@ def share_digests(share: WorkerShare) -> tuple[str, ...]:
 
 
 def shares_changed(meta: dict[str, Any], positions: Positions | None, workers: int, unsharded: str) -> list[str]:
-    """Why the per-worker positions of a checkpoint written by as many workers as this run has do not apply, [] when
-    they do (or the counts differ: position_prefix refuses that). `unsharded`: why this run's workers each read all
-    the data, "" when they read shares. TensorFlow restores a position into other files without a word (the
-    iterator's file index and byte offsets, applied to them), so a changed share starts a new pass instead."""
+    """Why the saved data positions do not apply to the files this run's workers read, [] when they do (or a
+    checkpoint of per-worker positions meets another worker count: position_prefix refuses that). `unsharded`: why
+    this run's workers each read all the data, "" when they read shares. TensorFlow restores a position into other
+    files without a word (the iterator's file index and byte offsets, applied to them), so a changed share starts a
+    new pass instead, whichever way it changed."""
     saved = meta.get("data_workers")
-    if saved is None or saved != workers:
+    if saved is None:  # one position of all the data, the same for any worker count (each worker read all of it)
+        return [] if positions is None else [
+            f"which shards each worker reads: every worker read all the data when it was saved, and this run's "
+            f"{positions.workers} workers read their own"]
+    if saved != workers:
         return []
     if positions is None:
         return [f"which shards each worker reads: its {saved} workers read their own, this run's each read all the "
@@ -102,20 +108,20 @@ def shares_changed(meta: dict[str, Any], positions: Positions | None, workers: i
 
 
 def position_prefix(folder: Path, meta: dict[str, Any], positions: Positions | None, workers: int) -> Path:
-    """This worker's data position in a checkpoint (`workers`: this run's). One line when the checkpoint holds
-    another number of positions: a position belongs to the files its worker read, so no re-shard continues exactly."""
+    """This worker's data position in a checkpoint (`workers`: this run's), once shares_changed found none changed
+    (so a checkpoint of one position of all the data meets workers that each read all the data too). One line when
+    the checkpoint holds the positions of another number of workers: a position belongs to the files its worker
+    read, so no re-shard continues exactly."""
     saved = meta.get("data_workers")
     now = positions.workers if positions is not None else None
     if saved == now:
         return folder / ("data" if positions is None else f"data-w{positions.index}")
-    held = (f"the data positions of {saved} workers that read disjoint shards" if saved
-            else "one data position (its workers each read all the data)")
     here = (f"{now} workers that read disjoint shards" if now
             else f"{workers} worker{'s' if workers > 1 else ''} reading all the data")
-    again = f"relaunch {saved} workers with --resume" if saved else "resume it where every worker reads all the data"
-    raise SpecError([Diagnostic(shown(folder / META), None, f"checkpoint {folder.name} holds {held}, but this run has "
-                                f"{here}: its data positions do not apply. To continue it, {again}; or start over "
-                                "with --fresh")])
+    raise SpecError([Diagnostic(shown(folder / META), None, f"checkpoint {folder.name} holds the data positions of "
+                                f"{saved} workers that read disjoint shards, but this run has {here}: its data "
+                                f"positions do not apply. To continue it, relaunch {saved} workers with --resume; or "
+                                "start over with --fresh")])
 
 
 def fsync_files(folder: Path, prefix: str = "") -> None:
