@@ -90,7 +90,7 @@ def test_an_edited_spec_does_not_join_the_study_and_says_what_differs(tmp_path: 
     assert (code, out) == (1, "")
     assert err.splitlines() == [
         "other.yaml: error: the study 'tiny_mlp' in sqlite:///k9/study.db belongs to another sweep: "
-        "layers[hidden].activation is \"tanh\" here, \"relu\" in the study's; train.epochs is 1 (the default) here, "
+        "layers[hidden].activation is \"tanh\" here, \"relu\" in the study's; train.epochs is 1 here, "
         "2 in the study's; a study compares the trials of one spec, so this sweep cannot join it: expected the spec "
         "the study was made with, or a new study: -o NEW_FOLDER (each sweep folder keeps its own study)",
         "1 error found"]

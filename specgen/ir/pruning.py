@@ -79,10 +79,17 @@ def schedule_problems(loaded: LoadedSpec, s: PruneScheduleIR) -> list[Diagnostic
     k = span // s.frequency
     grid = " or ".join(str(s.begin_step + j * s.frequency) for j in (k, k + 1) if j >= 1)
     every = max(d for d in range(1, s.frequency + 1) if span % d == 0)
+    last = _apart(s.sparsity_at(s.last_step), s.final_sparsity)
     return [loaded.diagnostic(at, (
         f"end_step {s.end_step} is not begin_step + k * frequency ({s.begin_step} + k * {s.frequency}): masks would "
-        f"be recomputed {steps_text(s)}, and the last target would be sparsity {s.sparsity_at(s.last_step):.6g}, "
+        f"be recomputed {steps_text(s)}, and the last target would be sparsity {last}, "
         f"not final_sparsity {s.final_sparsity} {tfmot}; set end_step to {grid}, or frequency to {every}"))]
+
+
+def _apart(value: float, target: float) -> str:
+    """`value` with 6 significant digits, or as many more as it takes not to print as `target` (0.4999999995 is
+    not "0.5" beside final_sparsity 0.5)."""
+    return next((text for digits in range(6, 18) if float(text := f"{value:.{digits}g}") != target), repr(value))
 
 
 def _schedule(schedule: Any) -> PruneScheduleIR:

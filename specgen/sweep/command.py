@@ -95,6 +95,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     url = stores.checked_url(args.storage, folder)
     trials = args.trials if args.trials is not None else sweep.trials
     plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track, given)
+    plan.data  # noqa: B018  (hashed here: a data file that cannot be read is one line before anything is written)
     if args.storage is not None:  # a storage elsewhere opens, and its study is checked, before the folder is made
         storage = stores.open_storage(url, retry)
         check_study(plan, storage)

@@ -95,7 +95,14 @@ def _one_point(bounds: list[float] | list[int], step: float | None) -> None:
     low, high = bounds
     if step is not None and steps(low, high, step) < 1:  # counted as grid_values counts: [0.1, 0.3] by 0.2 is two
         raise ValueError(f"the step {step!r} is larger than the range [{low!r}, {high!r}], which then holds one "
-                         f"value ({low!r}); expected a step of at most {high - low:.6g}")
+                         f"value ({low!r}); expected a step of at most {_span(low, high)}")
+
+
+def _span(low: float, high: float) -> str:
+    """high - low as the largest step the range takes, counted in decimal as `steps` counts (0.09899999 for [0.001,
+    0.09999999], where 6 digits printed 0.099: a step too large for the range as well)."""
+    span = _decimal(high) - _decimal(low)
+    return str(span) if isinstance(low, int) and isinstance(high, int) else repr(float(span))
 
 
 def _decimal(value: float) -> Decimal:

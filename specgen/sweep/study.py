@@ -17,12 +17,14 @@ import shlex
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
+from specgen.sweep import datafiles
 from specgen.sweep import storage as stores
 from specgen.sweep.space import Param, grid_size
 from specgen.sweep.spec import MedianPruner, Sweep
@@ -49,6 +51,11 @@ MAY_CHANGE = {
     ("train", "tracking"): "where a trial is logged, not what it trains",
 }
 MAX_KEYS_TEXT = 50_000  # characters of the study's key list (MySQL's TEXT holds 65,535 bytes); past it, only the hash
+MAX_SHOWN = 80  # characters of one value in a refusal (around the first difference when two values begin alike)
+# A study's user attribute per sweep folder that opened it (the name ends in a digest of the folder, so processes
+# recording theirs at once never overwrite each other's): `specgen report --sweep DIR --storage URL` finds the study
+# DIR belongs to by it, also before DIR's first trial (each trial records its run folder too).
+FOLDER_ATTR = "specgen_folder_"
 
 
 @dataclass
@@ -89,6 +96,11 @@ class Plan:
         return {"metric": sweep["metric"], "direction": sweep["direction"], "space": sweep["space"],
                 "base": self.base, "spec": hashlib.sha256(text.encode()).hexdigest(),
                 "keys": found if len(text) <= MAX_KEYS_TEXT else None}
+
+    @cached_property
+    def data(self) -> dict[str, Any]:
+        """The data files the trials read (datafiles.py): hashed once, when a study is checked or made."""
+        return datafiles.fingerprint(self.loaded)
 
     def budget(self) -> int:
         if self.sweep.sampler != "grid":
@@ -173,11 +185,13 @@ def seeded(plan: Plan) -> BaseSampler:
     return Seeded()
 
 
-def study_keys(loaded: LoadedSpec, defaults: bool = False) -> dict[str, Any]:
+def study_keys(loaded: LoadedSpec, defaults: bool = False, written: bool = False) -> dict[str, Any]:
     """Every value the spec sets, defaults left out (a default written out is the same study, and a newer specgen's
     new defaults change no study), as `key -> value` with keys as --set writes them, without MAY_CHANGE's.
-    `defaults`: with them, for naming a value this spec leaves at its default."""
-    dumped = loaded.spec.model_dump(mode="json", by_alias=True, exclude_defaults=not defaults, warnings=False)
+    `defaults`: with them, for naming a value this spec leaves at its default; `written`: every value the spec (its
+    bases, its --sets) writes, a default included, so a refusal does not call a value written out "the default"."""
+    dumped = loaded.spec.model_dump(mode="json", by_alias=True, exclude_defaults=not (defaults or written),
+                                    exclude_unset=written, warnings=False)
     return dict(_leaves(dumped, ()))
 
 
@@ -200,54 +214,91 @@ def check_study(plan: Plan, storage: BaseStorage) -> None:
         study_id = storage.get_study_id_from_name(plan.study_name)
     except KeyError:  # no such study yet: this sweep makes it
         return
-    _refuse_another(plan, storage.get_study_user_attrs(study_id).get("specgen"))
+    _refuse_another(plan, storage.get_study_user_attrs(study_id))
 
 
 def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = lambda line: None) -> optuna.Study:
-    """The study, made on first use with the sweep's definition; a study of another definition is refused. `say`
-    gets a note when a study of an older specgen is made to record this spec."""
+    """The study, made on first use with the sweep's definition and data; a study of another definition, or whose
+    trials read other data, is refused. `say` gets a note when a study of an older specgen is made to record this
+    spec or its data."""
     import optuna
 
     study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
                                 load_if_exists=True, sampler=seeded(plan), pruner=pruner(plan.sweep))
-    stored = study.user_attrs.get("specgen")
-    _refuse_another(plan, stored)
+    attrs = study.user_attrs
+    _refuse_another(plan, attrs)
+    stored = attrs.get("specgen")
     if stored is None or "spec" not in stored:  # a new study, or one of an older specgen: record the whole spec
         study.set_user_attr("specgen", plan.definition())
-    if stored is not None and "spec" not in stored:
-        # Said: from now on this spec defines the study, so the spec its trials trained, if another one with the
-        # same sweep section, is refused by its own study.
-        say(f"note: the study '{plan.study_name}' in {stores.masked(plan.url)} was made by an older specgen, which "
-            f"recorded only its sweep section and --sets; it now records all of {plan.loaded.display} (as resolved), "
-            "and refuses a sweep of any other spec, or of this one edited, from now on")
+    if attrs.get(datafiles.ATTR) is None:  # likewise the data its trials read
+        study.set_user_attr(datafiles.ATTR, plan.data)
+    study.set_user_attr(folder_attr(plan.folder), str(plan.folder))
+    if stored is not None:
+        note = _upgraded(plan, "spec" not in stored, attrs.get(datafiles.ATTR) is None)
+        if note:
+            say(note)
     return study
 
 
-def _refuse_another(plan: Plan, stored: dict[str, Any] | None) -> None:
-    """One line saying what differs between the study's sweep and this one, and how to start a study of its own."""
+def folder_attr(folder: Path) -> str:
+    """The study's user attribute that records a sweep folder (FOLDER_ATTR)."""
+    return FOLDER_ATTR + hashlib.sha256(str(folder).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _upgraded(plan: Plan, spec: bool, data: bool) -> str:
+    """The note for a study of an older specgen that now records the spec (`spec`) or the data (`data`) too."""
+    where = f"note: the study '{plan.study_name}' in {stores.masked(plan.url)} was made by an older specgen"
+    if spec and data:  # said: from now on this spec, on these files, defines the study
+        return (f"{where}, which recorded only its sweep section and --sets; it now records all of "
+                f"{plan.loaded.display} (as resolved) and the data files it reads (each file's size and sha256), "
+                "and refuses a sweep of any other spec, of this one edited, or on other data, from now on")
+    if spec:
+        # Said: from now on this spec defines the study, so the spec its trials trained, if another one with the
+        # same sweep section, is refused by its own study.
+        return (f"{where}, which recorded only its sweep section and --sets; it now records all of "
+                f"{plan.loaded.display} (as resolved), and refuses a sweep of any other spec, or of this one edited, "
+                "from now on")
+    if data:  # the earlier trials' data cannot be checked any more: said, so a changed file is not taken for none
+        return (f"{where}, which did not record the data its trials read; it now records the files "
+                f"{plan.loaded.display} reads as they are now (each file's size and sha256), and refuses a sweep on "
+                "other data from now on (whether its earlier trials read these bytes cannot be checked)")
+    return ""
+
+
+def _refuse_another(plan: Plan, attrs: dict[str, Any]) -> None:
+    """One line saying what differs between the study's sweep and this one (the spec, the --sets, then the data),
+    and how to start a study of its own."""
+    stored = attrs.get("specgen")
     if stored is None:
         return
     mine = plan.definition()
+    at = None
     if stored.get("base") != mine["base"]:
         what = f"it was made with {_sets(stored.get('base') or [])}, and this sweep has {_sets(mine['base'])}"
-        again = "the --sets the study was made with"
+        again, why = "the --sets the study was made with", "the trials of one spec"
     elif "spec" not in stored:  # an older specgen's study records the sweep section alone
         parts = ("metric", "direction", "space")
         what = _differences({f"sweep.{k}": stored.get(k) for k in parts}, {f"sweep.{k}": mine[k] for k in parts})
-        again = "the spec the study was made with"
+        again, why = "the spec the study was made with", "the trials of one spec"
         if not what:
             return
     elif stored["spec"] != mine["spec"]:
-        what = _differences(stored.get("keys"), mine["keys"], study_keys(plan.loaded, defaults=True))
-        again = "the spec the study was made with"
+        what = _differences(stored.get("keys"), mine["keys"], study_keys(plan.loaded, defaults=True),
+                            study_keys(plan.loaded, written=True))
+        again, why = "the spec the study was made with", "the trials of one spec"
     else:
-        return
+        differ = datafiles.difference(attrs.get(datafiles.ATTR) or {}, plan.data)
+        if differ is None:
+            return
+        stage, what = differ
+        at = ("data", stage, datafiles.key_of(plan.loaded, stage))
+        again, why = "the data files the study was made with (as they were)", "trials trained on the same data"
     fix = ("-o NEW_FOLDER (each sweep folder keeps its own study)" if plan.url == stores.default_url(plan.folder)
            # Not `--set name=...`: `specgen report --sweep` takes no --set, and looks the study up by the spec's name
            else "a copy of the spec with another 'name' (the study's name in this storage) or another --storage")
-    raise SpecError([Diagnostic(plan.loaded.display, None, (
-        f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
-        f"compares the trials of one spec, so this sweep cannot join it: expected {again}, or a new study: {fix}"))])
+    message = (f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
+               f"compares {why}, so this sweep cannot join it: expected {again}, or a new study: {fix}")
+    raise SpecError([plan.loaded.diagnostic(at, message) if at else Diagnostic(plan.loaded.display, None, message)])
 
 
 def _sets(base: list[str]) -> str:
@@ -255,14 +306,13 @@ def _sets(base: list[str]) -> str:
 
 
 def _differences(stored: dict[str, Any] | None, mine: dict[str, Any] | None, full: dict[str, Any] | None = None,
-                 shown_at_most: int = 3) -> str:
+                 written: dict[str, Any] | None = None, shown_at_most: int = 3) -> str:
     """`train.epochs is 1 (the default) here, 2 in the study's; ...` for the first keys that differ (in this
-    spec's order); `full`: this spec's values with its defaults."""
+    spec's order); `full`: this spec's values with its defaults; `written`: the values it writes, defaults too."""
     if stored is None or mine is None:
         return "its spec differs from this one (the study records only its hash, the spec being that long)"
     differ = [k for k in [*mine, *(k for k in stored if k not in mine)] if stored.get(k, _UNSET) != mine.get(k, _UNSET)]
-    said = [f"{k} is {_value(mine, k, full or {})} here, {_value(stored, k, {})} in the study's"
-            for k in differ[:shown_at_most]]
+    said = [_difference(k, {**(written or {}), **mine}, stored, full or {}) for k in differ[:shown_at_most]]
     more = f" (and {len(differ) - shown_at_most} more key(s))" if len(differ) > shown_at_most else ""
     return "; ".join(said) + more
 
@@ -270,11 +320,37 @@ def _differences(stored: dict[str, Any] | None, mine: dict[str, Any] | None, ful
 _UNSET = object()
 
 
-def _value(keys: dict[str, Any], key: str, defaults: dict[str, Any]) -> str:
-    """A value as JSON writes it (at most 80 characters); one a spec leaves out is its default."""
-    if key in keys:
-        return json.dumps(keys[key], separators=(", ", ": "))[:80]
-    return f"{_value(defaults, key, {})} (the default)" if key in defaults else "the default"
+def _difference(key: str, mine: dict[str, Any], stored: dict[str, Any], defaults: dict[str, Any]) -> str:
+    """`KEY is A here, B in the study's`: each value as JSON writes it (a float as the shortest text that reads back
+    to it), cut around the first character where they differ when both are long, so two values never read alike;
+    a value left out is the default (with this spec's default value where known)."""
+    here = _json(mine[key]) if key in mine else _json(defaults[key]) if key in defaults else None
+    there = _json(stored[key]) if key in stored else None
+    here_text, there_text = _apart(here or "", there or "")
+    if key not in mine:
+        here_text = f"{here_text} (the default)" if here is not None else "the default"
+    if there is None:
+        there_text = "the default"
+    return f"{key} is {here_text} here, {there_text} in the study's"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _apart(one: str, other: str) -> tuple[str, str]:
+    """Both texts at most MAX_SHOWN characters, cut so that they still differ where they do: from a little before
+    their first difference when it lies past the cut."""
+    if max(len(one), len(other)) <= MAX_SHOWN:
+        return one, other
+    first = next((i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), min(len(one), len(other)))
+    start = 0 if first < MAX_SHOWN - 10 else first - 20
+    return _cut(one, start), _cut(other, start)
+
+
+def _cut(text: str, start: int) -> str:
+    part = text[start:start + MAX_SHOWN]
+    return ("…" if start else "") + part + ("…" if start + MAX_SHOWN < len(text) else "")
 
 
 def ordinal(trials: list[FrozenTrial], number: int) -> int:

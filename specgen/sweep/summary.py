@@ -291,8 +291,41 @@ def _load_study(loaded: Any, folder: Path, storage_url: str | None) -> tuple[Any
                 raise _usage(f"--storage {stores.masked(url)}: no such file; expected the storage the sweep ran "
                              "with (its --storage)")
     storage = stores.open_storage(url, retry, "report")
+    if url != stores.default_url(folder):  # a storage of many sweeps: the one in `folder` must be this spec's
+        _check_owner(storage, loaded, folder, url)
     try:
         return optuna.load_study(study_name=loaded.spec.name, storage=storage), url
     except KeyError:
         raise _usage(f"--sweep: {stores.masked(url)} holds no study '{loaded.spec.name}'; expected the storage "
                      "of this spec's sweep") from None
+
+
+def _check_owner(storage: Any, loaded: Any, folder: Path, url: str) -> None:
+    """Refuse a folder whose sweep is not the study of this spec (named after its `name`) in `storage`: the page
+    titled with the folder drew that study's trials, of another folder. A sweep records its folder in the study
+    (study.folder_attr), and each trial its run folder in it."""
+    from specgen.sweep import storage as stores
+
+    owners = _owners(storage, folder.resolve())
+    if loaded.spec.name in owners:
+        return
+    where = stores.masked(url)
+    if owners:
+        raise _usage(f"--sweep {shown(folder)}: that folder holds the sweep of the study '{owners[0]}' in {where}, "
+                     f"not of '{loaded.spec.name}' (the study named after {loaded.display}'s 'name'); expected the "
+                     f"spec that sweep ran (its 'name': {owners[0]}), or the folder of a sweep of {loaded.display}")
+    raise _usage(f"--sweep {shown(folder)}: no study in {where} ran a sweep in that folder; expected the folder (-o) "
+                 "of a sweep that used this storage")
+
+
+def _owners(storage: Any, folder: Path) -> list[str]:
+    """The studies in `storage` that a sweep in `folder` (resolved) opened, or whose trials ran in it."""
+    from specgen.sweep.study import folder_attr
+
+    key = folder_attr(folder)
+    found = []
+    for study in storage.get_all_studies():
+        trials = storage.get_all_trials(study._study_id, deepcopy=False)  # Optuna's storage API names studies by id
+        if key in study.user_attrs or any(Path(str(t.user_attrs.get("folder", ""))).parent == folder for t in trials):
+            found.append(study.study_name)
+    return found
