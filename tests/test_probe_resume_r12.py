@@ -202,3 +202,58 @@ def test_the_positions_of_another_worker_count_are_still_refused(tmp_path: Path)
         f"{checkpoint / 'meta.json'}: error: checkpoint {CKPT} holds the data positions of 2 workers that read "
         "disjoint shards, but this run has 3 workers that read disjoint shards: its data positions do not apply. To "
         "continue it, relaunch 2 workers with --resume; or start over with --fresh")
+
+
+# --- --probe --resume says what --resume says: other damaged checkpoints, and a spec changed since -------------------
+
+@pytest.mark.slow
+def test_probe_on_resume_notes_the_damaged_checkpoints_resume_notes(folder: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An older checkpoint whose meta.json does not read: --resume goes on beside it with a note, and the probe
+    prints that note, word for word, where --resume prints it (after `latest`'s note)."""
+    cli(folder, capsys, "--steps", "3", "--quiet")
+    (folder / "run" / "ckpt-00000001" / "meta.json").write_text("{")
+    (folder / "run" / "latest").write_text("ckpt-00000002\n")
+    damaged = ("note: run/ckpt-00000001/meta.json: checkpoint ckpt-00000001 is unreadable: not valid JSON (Expecting "
+               "property name enclosed in double quotes); it is left as it is (pruning never removes a checkpoint "
+               "whose save order it cannot read)")
+    latest = ("note: run/latest names ckpt-00000002, saved before ckpt-00000003; using ckpt-00000003, the newest "
+              "checkpoint there")
+    assert head(cli(folder, capsys, "--probe", "--resume")) == [
+        "probe: one batch of 64 examples, weights from the checkpoint run/ckpt-00000003", latest, damaged]
+    assert head(cli(folder, capsys, "--probe", "--resume-from", "run/ckpt-00000002")) == [
+        "probe: one batch of 64 examples, weights from the checkpoint run/ckpt-00000002", damaged]
+    assert cli(folder, capsys, "--resume", "--steps", "1", "--quiet")[:2] == [latest, damaged]
+
+
+@pytest.mark.slow
+def test_probe_on_resume_refuses_a_changed_spec_as_resume_does(folder: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """fc widened since the checkpoint: the probe gives --resume's refusal (resume_fit.py), not a failed read of
+    the checkpoint's variables."""
+    cli(folder, capsys, "--steps", "1", "--quiet")
+    (folder / "lr.yaml").write_text(SPEC.replace("units: 4", "units: 5"))
+    errors = [run_cli(["train", "lr.yaml", *args], capsys, folder) for args in (
+        ["--probe", "--resume"], ["--probe", "--resume-from", "run/ckpt-00000001"], ["--resume", "--steps", "1"])]
+    assert errors[0] == errors[1] == errors[2]
+    assert errors[0] == (1, "", "run/ckpt-00000001/variables.index: error: --resume: 'fc/kernel' is float32[6, 4] in "
+                         "ckpt-00000001 but float32[6, 5] in this spec (8 more differences); the spec changed since "
+                         "ckpt-00000001 was saved. Nothing was changed. Undo the change to resume, or start a new run "
+                         "that restores only the model variables from it: checkpoint.restore: [{from: "
+                         "run/ckpt-00000001}] and another checkpoint.dir (docs/finetune.md)\n1 error found\n")
+
+
+@pytest.mark.slow
+def test_probe_on_resume_prints_the_fit_note_resume_prints(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint of an older specgen (no `optimizers` in meta.json): both say its kinds went unchecked."""
+    cli(folder, capsys, "--steps", "1", "--quiet")
+    meta_file = folder / "run" / "ckpt-00000001" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["optimizers"]
+    meta_file.write_text(json.dumps(meta))
+    note = ("note: ckpt-00000001 records no optimizer kinds (an older specgen saved it): --resume compared the names "
+            "of their saved slots only, so a change of kind with the same slots (adam -> adamw) is not noticed")
+    assert head(cli(folder, capsys, "--probe", "--resume")) == [
+        "probe: one batch of 64 examples, weights from the checkpoint run/ckpt-00000001", note]
+    assert cli(folder, capsys, "--resume", "--steps", "1", "--quiet")[:2] == [
+        note, "resumed from run/ckpt-00000001 at step 1"]

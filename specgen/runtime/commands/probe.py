@@ -11,7 +11,9 @@ Nothing is written: the generated code is rendered in memory and imported from a
 folder, the run folder is neither created nor read (unless --resume / --resume-from name a
 checkpoint to probe, which is only read), and every variable the update changed is restored.
 A checkpoint is probed under the spec --resume trains from it: with the `--set` overrides the
-run kept (resume.py with_kept_overrides), then this command's.
+run kept (resume.py with_kept_overrides), then this command's; and it says what --resume says first, with the same
+functions: the notes on other damaged checkpoints in the run folder (resume.py damage_notes), and the refusal of a
+checkpoint whose saved state the spec would reinterpret (resume_fit.py check_fit).
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ import tensorflow as tf
 from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.model import ModelIR
+from specgen.ir.training.build import run_folder
 from specgen.kinds.features import accumulate
 from specgen.paths import shown
 from specgen.pipeline import Built, build
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
-from specgen.runtime.commands.resume import Start, verified_meta, with_kept_overrides
+from specgen.runtime.commands.resume import Start, damage_notes, verified_meta, with_kept_overrides
+from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.commands.session import follow_spec_rates, rates_before_restore
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
@@ -169,6 +173,8 @@ def probe(built: Built, begin: Start | None = None) -> Probe:
     train = training.train
     source = data.read_stage(loaded, ir, "train")
     assert source is not None
+    if begin is not None:  # where Session checks it too: a spec whose shapes changed gets --resume's refusal
+        begin.notes += check_fit(ir, begin)
     batch = train.batch_size or source.examples  # `batch_size: full`: the whole training set
     with tempfile.TemporaryDirectory(prefix="specgen-probe-") as folder:
         model, trainer, seed = _load(built, Path(folder))
@@ -279,7 +285,10 @@ def run_probe(built: Built, resume: bool = False, checkpoint: Path | None = None
     if resume:
         checkpoint, note = newest_checkpoint(built.loaded, built.ir)
     if checkpoint is not None:
+        folder = CheckpointFolder(run_folder(built.loaded), 1)  # the one --resume's notes are about (resume.py)
         built, begin = resumed_spec(built, checkpoint)
-        begin.notes += [note] if note else []  # printed as --resume prints it, before any rate note
+        # Printed as --resume prints them, in its order: `latest`'s note, the other damaged checkpoints, then
+        # check_fit's and the learning rates' (probe).
+        begin.notes += ([note] if note else []) + damage_notes(folder, checkpoint)
     print(format_probe(probe(built, begin)))
     return 0

@@ -211,9 +211,10 @@ def _damaged_newer(damaged: Path, display: str) -> SpecError:
                             "start over with --fresh (it moves this run aside, deleting nothing)")
 
 
-def _damage_notes(checkpoints: CheckpointFolder, chosen: Path) -> list[str]:
+def damage_notes(checkpoints: CheckpointFolder, chosen: Path) -> list[str]:
     """One note per other ckpt-* folder whose meta.json does not read: its save order is unknown, so the run goes
-    on beside it and pruning never removes it. Said, so that it is neither passed over nor kept in silence."""
+    on beside it and pruning never removes it. Said, so that it is neither passed over nor kept in silence (by
+    `--probe --resume` too, probe.py)."""
     notes = []
     for folder in checkpoints.unreadable():
         if folder != chosen and (exc := meta_damage(folder)) is not None:
@@ -427,5 +428,5 @@ def _prepare(start: Start, options: Options, chief: bool) -> Start:
         start.notes.append(note)
     start.meta = verified_meta(start.checkpoint, loaded)
     if chief:
-        start.notes += _damage_notes(checkpoints, start.checkpoint)
+        start.notes += damage_notes(checkpoints, start.checkpoint)
     return with_kept_overrides(start, start.meta, list(options.overrides))
