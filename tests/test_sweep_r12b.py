@@ -229,3 +229,49 @@ def test_the_largest_step_of_a_range_is_exact(tmp_path: Path, capsys: pytest.Cap
     assert (code, out) == (1, "")
     assert err.splitlines()[0].endswith("uniform: the step 0.1 is larger than the range [0.001, 0.09999999], which "
                                         "then holds one value (0.001); expected a step of at most 0.09899999")
+
+
+# --- one sweep folder, one study ------------------------------------------------------------------------------------
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_of_another_study_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Trial run folders are named by their number in their study: a second study in one folder would write over the
+    first one's trial-0000. Refused with the default storage (the folder's study.db), a shared one, and another one
+    (the folder's study.db still says whose folder it is)."""
+    make_study(write(tmp_path), tmp_path / "out1")
+    write(tmp_path, SPEC.replace("name: tiny_mlp", "name: tiny_mlp2"), "mlp2.yaml")
+    before = snapshot(tmp_path / "out1")
+    refusal = ("specgen sweep: error: the sweep folder out1 belongs to the study 'tiny_mlp' in sqlite:///out1/study.db: "
+               "its trials' run folders (trial-NNNN) would be written over by the trials of the study '{name}' in "
+               "{url} ({spec}'s 'name'); expected a folder of this study's own: -o NEW_FOLDER\n")
+    for name, spec, storage in [("tiny_mlp2", "mlp2.yaml", []),
+                                ("tiny_mlp2", "mlp2.yaml", ["--storage", "sqlite:///out1/study.db"]),
+                                ("tiny_mlp", "mlp.yaml", ["--storage", "sqlite:///shared.db"])]:
+        code, out, err = run_cli(["sweep", spec, "-o", "out1", *storage], capsys, tmp_path)
+        url = storage[1] if storage else "sqlite:///out1/study.db"
+        assert (code, out, err) == (2, "", refusal.format(name=name, url=url, spec=spec))
+        assert snapshot(tmp_path / "out1") == before
+    assert not (tmp_path / "shared.db").exists()
+    # Its own folder, or the same study again in its own folder and storage, is no refusal
+    make_study(tmp_path / "mlp2.yaml", tmp_path / "out2", f"sqlite:///{tmp_path / 'out1' / 'study.db'}")
+    make_study(tmp_path / "mlp.yaml", tmp_path / "out1")
+
+
+def test_editing_checkpoint_every_steps_or_keep_joins_the_study(tmp_path: Path) -> None:
+    """Where a trial saves and how many checkpoints it keeps change nothing it learns (MAY_CHANGE); a study that
+    recorded them, made before they joined MAY_CHANGE, is joined too."""
+    import optuna
+
+    assert "checkpoint: {dir: runs/tiny}" in SPEC
+    make_study(write(tmp_path), tmp_path / "k9")
+    for edit in ["keep: 9", "every_steps: 7", "every_steps: 7, keep: 9"]:
+        edited = write(tmp_path, SPEC.replace("{dir: runs/tiny}", f"{{dir: runs/tiny, {edit}}}"), "edited.yaml")
+        plan, _ = make_study(edited, tmp_path / "k9")  # no refusal
+    study = optuna.load_study(study_name="tiny_mlp", storage=plan.url)
+    recorded = study.user_attrs["specgen"]
+    study.set_user_attr("specgen", {**recorded, "spec": "0" * 64, "keys": {**recorded["keys"], "checkpoint.keep": 9}})
+    make_study(edited, tmp_path / "k9")

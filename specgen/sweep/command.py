@@ -74,7 +74,16 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     from specgen.sweep import storage as stores
     from specgen.sweep.claim import ownerless_grace
     from specgen.sweep.driver import Runner
-    from specgen.sweep.study import Plan, check_study, open_study, quiet_optuna, retry, sweep_folder
+    from specgen.sweep.study import (
+        Plan,
+        check_folder,
+        check_own_folder,
+        check_study,
+        open_study,
+        quiet_optuna,
+        retry,
+        sweep_folder,
+    )
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
     track = None
@@ -96,14 +105,18 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     trials = args.trials if args.trials is not None else sweep.trials
     plan = Plan(loaded, sweep, params, folder, url, trials, args.parallel or 1, list(args.set), track, given)
     plan.data  # noqa: B018  (hashed here: a data file that cannot be read is one line before anything is written)
-    if args.storage is not None:  # a storage elsewhere opens, and its study is checked, before the folder is made
-        storage = stores.open_storage(url, retry)
-        check_study(plan, storage)
     from specgen.atomic import checked_folder
 
+    if args.storage is not None:  # a storage elsewhere opens, and its study is checked, before the folder is made
+        checked_folder(given.parent, given, create=False)  # not a link: its own study.db is read first
+        check_own_folder(plan)
+        storage = stores.open_storage(url, retry)
+        check_study(plan, storage)
+        check_folder(plan, storage, url)
     checked_folder(given.parent, given, create=True)  # a link or a file there is refused, not followed
     if args.storage is None:  # in the folder: a study there is checked as it opens, and the folder existed then
         storage = stores.open_storage(url, retry)
+        check_folder(plan, storage, url)
     notes: list[str] = []
     study = open_study(plan, storage, notes.append)
     print(_header(plan, len(study.get_trials(deepcopy=False))), *notes, sep="\n")

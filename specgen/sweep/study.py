@@ -26,6 +26,7 @@ from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 from specgen.sweep import datafiles
 from specgen.sweep import storage as stores
+from specgen.sweep.errors import SweepUsageError
 from specgen.sweep.space import Param, grid_size
 from specgen.sweep.spec import MedianPruner, Sweep
 
@@ -47,6 +48,11 @@ MAY_CHANGE = {
     ("doc",): "text",
     ("lints",): "what `specgen validate` warns about",
     ("checkpoint", "dir"): "every trial trains in its own run folder (SWEEP/trial-NNNN)",
+    # Each update is seeded by its number and the data iterator runs on through a save, so where a trial saves
+    # changes no value it learns (docs/training.md); a train/ metric's points may fall on other steps (LOG_EVERY and
+    # each save end a chunk), which only changes when the pruner looks, as a changed pruner does.
+    ("checkpoint", "every_steps"): "when a trial saves, not what it trains",
+    ("checkpoint", "keep"): "how many of a trial's checkpoints stay on disk",
     ("export",): "a sweep never exports",
     ("train", "tracking"): "where a trial is logged, not what it trains",
 }
@@ -217,6 +223,47 @@ def check_study(plan: Plan, storage: BaseStorage) -> None:
     _refuse_another(plan, storage.get_study_user_attrs(study_id))
 
 
+def check_folder(plan: Plan, storage: BaseStorage, url: str) -> None:
+    """Refuse, before anything is written, a sweep folder that another study's sweep ran in (its study in `storage`,
+    at `url`, recorded the folder, or its trials ran there): trial run folders are named by their number in their
+    study (trial-NNNN), so a second study's trials would write into the first one's. This sweep's own study is no
+    other study; in a storage other than the sweep's, a study of the same name is (another table of trials)."""
+    others = [name for name in owners(storage, plan.folder) if name != plan.study_name or url != plan.url]
+    if not others:
+        return
+    message = (f"the sweep folder {plan.shown(plan.folder)} belongs to the study '{others[0]}' in "
+               f"{stores.masked(url)}: its trials' run folders (trial-NNNN) would be written over by the trials of "
+               f"the study '{plan.study_name}' in {stores.masked(plan.url)} ({plan.loaded.display}'s 'name'); "
+               "expected a folder of this study's own: -o NEW_FOLDER")
+    raise SweepUsageError(message)
+
+
+def check_own_folder(plan: Plan) -> None:
+    """The sweep folder's own study.db, when the study lives in another storage (--storage): a sweep that kept its
+    study there ran in this folder (check_folder). Called once the folder is checked (not a link, which would be
+    followed), before the storage opens."""
+    own = stores.default_url(plan.folder)
+    if _sqlite_file(plan.url) == plan.folder / "study.db" or not (plan.folder / "study.db").is_file():
+        return
+    check_folder(plan, stores.open_storage(own, retry), own)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a `sqlite:///PATH` URL names, resolved (a relative PATH counts from the working directory)."""
+    return Path(url.removeprefix("sqlite:///")).resolve() if url.startswith("sqlite:///") else None
+
+
+def owners(storage: BaseStorage, folder: Path) -> list[str]:
+    """The studies in `storage` that a sweep in `folder` (resolved) opened, or whose trials ran in it."""
+    key = folder_attr(folder)
+    found = []
+    for study in storage.get_all_studies():
+        trials = storage.get_all_trials(study._study_id, deepcopy=False)  # Optuna's storage API names studies by id
+        if key in study.user_attrs or any(Path(str(t.user_attrs.get("folder", ""))).parent == folder for t in trials):
+            found.append(study.study_name)
+    return found
+
+
 def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = lambda line: None) -> optuna.Study:
     """The study, made on first use with the sweep's definition and data; a study of another definition, or whose
     trials read other data, is refused. `say` gets a note when a study of an older specgen is made to record this
@@ -282,8 +329,8 @@ def _refuse_another(plan: Plan, attrs: dict[str, Any]) -> None:
         again, why = "the spec the study was made with", "the trials of one spec"
         if not what:
             return
-    elif stored["spec"] != mine["spec"]:
-        what = _differences(stored.get("keys"), mine["keys"], study_keys(plan.loaded, defaults=True),
+    elif stored["spec"] != mine["spec"] and _comparable(stored.get("keys")) != mine["keys"]:
+        what = _differences(_comparable(stored.get("keys")), mine["keys"], study_keys(plan.loaded, defaults=True),
                             study_keys(plan.loaded, written=True))
         again, why = "the spec the study was made with", "the trials of one spec"
     else:
@@ -299,6 +346,15 @@ def _refuse_another(plan: Plan, attrs: dict[str, Any]) -> None:
     message = (f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
                f"compares {why}, so this sweep cannot join it: expected {again}, or a new study: {fix}")
     raise SpecError([plan.loaded.diagnostic(at, message) if at else Diagnostic(plan.loaded.display, None, message)])
+
+
+def _comparable(keys: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A study's recorded keys without those MAY_CHANGE now lists: one recorded before a key joined MAY_CHANGE
+    holds it, and a sweep that still writes it is the same study."""
+    if keys is None:
+        return None
+    dotted = [".".join(map(str, path)) for path in MAY_CHANGE]
+    return {k: v for k, v in keys.items() if not any(k == d or k.startswith((d + ".", d + "[")) for d in dotted)}
 
 
 def _sets(base: list[str]) -> str:

@@ -305,8 +305,9 @@ def _check_owner(storage: Any, loaded: Any, folder: Path, url: str) -> None:
     titled with the folder drew that study's trials, of another folder. A sweep records its folder in the study
     (study.folder_attr), and each trial its run folder in it."""
     from specgen.sweep import storage as stores
+    from specgen.sweep.study import owners as owners_of
 
-    owners = _owners(storage, folder.resolve())
+    owners = owners_of(storage, folder.resolve())
     if loaded.spec.name in owners:
         return
     where = stores.masked(url)
@@ -317,15 +318,3 @@ def _check_owner(storage: Any, loaded: Any, folder: Path, url: str) -> None:
     raise _usage(f"--sweep {shown(folder)}: no study in {where} ran a sweep in that folder; expected the folder (-o) "
                  "of a sweep that used this storage")
 
-
-def _owners(storage: Any, folder: Path) -> list[str]:
-    """The studies in `storage` that a sweep in `folder` (resolved) opened, or whose trials ran in it."""
-    from specgen.sweep.study import folder_attr
-
-    key = folder_attr(folder)
-    found = []
-    for study in storage.get_all_studies():
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)  # Optuna's storage API names studies by id
-        if key in study.user_attrs or any(Path(str(t.user_attrs.get("folder", ""))).parent == folder for t in trials):
-            found.append(study.study_name)
-    return found
