@@ -186,11 +186,11 @@ def test_probe_on_resume_probes_at_the_specs_rate(folder: Path, capsys: pytest.C
 
 
 def test_the_runtime_schedule_is_the_generated_one() -> None:
-    """session.spec_schedule builds each registered kind as render/train_plan.py writes it into train.py."""
+    """resume_rates.spec_schedule builds each registered kind as render/train_plan.py writes it into train.py."""
     from specgen.ir.training import ScheduleIR
     from specgen.kinds.schedules import REGISTRY
     from specgen.render.train_plan import _schedule
-    from specgen.runtime.commands.session import spec_schedule
+    from specgen.runtime.commands.resume_rates import spec_schedule
     from specgen.runtime.lib import schedules
 
     specs = {"constant": {"initial": 0.1}, "exponential_decay": {"initial": 0.1, "decay_steps": 3, "decay_rate": 0.5},

@@ -1,5 +1,5 @@
 """Review rt12, findings 5, 7 and 8 (finding 6: tests/test_resume_lr_r12.py test_the_runtime_schedule_is_the_generated_one
-already compares session.spec_schedule with the generated train.py's schedule for every kind of the registry).
+already compares resume_rates.spec_schedule with the generated train.py's schedule for every kind of the registry).
 
 - 5: `--probe --resume` probed at the spec's learning rate without the note `--resume` prints when it differs from
   the checkpoint's.

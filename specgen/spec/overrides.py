@@ -233,7 +233,7 @@ def load_with_overrides(path: Path, overrides: list[str]) -> LoadedSpec:
 def overridden_learning_rates(overrides: list[str]) -> set[str]:
     """Optimizer names whose learning rate an override sets. A resume (and `--probe --resume`) notes no change of
     their rates, the --set being in view already (on the `resumed from` line; the probe's command line); every rate
-    follows the spec after a resume, not only these (runtime/commands/session.py follow_spec_rates)."""
+    follows the spec after a resume, not only these (runtime/commands/resume_rates.py follow_spec_rates)."""
     names = set()
     for text in overrides:
         parts, _ = parse_override(text)

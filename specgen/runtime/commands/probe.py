@@ -39,7 +39,7 @@ from specgen.runtime.checkpoint import CheckpointFolder, read_values
 from specgen.runtime.commands.restore import apply_plan, plan_restore
 from specgen.runtime.commands.resume import Start, damage_notes, verified_meta, with_kept_overrides
 from specgen.runtime.commands.resume_fit import check_fit
-from specgen.runtime.commands.session import follow_spec_rates, rates_before_restore
+from specgen.runtime.commands.resume_rates import follow_spec_rates, rates_before_restore
 from specgen.runtime.lib.generated import load_generated
 from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.runtime.lib.optimizers import dense
