@@ -31,23 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --- 5: --probe --resume says what --resume says of the learning rate ------------------------------------------
 
-LR_SPEC = """\
-specgen: 1
-name: lr
-inputs: {{x: {{shape: [6]}}}}
-outputs: {{logits: out}}
-layers:
-  - {{name: fc, op: dense, units: 4, activation: tanh}}
-  - {{name: out, op: dense, units: 3}}
-loss: {{kind: sparse_softmax_cross_entropy, logits: logits, labels: label}}
-optimizers:
-  all: {{kind: adam, learning_rate: {rate}}}
-train: {{batch_size: 16, shuffle_buffer: 1}}
-data: {{train: {{npz: d.npz, features: {{x: x}}, labels: {{label: y}}}}}}
-checkpoint: {{dir: run, every_steps: 1}}
-"""
-
-
 @pytest.mark.slow
 def test_probe_on_resume_notes_a_learning_rate_edited_since_the_checkpoint(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,10 +38,11 @@ def test_probe_on_resume_notes_a_learning_rate_edited_since_the_checkpoint(
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((64, 6)).astype(np.float32),
              y=rng.integers(0, 3, 64).astype(np.int64))
-    spec = tmp_path / "lr.yaml"
-    spec.write_text(LR_SPEC.format(rate="0.01"))
+    from test_resume_lr_r12 import write_spec  # its spec (TensorFlow is there: the import is here)
+
+    write_spec(tmp_path, "adam", "0.01")
     assert run_cli(["train", "lr.yaml", "--steps", "2", "--quiet"], capsys, tmp_path)[0] == 0
-    spec.write_text(LR_SPEC.format(rate="0.02"))
+    write_spec(tmp_path, "adam", "0.02")
     code, out, err = run_cli(["train", "lr.yaml", "--probe", "--resume"], capsys, tmp_path)
     assert (code, err) == (0, "")
     lines = out.splitlines()
