@@ -118,7 +118,7 @@ def test_only_the_budget_and_how_trials_are_drawn_may_change(tmp_path: Path) -> 
     """sweep.trials, sampler, seed, pruner, doc, checkpoint.dir, export and train.tracking may change (study.py
     MAY_CHANGE); a default written out is no change; anything else is another study."""
     from specgen.spec.overrides import load_with_overrides
-    from specgen.sweep.study import check_study
+    from specgen.sweep.membership import check_study
 
     plan, study = make_study(write(tmp_path), tmp_path / "s")
     same = SPEC.replace("trials: 2", "trials: 7\n  sampler: random\n  seed: 3\n  pruner: median").replace(

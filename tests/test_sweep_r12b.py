@@ -69,7 +69,7 @@ def test_data_read_from_another_working_folder_are_the_same_data(tmp_path: Path)
     import os
 
     from specgen.sweep.datafiles import fingerprint
-    from specgen.sweep.study import check_study
+    from specgen.sweep.membership import check_study
 
     local_spec(tmp_path)
     plan, study = make_study(tmp_path / "mlp.yaml", tmp_path / "k9")
@@ -197,7 +197,7 @@ def test_a_value_written_out_is_not_called_the_default(tmp_path: Path, capsys: p
 
 
 def test_long_values_are_cut_where_they_differ() -> None:
-    from specgen.sweep.study import _differences
+    from specgen.sweep.membership import _differences
 
     start = "runs/" + "a" * 100
     assert _differences({"data.train.npz": f"{start}/old.npz"}, {"data.train.npz": f"{start}/new.npz"}) == (

@@ -5,7 +5,7 @@ rewritten with other rows trains and evaluates something else, yet the spec (whi
 the study records each file that data.train and data.eval read (provenance.data_fingerprint, the record `specgen
 train` keeps of a run's data: each file's size and sha256), with its path relative to the spec's folder (the same
 files, reached from another working folder or machine, are the same data), and a sweep on other bytes is refused
-naming the file. The record is a study user attribute of its own (ATTR), apart from the spec's (study.py), so that
+naming the file. The record is a study user attribute of its own (ATTR), apart from the spec's (membership.py), so that
 each stays under a storage's text column; past MAX_TEXT characters of file list, only each stage's digest is kept.
 """
 
@@ -89,7 +89,7 @@ def difference(stored: dict[str, Any], mine: dict[str, Any]) -> tuple[str, str] 
     for stage in STAGES:
         old, new = stored.get(stage), mine.get(stage)
         if not isinstance(old, dict) or not isinstance(new, dict) or old.get("sha256") == new.get("sha256"):
-            continue  # a stage only one side has: their specs differ, which study.py says first
+            continue  # a stage only one side has: their specs differ, which membership.py says first
         found += _files_differ(stage, old, new)
     if not found:
         return None

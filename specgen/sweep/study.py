@@ -5,7 +5,7 @@ Each worker thread (driver.py) has its own Study object: its sampler is made ane
 n the trial's place among the trials that were not interrupted (`ordinal`), so a sweep draws the same values
 whether it ran in one go or was resumed, and processes sharing a study do not draw the same values from one seed.
 An interrupted trial (its sweep process gone) does not count toward the budget, and its values are queued again
-(`retry`).
+(`retry`). Which sweeps may join a study, and which folder is whose, is membership.py's.
 """
 
 from __future__ import annotations
@@ -13,20 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 from specgen.sweep import datafiles
 from specgen.sweep import storage as stores
-from specgen.sweep.errors import SweepUsageError
+from specgen.sweep.membership import check_folder, folder_attr, refuse_another, study_keys, upgraded_note
 from specgen.sweep.space import Param, grid_size
 from specgen.sweep.spec import MedianPruner, Sweep
 
@@ -37,31 +35,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 
-# What may change between two runs of one study; every other key of the resolved spec (with the sweep's own --sets)
-# defines it, so trials of another model, other data or other training never join it (docs/sweeps.md, "Several
-# processes and machines"). Each entry says why a change leaves the trials comparable.
-MAY_CHANGE = {
-    ("sweep", "trials"): "the budget: how many trials, not what a trial is (--trials replaces it)",
-    ("sweep", "sampler"): "how the next values are drawn, not what a trial with them trains",
-    ("sweep", "seed"): "how the next values are drawn",
-    ("sweep", "pruner"): "when the next trials are stopped early",
-    ("doc",): "text",
-    ("lints",): "what `specgen validate` warns about",
-    ("checkpoint", "dir"): "every trial trains in its own run folder (SWEEP/trial-NNNN)",
-    # Each update is seeded by its number and the data iterator runs on through a save, so where a trial saves
-    # changes no value it learns (docs/training.md); a train/ metric's points may fall on other steps (LOG_EVERY and
-    # each save end a chunk), which only changes when the pruner looks, as a changed pruner does.
-    ("checkpoint", "every_steps"): "when a trial saves, not what it trains",
-    ("checkpoint", "keep"): "how many of a trial's checkpoints stay on disk",
-    ("export",): "a sweep never exports",
-    ("train", "tracking"): "where a trial is logged, not what it trains",
-}
 MAX_KEYS_TEXT = 50_000  # characters of the study's key list (MySQL's TEXT holds 65,535 bytes); past it, only the hash
-MAX_SHOWN = 80  # characters of one value in a refusal (around the first difference when two values begin alike)
-# A study's user attribute per sweep folder that opened it (the name ends in a digest of the folder, so processes
-# recording theirs at once never overwrite each other's): `specgen report --sweep DIR --storage URL` finds the study
-# DIR belongs to by it, also before DIR's first trial (each trial records its run folder too).
-FOLDER_ATTR = "specgen_folder_"
 
 
 @dataclass
@@ -191,53 +165,6 @@ def seeded(plan: Plan) -> BaseSampler:
     return Seeded()
 
 
-def study_keys(loaded: LoadedSpec, defaults: bool = False, written: bool = False) -> dict[str, Any]:
-    """Every value the spec sets, defaults left out (a default written out is the same study, and a newer specgen's
-    new defaults change no study), as `key -> value` with keys as --set writes them, without MAY_CHANGE's.
-    `defaults`: with them, for naming a value this spec leaves at its default; `written`: every value the spec (its
-    bases, its --sets) writes, a default included, so a refusal does not call a value written out "the default"."""
-    dumped = loaded.spec.model_dump(mode="json", by_alias=True, exclude_defaults=not (defaults or written),
-                                    exclude_unset=written, warnings=False)
-    return dict(_leaves(dumped, ()))
-
-
-def _leaves(node: Any, path: tuple[str | int, ...], written: str = "") -> Iterator[tuple[str, Any]]:
-    """`(key as written, value)` of every value under `node`; `path` holds the raw keys, for MAY_CHANGE."""
-    if any(path[: len(kept)] == kept for kept in MAY_CHANGE):
-        return
-    items: Any = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
-    if not items:  # a value, or an empty section
-        yield written.lstrip("."), node
-        return
-    for key, child in items:
-        named = isinstance(key, int) and isinstance(child, dict) and isinstance(child.get("name"), str)
-        yield from _leaves(child, (*path, key), written + (f"[{child['name']}]" if named else f".{key}"))
-
-
-def check_study(plan: Plan, storage: BaseStorage) -> None:
-    """Refuse, before anything is written, a study of this name in `storage` that another sweep made."""
-    try:
-        study_id = storage.get_study_id_from_name(plan.study_name)
-    except KeyError:  # no such study yet: this sweep makes it
-        return
-    _refuse_another(plan, storage.get_study_user_attrs(study_id))
-
-
-def check_folder(plan: Plan, storage: BaseStorage, url: str) -> None:
-    """Refuse, before anything is written, a sweep folder that another study's sweep ran in (its study in `storage`,
-    at `url`, recorded the folder, or its trials ran there): trial run folders are named by their number in their
-    study (trial-NNNN), so a second study's trials would write into the first one's. This sweep's own study is no
-    other study; in a storage other than the sweep's, a study of the same name is (another table of trials)."""
-    others = [name for name in owners(storage, plan.folder) if name != plan.study_name or url != plan.url]
-    if not others:
-        return
-    message = (f"the sweep folder {plan.shown(plan.folder)} belongs to the study '{others[0]}' in "
-               f"{stores.masked(url)}: its trials' run folders (trial-NNNN) would be written over by the trials of "
-               f"the study '{plan.study_name}' in {stores.masked(plan.url)} ({plan.loaded.display}'s 'name'); "
-               "expected a folder of this study's own: -o NEW_FOLDER")
-    raise SweepUsageError(message)
-
-
 def check_own_folder(plan: Plan) -> None:
     """The sweep folder's own study.db, when the study lives in another storage (--storage): a sweep that kept its
     study there ran in this folder (check_folder). Called once the folder is checked (not a link, which would be
@@ -253,17 +180,6 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///")).resolve() if url.startswith("sqlite:///") else None
 
 
-def owners(storage: BaseStorage, folder: Path) -> list[str]:
-    """The studies in `storage` that a sweep in `folder` (resolved) opened, or whose trials ran in it."""
-    key = folder_attr(folder)
-    found = []
-    for study in storage.get_all_studies():
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)  # Optuna's storage API names studies by id
-        if key in study.user_attrs or any(Path(str(t.user_attrs.get("folder", ""))).parent == folder for t in trials):
-            found.append(study.study_name)
-    return found
-
-
 def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = lambda line: None) -> optuna.Study:
     """The study, made on first use with the sweep's definition and data; a study of another definition, or whose
     trials read other data, is refused. `say` gets a note when a study of an older specgen is made to record this
@@ -273,7 +189,7 @@ def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = la
     study = optuna.create_study(study_name=plan.study_name, storage=storage, direction=plan.sweep.direction,
                                 load_if_exists=True, sampler=seeded(plan), pruner=pruner(plan.sweep))
     attrs = study.user_attrs
-    _refuse_another(plan, attrs)
+    refuse_another(plan, attrs)
     stored = attrs.get("specgen")
     if stored is None or "spec" not in stored:  # a new study, or one of an older specgen: record the whole spec
         study.set_user_attr("specgen", plan.definition())
@@ -281,132 +197,10 @@ def open_study(plan: Plan, storage: BaseStorage, say: Callable[[str], None] = la
         study.set_user_attr(datafiles.ATTR, plan.data)
     study.set_user_attr(folder_attr(plan.folder), str(plan.folder))
     if stored is not None:
-        note = _upgraded(plan, "spec" not in stored, attrs.get(datafiles.ATTR) is None)
+        note = upgraded_note(plan, "spec" not in stored, attrs.get(datafiles.ATTR) is None)
         if note:
             say(note)
     return study
-
-
-def folder_attr(folder: Path) -> str:
-    """The study's user attribute that records a sweep folder (FOLDER_ATTR)."""
-    return FOLDER_ATTR + hashlib.sha256(str(folder).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-
-
-def _upgraded(plan: Plan, spec: bool, data: bool) -> str:
-    """The note for a study of an older specgen that now records the spec (`spec`) or the data (`data`) too."""
-    where = f"note: the study '{plan.study_name}' in {stores.masked(plan.url)} was made by an older specgen"
-    if spec and data:  # said: from now on this spec, on these files, defines the study
-        return (f"{where}, which recorded only its sweep section and --sets; it now records all of "
-                f"{plan.loaded.display} (as resolved) and the data files it reads (each file's size and sha256), "
-                "and refuses a sweep of any other spec, of this one edited, or on other data, from now on")
-    if spec:
-        # Said: from now on this spec defines the study, so the spec its trials trained, if another one with the
-        # same sweep section, is refused by its own study.
-        return (f"{where}, which recorded only its sweep section and --sets; it now records all of "
-                f"{plan.loaded.display} (as resolved), and refuses a sweep of any other spec, or of this one edited, "
-                "from now on")
-    if data:  # the earlier trials' data cannot be checked any more: said, so a changed file is not taken for none
-        return (f"{where}, which did not record the data its trials read; it now records the files "
-                f"{plan.loaded.display} reads as they are now (each file's size and sha256), and refuses a sweep on "
-                "other data from now on (whether its earlier trials read these bytes cannot be checked)")
-    return ""
-
-
-def _refuse_another(plan: Plan, attrs: dict[str, Any]) -> None:
-    """One line saying what differs between the study's sweep and this one (the spec, the --sets, then the data),
-    and how to start a study of its own."""
-    stored = attrs.get("specgen")
-    if stored is None:
-        return
-    mine = plan.definition()
-    at = None
-    if stored.get("base") != mine["base"]:
-        what = f"it was made with {_sets(stored.get('base') or [])}, and this sweep has {_sets(mine['base'])}"
-        again, why = "the --sets the study was made with", "the trials of one spec"
-    elif "spec" not in stored:  # an older specgen's study records the sweep section alone
-        parts = ("metric", "direction", "space")
-        what = _differences({f"sweep.{k}": stored.get(k) for k in parts}, {f"sweep.{k}": mine[k] for k in parts})
-        again, why = "the spec the study was made with", "the trials of one spec"
-        if not what:
-            return
-    elif stored["spec"] != mine["spec"] and _comparable(stored.get("keys")) != mine["keys"]:
-        what = _differences(_comparable(stored.get("keys")), mine["keys"], study_keys(plan.loaded, defaults=True),
-                            study_keys(plan.loaded, written=True))
-        again, why = "the spec the study was made with", "the trials of one spec"
-    else:
-        differ = datafiles.difference(attrs.get(datafiles.ATTR) or {}, plan.data)
-        if differ is None:
-            return
-        stage, what = differ
-        at = ("data", stage, datafiles.key_of(plan.loaded, stage))
-        again, why = "the data files the study was made with (as they were)", "trials trained on the same data"
-    fix = ("-o NEW_FOLDER (each sweep folder keeps its own study)" if plan.url == stores.default_url(plan.folder)
-           # Not `--set name=...`: `specgen report --sweep` takes no --set, and looks the study up by the spec's name
-           else "a copy of the spec with another 'name' (the study's name in this storage) or another --storage")
-    message = (f"the study '{plan.study_name}' in {stores.masked(plan.url)} belongs to another sweep: {what}; a study "
-               f"compares {why}, so this sweep cannot join it: expected {again}, or a new study: {fix}")
-    raise SpecError([plan.loaded.diagnostic(at, message) if at else Diagnostic(plan.loaded.display, None, message)])
-
-
-def _comparable(keys: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A study's recorded keys without those MAY_CHANGE now lists: one recorded before a key joined MAY_CHANGE
-    holds it, and a sweep that still writes it is the same study."""
-    if keys is None:
-        return None
-    dotted = [".".join(map(str, path)) for path in MAY_CHANGE]
-    return {k: v for k, v in keys.items() if not any(k == d or k.startswith((d + ".", d + "[")) for d in dotted)}
-
-
-def _sets(base: list[str]) -> str:
-    return " ".join(f"--set {shlex.quote(text)}" for text in base) if base else "no --set"
-
-
-def _differences(stored: dict[str, Any] | None, mine: dict[str, Any] | None, full: dict[str, Any] | None = None,
-                 written: dict[str, Any] | None = None, shown_at_most: int = 3) -> str:
-    """`train.epochs is 1 (the default) here, 2 in the study's; ...` for the first keys that differ (in this
-    spec's order); `full`: this spec's values with its defaults; `written`: the values it writes, defaults too."""
-    if stored is None or mine is None:
-        return "its spec differs from this one (the study records only its hash, the spec being that long)"
-    differ = [k for k in [*mine, *(k for k in stored if k not in mine)] if stored.get(k, _UNSET) != mine.get(k, _UNSET)]
-    said = [_difference(k, {**(written or {}), **mine}, stored, full or {}) for k in differ[:shown_at_most]]
-    more = f" (and {len(differ) - shown_at_most} more key(s))" if len(differ) > shown_at_most else ""
-    return "; ".join(said) + more
-
-
-_UNSET = object()
-
-
-def _difference(key: str, mine: dict[str, Any], stored: dict[str, Any], defaults: dict[str, Any]) -> str:
-    """`KEY is A here, B in the study's`: each value as JSON writes it (a float as the shortest text that reads back
-    to it), cut around the first character where they differ when both are long, so two values never read alike;
-    a value left out is the default (with this spec's default value where known)."""
-    here = _json(mine[key]) if key in mine else _json(defaults[key]) if key in defaults else None
-    there = _json(stored[key]) if key in stored else None
-    here_text, there_text = _apart(here or "", there or "")
-    if key not in mine:
-        here_text = f"{here_text} (the default)" if here is not None else "the default"
-    if there is None:
-        there_text = "the default"
-    return f"{key} is {here_text} here, {there_text} in the study's"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(", ", ": "))
-
-
-def _apart(one: str, other: str) -> tuple[str, str]:
-    """Both texts at most MAX_SHOWN characters, cut so that they still differ where they do: from a little before
-    their first difference when it lies past the cut."""
-    if max(len(one), len(other)) <= MAX_SHOWN:
-        return one, other
-    first = next((i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), min(len(one), len(other)))
-    start = 0 if first < MAX_SHOWN - 10 else first - 20
-    return _cut(one, start), _cut(other, start)
-
-
-def _cut(text: str, start: int) -> str:
-    part = text[start:start + MAX_SHOWN]
-    return ("…" if start else "") + part + ("…" if start + MAX_SHOWN < len(text) else "")
 
 
 def ordinal(trials: list[FrozenTrial], number: int) -> int:

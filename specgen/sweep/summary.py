@@ -303,9 +303,9 @@ def _load_study(loaded: Any, folder: Path, storage_url: str | None) -> tuple[Any
 def _check_owner(storage: Any, loaded: Any, folder: Path, url: str) -> None:
     """Refuse a folder whose sweep is not the study of this spec (named after its `name`) in `storage`: the page
     titled with the folder drew that study's trials, of another folder. A sweep records its folder in the study
-    (study.folder_attr), and each trial its run folder in it."""
+    (membership.folder_attr), and each trial its run folder in it."""
     from specgen.sweep import storage as stores
-    from specgen.sweep.study import owners as owners_of
+    from specgen.sweep.membership import owners as owners_of
 
     owners = owners_of(storage, folder.resolve())
     if loaded.spec.name in owners:
