@@ -189,21 +189,20 @@ def test_emit_tfjob_writes_a_kubeflow_manifest_for_every_worker(tmp_path: Path) 
 
 
 def test_emit_tfjob_refuses_bad_flags_in_one_line_each(tmp_path: Path) -> None:
+    """Command-line mistakes, found before the spec is read: exit 2 and one `specgen train: error:` line naming
+    every wrong flag, as argparse reports its own (docs/cli.md's exit statuses)."""
     result = emit(tmp_path)
-    assert result.returncode == 1
-    assert result.stderr.startswith("specgen train --emit tfjob: error: --image is required")
-    result = emit(tmp_path, "--image", "img:1", "--workers", "0", "--memory", "lots", "--volume", "runs")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert sorted(lines[:3]) == ["specgen train --emit tfjob: error: --memory 'lots': expected a Kubernetes quantity "
-                                 "such as 4, 500m or 16Gi",
-                                 "specgen train --emit tfjob: error: --volume 'runs': expected CLAIM:/mount/path (a "
-                                 "PersistentVolumeClaim name and where the workers mount it)",
-                                 "specgen train --emit tfjob: error: --workers 0: expected 1 to 512 (every worker's "
-                                 "address goes into each worker's TF_CONFIG, one environment string of at most 128 "
-                                 "KiB)"]
-    assert lines[3] == "3 errors found"
-    assert not (tmp_path / "job.yaml").exists()
+    assert (result.returncode, result.stderr) == (2, "specgen train: error: --emit tfjob: --image is required: the "
+                                                     "container image that holds specgen, TensorFlow and the spec "
+                                                     "(e.g. --image registry/train:1.0)\n")
+    result = emit(tmp_path, "--image", "img:1", "--workers", "0", "--memory", "lots", "--volume", "runs",
+                  spec=tmp_path / "missing.yaml")  # not read: the flags are refused first
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("specgen train: error: --workers 0: expected 1 to 512 (every worker's address goes into "
+                             "each worker's TF_CONFIG, one environment string of at most 128 KiB); --memory 'lots': "
+                             "expected a Kubernetes quantity such as 4, 500m or 16Gi; --volume 'runs': expected "
+                             "CLAIM:/mount/path (a PersistentVolumeClaim name and where the workers mount it)\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_emit_tfjob_refuses_a_spec_that_does_not_validate_with_validates_errors(tmp_path: Path) -> None:
@@ -217,13 +216,13 @@ def test_emit_tfjob_refuses_a_spec_that_does_not_validate_with_validates_errors(
 
 
 @pytest.mark.parametrize(("flags", "line"), [
-    (["--workers", "100000000"], "specgen train --emit tfjob: error: --workers 100000000: expected 1 to 512 (every "
+    (["--workers", "100000000"], "specgen train: error: --workers 100000000: expected 1 to 512 (every "
      "worker's address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
-    (["--workers", "513"], "specgen train --emit tfjob: error: --workers 513: expected 1 to 512 (every worker's "
+    (["--workers", "513"], "specgen train: error: --workers 513: expected 1 to 512 (every worker's "
      "address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
-    (["--workers", "-1"], "specgen train --emit tfjob: error: --workers -1: expected 1 to 512 (every worker's "
+    (["--workers", "-1"], "specgen train: error: --workers -1: expected 1 to 512 (every worker's "
      "address goes into each worker's TF_CONFIG, one environment string of at most 128 KiB)"),
-    (["--gpus", "100000"], "specgen train --emit tfjob: error: --gpus 100000: expected 0 to 16 (GPUs on one node)"),
+    (["--gpus", "100000"], "specgen train: error: --gpus 100000: expected 0 to 16 (GPUs on one node)"),
     # 3 workers x 1 CPU replica cannot split digits_mlp's global batch of 32: every worker would fail at start.
     (["--workers", "3"], f"{MLP}:26:15: error: train.batch_size 32 is the global batch and must split evenly among "
      "the 3 replicas of the multi_worker strategy; use 30 or 33"),
@@ -233,7 +232,9 @@ def test_emit_tfjob_refuses_a_spec_that_does_not_validate_with_validates_errors(
 def test_emit_tfjob_refuses_a_job_that_cannot_run_and_writes_nothing(tmp_path: Path, flags: list[str],
                                                                       line: str) -> None:
     result = emit(tmp_path, "--image", "img:1", *flags, "-o", "job.yaml")
-    assert (result.returncode, result.stdout, result.stderr) == (1, "", f"{line}\n1 error found\n")
+    usage = line.startswith("specgen train: error: ")  # a flag's mistake (exit 2) or the spec's error (exit 1)
+    assert (result.returncode, result.stdout, result.stderr) == ((2, "", f"{line}\n") if usage
+                                                                 else (1, "", f"{line}\n1 error found\n"))
     assert list(tmp_path.iterdir()) == []
 
 

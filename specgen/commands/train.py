@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 from specgen.commands.common import nonnegative_int
 from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import UsageError
 from specgen.extras import need
 from specgen.paths import shown
 
 if TYPE_CHECKING:
+    from specgen.runtime.commands.tfjob import Job
     from specgen.spec.load import LoadedSpec
 
 
@@ -62,9 +64,8 @@ def run(args: argparse.Namespace) -> int:
               "or --fresh", file=sys.stderr)
         return 2
     track = None
-    if args.track is not None and args.emit == "tfjob":  # the manifest's workers run `specgen train SPEC`
-        raise SpecError([Diagnostic(f"--track {args.track}", None, "--emit tfjob writes the workers' command, which "
-                                    "takes no --track: put train.tracking.mlflow in the spec (docs/tracking.md)")])
+    if args.emit == "tfjob":
+        _check_tfjob_flags(args)  # command-line mistakes (exit 2) before the spec is read
     if args.track is not None:
         from specgen.tracking import parse_track
 
@@ -99,6 +100,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job(args: argparse.Namespace) -> Job:
+    from specgen.runtime.commands.tfjob import Job  # imports no TensorFlow
+
+    assert args.image is not None  # _check_tfjob_flags
+    return Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
+               list(args.set))
+
+
+def _check_tfjob_flags(args: argparse.Namespace) -> None:
+    """--emit tfjob's flags, as argparse checks its own: one `specgen train: error:` line, exit 2."""
+    if args.track is not None:  # the manifest's workers run `specgen train SPEC`
+        raise UsageError("train", f"--track {args.track}: --emit tfjob writes the workers' command, which takes no "
+                                  "--track: put train.tracking.mlflow in the spec (docs/tracking.md)")
+    if args.image is None:
+        raise UsageError("train", "--emit tfjob: --image is required: the container image that holds specgen, TensorFlow "
+                                  "and the spec (e.g. --image registry/train:1.0)")
+    from specgen.runtime.commands.tfjob import check
+
+    check(_job(args), "train")
+
+
 def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     """`specgen train --emit tfjob`: the Kubeflow manifest, to --output or stdout; nothing is trained.
 
@@ -108,7 +130,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
     from specgen.kinds.features import distribute
-    from specgen.runtime.commands.tfjob import Job, check, render  # imports no TensorFlow
+    from specgen.runtime.commands.tfjob import render  # imports no TensorFlow
     from specgen.runtime.placement.cluster import check_replicas
 
     ir = build_ir(loaded)  # the spec validates first: the errors of `specgen validate`
@@ -116,12 +138,7 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     if training is None or not training.can_train or "train" not in training.data:  # what `specgen train` says
         raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
-    if args.image is None:
-        raise SpecError([Diagnostic("specgen train --emit tfjob", None, "--image is required: the container image "
-                                    "that holds specgen, TensorFlow and the spec (e.g. --image registry/train:1.0)")])
-    job = Job(args.spec.as_posix(), args.image, args.workers, args.cpu, args.memory, args.gpus, args.volume,
-              list(args.set))
-    check(job)
+    job = _job(args)
     cpus = distribute.cpu_devices(training.train)
     check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus), ir)  # a GPU per replica, else a CPU
     text = render(job, loaded.spec.name)

@@ -89,7 +89,7 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
     sets = [*args.set, f"checkpoint.dir={RUN_FOLDER}",
             *(f"{p.key}={limits.placeholder(names[p.key])}" for p in params)]
     job = Job(args.spec.as_posix(), args.image, workers, args.cpu, args.memory, args.gpus or 0, None, sets)
-    check(job)
+    check(job, "sweep")
     cpus = distribute.cpu_devices(ir.training.train if ir.training is not None else None)
     check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus), ir)
     trials = args.trials if args.trials is not None else sweep.trials

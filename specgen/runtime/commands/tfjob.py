@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from specgen import text
-from specgen.diagnostics import Diagnostic, SpecError
+from specgen.errors import UsageError
 
 # Kubernetes resource quantities: 4, 500m, 1.5, 16Gi, 512M.
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
@@ -49,8 +49,10 @@ def _name(spec_name: str, workers: int) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", spec_name.lower()).strip("-")[:room].rstrip("-") or "specgen"
 
 
-def check(job: Job) -> None:
-    """Every flag checked; one line each for those that are wrong."""
+def check(job: Job, command: str = "train") -> None:
+    """Every flag checked, before the spec is read: a UsageError (exit 2, as argparse's own) naming the command
+    the user ran (`train`, or `sweep` for --emit katib, whose trials are these TFJobs) and every flag that is
+    wrong, in one line."""
     problems = []
     if not job.image.strip() or any(c.isspace() for c in job.image):
         problems.append(f"--image {job.image!r}: expected a container image reference such as registry/specgen:1.0")
@@ -66,7 +68,7 @@ def check(job: Job) -> None:
         problems.append(f"--volume {job.volume!r}: expected CLAIM:/mount/path (a PersistentVolumeClaim name and "
                         "where the workers mount it)")
     if problems:
-        raise SpecError([Diagnostic("specgen train --emit tfjob", None, p) for p in problems])
+        raise UsageError(command, "; ".join(problems))
 
 
 def manifest(job: Job, spec_name: str) -> dict[str, Any]:
