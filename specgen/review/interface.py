@@ -17,10 +17,13 @@ OLD's for every request: `ceil(time/2)` after `seq` -> `time` is `ceil(seq/2)`, 
 is 1. The expressions (kinds/dims.py) are compared by value, not as strings, at sizes of OLD's names
 that decide it: every remainder of the strides involved (`_agree`).
 
-A named dim also has a range of sizes the model runs at: `valid` windows shrink an axis (a conv1d of kernel 3,
-`valid`, needs seq >= 3) and a positional_embedding takes at most its max_length steps. The range is
-runtime/lengths.py's (`minima`, `bounds`), what `specgen export` stamps and `specgen infer` / `serve` enforce, so
-a raised minimum or a lowered maximum is a break even where every declared dim is the same (`_ranges`).
+The served contract is more than the declared dims: what runtime/lengths.py's `stamp` writes into the export and
+`specgen infer` / `serve` enforce. A named dim has a range of sizes the model runs at: `valid` windows shrink an
+axis (a conv1d of kernel 3, `valid`, needs seq >= 3), an op that reads an index needs that many steps (a take of
+index 4: seq >= 5), and a positional_embedding takes at most its max_length steps, of its symbol or of an
+expression of it (`ceil(seq/3) <= 8`: seq <= 24). A raised minimum or a lowered maximum is a break even where every
+declared dim is the same (`_ranges`); a bound over several names is said not to be compared (`_uncompared`). An
+input read as ids (an embedding's, a gather's indices) takes ids in a range: a narrowed one breaks (`_ids`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from specgen.ir.model import ModelIR
 from specgen.kinds import dims
 from specgen.kinds.ops.nodes import Shape
 from specgen.review.sections import Change, Section
-from specgen.runtime import lengths
+from specgen.runtime import lengths, sample_sizes
 
 Dim = int | str  # a served dimension: a fixed size or a dim_param (a name or an expression of names)
 Signature = dict[str, tuple[str, tuple[Dim, ...]]]  # input or output name -> (dtype, served dims)
@@ -68,10 +71,12 @@ def interface(old: ModelIR, new: ModelIR) -> Section:
             else:
                 _compare(section, kind, name, before[name], after[name], stands)
     _ranges(section, (old, new), inputs)
+    _uncompared(section, old, new)
+    _ids(section, old, new, inputs)
     return section
 
 
-# The sizes a named dim takes: the smallest and the layer that needs it, the largest (None: any) and its layer.
+# The sizes a named dim takes: the smallest and why (the layer that needs it), the largest (None: any) and why.
 Span = tuple[int, str, int | None, str]
 
 
@@ -81,9 +86,9 @@ def spans(ir: ModelIR) -> dict[str, Span]:
     found: dict[str, Span] = {}
     for symbol in dict.fromkeys(d for i in ir.inputs for d in dims.symbols(i.shape[1:])):
         low, layer, op = lows.get(symbol, (1, "", ""))
-        high, cap = highs.get(symbol, (None, ""))
-        found[symbol] = (low, f"layer '{layer}' ({op})" if low > 1 else "", high,
-                         f"layer '{cap}' (positional_embedding)" if high is not None else "")
+        bound = highs.get(symbol)
+        found[symbol] = (low, f"layer '{layer}' ({op}) needs at least {low}" if low > 1 else "",
+                         None if bound is None else bound[0], "" if bound is None else lengths.cap_text(bound))
     return found
 
 
@@ -110,10 +115,52 @@ def _ranges(section: Section, irs: tuple[ModelIR, ModelIR], inputs: tuple[Signat
 def _refused(dim: str, was: Span, now: Span) -> list[tuple[str, str]]:
     """What NEW refuses of what OLD served (sizes below its smallest, or above its largest), and which sizes."""
     (low, _, high, _), (least, needs, most, caps) = was, now
-    found = [(f"needs {dim} >= {least} ({needs} needs at least {least})", "a shorter")] if least > low else []
+    found = [(f"needs {dim} >= {least} ({needs})", "a shorter")] if least > low else []
     if most is not None and (high is None or most < high):
-        found.append((f"takes {dim} <= {most} ({caps} takes at most {most})", "a longer"))
+        found.append((f"takes {dim} <= {most} ({caps})", "a longer"))
     return found
+
+
+def _uncompared(section: Section, old: ModelIR, new: ModelIR) -> None:
+    """A row and a break per bound over several names (runtime/sample_sizes.py `uncompared`) that differs between
+    OLD and NEW: neither side's range can be said, so the change is a break until shown otherwise."""
+    def texts(ir: ModelIR) -> dict[str, str]:
+        return {t.layer: f"{t.dim} <= {t.bound}" for t in sample_sizes.uncompared(ir)}
+
+    before, after = texts(old), texts(new)
+    for layer in sorted(before.keys() | after.keys()):
+        if before.get(layer) != after.get(layer):
+            section.changes.append(Change("not compared", f"layer {layer}", before.get(layer, ""), after.get(layer, "")))
+            section.breaks.append(f"layer '{layer}': the bound {after.get(layer) or before[layer]} is over several "
+                                  "names and is not compared: a break until shown otherwise")
+
+
+def _ids(section: Section, old: ModelIR, new: ModelIR, inputs: tuple[Signature, Signature]) -> None:
+    """A row per input read as ids whose range moved (runtime/lengths.py `id_ranges`, which infer and serve
+    enforce): a break where an id OLD took is now refused; an input without a range takes any id."""
+    before, after = lengths.id_ranges(old), lengths.id_ranges(new)
+    for name in sorted((before.keys() | after.keys()) & inputs[0].keys() & inputs[1].keys()):
+        was, now = before.get(name), after.get(name)
+        if was is not None and now is not None and was[:2] == now[:2]:
+            continue
+        narrowed = now is not None and (was is None or now[0] > was[0] or now[1] < was[1])
+        section.changes.append(Change("changed" if narrowed else "compatible", f"input {name}", _id_span(was),
+                                      _id_span(now)))
+        if narrowed and now is not None:
+            section.breaks.append(f"input '{name}': NEW takes {_id_span(now)} (layer '{now[2]}' ({now[3]}) takes ids "
+                                  f"below {now[1]}); OLD served {_id_span(was)}: clients that send an id {_outside(now)} fail")
+
+
+def _outside(ids: tuple[int, int, str, str]) -> str:
+    """The ids a range refuses: `of 2 or more` (every range starts at 0 today), `below 1 or of 2 or more`."""
+    return f"below {ids[0]} or of {ids[1]} or more" if ids[0] else f"of {ids[1]} or more"
+
+
+def _id_span(ids: tuple[int, int, str, str] | None) -> str:
+    """`ids < 20`, `any ids` (no range checked)."""
+    if ids is None:
+        return "any ids"
+    return f"ids < {ids[1]}" if ids[0] == 0 else f"{ids[0]} <= ids < {ids[1]}"
 
 
 def _span(dim: Dim, span: Span) -> str:

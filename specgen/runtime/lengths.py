@@ -2,10 +2,14 @@
 
 - Upper bounds of named dimensions: a positional_embedding takes at most `max_length` time steps, and a graph
   that sliced would clip a longer sequence into a wrong answer. `specgen.max_lengths`: {"seq": [16, "pos"]}, the
-  smallest max_length reading that symbol, and its layer. A time dimension that is an expression of a symbol
-  (after a strided conv1d) is not recorded: the graph's Gather then refuses it (kinds/ops/positional_embedding.py).
+  smallest max_length reading that symbol, and its layer. A time dimension that is an expression of one symbol
+  (after a strided or `valid` conv1d or pool, an upsample) bounds that symbol too: `ceil(seq/3) <= 8` is `seq <= 24`
+  (runtime/sample_sizes.py `upper_bounds`), recorded with the expression and the max_length: {"seq": [24, "pos",
+  "ceil(seq/3)", 8]} (a specgen that reads only two items ignores the entry: the graph then refuses it). A bound
+  over several symbols limits none alone: not recorded, and `specgen diff` says it does not compare it.
 - Lower bounds: `valid` windows shrink an axis, so a conv1d of kernel 4 then a max_pool1d of 5 need t >= 8
-  (runtime/sample_sizes.py). TensorFlow refuses a shorter input, but onnxruntime answers some of them (a pool whose
+  (runtime/sample_sizes.py), and an op that reads an axis at an index needs that many steps (OpDef.needs_sizes:
+  a take of index 4 needs t >= 5). TensorFlow refuses a shorter input, but onnxruntime answers some of them (a pool whose
   window no longer fits gives one step). `specgen.min_lengths`: {"t": [8, "p", "max_pool1d"]}: the smallest size
   of a symbol that alone decides a lower bound, and the layer that needs it. A stride product (the `period` of
   sample_sizes.py) is no constraint: every size from the smallest on runs, SAME windows just pad differently.
@@ -31,28 +35,28 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specgen.kinds.dims import SYMBOL
-
 KEY = "specgen.max_lengths"
 MIN_KEY = "specgen.min_lengths"
 IDS_KEY = "specgen.id_ranges"
-Bounds = dict[str, tuple[int, str]]  # symbol -> (largest size, the layer that bounds it)
+# symbol -> (largest size, the layer that bounds it), and where the layer reads an expression of the symbol, that
+# expression and the layer's max_length
+Bound = tuple[int, str] | tuple[int, str, str, int]
+Bounds = dict[str, Bound]
 Minima = dict[str, tuple[int, str, str]]  # symbol -> (smallest size, the layer that needs it, its op)
 IdRanges = dict[str, tuple[int, int, str, str]]  # input -> (lowest id, one past the highest, layer, op)
 
 
 def bounds(ir: Any) -> Bounds:
     """The bounded symbols of a ModelIR: the time dimension of an op that bounds it (OpDef.bounds_steps: a
-    positional_embedding's), when it is a plain symbol."""
-    # Imported here: the predictor reads bounds (read, violation) without loading the op registry.
-    from specgen.kinds.ops import op_def
+    positional_embedding's), a plain symbol or an expression of one (runtime/sample_sizes.py `upper_bounds`);
+    the tightest per symbol (of a tie, the layer first by name, as exports have always recorded it)."""
+    from specgen.runtime.sample_sizes import upper_bounds
 
     found: Bounds = {}
-    for node in ir.nodes:
-        steps = node.params.get("steps") if op_def(node.op).bounds_steps else None
-        if isinstance(steps, str) and SYMBOL.fullmatch(steps):
-            limit = (node.params["max_length"], node.name)
-            found[steps] = min(found.get(steps, limit), limit)
+    for symbol, largest, test in upper_bounds(ir):
+        bound: Bound = (largest, test.layer) if test.dim == symbol else (largest, test.layer, test.dim, test.bound)
+        if symbol not in found or (largest, test.layer) < found[symbol][:2]:
+            found[symbol] = bound
     return found
 
 
@@ -96,7 +100,8 @@ def stamp(model: Any, ir: Any) -> None:
 
 def read(metadata: Mapping[str, str]) -> Bounds:
     """The bounds of a loaded model's metadata; entries of another shape (a hand-edited file) are ignored."""
-    return _entries(metadata, KEY, (int, str))  # _entries checks the item types
+    plain: Bounds = {k: (v[0], v[1]) for k, v in _entries(metadata, KEY, (int, str)).items()}  # types checked there
+    return plain | {k: (v[0], v[1], v[2], v[3]) for k, v in _entries(metadata, KEY, (int, str, str, int)).items()}
 
 
 def violation(found: Bounds, declared: Mapping[str, tuple[Any, ...]], shapes: Mapping[str, tuple[int, ...]]) -> str | None:
@@ -111,9 +116,21 @@ def above(found: Bounds, dims: Sequence[Any], shape: Sequence[int]) -> tuple[int
 
 
 def limit_text(found: Bounds, dim: str) -> str:
-    """What an input past a bound is told: `expected at most 16: the max_length of layer 'pos' (...)`."""
-    limit, layer = found[dim]
-    return f"expected at most {limit}: the max_length of layer '{layer}' (positional_embedding)"
+    """What an input past a bound is told: `expected at most 16: the max_length of layer 'pos' (...)`, or where the
+    layer reads an expression of the dimension, `...: layer 'pos' (positional_embedding) takes at most 8 steps of
+    ceil(seq/3)`."""
+    bound = found[dim]
+    if len(bound) == 4:
+        return f"expected at most {bound[0]}: {cap_text(bound)}"
+    return f"expected at most {bound[0]}: the max_length of layer '{bound[1]}' (positional_embedding)"
+
+
+def cap_text(bound: Bound) -> str:
+    """Why a bound holds, from its layer: `layer 'pos' (positional_embedding) takes at most 16` (of its symbol), or
+    `... takes at most 8 steps of ceil(seq/3)` (its max_length, of the expression it reads)."""
+    if len(bound) == 4:
+        return f"layer '{bound[1]}' (positional_embedding) takes at most {bound[3]} steps of {bound[2]}"
+    return f"layer '{bound[1]}' (positional_embedding) takes at most {bound[0]}"
 
 
 def _entries(metadata: Mapping[str, str], key: str, kinds: tuple[type, ...]) -> dict[str, tuple[Any, ...]]:

@@ -58,11 +58,14 @@ def period(dim: str) -> int:
 
 
 def constraints(ir: ModelIR) -> list[Constraint]:
-    """Every derived dimension is at least 1; a bounded time axis (OpDef.bounds_steps) at most its max_length."""
+    """Every derived dimension is at least 1; an axis an op reads at an index at least its OpDef.needs_sizes (take's
+    index + 1); a bounded time axis (OpDef.bounds_steps) at most its max_length."""
     found = []
     for node in ir.nodes:
         for dim in dict.fromkeys(d for d in node.shape if isinstance(d, str) and not dims.SYMBOL.fullmatch(d)):
             found.append(Constraint(dim, 1, False, node.name))  # every derived dimension is some layer's output
+        found += [Constraint(dim, least, False, node.name) for dim, least in op_def(node.op).needs_sizes(node)
+                  if least > 1]
         steps = node.params.get("steps") if op_def(node.op).bounds_steps else None
         if isinstance(steps, str):
             found.append(Constraint(steps, node.params["max_length"], True, node.name))
@@ -121,6 +124,48 @@ def ranges(ir: ModelIR) -> list[Range]:
         (low, lower), (high, upper) = max(lows, key=_size), min(highs, key=_size)  # the first layer of a tie
         found.append(Range(symbol, low, high, max([period(t.dim) for t in mine] + [1]), lower, upper))
     return found
+
+
+def monotone(dim: str) -> bool:
+    """Whether an expression never falls as its symbols grow (kinds/dims.py writes only such: offsets, strided
+    windows, scaling); a bound is turned into its symbol's by bisection only where this holds."""
+    return _trend(dims.expression(dim)) in (0, 1)
+
+
+def _trend(node: ast.expr) -> int | None:
+    """1: non-decreasing in every name, -1: non-increasing, 0: constant, None: neither (or not known)."""
+    if isinstance(node, ast.Constant | ast.Name):
+        return 0 if isinstance(node, ast.Constant) else 1
+    if isinstance(node, ast.Call):  # ceil and floor keep the order
+        return _trend(node.args[0])
+    if isinstance(node, ast.UnaryOp):
+        inner = _trend(node.operand)
+        return None if inner is None else -inner if isinstance(node.op, ast.USub) else inner
+    assert isinstance(node, ast.BinOp)
+    left, right = _trend(node.left), _trend(node.right)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Add | ast.Sub):
+        right = -right if isinstance(node.op, ast.Sub) else right
+        return left or right if 0 in (left, right) or left == right else None
+    if isinstance(node.op, ast.Mult | ast.Div) and 0 in (left, right):  # by a constant: its sign decides
+        constant = dims.value(node.right if right == 0 else node.left, lambda _: 0)
+        return (left or right) * (1 if constant > 0 else -1 if constant < 0 else 0)
+    return None
+
+
+def upper_bounds(ir: ModelIR) -> list[tuple[str, int, Constraint]]:
+    """Each bound on a time axis (OpDef.bounds_steps) over one symbol, turned into a bound on that symbol: (symbol,
+    largest size, the bound). `ceil(seq/3) <= 8` is `seq <= 24`, `seq-2 <= 8` is `seq <= 10`: every expression is
+    non-decreasing in its symbol (`monotone`), so the largest size where it holds is found by bisection."""
+    return [(dims.names(test.dim)[0], _largest(test), test) for test in constraints(ir)
+            if test.upper and len(dims.names(test.dim)) == 1 and monotone(test.dim)]
+
+
+def uncompared(ir: ModelIR) -> list[Constraint]:
+    """The bounds `upper_bounds` cannot turn into one symbol's (over several names, or not monotone): no export
+    records them and `specgen diff` says it does not compare them."""
+    return [t for t in constraints(ir) if t.upper and not (len(dims.names(t.dim)) == 1 and monotone(t.dim))]
 
 
 def lower_bounds(ir: ModelIR) -> dict[str, tuple[int, str]]:

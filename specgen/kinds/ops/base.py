@@ -225,6 +225,10 @@ class Pointwise:
 PadFolding = Literal["zero_pad", "zeros", "max"]
 
 
+def needs_none(node: Node) -> tuple[tuple[str, int], ...]:
+    return ()
+
+
 def never(layer: Any) -> bool:
     return False
 
@@ -277,6 +281,10 @@ class OpDef:
       first (runtime/sources/context.py).
     - `bounds_steps`: its time dimension (param `steps`) is at most param `max_length` at run time; export records
       the bound of a named one (runtime/lengths.py).
+    - `needs_sizes`: (node) -> the named dimensions of its inputs it needs a smallest size of, for a reason other than
+      a window (which the shape rules already write as a derived dimension): (dimension, least size) pairs, e.g.
+      take's index along a named axis. runtime/sample_sizes.py adds them to the lower bounds that export records,
+      parity draws from, infer/serve enforce and `specgen diff` compares.
     - `keras`: the Keras classes (keras.layers) the Keras importer turns into this op (importers/keras).
     - `xla_refusal`: why train.jit_compile cannot compile its training step with XLA, '' when it can
       (ir/training/jit_compile.py).
@@ -321,6 +329,7 @@ class OpDef:
     id_limit: str = ""
     ids_checked: bool = False
     bounds_steps: bool = False
+    needs_sizes: Callable[[Node], tuple[tuple[str, int], ...]] = needs_none
     keras: tuple[str, ...] = ()
     xla_refusal: str = ""
     stateful: Callable[[Any], bool] = never

@@ -5,9 +5,9 @@ BERT's pooler reads the first token (KerasHub's `x[:, cls_token_index, :]`); a l
 scalar index (it takes negative indices the same way). FLOPs 0: a copy, no arithmetic.
 
 An index outside a fixed axis is a validate error. On a named dynamic axis the size is known only at
-run time: the graph refuses a sequence too short for the index (TensorFlow's strided slice and
-onnxruntime's Gather both raise, naming the index and the bound), never a wrong answer. So take adds no
-minimum length to the export's metadata (runtime/lengths.py stamps those of shrinking windows).
+run time: index k needs k+1 steps (-k for a negative one), which the OpDef declares (`needs_sizes`), so
+export records it with the minima of shrinking windows (runtime/lengths.py), its parity check starts
+there, and infer/serve refuse a shorter sequence in one line before the graph's own error.
 """
 
 from __future__ import annotations
@@ -55,4 +55,10 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return {"axis": node.params["axis"], "index": node.params["index"]}
 
 
-OPS = (OpDef("take", Take, infer, tf_attrs, onnx_attrs, symbolic=True, moments="same"),)
+def needs_sizes(node: Node) -> tuple[tuple[str, int], ...]:
+    """A named axis needs the index's steps: index 4 reads the fifth, index -2 the second from the end."""
+    size, index = node.input_shapes[0][node.params["axis"]], node.params["index"]
+    return ((size, index + 1 if index >= 0 else -index),) if isinstance(size, str) else ()
+
+
+OPS = (OpDef("take", Take, infer, tf_attrs, onnx_attrs, symbolic=True, moments="same", needs_sizes=needs_sizes),)
