@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from specgen.serve.batcher import QueueFull, ShuttingDown
+from specgen.serve.logs import client_text
 
 log = logging.getLogger("specgen.serve")
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
@@ -41,7 +42,7 @@ def finished(series: Any, outcome: dict[str, Any], ns: int, protocol: str) -> No
     level = logging.DEBUG if status == 200 else logging.ERROR if status == 500 else logging.INFO
     if log.isEnabledFor(level):  # one line per failed request; answered ones are in their batch's line, or at debug
         fields = {"event": "infer", "protocol": protocol, "model": series.model,
-                  "version": served.model.version if served is not None else None, "id": outcome["id"],
+                  "version": served.model.version if served is not None else None, "id": client_text(outcome["id"]),
                   "status": status, "rows": outcome["rows"], "latency_ms": round(ns / 1e6, 3)}
         if outcome.get("code") is not None:
             fields["code"] = outcome["code"]

@@ -14,6 +14,11 @@ instead of run. So is a request whose own `timeout` (the protocol parameter, mic
 while it waits: it is answered QueueTimeout, as Triton's dynamic batcher rejects a request whose timeout expired in
 its queue ("Request timeout expired", UNAVAILABLE). A request whose batch has started runs to its end either way.
 
+The config's `default_queue_policy` (model_config.QueuePolicy) sets that timeout as Triton's does: its
+`default_timeout_microseconds` for every request, a request's own shorter one only with `allow_timeout_override`;
+with `timeout_action: DELAY` a request past its timeout is not answered but moved behind the requests still in time
+(Triton's delayed queue), and runs once they have.
+
 Joining relies on the model's rows being independent; a version whose graph couples them (a dynamically
 quantized int8 variant, coupling.py) gets `batching=False` from registry.py: one request per run.
 
@@ -37,6 +42,8 @@ from typing import Protocol
 import numpy as np
 
 from specgen.errors import SpecgenError
+from specgen.serve.logs import client_text
+from specgen.serve.model_config import QueuePolicy
 from specgen.serve.stats import BatchTimes, RunTimes, VersionStats
 
 Arrays = dict[str, np.ndarray]
@@ -55,6 +62,7 @@ class QueueTimeout(SpecgenError):
     """The request's `timeout` passed while it waited in the queue: it was dropped unrun."""
 
 
+NO_POLICY = QueuePolicy()  # a config without default_queue_policy: a request's own timeout alone
 # A timer this far off never fires in practice; capping it keeps a uint64 timeout within what event loops accept.
 LONGEST_TIMER_S = 1e9
 
@@ -74,12 +82,12 @@ class Ticket(asyncio.Future[Arrays]):
         self.run: RunTimes | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # one request is equal only to itself (deque.remove; its arrays have no truth value)
 class _Job:
     inputs: Arrays
     rows: int
     future: Ticket
-    id: str | None = None
+    id: str | None = None  # as the log shows it: escaped and cut (the response echoes the request's own)
     enqueued: float = field(default_factory=time.monotonic)
     started: bool = False  # its batch runs: past the point where a timeout drops it
     timer: asyncio.TimerHandle | None = None  # fires at its timeout, if it has one
@@ -117,15 +125,17 @@ class Batcher:
 
     def __init__(self, model: str, run: Callable[[Arrays], Arrays], *, max_batch_size: int, max_delay: float,
                  queue_size: int, batching: bool = True, observer: BatchObserver | None = None,
-                 stats: VersionStats | None = None, version: int | None = None):
+                 stats: VersionStats | None = None, version: int | None = None,
+                 policy: QueuePolicy = NO_POLICY):
         if queue_size < 1:
             raise ValueError(f"queue_size must be at least 1; received {queue_size}")
         self.model, self.run = model, run
         self.max_batch_size = max(max_batch_size, 1)
         self.max_delay, self.queue_size = max_delay, queue_size
         self.batching = batching and max_batch_size > 1
-        self.observer, self.stats, self.version = observer, stats, version
+        self.observer, self.stats, self.version, self.policy = observer, stats, version, policy
         self._queue: deque[_Job] = deque()
+        self._delayed: deque[_Job] = deque()  # past their timeout under timeout_action DELAY: taken after _queue
         self._gathered = 0  # jobs taken from the queue into the batch being formed
         self._wakeup = asyncio.Event()
         self._closing = False
@@ -136,7 +146,7 @@ class Batcher:
     @property
     def waiting(self) -> int:
         """Requests admitted and not yet running."""
-        return len(self._queue) + self._gathered
+        return len(self._queue) + len(self._delayed) + self._gathered
 
     def start(self) -> None:
         """Start the worker thread and the collector task (call on the running event loop)."""
@@ -145,32 +155,50 @@ class Batcher:
 
     def submit(self, inputs: Arrays, rows: int, request_id: str | None = None,
                timeout_us: int = 0) -> Ticket:
-        """Queue checked inputs; the future gets this request's rows of every output, or QueueTimeout when
-        `timeout_us` (0: none) passes before its batch starts."""
+        """Queue checked inputs; the future gets this request's rows of every output, or QueueTimeout when its
+        timeout (the request's `timeout_us`, 0: none, under the config's queue policy) passes before its batch starts."""
         if self._closing:
             raise ShuttingDown(f"the server is shutting down; model '{self.model}' takes no new requests")
         if self.waiting >= self.queue_size:
             raise QueueFull(f"the queue of model '{self.model}' is full ({self.waiting} requests waiting, "
                             f"queue size {self.queue_size}); retry later")
         loop = asyncio.get_running_loop()
-        job = _Job(inputs, rows, Ticket(loop), request_id)
+        job = _Job(inputs, rows, Ticket(loop), client_text(request_id))
+        timeout_us, configured = self.policy.timeout(timeout_us)
         if timeout_us:
-            job.timer = loop.call_later(min(timeout_us / 1e6, LONGEST_TIMER_S), self._expire, job, timeout_us)
+            job.timer = loop.call_later(min(timeout_us / 1e6, LONGEST_TIMER_S), self._expire, job, timeout_us,
+                                        configured)
         self._queue.append(job)
         self._report_depth()
         self._wakeup.set()
         return job.future
 
-    def _expire(self, job: _Job, timeout_us: int) -> None:
+    def _expire(self, job: _Job, timeout_us: int, configured: bool) -> None:
         """A request's timeout passed: unless its batch has started, it is answered now and left to
-        `_drop_abandoned` (and the gathering's filter) like a request whose caller has gone."""
+        `_drop_abandoned` (and the gathering's filter) like a request whose caller has gone; or, under
+        timeout_action DELAY, moved behind the requests still in time."""
         if job.started or job.future.done():
             return
+        if self.policy.delay:
+            self._postpone(job)
+            return
         waited_ms = (time.monotonic() - job.enqueued) * 1000
+        whose = (f"the timeout of {timeout_us} microseconds that its config.pbtxt sets (dynamic_batching "
+                 "default_queue_policy default_timeout_microseconds)") if configured else (
+            f"its timeout of {timeout_us} microseconds")
         job.future.set_exception(QueueTimeout(
             f"request timeout expired: the request waited {waited_ms:.1f} ms in the queue of model '{self.model}', "
-            f"past its timeout of {timeout_us} microseconds, and was not run"))
+            f"past {whose}, and was not run"))
         self._wakeup.set()  # the collector may be waiting on this very request for company
+
+    def _postpone(self, job: _Job) -> None:
+        """Triton's DELAY: the request goes to the delayed queue, taken once no request in time waits. One already
+        gathered into the forming batch (not in the queue) stays there: it is next to run anyway."""
+        try:
+            self._queue.remove(job)
+        except ValueError:
+            return
+        self._delayed.append(job)
 
     def hurry(self) -> None:
         """Stop waiting out `max_delay` for company: the version is retired, and the requests it holds (each one a
@@ -194,9 +222,10 @@ class Batcher:
     def _drop_abandoned(self) -> None:
         """Requests whose caller has gone (their future cancelled) leave the head of the queue unrun."""
         dropped = 0
-        while self._queue and self._queue[0].future.done():
-            self._queue.popleft()
-            dropped += 1
+        for queue in (self._queue, self._delayed):
+            while queue and queue[0].future.done():
+                queue.popleft()
+                dropped += 1
         if dropped:
             self._report_depth()
 
@@ -211,15 +240,15 @@ class Batcher:
 
     async def _gather(self) -> list[_Job]:
         """The next batch: the oldest request, then others while they fit, until full or the delay is over."""
-        jobs = [self._queue.popleft()]
+        jobs = [(self._queue or self._delayed).popleft()]
         self._gathered, rows = 1, jobs[0].rows
         deadline = jobs[0].enqueued + self.max_delay
         while self.batching and rows < self.max_batch_size:
             self._drop_abandoned()
-            if self._queue:
-                if rows + self._queue[0].rows > self.max_batch_size or not _joinable(jobs[0], self._queue[0]):
+            if queue := self._queue or self._delayed:  # the requests in time first, then the delayed ones
+                if rows + queue[0].rows > self.max_batch_size or not _joinable(jobs[0], queue[0]):
                     break
-                jobs.append(self._queue.popleft())
+                jobs.append(queue.popleft())
                 self._gathered += 1
                 rows += jobs[-1].rows
                 continue
@@ -231,7 +260,7 @@ class Batcher:
     async def _collect(self) -> None:
         while True:
             self._drop_abandoned()
-            while not self._queue:
+            while not self._queue and not self._delayed:
                 if self._closing:
                     return
                 await self._wait(None)

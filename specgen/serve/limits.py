@@ -116,24 +116,50 @@ async def read_body(chunks: AsyncIterator[bytes], bound: int, taker: str = "this
     return first if buffer is None else buffer
 
 
+# Content-Encoding's codings and their zlib window bits; x-gzip is gzip (RFC 9110 8.4.1.3)
+CODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+# Codings undone one after another (`gzip, gzip`): each inflates up to the model's bound, so a long list would cost
+# that many times the work of one body for the header's few bytes
+MAX_CODINGS = 2
+
+
+def codings(encoding: str) -> list[str]:
+    """Content-Encoding's codings in the order they were applied (a list: empty elements and `identity` skipped;
+    lowercase, as codings are case-insensitive); a 415 ProtocolError for one not served or too many."""
+    listed = [c.strip() for c in encoding.lower().split(",")]
+    applied = [c for c in listed if c not in ("", "identity")]
+    for coding in applied:
+        if coding not in CODINGS:
+            raise ProtocolError(f"Content-Encoding: received '{coding[:40]}', expected gzip, deflate or none", 415)
+    if len(applied) > MAX_CODINGS:
+        raise ProtocolError(f"Content-Encoding: received '{encoding[:80]}', {len(applied)} layered codings; this server "
+                            f"undoes at most {MAX_CODINGS} (such as 'gzip, gzip'): expected one coding, or two", 415)
+    return applied
+
+
 def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | bytearray:
-    """The body inflated (gzip, deflate) to at most `limit` bytes; one stream, nothing after it."""
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise ProtocolError(f"Content-Encoding: received '{encoding[:40]}', expected gzip, deflate or none", 415)
-    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    """The body with its Content-Encoding undone, last applied first (gzip, x-gzip, deflate), each step inflating
+    to at most `limit` bytes; each coding one stream, nothing after it."""
+    applied = codings(encoding)
+    for index, coding in enumerate(reversed(applied)):
+        layer = "" if len(applied) == 1 else f" (coding {len(applied) - index} of {len(applied)} in Content-Encoding)"
+        body = _inflate(body, coding, layer, limit)
+    return body
+
+
+def _inflate(body: bytes | bytearray, coding: str, layer: str, limit: int) -> bytes | bytearray:
+    inflater = zlib.decompressobj(wbits=CODINGS[coding])
     try:
         data = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise ProtocolError(f"the body is not valid {encoding} data: {exc}") from None
+        raise ProtocolError(f"the body is not valid {coding} data{layer}: {exc}") from None
     if len(data) > limit:
         raise ProtocolError(f"the decompressed body exceeds {limit} bytes, the most this model accepts", 413)
     if not inflater.eof:
-        raise ProtocolError(f"the {encoding} body is truncated")
+        raise ProtocolError(f"the {coding} body{layer} is truncated")
     if inflater.unused_data:  # a second gzip member, or junk: proxies may read it, so one reading is enforced
-        raise ProtocolError(f"the {encoding} body has {len(inflater.unused_data)} bytes after the end of its compressed "
-                            f"data (a second member or trailing bytes); expected exactly one {encoding} stream")
+        raise ProtocolError(f"the {coding} body{layer} has {len(inflater.unused_data)} bytes after the end of its "
+                            f"compressed data (a second member or trailing bytes); expected exactly one {coding} stream")
     return data
 
 

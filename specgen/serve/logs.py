@@ -2,6 +2,10 @@
 
 Code logs with `extra={"fields": {...}}`; the formatter puts those fields next to the time,
 level, logger and message. uvicorn's own messages go through the same formatter.
+
+A string a client chose goes into a field through `client_text` (the request id) or cut into a message
+(values.cut / show: names, values): a request's id may be as long as its body, and a line that long is one
+log shippers drop or split.
 """
 
 from __future__ import annotations
@@ -13,10 +17,19 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
+from specgen.serve.values import SHOWN_CHARS, cut
+from specgen.text import printable
+
 GRPC_AIO_LOGGER = "grpc._cython.cygrpc"  # the logger of grpc.aio's server and call machinery
 # The inference call a gRPC task answers (its model, id and outcome: grpc_server.py). grpc.aio runs a call's method and
 # then sends its answer in one task, so a line grpc.aio logs about that send can name the call (UnsentAnswers).
 GRPC_CALL: ContextVar[dict[str, Any] | None] = ContextVar("specgen_grpc_call", default=None)
+
+
+def client_text(text: str | None) -> str | None:
+    """A string a client sent (a request id) as a log field: escaped and cut to 80 characters, as every other client
+    string a line carries; only what is kept is escaped. The response still echoes it as sent."""
+    return None if text is None else cut(printable(text[:SHOWN_CHARS + 1]))
 
 
 class JsonFormatter(logging.Formatter):
@@ -90,7 +103,7 @@ class UnsentAnswers(logging.Filter):
         record.levelno, record.levelname = logging.INFO, "INFO"
         fields: dict[str, Any] = {"event": "answer_unsent", "protocol": "grpc", "method": method}
         if call is not None:  # an inference counted answered (200): which one (docs/serve.md, Statistics)
-            fields.update(model=call["model"], id=call["id"], status=call["status"])
+            fields.update(model=call["model"], id=client_text(call["id"]), status=call["status"])
         fields["error"] = "the call ended (its deadline passed or its client cancelled) as its answer went out"
         record.fields = fields
         return logging.getLogger(record.name).isEnabledFor(logging.INFO)  # an info line now: --log-level warning drops it

@@ -4,11 +4,18 @@ The message comes from `tritonclient.grpc.model_config_pb2` (which the `serve` e
 itself reads the file with, so a misspelled field or a wrong type is an error naming the line and column, and the
 message is what the gRPC `ModelConfig` RPC answers. The fields serving needs are then taken into `ModelConfig`
 below, each checked; nothing of the file is quoted but the one value at fault, escaped and cut.
+
+The rest of the message is not ignored blindly. A field that would change what a request is answered (an error
+instead of a 200, other values, state kept across requests) is either honoured (`default_queue_policy`: batcher.py)
+or refused at load, naming the field (`NOT_SERVED`), as a request parameter that changes what a request means is
+(parameters.py). A field that changes only order or speed (`priority_levels`) is accepted and named in `notes`,
+which the load logs as one warning line (models.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +93,27 @@ class VersionPolicy:
 
 
 @dataclass(frozen=True)
+class QueuePolicy:
+    """The timeout of `dynamic_batching.default_queue_policy`: how long a request may wait in the queue, and what
+    then (Triton's PriorityQueue::PolicyQueue::Enqueue and ApplyPolicy, core/src/scheduler_utils.cc)."""
+
+    timeout_us: int = 0  # default_timeout_microseconds; 0: the config sets none
+    delay: bool = False  # timeout_action DELAY: run after the requests still in time; REJECT: answered unrun
+    allow_override: bool = False  # allow_timeout_override: a request's own `timeout` may shorten timeout_us
+
+    def timeout(self, requested_us: int) -> tuple[int, bool]:
+        """The microseconds a request asking `requested_us` (0: none) may wait (0: no limit), and whether that limit
+        is the config's. Where the config sets a timeout, Triton's rule: the config's, or the request's own if the
+        config allows overriding and it is shorter. Where the config sets none, the request's own (Triton would
+        ignore it there; docs/serve.md says why this server does not)."""
+        if not self.timeout_us:
+            return requested_us, False
+        if self.allow_override and 0 < requested_us < self.timeout_us:
+            return requested_us, False
+        return self.timeout_us, True
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The fields of a Triton model configuration that serving an ONNX model needs, and the message itself."""
 
@@ -99,6 +127,9 @@ class ModelConfig:
     max_queue_size: int = 0  # dynamic_batching.default_queue_policy.max_queue_size; 0: not set
     model_filename: str = "model.onnx"
     version_policy: VersionPolicy = VersionPolicy()
+    queue_policy: QueuePolicy = QueuePolicy()
+    # Fields accepted though not honoured, each changing only order or speed: (field, why), one warning line each
+    notes: tuple[tuple[str, str], ...] = ()
     # Triton's ModelConfig message as read (what the gRPC ModelConfig RPC returns); None for configs built in code.
     message: Any = field(default=None, compare=False, repr=False)
 
@@ -233,10 +264,109 @@ def _check_example_bytes(inputs: tuple[TensorConfig, ...], source: str) -> None:
                               "one request (-1 where the client chooses the size)")
 
 
+# Fields that change what a request is answered and that specgen serve does not implement: (path, whether the
+# message sets it, what it does in Triton). Each is refused at load rather than ignored with a 200.
+NOT_SERVED: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (("sequence_batching",), lambda m: m.HasField("sequence_batching"),
+     "Triton's sequence batcher: requests of one sequence routed by their correlation ID, state kept across them, "
+     "a request without one refused"),
+    (("ensemble_scheduling",), lambda m: m.HasField("ensemble_scheduling"), "a pipeline of other models"),
+    (("dynamic_batching", "priority_queue_policy"), lambda m: bool(m.dynamic_batching.priority_queue_policy),
+     "a queue policy of its own per priority level"),
+    (("response_cache", "enable"), lambda m: m.response_cache.enable, "answers served from Triton's response cache"),
+    (("batch_input",), lambda m: bool(m.batch_input), "inputs Triton makes up from the batch (ragged batching)"),
+    (("batch_output",), lambda m: bool(m.batch_output), "outputs Triton scatters by batch_output rules"),
+    (("model_transaction_policy", "decoupled"), lambda m: m.model_transaction_policy.decoupled,
+     "a decoupled model: any number of responses per request, over a stream"),
+    (("input", "optional"), lambda m: any(t.optional for t in m.input), "a request may leave the input out"),
+    (("input", "allow_ragged_batch"), lambda m: any(t.allow_ragged_batch for t in m.input),
+     "requests of different shapes joined without padding"),
+    (("input", "is_shape_tensor"), lambda m: any(t.is_shape_tensor for t in m.input), "a shape tensor (TensorRT)"),
+    (("output", "is_shape_tensor"), lambda m: any(t.is_shape_tensor for t in m.output), "a shape tensor (TensorRT)"),
+    (("optimization", "execution_accelerators"), lambda m: bool(m.optimization.execution_accelerators.gpu_execution_accelerator
+                   or m.optimization.execution_accelerators.cpu_execution_accelerator),
+     "another execution provider (TensorRT, OpenVINO) with its own precision; choose the onnxruntime provider with "
+     "specgen serve --provider"),
+    (("model_repository_agents",), lambda m: bool(m.model_repository_agents.agents),
+     "agents that check or transform the model files before they load"),
+)
+_OPEN, _CLOSE = ("{", "<", "["), ("}", ">", "]")
+
+
+def _position(text: str, path: tuple[str, ...]) -> str:
+    """`:line:column` of the first field at `path` (`("input", "optional")`: in any input) in config.pbtxt text
+    that parsed, read with protobuf's own tokenizer (comments, strings, `<>` blocks, lists); "" if not found."""
+    from google.protobuf import text_format
+
+    tokens: list[tuple[str, int, int]] = []
+    tokenizer = text_format.Tokenizer(text.split("\n"))
+    while not tokenizer.AtEnd():
+        # the tokenizer's one public account of where its token is (1-based); its stub mistypes the message
+        here = tokenizer.ParseError("")  # type: ignore[arg-type]
+        tokens.append((tokenizer.token, here.GetLine() or 0, here.GetColumn() or 0))
+        tokenizer.NextToken()
+    stack: list[str] = []  # the field each open bracket belongs to; "" for an element of a list
+    for index, (token, line, column) in enumerate(tokens):
+        before = [t for t, _, _ in tokens[max(index - 2, 0):index]]
+        if token in _OPEN:  # `field {`, `field: {` or, in a list, `[ {` / `, {`
+            if before[-1:] == [":"]:
+                stack.append(before[0] if len(before) == 2 else "")
+            else:
+                stack.append(before[-1] if before and before[-1] not in (",", *_OPEN) else "")
+        elif token in _CLOSE:
+            stack = stack[:-1]
+        elif (index + 1 < len(tokens) and tokens[index + 1][0] in (":", *_OPEN)
+              and (*[s for s in stack if s], token) == path):
+            return f":{line}:{column}"
+    return ""
+
+
+def _refuse_not_served(message: Any, text: str, source: str) -> None:
+    for path, present, what in NOT_SERVED:
+        if present(message):
+            raise RepositoryError(f"{source}{_position(text, path)}: {'.'.join(path)} is set, and specgen serve does "
+                                  f"not implement it ({what}); expected a config without it: remove it, or serve this "
+                                  "model with Triton")
+
+
+def _queue_policy(message: Any, text: str, source: str, pb2: Any) -> QueuePolicy:
+    """default_queue_policy's timeout, refused where Triton refuses it with preserve_ordering
+    (core/src/model_config_utils.cc ValidateModelConfig)."""
+    batching = message.dynamic_batching
+    policy = batching.default_queue_policy
+    queue = QueuePolicy(int(policy.default_timeout_microseconds), policy.timeout_action == pb2.ModelQueuePolicy.DELAY,
+                        bool(policy.allow_timeout_override))
+    if batching.preserve_ordering and queue.timeout_us and queue.delay:
+        where = _position(text, ("dynamic_batching", "default_queue_policy", "timeout_action"))
+        raise RepositoryError(f"{source}{where}: dynamic_batching default_queue_policy has timeout_action DELAY with "
+                              "preserve_ordering: true; expected REJECT, or preserve_ordering false: a delayed request "
+                              "would be answered after later ones (Triton refuses the same config)")
+    return queue
+
+
+def _priority_notes(message: Any, text: str, source: str) -> tuple[tuple[str, str], ...]:
+    """priority_levels, checked as Triton checks it; accepted with a note: it changes only the order of requests."""
+    batching = message.dynamic_batching
+    levels, default = int(batching.priority_levels), int(batching.default_priority_level)
+    if not levels:
+        return ()
+    if not 1 <= default <= levels:
+        raise RepositoryError(f"{source}{_position(text, ('dynamic_batching', 'default_priority_level'))}: "
+                              f"dynamic_batching default_priority_level is {default}; expected a level in 1..{levels} "
+                              f"(priority_levels {levels}), as Triton requires")
+    if batching.preserve_ordering and levels > 1:
+        raise RepositoryError(f"{source}{_position(text, ('dynamic_batching', 'priority_levels'))}: dynamic_batching "
+                              f"has priority_levels {levels} with preserve_ordering: true; expected one level, as "
+                              "Triton requires (a request of a higher priority would be answered before earlier ones)")
+    return (("dynamic_batching.priority_levels", "one queue in arrival order: a request's priority does not move it "
+             "ahead of others (order only), and max_queue_size bounds that one queue, not each level"),)
+
+
 def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     """A `ModelConfig` from `config.pbtxt` text, or a RepositoryError naming `source` and the field."""
     pb2 = _pb2()
     message = read_message(text, source)
+    _refuse_not_served(message, text, source)
     platform, backend = message.platform, message.backend
     if (platform or backend) and platform not in ONNX_PLATFORMS and backend not in ONNX_BACKENDS:
         raise RepositoryError(f"{source}: platform {quoted(platform)} / backend {quoted(backend)} is not served; "
@@ -261,5 +391,7 @@ def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
         max_queue_size=batching.default_queue_policy.max_queue_size if batching is not None else 0,
         model_filename=_filename(message, source),
         version_policy=_policy(message, source),
+        queue_policy=_queue_policy(message, text, source, pb2) if batching is not None else QueuePolicy(),
+        notes=_priority_notes(message, text, source) if batching is not None else (),
         message=message,
     )

@@ -185,6 +185,9 @@ def load_version(name: str, version: int, path: Path, config: ModelConfig, provi
                         out_of_range=predictor.out_of_range, path=served, stamp=stamp, rows_coupled=coupling.rows_coupled(served))
     if warm:
         warm_up(model)
+    for field_name, why in config.notes:  # accepted, changing only order or speed: said once per version loaded
+        log.warning("config field not honoured", extra={"fields": {
+            "event": "config_field_ignored", "model": name, "version": version, "field": field_name, "reason": why}})
     return model
 
 

@@ -93,7 +93,8 @@ class Registry:
                 "reason": model.rows_coupled}})
         batcher = Batcher(model.name, model.run, max_batch_size=config.max_batch_size,
                           max_delay=config.max_queue_delay_us / 1e6, queue_size=queue_size,
-                          batching=batching, observer=self.metrics.observer(), stats=stats, version=model.version)
+                          batching=batching, observer=self.metrics.observer(), stats=stats, version=model.version,
+                          policy=config.queue_policy)
         limit = body_limit(config, self.max_body_bytes)
         self.budget.total = max(self.budget.total, limit.bound(True))  # one largest body always fits
         return Version(model, batcher, limit, stats)
