@@ -12,7 +12,7 @@ from typing import Any
 
 from specgen.ir.model import Node
 from specgen.kinds.ops import op_def
-from specgen.kinds.ops.attention import empty_rows, padding_roles
+from specgen.kinds.ops.attention import empty_rows, masked_value, padding_roles
 from specgen.kinds.ops.base import MaskRender
 
 
@@ -129,10 +129,8 @@ def _attention_constants(node: Node, ctx: Any, attrs: dict[str, Any]) -> dict[st
     extra: dict[str, Any] = {"masks": MaskConstants(axis1=axis1, axes_query=axes_query, axes_key=axes_key)}
     if attrs["empty_rows"] is None:  # a padded query step may have no allowed key
         extra |= empty_rows(n, attrs["fused"], node.params["dropout"], ctx)
-    if "masked" not in attrs:
-        extra["masked"] = ctx.float_constant(f"{n}___masked_value", -1e9)  # Keras' masked score (attention.py)
-    if attrs["fused"] and "zero" not in attrs:
-        extra["zero"] = ctx.float_constant(f"{n}___zero", 0.0)
+    if not attrs["fused"] and "masked" not in attrs:  # the fused node takes the boolean mask itself
+        extra["masked"] = ctx.float_constant(f"{n}___masked_value", masked_value(node.params["dropout"]))
     if attrs["is_causal"]:
         extra |= {"causal": True, "is_causal": False}
         if "one" not in attrs:

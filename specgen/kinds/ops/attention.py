@@ -9,12 +9,13 @@ applies KerasHub's RotaryEmbedding (rope_type linear) to the projected query and
 
 ONNX: every kernel is a plain matrix ([d, heads*size], [heads*value_dim, dq]), one MatMul (+Add) per
 projection. At opset 23 the attention itself is one `Attention` node (3-D inputs, q/kv_num_heads, scale;
-a mask goes in as an additive float [batch, 1, T, S] attn_mask of 0 / -1e9, built full-size because
-onnxruntime 1.31's CPU kernel refuses a broadcast one; a query step whose mask allows no key is set
-after the node as Keras gives it: `empty_rows` below). Below 23 it is plain nodes: Reshape/Transpose to heads, MatMul, Softmax,
-MatMul. Why (bench/RESULTS.md, "attention node", onnxruntime 1.31 CPU, one thread): the three candidates
-(plain, opset-23 Attention, com.microsoft MultiHeadAttention) are within this machine's noise of each
-other at a BERT-base layer (31.6 / 33.5 / 32.1 ms at batch 1, 245 / 241 / 229 ms at batch 8), and the
+a mask goes in as a boolean [batch, 1, T, S] attn_mask, true = attend, so a masked key gets no weight whatever
+its score, as with Keras' dot_product_attention's replaced scores; a query step whose mask allows no key is set
+after the node as Keras gives it: `empty_rows` below). Below 23 it is plain nodes: Reshape/Transpose to heads,
+MatMul, Where (masked scores replaced by Keras' value, `masked_value` below), Softmax, MatMul. Why
+(bench/RESULTS.md, "attention node", onnxruntime 1.31 CPU, one thread): the three candidates (plain, opset-23
+Attention, com.microsoft MultiHeadAttention) are within this machine's noise of each other at a BERT-base layer
+(31.6 / 33.5 / 32.1 ms at batch 1, 245 / 241 / 229 ms at batch 8), and the
 opset-23 node is fastest at a small one (0.54 / 0.42 / 0.52 ms); the standard node runs wherever opset 23
 does (onnxruntime CPU and CUDA, Triton's onnxruntime backend, other runtimes) while a contrib op ties the
 graph to onnxruntime, so the standard node is exported. Older opsets keep the plain nodes rather than
@@ -26,6 +27,7 @@ fused node's is_causal), so any time length runs through one graph.
 from __future__ import annotations
 
 import math
+import struct
 import zlib
 from typing import Annotated, Any, Literal
 
@@ -54,7 +56,10 @@ from specgen.kinds.ops.moments import plus, weighted
 from specgen.kinds.ops.nodes import Node, Shape
 from specgen.kinds.ops.shapes import fixed
 
-MASKED = -1e9  # Keras' large negative number for float32 masked scores (keras Softmax layer)
+# Keras 3's masked-score values (specgen/runtime/lib/attention.py says where each comes from): its fused
+# ops.dot_product_attention's (dropout 0), as the float32 it is, and its Softmax layer's (dropout > 0).
+FUSED_MASKED: float = struct.unpack("<f", struct.pack("<f", -0.7 * 3.38953e38))[0]  # rounded to float32
+SOFTMAX_MASKED = -1e9
 FUSED_OPSET = 23  # the first opset with the Attention node (specgen/ir/training/build.py pins its IR version)
 MASK_DTYPES = ("float32", "int32", "int64")  # nonzero = attend (Keras casts attention_mask to bool)
 
@@ -215,20 +220,21 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     # Only the constants the chosen nodes read: onnxruntime warns about (and drops) unused initializers.
     if not fused or p["rotary"]:  # per-head [batch, time, heads, key_dim] for the plain nodes or the rotation
         found["split_k"] = ctx.constant(f"{name}___split_k", [0, 0, heads, k])
-    if fused and mask:
-        found["zero"] = ctx.float_constant(f"{name}___zero", 0.0)
     if fused and p["rotary"]:
         found["merge_k"] = ctx.constant(f"{name}___merge_k", [0, 0, heads * k])
     if not fused:
         found["split_v"] = ctx.constant(f"{name}___split_v", [0, 0, heads, v])
         found["scale_t"] = ctx.float_constant(f"{name}___scale", found["scale"])
         found["merge"] = ctx.constant(f"{name}___merge", [0, 0, heads * v])
-    if found["causal"] or mask:
-        found["masked"] = ctx.float_constant(f"{name}___masked_value", MASKED)
+    if not fused and (found["causal"] or mask):
+        found["masked"] = ctx.float_constant(f"{name}___masked_value", masked_value(p["dropout"]))
     if found["causal"]:
         found["one"] = ctx.float_constant(f"{name}___one", 1.0)
-    if mask:  # a row of the mask may allow no key
+    if mask:
         found["mask_axis"] = ctx.constant(f"{name}___mask_axis", [1])
+    # A row of the mask may allow no key; and the plain nodes zero every masked weight under dropout > 0 as Keras'
+    # Softmax layer does, which counts at a causal mask too once the allowed scores are below -1e9.
+    if mask or (found["causal"] and p["dropout"] and not fused):
         found |= empty_rows(name, fused, p["dropout"], ctx)
     if p["rotary"]:
         found |= {"rot_zero": ctx.float_constant(f"{name}___rot_zero", 0.0),
@@ -239,20 +245,29 @@ def onnx_attrs(node: Node, first: bool, ctx: OnnxContext) -> dict[str, Any]:
     return found
 
 
+def masked_value(dropout: float) -> float:
+    """The value the plain nodes give a masked score: Keras' on the path MultiHeadAttention takes (Softmax layer when
+    dropout > 0, else ops.dot_product_attention); float32 in ONNX, so the Softmax layer's float16 -3e4 never applies
+    (the fp16 precision converts the graph after it is built)."""
+    return SOFTMAX_MASKED if dropout > 0 else FUSED_MASKED
+
+
 def empty_rows(name: str, fused: bool, dropout: float, ctx: OnnxContext) -> dict[str, Any]:
     """How a query step with no allowed key is exported, as Keras computes it (in inference too): with
     `dropout > 0` Keras' Softmax-layer path zeroes masked weights, so the row is zeros ("zero"); with
-    `dropout: 0` its ops.dot_product_attention gives a softmax of equal -1e9 scores, the mean of the values
-    ("uniform"). The plain nodes mask scores as Keras does (Where: exactly -1e9), so only "zero" needs a node
-    there (Where on the weights). The fused node adds its mask to the scores instead, and a score s rounds
-    -1e9 + s to a multiple of 64 (float32's spacing at 1e9) once |s| > 32, which makes such a row far from
-    uniform (0.64 and 0.69 of the output's magnitude measured at scores of order 100): its output in those rows is
-    replaced by zeros or by the mean of the values. Called for an explicit mask here and for a padding mask
-    by specgen/render/mask_plan.py (a causal mask alone always leaves the diagonal)."""
+    `dropout: 0` its ops.dot_product_attention gives a softmax of equal masked scores, the mean of the values
+    ("uniform"). The plain nodes replace masked scores as Keras does (Where: `masked_value`), so only "zero"
+    needs a node there: a Where that zeroes every masked weight, as the Softmax layer does (not only those of
+    empty rows: where a row's allowed scores are all below -1e9 its masked keys take the weight, which Keras then
+    zeroes). The fused node's boolean mask leaves an empty row to the runtime (onnxruntime 1.31 and the ONNX
+    reference give zeros; a naive -inf softmax gives NaN), so its output there is replaced with a Where (a Mul
+    would keep a NaN) by zeros or by the mean of the values. Called for an explicit mask and a plain causal one
+    here, and for a padding mask by specgen/render/mask_plan.py."""
     if not fused:
         return {"empty_rows": "zero", "rows_zero": ctx.float_constant(f"{name}___rows_zero", 0.0)} if dropout else {}
-    return {"empty_rows": "zero" if dropout else "uniform", "rows_last": ctx.constant(f"{name}___rows_last", [-1]),
-            "rows_axis": ctx.constant(f"{name}___rows_axis", [1])}
+    found = {"empty_rows": "zero" if dropout else "uniform", "rows_last": ctx.constant(f"{name}___rows_last", [-1]),
+             "rows_axis": ctx.constant(f"{name}___rows_axis", [1])}
+    return found | ({"rows_zero": ctx.float_constant(f"{name}___rows_zero", 0.0)} if dropout else {})
 
 
 def inverse_frequencies(k: int, rotary: dict[str, float]) -> list[float]:

@@ -2,12 +2,12 @@
 
 Written out with einsum rather than calling keras.layers: generated code depends on TensorFlow only and
 the weights stay specgen's tf.Variables in Keras' layouts. The steps and their order are Keras': the
-query is scaled by 1/sqrt(key_dim) before the scores, masked scores become -1e9 (keras' Softmax layer),
-the softmax runs in float32 and dropout falls on the attention weights in training only. A query step
-with no allowed key (a padded one under a causal and padding mask) follows Keras' two paths: with
-`dropout > 0` Keras takes its Softmax layer, which zeroes masked weights, so the row is all zeros and the
-step's attention output is the output bias alone; with `dropout: 0` it takes ops.dot_product_attention,
-where the row is a softmax of equal -1e9 scores, uniform over every key. The explicit
+query is scaled by 1/sqrt(key_dim) before the scores, masked scores are replaced by Keras' large negative
+number of the path the layer takes (`masked_score` below), the softmax runs in float32 and dropout falls on the
+attention weights in training only. A query step with no allowed key (a padded one under a causal and padding
+mask) follows Keras' two paths: with `dropout > 0` Keras takes its Softmax layer, which zeroes masked weights,
+so the row is all zeros and the step's attention output is the output bias alone; with `dropout: 0` it takes
+ops.dot_product_attention, where the row is a softmax of equal masked scores, uniform over every key. The explicit
 mask and the causal one combine with a logical and, as Keras' _compute_attention_mask does. Rotary
 position embedding is KerasHub's RotaryEmbedding (split halves, [-x2, x1]) on the projected query and key.
 Padding masks ([batch, time] bool from mask_zero embeddings, specgen/ir/masks.py) join them as Keras'
@@ -23,7 +23,15 @@ import tensorflow as tf
 
 from specgen.runtime.lib.dropout import dropout as drop
 
-MASKED = -1e9  # Keras' large negative number for float32 (keras/src/layers/activations/softmax.py)
+# Keras 3's two masked-score values. Its ops.dot_product_attention (MultiHeadAttention with dropout 0) replaces
+# masked float32 scores, whatever the compute type, by -0.7 * float32's max (keras/src/backend/tensorflow/nn.py,
+# _get_large_negative), so a masked key gets no weight at any finite score below it; its Softmax layer (dropout > 0)
+# replaces them by -1e9, -3e4 in float16, in the compute type (keras/src/layers/activations/softmax.py,
+# _large_negative_number), so there a row whose allowed scores are all below about -1e9 puts its weight on the
+# masked keys, which the layer then zeroes. specgen/kinds/ops/attention.py holds the same values for ONNX.
+FUSED_MASKED = -0.7 * 3.38953e38
+SOFTMAX_MASKED = -1e9
+SOFTMAX_MASKED_FLOAT16 = -3e4
 
 
 def _project(x: tf.Tensor, kernel: tf.Variable, bias: tf.Variable | None) -> tf.Tensor:
@@ -69,6 +77,17 @@ def _keep(scores: tf.Tensor, mask: tf.Tensor | None, causal: bool, padding: tf.T
     return keep
 
 
+def masked_score(scores: tf.Tensor, keep: tf.Tensor | None, *, softmax_layer: bool) -> tf.Tensor:
+    """`scores` with the masked ones replaced as Keras does on the path it takes: its Softmax layer's (dropout > 0)
+    value in the compute type, else ops.dot_product_attention's in float32 (the result is then float32)."""
+    if keep is None:
+        return scores
+    if softmax_layer:
+        value = SOFTMAX_MASKED_FLOAT16 if scores.dtype == tf.float16 else SOFTMAX_MASKED
+        return tf.where(keep, scores, tf.constant(value, scores.dtype))
+    return tf.where(keep, tf.cast(scores, tf.float32), tf.constant(FUSED_MASKED, tf.float32))
+
+
 def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None], *, key_dim: int, causal: bool,
                          dropout: float, training: bool, seed: tf.Tensor | None, salt: int,
                          value: tf.Tensor | None = None, key: tf.Tensor | None = None,
@@ -88,16 +107,15 @@ def multi_head_attention(query: tf.Tensor, weights: dict[str, tf.Variable | None
     scores = tf.einsum("bshk,bthk->bhts", k, q)  # [batch, heads, query time, key time]
     padding = _padding(query_mask, value_mask, key_mask)
     keep = _keep(scores, mask, causal, padding)
-    # Masked and normalized in float32 whatever the compute type, as Keras' fused attention path
-    # (ops.dot_product_attention) casts the scores before masking: -1e9 is -inf in float16, and a row with no
-    # key allowed (a padded query step) would be NaN where float32 gives it uniform weights.
-    compute, scores = scores.dtype, tf.cast(scores, tf.float32)
-    if keep is not None:
-        scores = tf.where(keep, scores, tf.constant(MASKED, tf.float32))
+    compute = scores.dtype
+    # Normalized in float32 whatever the compute type, as Keras' fused path (ops.dot_product_attention) does; its
+    # Softmax layer normalizes in the compute type, which only rounds differently (masked as Keras, either way).
+    scores = tf.cast(masked_score(scores, keep, softmax_layer=dropout > 0), tf.float32)
     probs = tf.cast(tf.nn.softmax(scores, axis=-1), compute)
     if keep is not None and dropout > 0:  # Keras' Softmax-layer path (taken whenever dropout > 0, in inference
-        probs = tf.where(keep, probs, tf.zeros_like(probs))  # too) zeroes a row with no allowed key; its
-        # ops.dot_product_attention path (dropout 0) leaves it uniform. Other masked weights are 0 already.
+        probs = tf.where(keep, probs, tf.zeros_like(probs))  # too) zeroes every masked weight: a row with no
+        # allowed key is zeros, as one whose allowed scores are all below the masked value; its
+        # ops.dot_product_attention path (dropout 0) leaves the first uniform and never gives the second.
     probs = drop(probs, rate=dropout, training=training, seed=seed, salt=salt)
     context = tf.einsum("bhts,bshv->bthv", probs, v)
     out = tf.einsum("bthv,hvd->btd", context, weights["attention_output/kernel"])
