@@ -263,7 +263,7 @@ def test_the_sweep_process_imports_no_tensorflow(tmp_path: Path) -> None:
             f"rc = main(['sweep', {str(spec)!r}, '--emit', 'katib', '--image', 'r/s:1', '-o', 'k.yaml'])\n"
             "from pathlib import Path\n"
             "from specgen.spec.overrides import load_with_overrides\n"
-            "from specgen.sweep.study import Plan\n"
+            "from specgen.sweep.plan import Plan\n"
             "from specgen.sweep.space import parameters\n"
             "from specgen.sweep.summary import hparams_config\n"
             f"loaded = load_with_overrides(Path({str(spec)!r}), [])\n"

@@ -33,8 +33,9 @@ def runner(tmp_path: Path, trials: int = 2, parallel: int = 1) -> tuple[Any, Any
     from specgen.spec.overrides import load_with_overrides
     from specgen.sweep import storage as stores
     from specgen.sweep.driver import Runner
+    from specgen.sweep.plan import Plan
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry
+    from specgen.sweep.study import open_study, quiet_optuna, retry
 
     quiet_optuna()
     loaded = load_with_overrides(write(tmp_path), [])

@@ -38,8 +38,9 @@ def plan_for(spec: Path, given: Path | None) -> Any:
     """The sweep's Plan as command.py makes it for `-o given` (or for the folder itself when `given` is None)."""
     from specgen.spec.overrides import load_with_overrides
     from specgen.sweep import storage as stores
+    from specgen.sweep.plan import Plan
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, sweep_folder
+    from specgen.sweep.study import sweep_folder
 
     loaded = load_with_overrides(spec, [])
     assert loaded.spec.sweep is not None

@@ -212,8 +212,9 @@ def test_local_draws_are_the_grid_without_optuna_warnings(tmp_path: Path, sample
     import optuna
 
     from specgen.spec.overrides import load_with_overrides
+    from specgen.sweep.plan import Plan
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, quiet_optuna, seeded
+    from specgen.sweep.study import quiet_optuna, seeded
 
     spec = sweep_spec(tmp_path, section(STEPPED))
     loaded = load_with_overrides(spec, [f"sweep.sampler={sampler}"])

@@ -57,8 +57,9 @@ def make_study(spec: Path, folder: Path, url: str | None = None, base: list[str]
     """The study `specgen sweep spec -o folder` makes before its first trial (command.py _run's steps)."""
     from specgen.spec.overrides import load_with_overrides
     from specgen.sweep import storage as stores
+    from specgen.sweep.plan import Plan
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, open_study, quiet_optuna, retry
+    from specgen.sweep.study import open_study, quiet_optuna, retry
 
     quiet_optuna()
     folder.mkdir(exist_ok=True)

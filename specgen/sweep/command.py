@@ -75,7 +75,8 @@ def _run(args: argparse.Namespace, loaded: LoadedSpec, params: list[Any]) -> int
     from specgen.sweep.claim import ownerless_grace
     from specgen.sweep.driver import Runner
     from specgen.sweep.membership import check_folder, check_study
-    from specgen.sweep.study import Plan, check_own_folder, open_study, quiet_optuna, retry, sweep_folder
+    from specgen.sweep.plan import Plan
+    from specgen.sweep.study import check_own_folder, open_study, quiet_optuna, retry, sweep_folder
     from specgen.sweep.summary import hparams_config, lines, render, rows
 
     track = None

@@ -23,7 +23,7 @@ from specgen.paths import shown
 from specgen.spec.load import LoadedSpec
 
 ATTR = "specgen_data"  # the study's user attribute holding the record
-MAX_TEXT = 50_000  # characters of the file lists (as study.py's MAX_KEYS_TEXT); past it, each stage's digest only
+MAX_TEXT = 50_000  # characters of the file lists (as plan.py's MAX_KEYS_TEXT); past it, each stage's digest only
 STAGES = ("train", "eval")
 
 

@@ -44,8 +44,9 @@ from specgen.sweep import storage as stores
 from specgen.sweep.claim import claim, left, lost, ownerless_grace
 from specgen.sweep.follow import Follower
 from specgen.sweep.notes import killed, last_line, stopped, tracking_warning
+from specgen.sweep.plan import Plan
 from specgen.sweep.space import overrides_of
-from specgen.sweep.study import Plan, counted, pruner, seeded
+from specgen.sweep.study import counted, pruner, seeded
 from specgen.sweep.study import retry as queue_again
 
 if TYPE_CHECKING:

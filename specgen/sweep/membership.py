@@ -12,69 +12,25 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.spec.load import LoadedSpec
 from specgen.sweep import datafiles
 from specgen.sweep import storage as stores
 from specgen.sweep.errors import SweepUsageError
+from specgen.sweep.plan import MAY_CHANGE, Plan, study_keys
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
-    from specgen.sweep.study import Plan
 
 
-# What may change between two runs of one study; every other key of the resolved spec (with the sweep's own --sets)
-# defines it, so trials of another model, other data or other training never join it (docs/sweeps.md, "Several
-# processes and machines"). Each entry says why a change leaves the trials comparable.
-MAY_CHANGE = {
-    ("sweep", "trials"): "the budget: how many trials, not what a trial is (--trials replaces it)",
-    ("sweep", "sampler"): "how the next values are drawn, not what a trial with them trains",
-    ("sweep", "seed"): "how the next values are drawn",
-    ("sweep", "pruner"): "when the next trials are stopped early",
-    ("doc",): "text",
-    ("lints",): "what `specgen validate` warns about",
-    ("checkpoint", "dir"): "every trial trains in its own run folder (SWEEP/trial-NNNN)",
-    # Each update is seeded by its number and the data iterator runs on through a save, so where a trial saves
-    # changes no value it learns (docs/training.md); a train/ metric's points may fall on other steps (LOG_EVERY and
-    # each save end a chunk), which only changes when the pruner looks, as a changed pruner does.
-    ("checkpoint", "every_steps"): "when a trial saves, not what it trains",
-    ("checkpoint", "keep"): "how many of a trial's checkpoints stay on disk",
-    ("export",): "a sweep never exports",
-    ("train", "tracking"): "where a trial is logged, not what it trains",
-}
 MAX_SHOWN = 80  # characters of one value in a refusal (around the first difference when two values begin alike)
 # A study's user attribute per sweep folder that opened it (the name ends in a digest of the folder, so processes
 # recording theirs at once never overwrite each other's): `specgen report --sweep DIR --storage URL` finds the study
 # DIR belongs to by it, also before DIR's first trial (each trial records its run folder too).
 FOLDER_ATTR = "specgen_folder_"
-
-
-def study_keys(loaded: LoadedSpec, defaults: bool = False, written: bool = False) -> dict[str, Any]:
-    """Every value the spec sets, defaults left out (a default written out is the same study, and a newer specgen's
-    new defaults change no study), as `key -> value` with keys as --set writes them, without MAY_CHANGE's.
-    `defaults`: with them, for naming a value this spec leaves at its default; `written`: every value the spec (its
-    bases, its --sets) writes, a default included, so a refusal does not call a value written out "the default"."""
-    dumped = loaded.spec.model_dump(mode="json", by_alias=True, exclude_defaults=not (defaults or written),
-                                    exclude_unset=written, warnings=False)
-    return dict(_leaves(dumped, ()))
-
-
-def _leaves(node: Any, path: tuple[str | int, ...], written: str = "") -> Iterator[tuple[str, Any]]:
-    """`(key as written, value)` of every value under `node`; `path` holds the raw keys, for MAY_CHANGE."""
-    if any(path[: len(kept)] == kept for kept in MAY_CHANGE):
-        return
-    items: Any = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
-    if not items:  # a value, or an empty section
-        yield written.lstrip("."), node
-        return
-    for key, child in items:
-        named = isinstance(key, int) and isinstance(child, dict) and isinstance(child.get("name"), str)
-        yield from _leaves(child, (*path, key), written + (f"[{child['name']}]" if named else f".{key}"))
 
 
 def check_study(plan: Plan, storage: BaseStorage) -> None:

@@ -1,5 +1,5 @@
-"""The sweep's Optuna study: the checked plan, the sampler and pruner it asks with, and what counts toward the
-budget.
+"""The sweep's Optuna study: the sampler and pruner it asks with, and what counts toward the budget (the checked
+plan, and what defines the study, are plan.py's).
 
 Each worker thread (driver.py) has its own Study object: its sampler is made anew for each trial with `seed + n`,
 n the trial's place among the trials that were not interrupted (`ordinal`), so a sweep draws the same values
@@ -10,22 +10,15 @@ An interrupted trial (its sweep process gone) does not count toward the budget, 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specgen.paths import shown
-from specgen.spec.load import LoadedSpec
 from specgen.sweep import datafiles
 from specgen.sweep import storage as stores
-from specgen.sweep.membership import check_folder, folder_attr, refuse_another, study_keys, upgraded_note
-from specgen.sweep.space import Param, grid_size
+from specgen.sweep.membership import check_folder, folder_attr, refuse_another, upgraded_note
+from specgen.sweep.plan import Plan
 from specgen.sweep.spec import MedianPruner, Sweep
 
 if TYPE_CHECKING:
@@ -33,59 +26,6 @@ if TYPE_CHECKING:
     from optuna.samplers import BaseSampler
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
-
-
-MAX_KEYS_TEXT = 50_000  # characters of the study's key list (MySQL's TEXT holds 65,535 bytes); past it, only the hash
-
-
-@dataclass
-class Plan:
-    """A checked sweep: the spec, its searched keys and where the study and the trials live."""
-
-    loaded: LoadedSpec
-    sweep: Sweep
-    params: list[Param]
-    folder: Path  # the sweep folder, absolute and resolved (sweep_folder): trial-NNNN run folders, logs, the summary
-    url: str  # the Optuna storage
-    trials: int
-    parallel: int
-    base: list[str] = field(default_factory=list)  # the sweep's own --set overrides, given to every trial
-    track: str | None = None  # --track mlflow:URI's URI, given to every trial (docs/tracking.md)
-    given: Path | None = None  # the sweep folder as -o gave it, for printing (shown)
-
-    def shown(self, path: str | os.PathLike[str]) -> str:
-        """A path as the sweep prints it: relative to the working directory when it lies under it (paths.shown);
-        one in the sweep folder given by -o outside the working directory as -o gave it (`../x/trial-0000`, as
-        `export -o ../x` prints its file), not as the machine's absolute path."""
-        text = shown(path)
-        if self.given is None or not os.path.isabs(text) or not Path(path).is_relative_to(self.folder):
-            return text
-        return shown(self.given / Path(path).relative_to(self.folder))
-
-    @property
-    def study_name(self) -> str:
-        return self.loaded.spec.name
-
-    def definition(self) -> dict[str, Any]:
-        """What makes two sweeps one study (study_keys): a study made by another definition is refused. `metric`,
-        `direction` and `space` are kept for studies made before `spec` was recorded (and for report --sweep's
-        `base`); `keys` lets the refusal name what differs, unless it is too long for a storage's text column."""
-        sweep = self.sweep.model_dump(mode="json", warnings=False)
-        found = study_keys(self.loaded)
-        text = json.dumps(found, sort_keys=True)
-        return {"metric": sweep["metric"], "direction": sweep["direction"], "space": sweep["space"],
-                "base": self.base, "spec": hashlib.sha256(text.encode()).hexdigest(),
-                "keys": found if len(text) <= MAX_KEYS_TEXT else None}
-
-    @cached_property
-    def data(self) -> dict[str, Any]:
-        """The data files the trials read (datafiles.py): hashed once, when a study is checked or made."""
-        return datafiles.fingerprint(self.loaded)
-
-    def budget(self) -> int:
-        if self.sweep.sampler != "grid":
-            return self.trials
-        return min(self.trials, grid_size(self.params))
 
 
 def sweep_folder(given: Path) -> Path:

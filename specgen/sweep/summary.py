@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import optuna
     from matplotlib.figure import Figure
 
-    from specgen.sweep.study import Plan
+    from specgen.sweep.plan import Plan
 
 STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running", "WAITING": "queued"}
 
@@ -250,8 +250,9 @@ def report_parts(loaded: Any, folder: Path, storage_url: str | None = None) -> t
     the sweep ran with one), drawn here, never taken from the folder's own files. Every mistake is a usage line of
     `specgen report` (exit 2): the command line names no sweep of this spec."""
     from specgen.sweep.errors import need_optuna
+    from specgen.sweep.plan import Plan
     from specgen.sweep.space import parameters
-    from specgen.sweep.study import Plan, quiet_optuna
+    from specgen.sweep.study import quiet_optuna
 
     need_optuna()
     quiet_optuna()
