@@ -182,7 +182,7 @@ def test_hostile_names_stay_text(tmp_path: Path) -> None:
     ir = ir_from_file(spec)
     label = boxes(render_svg(ir))["out"].findall(f"{NS}text")[2].text
     assert label == f"4 params, restore {name}"
-    assert '"out" [label="out\\ndense [batch, 1]\\n4 params, restore pre<t>&\\"x\'.ckpt"' in render(ir, "dot")
+    assert '"out" [label="out\\ndense [batch, 1]\\n4 params, restore pre<t>&amp;\\"x\'.ckpt"' in render(ir, "dot")
     assert "4 params, restore pre#lt;t#gt;#amp;#quot;x'.ckpt\"]:::frozen" in render(ir, "mermaid")
     collapsed = boxes(render_svg(ir, depth=0))
     assert [t.text for t in collapsed["enc/"].findall(f"{NS}text")] == ["enc/", "block [batch, 1]", "2 layers, 17 params"]

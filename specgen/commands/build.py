@@ -7,15 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from specgen.commands.common import schema_drift, spec_paths
+from specgen.commands.common import OutputFolder, schema_drift, spec_paths
 from specgen.config import load_config
 from specgen.paths import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", type=Path)
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: `out` of [tool.specgen] in the "
-                        "nearest pyproject.toml, else generated/)")
+    parser.add_argument("--out", action=OutputFolder, metavar="DIR", help="output folder (default: `out` of "
+                        "[tool.specgen] in the nearest pyproject.toml, else generated/)")
     parser.add_argument("--check", action="store_true",
                         help="write no output (only the template cache); print a diff and exit 1 on drift")
 
@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         leftover = unclaimed((o.folder for o in outputs), out) if prune else []
         extras: list[str] = []  # files in spec folders that specgen did not write: build keeps them
-        files = check(outputs, out, extras)
+        blocked: list[str] = []  # files under generated names that specgen did not write: build stops on them
+        files = check(outputs, out, extras, blocked)
         folders = [f"stale: {shown(f.shown)}/ {f.note()}" for f in leftover]
         schema = schema_drift(config.schema, schema_text()) if config.schema is not None and not args.paths else []
         for report in files + folders + schema:
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             # deletes a folder holding a file it did not write
             removable, kept = any(not f.foreign for f in leftover), any(f.foreign for f in leftover)
             by_hand = ["file(s)"] * bool(extras) + ["folder(s)"] * kept
-            remedy = " and ".join(["run `specgen build`"] * (len(files) > len(extras) or removable)
+            remedy = " and ".join(["move the file(s) that are not build's own elsewhere"] * bool(blocked)
+                                  + ["run `specgen build`"] * (len(files) > len(extras) + len(blocked) or removable)
                                   + ["run `specgen schema`"] * bool(schema)
                                   + [f"remove the {' and '.join(by_hand)} named by hand"] * bool(by_hand))
             changed, gone = len(files) + len(schema), len(folders)

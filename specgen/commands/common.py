@@ -7,10 +7,11 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from specgen.config import load_config
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.errors import SpecgenError
+from specgen.errors import SpecgenError, UsageError
 from specgen.paths import shown
 from specgen.text import HEADER_START
 
@@ -48,6 +49,28 @@ def shape(text: str) -> tuple[int, ...]:
     if not dims or min(dims) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers joined by commas (96,96,3); received {text!r}")
     return dims
+
+
+class OutputFile(argparse.Action):
+    """argparse action of an option naming where a command writes (`graph -o`; OutputFolder: `build --out`): a Path,
+    never from an empty word. Path("") is Path("."), the working folder, and an empty word is an unset variable in a
+    script (`-o "$OUT"`), not a choice to write there: a command-line mistake, one line and exit 2 (UsageError,
+    raised past argparse, whose own errors print the usage too)."""
+
+    expected = "a file name"
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        if values == "":
+            raise UsageError(parser.prog.removeprefix("specgen "), f"{option_string}: received an empty path (an "
+                             f"unset variable in a script?); expected {self.expected}")
+        setattr(namespace, self.dest, Path(str(values)))
+
+
+class OutputFolder(OutputFile):
+    """OutputFile for an option naming a folder (`build --out`, `export -o`)."""
+
+    expected = "a folder: name one, or . for the working folder"
 
 
 class NoSpecs(SpecgenError):

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specgen.commands.common import OutputFile
 from specgen.errors import UsageError
 from specgen.pictures.needs import need_matplotlib, need_tensorboard
 
@@ -47,4 +48,4 @@ def run(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders of specgen train (overlaid)")
-    parser.add_argument("-o", "--output", type=Path, help="write here, .svg or .png (default: SVG to stdout)")
+    parser.add_argument("-o", "--output", action=OutputFile, help="write here, .svg or .png (default: SVG to stdout)")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specgen.commands.common import positive_int
+from specgen.commands.common import OutputFolder, positive_int
 from specgen.extras import need
 from specgen.paths import shown
 
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path,
                         help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix; "
                         "without it, the spec's checkpoint.restore plan applied to fresh variables")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="folder for model.onnx and export.json")
+    parser.add_argument("-o", "--output", action=OutputFolder, required=True, help="folder for model.onnx and export.json")
     parser.add_argument("--triton", action="store_true", help="also write a Triton model repository there")
     parser.add_argument("--precision", choices=["fp32", "fp16", "int8"],
                         help="also write model.fp16.onnx / model.int8.onnx, gated on accuracy and speed "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgen.commands.common import expand
+from specgen.commands.common import OutputFile, expand
 from specgen.paths import shown
 
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "trials the page lists and draws")
     parser.add_argument("--storage", metavar="URL", help="with --sweep: the Optuna storage of a sweep that ran with "
                         "--storage (default: the study.db in DIR)")
-    parser.add_argument("-o", "--output", type=Path, help="with --html: the page to write")
+    parser.add_argument("-o", "--output", action=OutputFile, help="with --html: the page to write")
 
 
 def run(args: argparse.Namespace) -> int:

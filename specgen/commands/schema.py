@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from specgen.commands.common import schema_drift
+from specgen.commands.common import OutputFile, schema_drift
 from specgen.config import load_config
 from specgen.paths import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+    parser.add_argument("-o", "--output", action=OutputFile, metavar="FILE",
                         help="the schema file (default: `schema` of [tool.specgen] in the nearest pyproject.toml, "
                         "else schemas/specgen.schema.json under that pyproject.toml's folder, or the working "
                         "directory without one)")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specgen.commands.common import nonnegative_int
+from specgen.commands.common import OutputFile, nonnegative_int
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.errors import UsageError
 from specgen.extras import need
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     emit.add_argument("--gpus", type=int, default=0, help="GPUs per worker (nvidia.com/gpu)")
     emit.add_argument("--volume", metavar="CLAIM:PATH", help="a PersistentVolumeClaim every worker mounts at PATH "
                       "(the run folder must be on it)")
-    emit.add_argument("-o", "--output", type=Path, help="write the manifest here (default: stdout)")
+    emit.add_argument("-o", "--output", action=OutputFile, help="write the manifest here (default: stdout)")
     parser.add_argument("--probe", action="store_true", help="run one batch and print each variable's gradient "
                         "and first-update size and each layer's activation mean/std; trains and writes nothing")
 

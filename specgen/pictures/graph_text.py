@@ -33,15 +33,22 @@ def _tree(d: Drawing, emit_box: Callable[[Box, str], str], open_: Callable[[tupl
     return lines
 
 
+def _dot_text(s: str) -> str:
+    """`s` for inside a DOT quoted string, drawn as written. Graphviz reads `\\` escapes there (`\\n`, `\\N`, `\\"`)
+    and decodes HTML entities in every string (`&#8238;` is U+202E, a bidi override; `&lt;` is `<`): a `\\`, a `"`
+    and an `&` are escaped, so an entity's text in the spec is drawn as that text."""
+    return s.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+
+
 def _dot_quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + _dot_text(s) + '"'
 
 
 def render_dot(d: Drawing) -> str:
     """A `digraph` for Graphviz' dot: one `cluster_` subgraph per block path."""
     def box(b: Box, _: str) -> str:
-        label = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in b.lines)
-        tags = f" [{', '.join(b.tags)}]" if b.tags else ""
+        label = "\\n".join(_dot_text(line) for line in b.lines)
+        tags = _dot_text(f" [{', '.join(b.tags)}]") if b.tags else ""
         style = "rounded,filled,dashed" if b.status == "frozen" else "rounded,filled"
         return (f'{_dot_quote(b.id)} [label="{label}{tags}", fillcolor="{FILL[b.status]}", style="{style}", '
                 f'class="{b.status}"];')
@@ -57,9 +64,14 @@ def render_dot(d: Drawing) -> str:
     return "\n".join([*lines, "}"]) + "\n"
 
 
+MERMAID_ESCAPES = {"#": "#35;", "&": "#amp;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;"}
+
+
 def _mermaid_text(s: str) -> str:
-    """Mermaid's entity escapes for the characters that end a label or start markup."""
-    return s.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    """Mermaid's entity escapes for the characters that end a label or start markup: `"`, `<`, `>`, a backtick
+    (a label in backticks is Markdown), `&` (an HTML entity), and `#` itself, which starts Mermaid's own entity
+    codes (`#8238;` is U+202E, a bidi override; `#quot;` is `"`), so such a code in the spec is drawn as its text."""
+    return "".join(MERMAID_ESCAPES.get(c, c) for c in s)
 
 
 def render_mermaid(d: Drawing) -> str:
@@ -68,7 +80,8 @@ def render_mermaid(d: Drawing) -> str:
     cids = {c: f"c{i}" for i, c in enumerate(d.clusters)}
 
     def box(b: Box, _: str) -> str:
-        label = "<br/>".join(_mermaid_text(line) for line in b.lines) + "".join(f" [{t}]" for t in b.tags)
+        tags = "".join(f" [{t}]" for t in b.tags)
+        label = "<br/>".join(_mermaid_text(line) for line in b.lines) + _mermaid_text(tags)
         return f'{ids[b.id]}["{label}"]:::{b.status}'
 
     def cluster(path: tuple[str, ...], _: str) -> str:

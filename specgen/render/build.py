@@ -16,14 +16,14 @@ from typing import TypeAlias
 
 from specgen.atomic import STALE_AFTER, TEMP_NAME, UnsafePathError, kind, pid_alive, read_regular, write_atomic, writing
 from specgen.diagnostics import Diagnostic, SpecError
-from specgen.errors import AbstractSpec
+from specgen.errors import AbstractSpec, SpecgenError
 from specgen.ir.resolve import ir_from_file
 from specgen.paths import shown
 from specgen.progress import delayed
 from specgen.render.build_lock import resolved_root
 from specgen.render.files import load_templates, render_files
 from specgen.render.pool import forked_map
-from specgen.render.stale_folders import built
+from specgen.render.stale_folders import built, not_ours
 from specgen.runtime.interrupt import Interrupts
 
 BINARY_SUFFIXES = (".onnx",)
@@ -133,7 +133,8 @@ def _shared_folders(outputs: list[Output]) -> list[Diagnostic]:
 @dataclass(frozen=True)
 class _OnDisk:
     """One spec's output folder as found: each generated file's bytes (None: missing), stale files (specgen's, no
-    longer generated) and the files specgen did not write (`foreign`, never deleted)."""
+    longer generated), the files specgen did not write (`foreign`, never deleted) and the files under a generated
+    name that specgen did not write and would overwrite (`theirs`: name -> what it holds; never overwritten)."""
 
     shown: Path  # <root>/<name> as the user spelled the root, for messages
     real: str  # the same folder on the resolved root, where specgen reads and writes
@@ -141,6 +142,11 @@ class _OnDisk:
     stale: list[str]
     temporary: list[str] = field(default_factory=list)  # left by a build killed between write and rename
     foreign: list[str] = field(default_factory=list)
+    theirs: dict[str, str] = field(default_factory=dict)
+
+    def refusal(self, name: str) -> str:
+        """`<file> is not build's own: <what it holds>`, the start of `build`'s error line and `--check`'s."""
+        return f"{shown(self.shown / name)} is not build's own: {self.theirs[name]}"
 
 
 def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
@@ -150,8 +156,10 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
     generated file goes, raises UnsafePathError naming it. Subfolders and dot-names are not
     looked at (`_not_looked_at`). A file the spec no longer generates is stale only when it
     carries specgen's mark (stale_folders.built: the rule for whole folders); any other file is
-    foreign: named, never deleted. Paths are strings here: this runs for every file of every
-    spec, and pathlib objects cost more than the system calls.
+    foreign: named, never deleted. A file under a generated name that would change is checked by the
+    same rule (stale_folders.not_ours): one without the mark is `theirs`, never overwritten. Paths are
+    strings here: this runs for every file of every spec, and pathlib objects cost more than the
+    system calls.
     """
     shown, real = root / out.folder, os.path.join(real_root, out.folder)
     disk = _OnDisk(shown, real, dict.fromkeys(out.files), [])
@@ -178,7 +186,17 @@ def _survey(out: Output, root: Path, real_root: str) -> _OnDisk:
                 disk.stale.append(entry.name)
             else:
                 disk.foreign.append(entry.name)
+    _claim(out, disk)
     return disk
+
+
+def _claim(out: Output, disk: _OnDisk) -> None:
+    """Fill `disk.theirs`: each file `build` would overwrite (found, and not the bytes it renders) that it did not
+    write. Only changed files are tested: an unchanged one is never written, and most files of a build are."""
+    for name, content in out.files.items():
+        old = disk.current[name]
+        if old is not None and old != content and (why := not_ours(disk.real, name, out.folder, old)) is not None:
+            disk.theirs[name] = why
 
 
 def _not_looked_at(entry: os.DirEntry[str], out: Output) -> bool:
@@ -252,12 +270,14 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
 
     Runs only after every spec rendered and passed its checks (render_all), so a mistake in
     any spec writes nothing; likewise every output folder is surveyed (no links, nothing but
-    regular files where files go) before the first write, so an unsafe path writes nothing.
+    regular files where files go, no file of the user's under a name it would change: `_claim`)
+    before the first write, so an unsafe path or a file it did not write writes nothing.
     The root is resolved once; everything below it is read and written on the resolved path.
     """
     with writing(root):
         real_root = resolved_root(root)
     found = [_survey(out, root, real_root) for out in outputs]
+    _refuse_theirs(found)
     for out, disk in zip(outputs, found, strict=True):
         _make_folder(disk)
         for name in disk.temporary:
@@ -273,6 +293,20 @@ def write(outputs: list[Output], root: Path, changes: Changes) -> None:
             if _unlink(disk, name):
                 changes.removed.append(disk.shown / name)
         changes.kept += [shown(disk.shown / name) for name in disk.foreign]
+
+
+class NotBuildsOwn(SpecgenError):
+    """Files `build` would overwrite that it did not write (a trained model.onnx, a hand-written model.py): one line
+    each; raised before the first write, so nothing changes in any spec's folder."""
+
+
+OVERWRITE_REMEDY = "specgen build never overwrites a file it did not write: move it elsewhere and run again"
+
+
+def _refuse_theirs(found: list[_OnDisk]) -> None:
+    lines = [f"{disk.refusal(name)}; {OVERWRITE_REMEDY}" for disk in found for name in disk.theirs]
+    if lines:
+        raise NotBuildsOwn("\n".join(lines))
 
 
 # Why `build` writes without fsync (docs/security.md section 4). What it must survive is the process ending mid-write:
@@ -296,9 +330,11 @@ def _unlink(disk: _OnDisk, name: str) -> bool:
     return True
 
 
-def check(outputs: list[Output], root: Path, extras: list[str] | None = None) -> list[str]:
+def check(outputs: list[Output], root: Path, extras: list[str] | None = None,
+          blocked: list[str] | None = None) -> list[str]:
     """A unified diff (or a one-line note) for every drifted, missing, stale, foreign or unsafe file; `extras` gets
-    the foreign files' paths, which `specgen build` keeps: the summary names their remedy apart."""
+    the foreign files' paths, which `specgen build` keeps, and `blocked` the paths of the files it will not
+    overwrite (`_OnDisk.theirs`): the summary names their remedies apart."""
     try:
         real_root = resolved_root(root)
     except UnsafePathError as exc:
@@ -313,6 +349,8 @@ def check(outputs: list[Output], root: Path, extras: list[str] | None = None) ->
         reports += _compared(out, disk, root)
         if extras is not None:
             extras += [shown(disk.shown / name) for name in disk.foreign]
+        if blocked is not None:
+            blocked += [shown(disk.shown / name) for name in disk.theirs]
     return reports
 
 
@@ -321,7 +359,9 @@ def _compared(out: Output, disk: _OnDisk, root: Path) -> list[str]:
     reports = []
     for name, content in out.files.items():
         target, old = disk.shown / name, disk.current[name]
-        if old is None:
+        if name in disk.theirs:  # not drift that `specgen build` fixes: it stops rather than destroy the file
+            reports.append(f"foreign: {disk.refusal(name)}; `specgen build` will not overwrite it: move it elsewhere")
+        elif old is None:
             reports.append(f"missing: {target} (run `specgen build`)")
         elif old != content and target.suffix in BINARY_SUFFIXES:
             reports.append(_binary(target, out, disk))
