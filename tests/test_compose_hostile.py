@@ -215,7 +215,8 @@ def test_a_base_reached_through_a_link_and_directly_is_one_file_applied_once(tmp
     code, out, _ = run(["explain", "a.yaml", "train.seed"], capsys, tmp_path)
     assert (code, out.splitlines()[:2]) == (0, ["train.seed = 111", "  1. common/inner.yaml:14:62  111  <- wins"])
     code, _, err = run(["validate", "b.yaml"], capsys, tmp_path)
-    assert (code, err.splitlines()[0].split(": error: ")[1].startswith("extends: no order")) == (1, True)
+    assert (code, err.splitlines()[0].split(": error: ")[1].startswith(
+        "extends: 'common/base.yaml' is a base of 'mid.yaml' and must come first")) == (1, True)
 
 
 # --- explain ------------------------------------------------------------------------------------------------------

@@ -121,8 +121,7 @@ def test_explain_of_a_key_the_schema_leaves_unset_that_no_file_wrote(tmp_path: P
     assert (code, out.splitlines()) == (0, ["layers[out].activation = linear", "  1. default  null: linear  <- wins"])
     code, out, _ = run(["explain", "v.yaml", "layers[fc2].input"], capsys, tmp_path)
     assert (code, out.splitlines()) == (0, [
-        "layers[fc2].input = the layer before it (the first layer: the model's input)",
-        "  1. default  null: the layer before it (the first layer: the model's input)  <- wins"])
+        "layers[fc2].input = fc1 (the layer before it)", "  1. default  null: fc1 (the layer before it)  <- wins"])
     code, out, _ = run(["explain", "v.yaml", "loss.name"], capsys, tmp_path)
     assert (code, out.splitlines()) == (0, ["loss.name = null (unset)", "  1. default  null  <- wins"])
     code, _, err = run(["explain", "v.yaml", "layers[out].activaton"], capsys, tmp_path)  # a misspelt key still is one

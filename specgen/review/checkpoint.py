@@ -144,6 +144,11 @@ def _initialized(section: Section, old: ModelIR, renames: Renames, rows: list[Ro
         elif row.path in unshared:
             section.changes.append(Change("initialized", row.path, "", f"OLD's '{unshared[row.path]}' (shared): "
                                           "needs a restore entry"))
+        elif candidates := renames.candidates(row.path, old):  # OLD had it, under a name no rule can pick
+            layers = " or ".join(repr(c.rsplit("/", 1)[0]) for c in candidates)
+            section.changes.append(Change("initialized", row.path, "", f"from OLD's {layers} (ambiguous): needs a "
+                                          "map entry"))
+            section.breaks.append(_ambiguous(row.path, layers, candidates))
         else:
             had = row.path in lost
             section.changes.append(Change("initialized", row.path, "", "from OLD's weights: needs a map entry"
@@ -186,6 +191,14 @@ def _lost(path: str, old: ModelIR) -> str:
                 "would start from its initializer")
     return (f"'{path}' existed in OLD under another name and would start from its initializer; `specgen diff --map` "
             "prints the checkpoint map that restores it")
+
+
+def _ambiguous(path: str, layers: str, candidates: list[str]) -> str:
+    """A variable of a layer that several of OLD's fit equally (renames.Renames.ambiguous): lost as surely as an
+    unambiguous rename's, and `--map` prints no entry for it (it guesses none)."""
+    entries = " or ".join(f"`{{from: {c}, to: {path}}}`" for c in candidates)
+    return (f"'{path}' existed in OLD under another name ({layers}: ambiguous) and would start from its initializer; "
+            f"`specgen diff --map` does not guess which: write the map by hand ({entries})")
 
 
 def _crossed(old: ModelIR, renames: Renames, rows: Iterable[Row]) -> list[tuple[str, str]]:

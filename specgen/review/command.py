@@ -21,6 +21,7 @@ from specgen.review.checkpoint import checkpoint, declared_map, map_entries, res
 from specgen.review.interface import interface
 from specgen.review.layers import layers
 from specgen.review.renames import Renames, find_renames
+from specgen.review.resume import resume
 from specgen.review.sections import OTHER_SECTIONS, TRAINING_SECTIONS, Section, run, settings, variables
 from specgen.review.sides import Side, open_side
 
@@ -54,6 +55,10 @@ def compare(old: Side, new: Side) -> tuple[list[Section], Renames]:
     ]
     if old.record is not None and new.record is not None:  # two run folders: what else made them differ
         sections.append(run(old.record, new.record))
+    resumed = resume(old.ir, new.ir)
+    if resumed is not None and any(s.changes for s in sections):  # a spec diffed with itself stays empty
+        # The checkpoint section's: what its restore into a new run does not judge, a run continued.
+        next(s for s in sections if s.name == "checkpoint").notes.append(resumed.line())
     return sections, renames
 
 
@@ -83,7 +88,7 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
         if section.summary:
             lines.append(f"{section.name}: {section.summary}")
         if not section.changes:
-            lines.append(f"{section.name}: unchanged" if not section.summary else "")
+            lines += [f"  {note}" for note in section.notes] if section.summary else [f"{section.name}: unchanged"]
             continue
         if not section.summary:
             lines.append(f"{section.name}: {len(section.changes)} change(s)")
@@ -92,6 +97,7 @@ def _text(old: Side, new: Side, sections: list[Section], renames: Renames, after
         if section.name == "checkpoint" and after_map is not None:
             lines.append(f"  with the map of `specgen diff --map`: {after_map.summary.split(': ', 1)[1]}")
         lines += [f"  breaks: {reason}" for reason in section.breaks if section.echo_breaks]
+        lines += [f"  {note}" for note in section.notes]  # after the restore's rows: a judgement of its own
     if renames.layers:
         lines += ["", "renamed layers: " + ", ".join(f"{a} -> {b}" for a, b in sorted(renames.layers.items()))]
     for layer, fits in sorted(renames.ambiguous.items()):
@@ -104,16 +110,21 @@ def _map_text(mapping: list[dict[str, str]], renames: Renames, after: Section) -
     map holds renames only: a layer that stopped sharing needs a restore entry of its own, which its break line
     prints, so a header that says nothing of OLD's is lost is printed only where that is so."""
     remains = _remains(after)
+    unmapped = " (ambiguous renames are not mapped)" if renames.ambiguous else ""
+    # A variable of an ambiguous rename needs an entry the map cannot hold: "no entries needed" would read as safe.
+    guessed = any(c.what == "initialized" and c.new.endswith("(ambiguous): needs a map entry") for c in after.changes)
     if not mapping:
         head = ("# no map entries needed: OLD's checkpoints restore into NEW by name and NEW's own restore maps"
-                if not remains else "# no map entries needed for renamed weights; " + remains)
-        return "\n" + head + (" (ambiguous renames are not mapped)" if renames.ambiguous else "")
+                + unmapped if not remains else
+                "# no map entries printed: ambiguous renames are not mapped (none is guessed); " + remains if guessed
+                else "# no map entries needed for renamed weights; " + remains + unmapped)
+        return "\n" + head
     body = yaml.safe_dump({"checkpoint": {"restore": [{"from": "OLD_CHECKPOINT", "map": mapping}]}},
                           sort_keys=False, default_flow_style=None, width=1 << 20)
     excluded = any(c.what == "initialized" and c.new.startswith("excluded by") for c in after.changes)
     head = ("# checkpoint map: OLD's checkpoints restore into NEW with nothing initialized that OLD had"
             + (" but what NEW's restore `exclude` names" if excluded else "")
-            if not remains else "# checkpoint map: the entries for OLD's renamed weights; with it, " + remains)
+            if not remains else "# checkpoint map: the entries for OLD's renamed weights; with it, " + remains + unmapped)
     return "\n" + head + "\n" + body.rstrip("\n")
 
 
@@ -143,6 +154,7 @@ def _remains(after: Section) -> str:
 
 def _document(old: Side, new: Side, sections: list[Section], renames: Renames, mapping: list[dict[str, str]],
               after_map: Section | None) -> dict[str, Any]:
+    resumed = resume(old.ir, new.ir)
     return {
         "format": FORMAT_VERSION,
         "old": {"source": old.label, "name": old.ir.name},
@@ -153,4 +165,5 @@ def _document(old: Side, new: Side, sections: list[Section], renames: Renames, m
         "renames": {"layers": renames.layers, "ambiguous": renames.ambiguous},
         "map": mapping,
         "checkpoint_with_map": after_map.summary if after_map is not None else None,
+        "resume": None if resumed is None else {"accepted": resumed.accepted, "reasons": resumed.reasons},
     }

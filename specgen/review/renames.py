@@ -42,6 +42,17 @@ class Renames:
                     return old_path[:-len(owned)] + moved
         return None
 
+    def candidates(self, new_path: str, old: ModelIR) -> list[str]:
+        """OLD's variables that `new_path` may be under an ambiguous rename (`p/kernel`: `a/kernel`, `b/kernel` where
+        `a` and `b` both fit `p`), none guessed: the variable existed in OLD, so an initializer loses its weights."""
+        found = []
+        for layer, fits in sorted(self.ambiguous.items()):
+            for new in fits:
+                owned = layer + new_path[len(new):]
+                if new_path.startswith(new + "/") and any(v.path == owned for v in old.node(layer).variables.values()):
+                    found.append(owned)
+        return found
+
 
 def _signature(node: Node) -> tuple[object, ...]:
     if node.shares is not None:  # a layer that reuses another's weights owns none: compared by op alone

@@ -43,6 +43,7 @@ class Section:
     breaks: list[str] = field(default_factory=list)  # one line per way it breaks what exists
     summary: str = ""  # one line of counts, where the section has them (checkpoint)
     echo_breaks: bool = True  # False where each row is its own break (layers): the text does not say it twice
+    notes: list[str] = field(default_factory=list)  # lines under the summary that break nothing (checkpoint's resume:)
 
 
 def _facts(ir: ModelIR) -> dict[str, dict[str, str]]:
@@ -136,7 +137,7 @@ def _run_leaves(record: dict[str, Any]) -> dict[str, str]:
                 table[f"data.{stage}.{item.get('file')}"] = f"sha256 {str(item.get('sha256'))[:12]}, {item.get('bytes')} bytes"
         if "sha256_of_list" in found:
             table[f"data.{stage}"] = f"{found.get('files')} files, list sha256 {str(found['sha256_of_list'])[:12]}"
-    for key in ("seed", "overrides", "versions", "machine"):
+    for key in ("seed", "overrides", "restore", "versions", "machine"):  # restore: what a fine-tuning run restored
         table |= dict(leaves(key, record.get(key)))
     return table
 

@@ -114,6 +114,8 @@ class _Loader:
                 return found[::-1]
             head = next((h for h in heads if not tails[h]), None)
             if head is None:
+                if (late := self._late_base(bases)) is not None:  # the plain reason, where this list has it
+                    raise error_at(at, late)
                 blocked = ", ".join(dict.fromkeys(quoted(self.labels[h]) for h in heads))
                 raise error_at(at, f"extends: no order of the bases applies each file after its own bases and keeps "
                                    f"every `extends` list's order: {blocked} are listed in conflicting orders; list "
@@ -124,6 +126,17 @@ class _Loader:
                     pos[i] += 1
                     if pos[i] < len(seq):
                         tails[seq[pos[i]]] -= 1
+
+    def _late_base(self, bases: list[tuple[Path, list[Path]]]) -> str | None:
+        """Why an `extends` list has no order, where one file in it is a base of a file listed before it (the later
+        file applies later, and a base must apply before the files built on it); None otherwise."""
+        for n, (child, order) in enumerate(bases):
+            late = next((base for base, _ in bases[n + 1:] if base in order[:-1]), None)
+            if late is not None:
+                base, built = quoted(self.labels[late]), quoted(self.labels[child])
+                return (f"extends: {base} is a base of {built} and must come first (the files listed apply in order, "
+                        f"each after its own bases); list {base} before {built}, or leave it out: {built} brings it in")
+        return None
 
     def compose(self, key: Path) -> Node:
         """The merged tree: each file's own keys over the ones before, in the top file's order."""

@@ -98,9 +98,10 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
             position, note = removal, ""
         message = _keyed(error, loc, data, _message(error, loc, data, suggestions.get(loc), written, number)) + \
             (REMOVED if removal is not None else "")
-        if (change := retag(loc, data, source) if override is None and locator is None else None) is not None:
+        if (change := retag(loc, data, source, overrides) if override is None and locator is None else None) is not None:
             position, note, message = (change.position(), "", change.unknown(keys_at(loc[:-1], data))) \
                 if error["type"] == "extra_forbidden" else (position, note, message + change.note())
+            override = change.by  # a `--set` changed the tag: the problem is that override's
         message += _context(loc, data)
         if override is not None:  # the value is the override's, not the file's
             found.setdefault((override, message), Diagnostic(f"--set {override}", None, message))

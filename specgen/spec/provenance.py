@@ -249,7 +249,7 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     parts = parse_key(key)
     found, gone = find_any(tree, parts)
     if found is None and parts and _unset(tree, parts):
-        means = UNSET_MEANS.get(str(parts[-1]))
+        means = _means(tree, parts)
         return [f"{key} = {means or 'null (unset)'}",
                 f"  1. default  null{f': {means}' if means else ''}  <- wins"]
     if found is None and parts in (["extends"], ["abstract"]):
@@ -259,8 +259,7 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
         raise SpecError([Diagnostic(display, None, f"no key {quoted(key)} in the resolved spec{hint}")])
     settings = found.settings or [DEFAULT]
     leaf = found.mapping is None and found.items is None
-    means = UNSET_MEANS.get(str(parts[-1])) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") \
-        else None
+    means = _means(tree, parts) if found.removed and len(parts) >= 2 and str(parts[-2]).startswith("[") else None
     if gone is not None:
         value = f"(unset: the item was removed at {gone.flag.where()})"
     elif means is not None:
@@ -277,6 +276,29 @@ def explain(tree: Node, key: str, display: str) -> list[str]:
     elif means is not None:
         lines.append(f"  {len(settings) + 1}. default  {means} (no {parts[-1]})  <- wins")
     return lines
+
+
+def _means(tree: Node, parts: list[str | int]) -> str | None:
+    """What the unset key at `parts` means; for a layer's `input`, the layer it reads, named (the question asked)."""
+    key = str(parts[-1])
+    return (key == "input" and _implicit_input(tree, parts[:-1])) or UNSET_MEANS.get(key)
+
+
+def _implicit_input(tree: Node, item: list[str | int]) -> str | None:
+    """What the list item at `item` (a layer) reads without an `input`: the item before it in its list, the model's
+    one input for the spec's first layer; None where it cannot be said (the spec's first layer with several inputs
+    must name one)."""
+    holder, node = find_any(tree, item[:-1])[0], find_any(tree, item)
+    if len(item) < 2 or holder is None or holder.items is None or node[0] is None or node[1] is not None:
+        return None
+    index = next((n for n, i in enumerate(holder.items) if i is node[0]), None)
+    if index:
+        return f"{holder.items[index - 1].name()} (the layer before it)"
+    if index is None:
+        return None
+    inputs = tree.mapping.get("inputs") if tree.mapping is not None and item[:-1] == ["layers"] else None
+    names = list(inputs.mapping) if inputs is not None and inputs.mapping is not None else []
+    return f"{names[0]} (the model's input: the first layer reads it)" if len(names) == 1 else None
 
 
 def _composition(tree: Node, key: str) -> list[str]:

@@ -31,14 +31,11 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, quoted
 from specgen.ir.model import ModelIR
 from specgen.ir.restore_targets import saved_keys  # shared with `specgen diff` (review/checkpoint.py)
-from specgen.kinds.features import precision
+from specgen.ir.resume_rule import Shapes, key_changes, kind_changes
 from specgen.paths import shown
 from specgen.runtime.checkpoint import key_shapes
 from specgen.runtime.commands.resume import Start
 from specgen.runtime.integrity import META, key_position
-
-Shapes = dict[str, tuple[tuple[int, ...], str]]
-OPTIONAL = frozenset(precision.KEYS)  # train.precision's loss scale: a resume crosses precisions (see above)
 
 
 def check_fit(ir: ModelIR, start: Start) -> list[str]:
@@ -60,25 +57,25 @@ def check_fit(ir: ModelIR, start: Start) -> list[str]:
 def _kind_problems(ir: ModelIR, kinds: dict[str, Any]) -> list[tuple[str, str]]:
     """(meta.json key, problem) for each optimizer whose kind changed; added or removed ones show in the keys."""
     assert ir.training is not None
-    return [("optimizers", f"optimizer {quoted(o.name)} is {o.kind} in this spec but was {kinds[o.name]} when the "
-             f"checkpoint was saved: its saved state is {kinds[o.name]}'s, and would be read as {o.kind}'s")
-            for o in ir.training.optimizers if o.name in kinds and kinds[o.name] != o.kind]
+    return [("optimizers", f"optimizer {quoted(c.name)} is {c.now} in this spec but was {c.was} when the "
+             f"checkpoint was saved: its saved state is {c.was}'s, and would be read as {c.now}'s")
+            for c in kind_changes(ir, kinds)]
 
 
 def _key_problems(expected: Shapes, found: Shapes, name: str) -> list[tuple[str, str]]:
     """('', problem) for each key missing, unread or of another shape or dtype, in the spec's variable order."""
     problems: list[tuple[str, str]] = []
-    for key, (shape, dtype) in expected.items():
-        if key not in found:
-            if key not in OPTIONAL:
-                problems.append(("", f"{name} lacks {quoted(key)}, which this spec saves: it would start from its "
-                                 "initial value"))
-        elif found[key] != (shape, dtype):
-            saved_shape, saved_dtype = found[key]
+    for change in key_changes(expected, found):  # the rule, shared with `specgen diff` (ir/resume_rule.py)
+        key = change.key
+        if change.saved is None:
+            problems.append(("", f"{name} lacks {quoted(key)}, which this spec saves: it would start from its "
+                             "initial value"))
+        elif change.expected is None:
+            problems.append(("", f"{name} holds {quoted(key)}, which this spec does not save: it would be dropped"))
+        else:
+            (saved_shape, saved_dtype), (shape, dtype) = change.saved, change.expected
             problems.append(("", f"{quoted(key)} is {saved_dtype}{list(saved_shape)} in {name} but "
                              f"{dtype}{list(shape)} in this spec"))
-    problems += [("", f"{name} holds {quoted(key)}, which this spec does not save: it would be dropped")
-                 for key in sorted(found) if key not in expected and key not in OPTIONAL]
     return problems
 
 
