@@ -22,6 +22,7 @@ from specgen.ir.gains import describe_init, mean_std, saturated
 from specgen.ir.lints_instances import once_per_block_layer
 from specgen.ir.model import ModelIR, Node
 from specgen.ir.scales import OVERFLOW, Scale, kernels_of, propagate, resets
+from specgen.kinds.features import accumulate as accumulation
 from specgen.kinds.metrics import REGISTRY as METRICS
 from specgen.kinds.metrics import args_of, name_of
 from specgen.kinds.ops import REGISTRY, op_def
@@ -200,10 +201,12 @@ def init_scale_warnings(loaded: LoadedSpec, ir: ModelIR) -> list[Diagnostic]:
 # --- batch-norm momentum ----------------------------------------------------------------------
 
 
-def held_share(momentum: float, updates: int) -> float:
-    """The share of their initial values (mean 0, variance 1) that moving statistics still hold
-    after `updates` updates of `moving = moving * momentum + batch * (1 - momentum)`."""
-    return momentum ** max(updates, 0)
+def held_share(momentum: float, updates: int, accumulate: int = 1) -> float:
+    """The share of their initial values (mean 0, variance 1) that moving statistics still hold after `updates`
+    optimizer updates of `accumulate` training batches each. The statistics move once per training batch (micro-batch),
+    `moving = moving * momentum + batch * (1 - momentum)`, as Keras' BatchNormalization does: `specgen train`'s warning
+    and `specgen report`'s note both count with this, so they cannot disagree."""
+    return momentum ** (max(updates, 0) * accumulate)
 
 
 def momenta(ir: ModelIR, restored: frozenset[str] = frozenset()) -> dict[float, list[str]]:
@@ -224,16 +227,18 @@ def momentum_warnings(ir: ModelIR, updates: int, restored: frozenset[str] = froz
     """Lines for `specgen train` to print before training when the planned `updates` (optimizer steps, since
     initialization) leave the batch-norm statistics mostly at their initial values. The statistics move once per
     training batch, `accumulate` of them per update. Statistics a fine-tuning restore set (`restored`) did not
-    start there: they are left out."""
+    start there: they are left out. A run that plans no update (`--steps 0`) gets none: no momentum helps there."""
+    if updates <= 0:
+        return []
     batches = updates * accumulate
     # "updates" means optimizer updates everywhere else in train's output: with accumulation, say what is counted
     counted = (f"{batches} planned training batches ({updates} updates x accumulate {accumulate})" if accumulate > 1
                else f"{updates} planned updates")
     lines = []
     for momentum, names in momenta(ir, restored).items():
-        share = held_share(momentum, batches)
+        share = held_share(momentum, updates, accumulate)
         if share > MOST:
-            fit = 0.05 ** (1 / batches) if batches > 0 else 0.0  # the momentum that leaves 5%
+            fit = 0.05 ** (1 / batches)  # the momentum that leaves 5%
             lines.append(f"warning: batch-norm momentum {momentum:g} ({_names(names)}): after the {counted} "
                          f"the moving statistics still hold {share:.0%} of their initial values (mean 0, "
                          f"variance 1), so evaluation and export normalize with mostly wrong statistics; "
@@ -242,12 +247,22 @@ def momentum_warnings(ir: ModelIR, updates: int, restored: frozenset[str] = froz
 
 
 def momentum_note(ir: ModelIR, counts: tuple[int, ...] = (100, 1000)) -> str:
-    """`specgen report`'s hint: the share held after 100 and 1000 updates, per momentum."""
+    """`specgen report`'s hint: the share held after 100 and 1000 optimizer updates, per momentum. Under
+    `train.accumulate` each update is that many training batches, and the line says how many batches it counted."""
+    steps = accumulation.of(ir.training.train) if ir.training is not None and ir.training.train is not None else 1
     lines = [f"batch-norm momentum {m:g} ({_names(names)}): the moving statistics still hold "
-             + ", ".join(f"{held_share(m, n):.2%} of their initial values after {n} updates" if i == 0
-                         else f"{held_share(m, n):.2%} after {n}" for i, n in enumerate(counts))
+             + ", ".join(f"{held_share(m, n, steps):.2%}{' of their initial values' if i == 0 else ''} after "
+                         f"{n}{' updates' if i == 0 else ''}{_batches(n, steps, first=i == 0)}"
+                         for i, n in enumerate(counts))
              for m, names in momenta(ir).items()]
     return "\n".join(lines)
+
+
+def _batches(updates: int, steps: int, first: bool) -> str:
+    """What an update count means for the statistics under `train.accumulate` (`steps` > 1): its training batches."""
+    if steps <= 1:
+        return ""
+    return f" ({updates * steps} training batches at accumulate {steps})" if first else f" ({updates * steps} batches)"
 
 
 def _names(names: list[str]) -> str:

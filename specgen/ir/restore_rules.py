@@ -12,15 +12,18 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from specgen import text
 from specgen.diagnostics import Position, did_you_mean
 from specgen.ir.training import keys
-from specgen.kinds.features import accumulate
+from specgen.kinds.features import accumulate, precision
 from specgen.kinds.features.ema import shadow
 from specgen.spec import regex
 from specgen.spec.io import RenameKey, RenamePattern, RenamePrefix, RestoreSource
+
+if TYPE_CHECKING:
+    from specgen.ir.model import ModelIR
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ class Entry:
     hint: str = ""  # what the key stands for when its name cannot say (a Keras variable by index)
 
 
-Status = Literal["restored", "initialized", "mismatched", "missing", "conflict"]
+# `copied`: a target network's variable that no key restores: the run copies its online variable into it after the
+# restore (runtime/lib/target_networks.py after_restore), so its initializer never reaches a step.
+Status = Literal["restored", "copied", "initialized", "mismatched", "missing", "conflict"]
 Targets = dict[str, tuple[tuple[int, ...], str]]
 EMA_SUFFIX, EMA_PREFIX = "/ExponentialMovingAverage", shadow("")
 
@@ -51,6 +56,7 @@ class Row:
     found: Entry | None = None  # the checkpoint's tensor, for restored and mismatched rows
     note: str = ""
     prefix: Path | None = None  # the checkpoint prefix (or Keras weight file) apply_plan reads
+    entry: int | None = None  # the `checkpoint.restore` entry a restored row comes from (its index)
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,11 @@ class RestorePlan:
     display: str = "<spec>"
     position: Position | None = None
     excluded: set[str] = field(default_factory=set)  # initialized because an entry's `exclude` names them
+    read: list[tuple[str, Path]] = field(default_factory=list)  # each entry's `from` and the file it resolved to
 
     @property
     def ok(self) -> bool:
-        return not self.errors and all(r.status in ("restored", "initialized") for r in self.rows)
+        return not self.errors and all(r.status in ("restored", "copied", "initialized") for r in self.rows)
 
     def count(self, status: Status) -> int:
         return sum(r.status == status for r in self.rows)
@@ -123,6 +130,25 @@ def shape_text(shape: tuple[int, ...], dtype: str) -> str:
     return f"{dtype}{text.shape(shape)}"
 
 
+# Stored dtype -> the variable dtypes it converts to without rounding, as Keras' load_weights casts a float16 or
+# bfloat16 file into a float32 model: every value of the narrower float is one of the wider (bfloat16 is float32's
+# top 16 bits). Anything else (float64 into float32 would round; integers are no weights) stays a mismatch.
+EXACT_WIDENING = {"float16": ("float32", "float64"), "bfloat16": ("float32", "float64"), "float32": ("float64",)}
+
+
+def widens(stored: str, variable: str) -> bool:
+    """Whether a value stored as `stored` converts into a `variable` dtype exactly (EXACT_WIDENING)."""
+    return variable in EXACT_WIDENING.get(stored, ())
+
+
+def dtype_note(stored: str, variable: str) -> str:
+    """The plan's note for a stored dtype other than the variable's: the exact cast it makes, or why it refuses."""
+    if widens(stored, variable):
+        return f"{stored} -> {variable}, exact"
+    return (f"dtype differs: {stored} -> {variable} {'would round' if stored.startswith('float') else 'is no exact cast'}"
+            f"; only float16 and bfloat16 widen into float32 exactly: convert the weights to {variable} first")
+
+
 @dataclass
 class SourcePlan:
     rows: dict[str, Row] = field(default_factory=dict)  # restored or mismatched
@@ -133,8 +159,11 @@ class SourcePlan:
     lacking: list[str] = field(default_factory=list)  # a strict source: the variables it has no key for
 
 
-# The checkpoint keys of training state (docs/collections.md, "Variable names"), which a restore never sets.
-TRAINING_STATE = tuple(f"{root}/" for root in (keys.OPTIMIZERS, accumulate.ROOT, keys.METRICS, keys.PRUNING))
+# The checkpoint keys of training state (docs/collections.md, "Variable names"), which a restore never sets
+# (mixed_float16's loss scale among them: `loss_scale/scale`, ...).
+LOSS_SCALE = precision.KEYS[0].split("/")[0]
+TRAINING_STATE = tuple(f"{root}/" for root in (keys.OPTIMIZERS, accumulate.ROOT, keys.METRICS, keys.PRUNING,
+                                               LOSS_SCALE))
 
 
 def _training_state(key: str) -> bool:
@@ -200,8 +229,10 @@ def plan_source(label: str, prefix: Path, entries: dict[str, Entry], source: Res
         for other in (k for k, _ in found if k != key):
             unused(other, f"superseded by the EMA shadow '{key}' (ema_to_model)")
         notes = ["EMA shadow (ema_to_model)"] if emas else [RAW_WEIGHTS] if unshadowed else []
-        notes += [n for n, bad in (("shape differs", entry.shape != shape), ("dtype differs", entry.dtype != dtype)) if bad]
-        status: Status = "mismatched" if (entry.shape, entry.dtype) != (shape, dtype) else "restored"
+        notes += ["shape differs"] if entry.shape != shape else []
+        notes += [dtype_note(entry.dtype, dtype)] if entry.dtype != dtype else []
+        fits = entry.shape == shape and (entry.dtype == dtype or widens(entry.dtype, dtype))
+        status: Status = "restored" if fits else "mismatched"
         out.rows[target] = Row(target, status, shape, dtype, label, key, entry, "; ".join(notes), prefix)
     for named in (e for e in source.map if isinstance(e, RenameKey)):
         present = named.from_ in entries or (source.ema_to_model and any(ema_base(k) == named.from_ for k in entries))
@@ -275,7 +306,7 @@ def combine(parts: Sequence[tuple[RestoreSource, SourcePlan]], targets: Targets,
             if target in final:
                 drop(*final[target], f"superseded by {row.source}:{row.key}")
                 row = replace(row, note="; ".join(filter(None, [row.note, f"overrides {final[target][1].source}"])))
-            final[target] = (index, row)
+            final[target] = (index, replace(row, entry=index))
         for target, row in part.sticky.items():
             sticky.setdefault(target, row)
         excluded |= {t: f"excluded by '{p}' in {source.from_}" for t, p in part.excluded.items()}
@@ -314,8 +345,28 @@ def _reasons(said: dict[str, list[int]]) -> str:
     return ". ".join(f"{', '.join(f'restore[{i}]' for i in indexes)}: {reason}" for reason, indexes in said.items())
 
 
+def target_copies(ir: ModelIR) -> dict[str, str]:
+    """Target network variable -> the online variable it copies after a fine-tuning restore (docs/targets.md):
+    what the generated trainer copies when it is built, so none for a spec that cannot train (no trainer)."""
+    training = ir.training
+    if training is None or not training.can_train:
+        return {}
+    return {target: online for entry in training.targets for online, target in entry.pairs}
+
+
+def with_copies(plan: RestorePlan, copies: dict[str, str]) -> RestorePlan:
+    """The plan with each target network variable (`copies`: target path -> online path) that no key restores
+    marked `copied`: the run copies the online variable into it after the restore (the online value as restored,
+    or as initialized), so its own initializer is never used. A target the restore fills itself stays `restored`."""
+    plan.rows = [replace(row, status="copied", note=f"copied from '{copies[row.path]}' after the restore")
+                 if row.status == "initialized" and row.path in copies else row for row in plan.rows]
+    plan.excluded -= set(copies)
+    return plan
+
+
 def summary_line(plan: RestorePlan) -> str:
-    counts = [f"restored {plan.count('restored')}", f"initialized {plan.count('initialized')}",
+    copied = [f"copied {plan.count('copied')}"] if plan.count("copied") else []
+    counts = [f"restored {plan.count('restored')}", *copied, f"initialized {plan.count('initialized')}",
               f"unused {len(plan.unused)}", f"mismatched {plan.count('mismatched')}"]
     extra = [(plan.count("missing"), "missing"), (plan.count("conflict"), "conflicts"), (len(plan.errors), "errors")]
     return ", ".join(counts + [f"{name} {n}" for n, name in extra if n])

@@ -89,11 +89,12 @@ def restore_section(loaded: LoadedSpec, ir: ModelIR) -> str:
 
     if not checkpoint_of(loaded).restore:
         return _none("the spec restores nothing (no checkpoint.restore)")
+    from specgen.ir.restore_rules import target_copies
     from specgen.ir.restore_targets import restore_targets
     from specgen.runtime.commands.restore import format_plan, plan_restore  # imports TensorFlow: only here
 
     try:
-        return _pre(format_plan(plan_restore(loaded, restore_targets(ir))))
+        return _pre(format_plan(plan_restore(loaded, restore_targets(ir), copies=target_copies(ir))))
     except SpecgenError as exc:  # a restore source that is not there yet: the page still shows the rest
         return _none(f"no plan: {exc}")
 

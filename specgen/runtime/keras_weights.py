@@ -13,6 +13,11 @@ from the variable count; where that does not decide (a BatchNormalization with 3
 has lost gamma or beta) or the class is unknown, the keys are `<layer>/vars/<i>`, with a hint
 in the plan. With a config, an unknown class or a count that does not fit is an error: a
 wrong name would put a value into the wrong variable.
+
+Keras 3 stores a bfloat16 weight (a model built with `dtype="bfloat16"`, as many KerasHub presets
+are) as opaque 2-byte values (`|V2`) with the attribute `dtype: bfloat16`: planned as bfloat16 and
+read as the float32 each value stands for (exact: bfloat16 is float32's top 16 bits), as Keras' own
+load_weights puts them into a float32 model.
 """
 
 from __future__ import annotations
@@ -176,14 +181,29 @@ class Reader:
 def _array(dataset: Any) -> np.ndarray:
     if not isinstance(dataset, h5py.Dataset):
         raise ValueError(f"'{dataset.name}' is not a dataset")
-    return np.asarray(dataset[()])
+    value = np.asarray(dataset[()])
+    if _bfloat16(dataset):  # bfloat16 is float32's top 16 bits: shifted back into place, the float32 it stands for
+        return (value.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return value
+
+
+def _bfloat16(dataset: h5py.Dataset) -> bool:
+    """Whether the dataset is Keras 3's bfloat16: 2-byte opaque values with the attribute `dtype: bfloat16`."""
+    tag = dataset.attrs.get("dtype")
+    tag = tag.decode("utf8", "replace") if isinstance(tag, bytes) else tag
+    return bool(dataset.dtype.kind == "V" and dataset.dtype.itemsize == 2 and tag == "bfloat16")
 
 
 def _weight(dataset: Any, hint: str = "") -> Weight:
     if not isinstance(dataset, h5py.Dataset):
         raise ValueError(f"'{dataset.name}' is a group where a weight should be")
+    if _bfloat16(dataset):
+        return Weight(dataset.name, tuple(int(d) for d in dataset.shape), "bfloat16", hint)
     if dataset.dtype.kind not in "fiub":
-        raise ValueError(f"'{dataset.name}' holds {dataset.dtype}, not numbers")
+        tag = dataset.attrs.get("dtype")
+        said = f" tagged dtype {tag!r}" if tag is not None else ""
+        raise ValueError(f"'{dataset.name}' holds {dataset.dtype} values{said}, not numbers specgen reads (numbers, "
+                         "or Keras' bfloat16: 2-byte values tagged dtype 'bfloat16'); save the weights as float32")
     return Weight(dataset.name, tuple(int(d) for d in dataset.shape), dataset.dtype.name, hint)
 
 

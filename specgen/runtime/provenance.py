@@ -7,6 +7,12 @@
   list of its files), the seed, the versions of Python and the packages that compute, and the machine (CPU model
   and instruction sets that change float results, GPUs). Folders of more than MAX_LISTED files keep only their
   count, bytes and one digest over the sorted (name, size, sha256) lines, so the record stays small.
+  A fine-tuning run's `restore` says, per `checkpoint.restore` entry, what its `from` resolved to (the checkpoint
+  prefix a run folder's `latest` named then, or the Keras file), how many variables it restored and a sha256 of
+  the values it assigned (runtime/commands/fine_tuning.py record): the restored weights decide the run as much as
+  its data. A resume does not restore again: it keeps the record of the start that did. The data and the restore
+  sources are all a start reads from disk besides the spec (which spec.resolved.yaml holds, `extends` merged):
+  `normalize` statistics and other constants are spec values, or variables the restore sets.
   Its top-level keys describe the run's latest start (what `specgen diff` compares, beside spec.resolved.yaml,
   which is the latest start's too); `starts` keeps every start of the run, oldest first, each with the step it
   started at (0 for a new run), so a run whose data changed mid-way still shows what it trained on first: a
@@ -50,19 +56,23 @@ PACKAGES = ("specgen", "tensorflow", "keras", "numpy", "onnx", "onnxruntime", "o
 
 
 def record(folder: Path, loaded: LoadedSpec, overrides: list[str], devices: list[str],
-           resumed_at: int | None = None, data: dict[str, Any] | None = None) -> list[str]:
+           resumed_at: int | None = None, data: dict[str, Any] | None = None,
+           restore: list[dict[str, Any]] | None = None) -> list[str]:
     """Write both files for a start (`resumed_at`: the step a resume starts at; None for a new run); the notes.
-    `data`: the data's fingerprint when the caller has it already (each file is hashed once a start)."""
+    `data`: the data's fingerprint when the caller has it already (each file is hashed once a start). `restore`:
+    what a fine-tuning start restored (fine_tuning.record); a resume keeps the one of the start before it."""
     from specgen.spec.provenance import load_resolved, resolved_yaml
 
     _, tree = load_resolved(loaded.path, overrides)
     header = (f"# The spec this run trained: {shown(loaded.path)} with every base it extends, the overrides below, "
               "and the defaults; each value's origin is the comment after it.\n")
     data = data if data is not None else data_fingerprint(loaded)
-    facts = {"spec": shown(loaded.path), "overrides": overrides,
+    facts: dict[str, Any] = {"spec": shown(loaded.path), "overrides": overrides,
              "seed": loaded.spec.train.seed if loaded.spec.train else None,
              "data": data, "versions": versions(), "machine": machine(devices)}
     previous, starts, notes = _earlier(folder / RECORD) if resumed_at is not None else ({}, [], [])
+    restore = restore if restore is not None else previous.get("restore")
+    facts |= {"restore": restore} if restore else {}
     if starts:  # a change of the training files is said by the resume, against the checkpoint's (data_change)
         starts.append({"step": resumed_at, **{k: v for k, v in facts.items() if previous.get(k) != v}})
     else:

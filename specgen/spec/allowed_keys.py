@@ -38,6 +38,12 @@ def keys_at(loc: PathKey, data: Any) -> list[str]:
     """allowed_keys of the mapping at `loc` in `data`. Where `loc` ends at a union without naming a branch (a
     caller validated one branch alone: a block's instance entry as `Instance`), the branch is the one the
     union's own discriminator picks for the value written there, as validation would have picked it."""
+    return located_keys(loc, data)[1]
+
+
+def located_keys(loc: PathKey, data: Any) -> tuple[PathKey, list[str]]:
+    """keys_at's location and keys: `loc` with the union branch tags it picked appended (as pydantic's error
+    locations name them), so a caller can walk on below it (yaml_source.py's unknown-key judge)."""
     keys = allowed_keys(loc)
     value = data_path(loc, data)[1] if not keys else None
     for _ in range(MAX_BRANCHES):  # a picked branch may be a union again (a layer: then its `op`)
@@ -48,7 +54,7 @@ def keys_at(loc: PathKey, data: Any) -> list[str]:
             break
         loc = (*loc, tag)
         keys = allowed_keys(loc)
-    return keys
+    return loc, keys
 
 
 MAX_BRANCHES = 4  # unions nested in unions along one location; specs have at most 2

@@ -24,7 +24,7 @@ import yaml
 
 from specgen.diagnostics import MAX_ECHO, Diagnostic, Position, SpecError, quoted, shown
 from specgen.spec.received import binary_data
-from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, SourceMap
+from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, PathKey, SourceMap, data_path
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
@@ -58,6 +58,10 @@ class _Converter:
         self.scalars = yaml.SafeLoader("")  # only its scalar constructors are used
         self.problems: list[Diagnostic] = []
         self.open: set[int] = set()  # the anchored collections being converted, innermost last (recursive aliases)
+        self.path: list[str | int] = []  # where in the document the value being converted sits
+        # Keys that are not names, with the place of their mapping: judged once the document is whole (`_judged`),
+        # since under a key the spec does not have, that key is the mistake to report, not these.
+        self.not_names: list[tuple[PathKey, Diagnostic]] = []
 
     def convert(self, node: yaml.Node, depth: int = 0, label: str = "") -> Any:
         """`node` as plain values; `label` names it in messages (`units`, `shape[1]`)."""
@@ -95,7 +99,7 @@ class _Converter:
         try:
             if isinstance(node, yaml.MappingNode):
                 return self._mapping(node, depth)
-            return [self.convert(item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
+            return [self._at(i, item, depth + 1, f"{label}[{i}]") for i, item in enumerate(node.value)]
         finally:
             self.open.discard(id(node))
 
@@ -159,7 +163,10 @@ class _Converter:
             if isinstance(key, str) and (number := self._number_12(getattr(key_node, ALIASED, key_node))) is not None:
                 key = number  # `1e3:`, `0o17:`: text to PyYAML, a number to YAML 1.2, so a slip as `1:` is
             if not isinstance(key, str):  # every key of a spec is a name: `~:`, `1:`, `true:` are slips
-                self.problems.append(self._error(key_node, _not_a_name(getattr(key_node, ALIASED, key_node), key)))
+                problem = self._error(key_node, _not_a_name(getattr(key_node, ALIASED, key_node), key))
+                self.not_names.append((tuple(self.path), problem))
+                # Kept, without its value: should the schema ever read this mapping, it refuses the key too.
+                result.setdefault(key, None)
                 continue
             if key in result or (key == MERGE and merges):  # `'<<'` (quoted) beside a `<<`: the same key in YAML 1.2
                 self.problems.append(self._error(key_node, DUPLICATE_MERGE if key == MERGE else
@@ -168,10 +175,18 @@ class _Converter:
                 continue
             if depth == 0:
                 self.top = value_node
-            result[key] = self.convert(value_node, depth + 1, key if isinstance(key, str) else str(key))
+            result[key] = self._at(key, value_node, depth + 1, key)
         for value_node in merges:  # after the mapping's own keys: those win wherever `<<` is written
             self._merge(result, value_node, depth)
         return result
+
+    def _at(self, part: str | int, node: yaml.Node, depth: int, label: str) -> Any:
+        """`node`, the value at `part` of the collection being converted, converted with its place known."""
+        self.path.append(part)
+        try:
+            return self.convert(node, depth, label)
+        finally:
+            self.path.pop()
 
     def _merge(self, result: dict[Any, Any], value_node: yaml.Node, depth: int) -> None:
         """Support `<<: *defaults` and `<<: [*a, *b]` (earlier sources win).
@@ -242,11 +257,12 @@ def parse_document(text: str, display: str) -> tuple[Any, SourceMap]:
 
 def parse_value(text: str, display: str) -> Any:
     """One YAML value (a `--set` override), under the same bounds as a spec file; empty is None."""
-    return _parse(text, display, whole="the value")[0]
+    return _parse(text, display, whole="the value", spec=False)[0]
 
 
-def _parse(text: str, display: str, whole: str = "the file") -> tuple[Any, SourceMap]:
-    """`whole` names the text in messages (a quote left open runs to the end of it)."""
+def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) -> tuple[Any, SourceMap]:
+    """`whole` names the text in messages (a quote left open runs to the end of it); `spec`: the text is a spec
+    document (a file, a base), whose keys' places the schema knows; a `--set` value's place is not its root."""
     undecoded = not_utf8(text)  # a file is decoded strictly; this is text from elsewhere (a command line)
     if undecoded is not None:
         raise SpecError([Diagnostic(display, None, f"the text is not UTF-8 ({undecoded}); write it in UTF-8")])
@@ -270,9 +286,46 @@ def _parse(text: str, display: str, whole: str = "the file") -> tuple[Any, Sourc
         return None, source
     converter = _Converter(source, text)
     data = converter.convert(root)
-    if converter.problems:
-        raise SpecError(converter.problems)
+    problems = converter.problems + [problem for path, problem in converter.not_names
+                                     if not (spec and _unknown_above(path, data))]
+    if problems:
+        raise SpecError(problems)
     return data, source
+
+
+def _unknown_above(path: PathKey, data: Any) -> bool:
+    """Whether the mapping at `path` of a spec document is under a key the spec does not have (`train:
+    {class_weight: {0: 2.0}}`): its keys that are not names are then left to the schema, whose `unknown key
+    'class_weight'; expected one of ...` names what to change (quoting `0` would only lead to that message).
+    Only a key no branch of its mapping's union has counts: where the schema cannot be told, the keys are reported."""
+    loc: PathKey = ()
+    for part in path:
+        loc, branches = _branches(loc, data)
+        if isinstance(part, str) and branches and not any(_known(part, keys) for _, keys in branches):
+            return True
+        loc = (*next((at for at, keys in branches if _known(part, keys)), loc), part)
+    return False
+
+
+def _known(part: str | int, keys: list[str]) -> bool:
+    """Whether `part` is one of `keys`, which name a field by its alias: the schema also takes the field's own name,
+    `with_` for `with` (aliases stand for Python keywords only)."""
+    return part in keys or (isinstance(part, str) and part.removesuffix("_") in keys)
+
+
+def _branches(loc: PathKey, data: Any) -> tuple[PathKey, list[tuple[PathKey, list[str]]]]:
+    """`loc` with the union tags validation picks for the value there (pydantic's location: `('loss', 'list')`),
+    and the keys its mapping may have, with their place: keys_at's; where that stops at a union inside a union (a
+    layer's `op` after layer-or-instance, a loss term's `kind`), one per branch that a value of the mapping names;
+    none where the mapping's keys are free (`optimizers`) or the schema is left."""
+    from specgen.spec.allowed_keys import allowed_keys, located_keys  # the spec's schema: only for such keys
+
+    loc, keys = located_keys(loc, data)
+    if keys:
+        return loc, [(loc, keys)]
+    value = data_path(loc, data)[1]
+    named = [(*loc, tag) for tag in value.values() if isinstance(tag, str)] if isinstance(value, dict) else []
+    return loc, [(at, found) for at in named if (found := allowed_keys(at))]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

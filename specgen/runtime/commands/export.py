@@ -37,6 +37,7 @@ from specgen.atomic import probe_writable, refuse_links, writing
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR
+from specgen.ir.restore_rules import RestorePlan
 from specgen.ir.restore_targets import mask_targets, restore_targets
 from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
@@ -46,6 +47,7 @@ from specgen.runtime import data
 from specgen.runtime.file_set import write_set
 from specgen.runtime.graph_runs import GraphRunError, reported, run_rows
 from specgen.runtime.lib.generated import load_generated
+from specgen.runtime.lib.interface import GeneratedModel, GeneratedTrainer
 from specgen.runtime.onnx_export import node_counts, variance_problem, with_weights
 from specgen.runtime.parity import accuracy, check_sizes, first_non_finite, max_abs_diff, random_inputs, within
 from specgen.runtime.precision import REGISTRY as PRECISIONS
@@ -184,25 +186,50 @@ def _check_output(out: Path) -> None:
         probe_writable(there, keep_times=True)
 
 
-def _planned_values(loaded: LoadedSpec, ir: ModelIR, model_py: bytes) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Fresh variables (the spec's initializers, seeded as `specgen train` seeds them) with the restore plan applied;
-    and, for export.json, where each one came from."""
-    from specgen.runtime.commands.restore import apply_plan, plan_restore, summary_line  # TensorFlow
+def _planned_values(built: Built) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The variables a new `specgen train` run holds at step 0: the spec's initializers (seeded with `train.seed`),
+    the restore plan applied, then the after-restore step (target networks copied from the restored online
+    weights, pruning masks applied: fine_tuning.new_weights); and, for export.json, where each one came from."""
+    from specgen.runtime.commands.fine_tuning import new_weights  # TensorFlow
+    from specgen.runtime.commands.restore import summary_line
 
+    loaded, ir = built.loaded, built.ir
     training = ir.training
     assert training is not None
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "model.py"
-        path.write_bytes(model_py)
-        model = getattr(load_generated(path), ir.class_name)(seed=training.train.seed if training.train else 0)
-    variables = model.variables_by_path()
+    model, trainer = _fresh_model(built, training.train.seed if training.train else 0)
     masks = mask_variables(ir, model)
-    plan = plan_restore(loaded, restore_targets(ir))
-    apply_plan(plan, variables | masks)  # all or nothing: prints the table and raises when the plan has problems
-    origin = {r.path: (f"{r.source}:{r.key}" if r.status == "restored" else "initialized") for r in plan.rows
-              if r.path in variables}
+    # all or nothing: prints the table and raises when the plan has problems
+    plan = new_weights(loaded, ir, model, trainer) if trainer is not None else _without_trainer(loaded, ir, model)
+    assert plan is not None  # _refuse_no_source: the spec has a `checkpoint.restore`
+    variables = model.variables_by_path()
+    origin = {r.path: (f"{r.source}:{r.key}" if r.status == "restored" else
+                       r.note if r.status == "copied" else "initialized") for r in plan.rows if r.path in variables}
     values = masked_values(ir, {p: v.numpy() for p, v in variables.items()}, {k: m.numpy() for k, m in masks.items()})
     return values, {"summary": summary_line(plan), "variables": origin}
+
+
+def _fresh_model(built: Built, seed: int) -> tuple[GeneratedModel, GeneratedTrainer | None]:
+    """The generated model and, for a spec that can train, its trainer (which makes target copies and EMA shadows
+    as a run's start does), built from the generated code in a temporary folder."""
+    with tempfile.TemporaryDirectory() as folder:
+        for name, content in built.training_files.items():
+            (Path(folder) / name).write_bytes(content)
+        model: GeneratedModel = getattr(load_generated(Path(folder) / "model.py"), built.ir.class_name)(seed=seed)
+        if "train.py" not in built.training_files:
+            return model, None
+        module = load_generated(Path(folder) / "train.py")
+        trainer: GeneratedTrainer = getattr(module, f"{built.ir.class_name}Training")(model)
+        return model, trainer
+
+
+def _without_trainer(loaded: LoadedSpec, ir: ModelIR, model: GeneratedModel) -> RestorePlan:
+    """A spec that cannot train has no trainer, so nothing derived from the weights (no target copies, no EMA):
+    the plan alone, masks included (masked_values applies them)."""
+    from specgen.runtime.commands.restore import apply_plan, plan_restore  # TensorFlow
+
+    plan = plan_restore(loaded, restore_targets(ir))
+    apply_plan(plan, model.variables_by_path() | mask_variables(ir, model))
+    return plan
 
 
 def export(built: Built, checkpoint: Path | None, out: Path, triton: bool = False,
@@ -251,8 +278,9 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     phases.start("weights")
     if checkpoint is None:  # `export.onnx.weights` picks among a checkpoint's keys: the plan already chose
         weights, source = "restore plan", Path(loaded.display)
-        values, restore = _planned_values(loaded, ir, files["model.py"])
-        keys = {p: p if o == "initialized" else f"{p} (from {o})" for p, o in restore["variables"].items()}
+        values, restore = _planned_values(built)
+        keys = {p: p if o == "initialized" or o.startswith("copied") else f"{p} (from {o})"
+                for p, o in restore["variables"].items()}
     else:
         from specgen.runtime.checkpoint import checkpoint_prefix, read_arrays  # TensorFlow's checkpoint reader
 

@@ -36,7 +36,7 @@ from specgen.paths import shown
 from specgen.pipeline import Built, build
 from specgen.runtime import data, hooks
 from specgen.runtime.checkpoint import CheckpointFolder, read_values
-from specgen.runtime.commands.restore import apply_plan, plan_restore
+from specgen.runtime.commands.fine_tuning import new_weights
 from specgen.runtime.commands.resume import Start, damage_notes, verified_meta, with_kept_overrides
 from specgen.runtime.commands.resume_fit import check_fit
 from specgen.runtime.commands.resume_rates import follow_spec_rates, rates_before_restore
@@ -56,21 +56,30 @@ class VariableRow:
     weight_norm: float
     grad_norm: float | None  # None: TensorFlow returned no gradient
     update_norm: float
+    # The learning rate its optimizer ran the probed update at; None where the probe did not read one. At rate 0 a
+    # zero |update| says nothing about the gradient: no step was taken, so none could round away.
+    rate: float | None = None
+    optimizer: str = ""  # the optimizer that updates it ("" for hand-made rows)
 
     @property
     def ratio(self) -> float | None:
         """|update| / |weight|; None for a weight that is all zeros (a bias at its start)."""
         return self.update_norm / self.weight_norm if self.weight_norm > 0 else None
 
-    def flag(self, largest: float) -> str:
-        """Empty, or what is wrong with this gradient; `largest`: the largest gradient norm of the batch."""
+    def flag(self, largest: float, step: int = 0) -> str:
+        """Empty, or what is wrong with this gradient, or why the weight did not move (its optimizer's learning rate
+        is 0 at `step`, the global step the update was measured at); `largest`: the batch's largest gradient norm."""
         if self.grad_norm is None:
             return "MISSING: no gradient (None), the loss does not depend on it"
         if not math.isfinite(self.grad_norm):
             return "NON-FINITE gradient"
         if self.grad_norm == 0:
             return "ZERO gradient"
-        if self.grad_norm >= NEAR_ZERO * largest:
+        small = self.grad_norm < NEAR_ZERO * largest
+        if self.update_norm == 0 and self.rate == 0:  # no step was taken, so whether one would round away is unknown
+            near = f"near zero (under {NEAR_ZERO:g} of the largest); " if small else ""
+            return f"{near}no update: learning rate 0 at step {step}"
+        if not small:
             return ""
         if self.update_norm == 0:  # a gradient so small that the step rounds away: the weight cannot move
             return f"vanishing: update is exactly 0 (gradient under {NEAR_ZERO:g} of the largest)"
@@ -132,8 +141,7 @@ def _start(built: Built, model: GeneratedModel, trainer: GeneratedTrainer,
         return f"the checkpoint {shown(checkpoint)}{_kept_shown(begin.kept)}", (*begin.notes, *notes)
     if not ir.training.checkpoint.restore:
         return "the initializers", ()
-    plan = plan_restore(built.loaded, {v.path: (v.shape, v.dtype) for v in ir.model_variables})
-    apply_plan(plan, model.variables_by_path())
+    new_weights(built.loaded, ir, model, trainer)  # as a new run's step 0: plan, then targets copied, masks applied
     return "the initializers and checkpoint.restore", ()
 
 
@@ -186,7 +194,9 @@ def probe(built: Built, begin: Start | None = None) -> Probe:
         step, rates = int(trainer.global_step.numpy()), dict[str, float]()
         updates = first_update(model, trainer, gradients, rates, [o.name for o in training.optimizers
                                                                    if o.learning_rate_key])
-    rows = tuple(VariableRow(path, tuple(var.shape), _norm(var), None if g is None else _norm(g), updates[path])
+    owner = {path: o.name for o in training.optimizers for path in o.paths}
+    rows = tuple(VariableRow(path, tuple(var.shape), _norm(var), None if g is None else _norm(g), updates[path],
+                             rates.get(owner.get(path, "")), owner.get(path, ""))
                  for path, var, g in zip(trainer.trainable_paths, trainer.trainable, gradients, strict=True))
     layers = tuple(_layer_row(node.name, node.op, values[node.name]) for node in ir.nodes
                    if values[node.name].dtype.is_floating)
@@ -236,7 +246,7 @@ def format_probe(result: Probe) -> str:
     """The two tables `specgen train --probe` prints."""
     largest = max((r.grad_norm for r in result.variables if r.grad_norm is not None and math.isfinite(r.grad_norm)),
                   default=0.0)
-    flags = [r.flag(largest) for r in result.variables]
+    flags = [r.flag(largest, result.step) for r in result.variables]
     rows = [[r.path, _shape(r.shape), _number(r.weight_norm), "None" if r.grad_norm is None else _number(r.grad_norm),
              _number(r.update_norm), _number(r.ratio), flag] for r, flag in zip(result.variables, flags, strict=True)]
     count = sum(bool(f) for f in flags)
@@ -246,16 +256,27 @@ def format_probe(result: Probe) -> str:
                     {2, 3, 4, 5})
     lines.append(f"{count} of {len(rows)} trained variables flagged" if count
                  else f"all {len(rows)} trained variables have a non-zero gradient")
-    lines += [_zero_rate(name, warmup, weights, result.step) for name, warmup, weights in result.zero_rates]
+    lines += [_zero_rate(name, warmup, weights, result.step, _moved(result, name))
+              for name, warmup, weights in result.zero_rates]
     layers = [[x.name, x.op, _shape(x.shape, batch=True), f"{x.mean:.3e}", f"{x.std:.3e}"] for x in result.layers]
     return "\n".join([*lines, "", *_table(["layer", "op", "shape", "mean", "std"], layers, {3, 4})])
 
 
-def _zero_rate(name: str, warmup: int, weights: int, step: int) -> str:
-    """Why an optimizer's |update| column is all zeros although its gradients are not."""
+def _moved(result: Probe, optimizer: str) -> bool:
+    """Whether any weight of `optimizer` moved: at rate 0 only a velocity a checkpoint carries can move it."""
+    return any(r.update_norm > 0 for r in result.variables if r.optimizer == optimizer)
+
+
+def _zero_rate(name: str, warmup: int, weights: int, step: int, moved: bool = False) -> str:
+    """Why an optimizer's |update| column is all zeros although its gradients are not; or, where a momentum's
+    velocity still moved its weights (sgd, rmsprop with `momentum`, from a checkpoint), that no gradient step did."""
     why = f" (its warm-up of {warmup} steps starts from 0)" if warmup and step == 0 else ""
+    plural = "s" if weights != 1 else ""
+    if moved:
+        return (f"note: optimizer '{name}' runs at learning rate 0 at step {step}{why}, so the |update| of its "
+                f"{weights} weight{plural} is only what its momentum carries over, not a gradient step")
     return (f"note: optimizer '{name}' runs at learning rate 0 at step {step}{why}, so the |update| of its "
-            f"{weights} weight{'s' if weights != 1 else ''} is a zero step, not the size of a training update")
+            f"{weights} weight{plural} is a zero step, not the size of a training update")
 
 
 def checked_resume_from(resume_from: Path | None) -> Path | None:

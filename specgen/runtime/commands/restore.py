@@ -1,8 +1,10 @@
 """Restore maps and restore plans: fine-tuning from checkpoints that someone else wrote.
 
 A plan says, before anything is assigned, where every target variable comes from:
-`restored` (checkpoint and key), `initialized` (left to its initializer), `mismatched`
-(shape or dtype differ), `missing` (an explicit `{from, to}` rename whose key is absent)
+`restored` (checkpoint and key; a float16 or bfloat16 value widens exactly into a float32
+variable, as Keras' load_weights does), `copied` (a target network's variable, copied from its
+online variable after the restore), `initialized` (left to its initializer), `mismatched`
+(shape differs, or a dtype that does not widen exactly), `missing` (an explicit `{from, to}` rename whose key is absent)
 or `conflict` (two keys of one checkpoint land on the same variable), and lists the
 checkpoint keys that nothing used. A source is a TensorFlow checkpoint or a Keras weight
 file (keras_weights.py: `<layer>/<weight>` keys), told apart by suffix and content. Per
@@ -28,7 +30,19 @@ import tensorflow as tf
 from specgen import text
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.ir.resolve import build_ir
-from specgen.ir.restore_rules import Entry, RestorePlan, Row, Targets, Unused, combine, plan_source, summary_line
+from specgen.ir.restore_rules import (
+    Entry,
+    RestorePlan,
+    Row,
+    Targets,
+    Unused,
+    combine,
+    plan_source,
+    summary_line,
+    target_copies,
+    widens,
+    with_copies,
+)
 from specgen.ir.restore_rules import shape_text as _shape
 from specgen.ir.restore_targets import restore_targets
 from specgen.ir.training.build import checkpoint_of
@@ -46,17 +60,20 @@ def _source_error(loaded: LoadedSpec, index: int | None, path: Path, message: st
     return SpecError([loaded.diagnostic(("checkpoint", "restore", index, "from"), f"checkpoint.restore[{index}]: {message}")])
 
 
-def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path, RestoreSource]] | None = None
-                 ) -> RestorePlan:
-    """Where each target variable comes from; sources default to the spec's `checkpoint.restore`."""
+def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path, RestoreSource]] | None = None,
+                 copies: dict[str, str] | None = None) -> RestorePlan:
+    """Where each target variable comes from; sources default to the spec's `checkpoint.restore`. `copies`:
+    target network variable -> its online variable (restore_rules.target_copies), which the run copies after the
+    restore where no key restores the copy itself."""
     spec_sources = sources is None
     if sources is None:
         sources = [(r.path, r.source) for r in checkpoint_of(loaded).restore]
     declared = sum(int(np.prod(shape)) * tf.as_dtype(dtype).size for shape, dtype in targets.values())
-    parts = []
+    parts, read = [], []
     for i, (path, source) in enumerate(sources):
         try:
             prefix, entries = read_source(path, declared)
+            read.append((source.from_, prefix))
             part = plan_source(source.from_, prefix, entries, source, targets)
             # the bytes of what it restores are there (the index's byte ranges against the shards' sizes)
             require_restorable(prefix, {r.found.raw_key for r in part.rows.values() if r.status == "restored"
@@ -67,8 +84,9 @@ def plan_restore(loaded: LoadedSpec, targets: Targets, sources: list[tuple[Path,
     # the sources' plans joined by the rules `specgen diff` runs too (ir/restore_rules.py)
     # Where the plan's problems are reported: `checkpoint.restore` in the spec, or the `--set` that wrote it.
     where = loaded.diagnostic(("checkpoint", "restore"), "")
-    return combine(parts, targets, RestorePlan([], display=where.path if spec_sources else loaded.display,
-                                               position=where.position if spec_sources else None))
+    plan = combine(parts, targets, RestorePlan([], display=where.path if spec_sources else loaded.display,
+                                               position=where.position if spec_sources else None, read=read))
+    return with_copies(plan, copies or {})
 
 
 def _cells(row: Row) -> list[str]:
@@ -113,7 +131,7 @@ def _read_restored(plan: RestorePlan, expected: Expected, stack: ExitStack) -> t
         try:
             if row.prefix not in readers:
                 readers[row.prefix] = open_reader(row.prefix, stack, declared)
-            value = np.asarray(readers[row.prefix].get_tensor(row.found.raw_key))
+            value = _widened(np.asarray(readers[row.prefix].get_tensor(row.found.raw_key)), want[1])
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a truncated data file
             failed[row.prefix] = [len(problems), 1]
             problems.append(f"cannot read '{row.key}' from {row.source}: {str(exc).splitlines()[0]}")
@@ -126,6 +144,13 @@ def _read_restored(plan: RestorePlan, expected: Expected, stack: ExitStack) -> t
         if count > 1:
             problems[at] += f" (and {count - 1} more {'key' if count == 2 else 'keys'} from it)"
     return values, problems
+
+
+def _widened(value: np.ndarray, dtype: str) -> np.ndarray:
+    """A float16 or bfloat16 value as the float32 (or float64) its variable holds: exact (restore_rules.widens),
+    what Keras' load_weights does with such a file; any other value as read, for the caller's check."""
+    stored = tf.as_dtype(value.dtype).name
+    return value.astype(tf.as_dtype(dtype).as_numpy_dtype) if stored != dtype and widens(stored, dtype) else value
 
 
 def refuse_problems(plan: RestorePlan) -> None:
@@ -184,6 +209,6 @@ def run_restore_plan(spec_path: Path, checkpoint: Path | None) -> int:
     elif not checkpoint_of(loaded).restore:
         raise SpecError([Diagnostic(loaded.display, None, "nothing to restore from: the spec has no "
                                     "'checkpoint.restore' section; pass --from CHECKPOINT")])
-    plan = plan_restore(loaded, targets, sources)
+    plan = plan_restore(loaded, targets, sources, target_copies(ir))
     print(format_plan(plan))
     return 0 if plan.ok else 1

@@ -73,6 +73,7 @@ class Session:
         # A fine-tuning run's restore sources are read and matched before the run folder's first write too.
         self.restore_plan, self.restore_values = (fine_tuning.plan_and_read(self.loaded, self.ir)
                                                   if self.begin.checkpoint is None else (None, {}))
+        self.restore_record: list[dict[str, Any]] | None = None  # what the restore read, once it is applied
         # A resumed checkpoint must hold exactly the state this spec saves (resume_fit.py): checked from the IR,
         # before the run folder's first write, so a refused --resume leaves the folder byte for byte as it was.
         self.begin.notes += check_fit(self.ir, self.begin)
@@ -148,6 +149,7 @@ class Session:
             restored = ""
             if self.restore_plan is not None:
                 restored = fine_tuning.restore(self.restore_plan, self.ir, self.model, self.trainer, self.restore_values)
+                self.restore_record = fine_tuning.record(self.restore_plan, self.restore_values)  # provenance.json's
                 self.restore_values = {}  # assigned: the arrays need not live as long as the run
             notes = self._open_records()
             return f"started a new run in {shown(self.folder)}" + (f"\nrestore: {restored}" if restored else "") + notes
@@ -186,7 +188,7 @@ class Session:
         if self.writes == self.folder:  # the chief records what made the run (specgen diff RUN RUN reads it)
             resumed = self.step if self.begin.checkpoint is not None else None
             notes = provenance.record(self.folder, self.loaded, self.begin.overrides, _devices(), resumed,
-                                      self.files.fingerprint())
+                                      self.files.fingerprint(), self.restore_record)
             # Its checkpoints' digest, now, from the files just hashed: never at a save, mid-training. A worker that
             # is not the chief leaves it None: its checkpoints are removed (Distribution.saved), and hashing the
             # data for them would hold up the others at the next collective.

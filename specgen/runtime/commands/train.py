@@ -254,6 +254,7 @@ def _loop(session: Session, built: Built, interrupts: Interrupts) -> dict[str, A
     # and a resumed one of such a spec says nothing (its statistics began from the restore when it started).
     plan, resumed = session.restore_plan, session.begin.checkpoint is not None
     skip = "bn_momentum" in session.ir.skip_lints or (resumed and bool(session.training.checkpoint.restore))
+    skip = skip or stop <= session.step  # a run that trains nothing (--steps 0, --epochs 0) moves no statistics
     restored = frozenset(row.path for row in plan.rows if row.status == "restored") if plan else frozenset()
     for line in [] if skip else momentum_warnings(session.ir, stop, restored, accumulate.of(session.train_ir)):
         print(line, file=sys.stderr)
