@@ -27,7 +27,18 @@ from dataclasses import replace
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.ir.restore_rules import Entry, RestorePlan, Row, Unused, combine, ema_base, plan_source, summary_line
+from specgen.ir.restore_rules import (
+    Entry,
+    RestorePlan,
+    Row,
+    Unused,
+    combine,
+    ema_base,
+    plan_source,
+    summary_line,
+    target_copies,
+    with_copies,
+)
 from specgen.ir.restore_targets import restore_targets, saved_keys
 from specgen.review.renames import Renames
 from specgen.review.sections import Change, Section
@@ -65,11 +76,12 @@ def old_checkpoint(old: ModelIR) -> dict[str, Entry]:
 
 
 def plan(old: ModelIR, new: ModelIR, sources: Sequence[RestoreSource]) -> RestorePlan:
-    """restore-plan's plan over the keys a checkpoint of OLD holds, for NEW's targets."""
+    """restore-plan's plan over the keys a checkpoint of OLD holds, for NEW's targets: a target network variable no
+    key restores is `copied` from its online variable after the restore, as the run does (restore_rules.with_copies)."""
     entries = old_checkpoint(old)
     targets = restore_targets(new)
     parts = [(s, plan_source(str(s.from_), None, entries, s, targets)) for s in sources]  # type: ignore[arg-type]
-    return combine(parts, targets, RestorePlan([]))
+    return with_copies(combine(parts, targets, RestorePlan([])), target_copies(new))
 
 
 def checkpoint(old: ModelIR, new: ModelIR, renames: Renames, sources: Sequence[RestoreSource],
