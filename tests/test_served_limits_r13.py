@@ -127,6 +127,15 @@ def test_infer_refuses_past_a_derived_bound_in_its_own_line() -> None:
     assert lengths.violation(lengths.read(metadata), declared, {"x": (1, 16, 4)}) is None
 
 
+def test_report_shows_a_derived_largest_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report's Served sizes say the largest too (the report said only smallest sizes)."""
+    (tmp_path / "p.yaml").write_text(positional("kernel: 3, strides: 3, padding: same"))
+    code, out, _ = run(["report", "p.yaml"], capsys, tmp_path)
+    assert code == 0 and out.split(" Served sizes: ")[1].split("\n")[0] == (
+        "seq <= 24 (layer 'pos' (positional_embedding) takes at most 8 steps of ceil(seq/3)); a longer input is "
+        "refused.")
+
+
 def test_a_plain_bound_is_stamped_as_before() -> None:
     ir = ir_of(positional("kernel: 3, padding: same"))
     assert stamped(ir)["specgen.max_lengths"] == '{"seq": [8, "pos"]}'

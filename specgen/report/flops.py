@@ -104,10 +104,16 @@ def _symbols_note(ir: ModelIR, exact: bool) -> str:
 
 
 def _served(ir: ModelIR, declared: list[str]) -> str:
-    """The smallest size of each named dimension that `valid` windows need (runtime/lengths.minima): what `specgen
-    export` records and infer/serve enforce, said here so that a spec's author sees it before a client is refused."""
+    """The smallest size of each named dimension that `valid` windows and indexed reads need, and the largest a
+    positional_embedding takes (runtime/lengths `minima`, `bounds`): what `specgen export` records and infer/serve
+    enforce, said here so that a spec's author sees it before a client is refused."""
     from specgen.runtime import lengths  # the op registry's shape rules; no TensorFlow
 
     needs = [f"{name} >= {low} (layer '{layer}', {op})" for name, (low, layer, op) in lengths.minima(ir).items()
              if name in declared and low > 1]
-    return f" Served sizes: {', '.join(needs)}; a shorter input is refused." if needs else ""
+    caps = [f"{name} <= {bound[0]} ({lengths.cap_text(bound)})" for name, bound in lengths.bounds(ir).items()
+            if name in declared]
+    if not needs and not caps:
+        return ""
+    which = " or ".join(word for word, found in (("shorter", needs), ("longer", caps)) if found)
+    return f" Served sizes: {', '.join(needs + caps)}; a {which} input is refused."
