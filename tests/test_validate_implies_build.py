@@ -23,7 +23,7 @@ from spec_values import DEFS, SCHEMA, from_schema
 
 from specgen.cli import main
 from specgen.diagnostics import SpecError
-from specgen.fields.base import FLOAT32_MAX
+from specgen.fields.base import FLOAT32_BOUND
 from specgen.ir.lints import init_scale_warnings
 from specgen.ir.resolve import build_ir
 from specgen.render.files import render_files
@@ -190,4 +190,4 @@ def test_every_float_of_the_schema_is_bounded_to_float32() -> None:
     for where, node in numbers:
         low = node.get("minimum", node.get("exclusiveMinimum"))
         high = node.get("maximum", node.get("exclusiveMaximum"))
-        assert low is not None and high is not None and -FLOAT32_MAX <= low < high <= FLOAT32_MAX, (where, node)
+        assert low is not None and high is not None and -FLOAT32_BOUND <= low < high <= FLOAT32_BOUND, (where, node)

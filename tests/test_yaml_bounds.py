@@ -342,7 +342,7 @@ YAML_ERRORS = {
                        "'&nope' earlier in the file: mark that value with '&nope', or write the value here"),
     "composer_documents": ("doc: a\n---\nb: 1\n", "4:1: error: invalid YAML: a second document starts here ('---'); "
                            "a spec is one YAML document"),
-    "constructor_int": ("doc: !!int abc\n", "3:6: error: invalid YAML value: invalid literal for int()"),
+    "constructor_int": ("doc: !!int abc\n", "3:6: error: doc: received !!int abc, expected an integer after !!int"),
     "constructor_binary": ("doc: !!binary YQ=\n", "3:6: error: invalid YAML: failed to decode base64 data"),
     "constructor_timestamp": ("doc: !!timestamp 2020-99-99\n", "3:6: error: invalid YAML value: month must be in 1..12"),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from typing import Annotated, Any
@@ -92,6 +93,10 @@ MAX_INT = 2**31 - 1  # sizes, counts and steps; larger values overflow the ONNX 
 # ONNX parser refuses a literal beyond float32's range: numpy.finfo(numpy.float32).max, written out
 # because spec/ imports no numpy.
 FLOAT32_MAX = 3.4028234663852886e38
+# The bound a spec's floats are held to: the largest float64 that rounds to a finite float32. Rounding to nearest
+# takes every magnitude below 2**128 - 2**103 (halfway from FLOAT32_MAX to 2**128) to at most FLOAT32_MAX, so
+# `3.4028235e+38`, as numpy prints FLOAT32_MAX and as messages name the range, is float32's largest value exactly.
+FLOAT32_BOUND = math.nextafter(2.0**128 - 2.0**103, 0.0)
 
 
 def not_bool(value: object) -> object:
@@ -174,9 +179,9 @@ def bounds(tp: type[int] | type[float], **limits: float) -> tuple[Any, ...]:
     if tp is int:
         return Field(**constraints), BeforeValidator(not_float), AfterValidator(_bounded)
     if "gt" not in limits and "ge" not in limits:
-        limits["ge"] = constraints["ge"] = -FLOAT32_MAX
+        limits["ge"] = constraints["ge"] = -FLOAT32_BOUND
     if "lt" not in limits and "le" not in limits:
-        limits["le"] = constraints["le"] = FLOAT32_MAX
+        limits["le"] = constraints["le"] = FLOAT32_BOUND
     return Field(**constraints), BeforeValidator(not_text), AfterValidator(_in_float32(limits))
 
 
@@ -195,7 +200,7 @@ def _in_float32(bounds: dict[str, float]) -> Any:
              "le": (float.__le__, "<=")}
 
     def check(value: float) -> float:
-        rounded = as_float32(value)  # the bounds keep |value| <= FLOAT32_MAX, so this never overflows
+        rounded = as_float32(value)  # the bounds keep |value| <= FLOAT32_BOUND, so this never overflows
         for key, bound in bounds.items():
             holds, sign = tests[key]
             if not holds(rounded, float(bound)):

@@ -92,7 +92,7 @@ def _load(label: str, path: Path, display: str | None = None) -> Side:
 
 def _run_spec(folder: Path, label: str) -> Path:
     spec = folder / RESOLVED
-    if not spec.is_file():
+    if not os.path.lexists(spec):  # one that is there but no regular file is refused by the loader, as such
         raise _refused(label, f"the folder has no {RESOLVED}; expected a spec file, REV:PATH, or a run folder written "
                               "by `specgen train` (runs record the spec they trained since specgen 0.9)")
     return spec

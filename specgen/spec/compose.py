@@ -209,8 +209,7 @@ class _Loader:
         if not path.exists():
             if _dangling_outside(path, self.root):  # a link to a file outside: the rule, not the file's absence
                 raise error_at(where, self._outside(ref, link=True))
-            raise error_at(where, f"extends: {quoted(ref)} does not exist (looked for "
-                                  f"{self.label(Path(os.path.realpath(path)))})")
+            raise error_at(where, f"extends: {quoted(ref)} does not exist ({self._looked_for(path)})")
         real = path.resolve()
         if not real.is_relative_to(self.root):
             raise error_at(where, self._outside(ref, link=(path.parent.resolve() / path.name).is_relative_to(self.root)))
@@ -223,6 +222,19 @@ class _Loader:
             self.labels.setdefault(real, self.label(real))
             self.files[real] = _read_base(real, self.labels[real], ref, where)
         return real
+
+    def _looked_for(self, path: Path) -> str:
+        """Where a base that does not exist was looked for. The OS goes through every folder a path names, even one
+        its `..` leaves (`sub/../b.yaml` from `sub/` needs `sub/sub`), where realpath drops a missing one: so a
+        folder on the way that is missing (or is no folder) is named with the path as written from there."""
+        blocked = next((part for part in reversed(path.parents) if not part.is_dir()), None)
+        if blocked is None:
+            return f"looked for {self.label(Path(os.path.realpath(path)))}"
+        start = self.label(Path(os.path.realpath(blocked.parent)))
+        rest = printable(path.relative_to(blocked.parent).as_posix())
+        looked = rest if start == "." else f"{start}{'' if start.endswith(('/', ':')) else '/'}{rest}"
+        folder = self.label(Path(os.path.realpath(blocked)))
+        return f"looked for {looked}: {f'{folder} is not a folder' if blocked.exists() else f'no folder {folder}'}"
 
     def _outside(self, ref: str, link: bool) -> str:
         """The refusal of a base outside the repository: which repository, and why it is that folder."""

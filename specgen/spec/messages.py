@@ -23,7 +23,7 @@ from specgen.diagnostics import (
     safe_repr,
     shown,
 )
-from specgen.fields.base import FLOAT32_MAX, IDENT, MAX_INT
+from specgen.fields.base import FLOAT32_BOUND, FLOAT32_MAX, IDENT, MAX_INT
 from specgen.fields.unions import KEYS_CONTEXT
 from specgen.spec.allowed_keys import COMPOSING, keys_at
 from specgen.spec.literals import literal_expected, literal_message, near
@@ -91,7 +91,7 @@ def validation_diagnostics(exc: ValidationError, data: Any, source: SourceMap, *
             continue
         at = data_path(loc, data)[0] if overrides else loc
         override = override_at(overrides, [at])
-        number = plain_number(error, loc, data, source) if override is None else None
+        number = plain_number(error, loc, data, source) if override is None else _override_number(error, at, overrides)
         written = _written(error, loc, data, source) if override is None else _override_written(error, at, overrides)
         removal = _removal(error, loc, data, source) if override is None and locator is None else None
         if removal is not None:  # at the null that removed it, not at the mapping that lacks it (1:1 for a section)
@@ -129,18 +129,30 @@ def override_at(overrides: Overrides, places: list[PathKey]) -> str | None:
 
 
 def _override_written(error: Any, at: PathKey, overrides: Overrides) -> str | None:
-    """A received number as the override that set it exactly writes it (`--set rate=1.0e+400`)."""
+    """A received number as the override that set it writes it (`--set rate=1.0e+400`)."""
     received = error.get("input")
     if error["type"] not in ECHOES_A_NUMBER or not isinstance(received, int | float) or isinstance(received, bool):
         return None
-    text = next((text for path, text in reversed(overrides) if path == at), None)
-    if text is None:
-        return None
-    try:
-        _, source = parse_document(text.partition("=")[2], "--set")
-    except SpecError:
-        return None
-    return source.written((), received)
+    return _override_text(at, overrides)
+
+
+def _override_number(error: Any, at: PathKey, overrides: Overrides) -> tuple[str, int | float] | None:
+    """plain_number for a value an override set (`--set units=1e1`: `received 1e1 (a float: write 10)`, as in a
+    file)."""
+    return _as_number(_override_text(at, overrides)) if isinstance(error.get("input"), str) else None
+
+
+def _override_text(at: PathKey, overrides: Overrides) -> str | None:
+    """The plain scalar at `at` as the last override that set it (or a key above it) writes it, if the value there
+    is what that text reads as (source.written); else None."""
+    for path, text in reversed(overrides):
+        if tuple(at[: len(path)]) == path:
+            try:
+                value, source = parse_document(text.partition("=")[2], "--set")
+            except SpecError:
+                return None
+            return source.written(at[len(path):], value)
+    return None
 
 
 def _loc(prefix: PathKey, loc: tuple[Any, ...]) -> PathKey:
@@ -254,10 +266,11 @@ def _written(error: Any, loc: PathKey, data: Any, source: SourceMap) -> str | No
 def plain_number(error: Any, loc: PathKey, data: Any, source: SourceMap) -> tuple[str, int | float] | None:
     """(its text, YAML 1.2's value) for received text that the file writes as a plain number PyYAML keeps as text
     (`1e999`, `3.2e1`, `0o7`: yaml_dialect.number_12); None for anything else, a quoted `'1e3'` included."""
-    received = error.get("input")
-    if not isinstance(received, str):
-        return None
-    text = source.written(loc, data)
+    return _as_number(source.written(loc, data)) if isinstance(error.get("input"), str) else None
+
+
+def _as_number(text: str | None) -> tuple[str, int | float] | None:
+    """(`text`, YAML 1.2's value) for a plain number PyYAML keeps as text; None for other text."""
     value = None if text is None else number_12(text)
     return None if text is None or value is None else (text, value)
 
@@ -315,8 +328,9 @@ def _message(error: Any, loc: PathKey, data: Any, suggestion: str | None = None,
         return f"received {echo}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind == "string_pattern_mismatch":
         return _name_message(received, ctx)
-    if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_MAX:
-        # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not just the bound.
+    if kind in BOUNDS and abs(float(next(iter(ctx.values()), 0))) == FLOAT32_BOUND:
+        # Every float of a spec runs as float32 (ONNX, TensorFlow): say which range, not the bound's 17 digits. The
+        # largest float32 as numpy prints it, 3.4028235e+38, is accepted (it rounds to that float32 exactly).
         return f"received {echo}, expected a float32 value (magnitude at most {FLOAT32_MAX:.8g})"
     if kind in BOUNDS:
         return f"received {echo}, expected a value {BOUNDS[kind].format(**ctx)}"
@@ -375,8 +389,9 @@ def _received(value: Any) -> str:
 
 
 def _echo(value: Any) -> str:
-    """A received value without its kind: a container in YAML flow style (`[a]`), a scalar as safe_repr has it."""
-    return flow(value) if isinstance(value, dict | list) else safe_repr(value)
+    """A received value without its kind: a container, a boolean and null as YAML writes them (`[a]`, `true`), any
+    other scalar as safe_repr has it."""
+    return flow(value) if isinstance(value, dict | list | bool) or value is None else safe_repr(value)
 
 
 def _literal_message(loc: PathKey, received: Any, ctx: dict[str, Any], echo: str) -> str:

@@ -20,12 +20,22 @@ from specgen.spec.compose import load_composed
 from specgen.spec.load import LoadedSpec, validate_data
 from specgen.spec.received import received
 from specgen.spec.source_map import PathKey
-from specgen.spec.yaml_source import not_utf8, parse_value
+from specgen.spec.yaml_source import KeySlips, not_utf8, parse_placed_value, placed_slips
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:
     """(key path, value) of one `--set KEY.PATH=VALUE`; the value is YAML read by the spec loader,
     so it has the same bounds as a spec file (size, nesting, aliases, tags) and no others."""
+    parts, value, slips = _parse_placed(text)
+    if slips:
+        raise SpecError([Diagnostic(f"--set {shown_text(text)}", None, _in_value(problem)) for _, problem in slips])
+    return parts, value
+
+
+def _parse_placed(text: str) -> tuple[list[str | int], Any, KeySlips]:
+    """parse_override's key path and value, with the value's keys that are not names (`{0: 2}`) left for the place
+    it is set at to judge (`_apply_one`): under a key the spec does not have, that key is the mistake to report,
+    as in a file."""
     shown = f"--set {shown_text(text)}"
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
@@ -35,13 +45,13 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         raise SpecError([Diagnostic(shown, None, f"the value is not UTF-8 text ({undecoded} of the value); "
                                     "write it in UTF-8")])
     try:
-        value = parse_value(raw, shown) if raw.strip() else ""
+        value, slips = parse_placed_value(raw, shown) if raw.strip() else ("", [])
     except SpecError as exc:  # positions are within the value, which has no file: say where in it
         raise SpecError([Diagnostic(shown, None, _in_value(d)) for d in exc.diagnostics]) from None
     problem = key_problem(key.strip())
     if problem is not None:
         raise SpecError([Diagnostic(shown, None, problem)])
-    return key_parts(key.strip()), value
+    return key_parts(key.strip()), value, slips
 
 
 _KEY_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
@@ -115,7 +125,7 @@ def applied(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any],
 
 
 def _apply_one(result: dict[str, Any], text: str) -> PathKey:
-    parts, value = parse_override(text)
+    parts, value, slips = _parse_placed(text)
     node: Any = result
     path: list[str | int] = []
     for i, part in enumerate(parts[:-1]):
@@ -129,7 +139,10 @@ def _apply_one(result: dict[str, Any], text: str) -> PathKey:
             node = _descend(text, parts, i, node)
     _check_selector(text, parts, len(parts) - 1, node)
     _set(text, node, parts[-1], value)
-    return (*path, parts[-1])
+    at: PathKey = (*path, parts[-1])
+    if problems := placed_slips(at, slips, result):
+        raise SpecError([Diagnostic(f"--set {shown_text(text)}", None, _in_value(problem)) for problem in problems])
+    return at
 
 
 def _descend(text: str, parts: list[str | int], i: int, node: Any) -> Any:

@@ -65,7 +65,9 @@ class SourceMap:
         node = self._nodes(path)[0]
         if not isinstance(node, yaml.ScalarNode) or node.style or len(node.value) > MAX_ECHO:
             return None
-        tag = _KEY_CONSTRUCTOR.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+        # A tag written (`!!float 1e400`) asks for its reading; text is resolved as PyYAML would (`!!str 5` is no 5).
+        tag = node.tag if node.tag != STR_TAG else \
+            _KEY_CONSTRUCTOR.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
         read = key_value(yaml.ScalarNode(tag, node.value))
         same = read == value or (read != read and value != value)  # NaN is not equal to itself
         return node.value if same and type(read) is type(value) else None

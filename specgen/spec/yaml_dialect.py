@@ -7,7 +7,10 @@ disagree, the reviewer would approve one spec and specgen would run another, so 
 - the characters U+0085, U+2028 and U+2029, which YAML 1.1 counts as line breaks and YAML 1.2 as ordinary
   characters (a comment pasted with one hides a live key from every editor and `git diff`), anywhere in the text;
 - plain scalars that YAML 1.1 reads as a number, boolean or date and YAML 1.2 as another number or as text:
-  `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `+0x1F`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`.
+  `010` (octal 8 / 10), `1:30` (90 / text), `0b11`, `+0x1F`, `1_000`, `yes`/`no`/`on`/`off`, `2001-12-14`, `=`;
+- scalars tagged `!!int`, `!!float`, `!!bool` or `!!null` whose text YAML 1.2's core schema reads as another value
+  or refuses under that tag (`!!int 010`: 8 / 10, `!!int 1_000`, `!!null relu`): a tag asks for a kind of value,
+  not for YAML 1.1's reading of the text (`tagged_problem`).
 
 Not a dialect difference but refused the same way, anywhere in the text (values and comments): the bidirectional
 embedding, override and isolate controls U+202A-U+202E and U+2066-U+2069. An editor, `git diff` or a review page
@@ -24,12 +27,15 @@ Every other plain scalar means the same in both (specgen's own reading of `1e-3`
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 import yaml
 
-from specgen.diagnostics import Position, safe_repr
+from specgen.diagnostics import Position, safe_repr, shown
 from specgen.fields.base import MAX_NAME_CHARS
+from specgen.spec.source_map import CONSTRUCTOR_ERRORS
 
 # YAML 1.1 line breaks that YAML 1.2 reads as ordinary characters (and their names for the message).
 BREAKS_11 = {"\x85": "NEXT LINE (NEL)", "\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR"}
@@ -89,16 +95,99 @@ def dialect_problem(node: yaml.ScalarNode) -> str | None:
     return None
 
 
+# A node's properties as written at its mark: an anchor (`&a`), then a tag; the mark is at the first of them.
+_TAGGED_AT = re.compile(r"(?:&[^\s,\[\]{}]*[ \t]+)?!")
+
+
 def explicitly_tagged(lines: list[str], node: yaml.Node) -> bool:
     """Whether a scalar was written with an explicit tag (after its anchor, if any: its mark is at either), which
-    asks for that reading. The node does not record it, and only untagged scalars are resolved by the dialect."""
+    asks for that reading. The node does not record it, and only untagged scalars are resolved by the dialect.
+    Matched in place (no slice of the line): a one-line flow document of many values asks once per value."""
     mark = node.start_mark
     if mark is None or mark.line >= len(lines):
         return False
-    written = lines[mark.line][mark.column:]
-    if written.startswith("&"):
-        written = written.partition(" ")[2].lstrip()
-    return written.startswith("!")
+    return _TAGGED_AT.match(lines[mark.line], mark.column) is not None
+
+
+_RESOLVER = yaml.resolver.Resolver()  # PyYAML's (YAML 1.1) implicit tags of plain scalars
+
+
+def resolved_alike(node: yaml.ScalarNode) -> bool:
+    """Whether PyYAML reads the scalar's text, written plain and untagged, as the tag it has: False only for one
+    that was tagged (`!!null relu`), whichever way its tag was written (after an anchor on the line before, too)."""
+    return bool(_RESOLVER.resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag)  # type: ignore[no-untyped-call]
+
+
+# The tags whose text YAML 1.2's core schema reads by its own rules (what it refuses under the tag, what it reads).
+TAGGED_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "null": "null"}
+_INT_12 = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_INF_NAN_12 = re.compile(r"[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+_BOOL_12 = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_NULL_12 = ("", "~", "null", "Null", "NULL")
+
+
+def tagged_problem(node: yaml.ScalarNode) -> str | None:
+    """Why a scalar with the tag `!!int`, `!!float`, `!!bool` or `!!null` means something else, or nothing, to a YAML
+    1.2 reader: `!!int 010` is 8 to PyYAML and 10 to YAML 1.2, `!!int 1_000` and `!!null relu` are refused by YAML
+    1.2 (PyYAML reads 1000 and null). A tag asks for a kind of value, not for YAML 1.1's reading of the text. Also
+    the text neither reads under its tag (`!!int relu`), in specgen's words. None when both read it alike."""
+    kind, text = node.tag.removeprefix(_TAG), node.value
+    if kind not in TAGGED_KINDS:
+        return None
+    unsigned = text.lstrip("+-")
+    if kind == "int" and len(text) > MAX_INT_DIGITS and unsigned[:2] not in ("0x", "0b"):
+        return _integer(text)  # too many digits for int(), as untagged
+    read_12, value_12 = _read_12(kind, text)
+    read_11, value_11 = _read_11(node)
+    if read_11 and read_12 and type(value_11) is type(value_12) and (value_11 == value_12 or value_11 != value_11):
+        return None  # (NaN is not equal to itself)
+    written, what = f"!!{kind} {shown(text) if text else repr(text)}", TAGGED_KINDS[kind]
+    if read_11 and read_12:  # a leading zero: octal to YAML 1.1, decimal to YAML 1.2
+        octal = " (octal)" if _OCTAL_11.fullmatch(text) else ""
+        which = "the octal value" if octal else "YAML 1.1's reading"
+        return (f"received {written}: YAML 1.1 reads {_yaml(value_11)}{octal} and YAML 1.2 reads {_yaml(value_12)}; "
+                f"write {_yaml(value_12)}, or {_yaml(value_11)} for {which}")
+    if read_11:
+        advice = f"write null, or {shown(text)} without the tag" if kind == "null" else f"write {_yaml(value_11)}"
+        return (f"received {written}: YAML 1.1 reads {_yaml(value_11)} and YAML 1.2 refuses it (not {what} there); "
+                f"{advice}")
+    if read_12:
+        return (f"received {written}: YAML 1.2 reads {_yaml(value_12)} and YAML 1.1 (specgen's reader) refuses it; "
+                f"write {_yaml(value_12)}")
+    return f"received {written}, expected {what} after !!{kind}; write {what} there, or the value without the tag"
+
+
+def _read_12(kind: str, text: str) -> tuple[bool, Any]:
+    """(whether YAML 1.2's core schema reads `text` under the tag `kind`, the value it reads)."""
+    if kind == "null":
+        return text in _NULL_12, None
+    if kind == "bool":
+        return text in _BOOL_12, _BOOL_12.get(text)
+    if kind == "int":
+        if not _INT_12.fullmatch(text):
+            return False, None
+        base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+        return True, int(text[2:] if base != 10 else text, base)
+    if _INF_NAN_12.fullmatch(text):
+        return True, float(text.replace(".", "", 1))  # `-.inf`: float('-inf')
+    return (True, float(text)) if _FLOAT_12.fullmatch(text) else (False, None)
+
+
+def _read_11(node: yaml.ScalarNode) -> tuple[bool, Any]:
+    """(whether PyYAML reads the scalar under its tag, the value it reads)."""
+    try:
+        return True, yaml.SafeLoader("").construct_object(node)
+    except (yaml.YAMLError, *CONSTRUCTOR_ERRORS):
+        return False, None
+
+
+def _yaml(value: Any) -> str:
+    """A value read under a tag, as YAML writes it: `null`, `false`, `.inf`, `1000`."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if value != value else "-.inf" if value < 0 else ".inf"
+    return repr(value) if isinstance(value, float) else safe_repr(value)
 
 
 def _integer(text: str) -> str | None:

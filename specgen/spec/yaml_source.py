@@ -28,10 +28,20 @@ from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, Path
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
-from specgen.spec.yaml_dialect import dialect_problem, explicitly_tagged, hidden_break, long_key, number_12
+from specgen.spec.yaml_dialect import (
+    TAGGED_KINDS,
+    dialect_problem,
+    explicitly_tagged,
+    hidden_break,
+    long_key,
+    number_12,
+    resolved_alike,
+    tagged_problem,
+)
 from specgen.spec.yaml_errors import translated
 
 MAX_NODES = 100_000  # values visited after alias expansion
+_TAG = "tag:yaml.org,2002:"
 # Tags that plain data has; anything else (`!foo`, `!!python/object`) is refused, never ignored.
 STANDARD_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq",
                                                     "timestamp", "binary", "merge")}
@@ -54,24 +64,34 @@ class _Converter:
         self.text = text
         self._lines: list[str] | None = None  # split only when a dialect difference is found
         self.visited = 0
+        self.expanded = 0  # of those, values repeated through an alias (the limit's message names the cause)
+        self.expanding = False  # converting the value an alias repeats
         self.top: yaml.Node | None = None  # the top-level value being converted (alias-bomb messages)
         self.scalars = yaml.SafeLoader("")  # only its scalar constructors are used
         self.problems: list[Diagnostic] = []
         self.open: set[int] = set()  # the anchored collections being converted, innermost last (recursive aliases)
         self.path: list[str | int] = []  # where in the document the value being converted sits
-        # Keys that are not names, with the place of their mapping: judged once the document is whole (`_judged`),
+        # Keys that are not names, with the place of their mapping: judged once the document is whole (placed_slips),
         # since under a key the spec does not have, that key is the mistake to report, not these.
         self.not_names: list[tuple[PathKey, Diagnostic]] = []
 
     def convert(self, node: yaml.Node, depth: int = 0, label: str = "") -> Any:
         """`node` as plain values; `label` names it in messages (`units`, `shape[1]`)."""
+        if self.expanding or not hasattr(node, ALIASED):
+            return self._convert(node, depth, label)
+        self.expanding = True  # every value below an alias repeats one written elsewhere
+        try:
+            return self._convert(node, depth, label)
+        finally:
+            self.expanding = False
+
+    def _convert(self, node: yaml.Node, depth: int, label: str) -> Any:
         written = node  # where it is written: an alias's own place, for a message about the alias
         node = getattr(node, ALIASED, node)  # how a value is written is judged where it is written: at its anchor
         self.visited += 1
-        if self.visited > MAX_NODES:  # point at the top-level value being expanded, not deep inside it
-            raise SpecError([Diagnostic(self.source.path, mark_position(self.top or node),
-                                        f"the document expands to more than {MAX_NODES} values through aliases "
-                                        "(a YAML alias bomb?); write the values out or use fewer aliases")])
+        self.expanded += self.expanding
+        if self.visited > MAX_NODES:
+            raise SpecError([self._too_many(node)])
         if depth > MAX_DEPTH:
             raise SpecError([self._error(node, f"the document nests more than {MAX_DEPTH} levels deep")])
         tag = node.tag
@@ -103,19 +123,41 @@ class _Converter:
         finally:
             self.open.discard(id(node))
 
+    def _too_many(self, node: yaml.Node) -> Diagnostic:
+        """The node limit's message, at the top-level value being converted (not deep inside it): an alias bomb
+        where most of the values counted are repeats through aliases, else a document that is simply too big."""
+        if self.expanded > self.visited - self.expanded:
+            message = (f"the document expands to more than {MAX_NODES} values through aliases (a YAML alias bomb?); "
+                       "write the values out or use fewer aliases")
+        else:
+            message = f"the document holds more than {MAX_NODES} values; specs are limited to {MAX_NODES} (is this " \
+                      "really a spec?)"
+        return Diagnostic(self.source.path, mark_position(self.top or node), message)
+
     def _binary(self, node: yaml.Node, value: bytes, label: str) -> None:
         problem = (f"received {binary_data(value)} (!!binary); a spec holds text, numbers and booleans: write the "
                    "value itself, without the tag")
         self.problems.append(self._error(node, f"{shown(label)}: {problem}" if label else problem))
 
     def _same_in_yaml12(self, node: yaml.ScalarNode, label: str) -> bool:
-        """False (and a problem noted) for a plain scalar YAML 1.2 reads differently (`010`, `no`, `1:30`)."""
+        """False (and a problem noted) for a scalar YAML 1.2 reads differently (`010`, `no`, `1:30`, `!!int 010`)."""
         node = getattr(node, ALIASED, node)  # an alias used as a key: its anchor says how it is written
-        problem = dialect_problem(node)
-        if problem is None or self._tagged(node):  # `!!timestamp 2020-01-01` asks for its reading explicitly
+        problem = self._yaml12_problem(node)
+        if problem is None:
             return True
         self.problems.append(self._error(node, f"{shown(label)}: {problem}" if label else problem))
         return False
+
+    def _yaml12_problem(self, node: yaml.ScalarNode) -> str | None:
+        """A tag asks for a kind of value (`!!int`), which YAML 1.2 reads by its own rules, so a tagged int, float,
+        boolean or null is judged as tagged; `!!timestamp 2020-01-01` and `!!str 010` ask for their reading."""
+        if node.tag.removeprefix(_TAG) not in TAGGED_KINDS:
+            problem = dialect_problem(node)
+            return None if problem is None or self._tagged(node) else problem
+        problem = tagged_problem(node)  # first: most numbers read alike, and then how they are written is moot
+        if problem is None or node.style or not resolved_alike(node) or self._tagged(node):  # (all three: tagged)
+            return problem
+        return dialect_problem(node)
 
     def _number_12(self, node: yaml.ScalarNode) -> int | float | None:
         """The number YAML 1.2 reads a plain scalar as where PyYAML kept the text (`1e3`, `0o17`); None for text
@@ -244,7 +286,7 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
 
 def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
     """Parse a spec's YAML text; syntax errors become diagnostics at the problem's line:col."""
-    data, source = _parse(text, display)
+    data, source, _ = _parse(text, display)
     if source.root is None:
         raise SpecError([Diagnostic(display, Position(1, 1), "the file is empty; expected a spec mapping")])
     return data, source
@@ -252,17 +294,39 @@ def parse_yaml(text: str, display: str) -> tuple[Any, SourceMap]:
 
 def parse_document(text: str, display: str) -> tuple[Any, SourceMap]:
     """A file's data and source map, None for a file without a document (a base's caller says what it expected)."""
-    return _parse(text, display)
+    data, source, _ = _parse(text, display)
+    return data, source
+
+
+# Keys that are not names (`0:`), each with the place in its document of the mapping that holds it.
+KeySlips = list[tuple[PathKey, Diagnostic]]
 
 
 def parse_value(text: str, display: str) -> Any:
     """One YAML value (a `--set` override), under the same bounds as a spec file; empty is None."""
-    return _parse(text, display, whole="the value", spec=False)[0]
+    value, slips = parse_placed_value(text, display)
+    if slips:
+        raise SpecError([problem for _, problem in slips])
+    return value
 
 
-def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) -> tuple[Any, SourceMap]:
+def parse_placed_value(text: str, display: str) -> tuple[Any, KeySlips]:
+    """parse_value's value, with its keys that are not names left for `placed_slips` to judge once the value's place
+    in a spec is known (`--set train.class_weight={0: 2}`: the unknown `class_weight` is the mistake to report)."""
+    data, _, slips = _parse(text, display, whole="the value", spec=False)
+    return data, slips
+
+
+def placed_slips(at: PathKey, slips: KeySlips, data: Any) -> list[Diagnostic]:
+    """Those of `slips` (of a value placed at `at` in spec data `data`) that the schema would not refuse first: the
+    ones not under a key the spec does not have."""
+    return [problem for path, problem in slips if not _unknown_above((*at, *path), data)]
+
+
+def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) -> tuple[Any, SourceMap, KeySlips]:
     """`whole` names the text in messages (a quote left open runs to the end of it); `spec`: the text is a spec
-    document (a file, a base), whose keys' places the schema knows; a `--set` value's place is not its root."""
+    document (a file, a base), whose keys' places the schema knows, and its key slips are judged here; a `--set`
+    value's place is not its root, so its slips are returned to its caller unjudged (none when it raises)."""
     undecoded = not_utf8(text)  # a file is decoded strictly; this is text from elsewhere (a command line)
     if undecoded is not None:
         raise SpecError([Diagnostic(display, None, f"the text is not UTF-8 ({undecoded}); write it in UTF-8")])
@@ -283,14 +347,13 @@ def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) 
         mark_aliases(text, root)
     source = SourceMap(display, root)
     if root is None:
-        return None, source
+        return None, source, []
     converter = _Converter(source, text)
     data = converter.convert(root)
-    problems = converter.problems + [problem for path, problem in converter.not_names
-                                     if not (spec and _unknown_above(path, data))]
-    if problems:
-        raise SpecError(problems)
-    return data, source
+    slips = placed_slips((), converter.not_names, data) if spec else [problem for _, problem in converter.not_names]
+    if converter.problems or (slips and spec):
+        raise SpecError(converter.problems + slips)
+    return data, source, [] if spec else converter.not_names
 
 
 def _unknown_above(path: PathKey, data: Any) -> bool:

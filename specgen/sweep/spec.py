@@ -17,7 +17,18 @@ import yaml
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from specgen.diagnostics import MAX_ECHO, safe_repr
-from specgen.fields.base import FLOAT32_MAX, Float, Int, NonNegativeInt, Pattern, PositiveFloat, PositiveInt, SpecModel, number
+from specgen.fields.base import (
+    FLOAT32_BOUND,
+    FLOAT32_MAX,
+    Float,
+    Int,
+    NonNegativeInt,
+    Pattern,
+    PositiveFloat,
+    PositiveInt,
+    SpecModel,
+    number,
+)
 from specgen.fields.unions import by_key, by_shape
 
 MAX_TRIALS = 100_000  # Optuna keeps every trial in its storage; more is a study of another kind
@@ -76,7 +87,7 @@ def _one_choice(value: object) -> object:
     what = f"expected a number, true or false, or a string of at most {MAX_CHOICE_TEXT} characters, received {given}"
     if isinstance(value, str) and len(value) > MAX_CHOICE_TEXT:
         raise ValueError(what if len(value) > MAX_ECHO else f"{what} ({len(value)} characters)")
-    if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+    if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_BOUND):
         raise ValueError(f"{what} (a float32 value is at most {FLOAT32_MAX:.8g} in magnitude)")
     if value is not None and not isinstance(value, (bool, int, float, str)):
         raise ValueError(f"{what} ({type(value).__name__})")
@@ -86,7 +97,7 @@ def _one_choice(value: object) -> object:
 
 
 # A float choice is held to float32's finite range like every float of a spec (the schema says so too).
-Choice = Annotated[StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+Choice = Annotated[StrictBool | StrictInt | Annotated[float, Field(strict=True, ge=-FLOAT32_BOUND, le=FLOAT32_BOUND)]
                    | Annotated[StrictStr, Field(max_length=MAX_CHOICE_TEXT)], BeforeValidator(_one_choice)]
 
 

@@ -16,10 +16,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from specgen.fields.base import MAX_INT
+from specgen.fields.base import FLOAT32_BOUND, MAX_INT
 
 Check = Callable[[Any], bool]
-FLOAT32_MAX = 3.4028234663852886e38  # numbers reach float32 tensors and ONNX attributes
 
 
 def finite(value: Any) -> float | None:
@@ -31,7 +30,7 @@ def finite(value: Any) -> float | None:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) and abs(number) <= FLOAT32_MAX else None
+    return number if math.isfinite(number) and abs(number) <= FLOAT32_BOUND else None  # as a spec's floats
 
 
 def is_integer(value: Any, minimum: int) -> bool:
