@@ -80,6 +80,7 @@ class ClassifierGate(BaseModel):
     accuracy: Number
     fp32_accuracy: Number
     budget: Number
+    relative_error_percent_by_output: dict[str, Number] | None = None  # its other outputs; None: none, or older
 
 
 class ErrorGate(BaseModel):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from specgen import text
+
 
 def export_lines(report: Mapping[str, Any]) -> list[str]:
     """From export()'s report, as export.json keeps it."""
@@ -27,12 +29,17 @@ def variant_lines(out: str, report: Mapping[str, Any]) -> list[str]:
         kernels += f"; left in float32: {', '.join(report['float32_compute'])}"
     lines = [f"{name}: wrote {out}/{report['file']} ({report['bytes']:,} bytes, float32 {report['fp32_bytes']:,}){kernels}"]
     where = f", on {accuracy['provider']}" if accuracy.get("provider") else ""  # an unverified variant's: the CPU
+    budget = text.limit(accuracy["budget"])  # with the digits it was given: `:g` shows 0.2777778 as 0.277778
     if "lost_points" in accuracy:
         lines.append(f"{name} accuracy: {accuracy['accuracy']:.4f} vs float32 {accuracy['fp32_accuracy']:.4f} "
-                     f"({_change(accuracy['lost_points'])}, budget {accuracy['budget']:g}{where})")
+                     f"({_change(accuracy['lost_points'], accuracy['budget'])}, budget {budget}{where})")
+        errors = accuracy.get("relative_error_percent_by_output")  # a classifier's other outputs (older: none)
+        if errors:
+            each = ", ".join(f"'{k}' {text.against(v, accuracy['budget'], 3)}%" for k, v in errors.items())
+            lines.append(f"{name} error of the other outputs: {each} relative to float32 (budget {budget}%{where})")
     else:
-        lines.append(f"{name} error: {accuracy['relative_error_percent']:.3f}% relative to float32 "
-                     f"(budget {accuracy['budget']:g}%{where})")
+        lines.append(f"{name} error: {text.against(accuracy['relative_error_percent'], accuracy['budget'], 3)}% "
+                     f"relative to float32 (budget {budget}%{where})")
     if speed is None:  # unverified (runtime/precision/verify.py): the server gates it at load
         lines.append(f"warning: {name} is unverified: {report.get('unverified')}; `specgen serve` runs its kernel, "
                      "accuracy and speed gates at load and serves the float32 model where it fails")
@@ -47,5 +54,6 @@ def variant_lines(out: str, report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _change(lost: float) -> str:
-    return f"{lost:.2f} points lost" if lost >= 0 else f"{-lost:.2f} points gained"
+def _change(lost: float, budget: float) -> str:
+    """Points lost (or gained), with the digits that show the loss within `budget` (text.against)."""
+    return f"{text.against(lost, budget)} points lost" if lost >= 0 else f"{text.against(-lost, budget)} points gained"

@@ -1,11 +1,12 @@
 """The two gates a precision variant passes before it is written: accuracy against float32, then speed.
 
-Accuracy: on the eval set, a classifier's top-1 accuracy may drop by at most `budget` points; any
-other model's outputs may differ from float32's by at most `budget` percent (relative L2 norm, the
-largest over outputs). Speed: the variant and float32 are timed on the provider that will run them, in
-paired rounds (back to back, order alternating), and the decision is the median of the per-round ratios
-variant/float32 with a distribution-free confidence interval (order statistics): the variant ships only when
-the whole interval is below 1, so one noisy spell cannot pass it; `force` ships it anyway with a warning.
+Accuracy: on the eval set, a classifier's top-1 accuracy may drop by at most `budget` points (counted in
+examples, compared exactly: never a rounded loss); every other output, all of another model's and a
+classifier's besides its logits, may differ from float32's by at most `budget` percent (relative L2 norm).
+Speed: the variant and float32 are timed on the provider that will run them, in paired rounds (back to back,
+order alternating), and the decision is the median of the per-round ratios variant/float32 with a
+distribution-free confidence interval (order statistics): the variant ships only when the whole interval is
+below 1, so one noisy spell cannot pass it; `force` ships it anyway with a warning.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from specgen.runtime.parity import accuracy, first_non_finite, within
+from specgen import text
+from specgen.runtime.parity import accuracy, first_non_finite
 from specgen.runtime.precision.base import PrecisionRefusal
 
 Arrays = dict[str, np.ndarray]
@@ -34,29 +37,83 @@ PAUSE_S = 0.002  # before each side: another session's threads stop spinning, so
 
 def accuracy_gate(name: str, budget: float, fp32: Arrays, variant: Arrays, labels: np.ndarray | None,
                   logits: str | None) -> dict[str, Any]:
-    """What the variant loses on the eval set, or PrecisionRefusal saying by how much it is over `budget`."""
+    """What the variant loses on the eval set, or PrecisionRefusal saying by how much it is over `budget`.
+
+    A classifier's `logits` output counts points of accuracy; every other output (all of a model without
+    `logits`, a classifier's others) its relative error in percent, against the same budget: an output the
+    server answers with is gated whatever the loss reads."""
     problem = first_non_finite(variant)
     if problem is not None:
         raise PrecisionRefusal(f"{name} output {problem} on the eval set (float32's is finite)")
     if logits is not None and labels is None:  # the callers refuse such a sample first: never another metric
         raise ValueError(f"the accuracy gate of the classifier output '{logits}' needs labels")
     rows = len(next(iter(variant.values())))
+    report: dict[str, Any] = {}
     if labels is not None and logits is not None:
-        before, after = accuracy(fp32[logits], labels), accuracy(variant[logits], labels)
-        lost = round((before - after) * 100, 6)  # round: 0.975-0.9611 is not exact
-        what, unit = f"loses {lost:.2f} points of accuracy", ""
-        figures = f"float32 {before:.4f}, {name} {after:.4f} on {rows} examples"
-        report = {"fp32_accuracy": before, "accuracy": after, "lost_points": lost}
-    else:
-        lost = max(100 * float(np.linalg.norm(variant[k] - fp32[k]) / max(float(np.linalg.norm(fp32[k])), 1e-30))
-                   for k in fp32)
-        what, unit = f"has {lost:.2f}% relative error", "%"
-        figures = f"largest over outputs, {rows} examples"
-        report = {"relative_error_percent": lost}
-    if not within(lost, budget):
-        raise PrecisionRefusal(f"{name} {what} against float32 ({figures}); the budget is {budget:g}{unit} "
-                               f"(export.onnx.budget): over by {lost - budget:.2f}{unit}")
+        report = _points_gate(name, budget, fp32[logits], variant[logits], labels)
+    errors = {k: _relative_error(fp32[k], variant[k]) for k in fp32 if k != logits or labels is None}
+    if errors:
+        report |= _error_gate(name, budget, errors, rows, logits if labels is not None else None)
     return report | {"budget": budget}
+
+
+def _points_gate(name: str, budget: float, fp32: np.ndarray, variant: np.ndarray,
+                 labels: np.ndarray) -> dict[str, Any]:
+    """The classifier's gate, on counts of examples right: the loss in points is a fraction (1 of 360 is
+    0.2777...), compared exactly with the budget as the spec wrote it, never rounded first."""
+    rows = len(fp32)
+    before, after = accuracy(fp32, labels), accuracy(variant, labels)  # accuracy() checks labels and values
+    right = [int(np.sum(np.argmax(v, axis=-1) == np.asarray(labels).reshape(-1))) for v in (fp32, variant)]
+    lost = Fraction((right[0] - right[1]) * 100, rows)
+    if _over(lost, budget):
+        raise PrecisionRefusal(
+            f"{name} loses {text.against(lost, budget)} points of accuracy against float32 (float32 {before:.4f}, "
+            f"{name} {after:.4f} on {rows} examples); the budget is "
+            f"{text.limit(budget)} (export.onnx.budget): over by {text.against(lost - text.exact_limit(budget), 0)}")
+    return {"fp32_accuracy": before, "accuracy": after, "lost_points": float(lost), "examples": rows,
+            "fp32_correct": right[0], "correct": right[1]}
+
+
+def _over(value: Fraction, budget: float) -> bool:
+    """Whether `value` exceeds the budget as the spec wrote it (text.exact_limit); an infinite budget holds all."""
+    return math.isfinite(budget) and value > text.exact_limit(budget)
+
+
+def _relative_error(fp32: np.ndarray, variant: np.ndarray) -> float:
+    """100 * |variant - float32| / |float32| (L2 over the whole output), in percent."""
+    return 100 * float(np.linalg.norm(variant - fp32) / max(float(np.linalg.norm(fp32)), 1e-30))
+
+
+def _error_gate(name: str, budget: float, errors: dict[str, float], rows: int, logits: str | None) -> dict[str, Any]:
+    """The relative-error gate over `errors` (output -> percent); `logits`: the classifier output the points gate
+    took, named in the refusal of its other outputs."""
+    worst = max(errors, key=lambda k: (not math.isfinite(errors[k]), errors[k]))  # NaN first: never passed over
+    error = errors[worst]
+    if not math.isfinite(error) or _over(Fraction(error), budget):
+        finite = math.isfinite(error)
+        shown = text.against(error, budget) if finite else str(error)
+        over = text.against(Fraction(error) - text.exact_limit(budget), 0) if finite else str(error)
+        what, figures = f"{name} has {shown}% relative error", f"largest over outputs, {rows} examples"
+        if logits is not None:
+            what = f"{name} output '{worst}' has {shown}% relative error"
+            figures = f"{rows} examples; a classifier's outputs other than its logits '{logits}' are gated on it"
+        raise PrecisionRefusal(f"{what} against float32 ({figures}); the budget is {text.limit(budget)}% "
+                               f"(export.onnx.budget): over by {over}%")
+    return {"relative_error_percent": error, "relative_error_percent_by_output": errors}
+
+
+def gate_figures(accuracy: Mapping[str, Any]) -> str:
+    """The accuracy gate's passing figures for a verdict line, with the digits that show them within the budget:
+    the points a classifier lost, and the largest relative error of the outputs gated on it (named when those
+    are a classifier's other outputs)."""
+    budget, parts = accuracy["budget"], []
+    if "lost_points" in accuracy:
+        parts.append(f"{text.against(accuracy['lost_points'], budget)} points of accuracy lost")
+    if "relative_error_percent" in accuracy:
+        errors = accuracy.get("relative_error_percent_by_output", {})
+        named = f" in its other outputs ('{max(errors, key=errors.__getitem__)}' largest)" if parts and errors else ""
+        parts.append(f"{text.against(accuracy['relative_error_percent'], budget, 3)}% relative error{named}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from specgen import text
 from specgen.paths import shown
 from specgen.runtime.graph_runs import predictor_batch, run_rows
 from specgen.runtime.precision import REGISTRY, degenerate, int8
 from specgen.runtime.precision.base import PrecisionRefusal
-from specgen.runtime.precision.gates import accuracy_gate, paired_timing, speed_verdict
+from specgen.runtime.precision.gates import accuracy_gate, gate_figures, paired_timing, speed_verdict
 from specgen.runtime.precision.sidecars import (
     INFO_FILE,
     MAX_INFO_BYTES,
@@ -158,10 +159,9 @@ def verify_variant(variant_path: Path, reference_path: Path, sample: Path, provi
         return _refuse(info, variant_path, reference_path, reference, why, report)
     reference.close()
     speed, accuracy = report["speed"], report["accuracy"]
-    figure = (f"{accuracy['lost_points']:.2f} points of accuracy lost" if "lost_points" in accuracy
-              else f"{accuracy['relative_error_percent']:.3f}% relative error")
-    line = (f"{shown(variant_path)}: {info.precision} variant verified on {variant.provider}: {figure} on "
-            f"{report['examples']} examples (budget {info.budget:g}), {speed['speedup']:.2f}x float32's speed "
+    line = (f"{shown(variant_path)}: {info.precision} variant verified on {variant.provider}: "
+            f"{gate_figures(accuracy)} on {report['examples']} examples (budget {text.limit(info.budget)}), "
+            f"{speed['speedup']:.2f}x float32's speed "
             f"({speed['confidence']:.0%} interval {speed['speedup_interval'][0]:.2f}-{speed['speedup_interval'][1]:.2f}x)")
     if info.constant_inputs:  # the one rule not run: say so where the verdict is read
         named = ", ".join(repr(n) for n in info.constant_inputs)
