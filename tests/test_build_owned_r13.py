@@ -123,6 +123,21 @@ def test_build_still_rewrites_its_own_stale_and_emptied_files(built: Path, capsy
         0, ["ok: 5 generated files in gen are up to date"], [])
 
 
+def test_a_build_killed_between_the_onnx_text_and_its_graph_is_repaired(built: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A kill after model.onnx.txt's rename and before model.onnx's leaves the old graph beside the new text: the
+    next build rewrites it (an earlier build's graph, weights as inputs), as 'a killed build leaves each file old or
+    new' promises; it refused it as not build's own."""
+    Path("s.yaml").write_text(MLP.replace("activation: relu", "activation: tanh"))
+    assert main(["build", "s.yaml", "--out", "new"]) == 0
+    for name in ("model.py", "train.py", "collections.yaml", "model.onnx.txt"):
+        (built / name).write_bytes((Path("new") / "digits_mlp" / name).read_bytes())
+    capsys.readouterr()
+    code, out, err = _run(capsys, "build", "s.yaml", "--out", "gen")
+    assert (code, out[-1], err) == (0, "built 1 spec(s) into gen: 1 file(s) changed", [])
+    assert (built / "model.onnx").read_bytes() == (Path("new") / "digits_mlp" / "model.onnx").read_bytes()
+
+
 def test_what_the_line_says_a_file_holds(built: Path) -> None:
     """Each of build's names, by the rule that guards deleting (stale_folders.built)."""
     real, graph = str(built), (built / "model.onnx").read_bytes()
@@ -132,7 +147,10 @@ def test_what_the_line_says_a_file_holds(built: Path) -> None:
     assert not_ours(real, "model.onnx", "digits_mlp", graph + b"x") == (
         "it is not the graph that the model.onnx.txt beside it parses to")
     (built / "model.onnx.txt").unlink()
-    assert not_ours(real, "model.onnx", "digits_mlp", graph) == (
+    assert not_ours(real, "model.onnx", "digits_mlp", graph) is None  # an earlier build's graph: no weights, its mark
+    other = onnx.ModelProto.FromString(graph)
+    other.producer_name = "someone"
+    assert not_ours(real, "model.onnx", "digits_mlp", other.SerializeToString()) == (
         "no model.onnx.txt beside it shows it is the graph specgen build wrote")
     (built / "model.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg">\n<title>mine</title>\n</svg>\n')
     assert not_ours(real, "model.svg", "digits_mlp", b"<svg/>") == "it is not specgen's drawing of 'digits_mlp'"

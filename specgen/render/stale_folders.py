@@ -125,6 +125,8 @@ def not_ours(real: str, name: str, title: str, on_disk: bytes) -> str | None:
         return f"it is not specgen's drawing of '{title}'"
     if _has_weights(on_disk):
         return "it holds an ONNX model with weights (an export?)"
+    if name == "model.onnx" and _earlier_build(on_disk):
+        return None  # a build killed between model.onnx.txt and model.onnx leaves the old graph beside the new text
     if not os.path.lexists(os.path.join(real, "model.onnx.txt")):
         return "no model.onnx.txt beside it shows it is the graph specgen build wrote"
     return "it is not the graph that the model.onnx.txt beside it parses to"
@@ -140,6 +142,20 @@ def _has_weights(graph: bytes) -> bool:
         return len(onnx.ModelProto.FromString(graph).graph.initializer) > 0
     except (DecodeError, ValueError):
         return False
+
+
+def _earlier_build(graph: bytes) -> bool:
+    """Whether `graph` is a model.onnx an earlier `build` wrote: specgen's producer mark and weights as graph inputs
+    (no initializer). `specgen export`'s models hold their weights, and nothing else writes that mark; overwriting a
+    graph of no weights loses nothing `build` cannot make again."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.ModelProto.FromString(graph)
+    except (DecodeError, ValueError):
+        return False
+    return model.producer_name == "specgen" and not model.graph.initializer and len(model.graph.node) > 0
 
 
 def _head(path: str, size: int) -> bytes:
