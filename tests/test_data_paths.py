@@ -167,9 +167,10 @@ def _feature(values: list[Any]) -> Any:
 
 @pytest.mark.parametrize(("x", "y", "why"), [
     ([3] * 64, [1], "key 'x' holds an int64_list, and the spec reads it as a float_list: write the key as a "
-                    "float_list (tf.train.FloatList), or declare the input or label with an integer dtype"),
-    ([0.5] * 64, [1.0], "key 'y' holds a float_list, and the spec reads it as an int64_list: write the key as an "
-                        "int64_list (tf.train.Int64List), or declare the input or label float32"),
+                    "float_list (tf.train.FloatList)"),
+    ([0.5] * 64, [1.0], "key 'y' holds a float_list, and the spec reads it as an int64_list: label 'label' holds "
+                        "class ids for loss sparse_softmax_cross_entropy, read as integers only: write the key as an "
+                        "int64_list (tf.train.Int64List)"),
     ([0.5] * 63, [1], "key 'x' holds 63 value(s), and the spec reads 64 (shape [8, 8, 1])"),
     (None, [1], "it has no key 'x'"),
 ])

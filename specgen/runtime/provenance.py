@@ -211,14 +211,14 @@ def data_fingerprint(loaded: LoadedSpec) -> dict[str, Any]:
 def _files(folder: Path, key: str, declared: str | list[str]) -> dict[str, Any]:
     names = declared if isinstance(declared, list) else [declared]
     paths: list[Path] = []
+    seen: set[tuple[int, int]] = set()
     for name in names:
         full = folder / name
         if full.is_dir():
             paths += _walk(full)
-        elif glob.has_magic(name):
-            paths += [Path(p) for p in sorted(glob.glob(str(full)))]
-        else:
-            paths.append(full)
+        else:  # a file named twice, under any name, is read once (tfrecord_files.find_shards): recorded once
+            found = [Path(p) for p in sorted(glob.glob(str(full)))] if glob.has_magic(name) else [full]
+            paths += [p for p in found if _first(p, seen)]
     files = [_one(p) for p in paths]
     summary = {"source": key, "declared": declared, "files": len(files), "bytes": sum(f["bytes"] for f in files),
                "content_sha256": _content(files)}
@@ -236,6 +236,19 @@ def _walk(root: Path) -> list[Path]:
         dirs.sort()
         found += [Path(top) / n for n in sorted(names) if _regular(Path(top) / n)]
     return found
+
+
+def _first(path: Path, seen: set[tuple[int, int]]) -> bool:
+    """Whether `path` is a file not in `seen` (os.stat's device and inode: every name of a file has them), adding
+    it; a path that cannot be examined is kept (_one then says why)."""
+    try:
+        facts = os.stat(path)
+    except OSError:
+        return True
+    if (facts.st_dev, facts.st_ino) in seen:
+        return False
+    seen.add((facts.st_dev, facts.st_ino))
+    return True
 
 
 def _regular(path: Path) -> bool:

@@ -4,6 +4,7 @@ plan, and what defines the study, are plan.py's).
 Each worker thread (driver.py) has its own Study object: its sampler is made anew for each trial with `seed + n`,
 n the trial's place among the trials that were not interrupted (`ordinal`), so a sweep draws the same values
 whether it ran in one go or was resumed, and processes sharing a study do not draw the same values from one seed.
+A grid keeps one shuffle (its seed's) and takes the n-th point of it when unvisited (pick_grid).
 An interrupted trial (its sweep process gone) does not count toward the budget, and its values are queued again
 (`retry`). Which sweeps may join a study, and which folder is whose, is membership.py's.
 """
@@ -82,8 +83,11 @@ def seeded(plan: Plan) -> BaseSampler:
             self.inner = _sampler(plan, plan.sweep.seed)
 
         def before_trial(self, study: Any, trial: Any) -> None:
-            if plan.sweep.sampler != "grid":  # GridSampler's order is its seed's shuffle of the grid: kept
-                self.inner = _sampler(plan, plan.sweep.seed + ordinal(study.get_trials(deepcopy=False), trial.number))
+            n = ordinal(study.get_trials(deepcopy=False), trial.number)
+            if plan.sweep.sampler == "grid":  # one grid (its seed's shuffle), the point picked by n: pick_grid
+                pick_grid(self.inner, study, trial, n)
+                return
+            self.inner = _sampler(plan, plan.sweep.seed + n)
             self.inner.before_trial(study, trial)
 
         def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
@@ -103,6 +107,24 @@ def seeded(plan: Plan) -> BaseSampler:
                 pass
 
     return Seeded()
+
+
+def pick_grid(grid: Any, study: Any, trial: Any, n: int) -> None:
+    """Give trial `trial` (its ordinal `n`) the grid point with id n (ids are places in the seed's shuffle of the
+    grid), or, when that one was visited or is running, the (n mod count)-th of the unvisited ids, sorted.
+
+    Optuna's GridSampler gives id = trial number, and past the grid's size a random unvisited one from the
+    sampler's own generator: both depend on the process (a resumed sweep's numbers count the interrupted trials,
+    and its generator starts over), so a resumed sweep drew other points than one run in one go. The ordinal and
+    the study's unvisited ids are the same in both. Parallel workers have distinct ordinals, so two that see the
+    same unvisited ids pick different ones. Optuna's grid_id and search_space attributes are written as its own
+    before_trial writes them, so its sample_independent and after_trial (the grid is done) read them."""
+    if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
+        return  # a queued retry: its values are fixed (enqueue_trial)
+    unvisited = sorted(grid._get_unvisited_grid_ids(study)) or list(range(len(grid._all_grids)))  # all done: any
+    grid_id = n if n in unvisited else unvisited[n % len(unvisited)]
+    study._storage.set_trial_system_attr(trial._trial_id, "search_space", grid._search_space)
+    study._storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
 
 
 def check_own_folder(plan: Plan) -> None:

@@ -186,10 +186,15 @@ def _files(context: SourceContext, root: str, classes: list[str]) -> tuple[list[
     ignored = [f"{shown(entry.name)} (beside the class folders, in none)"
                for entry in sorted(_scan(context, root, "the folder"), key=lambda e: e.name)
                if not entry.name.startswith(".") and not entry.is_dir()]
+    owners: dict[str, str] = {}  # a class folder's real path -> the class that has it
     for class_id, name in enumerate(classes):
         folder = _class_folder(context, root, name)
         if folder is None:
             continue  # an eval folder without some of train's classes
+        if (shared := _shared(root, folder, name, owners)) is not None:  # `classes: [a, a]` under another name
+            raise context.fail((context.kind,), f"{shared}; each image is in one class, and these would be read "
+                               "twice, under two class ids (remove the link, or copy in the images it should hold)")
+        owners[folder] = name
         images, others = _walk(context, root, folder, name)
         ignored += others
         if not images:
@@ -210,6 +215,17 @@ def _class_folder(context: SourceContext, root: str, name: str) -> str | None:
     if os.path.islink(path):
         path = _inside(context, root, path, name)
     return path if os.path.isdir(path) else None
+
+
+def _shared(root: str, folder: str, name: str, owners: dict[str, str]) -> str | None:
+    """Why class folder `name` (real path `folder`) shares images with a class before it (`owners`: real path ->
+    class), or None: one of the two is a link to the other's folder, into it, or to a folder that holds it."""
+    for other, owner in owners.items():
+        if folder == other or folder.startswith(os.path.join(other, "")) or other.startswith(os.path.join(folder, "")):
+            link, target = (name, folder) if os.path.islink(os.path.join(root, name)) else (owner, other)
+            return (f"class folders '{printable(owner)}' and '{printable(name)}' share images (class folder "
+                    f"'{printable(link)}' is a link to {shown(os.path.relpath(target, root))})")
+    return None
 
 
 def _walk(context: SourceContext, root: str, folder: str, name: str) -> tuple[list[Image], list[str]]:

@@ -332,7 +332,7 @@ class Scan:
                 tf.io.parse_single_example(records[offset], self.spec)
             except unparsed as exc:
                 if not self.model.skip_bad or not self.first_reason:
-                    why = record_problems.unparsed(exc, records[offset].numpy(), self.spec)
+                    why = record_problems.unparsed(exc, records[offset].numpy(), self.spec, self.context)
                 if not self.model.skip_bad:  # the records before it are checked first: the first problem is named
                     if offset:                # (a bad image or value there), whichever check finds it
                         self._chunk(shard, records[:offset], start, where)

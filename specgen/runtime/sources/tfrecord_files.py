@@ -24,34 +24,68 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 GLOB = "*?["  # characters that make an entry a glob
+SHOWN = 5  # names of one file listed again, said in the note
 
 
 def find_shards(context: SourceContext, model: Any) -> list[Path]:
     """Every file the entries name, in order (a glob's matches sorted), each once; a positioned error for an
     entry that names no file, or names something that is not a regular file (a FIFO, a device, a folder: each
-    refused by what it is, found without opening it)."""
+    refused by what it is, found without opening it).
+
+    "Once" is by what the file is, not how it is spelled: two names of one file (a symbolic link, a `..` path,
+    a hard link) have one os.stat (st_dev, st_ino), and the first name listed is kept; the others are said in
+    one line. Every later use (the example count, `specgen data`'s list, the training files' digest, a file
+    cache's key, multi_worker's split) takes this list, so none of them sees the file twice."""
     listed = isinstance(model.tfrecord, list)
-    shards: list[Path] = []
+    shards: dict[tuple[int, int] | Path, Path] = {}
+    again: list[tuple[Path, Path]] = []  # (a later name, the name kept) of one file
     for index, entry in enumerate(entries(model)):
-        loc = (context.kind, index) if listed else (context.kind,)
-        path = context.loaded.folder / entry
-        if any(c in entry for c in GLOB):
-            found = sorted(Path(p) for p in glob.glob(str(path)))
-            if not found:
-                raise context.fail(loc, f"the glob '{entry}' matches no file; expected .tfrecord shards relative to "
-                                   "the spec's folder")
-            for match in found:
-                if (what := file_kind(match)) != REGULAR:
-                    raise context.fail(loc, f"the glob '{entry}' matches {shard_name(context, match)}, which is "
-                                       f"{what}, not a regular file; expected .tfrecord shards (narrow the glob)")
-        elif (what := file_kind(path)) == MISSING:
-            raise context.fail(loc, f"no such file: '{entry}'; expected a .tfrecord file relative to the spec's folder")
-        elif what != REGULAR:
-            raise context.fail(loc, f"'{entry}' is {what}, not a regular file; expected a .tfrecord file")
-        else:
-            found = [path]
-        shards += [f for f in found if f not in shards]
-    return shards
+        for found in _entry_files(context, (context.kind, index) if listed else (context.kind,), entry):
+            kept = shards.setdefault(_identity(found), found)
+            if kept != found and (found, kept) not in again:
+                again.append((found, kept))
+    _say_again(context, again)
+    return list(shards.values())
+
+
+def _entry_files(context: SourceContext, loc: tuple[str | int, ...], entry: str) -> list[Path]:
+    """The regular files one entry names (a glob's matches sorted), or its positioned error."""
+    path = context.loaded.folder / entry
+    if any(c in entry for c in GLOB):
+        found = sorted(Path(p) for p in glob.glob(str(path)))
+        if not found:
+            raise context.fail(loc, f"the glob '{entry}' matches no file; expected .tfrecord shards relative to "
+                               "the spec's folder")
+        for match in found:
+            if (what := file_kind(match)) != REGULAR:
+                raise context.fail(loc, f"the glob '{entry}' matches {shard_name(context, match)}, which is "
+                                   f"{what}, not a regular file; expected .tfrecord shards (narrow the glob)")
+        return found
+    if (what := file_kind(path)) == MISSING:
+        raise context.fail(loc, f"no such file: '{entry}'; expected a .tfrecord file relative to the spec's folder")
+    if what != REGULAR:
+        raise context.fail(loc, f"'{entry}' is {what}, not a regular file; expected a .tfrecord file")
+    return [path]
+
+
+def _identity(path: Path) -> tuple[int, int] | Path:
+    """The file itself (links followed): its device and inode, which every name of it shares (its name if it
+    went away since it was found: reading it then says so, naming the shard)."""
+    try:
+        facts = os.stat(path)
+    except OSError:
+        return path
+    return facts.st_dev, facts.st_ino
+
+
+def _say_again(context: SourceContext, again: list[tuple[Path, Path]]) -> None:
+    """One line naming the names that were another name of a file already listed (the same spelling twice, or
+    `./x` for `x`, is one Path and unsaid, as before)."""
+    if not again:
+        return
+    pairs = [f"{shard_name(context, later)} is {shard_name(context, kept)}" for later, kept in again]
+    print(f"data.{context.stage}: read once: {', '.join(pairs[:SHOWN])}{', ...' if len(pairs) > SHOWN else ''} "
+          "(another name of a file listed already: a link, a '..' path or a hard link)")
 
 
 def shard_name(context: SourceContext, shard: Path) -> str:
