@@ -138,6 +138,29 @@ def test_a_build_killed_between_the_onnx_text_and_its_graph_is_repaired(built: P
     assert (built / "model.onnx").read_bytes() == (Path("new") / "digits_mlp" / "model.onnx").read_bytes()
 
 
+def test_a_killed_build_of_a_graph_with_constants_is_repaired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The same for a graph whose ops declare constants (initializers: an LSTM's axes and pads), which are no
+    weights: the repair judged any initializer an export's weight and refused it."""
+    monkeypatch.chdir(tmp_path)
+    lstm = (ROOT / "examples" / "specs" / "digits_lstm.yaml").read_text()
+    Path("s.yaml").write_text(lstm)
+    assert main(["build", "s.yaml", "--out", "gen"]) == 0
+    Path("s.yaml").write_text(lstm.replace("units: 10", "units: 12", 1))
+    assert main(["build", "s.yaml", "--out", "new"]) == 0
+    folder = next((tmp_path / "gen").iterdir())
+    assert len(onnx.load(str(folder / "model.onnx")).graph.initializer) > 0  # constants, and no weight among them
+    for name in ("model.py", "train.py", "collections.yaml", "model.onnx.txt"):
+        (folder / name).write_bytes((tmp_path / "new" / folder.name / name).read_bytes())
+    capsys.readouterr()
+    code, out, err = _run(capsys, "build", "s.yaml", "--out", "gen")
+    assert (code, out[-1], err) == (0, "built 1 spec(s) into gen: 1 file(s) changed", [])
+    assert (folder / "model.onnx").read_bytes() == (tmp_path / "new" / folder.name / "model.onnx").read_bytes()
+    _export_into(folder)  # an export's weights beside the constants: still refused
+    code, _, err = _run(capsys, "build", "s.yaml", "--out", "gen")
+    assert (code, err) == (1, [f"specgen: error: gen/{folder.name}/model.onnx is not build's own: {EXPORT}; {REMEDY}"])
+
+
 def test_what_the_line_says_a_file_holds(built: Path) -> None:
     """Each of build's names, by the rule that guards deleting (stale_folders.built)."""
     real, graph = str(built), (built / "model.onnx").read_bytes()

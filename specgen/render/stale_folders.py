@@ -23,6 +23,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specgen.atomic import writing
 from specgen.paths import shown
@@ -133,29 +134,40 @@ def not_ours(real: str, name: str, title: str, on_disk: bytes) -> str | None:
 
 
 def _has_weights(graph: bytes) -> bool:
-    """Whether `graph` is an ONNX model holding initializers: `build`'s never does (weights are graph inputs),
-    `specgen export`'s always does."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    try:
-        return len(onnx.ModelProto.FromString(graph).graph.initializer) > 0
-    except (DecodeError, ValueError):
-        return False
+    """Whether `graph` is an ONNX model holding weights: `build`'s never does (weights are graph inputs; its only
+    initializers are the constants ops declare, `_constant`), `specgen export`'s always does."""
+    model = _model(graph)
+    return model is not None and not all(_constant(i) for i in model.graph.initializer)
 
 
 def _earlier_build(graph: bytes) -> bool:
-    """Whether `graph` is a model.onnx an earlier `build` wrote: specgen's producer mark and weights as graph inputs
-    (no initializer). `specgen export`'s models hold their weights, and nothing else writes that mark; overwriting a
+    """Whether `graph` is a model.onnx an earlier `build` wrote: specgen's producer mark, nodes, and no weights
+    (`_has_weights`). `specgen export`'s models hold their weights, and nothing else writes that mark; overwriting a
     graph of no weights loses nothing `build` cannot make again."""
+    model = _model(graph)
+    return model is not None and model.producer_name == "specgen" and len(model.graph.node) > 0 and not any(
+        not _constant(i) for i in model.graph.initializer)
+
+
+def _model(graph: bytes) -> Any:
+    """The ONNX model in `graph`, or None for bytes that are none."""
     import onnx
     from google.protobuf.message import DecodeError
 
     try:
-        model = onnx.ModelProto.FromString(graph)
+        return onnx.ModelProto.FromString(graph)
     except (DecodeError, ValueError):
-        return False
-    return model.producer_name == "specgen" and not model.graph.initializer and len(model.graph.node) > 0
+        return None
+
+
+def _constant(tensor: Any) -> bool:
+    """An initializer `build` writes: what an op declares through the ONNX plan's `constant` (an int64 vector) or
+    `float_constant` (a float scalar named `<node>___<what>`), never a weight (render/onnx_plan.py)."""
+    import onnx
+
+    if tensor.data_type == onnx.TensorProto.INT64:
+        return True
+    return tensor.data_type == onnx.TensorProto.FLOAT and not tensor.dims and "___" in tensor.name
 
 
 def _head(path: str, size: int) -> bytes:
