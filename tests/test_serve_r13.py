@@ -4,7 +4,7 @@ HTTP and gRPC, http.client):
 - F1: config.pbtxt fields that change what a request is answered were accepted and ignored with a 200. Now
   `dynamic_batching.default_queue_policy`'s timeout is honoured as Triton's dynamic batcher honours it (REJECT:
   UNAVAILABLE / 503 unrun; DELAY: behind the requests in time; `allow_timeout_override`), what is not implemented
-  (`sequence_batching`, `ensemble_scheduling`, `priority_queue_policy`, `response_cache`, ...) is refused at load
+  (`sequence_batching`, `ensemble_scheduling`, `priority_queue_policy`, ...) is refused at load
   naming the field and its line, and `priority_levels` (order only) is accepted with one warning line.
 - F2: a request's `id` went into `batch` and `infer` log lines whole (one 400 KB id: one 400 KB line); it is now
   escaped and cut to 80 characters there, as every other client string, and still echoed whole in the answer.
@@ -83,8 +83,6 @@ REFUSED = [
     ("prio", "dynamic_batching {\n  priority_levels: 2\n  default_priority_level: 1\n"
              "  priority_queue_policy { key: 1 value { max_queue_size: 3 } }\n}\n",
      "dynamic_batching.priority_queue_policy", 3, "a queue policy of its own per priority level"),
-    ("cache", "response_cache { enable: true }\n", "response_cache.enable", 18,
-     "answers served from Triton's response cache"),
     ("decoupled", "model_transaction_policy { decoupled: true }\n", "model_transaction_policy.decoupled", 28,
      "a decoupled model: any number of responses per request, over a stream"),
     ("trt", "optimization { execution_accelerators { gpu_execution_accelerator : [ { name : \"tensorrt\" } ] } }\n",
@@ -181,6 +179,19 @@ def test_priority_levels_load_with_one_warning_line(tmp_path: Path, caplog: pyte
     assert [r.levelname for r in caplog.records if getattr(r, "fields", {}).get("event") == "config_field_ignored"] == [
         "WARNING"]
     assert model.config.message.dynamic_batching.priority_levels == 2  # GET config still echoes the file
+
+
+def test_a_response_cache_loads_with_one_warning_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A cache answers a repeated request with the answer the model gave: without one, every request runs the model
+    and gets the same answer, so the config loads (it was refused at load, keeping Triton repositories away)."""
+    repo = repository(tmp_path, ("c", "response_cache { enable: true }\n"))
+    caplog.set_level(logging.INFO, "specgen.serve")
+    [model] = load_repository(repo, provider="cpu", threads=1)
+    assert events(caplog.records, "config_field_ignored") == [{
+        "event": "config_field_ignored", "model": "c", "version": 1, "field": "response_cache.enable",
+        "reason": "no response cache: every request runs the model (the same answers; only speed and Triton's cache "
+                  "statistics differ)"}]
+    assert model.config.message.response_cache.enable  # GET config still echoes the file
 
 
 # F1: default_queue_policy honoured as Triton's dynamic batcher honours it

@@ -8,7 +8,7 @@ below, each checked; nothing of the file is quoted but the one value at fault, e
 The rest of the message is not ignored blindly. A field that would change what a request is answered (an error
 instead of a 200, other values, state kept across requests) is either honoured (`default_queue_policy`: batcher.py)
 or refused at load, naming the field (`NOT_SERVED`), as a request parameter that changes what a request means is
-(parameters.py). A field that changes only order or speed (`priority_levels`) is accepted and named in `notes`,
+(parameters.py). A field that changes only order or speed (`priority_levels`, `response_cache`) is accepted and named in `notes`,
 which the load logs as one warning line (models.py).
 """
 
@@ -273,7 +273,6 @@ NOT_SERVED: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
     (("ensemble_scheduling",), lambda m: m.HasField("ensemble_scheduling"), "a pipeline of other models"),
     (("dynamic_batching", "priority_queue_policy"), lambda m: bool(m.dynamic_batching.priority_queue_policy),
      "a queue policy of its own per priority level"),
-    (("response_cache", "enable"), lambda m: m.response_cache.enable, "answers served from Triton's response cache"),
     (("batch_input",), lambda m: bool(m.batch_input), "inputs Triton makes up from the batch (ragged batching)"),
     (("batch_output",), lambda m: bool(m.batch_output), "outputs Triton scatters by batch_output rules"),
     (("model_transaction_policy", "decoupled"), lambda m: m.model_transaction_policy.decoupled,
@@ -362,6 +361,15 @@ def _priority_notes(message: Any, text: str, source: str) -> tuple[tuple[str, st
              "ahead of others (order only), and max_queue_size bounds that one queue, not each level"),)
 
 
+def _cache_note(message: Any) -> tuple[tuple[str, str], ...]:
+    """response_cache { enable: true }: accepted with a note. Triton's cache answers a repeated request with the
+    answer the model gave it, so serving without one changes speed and the cache statistics, never an answer."""
+    if not message.response_cache.enable:
+        return ()
+    return (("response_cache.enable", "no response cache: every request runs the model (the same answers; only "
+             "speed and Triton's cache statistics differ)"),)
+
+
 def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
     """A `ModelConfig` from `config.pbtxt` text, or a RepositoryError naming `source` and the field."""
     pb2 = _pb2()
@@ -392,6 +400,6 @@ def parse_config(text: str, source: str = "config.pbtxt") -> ModelConfig:
         model_filename=_filename(message, source),
         version_policy=_policy(message, source),
         queue_policy=_queue_policy(message, text, source, pb2) if batching is not None else QueuePolicy(),
-        notes=_priority_notes(message, text, source) if batching is not None else (),
+        notes=(*(_priority_notes(message, text, source) if batching is not None else ()), *_cache_note(message)),
         message=message,
     )
