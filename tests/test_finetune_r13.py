@@ -15,8 +15,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-
-from tests.cli_helpers import run_cli
+from cli_helpers import run_cli
 
 tf = pytest.importorskip("tensorflow")
 

@@ -247,9 +247,6 @@ def test_tracker_down_warns_once_and_trains(tmp_path: Path, dead: str) -> None:
     ("  tracking:\n    mlflow: {uri: 'file:./mlruns'}\n", ["train"],
      "spec.yaml:17:19: error: MLflow 3 keeps its file store (file:) read-only unless MLFLOW_ALLOW_FILE_STORE=true is "
      "set; use sqlite:///PATH (a local database) or an `mlflow server`"),
-    ("", ["train", "--emit", "tfjob", "--image", "x", "--track", "mlflow:http://h:1"],
-     "--track mlflow:http://h:1: error: --emit tfjob writes the workers' command, which takes no --track: put "
-     "train.tracking.mlflow in the spec (docs/tracking.md)"),
     ("", ["export", "--checkpoint", "runs/x", "-o", "out", "--register", "m", "--alias", "v2"],
      "--alias v2: error: MLflow reserves 'latest' and 'v<number>' (they name versions); pick another, e.g. 'candidate'"),
 ])
@@ -258,6 +255,16 @@ def test_bad_input_is_one_line_before_training(tmp_path: Path, tracking: str, ar
     result = specgen(args[0], spec.name, *args[1:], cwd=tmp_path)
     assert (result.returncode, result.stderr.splitlines(), result.stdout) == (1, [line, "1 error found"], "")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+
+
+def test_track_with_emit_tfjob_is_a_usage_error(tmp_path: Path) -> None:
+    """The manifest's workers run `specgen train SPEC`, which takes no --track: a command-line mistake, exit 2."""
+    spec = write_spec(tmp_path, "")
+    result = specgen("train", spec.name, "--emit", "tfjob", "--image", "x", "--track", "mlflow:http://h:1", cwd=tmp_path)
+    assert (result.returncode, result.stderr.splitlines(), result.stdout) == (2, [
+        "specgen train: error: --track mlflow:http://h:1: --emit tfjob writes the workers' command, which takes no "
+        "--track: put train.tracking.mlflow in the spec (docs/tracking.md)"], "")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_alias_without_register_is_a_usage_error(tmp_path: Path) -> None:
