@@ -182,7 +182,7 @@ def test_fp16_forced_on_the_cpu_is_written_unverified_and_gated_at_load(
     assert printed[-2].startswith("warning: fp16 is unverified: fp16: 3 node(s)") and printed[-2].endswith(
         "; `specgen serve` runs its kernel, accuracy and speed gates at load and serves the float32 model where it "
         "fails")
-    assert printed[-1] == f"triton model repository: {out / 'digits_cnn'}"
+    assert printed[-1] == f"triton model repository: {out / 'digits_cnn'}, version 1"
     version = out / "digits_cnn" / "1"
     assert sorted(p.name for p in version.iterdir()) == ["model.fp32.onnx", "model.onnx", "sample.npz", "variant.json"]
     assert (version / "model.onnx").read_bytes() == (out / "model.fp16.onnx").read_bytes()

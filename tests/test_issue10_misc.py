@@ -282,7 +282,7 @@ def test_paths_print_relative_and_resume_prune_fresh_handle_the_state_file(
     assert main(["export", spec, "--checkpoint", str(run), "-o", str(work / "out"), "--triton"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("exported out/model.onnx: ") and lines[0].endswith("from run/ckpt-00000008/variables")
-    assert lines[-1] == "triton model repository: out/small"
+    assert lines[-1] == "triton model repository: out/small, version 1"
     assert main(["infer", str(work / "out" / "model.onnx"), "--input", str(DIGITS), "--feed", "image=x_test",
                  "--output", str(work / "out" / "y")]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "wrote out/y.npz"

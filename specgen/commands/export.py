@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
         print("\n".join(variant_lines(shown(args.output), report["precision"])))
     if "triton" in report:
-        print(f"triton model repository: {shown(report['triton'])}")
+        print(f"triton model repository: {shown(report['triton'])}, version {report['triton_version']}")
     if tracked is not None:  # the run is tracked: its MLflow run gets the export (and a registered version)
         from specgen.tracking import DEFAULT_ALIAS
         from specgen.tracking.export import Registration, log_export

@@ -3,6 +3,8 @@
 Two builds into one folder at once (a save hook and a branch switch) would otherwise each write the files they
 found changed and leave the folder a mix of both spec sets, both exiting 0. `build --check` takes no lock (it writes
 nothing). Moved out of render/build.py, which renders and writes; this module only orders the writers.
+`specgen export` orders its writers of one output folder the same way (`locked(out, "export")`:
+`<out>/.specgen-export.lock`), since its Triton repository's next version is chosen by listing that folder.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def resolved_root(root: Path) -> str:
 
 
 @contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """Hold `<root>/.specgen-build.lock` while this build surveys, writes and prunes `root`.
+def locked(root: Path, command: str = "build") -> Iterator[None]:
+    """Hold `<root>/.specgen-build.lock` while this build surveys, writes and prunes `root` (`command` "export":
+    `.specgen-export.lock`, held while an export chooses its files and writes them, words saying export).
 
     The second build waits (one line on stderr) until the first is done, then surveys what the first wrote, so the
     folder ends as the last build's; after LOCK_WAIT seconds it stops with one line naming the other build's pid
@@ -48,7 +51,7 @@ def locked(root: Path) -> Iterator[None]:
         real = resolved_root(root)
         try:
             os.makedirs(real, exist_ok=True)
-            fd, path = _lock(root, os.path.join(real, LOCK_NAME))
+            fd, path = _lock(root, os.path.join(real, _name(command)), command)
         except OSError as exc:
             if not _unwritable(real, exc):
                 raise
@@ -81,11 +84,15 @@ def _unwritable(real: str, exc: OSError) -> bool:
     return exc.errno in UNWRITABLE and not os.access(folder, os.W_OK)
 
 
-def _lock(root: Path, path: str) -> tuple[int, str]:
+def _name(command: str) -> str:
+    return LOCK_NAME if command == "build" else f".specgen-{command}.lock"
+
+
+def _lock(root: Path, path: str, command: str = "build") -> tuple[int, str]:
     """An open descriptor of the lock file at `path` holding its exclusive lock, waiting up to LOCK_WAIT."""
     deadline, told = time.monotonic() + LOCK_WAIT, False
     while True:
-        kind(Path(path), root / LOCK_NAME)  # a link or a folder there: one line naming it, never followed
+        kind(Path(path), root / _name(command))  # a link or a folder there: one line naming it, never followed
         fd = os.open(path, _FLAGS, 0o666)
         try:
             holder = _attempt(fd, path)
@@ -98,10 +105,10 @@ def _lock(root: Path, path: str) -> tuple[int, str]:
         if not holder:
             continue  # the holder removed the file as we waited: lock the file that is there now
         if time.monotonic() >= deadline:
-            raise SpecgenError(f"another specgen build ({holder}) is writing {shown(root)}, and it did not finish "
-                               f"within {LOCK_WAIT:g} s; run this build again once it has (or stop it)")
+            raise SpecgenError(f"another specgen {command} ({holder}) is writing {shown(root)}, and it did not finish "
+                               f"within {LOCK_WAIT:g} s; run this {command} again once it has (or stop it)")
         if not told:
-            print(f"specgen build: waiting for another specgen build ({holder}) to finish writing {shown(root)}",
+            print(f"specgen {command}: waiting for another specgen {command} ({holder}) to finish writing {shown(root)}",
                   file=sys.stderr, flush=True)
             told = True
         time.sleep(LOCK_POLL)

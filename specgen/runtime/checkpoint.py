@@ -30,6 +30,7 @@ With file-sharded data every worker's iterator differs and each saves its own (r
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -55,18 +56,20 @@ from specgen.runtime.checkpoint_read import (
     read_values,
     resolve_prefix,
 )
-from specgen.runtime.disk import WRITE_ERRORS, os_error
+from specgen.runtime.disk import os_error, remedy
 from specgen.runtime.integrity import META, Unreadable, read_small
 from specgen.runtime.placement.positions import Positions, fsync_files, gather
+from specgen.runtime.run_lock import RunLock
 
 # The reading side lives in checkpoint_read.py; its names stay importable from here.
-__all__ = ["LATEST", "STATE", "CheckpointFolder", "RunFolder", "checkpoint_keys", "checkpoint_prefix", "key_shapes",
-           "read_arrays", "read_values", "resolve_prefix", "write_failure"]
+__all__ = ["LATEST", "STATE", "CheckpointFolder", "RunFolder", "checkpoint_keys", "checkpoint_prefix", "folder_gone",
+           "key_shapes", "read_arrays", "read_values", "resolve_prefix", "write_failure"]
 
 TEMPORARY = re.compile(r"^\.(ckpt-.*|latest\..*|checkpoint\..*)\.tmp$")  # ours: save folders, prunes, write_atomic's files
 # Where `specgen train` writes files of its own (write_atomic's `.NAME.<pid>.<hex>.tmp`): the run folder (`latest`,
 # `checkpoint`, spec.resolved.yaml, provenance.json, mlflow.json) and code/; tensorboard/ for the write probe.
 WRITTEN = ("", "code", "tensorboard", "tensorboard/train", "tensorboard/eval")
+GONE_WAIT = 0.2  # seconds a save that lost a file waits before it looks whether the whole run folder went
 
 
 def aside_folder(directory: Path) -> Path:
@@ -80,10 +83,11 @@ def aside_folder(directory: Path) -> Path:
 class CheckpointFolder(RunFolder):
     """A run folder that is written: saves published by rename, `latest` and `checkpoint` rewritten, pruning."""
 
-    def __init__(self, directory: Path, keep: int, positions: Positions | None = None):
-        """`positions`: set when every worker's data position is saved (file-sharded data), None for one."""
+    def __init__(self, directory: Path, keep: int, positions: Positions | None = None, lock: RunLock | None = None):
+        """`positions`: set when every worker's data position is saved (file-sharded data), None for one.
+        `lock`: the run folder's (run_lock.py), held by this process: each save checks the folder is still there."""
         super().__init__(directory)
-        self.keep, self.positions = keep, positions
+        self.keep, self.positions, self.lock = keep, positions, lock
 
     def remove_temporaries(self, locked: bool = True) -> list[str]:
         """Remove what an interrupted save, prune or write left; their paths in the run folder, as printed.
@@ -128,26 +132,73 @@ class CheckpointFolder(RunFolder):
 
     def save(self, step: int, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> Path:
         """Write, fsync, publish by rename. A failed write (a full disk) removes the unpublished folder and
-        raises OSError, TensorFlow's file errors included (`os_error`): the checkpoints before it are untouched."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        serial = max((s.order[0] for s in self.saved()), default=0) + 1
+        raises OSError, TensorFlow's file errors included (`os_error`): the checkpoints before it are untouched.
+        A run folder moved or deleted before or during the save (the lock's `fate`) stops the run with one line
+        (SpecError, `folder_gone`) instead: a save by path would make a new, unlocked folder there."""
+        self._in_place(step, "before")
+        if self.lock is None or not self.lock.held:  # a locked run folder is never made again here (open_run_folder made it)
+            self.directory.mkdir(parents=True, exist_ok=True)
         final = self._free_name(step)
         temp = self.directory / f".{final.name}.{os.getpid()}.tmp"
-        shutil.rmtree(temp, ignore_errors=True)
         try:
-            self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
-            if self.positions is not None:
-                gather(self.positions, temp, step, iterator)
-            os.rename(temp, final)  # `final` is free: nothing is replaced
+            return self._publish(step, final, temp, variables, iterator, meta)
         except (OSError, tf.errors.OpError) as exc:
+            error = os_error(exc, self.directory)
+            if error is not None and error.errno in (errno.ENOENT, errno.ENOTDIR):  # a file gone: `rm -rf run`
+                time.sleep(GONE_WAIT)  # empties the folder before it removes it: its end is what to report
+            self._in_place(step, "while", temp)  # then the cause is the folder's fate, not the errno its path gave
             shutil.rmtree(temp, ignore_errors=True)  # gives the space back; `remove_temporaries` would, later
-            raise (os_error(exc) or exc) from None
+            raise (error or exc) from None
+
+    def _publish(self, step: int, final: Path, temp: Path, variables: dict[str, tf.Variable], iterator: Any,
+                 meta: dict[str, Any]) -> Path:
+        serial = max((s.order[0] for s in self.saved()), default=0) + 1
+        shutil.rmtree(temp, ignore_errors=True)
+        self._write(temp, variables, iterator, {**meta, "step": step, "serial": serial})
+        if self.positions is not None:
+            gather(self.positions, temp, step, iterator)
+        # TensorFlow's Checkpoint.write and write_atomic make missing folders: a folder moved meanwhile was made
+        # again at its path, holding this save alone; it is not published there
+        self._in_place(step, "while", temp)
+        os.rename(temp, final)  # `final` is free: nothing is replaced
         fsync_folder(self.directory)
+        self._in_place(step, "while")  # before each write by path: write_atomic, too, makes a missing folder
         write_atomic(self.directory / LATEST, final.name + "\n")
         doomed = self._doomed(final)
+        self._in_place(step, "while")
         self.write_state(final, leaving=doomed)  # first: a kill while pruning leaves no removed checkpoint listed
         self.prune(doomed)
+        self._in_place(step, "while")  # moved during the last writes: said now, not at the next save
         return final
+
+    def _in_place(self, step: int, when: str, temp: Path | None = None) -> None:
+        """Raise `folder_gone` when the locked run folder is no longer at its path; first undo what this save made
+        at the path after the move (`temp`, this save's folder; `latest`, `checkpoint`): TensorFlow's
+        Checkpoint.write and write_atomic make a missing folder again, and a move between a check and a write
+        lands there."""
+        fate = self.lock.fate() if self.lock is not None else None
+        if fate is None:
+            return
+        if when == "while":
+            self._undo_remade(temp)
+        raise folder_gone(self.directory, step, when, fate)
+
+    def _undo_remade(self, temp: Path | None) -> None:
+        """Remove the folder at the path when it holds only what this save wrote there (nothing of anyone else's)."""
+        ours = {LATEST, STATE, *([temp.name] if temp is not None else [])}
+        mine = f".{os.getpid()}."
+        try:
+            entries = os.listdir(self.directory)
+        except OSError:  # nothing there
+            return
+        if not all(n in ours or (TEMPORARY.match(n) and mine in n) for n in entries):
+            return
+        for name in entries:
+            _remove(self.directory / name)
+        try:
+            self.directory.rmdir()
+        except OSError:  # something came meanwhile: left alone
+            pass
 
     def _write(self, temp: Path, variables: dict[str, tf.Variable], iterator: Any, meta: dict[str, Any]) -> None:
         temp.mkdir()
@@ -232,10 +283,25 @@ def write_failure(error: OSError, folder: Path, what: str) -> SpecError:
         # (a folder or a link where `latest` goes, made during the run: resume.check_rewritten refuses it up front)
         return SpecError([Diagnostic(shown(folder), None, f"cannot write {what}: {shown(error.path)} {error.what}; "
                                      + kept.format(f"Remove {shown(error.path)}"))])
-    remedy = WRITE_ERRORS.get(error.errno or 0, "make the run folder writable")
+    advice = remedy(error, "make the run folder writable")
     reason = error.strerror.lower() if error.strerror else str(error) or type(error).__name__
     return SpecError([Diagnostic(shown(folder), None, f"{reason} while writing {what}; "
-                                 + kept.format(remedy.capitalize()))])
+                                 + kept.format(advice[0].upper() + advice[1:]))])
+
+
+def folder_gone(folder: Path, step: int, when: str, fate: str) -> SpecError:
+    """One line for a run whose folder was moved or deleted `when` ("before"/"while") checkpoint `step` was written
+    (`fate`: RunLock.fate's words): training stops, so nothing more is written at the path or beside the moved run."""
+    name = f"checkpoint ckpt-{step:08d} (step {step})"
+    if fate == "deleted":
+        advice = "Its checkpoints went with it: train again"
+    else:
+        where = "it" if fate.startswith("moved or") else fate.removeprefix("moved to ")
+        advice = f"Move {where} back to {shown(folder)}, then continue with --resume"
+        if os.path.lexists(folder):
+            advice += f" (something else is at {shown(folder)} now: move that away first)"
+    return SpecError([Diagnostic(shown(folder), None, f"the run folder disappeared {when} {name} was written "
+                                 f"({fate}); training stopped there, and nothing more was written. {advice}")])
 
 
 def _remove(path: Path) -> None:

@@ -1,7 +1,10 @@
 """A Triton Inference Server model repository for an exported model (onnxruntime backend).
 
 Layout: `<root>/<spec name>/config.pbtxt` and `<root>/<spec name>/<version>/model.onnx`; exporting
-again into the same repository adds the next version folder (write_repository).
+again into the same repository adds the next version folder (write_repository). Two exports into one repository
+at once are ordered by `<root>/.specgen-export.lock` (render/build_lock.py, as builds are): the next version is
+chosen and written under it, so two never take the same number, and what a killed export left in the model's
+folders is removed under it (`remove_leftovers`).
 No TensorFlow here. Tensor names are the ONNX graph's: inputs by input name, outputs by
 output name. With a dynamic batch, `dims` leave the batch out (Triton adds it because
 max_batch_size > 0); a graph exported with a fixed batch of 1 gets max_batch_size 0,
@@ -10,8 +13,11 @@ full dims and no dynamic batching, since Triton cannot batch requests into it.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+import stat
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +25,13 @@ from typing import Any
 import onnx
 
 from specgen import text
-from specgen.atomic import checked_folder, read_regular, refuse_links, write_atomic
+from specgen.atomic import TEMP_NAME, checked_folder, pid_alive, read_regular, refuse_links, write_atomic
 from specgen.atomic import kind as path_kind
 from specgen.errors import SpecgenError
 from specgen.ir.exported import exported
 from specgen.ir.model import ModelIR, Shape
 from specgen.paths import plain_name, shown
+from specgen.render.build_lock import locked
 from specgen.runtime.file_set import write_set
 from specgen.serve.coupling import rows_coupled
 from specgen.serve.repository import MAX_VERSION, version_number
@@ -231,23 +238,71 @@ class RepositoryWrite:
     files: Mapping[str, bytes]
     config: bytes | None
 
-    def write(self) -> Path:
+    @property
+    def number(self) -> int:
+        """The version written: `version`'s folder name."""
+        return int(self.version.name)
+
+    def write(self, since: float | None = None) -> Path:
+        """Write the version (and config); `root/<name>`. Call it under `locked(root, "export")`, taken before
+        `plan_repository` chose the version. `since`: when that lock was taken; the temporaries a killed export
+        left in the model's folders (older than it) are removed first (`remove_leftovers`)."""
+        if since is not None:
+            remove_leftovers(self.root, self.folder, since)
         write_set(self.version, self.files, last="model.onnx", root=self.root)
         if self.config is not None:
             write_atomic(self.folder / "config.pbtxt", self.config, root=self.root)
         return self.folder
 
 
+def remove_leftovers(root: Path, folder: Path, since: float, names: Iterable[str] | None = None) -> list[Path]:
+    """Remove the temporaries a killed writer left in `folder` and its version folders (`.NAME.<pid>.<hex>.tmp`,
+    atomic.TEMP_NAME; with `names`, only those of these files, in `folder` alone); their paths.
+
+    Called under the export lock, taken at `since`: every export writing here holds it, so a temporary older than
+    it is no live export's. Its pid must be gone too (a writer that took no lock, here). Regular files only, never
+    through a link. Without this, one left in a version folder stayed for ever: atomic.remove_stale_temps runs only
+    when that file is written again, and no export writes into an earlier version again."""
+    real = checked_folder(root, folder, create=False)
+    if not real.is_dir():
+        return []
+    folders = [real] if names is not None else [real, *(p for p in real.iterdir() if version_number(p.name) is not None
+                                                       and path_kind(p, folder / p.name) == "folder")]
+    wanted = None if names is None else set(names)
+    removed = []
+    for where in folders:
+        for entry in os.scandir(where):
+            found = TEMP_NAME.fullmatch(entry.name)
+            if found is None or (wanted is not None and found["target"] not in wanted):
+                continue
+            if _left_behind(entry, int(found["pid"]), since):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _left_behind(entry: os.DirEntry[str], pid: int, since: float) -> bool:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:  # gone already
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_mtime < since and not pid_alive(pid)
+
+
 def write_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | None = None,
                      files: Mapping[str, bytes] | None = None, **config: Any) -> Path:
-    """`plan_repository(...).write()`: the model's version folder (and config.pbtxt) written; `root/<name>`."""
-    return plan_repository(root, ir, model_bytes, version, files, **config).write()
+    """`plan_repository(...).write()` under the export lock: the model's version folder (and config.pbtxt)
+    written; `root/<name>`."""
+    with locked(Path(root), "export"):
+        since = time.time()
+        return plan_repository(root, ir, model_bytes, version, files, **config).write(since)
 
 
 def plan_repository(root: Path, ir: ModelIR, model_bytes: bytes, version: int | None = None,
                     files: Mapping[str, bytes] | None = None, **config: Any) -> RepositoryWrite:
     """What writing `root/<name>/<version>/model.onnx` (and `root/<name>/config.pbtxt`) takes, every check made
-    and nothing written yet: `specgen export` checks this before it writes its own files.
+    and nothing written yet: `specgen export` checks this before it writes its own files, and again under
+    `locked(root, "export")`, held through `write()`: two exports choosing at once would take the same version.
 
     `version` None (what `specgen export --triton` passes): the next version of the model folder, 1 in a
     new one. A folder that already holds versions gets the next number beside them, after a check that

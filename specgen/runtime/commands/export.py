@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,7 @@ from specgen.kinds.features.ema import shadow
 from specgen.paths import shown
 from specgen.pipeline import Built
 from specgen.progress import Phases
+from specgen.render.build_lock import locked
 from specgen.runtime import data
 from specgen.runtime.file_set import write_set
 from specgen.runtime.graph_runs import GraphRunError, reported, run_rows
@@ -55,6 +57,7 @@ from specgen.runtime.precision.step import PrecisionRequest, make_variant
 from specgen.runtime.predictor import Predictor
 from specgen.runtime.pruning_state import mask_variables, masked_values
 from specgen.runtime.rounding import nudged, refusal
+from specgen.runtime.triton import plan_repository, remove_leftovers
 from specgen.spec.load import LoadedSpec
 
 PARITY_LIMIT = 1e-4  # of each output's magnitude, max(1, max |TensorFlow output|): see scaled_diff
@@ -337,15 +340,19 @@ def _export_steps(built: Built, checkpoint: Path | None, out: Path, triton: bool
     repository = None
     if triton:  # the repository serves what was asked for: the variant (float32 IO, so the config is the same);
         # checked before anything is written, so a refused next version leaves the export's own files as they were
-        from specgen.runtime.triton import plan_repository
-
         repository = plan_repository(out, ir, variant.model_bytes if variant else model_bytes, **triton_extra)
     phases.start("write")
     files = {"model.onnx": model_bytes, **({variant.file_name: variant.model_bytes} if variant else {}),
              "export.json": (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()}
-    write_set(out, files, last="export.json")  # one set: never a new model.onnx beside an old export.json
-    if repository is not None:
-        report["triton"] = str(repository.write())
+    # one export at a time writes `out` (two at once could interleave their sets, and choose one next version)
+    with locked(out, "export"):
+        since = time.time()
+        if repository is not None:  # chosen again under the lock: another export may have added a version since
+            repository = plan_repository(out, ir, variant.model_bytes if variant else model_bytes, **triton_extra)
+        remove_leftovers(out, out, since, files)  # a killed export's temporaries (the repository's: write())
+        write_set(out, files, last="export.json")  # one set: never a new model.onnx beside an old export.json
+        if repository is not None:
+            report["triton"], report["triton_version"] = str(repository.write(since)), repository.number
     return report
 
 

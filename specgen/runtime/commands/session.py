@@ -64,7 +64,9 @@ class Session:
         self.distribution = distribution if distribution is not None else Distribution()  # one device by default
         # Under a strategy only the chief writes the run folder; the other workers write a temporary one.
         self.writes = self.distribution.write_folder(self.folder)
-        self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep)  # `positions` set once data is read
+        lock = self.begin.lock if self.begin.lock is not None and self.begin.lock.folder == self.writes else None
+        # `positions` set once data is read; `lock`: the chief's, so each save first checks its folder is still there
+        self.checkpoints = CheckpointFolder(self.writes, training.checkpoint.keep, lock=lock)
         self.every = training.checkpoint.every_steps
         train = self.train_ir
         train_source = data.read_stage(loaded, self.ir, "train")

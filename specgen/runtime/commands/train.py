@@ -146,6 +146,10 @@ def _guarded(built: Built, options: Options, distribution: Distribution, interru
             raise distribution.lost_worker(loaded, exc) from None
         if data.from_pipeline(exc):  # a data file changed, removed or unreadable after its checks (runtime/data.py)
             raise data.unreadable_mid_run(loaded, ir, exc, folder) from None
+        # a file of the run folder removed or made unwritable under TensorBoard's writers (after the data's check:
+        # a data file kept in the run folder is the data's)
+        if (error := os_error(exc, within=folder)) is not None:
+            raise write_failure(error, folder, _written(error, folder)) from None
         raise  # the model's step, or anything else: not the data's, so not reworded
     finally:
         distribution.close()
