@@ -7,13 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from specgen.commands.common import OutputFolder, schema_drift, spec_paths
+from specgen.commands.common import InputPath, OutputFolder, schema_drift, spec_paths
 from specgen.config import load_config
 from specgen.paths import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", type=Path)
+    parser.add_argument("paths", nargs="*", action=InputPath)
     parser.add_argument("--out", action=OutputFolder, metavar="DIR", help="output folder (default: `out` of "
                         "[tool.specgen] in the nearest pyproject.toml, else generated/)")
     parser.add_argument("--check", action="store_true",

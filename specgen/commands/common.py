@@ -73,6 +73,22 @@ class OutputFolder(OutputFile):
     expected = "a folder: name one, or . for the working folder"
 
 
+class InputPath(argparse.Action):
+    """argparse action of an argument naming what a command reads (a spec, a checkpoint, a model, a repository):
+    Paths, none from an empty word, which Path reads as the working folder (`specgen serve "$REPO"` with REPO unset
+    served the folder it ran in): one line and exit 2, as OutputFile's. A positional is named by its metavar."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        words = [values] if isinstance(values, str) else list(values or [])
+        if "" in words:
+            name = option_string or self.metavar or self.dest
+            raise UsageError(parser.prog.removeprefix("specgen "), f"{name}: received an empty path (an unset variable "
+                             "in a script?); expected a file or folder to read")
+        paths = [Path(str(word)) for word in words]
+        setattr(namespace, self.dest, paths[0] if isinstance(values, str) else paths)
+
+
 class NoSpecs(SpecgenError):
     """A folder argument holding no spec file: a typo or an unpopulated folder, never a silent success."""
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specgen.commands.common import OutputFile
+from specgen.commands.common import InputPath, OutputFile
 from specgen.errors import UsageError
 from specgen.pictures.needs import need_matplotlib, need_tensorboard
 
@@ -47,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders of specgen train (overlaid)")
+    parser.add_argument("runs", nargs="+", action=InputPath, metavar="RUN", help="run folders of specgen train (overlaid)")
     parser.add_argument("-o", "--output", action=OutputFile, help="write here, .svg or .png (default: SVG to stdout)")

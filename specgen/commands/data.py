@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from specgen.commands.common import InputPath
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("spec", action=InputPath)
     parser.add_argument("--stage", choices=["train", "eval"], default="train", help="which data stage (default train)")
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from specgen.commands.common import InputPath
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("spec", action=InputPath)
     parser.add_argument("key", help="as in --set, with [NAME] for a named list item: layers[head/out].units")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the merged spec, as train does (repeatable)")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specgen.commands.common import OutputFolder, positive_int
+from specgen.commands.common import InputPath, OutputFolder, positive_int
 from specgen.extras import need
 from specgen.paths import shown
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
-    parser.add_argument("--checkpoint", type=Path,
+    parser.add_argument("spec", action=InputPath)
+    parser.add_argument("--checkpoint", action=InputPath,
                         help="a run folder (its latest checkpoint), a ckpt-* folder or a checkpoint prefix; "
                         "without it, the spec's checkpoint.restore plan applied to fresh variables")
     parser.add_argument("-o", "--output", action=OutputFolder, required=True, help="folder for model.onnx and export.json")

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specgen.commands.common import OutputFile
+from specgen.commands.common import InputPath, OutputFile
 from specgen.errors import UsageError
 
 SUFFIXES = {".svg": "svg", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid",
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("spec", action=InputPath)
     parser.add_argument("-o", "--output", action=OutputFile, help="write here (default: stdout); the suffix picks the format")
     parser.add_argument("--format", choices=["svg", "html", "dot", "mermaid"],
                         help="svg (default), html (a page holding the SVG), dot (Graphviz) or mermaid")

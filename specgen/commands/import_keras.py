@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgen.commands.common import OutputFile, positive_int, shape
+from specgen.commands.common import InputPath, OutputFile, positive_int, shape
 from specgen.paths import shown
 
 
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     keras = frameworks.add_parser("keras", help="a .keras file, a legacy .h5 model file or a keras.applications name")
     keras.add_argument("source", help="model.keras, model.h5, or a constructor name such as ResNet50")
     keras.add_argument("-o", "--output", action=OutputFile, required=True, help="the spec file to write")
-    keras.add_argument("--weights", type=Path, help="restore from this weights file instead of the model's own")
+    keras.add_argument("--weights", action=InputPath, help="restore from this weights file instead of the model's own")
     keras.add_argument("--input-shape", type=image_shape, metavar="H,W,C", help="constructor input shape")
     keras.add_argument("--classes", type=positive_int, metavar="N", help="constructor class count")
     keras.add_argument("--collections", choices=["stages"], help="add one collection per stage or nested model")

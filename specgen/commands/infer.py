@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from specgen.commands.common import OutputFile, positive_int
+from specgen.commands.common import InputPath, OutputFile, positive_int
 from specgen.extras import need
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", type=Path)
-    parser.add_argument("--input", type=Path, required=True, help=".npz with one array per model input")
+    parser.add_argument("model", action=InputPath)
+    parser.add_argument("--input", action=InputPath, required=True, help=".npz with one array per model input")
     parser.add_argument("--output", action=OutputFile, help="write the outputs to this .npz")
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--feed", action="append", default=[], metavar="INPUT=ARRAY", type=feed,

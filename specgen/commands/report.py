@@ -6,19 +6,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgen.commands.common import OutputFile, expand
+from specgen.commands.common import InputPath, OutputFile, expand
 from specgen.paths import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", type=Path)
-    parser.add_argument("--checkpoint", type=Path, help="with one pruned spec: the sparsity of each mask in this "
+    parser.add_argument("paths", nargs="+", action=InputPath)
+    parser.add_argument("--checkpoint", action=InputPath, help="with one pruned spec: the sparsity of each mask in this "
                         "checkpoint (reads it with TensorFlow)")
     parser.add_argument("--html", action="store_true", help="write one self-contained HTML page for one spec "
                         "(graph, tables, restore plan, curves, export lines) to -o")
-    parser.add_argument("--run", type=Path, metavar="RUN", dest="run_folder", help="with --html: the run folder "
+    parser.add_argument("--run", action=InputPath, metavar="RUN", dest="run_folder", help="with --html: the run folder "
                         "whose curves and export the page shows")
-    parser.add_argument("--sweep", type=Path, metavar="DIR", help="with --html: a folder of `specgen sweep` whose "
+    parser.add_argument("--sweep", action=InputPath, metavar="DIR", help="with --html: a folder of `specgen sweep` whose "
                         "trials the page lists and draws")
     parser.add_argument("--storage", metavar="URL", help="with --sweep: the Optuna storage of a sweep that ran with "
                         "--storage (default: the study.db in DIR)")

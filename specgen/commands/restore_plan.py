@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from specgen.commands.common import InputPath
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
-    parser.add_argument("--from", dest="from_", type=Path, metavar="CKPT",
+    parser.add_argument("spec", action=InputPath)
+    parser.add_argument("--from", dest="from_", action=InputPath, metavar="CKPT",
                         help="a checkpoint prefix, run folder or Keras weight file (.weights.h5, .keras, "
                         ".h5) to plan from, instead of the spec's checkpoint.restore")
 

@@ -6,7 +6,8 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
+
+from specgen.commands.common import InputPath
 
 MAX_PORT = 65535  # serve/options.py holds the same bound; importing it would load the server for every command
 # Connections at once: each holds a file descriptor, and gRPC's connection quota must stay below 2**31 - 1 (it
@@ -79,7 +80,7 @@ def count(low: int, high: int | None, what: str) -> Callable[[str], int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("repo", type=Path, help="REPO/<model>/config.pbtxt and REPO/<model>/<version>/model.onnx")
+    parser.add_argument("repo", action=InputPath, help="REPO/<model>/config.pbtxt and REPO/<model>/<version>/model.onnx")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port, default=8000, help="HTTP port, 0..65535 (0: any free port)")
     parser.add_argument("--provider", choices=["auto", "cuda", "cpu"], default="auto")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
-from specgen.commands.common import OutputFolder, positive_int
+from specgen.commands.common import InputPath, OutputFolder, positive_int
 
 # At most this many trials at a time in one process: each is a `specgen train` process with TensorFlow (hundreds of
 # MB and a thread pool of its own), so more outruns any one machine; more machines share a study (--storage).
@@ -25,7 +24,7 @@ def _at_most(limit: int, why: str) -> Callable[[str], int]:  # a positive intege
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("spec", action=InputPath)
     parser.add_argument("-o", "--output", action=OutputFolder, help="the sweep folder (default: the spec's run folder with "
                         "-sweep added); with --emit katib: the manifest (default: stdout)")
     parser.add_argument("--trials", type=_at_most(MAX_TRIALS, "the bound of sweep.trials"), metavar="N",

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specgen.commands.common import OutputFile, nonnegative_int
+from specgen.commands.common import InputPath, OutputFile, nonnegative_int
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.errors import UsageError
 from specgen.extras import need
@@ -22,13 +21,13 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", type=Path)
+    parser.add_argument("spec", action=InputPath)
     limit = parser.add_mutually_exclusive_group()
     limit.add_argument("--epochs", type=nonnegative_int, help="run N more passes over the training data")
     limit.add_argument("--steps", type=nonnegative_int, help="run N more optimizer updates")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of the run folder")
-    start.add_argument("--resume-from", type=Path, metavar="CKPT", help="continue from this ckpt-* folder")
+    start.add_argument("--resume-from", action=InputPath, metavar="CKPT", help="continue from this ckpt-* folder")
     start.add_argument("--resume-or-start", action="store_true", help="continue from the newest checkpoint if the "
                        "run folder holds one, else start a new run (for launchers that restart workers)")
     start.add_argument("--fresh", action="store_true", help="start a new run even if the run folder holds one: "

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specgen.commands.common import spec_paths
+from specgen.commands.common import InputPath, spec_paths
 from specgen.diagnostics import Diagnostic, SpecError, report_lines
 from specgen.paths import shown
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", type=Path)
+    parser.add_argument("paths", nargs="*", action=InputPath)
     parser.add_argument("--strict", action="store_true", help="treat warnings as errors (exit 1)")
     parser.add_argument("--no-lint", action="append", default=[], choices=["init_scale"],
                         help="skip a lint (docs/spec.md#lints); repeatable")

@@ -12,6 +12,7 @@ alike (driver.py): the summary, then one line on stderr naming the signal, and e
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from specgen.spec.load import LoadedSpec
 from specgen.sweep.errors import SweepUsageError, need_optuna
 
 KATIB_FLAGS = ("image", "workers", "cpu", "memory", "gpus", "namespace")
+# A namespace is an RFC 1123 label (Kubernetes' validation of metadata.namespace): kubectl refuses any other at apply.
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -62,6 +65,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         if args.storage is not None:  # Katib keeps its own trials: a storage given here would be ignored
             raise SweepUsageError("--storage goes with a local sweep; Katib keeps the trials of its Experiment "
                                   "itself")
+        if args.namespace is not None and not NAMESPACE.fullmatch(args.namespace):
+            raise SweepUsageError(f"--namespace {args.namespace!r}: expected a Kubernetes namespace: 1 to 63 lower-case "
+                                  "letters, digits and '-', starting and ending with a letter or digit (RFC 1123); "
+                                  "leave the flag out for kubectl's own")
         return
     for flag in KATIB_FLAGS:
         if getattr(args, flag) is not None:
