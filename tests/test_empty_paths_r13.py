@@ -33,7 +33,7 @@ def test_an_empty_path_to_read_is_one_usage_line(tmp_path: Path, capsys: pytest.
     assert list(tmp_path.iterdir()) == []  # nothing read, nothing written
 
 
-@pytest.mark.parametrize("namespace", ["Bad_NS", "a b: {x", "", "-a", "a" * 64])
+@pytest.mark.parametrize("namespace", ["Bad_NS", "a b: {x", "", "a-", "a" * 64])
 def test_a_katib_namespace_kubernetes_refuses_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                 namespace: str) -> None:
     """--namespace was written into the Experiment unchecked (and '' dropped): kubectl refused it at apply."""
