@@ -17,10 +17,11 @@ from typing import Any
 from specgen.diagnostics import Diagnostic, SpecError, did_you_mean, quoted
 from specgen.diagnostics import shown as shown_text
 from specgen.spec.compose import load_composed
+from specgen.spec.key_slips import KeySlips, placed_slips
 from specgen.spec.load import LoadedSpec, validate_data
 from specgen.spec.received import received
 from specgen.spec.source_map import PathKey
-from specgen.spec.yaml_source import KeySlips, not_utf8, parse_placed_value, placed_slips
+from specgen.spec.yaml_source import not_utf8, parse_placed_value
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:

@@ -23,8 +23,9 @@ from typing import Any
 import yaml
 
 from specgen.diagnostics import MAX_ECHO, Diagnostic, Position, SpecError, quoted, shown
+from specgen.spec.key_slips import KeySlips, placed_slips
 from specgen.spec.received import binary_data
-from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, PathKey, SourceMap, data_path
+from specgen.spec.source_map import CONSTRUCTOR_ERRORS, MERGE_TAG, STR_TAG, PathKey, SourceMap
 from specgen.spec.spec_file import read_spec_text
 from specgen.spec.yaml_aliases import ALIASED, ANCHOR, mark_aliases
 from specgen.spec.yaml_compose import MAX_DEPTH, MAX_FILE_BYTES, compose, mark_position
@@ -298,8 +299,6 @@ def parse_document(text: str, display: str) -> tuple[Any, SourceMap]:
     return data, source
 
 
-# Keys that are not names (`0:`), each with the place in its document of the mapping that holds it.
-KeySlips = list[tuple[PathKey, Diagnostic]]
 
 
 def parse_value(text: str, display: str) -> Any:
@@ -315,12 +314,6 @@ def parse_placed_value(text: str, display: str) -> tuple[Any, KeySlips]:
     in a spec is known (`--set train.class_weight={0: 2}`: the unknown `class_weight` is the mistake to report)."""
     data, _, slips = _parse(text, display, whole="the value", spec=False)
     return data, slips
-
-
-def placed_slips(at: PathKey, slips: KeySlips, data: Any) -> list[Diagnostic]:
-    """Those of `slips` (of a value placed at `at` in spec data `data`) that the schema would not refuse first: the
-    ones not under a key the spec does not have."""
-    return [problem for path, problem in slips if not _unknown_above((*at, *path), data)]
 
 
 def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) -> tuple[Any, SourceMap, KeySlips]:
@@ -354,41 +347,6 @@ def _parse(text: str, display: str, whole: str = "the file", spec: bool = True) 
     if converter.problems or (slips and spec):
         raise SpecError(converter.problems + slips)
     return data, source, [] if spec else converter.not_names
-
-
-def _unknown_above(path: PathKey, data: Any) -> bool:
-    """Whether the mapping at `path` of a spec document is under a key the spec does not have (`train:
-    {class_weight: {0: 2.0}}`): its keys that are not names are then left to the schema, whose `unknown key
-    'class_weight'; expected one of ...` names what to change (quoting `0` would only lead to that message).
-    Only a key no branch of its mapping's union has counts: where the schema cannot be told, the keys are reported."""
-    loc: PathKey = ()
-    for part in path:
-        loc, branches = _branches(loc, data)
-        if isinstance(part, str) and branches and not any(_known(part, keys) for _, keys in branches):
-            return True
-        loc = (*next((at for at, keys in branches if _known(part, keys)), loc), part)
-    return False
-
-
-def _known(part: str | int, keys: list[str]) -> bool:
-    """Whether `part` is one of `keys`, which name a field by its alias: the schema also takes the field's own name,
-    `with_` for `with` (aliases stand for Python keywords only)."""
-    return part in keys or (isinstance(part, str) and part.removesuffix("_") in keys)
-
-
-def _branches(loc: PathKey, data: Any) -> tuple[PathKey, list[tuple[PathKey, list[str]]]]:
-    """`loc` with the union tags validation picks for the value there (pydantic's location: `('loss', 'list')`),
-    and the keys its mapping may have, with their place: keys_at's; where that stops at a union inside a union (a
-    layer's `op` after layer-or-instance, a loss term's `kind`), one per branch that a value of the mapping names;
-    none where the mapping's keys are free (`optimizers`) or the schema is left."""
-    from specgen.spec.allowed_keys import allowed_keys, located_keys  # the spec's schema: only for such keys
-
-    loc, keys = located_keys(loc, data)
-    if keys:
-        return loc, [(loc, keys)]
-    value = data_path(loc, data)[1]
-    named = [(*loc, tag) for tag in value.values() if isinstance(tag, str)] if isinstance(value, dict) else []
-    return loc, [(at, found) for at in named if (found := allowed_keys(at))]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
