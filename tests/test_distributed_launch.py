@@ -270,3 +270,20 @@ def test_emit_tfjob_escapes_a_spec_path_that_would_inject_yaml(tmp_path: Path) -
     assert (job["kind"], job["metadata"]) == ("TFJob", {"name": "digits-mlp"})
     [container] = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     assert container["command"][:3] == ["specgen", "train", str(spec)]
+
+
+def test_emit_tfjob_counts_one_cpu_replica_per_worker(tmp_path: Path) -> None:
+    """TensorFlow's multi_worker strategy runs one replica per worker on a CPU, whatever cpu_devices says: a split
+    is refused at its key (the batch was checked among workers x cpu_devices replicas that never run), and the batch
+    splits among the workers."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(MLP.read_text().replace("batch_size: 32", "batch_size: 18"))
+    assert emit(tmp_path, "--image", "img:1", "--workers", "2", "-o", "job.yaml", spec=spec).returncode == 0
+    split = tmp_path / "split.yaml"
+    split.write_text(spec.read_text().replace("batch_size: 18", "batch_size: 18\n  distribute: {cpu_devices: 2}"))
+    result = emit(tmp_path, "--image", "img:1", "--workers", "2", spec=split)
+    assert result.returncode == 1 and result.stderr.endswith(
+        ": error: cpu_devices 2 splits the CPU for the mirrored strategy only: TensorFlow's multi_worker strategy runs "
+        "one replica per worker on a machine without GPUs; expected 1 under multi_worker (more replicas: more "
+        "workers), or --strategy mirrored\n1 error found\n"), result.stderr
+    assert emit(tmp_path, "--image", "img:1", "--workers", "2", "--gpus", "1", spec=split).returncode == 0  # GPUs

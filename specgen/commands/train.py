@@ -128,9 +128,8 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
     """
     from specgen.atomic import write_atomic
     from specgen.ir.resolve import build_ir
-    from specgen.kinds.features import distribute
     from specgen.runtime.commands.tfjob import render  # imports no TensorFlow
-    from specgen.runtime.placement.cluster import check_replicas
+    from specgen.runtime.placement.cluster import check_one_cpu_replica, check_replicas
 
     ir = build_ir(loaded)  # the spec validates first: the errors of `specgen validate`
     training = ir.training
@@ -138,8 +137,9 @@ def _emit_tfjob(args: argparse.Namespace, loaded: LoadedSpec) -> int:
         raise SpecError([Diagnostic(loaded.display, None, "training needs the 'loss', 'optimizers', 'train' and "
                                     "'data.train' sections")])
     job = _job(args)
-    cpus = distribute.cpu_devices(training.train)
-    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or cpus), ir)  # a GPU per replica, else a CPU
+    if not args.gpus:  # one replica per worker on its CPU: cluster.check_one_cpu_replica
+        check_one_cpu_replica(loaded, ir)
+    check_replicas(loaded, "multi_worker", args.workers * (args.gpus or 1), ir)  # a GPU per replica, else the CPU
     text = render(job, loaded.spec.name)
     if args.output is None:
         print(text, end="")

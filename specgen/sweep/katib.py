@@ -33,7 +33,6 @@ import yaml
 
 from specgen import text
 from specgen.ir.model import ModelIR
-from specgen.kinds.features import distribute
 from specgen.paths import shown
 from specgen.render.errors import RenderError
 from specgen.spec.load import LoadedSpec
@@ -76,7 +75,7 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
     from specgen.atomic import write_atomic
     from specgen.diagnostics import SpecError
     from specgen.runtime.commands.tfjob import Job, check
-    from specgen.runtime.placement.cluster import check_replicas
+    from specgen.runtime.placement.cluster import check_one_cpu_replica, check_replicas
 
     assert args.image is not None  # command.py's _check_flags: a usage line before the spec is read
     sweep = loaded.spec.sweep
@@ -90,8 +89,9 @@ def emit(args: argparse.Namespace, loaded: LoadedSpec, ir: ModelIR, params: list
             *(f"{p.key}={limits.placeholder(names[p.key])}" for p in params)]
     job = Job(args.spec.as_posix(), args.image, workers, args.cpu, args.memory, args.gpus or 0, None, sets)
     check(job, "sweep")
-    cpus = distribute.cpu_devices(ir.training.train if ir.training is not None else None)
-    check_replicas(loaded, "multi_worker", workers * (args.gpus or cpus), ir)
+    if not args.gpus:  # one replica per worker on its CPU (cluster.check_one_cpu_replica)
+        check_one_cpu_replica(loaded, ir)
+    check_replicas(loaded, "multi_worker", workers * (args.gpus or 1), ir)
     trials = args.trials if args.trials is not None else sweep.trials
     if sweep.sampler == "grid":  # as the local sweep (study.Plan.budget); Katib's grid refuses more (see _webhook)
         trials = min(trials, grid_size(params))

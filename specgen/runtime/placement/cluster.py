@@ -321,6 +321,20 @@ def check_early(strategy: str) -> None:
         read_role()
 
 
+def check_one_cpu_replica(loaded: LoadedSpec, ir: ModelIR) -> None:
+    """multi_worker on machines without GPUs: TensorFlow's MultiWorkerMirroredStrategy runs one replica per worker
+    on its CPU (its local devices are the GPUs, or the worker's one CPU device: no logical split is used), so
+    `train.distribute.cpu_devices` cannot add replicas there. A split asked for is refused, not ignored: the global
+    batch would split among fewer replicas than the spec says, and per-replica batch norm would see other slices."""
+    training = ir.training
+    if training is None or training.train is None or (devices := distribute.cpu_devices(training.train)) <= 1:
+        return
+    raise SpecError([loaded.diagnostic(("train", "distribute", "cpu_devices"), (
+        f"cpu_devices {devices} splits the CPU for the mirrored strategy only: TensorFlow's multi_worker strategy "
+        "runs one replica per worker on a machine without GPUs; expected 1 under multi_worker (more replicas: more "
+        "workers), or --strategy mirrored"))])
+
+
 def check_replicas(loaded: LoadedSpec, strategy: str, count: int, ir: ModelIR) -> None:
     """What a distributed run of the spec needs, checked without TensorFlow (by `specgen train` once its
     strategy knows `count`, and by `--emit tfjob` before it writes a job that could only fail)."""

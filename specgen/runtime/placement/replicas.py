@@ -61,7 +61,14 @@ from specgen.runtime import data
 from specgen.runtime.checkpoint import CheckpointFolder
 from specgen.runtime.lib import layers
 from specgen.runtime.lib.interface import SteppingTrainer
-from specgen.runtime.placement.cluster import Role, check_replicas, port_in_use, read_role, rendezvous
+from specgen.runtime.placement.cluster import (
+    Role,
+    check_one_cpu_replica,
+    check_replicas,
+    port_in_use,
+    read_role,
+    rendezvous,
+)
 from specgen.runtime.placement.default import Distribution
 from specgen.runtime.placement.positions import Positions, share_digests
 from specgen.runtime.sources.base import Source
@@ -339,11 +346,12 @@ def start(loaded: LoadedSpec, ir: ModelIR, strategy: str | None = None) -> Distr
 
 def _before_waiting(loaded: LoadedSpec, ir: ModelIR, settings: DistributeIR, role: Role) -> None:
     """What can be refused before the strategy's start waits for every worker (as long as they take): this task's
-    port, and the global batch on a machine without GPUs (replicas = workers x cpu_devices, known here; with GPUs
-    the count is the strategy's, checked once it started). Then it waits for the others in Python (`rendezvous`),
+    port, and the global batch on a machine without GPUs (one replica per worker, known here: check_one_cpu_replica;
+    with GPUs the count is the strategy's, checked once it started). Then it waits for the others in Python (`rendezvous`),
     where a stop signal is acted on and a line says what it waits for."""
     if not tf.config.list_physical_devices("GPU"):
-        check_replicas(loaded, settings.strategy, role.workers * max(settings.cpu_devices, 1), ir)
+        check_one_cpu_replica(loaded, ir)
+        check_replicas(loaded, settings.strategy, role.workers, ir)
     rendezvous(role)
 
 
