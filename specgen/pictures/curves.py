@@ -9,6 +9,7 @@ makes up for clip paths) and no date in its metadata, so the same events give th
 
 from __future__ import annotations
 
+import bisect
 import io
 import math
 import os
@@ -18,6 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specgen.pictures.events import Scalars
 
 from specgen.diagnostics import Diagnostic, SpecError
 from specgen.paths import shown
@@ -36,6 +40,9 @@ EVAL = "eval"
 MAX_SERIES = 64
 MAX_POINTS = 1_000_000
 MAX_LABEL = 80  # characters of a tag or name as drawn; the rest is cut with an ellipsis
+# The largest magnitude drawn: matplotlib's autoscale adds margins to the data's span and ticks it, and a span
+# near float64's limit (1e307 and -1e307) overflows there (a traceback). A value beyond is a gap, like inf.
+MAX_DRAWN = 1e300
 # No date, no matplotlib version (Creator, Software) and no RDF block: the bytes depend on the events only.
 _NO_METADATA = {"svg": {"Date": None, "Creator": None, "Format": None, "Type": None}, "png": {"Software": None}}
 
@@ -56,9 +63,9 @@ def _missing(path: Path, what: str) -> SpecError:
                                  "tensorboard/<stage>/events.out.tfevents.* (train the spec first)")])
 
 
-def _stage_points(files: list[Path], run: Path, scan: RunScan) -> dict[str, dict[int, float]]:
+def _stage_points(files: list[Path], run: Path, scan: RunScan) -> Scalars:
     """tag -> step -> value over a stage's event files, oldest file first: after a resume from an older
-    checkpoint the steps it runs again take the newer values."""
+    checkpoint the steps it runs again take the newer values (and _drop_abandoned the older ones beyond)."""
     from specgen.pictures.events import FileReading, Scalars, read_scalars
 
     into = Scalars()
@@ -77,7 +84,36 @@ def _stage_points(files: list[Path], run: Path, scan: RunScan) -> dict[str, dict
     scan.values += into.values
     scan.tags += len(into.points)
     scan.skipped.update(into.skipped)
-    return into.points
+    return into
+
+
+def _drop_abandoned(stages: dict[str, Scalars]) -> list[int]:
+    """Leaves out, in place, the points of an abandoned continuation; returns their steps. A file that starts at
+    step S supersedes what the same stage's older files logged at S and after (a resume from an older checkpoint
+    runs those steps again, and what followed them is no longer the run); a point any other stage's file
+    started after, at a step beyond that file's first, was logged before that resume (TensorBoard's
+    purge_orphaned_data, made for this; the wall time also catches a stage the resumed run has not logged yet)."""
+    begun = [(start, name) for name, into in stages.items() for start in into.starts if start is not None]
+    dropped = []
+    for name, into in stages.items():
+        later = _least_from([math.inf if start is None else start[1] for start in into.starts])  # by file order
+        other = sorted(start for start, stage in begun if stage != name)
+        walls, after = [wall for wall, _ in other], _least_from([step for _, step in other])  # by wall time
+        for tag, written in into.written.items():
+            gone = [step for step, (file, wall) in written.items()
+                    if step >= later[file + 1] or step > after[bisect.bisect_right(walls, wall)]]
+            for step in gone:
+                del into.points[tag][step]
+            dropped += gone
+    return dropped
+
+
+def _least_from(steps: list[float]) -> list[float]:
+    """min(steps[i:]) for each i from 0 to len(steps) (inf there): the earliest start among the files from i on."""
+    least = [math.inf] * (len(steps) + 1)
+    for i in range(len(steps) - 1, -1, -1):
+        least[i] = min(least[i + 1], steps[i])
+    return least
 
 
 def _over(run: Path, received: str, expected: str) -> SpecError:
@@ -115,9 +151,11 @@ def scan_run(run: Path) -> RunScan:
         raise _missing(run, "not a folder")
     stages = sorted(p for p in board.iterdir() if p.is_dir()) if board.is_dir() else []
     scan = RunScan()
+    # File names start events.out.tfevents.<seconds>: name order is the order they were written in.
+    read = {stage.name: _stage_points(sorted(stage.glob("events.out.tfevents.*")), run, scan) for stage in stages}
+    dropped = _drop_abandoned(read)
     for stage in stages:
-        # File names start events.out.tfevents.<seconds>: name order is the order they were written in.
-        points = _stage_points(sorted(stage.glob("events.out.tfevents.*")), run, scan)
+        points = {tag: steps for tag, steps in read[stage.name].points.items() if steps}
         terms = [t for t in points if t.startswith("loss/")]
         for tag in sorted(points):
             if len(terms) == 1 and tag == terms[0] and "loss" in points:
@@ -125,6 +163,8 @@ def scan_run(run: Path) -> RunScan:
             steps = sorted(points[tag])
             scan.series.append(Series(run.name or str(run), stage.name, tag, tuple(steps),
                                       tuple(points[tag][s] for s in steps)))
+    if dropped:
+        scan.notes.append((shown(run), _abandoned(dropped)))
     if scan.skipped:
         scan.notes.append((shown(run), _skipped(scan)))
     if not scan.series:  # what was skipped or cut short is part of the one line
@@ -147,6 +187,12 @@ def scan_runs(folders: Sequence[Path]) -> tuple[list[RunScan], list[str]]:
     for scan, name in zip(scans, names, strict=True):
         scan.series = [replace(s, run=name) for s in scan.series]
     return scans, notes
+
+
+def _abandoned(steps: list[int]) -> str:
+    count = len(steps)
+    return (f"left out {count:,} point{'s' * (count != 1)} at steps {min(steps):,} to {max(steps):,} logged before the run "
+            "was resumed from an earlier step (a continuation it no longer holds); drawn: the run as it stands")
 
 
 def _named_again(paths: list[Path]) -> str:
@@ -211,10 +257,11 @@ def figure(runs: Sequence[list[Series]]) -> Figure:
             label = label_of(s, len(runs))
             colour = f"C{labels.index(label) % 10}"
             marker = dict(marker="o", markersize=4) if s.stage == EVAL else {}
-            ax.plot(s.steps, s.values, label=drawn(label + _non_finite(s)), color=colour, linewidth=1.4, **marker)
-            alone = isolated(s.values)
+            values = [v if abs(v) <= MAX_DRAWN else math.nan for v in s.values]  # inf too: a gap either way
+            ax.plot(s.steps, values, label=drawn(label + _non_finite(s)), color=colour, linewidth=1.4, **marker)
+            alone = isolated(values)
             if alone and s.stage != EVAL:  # a line needs two finite neighbours: a point without one is a marker
-                ax.plot([s.steps[i] for i in alone], [s.values[i] for i in alone], linestyle="none", marker="o",
+                ax.plot([s.steps[i] for i in alone], [values[i] for i in alone], linestyle="none", marker="o",
                         markersize=4, color=colour)
         ax.set_title(drawn(panel), fontsize=11, parse_math=False)
         ax.set_xlabel("step")
@@ -235,9 +282,13 @@ def isolated(values: Sequence[float]) -> list[int]:
 
 
 def _non_finite(s: Series) -> str:
-    """The legend's note for the values a picture cannot show: a diverged run looks like one that stopped."""
-    bad = [step for step, v in zip(s.steps, s.values, strict=True) if not math.isfinite(v)]
-    return f" (nan/inf at {len(bad)} step{'s' if len(bad) > 1 else ''}, first {bad[0]})" if bad else ""
+    """The legend's note for the values a picture cannot show (nan, inf, beyond ±MAX_DRAWN): a diverged run looks
+    like one that stopped."""
+    bad = [(step, v) for step, v in zip(s.steps, s.values, strict=True) if not abs(v) <= MAX_DRAWN]
+    if not bad:
+        return ""
+    kinds = {"nan/inf" if not math.isfinite(v) else "beyond ±1e300" for _, v in bad}  # MAX_DRAWN
+    return f" ({' or '.join(sorted(kinds, reverse=True))} at {len(bad)} step{'s' if len(bad) > 1 else ''}, first {bad[0][0]})"
 
 
 # usetex off whatever the user's matplotlibrc says: a tag must never reach LaTeX.
@@ -246,7 +297,7 @@ _RC: dict[RcKeyType, Any] = {"svg.hashsalt": "specgen", "svg.fonttype": "path", 
 
 def render(runs: Sequence[list[Series]], fmt: str = "svg") -> bytes:
     """The picture's bytes: SVG (deterministic) or PNG. matplotlib's warnings about the run's own text and
-    numbers (a glyph the font lacks, an overflow while scaling 1e308) are not the user's to read: silenced."""
+    numbers (a glyph the font lacks, an overflow while scaling values near ±1e300) are not the user's to read: silenced."""
     import matplotlib
     import numpy as np
 

@@ -133,9 +133,14 @@ def _stop(reading: FileReading, why: str) -> tuple[None, int]:
 
 @dataclass
 class Scalars:
-    """tag -> step -> value over one stage's files; `skipped` counts what is not a scalar, by reason."""
+    """tag -> step -> value over one stage's files; `skipped` counts what is not a scalar, by reason. `written`
+and `starts` say which file wrote each kept value, and when, and where each file began: a run resumed from an
+older checkpoint starts a new file at an earlier step, and what the older files logged from there on is an
+abandoned continuation (pictures/curves.py leaves it out)."""
 
     points: dict[str, dict[int, float]] = field(default_factory=dict)
+    written: dict[str, dict[int, tuple[int, float]]] = field(default_factory=dict)  # (file index, wall time)
+    starts: list[tuple[float, int] | None] = field(default_factory=list)  # per file: its first scalar's wall time, step
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (record or summary value, why)
     values: int = 0  # scalar values read
 
@@ -146,6 +151,8 @@ def read_scalars(path: Path, into: Scalars, reading: FileReading) -> Iterator[tu
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto.event_pb2 import Event
 
+    file = len(into.starts)
+    into.starts.append(None)
     for data in frames(path, reading):
         try:
             event = Event.FromString(data)
@@ -159,9 +166,12 @@ def read_scalars(path: Path, into: Scalars, reading: FileReading) -> Iterator[tu
                 continue
             steps = into.points.setdefault(value.tag, {})
             into.values += 1
+            if into.starts[file] is None:
+                into.starts[file] = (event.wall_time, event.step)
             if event.step not in steps:
                 yield value.tag, event.step
             steps[event.step] = number
+            into.written.setdefault(value.tag, {})[event.step] = (file, event.wall_time)
     if reading.oversized:
         into.skipped[OVERSIZED] += reading.oversized
 
