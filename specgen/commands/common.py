@@ -55,16 +55,19 @@ class OutputFile(argparse.Action):
     """argparse action of an option naming where a command writes (`graph -o`; OutputFolder: `build --out`): a Path,
     never from an empty word. Path("") is Path("."), the working folder, and an empty word is an unset variable in a
     script (`-o "$OUT"`), not a choice to write there: a command-line mistake, one line and exit 2 (UsageError,
-    raised past argparse, whose own errors print the usage too)."""
+    raised past argparse, whose own errors print the usage too). InputPath: the same for what a command reads."""
 
     expected = "a file name"
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
-        if values == "":
-            raise UsageError(parser.prog.removeprefix("specgen "), f"{option_string}: received an empty path (an "
-                             f"unset variable in a script?); expected {self.expected}")
-        setattr(namespace, self.dest, Path(str(values)))
+        words = [values] if isinstance(values, str) else list(values or [])
+        if "" in words:
+            name = option_string or self.metavar or self.dest  # a positional by its metavar, as usage shows it
+            raise UsageError(parser.prog.removeprefix("specgen "), f"{name}: received an empty path (an unset "
+                             f"variable in a script?); expected {self.expected}")
+        paths = [Path(str(word)) for word in words]
+        setattr(namespace, self.dest, paths[0] if isinstance(values, str) else paths)
 
 
 class OutputFolder(OutputFile):
@@ -73,20 +76,11 @@ class OutputFolder(OutputFile):
     expected = "a folder: name one, or . for the working folder"
 
 
-class InputPath(argparse.Action):
-    """argparse action of an argument naming what a command reads (a spec, a checkpoint, a model, a repository):
-    Paths, none from an empty word, which Path reads as the working folder (`specgen serve "$REPO"` with REPO unset
-    served the folder it ran in): one line and exit 2, as OutputFile's. A positional is named by its metavar."""
+class InputPath(OutputFile):
+    """OutputFile for an argument naming what a command reads (a spec, a checkpoint, a model, a repository):
+    `specgen serve "$REPO"` with REPO unset served the folder it ran in."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
-        words = [values] if isinstance(values, str) else list(values or [])
-        if "" in words:
-            name = option_string or self.metavar or self.dest
-            raise UsageError(parser.prog.removeprefix("specgen "), f"{name}: received an empty path (an unset variable "
-                             "in a script?); expected a file or folder to read")
-        paths = [Path(str(word)) for word in words]
-        setattr(namespace, self.dest, paths[0] if isinstance(values, str) else paths)
+    expected = "a file or folder to read"
 
 
 class NoSpecs(SpecgenError):

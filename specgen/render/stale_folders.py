@@ -137,7 +137,12 @@ def _has_weights(graph: bytes) -> bool:
     """Whether `graph` is an ONNX model holding weights: `build`'s never does (weights are graph inputs; its only
     initializers are the constants ops declare, `_constant`), `specgen export`'s always does."""
     model = _model(graph)
-    return model is not None and not all(_constant(i) for i in model.graph.initializer)
+    return model is not None and not _weightless(model)
+
+
+def _weightless(model: Any) -> bool:
+    """Whether every initializer of `model` is a constant an op declares (`_constant`): no weight among them."""
+    return all(_constant(i) for i in model.graph.initializer)
 
 
 def _earlier_build(graph: bytes) -> bool:
@@ -145,8 +150,7 @@ def _earlier_build(graph: bytes) -> bool:
     (`_has_weights`). `specgen export`'s models hold their weights, and nothing else writes that mark; overwriting a
     graph of no weights loses nothing `build` cannot make again."""
     model = _model(graph)
-    return model is not None and model.producer_name == "specgen" and len(model.graph.node) > 0 and not any(
-        not _constant(i) for i in model.graph.initializer)
+    return model is not None and model.producer_name == "specgen" and len(model.graph.node) > 0 and _weightless(model)
 
 
 def _model(graph: bytes) -> Any:
